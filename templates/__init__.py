@@ -1,0 +1,1 @@
+"""Jinja2 templates of the generated scripts (shipped as package data `slurmgen.templates`)."""
