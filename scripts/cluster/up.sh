@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# Bring up a throwaway Slurm cluster with sshd on this one machine (run as root).
+#
+#   scripts/cluster/up.sh [N]       # N compute nodes node1..nodeN, default 2, at most 8
+#   source /tmp/slurmgen-cluster/env.sh && srun -N2 hostname
+#   scripts/cluster/down.sh
+#
+# Each node is a network namespace (sg-nodeK, address $SUBNET.(10+K) on bridge sgbr0) with its
+# own hostname, its own slurmd and its own sshd on port 22. munged and slurmctld run in the root
+# namespace on the bridge address. Facts behind the choices: shared/notes/cluster-in-a-box.md.
+#
+# Environment (all optional):
+#   SLURMGEN_CLUSTER_DIR     state directory (default /tmp/slurmgen-cluster)
+#   SLURMGEN_CLUSTER_SUBNET  first three octets of the private /24 (default 10.213.57)
+#   SLURMGEN_CLUSTER_GPUS    fake GPUs declared per node as Slurm GRES (default 4; 0 = none)
+#   SLURMGEN_CLUSTER_CPUS    CPUs declared per node (default 8; a declaration only)
+#   SLURMGEN_CLUSTER_TIMEOUT seconds to wait for each readiness step (default 30)
+#   SLURMGEN_CLUSTER_KEEP_ON_FAIL=1  leave a failed bring-up in place for inspection
+#
+# Writes $SLURMGEN_CLUSTER_DIR/env.sh (source it) and cluster.json with the same facts.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$here/lib.sh"
+
+n=${1:-2}
+if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > SG_MAX_NODES)); then
+  sg_die "node count must be 1..$SG_MAX_NODES (got '$n')"
+fi
+gpus=${SLURMGEN_CLUSTER_GPUS:-4}
+cpus=${SLURMGEN_CLUSTER_CPUS:-8}
+wait_s=${SLURMGEN_CLUSTER_TIMEOUT:-30}
+[[ $gpus =~ ^[0-9]+$ && $cpus =~ ^[1-9][0-9]*$ && $wait_s =~ ^[1-9][0-9]*$ ]] ||
+  sg_die "SLURMGEN_CLUSTER_GPUS, _CPUS and _TIMEOUT must be whole numbers"
+[[ $SG_SUBNET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
+  sg_die "SLURMGEN_CLUSTER_SUBNET must be three octets like 10.213.57 (got '$SG_SUBNET')"
+
+sg_require_root
+missing=()
+for c in ip nsenter unshare munged mungekey munge unmunge slurmctld slurmd sbatch srun sinfo \
+  scontrol squeue ssh ssh-keygen timeout /usr/sbin/sshd; do
+  command -v "$c" >/dev/null || missing+=("$c")
+done
+((${#missing[@]} == 0)) || sg_die "missing commands: ${missing[*]} (run scripts/setup.sh --test)"
+sg_check_dir
+
+# Idempotent: whatever an earlier (possibly crashed) run left goes first.
+"$here/down.sh"
+
+# The /24 must be ours alone: if any interface already has an address in it, traffic for the
+# nodes could go somewhere else.
+if ip -o -4 addr show | awk '{print $4}' | grep -q "^${SG_SUBNET//./\\.}\."; then
+  sg_die "subnet $SG_SUBNET.0/24 is already in use on this machine; set SLURMGEN_CLUSTER_SUBNET"
+fi
+
+t_start=$EPOCHREALTIME
+d=$SG_DIR
+ctl_ip=$(sg_ctl_ip)
+ctl_host=$(hostname -s)
+nodes=()
+for ((i = 1; i <= n; i++)); do nodes+=("node$i"); done
+
+on_exit() {
+  local rc=$?
+  trap - EXIT
+  ((rc != 0)) || return 0
+  sg_log "bring-up failed (exit $rc); last log lines:"
+  local f
+  for f in "$d"/log/*; do
+    [[ -f $f ]] || continue
+    printf '==> %s <==\n' "$f" >&2
+    tail -n 15 "$f" >&2 || true
+  done
+  if [[ ${SLURMGEN_CLUSTER_KEEP_ON_FAIL:-0} == 1 ]]; then
+    sg_log "SLURMGEN_CLUSTER_KEEP_ON_FAIL=1: left in place; run $here/down.sh when done"
+  else
+    "$here/down.sh" || true
+  fi
+  exit "$rc"
+}
+# Any failure (or a kill from a test's timeout) tears the half-built cluster down again.
+trap on_exit EXIT
+trap 'exit 143' TERM INT HUP
+
+# --- state directory ---------------------------------------------------------------------
+# 0755 everywhere: munged refuses a socket directory that others cannot traverse.
+mkdir -p "$d"
+touch "$d/$SG_MARKER"
+mkdir -p "$d"/{etc,log,run,munge,ssh,state/ctld}
+for node in "${nodes[@]}"; do mkdir -p "$d/state/$node"; done # slurmd does not create it
+chmod 755 "$d" "$d"/{etc,log,run,munge,ssh,state}
+if [[ ! -d /run/sshd ]]; then
+  mkdir -p /run/sshd
+  chmod 755 /run/sshd
+  # The note lives inside /run/sshd so that down.sh finds it even if the state dir is gone.
+  touch /run/sshd/.slurmgen-cluster-made-this
+fi
+
+# --- keys: all fresh per cluster, so nothing trusts a key from an earlier run ------------------
+mungekey --create --keyfile="$d/munge/munge.key"
+chmod 600 "$d/munge/munge.key"
+ssh-keygen -q -t ed25519 -N '' -C "slurmgen-cluster client" -f "$d/ssh/id_ed25519"
+cp "$d/ssh/id_ed25519.pub" "$d/ssh/authorized_keys"
+: >"$d/ssh/known_hosts"
+for ((i = 1; i <= n; i++)); do
+  node=node$i
+  ssh-keygen -q -t ed25519 -N '' -C "$node host key" -f "$d/ssh/host_${node}_ed25519"
+  # Written from the key we just generated: no keyscan, no trust on first use.
+  printf '%s,%s %s\n' "$node" "$(sg_node_ip "$i")" \
+    "$(cut -d' ' -f1,2 "$d/ssh/host_${node}_ed25519.pub")" >>"$d/ssh/known_hosts"
+done
+
+# --- network: bridge, one namespace + veth per node, no default route anywhere --------------
+ip link add "$SG_BRIDGE" type bridge forward_delay 0
+ip addr add "$ctl_ip/24" dev "$SG_BRIDGE"
+ip link set "$SG_BRIDGE" up
+for ((i = 1; i <= n; i++)); do
+  ns=$SG_NS_PREFIX$i
+  ip netns add "$ns"
+  ip link add "$SG_VETH_PREFIX$i" type veth peer name eth0 netns "$ns"
+  ip link set "$SG_VETH_PREFIX$i" master "$SG_BRIDGE" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$(sg_node_ip "$i")/24" dev eth0
+  ip -n "$ns" link set eth0 up
+done
+
+# --- names: node1..nodeN resolve on every "node" (one machine, one /etc/hosts) ---------------
+{
+  printf '%s\n' "$SG_HOSTS_BEGIN"
+  for ((i = 1; i <= n; i++)); do printf '%s node%d\n' "$(sg_node_ip "$i")" "$i"; done
+  printf '%s\n' "$SG_HOSTS_END"
+} >>/etc/hosts
+
+# --- Slurm configuration ------------------------------------------------------------------------
+conf=$d/etc/slurm.conf
+node_gres=()
+if ((gpus > 0)); then node_gres=("Gres=gpu:$gpus"); fi
+{
+  cat <<EOF
+# Generated by scripts/cluster/up.sh for the slurmgen test cluster; deleted by down.sh.
+ClusterName=slurmgen
+SlurmctldHost=$ctl_host($ctl_ip)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$d/munge/munged.sock
+StateSaveLocation=$d/state/ctld
+SlurmdSpoolDir=$d/state/%n
+SlurmctldPidFile=$d/run/slurmctld.pid
+SlurmdPidFile=$d/run/slurmd-%n.pid
+SlurmctldLogFile=$d/log/slurmctld.log
+SlurmdLogFile=$d/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No cgroups in the namespaces: track tasks by process tree, bind nothing, account nothing.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# CPUs, memory and GPUs below are declarations bigger than the machine: trust them instead of
+# draining the node for "Low socket*core*thread count".
+SlurmdParameters=config_overrides
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+# Short grace between SIGTERM and SIGKILL for cancelled jobs: tests wait for tasks to vanish.
+KillWait=5
+# Ended jobs stay visible to scontrol for 5 minutes (there is no accounting to ask later).
+MinJobAge=300
+EOF
+  if ((gpus > 0)); then echo "GresTypes=gpu"; fi
+  for ((i = 1; i <= n; i++)); do
+    echo "NodeName=node$i NodeAddr=$(sg_node_ip "$i") CPUs=$cpus RealMemory=16000 ${node_gres[*]} State=UNKNOWN"
+  done
+  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+} >"$conf"
+# Fake GPUs, enough for --gpus-per-node / --gres=gpu:K to schedule. Slurm 22.05 drops a gpu
+# GRES without File= ("Removing file-less GPU"), and a regular file logs "not a valid character
+# or block device": so each fake GPU is a character device with /dev/null's numbers (1,3).
+if ((gpus > 0)); then
+  mkdir -p "$d/dev"
+  for ((g = 0; g < gpus; g++)); do mknod -m 666 "$d/dev/fakegpu$g" c 1 3; done
+  echo "Name=gpu File=$d/dev/fakegpu[0-$((gpus - 1))]" >"$d/etc/gres.conf"
+else
+  : >"$d/etc/gres.conf"
+fi
+export SLURM_CONF=$conf
+
+# --- daemons: foreground, stdin from /dev/null, output to files, exact pid recorded ---------------
+# Output to files (not our stdout) so no daemon holds the caller's pipe open after we exit.
+start() {
+  local name=$1
+  shift
+  "$@" </dev/null >"$d/log/$name.out" 2>&1 &
+  echo $! >"$d/run/$name.pid"
+}
+pid_of() { cat "$d/run/$1.pid"; }
+# Poll "$@" every 0.2 s until it succeeds or $wait_s seconds pass; fail naming $what.
+# Exit status 99 from "$@" means "this will never succeed": give up at once.
+wait_for() {
+  local what=$1 deadline rc
+  shift
+  deadline=$(($(date +%s) + wait_s))
+  while :; do
+    rc=0
+    "$@" >/dev/null 2>&1 || rc=$?
+    ((rc == 0)) && return 0
+    ((rc != 99)) || { sg_log "gave up waiting for $what"; return 1; }
+    (($(date +%s) < deadline)) || { sg_log "timed out after ${wait_s}s waiting for $what"; return 1; }
+    sleep 0.2
+  done
+}
+check_alive() { [[ -e /proc/$(pid_of "$1") ]] || { sg_log "$1 died at start"; return 1; }; }
+
+start munged munged --foreground --key-file="$d/munge/munge.key" --socket="$d/munge/munged.sock" \
+  --pid-file="$d/run/munged.pid.own" --log-file="$d/log/munged.log" --seed-file="$d/munge/munged.seed"
+munge_ok() { munge -n -S "$d/munge/munged.sock" | unmunge -S "$d/munge/munged.sock"; }
+wait_for "munged to answer on $d/munge/munged.sock" munge_ok
+
+# -c: start from empty state; -i: ignore state we cannot recover (throwaway cluster).
+start slurmctld slurmctld -D -c -i -f "$conf"
+ctld_up() { check_alive slurmctld && timeout 5 scontrol ping | grep -q 'is UP'; }
+wait_for "slurmctld to answer scontrol ping" ctld_up
+
+for ((i = 1; i <= n; i++)); do
+  node=node$i
+  # nsenter, not `ip netns exec`: that remounts /sys and slurmd then fails to find cgroups.
+  # unshare --uts gives the node its own hostname; each exec keeps the pid, so $! is slurmd.
+  # The single quotes are intended: the inner sh expands its own positional parameters.
+  # shellcheck disable=SC2016
+  start "slurmd-$node" nsenter --net="/run/netns/$SG_NS_PREFIX$i" -- \
+    unshare --uts -- /bin/sh -c 'hostname "$1" && exec slurmd -D -N "$1" -f "$2"' sh "$node" "$conf"
+done
+
+for ((i = 1; i <= n; i++)); do
+  node=node$i
+  cat >"$d/etc/sshd_$node.conf" <<EOF
+# sshd of $node (slurmgen test cluster): key-only root login with the cluster's client key.
+ListenAddress $(sg_node_ip "$i")
+Port 22
+HostKey $d/ssh/host_${node}_ed25519
+PidFile $d/run/sshd-$node.pid.own
+AuthorizedKeysFile $d/ssh/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+# Keys live under /tmp (world-writable): strict mode checks would reject them.
+StrictModes no
+UseDNS no
+# Tests and the SSH benchmark open up to 8 x N connections at once.
+MaxStartups 100:30:200
+MaxSessions 64
+AcceptEnv SLURMGEN_* MASTER_* WORLD_SIZE RANK LOCAL_RANK NODE_RANK
+Subsystem sftp internal-sftp
+LogLevel INFO
+EOF
+  # Join the node's network and UTS namespaces so `ssh nodeK hostname` prints nodeK.
+  start "sshd-$node" nsenter -t "$(pid_of "slurmd-$node")" --net --uts -- \
+    /usr/sbin/sshd -D -e -f "$d/etc/sshd_$node.conf"
+done
+
+# --- readiness ------------------------------------------------------------------------------
+all_idle() {
+  local state
+  for ((i = 1; i <= n; i++)); do
+    check_alive "slurmd-node$i" && check_alive "sshd-node$i" || return 1
+  done
+  state=$(timeout 5 sinfo -h -N -o '%N %t' | sort -u)
+  # A node the controller rejected (bad GRES, config mismatch) stays so: fail fast.
+  if grep -Eq ' (inval|drain|drng|drained|fail)' <<<"$state"; then return 99; fi
+  [[ $(grep -c ' idle$' <<<"$state") -eq $n ]]
+}
+if ! wait_for "all $n nodes idle in sinfo" all_idle; then
+  timeout 5 sinfo -N -o '%N %t %E' >&2 || true
+  false
+fi
+
+cat >"$d/ssh/config" <<EOF
+# ssh -F $d/ssh/config node1 hostname
+Host ${nodes[*]}
+  User root
+  IdentityFile $d/ssh/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile $d/ssh/known_hosts
+  GlobalKnownHostsFile /dev/null
+  StrictHostKeyChecking yes
+  BatchMode yes
+  ConnectTimeout 5
+  LogLevel ERROR
+EOF
+ssh_ok() { [[ $(timeout 5 ssh -F "$d/ssh/config" "$1" hostname) == "$1" ]]; }
+for node in "${nodes[@]}"; do
+  wait_for "sshd on $node to accept the client key and report hostname $node" ssh_ok "$node"
+done
+
+# --- facts for shells and tests --------------------------------------------------------------------
+ips=()
+for ((i = 1; i <= n; i++)); do ips+=("$(sg_node_ip "$i")"); done
+join() {
+  local IFS=$1
+  shift
+  echo "$*"
+}
+{
+  echo "# Generated by scripts/cluster/up.sh: source it to use the test cluster."
+  echo "export SLURMGEN_CLUSTER_DIR=$d"
+  echo "export SLURM_CONF=$conf"
+  echo "export SLURMGEN_CLUSTER_NODES=$(join , "${nodes[@]}")"
+  echo "export SLURMGEN_CLUSTER_IPS=$(join , "${ips[@]}")"
+  for ((i = 1; i <= n; i++)); do echo "export SLURMGEN_NODE${i}_IP=$(sg_node_ip "$i")"; done
+  echo "export SLURMGEN_CLUSTER_CONTROLLER_IP=$ctl_ip"
+  echo "export SLURMGEN_CLUSTER_GPUS_PER_NODE=$gpus"
+  echo "export SLURMGEN_CLUSTER_CPUS_PER_NODE=$cpus"
+  echo "export SLURMGEN_SSH_USER=root"
+  echo "export SLURMGEN_SSH_KEY=$d/ssh/id_ed25519"
+  echo "export SLURMGEN_KNOWN_HOSTS=$d/ssh/known_hosts"
+  echo "export SLURMGEN_SSH_CONFIG=$d/ssh/config"
+} >"$d/env.sh"
+{
+  printf '{\n  "dir": "%s",\n  "slurm_conf": "%s",\n' "$d" "$conf"
+  printf '  "controller": {"host": "%s", "ip": "%s", "pid": %s},\n' "$ctl_host" "$ctl_ip" "$(pid_of slurmctld)"
+  printf '  "munged_pid": %s,\n  "gpus_per_node": %s,\n  "cpus_per_node": %s,\n' "$(pid_of munged)" "$gpus" "$cpus"
+  printf '  "ssh": {"user": "root", "key": "%s", "known_hosts": "%s", "config": "%s"},\n' \
+    "$d/ssh/id_ed25519" "$d/ssh/known_hosts" "$d/ssh/config"
+  printf '  "nodes": [\n'
+  for ((i = 1; i <= n; i++)); do
+    printf '    {"name": "node%d", "ip": "%s", "netns": "%s", "slurmd_pid": %s, "sshd_pid": %s}%s\n' \
+      "$i" "$(sg_node_ip "$i")" "$SG_NS_PREFIX$i" "$(pid_of "slurmd-node$i")" "$(pid_of "sshd-node$i")" \
+      "$( ((i < n)) && echo ,)"
+  done
+  printf '  ]\n}\n'
+} >"$d/cluster.json"
+
+trap - EXIT
+sg_log "$n nodes up in $(awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}')s; source $d/env.sh"
