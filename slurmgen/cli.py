@@ -1,0 +1,203 @@
+"""The `slurmgen` command line: a thin Typer layer and the one error boundary.
+
+Commands parse flags into plain values and hand them to pure functions (config -> spec ->
+render / topology); only this module prints, and only `main` decides exit codes:
+0 success, 1 a run failed, 2 bad input. Expected errors print one line each, no traceback
+(`--verbose` shows it). Heavy modules (torch, paramiko) are imported inside the commands
+that need them, never at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from slurmgen import __version__
+from slurmgen.errors import EXIT_BAD_INPUT, SlurmgenError
+
+app = typer.Typer(
+    name="slurmgen",
+    help="Multi-node PyTorch launching made boring and correct: sbatch scripts, a bare-metal launcher, a rank table.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_state = {"verbose": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"slurmgen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    _state["verbose"] = verbose
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SlurmgenError(f"env: expected KEY=VALUE (got {pair!r})")
+        env[key] = value
+    return env
+
+
+def _overrides(**flags: object) -> dict[str, object]:
+    """The CLI flags that were given, as spec fields (None and empty lists mean 'not given')."""
+    return {k: v for k, v in flags.items() if v is not None and v != [] and v != {}}
+
+
+@app.command()
+def create(
+    command: Optional[List[str]] = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec; flags given here override it."),
+    output_dir: Optional[str] = typer.Option(None, "--output-dir", "-o", help="Where to write the scripts [default: out]."),
+    nodes: Optional[str] = typer.Option(None, "--nodes", "-N", metavar="N", help="Number of nodes [default: 1]."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes (GPUs) per node [default: 1]."),
+    gpu_request: Optional[str] = typer.Option(None, "--gpu-request", help="auto | gpus-per-node | gres | none."),
+    time: Optional[str] = typer.Option(None, "--time", "-t", help="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."),
+    partition: Optional[str] = typer.Option(None, "--partition", "-p"),
+    account: Optional[str] = typer.Option(None, "--account", "-A"),
+    qos: Optional[str] = typer.Option(None, "--qos", "-q"),
+    constraint: Optional[str] = typer.Option(None, "--constraint", "-C"),
+    exclusive: Optional[bool] = typer.Option(None, "--exclusive/--no-exclusive", help="Whole nodes."),
+    cpus_per_task: Optional[str] = typer.Option(None, "--cpus-per-task", "-c", metavar="N", help="CPUs per process."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Memory per node, e.g. 64G."),
+    job_name: Optional[str] = typer.Option(None, "--job-name", "-J"),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
+    master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node)."),
+    env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
+    setup: List[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
+    sbatch: List[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),
+    container_image: Optional[str] = typer.Option(None, "--container-image", help="Run inside this container image."),
+    container_runtime: Optional[str] = typer.Option(None, "--container-runtime", help="pyxis | apptainer."),
+    container_mount: List[str] = typer.Option([], "--container-mount", help="SRC:DST[:FLAGS]; repeatable."),
+    log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
+    requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on USR1 before the time limit."),
+    signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that USR1 arrives [default: 120]."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+) -> None:
+    """Write OUTPUT_DIR/run_slurm.sh, OUTPUT_DIR/launch_multi_node.sh and the resolved OUTPUT_DIR/job.yaml."""
+    from slurmgen.config import spec_from_sources
+    from slurmgen.output import write_files
+    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+    from slurmgen.topology import uniform_table
+
+    container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
+    spec = spec_from_sources(config, _overrides(
+        command=command or None, output_dir=output_dir, nodes=nodes, gpus=gpus, gpu_request=gpu_request,
+        time=time, partition=partition, account=account, qos=qos, constraint=constraint, exclusive=exclusive,
+        cpus_per_task=cpus_per_task, mem=mem, job_name=job_name, master_addr=master_addr,
+        master_port=master_port, backend=backend, launcher=launcher, env=_parse_env(env), setup=list(setup),
+        sbatch_extra=list(sbatch), container=container or None, log_dir=log_dir, requeue=requeue,
+        signal_lead=signal_lead,
+    ))
+    rendered = render(spec)
+    table = uniform_table(spec.nodes, spec.gpus)
+    out = Path(spec.output_dir)
+    if dry_run:
+        for name, text in rendered.files.items():
+            typer.echo(f"# ===== {out / name} =====")
+            typer.echo(text, nl=False)
+        return
+    for path in write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)]):
+        typer.echo(f"wrote {path}")
+    typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus} = WORLD_SIZE {len(table)}; "
+               + "; ".join(f"node {n}: ranks {n * spec.gpus}-{(n + 1) * spec.gpus - 1}" for n in range(min(spec.nodes, 4)))
+               + ("; ..." if spec.nodes > 4 else ""))
+    typer.echo("next:")
+    typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
+    typer.echo(f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>")
+
+
+@app.command()
+def ranks(
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Host names, a Slurm hostlist: gn6,gn7 or gpu[01-04]."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="DeepSpeed-style host file: 'host slots=N' lines."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Anonymous nodes, when no names are given."),
+    gpus: int = typer.Option(1, "--gpus", help="Processes per host (hosts without slots= in a host file)."),
+    master: Optional[str] = typer.Option(None, "--master", help="The master host [default: the first given]."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", help="Use only this many processes."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
+    from slurmgen.hostfile import read_hostfile
+    from slurmgen.hostlist import expand
+    from slurmgen.topology import Host, order_hosts, rank_table, uniform_table
+
+    given = [name for name, v in (("--hosts", hosts), ("--hostfile", hostfile), ("--nodes", nodes)) if v is not None]
+    if len(given) != 1:
+        raise SlurmgenError(f"hosts: give exactly one of --hosts, --hostfile, --nodes (got {len(given)}: {', '.join(given) or 'none'})")
+    if gpus < 1:
+        raise SlurmgenError(f"gpus: must be at least 1 (got {gpus})")
+    if nodes is not None:
+        if master is not None:
+            raise SlurmgenError("master: --master needs named hosts (--hosts or --hostfile)")
+        table = uniform_table(nodes, gpus)
+        if world_size is not None:
+            table = rank_table([Host.with_count(f"node{i}", gpus) for i in range(nodes)], world_size)
+    else:
+        host_list = (read_hostfile(hostfile, gpus) if hostfile is not None
+                     else [Host.with_count(h, gpus) for h in expand(hosts or "")])
+        table = rank_table(order_hosts(host_list, master), world_size)
+    if as_json:
+        typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table("host", "rank", "local_rank", "node_rank", "local_world_size", "world_size", box=None)
+    for e in table:
+        out.add_row(e.host, *(str(v) for v in (e.rank, e.local_rank, e.node_rank, e.local_world_size, e.world_size)))
+    Console(soft_wrap=True).print(out)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON schema of the job spec (point your editor's YAML plugin at it)."""
+    from slurmgen.spec import JobSpec
+
+    typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; the single place that turns errors into exit codes and one-line messages."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args=args, prog_name="slurmgen", standalone_mode=False)
+    except SlurmgenError as exc:
+        if _state["verbose"]:
+            raise
+        for line in exc.lines():
+            typer.echo(f"slurmgen: error: {line}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("slurmgen: aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        # Usage errors of Typer's command-line parser (a Click exception, which Typer
+        # vendors in recent versions): recognised by their interface, printed on one line.
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")) or _state["verbose"]:
+            raise
+        message = exc.format_message()
+        if message:  # empty when the parser already printed the help text
+            typer.echo(f"slurmgen: error: {message}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

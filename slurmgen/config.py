@@ -1,0 +1,100 @@
+"""From a YAML file plus CLI overrides to one validated `JobSpec`, and back to YAML.
+
+Every problem is collected before failing, each as `field.path: what is wrong (got X)`,
+with a "did you mean" for misspelt keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from slurmgen.errors import SlurmgenError, show
+from slurmgen.spec import JobSpec
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """Read a job spec file: a YAML mapping (an empty file is an empty spec)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SlurmgenError(f"config: cannot read {show(str(path))}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise SlurmgenError(f"config: {where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SlurmgenError(f"config: {path} must hold a mapping of spec fields (got a {type(data).__name__})")
+    return data
+
+
+def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """CLI flags over the file: scalars and lists replace, `env` and `container` merge per key."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if key in ("env", "container") and isinstance(merged.get(key), dict) and isinstance(value, dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class whose fields a validation error location refers to."""
+    model: type[BaseModel] = JobSpec
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        candidates = [a for a in getattr(field.annotation, "__args__", (field.annotation,))
+                      if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not candidates:
+            return None
+        model = candidates[0]
+    return model
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    path = ".".join(str(p) for p in loc) or "spec"
+    kind, value = error["type"], error.get("input")
+    if kind == "extra_forbidden":
+        model = _model_at(loc)
+        known = list(model.model_fields) if model else []
+        guess = difflib.get_close_matches(str(loc[-1]).replace("-", "_"), known, n=1, cutoff=0.6)
+        hint = f"did you mean {guess[0]!r}?" if guess else f"known keys: {', '.join(known)}"
+        return f"{path}: unknown key ({hint})"
+    message = error["msg"].removeprefix("Value error, ")
+    if kind == "missing" or isinstance(value, (dict, list)):
+        return f"{path}: {message}"
+    return f"{path}: {message} (got {show(value)})"
+
+
+def build_spec(values: Mapping[str, Any]) -> JobSpec:
+    """Validate merged values into a JobSpec, or raise one SlurmgenError listing every problem."""
+    try:
+        return JobSpec.model_validate(dict(values))
+    except ValidationError as exc:
+        raise SlurmgenError(*[_describe(e) for e in exc.errors()]) from None
+
+
+def spec_from_sources(config: Path | None, overrides: Mapping[str, Any]) -> JobSpec:
+    """The spec a command works on: the YAML file (if any) with the CLI flags over it."""
+    base = load_yaml(config) if config is not None else {}
+    return build_spec(merge(base, overrides))
+
+
+def dump_yaml(spec: JobSpec) -> str:
+    """The resolved spec as YAML, ready for `--config` to reproduce the same scripts."""
+    header = (f"# slurmgen job spec, resolved (digest {spec.digest()}).\n"
+              f"# Reproduce: slurmgen create --config {spec.output_dir.rstrip('/')}/job.yaml --force\n")
+    return header + yaml.safe_dump(spec.resolved(), sort_keys=False, allow_unicode=True, width=1000)

@@ -1,0 +1,138 @@
+"""Spec -> script text. Pure: no file is read but the packaged templates, none is written.
+
+The Jinja environment quotes every `{{ ... }}` for bash by default (`finalize`), so a
+template cannot forget to; deliberate shell code is built here as `ShellCode`. It is
+strict: a misspelt variable fails the render instead of becoming an empty string.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+import jinja2
+
+from slurmgen import __version__
+from slurmgen.config import dump_yaml
+from slurmgen.shell import ShellCode, quote, sbatch_value, words
+from slurmgen.spec import JobSpec
+
+SLURM_SCRIPT = "run_slurm.sh"
+LAUNCH_SCRIPT = "launch_multi_node.sh"
+SPEC_FILE = "job.yaml"
+# Without an explicit master_port, launch_multi_node.sh uses torchrun's usual default.
+MANUAL_DEFAULT_PORT = 29500
+
+
+def _load_template(name: str) -> str:
+    return resources.files("slurmgen.templates").joinpath(name).read_text()
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FunctionLoader(_load_template),
+    undefined=jinja2.StrictUndefined,
+    finalize=quote,
+    autoescape=False,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters["sbatch"] = sbatch_value
+_ENV.filters["words"] = words
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The files of one `create`, by name, in the order they are written."""
+
+    files: dict[str, str]
+    spec: JobSpec
+
+
+def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
+    """The `--opt=value` strings of the #SBATCH header, in sbatch's own order of importance."""
+    per_node_tasks = 1 if spec.launcher == "torchrun" else spec.gpus
+    # torchrun runs one task per node that owns the CPUs of all its workers.
+    cpus = spec.cpus_per_task * (spec.gpus if spec.launcher == "torchrun" else 1) if spec.cpus_per_task else None
+    opts: list[tuple[str, object | None]] = [
+        ("--job-name", spec.job_name),
+        ("--nodes", spec.nodes),
+        ("--ntasks-per-node", per_node_tasks),
+        ("--cpus-per-task", cpus),
+        ("--gpus-per-node", spec.gpus if spec.gpu_style == "gpus-per-node" else None),
+        ("--gres", f"gpu:{spec.gpus}" if spec.gpu_style == "gres" else None),
+        ("--mem", spec.mem),
+        ("--time", spec.time),
+        ("--partition", spec.partition),
+        ("--account", spec.account),
+        ("--qos", spec.qos),
+        ("--constraint", spec.constraint),
+        ("--output", f"{spec.logs}/%x-%j.out"),
+        ("--open-mode", "append"),
+    ]
+    lines = [ShellCode(f"{k}={sbatch_value(v)}") for k, v in opts if v is not None]
+    if spec.exclusive:
+        lines.append(ShellCode("--exclusive"))
+    if spec.requeue:
+        lines += [ShellCode("--requeue"), ShellCode(f"--signal=USR1@{spec.signal_lead}")]
+    for extra in spec.sbatch_extra:
+        key, sep, value = extra.partition("=")
+        lines.append(ShellCode(f"{key}={sbatch_value(value)}" if sep else key))
+    return lines
+
+
+def _container_srun_args(spec: JobSpec) -> list[str]:
+    c = spec.container
+    if c is None or c.runtime != "pyxis":
+        return []
+    args = [f"--container-image={c.image}"]
+    if c.mounts:
+        args.append(f"--container-mounts={','.join(c.mounts)}")
+    return args
+
+
+def _container_prefix(spec: JobSpec) -> list[str]:
+    """`apptainer exec ...` words put before each process's command (empty for pyxis/none)."""
+    c = spec.container
+    if c is None or c.runtime != "apptainer":
+        return []
+    prefix = ["apptainer", "exec"]
+    if spec.backend != "gloo":
+        prefix.append("--nv")  # expose the host's NVIDIA driver and GPUs
+    for mount in c.mounts:
+        prefix += ["--bind", mount]
+    return [*prefix, c.image]
+
+
+def context(spec: JobSpec) -> dict[str, object]:
+    """Everything the templates see. Values are plain data; only ShellCode skips quoting."""
+    out = spec.output_dir.rstrip("/") or "."
+    return {
+        "version": __version__,
+        "digest": spec.digest(),
+        "spec_path": f"{out}/{SPEC_FILE}",
+        "slurm_script": f"{out}/{SLURM_SCRIPT}",
+        "launch_script": f"{out}/{LAUNCH_SCRIPT}",
+        "spec": spec,
+        "sbatch_options": _sbatch_options(spec),
+        "setup": [ShellCode(line) for line in spec.setup],
+        "env": sorted(spec.env.items()),
+        "nccl": spec.backend != "gloo",
+        "command": [*_container_prefix(spec), *spec.command],
+        "srun_container": _container_srun_args(spec),
+        "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
+        "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+    }
+
+
+def render(spec: JobSpec) -> Rendered:
+    """All files of a `create`: the two scripts and the resolved spec."""
+    ctx = context(spec)
+    return Rendered(
+        files={
+            SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),
+            LAUNCH_SCRIPT: _ENV.get_template("launch_multi_node.sh.j2").render(ctx),
+            SPEC_FILE: dump_yaml(spec),
+        },
+        spec=spec,
+    )

@@ -1,0 +1,225 @@
+"""The job spec: the single, validated, frozen source of truth for every generated file.
+
+Filled from a YAML file and CLI flags (see `config.py`), validated here with pydantic so
+that every problem comes back with its field path, and written back resolved as
+`out/job.yaml`. Defaults are chosen so that `nodes` and `gpus` alone give a working job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from slurmgen import slurm_values
+
+DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
+
+# The launch scripts own these variables; a user value would silently be overwritten.
+RESERVED_ENV = {
+    "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND",
+}
+# sbatch options slurmgen writes itself, and the spec field to use instead.
+MANAGED_SBATCH = {
+    "--job-name": "job_name", "-J": "job_name", "--nodes": "nodes", "-N": "nodes",
+    "--ntasks-per-node": "gpus", "--ntasks": "nodes and gpus", "-n": "nodes and gpus",
+    "--gpus-per-node": "gpus and gpu_request", "--gres": "gpu_request",
+    "--cpus-per-task": "cpus_per_task", "-c": "cpus_per_task", "--mem": "mem",
+    "--time": "time", "-t": "time", "--partition": "partition", "-p": "partition",
+    "--account": "account", "-A": "account", "--qos": "qos", "-q": "qos",
+    "--constraint": "constraint", "-C": "constraint", "--exclusive": "exclusive",
+    "--output": "log_dir", "-o": "log_dir", "--error": "log_dir", "-e": "log_dir",
+    "--requeue": "requeue", "--signal": "requeue and signal_lead",
+    "--open-mode": "(always append)",
+}
+
+_NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")        # partition, account, qos
+_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")           # host name or address
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+Port = Annotated[int, Field(ge=1024, le=65535)]
+
+
+def _one_line(value: str, what: str = "value") -> str:
+    if _CONTROL.search(value):
+        raise ValueError(f"{what} must be one line without control characters")
+    if not value.strip():
+        raise ValueError(f"{what} must not be empty")
+    return value
+
+
+class Container(BaseModel):
+    """Run every process inside a container: pyxis (`srun --container-image`) or apptainer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image: str = Field(description="Image reference, e.g. nvcr.io#nvidia/pytorch:24.05-py3 or a .sif file.")
+    runtime: Literal["pyxis", "apptainer"] = Field("pyxis", description="pyxis (Slurm plugin) or apptainer exec.")
+    mounts: list[str] = Field(default_factory=list, description="SRC:DST[:FLAGS] bind mounts.")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        _one_line(v, "image")
+        if any(c.isspace() for c in v):
+            raise ValueError("an image reference has no spaces")
+        return v
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, v: list[str]) -> list[str]:
+        for m in v:
+            _one_line(m, "a mount")
+            if "," in m or ":" not in m:
+                raise ValueError(f"mount {m!r} must look like SRC:DST[:FLAGS], without commas")
+        return v
+
+
+class JobSpec(BaseModel):
+    """Everything slurmgen needs to write `run_slurm.sh` and `launch_multi_node.sh`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_name: str = Field("slurmgen", description="Slurm job name (%x in log names).")
+    nodes: int = Field(1, ge=1, le=100_000, description="Number of nodes.")
+    gpus: int = Field(1, ge=1, le=1024, description="Processes per node, one per GPU.")
+    gpu_request: Literal["auto", "gpus-per-node", "gres", "none"] = Field(
+        "auto", description="How GPUs are asked for; auto = none for backend gloo, else --gpus-per-node.")
+    cpus_per_task: int | None = Field(None, ge=1, description="CPUs per process.")
+    mem: str | None = Field(None, description="Memory per node, e.g. 64G (0 = all).")
+    time: str | None = Field(None, description="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.")
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = Field(None, description="Node features, e.g. a100&ib.")
+    exclusive: bool = Field(False, description="Ask for whole nodes.")
+    sbatch_extra: list[str] = Field(default_factory=list, description="Extra #SBATCH options, e.g. --mail-type=END.")
+    setup: list[str] = Field(default_factory=list, description="Shell lines run before launching (module load, venv).")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment for every process (NCCL_* ...).")
+    master_addr: str | None = Field(None, description="Rendezvous host; default: the job's first node.")
+    master_port: Port | None = Field(None, description="Rendezvous port; default 20000 + job id % 10000.")
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    launcher: Literal["srun", "torchrun"] = Field("srun", description="srun: one task per process; torchrun: one per node.")
+    container: Container | None = None
+    output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")
+    log_dir: str | None = Field(None, description="Job logs; default OUTPUT_DIR/logs.")
+    requeue: bool = Field(False, description="Requeue on preemption, with USR1 sent signal_lead seconds before the end.")
+    signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that USR1 arrives.")
+    command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
+
+    @field_validator("job_name", "output_dir", "log_dir")
+    @classmethod
+    def _single_line(cls, v: str | None) -> str | None:
+        return None if v is None else _one_line(v)
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _slurm_name(cls, v: str | None) -> str | None:
+        if v is not None and not _NAME.match(v):
+            raise ValueError("use letters, digits and _ . + @ : - only")
+        return v
+
+    @field_validator("constraint")
+    @classmethod
+    def _constraint(cls, v: str | None) -> str | None:
+        if v is not None and (_one_line(v, "constraint") and any(c.isspace() for c in v)):
+            raise ValueError("a constraint has no spaces (combine features with & or |)")
+        return v
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        return None if v is None else slurm_values.memory(str(v))
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, v: object) -> object:
+        if v is None:
+            return v
+        text = str(v)  # YAML reads `time: 90` as an int
+        slurm_values.time_limit_seconds(text)
+        return text
+
+    @field_validator("master_addr")
+    @classmethod
+    def _master_addr(cls, v: str | None) -> str | None:
+        if v is not None and not _HOST.match(v):
+            raise ValueError("must be a host name or an IP address")
+        return v
+
+    @field_validator("sbatch_extra")
+    @classmethod
+    def _sbatch_extra(cls, v: list[str]) -> list[str]:
+        for line in v:
+            _one_line(line, "an #SBATCH option")
+            option = line.split("=", 1)[0].split()[0]
+            if not option.startswith("-"):
+                raise ValueError(f"{line!r} is not an sbatch option (they start with - or --)")
+            if option in MANAGED_SBATCH:
+                raise ValueError(f"{option} is written by slurmgen; set {MANAGED_SBATCH[option]} instead")
+        return v
+
+    @field_validator("setup")
+    @classmethod
+    def _setup(cls, v: list[str]) -> list[str]:
+        return [line for line in v if line.strip()]
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: object) -> object:
+        if isinstance(v, dict):
+            for key, value in v.items():
+                if not isinstance(key, str) or not _ENV_KEY.match(key):
+                    raise ValueError(f"{key!r} is not a valid variable name")
+                if key in RESERVED_ENV:
+                    raise ValueError(f"{key} is set by the launch scripts; use the spec's fields instead")
+                if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                    raise ValueError(f"{key}: give a string or a number (got {value!r})")
+            return {k: str(val) for k, val in v.items()}
+        return v
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                v = shlex.split(v)
+            except ValueError as exc:
+                raise ValueError(f"cannot split into words: {exc}") from None
+        if isinstance(v, list) and not v:
+            raise ValueError("the command must not be empty")
+        return v
+
+    @model_validator(mode="after")
+    def _signal_before_end(self) -> "JobSpec":
+        limit = slurm_values.time_limit_seconds(self.time) if self.time else None
+        if self.requeue and limit is not None and self.signal_lead >= limit:
+            raise ValueError(f"signal_lead ({self.signal_lead}s) must be shorter than the time limit ({limit}s)")
+        return self
+
+    # ---- derived values, computed, never stored ----
+    @property
+    def logs(self) -> str:
+        return self.log_dir if self.log_dir is not None else f"{self.output_dir.rstrip('/')}/logs"
+
+    @property
+    def gpu_style(self) -> str:
+        """The effective GPU request: `auto` resolved against the backend."""
+        if self.gpu_request != "auto":
+            return self.gpu_request
+        return "none" if self.backend == "gloo" else "gpus-per-node"
+
+    def resolved(self) -> dict:
+        """The spec as written to job.yaml: every field, unset optional ones left out."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def digest(self) -> str:
+        """A short, stable fingerprint of the resolved spec, printed in every script header."""
+        canonical = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
