@@ -26,6 +26,9 @@ SG_DAEMONS=(munged slurmctld slurmd slurmstepd sshd)
 
 sg_log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 sg_die() { sg_log "error: $*"; exit 1; }
+# Exit 3 = this machine cannot host the cluster (not root, packages missing, namespaces
+# refused): the test fixture turns it into a skip naming the reason (a failure under CI=true).
+sg_unavailable() { sg_log "unavailable: $*"; exit 3; }
 
 sg_node_ip() { printf '%s.%d' "$SG_SUBNET" $((10 + $1)); }
 sg_ctl_ip() { printf '%s.1' "$SG_SUBNET"; }
@@ -46,7 +49,17 @@ sg_check_dir() {
 }
 
 sg_require_root() {
-  ((EUID == 0)) || sg_die "must run as root (network namespaces, slurmd and sshd need it)"
+  ((EUID == 0)) || sg_unavailable "must run as root (network namespaces, slurmd and sshd need it)"
+}
+
+# A live process that owns the running cluster (a pytest session sets SLURMGEN_CLUSTER_OWNER to
+# its pid): printed if it is alive and is not us, so a second test run does not tear down the
+# cluster under the first one. A cluster brought up by hand has no owner and may be replaced.
+sg_live_foreign_owner() {
+  local owner
+  owner=$(cat "$SG_DIR/owner" 2>/dev/null) || return 0
+  [[ $owner =~ ^[0-9]+$ && -e /proc/$owner && $owner != "${SLURMGEN_CLUSTER_OWNER:-}" ]] || return 0
+  printf '%s (%s)\n' "$owner" "$(tr '\0' ' ' </proc/"$owner"/cmdline 2>/dev/null | cut -c1-120)"
 }
 
 # Print the pids of our daemons in the root namespace: those whose executable is one of

@@ -16,6 +16,11 @@
 #   SLURMGEN_CLUSTER_CPUS    CPUs declared per node (default 8; a declaration only)
 #   SLURMGEN_CLUSTER_TIMEOUT seconds to wait for each readiness step (default 30)
 #   SLURMGEN_CLUSTER_KEEP_ON_FAIL=1  leave a failed bring-up in place for inspection
+#   SLURMGEN_CLUSTER_OWNER   pid of the process that owns this cluster (the pytest fixture)
+#   SLURMGEN_CLUSTER_FORCE=1 replace a cluster even if its owner is alive
+#
+# Exit status: 0 up; 1 failed (cleaned up again); 3 this machine cannot host it (not root,
+# commands missing, namespaces refused); 4 busy (another live test session owns it).
 #
 # Writes $SLURMGEN_CLUSTER_DIR/env.sh (source it) and cluster.json with the same facts.
 set -euo pipefail
@@ -41,8 +46,16 @@ for c in ip nsenter unshare munged mungekey munge unmunge slurmctld slurmd sbatc
   scontrol squeue ssh ssh-keygen timeout /usr/sbin/sshd; do
   command -v "$c" >/dev/null || missing+=("$c")
 done
-((${#missing[@]} == 0)) || sg_die "missing commands: ${missing[*]} (run scripts/setup.sh --test)"
+((${#missing[@]} == 0)) ||
+  sg_unavailable "missing commands: ${missing[*]} (Debian packages slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux; scripts/setup.sh --test installs them)"
 sg_check_dir
+
+# Exit 4 = busy: another live test session owns the cluster; the fixture waits and retries.
+owner=$(sg_live_foreign_owner)
+if [[ -n $owner && ${SLURMGEN_CLUSTER_FORCE:-0} != 1 ]]; then
+  sg_log "busy: the cluster in $SG_DIR belongs to live pid $owner; wait for it, or SLURMGEN_CLUSTER_FORCE=1"
+  exit 4
+fi
 
 # Idempotent: whatever an earlier (possibly crashed) run left goes first.
 "$here/down.sh"
@@ -86,6 +99,7 @@ trap 'exit 143' TERM INT HUP
 # 0755 everywhere: munged refuses a socket directory that others cannot traverse.
 mkdir -p "$d"
 touch "$d/$SG_MARKER"
+if [[ -n ${SLURMGEN_CLUSTER_OWNER:-} ]]; then echo "$SLURMGEN_CLUSTER_OWNER" >"$d/owner"; fi
 mkdir -p "$d"/{etc,log,run,munge,ssh,state/ctld}
 for node in "${nodes[@]}"; do mkdir -p "$d/state/$node"; done # slurmd does not create it
 chmod 755 "$d" "$d"/{etc,log,run,munge,ssh,state}
@@ -111,12 +125,17 @@ for ((i = 1; i <= n; i++)); do
 done
 
 # --- network: bridge, one namespace + veth per node, no default route anywhere --------------
-ip link add "$SG_BRIDGE" type bridge forward_delay 0
+# A sandbox may refuse bridges or namespaces: that is "unavailable" (exit 3), not a bug.
+if ! err=$(ip link add "$SG_BRIDGE" type bridge forward_delay 0 2>&1); then
+  sg_unavailable "cannot create bridge $SG_BRIDGE: $err"
+fi
 ip addr add "$ctl_ip/24" dev "$SG_BRIDGE"
 ip link set "$SG_BRIDGE" up
 for ((i = 1; i <= n; i++)); do
   ns=$SG_NS_PREFIX$i
-  ip netns add "$ns"
+  if ! err=$(ip netns add "$ns" 2>&1); then
+    sg_unavailable "ip netns add $ns refused: $err"
+  fi
   ip link add "$SG_VETH_PREFIX$i" type veth peer name eth0 netns "$ns"
   ip link set "$SG_VETH_PREFIX$i" master "$SG_BRIDGE" up
   ip -n "$ns" link set lo up
