@@ -48,6 +48,15 @@ def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
+# Names people bring from sbatch, torchrun or other launchers, and the field they mean.
+SYNONYMS = {
+    "gpus_per_node": "gpus", "ntasks_per_node": "gpus", "nproc_per_node": "gpus", "procs_per_node": "gpus",
+    "num_nodes": "nodes", "nnodes": "nodes", "name": "job_name", "time_limit": "time",
+    "output": "log_dir", "gres": "gpu_request", "port": "master_port", "master": "master_addr",
+    "image": "container", "environment": "env", "cmd": "command",
+}
+
+
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The model class whose fields a validation error location refers to."""
     model: type[BaseModel] = JobSpec
@@ -70,7 +79,9 @@ def _describe(error: Mapping[str, Any]) -> str:
     if kind == "extra_forbidden":
         model = _model_at(loc)
         known = list(model.model_fields) if model else []
-        guess = difflib.get_close_matches(str(loc[-1]).replace("-", "_"), known, n=1, cutoff=0.6)
+        key = str(loc[-1]).replace("-", "_")
+        synonym = SYNONYMS.get(key) if model is JobSpec else None
+        guess = [synonym] if synonym else difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean {guess[0]!r}?" if guess else f"known keys: {', '.join(known)}"
         return f"{path}: unknown key ({hint})"
     message = error["msg"].removeprefix("Value error, ")

@@ -14,7 +14,7 @@ import jinja2
 
 from slurmgen import __version__
 from slurmgen.config import dump_yaml
-from slurmgen.shell import ShellCode, quote, sbatch_value, words
+from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
 from slurmgen.spec import JobSpec
 
 SLURM_SCRIPT = "run_slurm.sh"
@@ -81,14 +81,14 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     return lines
 
 
-def _container_srun_args(spec: JobSpec) -> list[str]:
+def _container_srun_args(spec: JobSpec) -> list[ShellCode]:
     c = spec.container
     if c is None or c.runtime != "pyxis":
         return []
     args = [f"--container-image={c.image}"]
     if c.mounts:
         args.append(f"--container-mounts={','.join(c.mounts)}")
-    return args
+    return [always_quoted(a) for a in args]
 
 
 def _container_prefix(spec: JobSpec) -> list[str]:

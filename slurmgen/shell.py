@@ -36,6 +36,13 @@ def quote(value: object) -> str:
     return '"' + _DOUBLE_SPECIAL.sub(r"\\\1", text) + '"'
 
 
+def always_quoted(value: object) -> ShellCode:
+    """Like `quote`, but quoted even when plain: shellcheck reads a bare comma in an array
+    element as a mistaken separator (SC2054), and pyxis mount lists are comma-separated."""
+    text = quote(value)
+    return ShellCode(text if text != str(value) else f"'{text}'")
+
+
 def words(values: Iterable[object]) -> ShellCode:
     """Several bash words, each quoted: the body of an array or an argument list."""
     return ShellCode(" ".join(quote(v) for v in values))

@@ -132,10 +132,10 @@ class JobSpec(BaseModel):
             raise ValueError("a constraint has no spaces (combine features with & or |)")
         return v
 
-    @field_validator("mem")
+    @field_validator("mem", mode="before")
     @classmethod
-    def _mem(cls, v: str | None) -> str | None:
-        return None if v is None else slurm_values.memory(str(v))
+    def _mem(cls, v: object) -> object:
+        return v if v is None or isinstance(v, bool) else slurm_values.memory(str(v))  # YAML: `mem: 0` is an int
 
     @field_validator("time", mode="before")
     @classmethod

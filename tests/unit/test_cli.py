@@ -1,0 +1,157 @@
+"""The slurmgen command line, end to end in-process (and in a subprocess for imports)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurmgen.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(capsys, *args):
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def snapshot(directory: Path):
+    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_create_writes_scripts_spec_and_log_dir(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "create", "--nodes", "2", "--gpus", "4")
+    assert code == 0, err
+    for name in ("run_slurm.sh", "launch_multi_node.sh", "job.yaml"):
+        assert (tmp_path / "out" / name).is_file()
+    assert os.access(tmp_path / "out" / "run_slurm.sh", os.X_OK)
+    assert (tmp_path / "out" / "logs").is_dir()
+    assert "WORLD_SIZE 8" in out and "node 1: ranks 4-7" in out and "sbatch out/run_slurm.sh" in out
+    assert yaml.safe_load((tmp_path / "out" / "job.yaml").read_text())["gpus"] == 4
+
+
+def test_config_file_with_flags_over_it_and_reproduction(tmp_path, capsys):
+    config = tmp_path / "job.yaml"
+    config.write_text("nodes: 4\ngpus: 2\npartition: gpu\nenv:\n  A: '1'\n  B: '2'\n")
+    out_dir = tmp_path / "o"
+    code, _, err = run(capsys, "create", "--config", str(config), "--nodes", "2", "-e", "B=3", "-o", str(out_dir),
+                       "--", "python", "train.py", "--lr", "3e-4")
+    assert code == 0, err
+    resolved = yaml.safe_load((out_dir / "job.yaml").read_text())
+    assert (resolved["nodes"], resolved["gpus"], resolved["partition"]) == (2, 2, "gpu")
+    assert resolved["env"] == {"A": "1", "B": "3"}
+    assert resolved["command"] == ["python", "train.py", "--lr", "3e-4"]
+    first = snapshot(out_dir)
+    code, _, err = run(capsys, "create", "--config", str(out_dir / "job.yaml"), "--force")
+    assert code == 0, err
+    assert snapshot(out_dir) == first  # the resolved spec reproduces the very same files
+
+
+def test_dry_run_prints_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "create", "--dry-run", "--nodes", "2")
+    assert code == 0
+    assert "# ===== out/run_slurm.sh =====" in out and "#SBATCH --nodes=2" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_files_need_force(tmp_path, capsys):
+    out_dir = tmp_path / "o"
+    assert run(capsys, "create", "-o", str(out_dir))[0] == 0
+    before = snapshot(out_dir)
+    code, _, err = run(capsys, "create", "-o", str(out_dir), "--nodes", "3")
+    assert code == 2 and "already exists" in err and "--force" in err
+    assert snapshot(out_dir) == before
+    assert run(capsys, "create", "-o", str(out_dir), "--nodes", "3", "--force")[0] == 0
+    assert "#SBATCH --nodes=3" in (out_dir / "run_slurm.sh").read_text()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--nodes", "0"], "slurmgen: error: nodes: Input should be greater than or equal to 1 (got '0')"),
+    (["--nodes", "abc"], "slurmgen: error: nodes: Input should be a valid integer"),
+    (["--time", "1:99:00"], "slurmgen: error: time: minutes must be 0-59 (got '1:99:00')"),
+    (["--backend", "mpi"], "slurmgen: error: backend: Input should be 'auto', 'nccl' or 'gloo' (got 'mpi')"),
+    (["--env", "NOEQUALS"], "slurmgen: error: env: expected KEY=VALUE (got 'NOEQUALS')"),
+    (["--env", "RANK=1"], "slurmgen: error: env: RANK is set by the launch scripts"),
+    (["--nodez", "2"], "slurmgen: error: No such option: --nodez"),
+    (["--master-port", "80"], "slurmgen: error: master_port: Input should be greater than or equal to 1024 (got '80')"),
+    (["--config", "/nonexistent.yaml"], "slurmgen: error: config: cannot read '/nonexistent.yaml'"),
+    (["--sbatch", "--nodes=4"], "slurmgen: error: sbatch_extra: --nodes is written by slurmgen; set nodes instead"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, args, expected):
+    out_dir = tmp_path / "o"
+    code, out, err = run(capsys, "create", "-o", str(out_dir), *args)
+    assert code == 2
+    assert err.startswith(expected), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not out_dir.exists()
+
+
+def test_bad_yaml_key_suggests(tmp_path, capsys):
+    config = tmp_path / "job.yaml"
+    config.write_text("nodes: 2\ngpu: 4\n")
+    code, _, err = run(capsys, "create", "--config", str(config), "-o", str(tmp_path / "o"))
+    assert code == 2 and err.strip() == "slurmgen: error: gpu: unknown key (did you mean 'gpus'?)"
+
+
+def test_ranks_text_and_json(tmp_path, capsys):
+    code, out, _ = run(capsys, "ranks", "--hosts", "gn6,gn7", "--gpus", "2", "--master", "gn6", "--json")
+    assert code == 0
+    assert json.loads(out) == [
+        {"host": "gn6", "rank": 0, "local_rank": 0, "node_rank": 0, "local_world_size": 2, "world_size": 4},
+        {"host": "gn6", "rank": 1, "local_rank": 1, "node_rank": 0, "local_world_size": 2, "world_size": 4},
+        {"host": "gn7", "rank": 2, "local_rank": 0, "node_rank": 1, "local_world_size": 2, "world_size": 4},
+        {"host": "gn7", "rank": 3, "local_rank": 1, "node_rank": 1, "local_world_size": 2, "world_size": 4},
+    ]
+    code, out, _ = run(capsys, "ranks", "--hosts", "gpu[1-2]", "--gpus", "1", "--master", "gpu2")
+    lines = [line.split() for line in out.strip().splitlines()]
+    assert lines[0] == ["host", "rank", "local_rank", "node_rank", "local_world_size", "world_size"]
+    assert lines[1:] == [["gpu2", "0", "0", "0", "1", "2"], ["gpu1", "1", "0", "1", "1", "2"]]
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("b slots=1\na slots=3\n")
+    code, out, _ = run(capsys, "ranks", "--hostfile", str(hostfile), "--json")
+    assert [(r["host"], r["rank"], r["local_world_size"]) for r in json.loads(out)] == [
+        ("b", 0, 1), ("a", 1, 3), ("a", 2, 3), ("a", 3, 3)]
+    code, out, _ = run(capsys, "ranks", "--nodes", "2", "--gpus", "3", "--json")
+    assert [r["node_rank"] for r in json.loads(out)] == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--hosts", "a,b", "--world-size", "5"], "5 processes asked for, but the hosts offer only 2"),
+    (["--hosts", "a,b", "--master", "c"], "master: 'c' is not one of the hosts"),
+    (["--hosts", "a", "--nodes", "2"], "give exactly one of --hosts, --hostfile, --nodes"),
+    (["--hosts", "gpu[1-"], "hostlist: unmatched '['"),
+])
+def test_ranks_errors(capsys, args, words):
+    code, _, err = run(capsys, "ranks", *args)
+    assert code == 2 and words in err and err.count("\n") == 1
+
+
+def test_schema_is_json_schema(capsys):
+    code, out, _ = run(capsys, "schema")
+    schema = json.loads(out)
+    assert code == 0 and schema["additionalProperties"] is False and "nodes" in schema["properties"]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["create", "--help"], ["create", "--dry-run"]])
+def test_cli_does_not_import_torch_or_paramiko(args):
+    probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "heavy = [m for m in ('torch', 'paramiko', 'numpy') if m in sys.modules]\n"
+             "print('HEAVY', heavy)")
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
+                            cwd=REPO)
+    assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
+
+
+def test_python_dash_m_and_version():
+    result = subprocess.run([sys.executable, "-m", "slurmgen", "--version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.startswith("slurmgen ")

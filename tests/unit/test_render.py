@@ -1,0 +1,129 @@
+"""Rendered scripts: golden files, bash -n and shellcheck over many configurations."""
+
+import itertools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurmgen.config import build_spec, spec_from_sources
+from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SHELLCHECK = shutil.which("shellcheck")
+
+GOLDEN_SPECS = {
+    "default": {},
+    "nccl_2x4": {"nodes": 2, "gpus": 4, "backend": "nccl", "time": "2-00:00:00", "partition": "gpu",
+                 "account": "proj1", "cpus_per_task": 8, "mem": "480G", "exclusive": True,
+                 "env": {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5"}, "setup": ["module load cuda/12.4"],
+                 "requeue": True, "signal_lead": 300, "sbatch_extra": ["--mail-type=END,FAIL"]},
+    "torchrun_gres": {"nodes": 3, "gpus": 2, "launcher": "torchrun", "gpu_request": "gres",
+                      "cpus_per_task": 4, "master_port": 29400},
+    "gloo_override": {"nodes": 2, "gpus": 2, "backend": "gloo", "master_addr": "10.0.0.1", "master_port": 23456,
+                      "command": ["python", "-m", "slurmgen.train.probe"]},
+    "pyxis": {"nodes": 2, "gpus": 8, "container": {"image": "nvcr.io#nvidia/pytorch:24.05-py3",
+                                                    "mounts": ["/data:/data:ro", "/scratch:/scratch"]}},
+    "apptainer_torchrun": {"launcher": "torchrun", "container": {"image": "/images/torch.sif",
+                                                                 "runtime": "apptainer", "mounts": ["/data:/data"]}},
+}
+
+
+def _matrix():
+    """At least 30 distinct configurations crossing every switch that changes the text."""
+    containers = [None, {"image": "nvcr.io#nvidia/pytorch:24.05-py3", "mounts": ["/d:/d"]},
+                  {"image": "img.sif", "runtime": "apptainer", "mounts": ["/d:/d"]}]
+    for i, (launcher, backend, gpu_request, container, requeue, master) in enumerate(itertools.product(
+            ["srun", "torchrun"], ["auto", "gloo"], ["auto", "gres"], containers, [False, True], [None, "10.1.2.3"])):
+        yield f"m{i:02d}", {
+            "nodes": 1 + i % 4, "gpus": 1 + i % 8, "launcher": launcher, "backend": backend,
+            "gpu_request": gpu_request, "container": container, "requeue": requeue, "master_addr": master,
+            "time": "1-00" if requeue else None, "setup": ["source venv/bin/activate"] if i % 3 == 0 else [],
+            "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv"} if i % 2 else {},
+            "job_name": "job 'q' $(x) #1" if i % 5 == 0 else "run",
+            "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #"] if i % 2 else ["python", "-m", "x"],
+        }
+
+
+MATRIX = dict(_matrix())
+
+
+def test_matrix_is_large():
+    assert len(MATRIX) >= 30
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_SPECS))
+def test_golden(name):
+    """Renders are deterministic and match the reviewed files (SLURMGEN_UPDATE_GOLDEN=1 rewrites)."""
+    files = render(build_spec(GOLDEN_SPECS[name])).files
+    for file_name in (SLURM_SCRIPT, LAUNCH_SCRIPT):
+        golden = GOLDEN / f"{name}.{file_name}"
+        if os.environ.get("SLURMGEN_UPDATE_GOLDEN"):
+            golden.write_text(files[file_name])
+        assert files[file_name] == golden.read_text(), f"{golden} differs"
+    assert render(build_spec(GOLDEN_SPECS[name])).files == files
+
+
+@pytest.fixture(scope="module")
+def rendered_matrix(tmp_path_factory):
+    root = tmp_path_factory.mktemp("matrix")
+    paths = []
+    specs = {name: build_spec({k: v for k, v in values.items() if v is not None})
+             for name, values in {**MATRIX, **GOLDEN_SPECS}.items()}
+    specs.update({f"example_{p.stem}": spec_from_sources(p, {}) for p in EXAMPLES.glob("*.yaml")})
+    for name, spec in specs.items():
+        files = render(spec).files
+        for file_name in (SLURM_SCRIPT, LAUNCH_SCRIPT):
+            path = root / f"{name}.{file_name}"
+            path.write_text(files[file_name])
+            paths.append(path)
+    return paths
+
+
+def test_bash_syntax(rendered_matrix):
+    for path in rendered_matrix:
+        result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+def test_shellcheck_clean(rendered_matrix):
+    if SHELLCHECK is None:
+        if os.environ.get("CI"):
+            pytest.fail("shellcheck is not installed (scripts/setup.sh --test installs it)")
+        pytest.skip("shellcheck is not installed: run scripts/setup.sh --test")
+    result = subprocess.run([SHELLCHECK, "--severity=style", *map(str, rendered_matrix)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5000:]
+
+
+def test_sbatch_header_matches_spec():
+    text = render(build_spec(GOLDEN_SPECS["nccl_2x4"])).files[SLURM_SCRIPT]
+    header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert header == [
+        "#SBATCH --job-name=slurmgen", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --cpus-per-task=8", "#SBATCH --gpus-per-node=4", "#SBATCH --mem=480G",
+        "#SBATCH --time=2-00:00:00", "#SBATCH --partition=gpu", "#SBATCH --account=proj1",
+        "#SBATCH --output=out/logs/%x-%j.out", "#SBATCH --open-mode=append", "#SBATCH --exclusive",
+        "#SBATCH --requeue", "#SBATCH --signal=USR1@300", "#SBATCH --mail-type=END,FAIL",
+    ]
+
+
+def test_torchrun_mode_runs_one_task_per_node_with_all_cpus():
+    text = render(build_spec(GOLDEN_SPECS["torchrun_gres"])).files[SLURM_SCRIPT]
+    assert "#SBATCH --ntasks-per-node=1\n" in text
+    assert "#SBATCH --cpus-per-task=8\n" in text  # 4 per process x 2 processes
+    assert "#SBATCH --gres=gpu:2\n" in text
+    assert "--rdzv-backend=c10d" in text and '--rdzv-id="$SLURM_JOB_ID"' in text
+    assert "--nproc-per-node=2" in text
+
+
+def test_gloo_requests_no_gpus_and_no_nccl_settings():
+    text = render(build_spec({"backend": "gloo"})).files[SLURM_SCRIPT]
+    assert "gpus-per-node" not in text and "--gres" not in text and "NCCL" not in text
+
+
+def test_sbatch_values_are_quoted_for_sbatch():
+    text = render(build_spec({"job_name": 'a b#c"d\\e'})).files[SLURM_SCRIPT]
+    assert '#SBATCH --job-name="a b\\#c\\"d\\\\e"' in text

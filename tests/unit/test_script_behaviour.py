@@ -1,0 +1,216 @@
+"""The generated scripts run by real bash: values arrive literally, ranks are right, failures propagate.
+
+run_slurm.sh is exercised here with stand-ins for srun and scontrol (fast, no cluster);
+tests/integration/test_slurm_jobs.py submits the same scripts to a real Slurm.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slurmgen.config import build_spec
+from slurmgen.output import write_files
+from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+
+HOSTILE = [
+    "it's", 'say "hi"', "$(touch /tmp/slurmgen-pwned)", "`touch /tmp/slurmgen-pwned`", "a b  c",
+    "line1\nline2", "# not a comment", "$HOME", "back\\slash", "semi;colon && true", "*", "",
+]
+# Prints its argv and selected environment as one JSON line.
+REPORTER = ["python3", "-c", "import json,os,sys; print('REPORT ' + json.dumps({'argv': sys.argv[1:], "
+            "'env': {k: os.environ.get(k) for k in ['HOSTILE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'WORLD_SIZE', "
+            "'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'SLURMGEN_BACKEND']}}))"]
+
+
+def reports(text):
+    return [json.loads(line.split("REPORT ", 1)[1]) for line in text.splitlines() if "REPORT " in line]
+
+
+def write(tmp_path, **values):
+    spec = build_spec({"output_dir": str(tmp_path / "out"), **values})
+    write_files(Path(spec.output_dir), render(spec).files, force=True, extra_dirs=[Path(spec.logs)])
+    return Path(spec.output_dir)
+
+
+@pytest.fixture(autouse=True)
+def no_pwn():
+    Path("/tmp/slurmgen-pwned").unlink(missing_ok=True)
+    yield
+    assert not Path("/tmp/slurmgen-pwned").exists(), "a hostile string was executed"
+
+
+def test_hostile_values_reach_the_program_literally_launch(tmp_path):
+    out = write(tmp_path, command=[*REPORTER, *HOSTILE], env={"HOSTILE": "\n".join(HOSTILE)}, backend="gloo",
+                job_name="job 'x' $(y)")
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "MASTER_PORT": "29999"})
+    assert result.returncode == 0, result.stderr
+    (report,) = reports(result.stdout)
+    assert report["argv"] == HOSTILE
+    assert report["env"]["HOSTILE"] == "\n".join(HOSTILE)
+    assert report["env"]["SLURMGEN_BACKEND"] == "gloo"
+    assert (out / "logs" / "rank-0.log").read_text().count("REPORT ") == 1
+
+
+def test_launch_sets_the_contract_for_each_rank(tmp_path):
+    out = write(tmp_path, command=REPORTER)
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), "10.9.8.7", "3", "2", "2"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "MASTER_PORT": "24567"})
+    assert result.returncode == 0, result.stderr
+    envs = sorted((r["env"] for r in reports(result.stdout)), key=lambda e: int(e["RANK"]))
+    assert [(e["RANK"], e["LOCAL_RANK"], e["NODE_RANK"]) for e in envs] == [("4", "0", "2"), ("5", "1", "2")]
+    assert {(e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {
+        ("6", "2", "10.9.8.7", "24567")}
+    assert "[rank 4] REPORT" in result.stdout and "[rank 5] REPORT" in result.stdout
+
+
+@pytest.mark.parametrize("args, env, words", [
+    (["127.0.0.1", "2"], {}, "expected <master_addr> <nnodes> <procs_per_node> [node_rank], got 2"),
+    (["127.0.0.1", "x", "2"], {}, "nnodes must be a whole number >= 1 (got 'x')"),
+    (["127.0.0.1", "2", "0"], {}, "procs_per_node must be a whole number >= 1 (got '0')"),
+    (["127.0.0.1", "2", "2", "2"], {}, "node_rank must be below nnodes=2 (got 2)"),
+    (["127.0.0.1", "2", "2", "-1"], {}, "node_rank must be a whole number (got '-1')"),
+    (["203.0.113.9", "2", "2"], {}, "node_rank not given and master '203.0.113.9' is not this host"),
+    (["bad host", "2", "2", "0"], {}, "master_addr must be a host name or IP address"),
+    (["127.0.0.1", "2", "2", "0"], {"MASTER_PORT": "99999"}, "MASTER_PORT must be a port number 1-65535 (got '99999')"),
+])
+def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
+    out = write(tmp_path, command=REPORTER)
+    clean = {k: v for k, v in os.environ.items() if k not in ("NODE_RANK", "MASTER_PORT")}
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), *args], capture_output=True, text=True, timeout=30,
+                            env={**clean, **env})
+    assert result.returncode == 2
+    assert words in result.stderr and result.stderr.count("\n") == 1
+    assert "REPORT" not in result.stdout
+
+
+def test_launch_node_rank_from_environment_and_master_detection(tmp_path):
+    out = write(tmp_path, command=REPORTER)
+    for args, env, node_rank in ((["203.0.113.9", "2", "1"], {"NODE_RANK": "1"}, "1"),
+                                 (["127.0.0.1", "2", "1"], {}, "0"),
+                                 ([os.uname().nodename, "2", "1"], {}, "0")):
+        clean = {k: v for k, v in os.environ.items() if k != "NODE_RANK"}
+        result = subprocess.run([str(out / LAUNCH_SCRIPT), *args], capture_output=True, text=True, timeout=30,
+                                env={**clean, **env})
+        assert result.returncode == 0, result.stderr
+        assert reports(result.stdout)[0]["env"]["NODE_RANK"] == node_rank
+
+
+def test_launch_first_failure_stops_the_rest_and_keeps_its_code(tmp_path):
+    # rank 1 fails after a moment; rank 0 would run for a minute; nothing may survive.
+    program = textwrap.dedent("""
+        import os, sys, time
+        if os.environ["RANK"] == "1":
+            time.sleep(0.5); print("rank 1 failing", flush=True); sys.exit(7)
+        print("pid", os.getpid(), flush=True); time.sleep(60)
+    """)
+    out = write(tmp_path, command=["python3", "-c", program])
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 7
+    assert "rank 1 (local rank 1) exited with code 7" in result.stderr
+    pid = int(next(line.split()[-1] for line in result.stdout.splitlines() if " pid " in line))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert "rank 1 failing" in (out / "logs" / "rank-1.log").read_text()
+
+
+def test_launch_forwards_term_and_reports_the_signal(tmp_path):
+    program = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('graceful', flush=True), sys.exit(0))); print('ready', flush=True); time.sleep(60)"
+    out = write(tmp_path, command=["python3", "-u", "-c", program])
+    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        seen = 0
+        while seen < 2:
+            line = proc.stdout.readline()
+            seen += "ready" in line
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143
+    assert stdout.count("graceful") == 2  # both ranks got TERM and their last words were kept
+    assert "got SIGTERM" in stderr
+
+
+# --- run_slurm.sh with stand-ins for srun and scontrol -----------------------------------
+
+FAKE_SRUN = textwrap.dedent("""\
+    #!/usr/bin/env bash
+    # Stand-in for srun inside a batch job: runs every task locally with its SLURM_* identity.
+    set -u
+    per_node=1
+    while [[ $1 == -* ]]; do
+      case $1 in --ntasks-per-node=*) per_node=${1#*=} ;; esac
+      shift
+    done
+    pids=()
+    for ((n = 0; n < SLURM_JOB_NUM_NODES; n++)); do
+      for ((l = 0; l < per_node; l++)); do
+        SLURM_PROCID=$((n * per_node + l)) SLURM_LOCALID=$l SLURM_NODEID=$n \\
+          SLURM_NTASKS=$((SLURM_JOB_NUM_NODES * per_node)) "$@" &
+        pids+=($!)
+      done
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    exit $rc
+""")
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\nprintf '%s\\n' ${FAKE_HOSTS}\n")
+    for f in bin_dir.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+
+    def run(out, hosts="localhost other", nodes=2, job_id="4242"):
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_HOSTS": hosts,
+               "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "whatever", "SLURM_JOB_NUM_NODES": str(nodes)}
+        return subprocess.run(["bash", str(out / SLURM_SCRIPT)], capture_output=True, text=True, timeout=60, env=env)
+    return run
+
+
+def test_slurm_script_ranks_and_hostile_values(tmp_path, fake_slurm):
+    out = write(tmp_path, nodes=2, gpus=2, command=[*REPORTER, *HOSTILE], env={"HOSTILE": "\n".join(HOSTILE)})
+    result = fake_slurm(out)
+    assert result.returncode == 0, result.stderr
+    rows = reports(result.stdout)
+    assert all(r["argv"] == HOSTILE and r["env"]["HOSTILE"] == "\n".join(HOSTILE) for r in rows)
+    ids = sorted((int(r["env"]["RANK"]), int(r["env"]["NODE_RANK"]), int(r["env"]["LOCAL_RANK"])) for r in rows)
+    assert ids == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    assert {(r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"], r["env"]["WORLD_SIZE"]) for r in rows} == {
+        ("localhost", str(20000 + 4242 % 10000), "4")}
+
+
+def test_slurm_script_exits_with_the_step_code(tmp_path, fake_slurm):
+    out = write(tmp_path, nodes=1, gpus=2, command=["bash", "-c", 'exit $((RANK == 1 ? 9 : 0))'])
+    result = fake_slurm(out, nodes=1)
+    assert result.returncode == 9
+    assert "job step failed with exit code 9" in result.stderr
+
+
+def test_slurm_script_refuses_a_missing_or_unresolvable_master(tmp_path, fake_slurm):
+    out = write(tmp_path, command=REPORTER)
+    result = fake_slurm(out, hosts="")
+    assert result.returncode == 1 and "cannot find the master node" in result.stderr
+    result = fake_slurm(out, hosts="no-such-host.invalid")
+    assert result.returncode == 1 and "'no-such-host.invalid' does not resolve" in result.stderr
+    assert "REPORT" not in result.stdout
+
+
+def test_slurm_script_outside_slurm_says_how_to_submit(tmp_path):
+    out = write(tmp_path, command=REPORTER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = subprocess.run(["bash", str(out / SLURM_SCRIPT)], capture_output=True, text=True, env=env, timeout=30)
+    assert result.returncode == 1 and "submit it with: sbatch" in result.stderr
