@@ -21,7 +21,7 @@ for arg in "$@"; do
 done
 
 # --- system packages -------------------------------------------------------------
-# shellcheck: every generated script is linted. The rest run the throwaway test
+# The shellcheck package lints every generated script; the rest run the throwaway test
 # cluster (scripts/cluster/): Slurm, munge, sshd, network namespaces.
 pkgs=(python3-venv bash procps)
 if ((with_test)); then
@@ -52,5 +52,5 @@ extras=train
 if ((with_test)); then extras=train,test; fi
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q "$torch_spec" numpy
-"$venv/bin/python" -m pip install -q -e "$repo[$extras]"
+"$venv/bin/python" -m pip install -q -e "${repo}[${extras}]"
 echo "setup.sh: ready: $venv ($("$venv/bin/python" -c 'import torch, slurmgen; print("slurmgen", slurmgen.__version__, "torch", torch.__version__)'))"

@@ -7,4 +7,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$repo/scripts/setup.sh" --test
 cd "$repo"
-exec "${SLURMGEN_VENV:-$repo/.venv}/bin/python" -m pytest -ra "$@"
+venv=${SLURMGEN_VENV:-$repo/.venv}
+# Generated scripts run `python ...`: it must be the venv's, with torch and slurmgen.
+export PATH="$venv/bin:$PATH"
+exec "$venv/bin/python" -m pytest -ra "$@"
