@@ -1,0 +1,36 @@
+"""The wheel carries the templates: slurmgen works from a plain install, away from the repo."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_ships_templates_and_renders_from_anywhere(tmp_path):
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = tmp_path.glob("slurmgen-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "slurmgen/templates/run_slurm.sh.j2" in names
+    assert "slurmgen/templates/launch_multi_node.sh.j2" in names
+    assert not any(n.startswith("templates/") for n in names)
+
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # The unpacked wheel comes first on sys.path, ahead of the editable install of the repo.
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    code = ("import slurmgen, sys; from slurmgen.cli import main; print('FROM', slurmgen.__file__); "
+            "main(['create', '--nodes', '2', '--gpus', '4'])")
+    run = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert f"FROM {site}" in run.stdout
+    assert "#SBATCH --nodes=2" in (elsewhere / "out" / "run_slurm.sh").read_text()
