@@ -96,7 +96,7 @@ def create(
     from slurmgen.config import spec_from_sources
     from slurmgen.output import write_files
     from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
-    from slurmgen.topology import uniform_table
+    from slurmgen.topology import summary, uniform_table
 
     container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
     spec = spec_from_sources(config, _overrides(
@@ -117,9 +117,7 @@ def create(
         return
     for path in write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)]):
         typer.echo(f"wrote {path}")
-    typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus} = WORLD_SIZE {len(table)}; "
-               + "; ".join(f"node {n}: ranks {n * spec.gpus}-{(n + 1) * spec.gpus - 1}" for n in range(min(spec.nodes, 4)))
-               + ("; ..." if spec.nodes > 4 else ""))
+    typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
     typer.echo(f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>")
@@ -138,7 +136,7 @@ def ranks(
     """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
     from slurmgen.hostfile import read_hostfile
     from slurmgen.hostlist import expand
-    from slurmgen.topology import Host, order_hosts, rank_table, uniform_table
+    from slurmgen.topology import Host, anonymous_hosts, order_hosts, rank_table
 
     given = [name for name, v in (("--hosts", hosts), ("--hostfile", hostfile), ("--nodes", nodes)) if v is not None]
     if len(given) != 1:
@@ -148,9 +146,7 @@ def ranks(
     if nodes is not None:
         if master is not None:
             raise SlurmgenError("master: --master needs named hosts (--hosts or --hostfile)")
-        table = uniform_table(nodes, gpus)
-        if world_size is not None:
-            table = rank_table([Host.with_count(f"node{i}", gpus) for i in range(nodes)], world_size)
+        table = rank_table(anonymous_hosts(nodes, gpus), world_size)
     else:
         host_list = (read_hostfile(hostfile, gpus) if hostfile is not None
                      else [Host.with_count(h, gpus) for h in expand(hosts or "")])

@@ -100,10 +100,26 @@ def rank_table(ordered: Sequence[Host], world_size: int | None = None) -> list[R
     return table
 
 
-def uniform_table(nodes: int, per_node: int) -> list[RankEntry]:
-    """The table for `nodes` anonymous nodes of `per_node` workers (names node0, node1, ...)."""
+def anonymous_hosts(nodes: int, per_node: int) -> list[Host]:
+    """`nodes` unnamed nodes of `per_node` workers, already in node order (node0, node1, ...)."""
     if nodes < 1:
         raise SlurmgenError(f"nodes: must be at least 1 (got {nodes})")
     if per_node < 1:
         raise SlurmgenError(f"gpus: must be at least 1 process per node (got {per_node})")
-    return rank_table([Host.with_count(f"node{i}", per_node) for i in range(nodes)])
+    return [Host.with_count(f"node{i}", per_node) for i in range(nodes)]
+
+
+def uniform_table(nodes: int, per_node: int) -> list[RankEntry]:
+    """The table of a Slurm-style job: `nodes` nodes of `per_node` workers each."""
+    return rank_table(anonymous_hosts(nodes, per_node))
+
+
+def summary(table: Sequence[RankEntry], most: int = 4) -> str:
+    """One line for people: `WORLD_SIZE 8; node 0: ranks 0-3; node 1: ranks 4-7`."""
+    nodes: dict[int, list[int]] = {}
+    for e in table:
+        nodes.setdefault(e.node_rank, []).append(e.rank)
+    parts = [f"node {n}: ranks {r[0]}-{r[-1]}" if len(r) > 1 else f"node {n}: rank {r[0]}"
+             for n, r in list(nodes.items())[:most]]
+    more = "; ..." if len(nodes) > most else ""
+    return f"WORLD_SIZE {len(table)}; " + "; ".join(parts) + more
