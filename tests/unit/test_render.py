@@ -127,3 +127,9 @@ def test_gloo_requests_no_gpus_and_no_nccl_settings():
 def test_sbatch_values_are_quoted_for_sbatch():
     text = render(build_spec({"job_name": 'a b#c"d\\e'})).files[SLURM_SCRIPT]
     assert '#SBATCH --job-name="a b\\#c\\"d\\\\e"' in text
+
+
+def test_torchrun_passes_the_requeue_warning_to_workers():
+    text = render(build_spec({"launcher": "torchrun", "requeue": True})).files[SLURM_SCRIPT]
+    assert "export TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
+    assert "TORCHELASTIC" not in render(build_spec({"launcher": "srun", "requeue": True})).files[SLURM_SCRIPT]
