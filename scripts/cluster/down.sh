@@ -32,20 +32,25 @@ collect_pids() {
   sg_own_daemon_pids
 }
 
+# True while any of the pids runs. A zombie counts as gone: our daemons were reparented to
+# this machine's init when up.sh exited, and it may reap them only later.
 alive() {
-  local p
+  local p stat
   for p in "$@"; do
-    [[ -e /proc/$p ]] && return 0
+    read -r stat 2>/dev/null <"/proc/$p/stat" || continue
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]] && return 0
   done
   return 1
 }
 
 # TERM first so the daemons can unlink their sockets; the state is throwaway, so after a short
-# grace KILL (slurmctld alone takes 7-8 s to shut down cleanly, which tests cannot afford).
+# grace of 1 s KILL (slurmctld alone takes 7-8 s to shut down cleanly; slurmstepd and the
+# tasks of a running job can linger too), which tests cannot afford to wait for.
 mapfile -t pids < <(collect_pids | sort -un)
 if ((${#pids[@]})); then
   kill -TERM "${pids[@]}" 2>/dev/null || true
-  for _ in $(seq 20); do
+  for _ in $(seq 10); do
     alive "${pids[@]}" || break
     sleep 0.1
   done

@@ -66,11 +66,15 @@ sg_live_foreign_owner() {
 # SG_DAEMONS and whose command line names our state directory (we pass every daemon its
 # config file from there, so this matches our processes and no one else's).
 sg_own_daemon_pids() {
-  local p comm cmd
+  local p comm stat cmd
   for p in /proc/[0-9]*; do
-    comm=$(cat "$p/comm" 2>/dev/null) || continue
+    # Builtin reads only: this loop visits every process on the machine.
+    read -r comm 2>/dev/null <"$p/comm" || continue
     case " ${SG_DAEMONS[*]} " in *" $comm "*) ;; *) continue ;; esac
-    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    read -r stat 2>/dev/null <"$p/stat" || continue
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]] || continue # a zombie is gone already, only not yet reaped
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
     [[ $cmd == *"$SG_DIR/"* ]] && printf '%s\n' "${p#/proc/}"
   done
   return 0
