@@ -1,0 +1,193 @@
+"""Checkpoint files: atomic writes, a `latest` pointer, the last K kept, RNG states captured.
+
+Why each step of `save()` is there (a kill -9 may land between any two of them):
+
+1. write `.ckpt-STEP.pt.tmp.PID` in the checkpoint directory (same file system, so the
+   rename below is atomic), flush and fsync it: the bytes are on disk before anyone can see
+   the name;
+2. rename it to `ckpt-STEP.pt` and fsync the directory: the name now survives a crash;
+3. write `latest.tmp`, fsync, rename over `latest`, fsync the directory: the pointer flips
+   from one complete file to another, never to a half-written one;
+4. delete checkpoints beyond the newest K, never the one `latest` names.
+
+A crash before 3 leaves `latest` on the previous checkpoint (plus a stray temporary file,
+removed by the next run); a crash after 3 leaves a complete new checkpoint. `find_latest()`
+also survives a missing or dangling pointer by scanning, and skips an unreadable file with a
+warning, so `--resume auto` always finds the newest loadable state.
+
+Files are loaded with `weights_only=True`: a checkpoint holds tensors and plain values only,
+so resuming never executes pickled code from the run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger("slurmgen.train")
+
+LATEST = "latest"
+FORMAT = 1
+_NAME = re.compile(r"ckpt-(\d+)\.pt")
+# Test hook: SLURMGEN_TRAIN_FAULT=<point> kills this process with SIGKILL at that point of
+# save(), so the tests can place a kill -9 exactly between two steps of the protocol.
+FAULT_POINTS = ("mid-write", "before-rename", "before-pointer", "before-prune")
+
+
+def _fault(point: str) -> None:
+    if os.environ.get("SLURMGEN_TRAIN_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:09d}.pt"
+
+
+def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint, oldest first."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), d / n) for n in os.listdir(d) if (m := _NAME.fullmatch(n))]
+    return sorted(found)
+
+
+def _write_durably(final: Path, write) -> None:
+    """Write through a temporary file in the same directory, fsync, rename, fsync the dir."""
+    tmp = final.with_name(f".{final.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb", buffering=16 << 20) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        _fault("before-rename")
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(final.parent)
+
+
+class _FaultingFile:
+    """File wrapper that fires the `mid-write` fault once some bytes have been written."""
+
+    def __init__(self, f):
+        self.f, self.written = f, 0
+
+    def write(self, b) -> int:
+        n = self.f.write(b)
+        self.written += n
+        if self.written > 4096:
+            _fault("mid-write")
+        return n
+
+    def __getattr__(self, name: str):
+        return getattr(self.f, name)
+
+
+def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], keep_last: int) -> Path:
+    """Write `state` as the checkpoint of `step` atomically, point `latest` at it, prune."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    final = d / checkpoint_name(step)
+
+    def write(f) -> None:
+        torch.save(state, _FaultingFile(f) if os.environ.get("SLURMGEN_TRAIN_FAULT") else f)
+
+    _write_durably(final, write)
+    _fault("before-pointer")
+    _write_durably(d / LATEST, lambda f: f.write(final.name.encode() + b"\n"))
+    _fault("before-prune")
+    prune(d, keep_last, protect=final.name)
+    return final
+
+
+def prune(directory: Path, keep_last: int, protect: str) -> None:
+    """Delete all but the newest `keep_last` checkpoints (never `protect`)."""
+    for _, path in list_checkpoints(directory)[:-keep_last]:
+        if path.name != protect:
+            path.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str]) -> int:
+    """Remove temporary files left by a writer that was killed; returns how many."""
+    d = Path(directory)
+    if not d.is_dir():
+        return 0
+    stale = [d / n for n in os.listdir(d) if n.startswith(".") and ".tmp." in n]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a slurmgen.train checkpoint (format {FORMAT})")
+    return state
+
+
+def candidates(directory: str | os.PathLike[str]) -> list[Path]:
+    """Checkpoints to try for `--resume auto`, best first: the pointer's, then newest first."""
+    d = Path(directory)
+    ordered = [p for _, p in reversed(list_checkpoints(d))]
+    pointer = d / LATEST
+    if pointer.is_file():
+        named = d / pointer.read_text().strip()
+        if named in ordered:
+            ordered.remove(named)
+            ordered.insert(0, named)
+        else:
+            log.warning("%s names %s, which does not exist; scanning for checkpoints", pointer, named.name)
+    return ordered
+
+
+def find_latest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads, and its state; None when there is none."""
+    for path in candidates(directory):
+        try:
+            return path, load(path)
+        except Exception as exc:  # a damaged file must not stop a resume from an older one
+            log.warning("skipping unreadable checkpoint %s: %s", path, exc)
+    return None
+
+
+# --- random number generator states --------------------------------------------------------
+# Stored as tensors and plain values only, so that weights_only loading accepts them.
+
+
+def capture_rng() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "python": [py_version, torch.tensor(py_internal, dtype=torch.int64), py_gauss],
+    }
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss))

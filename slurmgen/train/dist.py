@@ -1,0 +1,187 @@
+"""Process-group set-up and tear-down, with errors a person can act on.
+
+Set-up (`init`): under torchrun the agent already hosts the store at MASTER_ADDR:MASTER_PORT,
+so we join it with env://. Everywhere else we build the TCPStore ourselves: rank 0 hosts it,
+the others first wait for the port with plain sockets. That is what turns torch's C++ stack
+dumps into one line: "cannot resolve MASTER_ADDR=nodeA", "nothing listens on 10.0.0.1:29500
+after 120 s", "MASTER_PORT 29500 is already in use on this host", and lets every rank compare
+its WORLD_SIZE with rank 0's before a mismatch turns into a silent hang.
+
+Tear-down (`finish`): barrier, destroy the process group, flush, then `os._exit`. Skipping
+interpreter finalisation is deliberate: with torch 2.13 on gloo about 1 run in 20 aborted at
+exit ("terminate called without an active exception") because gloo's worker thread freed work
+objects holding Python tensors while the interpreter was shutting down (see the project's notes,
+"The gloo exit crash"). After a failure there is no barrier (the peers may be gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+from typing import Any, NoReturn
+
+import torch
+import torch.distributed as dist
+
+from .env import DistEnv
+
+log = logging.getLogger("slurmgen.train")
+# Collectives other than the rendezvous may legitimately wait long (rank 0 writing a large
+# checkpoint while the others wait at the barrier); hangs are the heartbeat's business.
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+
+
+class DistSetupError(RuntimeError):
+    """Joining the process group failed in a way the user can fix."""
+
+
+def configure_runtime(env: DistEnv, threads: int, tf32: bool) -> None:
+    """Threads, TF32 and NCCL defaults: things that must be right before the first kernel."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+    elif "OMP_NUM_THREADS" not in os.environ and env.device == "cpu":
+        # N processes on one machine each default to all cores: N-fold oversubscription.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores // env.local_world_size))
+    if env.backend == "nccl":
+        # Abort a collective that failed on another rank instead of hanging in it.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    if env.device.startswith("cuda"):
+        torch.cuda.set_device(env.local_rank)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+
+
+def _resolve(addr: str) -> None:
+    try:
+        socket.getaddrinfo(addr, None)
+    except socket.gaierror as exc:
+        raise DistSetupError(f"cannot resolve MASTER_ADDR={addr} ({exc.strerror}): check the name or give an IP address") from None
+
+
+def wait_for_port(addr: str, port: int, timeout: float) -> None:
+    """Return once something accepts TCP connections on addr:port; else a DistSetupError."""
+    deadline, last = time.monotonic() + timeout, "no attempt"
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=min(2.0, max(0.1, timeout))):
+                return
+        except OSError as exc:
+            last = exc.strerror or str(exc)
+        if time.monotonic() >= deadline:
+            raise DistSetupError(
+                f"cannot reach the master at {addr}:{port} within {timeout:g} s ({last}): is rank 0 "
+                "running, and do MASTER_ADDR and MASTER_PORT point to it? (--init-timeout to wait longer)"
+            )
+        time.sleep(0.2)
+
+
+def _store(env: DistEnv, timeout: float) -> dist.Store:
+    td = timedelta(seconds=timeout)
+    if env.rank == 0:
+        try:
+            return dist.TCPStore(env.master_addr, env.master_port, env.world_size, True, td, wait_for_workers=False)
+        except Exception as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "in use" in msg.lower():
+                raise DistSetupError(f"MASTER_PORT {env.master_port} is already in use on this host: pick another port") from None
+            raise DistSetupError(f"rank 0 could not host the store on port {env.master_port}: {msg}") from None
+    wait_for_port(env.master_addr, env.master_port, timeout)
+    try:
+        return dist.TCPStore(env.master_addr, env.master_port, env.world_size, False, td)
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DistSetupError(f"joining the master at {env.master_addr}:{env.master_port} failed: {msg}") from None
+
+
+def _check_world(store: dist.Store, env: DistEnv, timeout: float) -> None:
+    """Every rank compares its WORLD_SIZE with rank 0's: a mismatch would otherwise hang."""
+    store.set(f"slurmgen/world/{env.rank}", str(env.world_size))
+    if env.rank == 0:
+        return
+    try:
+        store.wait(["slurmgen/world/0"], timedelta(seconds=timeout))
+    except Exception:
+        raise DistSetupError(f"rank 0 did not join at {env.master_addr}:{env.master_port} within {timeout:g} s") from None
+    theirs = int(store.get("slurmgen/world/0"))
+    if theirs != env.world_size:
+        raise DistSetupError(
+            f"inconsistent WORLD_SIZE: rank {env.rank} has {env.world_size}, rank 0 has {theirs}: "
+            "every process must be started with the same world size"
+        )
+
+
+def init(env: DistEnv, timeout: float) -> None:
+    """Join the process group described by `env` (no-op for a single process)."""
+    if not env.distributed or dist.is_initialized():
+        return
+    _resolve(env.master_addr)
+    kwargs: dict[str, Any] = {"backend": env.backend, "timeout": COLLECTIVE_TIMEOUT}
+    if env.device.startswith("cuda"):
+        kwargs["device_id"] = torch.device(env.device)
+    if env.launcher == "torchrun":
+        try:
+            dist.init_process_group(init_method="env://", **kwargs)
+        except Exception as exc:
+            raise DistSetupError(f"joining torchrun's process group at {env.master_addr}:{env.master_port} failed: {exc}") from None
+        return
+    store = _store(env, timeout)
+    _check_world(store, env, timeout)
+    dist.init_process_group(store=store, rank=env.rank, world_size=env.world_size, **kwargs)
+
+
+def active() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def all_reduce(values: list[float], device: str, op: str = "sum") -> list[float]:
+    """Sum (or max) a few floats over all ranks in one collective."""
+    if not active():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def gather_to_main(obj: Any, rank: int) -> list[Any] | None:
+    """Every rank's `obj` on rank 0 (None elsewhere)."""
+    if not active():
+        return [obj]
+    out = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def broadcast_from_main(obj: Any) -> Any:
+    if not active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    if active():
+        dist.barrier()
+
+
+def finish(code: int) -> NoReturn:
+    """Leave the process: after success, barrier and destroy; always flush, then os._exit."""
+    if active() and code in (0, 75):
+        try:
+            dist.barrier()
+            dist.destroy_process_group()
+        except Exception as exc:  # a peer that died now must not turn success into a hang
+            log.warning("tear-down: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            code = code or 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)

@@ -1,0 +1,73 @@
+"""Preemption: a signal sets a flag, the step loop acts on it, Slurm is asked to requeue.
+
+Why a flag and not work in the handler: the signal may arrive in the middle of a collective
+or of a checkpoint write. The handler only records it; at the next step boundary all ranks
+all-reduce the flag (so a signal that reached only some ranks still stops all of them at the
+same step), rank 0 writes a checkpoint, and every process exits with EXIT_PREEMPTED (75).
+
+SIGUSR1 is what `sbatch --signal=USR1@<lead>` sends before the time limit; SIGTERM is what
+Slurm, torchrun and launch_multi_node.sh send on cancellation or preemption.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import subprocess
+import threading
+from typing import Mapping
+
+log = logging.getLogger("slurmgen.train")
+SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+class PreemptFlag:
+    """Installs handlers for SIGUSR1 and SIGTERM; `requested` tells whether one arrived."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.signum = signum
+
+    def install(self) -> "PreemptFlag":
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("not in the main thread: SIGUSR1/SIGTERM will not trigger a checkpoint")
+            return self
+        for s in SIGNALS:
+            self._previous[s] = signal.signal(s, self._handler)
+        return self
+
+    def restore(self) -> None:
+        for s, h in self._previous.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+        self._previous.clear()
+
+
+def request_requeue(environ: Mapping[str, str], timeout: float = 30.0) -> str:
+    """Ask Slurm to requeue this job; return a sentence saying what happened.
+
+    Never raises: a missing scontrol (a container without Slurm's client) or a refusal only
+    changes the message; the caller exits with EXIT_PREEMPTED either way, so a wrapper or a
+    person can restart the run, which resumes from the checkpoint just written.
+    """
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    if not job:
+        return "not a Slurm job (SLURM_JOB_ID unset): not requeueing"
+    exe = shutil.which("scontrol", path=environ.get("PATH"))
+    if exe is None:
+        return f"scontrol not found (inside a container?): cannot requeue job {job}; restart it to resume"
+    try:
+        done = subprocess.run([exe, "requeue", job], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol requeue {job} failed: {exc}"
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        return f"scontrol requeue {job} failed ({detail[0] if detail else 'exit ' + str(done.returncode)})"
+    return f"asked Slurm to requeue job {job}"

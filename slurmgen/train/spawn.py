@@ -1,0 +1,104 @@
+"""`--nproc-per-node N` with no launcher: start N copies of the trainer on this machine.
+
+Why subprocesses and not torch.multiprocessing: each child is started exactly like a rank of a
+generated script (a fresh `python -m slurmgen.train` with the torchrun variables in its
+environment), so there is one code path for ranks whoever launched them, nothing has to be
+pickled, and this parent never imports torch. It is a tiny launcher with the same contract as
+launch_multi_node.sh: forward SIGTERM/SIGUSR1/SIGINT to the children, stop the others as soon
+as one fails, exit with the first failing child's code (0 only if all succeeded).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Mapping, Sequence
+
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL for the survivors of a failure
+PREEMPT_GRACE = 60.0  # survivors of a preemption are finishing their own clean exit: wait longer
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the kernel picks it; the race window is tiny)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def child_env(base: Mapping[str, str], rank: int, nproc: int, port: int) -> dict[str, str]:
+    """The torchrun contract for local rank `rank` of `nproc` on this one machine."""
+    env = dict(base)
+    env.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), NODE_RANK="0", GROUP_RANK="0",
+        WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), SLURMGEN_TRAIN_SPAWNED="1",
+    )
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the parent dies, so a kill -9 of it orphans nothing."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def spawn(nproc: int, argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
+    """Run `python -m slurmgen.train ARGV` as ranks 0..nproc-1; return the job's exit code."""
+    base = os.environ if environ is None else environ
+    port = int(base["MASTER_PORT"]) if base.get("MASTER_PORT") else free_port()
+    cmd = [sys.executable, "-m", "slurmgen.train", *argv]
+    procs = [
+        subprocess.Popen(cmd, env=child_env(base, r, nproc, port),
+                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        for r in range(nproc)
+    ]
+
+    def forward(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        code = 0
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed:
+                code = failed[0]
+                _stop(procs, PREEMPT_GRACE if code == 75 else STOP_GRACE)
+                break
+            if all(c == 0 for c in codes):
+                break
+            time.sleep(0.05)
+        return code
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _stop(procs: list[subprocess.Popen], grace: float) -> None:
+    """Let the survivors leave within `grace` seconds, then SIGKILL them."""
+    deadline = time.monotonic() + grace
+    for p in procs:
+        if p.poll() is None and grace == STOP_GRACE:
+            p.send_signal(signal.SIGTERM)
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()

@@ -1,0 +1,261 @@
+"""The DDP training loop: one optimizer step at a time, everything else at step boundaries.
+
+Order inside a step (why): micro-batches with gradient sync only on the last one (`no_sync`
+saves grad_accum - 1 all-reduces per step); unscale, clip, step, update the scaler; then the
+step counter moves and the boundary work happens in a fixed order on every rank, so every rank
+takes part in the same collectives in the same order: preemption vote, logging, evaluation,
+checkpoint. A checkpoint at step s holds the state *after* s steps, and the batch of a step is
+a pure function of the step, so a resumed run continues exactly where the saved one was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from . import checkpoint as ckpt
+from . import dist
+from .config import DEFAULT_MAX_STEPS, EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
+from .data import ShardedBatches, eval_indices, fetch
+from .env import DistEnv
+from .logs import Heartbeat, Metrics, Progress
+from .optim import build_optimizer, build_scheduler
+from .preempt import PreemptFlag, request_requeue
+
+log = logging.getLogger("slurmgen.train")
+AUTOCAST = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    exit_code: int  # EXIT_OK, or EXIT_PREEMPTED after a signal
+    step: int
+    train_loss: float | None
+    val_loss: float | None
+    checkpoint: str | None  # the last checkpoint written or resumed from
+
+
+def _move(batch: Any, device: str) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_move(b, device) for b in batch)
+    return batch
+
+
+def _items(inputs: Any) -> int:
+    """Tokens in a batch of token ids, else samples: the unit of the throughput metric."""
+    if isinstance(inputs, torch.Tensor) and inputs.dim() == 2 and not inputs.is_floating_point():
+        return inputs.numel()
+    return len(inputs) if hasattr(inputs, "__len__") else 1
+
+
+class Trainer:
+    """Train `model` on `train_dataset` in the process group described by `env`."""
+
+    def __init__(self, model: nn.Module, train_dataset: Any, env: DistEnv, config: TrainConfig,
+                 eval_dataset: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None):
+        self.cfg, self.env, self.loss_fn = config, env, loss_fn
+        self.model = model.to(env.device)
+        self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
+        self.out = Path(config.out_dir)
+        self.ckpt_dir = self.out / "checkpoints"
+        self.device_type = "cuda" if env.device.startswith("cuda") else "cpu"
+        self.batches = ShardedBatches(train_dataset, env.world_size, env.rank, config.batch_size, config.grad_accum, config.seed)
+        self.max_steps = config.max_steps or (
+            config.epochs * self.batches.steps_per_epoch if config.epochs else DEFAULT_MAX_STEPS)
+        self.optimizer = build_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2))
+        self.scheduler = build_scheduler(self.optimizer, config.lr, config.effective_min_lr, config.warmup_steps, self.max_steps)
+        self.scaler = torch.amp.GradScaler(self.device_type, enabled=config.dtype == "float16")
+        self.metrics = Metrics(self.out, enabled=env.is_main)
+        self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every)
+        self.step, self.last_checkpoint, self.val_loss = 0, None, None
+        self._rng_seed()
+
+    def _rng_seed(self) -> None:
+        # Per-rank streams (different dropout masks per rank); a resume replaces them.
+        seed = self.cfg.seed + 1000 * self.env.rank
+        torch.manual_seed(seed)
+        import random
+
+        import numpy as np
+
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+
+    # --- checkpoints ------------------------------------------------------------------------
+    def _resume(self) -> None:
+        state, where = None, None
+        if self.env.is_main and self.cfg.resume != "never":
+            if self.cfg.resume == "auto":
+                found = ckpt.find_latest(self.ckpt_dir)
+                if found:
+                    where, state = str(found[0]), found[1]
+            else:
+                path = Path(self.cfg.resume)
+                found = ckpt.find_latest(path) if path.is_dir() else ((path, ckpt.load(path)) if path.is_file() else None)
+                if found is None:
+                    raise ConfigError([f"--resume {self.cfg.resume}: no checkpoint there"])
+                where, state = str(found[0]), found[1]
+        if self.env.distributed:
+            where, state = dist.broadcast_from_main((where, state))
+        if state is None:
+            return
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            raise ConfigError([f"checkpoint {where} does not fit this model: {str(exc).splitlines()[0]}"]) from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step, self.last_checkpoint = int(state["step"]), where
+        rngs = state["rng"]
+        if len(rngs) == self.env.world_size:
+            ckpt.restore_rng(rngs[self.env.rank])
+        else:
+            log.warning("checkpoint from %d processes, now %d: random streams and data order differ from an uninterrupted run",
+                        len(rngs), self.env.world_size)
+        self.metrics.drop_after(self.step)
+        log.info("resumed from %s at step %d", where, self.step)
+
+    def save(self) -> None:
+        """All ranks call this: their RNG states go to rank 0, rank 0 writes, all wait."""
+        rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
+        if self.env.is_main:
+            epoch, in_epoch = self.batches.position(self.step)
+            state = {
+                "format": ckpt.FORMAT, "step": self.step, "epoch": epoch,
+                "data_position": {"epoch": epoch, "step_in_epoch": in_epoch, "steps_per_epoch": self.batches.steps_per_epoch},
+                "world_size": self.env.world_size, "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
+            }
+            self.last_checkpoint = str(ckpt.save(self.ckpt_dir, self.step, state, self.cfg.keep_last))
+        dist.barrier()
+
+    # --- one step and evaluation ------------------------------------------------------------
+    def _loss(self, module: nn.Module, batch: Any) -> torch.Tensor:
+        inputs, targets = batch[0], batch[1]
+        if self.loss_fn is None:
+            return module(inputs, targets)
+        return self.loss_fn(module(inputs), targets)
+
+    def _autocast(self):
+        dtype = AUTOCAST.get(self.cfg.dtype)
+        return torch.autocast(self.device_type, dtype=dtype) if dtype else contextlib.nullcontext()
+
+    def train_step(self, ddp: nn.Module) -> tuple[float, int]:
+        """One optimizer step; returns (this rank's mean micro-batch loss, items processed)."""
+        accum, total, items = self.cfg.grad_accum, 0.0, 0
+        for micro in range(accum):
+            batch = _move(self.batches.batch(self.step, micro), self.env.device)
+            sync = micro == accum - 1 or not isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
+            with (contextlib.nullcontext() if sync else ddp.no_sync()):
+                with self._autocast():
+                    loss = self._loss(ddp, batch) / accum
+                self.scaler.scale(loss).backward()
+            total += loss.item()
+            items += _items(batch[0])
+        if self.cfg.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        return total, items
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Mean loss over --eval-iters batches per rank, averaged over all ranks."""
+        if self.eval_dataset is None or len(self.eval_dataset) == 0:
+            return None
+        self.model.eval()
+        total = 0.0
+        for i in range(self.cfg.eval_iters):
+            idx = eval_indices(len(self.eval_dataset), self.env.world_size, self.env.rank, self.cfg.batch_size, i)
+            batch = _move(fetch(self.eval_dataset, idx), self.env.device)
+            with self._autocast():
+                total += self._loss(self.model, batch).item()
+        self.model.train()
+        s, n = dist.all_reduce([total, float(self.cfg.eval_iters)], self.env.device)
+        return s / n
+
+    # --- the run ----------------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        cfg, env = self.cfg, self.env
+        if env.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            removed = ckpt.remove_stale_temporaries(self.ckpt_dir)
+            if removed:
+                log.warning("removed %d temporary file(s) left by an interrupted checkpoint write", removed)
+        self._resume()
+        ddp: nn.Module = self.model
+        if env.distributed:
+            ids = [env.local_rank] if env.device.startswith("cuda") else None
+            ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.model.train()
+        first_items = _items(self.batches.batch(0, 0)[0])
+        log.info("global batch: %d samples (%d per process x %d accumulation x %d processes), %d items per step; "
+                 "%d steps, %d per epoch", cfg.batch_size * cfg.grad_accum * env.world_size, cfg.batch_size,
+                 cfg.grad_accum, env.world_size, first_items * cfg.grad_accum * env.world_size,
+                 self.max_steps, self.batches.steps_per_epoch)
+        flag = PreemptFlag().install()
+        progress = Progress(cfg.progress, env.is_main, self.max_steps, self.step)
+        start, window_t, window_loss, window_n, window_items = time.time(), time.time(), 0.0, 0, 0
+        train_loss, preempted = None, False
+        self.heartbeat.beat(self.step, force=True)
+        try:
+            while self.step < self.max_steps:
+                loss, items = self.train_step(ddp)
+                window_loss, window_n, window_items = window_loss + loss, window_n + 1, window_items + items
+                self.heartbeat.beat(self.step)
+                progress.update(self.step)
+                # Every rank votes every step: a signal that reached one rank stops them all here.
+                preempted = dist.all_reduce([1.0 if flag.requested else 0.0], env.device, op="max")[0] > 0
+                last = self.step == self.max_steps or preempted
+                if self.step % cfg.log_every == 0 or last:
+                    s, n, it = dist.all_reduce([window_loss, float(window_n), float(window_items)], env.device)
+                    now = time.time()
+                    train_loss = s / n
+                    lr = self.scheduler.get_last_lr()[0]
+                    rate = it / max(now - window_t, 1e-9)
+                    epoch = self.batches.position(self.step - 1)[0]
+                    self.metrics.write(step=self.step, epoch=epoch, split="train", loss=train_loss, lr=lr,
+                                       tokens_per_sec=rate, wall_time=now - start, time=now)
+                    progress.report(f"step {self.step}/{self.max_steps} loss {train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s",
+                                    {"loss": f"{train_loss:.4f}", "lr": f"{lr:.2g}"})
+                    window_t, window_loss, window_n, window_items = time.time(), 0.0, 0, 0
+                if (cfg.eval_every and self.step % cfg.eval_every == 0) or (last and not preempted):
+                    self.val_loss = self.evaluate()
+                    if self.val_loss is not None:
+                        now = time.time()
+                        self.metrics.write(step=self.step, epoch=self.batches.position(self.step - 1)[0], split="val",
+                                           loss=self.val_loss, lr=self.scheduler.get_last_lr()[0], wall_time=now - start, time=now)
+                        progress.report(f"step {self.step} val loss {self.val_loss:.4f}", {"val": f"{self.val_loss:.4f}"})
+                if last or (cfg.save_every and self.step % cfg.save_every == 0):
+                    self.save()
+                if preempted:
+                    break
+        finally:
+            progress.close()
+            flag.restore()
+        if preempted:
+            log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
+            if cfg.requeue and env.is_main:
+                log.info("%s", request_requeue(os.environ))
+            self.heartbeat.beat(self.step, status="preempted", force=True)
+            return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint)
+        self.heartbeat.beat(self.step, status="done", force=True)
+        log.info("done: step %d, train loss %s, val loss %s", self.step,
+                 f"{train_loss:.4f}" if train_loss is not None else "-", f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
+        return TrainResult(EXIT_OK, self.step, train_loss, self.val_loss, self.last_checkpoint)
