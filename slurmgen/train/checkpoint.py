@@ -37,13 +37,19 @@ log = logging.getLogger("slurmgen.train")
 LATEST = "latest"
 FORMAT = 1
 _NAME = re.compile(r"ckpt-(\d+)\.pt")
-# Test hook: SLURMGEN_TRAIN_FAULT=<point> kills this process with SIGKILL at that point of
-# save(), so the tests can place a kill -9 exactly between two steps of the protocol.
+# Test hook: SLURMGEN_TRAIN_FAULT=<point>[@<step>] kills this process with SIGKILL at that
+# point of save() (of that step's checkpoint), so tests can place a kill -9 exactly between two
+# steps of the protocol instead of hoping a random kill lands there.
 FAULT_POINTS = ("mid-write", "before-rename", "before-pointer", "before-prune")
+_fault_step: int | None = None
 
 
 def _fault(point: str) -> None:
-    if os.environ.get("SLURMGEN_TRAIN_FAULT") == point:
+    spec = os.environ.get("SLURMGEN_TRAIN_FAULT")
+    if not spec:
+        return
+    name, _, step = spec.partition("@")
+    if name == point and (not step or _fault_step == int(step)):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -103,6 +109,8 @@ class _FaultingFile:
 
 def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], keep_last: int) -> Path:
     """Write `state` as the checkpoint of `step` atomically, point `latest` at it, prune."""
+    global _fault_step
+    _fault_step = step
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     final = d / checkpoint_name(step)

@@ -24,8 +24,8 @@ launchers: torchrun, srun (plain or from a slurmgen script), launch_multi_node.s
   flags (--rank/--world-size/--master-addr/--master-port), --nproc-per-node N on one machine,
   or a single process when nothing is set. Rank 0 logs what it detected.
 
-environment: SLURMGEN_BACKEND is the default of --backend; SLURMGEN_REQUEUE=1 turns on
-  --requeue; RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK (or GROUP_RANK)
+environment: SLURMGEN_BACKEND is the default of --backend; SLURMGEN_REQUEUE=1/0 forces
+  --requeue/--no-requeue; RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK (or GROUP_RANK)
   MASTER_ADDR MASTER_PORT, else SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS
   SLURM_JOB_NODELIST SLURM_JOB_ID.
 
@@ -129,8 +129,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     g.add_argument("--init-timeout", type=_float_at_least(0.1), default=d.init_timeout, help="seconds to wait for all ranks to meet (default %(default)s)")
     g.add_argument("--tf32", action="store_true", help="allow TF32 matmuls on Ampere+ GPUs")
     g.add_argument("--threads", type=nonneg, default=0, help="CPU threads per process, 0: cores / local processes")
-    g.add_argument("--requeue", action=argparse.BooleanOptionalAction, default=_truthy(environ.get("SLURMGEN_REQUEUE")),
-                   help="on preemption, also run `scontrol requeue $SLURM_JOB_ID` (default: $SLURMGEN_REQUEUE)")
+    env_requeue = environ.get("SLURMGEN_REQUEUE", "").strip()
+    g.add_argument("--requeue", action=argparse.BooleanOptionalAction, default=_truthy(env_requeue) if env_requeue else None,
+                   help="on preemption under Slurm, run `scontrol requeue $SLURM_JOB_ID` (default: $SLURMGEN_REQUEUE, "
+                        "else only if the job was submitted requeueable, as `scontrol show job` tells)")
     return p
 
 

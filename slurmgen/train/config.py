@@ -78,7 +78,7 @@ class TrainConfig:
     init_timeout: float = 120.0
     tf32: bool = False
     threads: int = 0  # 0: cores / local processes, when OMP_NUM_THREADS is unset
-    requeue: bool = False
+    requeue: bool | None = None  # None: requeue if Slurm says the job is requeueable
     extra: Mapping[str, Any] = field(default_factory=dict)  # free-form, saved with checkpoints
 
     @property

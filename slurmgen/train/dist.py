@@ -98,21 +98,35 @@ def _store(env: DistEnv, timeout: float) -> dist.Store:
         raise DistSetupError(f"joining the master at {env.master_addr}:{env.master_port} failed: {msg}") from None
 
 
-def _check_world(store: dist.Store, env: DistEnv, timeout: float) -> None:
-    """Every rank compares its WORLD_SIZE with rank 0's: a mismatch would otherwise hang."""
+def _meet(store: dist.Store, env: DistEnv, timeout: float) -> None:
+    """Wait until all WORLD_SIZE ranks have checked in, and compare world sizes with rank 0.
+
+    Done on the store before init_process_group so that a missing rank or a mismatch fails
+    within --init-timeout with a sentence, on every rank, instead of hanging for the
+    collective timeout inside torch.
+    """
     store.set(f"slurmgen/world/{env.rank}", str(env.world_size))
-    if env.rank == 0:
-        return
-    try:
-        store.wait(["slurmgen/world/0"], timedelta(seconds=timeout))
-    except Exception:
-        raise DistSetupError(f"rank 0 did not join at {env.master_addr}:{env.master_port} within {timeout:g} s") from None
-    theirs = int(store.get("slurmgen/world/0"))
-    if theirs != env.world_size:
-        raise DistSetupError(
-            f"inconsistent WORLD_SIZE: rank {env.rank} has {env.world_size}, rank 0 has {theirs}: "
-            "every process must be started with the same world size"
-        )
+    deadline = time.monotonic() + timeout
+    if env.rank != 0:
+        try:
+            store.wait(["slurmgen/world/0"], timedelta(seconds=timeout))
+        except Exception:
+            raise DistSetupError(f"rank 0 did not check in at {env.master_addr}:{env.master_port} within {timeout:g} s") from None
+        theirs = int(store.get("slurmgen/world/0"))
+        if theirs != env.world_size:
+            raise DistSetupError(
+                f"inconsistent WORLD_SIZE: rank {env.rank} has {env.world_size}, rank 0 has {theirs}: "
+                "every process must be started with the same world size"
+            )
+    arrived = store.add("slurmgen/arrived", 1)  # only ranks that agree with rank 0 count
+    while arrived < env.world_size:
+        if time.monotonic() >= deadline:
+            raise DistSetupError(
+                f"only {arrived} of WORLD_SIZE={env.world_size} ranks arrived at {env.master_addr}:{env.master_port} "
+                f"within {timeout:g} s: are all nodes started, with the same world size? (--init-timeout to wait longer)"
+            )
+        time.sleep(0.05)
+        arrived = store.add("slurmgen/arrived", 0)
 
 
 def init(env: DistEnv, timeout: float) -> None:
@@ -130,7 +144,7 @@ def init(env: DistEnv, timeout: float) -> None:
             raise DistSetupError(f"joining torchrun's process group at {env.master_addr}:{env.master_port} failed: {exc}") from None
         return
     store = _store(env, timeout)
-    _check_world(store, env, timeout)
+    _meet(store, env, timeout)
     dist.init_process_group(store=store, rank=env.rank, world_size=env.world_size, **kwargs)
 
 

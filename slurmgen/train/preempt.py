@@ -12,6 +12,7 @@ Slurm, torchrun and launch_multi_node.sh send on cancellation or preemption.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import signal
 import subprocess
@@ -50,19 +51,37 @@ class PreemptFlag:
         self._previous.clear()
 
 
-def request_requeue(environ: Mapping[str, str], timeout: float = 30.0) -> str:
-    """Ask Slurm to requeue this job; return a sentence saying what happened.
+def _job_requeueable(exe: str, job: str, timeout: float) -> bool | None:
+    """Requeue=1 in `scontrol show job`? None when scontrol cannot tell."""
+    try:
+        done = subprocess.run([exe, "show", "job", "-o", job], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"\bRequeue=(\d)", done.stdout)
+    return None if done.returncode != 0 or m is None else m.group(1) == "1"
 
+
+def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: float = 30.0) -> str:
+    """Ask Slurm to requeue this job if wanted; return a sentence saying what happened.
+
+    wanted None means "if the job is requeueable" (sbatch --requeue, as scontrol reports it).
     Never raises: a missing scontrol (a container without Slurm's client) or a refusal only
     changes the message; the caller exits with EXIT_PREEMPTED either way, so a wrapper or a
     person can restart the run, which resumes from the checkpoint just written.
     """
+    if wanted is False:
+        return "requeue is off (--no-requeue): restart the run to resume"
     job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job:
-        return "not a Slurm job (SLURM_JOB_ID unset): not requeueing"
+        return "not a Slurm job (SLURM_JOB_ID unset): not requeueing; restart the run to resume"
     exe = shutil.which("scontrol", path=environ.get("PATH"))
     if exe is None:
         return f"scontrol not found (inside a container?): cannot requeue job {job}; restart it to resume"
+    if wanted is None:
+        requeueable = _job_requeueable(exe, job, timeout)
+        if not requeueable:
+            why = "was not submitted with --requeue" if requeueable is False else "cannot be checked"
+            return f"job {job} {why}: not requeueing (--requeue forces it); restart it to resume"
     try:
         done = subprocess.run([exe, "requeue", job], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:

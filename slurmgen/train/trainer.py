@@ -251,8 +251,9 @@ class Trainer:
             flag.restore()
         if preempted:
             log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
-            if cfg.requeue and env.is_main:
-                log.info("%s", request_requeue(os.environ))
+            if env.is_main:
+                said = request_requeue(os.environ, cfg.requeue)
+                (log.info if said.startswith("asked") else log.warning)("%s", said)
             self.heartbeat.beat(self.step, status="preempted", force=True)
             return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint)
         self.heartbeat.beat(self.step, status="done", force=True)
