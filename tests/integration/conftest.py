@@ -5,9 +5,16 @@ and always runs ``scripts/cluster/down.sh`` at the end. N is ``$SLURMGEN_TEST_NO
 2, at most 8). Not root, commands missing or namespaces refused: the tests skip, naming what
 is missing (under CI=true that skip is a failure, see tests/conftest.py).
 
-Jobs are submitted with the environment of this process plus ``SLURM_CONF`` and a ``PATH``
-that starts with the directory of ``sys.executable``: sbatch exports it, the generated scripts
-use ``srun --export=ALL``, so ``python`` inside a job is this venv's python.
+Jobs are submitted with the environment of this process plus ``SLURM_CONF``, a ``PATH`` that
+starts with the directory of ``sys.executable`` and a ``TMPDIR`` in pytest's temp tree: sbatch
+exports it, the generated scripts use ``srun --export=ALL``, so ``python`` inside a job is this
+venv's python.
+
+Fixture API (see :class:`Cluster`): ``nodes`` (name, ip, netns), ``slurm_conf``, ``ssh_key``,
+``known_hosts``, ``ssh_config``, ``ssh_user``, ``gpus_per_node``; ``run(argv)`` (a Slurm
+command), ``submit(script, cwd) -> job id``, ``wait(job, timeout) -> (state, exit code)``,
+``wait_state``, ``job_info``, ``cancel``, ``signal``; ``run_on(node, argv)`` inside a node;
+``pids_on(node)``, ``job_pids(job)``, ``wait_no_tasks(job) -> survivors``; ``ssh_client(node)``.
 
 Other environment knobs:
   SLURMGEN_CLUSTER_REUSE=1  use a cluster already brought up by hand (up.sh); do not tear down
@@ -107,7 +114,7 @@ class Cluster:
     base_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, state_dir: Path) -> "Cluster":
+    def load(cls, state_dir: Path, job_tmp: Path | None = None) -> "Cluster":
         facts = json.loads((state_dir / "cluster.json").read_text())
         venv_bin = os.path.dirname(sys.executable)  # not resolved: keep the venv's own bin
         path = os.environ.get("PATH", "/usr/bin:/bin")
@@ -132,6 +139,9 @@ class Cluster:
                 "SLURMGEN_KNOWN_HOSTS": facts["ssh"]["known_hosts"],
                 "SLURMGEN_SSH_USER": facts["ssh"]["user"],
                 "SLURMGEN_CLUSTER_NODES": ",".join(n["name"] for n in facts["nodes"]),
+                # Jobs inherit it: torchrun's torchelastic_* directories and the like land
+                # in pytest's temp tree (pruned by pytest) instead of piling up in /tmp.
+                **({"TMPDIR": str(job_tmp)} if job_tmp else {}),
             },
         )
 
@@ -244,6 +254,11 @@ class Cluster:
 
     def cancel(self, job_id: str) -> None:
         self.run(["scancel", str(job_id)], timeout=15, check=False)
+
+    def signal(self, job_id: str, sig: str = "USR1", *, batch_only: bool = False) -> None:
+        """Send a signal to the job's steps (or, with batch_only, to its batch shell only)."""
+        args = ["scancel", f"--signal={sig}", *(["--batch"] if batch_only else []), str(job_id)]
+        self.run(args, timeout=15)
 
     def wait_state(self, job_id: str, states: set[str] | frozenset[str], timeout: float = 30) -> str:
         """Poll until the job's state is one of ``states`` (e.g. {"RUNNING"}); return it."""
@@ -434,7 +449,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if os.environ.get("SLURMGEN_CLUSTER_REUSE") == "1":
         if not (state_dir / "cluster.json").exists():
             pytest.fail(f"SLURMGEN_CLUSTER_REUSE=1 but no cluster in {state_dir}: run up.sh first")
-        yield Cluster.load(state_dir)
+        yield Cluster.load(state_dir, tmp_path_factory.mktemp("job-tmp"))
         return
     nodes = int(os.environ.get("SLURMGEN_TEST_NODES", "2"))
     logs = os.environ.get("SLURMGEN_CLUSTER_LOGS") or str(tmp_path_factory.mktemp("cluster-logs"))
@@ -446,7 +461,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     }
     _up(nodes, env)
     try:
-        yield Cluster.load(state_dir)
+        yield Cluster.load(state_dir, tmp_path_factory.mktemp("job-tmp"))
     finally:
         proc = _down(env)
         if proc.returncode != 0:

@@ -167,3 +167,26 @@ def test_scancel_leaves_no_task_on_any_node(cluster, tmp_path: Path):
     state, _ = cluster.wait(job, timeout=30)
     assert state == "CANCELLED"
     assert cluster.wait_no_tasks(job, timeout=15) == []
+
+
+def test_signal_reaches_the_batch_script(cluster, tmp_path: Path):
+    # What requeue-on-USR1 (issue 3, test 4) builds on: the batch shell gets the signal.
+    script = tmp_path / "trap.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH -N1 -o out.txt\n"
+        "trap 'echo got USR1; exit 0' USR1\n"
+        "echo ready\n"
+        "for _ in $(seq 600); do sleep 0.1; done\n"
+        "exit 7\n"
+    )
+    job = cluster.submit(script, cwd=tmp_path)
+    cluster.wait_state(job, {"RUNNING"}, timeout=30)
+    out = tmp_path / "out.txt"
+    for _ in range(120):  # the trap must be installed before the signal arrives
+        if out.exists() and "ready" in out.read_text(errors="replace"):
+            break
+        time.sleep(0.25)
+    cluster.signal(job, "USR1", batch_only=True)
+    assert cluster.wait(job, timeout=30) == ("COMPLETED", 0)
+    assert "got USR1" in out.read_text()
