@@ -11,9 +11,13 @@
 # MASTER_PORT (default 29500) and SLURMGEN_LOG_DIR (default out/logs) may be set.
 # Each process gets RANK = node_rank * procs_per_node + LOCAL_RANK and the rest of the
 # torchrun contract; its output goes to LOG_DIR/rank-RANK.log and here, prefixed [rank R].
+# Nodes of different sizes (as `slurmgen launch` starts them): SLURMGEN_RANK_OFFSET (the
+# first RANK of this node) and SLURMGEN_WORLD_SIZE replace the two products above.
 # As soon as one process fails, the others on this node are stopped and this script exits
 # with the failed process's code (other nodes see their peers vanish and fail as well).
-# INT and TERM are passed on to every process; a second one kills them at once.
+# INT and TERM are passed on to every process; a second one kills them at once. What is left
+# is killed SLURMGEN_STOP_GRACE seconds (default 30) after a signal, SLURMGEN_FAIL_GRACE
+# seconds (default 2) after a failure.
 set -euo pipefail
 
 me=${0##*/}
@@ -56,6 +60,14 @@ fi
 [[ $node_rank =~ ^[0-9]+$ ]] || die "node_rank must be a whole number (got '$node_rank')"
 node_rank=$((10#$node_rank))
 ((node_rank < nnodes)) || die "node_rank must be below nnodes=$nnodes (got $node_rank)"
+rank_offset=${SLURMGEN_RANK_OFFSET:-$((node_rank * nproc))}
+world_size=${SLURMGEN_WORLD_SIZE:-$((nnodes * nproc))}
+[[ $rank_offset =~ ^[0-9]+$ ]] || die "SLURMGEN_RANK_OFFSET must be a whole number (got '$rank_offset')"
+[[ $world_size =~ ^[0-9]+$ ]] || die "SLURMGEN_WORLD_SIZE must be a whole number (got '$world_size')"
+rank_offset=$((10#$rank_offset))
+world_size=$((10#$world_size))
+((rank_offset + nproc <= world_size)) ||
+  die "ranks $rank_offset..$((rank_offset + nproc - 1)) do not fit in a world of $world_size"
 
 # --- setup, from the spec's `setup` lines (verbatim: the files they source are the user's) ---
 # shellcheck disable=SC1090,SC1091
@@ -70,7 +82,7 @@ export SLURMGEN_BACKEND=nccl
 # A rank stuck in an NCCL collective raises instead of hanging forever.
 export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 export MASTER_ADDR=$master_addr MASTER_PORT=$master_port NODE_RANK=$node_rank
-export WORLD_SIZE=$((nnodes * nproc)) LOCAL_WORLD_SIZE=$nproc
+export WORLD_SIZE=$world_size LOCAL_WORLD_SIZE=$nproc
 
 log_dir=${SLURMGEN_LOG_DIR:-out/logs}
 mkdir -p -- "$log_dir"
@@ -81,7 +93,7 @@ cmd=(python -m slurmgen.train)
 set -m
 pids=()
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
-  rank=$((node_rank * nproc + local_rank))
+  rank=$((rank_offset + local_rank))
   (
     # Outlive the stop signal so the process's own exit code is what gets reported.
     trap : INT TERM
@@ -96,7 +108,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   ) &
   pids[local_rank]=$!
 done
-echo "$me: node $node_rank/$nnodes started ranks $((node_rank * nproc))-$((node_rank * nproc + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
+echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 
 # Send a signal to every process group still running; true if any was.
 signal_all() {
@@ -134,8 +146,8 @@ while ((running > 0)); do
     pids[local_rank]=
     running=$((running - 1))
     if ((status != 0)); then
-      echo "$me: rank $((node_rank * nproc + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
-      stop_all 2
+      echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
+      stop_all "${SLURMGEN_FAIL_GRACE:-2}"
       exit "$status"
     fi
   done
