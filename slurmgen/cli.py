@@ -163,6 +163,75 @@ def ranks(
     Console(soft_wrap=True).print(out)
 
 
+@app.command(context_settings={"allow_interspersed_args": False})
+def launch(
+    command: Optional[List[str]] = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", "-H", help="Hosts, a Slurm hostlist: node1,node2 or gpu[01-04]."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="DeepSpeed host file: 'host slots=N' lines."),
+    include: Optional[str] = typer.Option(None, "--include", help="Only these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
+    exclude: Optional[str] = typer.Option(None, "--exclude", help="Not these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= [default: 1]."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
+    master: Optional[str] = typer.Option(None, "--master", help="The host that runs rank 0 [default: the first given]."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous address [default: the master's HostName]."),
+    master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: 29500]."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
+    env_file: List[Path] = typer.Option([], "--env-file", help="KEY=VALUE lines (like .deepspeed_env), sent on stdin; repeatable."),
+    setup: List[str] = typer.Option([], "--setup", help="Shell line run on each node before launch (venv, modules); repeatable."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on every node [default: this directory]."),
+    log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Per-rank logs on each node, relative to --workdir [default: out/logs]."),
+    user: Optional[str] = typer.Option(None, "--user", "-l", help="SSH user [default: ~/.ssh/config, else you]."),
+    port: Optional[int] = typer.Option(None, "--port", "-p", min=1, max=65535, help="SSH port [default: ~/.ssh/config, else 22]."),
+    identity: List[Path] = typer.Option([], "--identity", "-i", help="Private key file; repeatable."),
+    known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="known_hosts file [default: ~/.ssh/known_hosts]."),
+    ssh_config: Optional[str] = typer.Option(None, "--ssh-config", "-F", help="ssh config file [default: ~/.ssh/config]."),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds to wait for each host."),
+    accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
+    max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Start the whole group again after a failure, up to N times."),
+    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", min=0.1, help="A rank whose heartbeat is older than S seconds counts as failed."),
+    heartbeat_dir: Optional[str] = typer.Option(None, "--heartbeat-dir", help="Where ranks write heartbeats [default: OUT_DIR/heartbeats of the trainer's --out-dir]."),
+    stop_grace: int = typer.Option(1, "--stop-grace", min=0, help="Seconds between TERM and KILL when stopping ranks."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
+) -> None:
+    """Start the job on every host over SSH; the first failure anywhere stops all of them."""
+    import os
+
+    from slurmgen.config import spec_from_sources
+    from slurmgen.hostfile import read_hostfile
+    from slurmgen.hostlist import expand
+    from slurmgen.launch_plan import build_plan, forwarded_env, read_env_file, select_hosts
+    from slurmgen.topology import Host
+
+    if (hosts is None) == (hostfile is None):
+        raise SlurmgenError(f"hosts: give exactly one of --hosts and --hostfile (got {'both' if hosts else 'neither'})")
+    spec = spec_from_sources(config, _overrides(
+        command=command or None, gpus=gpus, master_addr=master_addr, master_port=master_port, backend=backend,
+        env=_parse_env(env), setup=list(setup), log_dir=log_dir,
+    ))
+    host_list = (read_hostfile(hostfile, spec.gpus) if hostfile is not None
+                 else [Host.with_count(h, spec.gpus) for h in expand(hosts or "")])
+    selected = select_hosts(host_list, include, exclude)
+    stdin_env = forwarded_env(os.environ)
+    for path in env_file:
+        stdin_env.update(read_env_file(path))
+    from slurmgen.ssh import SSHOptions, master_address  # paramiko: only for launch
+
+    opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
+                      ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
+    plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
+                      workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
+                      heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
+    from slurmgen.launcher import dry_run_text, launch as run_launch
+
+    if dry_run:
+        typer.echo(dry_run_text(plan, opts), nl=False)
+        return
+    code = run_launch(plan, opts)
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON schema of the job spec (point your editor's YAML plugin at it)."""

@@ -1,0 +1,121 @@
+"""What `slurmgen launch` shows: prefixed node output, the events in it, the summary. Pure.
+
+Every line a node sends is shown as `[host/RANK] text` (rank output, which the node script
+prefixes `[rank R] `) or `[host] text` (the node's own messages), in one colour per host on a
+terminal. Three kinds of node message are also events the launcher acts on (their text is
+written by templates/launch_multi_node.sh.j2 and slurmgen/launch_remote.py; tests keep the
+three in step).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+
+RANK_LINE = re.compile(r"^\[rank (\d+)\] ?(.*)$", re.DOTALL)
+STARTED = re.compile(r"^launch_multi_node\.sh: node \d+/\d+ started ranks")
+RANK_FAILED = re.compile(r"^launch_multi_node\.sh: rank (\d+) \(local rank \d+\) exited with code (\d+)")
+RANK_HUNG = re.compile(r"^slurmgen-launch: rank (\d+): no heartbeat for (\d+) ms")
+_OWN_PREFIX = re.compile(r"^(launch_multi_node\.sh|slurmgen-launch): ")
+# Distinct, readable on dark and light terminals.
+COLOURS = (36, 33, 35, 32, 34, 91, 96, 93, 95, 92, 94)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a node reported: `started`, or a rank that `failed` / `hung` with a code."""
+
+    kind: str
+    rank: int | None = None
+    code: int | None = None
+    detail: str = ""
+
+
+def parse_event(line: str) -> Event | None:
+    """The event in one line of node output, if any (rank output never is one)."""
+    if line.startswith("[rank "):
+        return None
+    if STARTED.match(line):
+        return Event("started")
+    m = RANK_FAILED.match(line)
+    if m:
+        return Event("failed", int(m.group(1)), int(m.group(2)))
+    m = RANK_HUNG.match(line)
+    if m:
+        from slurmgen.launch_remote import EXIT_HUNG
+
+        return Event("hung", int(m.group(1)), EXIT_HUNG, f"no heartbeat for {int(m.group(2)) / 1000:.1f} s")
+    return None
+
+
+class Prefixer:
+    """Turns node lines into display lines."""
+
+    def __init__(self, hosts: list[str], colour: bool):
+        self.colour = colour
+        self.codes = {h: COLOURS[i % len(COLOURS)] for i, h in enumerate(hosts)}
+
+    def _tag(self, host: str, rank: str | None) -> str:
+        tag = f"[{host}/{rank}]" if rank is not None else f"[{host}]"
+        return f"\x1b[{self.codes.get(host, 0)}m{tag}\x1b[0m" if self.colour else tag
+
+    def format(self, host: str, line: str) -> str:
+        m = RANK_LINE.match(line)
+        if m:
+            return f"{self._tag(host, m.group(1))} {m.group(2)}"
+        return f"{self._tag(host, None)} {_OWN_PREFIX.sub('', line)}"
+
+
+class LineSplitter:
+    """Bytes in, complete text lines out (a trailing partial line waits for more)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [ln.decode(errors="replace").rstrip("\r") for ln in lines]
+
+    def flush(self) -> list[str]:
+        rest, self.buffer = self.buffer, b""
+        return [rest.decode(errors="replace").rstrip("\r")] if rest else []
+
+
+@dataclass
+class NodeResult:
+    """One node's outcome in the last attempt, as the summary shows it."""
+
+    host: str
+    node_rank: int
+    ranks: str
+    state: str = "not started"   # running, ok, failed, hung, stopped, lost, error
+    code: int | None = None
+    started: float | None = None
+    ended: float | None = None
+    note: str = ""
+
+    @property
+    def duration(self) -> str:
+        if self.started is None or self.ended is None:
+            return "-"
+        return f"{self.ended - self.started:.1f}s"
+
+
+def summary_table(results: list[NodeResult], attempt: int, attempts: int, verdict: str, colour: bool) -> str:
+    """The table printed when the launch ends (rendered by rich, which comes with typer)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"slurmgen launch: {verdict}" + (f" (attempt {attempt} of {attempts})" if attempts > 1 else "")
+    table = Table("host", "node", "ranks", "state", "exit code", "duration", "note", title=title,
+                  title_justify="left", box=None, pad_edge=False)
+    for r in results:
+        style = {"ok": "green", "failed": "bold red", "hung": "bold red", "lost": "bold red",
+                 "error": "bold red", "stopped": "yellow"}.get(r.state, "")
+        table.add_row(r.host, str(r.node_rank), r.ranks, f"[{style}]{r.state}[/]" if style else r.state,
+                      "-" if r.code is None else str(r.code), r.duration, r.note)
+    out = io.StringIO()
+    Console(file=out, force_terminal=colour, no_color=not colour, width=200, soft_wrap=True).print(table)
+    return out.getvalue()

@@ -1,0 +1,261 @@
+"""What `slurmgen launch` will start where: hosts, ranks, environment. Pure.
+
+Hosts come from a Slurm hostlist (`--hosts`) or a DeepSpeed host file, filtered with
+DeepSpeed's `--include` / `--exclude` syntax (`node1:0,1@node2`: all of node2, slots 0 and 1
+of node1), then numbered by the topology rules of `create` (`topology.py`): master first,
+the rest in natural order, nodes may differ in size.
+
+The environment every process gets, lowest precedence first:
+1. variables of this shell whose names match the allow-list (`FORWARDED_ENV`);
+2. env files (`KEY=VALUE` lines, DeepSpeed's `.deepspeed_env` format);
+3. the spec's `env` and `--env K=V` (written into the node script itself).
+Values of 1 and 2 travel on the SSH session's stdin, never on a command line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from slurmgen.errors import SlurmgenError, show
+from slurmgen.spec import RESERVED_ENV
+from slurmgen.topology import Host, RankEntry, order_hosts, rank_table
+
+if TYPE_CHECKING:
+    from slurmgen.spec import JobSpec
+
+# Names forwarded from the launching shell (fnmatch patterns). Deliberately narrow: PATH,
+# HOME and the like describe this machine, not the nodes.
+FORWARDED_ENV = (
+    "NCCL_*", "TORCH_*", "GLOO_*", "UCX_*", "FI_*", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING",
+    "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "HF_*", "TRANSFORMERS_*", "WANDB_*", "MLFLOW_*",
+)
+# Values of names like these are never printed (dry run, errors).
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+# Set by `slurmgen launch` itself for every node; users cannot override them.
+LAUNCHER_ENV = RESERVED_ENV | {
+    "SLURMGEN_RANK_OFFSET", "SLURMGEN_WORLD_SIZE", "SLURMGEN_LOG_DIR", "SLURMGEN_STOP_GRACE",
+    "SLURMGEN_FAIL_GRACE", "SLURMGEN_ATTEMPT",
+}
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FILTER_HOST = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+# ---- --include / --exclude ------------------------------------------------------------------
+def parse_filter(text: str, flag: str) -> dict[str, tuple[int, ...] | None]:
+    """`node1:0,1@node2` -> {'node1': (0, 1), 'node2': None} (None: the whole host)."""
+    result: dict[str, tuple[int, ...] | None] = {}
+    if not text.strip():
+        raise SlurmgenError(f"{flag}: empty filter (got {show(text)})", hint="e.g. node1:0,1@node2")
+    for part in text.split("@"):
+        name, sep, slots_text = part.strip().partition(":")
+        if not _FILTER_HOST.match(name):
+            raise SlurmgenError(f"{flag}: bad host {show(name)} in {show(text)}", hint="e.g. node1:0,1@node2")
+        slots: tuple[int, ...] | None = None
+        if sep:
+            items = [s.strip() for s in slots_text.split(",")]
+            if not items or not all(s.isdigit() for s in items):
+                raise SlurmgenError(f"{flag}: slots of {name} must be whole numbers separated by commas "
+                                    f"(got {show(slots_text)})")
+            slots = tuple(sorted({int(s) for s in items}))
+        if name in result:
+            raise SlurmgenError(f"{flag}: host {show(name)} is named twice in {show(text)}")
+        result[name] = slots
+    return result
+
+
+def select_hosts(hosts: Sequence[Host], include: str | None = None, exclude: str | None = None) -> list[Host]:
+    """Apply DeepSpeed-style filters; hosts left without slots drop out."""
+    if include is not None and exclude is not None:
+        raise SlurmgenError("include: --include and --exclude cannot be used together")
+    if include is None and exclude is None:
+        return list(hosts)
+    flag = "include" if include is not None else "exclude"
+    wanted = parse_filter(include if include is not None else exclude or "", flag)
+    by_name = {h.name: h for h in hosts}
+    for name, slots in wanted.items():
+        if name not in by_name:
+            raise SlurmgenError(f"{flag}: host {show(name)} is not one of the hosts {list(by_name)}")
+        bad = sorted(set(slots or ()) - set(by_name[name].slots))
+        if bad:
+            raise SlurmgenError(f"{flag}: host {name} has no slot {bad[0]} (its slots: {list(by_name[name].slots)})")
+    out: list[Host] = []
+    for host in hosts:
+        if flag == "include":
+            if host.name not in wanted:
+                continue
+            chosen = wanted[host.name]
+            out.append(Host(host.name, chosen if chosen is not None else host.slots))
+        else:
+            dropped = wanted.get(host.name, ())
+            if dropped is None:
+                continue
+            left = tuple(s for s in host.slots if s not in dropped)
+            if left:
+                out.append(Host(host.name, left))
+    if not out:
+        raise SlurmgenError(f"{flag}: no host is left after the filter")
+    return out
+
+
+# ---- environment ------------------------------------------------------------------------------
+def forwarded_env(environ: Mapping[str, str], patterns: Sequence[str] = FORWARDED_ENV) -> dict[str, str]:
+    """The variables of `environ` whose names match one of `patterns` (and are not the launcher's)."""
+    return {k: v for k, v in sorted(environ.items())
+            if any(fnmatch.fnmatchcase(k, p) for p in patterns) and k not in LAUNCHER_ENV and _ENV_KEY.match(k)}
+
+
+def parse_env_file(text: str, source: str) -> dict[str, str]:
+    """`KEY=VALUE` lines as in DeepSpeed's .deepspeed_env; `#` comments, blank lines and an
+    `export ` prefix are allowed; one pair of quotes around the whole value is removed."""
+    env: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not _ENV_KEY.match(key):
+            raise SlurmgenError(f"{source}:{number}: expected KEY=VALUE (got {show(key if sep else line)})")
+        if key in LAUNCHER_ENV:
+            raise SlurmgenError(f"{source}:{number}: {key} is set by slurmgen launch itself")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key] = value
+    return env
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SlurmgenError(f"env_file: cannot read {show(str(path))}: {exc.strerror}") from None
+    return parse_env_file(text, str(path))
+
+
+def masked(key: str, value: str) -> str:
+    """A value as it may be shown to people: hidden for names that look like secrets."""
+    return "<hidden>" if SECRET_NAME.search(key) else value
+
+
+# ---- the plan ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodePlan:
+    """One host of the launch: where it is in the job and which ranks it runs."""
+
+    host: str
+    node_rank: int
+    entries: tuple[RankEntry, ...]
+
+    @property
+    def nproc(self) -> int:
+        return len(self.entries)
+
+    @property
+    def rank_offset(self) -> int:
+        return self.entries[0].rank
+
+    @property
+    def ranks(self) -> str:
+        """`4-7`, or `4` for a single rank: how the summary and prefixes show them."""
+        first, last = self.entries[0].rank, self.entries[-1].rank
+        return str(first) if first == last else f"{first}-{last}"
+
+    @property
+    def slots(self) -> tuple[int, ...]:
+        return tuple(e.slot for e in self.entries)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start the job on every host, decided before any connection."""
+
+    nodes: tuple[NodePlan, ...]
+    world_size: int
+    master_addr: str
+    master_port: int
+    workdir: str
+    log_dir: str
+    script: str                      # the rendered launch_multi_node.sh
+    env: dict[str, str] = field(default_factory=dict)   # forwarded + env files, sent on stdin
+    stop_grace: int = 1
+    heartbeat_timeout: float | None = None
+    heartbeat_dir: str | None = None
+    max_restarts: int = 0
+
+    def node_env(self, node: NodePlan) -> dict[str, str]:
+        """The stdin environment of one node: the shared one plus its GPU list when the
+        slots are a subset (DeepSpeed does the same for `--include host:1,3`)."""
+        env = dict(self.env)
+        if node.slots != tuple(range(node.nproc)):
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in node.slots)
+        return env
+
+
+def node_plans(hosts: Sequence[Host], master: str | None = None) -> tuple[NodePlan, ...]:
+    """Hosts -> nodes in NODE_RANK order with their rank entries (the `create` rules)."""
+    table = rank_table(order_hosts(hosts, master))
+    nodes: list[NodePlan] = []
+    for entry in table:
+        if not nodes or nodes[-1].host != entry.host:
+            nodes.append(NodePlan(entry.host, entry.node_rank, (entry,)))
+        else:
+            last = nodes[-1]
+            nodes[-1] = NodePlan(last.host, last.node_rank, (*last.entries, entry))
+    return tuple(nodes)
+
+
+def heartbeat_dir_for(command: Sequence[str]) -> str:
+    """Where the bundled trainer writes heartbeats for this command: OUT_DIR/heartbeats,
+    OUT_DIR from `--out-dir` (default runs/train, the trainer's own default)."""
+    out = "runs/train"
+    for i, word in enumerate(command):
+        if word == "--out-dir" and i + 1 < len(command):
+            out = command[i + 1]
+        elif word.startswith("--out-dir="):
+            out = word.split("=", 1)[1]
+    return f"{out.rstrip('/') or '.'}/heartbeats"
+
+
+def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = None,
+               master_addr: str | Callable[[str], str] | None = None, workdir: str = ".",
+               env: Mapping[str, str] | None = None, stop_grace: int = 1, heartbeat_timeout: float | None = None,
+               heartbeat_dir: str | None = None, max_restarts: int = 0) -> LaunchPlan:
+    """The plan for `hosts` (already filtered) running `spec`'s command.
+
+    `master_addr`: the address every rank uses for rank 0; the spec's master_addr wins, else
+    this string, else this function of the master's host name (e.g. its HostName in
+    ~/.ssh/config), else the master's name as given.
+    """
+    from slurmgen.render import LAUNCH_SCRIPT, MANUAL_DEFAULT_PORT, render
+
+    if spec.container is not None and spec.container.runtime == "pyxis":
+        raise SlurmgenError("container.runtime: pyxis needs Slurm's srun; use runtime apptainer with slurmgen launch")
+    nodes = node_plans(hosts, master)
+    world = sum(n.nproc for n in nodes)
+    sized = spec.model_copy(update={"nodes": len(nodes), "gpus": max(n.nproc for n in nodes)})
+    if spec.master_addr:
+        addr = spec.master_addr
+    elif callable(master_addr):
+        addr = master_addr(nodes[0].host)
+    else:
+        addr = master_addr or nodes[0].host
+    if max_restarts < 0:
+        raise SlurmgenError(f"max_restarts: must be 0 or more (got {max_restarts})")
+    if heartbeat_timeout is not None and not heartbeat_timeout > 0:
+        raise SlurmgenError(f"heartbeat_timeout: must be more than 0 seconds (got {heartbeat_timeout})")
+    if stop_grace < 0:
+        raise SlurmgenError(f"stop_grace: must be 0 or more seconds (got {stop_grace})")
+    return LaunchPlan(
+        nodes=nodes, world_size=world, master_addr=addr, master_port=spec.master_port or MANUAL_DEFAULT_PORT,
+        workdir=workdir, log_dir=spec.logs, script=render(sized).files[LAUNCH_SCRIPT], env=dict(env or {}),
+        stop_grace=stop_grace, heartbeat_timeout=heartbeat_timeout,
+        heartbeat_dir=(heartbeat_dir or heartbeat_dir_for(spec.command)) if heartbeat_timeout else None,
+        max_restarts=max_restarts,
+    )

@@ -1,0 +1,368 @@
+"""SSH for `slurmgen launch`: the only module that imports paramiko.
+
+- Targets: a host alias resolved through ~/.ssh/config (Host, HostName, User, Port,
+  IdentityFile, IdentitiesOnly, UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump);
+  command-line flags win over the file, as with ssh(1).
+- Host keys are checked against known_hosts and never trusted on first use: an unknown key
+  refuses the host with the key's fingerprint and how to add it; a changed key is always
+  refused. `accept_new_host_keys` adds keys of hosts not in the file yet (appending to the
+  first known_hosts file), like StrictHostKeyChecking=accept-new.
+- Authentication: key files (--identity, IdentityFile, ~/.ssh/id_*) and ssh-agent.
+- Errors are `ConnectError`s with one line per host saying what failed and what to try.
+"""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import paramiko
+
+from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """What the command line says about SSH (None: ask ~/.ssh/config, then the default)."""
+
+    user: str | None = None
+    port: int | None = None
+    identities: tuple[str, ...] = ()
+    known_hosts: str | None = None
+    ssh_config: str | None = None
+    connect_timeout: float = 10.0
+    accept_new_host_keys: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    """One host as it will be contacted."""
+
+    alias: str
+    hostname: str
+    port: int
+    user: str
+    identities: tuple[str, ...]
+    identities_only: bool
+    known_hosts: tuple[str, ...]          # user files; new keys go to the first
+    global_known_hosts: tuple[str, ...]   # read only
+    proxy_jump: str | None
+
+    @property
+    def key_name(self) -> str:
+        """The name the host's key is filed under in known_hosts."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+    def describe(self) -> str:
+        via = f" via {self.proxy_jump}" if self.proxy_jump else ""
+        return f"{self.user}@{self.hostname}:{self.port}{via}"
+
+
+class ConnectError(Exception):
+    """A host that could not be reached, authenticated or trusted."""
+
+    def __init__(self, host: str, message: str, hint: str | None = None):
+        super().__init__(f"{host}: {message}")
+        self.host, self.message, self.hint = host, message, hint
+
+    def line(self) -> str:
+        return f"{self.host}: {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
+
+
+# ---- configuration -------------------------------------------------------------------------------
+DEFAULT_CONFIG = "~/.ssh/config"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts",)
+
+
+def load_config(path: str | None) -> paramiko.SSHConfig:
+    """The ssh config file given, or ~/.ssh/config if it exists, or an empty one."""
+    if path is None:
+        default = Path(DEFAULT_CONFIG).expanduser()
+        return paramiko.SSHConfig.from_path(str(default)) if default.is_file() else paramiko.SSHConfig()
+    try:
+        return paramiko.SSHConfig.from_path(os.path.expanduser(path))
+    except OSError as exc:
+        raise SlurmgenError(f"ssh_config: cannot read {path!r}: {exc.strerror}") from None
+    except Exception as exc:  # paramiko.ConfigParseError and friends
+        raise SlurmgenError(f"ssh_config: {path}: {exc}") from None
+
+
+def _files(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    words = value if isinstance(value, list) else str(value).split()
+    return tuple(os.path.expanduser(w) for w in words if w.lower() != "none")
+
+
+def resolve(alias: str, opts: SSHOptions, config: paramiko.SSHConfig) -> Target:
+    """Flags over ~/.ssh/config over defaults, for one host."""
+    found = config.lookup(alias)
+    port_text = opts.port if opts.port is not None else found.get("port", 22)
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise SlurmgenError(f"ssh_config: Port of host {alias} must be a number (got {port_text!r})") from None
+    jump = found.get("proxyjump")
+    known = (os.path.expanduser(opts.known_hosts),) if opts.known_hosts else (
+        _files(found.get("userknownhostsfile")) or (os.path.expanduser(DEFAULT_KNOWN_HOSTS),))
+    return Target(
+        alias=alias,
+        hostname=found.get("hostname", alias),
+        port=port,
+        user=opts.user or found.get("user") or getpass.getuser(),
+        identities=tuple(os.path.expanduser(p) for p in opts.identities) + _files(found.get("identityfile")),
+        identities_only=str(found.get("identitiesonly", "no")).lower() == "yes",
+        known_hosts=known,
+        global_known_hosts=() if opts.known_hosts else (_files(found.get("globalknownhostsfile")) or GLOBAL_KNOWN_HOSTS),
+        proxy_jump=None if jump is None or jump.lower() == "none" else jump,
+    )
+
+
+# ---- host keys -----------------------------------------------------------------------------------
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.fingerprint}"
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys with a fix-it message, or (opt-in) append them to known_hosts."""
+
+    def __init__(self, target: Target, accept_new: bool, notify: Callable[[str], None]):
+        self.target, self.accept_new, self.notify = target, accept_new, notify
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        t = self.target
+        store = t.known_hosts[0]
+        if not self.accept_new:
+            port = f"-p {t.port} " if t.port != 22 else ""
+            raise ConnectError(
+                t.alias, f"host key {fingerprint(key)} of {hostname} is not in {', '.join(t.known_hosts)}; refusing",
+                hint=f"check the fingerprint with the host's owner, then add it (ssh-keyscan {port}{t.hostname} "
+                     f">> {store}), or pass --accept-new-host-keys to trust hosts seen for the first time")
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _KNOWN_HOSTS_LOCK:
+            path = Path(store)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a") as f:
+                f.write(line)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.notify(f"{t.alias}: added new host key {fingerprint(key)} for {hostname} to {store}")
+
+
+# ---- sessions ------------------------------------------------------------------------------------
+class RemoteProcess:
+    """One command running on a host: its combined output, its stdin, its exit status."""
+
+    def __init__(self, channel: paramiko.Channel):
+        self.channel = channel
+
+    def read(self) -> bytes:
+        """The next chunk of output; b'' once the command's output has ended."""
+        return self.channel.recv(65536)
+
+    def close_stdin(self) -> None:
+        """Send EOF: the remote bootstrap takes it as 'stop everything'."""
+        try:
+            self.channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def exit_status(self) -> int | None:
+        """Wait for the exit status; None when the connection ended without one (lost)."""
+        code = self.channel.recv_exit_status()
+        return None if code == -1 else code
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class Connection:
+    """An authenticated SSH connection to one host (and its jump host, if any)."""
+
+    def __init__(self, target: Target, client: paramiko.SSHClient, jump: "Connection | None" = None):
+        self.target, self.client, self.jump = target, client, jump
+        self._last_reply = time.monotonic()
+        self._pinger: threading.Thread | None = None
+
+    @property
+    def alias(self) -> str:
+        return self.target.alias
+
+    def start(self, command: str, stdin: bytes, timeout: float = 10.0) -> RemoteProcess:
+        """Run `command` (output and errors combined) and write `stdin` to it, leaving stdin open."""
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(self.alias, "the SSH connection is closed")
+        try:
+            channel = transport.open_session(timeout=timeout)
+            channel.set_combine_stderr(True)
+            channel.exec_command(command)
+            channel.sendall(stdin)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise ConnectError(self.alias, f"cannot start the node's command: {exc or type(exc).__name__}") from None
+        return RemoteProcess(channel)
+
+    def is_active(self) -> bool:
+        transport = self.client.get_transport()
+        return transport is not None and transport.is_active()
+
+    def start_keepalive(self, interval: float) -> None:
+        """Ask the server for a reply every `interval` seconds (like ServerAliveInterval);
+        `silent_for()` then tells how long an answer has been outstanding."""
+        def ping() -> None:
+            while self.is_active():
+                transport = self.client.get_transport()
+                try:
+                    if transport is None:
+                        return
+                    transport.global_request("keepalive@openssh.com", wait=True)
+                except (OSError, EOFError, paramiko.SSHException):
+                    return
+                self._last_reply = time.monotonic()
+                time.sleep(interval)
+
+        self._last_reply = time.monotonic()
+        self._pinger = threading.Thread(target=ping, name=f"ssh-keepalive-{self.alias}", daemon=True)
+        self._pinger.start()
+
+    def silent_for(self, interval: float) -> float:
+        """Seconds past the expected keepalive answer (0 while all is well)."""
+        return max(0.0, time.monotonic() - self._last_reply - interval)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.jump is not None:
+            self.jump.close()
+
+
+def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError:
+    """Turn what paramiko and the socket layer raise into one actionable line."""
+    where = f"{target.hostname}:{target.port}"
+    if isinstance(exc, ConnectError):
+        return exc
+    if isinstance(exc, paramiko.BadHostKeyException):
+        store = target.known_hosts[0]
+        return ConnectError(
+            target.alias,
+            f"host key of {target.key_name} has CHANGED: the server offers {fingerprint(exc.key)}, "
+            f"known_hosts has {fingerprint(exc.expected_key)}; refusing",
+            hint=f"if the host was reinstalled, remove the old key (ssh-keygen -R '{target.key_name}' -f {store}) "
+                 "and add the new one after checking it; otherwise someone may be intercepting the connection "
+                 "(--accept-new-host-keys never replaces a known key)")
+    if isinstance(exc, paramiko.AuthenticationException):
+        keys = ", ".join(target.identities) or "none given"
+        agent = "no" if target.identities_only or not os.environ.get("SSH_AUTH_SOCK") else "yes"
+        return ConnectError(target.alias, f"authentication as {target.user!r} failed at {where} "
+                            f"(key files: {keys}; ssh-agent: {agent})",
+                            hint="check --user and --identity, the keys in your ssh-agent, or ~/.ssh/config")
+    if isinstance(exc, socket.gaierror):
+        return ConnectError(target.alias, f"cannot resolve host name {target.hostname!r}",
+                            hint="check the host name, /etc/hosts or HostName in ~/.ssh/config")
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return ConnectError(target.alias, f"no answer from {where} within {timeout:g} s",
+                            hint="is the host up and reachable from here? (--connect-timeout to wait longer)")
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        codes = {e.errno for e in exc.errors.values()}
+        if codes == {errno.ECONNREFUSED}:
+            return ConnectError(target.alias, f"connection refused by {where}",
+                                hint="is sshd running there, and is the port right (--port, Port in ~/.ssh/config)?")
+        return ConnectError(target.alias, f"cannot connect to {where}: no route to host")
+    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+        return ConnectError(target.alias, f"{where} sent no SSH greeting within {timeout:g} s",
+                            hint="is that port an SSH server? is the host overloaded?")
+    if isinstance(exc, OSError) and exc.strerror:
+        return ConnectError(target.alias, f"cannot connect to {where}: {exc.strerror}")
+    return ConnectError(target.alias, f"SSH to {where} failed: {exc or type(exc).__name__}")
+
+
+def _parse_jump(spec: str) -> tuple[str, str | None, int | None]:
+    """`user@host:port` (the first hop of a ProxyJump list) -> (host, user, port)."""
+    first = spec.split(",")[0].strip()
+    user, _, hostport = first.rpartition("@")
+    host, sep, port = hostport.rpartition(":") if hostport.count(":") == 1 else (hostport, "", "")
+    if not sep:
+        host, port = hostport, ""
+    return host, user or None, int(port) if port.isdigit() else None
+
+
+def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
+            notify: Callable[[str], None] = lambda msg: None, depth: int = 0) -> Connection:
+    """Connect and authenticate, or raise ConnectError."""
+    timeout = opts.connect_timeout
+    jump: Connection | None = None
+    client = paramiko.SSHClient()
+    try:
+        for path in (*target.global_known_hosts, *target.known_hosts):
+            if os.path.isfile(path):
+                client.load_host_keys(path)
+        client.set_missing_host_key_policy(_HostKeyPolicy(target, opts.accept_new_host_keys, notify))
+        sock = None
+        if target.proxy_jump:
+            if depth > 4:
+                raise ConnectError(target.alias, "ProxyJump chain is longer than 4 hops (a loop?)")
+            host, user, port = _parse_jump(target.proxy_jump)
+            jump_opts = SSHOptions(user=user, port=port, known_hosts=opts.known_hosts, connect_timeout=timeout,
+                                   accept_new_host_keys=opts.accept_new_host_keys, identities=opts.identities)
+            jump = connect(resolve(host, jump_opts, config), jump_opts, config, notify, depth + 1)
+            sock = jump.client.get_transport().open_channel(  # type: ignore[union-attr]
+                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
+        keys = [p for p in target.identities if os.path.isfile(p)]
+        only = target.identities_only and bool(keys)
+        client.connect(target.hostname, port=target.port, username=target.user, key_filename=keys or None,
+                       allow_agent=not only, look_for_keys=not only, timeout=timeout, banner_timeout=timeout,
+                       auth_timeout=timeout, channel_timeout=timeout, sock=sock)
+        return Connection(target, client, jump)
+    except BaseException as exc:
+        client.close()
+        if jump is not None:
+            jump.close()
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        err = _explain(target, exc, timeout)
+        if jump is not None and not isinstance(exc, ConnectError) and isinstance(exc, paramiko.ChannelException):
+            err = ConnectError(target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}")
+        raise err from None
+
+
+def connect_all(aliases: Sequence[str], opts: SSHOptions, notify: Callable[[str], None] = lambda msg: None,
+                config: paramiko.SSHConfig | None = None) -> dict[str, Connection]:
+    """Connect to every host at once; all of them, or a SlurmgenError naming each failure."""
+    config = config if config is not None else load_config(opts.ssh_config)
+    targets = [resolve(a, opts, config) for a in aliases]
+    results: dict[str, Connection] = {}
+    errors: list[ConnectError] = []
+    with ThreadPoolExecutor(max_workers=min(64, len(targets)) or 1, thread_name_prefix="ssh-connect") as pool:
+        futures = {t.alias: pool.submit(connect, t, opts, config, notify) for t in targets}
+        for alias, future in futures.items():
+            try:
+                results[alias] = future.result()
+            except ConnectError as exc:
+                errors.append(exc)
+    if errors:
+        for conn in results.values():
+            conn.close()
+        raise SlurmgenError(*[e.line() for e in errors], exit_code=EXIT_RUN_FAILED)
+    return results
+
+
+def describe_targets(aliases: Sequence[str], opts: SSHOptions) -> dict[str, str]:
+    """alias -> user@host:port (via jump), without connecting: for --dry-run."""
+    config = load_config(opts.ssh_config)
+    return {a: resolve(a, opts, config).describe() for a in aliases}
+
+
+def master_address(alias: str, opts: SSHOptions) -> str:
+    """The address other nodes use for the master: HostName from ~/.ssh/config, else the alias."""
+    return resolve(alias, opts, load_config(opts.ssh_config)).hostname

@@ -1,0 +1,168 @@
+"""The per-node bootstrap of `slurmgen launch`, run by bash on this machine exactly as sshd would.
+
+Covers: the payload arrives, ranks and environment are right for uneven nodes, stdin's end
+stops every process group within 2 s (also for programs that ignore TERM), a stale heartbeat
+fails the node with 124, and nothing is left behind.
+"""
+
+import json
+import os
+import textwrap
+import time
+
+from slurmgen.launch_output import RANK_HUNG, parse_event
+from slurmgen.launch_remote import EXIT_HUNG, payload, remote_command
+from test_launch_local import PY, LocalProcess, alive, local_plan
+
+REPORT = ("import json, os; print('REPORT ' + json.dumps({k: os.environ.get(k) for k in ["
+          "'RANK', 'LOCAL_RANK', 'NODE_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', "
+          "'SLURMGEN_ATTEMPT', 'FROM_STDIN', 'CUDA_VISIBLE_DEVICES']} | {'cwd': os.getcwd()}))")
+
+
+def start(plan, node_index=0, attempt=1):
+    node = plan.nodes[node_index]
+    return LocalProcess(remote_command(plan, node, attempt), payload(plan, node))
+
+
+def output_of(proc, timeout=30):
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        data = proc.read()
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks).decode()
+
+
+def pids_from(text):
+    return [int(line.split("PID ")[1]) for line in text.splitlines() if "PID " in line]
+
+
+def wait_for_lines(proc, marker, count, timeout=20):
+    """Read until `count` lines contain `marker`; return what was read."""
+    text = ""
+    deadline = time.monotonic() + timeout
+    while text.count(marker) < count and time.monotonic() < deadline:
+        data = proc.read()
+        if not data:
+            break
+        text += data.decode()
+    assert text.count(marker) >= count, text
+    return text
+
+
+def test_uneven_node_gets_offset_ranks_environment_workdir_and_logs(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", REPORT], slots=(2, 3), env={"FROM_STDIN": "it's $secret"})
+    proc = start(plan, node_index=1, attempt=2)
+    text = output_of(proc)
+    assert proc.exit_status() == 0, text
+    rows = [json.loads(line.split("REPORT ", 1)[1]) for line in text.splitlines() if "REPORT " in line]
+    assert sorted((int(r["RANK"]), int(r["LOCAL_RANK"])) for r in rows) == [(2, 0), (3, 1), (4, 2)]
+    assert {(r["NODE_RANK"], r["WORLD_SIZE"], r["LOCAL_WORLD_SIZE"], r["MASTER_ADDR"], r["MASTER_PORT"],
+             r["SLURMGEN_ATTEMPT"], r["FROM_STDIN"], r["cwd"]) for r in rows} == {
+        ("1", "5", "3", "127.0.0.1", "29500", "2", "it's $secret", str(tmp_path))}
+    assert rows[0]["CUDA_VISIBLE_DEVICES"] is None
+    assert "started ranks 2-4 of 5" in text
+    log = (tmp_path / "out" / "logs" / "rank-4.log").read_text()
+    assert "===== slurmgen launch: attempt 2, node 1" in log and "REPORT" in log
+    assert not list(tmp_path.glob("slurmgen-launch.*"))
+
+
+def test_end_of_stdin_stops_every_process_group_within_2s(tmp_path):
+    # Rank 0 ignores TERM (killed after the grace), rank 1 spawns a grandchild.
+    program = textwrap.dedent(f"""
+        import os, signal, subprocess, sys, time
+        if os.environ["LOCAL_RANK"] == "0":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        else:
+            child = subprocess.Popen([{PY!r}, "-c", "import time; time.sleep(60)"])
+            print("PID", child.pid, flush=True)
+        print("PID", os.getpid(), flush=True)
+        time.sleep(60)
+    """)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(2,))
+    proc = start(plan)
+    text = wait_for_lines(proc, "PID ", 3)
+    pids = pids_from(text)
+    assert all(alive(p) for p in pids)
+    stopped = time.monotonic()
+    proc.close_stdin()
+    text += output_of(proc)
+    code = proc.exit_status()
+    while any(alive(p) for p in pids) and time.monotonic() - stopped < 5:
+        time.sleep(0.02)
+    gone_after = time.monotonic() - stopped
+    assert not any(alive(p) for p in pids), text
+    assert gone_after < 2.0, f"{gone_after:.2f}s\n{text}"
+    assert code == 143, text
+    assert "got SIGTERM" in text
+
+
+def test_stale_heartbeat_fails_the_node_with_124(tmp_path):
+    # Both ranks beat; rank 1 stops beating after a second but keeps running (a hung collective).
+    program = textwrap.dedent("""
+        import json, os, time
+        rank = int(os.environ["RANK"])
+        path = f"hb/rank-{rank:05d}.json"
+        os.makedirs("hb", exist_ok=True)
+        print("PID", os.getpid(), flush=True)
+        start = time.time()
+        while True:
+            if rank == 0 or time.time() - start < 1:
+                with open(path + ".tmp", "w") as f:
+                    f.write(json.dumps({"rank": rank, "step": 1, "time": time.time(), "pid": os.getpid(),
+                                        "host": "h", "status": "running"}) + "\\n")
+                os.replace(path + ".tmp", path)
+            time.sleep(0.2)
+    """)
+    hb = tmp_path / "hb"
+    hb.mkdir()
+    # A file left by an earlier run, long stale: must not count.
+    (hb / "rank-00000.json").write_text(json.dumps({"rank": 0, "time": time.time() - 3600, "status": "running"}) + "\n")
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(2,), heartbeat_timeout=1.5, heartbeat_dir="hb")
+    t0 = time.monotonic()
+    proc = start(plan)
+    text = output_of(proc)
+    elapsed = time.monotonic() - t0
+    assert proc.exit_status() == EXIT_HUNG, text
+    hung = [line for line in text.splitlines() if RANK_HUNG.match(line)]
+    assert len(hung) == 1 and hung[0].startswith("slurmgen-launch: rank 1: no heartbeat for"), text
+    assert parse_event(hung[0]).code == EXIT_HUNG
+    assert elapsed < 1 + 1.5 + 3, f"{elapsed:.1f}s"
+    assert not any(alive(p) for p in pids_from(text))
+
+
+def test_finished_ranks_and_other_statuses_are_not_judged(tmp_path):
+    program = textwrap.dedent("""
+        import json, os, time
+        rank = int(os.environ["RANK"])
+        os.makedirs("hb", exist_ok=True)
+        with open(f"hb/rank-{rank:05d}.json", "w") as f:
+            f.write(json.dumps({"rank": rank, "time": time.time(), "status": "done"}) + "\\n")
+        time.sleep(2.5)
+    """)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1,), heartbeat_timeout=0.5, heartbeat_dir="hb")
+    proc = start(plan)
+    text = output_of(proc)
+    assert proc.exit_status() == 0, text
+
+
+def test_missing_workdir_is_one_clear_line(tmp_path):
+    plan = local_plan(tmp_path, ["true"], slots=(1,))
+    plan = type(plan)(**{**plan.__dict__, "workdir": str(tmp_path / "nope")})
+    proc = start(plan)
+    text = output_of(proc)
+    assert proc.exit_status() == 2
+    assert f"slurmgen-launch: error: working directory '{tmp_path / 'nope'}' does not exist" in text
+
+
+def test_truncated_payload_is_refused(tmp_path):
+    plan = local_plan(tmp_path, ["true"], slots=(1,))
+    node = plan.nodes[0]
+    data = payload(plan, node)
+    proc = LocalProcess(remote_command(plan, node, 1), data[:-200])
+    proc.close_stdin()
+    text = output_of(proc)
+    assert proc.exit_status() == 2 and "slurmgen-launch: error:" in text
+    assert not os.path.exists(tmp_path / "out" / "logs" / "rank-0.log")

@@ -1,0 +1,164 @@
+"""The launcher's orchestration with every 'host' on this machine (no SSH): streaming,
+first failure stops all, exit codes, restarts, heartbeats, signals, lost connections."""
+
+import io
+import os
+import signal
+import textwrap
+import threading
+import time
+
+import pytest
+
+from slurmgen.launcher import EXIT_LOST, Launcher
+from slurmgen.ssh import ConnectError, SSHOptions
+from test_launch_local import PY, LocalConnection, alive, local_connector, local_plan
+
+SLEEPER = textwrap.dedent("""
+    import os, sys, time
+    print("PID", os.getpid(), flush=True)
+    fail = os.environ.get("FAIL_RANK")
+    if fail is not None and os.environ["RANK"] == fail and os.environ.get("SLURMGEN_ATTEMPT") in os.environ.get("FAIL_ATTEMPTS", "1").split(","):
+        time.sleep(float(os.environ.get("FAIL_AFTER", "0.5")))
+        print("failing on purpose", flush=True)
+        sys.exit(int(os.environ.get("FAIL_CODE", "7")))
+    time.sleep(float(os.environ.get("RUN_FOR", "60")))
+    print("done", flush=True)
+""")
+
+
+def run(plan, env=None, connector=None):
+    out, err = io.StringIO(), io.StringIO()
+    made = {}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False,
+                        connector=connector or local_connector(made, env))
+    try:
+        code = launcher.run()
+    finally:
+        for conn in made.values():
+            for proc in conn.procs:
+                proc.kill()
+    return code, out.getvalue(), err.getvalue()
+
+
+def pids(text):
+    return [int(line.split("PID ")[1]) for line in text.splitlines() if "PID " in line]
+
+
+def test_success_streams_prefixed_lines_and_summarises(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(2, 1))
+    code, out, err = run(plan, env={"RUN_FOR": "0.2"})
+    assert code == 0, err
+    assert {line.split("]")[0] + "]" for line in out.splitlines() if "done" in line} == {"[h0/0]", "[h0/1]", "[h1/2]"}
+    assert "[h1] node 1/2 started ranks 2-2 of 3" in out
+    assert "all 2 node(s) running 3 rank(s)" in err
+    assert "all ranks succeeded" in err
+    table = err[err.index("slurmgen launch: all ranks succeeded"):]
+    assert "h0" in table and "0-1" in table and " ok " in table
+
+
+def test_first_failure_stops_every_node_fast_with_the_ranks_code(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(2, 2))
+    started = time.monotonic()
+    code, out, err = run(plan, env={"FAIL_RANK": "3", "FAIL_CODE": "7"})
+    elapsed = time.monotonic() - started
+    assert code == 7, err
+    assert "stopping all nodes: rank 3 exited with code 7 on h1" in err
+    assert "first failure: rank 3 exited with code 7" in err
+    assert elapsed < 0.5 + 2 + 3, f"{elapsed:.1f}s"  # fail after 0.5 s, all gone within 2 s, start-up slack
+    assert len(pids(out)) == 4 and not any(alive(p) for p in pids(out))
+    assert "stopped" in err  # h0's summary row
+
+
+def test_restart_runs_the_whole_group_again_and_numbers_attempts(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=2)
+    code, out, err = run(plan, env={"FAIL_RANK": "1", "FAIL_ATTEMPTS": "1,2", "FAIL_CODE": "3", "RUN_FOR": "0.2"})
+    assert code == 0, err
+    assert "attempt 1 of 3 failed (rank 1 exited with code 3 on h1); starting all nodes again" in err
+    assert "attempt 2 of 3 failed" in err and "attempt 3 of 3" in err
+    log = (tmp_path / "out" / "logs" / "rank-1.log").read_text()
+    assert [line.split(",")[0] for line in log.splitlines() if line.startswith("=====")] == [
+        "===== slurmgen launch: attempt 1", "===== slurmgen launch: attempt 2", "===== slurmgen launch: attempt 3"]
+
+
+def test_restarts_exhausted_report_the_last_failure(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1)
+    code, _, err = run(plan, env={"FAIL_RANK": "0", "FAIL_ATTEMPTS": "1,2", "FAIL_CODE": "5", "FAIL_AFTER": "0.1"})
+    assert code == 5
+    assert "(attempt 2 of 2)" in err
+
+
+def test_hung_rank_fails_the_job_with_124(tmp_path):
+    program = textwrap.dedent("""
+        import json, os, time
+        rank = int(os.environ["RANK"]); os.makedirs("hb", exist_ok=True)
+        print("PID", os.getpid(), flush=True)
+        start = time.time()
+        while True:
+            if rank != 1 or time.time() - start < 0.5:
+                with open(f"hb/.{rank}", "w") as f:
+                    f.write(json.dumps({"rank": rank, "time": time.time(), "status": "running"}) + "\\n")
+                os.replace(f"hb/.{rank}", f"hb/rank-{rank:05d}.json")
+            time.sleep(0.1)
+    """)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1), heartbeat_timeout=1.0, heartbeat_dir="hb")
+    code, out, err = run(plan)
+    assert code == 124, err
+    assert "rank 1 hung (no heartbeat for" in err
+    assert not any(alive(p) for p in pids(out))
+
+
+@pytest.mark.parametrize("signum, expected", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_stops_everything_and_exits_128_plus_signal(tmp_path, signum, expected):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1))
+    timer = threading.Timer(1.5, os.kill, args=(os.getpid(), signum))
+    timer.start()
+    try:
+        code, out, err = run(plan)
+    finally:
+        timer.cancel()
+    assert code == expected, err
+    assert f"got {signal.Signals(signum).name}" in err and f"interrupted by {signal.Signals(signum).name}" in err
+    assert not any(alive(p) for p in pids(out))
+
+
+class BrokenConnection(LocalConnection):
+    def start(self, command, stdin, timeout=10.0):
+        raise ConnectError(self.alias, "cannot start the node's command: channel refused")
+
+
+class LosingConnection(LocalConnection):
+    """Its session ends after a second without an exit status, like a dropped connection: sshd
+    goes away, so the node's stdin ends (its bootstrap stops the ranks) and no status comes."""
+
+    def start(self, command, stdin, timeout=10.0):
+        proc = super().start(command, stdin, timeout)
+        real_status = proc.exit_status
+
+        def lost():
+            real_status()
+            return None
+
+        proc.exit_status = lost
+        threading.Timer(1.0, proc.close_stdin).start()
+        return proc
+
+
+@pytest.mark.parametrize("cls, expected, words", [(BrokenConnection, 1, "channel refused"),
+                                                   (LosingConnection, EXIT_LOST, "lost the connection to h1")])
+def test_a_node_that_cannot_start_or_is_lost_stops_the_others(tmp_path, cls, expected, words):
+    made = {}
+
+    def connector(hosts, opts, notify=None):
+        conns = {h: (cls(h) if h == "h1" else LocalConnection(h)) for h in hosts}
+        made.update(conns)
+        return conns
+
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1))
+    code, out, err = run(plan, connector=connector)
+    for conn in made.values():
+        for proc in conn.procs:
+            proc.kill()
+    assert code == expected, err
+    assert words in err
+    assert not any(alive(p) for p in pids(out))
