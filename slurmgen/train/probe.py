@@ -99,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     expected = world * (world + 1) // 2
     if int(total.item()) != expected:
         problems.append(f"all_reduce gave {int(total.item())}, expected {expected}")
-    print(PREFIX + json.dumps({**me, "backend": backend, "sum": int(total.item()), "expected_sum": expected,
-                               "problems": problems}), flush=True)
+    record = {**me, "backend": backend, "sum": int(total.item()), "expected_sum": expected, "problems": problems}
+    # One write per line: print() writes text and newline separately when unbuffered, and
+    # workers sharing a stdout (torchrun) could then interleave two records on one line.
+    sys.stdout.write(PREFIX + json.dumps(record) + "\n")
+    sys.stdout.flush()
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()

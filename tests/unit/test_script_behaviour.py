@@ -214,3 +214,11 @@ def test_slurm_script_outside_slurm_says_how_to_submit(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     result = subprocess.run(["bash", str(out / SLURM_SCRIPT)], capture_output=True, text=True, env=env, timeout=30)
     assert result.returncode == 1 and "submit it with: sbatch" in result.stderr
+
+
+def test_slurm_script_accepts_a_bare_ip_master_without_a_name(tmp_path, fake_slurm):
+    # 127.0.0.5 has no reverse name: `getent hosts` fails for it, `getent ahosts` does not.
+    out = write(tmp_path, nodes=1, gpus=1, master_addr="127.0.0.5", command=REPORTER)
+    result = fake_slurm(out, nodes=1)
+    assert result.returncode == 0, result.stderr
+    assert reports(result.stdout)[0]["env"]["MASTER_ADDR"] == "127.0.0.5"

@@ -22,7 +22,7 @@ export SLURMGEN_BACKEND=gloo
 
 # --- rendezvous: computed once, here, so every task agrees on it ---
 MASTER_ADDR=10.0.0.1
-if ! getent hosts "$MASTER_ADDR" >/dev/null; then
+if ! getent ahosts "$MASTER_ADDR" >/dev/null; then
   echo "slurmgen: master address '$MASTER_ADDR' does not resolve on $(hostname); every rank would time out trying to reach it. Set master_addr in the spec to a name or address the nodes can reach." >&2
   exit 1
 fi

@@ -31,7 +31,7 @@ if [[ -z $MASTER_ADDR ]]; then
   echo "slurmgen: cannot find the master node: 'scontrol show hostnames' gave nothing for SLURM_JOB_NODELIST='${SLURM_JOB_NODELIST:-}'. Run this script with sbatch, or set master_addr in the spec." >&2
   exit 1
 fi
-if ! getent hosts "$MASTER_ADDR" >/dev/null; then
+if ! getent ahosts "$MASTER_ADDR" >/dev/null; then
   echo "slurmgen: master address '$MASTER_ADDR' does not resolve on $(hostname); every rank would time out trying to reach it. Set master_addr in the spec to a name or address the nodes can reach." >&2
   exit 1
 fi
