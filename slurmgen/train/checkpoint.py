@@ -75,13 +75,20 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]
 
 
 def _write_durably(final: Path, write) -> None:
-    """Write through a temporary file in the same directory, fsync, rename, fsync the dir."""
+    """Write through a temporary file in the same directory, fsync, rename, fsync the dir.
+
+    `write(path)` creates the temporary file by name: torch.save to a path uses its own C++
+    writer, measurably faster than through a Python file object. fsync then goes through a
+    fresh descriptor, which flushes the same inode.
+    """
     tmp = final.with_name(f".{final.name}.tmp.{os.getpid()}")
     try:
-        with open(tmp, "wb", buffering=16 << 20) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         _fault("before-rename")
         os.replace(tmp, final)
     except BaseException:
@@ -115,12 +122,16 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
     d.mkdir(parents=True, exist_ok=True)
     final = d / checkpoint_name(step)
 
-    def write(f) -> None:
-        torch.save(state, _FaultingFile(f) if os.environ.get("SLURMGEN_TRAIN_FAULT") else f)
+    def write(path: Path) -> None:
+        if os.environ.get("SLURMGEN_TRAIN_FAULT"):
+            with open(path, "wb") as f:
+                torch.save(state, _FaultingFile(f))
+        else:
+            torch.save(state, str(path))
 
     _write_durably(final, write)
     _fault("before-pointer")
-    _write_durably(d / LATEST, lambda f: f.write(final.name.encode() + b"\n"))
+    _write_durably(d / LATEST, lambda path: path.write_text(final.name + "\n"))
     _fault("before-prune")
     prune(d, keep_last, protect=final.name)
     return final

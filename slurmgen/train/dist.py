@@ -142,23 +142,60 @@ def init(env: DistEnv, timeout: float) -> None:
             dist.init_process_group(init_method="env://", **kwargs)
         except Exception as exc:
             raise DistSetupError(f"joining torchrun's process group at {env.master_addr}:{env.master_port} failed: {exc}") from None
-        return
-    store = _store(env, timeout)
-    _meet(store, env, timeout)
-    dist.init_process_group(store=store, rank=env.rank, world_size=env.world_size, **kwargs)
+    else:
+        store = _store(env, timeout)
+        _meet(store, env, timeout)
+        dist.init_process_group(store=store, rank=env.rank, world_size=env.world_size, **kwargs)
+    global _CONTROL
+    # Small CPU-side messages (votes, RNG states, a resumed state) go over gloo even when the
+    # gradients use NCCL: they then cost no GPU memory and never synchronise a CUDA stream.
+    _CONTROL = dist.new_group(backend="gloo") if env.backend != "gloo" else None
+
+
+_CONTROL: Any = None  # the gloo group for CPU-side messages; None = the default group
 
 
 def active() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def all_reduce(values: list[float], device: str, op: str = "sum") -> list[float]:
-    """Sum (or max) a few floats over all ranks in one collective."""
+def all_reduce(values: list[float], op: str = "sum") -> list[float]:
+    """Sum (or max) a few floats over all ranks in one collective, on the CPU side."""
     if not active():
         return list(values)
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=_CONTROL)
     return t.tolist()
+
+
+class Vote:
+    """"Did any rank raise its flag?", agreed on by all ranks one call late.
+
+    Each call starts an asynchronous MAX all-reduce of this rank's flag and returns the result
+    of the previous call's, which has long finished: the vote overlaps a training step instead
+    of adding a round trip to every step. Every rank reads the same result at the same call,
+    so they all stop at the same step.
+    """
+
+    def __init__(self) -> None:
+        self._pending: Any = None
+        self._buf: torch.Tensor | None = None
+
+    def cast(self, flag: bool) -> bool:
+        if not active():
+            return flag
+        result = self.settle()
+        self._buf = torch.tensor([1.0 if flag else 0.0])
+        self._pending = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, group=_CONTROL, async_op=True)
+        return result
+
+    def settle(self) -> bool:
+        """Wait for the outstanding vote (before other collectives end the run); its result."""
+        if self._pending is None:
+            return False
+        self._pending.wait()
+        self._pending = None
+        return bool(self._buf is not None and self._buf.item() > 0)
 
 
 def gather_to_main(obj: Any, rank: int) -> list[Any] | None:
@@ -166,7 +203,7 @@ def gather_to_main(obj: Any, rank: int) -> list[Any] | None:
     if not active():
         return [obj]
     out = [None] * dist.get_world_size() if rank == 0 else None
-    dist.gather_object(obj, out, dst=0)
+    dist.gather_object(obj, out, dst=0, group=_CONTROL)
     return out
 
 
@@ -174,7 +211,7 @@ def broadcast_from_main(obj: Any) -> Any:
     if not active():
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=_CONTROL)
     return box[0]
 
 

@@ -152,9 +152,12 @@ class Trainer:
         dtype = AUTOCAST.get(self.cfg.dtype)
         return torch.autocast(self.device_type, dtype=dtype) if dtype else contextlib.nullcontext()
 
-    def train_step(self, ddp: nn.Module) -> tuple[float, int]:
-        """One optimizer step; returns (this rank's mean micro-batch loss, items processed)."""
-        accum, total, items = self.cfg.grad_accum, 0.0, 0
+    def train_step(self, ddp: nn.Module) -> tuple[torch.Tensor, int]:
+        """One optimizer step; returns (this rank's loss as a tensor, items processed).
+
+        The loss stays a tensor (no .item()) so that a GPU is never forced to synchronise
+        here; it becomes a number only at logging steps."""
+        accum, total, items = self.cfg.grad_accum, torch.zeros((), device=self.env.device), 0
         for micro in range(accum):
             batch = _move(self.batches.batch(self.step, micro), self.env.device)
             sync = micro == accum - 1 or not isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
@@ -162,7 +165,7 @@ class Trainer:
                 with self._autocast():
                     loss = self._loss(ddp, batch) / accum
                 self.scaler.scale(loss).backward()
-            total += loss.item()
+            total += loss.detach().float()
             items += _items(batch[0])
         if self.cfg.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
@@ -187,7 +190,7 @@ class Trainer:
             with self._autocast():
                 total += self._loss(self.model, batch).item()
         self.model.train()
-        s, n = dist.all_reduce([total, float(self.cfg.eval_iters)], self.env.device)
+        s, n = dist.all_reduce([total, float(self.cfg.eval_iters)])
         return s / n
 
     # --- the run ----------------------------------------------------------------------------
@@ -209,9 +212,10 @@ class Trainer:
                  "%d steps, %d per epoch", cfg.batch_size * cfg.grad_accum * env.world_size, cfg.batch_size,
                  cfg.grad_accum, env.world_size, first_items * cfg.grad_accum * env.world_size,
                  self.max_steps, self.batches.steps_per_epoch)
-        flag = PreemptFlag().install()
+        flag, vote = PreemptFlag().install(), dist.Vote()
         progress = Progress(cfg.progress, env.is_main, self.max_steps, self.step)
-        start, window_t, window_loss, window_n, window_items = time.time(), time.time(), 0.0, 0, 0
+        start, window_t, window_n, window_items = time.time(), time.time(), 0, 0
+        window_loss = torch.zeros((), device=env.device)
         train_loss, preempted = None, False
         self.heartbeat.beat(self.step, force=True)
         try:
@@ -220,11 +224,12 @@ class Trainer:
                 window_loss, window_n, window_items = window_loss + loss, window_n + 1, window_items + items
                 self.heartbeat.beat(self.step)
                 progress.update(self.step)
-                # Every rank votes every step: a signal that reached one rank stops them all here.
-                preempted = dist.all_reduce([1.0 if flag.requested else 0.0], env.device, op="max")[0] > 0
+                # Every rank votes every step (the result arrives one step later): a signal that
+                # reached any rank stops all of them at the same step.
+                preempted = vote.cast(flag.requested)
                 last = self.step == self.max_steps or preempted
                 if self.step % cfg.log_every == 0 or last:
-                    s, n, it = dist.all_reduce([window_loss, float(window_n), float(window_items)], env.device)
+                    s, n, it = dist.all_reduce([window_loss.item(), float(window_n), float(window_items)])
                     now = time.time()
                     train_loss = s / n
                     lr = self.scheduler.get_last_lr()[0]
@@ -234,7 +239,8 @@ class Trainer:
                                        tokens_per_sec=rate, wall_time=now - start, time=now)
                     progress.report(f"step {self.step}/{self.max_steps} loss {train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s",
                                     {"loss": f"{train_loss:.4f}", "lr": f"{lr:.2g}"})
-                    window_t, window_loss, window_n, window_items = time.time(), 0.0, 0, 0
+                    window_t, window_n, window_items = time.time(), 0, 0
+                    window_loss = torch.zeros((), device=env.device)
                 if (cfg.eval_every and self.step % cfg.eval_every == 0) or (last and not preempted):
                     self.val_loss = self.evaluate()
                     if self.val_loss is not None:
@@ -246,6 +252,7 @@ class Trainer:
                     self.save()
                 if preempted:
                     break
+            vote.settle()  # the last vote is still in flight: finish it before other collectives
         finally:
             progress.close()
             flag.restore()

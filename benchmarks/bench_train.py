@@ -1,0 +1,190 @@
+"""The bundled trainer's cost, measured against the simplest code that does the same work.
+
+    python benchmarks/bench_train.py [--world 2] [--steps 60] [--rounds 3] [--ckpt-mb 100]
+
+1. Throughput: `--world` ranks on gloo (CPU) train the same GPT on the same synthetic data,
+   alternately with a minimal hand-written DDP loop (nanoGPT-style: forward, backward, clip,
+   AdamW, lr set by hand) and with slurmgen's Trainer (heartbeats, preemption vote, metrics,
+   progress). Steps per second are taken between step --warmup and the last step, from the
+   same processes in the same run, rounds alternating so that machine noise hits both alike.
+   Printed: the median of each and the ratio trainer / hand-written (target >= 0.97).
+2. Checkpoints of a ~--ckpt-mb MB model: slurmgen's atomic save (temporary file, fsync, rename,
+   fsync, `latest` pointer, pruning) and its weights_only load, against a plain torch.save /
+   torch.load of the same state to a file, and against torch.save+fsync and
+   torch.load(weights_only=True), which carry the same guarantees. Printed: medians, ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODEL = dict(model="gpt", n_layer=2, n_head=4, n_embd=128, block_size=64, vocab_size=256, synthetic_samples=8192,
+             batch_size=8, dropout=0.0)
+
+
+def hand_written_loop(model, data, steps: int, warmup: int, rank: int, world: int) -> float:
+    """The baseline: what a careful person writes by hand. Returns steps/s after warm-up."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from slurmgen.train.optim import lr_at
+
+    ddp = DDP(model)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95))
+    g = torch.Generator().manual_seed(1000 + rank)
+    t0 = 0.0
+    for step in range(steps):
+        if step == warmup:
+            t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, 1e-3, 1e-4, 10, steps)
+        idx = torch.randint(0, len(data), (MODEL["batch_size"],), generator=g).numpy()
+        x, y = data.get_batch(idx)
+        loss = ddp(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return (steps - warmup) / (time.perf_counter() - t0)
+
+
+def trainer_run(model, data, env, steps: int, warmup: int, out: Path) -> float:
+    """The same work through slurmgen's Trainer; steps/s from its own metrics.jsonl clock."""
+    from slurmgen.train.config import TrainConfig
+    from slurmgen.train.trainer import Trainer
+
+    cfg = TrainConfig(out_dir=str(out), max_steps=steps, log_every=warmup, save_every=0, resume="never",
+                      progress="none", eval_every=0, warmup_steps=10, **MODEL).validate()
+    Trainer(model, data, env, cfg).fit()
+    if env.rank != 0:
+        return 0.0
+    rows = {r["step"]: r["time"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    return (steps - warmup) / (rows[steps] - rows[warmup])
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+
+    from slurmgen.train import api, dist
+    from slurmgen.train.config import TrainConfig
+    from slurmgen.train.data import build_datasets
+    from slurmgen.train.models import build_model
+
+    cfg = TrainConfig(**MODEL).validate()
+    env = api.setup(cfg)
+    data, _ = build_datasets(cfg)
+    hand, ours = [], []
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        for r in range(args.rounds):
+            order = ("hand", "ours") if r % 2 == 0 else ("ours", "hand")
+            for kind in order:
+                torch.manual_seed(0)
+                model = build_model(cfg)
+                dist.barrier()
+                if kind == "hand":
+                    hand.append(hand_written_loop(model, data, args.steps, args.warmup, env.rank, env.world_size))
+                else:
+                    ours.append(trainer_run(model, data, env, args.steps, args.warmup, Path(tmp) / f"round{r}"))
+        if env.rank == 0:
+            print(json.dumps({"hand": hand, "ours": ours}), flush=True)
+    dist.finish(0)
+
+
+def throughput(args: argparse.Namespace) -> None:
+    from slurmgen.train.spawn import child_env, free_port
+
+    port = free_port()
+    cmd = [sys.executable, __file__, "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--rounds", str(args.rounds), "--tmp", args.tmp]
+    procs = [subprocess.Popen(cmd, env=child_env(os.environ, r, args.world, port), stdout=subprocess.PIPE, text=True)
+             for r in range(args.world)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit(f"a worker failed: exit codes {[p.returncode for p in procs]}")
+    result = json.loads(outs[0].strip().splitlines()[-1])
+    hand, ours = statistics.median(result["hand"]), statistics.median(result["ours"])
+    print(f"throughput, {args.world} ranks gloo, GPT {MODEL['n_layer']}x{MODEL['n_embd']}, batch {MODEL['batch_size']}x{MODEL['block_size']}:")
+    print(f"  hand-written DDP loop  {hand:8.2f} steps/s   (rounds: {', '.join(f'{v:.2f}' for v in result['hand'])})")
+    print(f"  slurmgen Trainer       {ours:8.2f} steps/s   (rounds: {', '.join(f'{v:.2f}' for v in result['ours'])})")
+    print(f"  ratio trainer / hand-written: {ours / hand:.3f}   (target >= 0.97)")
+
+
+def checkpoints(args: argparse.Namespace) -> None:
+    import torch
+
+    from slurmgen.train import checkpoint as ckpt
+
+    n = int(args.ckpt_mb * 2**20 / 4)
+    state = {"format": ckpt.FORMAT, "step": 1,
+             "model": {f"layer{i}.weight": torch.randn(n // 8) for i in range(8)}, "rng": [ckpt.capture_rng()]}
+    size_mb = sum(t.numel() * 4 for t in state["model"].values()) / 2**20
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        d, plain = Path(tmp) / "ckpt", Path(tmp) / "plain.pt"
+
+        def save_fsync() -> None:
+            with open(plain, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+
+        ops = {
+            "slurmgen save": lambda r: ckpt.save(d, r, state, keep_last=1),
+            "torch.save": lambda r: torch.save(state, plain),
+            "torch.save+fsync": lambda r: save_fsync(),
+            "slurmgen load": lambda r: ckpt.find_latest(d),
+            "torch.load": lambda r: torch.load(plain, map_location="cpu", weights_only=False),
+            "torch.load(weights_only)": lambda r: torch.load(plain, map_location="cpu", weights_only=True),
+        }
+        times: dict[str, list[float]] = {k: [] for k in ops}
+        for r in range(args.rounds):
+            names = list(ops)[:3] if r % 2 == 0 else list(ops)[2::-1]
+            names += list(ops)[3:] if r % 2 == 0 else list(ops)[:2:-1]
+            for name in names:
+                os.sync()  # start from clean page cache: no op pays for another's write-back
+                t0 = time.perf_counter()
+                ops[name](r)
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"checkpoint of {size_mb:.0f} MB, {args.rounds} rounds (median):")
+    for k, v in med.items():
+        print(f"  {k:26s} {v:7.3f} s  ({size_mb / v:6.0f} MB/s)")
+    print(f"  ratio save: slurmgen / torch.save {med['slurmgen save'] / med['torch.save']:.2f}, "
+          f"/ torch.save+fsync {med['slurmgen save'] / med['torch.save+fsync']:.2f}")
+    print(f"  ratio load: slurmgen / torch.load {med['slurmgen load'] / med['torch.load']:.2f}, "
+          f"/ torch.load(weights_only) {med['slurmgen load'] / med['torch.load(weights_only)']:.2f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--ckpt-mb", type=float, default=100)
+    p.add_argument("--tmp", default=tempfile.gettempdir(), help="directory for run dirs and checkpoint files")
+    p.add_argument("--skip", choices=("throughput", "checkpoints"), action="append", default=[])
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.steps % args.warmup:
+        p.error("--steps must be a multiple of --warmup")
+    if args.worker:
+        return worker(args)
+    if "throughput" not in args.skip:
+        throughput(args)
+    if "checkpoints" not in args.skip:
+        checkpoints(args)
+
+
+if __name__ == "__main__":
+    main()
