@@ -184,18 +184,34 @@ SLURMGEN = shutil.which("slurmgen", path=os.path.dirname(PY)) or shutil.which("s
 
 
 @pytest.mark.skipif(SLURMGEN is None, reason="the slurmgen console script is not installed")
-def test_launch_multi_node_two_nodes(tmp_path):
+@pytest.mark.parametrize("per_node", [1, 2])
+def test_launch_multi_node_two_nodes(tmp_path, per_node):
     """slurmgen create renders launch_multi_node.sh; two 'nodes' on this machine train together."""
     scripts, out = tmp_path / "scripts", tmp_path / "run"
-    create = [SLURMGEN, "create", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "-o", str(scripts), "--",
+    create = [SLURMGEN, "create", "--nodes", "2", "--gpus", str(per_node), "--backend", "gloo", "-o", str(scripts), "--",
               "python", "-m", "slurmgen.train", "--out-dir", str(out), *RUN]
     made = subprocess.run(create, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     env = clean_env(MASTER_PORT=str(free_port()), PATH=f"{os.path.dirname(PY)}:{os.environ['PATH']}",
                     SLURMGEN_LOG_DIR=str(tmp_path / "logs"))
     launch = str(scripts / "launch_multi_node.sh")
-    results = run_ranks([[launch, "127.0.0.1", "2", "2", str(node)] for node in (0, 1)], [env, env])
+    results = run_ranks([[launch, "127.0.0.1", "2", str(per_node), str(node)] for node in (0, 1)], [env, env])
     assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] + r.stdout[-2000:] for r in results]
-    check_run_dir(out, 4)
+    check_run_dir(out, 2 * per_node)
     rank0_log = next(p for p in (tmp_path / "logs").iterdir() if p.name.startswith("rank-0")).read_text()
-    assert "launcher=env" in rank0_log and "world_size=4" in rank0_log and "done: step 6" in rank0_log
+    assert "launcher=env" in rank0_log and f"world_size={2 * per_node}" in rank0_log and "done: step 6" in rank0_log
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_custom_model.py"
+
+
+def test_user_api_example_under_torchrun(tmp_path):
+    """examples/train_custom_model.py: a user model and data set through train_ddp() on 2 ranks."""
+    out = tmp_path / "run"
+    torchrun = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port())]
+    res = run(torchrun + [str(EXAMPLE), "--out-dir", str(out), "--max-steps", "100"], clean_env())
+    assert res.returncode == 0, res.stderr[-3000:]
+    val = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"val"' in line]
+    assert len(val) == 1 and val[0] < 0.1
+    assert (out / "checkpoints" / "latest").read_text().strip() == "ckpt-000000100.pt"
+    assert "Traceback" not in res.stderr and "terminate called" not in res.stderr
