@@ -232,6 +232,17 @@ def launch(
         raise typer.Exit(code)
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def train(ctx: typer.Context) -> None:
+    """Run the bundled DDP trainer: the same flags as `python -m slurmgen.train` (see `slurmgen train --help`)."""
+    from slurmgen.train.cli import main as train_main
+
+    raise typer.Exit(train_main(list(ctx.args)))
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON schema of the job spec (point your editor's YAML plugin at it)."""

@@ -155,3 +155,12 @@ def test_cli_does_not_import_torch_or_paramiko(args):
 def test_python_dash_m_and_version():
     result = subprocess.run([sys.executable, "-m", "slurmgen", "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.startswith("slurmgen ")
+
+
+def test_train_passes_flags_through_to_the_trainer():
+    helped = subprocess.run([sys.executable, "-m", "slurmgen", "train", "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert helped.returncode == 0 and "usage: slurmgen train" in helped.stdout and "--max-steps" in helped.stdout
+    bad = subprocess.run([sys.executable, "-m", "slurmgen", "train", "--max-steps", "x"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--max-steps" in bad.stderr and "Traceback" not in bad.stderr
