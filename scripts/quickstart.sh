@@ -2,7 +2,8 @@
 # Set everything up and run the main job on this one machine, no cluster needed:
 # render the scripts for 2 nodes x 2 processes (gloo, CPU), then start launch_multi_node.sh
 # twice, as node 0 and node 1 of a job whose master is 127.0.0.1, exactly as you would on
-# two real machines. Every rank joins the process group and checks its identity.
+# two real machines. The job is the bundled DDP trainer on its synthetic data set: a small
+# GPT for 40 steps, checkpointed and logged by rank 0 into runs/quickstart.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$repo/scripts/setup.sh"
@@ -11,7 +12,7 @@ export PATH="$venv/bin:$PATH"
 cd "$repo"
 
 slurmgen create --nodes 2 --gpus 2 --backend gloo --output-dir out --force -- \
-  python -m slurmgen.train.probe
+  python -m slurmgen.train --max-steps 40 --out-dir runs/quickstart --resume never
 export MASTER_PORT=${MASTER_PORT:-29517}
 
 out/launch_multi_node.sh 127.0.0.1 2 2 1 &
@@ -24,7 +25,7 @@ wait "$node1" || node1_status=$?
 trap - EXIT
 if ((status == 0)); then status=$node1_status; fi
 if ((status == 0)); then
-  echo "quickstart: 2 nodes x 2 ranks ran and agreed on their ranks; logs in out/logs, scripts in out/"
+  echo "quickstart: 2 nodes x 2 ranks trained together; scripts in out/, logs in out/logs, run in runs/quickstart"
 else
   echo "quickstart: the job failed with exit code $status; see out/logs" >&2
 fi
