@@ -61,8 +61,8 @@ def _job_requeueable(exe: str, job: str, timeout: float) -> bool | None:
     return None if done.returncode != 0 or m is None else m.group(1) == "1"
 
 
-def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: float = 30.0) -> str:
-    """Ask Slurm to requeue this job if wanted; return a sentence saying what happened.
+def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: float = 30.0) -> tuple[bool, str]:
+    """Ask Slurm to requeue this job if wanted; return (worth a warning?, what happened).
 
     wanted None means "if the job is requeueable" (sbatch --requeue, as scontrol reports it).
     Never raises: a missing scontrol (a container without Slurm's client) or a refusal only
@@ -70,23 +70,23 @@ def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: fl
     person can restart the run, which resumes from the checkpoint just written.
     """
     if wanted is False:
-        return "requeue is off (--no-requeue): restart the run to resume"
+        return False, "requeue is off (--no-requeue): restart the run to resume"
     job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job:
-        return "not a Slurm job (SLURM_JOB_ID unset): not requeueing; restart the run to resume"
+        return False, "not a Slurm job (SLURM_JOB_ID unset): not requeueing; restart the run to resume"
     exe = shutil.which("scontrol", path=environ.get("PATH"))
     if exe is None:
-        return f"scontrol not found (inside a container?): cannot requeue job {job}; restart it to resume"
+        return True, f"scontrol not found (inside a container?): cannot requeue job {job}; restart it to resume"
     if wanted is None:
         requeueable = _job_requeueable(exe, job, timeout)
         if not requeueable:
             why = "was not submitted with --requeue" if requeueable is False else "cannot be checked"
-            return f"job {job} {why}: not requeueing (--requeue forces it); restart it to resume"
+            return requeueable is None, f"job {job} {why}: not requeueing (--requeue forces it); restart it to resume"
     try:
         done = subprocess.run([exe, "requeue", job], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"scontrol requeue {job} failed: {exc}"
+        return True, f"scontrol requeue {job} failed: {exc}"
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        return f"scontrol requeue {job} failed ({detail[0] if detail else 'exit ' + str(done.returncode)})"
-    return f"asked Slurm to requeue job {job}"
+        return True, f"scontrol requeue {job} failed ({detail[0] if detail else 'exit ' + str(done.returncode)})"
+    return False, f"asked Slurm to requeue job {job}"

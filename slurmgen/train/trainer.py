@@ -253,14 +253,17 @@ class Trainer:
                 if preempted:
                     break
             vote.settle()  # the last vote is still in flight: finish it before other collectives
+        except BaseException:
+            self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
+            raise
         finally:
             progress.close()
             flag.restore()
         if preempted:
             log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
             if env.is_main:
-                said = request_requeue(os.environ, cfg.requeue)
-                (log.info if said.startswith("asked") else log.warning)("%s", said)
+                warn, said = request_requeue(os.environ, cfg.requeue)
+                (log.warning if warn else log.info)("%s", said)
             self.heartbeat.beat(self.step, status="preempted", force=True)
             return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint)
         self.heartbeat.beat(self.step, status="done", force=True)

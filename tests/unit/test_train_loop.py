@@ -142,3 +142,35 @@ def test_train_ddp_with_a_user_model(tmp_path, monkeypatch):
                        threads=torch.get_num_threads())
     assert result.exit_code == 0 and result.step == 30 and result.val_loss < 1.0
     assert (tmp_path / "checkpoints" / "latest").is_file()
+
+
+def test_token_files_through_the_command_line(tmp_path, monkeypatch, capsys):
+    """`--train-data/--val-data` nanoGPT files, end to end in this process (single rank)."""
+    import numpy as np
+
+    from slurmgen.train.cli import main
+
+    for k in list(os.environ):
+        if k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") or k.startswith("SLURM_"):
+            monkeypatch.delenv(k)
+    rng = np.random.default_rng(0)
+    rng.integers(0, 100, size=5000, dtype=np.uint16).tofile(tmp_path / "train.bin")
+    rng.integers(0, 100, size=1000, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    out = tmp_path / "run"
+    code = main(["--train-data", str(tmp_path / "train.bin"), "--val-data", str(tmp_path / "val.bin"), "--vocab-size", "128",
+                 "--n-layer", "1", "--n-embd", "16", "--block-size", "16", "--max-steps", "4", "--eval-every", "2",
+                 "--out-dir", str(out), "--progress", "bar", "--threads", str(torch.get_num_threads())])
+    assert code == 0
+    rows = metrics(out)
+    assert [(r["step"], r["split"]) for r in rows if r["split"] == "val"] == [(2, "val"), (4, "val")]
+    assert "done: step 4" in capsys.readouterr().err
+
+
+def test_failure_marks_the_heartbeat(tmp_path):
+    def broken(out, targets):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        make(tmp_path, loss_fn=broken).fit()
+    beat = json.loads((tmp_path / "heartbeats" / "rank-00000.json").read_text())
+    assert beat["status"] == "failed" and beat["step"] == 0
