@@ -58,6 +58,10 @@ for arg in "$@"; do
     *) fail "unknown argument '$arg'" ;;
   esac
 done
+# Everything from here on reaches sshd through a relay that outlives a lost connection: with
+# SIGPIPE ignored and /dev/null as a second output it keeps draining, so no process of the
+# node dies of a broken pipe before the lifeline below has stopped it properly.
+exec > >(tee -p /dev/null) 2>&1
 
 # --- the payload: node script and environment, then stdin is the lifeline ---
 IFS=' ' read -r magic script_len env_len || fail "no payload on stdin"

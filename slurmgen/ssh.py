@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import getpass
+import logging
 import os
 import socket
 import threading
@@ -27,6 +28,10 @@ from typing import Callable, Sequence
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
+
+# paramiko logs a transport's failure from its own thread; Python's last-resort handler would
+# print it as a stray line ("Exception (client): ...") next to our one clear line per host.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
@@ -261,7 +266,8 @@ def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError
             hint=f"if the host was reinstalled, remove the old key (ssh-keygen -R '{target.key_name}' -f {store}) "
                  "and add the new one after checking it; otherwise someone may be intercepting the connection "
                  "(--accept-new-host-keys never replaces a known key)")
-    if isinstance(exc, paramiko.AuthenticationException):
+    if isinstance(exc, paramiko.AuthenticationException) or (
+            isinstance(exc, paramiko.SSHException) and "no authentication methods" in str(exc).lower()):
         keys = ", ".join(target.identities) or "none given"
         agent = "no" if target.identities_only or not os.environ.get("SSH_AUTH_SOCK") else "yes"
         return ConnectError(target.alias, f"authentication as {target.user!r} failed at {where} "
@@ -279,7 +285,8 @@ def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError
             return ConnectError(target.alias, f"connection refused by {where}",
                                 hint="is sshd running there, and is the port right (--port, Port in ~/.ssh/config)?")
         return ConnectError(target.alias, f"cannot connect to {where}: no route to host")
-    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+    handshake = ("banner", "no existing session", "negotiation failed")
+    if isinstance(exc, (paramiko.SSHException, EOFError)) and any(w in str(exc).lower() for w in handshake):
         return ConnectError(target.alias, f"{where} sent no SSH greeting within {timeout:g} s",
                             hint="is that port an SSH server? is the host overloaded?")
     if isinstance(exc, OSError) and exc.strerror:

@@ -4,6 +4,7 @@ first failure stops all, exit codes, restarts, heartbeats, signals, lost connect
 import io
 import os
 import signal
+import subprocess
 import textwrap
 import threading
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from slurmgen.launcher import EXIT_LOST, Launcher
 from slurmgen.ssh import ConnectError, SSHOptions
-from test_launch_local import PY, LocalConnection, alive, local_connector, local_plan
+from test_launch_local import PY, LocalConnection, LocalProcess, alive, local_connector, local_plan
 
 SLEEPER = textwrap.dedent("""
     import os, sys, time
@@ -27,17 +28,29 @@ SLEEPER = textwrap.dedent("""
 """)
 
 
-def run(plan, env=None, connector=None):
+SURVIVORS: list[int] = []
+
+
+def run(plan, env=None, connector=None, made=None):
+    """Run the launcher on local 'hosts'; rank processes still alive 2 s after it returned
+    (before the clean-up kill) are left in SURVIVORS."""
     out, err = io.StringIO(), io.StringIO()
-    made = {}
+    made = made if made is not None else {}
     launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False,
                         connector=connector or local_connector(made, env))
+    SURVIVORS.clear()
     try:
         code = launcher.run()
+        deadline = time.monotonic() + 2
+        while any(alive(p) for p in pids(out.getvalue())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        SURVIVORS.extend(p for p in pids(out.getvalue()) if alive(p))
     finally:
         for conn in made.values():
             for proc in conn.procs:
                 proc.kill()
+        for p in SURVIVORS:
+            os.kill(p, signal.SIGKILL)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -66,7 +79,7 @@ def test_first_failure_stops_every_node_fast_with_the_ranks_code(tmp_path):
     assert "stopping all nodes: rank 3 exited with code 7 on h1" in err
     assert "first failure: rank 3 exited with code 7" in err
     assert elapsed < 0.5 + 2 + 3, f"{elapsed:.1f}s"  # fail after 0.5 s, all gone within 2 s, start-up slack
-    assert len(pids(out)) == 4 and not any(alive(p) for p in pids(out))
+    assert len(pids(out)) == 4 and SURVIVORS == []
     assert "stopped" in err  # h0's summary row
 
 
@@ -105,7 +118,7 @@ def test_hung_rank_fails_the_job_with_124(tmp_path):
     code, out, err = run(plan)
     assert code == 124, err
     assert "rank 1 hung (no heartbeat for" in err
-    assert not any(alive(p) for p in pids(out))
+    assert SURVIVORS == [] and pids(out)
 
 
 @pytest.mark.parametrize("signum, expected", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -119,7 +132,7 @@ def test_signal_stops_everything_and_exits_128_plus_signal(tmp_path, signum, exp
         timer.cancel()
     assert code == expected, err
     assert f"got {signal.Signals(signum).name}" in err and f"interrupted by {signal.Signals(signum).name}" in err
-    assert not any(alive(p) for p in pids(out))
+    assert SURVIVORS == [] and pids(out)
 
 
 class BrokenConnection(LocalConnection):
@@ -127,20 +140,32 @@ class BrokenConnection(LocalConnection):
         raise ConnectError(self.alias, "cannot start the node's command: channel refused")
 
 
+class LosingProcess(LocalProcess):
+    """Output through a `cat` standing in for sshd: killing it breaks the node's output pipe
+    and ends its stdin, as a dropped connection does; no exit status comes back."""
+
+    def __init__(self, command, stdin, env=None):
+        super().__init__(command, stdin, env)
+        self.relay = subprocess.Popen(["cat"], stdin=self.popen.stdout, stdout=subprocess.PIPE)
+        self.popen.stdout.close()
+        threading.Timer(1.0, self.lose).start()
+
+    def read(self):
+        return os.read(self.relay.stdout.fileno(), 65536)
+
+    def lose(self):
+        self.close_stdin()
+        self.relay.kill()
+
+    def exit_status(self):
+        self.relay.wait()
+        return None
+
+
 class LosingConnection(LocalConnection):
-    """Its session ends after a second without an exit status, like a dropped connection: sshd
-    goes away, so the node's stdin ends (its bootstrap stops the ranks) and no status comes."""
-
     def start(self, command, stdin, timeout=10.0):
-        proc = super().start(command, stdin, timeout)
-        real_status = proc.exit_status
-
-        def lost():
-            real_status()
-            return None
-
-        proc.exit_status = lost
-        threading.Timer(1.0, proc.close_stdin).start()
+        proc = LosingProcess(command, stdin, self.env)
+        self.procs.append(proc)
         return proc
 
 
@@ -155,10 +180,7 @@ def test_a_node_that_cannot_start_or_is_lost_stops_the_others(tmp_path, cls, exp
         return conns
 
     plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1))
-    code, out, err = run(plan, connector=connector)
-    for conn in made.values():
-        for proc in conn.procs:
-            proc.kill()
+    code, out, err = run(plan, connector=connector, made=made)
     assert code == expected, err
     assert words in err
-    assert not any(alive(p) for p in pids(out))
+    assert SURVIVORS == []

@@ -1,0 +1,413 @@
+"""`slurmgen launch` against the real sshd of every test-cluster node (each in its own network
+namespace, key-only, host keys pinned in the cluster's known_hosts).
+
+Every run goes through the real command line (`python -m slurmgen launch`) in a subprocess;
+processes are checked per node with `ip netns pids`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
+pytest.importorskip("paramiko", reason="paramiko is not installed: run scripts/setup.sh")
+
+PY = sys.executable
+PROBE = [PY, "-m", "slurmgen.train.probe", "--timeout", "60"]
+PROBE_RE = re.compile(r"^\[(\S+)/(\d+)\] SLURMGEN_PROBE (\{.*\})$")
+
+
+def port() -> int:
+    return random.randint(21000, 28999)
+
+
+def base_args(cluster, workdir: Path) -> list[str]:
+    return ["--ssh-config", str(cluster.ssh_config), "--workdir", str(workdir), "--master-port", str(port()),
+            "--backend", "gloo", "--connect-timeout", "5"]
+
+
+class Run:
+    """A `slurmgen launch` subprocess whose output is read live, line by line, with times."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None):
+        self.lines: list[tuple[float, str, str]] = []   # (time, stream, text)
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen([PY, "-m", "slurmgen", "launch", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})})
+        self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
+                        for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))]
+        for r in self.readers:
+            r.start()
+
+    def _read(self, stream, name):
+        for line in stream:
+            self.lines.append((time.monotonic(), name, line.rstrip("\n")))
+
+    def wait_for(self, pattern: str, timeout: float = 60) -> float:
+        """Time at which a line matching `pattern` appeared (fails after `timeout`)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for t, _, text in list(self.lines):
+                if rx.search(text):
+                    return t
+            if self.proc.poll() is not None and all(not r.is_alive() for r in self.readers):
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no line matching {pattern!r}:\n{self.text()}")
+
+    def finish(self, timeout: float = 120) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"slurmgen launch still running after {timeout}s:\n{self.text()}")
+        for r in self.readers:
+            r.join(timeout=10)
+        return code
+
+    @property
+    def out(self) -> str:
+        return "\n".join(t for _, s, t in self.lines if s == "out")
+
+    @property
+    def err(self) -> str:
+        return "\n".join(t for _, s, t in self.lines if s == "err")
+
+    def text(self) -> str:
+        return f"--- stdout ---\n{self.out[-6000:]}\n--- stderr ---\n{self.err[-4000:]}"
+
+
+def launch(cluster, workdir: Path, *args: str, env=None, timeout: float = 120) -> Run:
+    run = Run([*base_args(cluster, workdir), *args], env=env)
+    run.finish(timeout)
+    return run
+
+
+def probe_rows(text: str) -> list[tuple[str, int, dict]]:
+    return [(m.group(1), int(m.group(2)), json.loads(m.group(3))) for m in map(PROBE_RE.match, text.splitlines()) if m]
+
+
+def job_procs(cluster, marker: str) -> list:
+    """Processes on any node whose command line contains `marker`."""
+    return [p for n in cluster.nodes for p in cluster.pids_on(n) if marker in p.cmdline]
+
+
+def wait_gone(cluster, marker: str, timeout: float) -> tuple[float, list]:
+    """Poll every node until no process matches; (the time it was so, what is left)."""
+    start = time.monotonic()
+    while True:
+        left = job_procs(cluster, marker)
+        if not left or time.monotonic() - start > timeout:
+            return time.monotonic(), left
+        time.sleep(0.02)
+
+
+def assert_nodes_clean(cluster, timeout: float = 5):
+    """Nothing but slurmd and the sshd listener left on any node (sessions included)."""
+    left = cluster.wait_no_tasks(None, timeout=timeout)
+    assert not left, [(p.node, p.pid, p.cmdline) for p in left]
+
+
+@pytest.fixture
+def two_nodes(cluster):
+    if len(cluster.nodes) < 2:
+        pytest.skip("needs 2 nodes")
+    assert_nodes_clean(cluster, timeout=15)  # a previous test's leftovers would skew the checks
+    return cluster
+
+
+# ---- ranks ------------------------------------------------------------------------------------------
+def test_two_nodes_two_ranks_gloo_probe(two_nodes, tmp_path):
+    c = two_nodes
+    run = launch(c, tmp_path, "--hosts", "node1,node2", "--gpus", "2", "--", *PROBE)
+    assert run.proc.returncode == 0, run.text()
+    rows = probe_rows(run.out)
+    assert sorted(rank for _, rank, _ in rows) == [0, 1, 2, 3], run.text()
+    assert {(tag, rank, r["host"], r["rank"], r["local_rank"], r["node_rank"], r["world_size"]) for tag, rank, r in rows} == {
+        ("node1", 0, "node1", 0, 0, 0, 4), ("node1", 1, "node1", 1, 1, 0, 4),
+        ("node2", 2, "node2", 2, 0, 1, 4), ("node2", 3, "node2", 3, 1, 1, 4)}
+    assert all(r["problems"] == [] and r["sum"] == 10 and r["master_addr"] == "node1" for _, _, r in rows)
+    assert "all 2 node(s) running 4 rank(s)" in run.err
+    assert re.search(r"node1\s+0\s+0-1\s+ok\s+0", run.err) and re.search(r"node2\s+1\s+2-3\s+ok\s+0", run.err), run.err
+    logs = tmp_path / "out" / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["rank-0.log", "rank-1.log", "rank-2.log", "rank-3.log"]
+    assert "SLURMGEN_PROBE" in (logs / "rank-3.log").read_text()
+    assert_nodes_clean(c)
+
+
+def test_uneven_slots_from_a_hostfile_master_first(two_nodes, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# DeepSpeed format\nnode1 slots=1\nnode2 slots=3  # bigger node\n")
+    run = launch(two_nodes, tmp_path, "--hostfile", str(hostfile), "--master", "node2", "--", *PROBE)
+    assert run.proc.returncode == 0, run.text()
+    rows = probe_rows(run.out)
+    assert sorted((r["rank"], r["host"], r["local_rank"], r["node_rank"], r["local_world_size"]) for _, _, r in rows) == [
+        (0, "node2", 0, 0, 3), (1, "node2", 1, 0, 3), (2, "node2", 2, 0, 3), (3, "node1", 0, 1, 1)]
+    assert all(r["problems"] == [] and r["world_size"] == 4 and r["master_addr"] == "node2" for _, _, r in rows)
+
+
+def test_include_picks_slots_and_sets_the_gpu_list(two_nodes, tmp_path):
+    show = "import os; print('CVD', os.environ['RANK'], os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    run = launch(two_nodes, tmp_path, "--hosts", "node1,node2", "--gpus", "4", "--include", "node1:1,3@node2:2",
+                 "--", PY, "-c", show)
+    assert run.proc.returncode == 0, run.text()
+    assert sorted(re.findall(r"\] CVD (\d) (\S+)", run.out)) == [("0", "1,3"), ("1", "1,3"), ("2", "2")]
+
+
+# ---- failure -------------------------------------------------------------------------------------
+def test_failing_rank_stops_every_process_on_both_nodes(two_nodes, tmp_path):
+    c = two_nodes
+    marker = f"--fail-rank 3 --sleep 3{random.randint(100, 999)}"
+    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--", *PROBE, *marker.split()])
+    failed_at = run.wait_for(r"rank 3 \(local rank 1\) exited with code 1", timeout=90)
+    gone_at, left = wait_gone(c, marker, timeout=10)
+    code = run.finish(30)
+    assert not left, [(p.node, p.cmdline) for p in left]
+    # From the moment the failure was reported to the last rank process gone, on every node.
+    assert gone_at - failed_at < 2.0, f"{gone_at - failed_at:.2f}s\n{run.text()}"
+    assert code == 1, run.text()
+    assert "stopping all nodes: rank 3 exited with code 1 on node2" in run.err
+    assert re.search(r"node2\s+1\s+2-3\s+failed\s+1 .*first failure: rank 3 exited with code 1", run.err), run.err
+    assert re.search(r"node1\s+0\s+0-1\s+stopped\s+143", run.err), run.err
+    assert "fails on purpose" in (tmp_path / "out" / "logs" / "rank-3.log").read_text()
+    assert_nodes_clean(c)
+
+
+def test_lost_connection_stops_the_other_node_and_its_own_ranks(two_nodes, tmp_path):
+    c = two_nodes
+    marker = f"--sleep 4{random.randint(100, 999)}"
+    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "1", "--", *PROBE, *marker.split()])
+    run.wait_for(r"all 2 node\(s\) running", timeout=60)
+    time.sleep(0.5)
+    node2 = c.node("node2")
+    sessions = [p for p in c.pids_on(node2) if p.cmdline.startswith("sshd:")]
+    assert sessions, [p.cmdline for p in c.pids_on(node2)]
+    for p in sessions:  # as if node2's network went away: its sshd sessions vanish
+        os.kill(p.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    gone_at, left = wait_gone(c, marker, timeout=10)
+    code = run.finish(30)
+    assert not left, [(p.node, p.cmdline) for p in left]
+    assert gone_at - killed < 2.5, f"{gone_at - killed:.2f}s\n{run.text()}"
+    assert code == 255, run.text()
+    assert "lost the connection to node2" in run.err
+    assert_nodes_clean(c)
+
+
+def trainer_args(out: Path, *extra: str) -> list[str]:
+    return [PY, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256",
+            "--progress", "lines", "--heartbeat-every", "0.2", "--out-dir", str(out), *extra]
+
+
+def heartbeats(out: Path) -> dict[int, dict]:
+    beats = {}
+    for f in (out / "heartbeats").glob("rank-*.json"):
+        try:
+            beats[int(f.stem.split("-")[1])] = json.loads(f.read_text())
+        except (ValueError, OSError):
+            continue
+    return beats
+
+
+def wait_until(predicate, timeout: float, what: str, run: Run | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if run is not None and run.proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{run.text()}" if run else ""))
+
+
+def test_hung_rank_is_caught_by_the_heartbeat_timeout(two_nodes, tmp_path):
+    c = two_nodes
+    out = tmp_path / "run"
+    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--heartbeat-timeout", "3",
+               "--", *trainer_args(out, "--max-steps", "1000000")])
+    beats = wait_until(lambda: (lambda b: b if len(b) == 4 and all(x["status"] == "running" for x in b.values()) else None)(
+        heartbeats(out)), 90, "4 running heartbeats", run)
+    victim = beats[3]
+    assert victim["host"] == "node2"
+    os.kill(victim["pid"], signal.SIGSTOP)  # a rank that hangs: no progress, no heartbeat, no exit
+    stopped = time.monotonic()
+    try:
+        hung_at = run.wait_for(r"^\[node\d\] rank \d: no heartbeat for \d+ ms", timeout=30)
+        code = run.finish(30)
+    finally:
+        try:
+            os.kill(victim["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert code == 124, run.text()
+    assert 2.5 <= hung_at - stopped < 3 + 3, f"{hung_at - stopped:.1f}s\n{run.text()}"
+    assert re.search(r"hung\s+124 .*first failure: rank \d hung \(no heartbeat for", run.err), run.err
+    assert_nodes_clean(c)
+
+
+def test_restart_resumes_the_trainer_from_its_checkpoint(two_nodes, tmp_path):
+    c = two_nodes
+    out = tmp_path / "run"
+    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "1", "--max-restarts", "1",
+               "--", *trainer_args(out, "--max-steps", "250", "--save-every", "20", "--log-every", "25")])
+    wait_until(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint", run)
+    victim = wait_until(lambda: heartbeats(out).get(1), 30, "rank 1's heartbeat", run)
+    os.kill(victim["pid"], signal.SIGKILL)  # rank 1 on node2 crashes mid-run
+    code = run.finish(240)
+    assert code == 0, run.text()
+    assert re.search(r"attempt 1 of 2 failed \(rank 1 exited with code 137 on node2\); starting all nodes again", run.err)
+    m = re.search(r"resumed from \S+ckpt-0*(\d+)\.pt at step (\d+)", run.out)
+    assert m and int(m.group(2)) >= 20, run.text()
+    assert "done: step 250" in run.out
+    log = (tmp_path / "out" / "logs" / "rank-1.log").read_text()
+    assert "===== slurmgen launch: attempt 1, node 1 (node2)" in log and "===== slurmgen launch: attempt 2, node 1 (node2)" in log
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(m["step"] for m in metrics) == 250
+    assert_nodes_clean(c)
+
+
+# ---- host keys ----------------------------------------------------------------------------------------
+def test_unknown_host_key_is_refused_and_accepted_only_with_the_opt_in(two_nodes, tmp_path):
+    c = two_nodes
+    known = tmp_path / "ssh" / "known_hosts"  # does not exist yet
+    args = ["--hosts", "node1,node2", "--known-hosts", str(known), "--", "true"]
+    run = launch(c, tmp_path, *args)
+    assert run.proc.returncode == 1, run.text()
+    lines = [ln for ln in run.err.splitlines() if ln.startswith("slurmgen: error:")]
+    assert len(lines) == 2, run.err
+    for node in ("node1", "node2"):
+        line = next(ln for ln in lines if f"error: {node}:" in ln)
+        assert re.search(rf"host key ssh-ed25519 SHA256:\S+ of {node} is not in {re.escape(str(known))}; refusing", line)
+        assert "--accept-new-host-keys" in line and "ssh-keyscan" in line
+    assert not known.exists()
+
+    run = launch(c, tmp_path, "--accept-new-host-keys", *args)
+    assert run.proc.returncode == 0, run.text()
+    assert "added new host key ssh-ed25519" in run.err
+    recorded = {line.split()[0]: line.split()[2] for line in known.read_text().splitlines()}
+    pinned = {line.split()[0].split(",")[0]: line.split()[2] for line in c.known_hosts.read_text().splitlines()}
+    assert recorded == {"node1": pinned["node1"], "node2": pinned["node2"]}
+
+    run = launch(c, tmp_path, *args)  # now known: no opt-in needed
+    assert run.proc.returncode == 0, run.text()
+
+
+def test_changed_host_key_is_refused_even_with_the_opt_in(two_nodes, tmp_path):
+    c = two_nodes
+    pinned = {line.split()[0].split(",")[0]: line.split(None, 1)[1] for line in c.known_hosts.read_text().splitlines()}
+    forged = tmp_path / "known_hosts"
+    forged.write_text(f"node1 {pinned['node2']}\nnode2 {pinned['node2']}")  # node1 "changed" its key
+    run = launch(c, tmp_path, "--hosts", "node1,node2", "--known-hosts", str(forged), "--accept-new-host-keys",
+                 "--", "true")
+    assert run.proc.returncode == 1, run.text()
+    assert re.search(r"error: node1: host key of node1 has CHANGED: the server offers ssh-ed25519 SHA256:\S+, "
+                     r"known_hosts has ssh-ed25519 SHA256:\S+; refusing \(hint: .*ssh-keygen -R", run.err), run.err
+    assert "node2:" not in run.err.replace("node2 ", "")  # node2 itself was fine
+
+
+# ---- reaching hosts ---------------------------------------------------------------------------------------
+def test_closed_port_is_refused_at_once_naming_the_host(two_nodes, tmp_path):
+    start = time.monotonic()
+    run = launch(two_nodes, tmp_path, "--hosts", "node1,node2", "--port", "2", "--", "true")
+    assert run.proc.returncode == 1
+    assert f"error: node1: connection refused by node1:2" in run.err and "error: node2: connection refused" in run.err
+    assert time.monotonic() - start < 5
+
+
+def test_silent_host_fails_within_the_connect_timeout(two_nodes, tmp_path):
+    # A listener on loopback that accepts and never says a word (a hung or non-SSH service).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text(f"Host quiet\n  HostName 127.0.0.1\n  Port {silent.getsockname()[1]}\n"
+                       + two_nodes.ssh_config.read_text())
+        start = time.monotonic()
+        run = Run(["--ssh-config", str(cfg), "--hosts", "node1,quiet", "--connect-timeout", "1.5", "--", "true"])
+        code = run.finish(30)
+        elapsed = time.monotonic() - start
+    assert code == 1, run.text()
+    assert "error: quiet: 127.0.0.1:" in run.err and "sent no SSH greeting within 1.5 s" in run.err, run.err
+    assert "error: node1" not in run.err, run.err  # node1 was fine; only quiet is named
+    assert elapsed < 1.5 + 3, f"{elapsed:.1f}s"
+
+
+def test_unreachable_address_times_out_within_the_connect_timeout(two_nodes, tmp_path):
+    # A namespace of our own with a veth pair whose both ends stay inside it: the TEST-NET
+    # address 203.0.113.2 is pinned to a MAC nobody has, so SYNs go out one end, arrive at the
+    # other and are dropped there. Nothing leaves the namespace; nothing ever answers.
+    ns, a, b = f"sgt-unreach-{os.getpid()}", "sgtua0", "sgtub0"
+    steps = [["ip", "netns", "add", ns],
+             ["ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b],
+             ["ip", "-n", ns, "addr", "add", "203.0.113.1/24", "dev", a],
+             ["ip", "-n", ns, "link", "set", a, "up"], ["ip", "-n", ns, "link", "set", b, "up"],
+             ["ip", "-n", ns, "neigh", "add", "203.0.113.2", "lladdr", "02:00:00:00:00:02", "dev", a, "nud", "permanent"]]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        start = time.monotonic()
+        proc = subprocess.run(["ip", "netns", "exec", ns, PY, "-m", "slurmgen", "launch", "--hosts", "203.0.113.2",
+                               "--known-hosts", str(tmp_path / "kh"), "--ssh-config", os.devnull,
+                               "--connect-timeout", "2", "--", "true"],
+                              capture_output=True, text=True, timeout=60)
+        elapsed = time.monotonic() - start
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == ("slurmgen: error: 203.0.113.2: no answer from 203.0.113.2:22 within 2 s (hint: is "
+                                   "the host up and reachable from here? (--connect-timeout to wait longer))"), proc.stderr
+    assert elapsed < 2 + 3, f"{elapsed:.1f}s"
+
+
+# ---- authentication and ssh config ----------------------------------------------------------------------
+def test_flags_without_ssh_config_and_agent_authentication(two_nodes, tmp_path):
+    c = two_nodes
+    flags = ["--user", "root", "--known-hosts", str(c.known_hosts), "--workdir", str(tmp_path),
+             "--ssh-config", str(tmp_path / "empty_config"), "--hosts", "node1,node2"]
+    (tmp_path / "empty_config").write_text("")
+    run = Run([*flags, "--identity", str(c.ssh_key), "--", "hostname"])
+    assert run.finish(60) == 0, run.text()
+    assert sorted(re.findall(r"^\[(node\d)/\d\] (node\d)$", run.out, re.M)) == [("node1", "node1"), ("node2", "node2")]
+
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(sock.exists, 10, "ssh-agent's socket")
+        subprocess.run(["ssh-add", str(c.ssh_key)], env={**os.environ, "SSH_AUTH_SOCK": str(sock)}, check=True,
+                       capture_output=True)
+        run = Run([*flags, "--", "hostname"], env={"SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)})
+        assert run.finish(60) == 0, run.text()
+        run = Run([*flags, "--", "hostname"], env={"SSH_AUTH_SOCK": "", "HOME": str(tmp_path)})
+        assert run.finish(60) == 1
+        assert "error: node1: authentication as 'root' failed at node1:22 (key files: none given; ssh-agent: no)" in run.err, run.err
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
+def test_proxy_jump_through_the_first_node(two_nodes, tmp_path):
+    c = two_nodes
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host behind\n  HostName node2\n  ProxyJump node1\n" + c.ssh_config.read_text())
+    run = Run(["--ssh-config", str(cfg), "--workdir", str(tmp_path), "--hosts", "behind", "--user", "root",
+               "--identity", str(c.ssh_key), "--known-hosts", str(c.known_hosts), "--",
+               "bash", "-c", 'echo "CONN $(hostname) $SSH_CONNECTION"'])
+    assert run.finish(60) == 0, run.text()
+    m = re.search(r"^\[behind/0\] CONN (\S+) (\S+) ", run.out, re.M)
+    assert m and m.group(1) == "node2" and m.group(2) == c.node("node1").ip, run.text()
