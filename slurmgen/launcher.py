@@ -258,7 +258,10 @@ def dry_run_text(plan: LaunchPlan, opts: SSHOptions, show: Callable[[str, str], 
 
 
 def launch(plan: LaunchPlan, opts: SSHOptions) -> int:
+    """Run the plan; the exit code of the job (see the module docstring)."""
     try:
         return Launcher(plan, opts).run()
     except ConnectError as exc:
         raise SlurmgenError(exc.line(), exit_code=EXIT_RUN_FAILED) from None
+    except KeyboardInterrupt:  # before any node started: nothing to stop yet
+        raise SlurmgenError("interrupted while connecting", exit_code=130) from None
