@@ -8,7 +8,9 @@
 - `heartbeats/rank-NNNNN.json` (each rank its own): {"rank", "step", "time", "pid", "host",
   "status"}, rewritten atomically at most every --heartbeat-every seconds and at every status
   change. A launcher compares `time` with the clock to tell a hung rank (stale heartbeat) from
-  a slow one (fresh heartbeat, slow steps). status is running | done | preempted | failed.
+  a slow one (fresh heartbeat, slow steps). status is running | evaluating | checkpointing |
+  done | preempted | failed; only "running" promises another beat within --heartbeat-every
+  (during a checkpoint every rank waits as long as rank 0 writes, which is not a hang).
 """
 
 from __future__ import annotations

@@ -127,7 +127,11 @@ class Trainer:
         log.info("resumed from %s at step %d", where, self.step)
 
     def save(self) -> None:
-        """All ranks call this: their RNG states go to rank 0, rank 0 writes, all wait."""
+        """All ranks call this: their RNG states go to rank 0, rank 0 writes, all wait.
+
+        The heartbeat says "checkpointing" meanwhile: the others wait at the barrier for as
+        long as rank 0 writes, which a heartbeat watcher must not take for a hang."""
+        self.heartbeat.beat(self.step, status="checkpointing", force=True)
         rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
         if self.env.is_main:
             epoch, in_epoch = self.batches.position(self.step)
@@ -140,6 +144,7 @@ class Trainer:
             }
             self.last_checkpoint = str(ckpt.save(self.ckpt_dir, self.step, state, self.cfg.keep_last))
         dist.barrier()
+        self.heartbeat.beat(self.step, status="running", force=True)
 
     # --- one step and evaluation ------------------------------------------------------------
     def _loss(self, module: nn.Module, batch: Any) -> torch.Tensor:
@@ -182,6 +187,7 @@ class Trainer:
         """Mean loss over --eval-iters batches per rank, averaged over all ranks."""
         if self.eval_dataset is None or len(self.eval_dataset) == 0:
             return None
+        self.heartbeat.beat(self.step, status="evaluating", force=True)
         self.model.eval()
         total = 0.0
         for i in range(self.cfg.eval_iters):
@@ -191,6 +197,7 @@ class Trainer:
                 total += self._loss(self.model, batch).item()
         self.model.train()
         s, n = dist.all_reduce([total, float(self.cfg.eval_iters)])
+        self.heartbeat.beat(self.step, status="running", force=True)
         return s / n
 
     # --- the run ----------------------------------------------------------------------------
