@@ -38,6 +38,8 @@ def setup(config: TrainConfig, flags: LaunchFlags | None = None, environ: Mappin
     dist.configure_runtime(env, config.threads, config.tf32)
     dist.init(env, config.init_timeout)
     log.info("slurmgen.train: %s", env.describe())
+    if env.note:
+        log.warning("%s", env.note)
     return env
 
 

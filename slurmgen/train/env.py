@@ -32,10 +32,11 @@ DEFAULT_MASTER_PORT = 29500
 # every node agree without talking) and outside the ephemeral range, where it could collide
 # with some process's outgoing connection.
 JOB_PORT_BASE, JOB_PORT_SPAN = 20000, 10000
-# Slurm's step id of the batch shell. A trainer started directly in the batch script sees
-# SLURM_PROCID=0 and the job's SLURM_NTASKS: taking that for srun would wait for ranks that
-# were never started.
-_SLURM_BATCH_STEP = {"4294967294", "batch"}
+# A trainer started directly in the batch script sees SLURM_PROCID=0 and the job's
+# SLURM_NTASKS (seen on Slurm 22.05) but no SLURM_STEP_ID, which srun sets for every task.
+# Taking that for srun would wait for ranks that were never started. Some versions give the
+# batch step an id: its number or "batch".
+_SLURM_BATCH_STEP = {"", "4294967294", "batch"}
 
 
 class EnvError(ValueError):
@@ -68,6 +69,7 @@ class DistEnv:
     backend: str  # resolved: "nccl" or "gloo"
     device: str  # "cpu" or "cuda:N"
     launcher: str  # torchrun | env | spawn | srun | manual | single
+    note: str = ""  # something rank 0 should warn about (e.g. started in a batch shell)
 
     @property
     def distributed(self) -> bool:
@@ -79,7 +81,7 @@ class DistEnv:
         return self.rank == 0
 
     def describe(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in asdict(self).items())
+        return " ".join(f"{k}={v}" for k, v in asdict(self).items() if k != "note")
 
 
 def master_port_for_job(job_id: str) -> int:
@@ -144,7 +146,7 @@ def resolve_backend(requested: str, cuda_count: int) -> tuple[str, str]:
 
 def detect(environ: Mapping[str, str], flags: LaunchFlags, cuda_count: int) -> DistEnv:
     """The one place that decides rank, world and master. Pure: same inputs, same answer."""
-    env = environ
+    env, note = environ, ""
     if flags.rank is not None or flags.world_size is not None:
         if flags.rank is None or flags.world_size is None:
             raise EnvError("--rank and --world-size must be given together")
@@ -211,6 +213,10 @@ def detect(environ: Mapping[str, str], flags: LaunchFlags, cuda_count: int) -> D
     else:
         launcher = "single"
         rank, world, local_rank, local_world, node_rank = 0, 1, 0, 1, 0
+        tasks = env.get("SLURM_NTASKS", "").strip()
+        if env.get("SLURM_PROCID", "").strip() and tasks not in ("", "1"):
+            note = (f"started in the batch script of a job with SLURM_NTASKS={tasks}, not by srun: running ONE "
+                    "process; start the trainer with srun (or a slurmgen script) to use every task")
         addr = flags.master_addr or env.get("MASTER_ADDR") or "127.0.0.1"
         port = flags.master_port or _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
     assert rank is not None and world is not None and local_rank is not None  # for type checkers
@@ -237,6 +243,7 @@ def detect(environ: Mapping[str, str], flags: LaunchFlags, cuda_count: int) -> D
         backend=backend,
         device=device,
         launcher=launcher,
+        note=note,
     )
 
 
