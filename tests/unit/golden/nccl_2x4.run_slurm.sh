@@ -39,6 +39,8 @@ module load cuda/12.4
 export NCCL_DEBUG=WARN
 export NCCL_IB_HCA=mlx5
 export SLURMGEN_BACKEND=nccl
+# The bundled trainer requeues the job itself after its USR1 checkpoint.
+export SLURMGEN_REQUEUE=1
 # A rank stuck in an NCCL collective raises instead of hanging until the time limit.
 export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 
