@@ -112,26 +112,6 @@ if _root and _dir:
 '''
 
 
-class TorchrunDiesOfUsr1(AssertionError):
-    """The known template bug below (xfail'd with raises=, so any other failure still fails)."""
-
-
-# templates/run_slurm.sh.j2 exports TORCHELASTIC_SIGNALS_TO_HANDLE=...,SIGUSR1 for torchrun mode
-# with requeue, but torch 2.13's torchrun overwrites that variable with its own
-# --signals-to-handle flag (default SIGTERM,SIGINT,SIGHUP,SIGQUIT; env default only from
-# PET_SIGNALS_TO_HANDLE): torch/distributed/launcher/api.py sets os.environ[...] before the agent
-# registers handlers. So the agent keeps SIGUSR1's default action and dies of it ("srun: error:
-# nodeN: task K: User defined signal 1"). Preemption still works here only because Slurm signals
-# every process of the step, so the workers get USR1 directly and race the step's tear-down
-# (srun --kill-on-bad-exit=1 after the agent's death) while they checkpoint.
-TORCHRUN_USR1_BUG = pytest.mark.xfail(
-    raises=TorchrunDiesOfUsr1,
-    strict=True,
-    reason="run_slurm.sh.j2: torchrun ignores TORCHELASTIC_SIGNALS_TO_HANDLE (needs "
-    "--signals-to-handle or PET_SIGNALS_TO_HANDLE), so the agent dies of USR1",
-)
-
-
 # --- helpers ------------------------------------------------------------------------------------
 def create(out: Path, *args: str, command: list[str]) -> Path:
     """`slurmgen create` into ``out``; shellcheck what it rendered (issue 3, test 5)."""
@@ -325,7 +305,7 @@ def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
 
 
 # --- issue 3, test 4b: USR1 -> checkpoint, requeue, resume, complete -------------------------------
-@pytest.mark.parametrize("launcher", ["srun", pytest.param("torchrun", marks=TORCHRUN_USR1_BUG)])
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     # Long enough that the first run cannot finish before the signal (it arrives about 10
     # steps after every rank has started stepping, at 30-60 steps/s here), short enough that
@@ -419,10 +399,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     assert cluster.wait_no_tasks(job_id, timeout=15) == []
 
     if launcher == "torchrun":
+        # torchrun itself must handle USR1 (and pass it on), not die of it.
         seen_by_workers = {r["signals_to_handle"] for r in job.audit()}
-        if not all("SIGUSR1" in (s or "").split(",") for s in seen_by_workers):
-            died = [ln for ln in log.splitlines() if "User defined signal 1" in ln]
-            raise TorchrunDiesOfUsr1(
-                f"torchrun handles only {seen_by_workers} (template exports "
-                f"TORCHELASTIC_SIGNALS_TO_HANDLE with SIGUSR1); srun: {died}"
-            )
+        assert all("SIGUSR1" in (s or "").split(",") for s in seen_by_workers), seen_by_workers
+        assert "User defined signal 1" not in log, log

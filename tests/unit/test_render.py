@@ -131,5 +131,6 @@ def test_sbatch_values_are_quoted_for_sbatch():
 
 def test_torchrun_passes_the_requeue_warning_to_workers():
     text = render(build_spec({"launcher": "torchrun", "requeue": True})).files[SLURM_SCRIPT]
-    assert "export TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
+    assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
+    assert "export TORCHELASTIC_SIGNALS_TO_HANDLE=$PET_SIGNALS_TO_HANDLE" in text
     assert "TORCHELASTIC" not in render(build_spec({"launcher": "srun", "requeue": True})).files[SLURM_SCRIPT]
