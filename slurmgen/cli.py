@@ -244,6 +244,65 @@ def train(ctx: typer.Context) -> None:
 
 
 @app.command()
+def runs(
+    directory: Path = typer.Argument(Path("runs"), metavar="[DIR]", help="Where to look for run records (searched recursively)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """List the run records under DIR: name, group, status, steps, last loss, duration."""
+    from slurmgen.tracking.records import find_runs, format_duration
+
+    if not directory.is_dir():
+        raise SlurmgenError(f"runs: no such directory: {str(directory)!r}", hint="pass the directory that holds the runs, e.g. runs/")
+    found = list(find_runs(directory))
+    rows = [{"id": r.get("id"), "name": r.get("name"), "group": r.get("group"), "job_type": r.get("job_type"),
+             "status": r.get("status"), "steps": r.steps, "last_loss": r.last("loss"), "duration": r.duration(),
+             "restarts": r.get("restart_count", 0), "dir": str(r.dir)} for r in found]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo(f"no runs under {directory}")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"running": "cyan", "finished": "green", "failed": "red", "preempted": "yellow"}
+    table = Table("name", "group", "job type", "status", "steps", "last loss", "duration", "restarts", box=None)
+    for row in rows:
+        loss = row["last_loss"]
+        status = str(row["status"])
+        table.add_row(str(row["name"]), str(row["group"]), str(row["job_type"]),
+                      f"[{colours.get(status, 'white')}]{status}[/]", "-" if row["steps"] is None else str(row["steps"]),
+                      "-" if not isinstance(loss, (int, float)) else f"{loss:.4g}", format_duration(row["duration"]),
+                      str(row["restarts"] or ""))
+    # Piped or captured: no terminal width to fit, so never cut a group name to fit 80 columns.
+    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table)
+
+
+@app.command()
+def plot(
+    run: str = typer.Argument(..., help="The run: its directory, or its id, name or group under --dir."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file to write [default: RUN_DIR/metrics.png]."),
+    directory: Path = typer.Option(Path("runs"), "--dir", help="Where to look up RUN by id, name or group."),
+    metric: List[str] = typer.Option([], "--metric", "-m", help="Only this metric; repeatable [default: all]."),
+) -> None:
+    """Draw a run's metric curves (train and val per metric) into a PNG."""
+    try:
+        import matplotlib  # noqa: F401  (only to say clearly that it is missing)
+    except ImportError:
+        raise SlurmgenError("plot: needs matplotlib, which is not installed", hint="pip install 'slurmgen[plot]'") from None
+    from slurmgen.tracking.plot import plot_run
+    from slurmgen.tracking.records import resolve_run
+
+    try:
+        record = resolve_run(run, directory)
+        path = plot_run(record, output or record.dir / "metrics.png", metrics=list(metric) or None)
+    except (LookupError, ValueError, OSError) as exc:
+        raise SlurmgenError(f"plot: {exc}") from None
+    typer.echo(f"wrote {path}")
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON schema of the job spec (point your editor's YAML plugin at it)."""
     from slurmgen.spec import JobSpec

@@ -140,12 +140,13 @@ def test_schema_is_json_schema(capsys):
     assert code == 0 and schema["additionalProperties"] is False and "nodes" in schema["properties"]
 
 
-@pytest.mark.parametrize("args", [["--help"], ["create", "--help"], ["create", "--dry-run"]])
+@pytest.mark.parametrize("args", [["--help"], ["create", "--help"], ["create", "--dry-run"], ["runs", "--help"],
+                                  ["plot", "--help"]])
 def test_cli_does_not_import_torch_or_paramiko(args):
     probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
              "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
-             "heavy = [m for m in ('torch', 'paramiko', 'numpy') if m in sys.modules]\n"
+             "heavy = [m for m in ('torch', 'paramiko', 'numpy', 'matplotlib') if m in sys.modules]\n"
              "print('HEAVY', heavy)")
     result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
                             cwd=REPO)

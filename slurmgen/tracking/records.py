@@ -1,0 +1,135 @@
+"""Reading run directories back: what `slurmgen runs` lists and `slurmgen plot` draws. Pure I/O.
+
+Readers never trust a run to have ended cleanly: a run.json may say "running" for a process
+that was killed, metrics.jsonl may end in a cut line. Everything here reads what is there and
+skips what is broken, because the listing is most needed exactly when something went wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import store
+
+# Directories that never hold run records and can be huge: not walked into.
+SKIP_DIRS = {"checkpoints", "heartbeats", "wandb", "tensorboard", "mlruns", "swanlog", "logs", "__pycache__", ".git"}
+MAX_DEPTH = 6
+
+
+@dataclass
+class RunRecord:
+    """One run directory as read from disk."""
+
+    dir: Path
+    meta: dict[str, Any]
+    _metrics: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        if self._metrics is None:
+            self._metrics = list(store.iter_jsonl(self.dir / store.METRICS_FILE))
+        return self._metrics
+
+    @property
+    def artifacts(self) -> list[dict[str, Any]]:
+        return list(store.iter_jsonl(self.dir / store.ARTIFACTS_FILE))
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return store.read_hparams(self.dir / store.HPARAMS_FILE)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.meta.get(key, default)
+
+    @property
+    def steps(self) -> int | None:
+        steps = [r["step"] for r in self.metrics if isinstance(r.get("step"), int)]
+        return max(steps) if steps else None
+
+    def last(self, metric: str = "loss", types: tuple[str, ...] = ("train", "val", "test")) -> float | None:
+        """The latest value of `metric`, preferring the first type in `types` that has one."""
+        for kind in types:
+            for record in reversed(self.metrics):
+                if record.get("type") == kind and metric in (record.get("metrics") or {}):
+                    return record["metrics"][metric]
+        return None
+
+    def duration(self) -> float | None:
+        """Seconds spent running, summed over attempts (the time between attempts is not counted)."""
+        total, seen = 0.0, False
+        for attempt in self.meta.get("attempts") or []:
+            start = _time(attempt.get("start"))
+            end = _time(attempt.get("end")) or (_time(self.meta.get("updated")) if attempt is self.meta["attempts"][-1] else None)
+            if start is not None and end is not None and end >= start:
+                total, seen = total + end - start, True
+        return total if seen else None
+
+
+def format_duration(seconds: float | None) -> str:
+    """12s, 3m05s, 2h07m: as long as it needs to be, no longer."""
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def _time(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def read_run(path: str | os.PathLike[str]) -> RunRecord:
+    """The run in directory `path` (or of the run.json file `path`). Raises FileNotFoundError/ValueError."""
+    p = Path(path)
+    if p.is_file():
+        p = p.parent
+    meta = store.read_json(p / store.RUN_FILE)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{p / store.RUN_FILE} does not hold a run record")
+    return RunRecord(p, meta)
+
+
+def find_runs(root: str | os.PathLike[str]) -> Iterator[RunRecord]:
+    """Every run under `root` (itself included), in path order; unreadable ones are skipped."""
+    root = Path(root)
+    base_depth = len(root.parts)
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if store.RUN_FILE in filenames:
+            try:
+                yield read_run(here)
+            except (OSError, ValueError):
+                pass
+            dirnames[:] = []  # a run holds no runs
+            continue
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
+                             and len(here.parts) - base_depth < MAX_DEPTH)
+
+
+def resolve_run(spec: str, root: str | os.PathLike[str] = "runs") -> RunRecord:
+    """A run from what a person types: its directory, its run.json, or its id / name / group under
+    `root`. Raises LookupError with the candidates when the name is ambiguous or unknown."""
+    p = Path(spec)
+    if (p / store.RUN_FILE).is_file() or (p.is_file() and p.name == store.RUN_FILE):
+        return read_run(p)
+    if not Path(root).is_dir():
+        raise LookupError(f"no run directory {spec!r} and no {str(root)!r} directory to search for it")
+    runs = list(find_runs(root))
+    for key in ("id", "name", "group"):
+        hits = [r for r in runs if r.get(key) == spec]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            ids = ", ".join(str(r.get("id")) for r in hits[:6])
+            raise LookupError(f"{spec!r} matches {len(hits)} runs by {key} ({ids}): give a run directory or id")
+    raise LookupError(f"no run {spec!r}: not a run directory, nor an id, name or group under {str(root)!r}")

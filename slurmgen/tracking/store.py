@@ -1,0 +1,124 @@
+"""The files of a run directory, and how each is written so a crash leaves it readable.
+
+    <root>/<group>/<key>/
+      run.json          who, what, where, status, attempts (rewritten atomically)
+      hparams.yaml      the flattened hyperparameters (rewritten atomically)
+      metrics.jsonl     one line per `log` call: {"type", "step", "epoch", "time", "metrics"}
+      artifacts.jsonl   one line per marked artifact: {"role", "name", "type", "step", "files"}
+
+Why these formats: a person reads run.json and hparams.yaml with `cat`, the JSONL files grow by
+appending a line, so a metrics record costs one small write and a kill -9 can at worst cut the
+last line, which every reader here skips. Files that are replaced whole (run.json,
+hparams.yaml, a metrics file cut back on resume) go through a temporary file in the same
+directory, fsync and rename: readers see the old or the new file, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+RUN_FILE = "run.json"
+HPARAMS_FILE = "hparams.yaml"
+METRICS_FILE = "metrics.jsonl"
+ARTIFACTS_FILE = "artifacts.jsonl"
+FORMAT = 1
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file, fsync, rename (see module docstring)."""
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def iter_jsonl(path: Path) -> Iterator[dict]:
+    """The complete records of a JSONL file; a line cut by a crash (or any junk) is skipped."""
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            if not line.endswith("\n"):
+                break  # the last line of a killed writer
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
+def rewrite_jsonl(path: Path, records: Iterable[dict]) -> None:
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+class JsonlAppender:
+    """An append-only JSONL file kept open; each record is one write of one whole line, flushed,
+    so a reader (`slurmgen runs` while training) sees complete lines."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = None
+
+    def append(self, record: dict) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _yaml_key(key: str) -> str:
+    plain = key and (key[0].isalpha() or key[0] == "_") and all(c.isalnum() or c in "._-/" for c in key) and key.lower() not in (
+        "true", "false", "null", "yes", "no", "on", "off", "y", "n", "~")
+    return key if plain else json.dumps(key)
+
+
+def hparams_yaml(flat: dict[str, Any]) -> str:
+    """A flat mapping as YAML, one `key: value` a line. Values are written as JSON, which YAML
+    reads back exactly (a JSON document is YAML), so no YAML library is needed on the ranks."""
+    lines = ["# Hyperparameters of this run, flattened (written by slurmgen.tracking)."]
+    lines += [f"{_yaml_key(k)}: {json.dumps(v)}" for k, v in flat.items()]
+    return "\n".join(lines) + "\n"
+
+
+def read_hparams(path: Path) -> dict[str, Any]:
+    """hparams.yaml as written above (JSON values), without a YAML library."""
+    out: dict[str, Any] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if line.startswith('"'):
+            key, rest = json.JSONDecoder().raw_decode(line)
+            value_text = line[rest:].lstrip(": ")
+        else:
+            key, _, value_text = line.partition(": ")
+        try:
+            out[key] = json.loads(value_text)
+        except ValueError:
+            out[key] = value_text
+    return out
