@@ -2,7 +2,8 @@
 
 The SSH command line is short, fixed and holds no secret:
 
-    exec bash -c 'IFS= read -r n && eval "$(head -c "$n")"' slurmgen-launch attempt=1 workdir=... ...
+    exec env -u SSH_CLIENT -u SSH2_CLIENT bash -c 'IFS= read -r n && eval "$(head -c "$n")"' \
+        slurmgen-launch attempt=1 workdir=... ...
 
 Everything else arrives on the session's stdin (`payload`): the bootstrap below, then the
 rendered launch_multi_node.sh and the environment (forwarded variables and env files, which
@@ -35,7 +36,10 @@ if TYPE_CHECKING:
 PAYLOAD_MAGIC = "slurmgen-payload-1"
 # Exit code of a node whose rank missed its heartbeat (as timeout(1) reports a time-out).
 EXIT_HUNG = 124
-REMOTE_PREFIX = """exec bash -c 'IFS= read -r n && eval "$(head -c "$n")"' slurmgen-launch"""
+# `env -u SSH_CLIENT`: Debian's bash sources ~/.bashrc when it sees SSH_CLIENT at shell level
+# 1, which `exec` from the login shell restores; without it the user's ~/.bashrc (conda or
+# pyenv init, often 0.1-1 s) would run twice per node. SSH_CONNECTION, its successor, stays.
+REMOTE_PREFIX = """exec env -u SSH_CLIENT -u SSH2_CLIENT bash -c 'IFS= read -r n && eval "$(head -c "$n")"' slurmgen-launch"""
 
 # The per-node bootstrap, evaluated by `bash -c` with the key=value arguments as "$@".
 # The heartbeat files are the bundled trainer's (slurmgen/train/logs.py):
@@ -82,8 +86,9 @@ export MASTER_PORT=$master_port SLURMGEN_RANK_OFFSET=$rank_offset SLURMGEN_WORLD
   SLURMGEN_ATTEMPT=$attempt
 mkdir -p -- "$log_dir" 2>/dev/null || fail "cannot create the log directory '$log_dir' on $(hostname)"
 printf -v stamp '%(%Y-%m-%d %H:%M:%S %z)T' -1
+host=$(hostname)
 for ((r = rank_offset; r < rank_offset + nproc; r++)); do
-  printf '===== slurmgen launch: attempt %s, node %s (%s), %s =====\n' "$attempt" "$node_rank" "$(hostname)" \
+  printf '===== slurmgen launch: attempt %s, node %s (%s), %s =====\n' "$attempt" "$node_rank" "$host" \
     "$stamp" >>"$log_dir/rank-$r.log"
 done
 

@@ -227,6 +227,7 @@ class Connection:
         """Ask the server for a reply every `interval` seconds (like ServerAliveInterval);
         `silent_for()` then tells how long an answer has been outstanding."""
         def ping() -> None:
+            time.sleep(interval)  # not during start-up: the first answer is due after one interval
             while self.is_active():
                 transport = self.client.get_transport()
                 try:
@@ -237,6 +238,7 @@ class Connection:
                     return
                 self._last_reply = time.monotonic()
                 time.sleep(interval)
+            self._last_reply = time.monotonic()  # closed: no longer silent, just gone
 
         self._last_reply = time.monotonic()
         self._pinger = threading.Thread(target=ping, name=f"ssh-keepalive-{self.alias}", daemon=True)
