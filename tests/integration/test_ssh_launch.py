@@ -209,6 +209,25 @@ def test_lost_connection_stops_the_other_node_and_its_own_ranks(two_nodes, tmp_p
     assert_nodes_clean(c)
 
 
+@pytest.mark.parametrize("sig, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_stops_every_node_within_2s(two_nodes, tmp_path, sig, expected):
+    c = two_nodes
+    marker = f"--sleep 5{random.randint(100, 999)}"
+    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--", *PROBE, *marker.split()])
+    run.wait_for(r"all 2 node\(s\) running", timeout=60)
+    time.sleep(0.5)
+    run.proc.send_signal(sig)
+    sent = time.monotonic()
+    gone_at, left = wait_gone(c, marker, timeout=10)
+    code = run.finish(30)
+    assert not left, [(p.node, p.cmdline) for p in left]
+    assert gone_at - sent < 2.0, f"{gone_at - sent:.2f}s\n{run.text()}"
+    assert code == expected, run.text()
+    name = signal.Signals(sig).name
+    assert f"stopping all nodes: got {name}" in run.err and f"interrupted by {name}" in run.err
+    assert_nodes_clean(c)
+
+
 def trainer_args(out: Path, *extra: str) -> list[str]:
     return [PY, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256",
             "--progress", "lines", "--heartbeat-every", "0.2", "--out-dir", str(out), *extra]

@@ -82,3 +82,20 @@ def test_only_launch_itself_imports_paramiko(args):
              "print('HEAVY', [m for m in ('torch', 'paramiko') if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
+
+
+def test_same_yaml_spec_as_create(capsys, tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("gpus: 3\nbackend: gloo\nmaster_port: 31337\nenv:\n  NCCL_DEBUG: WARN\n"
+                      "setup: ['source /opt/venv/bin/activate']\ncommand: python train.py --epochs 2\n")
+    code, out, err = run(capsys, "launch", "--dry-run", "--config", str(config), "--hosts", "x1,x2",
+                         "--ssh-config", str(tmp_path / "none"), "--max-restarts", "2", "--heartbeat-timeout", "30")
+    assert code == 2 and "ssh_config: cannot read" in err  # an explicit config file must exist
+    (tmp_path / "none").write_text("")
+    code, out, err = run(capsys, "launch", "--dry-run", "--config", str(config), "--hosts", "x1,x2",
+                         "--ssh-config", str(tmp_path / "none"), "--heartbeat-timeout", "30")
+    assert code == 0, err
+    assert "6 rank(s), master x1:31337" in out and "nproc=3" in out and "heartbeat_ms=30000" in out
+    assert "heartbeat_dir=runs/train/heartbeats" in out
+    assert "export NCCL_DEBUG=WARN" in out and "source /opt/venv/bin/activate" in out
+    assert "cmd=(python train.py --epochs 2)" in out

@@ -184,3 +184,36 @@ def test_a_node_that_cannot_start_or_is_lost_stops_the_others(tmp_path, cls, exp
     assert code == expected, err
     assert words in err
     assert SURVIVORS == []
+
+
+def test_restart_reconnects_a_lost_host(tmp_path):
+    made, calls = {}, []
+
+    class LosingOnce(LosingConnection):
+        def start(self, command, stdin, timeout=10.0):
+            proc = super().start(command, stdin, timeout)
+            threading.Timer(1.0, setattr, args=(self, "active", False)).start()
+            return proc
+
+    def connector(hosts, opts, notify=None):
+        calls.append(list(hosts))
+        env = {"RUN_FOR": "2.5"}  # attempt 1 loses h1 after 1 s; attempt 2 ends by itself
+        conns = {h: (LosingOnce(h, env) if h == "h1" and len(calls) == 1 else LocalConnection(h, env)) for h in hosts}
+        made.update({f"{h}-{len(calls)}": c for h, c in conns.items()})
+        return conns
+
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1)
+    code, out, err = run(plan, env=None, connector=connector, made=made)
+    assert calls == [["h0", "h1"], ["h1"]], err
+    assert "attempt 1 of 2 failed (lost the connection to h1 on h1)" in err and "reconnecting to h1" in err
+    assert code == 0, err
+    assert out.count("] done") == 2
+
+
+def test_prefixes_and_colours():
+    from slurmgen.launch_output import Prefixer
+
+    plain, colour = Prefixer(["a", "b"], False), Prefixer(["a", "b"], True)
+    assert plain.format("b", "[rank 3] hello [rank 4]") == "[b/3] hello [rank 4]"
+    assert plain.format("a", "launch_multi_node.sh: node 0/2 started") == "[a] node 0/2 started"
+    assert colour.format("b", "[rank 3] x") == "\x1b[33m[b/3]\x1b[0m x"
