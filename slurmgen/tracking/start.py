@@ -138,7 +138,8 @@ def init(dir: str | os.PathLike[str] = "runs", *, name: str | None = None, group
         except TrackingError:
             raise
         except Exception as exc:
-            raise TrackingError("tracker", f"{adapter.name} could not start: {type(exc).__name__}: {exc}",
+            first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise TrackingError("tracker", f"{adapter.name} could not start: {type(exc).__name__}: {first_line}",
                                 adapter.name) from exc
         if state:
             meta["adapters"][adapter.name] = state
