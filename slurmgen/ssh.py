@@ -14,80 +14,29 @@
 from __future__ import annotations
 
 import errno
-import getpass
 import logging
 import os
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
+from slurmgen.ssh_target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
+
+__all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
+           "describe_targets", "load_config", "master_address", "resolve"]
 
 # paramiko logs a transport's failure from its own thread; Python's last-resort handler would
 # print it as a stray line ("Exception (client): ...") next to our one clear line per host.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-@dataclass(frozen=True)
-class SSHOptions:
-    """What the command line says about SSH (None: ask ~/.ssh/config, then the default)."""
-
-    user: str | None = None
-    port: int | None = None
-    identities: tuple[str, ...] = ()
-    known_hosts: str | None = None
-    ssh_config: str | None = None
-    connect_timeout: float = 10.0
-    accept_new_host_keys: bool = False
-
-
-@dataclass(frozen=True)
-class Target:
-    """One host as it will be contacted."""
-
-    alias: str
-    hostname: str
-    port: int
-    user: str
-    identities: tuple[str, ...]
-    identities_only: bool
-    known_hosts: tuple[str, ...]          # user files; new keys go to the first
-    global_known_hosts: tuple[str, ...]   # read only
-    proxy_jump: str | None
-
-    @property
-    def key_name(self) -> str:
-        """The name the host's key is filed under in known_hosts."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
-
-    def describe(self) -> str:
-        via = f" via {self.proxy_jump}" if self.proxy_jump else ""
-        return f"{self.user}@{self.hostname}:{self.port}{via}"
-
-
-class ConnectError(Exception):
-    """A host that could not be reached, authenticated or trusted."""
-
-    def __init__(self, host: str, message: str, hint: str | None = None):
-        super().__init__(f"{host}: {message}")
-        self.host, self.message, self.hint = host, message, hint
-
-    def line(self) -> str:
-        return f"{self.host}: {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
-
-
 # ---- configuration -------------------------------------------------------------------------------
-DEFAULT_CONFIG = "~/.ssh/config"
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts",)
-
-
 def load_config(path: str | None) -> paramiko.SSHConfig:
     """The ssh config file given, or ~/.ssh/config if it exists, or an empty one."""
     if path is None:
@@ -101,35 +50,9 @@ def load_config(path: str | None) -> paramiko.SSHConfig:
         raise SlurmgenError(f"ssh_config: {path}: {exc}") from None
 
 
-def _files(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    words = value if isinstance(value, list) else str(value).split()
-    return tuple(os.path.expanduser(w) for w in words if w.lower() != "none")
-
-
 def resolve(alias: str, opts: SSHOptions, config: paramiko.SSHConfig) -> Target:
     """Flags over ~/.ssh/config over defaults, for one host."""
-    found = config.lookup(alias)
-    port_text = opts.port if opts.port is not None else found.get("port", 22)
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise SlurmgenError(f"ssh_config: Port of host {alias} must be a number (got {port_text!r})") from None
-    jump = found.get("proxyjump")
-    known = (os.path.expanduser(opts.known_hosts),) if opts.known_hosts else (
-        _files(found.get("userknownhostsfile")) or (os.path.expanduser(DEFAULT_KNOWN_HOSTS),))
-    return Target(
-        alias=alias,
-        hostname=found.get("hostname", alias),
-        port=port,
-        user=opts.user or found.get("user") or getpass.getuser(),
-        identities=tuple(os.path.expanduser(p) for p in opts.identities) + _files(found.get("identityfile")),
-        identities_only=str(found.get("identitiesonly", "no")).lower() == "yes",
-        known_hosts=known,
-        global_known_hosts=() if opts.known_hosts else (_files(found.get("globalknownhostsfile")) or GLOBAL_KNOWN_HOSTS),
-        proxy_jump=None if jump is None or jump.lower() == "none" else jump,
-    )
+    return target_from(alias, opts, config.lookup(alias))
 
 
 # ---- host keys -----------------------------------------------------------------------------------
@@ -296,16 +219,6 @@ def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError
     return ConnectError(target.alias, f"SSH to {where} failed: {exc or type(exc).__name__}")
 
 
-def _parse_jump(spec: str) -> tuple[str, str | None, int | None]:
-    """`user@host:port` (the first hop of a ProxyJump list) -> (host, user, port)."""
-    first = spec.split(",")[0].strip()
-    user, _, hostport = first.rpartition("@")
-    host, sep, port = hostport.rpartition(":") if hostport.count(":") == 1 else (hostport, "", "")
-    if not sep:
-        host, port = hostport, ""
-    return host, user or None, int(port) if port.isdigit() else None
-
-
 def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
             notify: Callable[[str], None] = lambda msg: None, depth: int = 0) -> Connection:
     """Connect and authenticate, or raise ConnectError."""
@@ -321,7 +234,7 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
         if target.proxy_jump:
             if depth > 4:
                 raise ConnectError(target.alias, "ProxyJump chain is longer than 4 hops (a loop?)")
-            host, user, port = _parse_jump(target.proxy_jump)
+            host, user, port = parse_jump(target.proxy_jump)
             jump_opts = SSHOptions(user=user, port=port, known_hosts=opts.known_hosts, connect_timeout=timeout,
                                    accept_new_host_keys=opts.accept_new_host_keys, identities=opts.identities)
             jump = connect(resolve(host, jump_opts, config), jump_opts, config, notify, depth + 1)

@@ -7,7 +7,8 @@ import paramiko
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.ssh import SSHOptions, Target, _explain, _parse_jump, connect_all, load_config, resolve
+from slurmgen.ssh import SSHOptions, Target, _explain, connect_all, load_config, resolve
+from slurmgen.ssh_target import parse_jump
 
 CONFIG = paramiko.SSHConfig.from_text("""
 Host gpu*
@@ -47,7 +48,7 @@ def test_unknown_host_defaults():
 @pytest.mark.parametrize("spec, parsed", [("bastion", ("bastion", None, None)), ("bob@bastion:2222", ("bastion", "bob", 2222)),
                                           ("j1:22,j2", ("j1", None, 22))])
 def test_proxy_jump_spec(spec, parsed):
-    assert _parse_jump(spec) == parsed
+    assert parse_jump(spec) == parsed
 
 
 TARGET = Target("n1", "n1.example", 22, "root", (), False, ("/kh",), (), None)
