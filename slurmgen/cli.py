@@ -189,7 +189,7 @@ def launch(
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds to wait for each host."),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
     max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Start the whole group again after a failure, up to N times."),
-    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", min=0.1, help="A rank whose heartbeat is older than S seconds counts as failed."),
+    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", min=0.1, help="A rank whose heartbeat file (the bundled trainer writes one) is older than S seconds counts as failed; ranks that write none are not judged."),
     heartbeat_dir: Optional[str] = typer.Option(None, "--heartbeat-dir", help="Where ranks write heartbeats (default: OUT_DIR/heartbeats of the trainer's --out-dir)."),
     stop_grace: int = typer.Option(1, "--stop-grace", min=0, help="Seconds between TERM and KILL when stopping ranks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
@@ -215,6 +215,13 @@ def launch(
     stdin_env = forwarded_env(os.environ)
     for path in env_file:
         stdin_env.update(read_env_file(path))
+    # One id for this launch, on every node and every restart: each rank's run record
+    # (slurmgen.tracking) joins the same group without the ranks talking to each other.
+    import secrets
+    import time as _time
+
+    stdin_env.setdefault("SLURMGEN_LAUNCH_ID", f"{_time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
+    stdin_env.setdefault("SLURMGEN_GROUP", f"launch-{stdin_env['SLURMGEN_LAUNCH_ID']}")
     from slurmgen.ssh import SSHOptions, master_address  # paramiko: only for launch
 
     opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
