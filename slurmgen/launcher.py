@@ -76,7 +76,8 @@ class Launcher:
                 signal.signal(s, handler)
             for conn in self.conns.values():
                 conn.close()
-        print(summary_table(results, attempt, attempts, verdict, self.colour), file=self.err, end="", flush=True)
+        title = verdict if code == 0 else f"{verdict}, exit code {code}"
+        print(summary_table(results, attempt, attempts, title, self.colour), file=self.err, end="", flush=True)
         return code
 
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -111,14 +112,18 @@ class Launcher:
         running_announced = False
         pending = set(results)
 
-        def stop(reason: str) -> None:
-            nonlocal stop_deadline
+        spared: str | None = None  # the failed node: it is stopping its ranks itself
+
+        def stop(reason: str, spare: str | None = None) -> None:
+            nonlocal stop_deadline, spared
             if stop_deadline is not None:
                 return
             self.say(f"stopping all nodes: {reason}")
             stop_deadline = time.monotonic() + plan.stop_grace + STOP_WAIT_EXTRA
-            for proc in procs.values():
-                proc.close_stdin()  # type: ignore[attr-defined]
+            spared = spare
+            for host, proc in procs.items():
+                if host != spare:
+                    proc.close_stdin()  # type: ignore[attr-defined]
 
         def fail(host: str, state: str, rc: int, verdict: str) -> None:
             nonlocal first, code
@@ -127,7 +132,7 @@ class Launcher:
             if first is None and stop_deadline is None:
                 first, code = (host, verdict), rc
                 r.note = "first failure: " + verdict
-                stop(f"{verdict} on {host}")
+                stop(f"{verdict} on {host}", spare=host if state in ("failed", "hung") else None)
             elif not r.note:
                 r.note = "after the first failure" if first else "while stopping"
 
@@ -152,6 +157,9 @@ class Launcher:
                     if conn.silent_for(self.keepalive) > self.keepalive * KEEPALIVE_COUNT:
                         fail(h, "lost", EXIT_LOST, f"no answer from {h} for {self.keepalive * (KEEPALIVE_COUNT + 1):.0f}s")
                         conn.close()
+                if spared in pending and stop_deadline is not None and now > stop_deadline - STOP_WAIT_EXTRA:
+                    procs[spared].close_stdin()  # type: ignore[attr-defined]  # it did not stop by itself
+                    spared = None
                 if stop_deadline is not None and now > stop_deadline:
                     for h in pending:
                         results[h].state, results[h].note = "lost", "no exit status after the stop"
@@ -161,7 +169,7 @@ class Launcher:
             r = results[host]
             if kind == "proc":
                 procs[host] = value
-                if stop_deadline is not None:
+                if stop_deadline is not None and host != spared:
                     value.close_stdin()
             elif kind == "line":
                 self._show(host, value)
@@ -204,7 +212,6 @@ class Launcher:
             verdict = f"{first[1]} on {first[0]}"
         else:
             verdict = "all ranks succeeded"
-        self.say(verdict if code == 0 else f"{verdict}: exit code {code}")
         return code, [results[n.host] for n in plan.nodes], verdict
 
     def _node_thread(self, node: NodePlan, attempt: int, events: queue.Queue) -> None:
