@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 FORWARDED_ENV = (
     "NCCL_*", "TORCH_*", "GLOO_*", "UCX_*", "FI_*", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING",
     "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-    "HF_*", "TRANSFORMERS_*", "WANDB_*", "MLFLOW_*",
+    "HF_*", "TRANSFORMERS_*", "WANDB_*", "MLFLOW_*", "SWANLAB_*",
+    # run records (slurmgen.tracking): names and trackers chosen where the job is launched
+    "SLURMGEN_GROUP", "SLURMGEN_JOB_TYPE", "SLURMGEN_RUN_NAME", "SLURMGEN_DESCRIPTION", "SLURMGEN_TRACK",
+    "SLURMGEN_TRACKERS",
 )
 # Values of names like these are never printed (dry run, errors).
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)

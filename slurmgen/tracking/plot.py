@@ -1,9 +1,10 @@
 """`slurmgen plot RUN`: one PNG with a panel per metric, train and val curves in each.
 
 Drawn for a person skimming many runs: the title says which run, its status, steps and time;
-each panel has the train curve as a line and val as dots joined by a line, the last value of
-each written at its end, and a dashed line where an attempt resumed (requeue or restart), so a
-jump in the curve can be told apart from a bug. Loss panels switch to a log scale when the
+each panel has the train curve as a line (a faint raw line under a smoothed one when there are
+many points) and val as dots joined by a line, the last value of each in the legend, and a
+dashed line where an attempt resumed (requeue or restart), so a jump in the curve can be told
+apart from a bug. Loss panels switch to a log scale when the
 values span more than two decades. matplotlib is imported only here (the `plot` extra).
 """
 
@@ -17,12 +18,25 @@ from .records import RunRecord, format_duration
 
 COLOURS = {"train": "#1f77b4", "val": "#d62728", "test": "#2ca02c"}
 FIRST = ("loss", "accuracy", "acc", "lr")
+SMOOTH_FROM = 30  # points of one curve above which it is drawn smoothed
+NOT_SMOOTHED = ("lr", "learning_rate", "epoch")  # schedules: exact by design, a lag would mislead
 
 
 def _fmt(value: float) -> str:
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def smooth(values: list[float]) -> list[float]:
+    """Exponential moving average over about a tenth of the curve, debiased at the start
+    (as TensorBoard's smoothing), so the first points are not pulled towards zero."""
+    weight = 1 - 1 / max(2.0, len(values) / 10)
+    out, avg = [], 0.0
+    for i, v in enumerate(values, start=1):
+        avg = weight * avg + (1 - weight) * v
+        out.append(avg / (1 - weight ** i))
+    return out
 
 
 def series(run: RunRecord) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
@@ -68,6 +82,10 @@ def plot_run(run: RunRecord, out: str | Path, metrics: Sequence[str] | None = No
             style = dict(color=COLOURS[kind], label=f"{kind}  (last {_fmt(ys[-1])})", linewidth=1.8)
             if kind != "train" or len(xs) < 3:
                 style.update(marker="o", markersize=4)
+            if len(xs) > SMOOTH_FROM and name not in NOT_SMOOTHED:  # noisy steps: the raw curve faint, its trend drawn over it
+                ax.plot(xs, ys, color=COLOURS[kind], linewidth=1, alpha=0.25)
+                ys = smooth(ys)
+                style["label"] += ", smoothed"
             ax.plot(xs, ys, **style)
         values = [v for xs_ys in data[name].values() for v in xs_ys[1]]
         if "loss" in name and values and min(values) > 0 and max(values) / min(values) > 100:

@@ -30,7 +30,8 @@ environment: SLURMGEN_BACKEND is the default of --backend; SLURMGEN_REQUEUE=1/0 
   SLURM_JOB_NODELIST SLURM_JOB_ID.
 
 run directory (--out-dir): checkpoints/ (ckpt-STEP.pt and a `latest` pointer), metrics.jsonl,
-  heartbeats/rank-N.json. Only rank 0 writes checkpoints and metrics.
+  heartbeats/rank-N.json, tracking/GROUP/RUN/ (the run record: `slurmgen runs`, `slurmgen plot`).
+  Only rank 0 writes checkpoints and metrics (and, unless --track per-process, the run record).
 
 exit codes: 0 done; 1 the run failed; 2 bad flags or launch environment;
   {EXIT_PREEMPTED} preempted: SIGUSR1 or SIGTERM arrived, a checkpoint was written, run the same
@@ -133,6 +134,14 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     g.add_argument("--requeue", action=argparse.BooleanOptionalAction, default=_truthy(env_requeue) if env_requeue else None,
                    help="on preemption under Slurm, run `scontrol requeue $SLURM_JOB_ID` (default: $SLURMGEN_REQUEUE, "
                         "else only if the job was submitted requeueable, as `scontrol show job` tells)")
+    g = p.add_argument_group("run record (slurmgen runs / slurmgen plot read it)")
+    g.add_argument("--track", choices=("rank0", "per-process", "off"), default=environ.get("SLURMGEN_TRACK") or d.track,
+                   help="rank0: one run, written by rank 0; per-process: one run per process in one group; "
+                        "off (default: $SLURMGEN_TRACK, else %(default)s)")
+    g.add_argument("--tracker", default=environ.get("SLURMGEN_TRACKERS", d.tracker), metavar="LIST",
+                   help="also send the run to: tensorboard,wandb,mlflow,swanlab (offline by default; each needs its "
+                        "extra, e.g. pip install 'slurmgen[wandb]'; default: $SLURMGEN_TRACKERS)")
+    g.add_argument("--track-dir", help="where run records go (default: OUT_DIR/tracking)")
     return p
 
 
@@ -145,11 +154,40 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[TrainConfig,
         path = getattr(ns, flag)
         if path is not None and not os.path.isfile(path):
             raise UsageError(f"argument --{flag.replace('_', '-')}: no such file: {path!r}")
+    if ns.track == "off" and ns.tracker:
+        raise UsageError(f"argument --tracker: {ns.tracker!r} needs a run record: drop --track off")
+    if ns.track != "off" and ns.tracker:
+        missing = _missing_trackers(ns.tracker)
+        if missing:
+            raise UsageError(missing)
     launch = LaunchFlags(rank=ns.rank, world_size=ns.world_size, local_rank=ns.local_rank,
                          master_addr=ns.master_addr, master_port=ns.master_port, backend=ns.backend)
     fields = {k: v for k, v in vars(ns).items() if k not in
               ("nproc_per_node", "rank", "world_size", "local_rank", "master_addr", "master_port")}
     return TrainConfig.from_dict(fields), launch, ns.nproc_per_node
+
+
+def _missing_trackers(value: str) -> str | None:
+    """One line naming the first tracker whose package is not installed (checked before torch
+    is imported, so a missing extra costs milliseconds, not a failed start on every rank)."""
+    import importlib.util
+
+    from slurmgen.tracking.adapters import REGISTRY, parse_trackers
+    from slurmgen.tracking.errors import TrackingError
+
+    try:
+        names = parse_trackers(value)
+    except TrackingError as exc:
+        return f"argument --{exc}"
+    for name in names:
+        extra = REGISTRY[name][2]
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"argument --tracker: {name} is not installed: pip install 'slurmgen[{extra}]'"
+    return None
 
 
 def _error(message: str) -> None:

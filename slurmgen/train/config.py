@@ -19,6 +19,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = 0, 1, 2, 75
 
 DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
+TRACK_MODES = ("rank0", "per-process", "off")
 DEFAULT_MAX_STEPS = 100
 
 
@@ -79,6 +80,10 @@ class TrainConfig:
     tf32: bool = False
     threads: int = 0  # 0: cores / local processes, when OMP_NUM_THREADS is unset
     requeue: bool | None = None  # None: requeue if Slurm says the job is requeueable
+    # run record (slurmgen.tracking)
+    track: str = "rank0"  # rank0 | per-process | off
+    tracker: str = ""  # adapters to mirror to, comma-separated: tensorboard,wandb,mlflow,swanlab
+    track_dir: str | None = None  # None: OUT_DIR/tracking
     extra: Mapping[str, Any] = field(default_factory=dict)  # free-form, saved with checkpoints
 
     @property
@@ -146,6 +151,16 @@ class TrainConfig:
             p.append("--resume must be auto, never or a checkpoint path (got '')")
         if not self.out_dir:
             p.append("--out-dir must not be empty")
+        if self.track not in TRACK_MODES:
+            p.append(f"--track must be one of {', '.join(TRACK_MODES)} (got {self.track!r})")
+        if self.tracker:
+            from slurmgen.tracking.adapters import parse_trackers  # light: no tracker library is imported
+            from slurmgen.tracking.errors import TrackingError
+
+            try:
+                parse_trackers(self.tracker)
+            except TrackingError as exc:
+                p.append(f"--{exc}")
         if p:
             raise ConfigError(p)
         return self

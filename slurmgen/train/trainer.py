@@ -23,12 +23,13 @@ from torch import nn
 
 from . import checkpoint as ckpt
 from . import dist
-from .config import DEFAULT_MAX_STEPS, EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
+from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
 from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv
 from .logs import Heartbeat, Metrics, Progress
 from .optim import build_optimizer, build_scheduler
 from .preempt import PreemptFlag, request_requeue
+from .track import Tracking
 
 log = logging.getLogger("slurmgen.train")
 AUTOCAST = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -41,6 +42,7 @@ class TrainResult:
     train_loss: float | None
     val_loss: float | None
     checkpoint: str | None  # the last checkpoint written or resumed from
+    run_dir: str | None = None  # the run record (slurmgen.tracking) of this process, if any
 
 
 def _move(batch: Any, device: str) -> Any:
@@ -78,6 +80,7 @@ class Trainer:
         self.metrics = Metrics(self.out, enabled=env.is_main)
         self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every)
         self.step, self.last_checkpoint, self.val_loss = 0, None, None
+        self.tracking, self._resumed_tracking = Tracking(), None
         self._rng_seed()
 
     def _rng_seed(self) -> None:
@@ -117,6 +120,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step, self.last_checkpoint = int(state["step"]), where
+        self._resumed_tracking = state.get("tracking")
         rngs = state["rng"]
         if len(rngs) == self.env.world_size:
             ckpt.restore_rng(rngs[self.env.rank])
@@ -141,8 +145,10 @@ class Trainer:
                 "world_size": self.env.world_size, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
+                "tracking": self.tracking.state(),
             }
             self.last_checkpoint = str(ckpt.save(self.ckpt_dir, self.step, state, self.cfg.keep_last))
+            self.tracking.checkpoint(self.last_checkpoint, self.step)
         dist.barrier()
         self.heartbeat.beat(self.step, status="running", force=True)
 
@@ -209,6 +215,7 @@ class Trainer:
             if removed:
                 log.warning("removed %d temporary file(s) left by an interrupted checkpoint write", removed)
         self._resume()
+        self.tracking = Tracking.open(cfg, env, self._resumed_tracking, self.step)
         ddp: nn.Module = self.model
         if env.distributed:
             ids = [env.local_rank] if env.device.startswith("cuda") else None
@@ -244,6 +251,7 @@ class Trainer:
                     epoch = self.batches.position(self.step - 1)[0]
                     self.metrics.write(step=self.step, epoch=epoch, split="train", loss=train_loss, lr=lr,
                                        tokens_per_sec=rate, wall_time=now - start, time=now)
+                    self.tracking.log("train", self.step, epoch, loss=train_loss, lr=lr, tokens_per_sec=rate)
                     progress.report(f"step {self.step}/{self.max_steps} loss {train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s",
                                     {"loss": f"{train_loss:.4f}", "lr": f"{lr:.2g}"})
                     window_t, window_n, window_items = time.time(), 0, 0
@@ -254,6 +262,7 @@ class Trainer:
                         now = time.time()
                         self.metrics.write(step=self.step, epoch=self.batches.position(self.step - 1)[0], split="val",
                                            loss=self.val_loss, lr=self.scheduler.get_last_lr()[0], wall_time=now - start, time=now)
+                        self.tracking.log("val", self.step, self.batches.position(self.step - 1)[0], loss=self.val_loss)
                         progress.report(f"step {self.step} val loss {self.val_loss:.4f}", {"val": f"{self.val_loss:.4f}"})
                 if last or (cfg.save_every and self.step % cfg.save_every == 0):
                     self.save()
@@ -262,6 +271,7 @@ class Trainer:
             vote.settle()  # the last vote is still in flight: finish it before other collectives
         except BaseException:
             self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
+            self.tracking.finish(EXIT_FAILED)
             raise
         finally:
             progress.close()
@@ -272,8 +282,11 @@ class Trainer:
                 warn, said = request_requeue(os.environ, cfg.requeue)
                 (log.warning if warn else log.info)("%s", said)
             self.heartbeat.beat(self.step, status="preempted", force=True)
-            return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint)
+            run_dir = self.tracking.finish(EXIT_PREEMPTED)
+            return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
         self.heartbeat.beat(self.step, status="done", force=True)
         log.info("done: step %d, train loss %s, val loss %s", self.step,
                  f"{train_loss:.4f}" if train_loss is not None else "-", f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
-        return TrainResult(EXIT_OK, self.step, train_loss, self.val_loss, self.last_checkpoint)
+        self.tracking.checkpoint(self.last_checkpoint, self.step, kind="model")
+        run_dir = self.tracking.finish(EXIT_OK)
+        return TrainResult(EXIT_OK, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)

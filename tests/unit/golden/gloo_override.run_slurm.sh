@@ -19,6 +19,13 @@ fi
 
 # --- environment for every process (srun passes this shell's environment on) ---
 export SLURMGEN_BACKEND=gloo
+# Run records (slurmgen.tracking): every rank of this job joins one group, named after the job,
+# so they agree without talking; a requeued job keeps its id and so continues its runs.
+if [[ -n ${SLURM_ARRAY_JOB_ID:-} ]]; then
+  export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-0}}"
+else
+  export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-$SLURM_JOB_ID}"
+fi
 
 # --- rendezvous: computed once, here, so every task agrees on it ---
 MASTER_ADDR=10.0.0.1

@@ -39,6 +39,13 @@ module load cuda/12.4
 export NCCL_DEBUG=WARN
 export NCCL_IB_HCA=mlx5
 export SLURMGEN_BACKEND=nccl
+# Run records (slurmgen.tracking): every rank of this job joins one group, named after the job,
+# so they agree without talking; a requeued job keeps its id and so continues its runs.
+if [[ -n ${SLURM_ARRAY_JOB_ID:-} ]]; then
+  export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-0}}"
+else
+  export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-$SLURM_JOB_ID}"
+fi
 # The bundled trainer requeues the job itself after its USR1 checkpoint.
 export SLURMGEN_REQUEUE=1
 # A rank stuck in an NCCL collective raises instead of hanging until the time limit.
