@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import dist
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
 from .env import DistEnv
 
 log = logging.getLogger("slurmgen.train")
@@ -44,11 +44,14 @@ class Tracking:
 
         place = {k: getattr(env, k) for k in ("rank", "local_rank", "node_rank", "world_size", "local_world_size",
                                              "master_addr", "master_port", "backend")}
-        run = tracking.init(
-            cfg.track_dir or Path(cfg.out_dir) / "tracking", mode=cfg.track, config=cfg.to_dict(), place=place,
-            group=(resumed or {}).get("group"), name=os.environ.get("SLURMGEN_RUN_NAME") or Path(cfg.out_dir).name,
-            resume_step=step, trackers=cfg.tracker or None, hosts=hosts if env.is_main else [host],
-        )
+        try:
+            run = tracking.init(
+                cfg.track_dir or Path(cfg.out_dir) / "tracking", mode=cfg.track, config=cfg.to_dict(), place=place,
+                group=(resumed or {}).get("group"), name=os.environ.get("SLURMGEN_RUN_NAME") or Path(cfg.out_dir).name,
+                resume_step=step, trackers=cfg.tracker or None, hosts=hosts if env.is_main else [host],
+            )
+        except tracking.TrackingError as exc:  # e.g. a bad SLURMGEN_JOB_TYPE: one line, exit 2
+            raise ConfigError([f"run record: {exc}"]) from None
         self = cls(run if run.recording else None, run.group, env.is_main)
         if self.run is not None:
             if env.is_main:

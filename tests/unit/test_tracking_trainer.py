@@ -106,3 +106,9 @@ def test_a_tracker_that_is_not_installed_fails_before_torch_is_imported(tmp_path
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "2 False"
     assert done.stderr == "slurmgen train: error: argument --tracker: wandb is not installed: pip install 'slurmgen[wandb]'\n"
+
+
+def test_a_bad_run_name_template_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURMGEN_JOB_TYPE", "{gpu}")
+    with pytest.raises(ConfigError, match=r"^run record: job_type: unknown placeholder 'gpu'"):
+        make(tmp_path, track="per-process").fit()
