@@ -23,9 +23,11 @@ HOSTILE = [
     "line1\nline2", "# not a comment", "$HOME", "back\\slash", "semi;colon && true", "*", "",
 ]
 # Prints its argv and selected environment as one JSON line.
-REPORTER = ["python3", "-c", "import json,os,sys; print('REPORT ' + json.dumps({'argv': sys.argv[1:], "
+# One write per line: parallel tasks share a stdout, and print() under PYTHONUNBUFFERED writes
+# the text and its newline separately, so two reports could land on one line.
+REPORTER = ["python3", "-c", "import json,os,sys; sys.stdout.write('REPORT ' + json.dumps({'argv': sys.argv[1:], "
             "'env': {k: os.environ.get(k) for k in ['HOSTILE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'WORLD_SIZE', "
-            "'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'SLURMGEN_BACKEND']}}))"]
+            "'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'SLURMGEN_BACKEND']}}) + '\\n')"]
 
 
 def reports(text):
