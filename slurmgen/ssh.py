@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -234,10 +235,16 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
         if target.proxy_jump:
             if depth > 4:
                 raise ConnectError(target.alias, "ProxyJump chain is longer than 4 hops (a loop?)")
-            host, user, port = parse_jump(target.proxy_jump)
+            # `ProxyJump a,b`: reach b through a, then the target through b (as ssh -J does).
+            hops = [h.strip() for h in target.proxy_jump.split(",") if h.strip()]
+            host, user, port = parse_jump(hops[-1])
             jump_opts = SSHOptions(user=user, port=port, known_hosts=opts.known_hosts, connect_timeout=timeout,
                                    accept_new_host_keys=opts.accept_new_host_keys, identities=opts.identities)
-            jump = connect(resolve(host, jump_opts, config), jump_opts, config, notify, depth + 1)
+            jump_target = replace(resolve(host, jump_opts, config), proxy_jump=",".join(hops[:-1]) or None)
+            try:
+                jump = connect(jump_target, jump_opts, config, notify, depth + 1)
+            except ConnectError as exc:
+                raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
             sock = jump.client.get_transport().open_channel(  # type: ignore[union-attr]
                 "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
         keys = [p for p in target.identities if os.path.isfile(p)]

@@ -97,9 +97,8 @@ def target_from(alias: str, opts: SSHOptions, found: Mapping[str, object]) -> Ta
 
 
 def parse_jump(spec: str) -> tuple[str, str | None, int | None]:
-    """`user@host:port` (the first hop of a ProxyJump list) -> (host, user, port)."""
-    first = spec.split(",")[0].strip()
-    user, _, hostport = first.rpartition("@")
+    """One ProxyJump hop, `[user@]host[:port]` -> (host, user, port)."""
+    user, _, hostport = spec.strip().rpartition("@")
     host, sep, port = hostport.rpartition(":") if hostport.count(":") == 1 else (hostport, "", "")
     if not sep:
         host, port = hostport, ""

@@ -420,13 +420,20 @@ def test_flags_without_ssh_config_and_agent_authentication(two_nodes, tmp_path):
         agent.wait(10)
 
 
-def test_proxy_jump_through_the_first_node(two_nodes, tmp_path):
+def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
     c = two_nodes
     cfg = tmp_path / "ssh_config"
-    cfg.write_text("Host behind\n  HostName node2\n  ProxyJump node1\n" + c.ssh_config.read_text())
-    run = Run(["--ssh-config", str(cfg), "--workdir", str(tmp_path), "--hosts", "behind", "--user", "root",
-               "--identity", str(c.ssh_key), "--known-hosts", str(c.known_hosts), "--",
-               "bash", "-c", 'echo "CONN $(hostname) $SSH_CONNECTION"'])
-    assert run.finish(60) == 0, run.text()
-    m = re.search(r"^\[behind/0\] CONN (\S+) (\S+) ", run.out, re.M)
-    assert m and m.group(1) == "node2" and m.group(2) == c.node("node1").ip, run.text()
+    cfg.write_text("Host behind\n  HostName node2\n  ProxyJump node1\n"
+                   "Host twohops\n  HostName node1\n  ProxyJump node1,node2\n"
+                   "Host broken\n  HostName node2\n  ProxyJump node1:2\n" + c.ssh_config.read_text())
+    flags = ["--ssh-config", str(cfg), "--workdir", str(tmp_path), "--user", "root", "--identity", str(c.ssh_key),
+             "--known-hosts", str(c.known_hosts)]
+    show = ["bash", "-c", 'echo "CONN $(hostname) $SSH_CONNECTION"']
+    for alias, lands_on, comes_from in (("behind", "node2", "node1"), ("twohops", "node1", "node2")):
+        run = Run([*flags, "--hosts", alias, "--", *show])
+        assert run.finish(60) == 0, run.text()
+        m = re.search(rf"^\[{alias}/0\] CONN (\S+) (\S+) ", run.out, re.M)
+        assert m and (m.group(1), m.group(2)) == (lands_on, c.node(comes_from).ip), run.text()
+    run = Run([*flags, "--hosts", "broken", "--", "true"])
+    assert run.finish(60) == 1
+    assert "error: broken: via jump host node1: connection refused by node1:2" in run.err, run.err

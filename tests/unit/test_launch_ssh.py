@@ -46,7 +46,7 @@ def test_unknown_host_defaults():
 
 
 @pytest.mark.parametrize("spec, parsed", [("bastion", ("bastion", None, None)), ("bob@bastion:2222", ("bastion", "bob", 2222)),
-                                          ("j1:22,j2", ("j1", None, 22))])
+                                          ("j1:22", ("j1", None, 22))])
 def test_proxy_jump_spec(spec, parsed):
     assert parse_jump(spec) == parsed
 
