@@ -205,6 +205,12 @@ def ckpt(step: int) -> str:
     return f"checkpoints/ckpt-{step:09d}.pt"
 
 
+def tracking_files(job_id: str) -> list[str]:
+    """The run record rank 0 keeps (rank-0 mode): one run in the group the script sets."""
+    run = f"tracking/slurm-{job_id}/main"
+    return [f"{run}/{name}" for name in ("artifacts.jsonl", "hparams.yaml", "metrics.jsonl", "run.json")]
+
+
 def check_rank0_io(job: TrainJob, restarts: int = 0) -> dict[tuple[int, int], int]:
     """Checkpoints and metrics were written by rank 0 only, heartbeats each by its own rank.
 
@@ -219,7 +225,8 @@ def check_rank0_io(job: TrainJob, restarts: int = 0) -> dict[tuple[int, int], in
     assert sorted(pids) == [(run, rank) for run in runs for rank in range(WORLD)], sorted(pids)
     assert all(len(p) == 1 for p in pids.values()), pids
     owner = {key: next(iter(p)) for key, p in pids.items()}
-    shared = re.compile(r"checkpoints/.*|\.?metrics\.jsonl(\.tmp\.\d+)?")  # incl. temporaries
+    # Checkpoints, metrics and the run record, incl. their temporaries: rank 0's alone.
+    shared = re.compile(r"checkpoints/.*|\.?metrics\.jsonl(\.tmp\.\d+)?|tracking/.*")
     wrote_shared = False
     for r in recs:
         for p in r["paths"]:
@@ -293,6 +300,7 @@ def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
     assert job.files() == sorted(
         [ckpt(10), ckpt(20), ckpt(30), "checkpoints/latest", "metrics.jsonl"]
         + [f"heartbeats/rank-{k:05d}.json" for k in range(WORLD)]
+        + tracking_files(job.job_id)
     )
     assert (job.run_dir / "checkpoints" / "latest").read_text().strip() == Path(ckpt(steps)).name
     # One train record per step (four writers would repeat each), a val record at the end.
@@ -386,7 +394,11 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     assert job.files() == sorted(
         [ckpt(stop), ckpt(steps), "checkpoints/latest", "metrics.jsonl"]
         + [f"heartbeats/rank-{k:05d}.json" for k in range(WORLD)]
+        + tracking_files(job_id)
     )
+    # The requeued job continued the same run record: restart count 1, status finished.
+    record = json.loads((job.run_dir / tracking_files(job_id)[-1]).read_text())
+    assert (record["restart_count"], record["status"]) == (1, "finished"), record
     # Metrics: every step once, steps up to `stop` from before the requeue, the rest after it.
     records = [r for r in job.metrics() if r["split"] == "train"]
     assert [r["step"] for r in records] == list(range(1, steps + 1))
