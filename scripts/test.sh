@@ -10,4 +10,11 @@ cd "$repo"
 venv=${SLURMGEN_VENV:-$repo/.venv}
 # Generated scripts run `python ...`: it must be the venv's, with torch and slurmgen.
 export PATH="$venv/bin:$PATH"
-exec "$venv/bin/python" -m pytest -ra "$@"
+# Everything the tests and the programs they start put in TMPDIR (pytest's tmp_path,
+# torchrun's torchelastic_* directories, ...) lives in one directory, removed at the end.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/slurmgen-tests.XXXXXX")
+trap 'rm -rf -- "$scratch"' EXIT
+export TMPDIR=$scratch
+status=0
+"$venv/bin/python" -m pytest -ra --basetemp="$scratch/pytest" "$@" || status=$?
+exit "$status"
