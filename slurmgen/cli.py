@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 
 from slurmgen import __version__
-from slurmgen.errors import EXIT_BAD_INPUT, SlurmgenError
+from slurmgen.errors import SlurmgenError
 
 app = typer.Typer(
     name="slurmgen",

@@ -9,13 +9,12 @@ all_reduce of RANK+1 across all ranks.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from render_helpers import render_and_lint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -27,22 +26,7 @@ JOB_TIMEOUT = 90
 
 
 def create(out: Path, *args: str, command: list[str] = PROBE) -> Path:
-    """Render into ``out`` and shellcheck every script rendered (issue 3, test 5)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurmgen", "create", *args, "-o", str(out), "--", *command],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, f"slurmgen create failed:\n{proc.stdout}\n{proc.stderr}"
-    scripts = sorted(out.glob("*.sh"))
-    assert [s.name for s in scripts] == ["launch_multi_node.sh", "run_slurm.sh"]
-    lint = subprocess.run(
-        ["shellcheck", *map(str, scripts)], capture_output=True, text=True, timeout=60
-    )
-    assert lint.returncode == 0, f"shellcheck on rendered scripts:\n{lint.stdout}{lint.stderr}"
-    return out
+    return render_and_lint(out, *args, command=command)
 
 
 @dataclass

@@ -25,13 +25,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from render_helpers import render_and_lint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -113,21 +112,6 @@ if _root and _dir:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def create(out: Path, *args: str, command: list[str]) -> Path:
-    """`slurmgen create` into ``out``; shellcheck what it rendered (issue 3, test 5)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurmgen", "create", *args, "-o", str(out), "--", *command],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, f"slurmgen create failed:\n{proc.stdout}\n{proc.stderr}"
-    scripts = sorted(str(p) for p in out.glob("*.sh"))
-    assert len(scripts) == 2, scripts
-    lint = subprocess.run(["shellcheck", *scripts], capture_output=True, text=True, timeout=60)
-    assert lint.returncode == 0, f"shellcheck on rendered scripts:\n{lint.stdout}{lint.stderr}"
-    return out
 
 
 @dataclass
@@ -151,7 +135,7 @@ class TrainJob:
         return self.tmp / "audit"
 
     def render(self, *train_args: str, create_args: tuple[str, ...] = ()) -> None:
-        create(
+        render_and_lint(
             self.out,
             *("--nodes", "2", "--gpus", "2", "--backend", "gloo", "--launcher", self.launcher),
             *("--time", "5", *create_args),

@@ -345,7 +345,7 @@ def test_closed_port_is_refused_at_once_naming_the_host(two_nodes, tmp_path):
     start = time.monotonic()
     run = launch(two_nodes, tmp_path, "--hosts", "node1,node2", "--port", "2", "--", "true")
     assert run.proc.returncode == 1
-    assert f"error: node1: connection refused by node1:2" in run.err and "error: node2: connection refused" in run.err
+    assert "error: node1: connection refused by node1:2" in run.err and "error: node2: connection refused" in run.err
     assert time.monotonic() - start < 5
 
 

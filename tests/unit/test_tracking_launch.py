@@ -1,7 +1,6 @@
 """The launchers name the group of every rank's run record: run_slurm.sh after the Slurm job,
 `slurmgen launch` after its launch id (the same on every node and every restart)."""
 
-import json
 import os
 import stat
 import subprocess
