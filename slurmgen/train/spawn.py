@@ -74,7 +74,10 @@ def spawn(nproc: int, argv: Sequence[str], environ: Mapping[str, str] | None = N
             codes = [p.poll() for p in procs]
             failed = [c for c in codes if c not in (None, 0)]
             if failed:
-                code = failed[0] if failed[0] > 0 else 128 - failed[0]  # killed by signal N: 128+N, as shells say
+                # Seen in the same poll, a rank killed by a signal is the cause and the others'
+                # errors its consequence (their peer vanished mid-collective): report the signal.
+                first = min(failed, key=lambda c: c >= 0)
+                code = first if first > 0 else 128 - first  # killed by signal N: 128+N, as shells say
                 _stop(procs, PREEMPT_GRACE if code == 75 else STOP_GRACE)
                 break
             if all(c == 0 for c in codes):
