@@ -278,11 +278,14 @@ class Trainer:
             flag.restore()
         if preempted:
             log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
+            self.heartbeat.beat(self.step, status="preempted", force=True)
+            run_dir = self.tracking.finish(EXIT_PREEMPTED)
+            # Requeue last, once every rank has written its heartbeat and the run record: Slurm
+            # ends all tasks the moment it requeues, and would cut those writes short.
+            dist.barrier()
             if env.is_main:
                 warn, said = request_requeue(os.environ, cfg.requeue)
                 (log.warning if warn else log.info)("%s", said)
-            self.heartbeat.beat(self.step, status="preempted", force=True)
-            run_dir = self.tracking.finish(EXIT_PREEMPTED)
             return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
         self.heartbeat.beat(self.step, status="done", force=True)
         log.info("done: step %d, train loss %s, val loss %s", self.step,
