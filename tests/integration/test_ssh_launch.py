@@ -35,8 +35,9 @@ def port() -> int:
 
 
 def base_args(cluster, workdir: Path) -> list[str]:
+    # TMPDIR is not forwarded to remote ranks; without it torch's caches would land in /tmp.
     return ["--ssh-config", str(cluster.ssh_config), "--workdir", str(workdir), "--master-port", str(port()),
-            "--backend", "gloo", "--connect-timeout", "5"]
+            "--backend", "gloo", "--connect-timeout", "5", "--env", f"TMPDIR={workdir}"]
 
 
 class Run:
