@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.cli import main
+from cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run(capsys, *args):
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 @pytest.mark.parametrize("args, words", [
