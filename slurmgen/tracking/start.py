@@ -82,6 +82,7 @@ def init(dir: str | os.PathLike[str] = "runs", *, name: str | None = None, group
     run_dir = root / slug(group) / (slug(id) if id else run_key(mode, job_type_value, is_default, where.rank))
     run_dir.mkdir(parents=True, exist_ok=True)
     forget_open(run_dir)
+    store.remove_stale_temporaries(run_dir)
     meta_path = run_dir / store.RUN_FILE
     existing = meta_path.is_file()
     start = now_iso()

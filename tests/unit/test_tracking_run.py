@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,47 @@ def test_a_process_that_forgets_finish(tmp_path, how, status):
     done = subprocess.run([sys.executable, "-c", PROGRAM, str(tmp_path), how], capture_output=True, text=True, timeout=60)
     assert done.returncode == {"return": 0, "raise": 1, "kill": -signal.SIGKILL}[how], done.stderr
     assert read_run(tmp_path / "g" / "main").meta["status"] == status
+
+
+KILLED_BEFORE_RENAME = """
+import os, signal, sys
+from slurmgen import tracking
+from slurmgen.tracking import store
+run = tracking.init(sys.argv[1], environ={"SLURMGEN_GROUP": "g"}, config={"lr": 1})
+run.log("train", {"loss": 1.0}, step=1)
+store.os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+run.finish()
+"""
+NOT_A_PID = 4194304  # PID_MAX_LIMIT on Linux: no process ever has it
+
+
+def test_opening_a_run_removes_temporaries_of_killed_writers_only(tmp_path):
+    done = subprocess.run([sys.executable, "-c", KILLED_BEFORE_RENAME, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    run_dir = tmp_path / "g" / "main"
+    (killed,) = run_dir.glob(".run.json.tmp.*")  # the writer's own leftover, its pid now dead
+    hour_ago = time.time() - 3600
+
+    def leftover(name: str, mtime: float = hour_ago) -> Path:
+        (run_dir / name).write_text("half")
+        os.utime(run_dir / name, (mtime, mtime))
+        return run_dir / name
+
+    os.utime(killed, (hour_ago, hour_ago))
+    stale = [killed, leftover(f".hparams.yaml.tmp.{NOT_A_PID}"), leftover(f".metrics.jsonl.tmp.{NOT_A_PID}")]
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        kept = [leftover(f".run.json.tmp.{live.pid}"),  # its writer is alive (stopped, say): maybe still writing
+                leftover(f".run.json.tmp.{NOT_A_PID - 1}", mtime=time.time()),  # fresh: maybe another host's writer
+                leftover(f".ckpt-1.pt.tmp.{NOT_A_PID}"), leftover(f"notes.tmp.{NOT_A_PID}")]  # not the store's
+        again = tracking.init(tmp_path, environ={"SLURMGEN_GROUP": "g"})
+    finally:
+        live.kill()
+        live.wait()
+    assert again.dir == run_dir and again.restart_count == 1
+    assert [p.name for p in stale if p.exists()] == []
+    assert [p.name for p in kept if not p.exists()] == []
 
 
 def test_importing_the_library_stays_light():
