@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from train_helpers import clean_env, free_port
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -23,22 +24,6 @@ pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.s
 PY = sys.executable
 RUN = ["--model", "mlp", "--max-steps", "6", "--log-every", "3", "--progress", "lines", "--eval-iters", "2",
        "--mlp-hidden", "16", "--synthetic-samples", "256", "--init-timeout", "30"]
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
-               "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURMGEN_BACKEND", "SLURMGEN_REQUEUE", "SLURMGEN_TRAIN_SPAWNED")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith("SLURM_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """Run a launcher in its own session; kill the whole session if it outlives the timeout."""

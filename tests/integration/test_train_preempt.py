@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -13,27 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from train_helpers import clean_env, free_port
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 PY = sys.executable
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
-               "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURMGEN_BACKEND", "SLURMGEN_REQUEUE", "SLURMGEN_TRAIN_SPAWNED",
-               "SLURMGEN_TRAIN_FAULT")
 LONG = ["--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256", "--max-steps", "100000", "--save-every", "0",
         "--log-every", "1000", "--progress", "lines", "--heartbeat-every", "0.05"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith("SLURM_")}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(args: list[str], env: dict[str, str], module: str = "slurmgen.train") -> subprocess.Popen:
