@@ -2,7 +2,7 @@
 
 The SSH command line is short, fixed and holds no secret:
 
-    exec env -u SSH_CLIENT -u SSH2_CLIENT bash -c 'IFS= read -r n && eval "$(head -c "$n")"' \
+    exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"' \
         slurmgen-launch attempt=1 workdir=... ...
 
 Everything else arrives on the session's stdin (`payload`): the bootstrap below, then the
@@ -34,12 +34,16 @@ if TYPE_CHECKING:
     from slurmgen.launch_plan import LaunchPlan, NodePlan
 
 PAYLOAD_MAGIC = "slurmgen-payload-1"
+# The payload's last line: seen only if every byte before it arrived.
+PAYLOAD_END = "slurmgen-payload-end"
 # Exit code of a node whose rank missed its heartbeat (as timeout(1) reports a time-out).
 EXIT_HUNG = 124
-# `env -u SSH_CLIENT`: Debian's bash sources ~/.bashrc when it sees SSH_CLIENT at shell level
-# 1, which `exec` from the login shell restores; without it the user's ~/.bashrc (conda or
-# pyenv init, often 0.1-1 s) would run twice per node. SSH_CONNECTION, its successor, stays.
-REMOTE_PREFIX = """exec env -u SSH_CLIENT -u SSH2_CLIENT bash -c 'IFS= read -r n && eval "$(head -c "$n")"' slurmgen-launch"""
+# `--norc`: Debian's bash sources ~/.bashrc when it sees SSH_CLIENT at shell level 1, which
+# `exec` from the login shell keeps; without it the user's ~/.bashrc (conda or pyenv init,
+# often 0.1-1 s) would run twice per node. The login shell may be any shell: the line is
+# plain words and one single-quoted string. The bootstrap avoids programs where a builtin
+# does (each costs a few ms of a node's start-up).
+REMOTE_PREFIX = """exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"' slurmgen-launch"""
 
 # The per-node bootstrap, evaluated by `bash -c` with the key=value arguments as "$@".
 # The heartbeat files are the bundled trainer's (slurmgen/train/logs.py):
@@ -76,19 +80,20 @@ trap 'rm -rf -- "$dir"' EXIT
 script=$dir/launch_multi_node.sh
 head -c "$script_len" >"$script"
 env_text=$(head -c "$env_len")
-[[ $(stat -c %s -- "$script") == "$script_len" ]] || fail "the node script arrived cut short"
+IFS= read -r end
+[[ $end == PAYLOAD_END ]] || fail "the node script and environment arrived cut short"
 eval "$env_text" || fail "the environment sent on stdin is not valid"
 unset env_text
 
-cd -- "$workdir" 2>/dev/null || fail "working directory '$workdir' does not exist on $(hostname) (see --workdir)"
+cd -- "$workdir" 2>/dev/null || fail "working directory '$workdir' does not exist on $HOSTNAME (see --workdir)"
 export MASTER_PORT=$master_port SLURMGEN_RANK_OFFSET=$rank_offset SLURMGEN_WORLD_SIZE=$world_size \
   SLURMGEN_LOG_DIR=$log_dir SLURMGEN_STOP_GRACE=$stop_grace SLURMGEN_FAIL_GRACE=$stop_grace \
   SLURMGEN_ATTEMPT=$attempt
-mkdir -p -- "$log_dir" 2>/dev/null || fail "cannot create the log directory '$log_dir' on $(hostname)"
+[[ -d $log_dir ]] || mkdir -p -- "$log_dir" 2>/dev/null ||
+  fail "cannot create the log directory '$log_dir' on $HOSTNAME"
 printf -v stamp '%(%Y-%m-%d %H:%M:%S %z)T' -1
-host=$(hostname)
 for ((r = rank_offset; r < rank_offset + nproc; r++)); do
-  printf '===== slurmgen launch: attempt %s, node %s (%s), %s =====\n' "$attempt" "$node_rank" "$host" \
+  printf '===== slurmgen launch: attempt %s, node %s (%s), %s =====\n' "$attempt" "$node_rank" "$HOSTNAME" \
     "$stamp" >>"$log_dir/rank-$r.log"
 done
 
@@ -143,7 +148,8 @@ done
 kill "$lifeline" $watcher 2>/dev/null
 if [[ -e $dir/hung ]]; then status=EXIT_HUNG; fi
 exit "$status"
-""".replace("PAYLOAD_MAGIC", PAYLOAD_MAGIC).replace("EXIT_HUNG", str(EXIT_HUNG)).lstrip()
+""".replace("PAYLOAD_MAGIC", PAYLOAD_MAGIC).replace("PAYLOAD_END", PAYLOAD_END).replace(
+    "EXIT_HUNG", str(EXIT_HUNG)).lstrip()
 
 
 def node_args(plan: "LaunchPlan", node: "NodePlan", attempt: int) -> list[str]:
@@ -176,4 +182,4 @@ def payload(plan: "LaunchPlan", node: "NodePlan") -> bytes:
     script = plan.script.encode()
     env = env_text(plan.node_env(node)).encode()
     header = f"{PAYLOAD_MAGIC} {len(script)} {len(env)}\n".encode()
-    return f"{len(boot)}\n".encode() + boot + header + script + env
+    return f"{len(boot)}\n".encode() + boot + header + script + env + f"{PAYLOAD_END}\n".encode()

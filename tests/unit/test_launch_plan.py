@@ -159,7 +159,9 @@ def test_payload_frames_bootstrap_script_and_environment():
     magic, script_len, env_len = header.decode().split()
     assert magic == "slurmgen-payload-1"
     assert rest[:int(script_len)].decode() == plan.script
-    assert rest[int(script_len):].decode() == "export SECRET_TOKEN=xyz\n" and len(rest) == int(script_len) + int(env_len)
+    rest = rest[int(script_len):]
+    assert rest[:int(env_len)].decode() == "export SECRET_TOKEN=xyz\n"
+    assert rest[int(env_len):] == b"slurmgen-payload-end\n"
 
 
 def test_bootstrap_and_prefix_lint_clean(tmp_path):

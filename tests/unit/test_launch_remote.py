@@ -166,3 +166,18 @@ def test_truncated_payload_is_refused(tmp_path):
     text = output_of(proc)
     assert proc.exit_status() == 2 and "slurmgen-launch: error:" in text
     assert not os.path.exists(tmp_path / "out" / "logs" / "rank-0.log")
+
+
+def test_users_bashrc_runs_once_per_node_not_again_in_the_bootstrap(tmp_path):
+    # As sshd runs it: the login shell at shell level 1 with SSH_CLIENT set, where Debian's
+    # bash sources ~/.bashrc even for a command. The bootstrap must not source it a second time.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text(f'echo "$$" >>{tmp_path / "rc-runs"}\n')
+    plan = local_plan(tmp_path, ["bash", "-c", "echo RANK_UP"], slots=(1,))
+    node = plan.nodes[0]
+    proc = LocalProcess(remote_command(plan, node, 1), payload(plan, node),
+                        env={"HOME": str(home), "SHLVL": "0", "SSH_CLIENT": "10.0.0.1 50000 22"})
+    assert "RANK_UP" in output_of(proc)
+    assert proc.exit_status() == 0
+    assert len((tmp_path / "rc-runs").read_text().split()) == 1

@@ -77,7 +77,7 @@ export MASTER_ADDR=$master_addr MASTER_PORT=$master_port NODE_RANK=$node_rank
 export WORLD_SIZE=$world_size LOCAL_WORLD_SIZE=$nproc
 
 log_dir=${SLURMGEN_LOG_DIR:-out/logs}
-mkdir -p -- "$log_dir"
+[[ -d $log_dir ]] || mkdir -p -- "$log_dir"
 cmd=(python -m slurmgen.train)
 
 # Job control: each process starts in a process group of its own, so that a stop reaches
