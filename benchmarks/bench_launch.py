@@ -13,12 +13,17 @@ unless --reuse, and tears it down at the end.
    "Running" = the rank's RANK_UP line has reached the launching command's output. Commands
    alternate round by round; medians are printed. Target: 8 hosts <= 1.3 x one host.
    Floor: K parallel `ssh nodeK echo RANK_UP` (OpenSSH): what the simulated hosts themselves
-   cost per session (sshd, the login shell and its ~/.bashrc). All hosts share this machine's
+   cost per session (sshd, the login shell and its rc files). All hosts share this machine's
    cores, so that cost adds up with K here where a real cluster pays it once, in parallel;
    "slurmgen launch minus floor" is the launcher's own share.
+   Each is measured twice, logged in as two accounts:
+   - root, whose ~/.bashrc here runs `pyenv init` (about 0.13 s of CPU in every SSH
+     session: Debian's bash reads ~/.bashrc for commands run by sshd);
+   - a lean account made for the benchmark (empty rc files; removed at the end): a host
+     whose login costs little, so what grows with K is SSH and the launcher.
 2. Time from a rank's crash (its own timestamp, taken just before it exits 3) to the last
    process of the job gone from every node, ranks and slurmgen's own (a /proc scan every
-   10 ms; the nodes are namespaces of this machine), 8 hosts x 2 ranks.
+   10 ms; the nodes are namespaces of this machine), 8 hosts x 2 ranks, as root.
    Target: <= 2 s. pdsh does not stop the other nodes: shown as how many are still alive
    after 10 s.
 """
@@ -26,6 +31,7 @@ unless --reuse, and tears it down at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -35,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
@@ -94,17 +101,18 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> None:
         proc.communicate()
 
 
-def slurmgen_cmd(hosts: int, workdir: Path, port: int, rank_cmd: list[str], gpus: int = 1) -> list[str]:
+def slurmgen_cmd(hosts: int, workdir: Path, port: int, rank_cmd: list[str], gpus: int = 1,
+                 user: str = "root") -> list[str]:
     return [PY, "-m", "slurmgen", "launch", "--hosts", f"node[1-{hosts}]", "--gpus", str(gpus),
-            "--ssh-config", str(CLUSTER / "ssh/config"), "--workdir", str(workdir), "--master-port", str(port),
-            "--backend", "gloo", "--", *rank_cmd]
+            "--ssh-config", str(CLUSTER / "ssh/config"), "--user", user, "--workdir", str(workdir),
+            "--master-port", str(port), "--backend", "gloo", "--", *rank_cmd]
 
 
-def pdsh_cmd(hosts: int, script: Path, gpus: int = 1) -> list[str]:
+def pdsh_cmd(hosts: int, script: Path, gpus: int = 1, user: str = "root") -> list[str]:
     # The same process loop, node rank from the host name (nodeK -> K-1).
     remote = (f"cd {script.parent.parent} && NODE_RANK=$(( $(hostname | tr -dc 0-9) - 1 )) "
               f"bash {script} node1 {hosts} {gpus}")
-    return ["pdsh", "-R", "ssh", "-w", f"node[1-{hosts}]", remote]
+    return ["pdsh", "-R", "ssh", "-l", user, "-w", f"node[1-{hosts}]", remote]
 
 
 def pdsh_env() -> dict[str, str]:
@@ -118,12 +126,32 @@ def write_script(workdir: Path, rank_cmd: list[str], nodes: int, gpus: int) -> P
     return out / "launch_multi_node.sh"
 
 
-def ssh_floor(hosts: int) -> float:
+@contextlib.contextmanager
+def lean_account(workdir: Path) -> Iterator[str]:
+    """A throwaway login with empty rc files, removed afterwards. The cluster's sshd takes the
+    cluster key for any account (AuthorizedKeysFile is one fixed file); `usermod -p '*'`
+    unlocks the account for key logins (sshd refuses a locked one) without any password."""
+    name = f"sgbench{os.getpid() % 100000}"
+    home = workdir / "lean-home"
+    subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash", name],
+                   check=True, capture_output=True)
+    try:
+        subprocess.run(["usermod", "-p", "*", name], check=True, capture_output=True)
+        home.mkdir()
+        for rc in (".bashrc", ".profile"):
+            (home / rc).write_text("")
+        shutil.chown(home, name)
+        yield name
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+def ssh_floor(hosts: int, user: str = "root") -> float:
     """K parallel `ssh nodeK echo RANK_UP` (OpenSSH, one process per host): what the simulated
     hosts themselves cost per session (sshd, the login shell and its rc files), all sharing
     this machine's cores; on a real cluster every host has its own."""
     start = time.perf_counter()
-    procs = [subprocess.Popen(["ssh", "-F", str(CLUSTER / "ssh/config"), f"node{i}", "echo RANK_UP"],
+    procs = [subprocess.Popen(["ssh", "-F", str(CLUSTER / "ssh/config"), "-l", user, f"node{i}", "echo RANK_UP"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
              for i in range(1, hosts + 1)]
     for proc in procs:
@@ -131,7 +159,9 @@ def ssh_floor(hosts: int) -> float:
     return time.perf_counter() - start
 
 
-def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: bool) -> dict[str, dict[int, list[float]]]:
+def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: bool,
+                  user: str = "root") -> dict[str, dict[int, list[float]]]:
+    """Start-up times per launcher and host count, logged in as `user` (workdir is theirs)."""
     rank_cmd = ["bash", "-c", "echo RANK_UP; sleep 1"]
     samples: dict[str, dict[int, list[float]]] = {"slurmgen launch": {h: [] for h in hosts_list}}
     if have_pdsh:
@@ -140,11 +170,11 @@ def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: 
     scripts = {h: write_script(workdir, rank_cmd, h, 1) for h in hosts_list}
     for round_ in range(repeat + 1):  # round 0 warms caches and is dropped
         for hosts in hosts_list:
-            took = ssh_floor(hosts)
+            took = ssh_floor(hosts, user)
             if round_:
                 samples["floor: K x ssh host echo"][hosts].append(took)
             start = time.perf_counter()
-            proc = subprocess.Popen(slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), rank_cmd),
+            proc = subprocess.Popen(slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), rank_cmd, user=user),
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             took = wait_ranks_up(proc, hosts, start)
             finish(proc)
@@ -154,7 +184,7 @@ def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: 
                 samples["slurmgen launch"][hosts].append(took)
             if have_pdsh:
                 start = time.perf_counter()
-                proc = subprocess.Popen(pdsh_cmd(hosts, scripts[hosts]), stdout=subprocess.PIPE,
+                proc = subprocess.Popen(pdsh_cmd(hosts, scripts[hosts], user=user), stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True, env=pdsh_env())
                 took = wait_ranks_up(proc, hosts, start)
                 finish(proc)
@@ -222,6 +252,17 @@ def bench_crash(hosts: int, gpus: int, repeat: int, workdir: Path, have_pdsh: bo
     return results, pdsh_note
 
 
+def print_startup(title: str, startup: dict[str, dict[int, list[float]]], hosts_list: list[int]) -> None:
+    print(title)
+    print(f"{'launcher':30}" + "".join(f"{str(h) + ' host(s)':>12}" for h in hosts_list) + f"{'max/1 host':>12}")
+    medians = {name: [statistics.median(per_hosts[h]) for h in hosts_list] for name, per_hosts in startup.items()}
+    for name, values in medians.items():
+        print(f"{name:30}" + "".join(f"{m:11.2f}s" for m in values) + f"{values[-1] / values[0]:11.2f}x")
+    floor = medians["floor: K x ssh host echo"]
+    print(f"{'slurmgen launch minus floor':30}" + "".join(
+        f"{s - f:11.2f}s" for s, f in zip(medians["slurmgen launch"], floor)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
@@ -236,20 +277,24 @@ def main() -> None:
         up(max(hosts_list))
     try:
         with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp:
-            workdir = Path(tmp)
-            startup = bench_startup(hosts_list, args.repeat, workdir, have_pdsh)
-            crash, pdsh_note = bench_crash(max(hosts_list), 2, max(3, args.repeat), workdir, have_pdsh)
+            top = Path(tmp)
+            top.chmod(0o755)  # the lean account reaches its own directory through it
+            as_root, as_lean = top / "root", top / "lean"
+            as_root.mkdir()
+            as_lean.mkdir()
+            startup_root = bench_startup(hosts_list, args.repeat, as_root, have_pdsh)
+            with lean_account(top) as lean:
+                shutil.chown(as_lean, lean)
+                startup_lean = bench_startup(hosts_list, args.repeat, as_lean, have_pdsh, user=lean)
+            crash, pdsh_note = bench_crash(max(hosts_list), 2, max(3, args.repeat), as_root, have_pdsh)
     finally:
         if not args.reuse:
             down()
-    print(f"time from command start to all ranks running (median of {args.repeat}, one rank per host):")
-    print(f"{'launcher':30}" + "".join(f"{str(h) + ' host(s)':>12}" for h in hosts_list) + f"{'max/1 host':>12}")
-    medians = {name: [statistics.median(per_hosts[h]) for h in hosts_list] for name, per_hosts in startup.items()}
-    for name, values in medians.items():
-        print(f"{name:30}" + "".join(f"{m:11.2f}s" for m in values) + f"{values[-1] / values[0]:11.2f}x")
-    floor = medians["floor: K x ssh host echo"]
-    print(f"{'slurmgen launch minus floor':30}" + "".join(
-        f"{s - f:11.2f}s" for s, f in zip(medians["slurmgen launch"], floor)))
+    what = f"time from command start to all ranks running (median of {args.repeat}, one rank per host)"
+    print_startup(f"{what}, as root (~/.bashrc runs pyenv init):", startup_root, hosts_list)
+    print()
+    print_startup(f"{what}, as a lean account (empty rc files):", startup_lean, hosts_list)
+    print()
     print(f"crash to all processes gone, {max(hosts_list)} hosts x 2 ranks (slurmgen launch): "
           f"median {statistics.median(crash):.2f}s, max {max(crash):.2f}s over {len(crash)} runs")
     print(pdsh_note)
