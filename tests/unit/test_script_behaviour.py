@@ -6,9 +6,11 @@ tests/integration/test_slurm_jobs.py submits the same scripts to a real Slurm.
 
 import json
 import os
+import random
 import stat
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -140,6 +142,38 @@ def test_launch_forwards_term_and_reports_the_signal(tmp_path):
     assert stdout.count("graceful") == 2  # both ranks got TERM and their last words were kept
     assert "got SIGTERM" in stderr
 
+
+
+def test_term_while_ranks_are_starting_leaves_none_behind(tmp_path):
+    # TERM as soon as the first of 16 ranks is forked, while the rest are still being started: the
+    # traps must already be in place, or the script dies and orphans the ranks it started.
+    marker = f"{random.randint(100, 999)}.{os.getpid()}"
+    out = write(tmp_path, command=["sleep", marker])
+
+    def ranks():
+        return subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True, text=True).stdout.split()
+
+    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "16"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_STOP_GRACE": "2"})
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        deadline = time.monotonic() + 20
+        while not children.read_text().strip() and time.monotonic() < deadline:
+            pass  # the first rank's subshell exists: the script is in its start loop
+        proc.terminate()
+        try:
+            _, stderr = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # the script, or ranks holding its stderr, still there
+            stderr = ""
+        deadline = time.monotonic() + 3
+        while ranks() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = ranks()
+    finally:
+        proc.kill()
+        subprocess.run(["pkill", "-9", "-f", f"^sleep {marker}$"])
+    assert left == [], f"ranks left running: {left}"
+    assert proc.returncode == 143 and "got SIGTERM" in stderr, stderr
 
 # --- run_slurm.sh with stand-ins for srun and scontrol -----------------------------------
 

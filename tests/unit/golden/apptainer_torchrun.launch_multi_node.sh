@@ -80,28 +80,9 @@ log_dir=${SLURMGEN_LOG_DIR:-out/logs}
 [[ -d $log_dir ]] || mkdir -p -- "$log_dir"
 cmd=(apptainer exec --nv --bind /data:/data /images/torch.sif python -m slurmgen.train)
 
-# Job control: each process starts in a process group of its own, so that a stop reaches
-# the whole tree it may have spawned (data loader workers and the like).
-set -m
+# Traps are set before the first process starts: a signal that arrives while they are
+# being started still reaches the ones already running.
 pids=()
-for ((local_rank = 0; local_rank < nproc; local_rank++)); do
-  rank=$((rank_offset + local_rank))
-  (
-    # Outlive the stop signal so the process's own exit code is what gets reported.
-    trap : INT TERM
-    set +e
-    export RANK=$rank LOCAL_RANK=$local_rank
-    # tee and sed ignore INT/TERM: the process's last words still reach the log.
-    "${cmd[@]}" 2>&1 | {
-      trap '' INT TERM
-      tee -a -- "$log_dir/rank-$rank.log" | sed -u "s/^/[rank $rank] /"
-    }
-    exit "${PIPESTATUS[0]}"
-  ) &
-  pids[local_rank]=$!
-done
-echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
-
 # Send a signal to every process group still running; true if any was.
 signal_all() {
   local pid any=1
@@ -120,11 +101,33 @@ stop_all() {
 on_signal() { # <signal name> <exit code>
   trap 'signal_all KILL; exit 137' INT TERM # a second signal: no more waiting
   echo "$me: got SIG$1, stopping all ranks on this node" >&2
+  pids+=("${!:-}") # a process started just before the signal, not yet in pids
   stop_all "${SLURMGEN_STOP_GRACE:-30}"
   exit "$2"
 }
 trap 'on_signal INT 130' INT
 trap 'on_signal TERM 143' TERM
+
+# Job control: each process starts in a process group of its own, so that a stop reaches
+# the whole tree it may have spawned (data loader workers and the like).
+set -m
+for ((local_rank = 0; local_rank < nproc; local_rank++)); do
+  rank=$((rank_offset + local_rank))
+  (
+    # Outlive the stop signal so the process's own exit code is what gets reported.
+    trap : INT TERM
+    set +e
+    export RANK=$rank LOCAL_RANK=$local_rank
+    # tee and sed ignore INT/TERM: the process's last words still reach the log.
+    "${cmd[@]}" 2>&1 | {
+      trap '' INT TERM
+      tee -a -- "$log_dir/rank-$rank.log" | sed -u "s/^/[rank $rank] /"
+    }
+    exit "${PIPESTATUS[0]}"
+  ) &
+  pids[local_rank]=$!
+done
+echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 
 # Wait for the processes; the first failure stops the rest.
 running=$nproc
