@@ -1,4 +1,4 @@
-"""SSH for `slurmgen launch`: the only module that imports paramiko.
+"""SSH for `slurmgen launch`: with ssh_keys.py, the only modules that import paramiko.
 
 - Targets: a host alias resolved through ~/.ssh/config (Host, HostName, User, Port,
   IdentityFile, IdentitiesOnly, UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump);
@@ -7,7 +7,8 @@
   refuses the host with the key's fingerprint and how to add it; a changed key is always
   refused. `accept_new_host_keys` adds keys of hosts not in the file yet (appending to the
   first known_hosts file), like StrictHostKeyChecking=accept-new.
-- Authentication: key files (--identity, IdentityFile, ~/.ssh/id_*) and ssh-agent.
+- Authentication: key files (--identity, IdentityFile, ~/.ssh/id_*) and ssh-agent; an
+  encrypted key file is unlocked once before connecting (ssh_keys.py).
 - Errors are `ConnectError`s with one line per host saying what failed and what to try.
 """
 
@@ -27,6 +28,7 @@ from typing import Callable, Sequence
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
+from slurmgen.ssh_keys import terminal_prompt, unlock_all
 from slurmgen.ssh_target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
 
 __all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
@@ -220,8 +222,32 @@ def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError
     return ConnectError(target.alias, f"SSH to {where} failed: {exc or type(exc).__name__}")
 
 
+def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, paramiko.PKey], timeout: float,
+                  sock: paramiko.Channel | None) -> None:
+    """client.connect with the target's key files: plain ones by path, unlocked ones (see
+    ssh_keys.py) as keys; paramiko takes one such key, so any further one is offered after."""
+    files = [p for p in target.identities if os.path.isfile(p)]
+    unlocked = [keys[p] for p in files if p in keys]
+    plain = [p for p in files if p not in keys]
+    only = target.identities_only and bool(files)
+    try:
+        client.connect(target.hostname, port=target.port, username=target.user, pkey=unlocked[0] if unlocked else None,
+                       key_filename=plain or None, allow_agent=not only, look_for_keys=not only, timeout=timeout,
+                       banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout, sock=sock)
+    except paramiko.AuthenticationException:
+        transport = client.get_transport()
+        for key in unlocked[1:]:
+            try:
+                if transport is not None and not transport.auth_publickey(target.user, key):
+                    return  # accepted, nothing more asked
+            except paramiko.AuthenticationException:
+                continue
+        raise
+
+
 def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
-            notify: Callable[[str], None] = lambda msg: None, depth: int = 0) -> Connection:
+            notify: Callable[[str], None] = lambda msg: None, depth: int = 0,
+            keys: dict[str, paramiko.PKey] | None = None) -> Connection:
     """Connect and authenticate, or raise ConnectError."""
     timeout = opts.connect_timeout
     jump: Connection | None = None
@@ -242,16 +268,12 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
                                    accept_new_host_keys=opts.accept_new_host_keys, identities=opts.identities)
             jump_target = replace(resolve(host, jump_opts, config), proxy_jump=",".join(hops[:-1]) or None)
             try:
-                jump = connect(jump_target, jump_opts, config, notify, depth + 1)
+                jump = connect(jump_target, jump_opts, config, notify, depth + 1, keys)
             except ConnectError as exc:
                 raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
             sock = jump.client.get_transport().open_channel(  # type: ignore[union-attr]
                 "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
-        keys = [p for p in target.identities if os.path.isfile(p)]
-        only = target.identities_only and bool(keys)
-        client.connect(target.hostname, port=target.port, username=target.user, key_filename=keys or None,
-                       allow_agent=not only, look_for_keys=not only, timeout=timeout, banner_timeout=timeout,
-                       auth_timeout=timeout, channel_timeout=timeout, sock=sock)
+        _authenticate(client, target, keys or {}, timeout, sock)
         return Connection(target, client, jump)
     except BaseException as exc:
         client.close()
@@ -270,10 +292,13 @@ def connect_all(aliases: Sequence[str], opts: SSHOptions, notify: Callable[[str]
     """Connect to every host at once; all of them, or a SlurmgenError naming each failure."""
     config = config if config is not None else load_config(opts.ssh_config)
     targets = [resolve(a, opts, config) for a in aliases]
+    # Jump hosts take --identity too (see connect); their IdentityFile lines are not asked for.
+    keys = unlock_all([p for t in targets for p in t.identities] + [os.path.expanduser(p) for p in opts.identities],
+                      terminal_prompt())
     results: dict[str, Connection] = {}
     errors: list[ConnectError] = []
     with ThreadPoolExecutor(max_workers=min(64, len(targets)) or 1, thread_name_prefix="ssh-connect") as pool:
-        futures = {t.alias: pool.submit(connect, t, opts, config, notify) for t in targets}
+        futures = {t.alias: pool.submit(connect, t, opts, config, notify, 0, keys) for t in targets}
         for alias, future in futures.items():
             try:
                 results[alias] = future.result()

@@ -8,9 +8,13 @@ processes are checked per node with `ip netns pids`.
 from __future__ import annotations
 
 import json
+import pty
 import os
 import random
 import re
+import select
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -48,7 +52,8 @@ class Run:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen([PY, "-m", "slurmgen", "launch", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})},
+                                     start_new_session=True)  # no terminal: nothing may prompt
         self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
                         for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))]
         for r in self.readers:
@@ -420,6 +425,86 @@ def test_flags_without_ssh_config_and_agent_authentication(two_nodes, tmp_path):
         agent.terminate()
         agent.wait(10)
 
+
+
+def run_on_a_terminal(args: list[str], answers: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    """`slurmgen launch` on a real pseudo-terminal: each answer is typed at the next
+    passphrase prompt; (exit code, everything the terminal showed, colours removed)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its controlling terminal is the pty
+        try:
+            os.execve(PY, [PY, "-m", "slurmgen", "launch", *args], {**os.environ, **env})
+        finally:
+            os._exit(127)
+    shown, pending = b"", list(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            shown += data
+            if pending and shown.count(b"Enter passphrase") > len(answers) - len(pending):
+                os.write(fd, pending.pop(0).encode() + b"\n")
+    finally:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    return os.waitstatus_to_exitcode(status), re.sub(r"\x1b\[[0-9;]*m", "", shown.decode(errors="replace"))
+
+
+def test_encrypted_key_is_asked_for_once_on_a_terminal_or_taken_from_the_agent(two_nodes, tmp_path):
+    c = two_nodes
+    passphrase = "it's a $(secret)"
+    key = tmp_path / "encrypted_key"
+    shutil.copy(c.ssh_key, key)
+    key.chmod(0o600)
+    subprocess.run(["ssh-keygen", "-q", "-p", "-f", str(key), "-P", "", "-N", passphrase], check=True,
+                   capture_output=True)
+    (tmp_path / "empty_config").write_text("")
+    flags = ["--user", "root", "--known-hosts", str(c.known_hosts), "--workdir", str(tmp_path),
+             "--ssh-config", str(tmp_path / "empty_config"), "--hosts", "node1,node2", "--identity", str(key),
+             "--", "hostname"]
+    no_agent = {"SSH_AUTH_SOCK": "", "HOME": str(tmp_path)}
+
+    # On a terminal: asked once for both hosts; a wrong answer is asked again; never echoed.
+    code, shown = run_on_a_terminal(flags, ["wrong", passphrase], no_agent)
+    assert code == 0, shown
+    assert shown.count(f"Enter passphrase for key '{key}': ") == 2, shown
+    assert sorted(re.findall(r"^\[(node\d)/\d\] (node\d)\r?$", shown, re.M)) == [("node1", "node1"), ("node2", "node2")]
+    assert passphrase not in shown and "wrong" not in shown
+
+    # Without a terminal: one line saying what to do, nothing connects.
+    run = Run(flags, env=no_agent)
+    assert run.finish(60) == 2
+    assert run.err.splitlines() == [
+        f"slurmgen: error: identity: key file {key} is encrypted and ssh-agent does not hold it (hint: add it to "
+        f"the agent first (ssh-add {key}), or run from a terminal to be asked for its passphrase)"]
+
+    # Held by ssh-agent (added with its passphrase through SSH_ASKPASS): used from there.
+    sock = tmp_path / "agent.sock"
+    askpass = tmp_path / "askpass"
+    askpass.write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(passphrase)}\n")
+    askpass.chmod(0o700)
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(sock.exists, 10, "ssh-agent's socket")
+        subprocess.run(["ssh-add", str(key)], check=True, capture_output=True, start_new_session=True,
+                       env={**os.environ, "SSH_AUTH_SOCK": str(sock), "SSH_ASKPASS": str(askpass),
+                            "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"})
+        run = Run(flags, env={"SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)})
+        assert run.finish(60) == 0, run.text()
+        assert sorted(re.findall(r"^\[(node\d)/\d\] (node\d)$", run.out, re.M)) == [("node1", "node1"), ("node2", "node2")]
+    finally:
+        agent.terminate()
+        agent.wait(10)
 
 def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
     c = two_nodes
