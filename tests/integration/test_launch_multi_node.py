@@ -2,13 +2,13 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from train_helpers import free_port
 
 from slurmgen.cli import main
 
@@ -16,12 +16,6 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 PROBE = ["python", "-m", "slurmgen.train.probe", "--timeout", "60"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def create(out: Path, *command: str, gpus=2):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from train_helpers import free_port
 
 from slurmgen.cli import main
 from slurmgen.tracking.records import find_runs
@@ -24,12 +25,6 @@ pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.s
 TRAIN = ["python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-in", "8", "--mlp-hidden", "16", "--mlp-classes", "4",
          "--synthetic-samples", "512", "--batch-size", "4", "--log-every", "1", "--eval-every", "3", "--eval-iters", "2",
          "--progress", "lines", "--init-timeout", "60", "--heartbeat-every", "0.2"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def create(out: Path, *args: str) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from train_helpers import LAUNCH_VARS, clean_env
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -19,14 +20,6 @@ from slurmgen.train import checkpoint as ckpt  # noqa: E402
 from slurmgen.train.cli import main  # noqa: E402
 
 PY = sys.executable
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
-               "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURMGEN_BACKEND", "SLURMGEN_REQUEUE", "SLURMGEN_TRAIN_SPAWNED",
-               "SLURMGEN_TRAIN_FAULT")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith("SLURM_")}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
 @pytest.fixture
