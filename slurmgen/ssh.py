@@ -1,7 +1,8 @@
 """SSH for `slurmgen launch`: with ssh_keys.py, the only modules that import paramiko.
 
 - Targets: a host alias resolved through ~/.ssh/config (Host, HostName, User, Port,
-  IdentityFile, IdentitiesOnly, UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump);
+  IdentityFile, IdentitiesOnly, UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump,
+  ProxyCommand);
   command-line flags win over the file, as with ssh(1).
 - Host keys are checked against known_hosts and never trusted on first use: an unknown key
   refuses the host with the key's fingerprint and how to add it; a changed key is always
@@ -17,7 +18,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
+import shlex
 import socket
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -90,6 +94,37 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
                 f.write(line)
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.notify(f"{t.alias}: added new host key {fingerprint(key)} for {hostname} to {store}")
+
+
+class _ProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand, except that the command's end is the connection's end:
+    paramiko's recv() keeps polling the closed pipe, so a proxy that fails at once costs the
+    whole connect timeout, and one that dies later is noticed only by the keepalive."""
+
+    def recv(self, size: int) -> bytes:
+        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+        if not ready:
+            raise socket.timeout()
+        try:
+            return os.read(self.process.stdout.fileno(), size)  # b"": paramiko raises EOFError
+        except OSError as exc:
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), exc.strerror) from None
+
+    def close(self) -> None:
+        """Stop the command and reap it (paramiko's close fails on one that has ended)."""
+        self.process.terminate()
+        try:
+            self.process.wait(2)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def last_words(self) -> str:
+        """The last line the command wrote to stderr, once it has ended ('' while it runs)."""
+        if self.process.poll() is None:
+            return ""
+        lines = self.process.stderr.read(4096).decode(errors="replace").strip().splitlines()
+        return lines[-1].strip() if lines else ""
 
 
 # ---- sessions ------------------------------------------------------------------------------------
@@ -251,13 +286,13 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
     """Connect and authenticate, or raise ConnectError."""
     timeout = opts.connect_timeout
     jump: Connection | None = None
+    sock: paramiko.Channel | paramiko.ProxyCommand | None = None
     client = paramiko.SSHClient()
     try:
         for path in (*target.global_known_hosts, *target.known_hosts):
             if os.path.isfile(path):
                 client.load_host_keys(path)
         client.set_missing_host_key_policy(_HostKeyPolicy(target, opts.accept_new_host_keys, notify))
-        sock = None
         if target.proxy_jump:
             if depth > 4:
                 raise ConnectError(target.alias, "ProxyJump chain is longer than 4 hops (a loop?)")
@@ -273,6 +308,9 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
                 raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
             sock = jump.client.get_transport().open_channel(  # type: ignore[union-attr]
                 "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
+        elif target.proxy_command:
+            # Through a shell, as ssh runs it (pipes, redirections and `exec` work).
+            sock = _ProxyCommand(f"/bin/sh -c {shlex.quote(target.proxy_command)}")
         _authenticate(client, target, keys or {}, timeout, sock)
         return Connection(target, client, jump)
     except BaseException as exc:
@@ -280,10 +318,20 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
         if jump is not None:
             jump.close()
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            if isinstance(sock, _ProxyCommand):
+                sock.close()
             raise
         err = _explain(target, exc, timeout)
         if jump is not None and not isinstance(exc, ConnectError) and isinstance(exc, paramiko.ChannelException):
             err = ConnectError(target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}")
+        elif isinstance(sock, _ProxyCommand) and (isinstance(exc, (paramiko.ProxyCommandFailure, EOFError))
+                                                  or "greeting" in err.message):
+            said = sock.last_words()
+            err = ConnectError(target.alias, f"ProxyCommand {target.proxy_command!r} ended without an SSH connection "
+                               f"to {target.hostname}:{target.port}" + (f"; it said: {said}" if said else ""),
+                               hint="check ProxyCommand in your ssh config; run it by hand to see what it does")
+        if isinstance(sock, _ProxyCommand):
+            sock.close()  # stops the command; the client does so only once connected
         raise err from None
 
 

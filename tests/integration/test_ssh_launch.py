@@ -523,3 +523,38 @@ def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
     run = Run([*flags, "--hosts", "broken", "--", "true"])
     assert run.finish(60) == 1
     assert "error: broken: via jump host node1: connection refused by node1:2" in run.err, run.err
+
+
+def test_proxy_command_connects_fails_in_one_line_and_its_end_is_a_lost_connection(two_nodes, tmp_path):
+    c = two_nodes
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host viacmd\n  HostName node2\n  ProxyCommand exec ssh -F {c.ssh_config} -W %h:%p node1\n"
+                   "Host badcmd\n  HostName node2\n  ProxyCommand echo 'no route via the bastion' >&2; exit 3\n"
+                   + c.ssh_config.read_text())
+    flags = ["--ssh-config", str(cfg), "--workdir", str(tmp_path), "--user", "root", "--identity", str(c.ssh_key),
+             "--known-hosts", str(c.known_hosts), "--connect-timeout", "5"]
+    run = Run([*flags, "--hosts", "viacmd", "--", "bash", "-c", 'echo "CONN $(hostname) $SSH_CONNECTION"'])
+    assert run.finish(60) == 0, run.text()
+    m = re.search(r"^\[viacmd/0\] CONN (\S+) (\S+) ", run.out, re.M)
+    assert m and (m.group(1), m.group(2)) == ("node2", c.node("node1").ip), run.text()
+
+    started = time.monotonic()
+    run = Run([*flags, "--hosts", "badcmd", "--", "true"])
+    assert run.finish(60) == 1
+    assert time.monotonic() - started < 4, "a proxy that ended at once must not cost the connect timeout"
+    assert ("error: badcmd: ProxyCommand \"echo 'no route via the bastion' >&2; exit 3\" ended without an SSH "
+            "connection to node2:22; it said: no route via the bastion") in run.err, run.err
+
+    # The proxy dies mid-run: the launcher sees the connection end, node2's ranks are stopped.
+    marker = f"sleep 5{random.randint(100, 999)}"
+    run = Run([*flags, "--hosts", "viacmd", "--", *marker.split()])
+    run.wait_for(r"all 1 node\(s\) running", timeout=60)
+    subprocess.run(["pkill", "-KILL", "-P", str(run.proc.pid)], check=True)  # the proxy: the launcher's child
+    killed = time.monotonic()
+    code = run.finish(30)
+    assert code == 255, run.text()
+    assert time.monotonic() - killed < 3, run.text()
+    assert "lost the connection to viacmd" in run.err
+    _, left = wait_gone(c, marker, timeout=5)
+    assert not left, [(p.node, p.cmdline) for p in left]
+    assert_nodes_clean(c)

@@ -45,6 +45,16 @@ def test_unknown_host_defaults():
     assert t.known_hosts[0].endswith("/.ssh/known_hosts")
 
 
+def test_proxy_command_is_expanded_and_none_turns_it_off():
+    config = paramiko.SSHConfig.from_text(
+        "Host off\n  ProxyCommand none\nHost inner*\n  HostName %h.lan\n  User carol\n  Port 2022\n"
+        "  ProxyCommand ssh -W %h:%p -l %r gateway\n")
+    t = resolve("inner1", SSHOptions(), config)
+    assert t.proxy_command == "ssh -W inner1.lan:2022 -l carol gateway" and t.proxy_jump is None
+    assert t.describe() == "carol@inner1.lan:2022 via ProxyCommand 'ssh -W inner1.lan:2022 -l carol gateway'"
+    assert resolve("off", SSHOptions(), config).proxy_command is None
+
+
 @pytest.mark.parametrize("spec, parsed", [("bastion", ("bastion", None, None)), ("bob@bastion:2222", ("bastion", "bob", 2222)),
                                           ("j1:22", ("j1", None, 22))])
 def test_proxy_jump_spec(spec, parsed):
