@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.ssh_keys import terminal_prompt, unlock_all
+from slurmgen.ssh_keys import FromAgent, Unlocked, terminal_prompt, unlock_all
 from slurmgen.ssh_target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
 
 __all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
@@ -257,14 +257,26 @@ def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError
     return ConnectError(target.alias, f"SSH to {where} failed: {exc or type(exc).__name__}")
 
 
-def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, paramiko.PKey], timeout: float,
-                  sock: paramiko.Channel | None) -> None:
+def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Unlocked], timeout: float,
+                  sock: paramiko.Channel | _ProxyCommand | None) -> None:
     """client.connect with the target's key files: plain ones by path, unlocked ones (see
     ssh_keys.py) as keys; paramiko takes one such key, so any further one is offered after."""
     files = [p for p in target.identities if os.path.isfile(p)]
-    unlocked = [keys[p] for p in files if p in keys]
     plain = [p for p in files if p not in keys]
     only = target.identities_only and bool(files)
+    agent = None
+    if any(isinstance(keys.get(p), FromAgent) for p in files):
+        try:
+            agent = paramiko.Agent()  # this connection's own: see ssh_keys.py
+        except (OSError, paramiko.SSHException):
+            pass
+    unlocked: list[paramiko.PKey] = []
+    for p in files:
+        key = keys.get(p)
+        if isinstance(key, FromAgent):
+            key = key.pick(agent) if agent is not None else None
+        if key is not None:
+            unlocked.append(key)
     try:
         client.connect(target.hostname, port=target.port, username=target.user, pkey=unlocked[0] if unlocked else None,
                        key_filename=plain or None, allow_agent=not only, look_for_keys=not only, timeout=timeout,
@@ -278,11 +290,14 @@ def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, pa
             except paramiko.AuthenticationException:
                 continue
         raise
+    finally:
+        if agent is not None:
+            agent.close()  # only signing during authentication used it
 
 
 def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
             notify: Callable[[str], None] = lambda msg: None, depth: int = 0,
-            keys: dict[str, paramiko.PKey] | None = None) -> Connection:
+            keys: dict[str, Unlocked] | None = None) -> Connection:
     """Connect and authenticate, or raise ConnectError."""
     timeout = opts.connect_timeout
     jump: Connection | None = None

@@ -6,7 +6,9 @@ file a target names (--identity, IdentityFile) is read once:
 
 - a plain key is left to paramiko, which reads it while authenticating;
 - an encrypted key that ssh-agent holds is used through the agent (as ssh does, even with
-  IdentitiesOnly: the agent key is the named key);
+  IdentitiesOnly: the agent key is the named key). Each connection asks the agent itself:
+  paramiko's agent connection is one socket, and two threads signing through it at once
+  garble each other's requests;
 - any other encrypted key needs its passphrase: asked on the terminal (/dev/tty, no echo,
   three tries, as ssh does); without a terminal the launch stops with one line saying to
   `ssh-add` it. The passphrase is never kept; the unlocked key lives in this process only.
@@ -20,8 +22,9 @@ from __future__ import annotations
 import base64
 import getpass
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, Union
 
 import paramiko
 
@@ -33,8 +36,21 @@ OPENSSH_MAGIC = b"openssh-key-v1\0"
 
 Prompt = Callable[[str], str]
 
+
+@dataclass(frozen=True)
+class FromAgent:
+    """An encrypted key file whose key ssh-agent holds: take the agent key with this public half."""
+
+    blob: str
+
+    def pick(self, agent: paramiko.Agent) -> paramiko.PKey | None:
+        return next((k for k in agent.get_keys() if k.get_base64() == self.blob), None)
+
+
+Unlocked = Union[paramiko.PKey, FromAgent]
+
 # Keys unlocked in this process: a reconnect after a lost host asks nobody again.
-_UNLOCKED: dict[str, paramiko.PKey] = {}
+_UNLOCKED: dict[str, Unlocked] = {}
 
 
 class _Encrypted(Exception):
@@ -94,22 +110,25 @@ def agent_keys() -> list[paramiko.PKey]:
     if not os.environ.get("SSH_AUTH_SOCK"):
         return []
     try:
-        return list(paramiko.Agent().get_keys())
+        agent = paramiko.Agent()
     except (OSError, paramiko.SSHException):
         return []
+    try:
+        return list(agent.get_keys())
+    finally:
+        agent.close()
 
 
-def unlock(path: str, prompt: Prompt | None, agent: Sequence[paramiko.PKey]) -> paramiko.PKey | None:
-    """None for a plain key (paramiko reads it); the agent's or the decrypted key otherwise."""
+def unlock(path: str, prompt: Prompt | None, agent: Sequence[paramiko.PKey]) -> Unlocked | None:
+    """None for a plain key (paramiko reads it); FromAgent or the decrypted key otherwise."""
     try:
         _read(path, None)
         return None
     except _Encrypted:
         pass
     blob = public_blob(path)
-    for key in agent:
-        if blob is not None and key.get_base64() == blob:
-            return key
+    if blob is not None and any(key.get_base64() == blob for key in agent):
+        return FromAgent(blob)
     if prompt is None:
         raise SlurmgenError(f"identity: key file {path} is encrypted and ssh-agent does not hold it",
                             hint=f"add it to the agent first (ssh-add {path}), or run from a terminal "
@@ -124,7 +143,7 @@ def unlock(path: str, prompt: Prompt | None, agent: Sequence[paramiko.PKey]) -> 
 
 
 def unlock_all(paths: Iterable[str], prompt: Prompt | None = None,
-               agent: Sequence[paramiko.PKey] | None = None) -> dict[str, paramiko.PKey]:
+               agent: Sequence[paramiko.PKey] | None = None) -> dict[str, Unlocked]:
     """path -> usable key, for each encrypted key file among `paths` (each asked for once)."""
     paths = [p for p in dict.fromkeys(paths) if os.path.isfile(p) and p not in _UNLOCKED]
     if paths:

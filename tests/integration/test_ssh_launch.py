@@ -499,9 +499,15 @@ def test_encrypted_key_is_asked_for_once_on_a_terminal_or_taken_from_the_agent(t
         subprocess.run(["ssh-add", str(key)], check=True, capture_output=True, start_new_session=True,
                        env={**os.environ, "SSH_AUTH_SOCK": str(sock), "SSH_ASKPASS": str(askpass),
                             "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"})
-        run = Run(flags, env={"SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)})
+        # Eight connections at once (four aliases per node) sign through the agent together:
+        # each must talk to the agent over its own socket.
+        aliases = [f"n{i}{x}" for i in (1, 2) for x in "abcd"]
+        (tmp_path / "aliases").write_text("".join(f"Host {a}\n  HostName node{a[1]}\n" for a in aliases))
+        eight = [*flags[:flags.index("--ssh-config")], "--ssh-config", str(tmp_path / "aliases"),
+                 "--hosts", ",".join(aliases), "--identity", str(key), "--", "hostname"]
+        run = Run(eight, env={"SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)})
         assert run.finish(60) == 0, run.text()
-        assert sorted(re.findall(r"^\[(node\d)/\d\] (node\d)$", run.out, re.M)) == [("node1", "node1"), ("node2", "node2")]
+        assert sorted(re.findall(r"^\[(n\d\w)/\d\] (node\d)$", run.out, re.M)) == [(a, f"node{a[1]}") for a in aliases]
     finally:
         agent.terminate()
         agent.wait(10)

@@ -12,7 +12,7 @@ import paramiko
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.ssh_keys import public_blob, unlock, unlock_all
+from slurmgen.ssh_keys import FromAgent, public_blob, unlock, unlock_all
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="ssh-keygen is not installed")
 
@@ -71,7 +71,7 @@ def test_key_held_by_the_agent_is_used_from_there_without_asking(tmp_path):
     other = paramiko.Ed25519Key.from_private_key_file(keygen(tmp_path / "other"))
     mine = paramiko.Ed25519Key.from_private_key_file(path, password=PASSPHRASE)
     prompt = Prompt()
-    assert unlock(path, prompt, [other, mine]) is mine
+    assert unlock(path, prompt, [other, mine]) == FromAgent(mine.get_base64())
     assert prompt.asked == []
 
 
