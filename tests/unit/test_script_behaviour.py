@@ -118,10 +118,20 @@ def test_launch_first_failure_stops_the_rest_and_keeps_its_code(tmp_path):
                             timeout=30)
     assert result.returncode == 7
     assert "rank 1 (local rank 1) exited with code 7" in result.stderr
+    assert "Terminated" not in result.stderr + result.stdout  # bash's notice for the stopped rank 0
     pid = int(next(line.split()[-1] for line in result.stdout.splitlines() if " pid " in line))
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert "rank 1 failing" in (out / "logs" / "rank-1.log").read_text()
+
+
+def test_a_command_that_is_not_found_says_so_in_the_output_and_the_log(tmp_path):
+    out = write(tmp_path, command=["no-such-program-slurmgen"])
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 127
+    assert "[rank 0] " in result.stdout and "no-such-program-slurmgen: command not found" in result.stdout
+    assert "no-such-program-slurmgen: command not found" in (out / "logs" / "rank-0.log").read_text()
 
 
 def test_launch_forwards_term_and_reports_the_signal(tmp_path):

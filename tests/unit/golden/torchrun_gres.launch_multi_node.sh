@@ -117,11 +117,14 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     # Outlive the stop signal so the process's own exit code is what gets reported.
     trap : INT TERM
     set +e
+    # This shell's own "Terminated" notice for a stopped process is noise (the stop is
+    # reported below, by rank): only it goes to /dev/null; tee and sed keep stderr as fd 3.
+    exec 3>&2 2>/dev/null
     export RANK=$rank LOCAL_RANK=$local_rank
     # tee and sed ignore INT/TERM: the process's last words still reach the log.
-    "${cmd[@]}" 2>&1 | {
+    "${cmd[@]}" 2>&1 3>&- | {
       trap '' INT TERM
-      tee -a -- "$log_dir/rank-$rank.log" | sed -u "s/^/[rank $rank] /"
+      tee -a -- "$log_dir/rank-$rank.log" 2>&3 | sed -u "s/^/[rank $rank] /" 2>&3
     }
     exit "${PIPESTATUS[0]}"
   ) &
