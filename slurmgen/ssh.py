@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.ssh_keys import FromAgent, Unlocked, terminal_prompt, unlock_all
+from slurmgen.ssh_keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
 from slurmgen.ssh_target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
 
 __all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
@@ -215,7 +215,8 @@ class Connection:
             self.jump.close()
 
 
-def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError:
+def _explain(target: Target, exc: BaseException, timeout: float,
+             keys: dict[str, Unlocked] | None = None) -> ConnectError:
     """Turn what paramiko and the socket layer raise into one actionable line."""
     where = f"{target.hostname}:{target.port}"
     if isinstance(exc, ConnectError):
@@ -231,10 +232,12 @@ def _explain(target: Target, exc: BaseException, timeout: float) -> ConnectError
                  "(--accept-new-host-keys never replaces a known key)")
     if isinstance(exc, paramiko.AuthenticationException) or (
             isinstance(exc, paramiko.SSHException) and "no authentication methods" in str(exc).lower()):
-        keys = ", ".join(target.identities) or "none given"
+        skipped = {p: k.why for p, k in (keys or {}).items() if isinstance(k, Unusable)}
+        files = ", ".join(p + (f" ({skipped[p]})" if p in skipped else "")
+                          for p in target.identities) or "none given"
         agent = "no" if target.identities_only or not os.environ.get("SSH_AUTH_SOCK") else "yes"
         return ConnectError(target.alias, f"authentication as {target.user!r} failed at {where} "
-                            f"(key files: {keys}; ssh-agent: {agent})",
+                            f"(key files: {files}; ssh-agent: {agent})",
                             hint="check --user and --identity, the keys in your ssh-agent, or ~/.ssh/config")
     if isinstance(exc, socket.gaierror):
         return ConnectError(target.alias, f"cannot resolve host name {target.hostname!r}",
@@ -261,9 +264,10 @@ def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Un
                   sock: paramiko.Channel | _ProxyCommand | None) -> None:
     """client.connect with the target's key files: plain ones by path, unlocked ones (see
     ssh_keys.py) as keys; paramiko takes one such key, so any further one is offered after."""
-    files = [p for p in target.identities if os.path.isfile(p)]
+    existing = [p for p in target.identities if os.path.isfile(p)]
+    only = target.identities_only and bool(existing)
+    files = [p for p in existing if not isinstance(keys.get(p), Unusable)]
     plain = [p for p in files if p not in keys]
-    only = target.identities_only and bool(files)
     agent = None
     if any(isinstance(keys.get(p), FromAgent) for p in files):
         try:
@@ -336,7 +340,7 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
             if isinstance(sock, _ProxyCommand):
                 sock.close()
             raise
-        err = _explain(target, exc, timeout)
+        err = _explain(target, exc, timeout, keys)
         if jump is not None and not isinstance(exc, ConnectError) and isinstance(exc, paramiko.ChannelException):
             err = ConnectError(target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}")
         elif isinstance(sock, _ProxyCommand) and (isinstance(exc, (paramiko.ProxyCommandFailure, EOFError))

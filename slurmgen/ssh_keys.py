@@ -10,8 +10,11 @@ file a target names (--identity, IdentityFile) is read once:
   paramiko's agent connection is one socket, and two threads signing through it at once
   garble each other's requests;
 - any other encrypted key needs its passphrase: asked on the terminal (/dev/tty, no echo,
-  three tries, as ssh does); without a terminal the launch stops with one line saying to
-  `ssh-add` it. The passphrase is never kept; the unlocked key lives in this process only.
+  three tries, as ssh does). Without a terminal it is skipped, as ssh in batch mode skips
+  it, and other keys or the agent may still get in; if none does, the authentication error
+  names it and says to `ssh-add` it. The passphrase is never kept; the unlocked key lives
+  in this process only.
+- a file that holds no key paramiko can read (a .pub, a DSA key) is skipped the same way.
 
 Default keys (~/.ssh/id_*) are not unlocked here: like ssh in batch mode, an encrypted one
 is skipped unless the agent holds it or it is named with --identity.
@@ -47,7 +50,14 @@ class FromAgent:
         return next((k for k in agent.get_keys() if k.get_base64() == self.blob), None)
 
 
-Unlocked = Union[paramiko.PKey, FromAgent]
+@dataclass(frozen=True)
+class Unusable:
+    """A key file that cannot be offered, and why (told if authentication then fails)."""
+
+    why: str
+
+
+Unlocked = Union[paramiko.PKey, FromAgent, Unusable]
 
 # Keys unlocked in this process: a reconnect after a lost host asks nobody again.
 _UNLOCKED: dict[str, Unlocked] = {}
@@ -57,21 +67,23 @@ class _Encrypted(Exception):
     """The key file needs a passphrase."""
 
 
+class _Unreadable(Exception):
+    """The file holds no private key paramiko can read."""
+
+
 def _read(path: str, passphrase: str | None) -> paramiko.PKey:
     """The key in `path`; _Encrypted if it needs a passphrase (or this one is wrong)."""
     encrypted = False
-    last: Exception | None = None
     for cls in KEY_TYPES:
         try:
             return cls.from_private_key_file(path, password=passphrase)
         except paramiko.PasswordRequiredException:
             encrypted = True
-        except (paramiko.SSHException, ValueError) as exc:
-            last = exc
+        except (paramiko.SSHException, ValueError, OSError):
+            pass
     if encrypted or passphrase is not None:
         raise _Encrypted()
-    raise SlurmgenError(f"identity: {path} is not a private key slurmgen can read ({type(last).__name__})",
-                        hint="give the private key file, not its .pub")
+    raise _Unreadable()
 
 
 def public_blob(path: str) -> str | None:
@@ -120,19 +132,20 @@ def agent_keys() -> list[paramiko.PKey]:
 
 
 def unlock(path: str, prompt: Prompt | None, agent: Sequence[paramiko.PKey]) -> Unlocked | None:
-    """None for a plain key (paramiko reads it); FromAgent or the decrypted key otherwise."""
+    """None for a plain key (paramiko reads it); FromAgent, the decrypted key or Unusable."""
     try:
         _read(path, None)
         return None
+    except _Unreadable:
+        return Unusable("not a private key slurmgen can read: give the private key, not its .pub")
     except _Encrypted:
         pass
     blob = public_blob(path)
     if blob is not None and any(key.get_base64() == blob for key in agent):
         return FromAgent(blob)
     if prompt is None:
-        raise SlurmgenError(f"identity: key file {path} is encrypted and ssh-agent does not hold it",
-                            hint=f"add it to the agent first (ssh-add {path}), or run from a terminal "
-                                 "to be asked for its passphrase")
+        return Unusable(f"encrypted and not in ssh-agent: ssh-add {path}, or run from a terminal "
+                        "to be asked for its passphrase")
     for _ in range(TRIES):
         passphrase = prompt(f"Enter passphrase for key '{path}': ")
         try:
@@ -144,7 +157,8 @@ def unlock(path: str, prompt: Prompt | None, agent: Sequence[paramiko.PKey]) -> 
 
 def unlock_all(paths: Iterable[str], prompt: Prompt | None = None,
                agent: Sequence[paramiko.PKey] | None = None) -> dict[str, Unlocked]:
-    """path -> usable key, for each encrypted key file among `paths` (each asked for once)."""
+    """path -> what to do with it, for each key file among `paths` that paramiko cannot
+    simply read (each asked for once)."""
     paths = [p for p in dict.fromkeys(paths) if os.path.isfile(p) and p not in _UNLOCKED]
     if paths:
         found_agent = agent_keys() if agent is None else agent

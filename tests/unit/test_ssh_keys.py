@@ -12,7 +12,7 @@ import paramiko
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.ssh_keys import FromAgent, public_blob, unlock, unlock_all
+from slurmgen.ssh_keys import FromAgent, Unusable, public_blob, unlock, unlock_all
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="ssh-keygen is not installed")
 
@@ -57,13 +57,10 @@ def test_three_wrong_passphrases_stop_with_one_line(tmp_path):
     assert PASSPHRASE not in str(err.value)
 
 
-def test_without_a_terminal_an_encrypted_key_says_how_to_fix_it(tmp_path):
+def test_without_a_terminal_an_encrypted_key_is_skipped_with_the_fix_kept_for_the_error(tmp_path):
     path = keygen(tmp_path / "enc", PASSPHRASE)
-    with pytest.raises(SlurmgenError) as err:
-        unlock(path, None, [])
-    assert err.value.lines() == [
-        f"identity: key file {path} is encrypted and ssh-agent does not hold it (hint: add it to the agent first "
-        f"(ssh-add {path}), or run from a terminal to be asked for its passphrase)"]
+    assert unlock(path, None, []) == Unusable(
+        f"encrypted and not in ssh-agent: ssh-add {path}, or run from a terminal to be asked for its passphrase")
 
 
 def test_key_held_by_the_agent_is_used_from_there_without_asking(tmp_path):
@@ -86,12 +83,12 @@ def test_public_half_comes_from_the_pub_file_or_the_openssh_header(tmp_path):
     assert public_blob(pem) is None  # a PEM key keeps no public half outside its encryption
 
 
-def test_a_file_that_is_no_private_key_is_refused_with_a_hint(tmp_path):
+def test_a_file_that_is_no_private_key_is_skipped_with_a_hint(tmp_path):
     path = keygen(tmp_path / "k")
-    with pytest.raises(SlurmgenError) as err:
-        unlock(path + ".pub", Prompt(), [])
-    assert err.value.lines()[0].startswith(f"identity: {path}.pub is not a private key")
-    assert "not its .pub" in err.value.lines()[0]
+    prompt = Prompt()
+    assert unlock(path + ".pub", prompt, []) == Unusable(
+        "not a private key slurmgen can read: give the private key, not its .pub")
+    assert prompt.asked == []
 
 
 def test_unlock_all_asks_once_per_file_across_calls(tmp_path):
