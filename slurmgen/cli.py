@@ -182,16 +182,16 @@ def launch(
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on every node (default: this directory)."),
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Per-rank logs on each node, relative to --workdir (default: out/logs)."),
     user: Optional[str] = typer.Option(None, "--user", "-l", help="SSH user (default: ~/.ssh/config, else you)."),
-    port: Optional[int] = typer.Option(None, "--port", "-p", min=1, max=65535, help="SSH port (default: ~/.ssh/config, else 22)."),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="SSH port (default: ~/.ssh/config, else 22)."),
     identity: List[Path] = typer.Option([], "--identity", "-i", help="Private key file; repeatable."),
     known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="known_hosts file (default: ~/.ssh/known_hosts)."),
     ssh_config: Optional[str] = typer.Option(None, "--ssh-config", "-F", help="ssh config file (default: ~/.ssh/config)."),
-    connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds to wait for each host."),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to wait for each host."),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
-    max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Start the whole group again after a failure, up to N times."),
-    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", min=0.1, help="A rank whose heartbeat file (the bundled trainer writes one) is older than S seconds counts as failed; ranks that write none are not judged."),
+    max_restarts: int = typer.Option(0, "--max-restarts", help="Start the whole group again after a failure, up to N times."),
+    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat file (the bundled trainer writes one) is older than S seconds counts as failed; ranks that write none are not judged."),
     heartbeat_dir: Optional[str] = typer.Option(None, "--heartbeat-dir", help="Where ranks write heartbeats (default: OUT_DIR/heartbeats of the trainer's --out-dir)."),
-    stop_grace: int = typer.Option(1, "--stop-grace", min=0, help="Seconds between TERM and KILL when stopping ranks."),
+    stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
 ) -> None:
     """Start the job on every host over SSH; the first failure anywhere stops all of them."""
@@ -205,6 +205,14 @@ def launch(
 
     if (hosts is None) == (hostfile is None):
         raise SlurmgenError(f"hosts: give exactly one of --hosts and --hostfile (got {'both' if hosts else 'neither'})")
+    # Checked here rather than by typer's min/max, whose message leaves out the bad value
+    # (max_restarts, heartbeat_timeout and stop_grace are checked with the plan).
+    ssh_problems = [f"{name}: must be {rule} (got {value:g})" for name, value, ok, rule in (
+        ("port", 22 if port is None else port, port is None or 1 <= port <= 65535, "a port number 1-65535"),
+        ("connect_timeout", connect_timeout, connect_timeout > 0, "more than 0 seconds"),
+    ) if not ok]
+    if ssh_problems:
+        raise SlurmgenError(*ssh_problems)
     spec = spec_from_sources(config, _overrides(
         command=command or None, gpus=gpus, master_addr=master_addr, master_port=master_port, backend=backend,
         env=_parse_env(env), setup=list(setup), log_dir=log_dir,
