@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, free_port
+from train_helpers import clean_env, communicate_in_session, free_port
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -28,14 +28,7 @@ RUN = ["--model", "mlp", "--max-steps", "6", "--log-every", "3", "--progress", "
 def run(cmd: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """Run a launcher in its own session; kill the whole session if it outlives the timeout."""
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
+    out, err = communicate_in_session(p, timeout)
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, free_port
+from train_helpers import clean_env, communicate_in_session, free_port
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -28,14 +28,7 @@ def start(args: list[str], env: dict[str, str], module: str = "slurmgen.train") 
 
 
 def finish(p: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
-    try:
-        out, err = p.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
+    out, err = communicate_in_session(p, timeout)
     return p.returncode, out + err
 
 
