@@ -7,9 +7,11 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_RUN_FAILED = 1
-EXIT_BAD_INPUT = 2
+from slurmgen import exitcodes
+
+EXIT_OK = exitcodes.OK
+EXIT_RUN_FAILED = exitcodes.FAILED
+EXIT_BAD_INPUT = exitcodes.BAD_INPUT
 
 
 class SlurmgenError(Exception):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
+from slurmgen import exitcodes
 from slurmgen.launch_plan import masked
 from slurmgen.shell import quote
 
@@ -37,7 +38,7 @@ PAYLOAD_MAGIC = "slurmgen-payload-1"
 # The payload's last line: seen only if every byte before it arrived.
 PAYLOAD_END = "slurmgen-payload-end"
 # Exit code of a node whose rank missed its heartbeat (as timeout(1) reports a time-out).
-EXIT_HUNG = 124
+EXIT_HUNG = exitcodes.HUNG
 # `--norc`: Debian's bash sources ~/.bashrc when it sees SSH_CLIENT at shell level 1, which
 # `exec` from the login shell keeps; without it the user's ~/.bashrc (conda or pyenv init,
 # often 0.1-1 s) would run twice per node. The login shell may be any shell: the line is

@@ -19,13 +19,14 @@ import threading
 import time
 from typing import IO, Callable
 
+from slurmgen import exitcodes
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch_output import LineSplitter, NodeResult, Prefixer, parse_event, summary_table
 from slurmgen.launch_plan import LaunchPlan, NodePlan
 from slurmgen.launch_remote import env_text, payload, remote_command
 from slurmgen.ssh import Connection, ConnectError, SSHOptions, connect_all, describe_targets
 
-EXIT_LOST = 255          # as ssh(1) reports a connection that failed
+EXIT_LOST = exitcodes.LOST
 KEEPALIVE_INTERVAL = 5.0  # like ServerAliveInterval 5 ...
 KEEPALIVE_COUNT = 3       # ... and ServerAliveCountMax 3: a silent host is lost after ~15 s
 STOP_WAIT_EXTRA = 5.0     # after a stop, wait this much beyond the grace for nodes to report
@@ -186,7 +187,7 @@ class Launcher:
                 elif event.kind == "failed":
                     fail(host, "failed", event.code or 1, f"rank {event.rank} exited with code {event.code}")
                 elif event.kind == "hung":
-                    fail(host, "hung", event.code or 124, f"rank {event.rank} hung ({event.detail})")
+                    fail(host, "hung", event.code or exitcodes.HUNG, f"rank {event.rank} hung ({event.detail})")
             elif kind in ("exit", "error"):
                 pending.discard(host)
                 r.ended = time.monotonic()
@@ -271,4 +272,4 @@ def launch(plan: LaunchPlan, opts: SSHOptions) -> int:
     except ConnectError as exc:
         raise SlurmgenError(exc.line(), exit_code=EXIT_RUN_FAILED) from None
     except KeyboardInterrupt:  # before any node started: nothing to stop yet
-        raise SlurmgenError("interrupted while connecting", exit_code=130) from None
+        raise SlurmgenError("interrupted while connecting", exit_code=exitcodes.INTERRUPTED) from None

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
+from slurmgen import exitcodes
 from . import store
 from .adapters import Adapter
 from .artifact import Artifact
@@ -32,7 +33,7 @@ from .values import METRIC_TYPES, check_choice, check_epoch, check_metrics, chec
 
 log = logging.getLogger("slurmgen.tracking")
 STATUSES = ("running", "finished", "failed", "preempted")
-EXIT_PREEMPTED = 75  # the bundled trainer's "checkpointed, run me again"
+EXIT_PREEMPTED = exitcodes.PREEMPTED  # the bundled trainer's "checkpointed, run me again"
 TOUCH_EVERY = 30.0  # seconds between refreshes of run.json's "updated" while logging
 
 

@@ -12,10 +12,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-# Distinct exit code of a run that stopped on SIGUSR1/SIGTERM after writing a checkpoint.
-# 75 is EX_TEMPFAIL in sysexits.h ("temporary failure, the user is invited to retry"):
-# not a signal code (128+N), not Python's 1 or argparse's 2, and it means exactly "run me again".
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = 0, 1, 2, 75
+from slurmgen import exitcodes
+
+# EXIT_PREEMPTED: the run stopped on a preemption signal after writing a checkpoint.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = exitcodes.OK, exitcodes.FAILED, exitcodes.BAD_INPUT, exitcodes.PREEMPTED
 
 DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")

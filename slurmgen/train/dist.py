@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from slurmgen import exitcodes
 from .env import DistEnv
 
 log = logging.getLogger("slurmgen.train")
@@ -222,7 +223,7 @@ def barrier() -> None:
 
 def finish(code: int) -> NoReturn:
     """Leave the process: after success, barrier and destroy; always flush, then os._exit."""
-    if active() and code in (0, 75):
+    if active() and code in (exitcodes.OK, exitcodes.PREEMPTED):
         try:
             dist.barrier()
             dist.destroy_process_group()

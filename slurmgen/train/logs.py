@@ -6,11 +6,13 @@
 - `metrics.jsonl` (rank 0 only): one JSON object per line with step, epoch, split, loss, lr,
   tokens_per_sec and wall_time, appendable across resumes.
 - `heartbeats/rank-NNNNN.json` (each rank its own): {"rank", "step", "time", "pid", "host",
-  "status"}, rewritten atomically at most every --heartbeat-every seconds and at every status
-  change. A launcher compares `time` with the clock to tell a hung rank (stale heartbeat) from
-  a slow one (fresh heartbeat, slow steps). status is running | evaluating | checkpointing |
-  done | preempted | failed; only "running" promises another beat within --heartbeat-every
-  (during a checkpoint every rank waits as long as rank 0 writes, which is not a hang).
+  "status"}, in $SLURMGEN_HEARTBEAT_DIR when a launcher sets it (a node-local directory that
+  the launcher's watcher reads: see `HEARTBEAT_DIR_ENV`), else in OUT_DIR/heartbeats;
+  rewritten atomically at most every --heartbeat-every seconds and at every status change.
+  A launcher compares `time` with the clock to tell a hung rank (stale heartbeat) from a slow
+  one (fresh heartbeat, slow steps). status is running | evaluating | checkpointing | done |
+  preempted | failed; only "running" promises another beat within --heartbeat-every (during
+  a checkpoint every rank waits as long as rank 0 writes, which is not a hang).
 """
 
 from __future__ import annotations
@@ -78,11 +80,18 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# The heartbeat contract between a launcher (or watcher) and any program it starts: when the
+# launcher sets this variable, rank R writes DIR/rank-%05d.json there (the format above); a
+# program that writes none is never judged hung.
+HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"
+
+
 class Heartbeat:
     """One small JSON file per rank; cheap enough to call every step (it throttles itself)."""
 
     def __init__(self, out_dir: str | os.PathLike[str], rank: int, every: float):
-        self.dir = Path(out_dir) / "heartbeats"
+        chosen = os.environ.get(HEARTBEAT_DIR_ENV)
+        self.dir = Path(chosen) if chosen else Path(out_dir) / "heartbeats"
         self.path = self.dir / f"rank-{rank:05d}.json"
         self.rank, self.every, self.last = rank, every, 0.0
         self.host, self.pid = socket.gethostname(), os.getpid()

@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Mapping, Sequence
 
+from slurmgen import exitcodes
+
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL for the survivors of a failure
 PREEMPT_GRACE = 60.0  # survivors of a preemption are finishing their own clean exit: wait longer
@@ -78,7 +80,7 @@ def spawn(nproc: int, argv: Sequence[str], environ: Mapping[str, str] | None = N
                 # errors its consequence (their peer vanished mid-collective): report the signal.
                 first = min(failed, key=lambda c: c >= 0)
                 code = first if first > 0 else 128 - first  # killed by signal N: 128+N, as shells say
-                _stop(procs, PREEMPT_GRACE if code == 75 else STOP_GRACE)
+                _stop(procs, PREEMPT_GRACE if code == exitcodes.PREEMPTED else STOP_GRACE)
                 break
             if all(c == 0 for c in codes):
                 break

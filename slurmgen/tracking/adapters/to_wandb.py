@@ -18,6 +18,7 @@ import os
 import re
 from typing import Any
 
+from slurmgen import exitcodes
 from . import Adapter
 
 
@@ -67,4 +68,4 @@ class WandbAdapter(Adapter):
         self._run.log_artifact(art)
 
     def finish(self, status: str) -> None:
-        self._run.finish(exit_code={"finished": 0, "preempted": 75}.get(status, 1))
+        self._run.finish(exit_code={"finished": exitcodes.OK, "preempted": exitcodes.PREEMPTED}.get(status, 1))

@@ -1,0 +1,47 @@
+"""Exit codes: the one contract between the trainer, the generated scripts, the launchers,
+the coordinator and the CLI.
+
+Import-free on purpose: every rank, the node bootstrap and `slurmgen --help` import it.
+A code that must appear inside a bash template is passed to the template from here, never
+spelt there as a literal.
+"""
+
+OK = 0
+# A run (a rank, a node, a job) failed; the message says which and why.
+FAILED = 1
+# Bad input: a flag, a spec field, a path. Nothing was started and nothing half-written.
+BAD_INPUT = 2
+# EX_TEMPFAIL in sysexits.h, "temporary failure, the user is invited to retry": the trainer
+# wrote a checkpoint after a preemption signal and wants to be run again. Not a signal code
+# (128+N), not Python's 1 or argparse's 2, and it means exactly "run me again".
+PREEMPTED = 75
+# As timeout(1) reports a time-out: a rank whose heartbeat went stale, a node that never
+# showed up before the start timeout.
+HUNG = 124
+# 128 + SIGINT / SIGTERM, as a shell reports a process ended by that signal.
+INTERRUPTED = 130
+TERMINATED = 143
+# As ssh(1) reports a connection that failed or was lost.
+LOST = 255
+
+NAMES = {
+    OK: "ok",
+    FAILED: "failed",
+    BAD_INPUT: "bad input",
+    PREEMPTED: "preempted",
+    HUNG: "hung",
+    INTERRUPTED: "interrupted",
+    TERMINATED: "terminated",
+    LOST: "lost",
+}
+
+
+def describe(code: int) -> str:
+    """A short word for an exit code: 'preempted', 'killed by signal 9', 'exit 3'."""
+    if code in NAMES:
+        return NAMES[code]
+    if code < 0:
+        return f"killed by signal {-code}"
+    if 128 < code < 160:
+        return f"killed by signal {code - 128}"
+    return f"exit {code}"
