@@ -189,8 +189,8 @@ def launch(
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to wait for each host."),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
     max_restarts: int = typer.Option(0, "--max-restarts", help="Start the whole group again after a failure, up to N times."),
-    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat file (the bundled trainer writes one) is older than S seconds counts as failed; ranks that write none are not judged."),
-    heartbeat_dir: Optional[str] = typer.Option(None, "--heartbeat-dir", help="Where ranks write heartbeats (default: OUT_DIR/heartbeats of the trainer's --out-dir)."),
+    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged."),
+    keepalive: float = typer.Option(5.0, "--keepalive", help="Seconds between SSH keepalives; a host silent for 3 of them plus one is lost."),
     stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
 ) -> None:
@@ -210,6 +210,7 @@ def launch(
     ssh_problems = [f"{name}: must be {rule} (got {value:g})" for name, value, ok, rule in (
         ("port", 22 if port is None else port, port is None or 1 <= port <= 65535, "a port number 1-65535"),
         ("connect_timeout", connect_timeout, connect_timeout > 0, "more than 0 seconds"),
+        ("keepalive", keepalive, keepalive > 0, "more than 0 seconds"),
     ) if not ok]
     if ssh_problems:
         raise SlurmgenError(*ssh_problems)
@@ -236,13 +237,13 @@ def launch(
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
     plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
-                      heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
+                      heartbeat_timeout=heartbeat_timeout, max_restarts=max_restarts)
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
         typer.echo(dry_run_text(plan, opts), nl=False)
         return
-    code = run_launch(plan, opts)
+    code = run_launch(plan, opts, keepalive=keepalive)
     if code:
         raise typer.Exit(code)
 

@@ -14,6 +14,7 @@ import jinja2
 
 from slurmgen import __version__
 from slurmgen.config import dump_yaml
+from slurmgen.launch.protocol import EVENT_TAG
 from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
 from slurmgen.spec import JobSpec
 
@@ -122,7 +123,13 @@ def context(spec: JobSpec) -> dict[str, object]:
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        "event_tag": EVENT_TAG,
     }
+
+
+def render_template(name: str, **values: object) -> str:
+    """One template with `values` (quoted for bash like every other rendered value)."""
+    return _ENV.get_template(name).render(values)
 
 
 def render(spec: JobSpec) -> Rendered:

@@ -1,10 +1,9 @@
-"""What `slurmgen launch` shows: prefixed node output, the events in it, the summary. Pure.
+"""What `slurmgen launch` shows: prefixed node output and the summary. Pure.
 
-Every line a node sends is shown as `[host/RANK] text` (rank output, which the node script
-prefixes `[rank R] `) or `[host] text` (the node's own messages), in one colour per host on a
-terminal. Three kinds of node message are also events the launcher acts on (their text is
-written by templates/launch_multi_node.sh.j2 and slurmgen/launch/remote.py; tests keep the
-three in step).
+Every line a node sends on its output stream is shown as `[host/RANK] text` (rank output,
+which the node script prefixes `[rank R] `) or `[host] text` (the node's own messages), in
+one colour per host on a terminal. Nothing shown here is interpreted: node events arrive on
+their own channel (protocol.py).
 """
 
 from __future__ import annotations
@@ -14,39 +13,9 @@ import re
 from dataclasses import dataclass
 
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ?(.*)$", re.DOTALL)
-STARTED = re.compile(r"^launch_multi_node\.sh: node \d+/\d+ started ranks")
-RANK_FAILED = re.compile(r"^launch_multi_node\.sh: rank (\d+) \(local rank \d+\) exited with code (\d+)")
-RANK_HUNG = re.compile(r"^slurmgen-launch: rank (\d+): no heartbeat for (\d+) ms")
 _OWN_PREFIX = re.compile(r"^(launch_multi_node\.sh|slurmgen-launch): ")
 # Distinct, readable on dark and light terminals.
 COLOURS = (36, 33, 35, 32, 34, 91, 96, 93, 95, 92, 94)
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something a node reported: `started`, or a rank that `failed` / `hung` with a code."""
-
-    kind: str
-    rank: int | None = None
-    code: int | None = None
-    detail: str = ""
-
-
-def parse_event(line: str) -> Event | None:
-    """The event in one line of node output, if any (rank output never is one)."""
-    if line.startswith("[rank "):
-        return None
-    if STARTED.match(line):
-        return Event("started")
-    m = RANK_FAILED.match(line)
-    if m:
-        return Event("failed", int(m.group(1)), int(m.group(2)))
-    m = RANK_HUNG.match(line)
-    if m:
-        from slurmgen.launch.remote import EXIT_HUNG
-
-        return Event("hung", int(m.group(1)), EXIT_HUNG, f"no heartbeat for {int(m.group(2)) / 1000:.1f} s")
-    return None
 
 
 class Prefixer:
@@ -83,7 +52,7 @@ class LineSplitter:
         return [rest.decode(errors="replace").rstrip("\r")] if rest else []
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodeResult:
     """One node's outcome in the last attempt, as the summary shows it."""
 

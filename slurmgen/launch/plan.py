@@ -27,12 +27,20 @@ from slurmgen.topology import Host, RankEntry, order_hosts, rank_table
 if TYPE_CHECKING:
     from slurmgen.spec import JobSpec
 
-# Names forwarded from the launching shell (fnmatch patterns). Deliberately narrow: PATH,
-# HOME and the like describe this machine, not the nodes.
+# Names forwarded from the launching shell (fnmatch patterns): settings of the job, the same
+# on every node. Deliberately an explicit list: PATH, HOME and the like describe this
+# machine, and so do its device selections (CUDA_VISIBLE_DEVICES from a one-GPU salloc would
+# leave every other local rank of every node without a GPU) and its cache paths (HF_HOME,
+# TORCH_HOME). Each node gets its own device list from its slots (`LaunchPlan.node_env`).
 FORWARDED_ENV = (
-    "NCCL_*", "TORCH_*", "GLOO_*", "UCX_*", "FI_*", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING",
-    "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-    "HF_*", "TRANSFORMERS_*", "WANDB_*", "MLFLOW_*", "SWANLAB_*",
+    "NCCL_*", "GLOO_*", "UCX_*", "FI_*",
+    "TORCH_NCCL_*", "TORCH_DISTRIBUTED_DEBUG", "TORCH_CPP_LOG_LEVEL", "TORCH_SHOW_CPP_STACKTRACES", "TORCH_LOGS",
+    "CUDA_LAUNCH_BLOCKING", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "HF_TOKEN", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_VERBOSITY",
+    "WANDB_API_KEY", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_TAGS",
+    "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_EXPERIMENT_NAME", "SWANLAB_API_KEY", "SWANLAB_PROJECT", "SWANLAB_WORKSPACE", "SWANLAB_MODE",
     # run records (slurmgen.tracking): names and trackers chosen where the job is launched
     "SLURMGEN_GROUP", "SLURMGEN_JOB_TYPE", "SLURMGEN_RUN_NAME", "SLURMGEN_DESCRIPTION", "SLURMGEN_TRACK",
     "SLURMGEN_TRACKERS",
@@ -42,7 +50,7 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECAS
 # Set by `slurmgen launch` itself for every node; users cannot override them.
 LAUNCHER_ENV = RESERVED_ENV | {
     "SLURMGEN_RANK_OFFSET", "SLURMGEN_WORLD_SIZE", "SLURMGEN_LOG_DIR", "SLURMGEN_STOP_GRACE",
-    "SLURMGEN_FAIL_GRACE", "SLURMGEN_ATTEMPT",
+    "SLURMGEN_FAIL_GRACE", "SLURMGEN_ATTEMPT", "SLURMGEN_EVENT_FD", "SLURMGEN_HEARTBEAT_DIR",
 }
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FILTER_HOST = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -189,7 +197,6 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)   # forwarded + env files, sent on stdin
     stop_grace: int = 1
     heartbeat_timeout: float | None = None
-    heartbeat_dir: str | None = None
     max_restarts: int = 0
 
     def node_env(self, node: NodePlan) -> dict[str, str]:
@@ -214,22 +221,10 @@ def node_plans(hosts: Sequence[Host], master: str | None = None) -> tuple[NodePl
     return tuple(nodes)
 
 
-def heartbeat_dir_for(command: Sequence[str]) -> str:
-    """Where the bundled trainer writes heartbeats for this command: OUT_DIR/heartbeats,
-    OUT_DIR from `--out-dir` (default runs/train, the trainer's own default)."""
-    out = "runs/train"
-    for i, word in enumerate(command):
-        if word == "--out-dir" and i + 1 < len(command):
-            out = command[i + 1]
-        elif word.startswith("--out-dir="):
-            out = word.split("=", 1)[1]
-    return f"{out.rstrip('/') or '.'}/heartbeats"
-
-
 def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = None,
                master_addr: str | Callable[[str], str] | None = None, workdir: str = ".",
                env: Mapping[str, str] | None = None, stop_grace: int = 1, heartbeat_timeout: float | None = None,
-               heartbeat_dir: str | None = None, max_restarts: int = 0) -> LaunchPlan:
+               max_restarts: int = 0) -> LaunchPlan:
     """The plan for `hosts` (already filtered) running `spec`'s command.
 
     `master_addr`: the address every rank uses for rank 0; the spec's master_addr wins, else
@@ -259,6 +254,5 @@ def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = N
         nodes=nodes, world_size=world, master_addr=addr, master_port=spec.master_port or MANUAL_DEFAULT_PORT,
         workdir=workdir, log_dir=spec.logs, script=render(sized).files[LAUNCH_SCRIPT], env=dict(env or {}),
         stop_grace=stop_grace, heartbeat_timeout=heartbeat_timeout,
-        heartbeat_dir=(heartbeat_dir or heartbeat_dir_for(spec.command)) if heartbeat_timeout else None,
         max_restarts=max_restarts,
     )

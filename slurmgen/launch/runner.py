@@ -1,12 +1,15 @@
 """`slurmgen launch`: start every node at once over SSH, watch them, and fail as one.
 
-One thread per node starts its command (see remote.py) and turns its output into
-events on a queue; the main thread alone prints and decides. The first failure anywhere (a
-rank's non-zero exit, a rank whose heartbeat went stale, a node that cannot start, a lost
-connection) or Ctrl-C / SIGTERM closes the stdin of every node's session, and each node's
-bootstrap then stops its process groups (TERM, KILL after the stop grace). The exit code is
-the first failing rank's (124 for a hung rank, 255 for a lost connection, 130/143 after
-Ctrl-C/SIGTERM). With --max-restarts the whole group starts again after a failure.
+Threads only read: per node, one reads the session's output (shown as is) and one its event
+channel (protocol.py), and both put typed inputs on one queue. The main thread alone prints
+and decides: each pass of its loop takes whatever has arrived, feeds the node inputs and then
+a `Tick` to the attempt's state machine (attempt.py), and carries out the actions it returns.
+The first failure anywhere (a rank's non-zero exit, a rank whose heartbeat went stale, a node
+that cannot start, a lost connection) or Ctrl-C / SIGTERM closes the stdin of every node's
+session, and each node's bootstrap then stops its process groups (TERM, KILL after the stop
+grace). The exit code is the first failing rank's (124 for a hung rank, 255 for a lost
+connection, 130/143 after Ctrl-C/SIGTERM). With --max-restarts the whole group starts again
+after a failure.
 """
 
 from __future__ import annotations
@@ -17,19 +20,43 @@ import signal
 import sys
 import threading
 import time
-from typing import IO, Callable
+from dataclasses import dataclass
+from typing import IO, Callable, Union
 
 from slurmgen import exitcodes
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, parse_event, summary_table
+from slurmgen.launch import attempt as machine
+from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
-from slurmgen.launch.remote import env_text, payload, remote_command
+from slurmgen.launch.protocol import parse_event
+from slurmgen.launch.remote import bootstrap, env_text, payload, remote_command
 from slurmgen.launch.ssh.connect import Connection, ConnectError, SSHOptions, connect_all, describe_targets
 
-EXIT_LOST = exitcodes.LOST
 KEEPALIVE_INTERVAL = 5.0  # like ServerAliveInterval 5 ...
-KEEPALIVE_COUNT = 3       # ... and ServerAliveCountMax 3: a silent host is lost after ~15 s
+KEEPALIVE_COUNT = 3       # ... and ServerAliveCountMax 3: a silent host is lost after ~20 s
 STOP_WAIT_EXTRA = 5.0     # after a stop, wait this much beyond the grace for nodes to report
+PASS_SECONDS = 0.1        # the longest a loop pass waits for input before ticking anyway
+BATCH = 512               # inputs handled per pass at most, so ticks keep coming under a flood
+
+
+@dataclass(frozen=True)
+class Output:
+    """A line a node printed (or a stray line on its event channel): shown, never interpreted."""
+
+    host: str
+    line: str
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A node's session started; `proc` is its RemoteProcess (not pure: kept by the runner)."""
+
+    host: str
+    proc: object
+    at: float
+
+
+Queued = Union[Output, Opened, machine.Input]
 
 
 class Launcher:
@@ -99,155 +126,101 @@ class Launcher:
     # ---- one attempt ----------------------------------------------------------------------------
     def _attempt(self, attempt: int) -> tuple[int, list[NodeResult], str]:
         plan = self.plan
-        events: queue.Queue = queue.Queue()
-        results = {n.host: NodeResult(n.host, n.node_rank, n.ranks) for n in plan.nodes}
+        inputs: queue.Queue[Queued] = queue.Queue()
         procs: dict[str, object] = {}
-        started_at = time.monotonic()
+        limits = machine.Limits(connect=self.opts.connect_timeout, keepalive=self.keepalive,
+                                keepalive_count=KEEPALIVE_COUNT, stop_grace=plan.stop_grace,
+                                stop_wait=STOP_WAIT_EXTRA)
+        state = machine.initial([NodeResult(n.host, n.node_rank, n.ranks) for n in plan.nodes], attempt,
+                                time.monotonic(), self.t0, plan.world_size, limits)
         for node in plan.nodes:
-            threading.Thread(target=self._node_thread, args=(node, attempt, events), daemon=True,
+            threading.Thread(target=self._node_thread, args=(node, attempt, inputs), daemon=True,
                              name=f"node-{node.host}").start()
-        first: tuple[str, str] | None = None   # (host, verdict) of the first failure
-        code = 0
-        stop_deadline: float | None = None
         handled_signals = 0
-        running_announced = False
-        pending = set(results)
-
-        spared: str | None = None  # the failed node: it is stopping its ranks itself
-
-        def stop(reason: str, spare: str | None = None) -> None:
-            nonlocal stop_deadline, spared
-            if stop_deadline is not None:
-                return
-            self.say(f"stopping all nodes: {reason}")
-            stop_deadline = time.monotonic() + plan.stop_grace + STOP_WAIT_EXTRA
-            spared = spare
-            for host, proc in procs.items():
-                if host != spare:
-                    proc.close_stdin()  # type: ignore[attr-defined]
-
-        def fail(host: str, state: str, rc: int, verdict: str) -> None:
-            nonlocal first, code
-            r = results[host]
-            r.state, r.code = state, rc
-            if first is None and stop_deadline is None:
-                first, code = (host, verdict), rc
-                r.note = "first failure: " + verdict
-                stop(f"{verdict} on {host}", spare=host if state in ("failed", "hung") else None)
-            elif not r.note:
-                r.note = "after the first failure" if first else "while stopping"
-
-        while pending:
-            if len(self.signals) > handled_signals:
-                handled_signals = len(self.signals)
-                name = signal.Signals(self.signals[-1]).name
-                if handled_signals == 1:
-                    if first is None:
-                        code = 128 + self.signals[0]
-                    stop(f"got {name}")
-                else:
-                    self.say(f"got {name} again: closing every connection now")
-                    for conn in self.conns.values():
-                        conn.close()
+        while not state.done:
+            batch: list[Queued] = []
             try:
-                kind, host, value = events.get(timeout=0.1)
+                batch.append(inputs.get(timeout=PASS_SECONDS))
+                while len(batch) < BATCH:
+                    batch.append(inputs.get_nowait())
             except queue.Empty:
-                now = time.monotonic()
-                for h in list(pending):
-                    conn = self.conns[h]
-                    if conn.silent_for(self.keepalive) > self.keepalive * KEEPALIVE_COUNT:
-                        fail(h, "lost", EXIT_LOST, f"no answer from {h} for {self.keepalive * (KEEPALIVE_COUNT + 1):.0f}s")
-                        conn.close()
-                if spared in pending and stop_deadline is not None and now > stop_deadline - STOP_WAIT_EXTRA:
-                    procs[spared].close_stdin()  # type: ignore[attr-defined]  # it did not stop by itself
-                    spared = None
-                if stop_deadline is not None and now > stop_deadline:
-                    for h in pending:
-                        results[h].state, results[h].note = "lost", "no exit status after the stop"
-                        self.conns[h].close()
-                    break
-                continue
-            r = results[host]
-            if kind == "proc":
-                procs[host] = value
-                if stop_deadline is not None and host != spared:
-                    value.close_stdin()
-            elif kind == "line":
-                self._show(host, value)
-                event = parse_event(value)
-                if event is None:
+                pass
+            now = time.monotonic()
+            batch += [machine.Signalled(s, now) for s in self.signals[handled_signals:]]
+            handled_signals = len(self.signals)
+            for item in batch:
+                if isinstance(item, Output):
+                    self._show(item.host, item.line)
                     continue
-                if event.kind == "started":
-                    r.state, r.started = "running", time.monotonic()
-                    if not running_announced and all(x.started is not None for x in results.values()):
-                        running_announced = True
-                        self.say(f"all {len(results)} node(s) running {plan.world_size} rank(s) "
-                                 f"{r.started - started_at:.2f}s after the start of attempt {attempt} "
-                                 f"({r.started - self.t0:.2f}s after launch)")
-                elif event.kind == "failed":
-                    fail(host, "failed", event.code or 1, f"rank {event.rank} exited with code {event.code}")
-                elif event.kind == "hung":
-                    fail(host, "hung", event.code or exitcodes.HUNG, f"rank {event.rank} hung ({event.detail})")
-            elif kind in ("exit", "error"):
-                pending.discard(host)
-                r.ended = time.monotonic()
-                if r.started is None:
-                    r.started = started_at
-                if kind == "error":
-                    fail(host, "error", EXIT_RUN_FAILED, str(value))
-                elif value is None:
-                    if r.state not in ("lost",):
-                        fail(host, "lost", EXIT_LOST, f"lost the connection to {host}")
-                elif r.state in ("failed", "hung"):
-                    pass  # already counted from its message; keep the rank's code
-                elif value == 0:
-                    r.state, r.code = "ok", 0
-                elif stop_deadline is not None and value in (130, 137, 143):
-                    r.state, r.code = "stopped", value
-                    r.note = r.note or ("stopped by slurmgen" if first or self.signals else "")
-                else:
-                    fail(host, "failed", value, f"node exited with code {value}")
-        if self.signals and first is None:
-            verdict = f"interrupted by {signal.Signals(self.signals[0]).name}"
-        elif first is not None:
-            verdict = f"{first[1]} on {first[0]}"
-        else:
-            verdict = "all ranks succeeded"
-        return code, [results[n.host] for n in plan.nodes], verdict
+                if isinstance(item, Opened):
+                    procs[item.host] = item.proc
+                    item = machine.SessionOpened(item.host, item.at)
+                state = self._apply(state, item, procs)
+            overdue = {h: self.conns[h].silent_for(self.keepalive) for h in state.pending if h in self.conns}
+            state = self._apply(state, machine.Tick(time.monotonic(), overdue), procs)
+        return state.code, list(state.nodes.values()), state.verdict
 
-    def _node_thread(self, node: NodePlan, attempt: int, events: queue.Queue) -> None:
-        conn = self.conns[node.host]
+    def _apply(self, state: machine.AttemptState, item: machine.Input, procs: dict[str, object]) -> machine.AttemptState:
+        """One step of the state machine, and its actions carried out."""
+        state, actions = machine.step(state, item)
+        for action in actions:
+            if isinstance(action, machine.Say):
+                self.say(action.text)
+            elif isinstance(action, machine.CloseStdin):
+                if action.host in procs:
+                    procs[action.host].close_stdin()  # type: ignore[attr-defined]
+            elif isinstance(action, machine.Disconnect):
+                self.conns[action.host].close()
+            else:
+                for conn in self.conns.values():
+                    conn.close()
+        return state
+
+    def _node_thread(self, node: NodePlan, attempt: int, inputs: queue.Queue) -> None:
+        """Start the node's session; read its output here and its events in a second thread."""
+        host = node.host
         try:
-            proc = conn.start(remote_command(self.plan, node, attempt), payload(self.plan, node),
-                              timeout=self.opts.connect_timeout)
+            proc = self.conns[host].start(remote_command(self.plan, node, attempt), payload(self.plan, node),
+                                          timeout=self.opts.connect_timeout)
         except ConnectError as exc:
-            events.put(("error", node.host, exc.message))
+            inputs.put(machine.StartFailed(host, exc.message, time.monotonic()))
             return
-        events.put(("proc", node.host, proc))
-        splitter = LineSplitter()
-        while True:
-            try:
-                data = proc.read()
-            except Exception:  # the transport died under us
-                data = b""
-            if not data:
-                break
-            for line in splitter.feed(data):
-                events.put(("line", node.host, line))
-        for line in splitter.flush():
-            events.put(("line", node.host, line))
+        inputs.put(Opened(host, proc, time.monotonic()))
+        events = threading.Thread(target=_read_events, args=(host, proc, inputs), daemon=True, name=f"events-{host}")
+        events.start()
+        for line in _lines(proc.read):
+            inputs.put(Output(host, line))
+        events.join()
         try:
             status = proc.exit_status()
         except Exception:
             status = None
-        events.put(("exit", node.host, status))
+        inputs.put(machine.SessionEnded(host, status, time.monotonic()))
 
 
-def dry_run_text(plan: LaunchPlan, opts: SSHOptions, show: Callable[[str, str], str] | None = None) -> str:
+def _lines(read: Callable[[], bytes]):
+    """Complete lines from a stream until it ends (a transport that dies under us ends it)."""
+    splitter = LineSplitter()
+    while True:
+        try:
+            data = read()
+        except Exception:
+            data = b""
+        if not data:
+            break
+        yield from splitter.feed(data)
+    yield from splitter.flush()
+
+
+def _read_events(host: str, proc, inputs: queue.Queue) -> None:
+    for line in _lines(proc.read_stderr):
+        event = parse_event(line)
+        inputs.put(Output(host, line) if event is None else machine.Reported(host, event, time.monotonic()))
+
+
+def dry_run_text(plan: LaunchPlan, opts: SSHOptions) -> str:
     """Per host exactly what would run: the SSH target, the command line, the environment
     sent on stdin (secret-looking values hidden), then the bootstrap and node script."""
-    from slurmgen.launch.remote import BOOTSTRAP
-
     targets = describe_targets([n.host for n in plan.nodes], opts)
     lines = [f"# slurmgen launch --dry-run: {len(plan.nodes)} node(s), {plan.world_size} rank(s), "
              f"master {plan.master_addr}:{plan.master_port}, working directory {plan.workdir}",
@@ -259,16 +232,17 @@ def dry_run_text(plan: LaunchPlan, opts: SSHOptions, show: Callable[[str, str], 
         env = env_text(plan.node_env(node), show_secrets=False).rstrip("\n")
         lines += [env] if env else ["# (none beyond the node script's own)"]
         lines.append("")
-    lines += [f"# ===== bootstrap (on stdin, {len(BOOTSTRAP.encode())} bytes) =====", BOOTSTRAP.rstrip("\n"), "",
+    boot = bootstrap()
+    lines += [f"# ===== bootstrap (on stdin, {len(boot.encode())} bytes) =====", boot.rstrip("\n"), "",
               f"# ===== launch_multi_node.sh (on stdin, {len(plan.script.encode())} bytes) =====",
               plan.script.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
-def launch(plan: LaunchPlan, opts: SSHOptions) -> int:
+def launch(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL) -> int:
     """Run the plan; the exit code of the job (see the module docstring)."""
     try:
-        return Launcher(plan, opts).run()
+        return Launcher(plan, opts, keepalive=keepalive).run()
     except ConnectError as exc:
         raise SlurmgenError(exc.line(), exit_code=EXIT_RUN_FAILED) from None
     except KeyboardInterrupt:  # before any node started: nothing to stop yet

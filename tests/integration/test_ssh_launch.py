@@ -240,11 +240,16 @@ def trainer_args(out: Path, *extra: str) -> list[str]:
 
 
 def heartbeats(out: Path) -> dict[int, dict]:
+    """The trainer's heartbeats: in OUT_DIR/heartbeats, or, under --heartbeat-timeout, in the
+    node-local directory the bootstrap made (the nodes share this machine's /tmp), told apart
+    from other runs' by the writer's command line."""
     beats = {}
-    for f in (out / "heartbeats").glob("rank-*.json"):
+    for f in [*(out / "heartbeats").glob("rank-*.json"), *Path("/tmp").glob("slurmgen-launch.*/heartbeats/rank-*.json")]:
         try:
-            beats[int(f.stem.split("-")[1])] = json.loads(f.read_text())
-        except (ValueError, OSError):
+            beat = json.loads(f.read_text())
+            if str(out) in Path(f"/proc/{beat['pid']}/cmdline").read_bytes().decode(errors="replace"):
+                beats[int(f.stem.split("-")[1])] = beat
+        except (ValueError, OSError, KeyError):
             continue
     return beats
 

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
     (["--hosts", "a", "--port", "0"], "port: must be a port number 1-65535 (got 0)"),
     (["--hosts", "a", "--max-restarts", "-1"], "max_restarts: must be 0 or more (got -1)"),
     (["--hosts", "a", "--connect-timeout", "0"], "connect_timeout: must be more than 0 seconds (got 0)"),
+    (["--hosts", "a", "--keepalive", "0"], "keepalive: must be more than 0 seconds (got 0)"),
     (["--hosts", "a", "--heartbeat-timeout", "-2.5"], "heartbeat_timeout: must be more than 0 seconds (got -2.5)"),
     (["--hosts", "a", "--stop-grace", "-1"], "stop_grace: must be 0 or more seconds (got -1)"),
     (["--hosts", "a", "--env-file", "/nonexistent/env"], "env_file: cannot read '/nonexistent/env'"),
@@ -92,6 +93,6 @@ def test_same_yaml_spec_as_create(capsys, tmp_path):
                          "--ssh-config", str(tmp_path / "none"), "--heartbeat-timeout", "30")
     assert code == 0, err
     assert "6 rank(s), master x1:31337" in out and "nproc=3" in out and "heartbeat_ms=30000" in out
-    assert "heartbeat_dir=runs/train/heartbeats" in out
+    assert " heartbeat_dir=" not in out and "SLURMGEN_HEARTBEAT_DIR=$heartbeat_dir" in out  # the node's own directory
     assert "export NCCL_DEBUG=WARN" in out and "source /opt/venv/bin/activate" in out
     assert "cmd=(python train.py --epochs 2)" in out

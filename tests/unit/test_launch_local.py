@@ -1,7 +1,7 @@
 """Local stand-ins for SSH connections: run the exact remote command and payload with bash here.
 
 Shared by the launch unit tests: what sshd would do (run the command with the login shell,
-pipe stdin, merge stderr into stdout) minus the network.
+pipe stdin, keep stderr, the event channel, apart from stdout) minus the network.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ PY = sys.executable
 class LocalProcess:
     def __init__(self, command: str, stdin: bytes, env: dict[str, str] | None = None):
         self.popen = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      stderr=subprocess.PIPE, start_new_session=True,
                                       env={**os.environ, **(env or {})})
         assert self.popen.stdin is not None
         self.popen.stdin.write(stdin)
@@ -31,6 +31,10 @@ class LocalProcess:
     def read(self) -> bytes:
         assert self.popen.stdout is not None
         return os.read(self.popen.stdout.fileno(), 65536)
+
+    def read_stderr(self) -> bytes:
+        assert self.popen.stderr is not None
+        return os.read(self.popen.stderr.fileno(), 65536)
 
     def close_stdin(self) -> None:
         try:

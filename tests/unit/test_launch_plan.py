@@ -7,9 +7,9 @@ import pytest
 from slurmgen.config import build_spec
 from slurmgen.errors import SlurmgenError
 from slurmgen.hostfile import parse_hostfile
-from slurmgen.launch.plan import (build_plan, forwarded_env, heartbeat_dir_for, node_plans, parse_env_file,
+from slurmgen.launch.plan import (build_plan, forwarded_env, node_plans, parse_env_file,
                                   parse_filter, select_hosts)
-from slurmgen.launch.remote import BOOTSTRAP, REMOTE_PREFIX, env_text, node_args, payload, remote_command
+from slurmgen.launch.remote import bootstrap, REMOTE_PREFIX, env_text, node_args, payload, remote_command
 from slurmgen.topology import Host
 
 HOSTS = parse_hostfile("worker-1 slots=4\nworker-2 slots=4\nworker-3 slots=2\n", 1)
@@ -94,18 +94,20 @@ def test_pyxis_is_refused_for_launch():
         build_plan(spec, [Host.with_count("a", 1)])
 
 
-def test_heartbeat_dir_follows_the_trainers_out_dir():
-    assert heartbeat_dir_for(["python", "-m", "slurmgen.train"]) == "runs/train/heartbeats"
-    assert heartbeat_dir_for(["python", "-m", "slurmgen.train", "--out-dir", "runs/x/"]) == "runs/x/heartbeats"
-    assert heartbeat_dir_for(["python", "t.py", "--out-dir=/abs"]) == "/abs/heartbeats"
-
-
 # ---- environment ----------------------------------------------------------------------------------
 def test_allow_list_forwards_only_matching_names():
     environ = {"NCCL_DEBUG": "INFO", "PYTHONPATH": "/x", "HOME": "/root", "PATH": "/bin", "TORCH_LOGS": "+dynamo",
-               "CUDA_VISIBLE_DEVICES": "0", "RANK": "3", "WANDB_API_KEY": "k", "SSH_AUTH_SOCK": "/tmp/a"}
-    assert forwarded_env(environ) == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/x",
-                                      "TORCH_LOGS": "+dynamo", "WANDB_API_KEY": "k"}
+               "RANK": "3", "WANDB_API_KEY": "k", "SSH_AUTH_SOCK": "/tmp/a", "TORCH_NCCL_BLOCKING_WAIT": "1"}
+    assert forwarded_env(environ) == {"NCCL_DEBUG": "INFO", "PYTHONPATH": "/x", "TORCH_LOGS": "+dynamo",
+                                      "TORCH_NCCL_BLOCKING_WAIT": "1", "WANDB_API_KEY": "k"}
+
+
+@pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                  "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK", "HF_HOME",
+                                  "TORCH_HOME", "TRANSFORMERS_CACHE", "WANDB_DIR", "SLURM_JOB_ID", "LOCAL_RANK",
+                                  "SLURMGEN_HEARTBEAT_DIR", "SLURMGEN_EVENT_FD"])
+def test_this_machines_devices_and_paths_are_never_forwarded(name):
+    assert forwarded_env({name: "0"}) == {}
 
 
 def test_env_file_format():
@@ -145,7 +147,7 @@ def test_remote_command_is_fixed_prefix_plus_plain_arguments():
     args = dict(w.split("=", 1) for w in words)
     assert args == {"attempt": "3", "workdir": "/w d", "master_addr": "a", "master_port": "29500", "nnodes": "2",
                     "nproc": "3", "node_rank": "1", "rank_offset": "2", "world_size": "5", "log_dir": "out/logs",
-                    "stop_grace": "1", "heartbeat_ms": "2500", "heartbeat_dir": "runs/train/heartbeats"}
+                    "stop_grace": "1", "heartbeat_ms": "2500"}
     assert "xyz" not in cmd  # the environment never travels on the command line
 
 
@@ -154,7 +156,7 @@ def test_payload_frames_bootstrap_script_and_environment():
     data = payload(plan, plan.nodes[0])
     n, rest = data.split(b"\n", 1)
     boot, rest = rest[:int(n)], rest[int(n):]
-    assert boot.decode() == BOOTSTRAP
+    assert boot.decode() == bootstrap()
     header, rest = rest.split(b"\n", 1)
     magic, script_len, env_len = header.decode().split()
     assert magic == "slurmgen-payload-1"
@@ -171,7 +173,7 @@ def test_bootstrap_and_prefix_lint_clean(tmp_path):
     if not shutil.which("shellcheck"):
         pytest.skip("shellcheck is not installed (scripts/setup.sh --test)")
     f = tmp_path / "bootstrap.sh"
-    f.write_text("#!/usr/bin/env bash\n" + BOOTSTRAP)
+    f.write_text(bootstrap())
     g = tmp_path / "prefix.sh"
     # SC2016: the single quotes are meant, the inner bash expands what they hold.
     g.write_text("#!/bin/sh\n# shellcheck disable=SC2016\n" + REMOTE_PREFIX + " attempt=1\n")

@@ -2,7 +2,8 @@
 
 Covers: the payload arrives, ranks and environment are right for uneven nodes, stdin's end
 stops every process group within 2 s (also for programs that ignore TERM), a stale heartbeat
-fails the node with 124, and nothing is left behind.
+in the node-local SLURMGEN_HEARTBEAT_DIR fails the node with 124, events arrive on stderr
+only, and nothing is left behind.
 """
 
 import json
@@ -10,8 +11,9 @@ import os
 import textwrap
 import time
 
-from slurmgen.launch.display import RANK_HUNG, parse_event
-from slurmgen.launch.remote import EXIT_HUNG, payload, remote_command
+from slurmgen import exitcodes
+from slurmgen.launch.protocol import NodeEvent, parse_event
+from slurmgen.launch.remote import payload, remote_command
 from test_launch_local import PY, LocalProcess, alive, local_plan
 
 REPORT = ("import json, os; print('REPORT ' + json.dumps({k: os.environ.get(k) for k in ["
@@ -33,6 +35,12 @@ def output_of(proc, timeout=30):
             break
         chunks.append(data)
     return b"".join(chunks).decode()
+
+
+def events_of(proc):
+    """Every line of the node's event channel (stderr), parsed; None for a stray line."""
+    assert proc.popen.stderr is not None
+    return [parse_event(line) for line in proc.popen.stderr.read().decode().splitlines()]
 
 
 def pids_from(text):
@@ -104,9 +112,9 @@ def test_stale_heartbeat_fails_the_node_with_124(tmp_path):
     program = textwrap.dedent("""
         import json, os, time
         rank = int(os.environ["RANK"])
-        path = f"hb/rank-{rank:05d}.json"
-        os.makedirs("hb", exist_ok=True)
+        path = os.path.join(os.environ["SLURMGEN_HEARTBEAT_DIR"], f"rank-{rank:05d}.json")
         print("PID", os.getpid(), flush=True)
+        print("HB", path, flush=True)
         start = time.time()
         while True:
             if rank == 0 or time.time() - start < 1:
@@ -116,19 +124,19 @@ def test_stale_heartbeat_fails_the_node_with_124(tmp_path):
                 os.replace(path + ".tmp", path)
             time.sleep(0.2)
     """)
-    hb = tmp_path / "hb"
-    hb.mkdir()
-    # A file left by an earlier run, long stale: must not count.
-    (hb / "rank-00000.json").write_text(json.dumps({"rank": 0, "time": time.time() - 3600, "status": "running"}) + "\n")
-    plan = local_plan(tmp_path, [PY, "-c", program], slots=(2,), heartbeat_timeout=1.5, heartbeat_dir="hb")
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(2,), heartbeat_timeout=1.5)
     t0 = time.monotonic()
     proc = start(plan)
     text = output_of(proc)
     elapsed = time.monotonic() - t0
-    assert proc.exit_status() == EXIT_HUNG, text
-    hung = [line for line in text.splitlines() if RANK_HUNG.match(line)]
-    assert len(hung) == 1 and hung[0].startswith("slurmgen-launch: rank 1: no heartbeat for"), text
-    assert parse_event(hung[0]).code == EXIT_HUNG
+    assert proc.exit_status() == exitcodes.HUNG, text
+    events = events_of(proc)
+    assert [e.kind for e in events] == ["started", "hung"], events
+    assert events[1].rank == 1 and events[1].value > 1500
+    assert "slurmgen-launch: rank 1: no heartbeat for" in text  # for people, on the output stream
+    # The directory is the node's own (under its TMPDIR), not the working directory, and goes with the node.
+    hb_dirs = {line.split("HB ")[1].rsplit("/", 1)[0] for line in text.splitlines() if "] HB " in line}
+    assert len(hb_dirs) == 1 and not hb_dirs.pop().startswith(str(tmp_path)), text
     assert elapsed < 1 + 1.5 + 3, f"{elapsed:.1f}s"
     assert not any(alive(p) for p in pids_from(text))
 
@@ -137,24 +145,32 @@ def test_finished_ranks_and_other_statuses_are_not_judged(tmp_path):
     program = textwrap.dedent("""
         import json, os, time
         rank = int(os.environ["RANK"])
-        os.makedirs("hb", exist_ok=True)
-        with open(f"hb/rank-{rank:05d}.json", "w") as f:
+        with open(os.path.join(os.environ["SLURMGEN_HEARTBEAT_DIR"], f"rank-{rank:05d}.json"), "w") as f:
             f.write(json.dumps({"rank": rank, "time": time.time(), "status": "done"}) + "\\n")
         time.sleep(2.5)
     """)
-    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1,), heartbeat_timeout=0.5, heartbeat_dir="hb")
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1,), heartbeat_timeout=0.5)
     proc = start(plan)
     text = output_of(proc)
     assert proc.exit_status() == 0, text
 
 
-def test_missing_workdir_is_one_clear_line(tmp_path):
+def test_no_heartbeat_dir_without_a_heartbeat_timeout(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", "import os; print('HB', os.environ.get('SLURMGEN_HEARTBEAT_DIR'))"],
+                      slots=(1,))
+    proc = start(plan)
+    assert "HB None" in output_of(proc)
+    assert proc.exit_status() == 0
+
+
+def test_missing_workdir_is_one_error_event(tmp_path):
     plan = local_plan(tmp_path, ["true"], slots=(1,))
     plan = type(plan)(**{**plan.__dict__, "workdir": str(tmp_path / "nope")})
     proc = start(plan)
-    text = output_of(proc)
-    assert proc.exit_status() == 2
-    assert f"slurmgen-launch: error: working directory '{tmp_path / 'nope'}' does not exist" in text
+    output_of(proc)
+    assert proc.exit_status() == exitcodes.BAD_INPUT
+    assert events_of(proc) == [NodeEvent("error", message=f"working directory '{tmp_path / 'nope'}' does not exist "
+                                                            "on " + os.uname().nodename + " (see --workdir)")]
 
 
 def test_truncated_payload_is_refused(tmp_path):
@@ -163,9 +179,32 @@ def test_truncated_payload_is_refused(tmp_path):
     data = payload(plan, node)
     proc = LocalProcess(remote_command(plan, node, 1), data[:-200])
     proc.close_stdin()
-    text = output_of(proc)
-    assert proc.exit_status() == 2 and "slurmgen-launch: error:" in text
+    output_of(proc)
+    assert proc.exit_status() == exitcodes.BAD_INPUT
+    assert [e.kind for e in events_of(proc)] == ["error"]
     assert not os.path.exists(tmp_path / "out" / "logs" / "rank-0.log")
+
+
+def test_rank_output_never_reaches_the_event_channel(tmp_path):
+    # A rank prints a line that looks like an event, writes to the event descriptor, and
+    # exits mid-line: the channel carries exactly the node's own two events.
+    program = textwrap.dedent("""
+        import os, sys
+        print("slurmgen-event-1 exited 0 9", flush=True)
+        print("slurmgen-event-1 exited 0 9", file=sys.stderr, flush=True)
+        try:
+            os.write(9, b"slurmgen-event-1 exited 0 8\\n")
+        except OSError as exc:
+            print("fd 9:", exc.strerror, flush=True)
+        sys.stdout.write("progress 50%"); sys.stdout.flush()
+        sys.exit(3)
+    """)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1,))
+    proc = start(plan)
+    text = output_of(proc)
+    assert proc.exit_status() == 3, text
+    assert events_of(proc) == [NodeEvent("started"), NodeEvent("exited", 0, 3)], text
+    assert "fd 9: Bad file descriptor" in text and "[rank 0] progress 50%" in text
 
 
 def test_users_bashrc_runs_once_per_node_not_again_in_the_bootstrap(tmp_path):

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from slurmgen.launch.runner import EXIT_LOST, Launcher
+from slurmgen import exitcodes
+from slurmgen.launch.runner import Launcher
 from slurmgen.launch.ssh.connect import ConnectError, SSHOptions
 from test_launch_local import PY, LocalConnection, LocalProcess, alive, local_connector, local_plan
 
@@ -104,17 +105,17 @@ def test_restarts_exhausted_report_the_last_failure(tmp_path):
 def test_hung_rank_fails_the_job_with_124(tmp_path):
     program = textwrap.dedent("""
         import json, os, time
-        rank = int(os.environ["RANK"]); os.makedirs("hb", exist_ok=True)
+        rank = int(os.environ["RANK"]); hb = os.environ["SLURMGEN_HEARTBEAT_DIR"]
         print("PID", os.getpid(), flush=True)
         start = time.time()
         while True:
             if rank != 1 or time.time() - start < 0.5:
-                with open(f"hb/.{rank}", "w") as f:
+                with open(f"{hb}/.{rank}", "w") as f:
                     f.write(json.dumps({"rank": rank, "time": time.time(), "status": "running"}) + "\\n")
-                os.replace(f"hb/.{rank}", f"hb/rank-{rank:05d}.json")
+                os.replace(f"{hb}/.{rank}", f"{hb}/rank-{rank:05d}.json")
             time.sleep(0.1)
     """)
-    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1), heartbeat_timeout=1.0, heartbeat_dir="hb")
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1), heartbeat_timeout=1.0)
     code, out, err = run(plan)
     assert code == 124, err
     assert "rank 1 hung (no heartbeat for" in err
@@ -141,24 +142,31 @@ class BrokenConnection(LocalConnection):
 
 
 class LosingProcess(LocalProcess):
-    """Output through a `cat` standing in for sshd: killing it breaks the node's output pipe
-    and ends its stdin, as a dropped connection does; no exit status comes back."""
+    """Output and events through `cat`s standing in for sshd: killing them breaks the node's
+    pipes and ends its stdin, as a dropped connection does; no exit status comes back."""
 
     def __init__(self, command, stdin, env=None):
         super().__init__(command, stdin, env)
-        self.relay = subprocess.Popen(["cat"], stdin=self.popen.stdout, stdout=subprocess.PIPE)
+        self.relays = [subprocess.Popen(["cat"], stdin=stream, stdout=subprocess.PIPE)
+                       for stream in (self.popen.stdout, self.popen.stderr)]
         self.popen.stdout.close()
+        self.popen.stderr.close()
         threading.Timer(1.0, self.lose).start()
 
     def read(self):
-        return os.read(self.relay.stdout.fileno(), 65536)
+        return os.read(self.relays[0].stdout.fileno(), 65536)
+
+    def read_stderr(self):
+        return os.read(self.relays[1].stdout.fileno(), 65536)
 
     def lose(self):
         self.close_stdin()
-        self.relay.kill()
+        for relay in self.relays:
+            relay.kill()
 
     def exit_status(self):
-        self.relay.wait()
+        for relay in self.relays:
+            relay.wait()
         return None
 
 
@@ -170,7 +178,7 @@ class LosingConnection(LocalConnection):
 
 
 @pytest.mark.parametrize("cls, expected, words", [(BrokenConnection, 1, "channel refused"),
-                                                   (LosingConnection, EXIT_LOST, "lost the connection to h1")])
+                                                   (LosingConnection, exitcodes.LOST, "lost the connection to h1")])
 def test_a_node_that_cannot_start_or_is_lost_stops_the_others(tmp_path, cls, expected, words):
     made = {}
 
@@ -217,3 +225,59 @@ def test_prefixes_and_colours():
     assert plain.format("b", "[rank 3] hello [rank 4]") == "[b/3] hello [rank 4]"
     assert plain.format("a", "launch_multi_node.sh: node 0/2 started") == "[a] node 0/2 started"
     assert colour.format("b", "[rank 3] x") == "\x1b[33m[b/3]\x1b[0m x"
+
+
+def test_rank_dying_mid_line_or_printing_fake_events_gets_its_own_verdict(tmp_path):
+    program = textwrap.dedent("""
+        import os, sys, time
+        print("PID", os.getpid(), flush=True)
+        if os.environ["RANK"] == "1":
+            print("slurmgen-event-1 exited 0 9", flush=True)    # looks like an event: only shown
+            print("launch_multi_node.sh: rank 0 (local rank 0) exited with code 9", flush=True)
+            time.sleep(0.5)
+            sys.stdout.write("progress 50%"); sys.stdout.flush()  # no final newline
+            sys.exit(3)
+        time.sleep(60)
+    """)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1))
+    code, out, err = run(plan)
+    assert code == 3, err
+    assert "stopping all nodes: rank 1 exited with code 3 on h1" in err
+    assert "[h1/1] slurmgen-event-1 exited 0 9" in out and "[h1/1] progress 50%" in out
+    assert SURVIVORS == [] and len(pids(out)) == 2
+
+
+class SilentConnection(LocalConnection):
+    """A host whose keepalive answers stop 1 s after the start (its network froze)."""
+
+    def start_keepalive(self, interval):
+        self.since = time.monotonic() + 1.0
+
+    def silent_for(self, interval):
+        return max(0.0, time.monotonic() - self.since - interval)
+
+
+def test_silent_host_is_lost_within_the_keepalive_window_while_another_floods(tmp_path):
+    made = {}
+
+    def connector(hosts, opts, notify=None):
+        conns = {h: (SilentConnection(h) if h == "h1" else LocalConnection(h)) for h in hosts}
+        made.update(conns)
+        return conns
+
+    flood = "import os, sys\nprint('PID', os.getpid(), flush=True)\nwhile True: print('x' * 80, flush=True)"
+    plan = local_plan(tmp_path, [PY, "-c", flood], slots=(1, 1))
+    out, err = io.StringIO(), io.StringIO()
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, keepalive=0.2, connector=connector)
+    started = time.monotonic()
+    try:
+        code = launcher.run()
+    finally:
+        for conn in made.values():
+            for proc in conn.procs:
+                proc.kill()
+    took = time.monotonic() - started
+    assert code == exitcodes.LOST, err.getvalue()[-2000:]
+    assert "no answer from h1 for 1s" in err.getvalue()
+    # Silent from 1 s, lost after 4 keepalive intervals (0.8 s), stopped within the grace and the wait.
+    assert out.getvalue().count("xxxx") > 1000 and took < 1 + 0.8 + 1 + 5, f"{took:.1f}s"

@@ -129,14 +129,19 @@ class _ProxyCommand(paramiko.ProxyCommand):
 
 # ---- sessions ------------------------------------------------------------------------------------
 class RemoteProcess:
-    """One command running on a host: its combined output, its stdin, its exit status."""
+    """One command running on a host: its output and error streams, its stdin, its exit status."""
 
     def __init__(self, channel: paramiko.Channel):
         self.channel = channel
 
     def read(self) -> bytes:
-        """The next chunk of output; b'' once the command's output has ended."""
+        """The next chunk of standard output; b'' once the command's output has ended."""
         return self.channel.recv(65536)
+
+    def read_stderr(self) -> bytes:
+        """The next chunk of standard error, kept apart from the output (slurmgen launch
+        carries node events on it); b'' once it has ended."""
+        return self.channel.recv_stderr(65536)
 
     def close_stdin(self) -> None:
         """Send EOF: the remote bootstrap takes it as 'stop everything'."""
@@ -167,13 +172,14 @@ class Connection:
         return self.target.alias
 
     def start(self, command: str, stdin: bytes, timeout: float = 10.0) -> RemoteProcess:
-        """Run `command` (output and errors combined) and write `stdin` to it, leaving stdin open."""
+        """Run `command` and write `stdin` to it, leaving stdin open; its stdout and stderr
+        stay apart (see RemoteProcess)."""
         transport = self.client.get_transport()
         if transport is None or not transport.is_active():
             raise ConnectError(self.alias, "the SSH connection is closed")
         try:
             channel = transport.open_session(timeout=timeout)
-            channel.set_combine_stderr(True)
+            channel.set_combine_stderr(False)
             channel.exec_command(command)
             channel.sendall(stdin)
         except (OSError, EOFError, paramiko.SSHException) as exc:

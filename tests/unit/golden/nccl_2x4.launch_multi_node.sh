@@ -26,6 +26,14 @@ die() {
   exit 2
 }
 is_count() { [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= 1)); }
+# `slurmgen launch` reads this node's events from the descriptor in SLURMGEN_EVENT_FD (see
+# slurmgen/launch/protocol.py); run by hand, no events are written. No rank inherits it.
+event_fd=${SLURMGEN_EVENT_FD:-}
+unset SLURMGEN_EVENT_FD
+[[ -z $event_fd || $event_fd =~ ^[0-9]$ ]] || die "SLURMGEN_EVENT_FD must be a descriptor 0-9 (got '$event_fd')"
+event() {
+  if [[ -n $event_fd ]]; then printf '%s %s\n' slurmgen-event-1 "$*" >&"$event_fd"; fi
+}
 
 if (($# < 3 || $# > 4)); then
   die "expected <master_addr> <nnodes> <procs_per_node> [node_rank], got $# argument(s)"
@@ -128,6 +136,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     # This shell's own "Terminated" notice for a stopped process is noise (the stop is
     # reported below, by rank): only it goes to /dev/null; tee and sed keep stderr as fd 3.
     exec 3>&2 2>/dev/null
+    if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     export RANK=$rank LOCAL_RANK=$local_rank
     # tee and sed ignore INT/TERM: the process's last words still reach the log.
     "${cmd[@]}" 2>&1 3>&- | {
@@ -139,6 +148,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   pids[local_rank]=$!
 done
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
+event started
 
 # Wait for the processes; the first failure stops the rest.
 running=$nproc
@@ -153,6 +163,7 @@ while ((running > 0)); do
     running=$((running - 1))
     if ((status != 0)); then
       echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
+      event exited "$((rank_offset + local_rank))" "$status"
       stop_all "${SLURMGEN_FAIL_GRACE:-2}"
       exit "$status"
     fi

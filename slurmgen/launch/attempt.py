@@ -1,0 +1,262 @@
+"""One attempt of `slurmgen launch` as a state machine. Pure: no clock, no I/O, no threads.
+
+The runner turns what happens into typed inputs (a session opened, a node event from the
+event channel, a session ended, a signal, and a `Tick` on every pass of its loop) and calls
+`step(state, input)`, which returns the next state and the actions the runner must carry out
+(print a line, close a node's stdin, drop a connection). Every deadline is a comparison with
+the input's time in `step`, so it is checked on every `Tick` however much output flows:
+
+- connect: a node whose session has not opened `connect` seconds into the attempt is an error;
+- keepalive: a host whose keepalive answer is `keepalive * keepalive_count` seconds overdue is
+  lost (like ServerAliveInterval / ServerAliveCountMax);
+- stop grace: after the first failure every node's stdin is closed except the failed node's,
+  which stops its own ranks; if it has not ended `stop_grace` seconds later its stdin is
+  closed too, and any node still without an exit status `stop_wait` seconds after that is
+  counted lost;
+- heartbeat: judged on the node, next to the files (templates/launch_bootstrap.sh.j2), and
+  arrives here as a `hung` event.
+
+The first failure decides the exit code and the verdict; later ones are noted per node.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, replace
+from typing import Mapping, Union
+
+from slurmgen import exitcodes
+from slurmgen.launch.display import NodeResult
+from slurmgen.launch.protocol import NodeEvent
+
+STOPPED_CODES = (exitcodes.INTERRUPTED, 128 + signal.SIGKILL, exitcodes.TERMINATED)
+FAILED_STATES = ("failed", "hung", "error", "lost")
+
+
+# ---- inputs ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SessionOpened:
+    host: str
+    at: float
+
+
+@dataclass(frozen=True)
+class StartFailed:
+    host: str
+    message: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Reported:
+    host: str
+    event: NodeEvent
+    at: float
+
+
+@dataclass(frozen=True)
+class SessionEnded:
+    host: str
+    status: int | None  # None: the connection ended without an exit status
+    at: float
+
+
+@dataclass(frozen=True)
+class Signalled:
+    signum: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float
+    overdue: Mapping[str, float]  # host -> seconds its keepalive answer is overdue
+
+
+Input = Union[SessionOpened, StartFailed, Reported, SessionEnded, Signalled, Tick]
+
+
+# ---- actions ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Say:
+    text: str
+
+
+@dataclass(frozen=True)
+class CloseStdin:
+    host: str
+
+
+@dataclass(frozen=True)
+class Disconnect:
+    host: str
+
+
+@dataclass(frozen=True)
+class DisconnectAll:
+    pass
+
+
+Action = Union[Say, CloseStdin, Disconnect, DisconnectAll]
+
+
+# ---- state -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Limits:
+    connect: float = 10.0
+    keepalive: float = 5.0
+    keepalive_count: int = 3
+    stop_grace: float = 1.0
+    stop_wait: float = 5.0
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    attempt: int
+    started_at: float
+    launched_at: float
+    world_size: int
+    limits: Limits
+    nodes: Mapping[str, NodeResult]    # in node-rank order
+    pending: frozenset[str]            # hosts without a final state yet
+    opened: frozenset[str] = frozenset()
+    first: tuple[str, str] | None = None   # (host, verdict) of the first failure
+    code: int = exitcodes.OK
+    stop_at: float | None = None
+    spared: str | None = None          # the failed node, stopping its own ranks
+    signals: tuple[int, ...] = ()
+    all_running: bool = False
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
+
+    @property
+    def verdict(self) -> str:
+        if self.signals and self.first is None:
+            return f"interrupted by {signal.Signals(self.signals[0]).name}"
+        if self.first is not None:
+            return f"{self.first[1]} on {self.first[0]}"
+        return "all ranks succeeded"
+
+
+def initial(nodes: list[NodeResult], attempt: int, at: float, launched_at: float, world_size: int,
+            limits: Limits) -> AttemptState:
+    return AttemptState(attempt, at, launched_at, world_size, limits, {n.host: n for n in nodes},
+                        frozenset(n.host for n in nodes))
+
+
+Step = tuple[AttemptState, list[Action]]
+
+
+def _node(s: AttemptState, host: str, **changes: object) -> AttemptState:
+    return replace(s, nodes={**s.nodes, host: replace(s.nodes[host], **changes)})
+
+
+def _end(s: AttemptState, host: str, at: float) -> AttemptState:
+    node = s.nodes[host]
+    s = _node(s, host, ended=at, started=node.started if node.started is not None else s.started_at)
+    return replace(s, pending=s.pending - {host})
+
+
+def _stop(s: AttemptState, reason: str, at: float, spare: str | None = None) -> Step:
+    if s.stop_at is not None:
+        return s, []
+    actions: list[Action] = [Say(f"stopping all nodes: {reason}")]
+    actions += [CloseStdin(h) for h in s.nodes if h in s.opened and h in s.pending and h != spare]
+    return replace(s, stop_at=at, spared=spare), actions
+
+
+def _fail(s: AttemptState, host: str, state: str, code: int, verdict: str, at: float) -> Step:
+    s = _node(s, host, state=state, code=code)
+    if s.first is None and s.stop_at is None:
+        s = _node(replace(s, first=(host, verdict), code=code), host, note="first failure: " + verdict)
+        return _stop(s, f"{verdict} on {host}", at, spare=host if state in ("failed", "hung") else None)
+    if not s.nodes[host].note:
+        s = _node(s, host, note="after the first failure" if s.first else "while stopping")
+    return s, []
+
+
+def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
+    if event.kind == "started":
+        s = _node(s, host, state="running", started=at)
+        if s.all_running or any(n.started is None for n in s.nodes.values()):
+            return s, []
+        return replace(s, all_running=True), [Say(
+            f"all {len(s.nodes)} node(s) running {s.world_size} rank(s) {at - s.started_at:.2f}s after the start "
+            f"of attempt {s.attempt} ({at - s.launched_at:.2f}s after launch)")]
+    if event.kind == "exited":
+        return _fail(s, host, "failed", event.value or exitcodes.FAILED,
+                     f"rank {event.rank} exited with code {event.value}", at)
+    if event.kind == "hung":
+        return _fail(s, host, "hung", exitcodes.HUNG,
+                     f"rank {event.rank} hung (no heartbeat for {(event.value or 0) / 1000:.1f} s)", at)
+    return _fail(s, host, "error", exitcodes.FAILED, event.message, at)
+
+
+def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:
+    state = s.nodes[host].state
+    s = _end(s, host, at)
+    if state in FAILED_STATES:
+        return s, []  # already counted from its event; keep the rank's code
+    if status is None:
+        return _fail(s, host, "lost", exitcodes.LOST, f"lost the connection to {host}", at)
+    if status == exitcodes.OK:
+        return _node(s, host, state="ok", code=status), []
+    if s.stop_at is not None and status in STOPPED_CODES:
+        note = s.nodes[host].note or ("stopped by slurmgen" if s.first or s.signals else "")
+        return _node(s, host, state="stopped", code=status, note=note), []
+    return _fail(s, host, "failed", status, f"node exited with code {status}", at)
+
+
+def _signalled(s: AttemptState, signum: int, at: float) -> Step:
+    s = replace(s, signals=(*s.signals, signum))
+    name = signal.Signals(signum).name
+    if len(s.signals) > 1:
+        return s, [Say(f"got {name} again: closing every connection now"), DisconnectAll()]
+    if s.first is None:
+        s = replace(s, code=128 + signum)
+    return _stop(s, f"got {name}", at)
+
+
+def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
+    lim, actions = s.limits, []
+    for host in [h for h in s.nodes if h in s.pending]:
+        if overdue.get(host, 0.0) > lim.keepalive * lim.keepalive_count:
+            silent = lim.keepalive * (lim.keepalive_count + 1)
+            s, more = _fail(_end(s, host, at), host, "lost", exitcodes.LOST, f"no answer from {host} for {silent:.0f}s", at)
+            actions += [*more, Disconnect(host)]
+        elif host not in s.opened and at - s.started_at > lim.connect:
+            s, more = _fail(_end(s, host, at), host, "error", exitcodes.FAILED,
+                            f"no session on {host} within {lim.connect:g}s", at)
+            actions += [*more, Disconnect(host)]
+    if s.stop_at is None:
+        return s, actions
+    if s.spared in s.pending and at >= s.stop_at + lim.stop_grace:
+        actions.append(CloseStdin(s.spared))  # it did not stop by itself
+        s = replace(s, spared=None)
+    if at >= s.stop_at + lim.stop_grace + lim.stop_wait:
+        for host in [h for h in s.nodes if h in s.pending]:
+            s = _node(_end(s, host, at), host, state="lost", note="no exit status after the stop")
+            actions.append(Disconnect(host))
+    return s, actions
+
+
+def step(s: AttemptState, event: Input) -> Step:
+    """The next state and what to do, for one input. Inputs about hosts that already have a
+    final state (a late exit status after a keepalive loss, say) change nothing."""
+    if isinstance(event, Tick):
+        return _tick(s, event.at, event.overdue)
+    if isinstance(event, Signalled):
+        return _signalled(s, event.signum, event.at)
+    if event.host not in s.pending:
+        return s, []
+    if isinstance(event, SessionOpened):
+        s = replace(s, opened=s.opened | {event.host})
+        stopping = s.stop_at is not None and event.host != s.spared
+        return s, [CloseStdin(event.host)] if stopping else []
+    if isinstance(event, StartFailed):
+        return _fail(_end(s, event.host, event.at), event.host, "error", exitcodes.FAILED, event.message, event.at)
+    if isinstance(event, Reported):
+        return _reported(s, event.host, event.event, event.at)
+    return _ended(s, event.host, event.status, event.at)

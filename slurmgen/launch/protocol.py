@@ -1,0 +1,60 @@
+"""The wire between `slurmgen launch` and a node. Pure, import-free.
+
+Launcher -> node, on the SSH session's stdin: a length line and the bootstrap, then the
+payload (`PAYLOAD_MAGIC script_len env_len`, the node script, the environment, `PAYLOAD_END`);
+stdin then stays open as the node's lifeline (see templates/launch_bootstrap.sh.j2).
+
+Node -> launcher, on two streams of the same session:
+- stdout: everything the ranks and the node scripts print, shown to the user as is. Nothing
+  on it is ever interpreted, so a rank may print any bytes, stop mid-line, or print a line
+  that looks like an event.
+- stderr: node events only, one line each, written by the bootstrap and the node script
+  through a file descriptor no rank holds:
+
+      slurmgen-event-1 started
+      slurmgen-event-1 exited RANK CODE      a rank ended with a non-zero code
+      slurmgen-event-1 hung RANK MS          a rank's heartbeat is MS milliseconds old
+      slurmgen-event-1 error MESSAGE         the node could not start (bad payload, workdir...)
+
+  Anything else arriving on stderr (bash's own complaint before the bootstrap runs, say) is
+  shown as a node message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PAYLOAD_MAGIC = "slurmgen-payload-1"
+# The payload's last line: seen only if every byte before it arrived.
+PAYLOAD_END = "slurmgen-payload-end"
+EVENT_TAG = "slurmgen-event-1"
+# The node script writes its events to this descriptor when the bootstrap sets
+# SLURMGEN_EVENT_FD to it; run by hand (`create`), it writes none.
+EVENT_FD = 9
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """One event line from a node: `started`, `exited` (rank, code), `hung` (rank, ms), `error` (message)."""
+
+    kind: str
+    rank: int | None = None
+    value: int | None = None
+    message: str = ""
+
+
+def parse_event(line: str) -> NodeEvent | None:
+    """The event on one stderr line, or None if the line is not a well-formed event."""
+    tag, _, rest = line.partition(" ")
+    if tag != EVENT_TAG:
+        return None
+    kind, _, args = rest.partition(" ")
+    if kind == "started" and not args:
+        return NodeEvent("started")
+    if kind == "error":
+        return NodeEvent("error", message=args.strip() or "the node could not start")
+    if kind in ("exited", "hung"):
+        words = args.split()
+        if len(words) == 2 and all(w.isdigit() for w in words):
+            return NodeEvent(kind, int(words[0]), int(words[1]))
+    return None
