@@ -15,7 +15,10 @@ SG_SUBNET=${SLURMGEN_CLUSTER_SUBNET:-10.213.57}
 SG_BRIDGE=sgbr0
 SG_NS_PREFIX=sg-node
 SG_VETH_PREFIX=sgv
-SG_MAX_NODES=8
+# Up to 32 nodes for the launch benchmark (sshd and a shell per node); Slurm daemons run on
+# at most the first 8 (the rest are SSH-only nodes).
+SG_MAX_NODES=32
+SG_MAX_SLURM_NODES=8
 SG_HOSTS_BEGIN="# >>> slurmgen test cluster (scripts/cluster) >>>"
 SG_HOSTS_END="# <<< slurmgen test cluster <<<"
 # A file inside the state directory that proves we made it: down.sh deletes the directory

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Bring up a throwaway Slurm cluster with sshd on this one machine (run as root).
 #
-#   scripts/cluster/up.sh [N]       # N compute nodes node1..nodeN, default 2, at most 8
+#   scripts/cluster/up.sh [N]       # N nodes node1..nodeN, default 2, at most 32
 #   source /tmp/slurmgen-cluster/env.sh && srun -N2 hostname
 #   scripts/cluster/down.sh
 #
 # Each node is a network namespace (sg-nodeK, address $SUBNET.(10+K) on bridge sgbr0) with its
 # own hostname, its own slurmd and its own sshd on port 22. munged and slurmctld run in the root
-# namespace on the bridge address. Facts behind the choices: shared/notes/cluster-in-a-box.md.
+# namespace on the bridge address. Nodes beyond the first SLURMGEN_CLUSTER_SLURM_NODES (at most
+# 8) run sshd only: enough for `slurmgen launch`. Facts behind the choices:
+# shared/notes/cluster-in-a-box.md.
 #
 # Environment (all optional):
 #   SLURMGEN_CLUSTER_DIR     state directory (default /tmp/slurmgen-cluster)
@@ -15,6 +17,7 @@
 #   SLURMGEN_CLUSTER_GPUS    fake GPUs declared per node as Slurm GRES (default 4; 0 = none)
 #   SLURMGEN_CLUSTER_CPUS    CPUs declared per node (default 8; a declaration only)
 #   SLURMGEN_CLUSTER_TIMEOUT seconds to wait for each readiness step (default 30)
+#   SLURMGEN_CLUSTER_SLURM_NODES  nodes with slurmd (default min(N, 8); 0 = no Slurm at all)
 #   SLURMGEN_CLUSTER_KEEP_ON_FAIL=1  leave a failed bring-up in place for inspection
 #   SLURMGEN_CLUSTER_OWNER   pid of the process that owns this cluster (the pytest fixture)
 #   SLURMGEN_CLUSTER_FORCE=1 replace a cluster even if its owner is alive
@@ -35,8 +38,11 @@ fi
 gpus=${SLURMGEN_CLUSTER_GPUS:-4}
 cpus=${SLURMGEN_CLUSTER_CPUS:-8}
 wait_s=${SLURMGEN_CLUSTER_TIMEOUT:-30}
-[[ $gpus =~ ^[0-9]+$ && $cpus =~ ^[1-9][0-9]*$ && $wait_s =~ ^[1-9][0-9]*$ ]] ||
-  sg_die "SLURMGEN_CLUSTER_GPUS, _CPUS and _TIMEOUT must be whole numbers"
+slurm_n=${SLURMGEN_CLUSTER_SLURM_NODES:-$((n < SG_MAX_SLURM_NODES ? n : SG_MAX_SLURM_NODES))}
+[[ $gpus =~ ^[0-9]+$ && $cpus =~ ^[1-9][0-9]*$ && $wait_s =~ ^[1-9][0-9]*$ && $slurm_n =~ ^[0-9]+$ ]] ||
+  sg_die "SLURMGEN_CLUSTER_GPUS, _CPUS, _TIMEOUT and _SLURM_NODES must be whole numbers"
+((slurm_n <= n && slurm_n <= SG_MAX_SLURM_NODES)) ||
+  sg_die "SLURMGEN_CLUSTER_SLURM_NODES must be at most the node count and at most $SG_MAX_SLURM_NODES (got $slurm_n)"
 [[ $SG_SUBNET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
   sg_die "SLURMGEN_CLUSTER_SUBNET must be three octets like 10.213.57 (got '$SG_SUBNET')"
 
@@ -101,7 +107,7 @@ mkdir -p "$d"
 touch "$d/$SG_MARKER"
 if [[ -n ${SLURMGEN_CLUSTER_OWNER:-} ]]; then echo "$SLURMGEN_CLUSTER_OWNER" >"$d/owner"; fi
 mkdir -p "$d"/{etc,log,run,munge,ssh,state/ctld}
-for node in "${nodes[@]}"; do mkdir -p "$d/state/$node"; done # slurmd does not create it
+for ((i = 1; i <= slurm_n; i++)); do mkdir -p "$d/state/node$i"; done # slurmd does not create it
 chmod 755 "$d" "$d"/{etc,log,run,munge,ssh,state}
 if [[ ! -d /run/sshd ]]; then
   mkdir -p /run/sshd
@@ -195,7 +201,7 @@ MinJobAge=300
 SchedulerParameters=batch_sched_delay=0
 EOF
   if ((gpus > 0)); then echo "GresTypes=gpu"; fi
-  for ((i = 1; i <= n; i++)); do
+  for ((i = 1; i <= slurm_n; i++)); do
     echo "NodeName=node$i NodeAddr=$(sg_node_ip "$i") CPUs=$cpus RealMemory=16000 ${node_gres[*]} State=UNKNOWN"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
@@ -221,6 +227,7 @@ start() {
   echo $! >"$d/run/$name.pid"
 }
 pid_of() { cat "$d/run/$1.pid"; }
+pid_or_null() { cat "$d/run/$1.pid" 2>/dev/null || echo null; } # no Slurm daemon on an SSH-only node
 # Poll "$@" every 0.2 s until it succeeds or $wait_s seconds pass; fail naming $what.
 # Exit status 99 from "$@" means "this will never succeed": give up at once.
 wait_for() {
@@ -238,25 +245,28 @@ wait_for() {
 }
 check_alive() { [[ -e /proc/$(pid_of "$1") ]] || { sg_log "$1 died at start"; return 1; }; }
 
-start munged munged --foreground --key-file="$d/munge/munge.key" --socket="$d/munge/munged.sock" \
-  --pid-file="$d/run/munged.pid.own" --log-file="$d/log/munged.log" --seed-file="$d/munge/munged.seed"
-munge_ok() { munge -n -S "$d/munge/munged.sock" | unmunge -S "$d/munge/munged.sock"; }
-wait_for "munged to answer on $d/munge/munged.sock" munge_ok
+# Slurm: munged, slurmctld and a slurmd per Slurm node (none at all with 0 Slurm nodes).
+if ((slurm_n > 0)); then
+  start munged munged --foreground --key-file="$d/munge/munge.key" --socket="$d/munge/munged.sock" \
+    --pid-file="$d/run/munged.pid.own" --log-file="$d/log/munged.log" --seed-file="$d/munge/munged.seed"
+  munge_ok() { munge -n -S "$d/munge/munged.sock" | unmunge -S "$d/munge/munged.sock"; }
+  wait_for "munged to answer on $d/munge/munged.sock" munge_ok
 
-# -c: start from empty state; -i: ignore state we cannot recover (throwaway cluster).
-start slurmctld slurmctld -D -c -i -f "$conf"
-ctld_up() { check_alive slurmctld && timeout 5 scontrol ping | grep -q 'is UP'; }
-wait_for "slurmctld to answer scontrol ping" ctld_up
+  # -c: start from empty state; -i: ignore state we cannot recover (throwaway cluster).
+  start slurmctld slurmctld -D -c -i -f "$conf"
+  ctld_up() { check_alive slurmctld && timeout 5 scontrol ping | grep -q 'is UP'; }
+  wait_for "slurmctld to answer scontrol ping" ctld_up
 
-for ((i = 1; i <= n; i++)); do
-  node=node$i
-  # nsenter, not `ip netns exec`: that remounts /sys and slurmd then fails to find cgroups.
-  # unshare --uts gives the node its own hostname; each exec keeps the pid, so $! is slurmd.
-  # The single quotes are intended: the inner sh expands its own positional parameters.
-  # shellcheck disable=SC2016
-  start "slurmd-$node" nsenter --net="/run/netns/$SG_NS_PREFIX$i" -- \
-    unshare --uts -- /bin/sh -c 'hostname "$1" && exec slurmd -D -N "$1" -f "$2"' sh "$node" "$conf"
-done
+  for ((i = 1; i <= slurm_n; i++)); do
+    node=node$i
+    # nsenter, not `ip netns exec`: that remounts /sys and slurmd then fails to find cgroups.
+    # unshare --uts gives the node its own hostname; each exec keeps the pid, so $! is slurmd.
+    # The single quotes are intended: the inner sh expands its own positional parameters.
+    # shellcheck disable=SC2016
+    start "slurmd-$node" nsenter --net="/run/netns/$SG_NS_PREFIX$i" -- \
+      unshare --uts -- /bin/sh -c 'hostname "$1" && exec slurmd -D -N "$1" -f "$2"' sh "$node" "$conf"
+  done
+fi
 
 for ((i = 1; i <= n; i++)); do
   node=node$i
@@ -282,23 +292,32 @@ AcceptEnv SLURMGEN_* MASTER_* WORLD_SIZE RANK LOCAL_RANK NODE_RANK
 Subsystem sftp internal-sftp
 LogLevel INFO
 EOF
-  # Join the node's network and UTS namespaces so `ssh nodeK hostname` prints nodeK.
-  start "sshd-$node" nsenter -t "$(pid_of "slurmd-$node")" --net --uts -- \
-    /usr/sbin/sshd -D -e -f "$d/etc/sshd_$node.conf"
+  # Join the node's network and UTS namespaces so `ssh nodeK hostname` prints nodeK; an
+  # SSH-only node gets a UTS namespace of its own, as slurmd does above.
+  if ((i <= slurm_n)); then
+    start "sshd-$node" nsenter -t "$(pid_of "slurmd-$node")" --net --uts -- \
+      /usr/sbin/sshd -D -e -f "$d/etc/sshd_$node.conf"
+  else
+    # shellcheck disable=SC2016
+    start "sshd-$node" nsenter --net="/run/netns/$SG_NS_PREFIX$i" -- unshare --uts -- \
+      /bin/sh -c 'hostname "$1" && exec /usr/sbin/sshd -D -e -f "$2"' sh "$node" "$d/etc/sshd_$node.conf"
+  fi
 done
 
 # --- readiness ------------------------------------------------------------------------------
 all_idle() {
   local state
   for ((i = 1; i <= n; i++)); do
-    check_alive "slurmd-node$i" && check_alive "sshd-node$i" || return 1
+    check_alive "sshd-node$i" || return 1
+    ((i > slurm_n)) || check_alive "slurmd-node$i" || return 1
   done
+  ((slurm_n > 0)) || return 0
   state=$(timeout 5 sinfo -h -N -o '%N %t' | sort -u)
   # A node the controller rejected (bad GRES, config mismatch) stays so: fail fast.
   if grep -Eq ' (inval|drain|drng|drained|fail)' <<<"$state"; then return 99; fi
-  [[ $(grep -c ' idle$' <<<"$state") -eq $n ]]
+  [[ $(grep -c ' idle$' <<<"$state") -eq $slurm_n ]]
 }
-if ! wait_for "all $n nodes idle in sinfo" all_idle; then
+if ! wait_for "all $n nodes up ($slurm_n of them idle in sinfo)" all_idle; then
   timeout 5 sinfo -N -o '%N %t %E' >&2 || true
   false
 fi
@@ -346,14 +365,14 @@ join() {
 } >"$d/env.sh"
 {
   printf '{\n  "dir": "%s",\n  "slurm_conf": "%s",\n' "$d" "$conf"
-  printf '  "controller": {"host": "%s", "ip": "%s", "pid": %s},\n' "$ctl_host" "$ctl_ip" "$(pid_of slurmctld)"
-  printf '  "munged_pid": %s,\n  "gpus_per_node": %s,\n  "cpus_per_node": %s,\n' "$(pid_of munged)" "$gpus" "$cpus"
+  printf '  "controller": {"host": "%s", "ip": "%s", "pid": %s},\n' "$ctl_host" "$ctl_ip" "$(pid_or_null slurmctld)"
+  printf '  "munged_pid": %s,\n  "gpus_per_node": %s,\n  "cpus_per_node": %s,\n' "$(pid_or_null munged)" "$gpus" "$cpus"
   printf '  "ssh": {"user": "root", "key": "%s", "known_hosts": "%s", "config": "%s"},\n' \
     "$d/ssh/id_ed25519" "$d/ssh/known_hosts" "$d/ssh/config"
   printf '  "nodes": [\n'
   for ((i = 1; i <= n; i++)); do
     printf '    {"name": "node%d", "ip": "%s", "netns": "%s", "slurmd_pid": %s, "sshd_pid": %s}%s\n' \
-      "$i" "$(sg_node_ip "$i")" "$SG_NS_PREFIX$i" "$(pid_of "slurmd-node$i")" "$(pid_of "sshd-node$i")" \
+      "$i" "$(sg_node_ip "$i")" "$SG_NS_PREFIX$i" "$(pid_or_null "slurmd-node$i")" "$(pid_of "sshd-node$i")" \
       "$( ((i < n)) && echo ,)"
   done
   printf '  ]\n}\n'

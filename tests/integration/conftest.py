@@ -122,7 +122,8 @@ class Cluster:
             state_dir=state_dir,
             slurm_conf=Path(facts["slurm_conf"]),
             nodes=[
-                Node(n["name"], n["ip"], n["netns"], int(n["slurmd_pid"]), int(n["sshd_pid"]))
+                # An SSH-only node (beyond the 8th) has no slurmd: its sshd holds the namespaces.
+                Node(n["name"], n["ip"], n["netns"], int(n["slurmd_pid"] or n["sshd_pid"]), int(n["sshd_pid"]))
                 for n in facts["nodes"]
             ],
             ssh_key=Path(facts["ssh"]["key"]),

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmgen import exitcodes
+
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 pytest.importorskip("paramiko", reason="paramiko is not installed: run scripts/setup.sh")
@@ -212,6 +214,45 @@ def test_lost_connection_stops_the_other_node_and_its_own_ranks(two_nodes, tmp_p
     assert gone_at - killed < 2.5, f"{gone_at - killed:.2f}s\n{run.text()}"
     assert code == 255, run.text()
     assert "lost the connection to node2" in run.err
+    assert_nodes_clean(c)
+
+
+def test_events_survive_a_rank_dying_mid_line_and_a_silent_host_amid_a_flood(two_nodes, tmp_path):
+    c = two_nodes
+    # 1. node2's rank prints a line that looks like an event, then dies mid-line: its own verdict.
+    mid_line = ("import os, sys, time\n"
+                "if os.environ['RANK'] == '1':\n"
+                "    print('slurmgen-event-1 exited 0 9', flush=True); time.sleep(1)\n"
+                "    sys.stdout.write('progress 50%'); sys.stdout.flush(); sys.exit(3)\n"
+                f"time.sleep(6{random.randint(100, 999)})\n")
+    run = launch(c, tmp_path, "--hosts", "node1,node2", "--gpus", "1", "--", PY, "-c", mid_line, timeout=60)
+    assert run.proc.returncode == 3, run.text()
+    assert "stopping all nodes: rank 1 exited with code 3 on node2" in run.err
+    assert "[node2/1] slurmgen-event-1 exited 0 9" in run.out and "[node2/1] progress 50%" in run.out
+    assert_nodes_clean(c)
+    # 2. node1 floods output while node2's sshd freezes (its network went silent, no FIN):
+    # lost within the keepalive window (1 s x 4), though output never stops arriving.
+    marker = f"--sleep 7{random.randint(100, 999)}"
+    flood = "import os, sys, time\nwhile os.environ['RANK'] == '0': print('x' * 60, flush=True); time.sleep(0.002)\n"
+    run = Run([*base_args(c, tmp_path), "--keepalive", "1", "--hosts", "node1,node2", "--gpus", "1", "--",
+               PY, "-c", flood + "time.sleep(60)", *marker.split()])
+    run.wait_for(r"all 2 node\(s\) running", timeout=60)
+    sessions = [p for p in c.pids_on(c.node("node2")) if p.cmdline.startswith("sshd:")]
+    assert sessions
+    for p in sessions:
+        os.kill(p.pid, signal.SIGSTOP)
+    frozen = time.monotonic()
+    try:
+        lost_at = run.wait_for(r"stopping all nodes: no answer from node2 for 4s on node2", timeout=30)
+        code = run.finish(30)
+    finally:
+        for p in sessions:
+            os.kill(p.pid, signal.SIGCONT)  # node2 then sees the closed connection and stops its ranks
+    assert code == exitcodes.LOST, run.text()
+    assert 3.0 <= lost_at - frozen < 4 + 2.5, f"{lost_at - frozen:.1f}s\n{run.text()}"
+    assert sum(1 for _, s, t in run.lines if s == "out" and t.startswith("[node1/0] xxx")) > 200
+    gone_at, left = wait_gone(c, marker, timeout=10)
+    assert not left, [(p.node, p.cmdline) for p in left]
     assert_nodes_clean(c)
 
 
@@ -527,7 +568,8 @@ def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
     cfg = tmp_path / "ssh_config"
     cfg.write_text("Host behind\n  HostName node2\n  ProxyJump node1\n"
                    "Host twohops\n  HostName node1\n  ProxyJump node1,node2\n"
-                   "Host broken\n  HostName node2\n  ProxyJump node1:2\n" + c.ssh_config.read_text())
+                   "Host broken\n  HostName node2\n  ProxyJump node1:2\n"
+                   "Host behind2\n  HostName node2\n  ProxyJump node1\n" + c.ssh_config.read_text())
     flags = ["--ssh-config", str(cfg), "--workdir", str(tmp_path), "--user", "root", "--identity", str(c.ssh_key),
              "--known-hosts", str(c.known_hosts)]
     show = ["bash", "-c", 'echo "CONN $(hostname) $SSH_CONNECTION"']
@@ -539,6 +581,13 @@ def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
     run = Run([*flags, "--hosts", "broken", "--", "true"])
     assert run.finish(60) == 1
     assert "error: broken: via jump host node1: connection refused by node1:2" in run.err, run.err
+    # Two targets behind the same jump host: one connection to it, a channel per target.
+    run = Run([*flags, "--hosts", "behind,behind2", "--", "sleep", "3"])
+    run.wait_for(r"all 2 node\(s\) running", timeout=60)
+    ss = subprocess.run(["ip", "netns", "exec", c.node("node1").netns, "ss", "-Htn", "state", "established",
+                         "( sport = :22 )"], capture_output=True, text=True, timeout=10)
+    assert run.finish(60) == 0, run.text()
+    assert len(ss.stdout.splitlines()) == 1, ss.stdout
 
 
 def test_proxy_command_connects_fails_in_one_line_and_its_end_is_a_lost_connection(two_nodes, tmp_path):

@@ -94,3 +94,50 @@ def test_all_failures_are_reported_together(tmp_path, monkeypatch):
     assert info.value.exit_code == 1
     assert [p.split(":")[0] for p in info.value.problems] == ["a.invalid", "b.invalid"]
     assert all("cannot resolve host name" in p for p in info.value.problems)
+
+
+# ---- jump hosts shared by the targets behind them ---------------------------------------------------
+def test_jump_pool_connects_once_for_many_targets_and_shares_a_failure():
+    import threading
+    import time
+
+    from slurmgen.launch.ssh.connect import ConnectError, Connection
+    from slurmgen.launch.ssh.jumps import JumpPool
+
+    class Client:
+        closed = 0
+
+        def close(self):
+            Client.closed += 1
+
+    made = []
+
+    def make():
+        time.sleep(0.05)  # the others arrive while it connects
+        made.append(1)
+        return Connection(resolve("bastion", SSHOptions(), paramiko.SSHConfig()), Client())
+
+    pool = JumpPool()
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(pool.get("bastion", make))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and len(got) == 8 and len({id(c) for c in got}) == 1
+    for conn in got[:7]:
+        conn.close()
+    assert Client.closed == 0  # one target still needs it
+    got[7].close()
+    got[7].close()  # closing a closed connection does nothing
+    assert Client.closed == 1
+    failures = []
+
+    def refuse():
+        failures.append(1)
+        raise ConnectError("bastion", "connection refused by bastion:22")
+
+    for _ in range(3):
+        with pytest.raises(ConnectError, match="refused"):
+            pool.get("other", refuse)
+    assert failures == [1]

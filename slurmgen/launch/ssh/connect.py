@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
+from slurmgen.launch.ssh.jumps import JumpPool
 from slurmgen.launch.ssh.keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
 from slurmgen.launch.ssh.target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
 
@@ -164,6 +165,10 @@ class Connection:
 
     def __init__(self, target: Target, client: paramiko.SSHClient, jump: "Connection | None" = None):
         self.target, self.client, self.jump = target, client, jump
+        # A jump host's connection is held by every target behind it (JumpPool) and closed
+        # when the last of them lets go.
+        self._holders = 1
+        self._holders_lock = threading.Lock()
         self._last_reply = time.monotonic()
         self._pinger: threading.Thread | None = None
 
@@ -215,7 +220,21 @@ class Connection:
         """Seconds past the expected keepalive answer (0 while all is well)."""
         return max(0.0, time.monotonic() - self._last_reply - interval)
 
+    def share(self) -> "Connection":
+        """One more holder of this connection (see JumpPool); each one calls close() once."""
+        with self._holders_lock:
+            self._holders += 1
+        return self
+
     def close(self) -> None:
+        """Let go of one hold: the connection closes when no holder is left (a target has one
+        holder, so its close is final); closing a closed connection does nothing."""
+        with self._holders_lock:
+            if self._holders == 0:
+                return
+            self._holders -= 1
+            if self._holders:
+                return
         self.client.close()
         if self.jump is not None:
             self.jump.close()
@@ -307,8 +326,10 @@ def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Un
 
 def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
             notify: Callable[[str], None] = lambda msg: None, depth: int = 0,
-            keys: dict[str, Unlocked] | None = None) -> Connection:
-    """Connect and authenticate, or raise ConnectError."""
+            keys: dict[str, Unlocked] | None = None, jumps: JumpPool[Connection] | None = None) -> Connection:
+    """Connect and authenticate, or raise ConnectError. Jump hosts come from `jumps` when
+    given, so targets connected with the same pool share them."""
+    jumps = jumps if jumps is not None else JumpPool()
     timeout = opts.connect_timeout
     jump: Connection | None = None
     sock: paramiko.Channel | paramiko.ProxyCommand | None = None
@@ -328,7 +349,8 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
                                    accept_new_host_keys=opts.accept_new_host_keys, identities=opts.identities)
             jump_target = replace(resolve(host, jump_opts, config), proxy_jump=",".join(hops[:-1]) or None)
             try:
-                jump = connect(jump_target, jump_opts, config, notify, depth + 1, keys)
+                jump = jumps.get((jump_target, jump_opts),
+                                 lambda: connect(jump_target, jump_opts, config, notify, depth + 1, keys, jumps))
             except ConnectError as exc:
                 raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
             sock = jump.client.get_transport().open_channel(  # type: ignore[union-attr]
@@ -371,7 +393,8 @@ def connect_all(aliases: Sequence[str], opts: SSHOptions, notify: Callable[[str]
     results: dict[str, Connection] = {}
     errors: list[ConnectError] = []
     with ThreadPoolExecutor(max_workers=min(64, len(targets)) or 1, thread_name_prefix="ssh-connect") as pool:
-        futures = {t.alias: pool.submit(connect, t, opts, config, notify, 0, keys) for t in targets}
+        jumps: JumpPool[Connection] = JumpPool()
+        futures = {t.alias: pool.submit(connect, t, opts, config, notify, 0, keys, jumps) for t in targets}
         for alias, future in futures.items():
             try:
                 results[alias] = future.result()
