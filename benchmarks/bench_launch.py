@@ -1,31 +1,31 @@
-"""`slurmgen launch` beside pdsh on the test cluster: start-up fan-out and crash-to-all-gone.
+"""`slurmgen launch` beside pdsh and plain ssh on the test cluster, from 1 to 32 hosts.
 
-    sudo python benchmarks/bench_launch.py [--repeat 5] [--hosts 1,2,4,8] [--reuse]
+    sudo python benchmarks/bench_launch.py [--repeat 3] [--hosts 1,8,16,32] [--reuse] [--wait 1800]
 
-Brings up scripts/cluster/up.sh 8 (root; each node a network namespace with its own sshd)
-unless --reuse, and tears it down at the end.
+Brings up scripts/cluster/up.sh N (root; each node a network namespace with its own sshd; no
+Slurm daemons, which launch does not need) unless --reuse, and tears it down at the end. The
+cluster is shared through an owner lock: --wait seconds for another session to finish.
 
-1. Time from command start to all ranks running, for 1, 2, 4 and 8 hosts (one rank each):
+1. Start-up: time from command start to all ranks running, one rank per host:
    - slurmgen launch --hosts node[1-K] -- bash -c 'echo RANK_UP; sleep 1'
    - pdsh -R ssh -w node[1-K] running the same per-node command: the same process loop
      (launch_multi_node.sh written by `slurmgen create`, on the shared disk) with the same
      rank command, node rank from the host name.
+   - plain parallel ssh: K `ssh nodeK true` processes (OpenSSH) at once, until all ended.
    "Running" = the rank's RANK_UP line has reached the launching command's output. Commands
-   alternate round by round; medians are printed. Target: 8 hosts <= 1.3 x one host.
-   Floor: K parallel `ssh nodeK echo RANK_UP` (OpenSSH): what the simulated hosts themselves
-   cost per session (sshd, the login shell and its rc files). All hosts share this machine's
-   cores, so that cost adds up with K here where a real cluster pays it once, in parallel;
-   "slurmgen launch minus floor" is the launcher's own share.
-   Each is measured twice, logged in as two accounts:
-   - root, whose ~/.bashrc here runs `pyenv init` (about 0.13 s of CPU in every SSH
-     session: Debian's bash reads ~/.bashrc for commands run by sshd);
-   - a lean account made for the benchmark (empty rc files; removed at the end): a host
-     whose login costs little, so what grows with K is SSH and the launcher.
-2. Time from a rank's crash (its own timestamp, taken just before it exits 3) to the last
-   process of the job gone from every node, ranks and slurmgen's own (a /proc scan every
-   10 ms; the nodes are namespaces of this machine), 8 hosts x 2 ranks, as root.
-   Target: <= 2 s. pdsh does not stop the other nodes: shown as how many are still alive
-   after 10 s.
+   alternate round by round; medians are printed. All hosts share this machine's two cores,
+   so every host's sshd and shell add up here where a real cluster pays them once, in
+   parallel: the fair figure is how each grows from 1 to K hosts against plain ssh.
+   Goals: slurmgen's growth 1 -> 32 below plain ssh's; faster than pdsh at every size.
+   Logged in as a lean account made for the benchmark (empty rc files; removed at the end),
+   so what grows with K is SSH and the launcher, not a login shell's rc files.
+2. The launching machine's CPU per host: user + system CPU of the `slurmgen launch` process
+   (getrusage of reaped children) over its whole start-up run, divided by K. Goal: flat.
+3. Crash to all gone: from a rank's crash (its own timestamp, taken just before it exits 3)
+   to the last process of the job gone from every node, ranks and slurmgen's own (a /proc
+   scan every 10 ms; the nodes are namespaces of this machine), K hosts x 1 rank.
+   Goal: <= 2 s at 32 hosts. pdsh does not stop the other nodes: shown as how many are
+   still alive 10 s after the crash.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,12 +49,19 @@ CLUSTER = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
 PY = sys.executable
 
 
-def up(nodes: int) -> None:
-    env = {**os.environ, "SLURMGEN_CLUSTER_OWNER": str(os.getpid())}
-    proc = subprocess.run(["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env, capture_output=True,
-                          text=True)
-    if proc.returncode == 4:
-        sys.exit(f"the test cluster is busy (another test run owns it): {proc.stderr.strip()}")
+def up(nodes: int, wait: float) -> None:
+    """The cluster with `nodes` SSH-only nodes, waiting up to `wait` s for another owner."""
+    env = {**os.environ, "SLURMGEN_CLUSTER_OWNER": str(os.getpid()), "SLURMGEN_CLUSTER_SLURM_NODES": "0",
+           "SLURMGEN_CLUSTER_TIMEOUT": "60"}
+    deadline = time.monotonic() + wait
+    while True:
+        proc = subprocess.run(["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 4:
+            break
+        if time.monotonic() > deadline:
+            sys.exit(f"the test cluster is busy (another session owns it): {proc.stderr.strip()}")
+        time.sleep(10)
     if proc.returncode != 0:
         sys.exit(f"scripts/cluster/up.sh {nodes} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
@@ -62,8 +70,15 @@ def down() -> None:
     subprocess.run(["bash", str(REPO / "scripts/cluster/down.sh")], capture_output=True)
 
 
+def node_namespaces() -> set[int]:
+    """Inodes of the cluster nodes' network namespaces."""
+    return {os.stat(f"/run/netns/{name}").st_ino for name in os.listdir("/run/netns") if name.startswith("sg-node")}
+
+
 def job_pids(*markers: str) -> list[int]:
-    """Processes whose command line holds one of `markers` (every node shares this /proc)."""
+    """Processes on the cluster's nodes whose command line holds one of `markers` (the nodes
+    share this /proc; processes of other sessions on this machine are not on the nodes)."""
+    nodes = node_namespaces()
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -71,11 +86,11 @@ def job_pids(*markers: str) -> list[int]:
         try:
             with open(f"/proc/{entry.name}/cmdline", "rb") as f:
                 cmdline = f.read()
+            if any(m.encode() in cmdline for m in markers) and os.stat(f"/proc/{entry.name}/ns/net").st_ino in nodes:
+                found.append(int(entry.name))
         except OSError:
             continue
-        if any(m.encode() in cmdline for m in markers):
-            found.append(int(entry.name))
-    return [p for p in found if p != os.getpid()]
+    return found
 
 
 def wait_ranks_up(proc: subprocess.Popen, count: int, start: float, timeout: float = 60) -> float:
@@ -146,33 +161,40 @@ def lean_account(workdir: Path) -> Iterator[str]:
         subprocess.run(["userdel", name], capture_output=True)
 
 
-def ssh_floor(hosts: int, user: str = "root") -> float:
-    """K parallel `ssh nodeK echo RANK_UP` (OpenSSH, one process per host): what the simulated
-    hosts themselves cost per session (sshd, the login shell and its rc files), all sharing
-    this machine's cores; on a real cluster every host has its own."""
+def plain_ssh(hosts: int, user: str) -> float:
+    """K parallel `ssh nodeK true` (OpenSSH, one process per host), until all have ended."""
     start = time.perf_counter()
-    procs = [subprocess.Popen(["ssh", "-F", str(CLUSTER / "ssh/config"), "-l", user, f"node{i}", "echo RANK_UP"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    procs = [subprocess.Popen(["ssh", "-F", str(CLUSTER / "ssh/config"), "-l", user, f"node{i}", "true"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i in range(1, hosts + 1)]
     for proc in procs:
-        proc.communicate()
+        proc.wait()
     return time.perf_counter() - start
 
 
+def children_cpu() -> float:
+    """User + system CPU seconds of every child process reaped so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+SLURMGEN, PDSH, SSH = "slurmgen launch", "pdsh + launch_multi_node.sh", "plain parallel ssh host true"
+
+
 def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: bool,
-                  user: str = "root") -> dict[str, dict[int, list[float]]]:
-    """Start-up times per launcher and host count, logged in as `user` (workdir is theirs)."""
+                  user: str) -> tuple[dict[str, dict[int, list[float]]], dict[int, list[float]]]:
+    """Start-up times per launcher and host count, and slurmgen's CPU seconds per host."""
     rank_cmd = ["bash", "-c", "echo RANK_UP; sleep 1"]
-    samples: dict[str, dict[int, list[float]]] = {"slurmgen launch": {h: [] for h in hosts_list}}
-    if have_pdsh:
-        samples["pdsh + launch_multi_node.sh"] = {h: [] for h in hosts_list}
-    samples["floor: K x ssh host echo"] = {h: [] for h in hosts_list}
+    names = [SLURMGEN, *([PDSH] if have_pdsh else []), SSH]
+    samples: dict[str, dict[int, list[float]]] = {name: {h: [] for h in hosts_list} for name in names}
+    cpu: dict[int, list[float]] = {h: [] for h in hosts_list}
     scripts = {h: write_script(workdir, rank_cmd, h, 1) for h in hosts_list}
     for round_ in range(repeat + 1):  # round 0 warms caches and is dropped
         for hosts in hosts_list:
-            took = ssh_floor(hosts, user)
+            took = plain_ssh(hosts, user)
             if round_:
-                samples["floor: K x ssh host echo"][hosts].append(took)
+                samples[SSH][hosts].append(took)
+            before = children_cpu()
             start = time.perf_counter()
             proc = subprocess.Popen(slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), rank_cmd, user=user),
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -181,7 +203,8 @@ def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: 
             if proc.returncode != 0:
                 raise RuntimeError(f"slurmgen launch on {hosts} hosts exited {proc.returncode}")
             if round_:
-                samples["slurmgen launch"][hosts].append(took)
+                samples[SLURMGEN][hosts].append(took)
+                cpu[hosts].append((children_cpu() - before) / hosts)
             if have_pdsh:
                 start = time.perf_counter()
                 proc = subprocess.Popen(pdsh_cmd(hosts, scripts[hosts], user=user), stdout=subprocess.PIPE,
@@ -189,8 +212,8 @@ def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: 
                 took = wait_ranks_up(proc, hosts, start)
                 finish(proc)
                 if round_:
-                    samples["pdsh + launch_multi_node.sh"][hosts].append(took)
-    return samples
+                    samples[PDSH][hosts].append(took)
+    return samples, cpu
 
 
 CRASHER = """
@@ -205,98 +228,112 @@ time.sleep(120)
 """
 
 
-def bench_crash(hosts: int, gpus: int, repeat: int, workdir: Path, have_pdsh: bool) -> tuple[list[float], str]:
-    results = []
-    for i in range(repeat):
-        marker = f"slurmgen-bench-crash-{os.getpid()}-{i}"
-        crash_file = workdir / f"crash-{i}"
-        crash_file.unlink(missing_ok=True)
-        env = {**os.environ, "CRASH_RANK": str(hosts * gpus - 1), "CRASH_FILE": str(crash_file)}
-        args = ["--env", f"CRASH_RANK={hosts * gpus - 1}", "--env", f"CRASH_FILE={crash_file}"]
-        cmd = slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), [PY, "-c", CRASHER, marker], gpus)
-        cmd[cmd.index("--"):cmd.index("--")] = args
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        while not crash_file.exists() or not crash_file.read_text():
-            if proc.poll() is not None:
-                raise RuntimeError(f"slurmgen launch ended early ({proc.returncode})")
-            time.sleep(0.005)
-        crashed = float(crash_file.read_text())
-        # The ranks, and every process slurmgen put on the nodes (bootstrap, process loop).
-        while job_pids(marker, "slurmgen-launch"):
-            time.sleep(0.01)
-        results.append(time.time() - crashed)
-        proc.wait(30)
-        if proc.returncode != 3:
-            raise RuntimeError(f"slurmgen launch exited {proc.returncode}, expected the crashed rank's 3")
-    pdsh_note = "pdsh not installed"
-    if have_pdsh:
-        marker = f"slurmgen-bench-crash-pdsh-{os.getpid()}"
-        crash_file = workdir / "crash-pdsh"
-        script = write_script(workdir, [PY, "-c", CRASHER, marker], hosts, gpus)
-        env = {**pdsh_env(), "CRASH_RANK": str(hosts * gpus - 1), "CRASH_FILE": str(crash_file)}
-        remote = pdsh_cmd(hosts, script, gpus)
-        remote[-1] = f"export CRASH_RANK={hosts * gpus - 1} CRASH_FILE={crash_file}; " + remote[-1]
-        proc = subprocess.Popen(remote, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        while not crash_file.exists() or not crash_file.read_text():
-            time.sleep(0.01)
-        time.sleep(10)
-        left = len(job_pids(marker))
-        pdsh_note = f"pdsh: {left} rank processes of {hosts * gpus - 1} still running 10 s after the crash (not stopped)"
-        proc.kill()
-        proc.wait()
-        for pid in job_pids(marker):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-    return results, pdsh_note
+def crash_once(hosts: int, workdir: Path, tag: str) -> float:
+    """Seconds from the last rank's crash to the last process of the job gone."""
+    marker = f"slurmgen-bench-crash-{os.getpid()}-{tag}"
+    crash_file = workdir / f"crash-{tag}"
+    crash_file.unlink(missing_ok=True)
+    env = {**os.environ, "CRASH_RANK": str(hosts - 1), "CRASH_FILE": str(crash_file)}
+    args = ["--env", f"CRASH_RANK={hosts - 1}", "--env", f"CRASH_FILE={crash_file}"]
+    cmd = slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), [PY, "-c", CRASHER, marker])
+    cmd[cmd.index("--"):cmd.index("--")] = args
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    while not crash_file.exists() or not crash_file.read_text():
+        if proc.poll() is not None:
+            raise RuntimeError(f"slurmgen launch ended early ({proc.returncode})")
+        time.sleep(0.005)
+    crashed = float(crash_file.read_text())
+    # The ranks, and every process slurmgen put on the nodes (bootstrap, process loop).
+    while job_pids(marker, "slurmgen-launch"):
+        time.sleep(0.01)
+    took = time.time() - crashed
+    proc.wait(30)
+    if proc.returncode != 3:
+        raise RuntimeError(f"slurmgen launch exited {proc.returncode}, expected the crashed rank's 3")
+    return took
 
 
-def print_startup(title: str, startup: dict[str, dict[int, list[float]]], hosts_list: list[int]) -> None:
-    print(title)
-    print(f"{'launcher':30}" + "".join(f"{str(h) + ' host(s)':>12}" for h in hosts_list) + f"{'max/1 host':>12}")
-    medians = {name: [statistics.median(per_hosts[h]) for h in hosts_list] for name, per_hosts in startup.items()}
-    for name, values in medians.items():
-        print(f"{name:30}" + "".join(f"{m:11.2f}s" for m in values) + f"{values[-1] / values[0]:11.2f}x")
-    floor = medians["floor: K x ssh host echo"]
-    print(f"{'slurmgen launch minus floor':30}" + "".join(
-        f"{s - f:11.2f}s" for s, f in zip(medians["slurmgen launch"], floor)))
+def pdsh_crash(hosts: int, workdir: Path) -> str:
+    """How many of pdsh's other ranks are still running 10 s after one crashed."""
+    marker = f"slurmgen-bench-crash-pdsh-{os.getpid()}"
+    crash_file = workdir / "crash-pdsh"
+    script = write_script(workdir, [PY, "-c", CRASHER, marker], hosts, 1)
+    env = {**pdsh_env(), "CRASH_RANK": str(hosts - 1), "CRASH_FILE": str(crash_file)}
+    remote = pdsh_cmd(hosts, script)
+    remote[-1] = f"export CRASH_RANK={hosts - 1} CRASH_FILE={crash_file}; " + remote[-1]
+    proc = subprocess.Popen(remote, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    while not crash_file.exists() or not crash_file.read_text():
+        time.sleep(0.01)
+    time.sleep(10)
+    left = len(job_pids(marker))
+    proc.kill()
+    proc.wait()
+    for pid in job_pids(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+    return f"pdsh: {left} rank processes of {hosts - 1} still running 10 s after the crash (not stopped)"
+
+
+def row(name: str, values: list[float], unit: str = "s") -> str:
+    return f"{name:32}" + "".join(f"{v:11.2f}{unit}" for v in values) + f"{values[-1] / values[0]:11.2f}x"
+
+
+def report(startup: dict[str, dict[int, list[float]]], cpu: dict[int, list[float]], crash: dict[int, list[float]],
+           hosts_list: list[int], repeat: int) -> str:
+    med = {name: [statistics.median(per[h]) for h in hosts_list] for name, per in startup.items()}
+    cpu_med = [statistics.median(cpu[h]) * 1000 for h in hosts_list]
+    crash_med = [statistics.median(crash[h]) for h in hosts_list]
+    last = f"{hosts_list[-1]}/{hosts_list[0]}"
+    lines = [f"start-up to all ranks running (median of {repeat}; one rank per host)",
+             f"{'':32}" + "".join(f"{str(h) + ' host(s)':>12}" for h in hosts_list) + f"{last:>12}"]
+    lines += [row(name, values) for name, values in med.items()]
+    lines.append(row("slurmgen launch / plain ssh", [s / f for s, f in zip(med[SLURMGEN], med[SSH])], "x"))
+    lines.append(row("launcher CPU per host", cpu_med, "m"))
+    lines.append(row("crash to all gone", crash_med))
+    growth, ssh_growth = med[SLURMGEN][-1] / med[SLURMGEN][0], med[SSH][-1] / med[SSH][0]
+    lines += ["", "goals:",
+              f"  start-up growth {last}: slurmgen {growth:.2f}x vs plain ssh {ssh_growth:.2f}x: "
+              + ("met" if growth < ssh_growth else f"MISSED by {growth / ssh_growth:.2f}x")]
+    if PDSH in med:
+        worse = [h for h, s, p in zip(hosts_list, med[SLURMGEN], med[PDSH]) if s >= p]
+        lines.append("  faster than pdsh at every size: " + ("met" if not worse else f"MISSED at {worse} hosts"))
+    lines.append(f"  crash to all gone at {hosts_list[-1]} hosts <= 2 s: {crash_med[-1]:.2f}s "
+                 + ("met" if crash_med[-1] <= 2 else "MISSED"))
+    lines.append(f"  launcher CPU per host {cpu_med[0]:.0f} ms at {hosts_list[0]}, {cpu_med[-1]:.0f} ms at "
+                 f"{hosts_list[-1]} (the fixed cost of starting Python spreads over more hosts)")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--hosts", default="1,2,4,8")
-    parser.add_argument("--reuse", action="store_true", help="use the cluster already up (8 nodes)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hosts", default="1,8,16,32")
+    parser.add_argument("--reuse", action="store_true", help="use the cluster already up (enough nodes)")
+    parser.add_argument("--wait", type=float, default=1800, help="seconds to wait for a busy cluster")
     args = parser.parse_args()
     hosts_list = [int(h) for h in args.hosts.split(",")]
     have_pdsh = shutil.which("pdsh") is not None
     if not have_pdsh:
         print("pdsh not found (Debian package pdsh; scripts/setup.sh --test installs it): slurmgen alone")
     if not args.reuse:
-        up(max(hosts_list))
+        up(max(hosts_list), args.wait)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp:
             top = Path(tmp)
             top.chmod(0o755)  # the lean account reaches its own directory through it
-            as_root, as_lean = top / "root", top / "lean"
-            as_root.mkdir()
-            as_lean.mkdir()
-            startup_root = bench_startup(hosts_list, args.repeat, as_root, have_pdsh)
+            workdir = top / "lean"
+            workdir.mkdir()
             with lean_account(top) as lean:
-                shutil.chown(as_lean, lean)
-                startup_lean = bench_startup(hosts_list, args.repeat, as_lean, have_pdsh, user=lean)
-            crash, pdsh_note = bench_crash(max(hosts_list), 2, max(3, args.repeat), as_root, have_pdsh)
+                shutil.chown(workdir, lean)
+                startup, cpu = bench_startup(hosts_list, args.repeat, workdir, have_pdsh, user=lean)
+            as_root = top / "root"
+            as_root.mkdir()
+            crash = {h: [crash_once(h, as_root, f"{h}-{i}") for i in range(args.repeat)] for h in hosts_list}
+            pdsh_note = pdsh_crash(max(hosts_list), as_root) if have_pdsh else "pdsh not installed"
     finally:
         if not args.reuse:
             down()
-    what = f"time from command start to all ranks running (median of {args.repeat}, one rank per host)"
-    print_startup(f"{what}, as root (~/.bashrc runs pyenv init):", startup_root, hosts_list)
-    print()
-    print_startup(f"{what}, as a lean account (empty rc files):", startup_lean, hosts_list)
-    print()
-    print(f"crash to all processes gone, {max(hosts_list)} hosts x 2 ranks (slurmgen launch): "
-          f"median {statistics.median(crash):.2f}s, max {max(crash):.2f}s over {len(crash)} runs")
+    print(report(startup, cpu, crash, hosts_list, args.repeat))
     print(pdsh_note)
 
 

@@ -181,7 +181,7 @@ class Launcher:
         host = node.host
         try:
             proc = self.conns[host].start(remote_command(self.plan, node, attempt), payload(self.plan, node),
-                                          timeout=self.opts.connect_timeout)
+                                          timeout=self.opts.connect_timeout, separate_stderr=True)
         except ConnectError as exc:
             inputs.put(machine.StartFailed(host, exc.message, time.monotonic()))
             return

@@ -63,7 +63,7 @@ class LocalConnection:
         self.procs: list[LocalProcess] = []
         self.active = True
 
-    def start(self, command: str, stdin: bytes, timeout: float = 10.0) -> LocalProcess:
+    def start(self, command: str, stdin: bytes, timeout: float = 10.0, separate_stderr: bool = True) -> LocalProcess:
         proc = LocalProcess(command, stdin, self.env)
         self.procs.append(proc)
         return proc

@@ -137,7 +137,7 @@ def test_signal_stops_everything_and_exits_128_plus_signal(tmp_path, signum, exp
 
 
 class BrokenConnection(LocalConnection):
-    def start(self, command, stdin, timeout=10.0):
+    def start(self, command, stdin, timeout=10.0, separate_stderr=True):
         raise ConnectError(self.alias, "cannot start the node's command: channel refused")
 
 
@@ -171,7 +171,7 @@ class LosingProcess(LocalProcess):
 
 
 class LosingConnection(LocalConnection):
-    def start(self, command, stdin, timeout=10.0):
+    def start(self, command, stdin, timeout=10.0, separate_stderr=True):
         proc = LosingProcess(command, stdin, self.env)
         self.procs.append(proc)
         return proc
@@ -198,8 +198,8 @@ def test_restart_reconnects_a_lost_host(tmp_path):
     made, calls = {}, []
 
     class LosingOnce(LosingConnection):
-        def start(self, command, stdin, timeout=10.0):
-            proc = super().start(command, stdin, timeout)
+        def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+            proc = super().start(command, stdin, timeout, separate_stderr)
             threading.Timer(1.0, setattr, args=(self, "active", False)).start()
             return proc
 

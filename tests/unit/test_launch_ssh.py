@@ -7,7 +7,8 @@ import paramiko
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.launch.ssh.connect import SSHOptions, Target, _explain, connect_all, load_config, resolve
+from slurmgen.launch.ssh.connect import SSHOptions, Target, connect_all, load_config, resolve
+from slurmgen.launch.ssh.explain import explain
 from slurmgen.launch.ssh.target import parse_jump
 
 CONFIG = paramiko.SSHConfig.from_text("""
@@ -73,7 +74,7 @@ TARGET = Target("n1", "n1.example", 22, "root", (), False, ("/kh",), (), None)
     (paramiko.SSHException("Error reading SSH protocol banner"), "n1: n1.example:22 sent no SSH greeting within 3 s"),
 ])
 def test_errors_become_one_line_naming_the_host(exc, words):
-    assert _explain(TARGET, exc, 3).line().startswith(words)
+    assert explain(TARGET, exc, 3).line().startswith(words)
 
 
 def test_missing_ssh_config_is_bad_input():

@@ -1,4 +1,5 @@
-"""SSH for `slurmgen launch`: with keys.py, the only modules that import paramiko.
+"""SSH connections for slurmgen: with keys.py, hostkeys.py and explain.py, the only modules
+that import paramiko.
 
 - Targets: a host alias resolved through ~/.ssh/config (Host, HostName, User, Port,
   IdentityFile, IdentitiesOnly, UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump,
@@ -10,12 +11,13 @@
   first known_hosts file), like StrictHostKeyChecking=accept-new.
 - Authentication: key files (--identity, IdentityFile, ~/.ssh/id_*) and ssh-agent; an
   encrypted key file is unlocked once before connecting (keys.py).
-- Errors are `ConnectError`s with one line per host saying what failed and what to try.
+- Hosts behind the same jump host share one connection to it (jumps.py).
+- Errors are `ConnectError`s with one line per host saying what failed and what to try
+  (explain.py).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import select
@@ -32,6 +34,8 @@ from typing import Callable, Sequence
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
+from slurmgen.launch.ssh.explain import explain
+from slurmgen.launch.ssh.hostkeys import HostKeyPolicy
 from slurmgen.launch.ssh.jumps import JumpPool
 from slurmgen.launch.ssh.keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
 from slurmgen.launch.ssh.target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
@@ -61,40 +65,6 @@ def load_config(path: str | None) -> paramiko.SSHConfig:
 def resolve(alias: str, opts: SSHOptions, config: paramiko.SSHConfig) -> Target:
     """Flags over ~/.ssh/config over defaults, for one host."""
     return target_from(alias, opts, config.lookup(alias))
-
-
-# ---- host keys -----------------------------------------------------------------------------------
-_KNOWN_HOSTS_LOCK = threading.Lock()
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    return f"{key.get_name()} {key.fingerprint}"
-
-
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys with a fix-it message, or (opt-in) append them to known_hosts."""
-
-    def __init__(self, target: Target, accept_new: bool, notify: Callable[[str], None]):
-        self.target, self.accept_new, self.notify = target, accept_new, notify
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        t = self.target
-        store = t.known_hosts[0]
-        if not self.accept_new:
-            port = f"-p {t.port} " if t.port != 22 else ""
-            raise ConnectError(
-                t.alias, f"host key {fingerprint(key)} of {hostname} is not in {', '.join(t.known_hosts)}; refusing",
-                hint=f"check the fingerprint with the host's owner, then add it (ssh-keyscan {port}{t.hostname} "
-                     f">> {store}), or pass --accept-new-host-keys to trust hosts seen for the first time")
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-        with _KNOWN_HOSTS_LOCK:
-            path = Path(store)
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            with os.fdopen(fd, "a") as f:
-                f.write(line)
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.notify(f"{t.alias}: added new host key {fingerprint(key)} for {hostname} to {store}")
 
 
 class _ProxyCommand(paramiko.ProxyCommand):
@@ -176,15 +146,16 @@ class Connection:
     def alias(self) -> str:
         return self.target.alias
 
-    def start(self, command: str, stdin: bytes, timeout: float = 10.0) -> RemoteProcess:
-        """Run `command` and write `stdin` to it, leaving stdin open; its stdout and stderr
-        stay apart (see RemoteProcess)."""
+    def start(self, command: str, stdin: bytes, timeout: float = 10.0, separate_stderr: bool = False) -> RemoteProcess:
+        """Run `command` and write `stdin` to it, leaving stdin open. Its stderr is folded
+        into the output unless `separate_stderr` (then read it with read_stderr(), or the
+        session's window fills and the command stalls)."""
         transport = self.client.get_transport()
         if transport is None or not transport.is_active():
             raise ConnectError(self.alias, "the SSH connection is closed")
         try:
             channel = transport.open_session(timeout=timeout)
-            channel.set_combine_stderr(False)
+            channel.set_combine_stderr(not separate_stderr)
             channel.exec_command(command)
             channel.sendall(stdin)
         except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -240,51 +211,6 @@ class Connection:
             self.jump.close()
 
 
-def _explain(target: Target, exc: BaseException, timeout: float,
-             keys: dict[str, Unlocked] | None = None) -> ConnectError:
-    """Turn what paramiko and the socket layer raise into one actionable line."""
-    where = f"{target.hostname}:{target.port}"
-    if isinstance(exc, ConnectError):
-        return exc
-    if isinstance(exc, paramiko.BadHostKeyException):
-        store = target.known_hosts[0]
-        return ConnectError(
-            target.alias,
-            f"host key of {target.key_name} has CHANGED: the server offers {fingerprint(exc.key)}, "
-            f"known_hosts has {fingerprint(exc.expected_key)}; refusing",
-            hint=f"if the host was reinstalled, remove the old key (ssh-keygen -R '{target.key_name}' -f {store}) "
-                 "and add the new one after checking it; otherwise someone may be intercepting the connection "
-                 "(--accept-new-host-keys never replaces a known key)")
-    if isinstance(exc, paramiko.AuthenticationException) or (
-            isinstance(exc, paramiko.SSHException) and "no authentication methods" in str(exc).lower()):
-        skipped = {p: k.why for p, k in (keys or {}).items() if isinstance(k, Unusable)}
-        files = ", ".join(p + (f" ({skipped[p]})" if p in skipped else "")
-                          for p in target.identities) or "none given"
-        agent = "no" if target.identities_only or not os.environ.get("SSH_AUTH_SOCK") else "yes"
-        return ConnectError(target.alias, f"authentication as {target.user!r} failed at {where} "
-                            f"(key files: {files}; ssh-agent: {agent})",
-                            hint="check --user and --identity, the keys in your ssh-agent, or ~/.ssh/config")
-    if isinstance(exc, socket.gaierror):
-        return ConnectError(target.alias, f"cannot resolve host name {target.hostname!r}",
-                            hint="check the host name, /etc/hosts or HostName in ~/.ssh/config")
-    if isinstance(exc, (socket.timeout, TimeoutError)):
-        return ConnectError(target.alias, f"no answer from {where} within {timeout:g} s",
-                            hint="is the host up and reachable from here? (--connect-timeout to wait longer)")
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        codes = {e.errno for e in exc.errors.values()}
-        if codes == {errno.ECONNREFUSED}:
-            return ConnectError(target.alias, f"connection refused by {where}",
-                                hint="is sshd running there, and is the port right (--port, Port in ~/.ssh/config)?")
-        return ConnectError(target.alias, f"cannot connect to {where}: no route to host")
-    handshake = ("banner", "no existing session", "negotiation failed")
-    if isinstance(exc, (paramiko.SSHException, EOFError)) and any(w in str(exc).lower() for w in handshake):
-        return ConnectError(target.alias, f"{where} sent no SSH greeting within {timeout:g} s",
-                            hint="is that port an SSH server? is the host overloaded?")
-    if isinstance(exc, OSError) and exc.strerror:
-        return ConnectError(target.alias, f"cannot connect to {where}: {exc.strerror}")
-    return ConnectError(target.alias, f"SSH to {where} failed: {exc or type(exc).__name__}")
-
-
 def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Unlocked], timeout: float,
                   sock: paramiko.Channel | _ProxyCommand | None) -> None:
     """client.connect with the target's key files: plain ones by path, unlocked ones (see
@@ -338,7 +264,7 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
         for path in (*target.global_known_hosts, *target.known_hosts):
             if os.path.isfile(path):
                 client.load_host_keys(path)
-        client.set_missing_host_key_policy(_HostKeyPolicy(target, opts.accept_new_host_keys, notify))
+        client.set_missing_host_key_policy(HostKeyPolicy(target, opts.accept_new_host_keys, notify))
         if target.proxy_jump:
             if depth > 4:
                 raise ConnectError(target.alias, "ProxyJump chain is longer than 4 hops (a loop?)")
@@ -368,7 +294,7 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
             if isinstance(sock, _ProxyCommand):
                 sock.close()
             raise
-        err = _explain(target, exc, timeout, keys)
+        err = explain(target, exc, timeout, keys)
         if jump is not None and not isinstance(exc, ConnectError) and isinstance(exc, paramiko.ChannelException):
             err = ConnectError(target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}")
         elif isinstance(sock, _ProxyCommand) and (isinstance(exc, (paramiko.ProxyCommandFailure, EOFError))
