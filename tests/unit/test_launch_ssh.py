@@ -142,3 +142,15 @@ def test_jump_pool_connects_once_for_many_targets_and_shares_a_failure():
         with pytest.raises(ConnectError, match="refused"):
             pool.get("other", refuse)
     assert failures == [1]
+
+
+def test_paramiko_comes_without_invoke_unless_a_config_has_match_exec(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "config"
+    cfg.write_text('Match exec "test -n x"\n  User bob\nHost x\n  Port 2\n')
+    code = ("import sys; from slurmgen.launch.ssh.connect import load_config; before = 'invoke' in sys.modules; "
+            f"found = load_config({str(cfg)!r}).lookup('x'); print(before, 'invoke' in sys.modules, found['user'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", "bob"]

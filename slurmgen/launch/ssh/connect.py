@@ -31,13 +31,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-import paramiko
-
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch.ssh.explain import explain
 from slurmgen.launch.ssh.hostkeys import HostKeyPolicy
 from slurmgen.launch.ssh.jumps import JumpPool
 from slurmgen.launch.ssh.keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
+from slurmgen.launch.ssh.lean import paramiko, parse_config
 from slurmgen.launch.ssh.target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
 
 __all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
@@ -53,9 +52,9 @@ def load_config(path: str | None) -> paramiko.SSHConfig:
     """The ssh config file given, or ~/.ssh/config if it exists, or an empty one."""
     if path is None:
         default = Path(DEFAULT_CONFIG).expanduser()
-        return paramiko.SSHConfig.from_path(str(default)) if default.is_file() else paramiko.SSHConfig()
+        return parse_config(default.read_text()) if default.is_file() else paramiko.SSHConfig()
     try:
-        return paramiko.SSHConfig.from_path(os.path.expanduser(path))
+        return parse_config(Path(os.path.expanduser(path)).read_text())
     except OSError as exc:
         raise SlurmgenError(f"ssh_config: cannot read {path!r}: {exc.strerror}") from None
     except Exception as exc:  # paramiko.ConfigParseError and friends

@@ -6,15 +6,14 @@ import errno
 import os
 import socket
 
-import paramiko
-
 from slurmgen.launch.ssh.hostkeys import fingerprint
 from slurmgen.launch.ssh.keys import Unlocked, Unusable
+from slurmgen.launch.ssh.lean import paramiko
 from slurmgen.launch.ssh.target import ConnectError, Target
 
 
 def explain(target: Target, exc: BaseException, timeout: float,
-             keys: dict[str, Unlocked] | None = None) -> ConnectError:
+            keys: dict[str, Unlocked] | None = None) -> ConnectError:
     """Turn what paramiko and the socket layer raise into one actionable line."""
     where = f"{target.hostname}:{target.port}"
     if isinstance(exc, ConnectError):

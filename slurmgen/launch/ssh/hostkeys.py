@@ -8,8 +8,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-import paramiko
-
+from slurmgen.launch.ssh.lean import paramiko
 from slurmgen.launch.ssh.target import ConnectError, Target
 
 _KNOWN_HOSTS_LOCK = threading.Lock()

@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, Union
 
-import paramiko
-
 from slurmgen.errors import SlurmgenError
+from slurmgen.launch.ssh.lean import paramiko
 
 KEY_TYPES = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
 TRIES = 3
