@@ -179,13 +179,14 @@ def children_cpu() -> float:
 
 
 SLURMGEN, PDSH, SSH = "slurmgen launch", "pdsh + launch_multi_node.sh", "plain parallel ssh host true"
+DRY = "  of which: --dry-run (no SSH)"
 
 
 def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: bool,
                   user: str) -> tuple[dict[str, dict[int, list[float]]], dict[int, list[float]]]:
     """Start-up times per launcher and host count, and slurmgen's CPU seconds per host."""
     rank_cmd = ["bash", "-c", "echo RANK_UP; sleep 1"]
-    names = [SLURMGEN, *([PDSH] if have_pdsh else []), SSH]
+    names = [SLURMGEN, DRY, *([PDSH] if have_pdsh else []), SSH]
     samples: dict[str, dict[int, list[float]]] = {name: {h: [] for h in hosts_list} for name in names}
     cpu: dict[int, list[float]] = {h: [] for h in hosts_list}
     scripts = {h: write_script(workdir, rank_cmd, h, 1) for h in hosts_list}
@@ -204,7 +205,14 @@ def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: 
                 raise RuntimeError(f"slurmgen launch on {hosts} hosts exited {proc.returncode}")
             if round_:
                 samples[SLURMGEN][hosts].append(took)
-                cpu[hosts].append((children_cpu() - before) / hosts)
+                cpu[hosts].append(children_cpu() - before)
+            # What the launcher costs before it connects: Python, imports, the plan, rendering.
+            dry = slurmgen_cmd(hosts, workdir, 29500, rank_cmd, user=user)
+            dry.insert(dry.index("launch") + 1, "--dry-run")
+            start = time.perf_counter()
+            subprocess.run(dry, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            if round_:
+                samples[DRY][hosts].append(time.perf_counter() - start)
             if have_pdsh:
                 start = time.perf_counter()
                 proc = subprocess.Popen(pdsh_cmd(hosts, scripts[hosts], user=user), stdout=subprocess.PIPE,
@@ -274,21 +282,26 @@ def pdsh_crash(hosts: int, workdir: Path) -> str:
     return f"pdsh: {left} rank processes of {hosts - 1} still running 10 s after the crash (not stopped)"
 
 
-def row(name: str, values: list[float], unit: str = "s") -> str:
-    return f"{name:32}" + "".join(f"{v:11.2f}{unit}" for v in values) + f"{values[-1] / values[0]:11.2f}x"
+def row(name: str, values: list[float], unit: str = "s", ratio: bool = True) -> str:
+    cells = "".join(f"{'-':>12}" if v != v else f"{v:{12 - len(unit)}.2f}{unit}" for v in values)
+    return f"{name:32}" + cells + (f"{values[-1] / values[0]:11.2f}x" if ratio else "")
 
 
 def report(startup: dict[str, dict[int, list[float]]], cpu: dict[int, list[float]], crash: dict[int, list[float]],
            hosts_list: list[int], repeat: int) -> str:
     med = {name: [statistics.median(per[h]) for h in hosts_list] for name, per in startup.items()}
     cpu_med = [statistics.median(cpu[h]) * 1000 for h in hosts_list]
+    # CPU of each host beyond the first: what grows with the host count (flat = per host constant).
+    extra = [(c - cpu_med[0]) / (h - hosts_list[0]) if h > hosts_list[0] else float("nan")
+             for h, c in zip(hosts_list, cpu_med)]
     crash_med = [statistics.median(crash[h]) for h in hosts_list]
     last = f"{hosts_list[-1]}/{hosts_list[0]}"
     lines = [f"start-up to all ranks running (median of {repeat}; one rank per host)",
              f"{'':32}" + "".join(f"{str(h) + ' host(s)':>12}" for h in hosts_list) + f"{last:>12}"]
     lines += [row(name, values) for name, values in med.items()]
     lines.append(row("slurmgen launch / plain ssh", [s / f for s, f in zip(med[SLURMGEN], med[SSH])], "x"))
-    lines.append(row("launcher CPU per host", cpu_med, "m"))
+    lines.append(row("launcher CPU, total", cpu_med, "ms"))
+    lines.append(row("launcher CPU per extra host", extra, "ms", ratio=False))
     lines.append(row("crash to all gone", crash_med))
     growth, ssh_growth = med[SLURMGEN][-1] / med[SLURMGEN][0], med[SSH][-1] / med[SSH][0]
     lines += ["", "goals:",
@@ -299,8 +312,9 @@ def report(startup: dict[str, dict[int, list[float]]], cpu: dict[int, list[float
         lines.append("  faster than pdsh at every size: " + ("met" if not worse else f"MISSED at {worse} hosts"))
     lines.append(f"  crash to all gone at {hosts_list[-1]} hosts <= 2 s: {crash_med[-1]:.2f}s "
                  + ("met" if crash_med[-1] <= 2 else "MISSED"))
-    lines.append(f"  launcher CPU per host {cpu_med[0]:.0f} ms at {hosts_list[0]}, {cpu_med[-1]:.0f} ms at "
-                 f"{hosts_list[-1]} (the fixed cost of starting Python spreads over more hosts)")
+    if len(hosts_list) > 2:
+        lines.append(f"  launcher CPU per extra host: {extra[1]:.1f} ms up to {hosts_list[1]} hosts, "
+                     f"{extra[-1]:.1f} ms up to {hosts_list[-1]} (flat: no per-host cost that grows with the count)")
     return "\n".join(lines)
 
 
