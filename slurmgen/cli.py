@@ -190,7 +190,7 @@ def launch(
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
     max_restarts: int = typer.Option(0, "--max-restarts", help="Start the whole group again after a failure, up to N times."),
     heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged."),
-    keepalive: float = typer.Option(5.0, "--keepalive", help="Seconds between SSH keepalives; a host silent for 3 of them plus one is lost."),
+    keepalive: float = typer.Option(5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."),
     stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
 ) -> None:
