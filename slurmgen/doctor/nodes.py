@@ -1,0 +1,118 @@
+"""Where the doctor's rows come from: this machine, every node of a Slurm allocation, or SSH hosts.
+
+Each way runs the same probe (`probe.py`) on every node at once (the port check needs them
+together) and returns its JSON rows; a node that gave none gets a row that says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, replace
+from typing import Any, Sequence
+
+from slurmgen.doctor.probe import READY_PREFIX, RESULT_PREFIX, ProbeOptions, probe
+
+# How long a probe waits for the USR1 the doctor sends once every node is ready.
+USR1_WAIT = 5.0
+
+
+def probe_args(opts: ProbeOptions) -> list[str]:
+    """`python -m slurmgen.doctor.probe` arguments for these options."""
+    args: list[str] = []
+    for key, value in asdict(opts).items():
+        flag = "--" + key.replace("_", "-").replace("out-dir", "dir")
+        if key == "files":
+            args += [flag, *value] if value else []
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    if not line.startswith(RESULT_PREFIX):
+        return None
+    try:
+        row = json.loads(line[len(RESULT_PREFIX):])
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and "node" in row else None
+
+
+def _fill(expected: Sequence[str], rows: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
+    """Rows in the expected node order, with a row saying `why` for each node that gave none."""
+    by_node = {row["node"]: row for row in rows}
+    extra = [row for row in rows if row["node"] not in expected]
+    return [by_node.get(node) or {"node": node, "error": why} for node in expected] + extra
+
+
+def local_rows(opts: ProbeOptions) -> list[dict[str, Any]]:
+    return [probe(replace(opts, nodes=1, usr1_wait=0.0))]
+
+
+def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.executable) -> list[dict[str, Any]]:
+    """One probe per node of this allocation (an srun step); USR1 goes to that step once all are ready."""
+    n = len(hosts)
+    opts = replace(opts, nodes=n, usr1_wait=USR1_WAIT)
+    argv = ["srun", "--overlap", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--export=ALL",
+            python, "-m", "slurmgen.doctor.probe", *probe_args(opts)]
+    rows: list[dict[str, Any]] = []
+    ready: set[str] = set()
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(READY_PREFIX):
+                node, step = line[len(READY_PREFIX):].split()
+                ready.add(node)
+                if len(ready) == n:  # what Slurm does before the time limit: signal the step's tasks
+                    subprocess.run(["scancel", "--signal=USR1", step], check=False, timeout=30)
+            elif (row := _parse(line)) is not None:
+                rows.append(row)
+            else:
+                sys.stderr.write(line)
+    return _fill(hosts, rows, f"no answer from the probe (srun exited {proc.returncode})")
+
+
+def ssh_rows(opts: ProbeOptions, hosts: list[str], ssh_opts: Any, python: str, workdir: str) -> list[dict[str, Any]]:
+    """One probe per host over SSH (the launch package's connections); rows named by host alias."""
+    from slurmgen.launch.ssh.connect import connect_all  # paramiko: only for --hosts
+
+    command = f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m slurmgen.doctor.probe " + " ".join(
+        shlex.quote(a) for a in probe_args(replace(opts, nodes=len(hosts), usr1_wait=0.0)))
+    conns = connect_all(hosts, ssh_opts)
+    rows: dict[str, dict[str, Any]] = {}
+    tails: dict[str, str] = {}
+
+    def run(host: str) -> None:
+        proc = conns[host].start(command, b"")
+        proc.close_stdin()
+        out = b""
+        while chunk := proc.read():
+            out += chunk
+        code = proc.exit_status()
+        lines = out.decode(errors="replace").splitlines()
+        for line in lines:
+            if (row := _parse(line)) is not None:
+                rows[host] = {**row, "node": host}
+        tails[host] = f"the probe exited {code}: {lines[-1] if lines else 'no output'}"
+
+    try:
+        threads = [threading.Thread(target=run, args=(h,), daemon=True) for h in hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return [rows.get(h) or {"node": h, "error": tails.get(h, "no answer")} for h in hosts]
+
+
+def in_allocation(env: dict[str, str] | os._Environ = os.environ) -> bool:
+    """Inside a Slurm allocation but not inside one of its steps: the doctor starts its own."""
+    return bool(env.get("SLURM_JOB_ID")) and not env.get("SLURM_STEP_ID")
+
