@@ -1,7 +1,8 @@
 """The `slurmgen doctor` command: pick where the rows come from, print the table, exit 1 on problems.
 
 Where: `--hosts/--hostfile` over SSH; inside a Slurm allocation (an salloc shell or a batch
-script, as run_slurm.sh --preflight does) one srun task per node; otherwise this machine.
+script, as run_slurm.sh --preflight does) one srun task per node; under `srun slurmgen doctor`
+each node's first task, task 0 printing the table; otherwise this machine.
 Nothing heavy is imported before the command runs (torch only inside the probe).
 """
 
@@ -23,8 +24,8 @@ from slurmgen.errors import SlurmgenError
 SLURM_PORT_BASE, SLURM_PORT_SPAN, SSH_DEFAULT_PORT = 20000, 10000, 29500
 
 
-def _job_hosts() -> list[str]:
-    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+def _job_hosts(variable: str = "SLURM_JOB_NODELIST") -> list[str]:
+    nodelist = os.environ.get(variable, "")
     out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
     hosts = out.stdout.split()
     if not hosts:
@@ -83,12 +84,16 @@ def register(app: typer.Typer) -> None:
             opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
                                    "master_port": master_port or SSH_DEFAULT_PORT})
             rows = nodes.ssh_rows(opts, names, ssh, python, workdir or os.getcwd())
-        elif nodes.in_allocation():
-            names = _job_hosts()
+        elif os.environ.get("SLURM_JOB_ID"):
+            in_step = bool(os.environ.get("SLURM_STEP_ID"))
+            names = _job_hosts("SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
             job = int(os.environ["SLURM_JOB_ID"])
             opts = ProbeOptions(**{**opts.__dict__, "master_addr": opts.master_addr or names[0],
                                    "master_port": opts.master_port or SLURM_PORT_BASE + job % SLURM_PORT_SPAN})
-            rows = nodes.allocation_rows(opts, names)
+            found = nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
+            if found is None:
+                return  # `srun slurmgen doctor`: task 0 prints the table for all
+            rows = found
         else:
             rows = nodes.local_rows(opts)
         verdict = compare(rows)

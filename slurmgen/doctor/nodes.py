@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any, Sequence
 
-from slurmgen.doctor.probe import READY_PREFIX, RESULT_PREFIX, ProbeOptions, probe
+from slurmgen.doctor.probe import READY_PREFIX, RESULT_PREFIX, ProbeOptions, Usr1, probe
 
 # How long a probe waits for the USR1 the doctor sends once every node is ready.
 USR1_WAIT = 5.0
@@ -112,7 +116,44 @@ def ssh_rows(opts: ProbeOptions, hosts: list[str], ssh_opts: Any, python: str, w
     return [rows.get(h) or {"node": h, "error": tails.get(h, "no answer")} for h in hosts]
 
 
-def in_allocation(env: dict[str, str] | os._Environ = os.environ) -> bool:
-    """Inside a Slurm allocation but not inside one of its steps: the doctor starts its own."""
-    return bool(env.get("SLURM_JOB_ID")) and not env.get("SLURM_STEP_ID")
+def _wait_for(directory: Path, suffix: str, count: int, deadline: float) -> list[Path]:
+    while len(found := sorted(directory.glob(f"*{suffix}"))) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
 
+
+def step_rows(opts: ProbeOptions, hosts: list[str]) -> list[dict[str, Any]] | None:
+    """`srun slurmgen doctor`: the first task of each node probes and leaves its row in a
+    directory under the (shared) output directory; task 0 signals the step once every node
+    is ready, collects the rows and returns them. Every other task returns None."""
+    env = os.environ
+    step = f"{env.get('SLURM_JOB_ID')}.{env.get('SLURM_STEP_ID')}"
+    exchange = Path(opts.out_dir) / f".slurmgen-doctor-{step}"
+    exchange.mkdir(parents=True, exist_ok=True)
+    # Every task says it is ready for the USR1 (which reaches all of them), probing or not.
+    ready = exchange / f"{env.get('SLURM_PROCID', '0')}.ready"
+    if env.get("SLURM_LOCALID", "0") != "0":
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        ready.touch()
+        return None
+    usr1 = Usr1()
+    ready.touch()
+    opts = replace(opts, nodes=len(hosts), usr1_wait=USR1_WAIT)
+    deadline = time.monotonic() + opts.port_timeout + USR1_WAIT + 60
+    leader = env.get("SLURM_PROCID") == "0"
+    if leader:
+        tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or len(hosts))
+
+        def signal_when_ready() -> None:
+            if len(_wait_for(exchange, ".ready", tasks, deadline)) == tasks:
+                subprocess.run(["scancel", "--signal=USR1", step], check=False, timeout=30)
+        threading.Thread(target=signal_when_ready, daemon=True).start()
+    row = probe(opts, usr1)
+    tmp = exchange / f".{row['node']}.tmp"
+    tmp.write_text(json.dumps(row))
+    tmp.rename(exchange / f"{row['node']}.json")
+    if not leader:
+        return None
+    rows = [json.loads(p.read_text()) for p in _wait_for(exchange, ".json", len(hosts), deadline)]
+    shutil.rmtree(exchange, ignore_errors=True)
+    return _fill(hosts, rows, "no answer from this node's probe (is the output directory shared?)")

@@ -76,3 +76,17 @@ def test_doctor_over_ssh_passes_when_all_agree(cluster, tmp_path):
     assert [r["node"] for r in rows] == cluster.node_names[:2]
     assert [r["port"]["listener"] for r in rows] == [True, False]
     assert len({r["files"]["hash"] for r in rows}) == 1 and rows[0]["files"]["count"] == 1
+
+
+def test_srun_doctor_reports_every_node_from_task_0(cluster, tmp_path):
+    (tmp_path / "train.py").write_text("print('same everywhere')\n")
+    argv = ["srun", "--nodes=2", "--ntasks-per-node=2", sys.executable, "-m", "slurmgen", "doctor",
+            "--dir", str(tmp_path), "--files", "train.py", "--json"]
+    proc = cluster.run(argv, cwd=tmp_path, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)  # task 0 alone printed
+    assert report["problems"] == []
+    rows = report["rows"]
+    assert [r["node"] for r in rows] == cluster.node_names[:2]
+    assert all(r["usr1"]["ok"] and r["port"]["ok"] for r in rows), rows
+    assert not list(tmp_path.glob(".slurmgen-doctor-*")), "the exchange directory was left behind"
