@@ -21,8 +21,9 @@ fi
 
 # --- attempts record and finished marker (the format: slurmgen/heal/attempts.py) ---
 attempt=${SLURM_RESTART_COUNT:-0}
-attempts_file=out/logs/slurmgen-"$SLURM_JOB_ID".attempts.jsonl
-finished_marker=out/logs/slurmgen-"$SLURM_JOB_ID".finished
+log_dir=out/logs
+attempts_file=$log_dir/slurmgen-$SLURM_JOB_ID.attempts.jsonl
+finished_marker=$log_dir/slurmgen-$SLURM_JOB_ID.finished
 # record EVENT [KEY=VALUE ...]: append one JSON line; whole numbers and null stay bare.
 record() {
   local line pair value
