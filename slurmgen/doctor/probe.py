@@ -138,12 +138,12 @@ def _listen(ip: str, port: int) -> socket.socket | None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((ip, port))
+        sock.listen(64)  # two SO_REUSEADDR sockets may both bind; only one may listen
     except OSError as exc:
         sock.close()
         if exc.errno in (errno.EADDRNOTAVAIL, errno.EADDRINUSE):
             return None
         raise
-    sock.listen(64)
     return sock
 
 
