@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         min_free_gb: float = typer.Option(1.0, "--min-free-gb", help="Less free disk than this in --dir fails."),
         master_addr: Optional[str] = typer.Option(None, "--master-addr", help="[default: $MASTER_ADDR, the allocation's first node, or the first host]"),
         master_port: Optional[int] = typer.Option(None, "--master-port", help="[default: $MASTER_PORT, run_slurm.sh's port for the job, or 29500]"),
-        port_timeout: float = typer.Option(10.0, "--port-timeout", help="Seconds every node has to reach MASTER_PORT."),
+        port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
         python: str = typer.Option("python3", "--python", help="The Python on the SSH hosts (it needs slurmgen)."),
         workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on the SSH hosts [default: this directory]."),
         user: Optional[str] = typer.Option(None, "--user", "-l", help="SSH user."),

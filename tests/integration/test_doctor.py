@@ -42,7 +42,8 @@ def test_preflight_names_a_blocked_port_and_a_different_file(cluster, tmp_path):
     node1, node2 = cluster.node_names[:2]
     _block_port(cluster, node2, PORT)
     try:
-        job = cluster.submit(out / "run_slurm.sh", cwd=work)
+        # The preflight's doctor takes its port time-out from the job's environment (10 s otherwise).
+        job = cluster.submit(out / "run_slurm.sh", cwd=work, env={"SLURMGEN_DOCTOR_PORT_TIMEOUT": "3"})
         state, code = cluster.wait(job, timeout=90)
     finally:
         cluster.run_on(node2, ["nft", "delete", "table", "inet", TABLE], check=True)
@@ -50,7 +51,7 @@ def test_preflight_names_a_blocked_port_and_a_different_file(cluster, tmp_path):
     assert (state, code) == ("FAILED", 1), log
     assert "THE PROGRAM RAN" not in log
     ip = cluster.node(node1).ip
-    assert f"slurmgen: error: doctor: port on {node2}: {ip}:{PORT} unreachable within 10 s" in log, log
+    assert f"slurmgen: error: doctor: port on {node2}: {ip}:{PORT} unreachable within 3 s" in log, log
     assert "slurmgen: error: doctor: files differs across nodes: " in log, log
     rows = {line.split()[0]: line for line in log.splitlines() if line.split()[:1] in ([node1], [node2])}
     # node, python, torch, cuda, nccl, gpus, files, master, port, usr1, disk: the marks in order.
