@@ -25,9 +25,9 @@ attempts_file=$log_dir/slurmgen-$SLURM_JOB_ID.attempts.jsonl
 finished_marker=$log_dir/slurmgen-$SLURM_JOB_ID.finished
 # record EVENT [KEY=VALUE ...]: append one JSON line; whole numbers and null stay bare.
 record() {
-  local line pair value
+  local line pair value now=${EPOCHREALTIME:-$(date +%s.%N)}
   printf -v line '{"event": "%s", "job": "%s", "attempt": %d, "time": %s, "host": "%s"' "$1" "$SLURM_JOB_ID" \
-    "$attempt" "${EPOCHREALTIME:-$(date +%s.%N)}" "${SLURMD_NODENAME:-$HOSTNAME}"
+    "$attempt" "${now/,/.}" "${SLURMD_NODENAME:-$HOSTNAME}"  # a locale may write a decimal comma
   shift
   for pair in "$@"; do
     value=${pair#*=}
