@@ -242,7 +242,8 @@ def launch(
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
     plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
-                      heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
+                      heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
+                      heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:

@@ -17,13 +17,16 @@ Every line has:
   node       the node where the failure started, or null
   task       the Slurm task id that failed first, or null
   hung_rank  the rank whose heartbeat went stale, or null
+  stage      "step" (the job step ran) or "preflight" (`slurmgen doctor` stopped the job)
   action     "finished" (exit 0, the finished marker was written), "requeue" (retry policy),
              "stop" (no retry: a code not in retry_on, or retries used up)
   exclude    the node added to the job's ExcNodeList before the requeue, or null
 
 `LOG_DIR/slurmgen-<SLURM_JOB_ID>.finished` exists once an attempt ended with exit 0: a later
 start of the same job id (a requeue by Slurm or by hand) exits 0 at once without running.
-An attempt killed outright (node failure, scancel) leaves a "start" without an "end".
+An attempt killed outright (node failure, scancel, a requeue by the program itself after a
+preemption) leaves a "start" without an "end". Retries used = the "requeue" actions in the
+file (SLURM_RESTART_COUNT when the file lacks attempt 0, e.g. a log directory not shared).
 """
 
 from __future__ import annotations

@@ -76,6 +76,13 @@ def test_a_matching_failure_requeues_and_excludes_its_node_until_retries_run_out
         ("start", 0, None), ("end", 0, "requeue"), ("start", 1, None), ("end", 1, "stop")]
 
 
+def test_without_the_earlier_attempts_in_the_record_the_restart_count_limits_retries(job, tmp_path):
+    done, records, scontrol, _ = job([3, 3, 3], restart=1, retries=1, retry_on="3")
+    assert done.returncode == 3 and scontrol == [] and records[-1]["action"] == "stop"
+    done, records, scontrol, _ = job([3, 3, 3], restart=2, retries=3, retry_on="3")
+    assert scontrol == ["requeue 4242"] and records[-1]["action"] == "requeue"
+
+
 def test_other_codes_stop_and_a_finished_job_never_runs_again(job):
     done, records, scontrol, finished = job([1, 0, 0], retries=2, retry_on=[3, 124])
     assert done.returncode == 1 and scontrol == [] and records[-1]["action"] == "stop"

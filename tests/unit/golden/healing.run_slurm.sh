@@ -91,6 +91,9 @@ finish_attempt() {
     : >"$finished_marker"
   elif [[ " 1 124 143 " == *" $status "* ]]; then
     used=$(grep -c '"action": "requeue"' "$attempts_file" 2>/dev/null) || used=0
+    # A record that does not reach back to attempt 0 (a log directory the batch nodes do not
+    # share) cannot count; SLURM_RESTART_COUNT can, though preemption requeues count too.
+    grep -q '"attempt": 0,' "$attempts_file" 2>/dev/null || used=$attempt
     if ((used < 2)); then
       action=requeue
       exclude=$node
