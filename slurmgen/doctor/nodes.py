@@ -23,6 +23,8 @@ from slurmgen.doctor.probe import READY_PREFIX, RESULT_PREFIX, ProbeOptions, Usr
 
 # How long a probe waits for the USR1 the doctor sends once every node is ready.
 USR1_WAIT = 5.0
+# Beyond those waits: start-up, the torch import and the file hash on a slow node.
+STEP_GRACE = 120.0
 
 
 def probe_args(opts: ProbeOptions) -> list[str]:
@@ -68,6 +70,9 @@ def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.exec
     ready: set[str] = set()
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True) as proc:
         assert proc.stdout is not None
+        # A step that cannot start (or a probe stuck in a broken file system) must not hang the doctor.
+        watchdog = threading.Timer(opts.port_timeout + USR1_WAIT + STEP_GRACE, proc.kill)
+        watchdog.start()
         for line in proc.stdout:
             if line.startswith(READY_PREFIX):
                 node, step = line[len(READY_PREFIX):].split()
@@ -78,6 +83,7 @@ def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.exec
                 rows.append(row)
             else:
                 sys.stderr.write(line)
+        watchdog.cancel()
     return _fill(hosts, rows, f"no answer from the probe (srun exited {proc.returncode})")
 
 
@@ -139,7 +145,7 @@ def step_rows(opts: ProbeOptions, hosts: list[str]) -> list[dict[str, Any]] | No
     usr1 = Usr1()
     ready.touch()
     opts = replace(opts, nodes=len(hosts), usr1_wait=USR1_WAIT)
-    deadline = time.monotonic() + opts.port_timeout + USR1_WAIT + 60
+    deadline = time.monotonic() + opts.port_timeout + USR1_WAIT + STEP_GRACE
     leader = env.get("SLURM_PROCID") == "0"
     if leader:
         tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or len(hosts))
