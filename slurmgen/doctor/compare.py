@@ -88,6 +88,11 @@ def compare(rows: Sequence[Mapping[str, Any]]) -> Verdict:
             marks[node][check] = mark
         if problem:
             problems.append(problem)
+    for row in rows:  # a tree that could not be hashed is a problem even where all agree
+        error = (row.get("files") or {}).get("error")
+        if error:
+            marks[row["node"]]["files"] = Mark(BAD, "unreadable")
+            problems.append(f"files on {row['node']}: {error}")
     for check in PER_NODE:
         for row in rows:
             mark, problem = _per_node(row, check)

@@ -52,6 +52,12 @@ def test_per_node_checks_fail_alone_and_absent_ones_are_not_applicable():
     assert verdict.marks["n1"]["usr1"].state == NA
 
 
+def test_files_that_cannot_be_hashed_are_a_problem_even_on_one_node():
+    verdict = compare([row("n1", files={"hash": None, "error": "no such file or directory: train.py"})])
+    assert verdict.problems == ["files on n1: no such file or directory: train.py"]
+    assert verdict.marks["n1"]["files"].state == BAD
+
+
 def test_a_node_without_a_row_is_a_problem():
     verdict = compare([row("n1"), {"node": "n2", "error": "the probe exited 127: python3: not found"}])
     assert verdict.problems[0] == "n2: the probe exited 127: python3: not found"
