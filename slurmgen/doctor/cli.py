@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host)."),
         master_port: Optional[int] = typer.Option(None, "--master-port", help="Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job, or 29500)."),
         port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
-        python: str = typer.Option("python3", "--python", help="The Python on the SSH hosts (it needs slurmgen)."),
+        python: Optional[str] = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
         workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
         user: Optional[str] = typer.Option(None, "--user", "-l", help="SSH user."),
         port: Optional[int] = typer.Option(None, "--port", "-p", help="SSH port."),
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
                              known_hosts=known_hosts, ssh_config=ssh_config)
             opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
                                    "master_port": master_port or SSH_DEFAULT_PORT})
-            rows = nodes.ssh_rows(opts, names, ssh, python, workdir or os.getcwd())
+            rows = nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
         elif os.environ.get("SLURM_JOB_ID"):
             in_step = bool(os.environ.get("SLURM_STEP_ID"))
             names = _job_hosts("SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")

@@ -66,7 +66,7 @@ def test_preflight_names_a_blocked_port_and_a_different_file(cluster, tmp_path):
 def test_doctor_over_ssh_passes_when_all_agree(cluster, tmp_path):
     (tmp_path / "train.py").write_text("print('same everywhere')\n")
     args = ["--hosts", ",".join(cluster.node_names[:2]), "--ssh-config", str(cluster.ssh_config),
-            "--workdir", str(tmp_path), "--python", sys.executable, "--files", "train.py",
+            "--workdir", str(tmp_path), "--files", "train.py",  # --python: this venv's, by default
             "--master-port", str(PORT), "--port-timeout", "5", "--json"]
     proc = subprocess.run([sys.executable, "-m", "slurmgen", "doctor", *args], capture_output=True, text=True,
                           timeout=60, env=cluster.env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
