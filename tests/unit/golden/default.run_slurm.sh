@@ -74,7 +74,7 @@ finish_attempt() {
   fi
   if ((status == 0)); then
     action=finished
-    : >"$finished_marker"
+    : >"$finished_marker" || echo "slurmgen: cannot write $finished_marker: a requeue would run this job again" >&2
   fi
   record end stage=step exit_code="$status" node="$node" task="$task" hung_rank="$hung_rank" \
     action="$action" exclude="$exclude"

@@ -88,7 +88,7 @@ finish_attempt() {
   fi
   if ((status == 0)); then
     action=finished
-    : >"$finished_marker"
+    : >"$finished_marker" || echo "slurmgen: cannot write $finished_marker: a requeue would run this job again" >&2
   elif [[ " 1 124 143 " == *" $status "* ]]; then
     used=$(grep -c '"action": "requeue"' "$attempts_file" 2>/dev/null) || used=0
     # A record that does not reach back to attempt 0 (a log directory the batch nodes do not
