@@ -281,3 +281,16 @@ def test_silent_host_is_lost_within_the_keepalive_window_while_another_floods(tm
     assert "no answer from h1 for 1s" in err.getvalue()
     # Silent from 1 s, lost after 4 keepalive intervals (0.8 s), stopped within the grace and the wait.
     assert out.getvalue().count("xxxx") > 1000 and took < 1 + 0.8 + 1 + 5, f"{took:.1f}s"
+
+
+def test_stray_lines_on_the_event_channel_are_shown_not_obeyed(tmp_path):
+    # A login shell's rc file may write to stderr before the bootstrap runs (as sshd starts it:
+    # shell level 1 with SSH_CLIENT set, where Debian's bash sources ~/.bashrc).
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("echo 'conda: base activated' >&2\necho 'slurmgen-event-1 exited x y' >&2\n")
+    env = {"HOME": str(home), "SHLVL": "0", "SSH_CLIENT": "10.0.0.1 50000 22"}
+    plan = local_plan(tmp_path, [PY, "-c", "print('PID', __import__('os').getpid())"], slots=(1,))
+    code, out, err = run(plan, env=env)
+    assert code == 0, err
+    assert "[h0] conda: base activated" in out and "[h0] slurmgen-event-1 exited x y" in out
