@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Callable, Union
+from typing import IO, Callable, Protocol, Union
 
 from slurmgen import exitcodes
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
@@ -39,6 +39,18 @@ PASS_SECONDS = 0.1        # the longest a loop pass waits for input before ticki
 BATCH = 512               # inputs handled per pass at most, so ticks keep coming under a flood
 
 
+class NodeProcess(Protocol):
+    """What the runner needs of a node's session (slurmgen.launch.ssh.connect.RemoteProcess)."""
+
+    def read(self) -> bytes: ...
+
+    def read_stderr(self) -> bytes: ...
+
+    def close_stdin(self) -> None: ...
+
+    def exit_status(self) -> int | None: ...
+
+
 @dataclass(frozen=True)
 class Output:
     """A line a node printed (or a stray line on its event channel): shown, never interpreted."""
@@ -49,10 +61,10 @@ class Output:
 
 @dataclass(frozen=True)
 class Opened:
-    """A node's session started; `proc` is its RemoteProcess (not pure: kept by the runner)."""
+    """A node's session started; `proc` stays with the runner (the state machine sees none)."""
 
     host: str
-    proc: object
+    proc: NodeProcess
     at: float
 
 
@@ -127,7 +139,7 @@ class Launcher:
     def _attempt(self, attempt: int) -> tuple[int, list[NodeResult], str]:
         plan = self.plan
         inputs: queue.Queue[Queued] = queue.Queue()
-        procs: dict[str, object] = {}
+        procs: dict[str, NodeProcess] = {}
         limits = machine.Limits(connect=self.opts.connect_timeout, keepalive=self.keepalive,
                                 keepalive_count=KEEPALIVE_COUNT, stop_grace=plan.stop_grace,
                                 stop_wait=STOP_WAIT_EXTRA)
@@ -160,7 +172,7 @@ class Launcher:
             state = self._apply(state, machine.Tick(time.monotonic(), overdue), procs)
         return state.code, list(state.nodes.values()), state.verdict
 
-    def _apply(self, state: machine.AttemptState, item: machine.Input, procs: dict[str, object]) -> machine.AttemptState:
+    def _apply(self, state: machine.AttemptState, item: machine.Input, procs: dict[str, NodeProcess]) -> machine.AttemptState:
         """One step of the state machine, and its actions carried out."""
         state, actions = machine.step(state, item)
         for action in actions:
@@ -168,7 +180,7 @@ class Launcher:
                 self.say(action.text)
             elif isinstance(action, machine.CloseStdin):
                 if action.host in procs:
-                    procs[action.host].close_stdin()  # type: ignore[attr-defined]
+                    procs[action.host].close_stdin()
             elif isinstance(action, machine.Disconnect):
                 self.conns[action.host].close()
             else:
@@ -212,7 +224,7 @@ def _lines(read: Callable[[], bytes]):
     yield from splitter.flush()
 
 
-def _read_events(host: str, proc, inputs: queue.Queue) -> None:
+def _read_events(host: str, proc: NodeProcess, inputs: queue.Queue) -> None:
     for line in _lines(proc.read_stderr):
         event = parse_event(line)
         inputs.put(Output(host, line) if event is None else machine.Reported(host, event, time.monotonic()))
