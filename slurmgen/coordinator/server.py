@@ -133,6 +133,7 @@ def create_app(coordinator: Coordinator, token: str) -> FastAPI:
     app = FastAPI(title="slurmgen coordinator", version=__version__, lifespan=lifespan,
                   description="Worker groups across nodes: ranks, start, stop, fail as one.")
     app.state.coordinator = coordinator
+    app.state.token = token
     require_token = make_token_check(token)
     app.state.require_token = require_token
 
@@ -157,8 +158,7 @@ def create_app(coordinator: Coordinator, token: str) -> FastAPI:
     if importlib.util.find_spec("slurmgen.coordinator.web") is not None:
         from slurmgen.coordinator import web
 
-        if hasattr(web, "router"):
-            app.include_router(web.router)
+        web.mount(app)
     return app
 
 

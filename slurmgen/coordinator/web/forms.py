@@ -42,6 +42,11 @@ def form_from_config(config: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def posted(data: Mapping[str, str]) -> dict[str, str]:
+    """The form's fields from a posted body (a missing one is empty)."""
+    return {field: data.get(field, "") for field in FIELDS}
+
+
 def _whole_number(field: str, text: str, errors: dict[str, str]) -> int | None:
     text = text.strip()
     if not text:

@@ -86,24 +86,6 @@ async def _wait_inactive(request: Request, name: str) -> None:
         await asyncio.sleep(0.25)
 
 
-@router.post("/ui/groups/{name}/{action}", name="web_group_action")
-@guarded("post")
-async def group_action(request: Request, name: str, action: str) -> Response:
-    if action not in ("start", "stop", "restart"):
-        return await _overview_page(request, f"Unknown action {action!r} (expected start, stop or restart).", 404)
-    if action == "restart":
-        reply = await api.call(request.app, "POST", f"/api/groups/{name}/stop")
-        if reply.ok:
-            await _wait_inactive(request, name)
-            reply = await api.call(request.app, "POST", f"/api/groups/{name}/start")
-    else:
-        reply = await api.call(request.app, "POST", f"/api/groups/{name}/{action}")
-    if not reply.ok:
-        return await _overview_page(request, f"Could not {action} group {name!r}: {_refusal(reply)}", reply.status)
-    back = request.headers.get("referer", "")
-    return RedirectResponse(f"/ui/groups/{name}" if f"/ui/groups/{name}" in back else "/ui/", status_code=303)
-
-
 async def _detail(request: Request, name: str) -> dict[str, Any] | None:
     reply = await api.call(request.app, "GET", f"/api/groups/{name}")
     return reply.body if reply.ok else None
@@ -169,7 +151,7 @@ async def save_settings(request: Request, name: str) -> Response:
     group = await _group_view(request, name)
     if group is None:
         return await _overview_page(request, f"There is no group {name!r}.", 404)
-    form = {k: v for k, v in (await form_data(request)).items() if k in forms.FIELDS}
+    form = forms.posted(await form_data(request))
     try:
         body = forms.config_from_form(form, group["nodes"], group["workers"], group["config"])
     except forms.FormErrors as exc:
@@ -187,5 +169,24 @@ async def preview(request: Request, name: str) -> Response:
     group = await _group_view(request, name)
     if group is None:
         return Response(status_code=404)
-    form = {k: v for k, v in (await form_data(request)).items() if k in forms.FIELDS}
+    form = forms.posted(await form_data(request))
     return render(request, "preview.html", {"preview": preview_of(group, form)})
+
+
+# Last: its path would otherwise catch /settings and /preview.
+@router.post("/ui/groups/{name}/{action}", name="web_group_action")
+@guarded("post")
+async def group_action(request: Request, name: str, action: str) -> Response:
+    if action not in ("start", "stop", "restart"):
+        return await _overview_page(request, f"Unknown action {action!r} (expected start, stop or restart).", 404)
+    if action == "restart":
+        reply = await api.call(request.app, "POST", f"/api/groups/{name}/stop")
+        if reply.ok:
+            await _wait_inactive(request, name)
+            reply = await api.call(request.app, "POST", f"/api/groups/{name}/start")
+    else:
+        reply = await api.call(request.app, "POST", f"/api/groups/{name}/{action}")
+    if not reply.ok:
+        return await _overview_page(request, f"Could not {action} group {name!r}: {_refusal(reply)}", reply.status)
+    back = request.headers.get("referer", "")
+    return RedirectResponse(f"/ui/groups/{name}" if f"/ui/groups/{name}" in back else "/ui/", status_code=303)
