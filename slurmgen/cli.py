@@ -325,6 +325,11 @@ def schema() -> None:
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
+from slurmgen.coordinator.cli import register as _register_coordinator  # noqa: E402
+
+_register_coordinator(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; the single place that turns errors into exit codes and one-line messages."""
     args = sys.argv[1:] if argv is None else argv
