@@ -87,8 +87,9 @@ async def logout(request: Request) -> Response:
 
 
 class SecurityHeaders:
-    """Pure ASGI middleware: the page's security headers on every response under /ui (its
-    strict CSP replacing any other), and the missing ones on every other response."""
+    """Pure ASGI middleware: the page's security headers on every response under /ui (replacing
+    the API's: a stricter CSP, and a referrer policy that lets the browser send the Origin the
+    POST check needs), and the missing ones on every other response."""
 
     def __init__(self, app: Any):
         self.app = app
@@ -104,7 +105,8 @@ class SecurityHeaders:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 if page:
-                    headers = [(k, v) for k, v in headers if k.lower() != b"content-security-policy"]
+                    ours = {k.encode() for k in security.SECURITY_HEADERS}
+                    headers = [(k, v) for k, v in headers if k.lower() not in ours]
                 extra = security.add_security_headers({k.decode("latin-1"): v for k, v in headers})
                 message["headers"] = headers + [(k.encode(), v.encode()) for k, v in extra.items()]
             await send(message)

@@ -33,7 +33,8 @@ SECURITY_HEADERS = {
     "content-security-policy": CONTENT_SECURITY_POLICY,
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # same-origin, not no-referrer: with no-referrer Chromium sends `Origin: null` on a form POST.
+    "referrer-policy": "same-origin",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
     "permissions-policy": "camera=(), microphone=(), geolocation=()",

@@ -31,7 +31,10 @@ def heartbeat(seen_ago: float | None, state: str) -> tuple[str, str]:
 
 
 def state_class(state: str | None) -> str:
-    return (state or "idle").split(" ", 1)[0]
+    """The CSS class of a state text: its first word ("failed 3" -> failed), and "exited 0"
+    apart from other exits, since a clean exit is not a failure."""
+    state = state or "idle"
+    return "exited-ok" if state == "exited 0" else state.split(" ", 1)[0]
 
 
 def worker_state(w: Mapping[str, Any]) -> str:

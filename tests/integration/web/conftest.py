@@ -82,10 +82,18 @@ class Coordinator:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status, workers = self.api("GET", "/api/workers")
-            if status == 200 and sum(w["state"] == "idle" for w in workers) >= count:
+            if status == 200 and sum(w["state"] in ("idle", "exited") for w in workers) >= count:
                 return workers
             time.sleep(0.2)
-        raise AssertionError(f"{count} idle workers did not register within {timeout} s: {workers}")
+        raise AssertionError(f"{count} free workers did not register within {timeout} s: {workers}")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/api/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def _spawn(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -108,14 +116,14 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinato
     token_file = home / "config" / "slurmgen" / "token"
     try:
         deadline = time.monotonic() + START_TIMEOUT
-        while coord.api("GET", "/api/health", token=None)[0] != 200 or not token_file.exists():
+        while not (_answers(url) and token_file.exists()):
             assert coord.procs[0].poll() is None, (home / "serve.log").read_text()
             assert time.monotonic() < deadline, "slurmgen serve did not answer in time"
             time.sleep(0.1)
         coord.token = token_file.read_text().strip()
         for host in AGENT_HOSTS:
             coord.procs.append(_spawn(slurmgen + ["agent", "--server", url, "--token-file", str(token_file),
-                                                  "--workers", str(WORKERS_PER_AGENT), "--host", host],
+                                                  "--workers", str(WORKERS_PER_AGENT), "--name", host],
                                       env, home / f"agent-{host}.log"))
         coord.wait_workers(WORKERS_PER_AGENT * len(AGENT_HOSTS))
         yield coord
@@ -193,6 +201,8 @@ def page(browser, coordinator: Coordinator, request: pytest.FixtureRequest) -> I
     try:
         yield p
     finally:
+        if request.node.stash.get(_FAILED, True):
+            p.shot("at-failure")
         context.close()
         if not request.node.stash.get(_FAILED, True) and not os.environ.get("SLURMGEN_KEEP_SCREENSHOTS"):
             shutil.rmtree(folder, ignore_errors=True)

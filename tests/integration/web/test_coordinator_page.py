@@ -31,6 +31,16 @@ def _create_group(p, name: str) -> None:
     p.page.get_by_role("button", name="Create group").click()
 
 
+def _loss_record(root, group: str) -> None:
+    """A run record of the group, as a trainer started by the group would leave it."""
+    from slurmgen import tracking
+
+    place = {"rank": 0, "local_rank": 0, "node_rank": 0, "world_size": 1}
+    with tracking.init(root, group=group, place=place, environ={}) as run:
+        for step in range(1, 21):
+            run.log(type="train", metrics={"loss": 2.0 / step}, step=step)
+
+
 def _card(p, group: str):
     return p.page.locator("article.card", has=p.page.get_by_role("heading", name=group, exact=True))
 
@@ -70,8 +80,9 @@ def test_seed_workflow_from_the_page(page, coordinator, tmp_path):
     expect(card).to_contain_text(first_node)
     p.shot("configured")
 
-    card.get_by_role("button", name="Start group exp1").click()
-    card.get_by_role("link", name="exp1").click()
+    _loss_record(tmp_path / "runs", "exp1")
+    card.get_by_role("button", name="Start group exp1", exact=True).click()
+    card.get_by_role("link", name="exp1", exact=True).click()
     log = p.page.locator("#log-view")
     for rank in range(4):
         line = log.locator(".log-line", has_text=f"[rank {rank}]").filter(has_text="SLURMGEN_PROBE")
@@ -84,17 +95,20 @@ def test_seed_workflow_from_the_page(page, coordinator, tmp_path):
     expect(log.locator(".log-line", has_text="[rank 0]")).to_have_count(0)
     p.shot("group-page-logs")
 
-    group_state = p.page.locator("#group-title .state")
-    expect(group_state).to_have_text(re.compile("succeeded|running"), timeout=30_000)
-    p.page.get_by_role("button", name="Stop group exp1").click()
-    expect(p.page.locator("#group-title .state")).to_have_text(re.compile("succeeded|stopped"), timeout=LIVE * 4)
+    expect(p.page.locator("#group-title .state")).to_have_text("succeeded", timeout=30_000)
+    expect(p.page.locator("#curves .uplot")).to_have_count(1)  # loss from the group's run record
+    p.shot("succeeded-with-curves")
+    text = (tmp_path / "runs" / "exp1" / "status.html").read_text()
+    assert "succeeded" in text and f"{first_node}-1" in text and "<polyline" in text
+
+    # Stop: a long command this time, started and stopped from the page.
+    p.page.goto(coordinator.url + "/ui/groups/exp1/settings")
+    _save_settings(p, Command="python -c 'import time; time.sleep(120)'")
+    _card(p, "exp1").get_by_role("button", name="Start group exp1", exact=True).click()
+    expect(_card(p, "exp1").locator(".state")).to_have_text("running", timeout=LIVE * 4)
+    _card(p, "exp1").get_by_role("button", name="Stop group exp1", exact=True).click()
+    expect(_card(p, "exp1").locator(".state")).to_have_text("stopped", timeout=LIVE * 4)
     p.shot("stopped")
-    status_html = tmp_path / "runs" / "exp1" / "status.html"
-    for _ in range(50):
-        if status_html.exists():
-            break
-        p.page.wait_for_timeout(100)
-    assert "<td>127.0.0.1-0</td>" in status_html.read_text() or first_node in status_html.read_text()
 
 
 def test_failing_worker_fails_the_group_with_its_code(page, coordinator, tmp_path):
@@ -107,11 +121,12 @@ def test_failing_worker_fails_the_group_with_its_code(page, coordinator, tmp_pat
     _save_settings(p, **{"Backend": "gloo", "Command": f"python -c \"{code}\" '{HOSTILE}'",
                          "Environment (one KEY=VALUE a line)": f"NOTE={HOSTILE}", "Working directory": str(tmp_path)})
     p.page.wait_for_url(coordinator.url + "/ui/")
-    _card(p, "crash").get_by_role("button", name="Start group crash").click()
+    _card(p, "crash").get_by_role("button", name="Start group crash", exact=True).click()
     expect(_card(p, "crash").locator(".state")).to_have_text("failed 3", timeout=20_000)
-    expect(p.page.locator("tr", has=p.page.get_by_label(f"Select worker {names[1]}"))).to_contain_text("3")
+    rank1 = next(r["worker"] for r in coordinator.api("GET", "/api/groups/crash/ranks")[1] if r["rank"] == 1)
+    expect(p.page.locator("tr", has=p.page.get_by_label(f"Select worker {rank1}"))).to_contain_text("exited 3")
     p.shot("failed")
-    _card(p, "crash").get_by_role("link", name="crash").click()
+    _card(p, "crash").get_by_role("link", name="crash", exact=True).click()
     expect(p.page.locator("#log-view")).to_contain_text(HOSTILE)  # a hostile log line shows as text
     expect(p.page.locator("table.attempts")).to_contain_text("3")
     p.page.goto(coordinator.url + "/ui/groups/crash/settings")
