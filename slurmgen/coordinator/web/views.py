@@ -50,6 +50,7 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     nodes = sorted({m.rpartition("-")[0] for m in members})
     master = config.get("master_addr") or config.get("master") or (nodes[0] if nodes else None)
     tries = int(config.get("max_restarts") or 0) + 1
+    attempt = int(g.get("restarts") or 0) + 1 if g.get("attempt") else 0
     state = g.get("state", "idle")
     if g.get("exit_code") not in (None, 0) and state == "failed":
         state = f"failed {g['exit_code']}"
@@ -57,7 +58,7 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
         "name": g["name"], "dom_id": dom_id("g", g["name"]), "state": state,
         "world_size": config.get("world_size") or g.get("members", len(members)),
         "master": master, "port": config.get("master_port", 29500), "backend": config.get("backend", "nccl"),
-        "attempt": f"{g.get('attempt') or 0} of {tries}", "reason": g.get("reason"),
+        "attempt": f"{attempt} of {tries}", "reason": g.get("reason"),
         "workers": members, "nodes": nodes, "config": config,
     }
 
@@ -95,7 +96,7 @@ def live_fields(view: Mapping[str, Any]) -> list[list[Any]]:
     fields: list[list[Any]] = []
     for g in view["groups"]:
         fields.append([["g", g["name"], "state"], g["state"], state_class(g["state"])])
-        for key in ("world_size", "master", "port", "backend", "attempt"):
+        for key in ("world_size", "master", "port", "backend", "attempt", "reason"):
             fields.append([["g", g["name"], key], _text(g[key]), ""])
     for w in view["workers"]:
         fields.append([["w", w["name"], "state"], w["state"], state_class(w["state"])])
