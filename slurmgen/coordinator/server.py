@@ -4,7 +4,7 @@ Routes map arguments to `Coordinator` methods and its errors to status codes (40
 a token guards everything but /api/health (`require_token`, also used by the web page's
 routes: an `Authorization: Bearer` header, or the `slurmgen_token` cookie the page sets).
 Every response carries security headers. The web page (`slurmgen.coordinator.web`, issue 13)
-is included when that package exists and exposes `router`.
+is mounted (`web.mount(app)`) when that package exists.
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def create_app(coordinator: Coordinator, token: str) -> FastAPI:
     app = FastAPI(title="slurmgen coordinator", version=__version__, lifespan=lifespan,
                   description="Worker groups across nodes: ranks, start, stop, fail as one.")
     app.state.coordinator = coordinator
+    app.state.token = token
     require_token = make_token_check(token)
     app.state.require_token = require_token
 
@@ -151,8 +152,7 @@ def create_app(coordinator: Coordinator, token: str) -> FastAPI:
     if importlib.util.find_spec("slurmgen.coordinator.web") is not None:
         from slurmgen.coordinator import web
 
-        if hasattr(web, "router"):
-            app.include_router(web.router)
+        web.mount(app)
     return app
 
 
