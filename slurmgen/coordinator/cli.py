@@ -91,6 +91,7 @@ def agent(
         except ValueError as e:
             raise SlurmgenError(str(e)) from None
     logging.basicConfig(level=logging.INFO, format="slurmgen agent: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
     Agent(_client(server, token_file), workers, host=name, state_dir=state_dir,
           interval=interval, grace=grace).run()
 
@@ -138,7 +139,7 @@ def group_move(workers: List[str] = typer.Argument(..., help="Worker names, e.g.
     typer.echo(f"moved {', '.join(w.name for w in moved)} to {to or '(no group)'}")
 
 
-@group_app.command("config", context_settings={"allow_interspersed_args": False})
+@group_app.command("config")
 def group_config(
     name: str,
     command: Optional[List[str]] = typer.Argument(None, help="The command every rank runs (after --)."),

@@ -195,12 +195,16 @@ class Coordinator:
             config = GroupConfig(**g["config"])
             if not config.argv:
                 raise Conflict(f"group {name!r} has no command", )
-            ranks = self._plan(config, name, Conflict)
-            lost = sorted(r.worker for r in ranks if self._silent_for(r.host, now) > self.agent_timeout)
-            if lost:
-                raise Conflict(f"worker {lost[0]!r} is lost (its agent is silent); cannot start")
+            ranks = self._startable_plan(config, name, now)
             self._new_attempt(name, (g["attempt"] or 0) + 1, config, ranks, now, restarts=0)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
+
+    def _startable_plan(self, config: GroupConfig, name: str, now: float) -> list[RankOut]:
+        ranks = self._plan(config, name, Conflict)
+        lost = sorted(r.worker for r in ranks if self._silent_for(r.host, now) > self.agent_timeout)
+        if lost:
+            raise Conflict(f"worker {lost[0]!r} is lost (its agent is silent)")
+        return ranks
 
     def _new_attempt(self, name: str, number: int, config: GroupConfig, ranks: list[RankOut],
                      now: float, restarts: int, reason: Optional[str] = None) -> None:
@@ -231,9 +235,11 @@ class Coordinator:
                 if self._silent_for(w["host"], now) > self.agent_timeout}
         lost.update({n: float("inf") for n in ranks if n not in rows})
         outcome = st.judge_attempt(a["state"], ranks, a["exit_codes"], running, set(hung), lost)
+        if outcome.state == a["state"]:
+            return
         if outcome.ended:
             self._end(a, outcome, now)
-        elif outcome.state != a["state"]:
+        else:
             self.store.update_attempt(a["grp"], a["number"], state=outcome.state)
             self.store.update_group(a["grp"], state=outcome.state)
 
@@ -245,7 +251,7 @@ class Coordinator:
         config = GroupConfig(**g["config"])
         if outcome.state == "failed" and st.next_after_failure(g["restarts"], config.max_restarts):
             try:
-                ranks = self._plan(config, name, Conflict)
+                ranks = self._startable_plan(config, name, now)
             except Conflict as e:
                 outcome = st.Outcome("failed", f"{outcome.reason}; no restart: {e}", outcome.exit_code)
             else:

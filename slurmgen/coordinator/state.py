@@ -63,8 +63,8 @@ def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int]
         return Outcome(state)
     for worker, code in exits.items():
         if code != 0:
-            return Outcome("failed", f"rank {ranks[worker]} ({worker}) exited with "
-                           f"{exitcodes.describe(code)}", code)
+            return Outcome("failed", f"rank {ranks[worker]} ({worker}) exited with code {code} "
+                           f"({exitcodes.describe(code)})", code)
     for worker in sorted(hung, key=ranks.__getitem__):
         return Outcome("failed", f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale",
                        exitcodes.HUNG)
