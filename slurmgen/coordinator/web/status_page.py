@@ -64,7 +64,8 @@ async def write_for(app: FastAPI, name: str) -> Path:
 
     def write() -> Path:
         runs = records.group_runs(name, root)
-        target = records.status_dir(name, root, runs) / "status.html"
+        state_dir = app.state.coordinator.store.path.parent
+        target = records.status_dir(name, root, runs, state_dir) / "status.html"
         target.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(target, render_status(detail, reply.body if reply.ok else [], records.curves_of(runs)))
         return target

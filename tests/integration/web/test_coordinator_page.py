@@ -135,12 +135,20 @@ def test_failing_worker_fails_the_group_with_its_code(page, coordinator, tmp_pat
     assert p.page.locator("img").count() == 0
 
 
-def test_hostile_group_name_renders_as_text(page, coordinator):
+def test_hostile_group_name_renders_as_text_and_changes_arrive_live(page, coordinator):
     p = page
     p.log_in(coordinator.token)
     _create_group(p, HOSTILE)
     expect(p.page.get_by_role("alert")).to_contain_text(HOSTILE)
     assert p.page.locator("img").count() == 0
+
+    # A change made elsewhere (the CLI, another browser) shows without a reload within 2 s.
+    p.page.goto(coordinator.url + "/ui/")
+    p.page.evaluate("window.notReloaded = true")
+    assert coordinator.api("POST", "/api/groups", {"name": "from-cli"})[0] == 201
+    expect(_card(p, "from-cli")).to_be_visible(timeout=LIVE)
+    assert p.page.evaluate("window.notReloaded === true")
+    p.shot("live-update")
     p.page.set_viewport_size({"width": 390, "height": 844})
     p.page.goto(coordinator.url + "/ui/")
     assert p.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "page wider than a phone"
@@ -163,6 +171,8 @@ def test_without_a_session_the_page_asks_for_the_token(page, coordinator):
         urllib.request.urlopen(forged, timeout=10)
     assert refused.value.code in (401, 403)
     p.log_in(coordinator.token)
+    forged_in_session = p.page.request.post(coordinator.url + "/ui/groups", form={"name": "forged"})
+    assert forged_in_session.status == 403, "a POST without the CSRF value is refused even with the cookie"
     cookie = next(c for c in p.page.context.cookies() if c["name"] == "slurmgen_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert coordinator.token not in cookie["value"]
