@@ -78,11 +78,11 @@ class Agent:
             orders = self.client.heartbeat(report)
         except ClientError as e:
             self.procs.output.give_back(report.lines, dropped)
+            if e.status == 401 and self.connected is None:
+                raise  # a wrong token at start-up is a mistake to fix, not an outage to wait out
             if self.connected is not False:
                 log.warning("server unreachable or refusing (%s); ranks keep running, retrying", e)
             self.connected = False
-            if e.status == 401 and self.connected is None:
-                raise
             return
         if not self.connected:
             log.info("connected to %s as %s with %d workers", self.client.base_url, self.host,
