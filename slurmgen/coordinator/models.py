@@ -243,6 +243,10 @@ class StopOrder(BaseModel):
     grace: float
 
 
+class Changed(BaseModel):
+    version: int
+
+
 class AgentOrders(BaseModel):
     start: List[StartOrder] = Field(default_factory=list)
     stop: List[StopOrder] = Field(default_factory=list)
