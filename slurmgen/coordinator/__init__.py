@@ -28,4 +28,5 @@ JSON API (all under /api, all but /api/health need `Authorization: Bearer <token
     POST   /api/groups/{name}/stop          -> GroupOut
     GET    /api/groups/{name}/logs          ?rank=&attempt=&after=&limit= -> list[LogLine]
     POST   /api/agents/heartbeat            AgentReport -> AgentOrders (agents only)
+    GET    /api/agents/changes              ?since=V&timeout=S -> Changed; long poll (agents)
 """

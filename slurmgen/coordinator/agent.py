@@ -26,6 +26,7 @@ from slurmgen.coordinator.procs import Procs, Slot
 
 log = logging.getLogger("slurmgen.agent")
 LINES_PER_REPORT = 2000
+CHANGES_POLL = 25.0  # seconds a long poll for new orders stays open
 
 
 def is_stale(beat: Optional[dict], now: float, timeout: float) -> bool:
@@ -78,11 +79,11 @@ class Agent:
             orders = self.client.heartbeat(report)
         except ClientError as e:
             self.procs.output.give_back(report.lines, dropped)
+            if e.status == 401 and self.connected is None:
+                raise  # a wrong token at start-up is a mistake to fix, not an outage to wait out
             if self.connected is not False:
                 log.warning("server unreachable or refusing (%s); ranks keep running, retrying", e)
             self.connected = False
-            if e.status == 401 and self.connected is None:
-                raise
             return
         if not self.connected:
             log.info("connected to %s as %s with %d workers", self.client.base_url, self.host,
@@ -100,6 +101,20 @@ class Agent:
                          start.rank, start.group, start.attempt)
                 self.procs.start(start, self.hb_root)
 
+    def watch_changes(self) -> None:
+        """Thread: keep a long poll open and wake the main loop when orders may have changed
+        (see `changes`); its own connection, so a held poll never delays a heartbeat."""
+        client, since = Client(self.client.base_url, self.client.token), -1
+        while not self.stopping:
+            try:
+                version = client.changes(since, CHANGES_POLL)
+            except ClientError:
+                time.sleep(self.interval)
+                continue
+            if version != since:
+                since = version
+                self.wake.set()
+
     def run(self) -> None:
         """Heartbeat until SIGTERM/SIGINT, then stop every rank (TERM, KILL after the grace)."""
         def on_signal(signum, frame):
@@ -108,6 +123,7 @@ class Agent:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        threading.Thread(target=self.watch_changes, daemon=True).start()
         try:
             while not self.stopping:
                 started = time.monotonic()

@@ -7,6 +7,7 @@ is imported inside each command, so `slurmgen --help` and `create` never load it
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -54,6 +55,7 @@ def serve(
     from slurmgen.coordinator.store import Store
     from slurmgen.coordinator.tokens import default_db, default_token_file, load_or_create_token
 
+    os.umask(0o077)  # the database and its WAL files hold commands and logs: owner only
     token_path = token_file or default_token_file()
     token, created = load_or_create_token(token_path)
     if created:

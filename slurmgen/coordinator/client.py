@@ -41,7 +41,7 @@ def _problem(response: httpx.Response) -> str:
 
 class Client:
     def __init__(self, base_url: str, token: str, timeout: float = 10.0):
-        self.base_url = base_url.rstrip("/")
+        self.base_url, self.token = base_url.rstrip("/"), token
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout,
                                  headers={"Authorization": f"Bearer {token}"})
 
@@ -100,6 +100,11 @@ class Client:
         params = {k: v for k, v in {"rank": rank, "attempt": attempt, "after": after, "limit": limit}.items()
                   if v is not None}
         return [LogLine(**ln) for ln in self._call("GET", f"/api/groups/{name}/logs", params=params)]
+
+    def changes(self, since: int, timeout: float) -> int:
+        """Block until the server's order version differs from `since` (or `timeout`)."""
+        return self._call("GET", "/api/agents/changes", params={"since": since, "timeout": timeout},
+                          timeout=timeout + 10)["version"]
 
     def heartbeat(self, report: AgentReport) -> AgentOrders:
         return AgentOrders(**self._call("POST", "/api/agents/heartbeat", content=report.model_dump_json(),

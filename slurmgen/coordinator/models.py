@@ -163,6 +163,9 @@ class GroupOut(BaseModel):
 
 
 class RankOut(BaseModel):
+    """`slurmgen.topology.RankEntry` as the API shows it: the slot becomes the worker's name,
+    so the page and the CLI never rebuild `<host>-<id>` themselves."""
+
     worker: str
     host: str
     rank: int
@@ -238,6 +241,10 @@ class StartOrder(BaseModel):
 class StopOrder(BaseModel):
     worker: int
     grace: float
+
+
+class Changed(BaseModel):
+    version: int
 
 
 class AgentOrders(BaseModel):

@@ -35,9 +35,7 @@ def plan_ranks(config: GroupConfig, members: Iterable[tuple[str, int]]) -> list[
         raise SlurmgenError(f"master: {show(master)} is not a node of this group", hint=hint)
     hosts = [Host(name, tuple(sorted(ids))) for name, ids in by_host.items()]
     table = rank_table(order_hosts(hosts, master, order="alphabetical"), config.world_size)
-    return [RankOut(worker=f"{e.host}-{e.slot}", host=e.host, rank=e.rank, local_rank=e.local_rank,
-                    node_rank=e.node_rank, local_world_size=e.local_world_size,
-                    world_size=e.world_size) for e in table]
+    return [RankOut(worker=f"{e.host}-{e.slot}", **e.as_dict()) for e in table]
 
 
 def rank_env(config: GroupConfig, group: str, entry: RankOut, master: str) -> dict[str, str]:

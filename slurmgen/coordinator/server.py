@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 
 from slurmgen import __version__
 from slurmgen.coordinator.models import (
-    AgentOrders, AgentReport, ErrorOut, GroupConfig, GroupCreate, GroupDetail, GroupOut, LogLine,
+    AgentOrders, AgentReport, Changed, ErrorOut, GroupConfig, GroupCreate, GroupDetail, GroupOut, LogLine,
     MoveRequest, RankOut, WorkerOut,
 )
 from slurmgen.coordinator.service import Conflict, Coordinator, Invalid, NotFound
@@ -115,6 +115,11 @@ def api_router(c: Coordinator) -> APIRouter:
     async def heartbeat(body: AgentReport):
         return c.heartbeat(body)
 
+    @r.get("/agents/changes", response_model=Changed)
+    async def changes(since: int = -1, timeout: float = Query(25.0, ge=0, le=60)):
+        """Long poll: returns when a start, stop or end may have brought new orders."""
+        return Changed(version=await c.changes.wait(since, timeout))
+
     return r
 
 
@@ -126,6 +131,7 @@ def create_app(coordinator: Coordinator, token: str) -> FastAPI:
                 await asyncio.sleep(TICK_SECONDS)
                 await asyncio.to_thread(coordinator.tick)
 
+        coordinator.changes.bind(asyncio.get_running_loop())
         task = asyncio.create_task(ticker())
         try:
             yield

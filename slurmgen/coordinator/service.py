@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Optional
 
 from slurmgen.coordinator import state as st
+from slurmgen.coordinator.changes import Changes
 from slurmgen.coordinator.models import (
     AgentOrders, AgentReport, AttemptOut, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut,
     StartOrder, StopOrder, WorkerOut,
@@ -46,6 +47,7 @@ class Coordinator:
         # gets a full timeout from `boot` before it counts as lost.
         self.seen: dict[str, tuple[float, str]] = {}
         self.boot = clock()
+        self.changes = Changes()
 
     def _atomic(self):
         return _Atomic(self)
@@ -214,6 +216,7 @@ class Coordinator:
                 "argv": config.argv, "cwd": config.cwd, "stop_grace": config.stop_grace,
                 "heartbeat_timeout": config.heartbeat_timeout}
         self.store.add_attempt(name, number, now, plan)
+        self.changes.bump()
         self.store.update_group(name, state="starting", attempt=number, restarts=restarts,
                                 reason=reason, exit_code=None)
 
@@ -247,6 +250,7 @@ class Coordinator:
         name = a["grp"]
         self.store.update_attempt(name, a["number"], state=outcome.state, ended=now,
                                   reason=outcome.reason, exit_code=outcome.exit_code)
+        self.changes.bump()
         g = self._group_row(name)
         config = GroupConfig(**g["config"])
         if outcome.state == "failed" and st.next_after_failure(g["restarts"], config.max_restarts):

@@ -171,3 +171,24 @@ def test_second_live_agent_for_a_host_is_refused(api):
     r = api.post("/api/agents/heartbeat", headers=AUTH,
                  json={"host": "gn6", "instance": "other", "workers": [{"id": 0, "state": "idle"}]})
     assert r.status_code == 409 and "one agent per node" in r.json()["detail"]
+
+
+def test_client_errors_are_one_line_naming_field_and_value(api):
+    from slurmgen.coordinator.client import Client, ClientError
+
+    setup_group(api)
+    client = Client("http://testserver", TOKEN)
+    client.http = api  # Starlette's TestClient is an httpx.Client
+    api.headers["Authorization"] = f"Bearer {TOKEN}"
+    with pytest.raises(ClientError) as e:
+        client.configure("exp1", {"world_size": 0})
+    assert (e.value.status, e.value.exit_code) == (422, 2)
+    assert str(e.value) == "world_size: Input should be greater than or equal to 1 (got 0)"
+    client.start("exp1")
+    with pytest.raises(ClientError, match="already starting") as e:
+        client.start("exp1")
+    assert e.value.status == 409
+    bad = Client("http://testserver", "wrong")
+    bad.http = type(api)(api.app, headers={"Authorization": "Bearer wrong"})
+    with pytest.raises(ClientError, match="refused the token"):
+        bad.groups()
