@@ -18,7 +18,9 @@ LIVE = 2_500  # ms: the page promises changes within 2 s; a little slack for 2 s
 
 
 def _tick_and_move(p, workers: list[str], group: str) -> None:
-    for name in workers:
+    p.page.get_by_label(f"Select worker {workers[0]}").press("Space")  # the keyboard works too
+    expect(p.page.get_by_label(f"Select worker {workers[0]}")).to_be_checked()
+    for name in workers[1:]:
         p.page.get_by_label(f"Select worker {name}").check()
     p.page.get_by_label("Move selected to").select_option(group)
     p.page.get_by_role("button", name="Move to").click()
@@ -65,6 +67,8 @@ def test_seed_workflow_from_the_page(page, coordinator, tmp_path):
 
     _card(p, "exp1").get_by_role("link", name="Settings of group exp1").click()
     expect(p.page.locator("#preview tbody tr")).to_have_count(4)  # the live preview by the rule
+    p.page.get_by_label("World size", exact=True).fill("2")
+    expect(p.page.locator("#preview tbody tr")).to_have_count(2)
     _save_settings(p, **{"World size": "9"})
     expect(p.page.locator("#world_size-error")).to_contain_text("9")
     p.shot("bad-world-size")
