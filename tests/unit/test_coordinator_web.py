@@ -147,3 +147,19 @@ def test_refusals_are_shown_as_text(client):
     reply = client.post("/ui/groups", data={"name": HOSTILE, "csrf": csrf})
     assert reply.status_code == 422
     assert HOSTILE not in reply.text and "&lt;img src=x onerror=alert(1)&gt;" in reply.text
+
+
+def test_status_html_goes_next_to_the_groups_run_records(tmp_path):
+    from slurmgen import tracking
+    from slurmgen.coordinator.web import records
+
+    place = {"rank": 0, "local_rank": 0, "node_rank": 0, "world_size": 1}
+    for group in ("exp1", "other"):
+        with tracking.init(tmp_path / "out" / "tracking", group=group, place=place, environ={}) as run:
+            run.log(type="train", metrics={"loss": 1.0}, step=1)
+    runs = records.group_runs("exp1", tmp_path)
+    assert [r.get("group") for r in runs] == ["exp1"]
+    assert records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path / "out" / "tracking" / "exp1"
+    assert records.status_dir("exp1", tmp_path, [], tmp_path / "state") == tmp_path / "runs" / "exp1"
+    assert records.status_dir("exp1", None, [], tmp_path / "state") == tmp_path / "state" / "groups" / "exp1"
+    assert records.group_curves("exp1", tmp_path) == {"loss": {"train": ([1], [1.0])}}

@@ -86,6 +86,10 @@ async def _wait_inactive(request: Request, name: str) -> None:
         await asyncio.sleep(0.25)
 
 
+async def _no_group(request: Request, name: str) -> Response:
+    return await _overview_page(request, f"There is no group {name!r}.", 404)
+
+
 async def _detail(request: Request, name: str) -> dict[str, Any] | None:
     reply = await api.call(request.app, "GET", f"/api/groups/{name}")
     return reply.body if reply.ok else None
@@ -96,7 +100,7 @@ async def _detail(request: Request, name: str) -> dict[str, Any] | None:
 async def group_page(request: Request, name: str) -> Response:
     detail = await _detail(request, name)
     if detail is None:
-        return await _overview_page(request, f"There is no group {name!r}.", 404)
+        return await _no_group(request, name)
     data = await overview_data(request)
     group = next(g for g in data["groups"] if g["name"] == name)
     ranks = await api.call(request.app, "GET", f"/api/groups/{name}/ranks")
@@ -141,7 +145,7 @@ async def _group_view(request: Request, name: str) -> dict[str, Any] | None:
 async def settings_page(request: Request, name: str) -> Response:
     group = await _group_view(request, name)
     if group is None:
-        return await _overview_page(request, f"There is no group {name!r}.", 404)
+        return await _no_group(request, name)
     return render(request, "settings.html", _settings_context(group, forms.form_from_config(group["config"]), {}))
 
 
@@ -150,7 +154,7 @@ async def settings_page(request: Request, name: str) -> Response:
 async def save_settings(request: Request, name: str) -> Response:
     group = await _group_view(request, name)
     if group is None:
-        return await _overview_page(request, f"There is no group {name!r}.", 404)
+        return await _no_group(request, name)
     form = forms.posted(await form_data(request))
     try:
         body = forms.config_from_form(form, group["nodes"], group["workers"], group["config"])
