@@ -100,6 +100,8 @@ class SecurityHeaders:
             return
 
         page = scope["path"] == "/" or scope["path"].startswith("/ui/")
+        host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+        secure_origin = security.trustworthy(scope.get("scheme", "http"), host)
 
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -107,7 +109,7 @@ class SecurityHeaders:
                 if page:
                     ours = {k.encode() for k in security.SECURITY_HEADERS}
                     headers = [(k, v) for k, v in headers if k.lower() not in ours]
-                extra = security.add_security_headers({k.decode("latin-1"): v for k, v in headers})
+                extra = security.add_security_headers({k.decode("latin-1"): v for k, v in headers}, secure_origin)
                 message["headers"] = headers + [(k.encode(), v.encode()) for k, v in extra.items()]
             await send(message)
 

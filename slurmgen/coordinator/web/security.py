@@ -72,7 +72,18 @@ def same_origin(headers: Mapping[str, str], own_origin: str) -> bool:
     return origin is None or origin == own_origin
 
 
-def add_security_headers(headers: Mapping[str, str]) -> dict[str, str]:
+LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+
+
+def trustworthy(scheme: str, host: str) -> bool:
+    """Whether browsers honour Cross-Origin-Opener-Policy here (https or loopback); elsewhere
+    Chromium ignores it with a console error on every page."""
+    name = host.partition("]")[0] + "]" if host.startswith("[") else host.partition(":")[0]
+    return scheme == "https" or name in LOOPBACK
+
+
+def add_security_headers(headers: Mapping[str, str], secure_origin: bool = True) -> dict[str, str]:
     """The headers to add to a response that does not set them itself."""
     have = {k.lower() for k in headers}
-    return {k: v for k, v in SECURITY_HEADERS.items() if k not in have}
+    skip = set() if secure_origin else {"cross-origin-opener-policy"}
+    return {k: v for k, v in SECURITY_HEADERS.items() if k not in have and k not in skip}

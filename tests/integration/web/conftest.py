@@ -5,9 +5,13 @@ for the coordinator page's tests.
   database in a temp dir (XDG_CONFIG_HOME / XDG_STATE_HOME), and two agents with 2 workers each,
   named after loopback hosts (`127.0.0.1`, `localhost`) so a rank's MASTER_ADDR resolves here.
   Everything is stopped (TERM, then KILL) at the end.
+* ``cluster_coordinator`` (module scope): the same on the test cluster (tests/integration/
+  conftest.py): the server in the root namespace on the controller's address, one agent inside
+  each node (`node1`, `node2`), as a person would run it.
 * ``browser`` (module scope): Chromium from $PATH, never a downloaded build, with the flags
   that keep it off the network (no background requests from a closed machine).
-* ``page`` (per test): a 1280x800 page that records dialogs, console errors and every request
+* ``page`` (per test, on ``cluster_coordinator`` if the test asks for it, else on
+  ``coordinator``): a 1280x800 page that records dialogs, console errors and every request
   to another origin (each a test failure, checked after the test), and ``shot(name)``, which
   saves a screenshot per step into test-artifacts/web/<test>/; the folder is deleted when the
   test passes and kept when it fails (SLURMGEN_KEEP_SCREENSHOTS=1 keeps it always).
@@ -15,6 +19,7 @@ for the coordinator page's tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -101,35 +106,64 @@ def _spawn(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _serve(home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]], procs: list) -> Coordinator:
+    """`slurmgen serve` on `bind`, then one agent per (name, argv prefix) with 2 workers each;
+    every process is added to `procs` as it starts, for the caller to stop."""
+    port = _free_port()
+    url = f"http://{bind}:{port}"
+    slurmgen = [sys.executable, "-m", "slurmgen"]
+    coord = Coordinator(url, "", home, env, procs)
+    coord.procs.append(_spawn(slurmgen + ["serve", "--host", bind, "--port", str(port)], env, home / "serve.log"))
+    token_file = home / "config" / "slurmgen" / "token"
+    deadline = time.monotonic() + START_TIMEOUT
+    while not (_answers(url) and token_file.exists()):
+        assert coord.procs[0].poll() is None, (home / "serve.log").read_text()
+        assert time.monotonic() < deadline, "slurmgen serve did not answer in time"
+        time.sleep(0.1)
+    coord.token = token_file.read_text().strip()
+    for name, prefix in agents:
+        coord.procs.append(_spawn(prefix + slurmgen + ["agent", "--server", url, "--token-file", str(token_file),
+                                                       "--workers", str(WORKERS_PER_AGENT), "--name", name, "--grace", "3"],
+                                  env, home / f"agent-{name}.log"))
+    coord.wait_workers(WORKERS_PER_AGENT * len(agents))
+    return coord
+
+
+def _home_env(home: Path, base: dict) -> dict:
+    env = {**base, "XDG_CONFIG_HOME": str(home / "config"), "XDG_STATE_HOME": str(home / "state"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
+    env.pop("SLURMGEN_TOKEN", None)
+    return env
+
+
+@contextlib.contextmanager
+def _served(home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]]) -> Iterator[Coordinator]:
+    procs: list = []
+    try:
+        yield _serve(home, env, bind, agents, procs)
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
+    """Local agents named after loopback hosts, so a rank's MASTER_ADDR resolves here."""
     pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
     home = tmp_path_factory.mktemp("coordinator")
-    env = {**os.environ, "XDG_CONFIG_HOME": str(home / "config"), "XDG_STATE_HOME": str(home / "state"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
-    env.pop("SLURMGEN_TOKEN", None)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    slurmgen = [sys.executable, "-m", "slurmgen"]
-    coord = Coordinator(url, "", home, env)
-    coord.procs.append(_spawn(slurmgen + ["serve", "--port", str(port)], env, home / "serve.log"))
-    token_file = home / "config" / "slurmgen" / "token"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not (_answers(url) and token_file.exists()):
-            assert coord.procs[0].poll() is None, (home / "serve.log").read_text()
-            assert time.monotonic() < deadline, "slurmgen serve did not answer in time"
-            time.sleep(0.1)
-        coord.token = token_file.read_text().strip()
-        for host in AGENT_HOSTS:
-            coord.procs.append(_spawn(slurmgen + ["agent", "--server", url, "--token-file", str(token_file),
-                                                  "--workers", str(WORKERS_PER_AGENT), "--name", host],
-                                      env, home / f"agent-{host}.log"))
-        coord.wait_workers(WORKERS_PER_AGENT * len(AGENT_HOSTS))
+    with _served(home, _home_env(home, dict(os.environ)), "127.0.0.1", [(host, []) for host in AGENT_HOSTS]) as coord:
         yield coord
-    finally:
-        for proc in reversed(coord.procs):
-            _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def cluster_coordinator(cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
+    """The server in the root namespace, one agent inside each test-cluster node."""
+    pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
+    home = tmp_path_factory.mktemp("coordinator-cluster")
+    agents = [(n.name, ["nsenter", f"--net=/run/netns/{n.netns}", f"--uts=/proc/{n.slurmd_pid}/ns/uts", "--"])
+              for n in cluster.nodes]
+    with _served(home, _home_env(home, cluster.env()), cluster.controller_ip, agents) as coord:
+        yield coord
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +221,10 @@ class Page:
 
 
 @pytest.fixture
-def page(browser, coordinator: Coordinator, request: pytest.FixtureRequest) -> Iterator[Page]:
+def page(browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """On the cluster's coordinator when the test asks for it, else on the local one."""
+    served = "cluster_coordinator" if "cluster_coordinator" in request.fixturenames else "coordinator"
+    coordinator = request.getfixturevalue(served)
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     folder = ARTIFACTS / request.node.name
     shutil.rmtree(folder, ignore_errors=True)

@@ -57,8 +57,10 @@ def _save_settings(p, **fields: str) -> None:
     p.page.get_by_role("button", name="Save settings").click()
 
 
-def test_seed_workflow_from_the_page(page, coordinator, tmp_path):
-    p, names = page, [w["name"] for w in coordinator.wait_workers(4)]
+def test_seed_workflow_from_the_page_on_the_cluster(page, cluster_coordinator, tmp_path):
+    """Two nodes of the test cluster, 2 workers each, the seed's example config."""
+    p, coordinator = page, cluster_coordinator
+    names = [w["name"] for w in coordinator.wait_workers(4)]
     p.log_in(coordinator.token)
     _create_group(p, "exp1")
     expect(_card(p, "exp1")).to_be_visible()
