@@ -13,7 +13,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
+from pydantic import ValidationError
 
+from slurmgen.coordinator.models import GroupConfig, split_worker_name
+from slurmgen.coordinator.ranks import plan_ranks
 from slurmgen.errors import SlurmgenError
 
 from . import api, forms, views
@@ -118,11 +121,6 @@ def _settings_context(group: dict[str, Any], form: dict[str, str], errors: dict[
 
 def preview_of(group: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
     """The rank table the form's values would give, by the coordinator's own rule."""
-    from pydantic import ValidationError
-
-    from slurmgen.coordinator.models import GroupConfig, split_worker_name
-    from slurmgen.coordinator.ranks import plan_ranks
-
     try:
         body = forms.config_from_form(form, group["nodes"], group["workers"], group["config"])
         rows = plan_ranks(GroupConfig(**body), [split_worker_name(w) for w in group["workers"]])

@@ -17,7 +17,8 @@
   // --- live values: every [data-live] element, refreshed from one JSON snapshot ---------
   async function reloadRegion(region) {
     const picked = new Set(Array.from(region.querySelectorAll("input[type=checkbox]:checked"), (box) => box.value));
-    const response = await fetch(window.location.href, { credentials: "same-origin" });
+    // The page's own address, not the window's: after a refused POST the window shows the POST's URL.
+    const response = await fetch(region.getAttribute("data-page-url"), { credentials: "same-origin" });
     if (!response.ok) return region;
     const doc = new DOMParser().parseFromString(await response.text(), "text/html");
     const fresh = doc.getElementById("live-region");
