@@ -48,9 +48,7 @@ def serve(
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
 ) -> None:
     """Run the coordinator: JSON API (and OpenAPI at /docs) plus the web page."""
-    import uvicorn
-
-    from slurmgen.coordinator.server import create_app
+    from slurmgen.coordinator.server import run
     from slurmgen.coordinator.service import Coordinator
     from slurmgen.coordinator.store import Store
     from slurmgen.coordinator.tokens import default_db, default_token_file, load_or_create_token
@@ -65,11 +63,10 @@ def serve(
                    f"Use --ssl-certfile/--ssl-keyfile (uvicorn's TLS), or keep 127.0.0.1 and tunnel: "
                    f"ssh -L {port}:127.0.0.1:{port} THIS_HOST", err=True)
     store = Store(db or default_db())
-    app = create_app(Coordinator(store, agent_timeout=agent_timeout), token)
     typer.echo(f"slurmgen serve: http{'s' if ssl_certfile else ''}://{host}:{port} (state {store.path})")
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+    run(Coordinator(store, agent_timeout=agent_timeout), token, host, port,
+        ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+        ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
 
 
 def agent(

@@ -187,6 +187,21 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+def run(coordinator: Coordinator, token: str, host: str, port: int, **tls: Optional[str]) -> None:
+    """Serve until SIGTERM/SIGINT. Judging stops the moment shutdown begins, and open long
+    polls get at most 2 s, so a restart never fails a group for the silence it caused."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            coordinator.closing = True
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(create_app(coordinator, token), host=host, port=port, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=2, **tls)
+    Server(config).run()
+
+
 def _handler(status: int):
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=status)

@@ -48,6 +48,9 @@ class Coordinator:
         self.seen: dict[str, tuple[float, str]] = {}
         self.boot = clock()
         self.changes = Changes()
+        # Set when the server begins to shut down: agents cannot reach it from then on, which
+        # must not count as their silence.
+        self.closing = False
 
     def _atomic(self):
         return _Atomic(self)
@@ -266,6 +269,8 @@ class Coordinator:
 
     def tick(self) -> None:
         """Fail attempts whose agents went silent (the server calls this twice a second)."""
+        if self.closing:
+            return
         with self._atomic() as now:
             for a in self.store.active_attempts():
                 self._judge(a, now)
