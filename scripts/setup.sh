@@ -27,7 +27,7 @@ done
 # `playwright install`, which downloads a browser build this network cannot fetch).
 pkgs=(python3-venv bash procps)
 if ((with_test)); then
-  pkgs+=(shellcheck slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux pdsh chromium)
+  pkgs+=(shellcheck slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux pdsh nftables chromium)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
