@@ -199,7 +199,7 @@ class Coordinator:
                 raise Conflict(f"group {name!r} is already {g['state']} (attempt {g['attempt']})")
             config = GroupConfig(**g["config"])
             if not config.argv:
-                raise Conflict(f"group {name!r} has no command", )
+                raise Conflict(f"group {name!r} has no command (set one: slurmgen group config {name} -- CMD ...)")
             ranks = self._startable_plan(config, name, now)
             self._new_attempt(name, (g["attempt"] or 0) + 1, config, ranks, now, restarts=0)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
