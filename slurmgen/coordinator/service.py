@@ -126,12 +126,12 @@ class Coordinator:
             raise error(str(e)) from None
 
     def logs(self, name: str, rank: Optional[int], attempt: Optional[int], after: int,
-             limit: int) -> list[LogLine]:
+             limit: int, tail: bool = False) -> list[LogLine]:
         with self._atomic():
             self._group_row(name)
             return [LogLine(id=r["id"], attempt=r["attempt"], rank=r["rank"], worker=r["worker"],
                             time=r["time"], line=r["line"])
-                    for r in self.store.lines(name, rank, attempt, after, limit)]
+                    for r in self.store.lines(name, rank, attempt, after, limit, tail)]
 
     # --- changing groups and workers ---------------------------------------------------------
     def create_group(self, name: str) -> GroupOut:
