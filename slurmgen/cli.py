@@ -332,12 +332,13 @@ def schema() -> None:
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
-from slurmgen.coordinator.cli import register as _register_coordinator  # noqa: E402
-
-_register_coordinator(app)
 from slurmgen.doctor.cli import register as _register_doctor  # noqa: E402  (light: typer only)
 
 _register_doctor(app)
+
+from slurmgen.coordinator.cli import register as _register_coordinator  # noqa: E402
+
+_register_coordinator(app)
 
 
 def main(argv: list[str] | None = None) -> None:

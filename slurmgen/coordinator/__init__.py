@@ -9,9 +9,11 @@ agent starts each rank in its own process group with the torchrun environment an
 ranks if it dies. One failed rank, a silent agent or a stale trainer heartbeat ends the whole
 attempt (fail as one). Modules: `models` (the API's pydantic models, shared with the client),
 `ranks` (the seed's rank rule over `slurmgen.topology`), `state` (pure transitions), `store`
-(the only SQLite user), `server`, `agent`, `client`, `cli`. The web page lives in `web/` and
-is mounted by `server.create_app` when present. Needs the `serve` extra, except `models`,
-`ranks` and `state`, which import pydantic only.
+(the only SQLite user), `service` (the behaviour, one lock) with `heartbeat` (one agent
+report) and `changes` (the long poll that wakes agents), `server` (FastAPI), `agent` with
+`procs` (the ranks' processes), `client` (httpx), `tokens`, `cli`. The web page lives in
+`web/` and is mounted by `server.create_app` when present. Needs the `serve` extra, except
+`models`, `ranks` and `state`, which import pydantic only.
 
 JSON API (all under /api, all but /api/health need `Authorization: Bearer <token>`):
     GET    /api/health                      liveness, no token
@@ -26,7 +28,7 @@ JSON API (all under /api, all but /api/health need `Authorization: Bearer <token
     GET    /api/groups/{name}/ranks         list[RankOut] the plan the config gives today
     POST   /api/groups/{name}/start         -> GroupOut; 409 if active or not startable
     POST   /api/groups/{name}/stop          -> GroupOut
-    GET    /api/groups/{name}/logs          ?rank=&attempt=&after=&limit= -> list[LogLine]
+    GET    /api/groups/{name}/logs          ?rank=&attempt=&after=&limit=&tail= -> list[LogLine]
     POST   /api/agents/heartbeat            AgentReport -> AgentOrders (agents only)
     GET    /api/agents/changes              ?since=V&timeout=S -> Changed; long poll (agents)
 """

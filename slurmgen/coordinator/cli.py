@@ -212,10 +212,18 @@ def group_status(name: str, server: Optional[str] = SERVER, token_file: Optional
 def group_logs(name: str, rank: Optional[int] = typer.Option(None, "--rank"),
                attempt: Optional[int] = typer.Option(None, "--attempt"),
                limit: int = typer.Option(500, "--limit", min=1, max=5000),
+               follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the group ends."),
                server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
-    """Recent output lines of the group's ranks (full files stay on each node)."""
-    for ln in _client(server, token_file).logs(name, rank=rank, attempt=attempt, limit=limit):
-        typer.echo(f"[{ln.attempt}:{ln.rank}] {ln.line}")
+    """Recent output lines of the group's ranks as [attempt:rank] line (full files stay on each node)."""
+    client, after = _client(server, token_file), 0
+    while True:
+        lines = client.logs(name, rank=rank, attempt=attempt, after=after, limit=limit, tail=not after)
+        for ln in lines:
+            typer.echo(f"[{ln.attempt}:{ln.rank}] {ln.line}")
+        after = lines[-1].id if lines else after
+        if not follow or (not lines and client.group(name).group.state not in ("starting", "running")):
+            return
+        time.sleep(0.5 if not lines else 0)
 
 
 @group_app.command("wait")

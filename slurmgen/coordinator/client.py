@@ -96,8 +96,9 @@ class Client:
         return GroupOut(**self._call("POST", f"/api/groups/{name}/stop"))
 
     def logs(self, name: str, rank: Optional[int] = None, attempt: Optional[int] = None,
-             after: int = 0, limit: int = 500) -> List[LogLine]:
-        params = {k: v for k, v in {"rank": rank, "attempt": attempt, "after": after, "limit": limit}.items()
+             after: int = 0, limit: int = 500, tail: bool = False) -> List[LogLine]:
+        params = {k: v for k, v in {"rank": rank, "attempt": attempt, "after": after, "limit": limit,
+                                    "tail": tail}.items()
                   if v is not None}
         return [LogLine(**ln) for ln in self._call("GET", f"/api/groups/{name}/logs", params=params)]
 

@@ -106,8 +106,9 @@ def api_router(c: Coordinator) -> APIRouter:
 
     @r.get("/groups/{name}/logs", response_model=List[LogLine])
     def logs(name: str, rank: Optional[int] = None, attempt: Optional[int] = None,
-             after: int = 0, limit: int = Query(500, ge=1, le=5000)):
-        return c.logs(name, rank, attempt, after, limit)
+             after: int = 0, limit: int = Query(500, ge=1, le=5000), tail: bool = False):
+        """Lines with id > after, oldest first: the first `limit`, or with tail=true the last."""
+        return c.logs(name, rank, attempt, after, limit, tail)
 
     # async on purpose: the busiest route (every agent, every second) skips the threadpool
     # hop; the service call is a short transaction (well under a millisecond).

@@ -126,12 +126,12 @@ class Coordinator:
             raise error(str(e)) from None
 
     def logs(self, name: str, rank: Optional[int], attempt: Optional[int], after: int,
-             limit: int) -> list[LogLine]:
+             limit: int, tail: bool = False) -> list[LogLine]:
         with self._atomic():
             self._group_row(name)
             return [LogLine(id=r["id"], attempt=r["attempt"], rank=r["rank"], worker=r["worker"],
                             time=r["time"], line=r["line"])
-                    for r in self.store.lines(name, rank, attempt, after, limit)]
+                    for r in self.store.lines(name, rank, attempt, after, limit, tail)]
 
     # --- changing groups and workers ---------------------------------------------------------
     def create_group(self, name: str) -> GroupOut:
@@ -199,7 +199,7 @@ class Coordinator:
                 raise Conflict(f"group {name!r} is already {g['state']} (attempt {g['attempt']})")
             config = GroupConfig(**g["config"])
             if not config.argv:
-                raise Conflict(f"group {name!r} has no command", )
+                raise Conflict(f"group {name!r} has no command (set one: slurmgen group config {name} -- CMD ...)")
             ranks = self._startable_plan(config, name, now)
             self._new_attempt(name, (g["attempt"] or 0) + 1, config, ranks, now, restarts=0)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))

@@ -148,12 +148,16 @@ class Store:
                             "grp = ? ORDER BY id DESC LIMIT 1 OFFSET ?)", (group, group, LOG_LINES_KEPT))
 
     def lines(self, group: str, rank: int | None, attempt: int | None, after: int,
-              limit: int) -> list[dict[str, Any]]:
+              limit: int, tail: bool = False) -> list[dict[str, Any]]:
+        """Lines after id `after`, oldest first: the first `limit` of them, or with `tail`
+        the last `limit`."""
         sql, args = "SELECT * FROM logs WHERE grp = ? AND id > ?", [group, after]
         if rank is not None:
             sql, args = sql + " AND rank = ?", [*args, rank]
         if attempt is not None:
             sql, args = sql + " AND attempt = ?", [*args, attempt]
+        if tail:
+            return self._rows(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])[::-1]
         return self._rows(sql + " ORDER BY id LIMIT ?", [*args, limit])
 
 

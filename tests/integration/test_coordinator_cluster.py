@@ -35,7 +35,8 @@ class Coord:
         self.server = self.start_server()
         self.token = (tmp_path / "token").read_text().strip()
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
-        self.agents = {n.name: self.start_agent(n) for n in cluster.nodes}
+        # Two nodes whatever the cluster's size (SLURMGEN_TEST_NODES): the group of 4 is 2 x 2.
+        self.agents = {n.name: self.start_agent(n) for n in cluster.nodes[:2]}
 
     def start_server(self) -> subprocess.Popen:
         proc = subprocess.Popen(
@@ -127,6 +128,7 @@ def test_coordinator_on_the_cluster(coord, cluster):
         assert httpx.get(f"{coord.url}/api/workers", headers=headers).status_code == 401
     assert coord.call("GET", "/api/groups") == []
 
+    assert [n.name for n in cluster.nodes[:2]] == ["node1", "node2"]
     names = [f"{n}-{i}" for n in ("node1", "node2") for i in (0, 1)]
     wait_for(lambda: sorted(w["name"] for w in coord.call("GET", "/api/workers")) == names, 30, "4 workers")
     coord.call("POST", "/api/groups", json={"name": "exp1"})

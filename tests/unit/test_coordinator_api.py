@@ -162,6 +162,13 @@ def test_stop_and_logs(api):
     assert r.status_code == 200
     logs = api.get("/api/groups/exp1/logs", headers=AUTH, params={"rank": 0}).json()
     assert [(ln["worker"], ln["line"]) for ln in logs] == [("gn7-0", "hello")]
+    more = [{**line, "line": f"l{i}"} for i in range(5)]
+    api.post("/api/agents/heartbeat", headers=AUTH,
+             json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": more})
+    tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True}).json()
+    assert [ln["line"] for ln in tail] == ["l3", "l4"]
+    after = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "after": logs[0]["id"]}).json()
+    assert [ln["line"] for ln in after] == ["l0", "l1"]
     assert api.post("/api/groups/exp1/stop", headers=AUTH).json()["state"] == "stopped"
     assert len(beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]) == 2
 
