@@ -79,7 +79,7 @@ def create(
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
-    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node)."),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
     env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: List[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
     sbatch: List[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),

@@ -7,8 +7,10 @@ strict: a misspelt variable fails the render instead of becoming an empty string
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import PurePosixPath
 
 import jinja2
 
@@ -104,6 +106,20 @@ def _container_prefix(spec: JobSpec) -> list[str]:
     return [*prefix, c.image]
 
 
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+
+
+def runs_python(spec: JobSpec) -> bool:
+    """Is the program a Python interpreter (python, python3.11, /opt/venv/bin/python)?
+
+    Then torchrun mode runs that interpreter's `-m torch.distributed.run`: the torch the
+    program imports, found without the venv on PATH. Not under apptainer, whose interpreter
+    lives in the image while the agent runs outside it.
+    """
+    apptainer = spec.container is not None and spec.container.runtime == "apptainer"
+    return not apptainer and bool(_PYTHON.match(PurePosixPath(spec.command[0]).name))
+
+
 def context(spec: JobSpec) -> dict[str, object]:
     """Everything the templates see. Values are plain data; only ShellCode skips quoting."""
     out = spec.output_dir.rstrip("/") or "."
@@ -122,6 +138,9 @@ def context(spec: JobSpec) -> dict[str, object]:
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        "torchrun_python": runs_python(spec),
+        # In the task script, "$1" is the program (see run_slurm.sh.j2).
+        "torchrun": ShellCode('"$1" -m torch.distributed.run' if runs_python(spec) else "torchrun"),
     }
 
 

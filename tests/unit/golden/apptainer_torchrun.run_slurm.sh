@@ -56,22 +56,64 @@ srun_args=(
   --export=ALL          # the environment set above reaches every task
   --ntasks-per-node=1   # one torchrun agent per node; it starts the node's workers
 )
+# Slurm 22.05-23.02 do not hand sbatch's --cpus-per-task on to srun: without this, each
+# task would be bound to one CPU where task binding is on.
+if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
+  srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+fi
+
+# Each process runs under this wrapper: a process that fails on its own (not stopped by a
+# signal) leaves one 'slurmgen-exit:' line naming its rank, node and code. srun then stops
+# the others, and the step's own code is theirs (143); the job exits with the first one's.
+# shellcheck disable=SC2016  # expanded by the wrapper's bash
+rank_wrapper='
+  stopped=0
+  trap "stopped=1" INT TERM  # stopped with the rest: not the cause
+  trap : USR1                # the program handles the requeue warning; the wrapper waits
+  "$@"
+  code=$?
+  if ((code != 0 && !stopped)); then
+    printf "slurmgen-exit: rank %s on %s exited with code %s at %s\n" \
+      "$RANK" "${SLURMD_NODENAME:-$HOSTNAME}" "$code" "${EPOCHREALTIME:-$(date +%s)}" >&2
+  fi
+  exit "$code"
+'
+exit_notes=$(mktemp "${TMPDIR:-/tmp}/slurmgen-exits.XXXXXX")
+trap 'rm -f -- "$exit_notes"' EXIT
+# srun's error output (piped in below, its output goes past) passes on to the log
+# unchanged; the exit notes in it are also kept.
+note_exits() {
+  awk -v notes="$exit_notes" '
+    { print > "/dev/stderr"; fflush("/dev/stderr") }
+    /slurmgen-exit: rank [0-9]+ on [^ ]+ exited with code [0-9]+ at / {
+      print substr($0, index($0, "slurmgen-exit:")) >> notes; fflush(notes)
+    }'
+}
 
 set +e
 # One torchrun agent per node. c10d rendezvous hands out ranks in order of arrival, so
 # global rank 0 may sit on any node; each worker gets NODE_RANK from torchrun's GROUP_RANK.
 # --max-restarts=0: a failure ends the step (restarts belong to requeue, not to torchrun).
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
-srun "${srun_args[@]}" bash -c '
+{ srun "${srun_args[@]}" bash -c '
+  wrapper=$1
+  shift
   exec torchrun --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=1 \
     --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" \
     --rdzv-conf="is_host=$((SLURM_NODEID == 0 ? 1 : 0))" \
     --max-restarts=0 --no-python \
-    bash -c "export NODE_RANK=\$GROUP_RANK; exec \"\$@\"" slurmgen-worker "$@"
-' slurmgen-task "${cmd[@]}"
-status=$?
+    bash -c "export NODE_RANK=\$GROUP_RANK; $wrapper" slurmgen-worker "$@"
+' slurmgen-task "$rank_wrapper" "${cmd[@]}" 2>&1 >&3 3>&- | note_exits; } 3>&1
+status=${PIPESTATUS[0]}
 set -e
 if ((status != 0)); then
+  # The earliest note by time: notes come from every node, in whatever order srun relays them.
+  first=$(sort -k11,11g -- "$exit_notes" | head -n 1)
+  if [[ -n $first ]]; then
+    read -r _ _ rank _ node _ _ _ code _ <<<"$first"
+    echo "slurmgen: job failed: rank $rank on $node exited with code $code first; the job exits with it (the step's code was $status)" >&2
+    exit "$code"
+  fi
   echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
 fi
 exit "$status"

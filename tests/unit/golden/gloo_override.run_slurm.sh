@@ -46,6 +46,39 @@ srun_args=(
   --ntasks-per-node=2
   --distribution=block  # consecutive ranks share a node: RANK = NODE_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK
 )
+# Slurm 22.05-23.02 do not hand sbatch's --cpus-per-task on to srun: without this, each
+# task would be bound to one CPU where task binding is on.
+if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
+  srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+fi
+
+# Each process runs under this wrapper: a process that fails on its own (not stopped by a
+# signal) leaves one 'slurmgen-exit:' line naming its rank, node and code. srun then stops
+# the others, and the step's own code is theirs (143); the job exits with the first one's.
+# shellcheck disable=SC2016  # expanded by the wrapper's bash
+rank_wrapper='
+  stopped=0
+  trap "stopped=1" INT TERM  # stopped with the rest: not the cause
+  trap : USR1                # the program handles the requeue warning; the wrapper waits
+  "$@"
+  code=$?
+  if ((code != 0 && !stopped)); then
+    printf "slurmgen-exit: rank %s on %s exited with code %s at %s\n" \
+      "$RANK" "${SLURMD_NODENAME:-$HOSTNAME}" "$code" "${EPOCHREALTIME:-$(date +%s)}" >&2
+  fi
+  exit "$code"
+'
+exit_notes=$(mktemp "${TMPDIR:-/tmp}/slurmgen-exits.XXXXXX")
+trap 'rm -f -- "$exit_notes"' EXIT
+# srun's error output (piped in below, its output goes past) passes on to the log
+# unchanged; the exit notes in it are also kept.
+note_exits() {
+  awk -v notes="$exit_notes" '
+    { print > "/dev/stderr"; fflush("/dev/stderr") }
+    /slurmgen-exit: rank [0-9]+ on [^ ]+ exited with code [0-9]+ at / {
+      print substr($0, index($0, "slurmgen-exit:")) >> notes; fflush(notes)
+    }'
+}
 
 set +e
 # One task per process. The rank variables are computed INSIDE each task from what srun
@@ -53,18 +86,27 @@ set +e
 # every process RANK 0. All GPUs of a node stay visible to each task (no --gpus-per-task),
 # so that LOCAL_RANK is also the right device index.
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
-srun "${srun_args[@]}" bash -c '
+{ srun "${srun_args[@]}" bash -c '
   export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID NODE_RANK=$SLURM_NODEID
   export WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=2
   if ((RANK != NODE_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK)); then
     echo "slurmgen: task layout is not block-wise (RANK=$RANK NODE_RANK=$NODE_RANK LOCAL_RANK=$LOCAL_RANK)" >&2
     exit 1
   fi
-  exec "$@"
-' slurmgen-task "${cmd[@]}"
-status=$?
+  wrapper=$1
+  shift
+  exec bash -c "$wrapper" slurmgen-rank "$@"
+' slurmgen-task "$rank_wrapper" "${cmd[@]}" 2>&1 >&3 3>&- | note_exits; } 3>&1
+status=${PIPESTATUS[0]}
 set -e
 if ((status != 0)); then
+  # The earliest note by time: notes come from every node, in whatever order srun relays them.
+  first=$(sort -k11,11g -- "$exit_notes" | head -n 1)
+  if [[ -n $first ]]; then
+    read -r _ _ rank _ node _ _ _ code _ <<<"$first"
+    echo "slurmgen: job failed: rank $rank on $node exited with code $code first; the job exits with it (the step's code was $status)" >&2
+    exit "$code"
+  fi
   echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
 fi
 exit "$status"
