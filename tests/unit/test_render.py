@@ -10,6 +10,7 @@ import pytest
 
 from slurmgen.config import build_spec, spec_from_sources
 from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from odd_values import ODD_ARGUMENTS
 
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,9 +43,11 @@ def _matrix():
             "nodes": 1 + i % 4, "gpus": 1 + i % 8, "launcher": launcher, "backend": backend,
             "gpu_request": gpu_request, "container": container, "requeue": requeue, "master_addr": master,
             "time": "1-00" if requeue else None, "setup": ["source venv/bin/activate"] if i % 3 == 0 else [],
-            "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv"} if i % 2 else {},
+            "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv", "HOME_DATA": "~/data", "BS": "a\\"}
+            if i % 2 else {},
             "job_name": "job 'q' $(x) #1" if i % 5 == 0 else "run",
-            "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #"] if i % 2 else ["python", "-m", "x"],
+            "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #", *ODD_ARGUMENTS] if i % 2
+            else ["python", "-m", "x"],
         }
 
 

@@ -19,10 +19,11 @@ import pytest
 from slurmgen.config import build_spec
 from slurmgen.output import write_files
 from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from odd_values import ODD_ARGUMENTS
 
 HOSTILE = [
     "it's", 'say "hi"', "$(touch /tmp/slurmgen-pwned)", "`touch /tmp/slurmgen-pwned`", "a b  c",
-    "line1\nline2", "# not a comment", "$HOME", "back\\slash", "semi;colon && true", "*", "",
+    "line1\nline2", "# not a comment", "$HOME", "back\\slash", "semi;colon && true", "*", "", *ODD_ARGUMENTS,
 ]
 # Prints its argv and selected environment as one JSON line.
 # One write per line: parallel tasks share a stdout, and print() under PYTHONUNBUFFERED writes
