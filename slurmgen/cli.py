@@ -44,6 +44,10 @@ def _root(
     _state["verbose"] = verbose
 
 
+ORDER_HELP = ("Node order after the master: alphabetical (gn39 before gn7, the product brief's rule) | "
+              "natural (gn7 before gn39, Slurm's order, which run_slurm.sh always uses).")
+
+
 def _parse_env(pairs: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
@@ -131,6 +135,7 @@ def ranks(
     gpus: int = typer.Option(1, "--gpus", help="Processes per host (hosts without slots= in a host file)."),
     master: Optional[str] = typer.Option(None, "--master", help="The master host [default: the first given]."),
     world_size: Optional[int] = typer.Option(None, "--world-size", help="Use only this many processes."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
@@ -150,7 +155,7 @@ def ranks(
     else:
         host_list = (read_hostfile(hostfile, gpus) if hostfile is not None
                      else [Host.with_count(h, gpus) for h in expand(hosts or "")])
-        table = rank_table(order_hosts(host_list, master), world_size)
+        table = rank_table(order_hosts(host_list, master, order), world_size)
     if as_json:
         typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
         return
@@ -173,6 +178,7 @@ def launch(
     gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
     master: Optional[str] = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port (default: 29500)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
@@ -234,7 +240,7 @@ def launch(
 
     opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
-    plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
+    plan = build_plan(spec, selected, master=master, order=order, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
                       heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
     from slurmgen.launcher import dry_run_text, launch as run_launch

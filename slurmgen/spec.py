@@ -16,6 +16,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slurmgen import slurm_values
+from slurmgen.yaml12 import as_written
+from slurmgen.hostlist import is_host_name
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 
@@ -39,7 +41,6 @@ MANAGED_SBATCH = {
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")        # partition, account, qos
-_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")           # host name or address
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -113,6 +114,33 @@ class JobSpec(BaseModel):
     signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that USR1 arrives.")
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
 
+    # Strict types, as the user wrote them: a number where text is expected is that text
+    # (`job_name: 2024`, `--lr 3e-4` in a command); a boolean is never a number, nor the reverse.
+    @field_validator("job_name", "partition", "account", "qos", "constraint", "master_addr", "output_dir",
+                     "log_dir", mode="before")
+    @classmethod
+    def _text(cls, v: object) -> object:
+        return as_written(v)
+
+    @field_validator("command", "setup", "sbatch_extra", mode="before")
+    @classmethod
+    def _words(cls, v: object) -> object:
+        return [as_written(item) for item in v] if isinstance(v, list) else as_written(v)
+
+    @field_validator("nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", mode="before")
+    @classmethod
+    def _whole_number(cls, v: object) -> object:
+        if isinstance(v, bool):
+            raise ValueError("expected a whole number, not true/false")
+        return v
+
+    @field_validator("exclusive", "requeue", mode="before")
+    @classmethod
+    def _boolean(cls, v: object) -> object:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError("expected true or false, not a number")
+        return v
+
     @field_validator("job_name", "output_dir", "log_dir")
     @classmethod
     def _single_line(cls, v: str | None) -> str | None:
@@ -135,22 +163,24 @@ class JobSpec(BaseModel):
     @field_validator("mem", mode="before")
     @classmethod
     def _mem(cls, v: object) -> object:
-        return v if v is None or isinstance(v, bool) else slurm_values.memory(str(v))  # YAML: `mem: 0` is an int
+        return v if v is None or isinstance(v, bool) else slurm_values.memory(str(as_written(v)))  # `mem: 0` is an int
 
     @field_validator("time", mode="before")
     @classmethod
     def _time(cls, v: object) -> object:
         if v is None:
             return v
-        text = str(v)  # YAML reads `time: 90` as an int
+        if isinstance(v, bool):
+            raise ValueError("expected a time limit, not true/false")
+        text = str(as_written(v))  # YAML reads `time: 90` as an int
         slurm_values.time_limit_seconds(text)
         return text
 
     @field_validator("master_addr")
     @classmethod
     def _master_addr(cls, v: str | None) -> str | None:
-        if v is not None and not _HOST.match(v):
-            raise ValueError("must be a host name or an IP address")
+        if v is not None and not is_host_name(v):
+            raise ValueError("expected a host name (letters, digits and _ . - only) or an IP address")
         return v
 
     @field_validator("sbatch_extra")
@@ -180,8 +210,8 @@ class JobSpec(BaseModel):
                 if key in RESERVED_ENV:
                     raise ValueError(f"{key} is set by the launch scripts; use the spec's fields instead")
                 if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                    raise ValueError(f"{key}: give a string or a number (got {value!r})")
-            return {k: str(val) for k, val in v.items()}
+                    raise ValueError(f"{key}: give a string or a number (got {value!r}); quote 'true' to pass the word")
+            return {k: str(as_written(val)) for k, val in v.items()}
         return v
 
     @field_validator("command", mode="before")
@@ -194,6 +224,12 @@ class JobSpec(BaseModel):
                 raise ValueError(f"cannot split into words: {exc}") from None
         if isinstance(v, list) and not v:
             raise ValueError("the command must not be empty")
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            if not v[0].strip():
+                raise ValueError("the program (first word) must not be empty, e.g. [python, train.py]")
+            if v[0].startswith("-"):
+                raise ValueError(f"the first word is the program to run, not an option (got {v[0]!r}); "
+                                 "e.g. python train.py --lr 3e-4")
         return v
 
     @model_validator(mode="after")

@@ -67,14 +67,16 @@ def test_existing_files_need_force(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--nodes", "0"], "slurmgen: error: nodes: Input should be greater than or equal to 1 (got '0')"),
-    (["--nodes", "abc"], "slurmgen: error: nodes: Input should be a valid integer"),
+    (["--nodes", "0"], "slurmgen: error: nodes: expected a number greater than or equal to 1 (got '0')"),
+    (["--nodes", "abc"], "slurmgen: error: nodes: expected a whole number (got 'abc')"),
     (["--time", "1:99:00"], "slurmgen: error: time: minutes must be 0-59 (got '1:99:00')"),
-    (["--backend", "mpi"], "slurmgen: error: backend: Input should be 'auto', 'nccl' or 'gloo' (got 'mpi')"),
+    (["--backend", "mpi"], "slurmgen: error: backend: expected 'auto', 'nccl' or 'gloo' (got 'mpi')"),
     (["--env", "NOEQUALS"], "slurmgen: error: env: expected KEY=VALUE (got 'NOEQUALS')"),
     (["--env", "RANK=1"], "slurmgen: error: env: RANK is set by the launch scripts"),
     (["--nodez", "2"], "slurmgen: error: No such option: --nodez"),
-    (["--master-port", "80"], "slurmgen: error: master_port: Input should be greater than or equal to 1024 (got '80')"),
+    (["--master-port", "80"], "slurmgen: error: master_port: expected a number greater than or equal to 1024 (got '80')"),
+    (["--", "", "train.py"], "slurmgen: error: command: the program (first word) must not be empty"),
+    (["--", "--lr", "3e-4"], "slurmgen: error: command: the first word is the program to run, not an option (got '--lr')"),
     (["--config", "/nonexistent.yaml"], "slurmgen: error: config: cannot read '/nonexistent.yaml'"),
     (["--sbatch", "--nodes=4"], "slurmgen: error: sbatch_extra: --nodes is written by slurmgen; set nodes instead"),
 ])
@@ -116,7 +118,19 @@ def test_ranks_text_and_json(tmp_path, capsys):
     assert [r["node_rank"] for r in json.loads(out)] == [0, 0, 0, 1, 1, 1]
 
 
+def test_ranks_order_alphabetical_by_default_natural_on_request(capsys):
+    args = ("ranks", "--hosts", "gn39,gn40,gn7,gn6", "--gpus", "1", "--master", "gn6", "--json")
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and [r["host"] for r in json.loads(out)] == ["gn6", "gn39", "gn40", "gn7"]
+    code, out, _ = run(capsys, *args, "--order", "natural")
+    assert code == 0 and [r["host"] for r in json.loads(out)] == ["gn6", "gn7", "gn39", "gn40"]
+
+
 @pytest.mark.parametrize("args, words", [
+    (["--hosts", "a,b", "--order", "random"], "order: expected alphabetical or natural (got 'random')"),
+    (["--hosts", "gn1;gn2"], "hosts: 'gn1;gn2' is not a host name (expected letters, digits and _ . - only"),
+    (["--hosts", "gn1:4,gn2:4"], "hosts: 'gn1:4' is not a host name (it looks like MPICH's host:slots) "
+                                 "(hint: give slots per host in a --hostfile"),
     (["--hosts", "a,b", "--world-size", "5"], "5 processes asked for, but the hosts offer only 2"),
     (["--hosts", "a,b", "--master", "c"], "master: 'c' is not one of the hosts"),
     (["--hosts", "a", "--nodes", "2"], "give exactly one of --hosts, --hostfile, --nodes"),
