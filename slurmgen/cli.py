@@ -274,7 +274,10 @@ def runs(
 
     if not directory.is_dir():
         raise SlurmgenError(f"runs: no such directory: {str(directory)!r}", hint="pass the directory that holds the runs, e.g. runs/")
-    found = list(find_runs(directory))
+    damaged: list[str] = []
+    found = list(find_runs(directory, damaged))
+    for problem in damaged:  # what can be read is listed all the same
+        typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
     rows = [{"id": r.get("id"), "name": r.get("name"), "group": r.get("group"), "job_type": r.get("job_type"),
              "status": r.get("status"), "steps": r.steps, "last_loss": r.last("loss"), "duration": r.duration(),
              "restarts": r.get("restart_count", 0), "dir": str(r.dir)} for r in found]
@@ -315,11 +318,15 @@ def plot(
     from slurmgen.tracking.plot import plot_run
     from slurmgen.tracking.records import resolve_run
 
+    damaged: list[str] = []
     try:
-        record = resolve_run(run, directory)
+        record = resolve_run(run, directory, damaged)
         path = plot_run(record, output or record.dir / "metrics.png", metrics=list(metric) or None)
     except (LookupError, ValueError, OSError) as exc:
         raise SlurmgenError(f"plot: {exc}") from None
+    finally:
+        for problem in damaged:
+            typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
     typer.echo(f"wrote {path}")
 
 
