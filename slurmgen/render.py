@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import jinja2
 
@@ -26,8 +26,16 @@ SPEC_FILE = "job.yaml"
 MANUAL_DEFAULT_PORT = 29500
 
 
+# A source checkout run without installing (`python -m slurmgen` in the repository) has the
+# templates at the top level, where the wheel's package-dir mapping has not put them yet.
+_SOURCE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
 def _load_template(name: str) -> str:
-    return resources.files("slurmgen.templates").joinpath(name).read_text()
+    try:
+        return resources.files("slurmgen.templates").joinpath(name).read_text()
+    except ModuleNotFoundError:
+        return (_SOURCE_TEMPLATES / name).read_text()
 
 
 _ENV = jinja2.Environment(

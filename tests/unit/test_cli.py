@@ -172,3 +172,16 @@ def test_train_passes_flags_through_to_the_trainer():
     bad = subprocess.run([sys.executable, "-m", "slurmgen", "train", "--max-steps", "x"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "--max-steps" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_runs_from_a_source_checkout_without_installing(tmp_path):
+    # As `python -m slurmgen` in a fresh clone: the installed (editable) finder is taken away,
+    # so `slurmgen.templates` does not exist and the top-level templates/ must be found.
+    probe = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+             f"sys.path.insert(0, {str(REPO)!r}); import runpy, importlib.util\n"
+             "assert importlib.util.find_spec('slurmgen.templates') is None\n"
+             "sys.argv = ['slurmgen', 'create', '--dry-run', '--nodes', '2']\n"
+             "runpy.run_module('slurmgen', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "#SBATCH --nodes=2" in result.stdout
