@@ -10,7 +10,7 @@ from cli_helpers import run
 from slurmgen.config import dump_yaml, load_yaml, spec_from_sources
 from slurmgen.errors import SlurmgenError
 from slurmgen.hostfile import read_hostfile
-from slurmgen.launch_plan import read_env_file
+from slurmgen.launch.plan import read_env_file
 from slurmgen.render import SLURM_SCRIPT, render
 
 
