@@ -121,6 +121,10 @@ def create(
         return
     for path in write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)]):
         typer.echo(f"wrote {path}")
+    from slurmgen.preflight import torchrun_note
+
+    if note := torchrun_note(spec):
+        typer.echo(f"slurmgen: note: {note}", err=True)
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")

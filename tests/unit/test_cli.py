@@ -185,3 +185,19 @@ def test_runs_from_a_source_checkout_without_installing(tmp_path):
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "#SBATCH --nodes=2" in result.stdout
+
+
+def test_create_notes_a_torchrun_agent_missing_here(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no torchrun on it
+    code, _, err = run(capsys, "create", "-o", str(tmp_path / "a"), "--launcher", "torchrun", "--", "./train.sh")
+    assert code == 0 and err == ("slurmgen: note: launcher torchrun: 'torchrun' is not on PATH here; the nodes "
+                                 "need it there (or make the program the venv's Python: -- /path/to/venv/bin/python "
+                                 "train.py)\n")
+    no_torch = tmp_path / "python"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")  # stands for an interpreter without torch
+    no_torch.chmod(0o755)
+    code, _, err = run(capsys, "create", "-o", str(tmp_path / "b"), "--launcher", "torchrun", "--", str(no_torch), "x.py")
+    assert code == 0 and err == f"slurmgen: note: launcher torchrun: {no_torch} has no torch here " \
+                                f"({no_torch} -m torch.distributed.run would fail)\n"
+    code, _, err = run(capsys, "create", "-o", str(tmp_path / "c"), "--launcher", "torchrun", "--", sys.executable, "x.py")
+    assert code == 0 and err == ""  # this test's own Python has torch

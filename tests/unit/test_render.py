@@ -137,3 +137,19 @@ def test_torchrun_passes_the_requeue_warning_to_workers():
     assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
     assert "export TORCHELASTIC_SIGNALS_TO_HANDLE=$PET_SIGNALS_TO_HANDLE" in text
     assert "TORCHELASTIC" not in render(build_spec({"launcher": "srun", "requeue": True})).files[SLURM_SCRIPT]
+
+
+@pytest.mark.parametrize("command, container, agent", [
+    (["/opt/venv/bin/python", "train.py"], None, '"$1" -m torch.distributed.run'),
+    (["python3.11", "-m", "pkg"], None, '"$1" -m torch.distributed.run'),
+    (["./train.sh"], None, "torchrun"),
+    (["python", "train.py"], {"image": "t.sif", "runtime": "apptainer"}, "torchrun"),  # python is in the image
+])
+def test_torchrun_mode_runs_the_programs_own_python(command, container, agent):
+    spec = build_spec({"launcher": "torchrun", "command": command, "container": container})
+    assert f"  exec {agent} --nnodes=" in render(spec).files[SLURM_SCRIPT]
+
+
+def test_srun_gets_the_cpus_per_task_that_sbatch_got():
+    text = render(build_spec({"cpus_per_task": 4})).files[SLURM_SCRIPT]
+    assert 'srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")' in text
