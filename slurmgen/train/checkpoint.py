@@ -188,7 +188,11 @@ def candidates(directory: str | os.PathLike[str]) -> list[Path]:
     ordered = [p for _, p in reversed(list_checkpoints(d))]
     pointer = d / LATEST
     if pointer.is_file():
-        named = d / pointer.read_text().strip()
+        try:
+            named = d / pointer.read_text(encoding="utf-8").strip()
+        except (OSError, ValueError):  # a damaged pointer: the scan below still finds the newest
+            log.warning("%s is damaged; scanning for checkpoints", pointer)
+            return ordered
         if named in ordered:
             ordered.remove(named)
             ordered.insert(0, named)

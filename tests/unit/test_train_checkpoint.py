@@ -59,6 +59,14 @@ def test_unreadable_checkpoint_is_skipped_for_an_older_one(tmp_path, caplog):
     assert "\n" not in line
 
 
+def test_a_damaged_pointer_falls_back_to_the_newest(tmp_path, caplog):
+    ckpt.save(tmp_path, 1, state(1), keep_last=5)
+    ckpt.save(tmp_path, 2, state(2), keep_last=5)
+    (tmp_path / "latest").write_bytes(b"\xff\xfe\x00")
+    assert ckpt.find_latest(tmp_path)[1]["step"] == 2
+    assert [r.getMessage() for r in caplog.records] == [f"{tmp_path}/latest is damaged; scanning for checkpoints"]
+
+
 class Foreign:  # not a tensor or plain value: weights_only loading refuses it
     pass
 
