@@ -298,7 +298,7 @@ def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slu
     result = fake_slurm(out, nodes=2)
     assert result.returncode == 9, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("slurmgen: job failed: rank 3 on ") and "exited with code 9 first" in last
+    assert last.startswith("slurmgen: rank 3 on ") and "exited with code 9 first" in last
     assert "slurmgen-exit: rank 0 on " in result.stderr  # the later failure is in the log too
 
 

@@ -111,7 +111,7 @@ if ((status != 0)); then
   first=$(sort -k11,11g -- "$exit_notes" | head -n 1)
   if [[ -n $first ]]; then
     read -r _ _ rank _ node _ _ _ code _ <<<"$first"
-    echo "slurmgen: job failed: rank $rank on $node exited with code $code first; the job exits with it (the step's code was $status)" >&2
+    echo "slurmgen: rank $rank on $node exited with code $code first; the job exits with it (the step's code was $status)" >&2
     exit "$code"
   fi
   echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
