@@ -106,7 +106,7 @@ class JobSpec(BaseModel):
     master_addr: str | None = Field(None, description="Rendezvous host; default: the job's first node.")
     master_port: Port | None = Field(None, description="Rendezvous port; default 20000 + job id % 10000.")
     backend: Literal["auto", "nccl", "gloo"] = "auto"
-    launcher: Literal["srun", "torchrun"] = Field("srun", description="srun: one task per process; torchrun: one per node.")
+    launcher: Literal["srun", "torchrun"] = Field("srun", description="run_slurm.sh only: srun (one task per process) or torchrun (one per node).")
     container: Container | None = None
     output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")
     log_dir: str | None = Field(None, description="Job logs; default OUTPUT_DIR/logs.")
