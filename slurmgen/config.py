@@ -110,6 +110,8 @@ def _describe(error: Mapping[str, Any]) -> str:
         message = "expected " + ("a number " + rest if rest.startswith(("greater", "less")) else rest)
     else:
         message = error["msg"].removeprefix("Value error, ")
+    if not loc:  # a rule across fields: its message names them, the input is the whole spec
+        return f"{path}: {message}"
     return f"{path}: {message} (got {_shown(value)})"
 
 

@@ -13,11 +13,11 @@ import re
 import shlex
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from slurmgen import slurm_values
-from slurmgen.yaml12 import as_written
+from slurmgen import exitcodes, slurm_values
 from slurmgen.hostlist import is_host_name
+from slurmgen.yaml12 import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 
@@ -113,6 +113,13 @@ class JobSpec(BaseModel):
     requeue: bool = Field(False, description="Requeue on preemption, with USR1 sent signal_lead seconds before the end.")
     signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that USR1 arrives.")
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
+    # Jobs that heal (run_slurm.sh; see slurmgen/heal/).
+    heartbeat_timeout: float | None = Field(
+        None, gt=0, le=86_400, description="Stop the job step when a rank's heartbeat file is older than this many seconds.")
+    retries: int = Field(0, ge=0, le=100, description="Requeue the job after a failure with a retry_on code, up to N times.")
+    retry_on: list[int] = Field(default_factory=list, description="Exit codes that requeue the job, e.g. [1, 124, 143].")
+    exclude_failed_node: bool = Field(False, description="Exclude the node where the failure started before requeueing.")
+    preflight: bool = Field(False, description="Run `slurmgen doctor` on every node before the job step.")
 
     # Strict types, as the user wrote them: a number where text is expected is that text
     # (`job_name: 2024`, `--lr 3e-4` in a command); a boolean is never a number, nor the reverse.
@@ -127,14 +134,16 @@ class JobSpec(BaseModel):
     def _words(cls, v: object) -> object:
         return [as_written(item) for item in v] if isinstance(v, list) else as_written(v)
 
-    @field_validator("nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", mode="before")
+    @field_validator("nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "heartbeat_timeout", "retries",
+                     mode="before")
     @classmethod
-    def _whole_number(cls, v: object) -> object:
+    def _number(cls, v: object, info: ValidationInfo) -> object:
         if isinstance(v, bool):
-            raise ValueError("expected a whole number, not true/false")
+            kind = "a number of seconds" if info.field_name == "heartbeat_timeout" else "a whole number"
+            raise ValueError(f"expected {kind}, not true/false")
         return v
 
-    @field_validator("exclusive", "requeue", mode="before")
+    @field_validator("exclusive", "requeue", "exclude_failed_node", "preflight", mode="before")
     @classmethod
     def _boolean(cls, v: object) -> object:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -231,6 +240,28 @@ class JobSpec(BaseModel):
                 raise ValueError(f"the first word is the program to run, not an option (got {v[0]!r}); "
                                  "e.g. python train.py --lr 3e-4")
         return v
+
+    @field_validator("retry_on", mode="before")
+    @classmethod
+    def _retry_on(cls, v: object) -> object:
+        if isinstance(v, (str, int)) and not isinstance(v, bool):  # "1,124,143" from the CLI, 3 from YAML
+            v = [part.strip() for part in str(v).split(",") if part.strip()]
+        if isinstance(v, list):
+            for code in v:
+                if isinstance(code, bool) or not str(code).strip().isdigit() or not 1 <= int(code) <= 255:
+                    raise ValueError(f"{code!r} is not an exit code: give whole numbers 1-255, comma-separated")
+                if int(code) == exitcodes.PREEMPTED:
+                    raise ValueError(f"{exitcodes.PREEMPTED} means preempted: that job requeues itself (requeue: true)")
+            return sorted({int(code) for code in v})
+        return v
+
+    @model_validator(mode="after")
+    def _retry_policy(self) -> "JobSpec":
+        if self.retries and not self.retry_on:
+            raise ValueError("retries needs retry_on: the exit codes worth another attempt, e.g. 1,124,143")
+        if not self.retries and (self.retry_on or self.exclude_failed_node):
+            raise ValueError("retry_on and exclude_failed_node need retries: N (the most requeues)")
+        return self
 
     @model_validator(mode="after")
     def _signal_before_end(self) -> "JobSpec":
