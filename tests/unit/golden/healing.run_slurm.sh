@@ -279,7 +279,7 @@ exec 5>&-
 wait "$watcher" 2>/dev/null
 set -e
 step_status=$status
-if first=$(first_rank_failure); then
+if ((step_status != 0)) && first=$(first_rank_failure); then
   read -r first_rank first_node first_code <<<"$first"
   status=$first_code  # the first failure's own code, not srun's 143 for the ranks it stopped
 fi
