@@ -1,10 +1,11 @@
 """The rank table: which process gets which RANK, LOCAL_RANK and NODE_RANK. Pure.
 
 Rules (the same for `slurmgen ranks`, the generated scripts and the SSH launcher):
-- the master node comes first, NODE_RANK 0; the other nodes follow in the order asked for:
-  `alphabetical` (plain name order, gn39 before gn7: the product brief's rule and the
-  default of `ranks` and `launch`) or `natural` (gn7 before gn39, as Slurm orders
-  SLURM_NODEID, which is why run_slurm.sh always follows it);
+- the master node comes first, NODE_RANK 0; the other nodes follow in natural order of
+  their names (node2 before node10, as Slurm orders SLURM_NODEID, which is why run_slurm.sh
+  always follows it), or in plain alphabetical order (gn39 < gn40 < gn7, the product brief's
+  rule and the default of `slurmgen ranks`, `launch` and the coordinator) with
+  `order="alphabetical"`;
 - inside a node, workers (slots, usually GPU indices) are ordered by their numeric id and
   LOCAL_RANK counts from 0;
 - RANK = the slots of all nodes before this one + LOCAL_RANK, so nodes may differ in size.
@@ -52,11 +53,11 @@ def natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-ORDERS = ("alphabetical", "natural")
+ORDERS = {"natural": natural_key, "alphabetical": str}
 
 
-def order_hosts(hosts: Sequence[Host], master: str | None = None, order: str = "alphabetical") -> list[Host]:
-    """Master first (default: the first host given), then the rest in `order` (see ORDERS)."""
+def order_hosts(hosts: Sequence[Host], master: str | None = None, order: str = "natural") -> list[Host]:
+    """Master first (default: the first host given), then the rest by name in `order`."""
     if order not in ORDERS:
         raise SlurmgenError(f"order: expected {' or '.join(ORDERS)} (got {show(order)})")
     if not hosts:
@@ -69,7 +70,7 @@ def order_hosts(hosts: Sequence[Host], master: str | None = None, order: str = "
     master = master if master is not None else hosts[0].name
     if master not in names:
         raise SlurmgenError(f"master: {show(master)} is not one of the hosts {names}")
-    key = natural_key if order == "natural" else str
+    key = ORDERS[order]
     rest = sorted((h for h in hosts if h.name != master), key=lambda h: key(h.name))
     return [hosts[names.index(master)], *rest]
 

@@ -41,7 +41,7 @@ SEED_TABLES = [
 @pytest.mark.parametrize("slots, master, expected", SEED_TABLES)
 def test_the_briefs_tables_in_alphabetical_order(slots, master, expected):
     for given in (list(slots), list(reversed(slots))):  # whatever order the hosts come in
-        table = rank_table(order_hosts([Host.with_count(n, slots[n]) for n in given], master=master))
+        table = rank_table(order_hosts([Host.with_count(n, slots[n]) for n in given], master=master, order="alphabetical"))
         assert [(e.host, e.rank, e.local_rank, e.node_rank) for e in table] == expected
         check_invariants(table)
 
