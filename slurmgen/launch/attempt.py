@@ -180,7 +180,7 @@ def _fail(s: AttemptState, host: str, state: str, code: int, verdict: str, at: f
 def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
     if event.kind == "started":
         s = _node(s, host, state="running", started=at)
-        if s.all_running or any(n.started is None for n in s.nodes.values()):
+        if s.all_running or any(n.state != "running" for n in s.nodes.values()):
             return s, []
         return replace(s, all_running=True), [Say(
             f"all {len(s.nodes)} node(s) running {s.world_size} rank(s) {at - s.started_at:.2f}s after the start "

@@ -133,6 +133,8 @@ def test_start_failure_and_late_session():
     assert closed(actions) == ["a"]  # c has no session yet ...
     s, actions = run(s, m.SessionOpened("c", 100.3))
     assert closed(actions) == ["c"]  # ... and is told to stop as soon as it has one
+    s, actions = run(s, *started(hosts=("a", "c")))
+    assert said(actions) == [] and not s.all_running  # b never ran
 
 
 def test_inputs_for_finished_hosts_change_nothing():

@@ -155,10 +155,17 @@ done
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 event started
 
-# Wait for the processes; the first failure stops the rest.
+# Wait for the processes; the first failure stops the rest. `wait -n` returns when a process
+# ends or a trapped signal arrives while it waits; a signal that lands just before it would
+# not end it, so a ticker child (its own short sleep) ends it at least every 0.2 s.
 running=$nproc
+ticker=
 while ((running > 0)); do
-  wait -n || true # returns when any process ends (or a trapped signal arrives)
+  if [[ -z $ticker ]] || ! kill -0 "$ticker" 2>/dev/null; then
+    sleep 0.2 &
+    ticker=$!
+  fi
+  wait -n || true
   stop_if_signalled
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
