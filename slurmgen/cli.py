@@ -89,25 +89,50 @@ def create(
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
     requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on USR1 before the time limit."),
     signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that USR1 arrives [default: 120]."),
+    array: Optional[str] = typer.Option(None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."),
+    sweep: List[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
+    sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
+    sweep_args: Optional[str] = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
     """Write OUTPUT_DIR/run_slurm.sh, OUTPUT_DIR/launch_multi_node.sh and the resolved OUTPUT_DIR/job.yaml."""
-    from slurmgen.config import spec_from_sources
-    from slurmgen.output import write_files
-    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
-    from slurmgen.topology import summary, uniform_table
+    flags = dict(locals())
+    from slurmgen.render import render
 
+    rendered = render(spec_from_create_flags(**{k: v for k, v in flags.items() if k not in ("dry_run", "force")}))
+    write_rendered(rendered, dry_run=dry_run, force=force)
+
+
+def spec_from_create_flags(*, command, config, output_dir, nodes, gpus, gpu_request, time, partition, account, qos,
+                           constraint, exclusive, cpus_per_task, mem, job_name, master_addr, master_port, backend,
+                           launcher, env, setup, sbatch, container_image, container_runtime, container_mount,
+                           log_dir, requeue, signal_lead, array, sweep, sweep_file, sweep_args):
+    """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it."""
+    from slurmgen.config import spec_from_sources
+    from slurmgen.jobs import sweep as sweeps
+
+    if sweep and sweep_file is not None:
+        raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
+    points = sweeps.read_file(sweep_file) if sweep_file is not None else sweeps.parse_flag(sweep) or None
     container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
-    spec = spec_from_sources(config, _overrides(
+    return spec_from_sources(config, _overrides(
         command=command or None, output_dir=output_dir, nodes=nodes, gpus=gpus, gpu_request=gpu_request,
         time=time, partition=partition, account=account, qos=qos, constraint=constraint, exclusive=exclusive,
         cpus_per_task=cpus_per_task, mem=mem, job_name=job_name, master_addr=master_addr,
         master_port=master_port, backend=backend, launcher=launcher, env=_parse_env(env), setup=list(setup),
         sbatch_extra=list(sbatch), container=container or None, log_dir=log_dir, requeue=requeue,
-        signal_lead=signal_lead,
+        signal_lead=signal_lead, array=array, sweep=points, sweep_args=sweep_args,
     ))
-    rendered = render(spec)
+
+
+def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False) -> None:
+    """Print (--dry-run) or write the rendered files, all or none, and say what to do next."""
+    from slurmgen.output import write_files
+    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT
+    from slurmgen.topology import summary, uniform_table
+
+    spec = rendered.spec
     table = uniform_table(spec.nodes, spec.gpus)
     out = Path(spec.output_dir)
     if dry_run:
@@ -115,7 +140,10 @@ def create(
             typer.echo(f"# ===== {out / name} =====")
             typer.echo(text, nl=False)
         return
-    for path in write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)]):
+    written = write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)])
+    if quiet:
+        return
+    for path in written:
         typer.echo(f"wrote {path}")
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
@@ -323,6 +351,11 @@ def schema() -> None:
     from slurmgen.spec import JobSpec
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+from slurmgen.jobs.cli import register as _register_job_commands  # noqa: E402  (needs `create` above)
+
+_register_job_commands(app)
 
 
 def main(argv: list[str] | None = None) -> None:
