@@ -14,7 +14,7 @@ import socket
 import tarfile
 import time
 from pathlib import PurePosixPath
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.exitcodes import FAILED
@@ -26,7 +26,9 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import SlurmJob, Snapshot, expand_tasks
 from slurmgen.jobs.view import ATTEMPTS_NAME, exit_code, job_view, overall, parse_attempts, task_row
-from slurmgen.render import SLURM_SCRIPT, Rendered
+
+if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
+    from slurmgen.render import Rendered
 
 POLL = 0.25
 DEPENDENCY = re.compile(r"^([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton)([,?]([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton))*$")
@@ -82,6 +84,8 @@ def record_for(job_id: str, rendered: Rendered, workdir: str, remote: str | None
 def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str, args: list[str],
            remote: str | None, extra: dict[str, Any]) -> JobRecord:
     """sbatch the rendered script from `workdir` and register the job."""
+    from slurmgen.render import SLURM_SCRIPT
+
     script = str(PurePosixPath(rendered.spec.output_dir) / SLURM_SCRIPT)
     res = runner.run(["sbatch", *args, script], cwd=workdir, timeout=60)
     record = record_for(job_id_from(res.out, res.err, res.code), rendered, workdir, remote, extra)

@@ -8,7 +8,6 @@ from pathlib import Path
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.slurm import valid_job_id
-from slurmgen.render import SPEC_FILE
 
 _ID_LIKE = re.compile(r"^[0-9_.\-+]+$")
 
@@ -23,9 +22,13 @@ def find(registry: Registry, ref: str) -> tuple[JobRecord, str | None]:
         if record is None:
             raise SlurmgenError(f"job: {ref} is not in the registry {str(registry.path)!r}",
                                 hint="`slurmgen jobs` lists the registered jobs")
+        if task and not record.info.get("array"):
+            raise SlurmgenError(f"job: {job_id} is not an array job, so {ref!r} names no task of it")
         return record, task or None
     path = Path(ref)
     if path.is_dir():
+        from slurmgen.render import SPEC_FILE  # only here: a lookup by id stays free of jinja2 and pydantic
+
         if not (path / SPEC_FILE).is_file():
             raise SlurmgenError(f"job: directory {ref!r} holds no {SPEC_FILE}; it is not a slurmgen output dir")
         found = registry.by_output_dir(str(path.resolve()))

@@ -59,7 +59,12 @@ def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
     assert (view["state"], view["reason"]) == ("PENDING", "JobHeldUser"), view
     cluster.run(["scontrol", "release", job])
     assert wait_status(cluster, tmp_path, job, {"RUNNING", "COMPLETED"})["state"] == "RUNNING"
+    follow = subprocess.Popen([sys.executable, "-m", "slurmgen", "logs", job, "--follow", "--registry",
+                               str(tmp_path / "jobs.sqlite")], cwd=tmp_path, env=cluster.env(), stdout=subprocess.PIPE, text=True)
     view = wait_status(cluster, tmp_path, job, {"COMPLETED"})
+    followed, _ = follow.communicate(timeout=30)  # ends by itself once the job has ended
+    assert follow.returncode == 0 and sorted(line.split("]")[0] for line in followed.splitlines()
+                                             if line.startswith("[rank")) == [f"[rank {r}" for r in range(4)], followed
     assert view["exit_code"] == 0 and view["nodes"] == "node[1-2]" and view["limit"] == "00:05:00", view
     for rank in range(4):  # the split log holds exactly what each rank printed
         lines = rank_lines(cluster, tmp_path, job, rank)

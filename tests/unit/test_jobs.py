@@ -166,9 +166,10 @@ def test_find_by_id_task_name_and_dir(tmp_path, monkeypatch):
     with registry(tmp_path) as reg:
         reg.add_many([record("5", tmp_path), record("6", tmp_path)])
         assert find(reg, "5") == (reg.get("5"), None)
-        assert find(reg, "5_3") == (reg.get("5"), "3")
-        assert find(reg, "rec")[0].job_id == "6" and find(reg, "out")[0].job_id == "6"
-        for ref, words in [("0", "not a job id"), ("5_", "not a job id"), ("9", "not in the registry"),
+        reg.add(record("8", tmp_path, array=4))
+        assert find(reg, "8_3") == (reg.get("8"), "3")
+        assert find(reg, "rec")[0].job_id == "8" and find(reg, "out")[0].job_id == "8"
+        for ref, words in [("0", "not a job id"), ("5_", "not a job id"), ("5_3", "5 is not an array job"), ("9", "not in the registry"),
                            ("nope", "no registered job"), (str(tmp_path), "holds no job.yaml")]:
             with pytest.raises(SlurmgenError, match=words):
                 find(reg, ref)
