@@ -13,7 +13,7 @@ from typing import Sequence
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.exitcodes import FAILED
-from slurmgen.jobs.runner import Result, shell_line
+from slurmgen.jobs.runner import Result, read_from, shell_line
 from slurmgen.jobs.snapshot import Snapshot
 
 DEFAULT_REMOTE_DIR = ".slurmgen"  # relative to the login node's home directory
@@ -50,14 +50,7 @@ class RemoteRunner:
     def read(self, path: str, offset: int = 0) -> bytes | None:
         if self._sftp is None:
             self._sftp = self.conn.client.open_sftp()
-        try:
-            with self._sftp.open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SlurmgenError(f"logs: cannot read {path!r} on {self.where}: {exc}", exit_code=FAILED) from None
+        return read_from(self._sftp.open, path, offset, f" on {self.where}")
 
     def close(self) -> None:
         if self._sftp is not None:

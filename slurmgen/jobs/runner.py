@@ -10,8 +10,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, Sequence
+from typing import IO, Callable, Protocol, Sequence
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.exitcodes import FAILED
@@ -57,19 +56,19 @@ class LocalRunner:
         return Result(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
 
     def read(self, path: str, offset: int = 0) -> bytes | None:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SlurmgenError(f"logs: cannot read {path!r}: {exc.strerror}", exit_code=FAILED) from None
+        return read_from(open, path, offset, "")
 
     def close(self) -> None:
         pass
 
 
-def local_path(path: str, base: str | None) -> str:
-    """A path Slurm reported, made absolute against the job's working directory."""
-    return str(Path(base or ".") / path) if not path.startswith("/") else path
+def read_from(opener: Callable[[str, str], IO[bytes]], path: str, offset: int, where: str) -> bytes | None:
+    """The file's bytes from `offset` on (a log being followed), or None if it does not exist yet."""
+    try:
+        with opener(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SlurmgenError(f"logs: cannot read {path!r}{where}: {exc.strerror or exc}", exit_code=FAILED) from None

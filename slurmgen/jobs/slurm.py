@@ -59,9 +59,6 @@ class SlurmJob:
     def ended(self) -> bool:
         return self.state in TERMINAL
 
-    def as_dict(self) -> dict:
-        return {"job": self.key, **{k: v for k, v in self.__dict__.items()}}
-
 
 @dataclass(frozen=True)
 class TaskExit:
@@ -168,17 +165,6 @@ def split_label(line: str) -> tuple[int | None, str]:
 
 def valid_job_id(text: str) -> bool:
     return bool(JOB_ID.match(text))
-
-
-def seconds(duration: str | None) -> int | None:
-    """Slurm's [D-]HH:MM:SS / MM:SS durations in seconds (None for UNLIMITED and the like)."""
-    if not duration or not re.match(r"^(\d+-)?\d+(:\d+){0,2}$", duration):
-        return None
-    days, _, rest = duration.rpartition("-")
-    total = 0
-    for part in rest.split(":"):
-        total = total * 60 + int(part)
-    return total + int(days or 0) * 86400
 
 
 @dataclass
