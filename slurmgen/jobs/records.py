@@ -36,7 +36,8 @@ def by_group(workdir: str, command: Sequence[str], groups: set[str]) -> dict[str
             group = run.get("group")
             if group not in groups:
                 continue
-            artifacts = [a for a in run.artifacts if isinstance(a, dict)]
+            saved = [a for a in run.artifacts if isinstance(a, dict) and a.get("type") in ("checkpoint", "model")]
+            files = (saved[-1].get("files") or [{}]) if saved else [{}]
             out[group] = {"step": run.steps, "loss": run.last("loss"), "status": run.get("status"), "dir": str(run.dir),
-                          "checkpoint": (artifacts[-1].get("path") or artifacts[-1].get("name")) if artifacts else None}
+                          "checkpoint": files[0].get("path") or (saved[-1].get("name") if saved else None)}
     return out

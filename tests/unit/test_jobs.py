@@ -200,6 +200,11 @@ def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
 
 
 def test_status_of_a_sweep_shows_the_grid(tmp_path):
+    from slurmgen import tracking
+
+    run = tracking.init(str(tmp_path / "runs" / "train" / "tracking"), group="slurm-4_1")  # as array task 1's trainer
+    run.log(type="train", metrics={"loss": 0.25}, step=10)
+    run.finish()
     grid = sweep.grid_jsonl(sweep.points({"lr": [1, 2], "bs": [8, 16]}))
     rec = record("4", tmp_path, array=4, sweep_file=str(tmp_path / "out" / "sweep.jsonl"))
     runner = FakeRunner((DATA / "scontrol_array.txt").read_text(), {rec.info["sweep_file"]: grid})
@@ -211,6 +216,8 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
         ("4_0", "RUNNING", {"lr": 1, "bs": 8}), ("4_1", "RUNNING", {"lr": 1, "bs": 16}),
         ("4_2", "PENDING", {"lr": 2, "bs": 8}), ("4_3", "PENDING", {"lr": 2, "bs": 16})]
     assert view["tasks"][2]["reason"] == "JobArrayTaskLimit"
+    assert view["tasks"][1]["run"]["loss"] == 0.25 and "run" not in view["tasks"][0]
+    assert "4_1  RUNNING     loss 0.25  lr=1 bs=16" in "\n".join(format_view(view))
 
 
 def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path):
