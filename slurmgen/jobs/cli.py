@@ -114,7 +114,7 @@ def submit(**kw: Any) -> None:
             if not as_json:
                 typer.echo(record.job_id)
             state, code = commands.wait(runners(remote), record)
-            reg.remember_states({record.job_id: (state, code)})
+            reg.remember_states({record.seq: (state, code)})
         finally:
             runners.close()
     if as_json:
@@ -129,7 +129,7 @@ def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: di
     from slurmgen.jobs.remote import DEFAULT_REMOTE_DIR, ship
     from slurmgen.jobs.snapshot import take
 
-    snap = take(Path(kw["code"] or "."))
+    snap = take(Path(kw["code"] or "."), whole_dir=kw["code"] is not None)
     facts = {"dir": None, "digest": snap.digest, "files": snap.files, "commit": snap.commit, "dirty": snap.dirty}
     extra = {".slurmgen/snapshot.json": json.dumps(facts, indent=2).encode(), ".slurmgen/diff.patch": snap.diff.encode()}
     job_dir, uploaded = ship(runner, snap, kw["remote_dir"] or DEFAULT_REMOTE_DIR, commands.job_tar(rendered, extra))

@@ -172,7 +172,7 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     if not local:
         view["notes"].append(f"run records live on {runner.where}; not read from here")
     if jobs:
-        registry.remember_states({record.job_id: (view["state"], view.get("exit_code"))})
+        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))})
     return view
 
 
@@ -185,22 +185,22 @@ def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int 
     by_where: dict[str | None, list[JobRecord]] = {}
     for r in records:
         by_where.setdefault(r.remote, []).append(r)
-    rows: dict[str, dict[str, Any]] = {}
-    seen: dict[str, tuple[str, int | None]] = {}
+    rows: dict[int | None, dict[str, Any]] = {}
+    seen: dict[int, tuple[str, int | None]] = {}
     for where, group in by_where.items():
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=False)
         for r in group:
             jobs = all_tasks(snap, r)
             state, code = overall(jobs) if r.info.get("array") else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
-            if jobs:
-                seen[r.job_id] = (state, code)
-            rows[r.job_id] = {"job": r.job_id, "name": r.name, "state": state or r.last_state or "UNKNOWN",
+            if jobs and r.seq is not None:
+                seen[r.seq] = (state, code)
+            rows[r.seq] = {"job": r.job_id, "name": r.name, "state": state or r.last_state or "UNKNOWN",
                               "exit_code": code if jobs else r.last_exit, "live": bool(jobs),
                               "tasks": len(jobs) if r.info.get("array") else None, "remote": r.remote,
                               "output_dir": r.output_dir, "submitted": r.submitted}
     registry.remember_states(seen)
-    return [rows[r.job_id] for r in records]
+    return [rows[r.seq] for r in records]
 
 
 def cancel(runner: Runner, record: JobRecord, task: str | None, signal: str | None, timeout: float = 30) -> str:

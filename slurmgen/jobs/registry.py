@@ -5,6 +5,8 @@ Lives under the user's state directory ($XDG_STATE_HOME/slurmgen/jobs.sqlite, by
 creates it; reading commands open it read-write but never create it, and a file that is not a
 SQLite database is refused with one line, untouched. The last state seen for each job is kept,
 so a job the controller has forgotten (and no accounting remembers) still shows how it ended.
+Rows are numbered in submission order (`seq`): job ids repeat across clusters and after a
+cluster's state is reset, and the newest job with an id is the one that id means.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from slurmgen.errors import SlurmgenError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
-    job_id     TEXT PRIMARY KEY,
+    seq        INTEGER PRIMARY KEY,
+    job_id     TEXT NOT NULL,
     name       TEXT NOT NULL,
     output_dir TEXT NOT NULL,
     remote     TEXT,
@@ -30,6 +33,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_exit  INTEGER,
     info       TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id);
 CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
 CREATE INDEX IF NOT EXISTS jobs_output_dir ON jobs (output_dir);
 """
@@ -55,6 +59,7 @@ class JobRecord:
     last_state: str | None = None
     last_exit: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = None  # set by Registry.add
 
     def as_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "name": self.name, "output_dir": self.output_dir, "remote": self.remote,
@@ -109,11 +114,12 @@ class Registry:
         self.close()
 
     def add(self, record: JobRecord) -> None:
-        self.db.execute(
-            "INSERT OR REPLACE INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info) "
+        cursor = self.db.execute(
+            "INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (record.job_id, record.name, record.output_dir, record.remote, record.submitted or time.time(),
              record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True)))
+        record.seq = cursor.lastrowid
 
     def add_many(self, records: Iterable[JobRecord]) -> None:
         self.db.execute("BEGIN")
@@ -123,19 +129,20 @@ class Registry:
 
     @staticmethod
     def _record(row: tuple) -> JobRecord:
-        job_id, name, output_dir, remote, submitted, last_state, last_exit, info = row
-        return JobRecord(job_id, name, output_dir, submitted, remote, last_state, last_exit, json.loads(info))
+        seq, job_id, name, output_dir, remote, submitted, last_state, last_exit, info = row
+        return JobRecord(job_id, name, output_dir, submitted, remote, last_state, last_exit, json.loads(info), seq)
 
     def _select(self, where: str = "", args: tuple = (), limit: int | None = None) -> list[JobRecord]:
-        sql = ("SELECT job_id, name, output_dir, remote, submitted, last_state, last_exit, info FROM jobs "
-               f"{where} ORDER BY submitted DESC, CAST(job_id AS INTEGER) DESC" + (f" LIMIT {int(limit)}" if limit else ""))
+        sql = ("SELECT seq, job_id, name, output_dir, remote, submitted, last_state, last_exit, info FROM jobs "
+               f"{where} ORDER BY seq DESC" + (f" LIMIT {int(limit)}" if limit else ""))
         return [self._record(r) for r in self.db.execute(sql, args)]
 
     def all(self, limit: int | None = None) -> list[JobRecord]:
         return self._select(limit=limit)
 
     def get(self, job_id: str) -> JobRecord | None:
-        found = self._select("WHERE job_id = ?", (job_id,))
+        """The newest job with this id."""
+        found = self._select("WHERE job_id = ?", (job_id,), limit=1)
         return found[0] if found else None
 
     def by_name(self, name: str) -> list[JobRecord]:
@@ -144,12 +151,12 @@ class Registry:
     def by_output_dir(self, output_dir: str) -> list[JobRecord]:
         return self._select("WHERE output_dir = ?", (output_dir,))
 
-    def remember_states(self, states: dict[str, tuple[str, int | None]]) -> None:
-        """Keep the last state (and exit code) seen per job id, in one transaction."""
+    def remember_states(self, states: dict[int, tuple[str, int | None]]) -> None:
+        """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction."""
         if not states:
             return
         self.db.execute("BEGIN")
-        self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ? WHERE job_id = ? "
+        self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ? WHERE seq = ? "
                             "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
-                            [(s, c, j, s, c) for j, (s, c) in states.items()])
+                            [(s, c, seq, s, c) for seq, (s, c) in states.items()])
         self.db.execute("COMMIT")

@@ -51,9 +51,8 @@ def _files(code: Path) -> tuple[list[str], bool]:
     return sorted(names), False
 
 
-def pack(code: Path, extra: dict[str, bytes] | None = None) -> tuple[bytes, int]:
-    """A deterministic tar of `code`'s files (plus `extra` files given by name), and the file count."""
-    names, _ = _files(code)
+def pack(code: Path, names: list[str]) -> bytes:
+    """A deterministic tar of these files of `code` (same tree, same bytes, same digest)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in names:
@@ -64,23 +63,27 @@ def pack(code: Path, extra: dict[str, bytes] | None = None) -> tuple[bytes, int]
                     tar.addfile(info, fh)
             else:
                 tar.addfile(info)
-        for name, data in sorted((extra or {}).items()):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue(), len(names) + len(extra or {})
+    return buf.getvalue()
 
 
-def take(code: Path) -> Snapshot:
-    """Snapshot `code`: tar, digest and the git facts (None/False/'' outside git)."""
+def take(code: Path, *, whole_dir: bool) -> Snapshot:
+    """Snapshot `code`: tar, digest and the git facts (None/False/'' outside git).
+
+    Outside a git work tree every file under `code` is taken, which only `--code DIR` asks
+    for (`whole_dir`): the working directory of a laptop may be a whole home directory.
+    """
     if not code.is_dir():
         raise SlurmgenError(f"code: {str(code)!r} is not a directory")
-    tar, count = pack(code)
+    names, in_git = _files(code)
+    if not in_git and not whole_dir:
+        raise SlurmgenError(f"code: {str(code.resolve())!r} is not in a git work tree, so what to ship is unclear",
+                            hint="pass --code DIR to ship everything under DIR")
+    tar = pack(code, names)
     commit, dirty, diff = None, False, ""
-    head = _git(code, "rev-parse", "HEAD") if _files(code)[1] else None
+    head = _git(code, "rev-parse", "HEAD") if in_git else None
     if head is not None and head.returncode == 0:
         commit = head.stdout.decode().strip()
         status = _git(code, "status", "--porcelain", "--untracked-files=normal")
         dirty = bool(status.stdout.strip())
         diff = _git(code, "diff", "HEAD", "--binary").stdout.decode(errors="replace")[:MAX_DIFF]
-    return Snapshot(hashlib.sha256(tar).hexdigest()[:20], tar, count, commit, dirty, diff)
+    return Snapshot(hashlib.sha256(tar).hexdigest()[:20], tar, len(names), commit, dirty, diff)

@@ -139,11 +139,12 @@ def test_bad_sweep_specs(values, words):
 # --- registry -----------------------------------------------------------------------------------
 def test_registry_round_trip_and_last_states(tmp_path):
     with registry(tmp_path) as reg:
-        reg.add_many([record("5", tmp_path), record("6", tmp_path, name="other")])
-        reg.remember_states({"5": ("FAILED", 3)})
+        old, new, other = record("5", tmp_path), record("5", tmp_path, nodes=4), record("6", tmp_path, name="other")
+        reg.add_many([old, new, other])  # a reset cluster hands out 5 again: the newest 5 is the one meant
+        reg.remember_states({new.seq: ("FAILED", 3)})
     with Registry.open(tmp_path / "jobs.sqlite") as reg:
-        assert [r.job_id for r in reg.all()] == ["6", "5"]
-        assert (reg.get("5").last_state, reg.get("5").last_exit, reg.get("5").info["nodes"]) == ("FAILED", 3, 2)
+        assert [(r.job_id, r.last_state) for r in reg.all()] == [("6", None), ("5", "FAILED"), ("5", None)]
+        assert (reg.get("5").last_state, reg.get("5").last_exit, reg.get("5").info["nodes"]) == ("FAILED", 3, 4)
         assert [r.job_id for r in reg.by_name("other")] == ["6"] and reg.get("7") is None
 
 
@@ -300,3 +301,28 @@ def test_create_dry_run_shows_the_sweep_grid(capsys):
     assert code == 0 and "#SBATCH --array=0-1" in out and "0) cmd+=(lr=1) ;;" in out
     assert '{"task": 1, "params": {"lr": "2"}}' in out
 
+
+
+# --- code snapshots for --remote ------------------------------------------------------------------
+def test_snapshots_are_content_addressed_and_follow_git(tmp_path):
+    from slurmgen.jobs.snapshot import take
+
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "train.py").write_text("print(1)\n")
+    (code / ".gitignore").write_text("data/\n")
+    (code / "data").mkdir()
+    (code / "data" / "huge.bin").write_text("never shipped")
+    with pytest.raises(SlurmgenError, match="not in a git work tree"):
+        take(code, whole_dir=False)
+    assert take(code, whole_dir=True).files == 3  # --code DIR outside git: everything under it
+    git = ["git", "-C", str(code), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    clean = take(code, whole_dir=False)
+    assert (clean.files, clean.dirty, clean.diff, len(clean.commit)) == (2, False, "", 40)
+    os.utime(code / "pkg" / "train.py", (1, 1))  # times are not content: same digest
+    assert take(code, whole_dir=False).digest == clean.digest
+    (code / "pkg" / "train.py").write_text("print(2)\n")
+    dirty = take(code, whole_dir=False)
+    assert dirty.dirty and "+print(2)" in dirty.diff and dirty.digest != clean.digest
