@@ -208,6 +208,9 @@ def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[in
 
     if record.info.get("array") and task is None:
         raise SlurmgenError(f"job: {record.job_id} is an array; name one task as {record.job_id}_N")
+    if rank is not None and record.info.get("launcher") == "torchrun":
+        raise SlurmgenError(f"rank: job {record.job_id} runs one torchrun agent per node, so its log is split by node",
+                            hint="use --node N")
     tasks = {rank} if rank is not None else _node_tasks(runner, record, node) if node is not None else None
     path = log_path(record, task)
     colour = sys.stdout.isatty() and not as_json
