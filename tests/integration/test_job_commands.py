@@ -141,3 +141,6 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
     assert view["remote"] == "node1" and view["exit_code"] == 0, view
     for rank in (0, 1):
         assert rank_lines(cluster, tmp_path, record["job_id"], rank, *remote) == [f"[rank {rank}] rank {rank} sees dirty"]
+    listed = json.loads(sg(cluster, tmp_path, "jobs", "--json", *remote).stdout)
+    assert [(r["job"], r["state"], r["remote"]) for r in listed] == [
+        (again["job_id"], "CANCELLED", "node1"), (record["job_id"], "COMPLETED", "node1")]
