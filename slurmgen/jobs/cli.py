@@ -211,7 +211,7 @@ def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[in
     if rank is not None and record.info.get("launcher") == "torchrun":
         raise SlurmgenError(f"rank: job {record.job_id} runs one torchrun agent per node, so its log is split by node",
                             hint="use --node N")
-    tasks = {rank} if rank is not None else _node_tasks(runner, record, node) if node is not None else None
+    tasks = {rank} if rank is not None else commands.node_tasks(runner, record, task, node) if node is not None else None
     path = log_path(record, task)
     colour = sys.stdout.isatty() and not as_json
 
@@ -233,25 +233,6 @@ def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[in
                             hint="a pending job has written nothing; `slurmgen status` says why it waits", exit_code=1)
     selected = select_lines(data.decode(errors="replace").splitlines(), tasks)
     emit(selected[-tail:] if tail else [] if tail == 0 else selected)
-
-
-def _node_tasks(runner: Any, record: Any, node: str) -> set[int]:
-    from slurmgen.hostlist import expand
-    from slurmgen.jobs.logs import tasks_on_node
-    from slurmgen.jobs.query import ask
-
-    count, per_node = int(record.info.get("nodes", 1)), int(record.info.get("gpus", 1))
-    if node.isdigit():
-        index = int(node)
-    else:
-        job = next(iter(ask(runner, [record.job_id]).jobs.values()), None)
-        names = expand(job.nodes) if job and job.nodes else []
-        if node not in names:
-            raise SlurmgenError(f"node: {node!r} is not a node of job {record.job_id} (its nodes: {', '.join(names) or 'unknown'})")
-        index = names.index(node)
-    if not 0 <= index < count:
-        raise SlurmgenError(f"node: job {record.job_id} has nodes 0-{count - 1} (got {node})")
-    return tasks_on_node(index, per_node, record.info.get("launcher", "srun"))
 
 
 def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),

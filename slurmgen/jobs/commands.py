@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from slurmgen.errors import SlurmgenError
 from slurmgen.exitcodes import FAILED
 from slurmgen.jobs import sweep as sweeps
-from slurmgen.jobs.logs import log_path
+from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.records import by_group, group_of
 from slurmgen.jobs.registry import JobRecord, Registry
@@ -220,3 +220,20 @@ def cancel(runner: Runner, record: JobRecord, task: str | None, signal: str | No
         time.sleep(POLL)
     return "CANCELLING"
 
+
+def node_tasks(runner: Runner, record: JobRecord, task: str | None, node: str) -> set[int]:
+    """The srun task ids of the job's (or array task's) node given by index (0, 1, ...) or by name."""
+    from slurmgen.hostlist import expand
+
+    count, per_node = int(record.info.get("nodes", 1)), int(record.info.get("gpus", 1))
+    if node.isdigit():
+        index = int(node)
+    else:
+        job = ask(runner, [record.job_id]).jobs.get(f"{record.job_id}_{task}" if task is not None else record.job_id)
+        names = expand(job.nodes) if job and job.nodes else []
+        if node not in names:
+            raise SlurmgenError(f"node: {node!r} is not a node of job {record.job_id} (its nodes: {', '.join(names) or 'unknown'})")
+        index = names.index(node)
+    if not 0 <= index < count:
+        raise SlurmgenError(f"node: job {record.job_id} has nodes 0-{count - 1} (got {node})")
+    return tasks_on_node(index, per_node, record.info.get("launcher", "srun"))
