@@ -101,3 +101,32 @@ def test_follow_reads_to_the_end_after_the_job_ended():
         return chunks.pop(0) if chunks else b""
     lines = list(follow(read, lambda: next(states), sleep=lambda s: None))
     assert lines == ["0: a", "1: b", "0: last"] and read_at == [0, 9, 10, 10]
+
+
+class Recorded:
+    """A runner that answers each Slurm command with a recorded file: stdout, #STDERR, #RC."""
+
+    where = "local"
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers, self.calls = answers, []
+
+    def run(self, argv, **kwargs):
+        from slurmgen.jobs.runner import Result
+
+        self.calls.append(argv[0])
+        body, _, code = recorded(self.answers[argv[0]]).rpartition("\n#RC ")
+        out, _, err = body.partition("\n#STDERR\n")
+        return Result(int(code), out, err)
+
+
+def test_a_job_the_controller_forgot_without_accounting_gets_a_clear_note():
+    from slurmgen.jobs.query import ask
+
+    runner = Recorded({"scontrol": "scontrol_bad.txt", "sacct": "sacct.txt"})
+    snap = ask(runner, ["999999"])
+    assert snap.jobs == {} and runner.calls == ["scontrol", "sacct"]
+    assert snap.notes == ["sacct: Slurm accounting storage is disabled; showing the last state slurmgen saw for "
+                          "1 job(s) the controller no longer knows"]
+    known = ask(Recorded({"scontrol": "scontrol_completed.txt"}), ["1"])
+    assert known.jobs["1"].state == "COMPLETED" and known.notes == []

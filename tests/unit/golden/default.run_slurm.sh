@@ -42,8 +42,8 @@ if ! getent ahosts "$MASTER_ADDR" >/dev/null; then
   echo "slurmgen: master address '$MASTER_ADDR' does not resolve on $(hostname); every rank would time out trying to reach it. Set master_addr in the spec to a name or address the nodes can reach." >&2
   exit 1
 fi
-# Derived from the job id (every array task has its own): two jobs sharing a node do not
-# collide, and 20000-29999 stays clear of the kernel's ephemeral port range.
+# Derived from the job id: two jobs sharing a node do not collide, and 20000-29999 stays
+# clear of the kernel's ephemeral port range.
 MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))
 export MASTER_ADDR MASTER_PORT
 echo "slurmgen: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: master ${MASTER_ADDR}:${MASTER_PORT}, 1 x 1 processes"
