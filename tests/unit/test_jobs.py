@@ -122,6 +122,11 @@ def test_a_sweep_renders_one_array_script_whose_tasks_get_their_row(tmp_path):
     assert bad.returncode == 1 and "this sweep has 2 points (array tasks 0-1); got task '5'" in bad.stderr
 
 
+def test_an_array_without_a_sweep_passes_through():
+    script = render(build_spec({"array": "0-15%4"})).files[SLURM_SCRIPT]
+    assert "#SBATCH --array=0-15%4" in script and "%x-%A_%a.out" in script and "case ${SLURM_ARRAY_TASK_ID" not in script
+
+
 @pytest.mark.parametrize("values, words", [
     ({"sweep": {"lr": []}}, "sweep: every parameter needs at least one value"),
     ({"sweep": {"lr": [1]}, "array": "0-3"}, "with a sweep, give only %N"),
