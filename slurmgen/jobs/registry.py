@@ -15,6 +15,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -84,7 +85,7 @@ class Registry:
             if create:
                 path.parent.mkdir(parents=True, exist_ok=True)
             # mode=rw never creates: a missing file is an error above, not a new empty database.
-            uri = f"file:{path.resolve()}?mode={'rwc' if create else 'rw'}"
+            uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode={'rwc' if create else 'rw'}"
             db = sqlite3.connect(uri, uri=True, timeout=10, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise SlurmgenError(f"registry: cannot open {str(path)!r}: {exc}") from None

@@ -153,6 +153,15 @@ def test_registry_round_trip_and_last_states(tmp_path):
         assert [r.job_id for r in reg.by_name("other")] == ["6"] and reg.get("7") is None
 
 
+def test_a_registry_path_may_hold_uri_characters(tmp_path):
+    path = tmp_path / "odd ?#% dir" / "jobs.sqlite"
+    with Registry.open(path, create=True) as reg:
+        reg.add(record("5", tmp_path))
+    assert [p.name for p in path.parent.iterdir()] == ["jobs.sqlite"]
+    with Registry.open(path) as reg:
+        assert reg.get("5").job_id == "5"
+
+
 def test_reading_commands_never_create_or_touch_a_registry(tmp_path):
     with pytest.raises(SlurmgenError, match="no job registry"):
         Registry.open(tmp_path / "none.sqlite")
