@@ -93,6 +93,11 @@ def create(
     sweep: List[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
     sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
     sweep_args: Optional[str] = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
+    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
+    retries: Optional[str] = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
+    retry_on: Optional[str] = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
+    exclude_failed_node: Optional[bool] = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),
+    preflight: Optional[bool] = typer.Option(None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
@@ -104,11 +109,12 @@ def create(
     write_rendered(rendered, dry_run=dry_run, force=force)
 
 
-def spec_from_create_flags(*, command, config, output_dir, nodes, gpus, gpu_request, time, partition, account, qos,
-                           constraint, exclusive, cpus_per_task, mem, job_name, master_addr, master_port, backend,
-                           launcher, env, setup, sbatch, container_image, container_runtime, container_mount,
-                           log_dir, requeue, signal_lead, array, sweep, sweep_file, sweep_args):
-    """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it."""
+def spec_from_create_flags(*, command, config, env, setup, sbatch, container_image, container_runtime, container_mount,
+                           sweep, sweep_file, **fields):
+    """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it.
+
+    Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
+    """
     from slurmgen.config import spec_from_sources
     from slurmgen.jobs import sweep as sweeps
 
@@ -117,12 +123,8 @@ def spec_from_create_flags(*, command, config, output_dir, nodes, gpus, gpu_requ
     points = sweeps.read_file(sweep_file) if sweep_file is not None else sweeps.parse_flag(sweep) or None
     container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
     return spec_from_sources(config, _overrides(
-        command=command or None, output_dir=output_dir, nodes=nodes, gpus=gpus, gpu_request=gpu_request,
-        time=time, partition=partition, account=account, qos=qos, constraint=constraint, exclusive=exclusive,
-        cpus_per_task=cpus_per_task, mem=mem, job_name=job_name, master_addr=master_addr,
-        master_port=master_port, backend=backend, launcher=launcher, env=_parse_env(env), setup=list(setup),
-        sbatch_extra=list(sbatch), container=container or None, log_dir=log_dir, requeue=requeue,
-        signal_lead=signal_lead, array=array, sweep=points, sweep_args=sweep_args,
+        command=command or None, env=_parse_env(env), setup=list(setup), sbatch_extra=list(sbatch),
+        container=container or None, sweep=points, **fields,
     ))
 
 
@@ -264,7 +266,8 @@ def launch(
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
     plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
-                      heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
+                      heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
+                      heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
@@ -356,6 +359,9 @@ def schema() -> None:
 from slurmgen.jobs.cli import register as _register_job_commands  # noqa: E402  (needs `create` above)
 
 _register_job_commands(app)
+from slurmgen.doctor.cli import register as _register_doctor  # noqa: E402  (light: typer only)
+
+_register_doctor(app)
 
 
 def main(argv: list[str] | None = None) -> None:

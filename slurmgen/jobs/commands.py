@@ -25,7 +25,8 @@ from slurmgen.jobs.records import by_group, group_of
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import SlurmJob, Snapshot, expand_tasks
-from slurmgen.jobs.view import ATTEMPTS_NAME, exit_code, job_view, overall, parse_attempts, task_row
+from slurmgen.heal.attempts import ATTEMPTS_NAME, parse_attempts
+from slurmgen.jobs.view import exit_code, job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
     from slurmgen.render import Rendered

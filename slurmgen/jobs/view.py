@@ -6,14 +6,12 @@ result is a plain dict: `--json` prints it as is, `format_view` writes the text 
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping, Sequence
 
+from slurmgen.heal.attempts import cause
 from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import SlurmJob, Snapshot, TaskExit, task_exits
 
-# The attempts record of run_slurm.sh (retries, issue 11b): LOG_DIR/slurmgen-<job id>.attempts.jsonl.
-ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
 
@@ -100,19 +98,6 @@ def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
             "what": first["what"] if first else None}
 
 
-def parse_attempts(text: str) -> list[dict[str, Any]]:
-    """The attempts JSON lines; a line cut short by a kill is skipped."""
-    out = []
-    for line in text.splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict):
-            out.append(item)
-    return out
-
-
 def _fmt_loss(run: Mapping[str, Any] | None) -> str:
     loss = (run or {}).get("loss")
     return f"{loss:.4g}" if isinstance(loss, (int, float)) else "-"
@@ -146,8 +131,7 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
         lines.append(f"  step {step['step']}: {step['state']} exit code {step['exit_code']}")
     for attempt in view.get("attempts") or []:
         if attempt.get("event") == "end":
-            lines.append(f"  attempt {attempt.get('attempt')}: exit {attempt.get('exit_code')} -> {attempt.get('action')}"
-                         + (f" (node {attempt['node']})" if attempt.get("node") else ""))
+            lines.append(f"  attempt {attempt.get('attempt')}: {cause(attempt)} -> {attempt.get('action')}")
     for note in view.get("notes") or []:
         lines.append(f"  note: {note}")
     return lines
