@@ -19,9 +19,10 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-# Each rank says who it is and what it got; rank 1 exits with $FAIL_CODE when it is set.
+# Each rank says who it is and what it got; rank 1 exits with $FAIL_CODE when it is set, 2 s
+# after rank 0 has ended (a rank that srun kills would make the step's code 143, not the code).
 SAY = ('echo "rank $RANK of $WORLD_SIZE on $(hostname) port $MASTER_PORT args $*"; sleep "${NAP:-0}"; '
-       'if [[ $RANK == 1 && -n ${FAIL_CODE:-} ]]; then exit "$FAIL_CODE"; fi')
+       'if [[ $RANK == 1 && -n ${FAIL_CODE:-} ]]; then sleep 2; exit "$FAIL_CODE"; fi')
 COMMAND = ["--", "bash", "-c", SAY, "say"]
 
 
