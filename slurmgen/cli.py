@@ -359,9 +359,14 @@ def schema() -> None:
 from slurmgen.jobs.cli import register as _register_job_commands  # noqa: E402  (needs `create` above)
 
 _register_job_commands(app)
+
 from slurmgen.doctor.cli import register as _register_doctor  # noqa: E402  (light: typer only)
 
 _register_doctor(app)
+
+from slurmgen.coordinator.cli import register as _register_coordinator  # noqa: E402
+
+_register_coordinator(app)
 
 
 def main(argv: list[str] | None = None) -> None:
