@@ -17,7 +17,11 @@
 # with the failed process's code (other nodes see their peers vanish and fail as well).
 # INT and TERM are passed on to every process; a second one kills them at once. What is left
 # is killed SLURMGEN_STOP_GRACE seconds (default 30) after a signal, SLURMGEN_FAIL_GRACE
-# seconds (default 2) after a failure.
+# seconds (default 2) after a failure. The exit code is then 130 (INT) or 143 (TERM).
+# PYTHONUNBUFFERED=1 is set unless already set, so progress lines reach the logs at once.
+# Each run starts every per-rank log with a '=====' line: time, node and rank.
+# The spec's `launcher` (srun | torchrun) applies to run_slurm.sh only: this script always
+# starts each process itself, with the torchrun environment variables set.
 set -euo pipefail
 
 me=${0##*/}
@@ -71,6 +75,8 @@ world_size=$((10#$world_size))
 
 # --- environment for every process ---
 export SLURMGEN_BACKEND=auto
+# Python holds its output in a buffer when it goes to a pipe: progress would show up at exit.
+export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
 # A rank stuck in an NCCL collective raises instead of hanging forever.
 export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 export MASTER_ADDR=$master_addr MASTER_PORT=$master_port NODE_RANK=$node_rank
@@ -81,8 +87,14 @@ log_dir=${SLURMGEN_LOG_DIR:-out/logs}
 cmd=(python -m slurmgen.train)
 
 # Traps are set before the first process starts: a signal that arrives while they are
-# being started still reaches the ones already running.
+# being started still reaches the ones already running. The handlers only count the
+# signals; the stop itself runs in the main flow (stop_if_signalled), because bash is
+# not re-entrant: a second signal landing in a handler that runs functions or exits
+# aborts with "pop_var_context" and exit code 1.
 pids=()
+signals=0 stop_name='' stop_code=0
+trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=INT stop_code=130' INT
+trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=TERM stop_code=143' TERM
 # Send a signal to every process group still running; true if any was.
 signal_all() {
   local pid any=1
@@ -91,26 +103,26 @@ signal_all() {
   done
   return "$any"
 }
-# TERM everything, give it $1 seconds to exit, then KILL what is left.
+# TERM everything, give it $1 seconds to exit (less if a second signal comes), then KILL.
 stop_all() {
-  local deadline=$((SECONDS + $1))
+  local deadline=$((SECONDS + $1)) seen=$signals
   signal_all TERM || return 0
-  while ((SECONDS < deadline)) && signal_all 0; do sleep 0.1; done
+  while ((SECONDS < deadline && signals <= seen)) && signal_all 0; do sleep 0.1; done
   signal_all KILL || true
 }
-on_signal() { # <signal name> <exit code>
-  trap 'signal_all KILL; exit 137' INT TERM # a second signal: no more waiting
-  echo "$me: got SIG$1, stopping all ranks on this node" >&2
-  pids+=("${!:-}") # a process started just before the signal, not yet in pids
+# After a signal: stop every process and exit 130 (INT) or 143 (TERM).
+stop_if_signalled() {
+  [[ -n $stop_name ]] || return 0
+  echo "$me: got SIG$stop_name, stopping all ranks on this node" >&2
   stop_all "${SLURMGEN_STOP_GRACE:-30}"
-  exit "$2"
+  exit "$stop_code"
 }
-trap 'on_signal INT 130' INT
-trap 'on_signal TERM 143' TERM
 
 # Job control: each process starts in a process group of its own, so that a stop reaches
 # the whole tree it may have spawned (data loader workers and the like).
 set -m
+run_note=:  # `slurmgen launch` numbers its attempts
+[[ -z ${SLURMGEN_ATTEMPT:-} ]] || run_note=" launch: attempt $SLURMGEN_ATTEMPT,"
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   rank=$((rank_offset + local_rank))
   (
@@ -121,6 +133,8 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     # reported below, by rank): only it goes to /dev/null; tee and sed keep stderr as fd 3.
     exec 3>&2 2>/dev/null
     export RANK=$rank LOCAL_RANK=$local_rank
+    printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
+      "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
     # tee and sed ignore INT/TERM: the process's last words still reach the log.
     "${cmd[@]}" 2>&1 3>&- | {
       trap '' INT TERM
@@ -129,6 +143,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     exit "${PIPESTATUS[0]}"
   ) &
   pids[local_rank]=$!
+  stop_if_signalled
 done
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 
@@ -136,6 +151,7 @@ echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + n
 running=$nproc
 while ((running > 0)); do
   wait -n || true # returns when any process ends (or a trapped signal arrives)
+  stop_if_signalled
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
     if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
