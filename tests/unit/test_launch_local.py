@@ -49,6 +49,13 @@ class LocalProcess:
         self.kill()
 
     def kill(self) -> None:
+        """Stop the node as the launcher would (end of stdin), so the bootstrap removes its
+        temporary directory; SIGKILL whatever is left after 3 s."""
+        self.close_stdin()
+        try:
+            self.popen.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
         try:
             os.killpg(self.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
