@@ -16,7 +16,9 @@ also survives a missing or dangling pointer by scanning, and skips an unreadable
 warning, so `--resume auto` always finds the newest loadable state.
 
 Files are loaded with `weights_only=True`: a checkpoint holds tensors and plain values only,
-so resuming never executes pickled code from the run directory.
+so resuming never executes pickled code from the run directory. They are memory-mapped
+(`mmap=True`): tensors are read from the page cache when they are copied into the model, so a
+rank holds no private copy of the file, and ranks of one node share its pages.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> int:
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path}: not a slurmgen.train checkpoint (format {FORMAT})")
     return state

@@ -23,6 +23,7 @@ from torch import nn
 
 from . import checkpoint as ckpt
 from . import dist
+from .ckpt_writer import CheckpointWriter, Written
 from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
 from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv
@@ -79,6 +80,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=config.dtype == "float16")
         self.metrics = Metrics(self.out, enabled=env.is_main)
         self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every)
+        self.writer = CheckpointWriter(self.ckpt_dir, config.keep_last, background=config.checkpoint_async,
+                                       describe=lambda step, path: self.tracking.artifact(str(path), step))
         self.step, self.last_checkpoint, self.val_loss = 0, None, None
         self.tracking, self._resumed_tracking = Tracking(), None
         self._rng_seed()
@@ -95,23 +98,48 @@ class Trainer:
         np.random.seed(seed % 2**32)
 
     # --- checkpoints ------------------------------------------------------------------------
-    def _resume(self) -> None:
-        state, where = None, None
-        if self.env.is_main and self.cfg.resume != "never":
-            if self.cfg.resume == "auto":
-                found = ckpt.find_latest(self.ckpt_dir)
-                if found:
-                    where, state = str(found[0]), found[1]
-            else:
-                path = Path(self.cfg.resume)
-                found = ckpt.find_latest(path) if path.is_dir() else ((path, ckpt.load(path)) if path.is_file() else None)
-                if found is None:
-                    raise ConfigError([f"--resume {self.cfg.resume}: no checkpoint there"])
-                where, state = str(found[0]), found[1]
-        if self.env.distributed:
-            where, state = dist.broadcast_from_main((where, state))
+    def _choose_checkpoint(self) -> tuple[str, dict[str, Any]] | None:
+        """Rank 0: the checkpoint --resume names (path, its state), None to start afresh."""
+        if self.cfg.resume == "never":
+            return None
+        if self.cfg.resume == "auto":
+            found = ckpt.find_latest(self.ckpt_dir)
+        else:
+            path = Path(self.cfg.resume)
+            found = ckpt.find_latest(path) if path.is_dir() else ((path, ckpt.load(path)) if path.is_file() else None)
+            if found is None:
+                raise ConfigError([f"--resume {self.cfg.resume}: no checkpoint there"])
+        return (str(found[0]), found[1]) if found else None
+
+    def _load_everywhere(self, where: str, state: dict[str, Any] | None) -> dict[str, Any]:
+        """Every rank maps the file rank 0 chose (shared storage: no copy crosses the network,
+        none is pickled); only when some rank cannot read it does rank 0 send the state."""
+        if not self.env.distributed:
+            assert state is not None
+            return state
+        unreadable = 0.0
         if state is None:
+            try:
+                state = ckpt.load(where)
+            except Exception as exc:
+                log.warning("cannot read %s here (%s): rank 0 will send the checkpoint", where, exc)
+                unreadable = 1.0
+        if dist.all_reduce([unreadable], op="max")[0]:
+            if self.env.is_main:
+                log.warning("%s is not readable on every node (not on shared storage?): sending it from rank 0, "
+                            "a full copy per rank", where)
+            state = dist.broadcast_from_main(state if self.env.is_main else None)
+        assert state is not None
+        return state
+
+    def _resume(self) -> None:
+        chosen = self._choose_checkpoint() if self.env.is_main else None
+        where = chosen[0] if chosen else None
+        if self.env.distributed:
+            where = dist.broadcast_from_main(where)
+        if where is None:
             return
+        state = self._load_everywhere(where, chosen[1] if chosen else None)
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
@@ -131,10 +159,12 @@ class Trainer:
         log.info("resumed from %s at step %d", where, self.step)
 
     def save(self) -> None:
-        """All ranks call this: their RNG states go to rank 0, rank 0 writes, all wait.
+        """All ranks call this: their RNG states go to rank 0, which hands the state to the
+        writer (a copy to CPU memory, the write in the background), then all continue.
 
         The heartbeat says "checkpointing" meanwhile: the others wait at the barrier for as
-        long as rank 0 writes, which a heartbeat watcher must not take for a hang."""
+        long as rank 0 waits for the previous write and copies the state, which a heartbeat
+        watcher must not take for a hang."""
         self.heartbeat.beat(self.step, status="checkpointing", force=True)
         rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
         if self.env.is_main:
@@ -147,10 +177,29 @@ class Trainer:
                 "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
                 "tracking": self.tracking.state(),
             }
-            self.last_checkpoint = str(ckpt.save(self.ckpt_dir, self.step, state, self.cfg.keep_last))
-            self.tracking.checkpoint(self.last_checkpoint, self.step)
+            self._record(self.writer.wait())
+            self._record(self.writer.submit(self.step, state))
         dist.barrier()
         self.heartbeat.beat(self.step, status="running", force=True)
+
+    def _record(self, written: Written | None) -> None:
+        """A checkpoint is durable: it becomes the run's last checkpoint and enters the run record."""
+        if written is not None:
+            self.last_checkpoint = str(written.path)
+            self.tracking.mark(written.record)
+
+    def settle_checkpoint(self) -> None:
+        """Wait for the checkpoint write in flight (rank 0), saying "checkpointing" meanwhile."""
+        if self.writer.busy:
+            self.heartbeat.beat(self.step, status="checkpointing", force=True)
+            self._record(self.writer.wait())
+
+    def _settle_after_failure(self) -> None:
+        """A failing run still lets the write in flight finish: it may be the newest good state."""
+        try:
+            self._record(self.writer.wait())
+        except BaseException as exc:
+            log.error("the checkpoint write in flight failed too: %s", exc)
 
     # --- one step and evaluation ------------------------------------------------------------
     def _loss(self, module: nn.Module, batch: Any) -> torch.Tensor:
@@ -226,7 +275,7 @@ class Trainer:
                  "%d steps, %d per epoch", cfg.batch_size * cfg.grad_accum * env.world_size, cfg.batch_size,
                  cfg.grad_accum, env.world_size, first_items * cfg.grad_accum * env.world_size,
                  self.max_steps, self.batches.steps_per_epoch)
-        flag, vote = PreemptFlag().install(), dist.Vote()
+        flag, vote = PreemptFlag(cfg.preempt_signal).install(), dist.Vote()
         progress = Progress(cfg.progress, env.is_main, self.max_steps, self.step)
         start, window_t, window_n, window_items = time.time(), time.time(), 0, 0
         window_loss = torch.zeros((), device=env.device)
@@ -238,6 +287,8 @@ class Trainer:
                 window_loss, window_n, window_items = window_loss + loss, window_n + 1, window_items + items
                 self.heartbeat.beat(self.step)
                 progress.update(self.step)
+                if self.writer.finished():  # a background write is durable: record it now, not at the next one
+                    self._record(self.writer.wait())
                 # Every rank votes every step (the result arrives one step later): a signal that
                 # reached any rank stops all of them at the same step.
                 preempted = vote.cast(flag.requested)
@@ -269,7 +320,9 @@ class Trainer:
                 if preempted:
                     break
             vote.settle()  # the last vote is still in flight: finish it before other collectives
+            self.settle_checkpoint()  # durable before anything reports success, stops or requeues
         except BaseException:
+            self._settle_after_failure()
             self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
             self.tracking.finish(EXIT_FAILED)
             raise
