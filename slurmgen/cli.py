@@ -87,8 +87,8 @@ def create(
     container_runtime: Optional[str] = typer.Option(None, "--container-runtime", help="pyxis | apptainer."),
     container_mount: List[str] = typer.Option([], "--container-mount", help="SRC:DST[:FLAGS]; repeatable."),
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
-    requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on USR1 before the time limit."),
-    signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that USR1 arrives [default: 120]."),
+    requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit."),
+    signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:

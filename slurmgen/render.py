@@ -74,7 +74,7 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     if spec.exclusive:
         lines.append(ShellCode("--exclusive"))
     if spec.requeue:
-        lines += [ShellCode("--requeue"), ShellCode(f"--signal=USR1@{spec.signal_lead}")]
+        lines += [ShellCode("--requeue"), ShellCode(f"--signal={spec.preempt_signal}@{spec.signal_lead}")]
     for extra in spec.sbatch_extra:
         key, sep, value = extra.partition("=")
         lines.append(ShellCode(f"{key}={sbatch_value(value)}" if sep else key))

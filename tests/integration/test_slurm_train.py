@@ -9,7 +9,7 @@ is rendered, shellchecked, submitted with sbatch and polled, in both launcher mo
   every Python process of the job: one JSON line per write-open, rename and delete under the run
   directory (and per `scontrol` started), with the process's RANK, pid and host. The trainer's
   own heartbeats (one file per rank, holding its rank and pid) tie those pids to ranks.
-- with `--requeue`, a USR1 sent to the job's steps (what `#SBATCH --signal=USR1@<lead>` does
+- with `--requeue`, a USR2 sent to the job's steps (what `#SBATCH --signal=USR2@<lead>` does
   before the time limit: without `B:` Slurm signals the steps' processes, not the batch shell)
   makes the trainer checkpoint and run `scontrol requeue`; the job goes back to PENDING and
   RUNNING (Restarts=1), resumes at the checkpoint's step and COMPLETES.
@@ -296,9 +296,9 @@ def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
     assert left == [], f"tasks survived the job: {left}"
 
 
-# --- issue 3, test 4b: USR1 -> checkpoint, requeue, resume, complete -------------------------------
+# --- issue 3, test 4b: USR2 (the default preempt_signal) -> checkpoint, requeue, resume, complete
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
-def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
+def test_usr2_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     # Long enough that the first run cannot finish before the signal (it arrives about 10
     # steps after every rank has started stepping, at 30-60 steps/s here), short enough that
     # the resumed run ends in a few seconds. --save-every 0: the only checkpoints are the
@@ -307,13 +307,13 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     job = TrainJob(tmp_path, launcher)
     job.render("--max-steps", str(steps), "--save-every", "0", create_args=("--requeue",))
     script = (job.out / "run_slurm.sh").read_text()
-    assert "#SBATCH --requeue" in script and "#SBATCH --signal=USR1@" in script
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=USR2@" in script
     t0 = time.monotonic()
     job_id = job.submit(cluster)
     cluster.wait_state(job_id, {"RUNNING"}, timeout=30)
 
     # Signal only once every rank is inside the step loop: the trainer's handlers are installed
-    # then (before that, USR1 would simply kill a rank, as it would on a real cluster).
+    # then (before that, USR2 would simply kill a rank, as it would on a real cluster).
     deadline = time.monotonic() + 60
     while True:
         beats = job.heartbeats()
@@ -325,7 +325,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
         time.sleep(0.05)
     first_pids = {k: b["pid"] for k, b in beats.items()}
     signalled = time.time()
-    cluster.signal(job_id, "USR1")  # scancel --signal=USR1 JOB: every step's processes
+    cluster.signal(job_id, "USR2")  # scancel --signal=USR2 JOB: every step's processes
 
     # REQUEUED/COMPLETING -> PENDING (held until BeginTime) -> RUNNING again, Restarts=1.
     seen: list[tuple[str, str, str]] = []
@@ -358,7 +358,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     assert (state, code) == ("COMPLETED", 0), f"{seen}\n{log}"
     info = cluster.job_info(job_id)
     assert (info["Restarts"], info["Requeue"]) == ("1", "1"), info
-    print(f"{launcher}: requeue job: {seconds:.1f}s in all; states after USR1: {seen}")
+    print(f"{launcher}: requeue job: {seconds:.1f}s in all; states after USR2: {seen}")
 
     # Run 1: every rank stopped at the same step, rank 0 checkpointed there and asked Slurm to
     # requeue (seen by the audit hook as the scontrol it started: its log line may be cut off,
@@ -395,7 +395,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     assert cluster.wait_no_tasks(job_id, timeout=15) == []
 
     if launcher == "torchrun":
-        # torchrun itself must handle USR1 (and pass it on), not die of it.
+        # torchrun itself must handle USR2 (and pass it on), not die of it.
         seen_by_workers = {r["signals_to_handle"] for r in job.audit()}
-        assert all("SIGUSR1" in (s or "").split(",") for s in seen_by_workers), seen_by_workers
+        assert all("SIGUSR2" in (s or "").split(",") for s in seen_by_workers), seen_by_workers
         assert "User defined signal 1" not in log, log
