@@ -79,7 +79,7 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, config.lr, config.effective_min_lr, config.warmup_steps, self.max_steps)
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=config.dtype == "float16")
         self.metrics = Metrics(self.out, enabled=env.is_main)
-        self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every)
+        self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every, env.local_rank, env.node_rank)
         self.writer = CheckpointWriter(self.ckpt_dir, config.keep_last, background=config.checkpoint_async,
                                        describe=lambda step, path: self.tracking.artifact(str(path), step))
         self.step, self.last_checkpoint, self.val_loss = 0, None, None
@@ -336,11 +336,14 @@ class Trainer:
             # Requeue last, once every rank has written its heartbeat and the run record: Slurm
             # ends all tasks the moment it requeues, and would cut those writes short.
             dist.barrier()
+            self.heartbeat.finish()
             if env.is_main:
                 warn, said = request_requeue(os.environ, cfg.requeue)
                 (log.warning if warn else log.info)("%s", said)
             return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
         self.heartbeat.beat(self.step, status="done", force=True)
+        dist.barrier()  # every rank's last beat is written: the node summary can be final
+        self.heartbeat.finish()
         log.info("done: step %d, train loss %s, val loss %s", self.step,
                  f"{train_loss:.4f}" if train_loss is not None else "-", f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
         self.tracking.checkpoint(self.last_checkpoint, self.step, kind="model")
