@@ -200,7 +200,7 @@ def launch(
     from slurmgen.config import spec_from_sources
     from slurmgen.hostfile import read_hostfile
     from slurmgen.hostlist import expand
-    from slurmgen.launch_plan import build_plan, forwarded_env, read_env_file, select_hosts
+    from slurmgen.launch.plan import build_plan, forwarded_env, read_env_file, select_hosts
     from slurmgen.topology import Host
 
     if (hosts is None) == (hostfile is None):
@@ -230,14 +230,14 @@ def launch(
 
     stdin_env.setdefault("SLURMGEN_LAUNCH_ID", f"{_time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
     stdin_env.setdefault("SLURMGEN_GROUP", f"launch-{stdin_env['SLURMGEN_LAUNCH_ID']}")
-    from slurmgen.ssh import SSHOptions, master_address  # paramiko: only for launch
+    from slurmgen.launch.ssh.connect import SSHOptions, master_address  # paramiko: only for launch
 
     opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
     plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
                       heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
-    from slurmgen.launcher import dry_run_text, launch as run_launch
+    from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
         typer.echo(dry_run_text(plan, opts), nl=False)

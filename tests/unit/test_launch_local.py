@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from slurmgen.config import build_spec
-from slurmgen.launch_plan import build_plan
+from slurmgen.launch.plan import build_plan
 from slurmgen.topology import Host
 
 PY = sys.executable
@@ -52,7 +52,7 @@ class LocalProcess:
 
 
 class LocalConnection:
-    """Quacks like slurmgen.ssh.Connection; every host is this machine."""
+    """Quacks like slurmgen.launch.ssh.connect.Connection; every host is this machine."""
 
     def __init__(self, alias: str, env: dict[str, str] | None = None):
         self.alias, self.env = alias, env

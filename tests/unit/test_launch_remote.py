@@ -10,8 +10,8 @@ import os
 import textwrap
 import time
 
-from slurmgen.launch_output import RANK_HUNG, parse_event
-from slurmgen.launch_remote import EXIT_HUNG, payload, remote_command
+from slurmgen.launch.display import RANK_HUNG, parse_event
+from slurmgen.launch.remote import EXIT_HUNG, payload, remote_command
 from test_launch_local import PY, LocalProcess, alive, local_plan
 
 REPORT = ("import json, os; print('REPORT ' + json.dumps({k: os.environ.get(k) for k in ["

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from slurmgen.launcher import EXIT_LOST, Launcher
-from slurmgen.ssh import ConnectError, SSHOptions
+from slurmgen.launch.runner import EXIT_LOST, Launcher
+from slurmgen.launch.ssh.connect import ConnectError, SSHOptions
 from test_launch_local import PY, LocalConnection, LocalProcess, alive, local_connector, local_plan
 
 SLEEPER = textwrap.dedent("""
@@ -211,7 +211,7 @@ def test_restart_reconnects_a_lost_host(tmp_path):
 
 
 def test_prefixes_and_colours():
-    from slurmgen.launch_output import Prefixer
+    from slurmgen.launch.display import Prefixer
 
     plain, colour = Prefixer(["a", "b"], False), Prefixer(["a", "b"], True)
     assert plain.format("b", "[rank 3] hello [rank 4]") == "[b/3] hello [rank 4]"

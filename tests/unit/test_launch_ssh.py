@@ -1,4 +1,4 @@
-"""slurmgen.ssh without a network: ssh config resolution, ProxyJump parsing, error lines."""
+"""slurmgen.launch.ssh.connect without a network: ssh config resolution, ProxyJump parsing, error lines."""
 
 import errno
 import socket
@@ -7,8 +7,8 @@ import paramiko
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.ssh import SSHOptions, Target, _explain, connect_all, load_config, resolve
-from slurmgen.ssh_target import parse_jump
+from slurmgen.launch.ssh.connect import SSHOptions, Target, _explain, connect_all, load_config, resolve
+from slurmgen.launch.ssh.target import parse_jump
 
 CONFIG = paramiko.SSHConfig.from_text("""
 Host gpu*

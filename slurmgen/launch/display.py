@@ -3,7 +3,7 @@
 Every line a node sends is shown as `[host/RANK] text` (rank output, which the node script
 prefixes `[rank R] `) or `[host] text` (the node's own messages), in one colour per host on a
 terminal. Three kinds of node message are also events the launcher acts on (their text is
-written by templates/launch_multi_node.sh.j2 and slurmgen/launch_remote.py; tests keep the
+written by templates/launch_multi_node.sh.j2 and slurmgen/launch/remote.py; tests keep the
 three in step).
 """
 
@@ -43,7 +43,7 @@ def parse_event(line: str) -> Event | None:
         return Event("failed", int(m.group(1)), int(m.group(2)))
     m = RANK_HUNG.match(line)
     if m:
-        from slurmgen.launch_remote import EXIT_HUNG
+        from slurmgen.launch.remote import EXIT_HUNG
 
         return Event("hung", int(m.group(1)), EXIT_HUNG, f"no heartbeat for {int(m.group(2)) / 1000:.1f} s")
     return None

@@ -28,11 +28,11 @@ import shlex
 from typing import TYPE_CHECKING
 
 from slurmgen import exitcodes
-from slurmgen.launch_plan import masked
+from slurmgen.launch.plan import masked
 from slurmgen.shell import quote
 
 if TYPE_CHECKING:
-    from slurmgen.launch_plan import LaunchPlan, NodePlan
+    from slurmgen.launch.plan import LaunchPlan, NodePlan
 
 PAYLOAD_MAGIC = "slurmgen-payload-1"
 # The payload's last line: seen only if every byte before it arrived.

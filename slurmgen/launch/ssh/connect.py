@@ -1,4 +1,4 @@
-"""SSH for `slurmgen launch`: with ssh_keys.py, the only modules that import paramiko.
+"""SSH for `slurmgen launch`: with keys.py, the only modules that import paramiko.
 
 - Targets: a host alias resolved through ~/.ssh/config (Host, HostName, User, Port,
   IdentityFile, IdentitiesOnly, UserKnownHostsFile, GlobalKnownHostsFile, ProxyJump,
@@ -9,7 +9,7 @@
   refused. `accept_new_host_keys` adds keys of hosts not in the file yet (appending to the
   first known_hosts file), like StrictHostKeyChecking=accept-new.
 - Authentication: key files (--identity, IdentityFile, ~/.ssh/id_*) and ssh-agent; an
-  encrypted key file is unlocked once before connecting (ssh_keys.py).
+  encrypted key file is unlocked once before connecting (keys.py).
 - Errors are `ConnectError`s with one line per host saying what failed and what to try.
 """
 
@@ -32,8 +32,8 @@ from typing import Callable, Sequence
 import paramiko
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.ssh_keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
-from slurmgen.ssh_target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
+from slurmgen.launch.ssh.keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
+from slurmgen.launch.ssh.target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
 
 __all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
            "describe_targets", "load_config", "master_address", "resolve"]
@@ -263,7 +263,7 @@ def _explain(target: Target, exc: BaseException, timeout: float,
 def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Unlocked], timeout: float,
                   sock: paramiko.Channel | _ProxyCommand | None) -> None:
     """client.connect with the target's key files: plain ones by path, unlocked ones (see
-    ssh_keys.py) as keys; paramiko takes one such key, so any further one is offered after."""
+    keys.py) as keys; paramiko takes one such key, so any further one is offered after."""
     existing = [p for p in target.identities if os.path.isfile(p)]
     only = target.identities_only and bool(existing)
     files = [p for p in existing if not isinstance(keys.get(p), Unusable)]
@@ -271,7 +271,7 @@ def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Un
     agent = None
     if any(isinstance(keys.get(p), FromAgent) for p in files):
         try:
-            agent = paramiko.Agent()  # this connection's own: see ssh_keys.py
+            agent = paramiko.Agent()  # this connection's own: see keys.py
         except (OSError, paramiko.SSHException):
             pass
     unlocked: list[paramiko.PKey] = []

@@ -1,6 +1,6 @@
 """`slurmgen launch`: start every node at once over SSH, watch them, and fail as one.
 
-One thread per node starts its command (see launch_remote.py) and turns its output into
+One thread per node starts its command (see remote.py) and turns its output into
 events on a queue; the main thread alone prints and decides. The first failure anywhere (a
 rank's non-zero exit, a rank whose heartbeat went stale, a node that cannot start, a lost
 connection) or Ctrl-C / SIGTERM closes the stdin of every node's session, and each node's
@@ -21,10 +21,10 @@ from typing import IO, Callable
 
 from slurmgen import exitcodes
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.launch_output import LineSplitter, NodeResult, Prefixer, parse_event, summary_table
-from slurmgen.launch_plan import LaunchPlan, NodePlan
-from slurmgen.launch_remote import env_text, payload, remote_command
-from slurmgen.ssh import Connection, ConnectError, SSHOptions, connect_all, describe_targets
+from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, parse_event, summary_table
+from slurmgen.launch.plan import LaunchPlan, NodePlan
+from slurmgen.launch.remote import env_text, payload, remote_command
+from slurmgen.launch.ssh.connect import Connection, ConnectError, SSHOptions, connect_all, describe_targets
 
 EXIT_LOST = exitcodes.LOST
 KEEPALIVE_INTERVAL = 5.0  # like ServerAliveInterval 5 ...
@@ -246,7 +246,7 @@ class Launcher:
 def dry_run_text(plan: LaunchPlan, opts: SSHOptions, show: Callable[[str, str], str] | None = None) -> str:
     """Per host exactly what would run: the SSH target, the command line, the environment
     sent on stdin (secret-looking values hidden), then the bootstrap and node script."""
-    from slurmgen.launch_remote import BOOTSTRAP
+    from slurmgen.launch.remote import BOOTSTRAP
 
     targets = describe_targets([n.host for n in plan.nodes], opts)
     lines = [f"# slurmgen launch --dry-run: {len(plan.nodes)} node(s), {plan.world_size} rank(s), "
