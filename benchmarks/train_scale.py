@@ -10,7 +10,9 @@ single machine looks like several nodes (the node-local heartbeat directory and 
 summary behave as they would on a cluster). Measured for each source tree:
 - start-up: from starting the processes to rank 0's first metrics record (log every step);
 - resume: the same for a second run that resumes from the first one's final checkpoint;
-- peak resident memory (VmHWM) of each rank, for the first run and for the resumed one;
+- peak resident memory (VmHWM) of each rank in a third run that resumes from the second's
+  final checkpoint and has no step left to do: start-up plus resume, without training's own
+  peak (gradients, optimizer state, activations) hiding it;
 - heartbeat file operations in the run directory per second while all ranks train (renames
   and opens for writing under OUT_DIR/heartbeats, timed by an audit hook in every process).
 """
@@ -113,6 +115,8 @@ def run_ranks(src: Path, world: int, per_node: int, args: list[str], out: Path, 
         raise SystemExit(f"rank {bad} exited with {procs[bad].returncode}:\n{errs[bad][-3000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r["split"] == "train" and r["time"] >= t0]
+    if not train:  # a run that only resumed: its peak memory is what resuming costs
+        return {"hwm_mb": [k / 1024 for k in peaks]}
     # Steady state: operations while every rank is stepping (start-up and the final beats aside).
     begin, end = train[0]["time"], train[-1]["time"]
     ops = sum(begin <= float(t) <= end for f in log.iterdir() for t in f.read_text().split())
@@ -131,8 +135,9 @@ def scale(args, free_port) -> None:
         scratch = Path(tmp)
         trees = {"before": export_tree(args.before, scratch / "before"), "after": REPO}
         results: dict[str, dict[str, dict]] = {k: {} for k in trees}
-        for phase, extra in (("fresh", []), ("resume", ["--max-steps", str(steps + args.scale_resume_steps)])):
-            for name in (("before", "after") if phase == "fresh" else ("after", "before")):
+        total = str(steps + args.scale_resume_steps)
+        for phase, extra in (("fresh", []), ("resume", ["--max-steps", total]), ("resume-only", ["--max-steps", total])):
+            for name in (("before", "after") if phase != "resume" else ("after", "before")):
                 out = scratch / f"run-{name}"
                 results[name][phase] = run_ranks(trees[name], args.scale_world, args.scale_per_node, first + extra,
                                                  out, scratch / phase, free_port())
@@ -141,10 +146,11 @@ def scale(args, free_port) -> None:
     for phase, label in (("fresh", "start-up to first step"), ("resume", "start-up to first step, resuming")):
         b, a = results["before"][phase]["first_step_s"], results["after"][phase]["first_step_s"]
         print(f"  {label:34s} before {b:6.1f} s  after {a:6.1f} s  ratio after/before {a / b:.2f}")
-    for phase in ("fresh", "resume"):
+    for phase, label in (("fresh", "training run"), ("resume-only", "resume, no step")):
         b, a = results["before"][phase]["hwm_mb"], results["after"][phase]["hwm_mb"]
-        print(f"  peak RSS per rank, {phase + ' run':11s}       before median {statistics.median(b):6.0f} MB, rank 0 "
-              f"{b[0]:5.0f}, max {max(b):5.0f}  after median {statistics.median(a):6.0f} MB, rank 0 {a[0]:5.0f}, max {max(a):5.0f}")
+        print(f"  peak RSS per rank, {label:15s} before median {statistics.median(b):5.0f} MB (rank 0 {b[0]:.0f}, max "
+              f"{max(b):.0f})  after median {statistics.median(a):5.0f} MB (rank 0 {a[0]:.0f}, max {max(a):.0f})  "
+              f"ratio of medians {statistics.median(a) / statistics.median(b):.2f}")
     b, a = results["before"]["fresh"]["hb_ops_per_s"], results["after"]["fresh"]["hb_ops_per_s"]
     print(f"  heartbeat file operations in the run directory: before {b:.1f}/s, after {a:.1f}/s "
           f"(ratio {a / max(b, 1e-9):.3f}; --heartbeat-every {args.scale_heartbeat})")

@@ -328,7 +328,10 @@ class Trainer:
             raise
         finally:
             progress.close()
-            flag.restore()
+            if not preempted:
+                # A preempted run keeps its handlers: Slurm signals node after node, and the
+                # warning may reach a rank only after the vote stopped it (default action: die).
+                flag.restore()
         if preempted:
             log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
             self.heartbeat.beat(self.step, status="preempted", force=True)
