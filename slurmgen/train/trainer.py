@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from . import checkpoint as ckpt
-from . import dist
+from . import dist, resume
 from .ckpt_writer import CheckpointWriter, Written
 from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
 from .data import ShardedBatches, eval_indices, fetch
@@ -98,48 +98,11 @@ class Trainer:
         np.random.seed(seed % 2**32)
 
     # --- checkpoints ------------------------------------------------------------------------
-    def _choose_checkpoint(self) -> tuple[str, dict[str, Any]] | None:
-        """Rank 0: the checkpoint --resume names (path, its state), None to start afresh."""
-        if self.cfg.resume == "never":
-            return None
-        if self.cfg.resume == "auto":
-            found = ckpt.find_latest(self.ckpt_dir)
-        else:
-            path = Path(self.cfg.resume)
-            found = ckpt.find_latest(path) if path.is_dir() else ((path, ckpt.load(path)) if path.is_file() else None)
-            if found is None:
-                raise ConfigError([f"--resume {self.cfg.resume}: no checkpoint there"])
-        return (str(found[0]), found[1]) if found else None
-
-    def _load_everywhere(self, where: str, state: dict[str, Any] | None) -> dict[str, Any]:
-        """Every rank maps the file rank 0 chose (shared storage: no copy crosses the network,
-        none is pickled); only when some rank cannot read it does rank 0 send the state."""
-        if not self.env.distributed:
-            assert state is not None
-            return state
-        unreadable = 0.0
-        if state is None:
-            try:
-                state = ckpt.load(where)
-            except Exception as exc:
-                log.warning("cannot read %s here (%s): rank 0 will send the checkpoint", where, exc)
-                unreadable = 1.0
-        if dist.all_reduce([unreadable], op="max")[0]:
-            if self.env.is_main:
-                log.warning("%s is not readable on every node (not on shared storage?): sending it from rank 0, "
-                            "a full copy per rank", where)
-            state = dist.broadcast_from_main(state if self.env.is_main else None)
-        assert state is not None
-        return state
-
     def _resume(self) -> None:
-        chosen = self._choose_checkpoint() if self.env.is_main else None
-        where = chosen[0] if chosen else None
-        if self.env.distributed:
-            where = dist.broadcast_from_main(where)
-        if where is None:
+        found = resume.load(self.cfg.resume, self.ckpt_dir, self.env)
+        if found is None:
             return
-        state = self._load_everywhere(where, chosen[1] if chosen else None)
+        where, state = found
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
