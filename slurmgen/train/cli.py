@@ -31,8 +31,10 @@ environment: SLURMGEN_BACKEND is the default of --backend; SLURMGEN_REQUEUE=1/0 
   SLURM_JOB_NODELIST SLURM_JOB_ID.
 
 run directory (--out-dir): checkpoints/ (ckpt-STEP.pt and a `latest` pointer), metrics.jsonl,
-  heartbeats/rank-N.json, tracking/GROUP/RUN/ (the run record: `slurmgen runs`, `slurmgen plot`).
-  Only rank 0 writes checkpoints and metrics (and, unless --track per-process, the run record).
+  heartbeats/node-HOST-N.json (every rank's last heartbeat, one file per node; ranks write theirs
+  to $SLURMGEN_HEARTBEAT_DIR instead when a launcher sets it), tracking/GROUP/RUN/ (the run record:
+  `slurmgen runs`, `slurmgen plot`). Only rank 0 writes checkpoints and metrics (and, unless
+  --track per-process, the run record).
 
 exit codes: 0 done; 1 the run failed; 2 bad flags or launch environment;
   {EXIT_PREEMPTED} preempted: the --preempt-signal or SIGTERM arrived, a checkpoint was written, run the same
