@@ -228,6 +228,8 @@ def main() -> None:
     p.add_argument("--scale-steps", type=int, default=60)
     p.add_argument("--scale-resume-steps", type=int, default=10)
     p.add_argument("--scale-heartbeat", type=float, default=0.5, help="--heartbeat-every of the scale runs")
+    p.add_argument("--scale-phases", nargs="+", choices=("fresh", "resume", "resume-only"),
+                   default=["fresh", "resume", "resume-only"], help="fresh needs to come first")
     p.add_argument("--scale-model", default="mlp")
     p.add_argument("--scale-model-args", default="--mlp-hidden 32 --synthetic-samples 4096 --batch-size 4")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -135,22 +135,31 @@ def scale(args, free_port) -> None:
         scratch = Path(tmp)
         trees = {"before": export_tree(args.before, scratch / "before"), "after": REPO}
         results: dict[str, dict[str, dict]] = {k: {} for k in trees}
-        total = str(steps + args.scale_resume_steps)
-        for phase, extra in (("fresh", []), ("resume", ["--max-steps", total]), ("resume-only", ["--max-steps", total])):
+        extras = {"fresh": [], "resume": ["--max-steps", str(steps + args.scale_resume_steps)],
+                  "resume-only": ["--max-steps", str(steps)]}  # resumes at or past the end: no step
+        for phase in args.scale_phases:
             for name in (("before", "after") if phase != "resume" else ("after", "before")):
+                extra = extras[phase]
                 out = scratch / f"run-{name}"
                 results[name][phase] = run_ranks(trees[name], args.scale_world, args.scale_per_node, first + extra,
                                                  out, scratch / phase, free_port())
     print(f"coordination, {args.scale_world} ranks gloo ({args.scale_world // args.scale_per_node} 'nodes' of "
           f"{args.scale_per_node}), {args.scale_model} {args.scale_model_args}; before = {args.before}, after = this checkout:")
     for phase, label in (("fresh", "start-up to first step"), ("resume", "start-up to first step, resuming")):
+        if phase not in args.scale_phases:
+            continue
         b, a = results["before"][phase]["first_step_s"], results["after"][phase]["first_step_s"]
         print(f"  {label:34s} before {b:6.1f} s  after {a:6.1f} s  ratio after/before {a / b:.2f}")
     for phase, label in (("fresh", "training run"), ("resume-only", "resume, no step")):
+        if phase not in args.scale_phases:
+            continue
         b, a = results["before"][phase]["hwm_mb"], results["after"][phase]["hwm_mb"]
         print(f"  peak RSS per rank, {label:15s} before median {statistics.median(b):5.0f} MB (rank 0 {b[0]:.0f}, max "
               f"{max(b):.0f})  after median {statistics.median(a):5.0f} MB (rank 0 {a[0]:.0f}, max {max(a):.0f})  "
               f"ratio of medians {statistics.median(a) / statistics.median(b):.2f}")
+    if "fresh" not in args.scale_phases:
+        return
     b, a = results["before"]["fresh"]["hb_ops_per_s"], results["after"]["fresh"]["hb_ops_per_s"]
     print(f"  heartbeat file operations in the run directory: before {b:.1f}/s, after {a:.1f}/s "
-          f"(ratio {a / max(b, 1e-9):.3f}; --heartbeat-every {args.scale_heartbeat})")
+          f"(ratio {a / max(b, 1e-9):.3f}; --heartbeat-every {args.scale_heartbeat}; over "
+          f"{results['after']['fresh']['train_s']:.0f} s of training)")
