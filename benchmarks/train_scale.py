@@ -10,7 +10,7 @@ single machine looks like several nodes (the node-local heartbeat directory and 
 summary behave as they would on a cluster). Measured for each source tree:
 - start-up: from starting the processes to rank 0's first metrics record (log every step);
 - resume: the same for a second run that resumes from the first one's final checkpoint;
-- peak resident memory (VmHWM) of each rank in a third run that resumes from the second's
+- peak resident memory (ru_maxrss from wait4) of each rank in a third run that resumes from the second's
   final checkpoint and has no step left to do: start-up plus resume, without training's own
   peak (gradients, optimizer state, activations) hiding it;
 - heartbeat file operations in the run directory per second while all ranks train (renames
@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -68,16 +67,6 @@ def export_tree(ref: str, into: Path) -> Path:
     return src
 
 
-def _hwm_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def run_ranks(src: Path, world: int, per_node: int, args: list[str], out: Path, scratch: Path, port: int) -> dict:
     """Start WORLD ranks of `python -m slurmgen.train ARGS --out-dir OUT` from SRC; measure."""
     hooks, log = scratch / "hook", scratch / f"ops-{out.name}"
@@ -90,36 +79,32 @@ def run_ranks(src: Path, world: int, per_node: int, args: list[str], out: Path, 
     cmd = [sys.executable, "-m", "slurmgen.train", "--out-dir", str(out), "--progress", "none", "--threads", "1",
            "--backend", "gloo", "--init-timeout", "600", *args]
     t0 = time.time()
-    procs = []
+    procs, logs = [], []
     for r in range(world):
         env = dict(base, RANK=str(r), LOCAL_RANK=str(r % per_node), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(per_node), NODE_RANK=str(r // per_node), GROUP_RANK=str(r // per_node),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    peaks = [0] * world
-    stop = threading.Event()
-
-    def watch() -> None:  # VmHWM only grows: the last value read before exit is the peak
-        while not stop.is_set():
-            for i, p in enumerate(procs):
-                peaks[i] = max(peaks[i], _hwm_kb(p.pid))
-            time.sleep(0.1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    errs = [p.communicate(timeout=1800)[1] for p in procs]
-    stop.set()
-    watcher.join()
+        logs.append(open(log / f"stderr-{r}.txt", "w+"))
+        # cwd: `python -m` puts it first on sys.path, where a checkout's slurmgen/ would win.
+        procs.append(subprocess.Popen(cmd, env=env, cwd=scratch, stdout=subprocess.DEVNULL, stderr=logs[-1]))
+    # wait4 reports each child's peak resident memory (ru_maxrss, KiB) as the kernel kept it.
+    peaks = []
+    for p in procs:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        peaks.append(usage.ru_maxrss)
     if any(p.returncode for p in procs):
         bad = next(i for i, p in enumerate(procs) if p.returncode)
-        raise SystemExit(f"rank {bad} exited with {procs[bad].returncode}:\n{errs[bad][-3000:]}")
+        raise SystemExit(f"rank {bad} exited with {procs[bad].returncode}:\n{(log / f'stderr-{bad}.txt').read_text()[-3000:]}")
+    for f in logs:
+        f.close()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r["split"] == "train" and r["time"] >= t0]
     if not train:  # a run that only resumed: its peak memory is what resuming costs
         return {"hwm_mb": [k / 1024 for k in peaks]}
     # Steady state: operations while every rank is stepping (start-up and the final beats aside).
     begin, end = train[0]["time"], train[-1]["time"]
-    ops = sum(begin <= float(t) <= end for f in log.iterdir() for t in f.read_text().split())
+    ops = sum(begin <= float(t) <= end for f in log.iterdir() if f.name.isdigit() for t in f.read_text().split())
     span = max(end - begin, 1e-9)
     return {"first_step_s": train[0]["time"] - t0, "hwm_mb": [k / 1024 for k in peaks], "hb_ops_per_s": ops / span,
             "steps": len(train), "train_s": span}
