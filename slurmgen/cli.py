@@ -44,6 +44,10 @@ def _root(
     _state["verbose"] = verbose
 
 
+ORDER_HELP = ("Node order after the master: alphabetical (gn39 before gn7, the product brief's rule) | "
+              "natural (gn7 before gn39, Slurm's order, which run_slurm.sh always uses).")
+
+
 def _parse_env(pairs: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
@@ -79,7 +83,7 @@ def create(
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
-    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node)."),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
     env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: List[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
     sbatch: List[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),
@@ -89,25 +93,52 @@ def create(
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
     requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit."),
     signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."),
+    array: Optional[str] = typer.Option(None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."),
+    sweep: List[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
+    sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
+    sweep_args: Optional[str] = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
+    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
+    retries: Optional[str] = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
+    retry_on: Optional[str] = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
+    exclude_failed_node: Optional[bool] = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),
+    preflight: Optional[bool] = typer.Option(None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
     """Write OUTPUT_DIR/run_slurm.sh, OUTPUT_DIR/launch_multi_node.sh and the resolved OUTPUT_DIR/job.yaml."""
+    flags = dict(locals())
+    from slurmgen.render import render
+
+    rendered = render(spec_from_create_flags(**{k: v for k, v in flags.items() if k not in ("dry_run", "force")}))
+    write_rendered(rendered, dry_run=dry_run, force=force)
+
+
+def spec_from_create_flags(*, command, config, env, setup, sbatch, container_image, container_runtime, container_mount,
+                           sweep, sweep_file, **fields):
+    """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it.
+
+    Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
+    """
     from slurmgen.config import spec_from_sources
+    from slurmgen.jobs import sweep as sweeps
+
+    if sweep and sweep_file is not None:
+        raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
+    points = sweeps.read_file(sweep_file) if sweep_file is not None else sweeps.parse_flag(sweep) or None
+    container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
+    return spec_from_sources(config, _overrides(
+        command=command or None, env=_parse_env(env), setup=list(setup), sbatch_extra=list(sbatch),
+        container=container or None, sweep=points, **fields,
+    ))
+
+
+def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False) -> None:
+    """Print (--dry-run) or write the rendered files, all or none, and say what to do next."""
     from slurmgen.output import write_files
-    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT
     from slurmgen.topology import summary, uniform_table
 
-    container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
-    spec = spec_from_sources(config, _overrides(
-        command=command or None, output_dir=output_dir, nodes=nodes, gpus=gpus, gpu_request=gpu_request,
-        time=time, partition=partition, account=account, qos=qos, constraint=constraint, exclusive=exclusive,
-        cpus_per_task=cpus_per_task, mem=mem, job_name=job_name, master_addr=master_addr,
-        master_port=master_port, backend=backend, launcher=launcher, env=_parse_env(env), setup=list(setup),
-        sbatch_extra=list(sbatch), container=container or None, log_dir=log_dir, requeue=requeue,
-        signal_lead=signal_lead,
-    ))
-    rendered = render(spec)
+    spec = rendered.spec
     table = uniform_table(spec.nodes, spec.gpus)
     out = Path(spec.output_dir)
     if dry_run:
@@ -115,8 +146,15 @@ def create(
             typer.echo(f"# ===== {out / name} =====")
             typer.echo(text, nl=False)
         return
-    for path in write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)]):
+    written = write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)])
+    if quiet:
+        return
+    for path in written:
         typer.echo(f"wrote {path}")
+    from slurmgen.preflight import torchrun_note
+
+    if note := torchrun_note(spec):
+        typer.echo(f"slurmgen: note: {note}", err=True)
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
@@ -131,6 +169,7 @@ def ranks(
     gpus: int = typer.Option(1, "--gpus", help="Processes per host (hosts without slots= in a host file)."),
     master: Optional[str] = typer.Option(None, "--master", help="The master host [default: the first given]."),
     world_size: Optional[int] = typer.Option(None, "--world-size", help="Use only this many processes."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
@@ -150,7 +189,7 @@ def ranks(
     else:
         host_list = (read_hostfile(hostfile, gpus) if hostfile is not None
                      else [Host.with_count(h, gpus) for h in expand(hosts or "")])
-        table = rank_table(order_hosts(host_list, master), world_size)
+        table = rank_table(order_hosts(host_list, master, order), world_size)
     if as_json:
         typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
         return
@@ -173,6 +212,7 @@ def launch(
     gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
     master: Optional[str] = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port (default: 29500)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
@@ -234,9 +274,10 @@ def launch(
 
     opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
-    plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
+    plan = build_plan(spec, selected, master=master, order=order, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
-                      heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
+                      heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
+                      heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
@@ -268,7 +309,10 @@ def runs(
 
     if not directory.is_dir():
         raise SlurmgenError(f"runs: no such directory: {str(directory)!r}", hint="pass the directory that holds the runs, e.g. runs/")
-    found = list(find_runs(directory))
+    damaged: list[str] = []
+    found = list(find_runs(directory, damaged))
+    for problem in damaged:  # what can be read is listed all the same
+        typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
     rows = [{"id": r.get("id"), "name": r.get("name"), "group": r.get("group"), "job_type": r.get("job_type"),
              "status": r.get("status"), "steps": r.steps, "last_loss": r.last("loss"), "duration": r.duration(),
              "restarts": r.get("restart_count", 0), "dir": str(r.dir)} for r in found]
@@ -309,11 +353,15 @@ def plot(
     from slurmgen.tracking.plot import plot_run
     from slurmgen.tracking.records import resolve_run
 
+    damaged: list[str] = []
     try:
-        record = resolve_run(run, directory)
+        record = resolve_run(run, directory, damaged)
         path = plot_run(record, output or record.dir / "metrics.png", metrics=list(metric) or None)
     except (LookupError, ValueError, OSError) as exc:
         raise SlurmgenError(f"plot: {exc}") from None
+    finally:
+        for problem in damaged:
+            typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
     typer.echo(f"wrote {path}")
 
 
@@ -323,6 +371,19 @@ def schema() -> None:
     from slurmgen.spec import JobSpec
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+from slurmgen.jobs.cli import register as _register_job_commands  # noqa: E402  (needs `create` above)
+
+_register_job_commands(app)
+
+from slurmgen.doctor.cli import register as _register_doctor  # noqa: E402  (light: typer only)
+
+_register_doctor(app)
+
+from slurmgen.coordinator.cli import register as _register_coordinator  # noqa: E402
+
+_register_coordinator(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,13 +7,17 @@ strict: a misspelt variable fails the render instead of becoming an empty string
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path, PurePosixPath
 
 import jinja2
 
-from slurmgen import __version__
+from slurmgen import __version__, exitcodes
 from slurmgen.config import dump_yaml
+from slurmgen.jobs import sweep as sweeps
+from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
 from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
 from slurmgen.spec import JobSpec
 
@@ -24,8 +28,16 @@ SPEC_FILE = "job.yaml"
 MANUAL_DEFAULT_PORT = 29500
 
 
+# A source checkout run without installing (`python -m slurmgen` in the repository) has the
+# templates at the top level, where the wheel's package-dir mapping has not put them yet.
+_SOURCE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
 def _load_template(name: str) -> str:
-    return resources.files("slurmgen.templates").joinpath(name).read_text()
+    try:
+        return resources.files("slurmgen.templates").joinpath(name).read_text()
+    except ModuleNotFoundError:
+        return (_SOURCE_TEMPLATES / name).read_text()
 
 
 _ENV = jinja2.Environment(
@@ -67,7 +79,9 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
         ("--account", spec.account),
         ("--qos", spec.qos),
         ("--constraint", spec.constraint),
-        ("--output", f"{spec.logs}/%x-%j.out"),
+        ("--array", sweeps.array_option(len(sweeps.points(spec.sweep)), spec.array) if spec.sweep else spec.array),
+        # An array task's log is named by the array and its index (%A_%a), as `slurmgen logs ID_N` finds it.
+        ("--output", f"{spec.logs}/%x-%A_%a.out" if spec.sweep or spec.array else f"{spec.logs}/%x-%j.out"),
         ("--open-mode", "append"),
     ]
     lines = [ShellCode(f"{k}={sbatch_value(v)}") for k, v in opts if v is not None]
@@ -75,6 +89,8 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
         lines.append(ShellCode("--exclusive"))
     if spec.requeue:
         lines += [ShellCode("--requeue"), ShellCode(f"--signal={spec.preempt_signal}@{spec.signal_lead}")]
+    elif spec.retries:
+        lines.append(ShellCode("--requeue"))  # `scontrol requeue` needs a requeueable job
     for extra in spec.sbatch_extra:
         key, sep, value = extra.partition("=")
         lines.append(ShellCode(f"{key}={sbatch_value(value)}" if sep else key))
@@ -104,6 +120,35 @@ def _container_prefix(spec: JobSpec) -> list[str]:
     return [*prefix, c.image]
 
 
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+
+
+def runs_python(spec: JobSpec) -> bool:
+    """Is the program a Python interpreter (python, python3.11, /opt/venv/bin/python)?
+
+    Then torchrun mode runs that interpreter's `-m torch.distributed.run`: the torch the
+    program imports, found without the venv on PATH. Not under apptainer, whose interpreter
+    lives in the image while the agent runs outside it.
+    """
+    apptainer = spec.container is not None and spec.container.runtime == "apptainer"
+    return not apptainer and bool(_PYTHON.match(PurePosixPath(spec.command[0]).name))
+
+
+def _heal(spec: JobSpec) -> dict[str, object]:
+    """What run_slurm.sh needs for hang detection, the retry policy and the attempts record."""
+    return {
+        "log_dir": spec.logs.rstrip("/") or ".",
+        "attempts_name": name_parts(ATTEMPTS_NAME),
+        "finished_name": name_parts(FINISHED_NAME),
+        "heartbeat_ms": round(spec.heartbeat_timeout * 1000) if spec.heartbeat_timeout else 0,
+        "retries": spec.retries,
+        "retry_codes": ShellCode(" ".join(str(code) for code in spec.retry_on)),
+        "exclude_failed_node": spec.exclude_failed_node,
+        "ok": exitcodes.OK,
+        "hung": exitcodes.HUNG,
+    }
+
+
 def context(spec: JobSpec) -> dict[str, object]:
     """Everything the templates see. Values are plain data; only ShellCode skips quoting."""
     out = spec.output_dir.rstrip("/") or "."
@@ -122,17 +167,23 @@ def context(spec: JobSpec) -> dict[str, object]:
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        "sweep": [sweeps.task_words(p, spec.sweep_args or sweeps.DEFAULT_ARGS) for p in sweeps.points(spec.sweep)],
+        "sweep_file": f"{out}/{sweeps.SWEEP_FILE}",
+        "torchrun_python": runs_python(spec),
+        # In the task script, "$1" is the program (see run_slurm.sh.j2).
+        "torchrun": ShellCode('"$1" -m torch.distributed.run' if runs_python(spec) else "torchrun"),
+        "heal": _heal(spec),
     }
 
 
 def render(spec: JobSpec) -> Rendered:
-    """All files of a `create`: the two scripts and the resolved spec."""
+    """All files of a `create`: the two scripts, the resolved spec and, for a sweep, its grid."""
     ctx = context(spec)
-    return Rendered(
-        files={
-            SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),
-            LAUNCH_SCRIPT: _ENV.get_template("launch_multi_node.sh.j2").render(ctx),
-            SPEC_FILE: dump_yaml(spec),
-        },
-        spec=spec,
-    )
+    files = {
+        SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),
+        LAUNCH_SCRIPT: _ENV.get_template("launch_multi_node.sh.j2").render(ctx),
+        SPEC_FILE: dump_yaml(spec),
+    }
+    if spec.sweep:
+        files[sweeps.SWEEP_FILE] = sweeps.grid_jsonl(sweeps.points(spec.sweep))
+    return Rendered(files=files, spec=spec)

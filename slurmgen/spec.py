@@ -13,9 +13,11 @@ import re
 import shlex
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from slurmgen import slurm_values
+from slurmgen import exitcodes, slurm_values
+from slurmgen.hostlist import is_host_name
+from slurmgen.yaml12 import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 
@@ -35,15 +37,17 @@ MANAGED_SBATCH = {
     "--constraint": "constraint", "-C": "constraint", "--exclusive": "exclusive",
     "--output": "log_dir", "-o": "log_dir", "--error": "log_dir", "-e": "log_dir",
     "--requeue": "requeue", "--signal": "requeue, signal_lead and preempt_signal",
-    "--open-mode": "(always append)",
+    "--open-mode": "(always append)", "--array": "array or sweep", "-a": "array or sweep",
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")        # partition, account, qos
-_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")           # host name or address
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Port = Annotated[int, Field(ge=1024, le=65535)]
+SweepValue = Annotated[str | int | float | bool, Field(union_mode="left_to_right")]
+# Slurm's default MaxArraySize is 1001 (indices 0-1000); sites raise it, hence a generous cap.
+MAX_SWEEP_POINTS = 100_000
 
 
 def _one_line(value: str, what: str = "value") -> str:
@@ -105,7 +109,7 @@ class JobSpec(BaseModel):
     master_addr: str | None = Field(None, description="Rendezvous host; default: the job's first node.")
     master_port: Port | None = Field(None, description="Rendezvous port; default 20000 + job id % 10000.")
     backend: Literal["auto", "nccl", "gloo"] = "auto"
-    launcher: Literal["srun", "torchrun"] = Field("srun", description="srun: one task per process; torchrun: one per node.")
+    launcher: Literal["srun", "torchrun"] = Field("srun", description="run_slurm.sh only: srun (one task per process) or torchrun (one per node).")
     container: Container | None = None
     output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")
     log_dir: str | None = Field(None, description="Job logs; default OUTPUT_DIR/logs.")
@@ -114,6 +118,46 @@ class JobSpec(BaseModel):
     preempt_signal: Literal["USR2", "USR1"] = Field(
         "USR2", description="The signal Slurm sends before the time limit (USR2: NCCL may use USR1); the trainer is told.")
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
+    array: str | None = Field(None, description="sbatch --array, e.g. 0-15%4; with a sweep only %N (a cap on tasks at once).")
+    sweep: dict[str, list[SweepValue]] | list[dict[str, SweepValue]] | None = Field(
+        None, description="Parameters: a grid {key: [values]} or a list of points; one array task per point.")
+    sweep_args: str | None = Field(None, description="How each parameter is appended to the command, default '--{key} {value}'; {key} and {value} are replaced per word.")
+    # Jobs that heal (run_slurm.sh; see slurmgen/heal/).
+    heartbeat_timeout: float | None = Field(
+        None, gt=0, le=86_400, description="Stop the job step when a rank's heartbeat file is older than this many seconds.")
+    retries: int = Field(0, ge=0, le=100, description="Requeue the job after a failure with a retry_on code, up to N times.")
+    retry_on: list[int] = Field(default_factory=list, description="Exit codes that requeue the job, e.g. [1, 124, 143].")
+    exclude_failed_node: bool = Field(False, description="Exclude the node where the failure started before requeueing.")
+    preflight: bool = Field(False, description="Run `slurmgen doctor` on every node before the job step.")
+
+    # Strict types, as the user wrote them: a number where text is expected is that text
+    # (`job_name: 2024`, `--lr 3e-4` in a command); a boolean is never a number, nor the reverse.
+    @field_validator("job_name", "partition", "account", "qos", "constraint", "master_addr", "output_dir",
+                     "log_dir", mode="before")
+    @classmethod
+    def _text(cls, v: object) -> object:
+        return as_written(v)
+
+    @field_validator("command", "setup", "sbatch_extra", mode="before")
+    @classmethod
+    def _words(cls, v: object) -> object:
+        return [as_written(item) for item in v] if isinstance(v, list) else as_written(v)
+
+    @field_validator("nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "heartbeat_timeout", "retries",
+                     mode="before")
+    @classmethod
+    def _number(cls, v: object, info: ValidationInfo) -> object:
+        if isinstance(v, bool):
+            kind = "a number of seconds" if info.field_name == "heartbeat_timeout" else "a whole number"
+            raise ValueError(f"expected {kind}, not true/false")
+        return v
+
+    @field_validator("exclusive", "requeue", "exclude_failed_node", "preflight", mode="before")
+    @classmethod
+    def _boolean(cls, v: object) -> object:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError("expected true or false, not a number")
+        return v
 
     @field_validator("job_name", "output_dir", "log_dir")
     @classmethod
@@ -137,22 +181,24 @@ class JobSpec(BaseModel):
     @field_validator("mem", mode="before")
     @classmethod
     def _mem(cls, v: object) -> object:
-        return v if v is None or isinstance(v, bool) else slurm_values.memory(str(v))  # YAML: `mem: 0` is an int
+        return v if v is None or isinstance(v, bool) else slurm_values.memory(str(as_written(v)))  # `mem: 0` is an int
 
     @field_validator("time", mode="before")
     @classmethod
     def _time(cls, v: object) -> object:
         if v is None:
             return v
-        text = str(v)  # YAML reads `time: 90` as an int
+        if isinstance(v, bool):
+            raise ValueError("expected a time limit, not true/false")
+        text = str(as_written(v))  # YAML reads `time: 90` as an int
         slurm_values.time_limit_seconds(text)
         return text
 
     @field_validator("master_addr")
     @classmethod
     def _master_addr(cls, v: str | None) -> str | None:
-        if v is not None and not _HOST.match(v):
-            raise ValueError("must be a host name or an IP address")
+        if v is not None and not is_host_name(v):
+            raise ValueError("expected a host name (letters, digits and _ . - only) or an IP address")
         return v
 
     @field_validator("sbatch_extra")
@@ -182,8 +228,8 @@ class JobSpec(BaseModel):
                 if key in RESERVED_ENV:
                     raise ValueError(f"{key} is set by the launch scripts; use the spec's fields instead")
                 if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                    raise ValueError(f"{key}: give a string or a number (got {value!r})")
-            return {k: str(val) for k, val in v.items()}
+                    raise ValueError(f"{key}: give a string or a number (got {value!r}); quote 'true' to pass the word")
+            return {k: str(as_written(val)) for k, val in v.items()}
         return v
 
     @field_validator("command", mode="before")
@@ -196,7 +242,84 @@ class JobSpec(BaseModel):
                 raise ValueError(f"cannot split into words: {exc}") from None
         if isinstance(v, list) and not v:
             raise ValueError("the command must not be empty")
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            if not v[0].strip():
+                raise ValueError("the program (first word) must not be empty, e.g. [python, train.py]")
+            if v[0].startswith("-"):
+                raise ValueError(f"the first word is the program to run, not an option (got {v[0]!r}); "
+                                 "e.g. python train.py --lr 3e-4")
         return v
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, v: str | None) -> str | None:
+        from slurmgen.jobs.sweep import ARRAY, LIMIT
+
+        if v is not None and not (ARRAY.match(v) or LIMIT.match(v)):
+            raise ValueError("expected sbatch's --array form, e.g. 0-15, 1,3,5-7, 0-15%4, or %4 with a sweep")
+        return v
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep(cls, v: object) -> object:
+        from slurmgen.jobs.sweep import KEY, points
+
+        if v is None:
+            return v
+        keys = list(v) if isinstance(v, dict) else [k for p in v for k in p]
+        bad = [k for k in keys if not KEY.match(k)]
+        if bad:
+            raise ValueError(f"parameter name {bad[0]!r} must look like lr, batch_size or model.depth")
+        if isinstance(v, dict) and any(not values for values in v.values()):
+            raise ValueError("every parameter needs at least one value")
+        if isinstance(v, list) and any(not p for p in v):
+            raise ValueError("every point needs at least one parameter")
+        count = len(points(v))
+        if not 1 <= count <= MAX_SWEEP_POINTS:
+            raise ValueError(f"a sweep has 1 to {MAX_SWEEP_POINTS} points (this one has {count})")
+        values = [x for vs in v.values() for x in vs] if isinstance(v, dict) else [x for p in v for x in p.values()]
+        for value in values:
+            _one_line(str(value), "a sweep value")
+        return v
+
+    @field_validator("sweep_args")
+    @classmethod
+    def _sweep_args(cls, v: str | None) -> str | None:
+        if v is not None and "{value}" not in _one_line(v, "sweep_args"):
+            raise ValueError("must contain {value}, e.g. '--{key} {value}' or '{key}={value}'")
+        return v
+
+    @model_validator(mode="after")
+    def _array_with_sweep(self) -> "JobSpec":
+        from slurmgen.jobs.sweep import LIMIT
+
+        if self.sweep is not None and self.array is not None and not LIMIT.match(self.array):
+            raise ValueError(f"array: with a sweep, give only %N to cap the tasks running at once; the indices come from the sweep (got {self.array!r})")
+        if self.sweep is None and self.array is not None and LIMIT.match(self.array):
+            raise ValueError(f"array: {self.array!r} caps a sweep's tasks; without a sweep give indices, e.g. 0-15{self.array}")
+        return self
+
+    @field_validator("retry_on", mode="before")
+    @classmethod
+    def _retry_on(cls, v: object) -> object:
+        if isinstance(v, (str, int)) and not isinstance(v, bool):  # "1,124,143" from the CLI, 3 from YAML
+            v = [part.strip() for part in str(v).split(",") if part.strip()]
+        if isinstance(v, list):
+            for code in v:
+                if isinstance(code, bool) or not str(code).strip().isdigit() or not 1 <= int(code) <= 255:
+                    raise ValueError(f"{code!r} is not an exit code: give whole numbers 1-255, comma-separated")
+                if int(code) == exitcodes.PREEMPTED:
+                    raise ValueError(f"{exitcodes.PREEMPTED} means preempted: that job requeues itself (requeue: true)")
+            return sorted({int(code) for code in v})
+        return v
+
+    @model_validator(mode="after")
+    def _retry_policy(self) -> "JobSpec":
+        if self.retries and not self.retry_on:
+            raise ValueError("retries needs retry_on: the exit codes worth another attempt, e.g. 1,124,143")
+        if not self.retries and (self.retry_on or self.exclude_failed_node):
+            raise ValueError("retry_on and exclude_failed_node need retries: N (the most requeues)")
+        return self
 
     @model_validator(mode="after")
     def _signal_before_end(self) -> "JobSpec":

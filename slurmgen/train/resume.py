@@ -29,7 +29,10 @@ def choose(resume: str, ckpt_dir: Path) -> tuple[str, dict[str, Any]] | None:
         found = ckpt.find_latest(ckpt_dir)
     else:
         path = Path(resume)
-        found = ckpt.find_latest(path) if path.is_dir() else ((path, ckpt.load(path)) if path.is_file() else None)
+        if not path.exists():
+            raise ConfigError([f"--resume {resume}: no such file or directory"])
+        # A damaged file named here is an error (CheckpointError, exit 1), not skipped.
+        found = ckpt.find_latest(path) if path.is_dir() else (path, ckpt.load(path))
         if found is None:
             raise ConfigError([f"--resume {resume}: no checkpoint there"])
     return (str(found[0]), found[1]) if found else None
