@@ -109,6 +109,22 @@ def node_local_dir(out_dir: str | os.PathLike[str], node_rank: int, environ: Map
     return base / f"slurmgen-heartbeats-{os.getuid()}-{hashlib.sha256(run.encode()).hexdigest()[:16]}"
 
 
+# A node-local directory nobody wrote to for this long belongs to a run that was killed.
+STALE_AFTER = 3600.0
+
+
+def remove_stale_node_dirs(mine: Path, now: float) -> None:
+    """Remove this user's node-local heartbeat directories that killed runs left behind. Safe
+    for a live run too: its next beat creates its directory again."""
+    for d in mine.parent.glob(f"slurmgen-heartbeats-{os.getuid()}-*"):
+        try:
+            newest = max([f.stat().st_mtime for f in d.iterdir()] + [d.stat().st_mtime])
+        except OSError:
+            continue
+        if d != mine and now - newest > STALE_AFTER:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     """Every rank's latest record in DIR: from rank-NNNNN.json files and node summaries."""
     found: dict[int, dict[str, Any]] = {}
@@ -151,6 +167,8 @@ class Heartbeat:
         _atomic_write_text(self.path, json.dumps(record) + "\n")
         self.last, self.status = now, status
         if self.summary is not None and (status in FINAL_STATUSES or now - self.summarised >= SUMMARY_EVERY_BEATS * self.every):
+            if not self.summarised:  # the first beat of a node leader
+                remove_stale_node_dirs(self.dir, now)
             self.summarise(now)
 
     def summarise(self, now: float | None = None) -> None:

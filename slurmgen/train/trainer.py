@@ -287,6 +287,7 @@ class Trainer:
         except BaseException:
             self._settle_after_failure()
             self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
+            self.heartbeat.finish()  # the node's summary says "failed"; no peer to wait for
             self.tracking.finish(EXIT_FAILED)
             raise
         finally:

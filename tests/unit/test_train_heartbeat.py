@@ -7,6 +7,7 @@ import socket
 import time
 
 from slurmgen import exitcodes
+from slurmgen.train import logs
 from slurmgen.train.logs import HEARTBEAT_DIR_ENV, Heartbeat, node_local_dir, read_heartbeats
 
 
@@ -52,3 +53,15 @@ def test_exit_codes_are_described_in_words():
     assert exitcodes.describe(137) == "killed by signal 9"
     assert exitcodes.describe(-15) == "killed by signal 15"
     assert exitcodes.describe(3) == "exit 3"
+
+
+def test_a_node_leader_removes_directories_that_killed_runs_left(tmp_path):
+    mine, live, dead = (tmp_path / f"slurmgen-heartbeats-{os.getuid()}-{n}" for n in ("mine", "live", "dead"))
+    for d in (mine, live, dead):
+        d.mkdir()
+        (d / "rank-00000.json").write_text("{}\n")
+    hour_ago = time.time() - 2 * logs.STALE_AFTER
+    os.utime(dead / "rank-00000.json", (hour_ago, hour_ago))
+    os.utime(dead, (hour_ago, hour_ago))
+    logs.remove_stale_node_dirs(mine, time.time())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, live.name])
