@@ -12,7 +12,7 @@ from importlib import resources
 
 import jinja2
 
-from slurmgen import __version__
+from slurmgen import __version__, exitcodes, nodelink
 from slurmgen.config import dump_yaml
 from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
 from slurmgen.spec import JobSpec
@@ -122,6 +122,19 @@ def context(spec: JobSpec) -> dict[str, object]:
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        **_link_context(),
+    }
+
+
+def _link_context() -> dict[str, object]:
+    """launch_multi_node.sh's link between nodes: the agent's code and the exit codes it uses."""
+    return {
+        "link_agent": ShellCode(nodelink.source().rstrip("\n")),
+        "heredoc_end": nodelink.HEREDOC_END,
+        "hung": exitcodes.HUNG,
+        "lost": exitcodes.LOST,
+        "interrupted": exitcodes.INTERRUPTED,
+        "terminated": exitcodes.TERMINATED,
     }
 
 

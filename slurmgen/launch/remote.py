@@ -87,6 +87,8 @@ eval "$env_text" || fail "the environment sent on stdin is not valid"
 unset env_text
 
 cd -- "$workdir" 2>/dev/null || fail "working directory '$workdir' does not exist on $HOSTNAME (see --workdir)"
+# The launcher itself stops every node when one fails: the node script's own link stays off.
+export SLURMGEN_LINK=off
 export MASTER_PORT=$master_port SLURMGEN_RANK_OFFSET=$rank_offset SLURMGEN_WORLD_SIZE=$world_size \
   SLURMGEN_LOG_DIR=$log_dir SLURMGEN_STOP_GRACE=$stop_grace SLURMGEN_FAIL_GRACE=$stop_grace \
   SLURMGEN_ATTEMPT=$attempt

@@ -63,8 +63,9 @@ def test_hostile_values_reach_the_program_literally_launch(tmp_path):
 
 def test_launch_sets_the_contract_for_each_rank(tmp_path):
     out = write(tmp_path, command=REPORTER)
+    # One node of three, alone: no link to a master that is not there (test_launch_link.py has it).
     result = subprocess.run([str(out / LAUNCH_SCRIPT), "10.9.8.7", "3", "2", "2"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "MASTER_PORT": "24567"})
+                            timeout=60, env={**os.environ, "MASTER_PORT": "24567", "SLURMGEN_LINK": "off"})
     assert result.returncode == 0, result.stderr
     envs = sorted((r["env"] for r in reports(result.stdout)), key=lambda e: int(e["RANK"]))
     assert [(e["RANK"], e["LOCAL_RANK"], e["NODE_RANK"]) for e in envs] == [("4", "0", "2"), ("5", "1", "2")]
@@ -100,7 +101,7 @@ def test_launch_node_rank_from_environment_and_master_detection(tmp_path):
                                  ([os.uname().nodename, "2", "1"], {}, "0")):
         clean = {k: v for k, v in os.environ.items() if k != "NODE_RANK"}
         result = subprocess.run([str(out / LAUNCH_SCRIPT), *args], capture_output=True, text=True, timeout=30,
-                                env={**clean, **env})
+                                env={**clean, **env, "SLURMGEN_LINK": "off"})
         assert result.returncode == 0, result.stderr
         assert reports(result.stdout)[0]["env"]["NODE_RANK"] == node_rank
 
