@@ -94,6 +94,7 @@ if [[ $link == on ]]; then
   start_timeout=${SLURMGEN_START_TIMEOUT:-300}
   [[ $start_timeout =~ ^[0-9]+([.][0-9]+)?$ ]] ||
     die "SLURMGEN_START_TIMEOUT must be a number of seconds (got '$start_timeout')"
+  link_timeout=10 # seconds without a word from a node (or the master) before it counts as lost
   link_python=${SLURMGEN_PYTHON:-$(command -v python3 || command -v python || true)}
   [[ -n $link_python ]] ||
     die "no python3 on this node for the link between the nodes: set SLURMGEN_PYTHON, or SLURMGEN_LINK=off"
@@ -132,7 +133,7 @@ on_signal() { # <signal name> <exit code>
   trap 'signal_all KILL; exit 137' INT TERM # a second signal: no more waiting
   echo "$me: got SIG$1, stopping all ranks on this node" >&2
   link_tell signal "$2"
-  [[ ${!:-} == "$link_pid" ]] || pids+=("${!:-}") # a process started just before the signal, not yet in pids
+  pids+=("${!:-}") # a process started just before the signal, not yet in pids
   stop_all "${SLURMGEN_STOP_GRACE:-30}"
   link_wait 2 || true
   exit "$2"
@@ -514,12 +515,9 @@ class Worker(Agent):
         self.leave = (time.monotonic() + 1.0, code, (self.node, rank, code, kind))
 
     def node_done(self):
-        if not self.ready:
-            self.say(f"the ranks on node {self.node} are done, but the master at {self.addr}:{self.port} never "
-                     f"answered")
-            return self.finish(0)
+        # Not linked yet: the master must still hear it (or be reported absent at the start timeout).
         self.tell("done")
-        self.leave = (time.monotonic() + 2.0, 0, None)
+        self.leave = (max(time.monotonic(), self.start_by) + 2.0, 0, None)
 
     def tick(self, now):
         if self.leave is not None and now >= self.leave[0]:
@@ -568,7 +566,7 @@ if [[ $link == on ]]; then
   # stdout to stderr: the agent speaks only there, and with its exit status.
   coproc LINK {
     SLURMGEN_LINK_TOKEN=$link_token exec "$link_python" -c "$(link_agent)" "$me" "$master_addr" "$link_port" \
-      "$node_rank" "$nnodes" "$start_timeout" 10 "${SLURMGEN_FAIL_GRACE:-2}" >&2
+      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}" >&2
   }
   link_pid=$!
 fi
