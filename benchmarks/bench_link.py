@@ -6,7 +6,8 @@ Brings up scripts/cluster/up.sh 8 (root; each node a network namespace; waits wh
 session owns the cluster) unless --reuse, and tears it down at the end. On each node K of the
 first N, `ip netns exec sg-nodeK launch_multi_node.sh node1 N 2 K-1` (2 ranks per node, the
 script from `slurmgen create` on this machine's disk), running a program that is not ours:
-the last rank exits 3 after 2 s, writing its own timestamp first; the others sleep.
+the last rank exits 3 one second after every rank is up, writing its own timestamp first; the
+others sleep.
 
 Measured, all in the same run:
 1. link (the default): time from that timestamp to the last process of the job gone on every
@@ -33,10 +34,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
+# Every rank says it is up; the last one exits 3 a second after all are.
 CRASHER = """
 import os, sys, time
+open(os.environ["CRASH_FILE"] + ".up" + os.environ["RANK"], "w").close()
 if os.environ["RANK"] == os.environ["CRASH_RANK"]:
-    time.sleep(2)
+    up = [os.environ["CRASH_FILE"] + ".up" + str(r) for r in range(int(os.environ["WORLD_SIZE"]))]
+    while not all(map(os.path.exists, up)):
+        time.sleep(0.01)
+    time.sleep(1)
     with open(os.environ["CRASH_FILE"] + ".tmp", "w") as f:
         f.write(repr(time.time()))
     os.rename(os.environ["CRASH_FILE"] + ".tmp", os.environ["CRASH_FILE"])
@@ -117,9 +123,9 @@ def one_run(workdir: Path, nodes: int, index: int, link: bool) -> tuple[float, i
             time.sleep(0.01)
         took = time.time() - crashed
         left = len(pids_with(word=marker))
-        for p in launchers:
-            if link:
-                p.wait(10)
+        deadline = time.monotonic() + 10
+        while link and time.monotonic() < deadline and any(p.poll() is None for p in launchers):
+            time.sleep(0.05)
         return took, left, [p.poll() for p in launchers], late
     finally:
         for pid in pids_with(marker, str(out)):
@@ -147,11 +153,11 @@ def main() -> None:
             for i in range(args.repeat):  # the sizes alternate, so load drifts hit all alike
                 for n in times:
                     took, _, codes, late = one_run(workdir, n, i, link=True)
+                    if late:
+                        print(f"{n} nodes, run {i}: {took:.2f}s; running 2 s after the failure:", *late, sep="\n  ")
                     if any(c in (0, None) for c in codes):
                         raise RuntimeError(f"{n} nodes: a launcher did not fail: {codes}")
                     times[n].append(took)
-                    if late:
-                        print(f"{n} nodes, run {i}: {took:.2f}s; running 2 s after the failure:", *late, sep="\n  ")
             off = {n: one_run(workdir, n, args.repeat, link=False)[1] for n in node_counts}
     finally:
         if not args.reuse:

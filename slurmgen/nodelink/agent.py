@@ -16,7 +16,9 @@ From its launcher, on stdin, one line each:
 Stdin ending before one of the last three (or the launcher's pid changing) means the launcher
 died: the agent stops the ranks itself and reports the node lost.
 
-To its launcher, the exit status: 0 when the job went well as far as this node knows, else
+To its launcher: one line on stdout, `linked`, once this node is part of the job (the master:
+listening; the others: their hello sent); the launcher starts no rank before it, so that every
+running rank hears of a failure anywhere. Then the exit status: 0 when the job went well as far as this node knows, else
 the code of the job's first failure, whose cause it prints as one line on stderr; the launcher
 then stops its ranks and exits.
 
@@ -96,6 +98,9 @@ class Agent:
         self.stdin = Lines()
         self.code = None
         self.sel.register(0, selectors.EVENT_READ, self.on_stdin)
+
+    def linked(self):
+        print("linked", flush=True)
 
     def say(self, text):
         try:
@@ -248,12 +253,12 @@ class Master(Agent):
             self.fail(peer.node, "-", LOST, "lost")
 
     def fail(self, node, rank, code, kind):
-        """The first failure stops the job: every node hears of it, in one line."""
+        """The first failure stops the job: every node hears of it, in one line (also one whose
+        hello is still on its way: it may have started its ranks)."""
         if self.code is not None:
             return
         for peer in self.peers.values():
-            if peer.node is not None:
-                send(peer.conn, f"stop {node} {rank} {code} {kind}")
+            send(peer.conn, f"stop {node} {rank} {code} {kind}")
         self.finish(code, (node, rank, code, kind))
 
     def report(self, rank, code, kind):
@@ -318,6 +323,8 @@ class Worker(Agent):
             if words[0] == "challenge" and len(words) == 2 and not self.ready:
                 self.ready = send(conn, f"hello {self.node} {self.nnodes} "
                                         f"{mac(self.token, words[1], self.node, self.nnodes)}")
+                if self.ready:
+                    self.linked()
                 for text in self.outbox:
                     send(conn, text)
             elif words[0] == "stop" and len(words) == 5 and words[3].isdigit():
@@ -380,6 +387,7 @@ def main(argv):
             print(f"{me}: error: cannot listen on {addr}:{port} for the other nodes ({e.strerror or e}): "
                   f"set SLURMGEN_LINK_PORT to a free port, the same on every node", file=sys.stderr)
             return BAD_INPUT
+        agent.linked()
     else:
         agent = Worker(me, node, nnodes, token, grace, addr, port, start_timeout, link_timeout)
     return agent.run()

@@ -182,7 +182,9 @@ From its launcher, on stdin, one line each:
 Stdin ending before one of the last three (or the launcher's pid changing) means the launcher
 died: the agent stops the ranks itself and reports the node lost.
 
-To its launcher, the exit status: 0 when the job went well as far as this node knows, else
+To its launcher: one line on stdout, `linked`, once this node is part of the job (the master:
+listening; the others: their hello sent); the launcher starts no rank before it, so that every
+running rank hears of a failure anywhere. Then the exit status: 0 when the job went well as far as this node knows, else
 the code of the job's first failure, whose cause it prints as one line on stderr; the launcher
 then stops its ranks and exits.
 
@@ -262,6 +264,9 @@ class Agent:
         self.stdin = Lines()
         self.code = None
         self.sel.register(0, selectors.EVENT_READ, self.on_stdin)
+
+    def linked(self):
+        print("linked", flush=True)
 
     def say(self, text):
         try:
@@ -414,12 +419,12 @@ class Master(Agent):
             self.fail(peer.node, "-", LOST, "lost")
 
     def fail(self, node, rank, code, kind):
-        """The first failure stops the job: every node hears of it, in one line."""
+        """The first failure stops the job: every node hears of it, in one line (also one whose
+        hello is still on its way: it may have started its ranks)."""
         if self.code is not None:
             return
         for peer in self.peers.values():
-            if peer.node is not None:
-                send(peer.conn, f"stop {node} {rank} {code} {kind}")
+            send(peer.conn, f"stop {node} {rank} {code} {kind}")
         self.finish(code, (node, rank, code, kind))
 
     def report(self, rank, code, kind):
@@ -484,6 +489,8 @@ class Worker(Agent):
             if words[0] == "challenge" and len(words) == 2 and not self.ready:
                 self.ready = send(conn, f"hello {self.node} {self.nnodes} "
                                         f"{mac(self.token, words[1], self.node, self.nnodes)}")
+                if self.ready:
+                    self.linked()
                 for text in self.outbox:
                     send(conn, text)
             elif words[0] == "stop" and len(words) == 5 and words[3].isdigit():
@@ -546,6 +553,7 @@ def main(argv):
             print(f"{me}: error: cannot listen on {addr}:{port} for the other nodes ({e.strerror or e}): "
                   f"set SLURMGEN_LINK_PORT to a free port, the same on every node", file=sys.stderr)
             return BAD_INPUT
+        agent.linked()
     else:
         agent = Worker(me, node, nnodes, token, grace, addr, port, start_timeout, link_timeout)
     return agent.run()
@@ -563,12 +571,22 @@ trap 'on_signal TERM 143' TERM
 # the whole tree it may have spawned (data loader workers and the like).
 set -m
 if [[ $link == on ]]; then
-  # stdout to stderr: the agent speaks only there, and with its exit status.
   coproc LINK {
     SLURMGEN_LINK_TOKEN=$link_token exec "$link_python" -c "$(link_agent)" "$me" "$master_addr" "$link_port" \
-      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}" >&2
+      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}"
   }
   link_pid=$!
+  # No rank starts before this node is linked: a failure anywhere must reach every running rank.
+  # The agent says `linked` once, or ends (the master never came, refused us: it said why).
+  exec {link_out}<&"${LINK[0]}"
+  linked=
+  read -r -u "$link_out" linked || true
+  exec {link_out}<&-
+  if [[ $linked != linked ]]; then
+    status=0
+    link_wait "$link_timeout" || status=$?
+    exit "$((status == 0 ? 255 : status))"
+  fi
 fi
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   rank=$((rank_offset + local_rank))
