@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_launch import down
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -64,10 +65,6 @@ def up(nodes: int, wait: float = 1800) -> None:
         if proc.returncode != 4 or time.monotonic() > deadline:
             sys.exit(f"scripts/cluster/up.sh {nodes} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         time.sleep(5)  # busy: another session owns the cluster
-
-
-def down() -> None:
-    subprocess.run(["bash", str(REPO / "scripts/cluster/down.sh")], capture_output=True)
 
 
 def pids_with(*markers: str, word: str | None = None) -> list[int]:
