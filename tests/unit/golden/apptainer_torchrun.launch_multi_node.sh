@@ -339,8 +339,8 @@ def signal_group(pgid, sig):
 
 
 class Peer:
-    def __init__(self, conn, now):
-        self.conn, self.node, self.seen, self.since = conn, None, now, now
+    def __init__(self, conn, addr, now):
+        self.conn, self.addr, self.node, self.seen, self.since = conn, addr, None, now, now
         self.nonce = secrets.token_hex(16)
         self.lines = Lines()
 
@@ -363,9 +363,9 @@ class Master(Agent):
         self.start_by, self.link_timeout, self.next_ping = now + start_timeout, link_timeout, now
 
     def on_accept(self, server):
-        conn, _ = server.accept()
+        conn, addr = server.accept()
         conn.settimeout(1.0)
-        peer = self.peers[conn] = Peer(conn, time.monotonic())
+        peer = self.peers[conn] = Peer(conn, addr[0], time.monotonic())
         self.sel.register(conn, selectors.EVENT_READ, self.on_peer)
         send(conn, f"challenge {peer.nonce}")
 
@@ -403,7 +403,7 @@ class Master(Agent):
         else:
             why = None
         if why is not None:
-            self.say(f"refused a connection from {peer.conn.getpeername()[0]}: {why}")
+            self.say(f"refused a connection from {peer.addr}: {why}")
             send(peer.conn, f"refused {why}")
             return self.drop(peer)
         peer.node = node
@@ -437,6 +437,21 @@ class Master(Agent):
     def check_all_done(self):
         if len(self.done) == self.nnodes:
             self.finish(0)
+
+    def close(self):
+        """Leave so that the last `stop` arrives: a socket closed with unread bytes (a ping)
+        is reset, and a reset may drop what was sent just before."""
+        for conn in self.peers:
+            try:
+                conn.setblocking(False)
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+            try:
+                conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
     def tick(self, now):
         if now >= self.next_ping:
@@ -554,9 +569,11 @@ def main(argv):
                   f"set SLURMGEN_LINK_PORT to a free port, the same on every node", file=sys.stderr)
             return BAD_INPUT
         agent.linked()
-    else:
-        agent = Worker(me, node, nnodes, token, grace, addr, port, start_timeout, link_timeout)
-    return agent.run()
+        try:
+            return agent.run()
+        finally:
+            agent.close()
+    return Worker(me, node, nnodes, token, grace, addr, port, start_timeout, link_timeout).run()
 
 
 if __name__ == "__main__":
