@@ -21,12 +21,13 @@ from slurmgen.cli import main
 
 pytestmark = pytest.mark.integration
 
-# Every rank says it is up; FAIL_RANK fails with code 1 FAIL_AFTER seconds later, writing the
+# Every rank says it is up (writing the link's token if it got one: it should not); FAIL_RANK fails with code 1 FAIL_AFTER seconds later, writing the
 # time it did so; the others would run for two minutes.
 PROGRAM = """
 import os, sys, time
 rank = os.environ["RANK"]
-open(os.path.join(os.environ["UP_DIR"], "up-" + rank), "w").close()
+with open(os.path.join(os.environ["UP_DIR"], "up-" + rank), "w") as f:
+    f.write(os.environ.get("SLURMGEN_LINK_TOKEN", ""))
 if rank == os.environ.get("FAIL_RANK"):
     time.sleep(float(os.environ["FAIL_AFTER"]))
     with open(os.environ["FAIL_FILE"] + ".tmp", "w") as f:
@@ -119,8 +120,9 @@ def test_a_failing_rank_stops_every_node_and_is_named(job, tmp_path):
 
 
 def test_a_launcher_killed_with_sigkill_stops_every_node(job, tmp_path):
-    procs = [job(0), job(1)]
+    procs = [job(0, SLURMGEN_LINK_TOKEN="s3cret"), job(1, SLURMGEN_LINK_TOKEN="s3cret")]
     wait_for(lambda: len(list(tmp_path.glob("up-*"))) == 4, 30, "four ranks up")
+    assert {p.read_text() for p in tmp_path.glob("up-*")} == {""}  # the token stays with the launchers
     time.sleep(0.3)  # both agents linked (they connect within 0.2 s of starting)
     os.kill(procs[1].pid, signal.SIGKILL)  # the launcher alone: its ranks and agent live on
     killed = time.time()

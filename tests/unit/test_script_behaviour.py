@@ -83,6 +83,10 @@ def test_launch_sets_the_contract_for_each_rank(tmp_path):
     (["203.0.113.9", "2", "2"], {}, "node_rank not given and master '203.0.113.9' is not this host"),
     (["bad host", "2", "2", "0"], {}, "master_addr must be a host name or IP address"),
     (["127.0.0.1", "2", "2", "0"], {"MASTER_PORT": "99999"}, "MASTER_PORT must be a port number 1-65535 (got '99999')"),
+    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK": "yes"}, "SLURMGEN_LINK must be on or off (got 'yes')"),
+    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK_PORT": "0"}, "SLURMGEN_LINK_PORT must be a port number 1-65535"),
+    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_START_TIMEOUT": "5m"},
+     "SLURMGEN_START_TIMEOUT must be a number of seconds (got '5m')"),
 ])
 def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
     out = write(tmp_path, command=REPORTER)
