@@ -90,10 +90,11 @@ def cmdline(pid: int) -> str:
         return "(gone)"
 
 
-def one_run(workdir: Path, nodes: int, index: int, link: bool) -> tuple[float, int, list[int | None], list[str]]:
+def one_run(workdir: Path, nodes: int, index: int, link: bool,
+            late_after: float = 2) -> tuple[float, int, list[int | None], list[str]]:
     """(seconds from the failure to the last process gone, or to 5 s with the link off;
     ranks of the other nodes still running then; the launchers' exit codes; what was still
-    running 2 s after the failure)."""
+    running `late_after` seconds after the failure)."""
     marker = f"slurmgen-bench-link-{os.getpid()}-{nodes}-{index}-{int(link)}"
     out = workdir / f"out-{nodes}-{index}-{int(link)}"
     subprocess.run([PY, "-m", "slurmgen", "create", "--nodes", str(nodes), "--gpus", "2", "--backend", "gloo",
@@ -115,7 +116,7 @@ def one_run(workdir: Path, nodes: int, index: int, link: bool) -> tuple[float, i
         limit = crashed + (30 if link else 5)
         late: list[str] = []
         while (alive := pids_with(*markers, word=marker)) and time.time() < limit:
-            if not late and time.time() > crashed + 2:
+            if not late and time.time() > crashed + late_after:
                 late = [cmdline(pid) for pid in alive]
             time.sleep(0.01)
         took = time.time() - crashed
@@ -139,6 +140,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--nodes", default="2,8")
     parser.add_argument("--reuse", action="store_true", help="use the cluster already up (enough nodes)")
+    parser.add_argument("--late", type=float, default=2, help="show what still runs this long after a failure")
     args = parser.parse_args()
     node_counts = [int(n) for n in args.nodes.split(",")]
     if not args.reuse:
@@ -149,9 +151,10 @@ def main() -> None:
             times: dict[int, list[float]] = {n: [] for n in [1, *node_counts]}
             for i in range(args.repeat):  # the sizes alternate, so load drifts hit all alike
                 for n in times:
-                    took, _, codes, late = one_run(workdir, n, i, link=True)
+                    took, _, codes, late = one_run(workdir, n, i, link=True, late_after=args.late)
                     if late:
-                        print(f"{n} nodes, run {i}: {took:.2f}s; running 2 s after the failure:", *late, sep="\n  ")
+                        print(f"{n} nodes, run {i}: {took:.2f}s; running {args.late} s after the failure:", *late,
+                              sep="\n  ")
                     if any(c in (0, None) for c in codes):
                         raise RuntimeError(f"{n} nodes: a launcher did not fail: {codes}")
                     times[n].append(took)

@@ -132,6 +132,7 @@ def _link_context() -> dict[str, object]:
         "link_agent": ShellCode(nodelink.source().rstrip("\n")),
         "heredoc_end": nodelink.HEREDOC_END,
         "hung": exitcodes.HUNG,
+        "bad_input": exitcodes.BAD_INPUT,
         "lost": exitcodes.LOST,
         "interrupted": exitcodes.INTERRUPTED,
         "terminated": exitcodes.TERMINATED,

@@ -98,6 +98,15 @@ def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
     assert "REPORT" not in result.stdout
 
 
+def test_launch_starts_no_rank_when_the_link_between_nodes_cannot_start(tmp_path):
+    out = write(tmp_path, command=REPORTER)
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "2", "1", "0"], capture_output=True, text=True,
+                            timeout=30, env={**os.environ, "SLURMGEN_PYTHON": "false"})
+    assert result.returncode == 1
+    assert "the link between the nodes did not start ('false' ended with code 1); no rank was started" in result.stderr
+    assert "REPORT" not in result.stdout
+
+
 def test_launch_node_rank_from_environment_and_master_detection(tmp_path):
     out = write(tmp_path, command=REPORTER)
     for args, env, node_rank in ((["203.0.113.9", "2", "1"], {"NODE_RANK": "1"}, "1"),

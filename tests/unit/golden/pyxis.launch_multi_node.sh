@@ -602,6 +602,10 @@ if [[ $link == on ]]; then
   if [[ $linked != linked ]]; then
     status=0
     link_wait "$link_timeout" || status=$?
+    case $status in
+      124 | 2) ;; # the agent said why
+      *) echo "$me: error: the link between the nodes did not start ('$link_python' ended with code $status); no rank was started" >&2 ;;
+    esac
     exit "$((status == 0 ? 255 : status))"
   fi
 fi
