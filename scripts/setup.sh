@@ -25,7 +25,7 @@ done
 # cluster (scripts/cluster/): Slurm, munge, sshd, network namespaces.
 pkgs=(python3-venv bash procps)
 if ((with_test)); then
-  pkgs+=(shellcheck slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux pdsh)
+  pkgs+=(shellcheck slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux pdsh nftables)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -89,6 +89,11 @@ def create(
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
     requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on USR1 before the time limit."),
     signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that USR1 arrives [default: 120]."),
+    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
+    retries: Optional[str] = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
+    retry_on: Optional[str] = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
+    exclude_failed_node: Optional[bool] = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),
+    preflight: Optional[bool] = typer.Option(None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
@@ -105,7 +110,8 @@ def create(
         cpus_per_task=cpus_per_task, mem=mem, job_name=job_name, master_addr=master_addr,
         master_port=master_port, backend=backend, launcher=launcher, env=_parse_env(env), setup=list(setup),
         sbatch_extra=list(sbatch), container=container or None, log_dir=log_dir, requeue=requeue,
-        signal_lead=signal_lead,
+        signal_lead=signal_lead, heartbeat_timeout=heartbeat_timeout, retries=retries, retry_on=retry_on,
+        exclude_failed_node=exclude_failed_node, preflight=preflight,
     ))
     rendered = render(spec)
     table = uniform_table(spec.nodes, spec.gpus)
@@ -236,7 +242,8 @@ def launch(
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
     plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
-                      heartbeat_timeout=heartbeat_timeout, heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
+                      heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
+                      heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
@@ -323,6 +330,11 @@ def schema() -> None:
     from slurmgen.spec import JobSpec
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+from slurmgen.doctor.cli import register as _register_doctor  # noqa: E402  (light: typer only)
+
+_register_doctor(app)
 
 
 def main(argv: list[str] | None = None) -> None:

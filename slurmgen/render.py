@@ -14,6 +14,7 @@ import jinja2
 
 from slurmgen import __version__, exitcodes, nodelink
 from slurmgen.config import dump_yaml
+from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
 from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
 from slurmgen.spec import JobSpec
 
@@ -75,6 +76,8 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
         lines.append(ShellCode("--exclusive"))
     if spec.requeue:
         lines += [ShellCode("--requeue"), ShellCode(f"--signal=USR1@{spec.signal_lead}")]
+    elif spec.retries:
+        lines.append(ShellCode("--requeue"))  # `scontrol requeue` needs a requeueable job
     for extra in spec.sbatch_extra:
         key, sep, value = extra.partition("=")
         lines.append(ShellCode(f"{key}={sbatch_value(value)}" if sep else key))
@@ -104,6 +107,21 @@ def _container_prefix(spec: JobSpec) -> list[str]:
     return [*prefix, c.image]
 
 
+def _heal(spec: JobSpec) -> dict[str, object]:
+    """What run_slurm.sh needs for hang detection, the retry policy and the attempts record."""
+    return {
+        "log_dir": spec.logs.rstrip("/") or ".",
+        "attempts_name": name_parts(ATTEMPTS_NAME),
+        "finished_name": name_parts(FINISHED_NAME),
+        "heartbeat_ms": round(spec.heartbeat_timeout * 1000) if spec.heartbeat_timeout else 0,
+        "retries": spec.retries,
+        "retry_codes": ShellCode(" ".join(str(code) for code in spec.retry_on)),
+        "exclude_failed_node": spec.exclude_failed_node,
+        "ok": exitcodes.OK,
+        "hung": exitcodes.HUNG,
+    }
+
+
 def context(spec: JobSpec) -> dict[str, object]:
     """Everything the templates see. Values are plain data; only ShellCode skips quoting."""
     out = spec.output_dir.rstrip("/") or "."
@@ -122,6 +140,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        "heal": _heal(spec),
         **_link_context(),
     }
 

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from slurmgen import slurm_values
+from slurmgen import exitcodes, slurm_values
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 
@@ -112,6 +112,13 @@ class JobSpec(BaseModel):
     requeue: bool = Field(False, description="Requeue on preemption, with USR1 sent signal_lead seconds before the end.")
     signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that USR1 arrives.")
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
+    # Jobs that heal (run_slurm.sh; see slurmgen/heal/).
+    heartbeat_timeout: float | None = Field(
+        None, gt=0, le=86_400, description="Stop the job step when a rank's heartbeat file is older than this many seconds.")
+    retries: int = Field(0, ge=0, le=100, description="Requeue the job after a failure with a retry_on code, up to N times.")
+    retry_on: list[int] = Field(default_factory=list, description="Exit codes that requeue the job, e.g. [1, 124, 143].")
+    exclude_failed_node: bool = Field(False, description="Exclude the node where the failure started before requeueing.")
+    preflight: bool = Field(False, description="Run `slurmgen doctor` on every node before the job step.")
 
     @field_validator("job_name", "output_dir", "log_dir")
     @classmethod
@@ -195,6 +202,28 @@ class JobSpec(BaseModel):
         if isinstance(v, list) and not v:
             raise ValueError("the command must not be empty")
         return v
+
+    @field_validator("retry_on", mode="before")
+    @classmethod
+    def _retry_on(cls, v: object) -> object:
+        if isinstance(v, (str, int)) and not isinstance(v, bool):  # "1,124,143" from the CLI, 3 from YAML
+            v = [part.strip() for part in str(v).split(",") if part.strip()]
+        if isinstance(v, list):
+            for code in v:
+                if isinstance(code, bool) or not str(code).strip().isdigit() or not 1 <= int(code) <= 255:
+                    raise ValueError(f"{code!r} is not an exit code: give whole numbers 1-255, comma-separated")
+                if int(code) == exitcodes.PREEMPTED:
+                    raise ValueError(f"{exitcodes.PREEMPTED} means preempted: that job requeues itself (requeue: true)")
+            return sorted({int(code) for code in v})
+        return v
+
+    @model_validator(mode="after")
+    def _retry_policy(self) -> "JobSpec":
+        if self.retries and not self.retry_on:
+            raise ValueError("retries needs retry_on: the exit codes worth another attempt, e.g. 1,124,143")
+        if not self.retries and (self.retry_on or self.exclude_failed_node):
+            raise ValueError("retry_on and exclude_failed_node need retries: N (the most requeues)")
+        return self
 
     @model_validator(mode="after")
     def _signal_before_end(self) -> "JobSpec":

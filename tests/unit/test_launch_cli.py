@@ -95,3 +95,14 @@ def test_same_yaml_spec_as_create(capsys, tmp_path):
     assert "heartbeat_dir=runs/train/heartbeats" in out
     assert "export NCCL_DEBUG=WARN" in out and "source /opt/venv/bin/activate" in out
     assert "cmd=(python train.py --epochs 2)" in out
+
+
+def test_the_spec_heartbeat_timeout_applies_unless_the_flag_says_otherwise(capsys, tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("heartbeat_timeout: 7\n")
+    (tmp_path / "none").write_text("")
+    args = ["launch", "--dry-run", "--config", str(config), "--hosts", "x1", "--ssh-config", str(tmp_path / "none")]
+    code, out, err = run(capsys, *args)
+    assert code == 0 and "heartbeat_ms=7000" in out, err
+    code, out, err = run(capsys, *args, "--heartbeat-timeout", "2")
+    assert code == 0 and "heartbeat_ms=2000" in out, err

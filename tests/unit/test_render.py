@@ -29,6 +29,8 @@ GOLDEN_SPECS = {
                                                     "mounts": ["/data:/data:ro", "/scratch:/scratch"]}},
     "apptainer_torchrun": {"launcher": "torchrun", "container": {"image": "/images/torch.sif",
                                                                  "runtime": "apptainer", "mounts": ["/data:/data"]}},
+    "healing": {"nodes": 4, "gpus": 8, "heartbeat_timeout": 300, "retries": 2, "retry_on": "1,124,143",
+                "exclude_failed_node": True, "preflight": True, "log_dir": "logs of 'run' $1"},
 }
 
 
@@ -45,6 +47,8 @@ def _matrix():
             "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv"} if i % 2 else {},
             "job_name": "job 'q' $(x) #1" if i % 5 == 0 else "run",
             "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #"] if i % 2 else ["python", "-m", "x"],
+            "heartbeat_timeout": 2.5 if i % 4 == 1 else None, "preflight": i % 4 == 3,
+            **({"retries": 1 + i % 3, "retry_on": [1, 124], "exclude_failed_node": i % 2 == 0} if i % 3 == 2 else {}),
         }
 
 

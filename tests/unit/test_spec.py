@@ -61,6 +61,11 @@ def test_bad_times(text):
     ("sbatch_extra", ["--nodes=3"], "set nodes instead"),
     ("sbatch_extra", ["mail"], "not an sbatch option"),
     ("sbatch_extra", ["--comment=a\nb"], "one line"),
+    ("heartbeat_timeout", 0, "greater than 0"),
+    ("retries", -1, "greater than or equal to 0"),
+    ("retry_on", "1,x", "'x' is not an exit code: give whole numbers 1-255, comma-separated"),
+    ("retry_on", [256], "256 is not an exit code"),
+    ("retry_on", "75", "75 means preempted: that job requeues itself (requeue: true)"),
 ])
 def test_bad_field_is_named(field, value, words):
     (line,) = problems({field: value})
@@ -140,3 +145,11 @@ def test_yaml_errors_point_at_the_line(tmp_path):
         load_yaml(path)
     with pytest.raises(SlurmgenError, match="cannot read"):
         load_yaml(tmp_path / "missing.yaml")
+
+
+def test_retry_policy_fields_go_together():
+    assert build_spec({"retries": 2, "retry_on": "143, 1,124,1"}).retry_on == [1, 124, 143]
+    assert problems({"retries": 1}) == [
+        "spec: retries needs retry_on: the exit codes worth another attempt, e.g. 1,124,143"]
+    assert problems({"exclude_failed_node": True}) == [
+        "spec: retry_on and exclude_failed_node need retries: N (the most requeues)"]

@@ -1,0 +1,22 @@
+"""The doctor's table: one row per node, one column per check, a mark in every cell."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from slurmgen.doctor.compare import BAD, CHECKS, OK, Verdict
+
+_STYLE = {OK: ("✓", "green"), BAD: ("✗", "bold red"), "n/a": ("", "dim")}
+
+
+def table(verdict: Verdict) -> Table:
+    out = Table("node", *CHECKS, box=None, header_style="bold")
+    for node in verdict.nodes:
+        cells = []
+        for check in CHECKS:
+            mark = verdict.marks[node][check]
+            sign, style = _STYLE[mark.state]
+            cells.append(Text(f"{sign} {mark.text}".strip(), style=style))
+        out.add_row(node, *cells)
+    return out

@@ -1,0 +1,84 @@
+"""The attempts record: one JSON line per event of a Slurm job's attempts, beside its logs.
+
+`run_slurm.sh` appends to `LOG_DIR/slurmgen-<SLURM_JOB_ID>.attempts.jsonl` (bash, one
+`printf >>` per line, so lines from a requeued job's later attempts simply follow). An
+attempt is one run of the batch script; `attempt` is SLURM_RESTART_COUNT (0 for the first).
+Every line has:
+
+  event      "start" | "end" | "skipped" (the job had already finished: nothing was run)
+  job        the Slurm job id (a string, as Slurm prints it)
+  attempt    SLURM_RESTART_COUNT
+  time       seconds since the epoch on the batch node (float)
+  host       the batch node
+
+"end" lines add:
+
+  exit_code  the job step's exit code (exitcodes.HUNG when the watcher stopped a hung rank)
+  node       the node where the failure started, or null
+  task       the Slurm task id that failed first, or null
+  hung_rank  the rank whose heartbeat went stale, or null
+  stage      "step" (the job step ran) or "preflight" (`slurmgen doctor` stopped the job)
+  action     "finished" (exit 0, the finished marker was written), "requeue" (retry policy),
+             "stop" (no retry: a code not in retry_on, or retries used up)
+  exclude    the node added to the job's ExcNodeList before the requeue, or null
+
+`LOG_DIR/slurmgen-<SLURM_JOB_ID>.finished` exists once an attempt ended with exit 0: a later
+start of the same job id (a requeue by Slurm or by hand) exits 0 at once without running.
+An attempt killed outright (node failure, scancel, a requeue by the program itself after a
+preemption) leaves a "start" without an "end". Retries used = the "requeue" actions in the
+file (SLURM_RESTART_COUNT when the file lacks attempt 0, e.g. a log directory not shared).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from slurmgen import exitcodes
+
+ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
+FINISHED_NAME = "slurmgen-{job_id}.finished"
+EVENTS = ("start", "end", "skipped")
+ACTIONS = ("finished", "requeue", "stop")
+
+
+def attempts_path(log_dir: str | Path, job_id: str) -> Path:
+    return Path(log_dir) / ATTEMPTS_NAME.format(job_id=job_id)
+
+
+def finished_path(log_dir: str | Path, job_id: str) -> Path:
+    return Path(log_dir) / FINISHED_NAME.format(job_id=job_id)
+
+
+def name_parts(name: str) -> tuple[str, str]:
+    """A file name pattern split around its job id, for the template: ('slurmgen-', '.finished')."""
+    before, _, after = name.partition("{job_id}")
+    return before, after
+
+
+def read_attempts(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of the file in order; a line cut short by a kill is skipped."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") in EVENTS:
+            records.append(record)
+    return records
+
+
+def cause(record: dict[str, Any]) -> str:
+    """One phrase for an "end" record: 'hung (rank 3 on node2)', 'exit 3 (task 1 on node2)'."""
+    code = record.get("exit_code")
+    if code is None:
+        return "unknown"
+    text = exitcodes.describe(int(code))
+    if record.get("hung_rank") is not None:
+        return f"{text} (rank {record['hung_rank']} on {record.get('node')})"
+    if record.get("node"):
+        task = f"task {record['task']} on " if record.get("task") is not None else ""
+        return f"{text} ({task}{record['node']})"
+    return text

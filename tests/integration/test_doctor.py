@@ -1,0 +1,93 @@
+"""slurmgen doctor on the test cluster: as run_slurm.sh's preflight step, and over SSH.
+
+- Preflight: node2 drops its outgoing packets to MASTER_PORT (an nftables rule inside its
+  network namespace) and the working tree holds a link to /proc/sys/kernel/hostname (per UTS
+  namespace, so its content differs on each node). The job fails before its step starts, the
+  table marks node2's port and names both file hashes, USR1 sent to the probe step reached
+  every node's Python, and the attempts record says the preflight stopped it.
+- Over SSH (`--hosts node1,node2`), with nothing in the way, every check passes and it exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from render_helpers import render_and_lint
+
+from slurmgen.heal.attempts import attempts_path, read_attempts
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+PORT = 24567
+TABLE = "slurmgen_doctor_test"
+
+
+def _block_port(cluster, node: str, port: int) -> None:
+    for argv in (["add", "table", "inet", TABLE],
+                 ["add", "chain", "inet", TABLE, "out", "{ type filter hook output priority 0 ; }"],
+                 ["add", "rule", "inet", TABLE, "out", "tcp", "dport", str(port), "drop"]):
+        cluster.run_on(node, ["nft", *argv], check=True)
+
+
+def test_preflight_names_a_blocked_port_and_a_different_file(cluster, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('THE PROGRAM RAN')\n")
+    (work / "node-name").symlink_to("/proc/sys/kernel/hostname")
+    out = render_and_lint(work / "out", "--nodes", "2", "--gpus", "1", "--backend", "gloo", "--preflight",
+                          "--master-port", str(PORT), command=["python", "train.py"])
+    node1, node2 = cluster.node_names[:2]
+    _block_port(cluster, node2, PORT)
+    try:
+        # The preflight's doctor takes its port time-out from the job's environment (10 s otherwise).
+        job = cluster.submit(out / "run_slurm.sh", cwd=work, env={"SLURMGEN_DOCTOR_PORT_TIMEOUT": "3"})
+        state, code = cluster.wait(job, timeout=90)
+    finally:
+        cluster.run_on(node2, ["nft", "delete", "table", "inet", TABLE], check=True)
+    log = "\n".join(p.read_text() for p in (out / "logs").glob(f"*-{job}.out"))
+    assert (state, code) == ("FAILED", 1), log
+    assert "THE PROGRAM RAN" not in log
+    ip = cluster.node(node1).ip
+    assert f"slurmgen: error: doctor: port on {node2}: {ip}:{PORT} unreachable within 3 s" in log, log
+    assert "slurmgen: error: doctor: files differs across nodes: " in log, log
+    rows = {line.split()[0]: line for line in log.splitlines() if line.split()[:1] in ([node1], [node2])}
+    # node, python, torch, cuda, nccl, gpus, files, master, port, usr1, disk: the marks in order.
+    marks = {node: [w for w in line.split() if w in ("✓", "✗", "-")] for node, line in rows.items()}
+    assert marks[node1] == ["✓"] * 5 + ["✗"] + ["✓"] * 4, log
+    assert marks[node2] == ["✓"] * 5 + ["✗", "✓", "✗", "✓", "✓"], log
+    (start, end) = read_attempts(attempts_path(out / "logs", job))
+    assert (end["stage"], end["exit_code"], end["action"]) == ("preflight", 1, "stop"), end
+    assert cluster.wait_no_tasks(job, timeout=10) == []
+
+
+def test_doctor_over_ssh_passes_when_all_agree(cluster, tmp_path):
+    (tmp_path / "train.py").write_text("print('same everywhere')\n")
+    args = ["--hosts", ",".join(cluster.node_names[:2]), "--ssh-config", str(cluster.ssh_config),
+            "--workdir", str(tmp_path), "--files", "train.py",  # --python: this venv's, by default
+            "--master-port", str(PORT), "--port-timeout", "5", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "slurmgen", "doctor", *args], capture_output=True, text=True,
+                          timeout=60, env=cluster.env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["problems"] == []
+    rows = report["rows"]
+    assert [r["node"] for r in rows] == cluster.node_names[:2]
+    assert [r["port"]["listener"] for r in rows] == [True, False]
+    assert len({r["files"]["hash"] for r in rows}) == 1 and rows[0]["files"]["count"] == 1
+
+
+def test_srun_doctor_reports_every_node_from_task_0(cluster, tmp_path):
+    (tmp_path / "train.py").write_text("print('same everywhere')\n")
+    argv = ["srun", "--nodes=2", "--ntasks-per-node=2", sys.executable, "-m", "slurmgen", "doctor",
+            "--dir", str(tmp_path), "--files", "train.py", "--json"]
+    proc = cluster.run(argv, cwd=tmp_path, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)  # task 0 alone printed
+    assert report["problems"] == []
+    rows = report["rows"]
+    assert [r["node"] for r in rows] == cluster.node_names[:2]
+    assert all(r["usr1"]["ok"] and r["port"]["ok"] for r in rows), rows
+    assert not list(tmp_path.glob(".slurmgen-doctor-*")), "the exchange directory was left behind"

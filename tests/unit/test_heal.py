@@ -1,0 +1,104 @@
+"""The retry policy and the attempts record of run_slurm.sh, run by real bash with a stand-in
+srun (one node, one task, srun's own failure line) and an scontrol that logs its calls.
+tests/integration/test_slurm_heal.py runs the same against a real Slurm."""
+
+import json
+import os
+import stat
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slurmgen.config import build_spec
+from slurmgen.heal.attempts import attempts_path, cause, finished_path, read_attempts
+from slurmgen.output import write_files
+from slurmgen.render import SLURM_SCRIPT, render
+
+FAKE_SRUN = textwrap.dedent("""\
+    #!/usr/bin/env bash
+    while [[ $1 == -* ]]; do shift; done
+    SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NTASKS=1 SLURMD_NODENAME=gpu07 "$@"
+    rc=$?
+    ((rc == 0)) || echo "srun: error: gpu07: task 0: Exited with exit code $rc" >&2
+    exit $rc
+""")
+FAKE_SCONTROL = textwrap.dedent("""\
+    #!/usr/bin/env bash
+    echo "$*" >>"$SCONTROL_LOG"
+    case $1 in
+      show) [[ $2 == hostnames ]] && echo localhost || echo "JobId=$3 ExcNodeList=gpu01 NodeList=gpu07" ;;
+    esac
+""")
+
+
+@pytest.fixture
+def job(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755 | stat.S_IEXEC)
+    calls = tmp_path / "scontrol.log"
+    runs = tmp_path / "runs"
+
+    def run(code_by_attempt, restart=0, **spec):
+        program = ["bash", "-c", f'echo run >>{runs}; codes=({" ".join(map(str, code_by_attempt))}); '
+                                 'exit "${codes[${SLURM_RESTART_COUNT:-0}]}"']
+        built = build_spec({"output_dir": str(tmp_path / "out"), "command": program, **spec})
+        write_files(Path(built.output_dir), render(built).files, force=True, extra_dirs=[Path(built.logs)])
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(calls),
+               "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu07", "SLURM_JOB_NUM_NODES": "1",
+               "SLURM_RESTART_COUNT": str(restart)}
+        done = subprocess.run(["bash", str(Path(built.output_dir) / SLURM_SCRIPT)], capture_output=True, text=True,
+                              timeout=60, env=env)
+        log = Path(built.logs)
+        scontrol = [c for c in (calls.read_text().splitlines() if calls.exists() else []) if "hostnames" not in c]
+        return done, read_attempts(attempts_path(log, "4242")), scontrol, finished_path(log, "4242")
+    run.runs = runs
+    return run
+
+
+def test_a_matching_failure_requeues_and_excludes_its_node_until_retries_run_out(job):
+    spec = {"retries": 1, "retry_on": "3", "exclude_failed_node": True}
+    done, records, scontrol, _ = job([3, 3], **spec)
+    assert done.returncode == 3 and "requeueing the job (retry 1 of 1)" in done.stderr, done.stderr
+    assert scontrol == ["requeue 4242", "show job -o 4242", "update JobId=4242 ExcNodeList=gpu01,gpu07"]
+    end = records[-1]
+    assert (end["event"], end["exit_code"], end["node"], end["task"], end["action"], end["exclude"]) == (
+        "end", 3, "gpu07", 0, "requeue", "gpu07")
+    assert cause(end) == "exit 3 (task 0 on gpu07)"
+    # The requeued attempt fails the same way: the one retry is used up, so it stops.
+    done, records, scontrol, _ = job([3, 3], restart=1, **spec)
+    assert done.returncode == 3 and len(scontrol) == 3
+    assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [
+        ("start", 0, None), ("end", 0, "requeue"), ("start", 1, None), ("end", 1, "stop")]
+
+
+def test_without_the_earlier_attempts_in_the_record_the_restart_count_limits_retries(job, tmp_path):
+    done, records, scontrol, _ = job([3, 3, 3], restart=1, retries=1, retry_on="3")
+    assert done.returncode == 3 and scontrol == [] and records[-1]["action"] == "stop"
+    done, records, scontrol, _ = job([3, 3, 3], restart=2, retries=3, retry_on="3")
+    assert scontrol == ["requeue 4242"] and records[-1]["action"] == "requeue"
+
+
+def test_other_codes_stop_and_a_finished_job_never_runs_again(job):
+    done, records, scontrol, finished = job([1, 0, 0], retries=2, retry_on=[3, 124])
+    assert done.returncode == 1 and scontrol == [] and records[-1]["action"] == "stop"
+    assert not finished.exists()
+    done, records, _, finished = job([1, 0, 0], restart=1, retries=2, retry_on=[3, 124])
+    assert done.returncode == 0 and records[-1]["action"] == "finished" and finished.exists()
+    done, records, scontrol, _ = job([1, 0, 0], restart=2, retries=2, retry_on=[3, 124])
+    assert done.returncode == 0 and "already finished" in done.stderr
+    assert records[-1]["event"] == "skipped" and scontrol == []
+    assert job.runs.read_text().count("run") == 2
+
+
+def test_the_record_reader_skips_a_line_cut_by_a_kill(tmp_path):
+    path = tmp_path / "a.jsonl"
+    lines = [{"event": "start", "job": "7", "attempt": 0},
+             {"event": "end", "job": "7", "attempt": 0, "exit_code": 124, "hung_rank": 5, "node": "n2"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"event": "sta')
+    assert read_attempts(path) == lines
+    assert cause(lines[1]) == "hung (rank 5 on n2)"
