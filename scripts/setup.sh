@@ -2,7 +2,7 @@
 # Set up everything slurmgen needs on a fresh Debian/Ubuntu machine, idempotently:
 #   system packages (apt, only what is missing) and a virtualenv with slurmgen installed.
 #
-#   scripts/setup.sh          # runtime: slurmgen + torch (the `train` extra)
+#   scripts/setup.sh          # runtime: slurmgen + torch (the `train` extra) + the coordinator (`serve`)
 #   scripts/setup.sh --test   # also the test tools and the test cluster's packages
 #
 # The venv lives in $SLURMGEN_VENV (default: .venv in the repository). torch is pinned
@@ -48,8 +48,8 @@ if [[ ! -x $venv/bin/python ]]; then
   echo "setup.sh: creating virtualenv $venv"
   python3 -m venv "$venv"
 fi
-extras=train
-if ((with_test)); then extras=train,test; fi
+extras=train,serve
+if ((with_test)); then extras=train,serve,test; fi
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q "$torch_spec" numpy
 "$venv/bin/python" -m pip install -q -e "${repo}[${extras}]"

@@ -336,6 +336,10 @@ from slurmgen.doctor.cli import register as _register_doctor  # noqa: E402  (lig
 
 _register_doctor(app)
 
+from slurmgen.coordinator.cli import register as _register_coordinator  # noqa: E402
+
+_register_coordinator(app)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; the single place that turns errors into exit codes and one-line messages."""

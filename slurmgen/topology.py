@@ -2,7 +2,8 @@
 
 Rules (the same for `slurmgen ranks`, the generated scripts and the SSH launcher):
 - the master node comes first, NODE_RANK 0; the other nodes follow in natural order of
-  their names (node2 before node10, as Slurm orders SLURM_NODEID);
+  their names (node2 before node10, as Slurm orders SLURM_NODEID), or in plain alphabetical
+  order (gn39 < gn40 < gn7, the coordinator's seed rule) with `order="alphabetical"`;
 - inside a node, workers (slots, usually GPU indices) are ordered by their numeric id and
   LOCAL_RANK counts from 0;
 - RANK = the slots of all nodes before this one + LOCAL_RANK, so nodes may differ in size.
@@ -50,8 +51,11 @@ def natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def order_hosts(hosts: Sequence[Host], master: str | None = None) -> list[Host]:
-    """Master first (default: the first host given), then the rest in natural name order."""
+ORDERS = {"natural": natural_key, "alphabetical": str}
+
+
+def order_hosts(hosts: Sequence[Host], master: str | None = None, order: str = "natural") -> list[Host]:
+    """Master first (default: the first host given), then the rest by name in `order`."""
     if not hosts:
         raise SlurmgenError("hosts: no hosts given")
     names = [h.name for h in hosts]
@@ -62,7 +66,8 @@ def order_hosts(hosts: Sequence[Host], master: str | None = None) -> list[Host]:
     master = master if master is not None else hosts[0].name
     if master not in names:
         raise SlurmgenError(f"master: {show(master)} is not one of the hosts {names}")
-    rest = sorted((h for h in hosts if h.name != master), key=lambda h: natural_key(h.name))
+    key = ORDERS[order]
+    rest = sorted((h for h in hosts if h.name != master), key=lambda h: key(h.name))
     return [hosts[names.index(master)], *rest]
 
 

@@ -134,12 +134,13 @@ def test_schema_is_json_schema(capsys):
 
 
 @pytest.mark.parametrize("args", [["--help"], ["create", "--help"], ["create", "--dry-run"], ["runs", "--help"],
-                                  ["plot", "--help"], ["doctor", "--help"]])
+                                  ["plot", "--help"], ["doctor", "--help"], ["group", "--help"], ["serve", "--help"]])
 def test_cli_does_not_import_torch_or_paramiko(args):
     probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
              "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
-             "heavy = [m for m in ('torch', 'paramiko', 'numpy', 'matplotlib') if m in sys.modules]\n"
+             "heavy = [m for m in ('torch', 'paramiko', 'numpy', 'matplotlib', 'fastapi', 'starlette', 'uvicorn',\n"
+             "                     'httpx') if m in sys.modules]\n"
              "print('HEAVY', heavy)")
     result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
                             cwd=REPO)

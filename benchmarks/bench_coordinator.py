@@ -1,0 +1,230 @@
+"""The coordinator (`slurmgen serve` + `slurmgen agent`) on this machine: start, crash, load.
+
+    python benchmarks/bench_coordinator.py [--repeat 3] [--seconds 10]
+
+Runs a real server and real agents as local processes (two agents named gn6 and gn7 with 2
+workers each stand for 2 nodes x 2 GPUs; no test cluster needed, so it never waits for it).
+
+1. Start to all ranks running, 2 x 2: from `POST /groups/exp1/start` to the moment the last
+   rank has written its own timestamp. Baseline: the same 4 rank commands started directly
+   with subprocess.Popen (what any launcher pays at least). The gap is mostly the agents'
+   heartbeat interval (1 s): orders travel on the next heartbeat.
+2. Crash to last worker gone: rank 3 writes a timestamp and exits 3; the time until the
+   last of the other ranks' processes has left /proc (scanned every 10 ms). Goal <= 2 s.
+3. Load: N simulated agents post a heartbeat once a second each (threads with keep-alive
+   http.client connections in two child processes): 125 agents x 8 workers = 1,000 workers, then 1,000 agents x 1 worker (1,000
+   requests a second, the worst case). Heartbeat latency p50/p99 beside the latency of
+   /api/health in the same run (baseline), and the server's CPU use from /proc/PID/stat.
+   Goal: p99 < 100 ms and < 0.5 core for 1,000 workers. The load generator shares the
+   machine's 2 cores with the server, so the figures are an upper bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+PY = sys.executable
+RANK_CMD = ("import os, sys, time; d = sys.argv[1]; r = os.environ.get('RANK', sys.argv[2]);"
+            "open(f'{d}/up-{r}', 'w').write(repr(time.time()));"
+            "time.sleep(2 if r == '3' else float(sys.argv[3]));"
+            "open(f'{d}/crash-{r}', 'w').write(repr(time.time())) if r == '3' else None;"
+            "sys.exit(3 if r == '3' else 0)")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    def __init__(self, tmp: Path):
+        self.tmp, self.port = tmp, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen] = []
+        self.server = self.spawn("serve", "--port", str(self.port), "--db", str(tmp / "c.db"))
+        for _ in range(150):
+            try:
+                httpx.get(self.url + "/api/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        token = (tmp / "token").read_text().strip()
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        self.token = token
+
+    def spawn(self, *args: str) -> subprocess.Popen:
+        p = subprocess.Popen([PY, "-m", "slurmgen", *args, "--token-file", str(self.tmp / "token")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, "SLURMGEN_SERVER": getattr(self, "url", "")})
+        self.procs.append(p)
+        return p
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.send_signal(signal.SIGTERM)
+            p.wait(20)
+
+
+def wait_files(d: Path, prefix: str, n: int, timeout: float = 60) -> list[float]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = sorted(d.glob(prefix + "*"))
+        if len(found) == n and all(f.stat().st_size for f in found):
+            return [float(f.read_text()) for f in found]
+        time.sleep(0.005)
+    raise SystemExit(f"timed out waiting for {n} {prefix} files in {d}")
+
+
+def rank_pids(marker: str) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and marker.encode() in (p / "cmdline").read_bytes():
+                pids.append(int(p.name))
+        except OSError:
+            pass
+    return pids
+
+
+def start_and_crash(stack: Stack, repeat: int) -> None:
+    stack.spawn("agent", "--server", stack.url, "--workers", "2", "--name", "gn6", "--state-dir", str(stack.tmp / "a"))
+    stack.spawn("agent", "--server", stack.url, "--workers", "2", "--name", "gn7", "--state-dir", str(stack.tmp / "a"))
+    names = ["gn6-0", "gn6-1", "gn7-0", "gn7-1"]
+    while len(stack.http.get("/api/workers").json()) < 4:
+        time.sleep(0.1)
+    stack.http.post("/api/groups", json={"name": "exp1"})
+    stack.http.post("/api/workers/move", json={"workers": names, "group": "exp1"})
+    starts, base, crashes = [], [], []
+    for i in range(repeat):
+        d = Path(tempfile.mkdtemp(dir=stack.tmp))
+        marker = f"bench-rank-{i}-{os.getpid()}"
+        argv = [PY, "-c", RANK_CMD, str(d), "x", "60", marker]
+        stack.http.put("/api/groups/exp1/config", json={"master": "gn6", "argv": argv, "stop_grace": 5})
+        t0 = time.time()
+        assert stack.http.post("/api/groups/exp1/start").status_code == 200
+        starts.append(max(wait_files(d, "up-", 4)) - t0)
+        crash = wait_files(d, "crash-", 1)[0]
+        while rank_pids(marker):
+            time.sleep(0.01)
+        crashes.append(time.time() - crash)
+        # baseline: the same four commands, started directly
+        d2 = Path(tempfile.mkdtemp(dir=stack.tmp))
+        t0 = time.time()
+        ps = [subprocess.Popen([PY, "-c", RANK_CMD, str(d2), str(r), "0.5"]) for r in (0, 1, 2, 4)]
+        base.append(max(wait_files(d2, "up-", 4)) - t0)
+        for p in ps:
+            p.wait()
+        while stack.http.get("/api/groups/exp1").json()["group"]["state"] in ("starting", "running"):
+            time.sleep(0.05)
+    s, b, c = statistics.median(starts), statistics.median(base), statistics.median(crashes)
+    print(f"start to all 4 ranks running (2 x 2): median {s:.3f} s; direct Popen of the same 4: {b:.3f} s "
+          f"(x{s / b:.1f}); runs {[round(x, 3) for x in starts]}")
+    print(f"crash to last worker gone: median {c:.3f} s (goal <= 2 s); runs {[round(x, 3) for x in crashes]}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _agent_thread(url: str, token: str, host: str, workers: int, offset: float, warm: float, stop: float,
+                  out: list) -> None:
+    """One simulated agent: a keep-alive connection, a heartbeat a second (http.client: the
+    load generator must cost less than the server it loads)."""
+    import http.client
+    import json
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    body = json.dumps({"host": host, "instance": "bench",
+                       "workers": [{"id": w, "state": "idle"} for w in range(workers)]})
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    time.sleep(offset)  # spread over the second, as real agents drift apart
+    while time.time() < stop:
+        t = time.time()
+        conn.request("POST" if host else "GET", "/api/agents/heartbeat" if host else "/api/health",
+                     body=body if host else None, headers=headers)
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200, r.status
+        if t > warm:
+            out.append(time.time() - t)
+        time.sleep(max(0.0, (1.0 if host else 0.1) - (time.time() - t)))
+
+
+def _load_child(url: str, token: str, first: int, count: int, workers: int, total: int, warm: float,
+                stop: float, queue) -> None:
+    import threading
+
+    out: list = []
+    threads = [threading.Thread(target=_agent_thread, args=(url, token, f"sim{i:04d}", workers, i / total,
+                                                            warm, stop, out), daemon=True)
+               for i in range(first, first + count)]
+    if first == 0:  # the baseline: /api/health ten times a second on the same server
+        health: list = []
+        threads.append(threading.Thread(target=_agent_thread, args=(url, token, "", 0, 0, warm, stop, health)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    queue.put((out, health if first == 0 else None))
+
+
+def load(stack: Stack, agents: int, per_agent: int, seconds: float, procs: int = 2) -> None:
+    import multiprocessing as mp
+
+    queue = mp.get_context("fork").Queue()
+    warm = time.time() + 3
+    stop = warm + seconds
+    share = -(-agents // procs)
+    children = [mp.get_context("fork").Process(target=_load_child, args=(
+        stack.url, stack.token, i * share, min(share, agents - i * share), per_agent, agents, warm, stop, queue))
+        for i in range(procs)]
+    for c in children:
+        c.start()
+    time.sleep(max(0.0, warm - time.time()))
+    cpu0, t0 = cpu_seconds(stack.server.pid), time.time()
+    results = [queue.get(timeout=seconds + 120) for _ in children]
+    cpu = (cpu_seconds(stack.server.pid) - cpu0) / (time.time() - t0)
+    for c in children:
+        c.join()
+    latencies = [x for out, _ in results for x in out]
+    health = next(h for _, h in results if h is not None)
+    q = statistics.quantiles(latencies, n=100)
+    h = statistics.quantiles(health, n=100)
+    print(f"{agents} agents x {per_agent} workers ({agents * per_agent} workers, {len(latencies) / seconds:.0f} "
+          f"heartbeats/s): p50 {q[49] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms; /api/health p99 "
+          f"{h[98] * 1000:.1f} ms (x{q[98] / h[98]:.1f}); server CPU {cpu:.2f} core (goal p99 < 100 ms, < 0.5 core)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=10)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = Stack(Path(tmp))
+        try:
+            start_and_crash(stack, args.repeat)
+            load(stack, 125, 8, args.seconds)
+            load(stack, 1000, 1, args.seconds)
+        finally:
+            stack.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""`slurmgen agent`: one per node; registers `<host>-<id>` workers and runs what the server says.
+
+Every `interval` seconds (and at once when a rank exits) it posts a report of its slots and
+their new output lines; the answer holds start and stop orders. If the server is away the
+ranks keep running and the agent keeps trying, then re-attaches by simply reporting again.
+It judges its ranks' trainer heartbeats itself (same clock as the writer) and reports a stale
+one as hung. No torch here: the agent is small and starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from slurmgen.coordinator.client import Client, ClientError
+from slurmgen.coordinator.models import AgentOrders, AgentReport
+from slurmgen.coordinator.procs import Procs, Slot
+
+log = logging.getLogger("slurmgen.agent")
+LINES_PER_REPORT = 2000
+CHANGES_POLL = 25.0  # seconds a long poll for new orders stays open
+
+
+def is_stale(beat: Optional[dict], now: float, timeout: float) -> bool:
+    """A trainer heartbeat is stale when it promised another beat ("running") and its `time`
+    is older than `timeout`. No file, or any other status, is never judged."""
+    if not beat or beat.get("status") != "running":
+        return False
+    try:
+        return now - float(beat["time"]) > timeout
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _read_beat(path: Optional[Path]) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+
+
+class Agent:
+    def __init__(self, client: Client, workers: int, host: Optional[str] = None,
+                 state_dir: Optional[Path] = None, interval: float = 1.0, grace: float = 10.0):
+        self.client = client
+        self.host = host or socket.gethostname().split(".")[0]
+        self.instance = uuid.uuid4().hex[:16]
+        self.interval = interval
+        self.grace = grace
+        base = state_dir or Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "slurmgen" / "agent"
+        self.log_dir = base / self.host / "logs"
+        self.hb_root = base / self.host / "heartbeats"
+        self.wake = threading.Event()
+        self.procs = Procs(workers, self.log_dir, self.wake)
+        self.stopping = False
+        self.connected: Optional[bool] = None
+
+    def _hung(self, slot: Slot, now: float) -> bool:
+        return bool(slot.running and slot.order
+                    and is_stale(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout))
+
+    def report(self) -> tuple[AgentReport, int]:
+        lines, dropped = self.procs.output.take(LINES_PER_REPORT)
+        now = time.time()
+        return AgentReport(host=self.host, instance=self.instance, lines=lines, dropped=dropped,
+                           workers=[s.report(self._hung(s, now)) for s in self.procs.slots]), dropped
+
+    def beat(self) -> None:
+        report, dropped = self.report()
+        try:
+            orders = self.client.heartbeat(report)
+        except ClientError as e:
+            self.procs.output.give_back(report.lines, dropped)
+            if e.status == 401 and self.connected is None:
+                raise  # a wrong token at start-up is a mistake to fix, not an outage to wait out
+            if self.connected is not False:
+                log.warning("server unreachable or refusing (%s); ranks keep running, retrying", e)
+            self.connected = False
+            return
+        if not self.connected:
+            log.info("connected to %s as %s with %d workers", self.client.base_url, self.host,
+                     len(self.procs.slots))
+        self.connected = True
+        self.apply(orders)
+
+    def apply(self, orders: AgentOrders) -> None:
+        for stop in orders.stop:
+            if stop.worker < len(self.procs.slots):
+                self.procs.stop(stop.worker, stop.grace)
+        for start in orders.start:
+            if start.worker < len(self.procs.slots):
+                log.info("starting %s-%d as rank %d of %s attempt %d", self.host, start.worker,
+                         start.rank, start.group, start.attempt)
+                self.procs.start(start, self.hb_root)
+
+    def watch_changes(self) -> None:
+        """Thread: keep a long poll open and wake the main loop when orders may have changed
+        (see `changes`); its own connection, so a held poll never delays a heartbeat."""
+        client, since = Client(self.client.base_url, self.client.token), -1
+        while not self.stopping:
+            try:
+                version = client.changes(since, CHANGES_POLL)
+            except ClientError:
+                time.sleep(self.interval)
+                continue
+            if version != since:
+                since = version
+                self.wake.set()
+
+    def run(self) -> None:
+        """Heartbeat until SIGTERM/SIGINT, then stop every rank (TERM, KILL after the grace)."""
+        def on_signal(signum, frame):
+            self.stopping = True
+            self.wake.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        threading.Thread(target=self.watch_changes, daemon=True).start()
+        try:
+            while not self.stopping:
+                started = time.monotonic()
+                self.wake.clear()
+                self.beat()
+                self.procs.enforce_grace()
+                self.wake.wait(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            self.procs.stop_all(self.grace)
+            try:
+                self.beat()  # tell the server how the ranks ended
+            except ClientError:
+                pass

@@ -1,0 +1,252 @@
+"""`slurmgen serve`, `slurmgen agent`, `slurmgen workers` and `slurmgen group ...`.
+
+Registered on the main Typer app by `register(app)`. The web stack (fastapi, uvicorn, httpx)
+is imported inside each command, so `slurmgen --help` and `create` never load it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from slurmgen import exitcodes
+from slurmgen.errors import SlurmgenError
+
+SERVER = typer.Option(None, "--server", envvar="SLURMGEN_SERVER", help="Coordinator URL [default: http://127.0.0.1:8470].")
+TOKEN_FILE = typer.Option(None, "--token-file", help="Token file [default: $SLURMGEN_TOKEN, else ~/.config/slurmgen/token].")
+JSON = typer.Option(False, "--json", help="Print JSON instead of text.")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+group_app = typer.Typer(help="Groups of workers: create, move workers in, config, start, stop, watch.",
+                        no_args_is_help=True)
+
+
+def _client(server: Optional[str], token_file: Optional[Path]):
+    from slurmgen.coordinator.client import DEFAULT_SERVER, Client
+    from slurmgen.coordinator.tokens import client_token
+
+    return Client(server or DEFAULT_SERVER, client_token(token_file))
+
+
+def _print_json(models) -> None:
+    data = [m.model_dump() for m in models] if isinstance(models, list) else models.model_dump()
+    typer.echo(json.dumps(data, indent=2))
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs TLS or a tunnel."),
+    port: int = typer.Option(8470, "--port"),
+    db: Optional[Path] = typer.Option(None, "--db", help="SQLite state [default: ~/.local/state/slurmgen/coordinator.db]."),
+    token_file: Optional[Path] = typer.Option(None, "--token-file", help="[default: ~/.config/slurmgen/token]"),
+    agent_timeout: float = typer.Option(10.0, "--agent-timeout", min=1, help="Seconds of agent silence before its workers count as lost."),
+    ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile"),
+    ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
+) -> None:
+    """Run the coordinator: JSON API (and OpenAPI at /docs) plus the web page."""
+    from slurmgen.coordinator.server import run
+    from slurmgen.coordinator.service import Coordinator
+    from slurmgen.coordinator.store import Store
+    from slurmgen.coordinator.tokens import default_db, default_token_file, load_or_create_token
+
+    os.umask(0o077)  # the database and its WAL files hold commands and logs: owner only
+    token_path = token_file or default_token_file()
+    token, created = load_or_create_token(token_path)
+    if created:
+        typer.echo(f"slurmgen serve: new token (saved 0600 in {token_path}; agents and clients read it there):\n{token}")
+    if host not in LOOPBACK and not ssl_certfile:
+        typer.echo(f"slurmgen serve: warning: {host} is not loopback and the token travels in clear text. "
+                   f"Use --ssl-certfile/--ssl-keyfile (uvicorn's TLS), or keep 127.0.0.1 and tunnel: "
+                   f"ssh -L {port}:127.0.0.1:{port} THIS_HOST", err=True)
+    store = Store(db or default_db())
+    typer.echo(f"slurmgen serve: http{'s' if ssl_certfile else ''}://{host}:{port} (state {store.path})")
+    run(Coordinator(store, agent_timeout=agent_timeout), token, host, port,
+        ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+        ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+
+
+def agent(
+    server: Optional[str] = SERVER,
+    token_file: Optional[Path] = TOKEN_FILE,
+    workers: int = typer.Option(1, "--workers", min=1, max=4096, help="Worker slots on this node (usually GPUs)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Node name [default: short host name]."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Per-rank logs and heartbeats [default: ~/.local/state/slurmgen/agent]."),
+    interval: float = typer.Option(1.0, "--interval", min=0.1, max=5, help="Seconds between heartbeats."),
+    grace: float = typer.Option(10.0, "--grace", min=0, help="TERM-to-KILL seconds when the agent itself stops."),
+) -> None:
+    """Run this node's agent: register its workers and run their ranks."""
+    import logging
+
+    from slurmgen.coordinator.agent import Agent
+    from slurmgen.coordinator.models import check_name
+
+    if name is not None:
+        try:
+            check_name(name, "--name")
+        except ValueError as e:
+            raise SlurmgenError(str(e)) from None
+    logging.basicConfig(level=logging.INFO, format="slurmgen agent: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
+    Agent(_client(server, token_file), workers, host=name, state_dir=state_dir,
+          interval=interval, grace=grace).run()
+
+
+def workers(server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+    """List every worker the coordinator knows, with its group, state and rank."""
+    rows = _client(server, token_file).workers()
+    if as_json:
+        return _print_json(rows)
+    for w in rows:
+        extra = f" exit {w.exit_code}" if w.state == "exited" else ""
+        rank = f" rank {w.rank}" if w.rank is not None else ""
+        typer.echo(f"{w.name:<20} {w.group or '-':<16} {w.state}{extra}{rank}")
+
+
+@group_app.command("create")
+def group_create(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+    """Create an empty group."""
+    typer.echo(f"created group {_client(server, token_file).create_group(name).name}")
+
+
+@group_app.command("delete")
+def group_delete(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+    """Delete a group that is not running; its workers become ungrouped."""
+    _client(server, token_file).delete_group(name)
+    typer.echo(f"deleted group {name}")
+
+
+@group_app.command("list")
+def group_list(server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+    """Every group with its state."""
+    rows = _client(server, token_file).groups()
+    if as_json:
+        return _print_json(rows)
+    for g in rows:
+        typer.echo(f"{g.name:<16} {g.state:<10} {g.members} workers  {g.reason or ''}")
+
+
+@group_app.command("move")
+def group_move(workers: List[str] = typer.Argument(..., help="Worker names, e.g. gn6-0 gn6-1."),
+               to: Optional[str] = typer.Option(None, "--to", help="Target group; omit to ungroup."),
+               server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+    """Move workers into a group (or out of theirs without --to)."""
+    moved = _client(server, token_file).move(workers, to)
+    typer.echo(f"moved {', '.join(w.name for w in moved)} to {to or '(no group)'}")
+
+
+@group_app.command("config")
+def group_config(
+    name: str,
+    command: Optional[List[str]] = typer.Argument(None, help="The command every rank runs (after --)."),
+    master: Optional[str] = typer.Option(None, "--master", help="Master NODE name (e.g. gn6)."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address to reach the master at [default: its name]."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", help="[default: the group's worker count]"),
+    port: Optional[int] = typer.Option(None, "--port", help="MASTER_PORT [default: 29500]."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    cwd: Optional[str] = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
+    env: Optional[List[str]] = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Restart the whole group up to N times."),
+    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="Seconds before a trainer heartbeat is stale."),
+    stop_grace: Optional[float] = typer.Option(None, "--stop-grace", help="Seconds from TERM to KILL."),
+    server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE,
+) -> None:
+    """Set a group's torch.distributed config and command; flags not given keep their value."""
+    from slurmgen.cli import _parse_env
+
+    client = _client(server, token_file)
+    config = client.group(name).group.config.model_dump()
+    given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
+             "backend": backend, "cwd": cwd, "argv": command or None,
+             "env": _parse_env(env) if env else None, "max_restarts": max_restarts,
+             "heartbeat_timeout": heartbeat_timeout, "stop_grace": stop_grace}
+    config.update({k: v for k, v in given.items() if v is not None})
+    g = client.configure(name, config)
+    typer.echo(f"group {g.name}: master {g.config.master or '(first node)'}, world size "
+               f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}")
+
+
+@group_app.command("ranks")
+def group_ranks(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+    """The rank each worker gets under the group's config."""
+    rows = _client(server, token_file).ranks(name)
+    if as_json:
+        return _print_json(rows)
+    typer.echo("worker               RANK LOCAL_RANK NODE_RANK")
+    for r in rows:
+        typer.echo(f"{r.worker:<20} {r.rank:>4} {r.local_rank:>10} {r.node_rank:>9}")
+
+
+@group_app.command("start")
+def group_start(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+    """Start the group's ranks on its workers (refused while it runs)."""
+    g = _client(server, token_file).start(name)
+    typer.echo(f"group {g.name}: {g.state} (attempt {g.attempt})")
+
+
+@group_app.command("stop")
+def group_stop(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+    """Stop every rank of the group (TERM, then KILL after its stop grace)."""
+    g = _client(server, token_file).stop(name)
+    typer.echo(f"group {g.name}: {g.state}")
+
+
+@group_app.command("status")
+def group_status(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+    """The group's state, its workers and its attempts."""
+    d = _client(server, token_file).group(name)
+    if as_json:
+        return _print_json(d)
+    g = d.group
+    typer.echo(f"group {g.name}: {g.state} attempt {g.attempt or '-'} restarts {g.restarts}"
+               + (f" - {g.reason}" if g.reason else ""))
+    for w in sorted(d.workers, key=lambda w: (w.rank is None, w.rank, w.name)):
+        typer.echo(f"  {w.name:<20} rank {'-' if w.rank is None else w.rank:<4} {w.state}"
+                   + (f" exit {w.exit_code}" if w.state == "exited" else ""))
+
+
+@group_app.command("logs")
+def group_logs(name: str, rank: Optional[int] = typer.Option(None, "--rank"),
+               attempt: Optional[int] = typer.Option(None, "--attempt"),
+               limit: int = typer.Option(500, "--limit", min=1, max=5000),
+               follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the group ends."),
+               server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+    """Recent output lines of the group's ranks as [attempt:rank] line (full files stay on each node)."""
+    client, after = _client(server, token_file), 0
+    while True:
+        lines = client.logs(name, rank=rank, attempt=attempt, after=after, limit=limit, tail=not after)
+        for ln in lines:
+            typer.echo(f"[{ln.attempt}:{ln.rank}] {ln.line}")
+        after = lines[-1].id if lines else after
+        if not follow or (not lines and client.group(name).group.state not in ("starting", "running")):
+            return
+        time.sleep(0.5 if not lines else 0)
+
+
+@group_app.command("wait")
+def group_wait(name: str, timeout: float = typer.Option(0, "--timeout", help="Seconds; 0 waits forever."),
+               server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+    """Wait until the group ends; exit with its exit code (0 succeeded, 143 stopped)."""
+    client = _client(server, token_file)
+    deadline = time.monotonic() + timeout if timeout else None
+    while True:
+        g = client.group(name).group
+        if g.state in ("succeeded", "failed", "stopped", "idle"):
+            break
+        if deadline and time.monotonic() > deadline:
+            raise SlurmgenError(f"group {name}: still {g.state} after {timeout:g} s", exit_code=exitcodes.HUNG)
+        time.sleep(0.5)
+    typer.echo(f"group {name}: {g.state}" + (f" - {g.reason}" if g.reason else ""))
+    code = {"succeeded": 0, "stopped": exitcodes.TERMINATED, "idle": 0}.get(g.state, g.exit_code or exitcodes.FAILED)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.command()(agent)
+    app.command()(workers)
+    app.add_typer(group_app, name="group")
+

@@ -1,0 +1,115 @@
+"""The coordinator's HTTP client (httpx), used by the CLI and the agents.
+
+Each method is one API call returning the shared pydantic models; every failure is a
+`ClientError` (a `SlurmgenError` carrying the HTTP status) with one line a person can act on:
+the server's own message for 404/409, each bad field for 422, and what to check when the
+server cannot be reached.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import httpx
+
+from slurmgen import exitcodes
+from slurmgen.coordinator.models import (
+    AgentOrders, AgentReport, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut, WorkerOut,
+)
+from slurmgen.errors import SlurmgenError
+
+DEFAULT_SERVER = "http://127.0.0.1:8470"
+
+
+class ClientError(SlurmgenError):
+    def __init__(self, message: str, status: Optional[int] = None, hint: Optional[str] = None):
+        code = exitcodes.BAD_INPUT if status in (401, 404, 409, 422) else exitcodes.FAILED
+        super().__init__(message, hint=hint, exit_code=code)
+        self.status = status
+
+
+def _problem(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = response.text[:200]
+    if isinstance(detail, list):  # pydantic's 422: name each field and its value
+        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:]) or 'body'}: "
+                         f"{d.get('msg')} (got {d.get('input')!r})" for d in detail)
+    return str(detail)
+
+
+class Client:
+    def __init__(self, base_url: str, token: str, timeout: float = 10.0):
+        self.base_url, self.token = base_url.rstrip("/"), token
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout,
+                                 headers={"Authorization": f"Bearer {token}"})
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as e:
+            raise ClientError(f"server: cannot reach {self.base_url}: {e}",
+                              hint="is `slurmgen serve` running there? (--server or $SLURMGEN_SERVER)") from None
+        if response.status_code == 401:
+            raise ClientError(f"server: {self.base_url} refused the token", 401,
+                              hint="use the token file the server wrote (--token-file or $SLURMGEN_TOKEN)")
+        if response.status_code >= 400:
+            raise ClientError(_problem(response), response.status_code)
+        return response.json() if response.content else None
+
+    def workers(self) -> List[WorkerOut]:
+        return [WorkerOut(**w) for w in self._call("GET", "/api/workers")]
+
+    def move(self, workers: List[str], group: Optional[str]) -> List[WorkerOut]:
+        return [WorkerOut(**w) for w in self._call("POST", "/api/workers/move",
+                                                    json={"workers": workers, "group": group})]
+
+    def forget(self, worker: str) -> None:
+        self._call("DELETE", f"/api/workers/{worker}")
+
+    def groups(self) -> List[GroupOut]:
+        return [GroupOut(**g) for g in self._call("GET", "/api/groups")]
+
+    def create_group(self, name: str) -> GroupOut:
+        return GroupOut(**self._call("POST", "/api/groups", json={"name": name}))
+
+    def delete_group(self, name: str) -> None:
+        self._call("DELETE", f"/api/groups/{name}")
+
+    def group(self, name: str) -> GroupDetail:
+        return GroupDetail(**self._call("GET", f"/api/groups/{name}"))
+
+    def configure(self, name: str, config: dict) -> GroupOut:
+        return GroupOut(**self._call("PUT", f"/api/groups/{name}/config", json=config))
+
+    def ranks(self, name: str) -> List[RankOut]:
+        return [RankOut(**r) for r in self._call("GET", f"/api/groups/{name}/ranks")]
+
+    def start(self, name: str) -> GroupOut:
+        return GroupOut(**self._call("POST", f"/api/groups/{name}/start"))
+
+    def stop(self, name: str) -> GroupOut:
+        return GroupOut(**self._call("POST", f"/api/groups/{name}/stop"))
+
+    def logs(self, name: str, rank: Optional[int] = None, attempt: Optional[int] = None,
+             after: int = 0, limit: int = 500, tail: bool = False) -> List[LogLine]:
+        params = {k: v for k, v in {"rank": rank, "attempt": attempt, "after": after, "limit": limit,
+                                    "tail": tail}.items()
+                  if v is not None}
+        return [LogLine(**ln) for ln in self._call("GET", f"/api/groups/{name}/logs", params=params)]
+
+    def changes(self, since: int, timeout: float) -> int:
+        """Block until the server's order version differs from `since` (or `timeout`)."""
+        return self._call("GET", "/api/agents/changes", params={"since": since, "timeout": timeout},
+                          timeout=timeout + 10)["version"]
+
+    def heartbeat(self, report: AgentReport) -> AgentOrders:
+        return AgentOrders(**self._call("POST", "/api/agents/heartbeat", content=report.model_dump_json(),
+                                        headers={"Content-Type": "application/json"}))
+
+
+__all__ = ["Client", "ClientError", "DEFAULT_SERVER", "GroupConfig"]

@@ -1,0 +1,252 @@
+"""The coordinator's API models: the one definition of every JSON body, shared by the server,
+the CLI client, the agent and the web page. pydantic only (no web stack), so the client and
+unit tests import it cheaply. Request models forbid unknown fields and validate names, so a
+bad body is a 422 naming the field before anything is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Names travel into paths, log file names and environment values, never into a shell; they
+# are still kept to a safe alphabet so every one of them can be shown and typed as is.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+DEFAULT_PORT = 8470
+DEFAULT_MASTER_PORT = 29500
+# The variables the coordinator sets for every rank; a group's env may not override them.
+RESERVED_ENV = (
+    "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND", "SLURMGEN_GROUP", "SLURMGEN_HEARTBEAT_DIR",
+)
+
+WorkerState = Literal["idle", "starting", "running", "exited", "lost"]
+GroupState = Literal["idle", "starting", "running", "succeeded", "failed", "stopped"]
+ACTIVE_GROUP_STATES = ("starting", "running")
+
+
+def check_name(value: str, what: str = "name") -> str:
+    if not NAME_RE.match(value):
+        raise ValueError(f"{what} {value!r} must be 1-63 letters, digits, '.', '_' or '-', "
+                         f"starting with a letter or digit")
+    return value
+
+
+def split_worker_name(name: str) -> tuple[str, int]:
+    """`gn6-0` -> ("gn6", 0); a host may itself contain '-', the id is after the last one."""
+    host, sep, idx = name.rpartition("-")
+    if not sep or not host or not idx.isdigit() or not NAME_RE.match(host):
+        raise ValueError(f"worker {name!r} is not of the form <host>-<id> (e.g. gn6-0)")
+    return host, int(idx)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GroupCreate(_Request):
+    name: str
+
+    _name = field_validator("name")(lambda v: check_name(v, "group"))
+
+
+class MoveRequest(_Request):
+    """Move workers into a group, or out of every group with `group: null`."""
+
+    workers: List[str] = Field(min_length=1)
+    group: Optional[str] = None
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: List[str]) -> List[str]:
+        for name in v:
+            split_worker_name(name)
+        return v
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_name(v, "group")
+
+
+class GroupConfig(_Request):
+    """A group's torch.distributed config and command (the seed's 'PyTorch 配置')."""
+
+    master: Optional[str] = Field(None, description="master node name (not a worker name); "
+                                  "default: the first node in alphabetical order")
+    master_addr: Optional[str] = Field(None, description="address ranks reach the master at; default: master")
+    world_size: Optional[int] = Field(None, ge=1, description="default: the group's worker count")
+    master_port: int = Field(DEFAULT_MASTER_PORT, ge=1, le=65535)
+    backend: Literal["nccl", "gloo", "auto"] = "nccl"
+    argv: List[str] = Field(default_factory=list, description="the command, an argv list (no shell)")
+    cwd: Optional[str] = Field(None, description="absolute working directory on every node")
+    env: Dict[str, str] = Field(default_factory=dict)
+    max_restarts: int = Field(0, ge=0, le=1000)
+    heartbeat_timeout: float = Field(120.0, ge=1, description="seconds before a rank's trainer "
+                                     "heartbeat counts as stale (hung)")
+    stop_grace: float = Field(10.0, ge=0, le=600, description="seconds between TERM and KILL")
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_name(v, "master")
+
+    @field_validator("master_addr")
+    @classmethod
+    def _master_addr(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^[A-Za-z0-9_.:-]{1,253}$", v):
+            raise ValueError(f"master_addr {v!r} is not a host name or IP address")
+        return v
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"cwd {v!r} must be an absolute path")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: Dict[str, str]) -> Dict[str, str]:
+        for key, value in v.items():
+            if not ENV_KEY_RE.match(key):
+                raise ValueError(f"env key {key!r} is not a variable name")
+            if key in RESERVED_ENV:
+                raise ValueError(f"env key {key!r} is set by the coordinator for every rank")
+            if "\0" in value:
+                raise ValueError(f"env {key}: value contains a NUL byte")
+        return v
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, v: List[str]) -> List[str]:
+        if any("\0" in a for a in v):
+            raise ValueError("argv: an argument contains a NUL byte")
+        return v
+
+
+class WorkerOut(BaseModel):
+    name: str
+    host: str
+    id: int
+    group: Optional[str]
+    state: WorkerState
+    exit_code: Optional[int] = None
+    pid: Optional[int] = None
+    rank: Optional[int] = None
+    attempt: Optional[int] = None
+    seen_ago: Optional[float] = Field(None, description="seconds since its agent's last heartbeat")
+
+
+class AttemptOut(BaseModel):
+    number: int
+    state: GroupState
+    started: float
+    ended: Optional[float] = None
+    reason: Optional[str] = None
+    exit_code: Optional[int] = None
+    exit_codes: Dict[str, int] = Field(default_factory=dict, description="rank -> exit code")
+
+
+class GroupOut(BaseModel):
+    name: str
+    state: GroupState
+    config: GroupConfig
+    members: int
+    attempt: Optional[int] = None
+    restarts: int = 0
+    reason: Optional[str] = None
+    exit_code: Optional[int] = None
+
+
+class RankOut(BaseModel):
+    """`slurmgen.topology.RankEntry` as the API shows it: the slot becomes the worker's name,
+    so the page and the CLI never rebuild `<host>-<id>` themselves."""
+
+    worker: str
+    host: str
+    rank: int
+    local_rank: int
+    node_rank: int
+    local_world_size: int
+    world_size: int
+
+
+class GroupDetail(BaseModel):
+    group: GroupOut
+    workers: List[WorkerOut]
+    attempts: List[AttemptOut]
+
+
+class LogLine(BaseModel):
+    id: int
+    attempt: int
+    rank: int
+    worker: str
+    time: float
+    line: str
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+# --- agent protocol ---------------------------------------------------------------------------
+
+class WorkerReport(BaseModel):
+    """What one worker slot of an agent is doing; `attempt` names the group run it belongs to."""
+
+    id: int = Field(ge=0, le=4095)
+    state: Literal["idle", "running", "exited"]
+    group: Optional[str] = None
+    attempt: Optional[int] = None
+    pid: Optional[int] = None
+    exit_code: Optional[int] = None
+    hung: bool = Field(False, description="its trainer heartbeat went stale")
+
+
+class ReportedLine(BaseModel):
+    worker: int
+    group: str
+    attempt: int
+    rank: int
+    time: float
+    line: str = Field(max_length=4096)
+
+
+class AgentReport(_Request):
+    host: str
+    instance: str = Field(min_length=1, max_length=64, description="random per agent process")
+    workers: List[WorkerReport] = Field(max_length=4096)
+    lines: List[ReportedLine] = Field(default_factory=list, max_length=10000)
+    dropped: int = Field(0, ge=0, description="lines dropped since the last report")
+
+    _host = field_validator("host")(lambda v: check_name(v, "host"))
+
+
+class StartOrder(BaseModel):
+    worker: int
+    group: str
+    attempt: int
+    rank: int
+    argv: List[str]
+    env: Dict[str, str]
+    cwd: Optional[str]
+    heartbeat_timeout: float
+
+
+class StopOrder(BaseModel):
+    worker: int
+    grace: float
+
+
+class Changed(BaseModel):
+    version: int
+
+
+class AgentOrders(BaseModel):
+    start: List[StartOrder] = Field(default_factory=list)
+    stop: List[StopOrder] = Field(default_factory=list)

@@ -1,0 +1,215 @@
+"""The agent's worker slots: start a rank in its own process group, collect its output, stop it.
+
+No orphans, two ways: each rank's leader gets PR_SET_PDEATHSIG=SIGKILL (it dies the moment the
+agent's main thread does), and a watchdog process holds a pipe from the agent and, when the
+pipe closes because the agent died however it died, kills every process group still listed,
+which also catches what the rank itself forked. Output goes line by line to a per-rank log
+file and into a bounded queue the heartbeat drains (oldest lines dropped, counted).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import ctypes.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
+
+MAX_LINE = 4096
+QUEUE_LINES = 5000
+PR_SET_PDEATHSIG = 1
+WATCHDOG = r"""
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    sign, pgid = line[0], int(line[1:])
+    (groups.add if sign == "+" else groups.discard)(pgid)
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def _pdeathsig_hook():
+    """A preexec_fn that asks the kernel to SIGKILL the child when the agent dies. Resolved
+    before fork, so the child only makes one libc call."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    prctl, parent = libc.prctl, os.getpid()
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the agent died before prctl took effect
+            os._exit(1)
+
+    return hook
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit code: 128+N for a process killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Output:
+    """Lines for the server, bounded; what does not fit is counted as dropped."""
+
+    def __init__(self, limit: int = QUEUE_LINES):
+        self.lines: collections.deque = collections.deque()
+        self.limit = limit
+        self.dropped = 0
+        self.lock = threading.Lock()
+
+    def put(self, line: ReportedLine) -> None:
+        with self.lock:
+            if len(self.lines) >= self.limit:
+                self.lines.popleft()
+                self.dropped += 1
+            self.lines.append(line)
+
+    def take(self, most: int) -> tuple[list[ReportedLine], int]:
+        with self.lock:
+            taken = [self.lines.popleft() for _ in range(min(most, len(self.lines)))]
+            dropped, self.dropped = self.dropped, 0
+            return taken, dropped
+
+    def give_back(self, lines: list[ReportedLine], dropped: int) -> None:
+        """Lines a failed heartbeat did not deliver go back to the front (still bounded)."""
+        with self.lock:
+            room = max(0, self.limit - len(self.lines))
+            self.dropped += dropped + max(0, len(lines) - room)
+            self.lines.extendleft(reversed(lines[len(lines) - room:] if room else []))
+
+
+class Slot:
+    """One worker `<host>-<id>`: idle, running a rank of (group, attempt), or exited."""
+
+    def __init__(self, idx: int):
+        self.idx = idx
+        self.order: Optional[StartOrder] = None
+        self.proc: Optional[subprocess.Popen] = None
+        self.exit_code: Optional[int] = None
+        self.kill_at: Optional[float] = None
+        self.hb_file: Optional[Path] = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.exit_code is None
+
+    def report(self, hung: bool = False) -> WorkerReport:
+        o = self.order
+        state = "running" if self.running else ("exited" if o else "idle")
+        return WorkerReport(id=self.idx, state=state, group=o.group if o else None,
+                            attempt=o.attempt if o else None, pid=self.proc.pid if self.running else None,
+                            exit_code=self.exit_code, hung=hung)
+
+
+class Procs:
+    """All slots of one agent, plus the watchdog. Start and stop from the main thread only
+    (PR_SET_PDEATHSIG fires when the thread that forked exits)."""
+
+    def __init__(self, count: int, log_dir: Path, wake: threading.Event):
+        self.slots = [Slot(i) for i in range(count)]
+        self.log_dir = log_dir
+        self.wake = wake
+        self.output = Output()
+        self.hook = _pdeathsig_hook()
+        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE,
+                                         text=True, start_new_session=True)
+
+    def _tell_watchdog(self, sign: str, pgid: int) -> None:
+        try:
+            self.watchdog.stdin.write(f"{sign}{pgid}\n")
+            self.watchdog.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def start(self, order: StartOrder, hb_root: Path) -> None:
+        slot = self.slots[order.worker]
+        if slot.running:
+            return
+        run_dir = self.log_dir / order.group / f"attempt-{order.attempt}"
+        hb_dir = hb_root / f"{order.group}-{order.attempt}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        hb_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **order.env, "SLURMGEN_HEARTBEAT_DIR": str(hb_dir)}
+        slot.order, slot.exit_code, slot.kill_at, slot.proc = order, None, None, None
+        slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
+        log = open(run_dir / f"rank-{order.rank}.log", "ab")
+        try:
+            slot.proc = subprocess.Popen(order.argv, cwd=order.cwd, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         start_new_session=True, preexec_fn=self.hook)
+        except OSError as e:
+            message = f"slurmgen agent: cannot start {order.argv[0]!r}: {e.strerror or e}"
+            log.write(message.encode() + b"\n")
+            log.close()
+            self._line(order, message)
+            slot.proc, slot.exit_code = None, 127
+            self.wake.set()
+            return
+        self._tell_watchdog("+", slot.proc.pid)
+        threading.Thread(target=self._follow, args=(slot, slot.proc, order, log), daemon=True).start()
+
+    def _line(self, order: StartOrder, text: str) -> None:
+        self.output.put(ReportedLine(worker=order.worker, group=order.group, attempt=order.attempt,
+                                     rank=order.rank, time=time.time(), line=text[:MAX_LINE]))
+
+    def _follow(self, slot: Slot, proc: subprocess.Popen, order: StartOrder, log) -> None:
+        """Wait for the rank; then clear its process group (what it forked goes with it, and
+        the pipe closes) and report the exit once its last lines are queued."""
+        reader = threading.Thread(target=self._copy, args=(proc, order, log), daemon=True)
+        reader.start()
+        code = exit_status(proc.wait())
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._tell_watchdog("-", proc.pid)
+        reader.join(2)
+        if slot.proc is proc:
+            slot.exit_code = code
+        self.wake.set()
+
+    def _copy(self, proc: subprocess.Popen, order: StartOrder, log) -> None:
+        with log:
+            for raw in proc.stdout:
+                log.write(raw)
+                log.flush()
+                self._line(order, raw.decode(errors="replace").rstrip("\n"))
+
+    def stop(self, idx: int, grace: float) -> None:
+        slot = self.slots[idx]
+        if slot.running and slot.kill_at is None:
+            self._signal(slot, signal.SIGTERM)
+            slot.kill_at = time.monotonic() + grace
+
+    def enforce_grace(self) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.running and slot.kill_at is not None and now >= slot.kill_at:
+                self._signal(slot, signal.SIGKILL)
+
+    def _signal(self, slot: Slot, sig: int) -> None:
+        try:
+            os.killpg(slot.proc.pid, sig)
+        except OSError:
+            pass
+
+    def stop_all(self, grace: float) -> None:
+        for slot in self.slots:
+            self.stop(slot.idx, grace)
+        deadline = time.monotonic() + grace + 1
+        while any(s.running for s in self.slots) and time.monotonic() < deadline:
+            self.enforce_grace()
+            time.sleep(0.05)
+        self.watchdog.stdin.close()
+        self.watchdog.wait(5)

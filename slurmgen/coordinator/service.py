@@ -1,0 +1,314 @@
+"""The coordinator's behaviour behind the API: one lock, the store, and when agents were heard.
+
+Every public method is one atomic change (a lock and a SQLite transaction), so the HTTP layer
+only maps arguments and errors. Decisions come from the pure functions in `state` and `ranks`;
+this module gathers their inputs from the store and writes their results back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from slurmgen.coordinator import state as st
+from slurmgen.coordinator.changes import Changes
+from slurmgen.coordinator.models import (
+    AgentOrders, AgentReport, AttemptOut, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut,
+    StartOrder, StopOrder, WorkerOut,
+)
+from slurmgen.coordinator.ranks import default_master, plan_ranks, rank_env
+from slurmgen.coordinator.store import Store
+from slurmgen.errors import SlurmgenError
+
+DEFAULT_AGENT_TIMEOUT = 10.0
+
+
+class NotFound(Exception):
+    """HTTP 404."""
+
+
+class Conflict(Exception):
+    """HTTP 409: the request is valid but the current state refuses it."""
+
+
+class Invalid(Exception):
+    """HTTP 422: a value is wrong for this group (the body itself parsed)."""
+
+
+class Coordinator:
+    def __init__(self, store: Store, agent_timeout: float = DEFAULT_AGENT_TIMEOUT,
+                 clock: Callable[[], float] = time.time):
+        self.store = store
+        self.agent_timeout = agent_timeout
+        self.clock = clock
+        self.lock = threading.Lock()
+        # host -> (last heard, agent instance). In memory only: after a restart every agent
+        # gets a full timeout from `boot` before it counts as lost.
+        self.seen: dict[str, tuple[float, str]] = {}
+        self.boot = clock()
+        self.changes = Changes()
+        # Set when the server begins to shut down: agents cannot reach it from then on, which
+        # must not count as their silence.
+        self.closing = False
+
+    def _atomic(self):
+        return _Atomic(self)
+
+    # --- reading ----------------------------------------------------------------------------
+    def _silent_for(self, host: str, now: float) -> float:
+        return now - self.seen.get(host, (self.boot, ""))[0]
+
+    def _worker_out(self, w: dict[str, Any], now: float, plans: dict[str, dict]) -> WorkerOut:
+        silent = self._silent_for(w["host"], now)
+        plan = plans.get(w["grp"] or "")
+        return WorkerOut(
+            name=w["name"], host=w["host"], id=w["idx"], group=w["grp"],
+            state="lost" if silent > self.agent_timeout else w["state"],
+            exit_code=w["exit_code"], pid=w["pid"], attempt=w["run_attempt"],
+            rank=plan["ranks"].get(w["name"]) if plan else None,
+            seen_ago=round(silent, 3) if w["host"] in self.seen else None)
+
+    def _plans(self) -> dict[str, dict]:
+        plans = {}
+        for g in self.store.groups():
+            a = self.store.attempt(g["name"], g["attempt"]) if g["attempt"] else None
+            if a:
+                plans[g["name"]] = a["plan"]
+        return plans
+
+    def workers(self) -> list[WorkerOut]:
+        with self._atomic() as now:
+            plans = self._plans()
+            return [self._worker_out(w, now, plans) for w in self.store.workers()]
+
+    def _group_row(self, name: str) -> dict[str, Any]:
+        g = self.store.group(name)
+        if g is None:
+            raise NotFound(f"group {name!r} does not exist")
+        return g
+
+    def _group_out(self, g: dict[str, Any], members: int) -> GroupOut:
+        return GroupOut(name=g["name"], state=g["state"], config=GroupConfig(**g["config"]),
+                        members=members, attempt=g["attempt"], restarts=g["restarts"],
+                        reason=g["reason"], exit_code=g["exit_code"])
+
+    def groups(self) -> list[GroupOut]:
+        with self._atomic():
+            counts = self.store.member_counts()
+            return [self._group_out(g, counts.get(g["name"], 0)) for g in self.store.groups()]
+
+    def group(self, name: str) -> GroupOut:
+        with self._atomic():
+            return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
+
+    def detail(self, name: str) -> GroupDetail:
+        with self._atomic() as now:
+            g = self._group_row(name)
+            members = self.store.workers(group=name)
+            plans = self._plans()
+            attempts = [AttemptOut(number=a["number"], state=a["state"], started=a["started"],
+                                   ended=a["ended"], reason=a["reason"], exit_code=a["exit_code"],
+                                   exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()})
+                        for a in self.store.attempts(name)]
+            return GroupDetail(group=self._group_out(g, len(members)), attempts=attempts,
+                               workers=[self._worker_out(w, now, plans) for w in members])
+
+    def ranks(self, name: str) -> list[RankOut]:
+        with self._atomic():
+            g = self._group_row(name)
+            return self._plan(GroupConfig(**g["config"]), name, Conflict)
+
+    def _plan(self, config: GroupConfig, name: str, error: type) -> list[RankOut]:
+        try:
+            return plan_ranks(config, [(w["host"], w["idx"]) for w in self.store.workers(group=name)])
+        except SlurmgenError as e:
+            raise error(str(e)) from None
+
+    def logs(self, name: str, rank: Optional[int], attempt: Optional[int], after: int,
+             limit: int, tail: bool = False) -> list[LogLine]:
+        with self._atomic():
+            self._group_row(name)
+            return [LogLine(id=r["id"], attempt=r["attempt"], rank=r["rank"], worker=r["worker"],
+                            time=r["time"], line=r["line"])
+                    for r in self.store.lines(name, rank, attempt, after, limit, tail)]
+
+    # --- changing groups and workers ---------------------------------------------------------
+    def create_group(self, name: str) -> GroupOut:
+        with self._atomic():
+            if self.store.group(name):
+                raise Conflict(f"group {name!r} already exists")
+            self.store.add_group(name, GroupConfig().model_dump())
+            return self._group_out(self._group_row(name), 0)
+
+    def delete_group(self, name: str) -> None:
+        with self._atomic():
+            g = self._group_row(name)
+            if not st.can_start(g["state"]):
+                raise Conflict(f"group {name!r} is {g['state']}; stop it first")
+            self.store.delete_group(name)
+
+    def configure(self, name: str, config: GroupConfig) -> GroupOut:
+        with self._atomic():
+            g = self._group_row(name)
+            if not st.can_start(g["state"]):
+                raise Conflict(f"group {name!r} is {g['state']}; stop it before changing its config")
+            members = self.store.workers(group=name)
+            if members:  # checked against today's members; start checks again
+                self._plan(config, name, Invalid)
+            self.store.update_group(name, config=config.model_dump())
+            return self._group_out(self._group_row(name), len(members))
+
+    def move(self, names: list[str], group: Optional[str]) -> list[WorkerOut]:
+        with self._atomic() as now:
+            if group is not None:
+                target = self._group_row(group)
+                if not st.can_start(target["state"]):
+                    raise Conflict(f"group {group!r} is {target['state']}; stop it before moving workers into it")
+            plans = self._plans()
+            rows = []
+            for name in names:
+                w = self.store.worker(name)
+                if w is None:
+                    raise NotFound(f"worker {name!r} is not registered (see slurmgen workers)")
+                if w["grp"] and self._is_active(w["grp"]):
+                    raise Conflict(f"worker {name!r} belongs to group {w['grp']!r}, which is running; stop it first")
+                rows.append(w)
+            for w in rows:
+                self.store.update_worker(w["name"], grp=group)
+                w["grp"] = group
+            return [self._worker_out(w, now, plans) for w in rows]
+
+    def forget_worker(self, name: str) -> None:
+        with self._atomic():
+            w = self.store.worker(name)
+            if w is None:
+                raise NotFound(f"worker {name!r} is not registered")
+            if w["grp"] and self._is_active(w["grp"]):
+                raise Conflict(f"worker {name!r} belongs to group {w['grp']!r}, which is running")
+            self.store.delete_worker(name)
+
+    def _is_active(self, group: str) -> bool:
+        g = self.store.group(group)
+        return bool(g) and not st.can_start(g["state"])
+
+    def start(self, name: str) -> GroupOut:
+        with self._atomic() as now:
+            g = self._group_row(name)
+            if not st.can_start(g["state"]):
+                raise Conflict(f"group {name!r} is already {g['state']} (attempt {g['attempt']})")
+            config = GroupConfig(**g["config"])
+            if not config.argv:
+                raise Conflict(f"group {name!r} has no command (set one: slurmgen group config {name} -- CMD ...)")
+            ranks = self._startable_plan(config, name, now)
+            self._new_attempt(name, (g["attempt"] or 0) + 1, config, ranks, now, restarts=0)
+            return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
+
+    def _startable_plan(self, config: GroupConfig, name: str, now: float) -> list[RankOut]:
+        ranks = self._plan(config, name, Conflict)
+        lost = sorted(r.worker for r in ranks if self._silent_for(r.host, now) > self.agent_timeout)
+        if lost:
+            raise Conflict(f"worker {lost[0]!r} is lost (its agent is silent)")
+        return ranks
+
+    def _new_attempt(self, name: str, number: int, config: GroupConfig, ranks: list[RankOut],
+                     now: float, restarts: int, reason: Optional[str] = None) -> None:
+        master = config.master or default_master(r.host for r in ranks)
+        plan = {"ranks": {r.worker: r.rank for r in ranks},
+                "env": {r.worker: rank_env(config, name, r, master) for r in ranks},
+                "argv": config.argv, "cwd": config.cwd, "stop_grace": config.stop_grace,
+                "heartbeat_timeout": config.heartbeat_timeout}
+        self.store.add_attempt(name, number, now, plan)
+        self.changes.bump()
+        self.store.update_group(name, state="starting", attempt=number, restarts=restarts,
+                                reason=reason, exit_code=None)
+
+    def stop(self, name: str) -> GroupOut:
+        with self._atomic() as now:
+            g = self._group_row(name)
+            if not st.can_start(g["state"]):
+                self._end(self.store.attempt(name, g["attempt"]),
+                          st.Outcome("stopped", "stopped on request"), now)
+            return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
+
+    # --- judging attempts ---------------------------------------------------------------------
+    def _judge(self, a: dict[str, Any], now: float, hung: set = frozenset()) -> None:
+        ranks = a["plan"]["ranks"]
+        rows = {w["name"]: w for w in self.store.workers(group=a["grp"]) if w["name"] in ranks}
+        running = {n for n, w in rows.items() if w["state"] == "running"
+                   and (w["run_group"], w["run_attempt"]) == (a["grp"], a["number"])}
+        lost = {n: self._silent_for(w["host"], now) for n, w in rows.items()
+                if self._silent_for(w["host"], now) > self.agent_timeout}
+        lost.update({n: float("inf") for n in ranks if n not in rows})
+        outcome = st.judge_attempt(a["state"], ranks, a["exit_codes"], running, set(hung), lost)
+        if outcome.state == a["state"]:
+            return
+        if outcome.ended:
+            self._end(a, outcome, now)
+        else:
+            self.store.update_attempt(a["grp"], a["number"], state=outcome.state)
+            self.store.update_group(a["grp"], state=outcome.state)
+
+    def _end(self, a: dict[str, Any], outcome: st.Outcome, now: float) -> None:
+        name = a["grp"]
+        self.store.update_attempt(name, a["number"], state=outcome.state, ended=now,
+                                  reason=outcome.reason, exit_code=outcome.exit_code)
+        self.changes.bump()
+        g = self._group_row(name)
+        config = GroupConfig(**g["config"])
+        if outcome.state == "failed" and st.next_after_failure(g["restarts"], config.max_restarts):
+            try:
+                ranks = self._startable_plan(config, name, now)
+            except Conflict as e:
+                outcome = st.Outcome("failed", f"{outcome.reason}; no restart: {e}", outcome.exit_code)
+            else:
+                return self._new_attempt(name, a["number"] + 1, config, ranks, now, g["restarts"] + 1,
+                                         reason=f"restart {g['restarts'] + 1} after: {outcome.reason}")
+        self.store.update_group(name, state=outcome.state, reason=outcome.reason,
+                                exit_code=outcome.exit_code)
+
+    def tick(self) -> None:
+        """Fail attempts whose agents went silent (the server calls this twice a second)."""
+        if self.closing:
+            return
+        with self._atomic() as now:
+            for a in self.store.active_attempts():
+                self._judge(a, now)
+
+    # --- agents ----------------------------------------------------------------------------------
+    def heartbeat(self, report: AgentReport) -> AgentOrders:
+        from slurmgen.coordinator.heartbeat import apply_report
+
+        with self._atomic() as now:
+            last, instance = self.seen.get(report.host, (0.0, report.instance))
+            if instance != report.instance and now - last <= self.agent_timeout:
+                raise Conflict(f"host {report.host!r} already has a live agent "
+                               f"(heard {now - last:.1f} s ago); one agent per node")
+            self.seen[report.host] = (now, report.instance)
+            return apply_report(self, report, now)
+
+
+class _Atomic:
+    """`with coordinator._atomic() as now:` the lock plus one SQLite transaction."""
+
+    def __init__(self, c: Coordinator):
+        self.c = c
+        self.tx = c.store.transaction()
+
+    def __enter__(self) -> float:
+        self.c.lock.acquire()
+        try:
+            self.tx.__enter__()
+        except BaseException:
+            self.c.lock.release()
+            raise
+        return self.c.clock()
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.tx.__exit__(*exc)
+        finally:
+            self.c.lock.release()
+
+
+__all__ = ["Coordinator", "Conflict", "Invalid", "NotFound", "StartOrder", "StopOrder"]

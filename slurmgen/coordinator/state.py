@@ -1,0 +1,87 @@
+"""State transitions of workers, attempts and groups, as pure functions of what was observed.
+
+The server never orders "do X" from memory of what it said before: at each heartbeat it
+compares what a slot should run (its group's active attempt) with what the agent reports,
+and `reconcile` derives the order. That is what makes a restarted server and a reconnecting
+agent safe without a replay log. `judge_attempt` decides an attempt's fate (fail as one: the
+first non-zero exit, stale trainer heartbeat or silent agent ends it for every rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Mapping, Optional
+
+from slurmgen import exitcodes
+
+Order = Literal["start", "stop"]
+RunKey = tuple  # (group, attempt)
+
+
+def reconcile(reported: str, reported_run: Optional[RunKey], wanted: Optional[RunKey],
+              finished: bool) -> Optional[Order]:
+    """The order for one slot: `reported` is idle|running|exited, `reported_run` the
+    (group, attempt) it runs or ran, `wanted` the run it should be part of now (None: none),
+    `finished` whether that run already has this slot's exit code recorded."""
+    if reported == "running":
+        return None if reported_run == wanted else "stop"
+    if wanted is not None and reported_run != wanted and not finished:
+        return "start"
+    return None
+
+
+def worker_state(reported: str, reported_run: Optional[RunKey], wanted: Optional[RunKey],
+                 lost: bool) -> str:
+    """What people see for a worker: lost beats everything, a wanted slot not yet running
+    is starting."""
+    if lost:
+        return "lost"
+    if reported == "running":
+        return "running"
+    if wanted is not None and reported_run != wanted:
+        return "starting"
+    return reported
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str  # a GroupState
+    reason: Optional[str] = None
+    exit_code: Optional[int] = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("succeeded", "failed", "stopped")
+
+
+def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int],
+                  running: set, hung: set, lost: Mapping[str, float]) -> Outcome:
+    """The attempt's state after new observations. `ranks` maps worker -> rank; `exits`
+    holds the recorded exit codes in the order they arrived; `running`/`hung` are workers;
+    `lost` maps each silent worker to the seconds since its agent was heard."""
+    if state not in ("starting", "running"):
+        return Outcome(state)
+    for worker, code in exits.items():
+        if code != 0:
+            return Outcome("failed", f"rank {ranks[worker]} ({worker}) exited with code {code} "
+                           f"({exitcodes.describe(code)})", code)
+    for worker in sorted(hung, key=ranks.__getitem__):
+        return Outcome("failed", f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale",
+                       exitcodes.HUNG)
+    for worker in sorted(lost, key=ranks.__getitem__):
+        return Outcome("failed", f"rank {ranks[worker]} ({worker}): its agent has been silent "
+                       f"for {lost[worker]:.0f} s", exitcodes.LOST)
+    if len(exits) == len(ranks):
+        return Outcome("succeeded", "every rank exited 0", exitcodes.OK)
+    if state == "starting" and set(ranks) <= running | set(exits):
+        return Outcome("running")
+    return Outcome(state)
+
+
+def next_after_failure(restarts_used: int, max_restarts: int) -> bool:
+    """Whether a failed attempt is followed by a fresh one (`--max-restarts`)."""
+    return restarts_used < max_restarts
+
+
+def can_start(group_state: str) -> bool:
+    return group_state not in ("starting", "running")

@@ -1,0 +1,174 @@
+"""The coordinator's state in one SQLite file (WAL): the only module that speaks SQL.
+
+Workers, groups with their config, every attempt (start, end, reason, per-rank exit codes,
+the rank plan) and the recent output lines survive a server restart. What does not need to
+survive stays out: when each agent was last heard is kept in memory by the service, so a
+heartbeat that changes nothing writes nothing. Callers serialise access (one lock in the
+service); the connection is shared across the server's threads for that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS workers (
+    name TEXT PRIMARY KEY, host TEXT NOT NULL, idx INTEGER NOT NULL, grp TEXT,
+    state TEXT NOT NULL DEFAULT 'idle', pid INTEGER, exit_code INTEGER,
+    run_group TEXT, run_attempt INTEGER
+);
+CREATE INDEX IF NOT EXISTS workers_host ON workers(host);
+CREATE TABLE IF NOT EXISTS groups (
+    name TEXT PRIMARY KEY, state TEXT NOT NULL DEFAULT 'idle', config TEXT NOT NULL,
+    attempt INTEGER, restarts INTEGER NOT NULL DEFAULT 0, reason TEXT, exit_code INTEGER
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, started REAL NOT NULL,
+    ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL,
+    exit_codes TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (grp, number)
+);
+CREATE TABLE IF NOT EXISTS logs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, grp TEXT NOT NULL, attempt INTEGER NOT NULL,
+    rank INTEGER NOT NULL, worker TEXT NOT NULL, time REAL NOT NULL, line TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS logs_grp ON logs(grp, id);
+"""
+# Output lines kept per group (older ones are dropped; the agents keep full per-rank files).
+LOG_LINES_KEPT = 5000
+JSON_COLUMNS = {"config", "plan", "exit_codes"}
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        self.path.chmod(0o600)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def transaction(self) -> "_Transaction":
+        return _Transaction(self.db)
+
+    # --- rows -----------------------------------------------------------------------------
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        rows = []
+        for r in self.db.execute(sql, tuple(args)):
+            row = dict(r)
+            for k in JSON_COLUMNS & row.keys():
+                row[k] = json.loads(row[k])
+            rows.append(row)
+        return rows
+
+    def _one(self, sql: str, args: Iterable[Any] = ()) -> Optional[dict[str, Any]]:
+        rows = self._rows(sql, args)
+        return rows[0] if rows else None
+
+    def _update(self, table: str, keys: dict[str, Any], **values: Any) -> None:
+        sets = ", ".join(f"{k} = ?" for k in values)
+        where = " AND ".join(f"{k} = ?" for k in keys)
+        args = [json.dumps(v) if k in JSON_COLUMNS else v for k, v in values.items()]
+        self.db.execute(f"UPDATE {table} SET {sets} WHERE {where}", (*args, *keys.values()))
+
+    # --- workers ----------------------------------------------------------------------------
+    def workers(self, host: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+        if host is not None:
+            return self._rows("SELECT * FROM workers WHERE host = ? ORDER BY idx", (host,))
+        if group is not None:
+            return self._rows("SELECT * FROM workers WHERE grp = ? ORDER BY host, idx", (group,))
+        return self._rows("SELECT * FROM workers ORDER BY host, idx")
+
+    def worker(self, name: str) -> Optional[dict[str, Any]]:
+        return self._one("SELECT * FROM workers WHERE name = ?", (name,))
+
+    def add_worker(self, host: str, idx: int) -> None:
+        self.db.execute("INSERT OR IGNORE INTO workers (name, host, idx) VALUES (?, ?, ?)",
+                        (f"{host}-{idx}", host, idx))
+
+    def update_worker(self, name: str, **values: Any) -> None:
+        self._update("workers", {"name": name}, **values)
+
+    def delete_worker(self, name: str) -> None:
+        self.db.execute("DELETE FROM workers WHERE name = ?", (name,))
+
+    # --- groups -----------------------------------------------------------------------------
+    def groups(self) -> list[dict[str, Any]]:
+        return self._rows("SELECT * FROM groups ORDER BY name")
+
+    def group(self, name: str) -> Optional[dict[str, Any]]:
+        return self._one("SELECT * FROM groups WHERE name = ?", (name,))
+
+    def add_group(self, name: str, config: dict[str, Any]) -> None:
+        self.db.execute("INSERT INTO groups (name, config) VALUES (?, ?)", (name, json.dumps(config)))
+
+    def update_group(self, name: str, **values: Any) -> None:
+        self._update("groups", {"name": name}, **values)
+
+    def delete_group(self, name: str) -> None:
+        self.db.execute("UPDATE workers SET grp = NULL WHERE grp = ?", (name,))
+        for table, column in (("attempts", "grp"), ("logs", "grp"), ("groups", "name")):
+            self.db.execute(f"DELETE FROM {table} WHERE {column} = ?", (name,))
+
+    def member_counts(self) -> dict[str, int]:
+        return {r["grp"]: r["n"] for r in self._rows(
+            "SELECT grp, COUNT(*) AS n FROM workers WHERE grp IS NOT NULL GROUP BY grp")}
+
+    # --- attempts ---------------------------------------------------------------------------
+    def attempts(self, group: str) -> list[dict[str, Any]]:
+        return self._rows("SELECT * FROM attempts WHERE grp = ? ORDER BY number", (group,))
+
+    def attempt(self, group: str, number: int) -> Optional[dict[str, Any]]:
+        return self._one("SELECT * FROM attempts WHERE grp = ? AND number = ?", (group, number))
+
+    def active_attempts(self) -> list[dict[str, Any]]:
+        return self._rows("SELECT * FROM attempts WHERE state IN ('starting', 'running')")
+
+    def add_attempt(self, group: str, number: int, started: float, plan: dict[str, Any]) -> None:
+        self.db.execute("INSERT INTO attempts (grp, number, state, started, plan) VALUES (?, ?, ?, ?, ?)",
+                        (group, number, "starting", started, json.dumps(plan)))
+
+    def update_attempt(self, group: str, number: int, **values: Any) -> None:
+        self._update("attempts", {"grp": group, "number": number}, **values)
+
+    # --- output lines -----------------------------------------------------------------------
+    def add_lines(self, rows: list[tuple[str, int, int, str, float, str]]) -> None:
+        """rows: (group, attempt, rank, worker, time, line); keeps LOG_LINES_KEPT per group."""
+        self.db.executemany("INSERT INTO logs (grp, attempt, rank, worker, time, line) "
+                            "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        for group in {r[0] for r in rows}:
+            self.db.execute("DELETE FROM logs WHERE grp = ? AND id <= (SELECT id FROM logs WHERE "
+                            "grp = ? ORDER BY id DESC LIMIT 1 OFFSET ?)", (group, group, LOG_LINES_KEPT))
+
+    def lines(self, group: str, rank: int | None, attempt: int | None, after: int,
+              limit: int, tail: bool = False) -> list[dict[str, Any]]:
+        """Lines after id `after`, oldest first: the first `limit` of them, or with `tail`
+        the last `limit`."""
+        sql, args = "SELECT * FROM logs WHERE grp = ? AND id > ?", [group, after]
+        if rank is not None:
+            sql, args = sql + " AND rank = ?", [*args, rank]
+        if attempt is not None:
+            sql, args = sql + " AND attempt = ?", [*args, attempt]
+        if tail:
+            return self._rows(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])[::-1]
+        return self._rows(sql + " ORDER BY id LIMIT ?", [*args, limit])
+
+
+class _Transaction:
+    """`with store.transaction():` one atomic change (BEGIN IMMEDIATE ... COMMIT/ROLLBACK)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind, value, tb) -> None:
+        self.db.execute("ROLLBACK" if kind else "COMMIT")

@@ -1,0 +1,162 @@
+"""The coordinator's pure parts: the seed's rank rule, config validation, state transitions."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from slurmgen.coordinator.agent import is_stale
+from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_name
+from slurmgen.coordinator.procs import Output, exit_status
+from slurmgen.coordinator.ranks import plan_ranks, rank_env
+from slurmgen.coordinator.state import judge_attempt, reconcile, worker_state
+from slurmgen.errors import SlurmgenError
+
+
+def table(config, workers):
+    members = [split_worker_name(w) for w in workers]
+    return [(r.worker, r.rank, r.local_rank, r.node_rank) for r in plan_ranks(config, members)]
+
+
+def test_seed_table_one_worker_on_four_nodes():
+    # 002 seed: master gn6; others alphabetical, so gn39 < gn40 < gn7 (not natural order).
+    got = table(GroupConfig(master="gn6", world_size=4), ["gn7-0", "gn40-0", "gn6-0", "gn39-0"])
+    assert got == [("gn6-0", 0, 0, 0), ("gn39-0", 1, 0, 1), ("gn40-0", 2, 0, 2), ("gn7-0", 3, 0, 3)]
+
+
+def test_seed_table_two_workers_on_two_nodes():
+    got = table(GroupConfig(master="gn6"), ["gn7-1", "gn6-1", "gn7-0", "gn6-0"])
+    assert got == [("gn6-0", 0, 0, 0), ("gn6-1", 1, 1, 0), ("gn7-0", 2, 0, 1), ("gn7-1", 3, 1, 1)]
+
+
+def test_uneven_workers_and_numeric_ids():
+    plan = plan_ranks(GroupConfig(master="b"), [("a", 10), ("a", 2), ("b", 0), ("a", 1)])
+    assert [(r.worker, r.rank, r.local_rank, r.node_rank, r.local_world_size) for r in plan] == [
+        ("b-0", 0, 0, 0, 1), ("a-1", 1, 0, 1, 3), ("a-2", 2, 1, 1, 3), ("a-10", 3, 2, 1, 3)]
+
+
+def test_world_size_smaller_takes_first_ranks_and_drops_empty_nodes():
+    got = table(GroupConfig(master="gn6", world_size=2), ["gn6-0", "gn6-1", "gn7-0", "gn7-1"])
+    assert got == [("gn6-0", 0, 0, 0), ("gn6-1", 1, 1, 0)]
+
+
+def test_default_world_size_and_master():
+    plan = plan_ranks(GroupConfig(), [("gn7", 0), ("gn6", 0)])
+    assert [r.worker for r in plan] == ["gn6-0", "gn7-0"] and plan[0].world_size == 2
+
+
+@pytest.mark.parametrize("config, words", [
+    (GroupConfig(master="gn6", world_size=5), ["5", "4"]),
+    (GroupConfig(master="gn6-0"), ["master", "'gn6-0'", "give 'gn6'"]),
+    (GroupConfig(master="gn9"), ["master", "'gn9'", "gn6, gn7"]),
+])
+def test_bad_plans_name_the_problem(config, words):
+    with pytest.raises(SlurmgenError) as e:
+        plan_ranks(config, [("gn6", 0), ("gn6", 1), ("gn7", 0), ("gn7", 1)])
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_no_members_is_refused_with_a_hint():
+    with pytest.raises(SlurmgenError, match="no workers"):
+        plan_ranks(GroupConfig(), [])
+
+
+def test_rank_env_is_the_torchrun_contract_plus_group():
+    config = GroupConfig(master="gn6", backend="gloo", env={"FOO": "bar"})
+    entry = plan_ranks(config, [("gn6", 0), ("gn7", 0)])[1]
+    env = rank_env(config, "exp1", entry, "gn6")
+    assert env == {"FOO": "bar", "RANK": "1", "LOCAL_RANK": "0", "NODE_RANK": "1", "WORLD_SIZE": "2",
+                   "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "gn6", "MASTER_PORT": "29500",
+                   "SLURMGEN_BACKEND": "gloo", "SLURMGEN_GROUP": "exp1"}
+
+
+@pytest.mark.parametrize("fields, where", [
+    ({"env": {"RANK": "3"}}, "RANK"), ({"env": {"1X": "a"}}, "1X"), ({"cwd": "rel/dir"}, "cwd"),
+    ({"master_port": 70000}, "master_port"), ({"master": "a b"}, "master"), ({"world_size": 0}, "world_size"),
+    ({"backend": "mpi"}, "backend"), ({"bogus": 1}, "bogus"), ({"master_addr": "x;rm"}, "master_addr"),
+])
+def test_config_validation_names_the_field(fields, where):
+    with pytest.raises(ValidationError) as e:
+        GroupConfig(**fields)
+    assert where in str(e.value)
+
+
+@pytest.mark.parametrize("names", [["gn6"], ["-0"], ["gn6-x"], ["a b-0"]])
+def test_worker_names_must_be_host_dash_id(names):
+    with pytest.raises(ValidationError, match="host>-<id>|letters"):
+        MoveRequest(workers=names, group="g")
+
+
+def test_hyphenated_host_names_split_at_the_last_dash():
+    assert split_worker_name("gpu-node-12-3") == ("gpu-node-12", 3)
+
+
+# --- state transitions -------------------------------------------------------------------------
+RUN = ("exp1", 2)
+
+
+@pytest.mark.parametrize("reported, run, wanted, finished, order", [
+    ("idle", None, RUN, False, "start"),
+    ("idle", None, None, False, None),
+    ("running", RUN, RUN, False, None),
+    ("running", ("exp1", 1), RUN, False, "stop"),     # the old attempt goes before the new one
+    ("running", RUN, None, False, "stop"),            # the group was stopped or failed
+    ("exited", ("exp1", 1), RUN, False, "start"),     # a restart
+    ("exited", RUN, RUN, True, None),                 # ran and reported: never twice
+    ("idle", None, RUN, True, None),                  # a restarted agent does not rerun a done rank
+])
+def test_reconcile(reported, run, wanted, finished, order):
+    assert reconcile(reported, run, wanted, finished) == order
+
+
+def test_worker_state():
+    assert worker_state("running", RUN, RUN, lost=True) == "lost"
+    assert worker_state("idle", None, RUN, lost=False) == "starting"
+    assert worker_state("exited", RUN, RUN, lost=False) == "exited"
+    assert worker_state("idle", None, None, lost=False) == "idle"
+
+
+RANKS = {"a-0": 0, "a-1": 1, "b-0": 2}
+
+
+@pytest.mark.parametrize("state, exits, running, hung, lost, expect", [
+    ("starting", {}, {"a-0", "a-1"}, set(), {}, ("starting", None)),
+    ("starting", {}, {"a-0", "a-1", "b-0"}, set(), {}, ("running", None)),
+    ("running", {"a-1": 0, "b-0": 3, "a-0": 1}, set(), set(), {}, ("failed", 3)),   # first cause wins
+    ("running", {}, set(RANKS), {"b-0"}, {}, ("failed", 124)),
+    ("running", {}, set(RANKS), set(), {"b-0": 11.0}, ("failed", 255)),
+    ("running", {"a-0": 0, "a-1": 0, "b-0": 0}, set(), set(), {}, ("succeeded", 0)),
+    ("failed", {"a-0": 1}, set(), set(), {}, ("failed", None)),                    # judged once
+])
+def test_judge_attempt(state, exits, running, hung, lost, expect):
+    outcome = judge_attempt(state, RANKS, exits, running, hung, lost)
+    assert (outcome.state, outcome.exit_code) == expect
+
+
+def test_failure_reason_names_rank_worker_and_code():
+    outcome = judge_attempt("running", RANKS, {"b-0": 3}, set(), set(), {})
+    assert outcome.reason == "rank 2 (b-0) exited with code 3 (exit 3)"
+
+
+def test_stale_trainer_heartbeat():
+    assert is_stale({"status": "running", "time": 100.0}, now=200.0, timeout=60)
+    assert not is_stale({"status": "running", "time": 180.0}, now=200.0, timeout=60)
+    assert not is_stale({"status": "checkpointing", "time": 0.0}, now=200.0, timeout=60)
+    assert not is_stale(None, now=200.0, timeout=60)
+
+
+def test_exit_status_is_shell_style():
+    assert (exit_status(0), exit_status(3), exit_status(-15), exit_status(-9)) == (0, 3, 143, 137)
+
+
+def test_output_queue_is_bounded_and_counts_drops():
+    from slurmgen.coordinator.models import ReportedLine
+
+    out = Output(limit=3)
+    for i in range(5):
+        out.put(ReportedLine(worker=0, group="g", attempt=1, rank=0, time=0.0, line=str(i)))
+    lines, dropped = out.take(10)
+    assert [ln.line for ln in lines] == ["2", "3", "4"] and dropped == 2
+    out.give_back(lines, dropped)  # an undelivered heartbeat's lines come back first
+    again, dropped = out.take(10)
+    assert [ln.line for ln in again] == ["2", "3", "4"] and dropped == 2
