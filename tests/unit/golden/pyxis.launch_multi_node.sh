@@ -183,13 +183,13 @@ Stdin ending before one of the last three (or the launcher's pid changing) means
 died: the agent stops the ranks itself and reports the node lost.
 
 To its launcher: one line on stdout, `linked`, once this node is part of the job (the master:
-listening; the others: their hello sent); the launcher starts no rank before it, so that every
-running rank hears of a failure anywhere. Then the exit status: 0 when the job went well as far as this node knows, else
-the code of the job's first failure, whose cause it prints as one line on stderr; the launcher
-then stops its ranks and exits.
+listening; the others: welcomed by the master). The launcher starts no rank before it, so every
+running rank hears of a failure anywhere. Then the exit status: 0 when the job went well as far
+as this node knows, else the code of the job's first failure, whose cause it prints as one line
+on stderr; the launcher then stops its ranks and exits.
 
 On the wire, text lines of at most MAX_LINE bytes:
-    master -> node   challenge NONCE | stop NODE RANK CODE KIND | refused WHY | bye | ping
+    master -> node   challenge NONCE | welcome | refused WHY | stop NODE RANK CODE KIND | bye | ping
     node -> master   hello NODE NNODES MAC | failed RANK CODE KIND | done | ping
 MAC = HMAC-SHA256(token, "NONCE NODE NNODES"): a node proves it knows the job's token without
 sending it. KIND is what failed: rank, signal, lost (a launcher or its connection gone),
@@ -410,6 +410,8 @@ class Master(Agent):
         self.nodes.add(node)
         if nnodes != str(self.nnodes):
             self.fail(node, "-", BAD_INPUT, "nnodes")
+        else:
+            send(peer.conn, "welcome")
 
     def drop(self, peer):
         self.sel.unregister(peer.conn)
@@ -504,10 +506,10 @@ class Worker(Agent):
             if words[0] == "challenge" and len(words) == 2 and not self.ready:
                 self.ready = send(conn, f"hello {self.node} {self.nnodes} "
                                         f"{mac(self.token, words[1], self.node, self.nnodes)}")
-                if self.ready:
-                    self.linked()
                 for text in self.outbox:
                     send(conn, text)
+            elif words[0] == "welcome":
+                self.linked()
             elif words[0] == "stop" and len(words) == 5 and words[3].isdigit():
                 return self.finish(int(words[3]), tuple(words[1:]))
             elif words[0] == "refused":
