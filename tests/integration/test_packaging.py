@@ -21,6 +21,10 @@ def test_wheel_ships_templates_and_renders_from_anywhere(tmp_path):
     assert "slurmgen/templates/run_slurm.sh.j2" in names
     assert "slurmgen/templates/launch_multi_node.sh.j2" in names
     assert not any(n.startswith("templates/") for n in names)
+    # The coordinator's page: its templates and the vendored browser code, nothing fetched at run time.
+    for page_file in ("templates/overview.html", "static/app.js", "static/vendor/htmx.min.js",
+                      "static/vendor/uPlot.iife.min.js", "static/vendor/VERSIONS.txt"):
+        assert f"slurmgen/coordinator/web/{page_file}" in names
 
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

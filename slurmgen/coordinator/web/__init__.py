@@ -1,0 +1,28 @@
+"""The coordinator's web page, served by `slurmgen serve` under /ui (and / redirects there).
+
+Server-rendered HTML (Jinja2, autoescape on) over the coordinator's own JSON API, called in
+process (api.py), so the page changes nothing the CLI could not. A small script (static/app.js)
+refreshes live values, the log view and the curves every second; htmx (vendored, like uPlot, by
+scripts/vendor_js.sh) adds the settings form's live rank-table preview. The browser logs in
+with the token and keeps only an HttpOnly SameSite=Strict cookie; POSTs need a CSRF value
+and a same-origin request; every response carries a CSP with no inline script (security.py).
+When a group's attempt ends, status_page.py writes a static status.html next to its run records.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+
+def mount(app: FastAPI) -> None:
+    """Add the page's routes, static files and security headers to the coordinator's app."""
+    from . import auth, live, routes, status_page
+    from .render import STATIC
+
+    app.include_router(auth.router, include_in_schema=False)
+    app.include_router(routes.router, include_in_schema=False)
+    app.include_router(live.router, include_in_schema=False)
+    app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="web_static")
+    app.add_middleware(auth.SecurityHeaders)
+    status_page.watch(app)

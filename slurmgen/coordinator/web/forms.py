@@ -1,0 +1,118 @@
+"""The settings form <-> the API's GroupConfig, and the API's errors -> messages per field.
+
+Pure functions: a form is what the browser posts (strings), a config is the JSON body of
+`PUT /api/groups/{name}/config`. What the form alone can tell (a world size that is not a
+number, an env line without '=', unbalanced quotes) is refused here with the same kind of
+message the server gives; everything else is the server's to judge, and its 422 comes back
+next to the field it names.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Iterable, Mapping
+
+FIELDS = ("master", "world_size", "master_port", "backend", "command", "workdir", "env")
+# API field -> form field, for the server's messages.
+_API_FIELD = {"master": "master", "master_addr": "master", "world_size": "world_size",
+              "master_port": "master_port", "backend": "backend", "argv": "command",
+              "cwd": "workdir", "env": "env"}
+GENERAL = "_"
+
+
+class FormErrors(ValueError):
+    """Field -> message, for the fields the form itself could not turn into a config."""
+
+    def __init__(self, errors: dict[str, str]):
+        super().__init__("; ".join(errors.values()))
+        self.errors = errors
+
+
+def form_from_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """The form's text values for a saved config (what the settings page shows first)."""
+    env = config.get("env") or {}
+    return {
+        "master": config.get("master_addr") or config.get("master") or "",
+        "world_size": "" if config.get("world_size") is None else str(config["world_size"]),
+        "master_port": str(config.get("master_port") or 29500),
+        "backend": config.get("backend") or "nccl",
+        "command": shlex.join(config.get("argv") or []),
+        "workdir": config.get("cwd") or "",
+        "env": "\n".join(f"{k}={v}" for k, v in env.items()),
+    }
+
+
+def posted(data: Mapping[str, str]) -> dict[str, str]:
+    """The form's fields from a posted body (a missing one is empty)."""
+    return {field: data.get(field, "") for field in FIELDS}
+
+
+def _whole_number(field: str, text: str, errors: dict[str, str]) -> int | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        errors[field] = f"{field}: expected a whole number (got {text!r})"
+        return None
+
+
+def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Iterable[str],
+                     saved: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The config body for a posted form; keeps the saved settings the form does not show.
+    The master field is a node of the group (rank order starts there), a worker name (sent as
+    the master so the server refuses it with its hint), or any other address ranks dial."""
+    errors: dict[str, str] = {}
+    body: dict[str, Any] = {k: v for k, v in (saved or {}).items()
+                            if k not in ("master", "master_addr", "world_size", "master_port", "backend",
+                                         "argv", "cwd", "env")}
+    master = form.get("master", "").strip()
+    body["master"], body["master_addr"] = None, None
+    if master in set(nodes) or master in set(members):
+        body["master"] = master
+    elif master:
+        body["master_addr"] = master
+    body["world_size"] = _whole_number("world_size", form.get("world_size", ""), errors)
+    port = _whole_number("master_port", form.get("master_port", ""), errors)
+    body["master_port"] = 29500 if port is None else port
+    body["backend"] = form.get("backend", "nccl").strip() or "nccl"
+    try:
+        body["argv"] = shlex.split(form.get("command", ""))
+    except ValueError as exc:
+        errors["command"] = f"command: {exc} (quote words with ' or \")"
+    body["cwd"] = form.get("workdir", "").strip() or None
+    env: dict[str, str] = {}
+    for number, line in enumerate(form.get("env", "").splitlines(), start=1):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            errors["env"] = f"env line {number}: expected KEY=VALUE (got {line!r})"
+            break
+        env[key.strip()] = value
+    body["env"] = env
+    if errors:
+        raise FormErrors(errors)
+    return body
+
+
+def _message(entry: Mapping[str, Any]) -> str:
+    msg = str(entry.get("msg", entry))
+    return msg.removeprefix("Value error, ")
+
+
+def errors_from_response(status: int, payload: Any) -> dict[str, str]:
+    """Field -> message from an API error: FastAPI's list of {loc, msg}, or one `detail` text
+    (placed at the field it starts with, else shown above the form)."""
+    detail = payload.get("detail") if isinstance(payload, Mapping) else payload
+    errors: dict[str, str] = {}
+    if isinstance(detail, list):
+        for entry in detail:
+            loc = [str(part) for part in (entry.get("loc") or []) if not str(part).isdigit()] if isinstance(entry, Mapping) else []
+            field = next((_API_FIELD[p] for p in reversed(loc) if p in _API_FIELD), GENERAL)
+            errors.setdefault(field, _message(entry) if isinstance(entry, Mapping) else str(entry))
+        return errors or {GENERAL: f"the server refused the settings (HTTP {status})"}
+    text = str(detail if detail is not None else f"HTTP {status}")
+    first = text.split(" ", 1)[0].rstrip(":").split(".", 1)[0]
+    return {_API_FIELD.get(first, GENERAL): text}

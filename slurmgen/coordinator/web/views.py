@@ -1,0 +1,131 @@
+"""API JSON -> what the templates show, and the live values the page's script refreshes.
+
+Pure functions, so the page's rules (heartbeat colours, "attempt n of m", which change needs
+the region redrawn) are unit-tested without a server. A live value is keyed by a JSON list
+(["w", worker, "state"]) that the template writes into `data-live` and the script matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any, Iterable, Mapping
+
+# A worker's agent heartbeats every second or so: amber after a few missed beats, red when
+# the server is about to (or did) declare it lost.
+HEARTBEAT_LATE = 5.0
+HEARTBEAT_DEAD = 15.0
+
+
+def dom_id(prefix: str, name: str) -> str:
+    """An HTML id for any name (ids and selectors never see the name itself)."""
+    return f"{prefix}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
+
+
+def heartbeat(seen_ago: float | None, state: str) -> tuple[str, str]:
+    """(text, css class) for the time since a worker's agent last reported."""
+    if seen_ago is None:
+        return "never", "hb-dead"
+    cls = "hb-dead" if state == "lost" or seen_ago >= HEARTBEAT_DEAD else "hb-late" if seen_ago >= HEARTBEAT_LATE else "hb-fresh"
+    return f"{seen_ago:.0f} s ago", cls
+
+
+def state_class(state: str | None) -> str:
+    """The CSS class of a state text: its first word ("failed 3" -> failed), and "exited 0"
+    apart from other exits, since a clean exit is not a failure."""
+    state = state or "idle"
+    return "exited-ok" if state == "exited 0" else state.split(" ", 1)[0]
+
+
+def worker_state(w: Mapping[str, Any]) -> str:
+    return f"exited {w['exit_code']}" if w.get("state") == "exited" and w.get("exit_code") is not None else w.get("state", "idle")
+
+
+def _text(value: Any) -> str:
+    return "—" if value is None else str(value)
+
+
+def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
+    config = g.get("config") or {}
+    nodes = sorted({m.rpartition("-")[0] for m in members})
+    master = config.get("master_addr") or config.get("master") or (nodes[0] if nodes else None)
+    tries = int(config.get("max_restarts") or 0) + 1
+    attempt = int(g.get("restarts") or 0) + 1 if g.get("attempt") else 0
+    state = g.get("state", "idle")
+    if g.get("exit_code") not in (None, 0) and state == "failed":
+        state = f"failed {g['exit_code']}"
+    return {
+        "name": g["name"], "dom_id": dom_id("g", g["name"]), "state": state,
+        "world_size": config.get("world_size") or g.get("members", len(members)),
+        "master": master, "port": config.get("master_port", 29500), "backend": config.get("backend", "nccl"),
+        "attempt": f"{attempt} of {tries}", "reason": g.get("reason"),
+        "workers": members, "nodes": nodes, "config": config,
+    }
+
+
+def worker_view(w: Mapping[str, Any]) -> dict[str, Any]:
+    state = worker_state(w)
+    hb_text, hb_class = heartbeat(w.get("seen_ago"), w.get("state", "idle"))
+    return {
+        "name": w["name"], "dom_id": dom_id("w", w["name"]), "node": w.get("host", ""), "group": w.get("group"),
+        "state": state, "heartbeat": hb_text, "heartbeat_class": hb_class, "pid": w.get("pid"),
+        "exit_code": w.get("exit_code"), "rank": w.get("rank"),
+    }
+
+
+def overview(groups: Iterable[Mapping[str, Any]], workers: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    workers = sorted((worker_view(w) for w in workers), key=lambda w: (w["node"], w["name"]))
+    members: dict[str, list[str]] = {}
+    for w in workers:
+        if w["group"]:
+            members.setdefault(w["group"], []).append(w["name"])
+    group_views = [group_view(g, members.get(g["name"], [])) for g in sorted(groups, key=lambda g: g["name"])]
+    return {"groups": group_views, "workers": workers, "shape": shape(group_views, workers)}
+
+
+def shape(groups: list[dict[str, Any]], workers: list[dict[str, Any]]) -> str:
+    """Changes only when the page's structure does (groups, membership, a group's state or
+    attempt): then the script redraws the region; everything else is a live value."""
+    parts = [f"g {g['name']} {g['state']} {g['attempt']}" for g in groups]
+    parts += [f"w {w['name']} {w['group']}" for w in workers]
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def live_fields(view: Mapping[str, Any]) -> list[list[Any]]:
+    """[key, text, class] for every live value of an overview."""
+    fields: list[list[Any]] = []
+    for g in view["groups"]:
+        fields.append([["g", g["name"], "state"], g["state"], state_class(g["state"])])
+        for key in ("world_size", "master", "port", "backend", "attempt", "reason"):
+            fields.append([["g", g["name"], key], _text(g[key]), ""])
+    for w in view["workers"]:
+        fields.append([["w", w["name"], "state"], w["state"], state_class(w["state"])])
+        fields.append([["w", w["name"], "heartbeat"], w["heartbeat"], w["heartbeat_class"]])
+        for key in ("pid", "exit_code", "rank"):
+            fields.append([["w", w["name"], key], _text(w[key]), ""])
+    return fields
+
+
+def clock(ts: float | None) -> str | None:
+    return None if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for a in sorted(attempts, key=lambda a: a["number"], reverse=True):
+        codes = a.get("exit_codes") or {}
+        out.append({
+            "number": a["number"], "started": clock(a.get("started")), "ended": clock(a.get("ended")),
+            "state": a.get("state", ""), "cause": a.get("reason"),
+            "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
+        })
+    return out
+
+
+def rank_rows(ranks: Iterable[Mapping[str, Any]], workers: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        w = (workers or {}).get(r["worker"], {})
+        rows.append({"worker": r["worker"], "node": r.get("host", ""), "rank": r["rank"], "local_rank": r["local_rank"],
+                     "node_rank": r["node_rank"], "state": worker_state(w) if w else "idle", "exit_code": w.get("exit_code")})
+    return rows

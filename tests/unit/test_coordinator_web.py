@@ -1,0 +1,165 @@
+"""The coordinator page's rules without a browser: form <-> config, the server's errors per
+field, heartbeat colours, live values, the session/CSRF checks and headers, status.html.
+The page in a real Chromium against real processes is tests/integration/web/."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from slurmgen.coordinator.server import create_app  # noqa: E402
+from slurmgen.coordinator.service import Coordinator  # noqa: E402
+from slurmgen.coordinator.store import Store  # noqa: E402
+from slurmgen.coordinator.web import forms, security, status_page, views  # noqa: E402
+
+TOKEN = "t0ken-for-page-tests"
+HOSTILE = "<img src=x onerror=alert(1)>"
+NODES, MEMBERS = ["gn6", "gn7"], ["gn6-0", "gn6-1", "gn7-0", "gn7-1"]
+
+
+def test_form_round_trips_a_config_and_keeps_what_it_does_not_show():
+    saved = {"master": "gn7", "world_size": 3, "master_port": 29511, "backend": "gloo", "argv": ["python", "-c", "print('a b')"],
+             "cwd": "/work", "env": {"A": "1=2", "B": HOSTILE}, "max_restarts": 2}
+    form = forms.form_from_config(saved)
+    assert form["command"] == "python -c 'print('\"'\"'a b'\"'\"')'"
+    body = forms.config_from_form(form, NODES, MEMBERS, saved)
+    assert body == {**saved, "master_addr": None}
+
+
+@pytest.mark.parametrize("master, expected", [("gn6", ("gn6", None)), ("gn6-0", ("gn6-0", None)),
+                                              ("10.0.0.5", (None, "10.0.0.5")), ("", (None, None))])
+def test_master_field_is_a_node_a_worker_for_the_server_to_refuse_or_an_address(master, expected):
+    body = forms.config_from_form({"master": master}, NODES, MEMBERS)
+    assert (body["master"], body["master_addr"]) == expected
+
+
+def test_form_errors_name_field_and_value():
+    with pytest.raises(forms.FormErrors) as caught:
+        forms.config_from_form({"world_size": "four", "command": "python 'x", "env": "A=1\nnot a pair"}, NODES, MEMBERS)
+    errors = caught.value.errors
+    assert errors["world_size"] == "world_size: expected a whole number (got 'four')"
+    assert errors["command"].startswith("command: No closing quotation")
+    assert errors["env"] == "env line 2: expected KEY=VALUE (got 'not a pair')"
+
+
+def test_server_errors_land_next_to_their_field():
+    pydantic_422 = {"detail": [{"loc": ["body", "env"], "msg": "Value error, env key 'RANK' is set by the coordinator"},
+                               {"loc": ["body", "argv", 0], "msg": "bad"}]}
+    assert forms.errors_from_response(422, pydantic_422) == {"env": "env key 'RANK' is set by the coordinator", "command": "bad"}
+    assert forms.errors_from_response(422, {"detail": "world_size: 9 processes asked for"}) == {"world_size": "world_size: 9 processes asked for"}
+    assert forms.errors_from_response(409, {"detail": "group exp1 is running"}) == {"_": "group exp1 is running"}
+
+
+@pytest.mark.parametrize("age, state, cls", [(0.4, "idle", "hb-fresh"), (6, "running", "hb-late"), (20, "running", "hb-dead"),
+                                             (1, "lost", "hb-dead"), (None, "idle", "hb-dead")])
+def test_heartbeat_turns_amber_then_red(age, state, cls):
+    assert views.heartbeat(age, state)[1] == cls
+
+
+def test_overview_values_and_shape():
+    groups = [{"name": "exp1", "state": "failed", "exit_code": 3, "attempt": 2, "restarts": 1, "members": 2,
+               "config": {"max_restarts": 2, "backend": "gloo", "master_port": 29500}, "reason": "rank 1 exited 3"}]
+    workers = [{"name": "gn7-0", "host": "gn7", "group": "exp1", "state": "exited", "exit_code": 3, "seen_ago": 0.5},
+               {"name": "gn6-0", "host": "gn6", "group": "exp1", "state": "idle", "seen_ago": 7.0}]
+    view = views.overview(groups, workers)
+    g = view["groups"][0]
+    assert (g["state"], g["attempt"], g["master"], g["world_size"]) == ("failed 3", "2 of 3", "gn6", 2)
+    assert [w["name"] for w in view["workers"]] == ["gn6-0", "gn7-0"]
+    fields = {tuple(k): (text, cls) for k, text, cls in views.live_fields(view)}
+    assert fields[("g", "exp1", "state")] == ("failed 3", "failed")
+    assert fields[("w", "gn7-0", "state")] == ("exited 3", "exited")
+    assert fields[("w", "gn6-0", "heartbeat")] == ("7 s ago", "hb-late")
+    workers[0]["seen_ago"] = 9.0
+    assert views.overview(groups, workers)["shape"] == view["shape"], "a heartbeat is a live value, not a redraw"
+    workers[1]["group"] = None
+    assert views.overview(groups, workers)["shape"] != view["shape"], "a move redraws the region"
+
+
+def test_session_and_csrf_values_are_derived_not_the_token():
+    session, csrf = security.session_value(TOKEN), security.csrf_value(TOKEN)
+    assert TOKEN not in session and session != csrf
+    assert security.session_ok(TOKEN, session) and not security.session_ok(TOKEN, csrf) and not security.session_ok(TOKEN, None)
+    assert security.same_origin({"origin": "http://127.0.0.1:8470"}, "http://127.0.0.1:8470")
+    assert not security.same_origin({"origin": "null"}, "http://127.0.0.1:8470")
+    assert "'unsafe-inline'" not in security.CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'none'" in security.CONTENT_SECURITY_POLICY
+
+
+def test_chart_scales_every_series_into_the_box():
+    c = status_page.chart({"train": ([1, 2, 3], [3.0, 2.0, 1.0]), "val": ([3], [1.5])})
+    xs = [float(p.split(",")[0]) for line in c["lines"] for p in line["points"].split()]
+    ys = [float(p.split(",")[1]) for line in c["lines"] for p in line["points"].split()]
+    assert min(xs) == status_page.PAD and max(xs) == status_page.WIDTH - status_page.PAD
+    assert min(ys) == status_page.PAD and max(ys) == status_page.HEIGHT - status_page.PAD
+    assert status_page.chart({})["lines"] == []
+
+
+def test_status_html_escapes_and_draws():
+    detail = {"group": {"name": "exp1", "state": "failed", "exit_code": 3, "attempt": 1, "reason": HOSTILE, "config": {}},
+              "workers": [{"name": "gn6-0", "host": "gn6", "state": "exited", "exit_code": 3}],
+              "attempts": [{"number": 1, "state": "failed", "started": 1.0, "ended": 2.0, "reason": HOSTILE, "exit_codes": {"0": 3}}]}
+    ranks = [{"worker": "gn6-0", "host": "gn6", "rank": 0, "local_rank": 0, "node_rank": 0}]
+    html = status_page.render_status(detail, ranks, {"loss": {"train": ([1, 2], [2.0, 1.0])}})
+    assert HOSTILE not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "failed 3" in html and "<polyline" in html and "<script" not in html
+
+
+@pytest.fixture
+def client(tmp_path):
+    store = Store(tmp_path / "c.db")
+    with TestClient(create_app(Coordinator(store), TOKEN), base_url="http://testserver") as c:
+        yield c
+    store.close()
+
+
+def _log_in(client) -> str:
+    client.post("/ui/login", data={"token": TOKEN}, headers={"Origin": "http://testserver"})
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/ui/").text).group(1)
+
+
+def test_page_needs_a_session_and_posts_need_csrf_and_same_origin(client):
+    assert client.get("/ui/", follow_redirects=False).headers["location"] == "/ui/login?next=/ui/"
+    assert client.get("/ui/live/overview").status_code == 401
+    assert client.post("/ui/login", data={"token": "nope"}).status_code == 401
+    csrf = _log_in(client)
+    assert client.post("/ui/groups", data={"name": "a"}).status_code == 403
+    assert client.post("/ui/groups", data={"name": "a", "csrf": csrf}, headers={"Origin": "http://evil.example"}).status_code == 403
+    assert client.post("/ui/groups", data={"name": "a", "csrf": csrf}, follow_redirects=False).status_code == 303
+    assert [g["name"] for g in client.get("/api/groups", headers={"Authorization": f"Bearer {TOKEN}"}).json()] == ["a"]
+    page = client.get("/ui/")
+    assert page.headers["content-security-policy"] == security.CONTENT_SECURITY_POLICY
+    assert page.headers["x-frame-options"] == "DENY"
+
+
+def test_login_redirects_only_inside_the_page(client):
+    reply = client.post("/ui/login", data={"token": TOKEN, "next": "//evil.example/x"}, follow_redirects=False)
+    assert reply.headers["location"] == "/ui/"
+    assert "slurmgen_session=" in reply.headers["set-cookie"] and "HttpOnly" in reply.headers["set-cookie"]
+    assert "samesite=strict" in reply.headers["set-cookie"].lower()
+
+
+def test_refusals_are_shown_as_text(client):
+    csrf = _log_in(client)
+    reply = client.post("/ui/groups", data={"name": HOSTILE, "csrf": csrf})
+    assert reply.status_code == 422
+    assert HOSTILE not in reply.text and "&lt;img src=x onerror=alert(1)&gt;" in reply.text
+
+
+def test_status_html_goes_next_to_the_groups_run_records(tmp_path):
+    from slurmgen import tracking
+    from slurmgen.coordinator.web import records
+
+    place = {"rank": 0, "local_rank": 0, "node_rank": 0, "world_size": 1}
+    for group in ("exp1", "other"):
+        with tracking.init(tmp_path / "out" / "tracking", group=group, place=place, environ={}) as run:
+            run.log(type="train", metrics={"loss": 1.0}, step=1)
+    runs = records.group_runs("exp1", tmp_path)
+    assert [r.get("group") for r in runs] == ["exp1"]
+    assert records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path / "out" / "tracking" / "exp1"
+    assert records.status_dir("exp1", tmp_path, [], tmp_path / "state") == tmp_path / "runs" / "exp1"
+    assert records.status_dir("exp1", None, [], tmp_path / "state") == tmp_path / "state" / "groups" / "exp1"
+    assert records.group_curves("exp1", tmp_path) == {"loss": {"train": ([1], [1.0])}}
