@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_launch import down
+from bench_launch import down, job_pids
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -67,22 +67,6 @@ def up(nodes: int, wait: float = 1800) -> None:
         time.sleep(5)  # busy: another session owns the cluster
 
 
-def pids_with(*markers: str, word: str | None = None) -> list[int]:
-    """Processes whose command line holds one of `markers`, or has `word` as an argument."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if any(m.encode() in cmdline for m in markers) or (word and word.encode() in cmdline.split(b"\0")):
-            found.append(int(entry.name))
-    return found
-
-
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:90].decode(errors="replace")
@@ -115,18 +99,18 @@ def one_run(workdir: Path, nodes: int, index: int, link: bool,
         markers = (str(out),) + ((AGENT_MARK,) if link else ())
         limit = crashed + (30 if link else 5)
         late: list[str] = []
-        while (alive := pids_with(*markers, word=marker)) and time.time() < limit:
+        while (alive := job_pids(*markers, marker)) and time.time() < limit:
             if not late and time.time() > crashed + late_after:
                 late = [cmdline(pid) for pid in alive]
             time.sleep(0.01)
         took = time.time() - crashed
-        left = len(pids_with(word=marker))
+        left = len(job_pids(marker))  # the ranks (out's path does not hold it)
         deadline = time.monotonic() + 10
         while link and time.monotonic() < deadline and any(p.poll() is None for p in launchers):
             time.sleep(0.05)
         return took, left, [p.poll() for p in launchers], late
     finally:
-        for pid in pids_with(marker, str(out)):
+        for pid in job_pids(marker, str(out)):
             try:
                 os.kill(pid, 9)
             except ProcessLookupError:
