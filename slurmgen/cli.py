@@ -44,6 +44,10 @@ def _root(
     _state["verbose"] = verbose
 
 
+ORDER_HELP = ("Node order after the master: alphabetical (gn39 before gn7, the product brief's rule) | "
+              "natural (gn7 before gn39, Slurm's order, which run_slurm.sh always uses).")
+
+
 def _parse_env(pairs: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
@@ -79,7 +83,7 @@ def create(
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
-    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node)."),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
     env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: List[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
     sbatch: List[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),
@@ -123,6 +127,10 @@ def create(
         return
     for path in write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)]):
         typer.echo(f"wrote {path}")
+    from slurmgen.preflight import torchrun_note
+
+    if note := torchrun_note(spec):
+        typer.echo(f"slurmgen: note: {note}", err=True)
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
@@ -137,6 +145,7 @@ def ranks(
     gpus: int = typer.Option(1, "--gpus", help="Processes per host (hosts without slots= in a host file)."),
     master: Optional[str] = typer.Option(None, "--master", help="The master host [default: the first given]."),
     world_size: Optional[int] = typer.Option(None, "--world-size", help="Use only this many processes."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
@@ -156,7 +165,7 @@ def ranks(
     else:
         host_list = (read_hostfile(hostfile, gpus) if hostfile is not None
                      else [Host.with_count(h, gpus) for h in expand(hosts or "")])
-        table = rank_table(order_hosts(host_list, master), world_size)
+        table = rank_table(order_hosts(host_list, master, order), world_size)
     if as_json:
         typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
         return
@@ -179,6 +188,7 @@ def launch(
     gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
     master: Optional[str] = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port (default: 29500)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
@@ -240,7 +250,7 @@ def launch(
 
     opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
-    plan = build_plan(spec, selected, master=master, master_addr=lambda h: master_address(h, opts),
+    plan = build_plan(spec, selected, master=master, order=order, master_addr=lambda h: master_address(h, opts),
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
                       heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
                       heartbeat_dir=heartbeat_dir, max_restarts=max_restarts)
@@ -275,7 +285,10 @@ def runs(
 
     if not directory.is_dir():
         raise SlurmgenError(f"runs: no such directory: {str(directory)!r}", hint="pass the directory that holds the runs, e.g. runs/")
-    found = list(find_runs(directory))
+    damaged: list[str] = []
+    found = list(find_runs(directory, damaged))
+    for problem in damaged:  # what can be read is listed all the same
+        typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
     rows = [{"id": r.get("id"), "name": r.get("name"), "group": r.get("group"), "job_type": r.get("job_type"),
              "status": r.get("status"), "steps": r.steps, "last_loss": r.last("loss"), "duration": r.duration(),
              "restarts": r.get("restart_count", 0), "dir": str(r.dir)} for r in found]
@@ -316,11 +329,15 @@ def plot(
     from slurmgen.tracking.plot import plot_run
     from slurmgen.tracking.records import resolve_run
 
+    damaged: list[str] = []
     try:
-        record = resolve_run(run, directory)
+        record = resolve_run(run, directory, damaged)
         path = plot_run(record, output or record.dir / "metrics.png", metrics=list(metric) or None)
     except (LookupError, ValueError, OSError) as exc:
         raise SlurmgenError(f"plot: {exc}") from None
+    finally:
+        for problem in damaged:
+            typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
     typer.echo(f"wrote {path}")
 
 

@@ -10,30 +10,23 @@ import difflib
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from slurmgen import yaml12
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.spec import JobSpec
+from slurmgen.user_files import read_text
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    """Read a job spec file: a YAML mapping (an empty file is an empty spec)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SlurmgenError(f"config: cannot read {show(str(path))}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise SlurmgenError(f"config: {where}: {problem}") from None
+    """Read a job spec file: a non-empty YAML mapping, scalars read as YAML 1.2 (see yaml12)."""
+    data = yaml12.load(read_text(path, "config"), str(path), "config")
     if data is None:
-        return {}
+        raise SlurmgenError(f"config: {path} holds no spec fields (it is empty or only comments)",
+                            hint="give at least nodes: and gpus:, or leave out --config for the defaults")
     if not isinstance(data, dict):
-        raise SlurmgenError(f"config: {path} must hold a mapping of spec fields (got a {type(data).__name__})")
+        raise SlurmgenError(f"config: {path} must hold a mapping of spec fields, like 'nodes: 2' "
+                            f"(got a {type(data).__name__})")
     return data
 
 
@@ -72,6 +65,30 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
+# The expected form, by pydantic error type and, where a field needs an example, by field.
+_EXPECTED = {
+    "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
+    "bool_type": "true or false", "bool_parsing": "true or false", "string_type": "text",
+    "dict_type": "a mapping", "model_type": "a mapping", "list_type": "a list",
+}
+_EXPECTED_FOR = {
+    "env": "a mapping of NAME: value, e.g. env: {NCCL_DEBUG: INFO}",
+    "container": "a mapping, e.g. container: {image: torch.sif, runtime: apptainer}",
+    "command": "a list of words or one string, e.g. [python, train.py]",
+    "setup": "a list of shell lines", "sbatch_extra": "a list of options, e.g. [--mail-type=END]",
+    "container.mounts": "a list of SRC:DST[:FLAGS]",
+}
+
+
+def _shown(value: object) -> str:
+    """A value as the user wrote it in YAML: true, null, 'text', [1, 2]."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return show(value)
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     loc = tuple(error["loc"])
     path = ".".join(str(p) for p in loc) or "spec"
@@ -84,10 +101,18 @@ def _describe(error: Mapping[str, Any]) -> str:
         guess = [synonym] if synonym else difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean {guess[0]!r}?" if guess else f"known keys: {', '.join(known)}"
         return f"{path}: unknown key ({hint})"
-    message = error["msg"].removeprefix("Value error, ")
-    if kind == "missing" or isinstance(value, (dict, list)):
+    if kind == "missing":
+        return f"{path}: required, but not given"
+    if kind in _EXPECTED:
+        message = f"expected {_EXPECTED_FOR.get(path, _EXPECTED[kind])}"
+    elif error["msg"].startswith("Input should be "):  # a choice or a range: 'srun' or 'torchrun'
+        rest = error["msg"].removeprefix("Input should be ")
+        message = "expected " + ("a number " + rest if rest.startswith(("greater", "less")) else rest)
+    else:
+        message = error["msg"].removeprefix("Value error, ")
+    if not loc:  # a rule across fields: its message names them, the input is the whole spec
         return f"{path}: {message}"
-    return f"{path}: {message} (got {show(value)})"
+    return f"{path}: {message} (got {_shown(value)})"
 
 
 def build_spec(values: Mapping[str, Any]) -> JobSpec:
@@ -108,4 +133,4 @@ def dump_yaml(spec: JobSpec) -> str:
     """The resolved spec as YAML, ready for `--config` to reproduce the same scripts."""
     header = (f"# slurmgen job spec, resolved (digest {spec.digest()}).\n"
               f"# Reproduce: slurmgen create --config {spec.output_dir.rstrip('/')}/job.yaml --force\n")
-    return header + yaml.safe_dump(spec.resolved(), sort_keys=False, allow_unicode=True, width=1000)
+    return header + yaml12.dump(spec.resolved())

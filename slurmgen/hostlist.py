@@ -3,16 +3,55 @@
 Same rules as `scontrol show hostnames`: commas inside brackets separate ranges, not hosts;
 zero padding of the lower bound is kept; several bracket groups in one name expand to their
 product (`r[1-2]n[1-2]` -> r1n1 r1n2 r2n1 r2n2). Pure: used for spec validation and the rank table.
+
+It also owns the one rule for a host name, used wherever one is taken (host lists, host
+files, --master, master_addr, --include): letters, digits and `_ . -`, or an IPv6 address.
+Nothing a shell would read as syntax gets through.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import re
 
 from slurmgen.errors import SlurmgenError, show
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SLOTS_SUFFIX = re.compile(r"^(?P<host>[A-Za-z0-9_.-]+):(?P<slots>\d+)$")  # MPICH's host:N
+
+
+def is_host_name(name: str) -> bool:
+    """A host name or IP address as the rule above allows it."""
+    if _HOST_NAME.match(name):
+        return True
+    try:
+        ipaddress.IPv6Address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def check_host_name(name: str, field: str) -> str:
+    """`name` if it is a host name, else one error line naming `field` and the value."""
+    if is_host_name(name):
+        return name
+    mpich = _SLOTS_SUFFIX.match(name)
+    if mpich:
+        raise SlurmgenError(
+            f"{field}: {show(name)} is not a host name (it looks like MPICH's host:slots)",
+            hint=f"give slots per host in a --hostfile ('{mpich['host']} slots={mpich['slots']}' "
+                 f"or '{name}' lines) or with --gpus",
+        )
+    raise SlurmgenError(f"{field}: {show(name)} is not a host name "
+                        "(expected letters, digits and _ . - only, or an IP address)")
+
+
+def split_slots_suffix(entry: str) -> tuple[str, int] | None:
+    """MPICH machine-file form `host:N` -> (host, N); None for anything else (IPv6 too)."""
+    m = _SLOTS_SUFFIX.match(entry)
+    return (m["host"], int(m["slots"])) if m else None
 
 
 def _split_top_level(expr: str) -> list[str]:
@@ -65,8 +104,10 @@ def _expand_one(name: str, expr: str) -> list[str]:
     return ["".join(combo) for combo in itertools.product(*choices)]
 
 
-def expand(expr: str) -> list[str]:
-    """Expand a hostlist expression into host names, in order (duplicates kept, as Slurm does)."""
+def expand(expr: str, field: str = "hosts") -> list[str]:
+    """Expand a hostlist expression into host names, in order (duplicates kept, as Slurm does).
+
+    Every name must pass `check_host_name`; errors name `field`."""
     text = expr.strip()
     if not text:
         raise SlurmgenError("hostlist: empty host list")
@@ -77,5 +118,5 @@ def expand(expr: str) -> list[str]:
             raise SlurmgenError(f"hostlist: empty host name in {show(expr)}")
         if any(c.isspace() for c in part):
             raise SlurmgenError(f"hostlist: white space in host name {show(part)}")
-        hosts.extend(_expand_one(part, expr))
+        hosts.extend(check_host_name(name, field) for name in _expand_one(part, expr))
     return hosts

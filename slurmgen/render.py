@@ -7,8 +7,10 @@ strict: a misspelt variable fails the render instead of becoming an empty string
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path, PurePosixPath
 
 import jinja2
 
@@ -25,8 +27,16 @@ SPEC_FILE = "job.yaml"
 MANUAL_DEFAULT_PORT = 29500
 
 
+# A source checkout run without installing (`python -m slurmgen` in the repository) has the
+# templates at the top level, where the wheel's package-dir mapping has not put them yet.
+_SOURCE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
 def _load_template(name: str) -> str:
-    return resources.files("slurmgen.templates").joinpath(name).read_text()
+    try:
+        return resources.files("slurmgen.templates").joinpath(name).read_text()
+    except ModuleNotFoundError:
+        return (_SOURCE_TEMPLATES / name).read_text()
 
 
 _ENV = jinja2.Environment(
@@ -107,6 +117,20 @@ def _container_prefix(spec: JobSpec) -> list[str]:
     return [*prefix, c.image]
 
 
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+
+
+def runs_python(spec: JobSpec) -> bool:
+    """Is the program a Python interpreter (python, python3.11, /opt/venv/bin/python)?
+
+    Then torchrun mode runs that interpreter's `-m torch.distributed.run`: the torch the
+    program imports, found without the venv on PATH. Not under apptainer, whose interpreter
+    lives in the image while the agent runs outside it.
+    """
+    apptainer = spec.container is not None and spec.container.runtime == "apptainer"
+    return not apptainer and bool(_PYTHON.match(PurePosixPath(spec.command[0]).name))
+
+
 def _heal(spec: JobSpec) -> dict[str, object]:
     """What run_slurm.sh needs for hang detection, the retry policy and the attempts record."""
     return {
@@ -140,6 +164,9 @@ def context(spec: JobSpec) -> dict[str, object]:
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        "torchrun_python": runs_python(spec),
+        # In the task script, "$1" is the program (see run_slurm.sh.j2).
+        "torchrun": ShellCode('"$1" -m torch.distributed.run' if runs_python(spec) else "torchrun"),
         "heal": _heal(spec),
         **_link_context(),
     }

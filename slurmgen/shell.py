@@ -22,23 +22,32 @@ _DOUBLE_SPECIAL = re.compile(r'([\\$`"])')
 def quote(value: object) -> str:
     """One bash word that reaches the program literally, whatever the value holds.
 
-    Like `shlex.quote`, except that text with `$` or a backtick is put in double quotes with
-    those characters escaped: in single quotes shellcheck reads it as a forgotten expansion
-    (SC2016), and the generated scripts must lint clean.
+    Like `shlex.quote`, but in the form that shellcheck reads as intended, since the
+    generated scripts must lint clean for every input:
+    - `$`, a backtick or a backslash: double quotes, those three and `"` escaped (in single quotes
+      shellcheck takes `$x` for a forgotten expansion, SC2016, and `\'` for a failed
+      escape, SC1003);
+    - a leading `~`: a backslash-escaped tilde then the rest (a quoted tilde looks like a forgotten expansion, SC2088);
+    - a comma or a leading `=`: always quoted (read as a mistaken array separator or index,
+      SC2054 and SC2191).
     """
     if isinstance(value, ShellCode):
         return value
     if isinstance(value, bool):
         value = int(value)
     text = str(value)
-    if "$" not in text and "`" not in text:
-        return shlex.quote(text)
-    return '"' + _DOUBLE_SPECIAL.sub(r"\\\1", text) + '"'
+    if text.startswith("~"):
+        return "\\~" + quote(text[1:]) if len(text) > 1 else "\\~"
+    if any(c in text for c in "$`\\"):
+        return '"' + _DOUBLE_SPECIAL.sub(r"\\\1", text) + '"'
+    quoted = shlex.quote(text)
+    if quoted == text and ("," in text or text.startswith("=")):
+        return f"'{text}'"
+    return quoted
 
 
 def always_quoted(value: object) -> ShellCode:
-    """Like `quote`, but quoted even when plain: shellcheck reads a bare comma in an array
-    element as a mistaken separator (SC2054), and pyxis mount lists are comma-separated."""
+    """Like `quote`, but quoted even when plain (pyxis options, which hold commas and colons)."""
     text = quote(value)
     return ShellCode(text if text != str(value) else f"'{text}'")
 

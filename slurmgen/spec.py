@@ -13,9 +13,11 @@ import re
 import shlex
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from slurmgen import exitcodes, slurm_values
+from slurmgen.hostlist import is_host_name
+from slurmgen.yaml12 import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 
@@ -39,7 +41,6 @@ MANAGED_SBATCH = {
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")        # partition, account, qos
-_HOST = re.compile(r"^[A-Za-z0-9_.:-]+$")           # host name or address
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -105,7 +106,7 @@ class JobSpec(BaseModel):
     master_addr: str | None = Field(None, description="Rendezvous host; default: the job's first node.")
     master_port: Port | None = Field(None, description="Rendezvous port; default 20000 + job id % 10000.")
     backend: Literal["auto", "nccl", "gloo"] = "auto"
-    launcher: Literal["srun", "torchrun"] = Field("srun", description="srun: one task per process; torchrun: one per node.")
+    launcher: Literal["srun", "torchrun"] = Field("srun", description="run_slurm.sh only: srun (one task per process) or torchrun (one per node).")
     container: Container | None = None
     output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")
     log_dir: str | None = Field(None, description="Job logs; default OUTPUT_DIR/logs.")
@@ -119,6 +120,35 @@ class JobSpec(BaseModel):
     retry_on: list[int] = Field(default_factory=list, description="Exit codes that requeue the job, e.g. [1, 124, 143].")
     exclude_failed_node: bool = Field(False, description="Exclude the node where the failure started before requeueing.")
     preflight: bool = Field(False, description="Run `slurmgen doctor` on every node before the job step.")
+
+    # Strict types, as the user wrote them: a number where text is expected is that text
+    # (`job_name: 2024`, `--lr 3e-4` in a command); a boolean is never a number, nor the reverse.
+    @field_validator("job_name", "partition", "account", "qos", "constraint", "master_addr", "output_dir",
+                     "log_dir", mode="before")
+    @classmethod
+    def _text(cls, v: object) -> object:
+        return as_written(v)
+
+    @field_validator("command", "setup", "sbatch_extra", mode="before")
+    @classmethod
+    def _words(cls, v: object) -> object:
+        return [as_written(item) for item in v] if isinstance(v, list) else as_written(v)
+
+    @field_validator("nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "heartbeat_timeout", "retries",
+                     mode="before")
+    @classmethod
+    def _number(cls, v: object, info: ValidationInfo) -> object:
+        if isinstance(v, bool):
+            kind = "a number of seconds" if info.field_name == "heartbeat_timeout" else "a whole number"
+            raise ValueError(f"expected {kind}, not true/false")
+        return v
+
+    @field_validator("exclusive", "requeue", "exclude_failed_node", "preflight", mode="before")
+    @classmethod
+    def _boolean(cls, v: object) -> object:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError("expected true or false, not a number")
+        return v
 
     @field_validator("job_name", "output_dir", "log_dir")
     @classmethod
@@ -142,22 +172,24 @@ class JobSpec(BaseModel):
     @field_validator("mem", mode="before")
     @classmethod
     def _mem(cls, v: object) -> object:
-        return v if v is None or isinstance(v, bool) else slurm_values.memory(str(v))  # YAML: `mem: 0` is an int
+        return v if v is None or isinstance(v, bool) else slurm_values.memory(str(as_written(v)))  # `mem: 0` is an int
 
     @field_validator("time", mode="before")
     @classmethod
     def _time(cls, v: object) -> object:
         if v is None:
             return v
-        text = str(v)  # YAML reads `time: 90` as an int
+        if isinstance(v, bool):
+            raise ValueError("expected a time limit, not true/false")
+        text = str(as_written(v))  # YAML reads `time: 90` as an int
         slurm_values.time_limit_seconds(text)
         return text
 
     @field_validator("master_addr")
     @classmethod
     def _master_addr(cls, v: str | None) -> str | None:
-        if v is not None and not _HOST.match(v):
-            raise ValueError("must be a host name or an IP address")
+        if v is not None and not is_host_name(v):
+            raise ValueError("expected a host name (letters, digits and _ . - only) or an IP address")
         return v
 
     @field_validator("sbatch_extra")
@@ -187,8 +219,8 @@ class JobSpec(BaseModel):
                 if key in RESERVED_ENV:
                     raise ValueError(f"{key} is set by the launch scripts; use the spec's fields instead")
                 if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                    raise ValueError(f"{key}: give a string or a number (got {value!r})")
-            return {k: str(val) for k, val in v.items()}
+                    raise ValueError(f"{key}: give a string or a number (got {value!r}); quote 'true' to pass the word")
+            return {k: str(as_written(val)) for k, val in v.items()}
         return v
 
     @field_validator("command", mode="before")
@@ -201,6 +233,12 @@ class JobSpec(BaseModel):
                 raise ValueError(f"cannot split into words: {exc}") from None
         if isinstance(v, list) and not v:
             raise ValueError("the command must not be empty")
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            if not v[0].strip():
+                raise ValueError("the program (first word) must not be empty, e.g. [python, train.py]")
+            if v[0].startswith("-"):
+                raise ValueError(f"the first word is the program to run, not an option (got {v[0]!r}); "
+                                 "e.g. python train.py --lr 3e-4")
         return v
 
     @field_validator("retry_on", mode="before")

@@ -2,8 +2,10 @@
 
 Rules (the same for `slurmgen ranks`, the generated scripts and the SSH launcher):
 - the master node comes first, NODE_RANK 0; the other nodes follow in natural order of
-  their names (node2 before node10, as Slurm orders SLURM_NODEID), or in plain alphabetical
-  order (gn39 < gn40 < gn7, the coordinator's seed rule) with `order="alphabetical"`;
+  their names (node2 before node10, as Slurm orders SLURM_NODEID, which is why run_slurm.sh
+  always follows it), or in plain alphabetical order (gn39 < gn40 < gn7, the product brief's
+  rule and the default of `slurmgen ranks`, `launch` and the coordinator) with
+  `order="alphabetical"`;
 - inside a node, workers (slots, usually GPU indices) are ordered by their numeric id and
   LOCAL_RANK counts from 0;
 - RANK = the slots of all nodes before this one + LOCAL_RANK, so nodes may differ in size.
@@ -56,6 +58,8 @@ ORDERS = {"natural": natural_key, "alphabetical": str}
 
 def order_hosts(hosts: Sequence[Host], master: str | None = None, order: str = "natural") -> list[Host]:
     """Master first (default: the first host given), then the rest by name in `order`."""
+    if order not in ORDERS:
+        raise SlurmgenError(f"order: expected {' or '.join(ORDERS)} (got {show(order)})")
     if not hosts:
         raise SlurmgenError("hosts: no hosts given")
     names = [h.name for h in hosts]

@@ -3,7 +3,7 @@
 Hosts come from a Slurm hostlist (`--hosts`) or a DeepSpeed host file, filtered with
 DeepSpeed's `--include` / `--exclude` syntax (`node1:0,1@node2`: all of node2, slots 0 and 1
 of node1), then numbered by the topology rules of `create` (`topology.py`): master first,
-the rest in natural order, nodes may differ in size.
+the rest in alphabetical (default) or natural order, nodes may differ in size.
 
 The environment every process gets, lowest precedence first:
 1. variables of this shell whose names match the allow-list (`FORWARDED_ENV`);
@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from slurmgen.errors import SlurmgenError, show
+from slurmgen.hostlist import is_host_name
 from slurmgen.spec import RESERVED_ENV
 from slurmgen.topology import Host, RankEntry, order_hosts, rank_table
+from slurmgen.user_files import read_text
 
 if TYPE_CHECKING:
     from slurmgen.spec import JobSpec
@@ -45,7 +47,6 @@ LAUNCHER_ENV = RESERVED_ENV | {
     "SLURMGEN_FAIL_GRACE", "SLURMGEN_ATTEMPT",
 }
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_FILTER_HOST = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 # ---- --include / --exclude ------------------------------------------------------------------
@@ -56,7 +57,7 @@ def parse_filter(text: str, flag: str) -> dict[str, tuple[int, ...] | None]:
         raise SlurmgenError(f"{flag}: empty filter (got {show(text)})", hint="e.g. node1:0,1@node2")
     for part in text.split("@"):
         name, sep, slots_text = part.strip().partition(":")
-        if not _FILTER_HOST.match(name):
+        if not is_host_name(name):
             raise SlurmgenError(f"{flag}: bad host {show(name)} in {show(text)}", hint="e.g. node1:0,1@node2")
         slots: tuple[int, ...] | None = None
         if sep:
@@ -135,11 +136,7 @@ def parse_env_file(text: str, source: str) -> dict[str, str]:
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SlurmgenError(f"env_file: cannot read {show(str(path))}: {exc.strerror}") from None
-    return parse_env_file(text, str(path))
+    return parse_env_file(read_text(path, "env_file"), str(path))
 
 
 def masked(key: str, value: str) -> str:
@@ -201,9 +198,9 @@ class LaunchPlan:
         return env
 
 
-def node_plans(hosts: Sequence[Host], master: str | None = None) -> tuple[NodePlan, ...]:
-    """Hosts -> nodes in NODE_RANK order with their rank entries (the `create` rules)."""
-    table = rank_table(order_hosts(hosts, master))
+def node_plans(hosts: Sequence[Host], master: str | None = None, order: str = "alphabetical") -> tuple[NodePlan, ...]:
+    """Hosts -> nodes in NODE_RANK order with their rank entries (`topology.order_hosts`)."""
+    table = rank_table(order_hosts(hosts, master, order))
     nodes: list[NodePlan] = []
     for entry in table:
         if not nodes or nodes[-1].host != entry.host:
@@ -226,7 +223,7 @@ def heartbeat_dir_for(command: Sequence[str]) -> str:
     return f"{out.rstrip('/') or '.'}/heartbeats"
 
 
-def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = None,
+def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = None, order: str = "alphabetical",
                master_addr: str | Callable[[str], str] | None = None, workdir: str = ".",
                env: Mapping[str, str] | None = None, stop_grace: int = 1, heartbeat_timeout: float | None = None,
                heartbeat_dir: str | None = None, max_restarts: int = 0) -> LaunchPlan:
@@ -240,7 +237,7 @@ def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = N
 
     if spec.container is not None and spec.container.runtime == "pyxis":
         raise SlurmgenError("container.runtime: pyxis needs Slurm's srun; use runtime apptainer with slurmgen launch")
-    nodes = node_plans(hosts, master)
+    nodes = node_plans(hosts, master, order)
     world = sum(n.nproc for n in nodes)
     sized = spec.model_copy(update={"nodes": len(nodes), "gpus": max(n.nproc for n in nodes)})
     if spec.master_addr:

@@ -94,11 +94,6 @@ export MASTER_PORT=$master_port SLURMGEN_RANK_OFFSET=$rank_offset SLURMGEN_WORLD
   SLURMGEN_ATTEMPT=$attempt
 [[ -d $log_dir ]] || mkdir -p -- "$log_dir" 2>/dev/null ||
   fail "cannot create the log directory '$log_dir' on $HOSTNAME"
-printf -v stamp '%(%Y-%m-%d %H:%M:%S %z)T' -1
-for ((r = rank_offset; r < rank_offset + nproc; r++)); do
-  printf '===== slurmgen launch: attempt %s, node %s (%s), %s =====\n' "$attempt" "$node_rank" "$HOSTNAME" \
-    "$stamp" >>"$log_dir/rank-$r.log"
-done
 
 bash "$script" "$master_addr" "$nnodes" "$nproc" "$node_rank" </dev/null &
 loop=$!

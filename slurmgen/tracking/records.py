@@ -93,38 +93,54 @@ def read_run(path: str | os.PathLike[str]) -> RunRecord:
     p = Path(path)
     if p.is_file():
         p = p.parent
-    meta = store.read_json(p / store.RUN_FILE)
+    try:
+        meta = store.read_json(p / store.RUN_FILE)
+    except UnicodeDecodeError:
+        raise ValueError(f"{p / store.RUN_FILE} is damaged (not UTF-8 text)") from None
+    except ValueError as exc:
+        raise ValueError(f"{p / store.RUN_FILE} is damaged (not valid JSON: {exc})") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{p / store.RUN_FILE} does not hold a run record")
     return RunRecord(p, meta)
 
 
-def find_runs(root: str | os.PathLike[str]) -> Iterator[RunRecord]:
-    """Every run under `root` (itself included), in path order; unreadable ones are skipped."""
+def find_runs(root: str | os.PathLike[str], damaged: list[str] | None = None) -> Iterator[RunRecord]:
+    """Every run under `root` (itself included), in path order.
+
+    Unreadable ones are skipped, so one damaged file does not hide the others; each is
+    described in `damaged` (when given), for the caller to warn about.
+    """
     root = Path(root)
     base_depth = len(root.parts)
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         if store.RUN_FILE in filenames:
             try:
-                yield read_run(here)
-            except (OSError, ValueError):
-                pass
+                record = read_run(here)
+            except OSError as exc:
+                if damaged is not None:
+                    damaged.append(f"{here / store.RUN_FILE} cannot be read ({exc.strerror or exc})")
+            except ValueError as exc:
+                if damaged is not None:
+                    damaged.append(str(exc))
+            else:
+                yield record
             dirnames[:] = []  # a run holds no runs
             continue
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
                              and len(here.parts) - base_depth < MAX_DEPTH)
 
 
-def resolve_run(spec: str, root: str | os.PathLike[str] = "runs") -> RunRecord:
+def resolve_run(spec: str, root: str | os.PathLike[str] = "runs", damaged: list[str] | None = None) -> RunRecord:
     """A run from what a person types: its directory, its run.json, or its id / name / group under
-    `root`. Raises LookupError with the candidates when the name is ambiguous or unknown."""
+    `root`. Raises LookupError with the candidates when the name is ambiguous or unknown; damaged
+    records met on the way are described in `damaged` (see `find_runs`)."""
     p = Path(spec)
     if (p / store.RUN_FILE).is_file() or (p.is_file() and p.name == store.RUN_FILE):
         return read_run(p)
     if not Path(root).is_dir():
         raise LookupError(f"no run directory {spec!r} and no {str(root)!r} directory to search for it")
-    runs = list(find_runs(root))
+    runs = list(find_runs(root, damaged))
     for key in ("id", "name", "group"):
         hits = [r for r in runs if r.get(key) == spec]
         if len(hits) == 1:

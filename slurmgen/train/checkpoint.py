@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
 import re
 import signal
@@ -155,10 +156,29 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> int:
     return len(stale)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message is one line naming the file."""
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    """The state in `path`, or CheckpointError saying in one line why it cannot be used.
+
+    torch's own message for a file that holds arbitrary objects advises loading with
+    weights_only=False, which would run code from the file: it is never passed on.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, not a zip/pickle at all, foreign objects, I/O error ...
+        text = str(exc).strip()
+        if isinstance(exc, pickle.UnpicklingError) and "Unsupported global" in text:
+            raise CheckpointError(f"{path} is not a slurmgen.train checkpoint: it holds objects other than "
+                                  "tensors and plain values, which are not loaded") from None
+        # torch wraps any unpickling failure in its advice; keep only what went wrong.
+        text = text.split("WeightsUnpickler error:", 1)[-1].strip()
+        reason = (text.splitlines() or [type(exc).__name__])[0][:120]
+        raise CheckpointError(f"{path} is damaged or not a checkpoint ({reason})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a slurmgen.train checkpoint (format {FORMAT})")
+        raise CheckpointError(f"{path} is not a slurmgen.train checkpoint (format {FORMAT})")
     return state
 
 
@@ -168,7 +188,11 @@ def candidates(directory: str | os.PathLike[str]) -> list[Path]:
     ordered = [p for _, p in reversed(list_checkpoints(d))]
     pointer = d / LATEST
     if pointer.is_file():
-        named = d / pointer.read_text().strip()
+        try:
+            named = d / pointer.read_text(encoding="utf-8").strip()
+        except (OSError, ValueError):  # a damaged pointer: the scan below still finds the newest
+            log.warning("%s is damaged; scanning for checkpoints", pointer)
+            return ordered
         if named in ordered:
             ordered.remove(named)
             ordered.insert(0, named)
@@ -178,12 +202,25 @@ def candidates(directory: str | os.PathLike[str]) -> list[Path]:
 
 
 def find_latest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads, and its state; None when there is none."""
+    """The newest checkpoint that loads, and its state; None when there is none.
+
+    A damaged newer one must not stop a resume from an older one; skipping it is said in
+    one line naming both files.
+    """
+    skipped: list[CheckpointError] = []
     for path in candidates(directory):
         try:
-            return path, load(path)
-        except Exception as exc:  # a damaged file must not stop a resume from an older one
-            log.warning("skipping unreadable checkpoint %s: %s", path, exc)
+            state = load(path)
+        except CheckpointError as exc:
+            skipped.append(exc)
+            continue
+        if skipped:
+            log.warning("resuming from %s, the newest good checkpoint: skipped %s", path,
+                        "; ".join(str(e) for e in skipped))
+        return path, state
+    if skipped:
+        log.warning("no checkpoint in %s can be loaded, starting from step 0: %s", directory,
+                    "; ".join(str(e) for e in skipped))
     return None
 
 

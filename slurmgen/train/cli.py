@@ -228,6 +228,7 @@ def run(cfg: TrainConfig, launch: LaunchFlags) -> int:
     import torch
 
     from . import api, dist
+    from .checkpoint import CheckpointError
     from .data import DataError, build_datasets
     from .models import build_model, count_parameters
     from .trainer import Trainer
@@ -251,6 +252,9 @@ def run(cfg: TrainConfig, launch: LaunchFlags) -> int:
         for line in getattr(exc, "problems", [str(exc)]):
             log.error("%s", line)
         code = EXIT_USAGE
+    except CheckpointError as exc:  # the file exists but cannot be used: a failed run, not bad flags
+        log.error("%s", exc)
+        code = EXIT_FAILED
     except KeyboardInterrupt:
         log.error("interrupted")
         code = 130

@@ -6,7 +6,7 @@ Each process reads the torchrun contract (RANK, LOCAL_RANK, NODE_RANK or torchru
 GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), joins the process
 group, all-reduces RANK+1 and all-gathers everyone's identity, and prints one JSON line
 starting with `SLURMGEN_PROBE `. It exits 0 only if the sum is right and the identities
-form a valid rank table; `--fail-rank` makes one rank exit 1 on purpose, to test that a
+form a valid rank table; `--fail-rank` makes one rank exit 1 (or `--fail-code`) on purpose, to test that a
 launcher stops the others.
 """
 
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default=os.environ.get("SLURMGEN_BACKEND", "auto"),
                         choices=["auto", "gloo", "nccl"])
-    parser.add_argument("--fail-rank", type=int, default=None, help="this rank exits 1 after joining")
+    parser.add_argument("--fail-rank", type=int, default=None, help="this rank exits after joining")
+    parser.add_argument("--fail-code", type=int, default=1, help="the exit code of --fail-rank (default 1)")
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before the collectives")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the other ranks")
     args = parser.parse_args(argv)
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=args.timeout))
     if args.fail_rank == me["rank"]:
         print(f"probe: rank {me['rank']} fails on purpose", file=sys.stderr, flush=True)
-        os._exit(1)
+        os._exit(args.fail_code)
     time.sleep(args.sleep)
     total = torch.tensor([me["rank"] + 1], dtype=torch.int64, device=device)
     dist.all_reduce(total)

@@ -104,7 +104,10 @@ class Trainer:
                     where, state = str(found[0]), found[1]
             else:
                 path = Path(self.cfg.resume)
-                found = ckpt.find_latest(path) if path.is_dir() else ((path, ckpt.load(path)) if path.is_file() else None)
+                if not path.exists():
+                    raise ConfigError([f"--resume {self.cfg.resume}: no such file or directory"])
+                # A damaged file named here is an error (CheckpointError, exit 1), not skipped.
+                found = ckpt.find_latest(path) if path.is_dir() else (path, ckpt.load(path))
                 if found is None:
                     raise ConfigError([f"--resume {self.cfg.resume}: no checkpoint there"])
                 where, state = str(found[0]), found[1]

@@ -167,11 +167,19 @@ def test_failing_rank_ends_job_fast_and_cleanly(cluster, tmp_path, launcher):
         "5",
         # --sleep keeps the healthy ranks busy in a collective-free wait, so they must be
         # killed rather than ending on their own.
-        command=[*PROBE, "--fail-rank", str(fail_rank), "--sleep", "120"],
+        command=[*PROBE, "--fail-rank", str(fail_rank), "--fail-code", "3", "--sleep", "120"],
     )
     run = submit_and_wait(cluster, out, timeout=60)
     assert run.state == "FAILED", run.log
-    assert run.exit_code != 0
+    # The failing rank's own code, not srun's 143 for the ranks it stopped (nor torchrun's 1),
+    # and the log's last line names that rank and its node.
+    assert run.exit_code == 3, run.log
+    fail_host = run.hosts[1] if launcher == "srun" else None  # torchrun: c10d places ranks
+    last = run.log.strip().splitlines()[-1]
+    assert last.startswith(f"slurmgen: rank {fail_rank} on "), run.log
+    assert "exited with code 3 first" in last and last.split()[4] in run.hosts, last
+    if fail_host:
+        assert last.split()[4] == fail_host, last
     # "Within seconds": far below the time limit (5 min), the 60 s rendezvous timeout and
     # torchrun's 300 s exit barrier. Start-up of 4 torch processes on 2 cores is most of it.
     assert run.seconds < 45, f"job took {run.seconds:.1f}s to fail\n{run.log}"

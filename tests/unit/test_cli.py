@@ -67,14 +67,16 @@ def test_existing_files_need_force(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--nodes", "0"], "slurmgen: error: nodes: Input should be greater than or equal to 1 (got '0')"),
-    (["--nodes", "abc"], "slurmgen: error: nodes: Input should be a valid integer"),
+    (["--nodes", "0"], "slurmgen: error: nodes: expected a number greater than or equal to 1 (got '0')"),
+    (["--nodes", "abc"], "slurmgen: error: nodes: expected a whole number (got 'abc')"),
     (["--time", "1:99:00"], "slurmgen: error: time: minutes must be 0-59 (got '1:99:00')"),
-    (["--backend", "mpi"], "slurmgen: error: backend: Input should be 'auto', 'nccl' or 'gloo' (got 'mpi')"),
+    (["--backend", "mpi"], "slurmgen: error: backend: expected 'auto', 'nccl' or 'gloo' (got 'mpi')"),
     (["--env", "NOEQUALS"], "slurmgen: error: env: expected KEY=VALUE (got 'NOEQUALS')"),
     (["--env", "RANK=1"], "slurmgen: error: env: RANK is set by the launch scripts"),
     (["--nodez", "2"], "slurmgen: error: No such option: --nodez"),
-    (["--master-port", "80"], "slurmgen: error: master_port: Input should be greater than or equal to 1024 (got '80')"),
+    (["--master-port", "80"], "slurmgen: error: master_port: expected a number greater than or equal to 1024 (got '80')"),
+    (["--", "", "train.py"], "slurmgen: error: command: the program (first word) must not be empty"),
+    (["--", "--lr", "3e-4"], "slurmgen: error: command: the first word is the program to run, not an option (got '--lr')"),
     (["--config", "/nonexistent.yaml"], "slurmgen: error: config: cannot read '/nonexistent.yaml'"),
     (["--sbatch", "--nodes=4"], "slurmgen: error: sbatch_extra: --nodes is written by slurmgen; set nodes instead"),
 ])
@@ -116,7 +118,19 @@ def test_ranks_text_and_json(tmp_path, capsys):
     assert [r["node_rank"] for r in json.loads(out)] == [0, 0, 0, 1, 1, 1]
 
 
+def test_ranks_order_alphabetical_by_default_natural_on_request(capsys):
+    args = ("ranks", "--hosts", "gn39,gn40,gn7,gn6", "--gpus", "1", "--master", "gn6", "--json")
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and [r["host"] for r in json.loads(out)] == ["gn6", "gn39", "gn40", "gn7"]
+    code, out, _ = run(capsys, *args, "--order", "natural")
+    assert code == 0 and [r["host"] for r in json.loads(out)] == ["gn6", "gn7", "gn39", "gn40"]
+
+
 @pytest.mark.parametrize("args, words", [
+    (["--hosts", "a,b", "--order", "random"], "order: expected natural or alphabetical (got 'random')"),
+    (["--hosts", "gn1;gn2"], "hosts: 'gn1;gn2' is not a host name (expected letters, digits and _ . - only"),
+    (["--hosts", "gn1:4,gn2:4"], "hosts: 'gn1:4' is not a host name (it looks like MPICH's host:slots) "
+                                 "(hint: give slots per host in a --hostfile"),
     (["--hosts", "a,b", "--world-size", "5"], "5 processes asked for, but the hosts offer only 2"),
     (["--hosts", "a,b", "--master", "c"], "master: 'c' is not one of the hosts"),
     (["--hosts", "a", "--nodes", "2"], "give exactly one of --hosts, --hostfile, --nodes"),
@@ -159,3 +173,32 @@ def test_train_passes_flags_through_to_the_trainer():
     bad = subprocess.run([sys.executable, "-m", "slurmgen", "train", "--max-steps", "x"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "--max-steps" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_runs_from_a_source_checkout_without_installing(tmp_path):
+    # As `python -m slurmgen` in a fresh clone: the installed (editable) finder is taken away,
+    # so `slurmgen.templates` does not exist and the top-level templates/ must be found.
+    probe = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+             f"sys.path.insert(0, {str(REPO)!r}); import runpy, importlib.util\n"
+             "assert importlib.util.find_spec('slurmgen.templates') is None\n"
+             "sys.argv = ['slurmgen', 'create', '--dry-run', '--nodes', '2']\n"
+             "runpy.run_module('slurmgen', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "#SBATCH --nodes=2" in result.stdout
+
+
+def test_create_notes_a_torchrun_agent_missing_here(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no torchrun on it
+    code, _, err = run(capsys, "create", "-o", str(tmp_path / "a"), "--launcher", "torchrun", "--", "./train.sh")
+    assert code == 0 and err == ("slurmgen: note: launcher torchrun: 'torchrun' is not on PATH here; the nodes "
+                                 "need it there (or make the program the venv's Python: -- /path/to/venv/bin/python "
+                                 "train.py)\n")
+    no_torch = tmp_path / "python"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")  # stands for an interpreter without torch
+    no_torch.chmod(0o755)
+    code, _, err = run(capsys, "create", "-o", str(tmp_path / "b"), "--launcher", "torchrun", "--", str(no_torch), "x.py")
+    assert code == 0 and err == f"slurmgen: note: launcher torchrun: {no_torch} has no torch here " \
+                                f"({no_torch} -m torch.distributed.run would fail)\n"
+    code, _, err = run(capsys, "create", "-o", str(tmp_path / "c"), "--launcher", "torchrun", "--", sys.executable, "x.py")
+    assert code == 0 and err == ""  # this test's own Python has torch

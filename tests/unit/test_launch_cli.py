@@ -63,7 +63,7 @@ def test_dry_run_shows_each_host_hides_secrets_and_connects_to_nothing(capsys, t
     assert "# ===== node-b (" in out and "node rank 1, ranks 2-3 =====" in out
     assert "master_addr=192.0.2.10" in out and "rank_offset=2" in out and "workdir=/srv/job" in out
     assert "export NCCL_DEBUG=INFO" in out and "export MY_SETTING=7" in out
-    assert "export CUDA_VISIBLE_DEVICES=0,2" in out
+    assert "export CUDA_VISIBLE_DEVICES='0,2'" in out
     assert "HF_TOKEN='<hidden>'" in out and "hf_s3cret" not in out
     assert "HOME_ONLY" not in out
     assert "export VISIBLE=yes" in out  # --env goes into the node script itself

@@ -10,6 +10,7 @@ import pytest
 
 from slurmgen.config import build_spec, spec_from_sources
 from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from odd_values import ODD_ARGUMENTS
 
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -44,9 +45,11 @@ def _matrix():
             "nodes": 1 + i % 4, "gpus": 1 + i % 8, "launcher": launcher, "backend": backend,
             "gpu_request": gpu_request, "container": container, "requeue": requeue, "master_addr": master,
             "time": "1-00" if requeue else None, "setup": ["source venv/bin/activate"] if i % 3 == 0 else [],
-            "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv"} if i % 2 else {},
+            "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv", "HOME_DATA": "~/data", "BS": "a\\"}
+            if i % 2 else {},
             "job_name": "job 'q' $(x) #1" if i % 5 == 0 else "run",
-            "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #"] if i % 2 else ["python", "-m", "x"],
+            "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #", *ODD_ARGUMENTS] if i % 2
+            else ["python", "-m", "x"],
             "heartbeat_timeout": 2.5 if i % 4 == 1 else None, "preflight": i % 4 == 3,
             **({"retries": 1 + i % 3, "retry_on": [1, 124], "exclude_failed_node": i % 2 == 0} if i % 3 == 2 else {}),
         }
@@ -138,3 +141,19 @@ def test_torchrun_passes_the_requeue_warning_to_workers():
     assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
     assert "export TORCHELASTIC_SIGNALS_TO_HANDLE=$PET_SIGNALS_TO_HANDLE" in text
     assert "TORCHELASTIC" not in render(build_spec({"launcher": "srun", "requeue": True})).files[SLURM_SCRIPT]
+
+
+@pytest.mark.parametrize("command, container, agent", [
+    (["/opt/venv/bin/python", "train.py"], None, '"$1" -m torch.distributed.run'),
+    (["python3.11", "-m", "pkg"], None, '"$1" -m torch.distributed.run'),
+    (["./train.sh"], None, "torchrun"),
+    (["python", "train.py"], {"image": "t.sif", "runtime": "apptainer"}, "torchrun"),  # python is in the image
+])
+def test_torchrun_mode_runs_the_programs_own_python(command, container, agent):
+    spec = build_spec({"launcher": "torchrun", "command": command, "container": container})
+    assert f"  exec {agent} --nnodes=" in render(spec).files[SLURM_SCRIPT]
+
+
+def test_srun_gets_the_cpus_per_task_that_sbatch_got():
+    text = render(build_spec({"cpus_per_task": 4})).files[SLURM_SCRIPT]
+    assert 'srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")' in text

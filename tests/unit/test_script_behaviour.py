@@ -7,6 +7,7 @@ tests/integration/test_slurm_jobs.py submits the same scripts to a real Slurm.
 import json
 import os
 import random
+import signal
 import stat
 import subprocess
 import textwrap
@@ -18,10 +19,11 @@ import pytest
 from slurmgen.config import build_spec
 from slurmgen.output import write_files
 from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from odd_values import ODD_ARGUMENTS
 
 HOSTILE = [
     "it's", 'say "hi"', "$(touch /tmp/slurmgen-pwned)", "`touch /tmp/slurmgen-pwned`", "a b  c",
-    "line1\nline2", "# not a comment", "$HOME", "back\\slash", "semi;colon && true", "*", "",
+    "line1\nline2", "# not a comment", "$HOME", "back\\slash", "semi;colon && true", "*", "", *ODD_ARGUMENTS,
 ]
 # Prints its argv and selected environment as one JSON line.
 # One write per line: parallel tasks share a stdout, and print() under PYTHONUNBUFFERED writes
@@ -199,6 +201,58 @@ def test_term_while_ranks_are_starting_leaves_none_behind(tmp_path):
     assert left == [], f"ranks left running: {left}"
     assert proc.returncode == 143 and "got SIGTERM" in stderr, stderr
 
+def _started(proc, ranks):
+    """Read the script's output until `ranks` ranks have printed 'ready'."""
+    seen = 0
+    while seen < ranks:
+        line = proc.stdout.readline()
+        assert line, "the script ended before its ranks were ready"
+        seen += "ready" in line
+
+
+@pytest.mark.parametrize("first, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_burst_of_signals_exits_with_the_first_ones_code(tmp_path, first, code):
+    # A terminal's Ctrl-C reaches the whole process group, `timeout` adds a TERM: more signals
+    # land while the script is stopping its ranks (which here ignore TERM, so it waits). They
+    # cut the wait short (KILL at once) and the exit code stays the first signal's.
+    program = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    out = write(tmp_path, command=["python3", "-c", program])
+    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_STOP_GRACE": "30"})
+    try:
+        _started(proc, 2)
+        proc.send_signal(first)
+        time.sleep(0.3)  # the script is now waiting for its ranks to stop
+        for sig in [signal.SIGINT, signal.SIGTERM] * 10:
+            proc.send_signal(sig)
+            time.sleep(0.005)
+        _, stderr = proc.communicate(timeout=15)  # far less than the 30 s grace
+    finally:
+        proc.kill()
+    assert proc.returncode == code, stderr
+    assert "pop_var_context" not in stderr
+
+
+def test_python_output_is_not_held_back_and_each_run_is_marked_in_the_logs(tmp_path):
+    # print() without flush: with a pipe as stdout only PYTHONUNBUFFERED gets it out before exit.
+    program = "import time; print('ready'); time.sleep(60)"
+    out = write(tmp_path, command=["python3", "-c", program])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    for _ in range(2):
+        proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            _started(proc, 1)  # within the test's timeout, long before the program exits
+            proc.terminate()
+            proc.communicate(timeout=20)
+        finally:
+            proc.kill()
+    log = (out / "logs" / "rank-0.log").read_text().splitlines()
+    separators = [line for line in log if line.startswith("===== slurmgen: node 0 (")]
+    assert len(separators) == 2 and all(", rank 0 of 1, " in line for line in separators)
+    assert log[0] == separators[0] and log.count("ready") == 2
+
+
 # --- run_slurm.sh with stand-ins for srun and scontrol -----------------------------------
 
 FAKE_SRUN = textwrap.dedent("""\
@@ -252,11 +306,24 @@ def test_slurm_script_ranks_and_hostile_values(tmp_path, fake_slurm):
         ("localhost", str(20000 + 4242 % 10000), "4")}
 
 
-def test_slurm_script_exits_with_the_step_code(tmp_path, fake_slurm):
-    out = write(tmp_path, nodes=1, gpus=2, command=["bash", "-c", 'exit $((RANK == 1 ? 9 : 0))'])
+def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slurm):
+    # rank 3 fails first with 9, rank 0 later with 5; the stand-in srun returns the last code.
+    out = write(tmp_path, nodes=2, gpus=2, command=["bash", "-c", 'case $RANK in 3) exit 9 ;; 0) sleep 1; exit 5 ;; esac'])
+    result = fake_slurm(out, nodes=2)
+    assert result.returncode == 9, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("slurmgen: rank 3 on ") and "exited with code 9 first" in last
+    assert "slurmgen-exit: rank 0 on " in result.stderr  # the later failure is in the log too
+
+
+def test_a_rank_stopped_by_a_signal_is_not_named_as_the_cause(tmp_path, fake_slurm):
+    # The rank's wrapper gets TERM (as srun's stop reaches every process): the program's
+    # own code is still the step's, but no rank claims to have failed first.
+    out = write(tmp_path, nodes=1, gpus=1, command=["bash", "-c", "kill -TERM $PPID; sleep 0.2; exit 3"])
     result = fake_slurm(out, nodes=1)
-    assert result.returncode == 9
-    assert "job step failed with exit code 9" in result.stderr
+    assert result.returncode == 3
+    assert "slurmgen-exit" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("slurmgen: job step failed with exit code 3")
 
 
 def test_slurm_script_refuses_a_missing_or_unresolvable_master(tmp_path, fake_slurm):

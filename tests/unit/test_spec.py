@@ -37,7 +37,16 @@ def test_bad_times(text):
 
 @pytest.mark.parametrize("field, value, words", [
     ("nodes", 0, "greater than or equal to 1"),
-    ("nodes", "two", "valid integer"),
+    ("nodes", "two", "expected a whole number (got 'two')"),
+    ("nodes", [1, 2], "expected a whole number (got [1, 2])"),
+    ("nodes", True, "expected a whole number, not true/false (got true)"),
+    ("gpus", 2.5, "expected a whole number (got 2.5)"),
+    ("exclusive", 1, "expected true or false, not a number (got 1)"),
+    ("env", ["A=1"], "expected a mapping of NAME: value, e.g. env: {NCCL_DEBUG: INFO} (got ['A=1'])"),
+    ("container", "img.sif", "expected a mapping, e.g. container: {image: torch.sif, runtime: apptainer}"),
+    ("command", ["", "train.py"], "the program (first word) must not be empty"),
+    ("command", ["--lr", "3e-4"], "not an option (got '--lr')"),
+    ("command", "--lr 3e-4", "not an option (got '--lr')"),
     ("gpus", 0, "greater than or equal to 1"),
     ("cpus_per_task", 0, "greater than or equal to 1"),
     ("mem", "64GB", "memory size"),
@@ -45,7 +54,8 @@ def test_bad_times(text):
     ("account", "a;b", "letters, digits"),
     ("qos", "$(x)", "letters, digits"),
     ("constraint", "a100 && ib", "no spaces"),
-    ("master_addr", "host name;x", "host name or an IP"),
+    ("master_addr", "host name;x", "expected a host name (letters, digits and _ . - only) or an IP address"),
+    ("master_addr", "gn1;gn2", "(got 'gn1;gn2')"),
     ("master_port", 80, "greater than or equal to 1024"),
     ("master_port", 70000, "less than or equal to 65535"),
     ("backend", "mpi", "'auto', 'nccl' or 'gloo'"),
@@ -55,7 +65,7 @@ def test_bad_times(text):
     ("job_name", "", "must not be empty"),
     ("output_dir", "x\ny", "one line"),
     ("signal_lead", 0, "greater than or equal to 1"),
-    ("exclusive", "maybe", "valid boolean"),
+    ("exclusive", "maybe", "expected true or false (got 'maybe')"),
     ("command", [], "must not be empty"),
     ("command", "python 'unclosed", "cannot split"),
     ("sbatch_extra", ["--nodes=3"], "set nodes instead"),
@@ -86,7 +96,7 @@ def test_container_fields():
     assert build_spec({"container": {"image": "img.sif", "runtime": "apptainer", "mounts": ["/d:/d"]}}).container.runtime == "apptainer"
     lines = problems({"container": {"imag": "x", "mounts": ["nocolon", "a:b,c:d"]}})
     assert "container.imag: unknown key (did you mean 'image'?)" in lines
-    assert "container.image: Field required" in lines
+    assert "container.image: required, but not given" in lines
     assert any(line.startswith("container.mounts") for line in lines)
 
 

@@ -28,9 +28,27 @@ def check_invariants(table):
         offset += len(members)
 
 
+# The two tables of the product brief (shared/seeds/002_*.txt, "Rank 分配规则"): the master node
+# first, the other nodes in alphabetical order of their names, workers by numeric id.
+SEED_TABLES = [
+    ({"gn6": 1, "gn39": 1, "gn40": 1, "gn7": 1}, "gn6",
+     [("gn6", 0, 0, 0), ("gn39", 1, 0, 1), ("gn40", 2, 0, 2), ("gn7", 3, 0, 3)]),
+    ({"gn6": 2, "gn7": 2}, "gn6",
+     [("gn6", 0, 0, 0), ("gn6", 1, 1, 0), ("gn7", 2, 0, 1), ("gn7", 3, 1, 1)]),
+]
+
+
+@pytest.mark.parametrize("slots, master, expected", SEED_TABLES)
+def test_the_briefs_tables_in_alphabetical_order(slots, master, expected):
+    for given in (list(slots), list(reversed(slots))):  # whatever order the hosts come in
+        table = rank_table(order_hosts([Host.with_count(n, slots[n]) for n in given], master=master, order="alphabetical"))
+        assert [(e.host, e.rank, e.local_rank, e.node_rank) for e in table] == expected
+        check_invariants(table)
+
+
 def test_master_first_then_natural_order():
     hosts = [Host.with_count(n, 2) for n in ["gn10", "gn2", "gn7", "gn1"]]
-    table = rank_table(order_hosts(hosts, master="gn7"))
+    table = rank_table(order_hosts(hosts, master="gn7", order="natural"))
     assert [(e.host, e.rank, e.local_rank, e.node_rank) for e in table] == [
         ("gn7", 0, 0, 0), ("gn7", 1, 1, 0),
         ("gn1", 2, 0, 1), ("gn1", 3, 1, 1),

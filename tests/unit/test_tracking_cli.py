@@ -52,6 +52,26 @@ def test_runs_table_and_json(tmp_path, capsys):
     assert rows[0]["duration"] >= 0 and rows[0]["id"] == "slurm-11/main"
 
 
+def test_damaged_run_records_are_named_and_the_rest_listed(tmp_path, capsys):
+    make_runs(tmp_path)
+    records = sorted(tmp_path.rglob("run.json"))
+    assert len(records) == 2
+    records[0].write_text('{"id": "cut')                 # a writer killed mid-file
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    (tmp_path / "x" / "y" / "run.json").write_bytes(b"\xff\xfe")  # not text at all
+    code, out, err = cli(capsys, "runs", str(tmp_path))
+    assert code == 0 and "bigger-lr" in out and "baseline" not in out
+    assert err.splitlines() == [
+        f"slurmgen: warning: skipped a damaged run record: {records[0]} is damaged "
+        "(not valid JSON: Unterminated string starting at: line 1 column 8 (char 7))",
+        f"slurmgen: warning: skipped a damaged run record: {tmp_path}/x/y/run.json is damaged (not UTF-8 text)"]
+    code, _, err = cli(capsys, "plot", str(records[0].parent))
+    assert code == 2 and err == (f"slurmgen: error: plot: {records[0]} is damaged "
+                                 "(not valid JSON: Unterminated string starting at: line 1 column 8 (char 7))\n")
+    code, _, err = cli(capsys, "plot", "bigger-lr", "--dir", str(tmp_path), "-o", str(tmp_path / "p.png"))
+    assert code == 0 and err.count("slurmgen: warning: skipped a damaged run record: ") == 2
+
+
 def test_runs_errors_and_empty(tmp_path, capsys):
     code, _, err = cli(capsys, "runs", str(tmp_path / "nope"))
     assert code == 2 and err.startswith("slurmgen: error: runs: no such directory") and err.count("\n") == 1

@@ -48,11 +48,43 @@ def test_pointer_wins_over_a_newer_file(tmp_path):
     assert ckpt.find_latest(tmp_path)[1]["step"] == 1
 
 
-def test_unreadable_checkpoint_is_skipped_for_an_older_one(tmp_path):
+def test_unreadable_checkpoint_is_skipped_for_an_older_one(tmp_path, caplog):
     ckpt.save(tmp_path, 1, state(1), keep_last=5)
     ckpt.save(tmp_path, 2, state(2), keep_last=5)
     (tmp_path / "ckpt-000000002.pt").write_bytes(b"garbage")
     assert ckpt.find_latest(tmp_path)[1]["step"] == 1
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"resuming from {tmp_path}/ckpt-000000001.pt, the newest good checkpoint: "
+                           f"skipped {tmp_path}/ckpt-000000002.pt is damaged or not a checkpoint (")
+    assert "\n" not in line
+
+
+def test_a_damaged_pointer_falls_back_to_the_newest(tmp_path, caplog):
+    ckpt.save(tmp_path, 1, state(1), keep_last=5)
+    ckpt.save(tmp_path, 2, state(2), keep_last=5)
+    (tmp_path / "latest").write_bytes(b"\xff\xfe\x00")
+    assert ckpt.find_latest(tmp_path)[1]["step"] == 2
+    assert [r.getMessage() for r in caplog.records] == [f"{tmp_path}/latest is damaged; scanning for checkpoints"]
+
+
+class Foreign:  # not a tensor or plain value: weights_only loading refuses it
+    pass
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.write_bytes(b"garbage"), "is damaged or not a checkpoint ("),
+    (lambda p: p.write_bytes(b""), "is damaged or not a checkpoint ("),
+    (lambda p: torch.save({"format": ckpt.FORMAT, "x": Foreign()}, p),
+     "is not a slurmgen.train checkpoint: it holds objects other than tensors and plain values"),
+])
+def test_a_damaged_checkpoint_is_one_line_naming_it(tmp_path, make, words):
+    path = tmp_path / "ckpt-000000001.pt"
+    make(path)
+    with pytest.raises(ckpt.CheckpointError) as err:
+        ckpt.load(path)
+    message = str(err.value)
+    assert message.startswith(f"{path} {words}") and "\n" not in message
+    assert "weights_only" not in message  # torch's advice to load unsafely is not passed on
 
 
 def test_nothing_to_resume(tmp_path):
@@ -96,3 +128,17 @@ def test_rng_state_survives_a_weights_only_file(tmp_path):
     ckpt.restore_rng(ckpt.find_latest(tmp_path)[1]["rng"][0])
     assert torch.equal(torch.rand(2), expected[0]) and np.array_equal(np.random.rand(2), expected[1])
     assert random.random() == expected[2]
+
+
+def test_resume_path_damaged_is_exit_1_and_missing_is_exit_2(tmp_path, capfd):
+    from slurmgen.train.cli import main
+
+    bad = tmp_path / "ckpt-000000001.pt"
+    bad.write_bytes(b"garbage")
+    args = ["--model", "mlp", "--max-steps", "1", "--out-dir", str(tmp_path / "run")]
+    assert main([*args, "--resume", str(bad)]) == 1
+    err = capfd.readouterr().err
+    assert f"error: {bad} is damaged or not a checkpoint (" in err
+    assert "Traceback" not in err and "weights_only" not in err
+    assert main([*args, "--resume", str(tmp_path / "missing.pt")]) == 2
+    assert f"error: --resume {tmp_path / 'missing.pt'}: no such file or directory" in capfd.readouterr().err

@@ -115,8 +115,10 @@ def test_resume_never_and_explicit_path(tmp_path):
     t = make(tmp_path / "other", max_steps=3, resume=str(tmp_path / "checkpoints" / "ckpt-000000002.pt"))
     t.fit()
     assert [r["step"] for r in metrics(tmp_path / "other")] == [3, 3]  # train and val of step 3 only
-    with pytest.raises(ConfigError, match="no checkpoint there"):
+    with pytest.raises(ConfigError, match="no such file or directory"):
         make(tmp_path / "x", resume=str(tmp_path / "nothing.pt")).fit()
+    with pytest.raises(ConfigError, match="no checkpoint there"):
+        make(tmp_path / "y", resume=str(tmp_path / "x")).fit()
 
 
 def test_schedule():

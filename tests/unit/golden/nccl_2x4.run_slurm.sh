@@ -140,6 +140,35 @@ srun_args=(
   --ntasks-per-node=4
   --distribution=block  # consecutive ranks share a node: RANK = NODE_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK
 )
+# Slurm 22.05-23.02 do not hand sbatch's --cpus-per-task on to srun: without this, each
+# task would be bound to one CPU where task binding is on.
+if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
+  srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+fi
+
+# Each process runs under this wrapper: a process that fails on its own (not stopped by a
+# signal) leaves one 'slurmgen-exit:' line naming its rank, node and code. srun then stops
+# the others, and the step's own code is theirs (143); the job exits with the first one's.
+# shellcheck disable=SC2016  # expanded by the wrapper's bash
+rank_wrapper='
+  stopped=0
+  trap "stopped=1" INT TERM  # stopped with the rest: not the cause
+  trap : USR1                # the program handles the requeue warning; the wrapper waits
+  "$@"
+  code=$?
+  if ((code != 0 && !stopped)); then
+    now=${EPOCHREALTIME:-$(date +%s)}
+    printf "slurmgen-exit: rank %s on %s exited with code %s at %s\n" \
+      "$RANK" "${SLURMD_NODENAME:-$HOSTNAME}" "$code" "${now/,/.}" >&2
+  fi
+  exit "$code"
+'
+# The rank that failed first as "RANK NODE CODE" (fails if none did): the earliest note by
+# time, as notes come from every node in whatever order srun relays them.
+first_rank_failure() {
+  grep -ho 'slurmgen-exit: rank [0-9]* on [^ ]* exited with code [0-9]* at [0-9.]*' "$step_errors" |
+    sort -k11,11g | awk 'NR == 1 { print $3, $5, $9; found = 1 } END { exit !found }'
+}
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
 trap 'rm -f -- "$step_errors"' EXIT
@@ -160,14 +189,25 @@ srun "${srun_args[@]}" bash -c '
     echo "slurmgen: task layout is not block-wise (RANK=$RANK NODE_RANK=$NODE_RANK LOCAL_RANK=$LOCAL_RANK)" >&2
     exit 1
   fi
-  exec "$@"
-' slurmgen-task "${cmd[@]}"
+  wrapper=$1
+  shift
+  exec bash -c "$wrapper" slurmgen-rank "$@"
+' slurmgen-task "$rank_wrapper" "${cmd[@]}"
 status=$?
 exec 2>&4 4>&-
 wait "$tee_pid" 2>/dev/null
 set -e
+step_status=$status
+if ((step_status != 0)) && first=$(first_rank_failure); then
+  read -r first_rank first_node first_code <<<"$first"
+  status=$first_code  # the first failure's own code, not srun's 143 for the ranks it stopped
+fi
 finish_attempt "$status"
 if ((status != 0)); then
-  echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
+  if [[ -n ${first_code:-} ]] && ((status == first_code)); then
+    echo "slurmgen: rank $first_rank on $first_node exited with code $first_code first; the job exits with it (the step's code was $step_status)" >&2
+  else
+    echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
+  fi
 fi
 exit "$status"

@@ -14,10 +14,14 @@
 # Nodes of different sizes (as `slurmgen launch` starts them): SLURMGEN_RANK_OFFSET (the
 # first RANK of this node) and SLURMGEN_WORLD_SIZE replace the two products above.
 # As soon as one process fails, the others on this node are stopped and this script exits
-# with the failed process's code (other nodes see their peers vanish and fail as well).
+# with the failed process's code (and every other node stops too: see "Nodes stop as one").
 # INT and TERM are passed on to every process; a second one kills them at once. What is left
 # is killed SLURMGEN_STOP_GRACE seconds (default 30) after a signal, SLURMGEN_FAIL_GRACE
-# seconds (default 2) after a failure.
+# seconds (default 2) after a failure. The exit code is then 130 (INT) or 143 (TERM).
+# PYTHONUNBUFFERED=1 is set unless already set, so progress lines reach the logs at once.
+# Each run starts every per-rank log with a '=====' line: time, node and rank.
+# The spec's `launcher` (srun | torchrun) applies to run_slurm.sh only: this script always
+# starts each process itself, with the torchrun environment variables set.
 #
 # Nodes stop as one: the launchers of a job talk through a port beside MASTER_PORT on the
 # master (SLURMGEN_LINK_PORT, default MASTER_PORT+1, bound to master_addr only). When a rank
@@ -102,6 +106,8 @@ fi
 
 # --- environment for every process ---
 export SLURMGEN_BACKEND=auto
+# Python holds its output in a buffer when it goes to a pipe: progress would show up at exit.
+export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
 # A rank stuck in an NCCL collective raises instead of hanging forever.
 export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 export MASTER_ADDR=$master_addr MASTER_PORT=$master_port NODE_RANK=$node_rank
@@ -112,8 +118,14 @@ log_dir=${SLURMGEN_LOG_DIR:-out/logs}
 cmd=(python -m slurmgen.train)
 
 # Traps are set before the first process starts: a signal that arrives while they are
-# being started still reaches the ones already running.
+# being started still reaches the ones already running. The handlers only count the
+# signals; the stop itself runs in the main flow (stop_if_signalled), because bash is
+# not re-entrant: a second signal landing in a handler that runs functions or exits
+# aborts with "pop_var_context" and exit code 1.
 pids=()
+signals=0 stop_name='' stop_code=0
+trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=INT stop_code=130' INT
+trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=TERM stop_code=143' TERM
 # Send a signal to every process group still running; true if any was.
 signal_all() {
   local pid any=1
@@ -122,21 +134,21 @@ signal_all() {
   done
   return "$any"
 }
-# TERM everything, give it $1 seconds to exit, then KILL what is left.
+# TERM everything, give it $1 seconds to exit (less if a second signal comes), then KILL.
 stop_all() {
-  local deadline=$((SECONDS + $1))
+  local deadline=$((SECONDS + $1)) seen=$signals
   signal_all TERM || return 0
-  while ((SECONDS < deadline)) && signal_all 0; do sleep 0.1; done
+  while ((SECONDS < deadline && signals <= seen)) && signal_all 0; do sleep 0.1; done
   signal_all KILL || true
 }
-on_signal() { # <signal name> <exit code>
-  trap 'signal_all KILL; exit 137' INT TERM # a second signal: no more waiting
-  echo "$me: got SIG$1, stopping all ranks on this node" >&2
-  link_tell signal "$2"
-  pids+=("${!:-}") # a process started just before the signal, not yet in pids
+# After a signal: stop every process and exit 130 (INT) or 143 (TERM).
+stop_if_signalled() {
+  [[ -n $stop_name ]] || return 0
+  echo "$me: got SIG$stop_name, stopping all ranks on this node" >&2
+  link_tell signal "$stop_code"
   stop_all "${SLURMGEN_STOP_GRACE:-30}"
   link_wait 2 || true
-  exit "$2"
+  exit "$stop_code"
 }
 
 # --- the link: this node's agent (the Python below) hears on its stdin what happens here ---
@@ -583,9 +595,6 @@ if __name__ == "__main__":
 SLURMGEN_LINK_AGENT
 }
 
-trap 'on_signal INT 130' INT
-trap 'on_signal TERM 143' TERM
-
 # Job control: each process starts in a process group of its own, so that a stop reaches
 # the whole tree it may have spawned (data loader workers and the like).
 set -m
@@ -598,8 +607,14 @@ if [[ $link == on ]]; then
   # No rank starts before this node is linked: a failure anywhere must reach every running rank.
   # The agent says `linked` once, or ends (the master never came, refused us: it said why).
   exec {link_out}<&"${LINK[0]}"
+  # (read is not cut short by a trapped signal: it waits in short slices.)
   linked=
-  read -r -u "$link_out" linked || true
+  while :; do
+    status=0
+    read -r -t 0.1 -u "$link_out" linked || status=$?
+    ((status > 128)) || break # a line, or the end: the agent ended without a word
+    stop_if_signalled
+  done
   exec {link_out}<&-
   if [[ $linked != linked ]]; then
     status=0
@@ -611,6 +626,8 @@ if [[ $link == on ]]; then
     exit "$((status == 0 ? 255 : status))"
   fi
 fi
+run_note=:  # `slurmgen launch` numbers its attempts
+[[ -z ${SLURMGEN_ATTEMPT:-} ]] || run_note=" launch: attempt $SLURMGEN_ATTEMPT,"
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   rank=$((rank_offset + local_rank))
   (
@@ -621,6 +638,8 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     # reported below, by rank): only it goes to /dev/null; tee and sed keep stderr as fd 3.
     exec 3>&2 2>/dev/null
     export RANK=$rank LOCAL_RANK=$local_rank
+    printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
+      "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
     # tee and sed ignore INT/TERM: the process's last words still reach the log.
     "${cmd[@]}" 2>&1 3>&- | {
       trap '' INT TERM
@@ -630,6 +649,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   ) &
   pids[local_rank]=$!
   link_tell rank "$!"
+  stop_if_signalled
 done
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 
@@ -637,6 +657,7 @@ echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + n
 running=$nproc
 while ((running > 0)); do
   wait -n || true # returns when any process ends (or a trapped signal arrives)
+  stop_if_signalled
   # The agent ended: another node failed first (the agent said which), or the link broke.
   if [[ -n $link_pid ]] && ! kill -0 "$link_pid" 2>/dev/null; then
     status=0
@@ -671,7 +692,11 @@ echo "$me: all $nproc ranks on node $node_rank finished successfully"
 if [[ -n $link_pid ]]; then
   # The master's agent ends when every node is done, or with the job's first failure.
   link_tell 'done'
-  status=0
-  wait "$link_pid" || status=$?
+  while :; do
+    status=0
+    wait "$link_pid" || status=$? # returns when the agent ends (or a trapped signal arrives)
+    stop_if_signalled
+    kill -0 "$link_pid" 2>/dev/null || break
+  done
   exit "$status"
 fi

@@ -117,6 +117,35 @@ srun_args=(
   --export=ALL          # the environment set above reaches every task
   --ntasks-per-node=1   # one torchrun agent per node; it starts the node's workers
 )
+# Slurm 22.05-23.02 do not hand sbatch's --cpus-per-task on to srun: without this, each
+# task would be bound to one CPU where task binding is on.
+if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
+  srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+fi
+
+# Each process runs under this wrapper: a process that fails on its own (not stopped by a
+# signal) leaves one 'slurmgen-exit:' line naming its rank, node and code. srun then stops
+# the others, and the step's own code is theirs (143); the job exits with the first one's.
+# shellcheck disable=SC2016  # expanded by the wrapper's bash
+rank_wrapper='
+  stopped=0
+  trap "stopped=1" INT TERM  # stopped with the rest: not the cause
+  trap : USR1                # the program handles the requeue warning; the wrapper waits
+  "$@"
+  code=$?
+  if ((code != 0 && !stopped)); then
+    now=${EPOCHREALTIME:-$(date +%s)}
+    printf "slurmgen-exit: rank %s on %s exited with code %s at %s\n" \
+      "$RANK" "${SLURMD_NODENAME:-$HOSTNAME}" "$code" "${now/,/.}" >&2
+  fi
+  exit "$code"
+'
+# The rank that failed first as "RANK NODE CODE" (fails if none did): the earliest note by
+# time, as notes come from every node in whatever order srun relays them.
+first_rank_failure() {
+  grep -ho 'slurmgen-exit: rank [0-9]* on [^ ]* exited with code [0-9]* at [0-9.]*' "$step_errors" |
+    sort -k11,11g | awk 'NR == 1 { print $3, $5, $9; found = 1 } END { exit !found }'
+}
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
 trap 'rm -f -- "$step_errors"' EXIT
@@ -128,20 +157,32 @@ tee_pid=$!
 # One torchrun agent per node. c10d rendezvous hands out ranks in order of arrival, so
 # global rank 0 may sit on any node; each worker gets NODE_RANK from torchrun's GROUP_RANK.
 # --max-restarts=0: a failure ends the step (restarts belong to requeue, not to torchrun).
+# The program is a Python interpreter: its own torch runs the agent, whatever is on PATH.
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 srun "${srun_args[@]}" bash -c '
-  exec torchrun --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=2 \
+  wrapper=$1
+  shift
+  exec "$1" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=2 \
     --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" \
     --rdzv-conf="is_host=$((SLURM_NODEID == 0 ? 1 : 0))" \
     --max-restarts=0 --no-python \
-    bash -c "export NODE_RANK=\$GROUP_RANK; exec \"\$@\"" slurmgen-worker "$@"
-' slurmgen-task "${cmd[@]}"
+    bash -c "export NODE_RANK=\$GROUP_RANK; $wrapper" slurmgen-worker "$@"
+' slurmgen-task "$rank_wrapper" "${cmd[@]}"
 status=$?
 exec 2>&4 4>&-
 wait "$tee_pid" 2>/dev/null
 set -e
+step_status=$status
+if ((step_status != 0)) && first=$(first_rank_failure); then
+  read -r first_rank first_node first_code <<<"$first"
+  status=$first_code  # the first failure's own code, not srun's 143 for the ranks it stopped
+fi
 finish_attempt "$status"
 if ((status != 0)); then
-  echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
+  if [[ -n ${first_code:-} ]] && ((status == first_code)); then
+    echo "slurmgen: rank $first_rank on $first_node exited with code $first_code first; the job exits with it (the step's code was $step_status)" >&2
+  else
+    echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
+  fi
 fi
 exit "$status"
