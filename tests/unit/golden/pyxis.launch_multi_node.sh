@@ -658,20 +658,6 @@ running=$nproc
 while ((running > 0)); do
   wait -n || true # returns when any process ends (or a trapped signal arrives)
   stop_if_signalled
-  # The agent ended: another node failed first (the agent said which), or the link broke.
-  if [[ -n $link_pid ]] && ! kill -0 "$link_pid" 2>/dev/null; then
-    status=0
-    link_wait 0 || status=$?
-    if ((status == 0)); then
-      echo "$me: the link to the other nodes ended; stopping the ranks on this node" >&2
-      status=255
-    fi
-    case $status in
-      130 | 143) stop_all "${SLURMGEN_STOP_GRACE:-30}" ;;
-      *) stop_all "${SLURMGEN_FAIL_GRACE:-2}" ;;
-    esac
-    exit "$status"
-  fi
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
     if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
@@ -687,6 +673,21 @@ while ((running > 0)); do
       exit "$status"
     fi
   done
+  # The agent ended: another node failed first (the agent said which), or the link broke.
+  # (After this node's own ranks: a rank that failed here is reported as such.)
+  if [[ -n $link_pid ]] && ! kill -0 "$link_pid" 2>/dev/null; then
+    status=0
+    link_wait 0 || status=$?
+    if ((status == 0)); then
+      echo "$me: the link to the other nodes ended; stopping the ranks on this node" >&2
+      status=255
+    fi
+    case $status in
+      130 | 143) stop_all "${SLURMGEN_STOP_GRACE:-30}" ;;
+      *) stop_all "${SLURMGEN_FAIL_GRACE:-2}" ;;
+    esac
+    exit "$status"
+  fi
 done
 echo "$me: all $nproc ranks on node $node_rank finished successfully"
 if [[ -n $link_pid ]]; then
