@@ -93,6 +93,10 @@ def create(
     log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
     requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on USR1 before the time limit."),
     signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that USR1 arrives [default: 120]."),
+    array: Optional[str] = typer.Option(None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."),
+    sweep: List[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
+    sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
+    sweep_args: Optional[str] = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
     heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
     retries: Optional[str] = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
     retry_on: Optional[str] = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
@@ -102,22 +106,39 @@ def create(
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
     """Write OUTPUT_DIR/run_slurm.sh, OUTPUT_DIR/launch_multi_node.sh and the resolved OUTPUT_DIR/job.yaml."""
+    flags = dict(locals())
+    from slurmgen.render import render
+
+    rendered = render(spec_from_create_flags(**{k: v for k, v in flags.items() if k not in ("dry_run", "force")}))
+    write_rendered(rendered, dry_run=dry_run, force=force)
+
+
+def spec_from_create_flags(*, command, config, env, setup, sbatch, container_image, container_runtime, container_mount,
+                           sweep, sweep_file, **fields):
+    """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it.
+
+    Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
+    """
     from slurmgen.config import spec_from_sources
+    from slurmgen.jobs import sweep as sweeps
+
+    if sweep and sweep_file is not None:
+        raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
+    points = sweeps.read_file(sweep_file) if sweep_file is not None else sweeps.parse_flag(sweep) or None
+    container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
+    return spec_from_sources(config, _overrides(
+        command=command or None, env=_parse_env(env), setup=list(setup), sbatch_extra=list(sbatch),
+        container=container or None, sweep=points, **fields,
+    ))
+
+
+def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False) -> None:
+    """Print (--dry-run) or write the rendered files, all or none, and say what to do next."""
     from slurmgen.output import write_files
-    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT
     from slurmgen.topology import summary, uniform_table
 
-    container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
-    spec = spec_from_sources(config, _overrides(
-        command=command or None, output_dir=output_dir, nodes=nodes, gpus=gpus, gpu_request=gpu_request,
-        time=time, partition=partition, account=account, qos=qos, constraint=constraint, exclusive=exclusive,
-        cpus_per_task=cpus_per_task, mem=mem, job_name=job_name, master_addr=master_addr,
-        master_port=master_port, backend=backend, launcher=launcher, env=_parse_env(env), setup=list(setup),
-        sbatch_extra=list(sbatch), container=container or None, log_dir=log_dir, requeue=requeue,
-        signal_lead=signal_lead, heartbeat_timeout=heartbeat_timeout, retries=retries, retry_on=retry_on,
-        exclude_failed_node=exclude_failed_node, preflight=preflight,
-    ))
-    rendered = render(spec)
+    spec = rendered.spec
     table = uniform_table(spec.nodes, spec.gpus)
     out = Path(spec.output_dir)
     if dry_run:
@@ -125,7 +146,10 @@ def create(
             typer.echo(f"# ===== {out / name} =====")
             typer.echo(text, nl=False)
         return
-    for path in write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)]):
+    written = write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)])
+    if quiet:
+        return
+    for path in written:
         typer.echo(f"wrote {path}")
     from slurmgen.preflight import torchrun_note
 
@@ -348,6 +372,10 @@ def schema() -> None:
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
+
+from slurmgen.jobs.cli import register as _register_job_commands  # noqa: E402  (needs `create` above)
+
+_register_job_commands(app)
 
 from slurmgen.doctor.cli import register as _register_doctor  # noqa: E402  (light: typer only)
 

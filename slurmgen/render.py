@@ -16,6 +16,7 @@ import jinja2
 
 from slurmgen import __version__, exitcodes, nodelink
 from slurmgen.config import dump_yaml
+from slurmgen.jobs import sweep as sweeps
 from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
 from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
 from slurmgen.spec import JobSpec
@@ -78,7 +79,9 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
         ("--account", spec.account),
         ("--qos", spec.qos),
         ("--constraint", spec.constraint),
-        ("--output", f"{spec.logs}/%x-%j.out"),
+        ("--array", sweeps.array_option(len(sweeps.points(spec.sweep)), spec.array) if spec.sweep else spec.array),
+        # An array task's log is named by the array and its index (%A_%a), as `slurmgen logs ID_N` finds it.
+        ("--output", f"{spec.logs}/%x-%A_%a.out" if spec.sweep or spec.array else f"{spec.logs}/%x-%j.out"),
         ("--open-mode", "append"),
     ]
     lines = [ShellCode(f"{k}={sbatch_value(v)}") for k, v in opts if v is not None]
@@ -164,6 +167,8 @@ def context(spec: JobSpec) -> dict[str, object]:
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        "sweep": [sweeps.task_words(p, spec.sweep_args or sweeps.DEFAULT_ARGS) for p in sweeps.points(spec.sweep)],
+        "sweep_file": f"{out}/{sweeps.SWEEP_FILE}",
         "torchrun_python": runs_python(spec),
         # In the task script, "$1" is the program (see run_slurm.sh.j2).
         "torchrun": ShellCode('"$1" -m torch.distributed.run' if runs_python(spec) else "torchrun"),
@@ -186,13 +191,13 @@ def _link_context() -> dict[str, object]:
 
 
 def render(spec: JobSpec) -> Rendered:
-    """All files of a `create`: the two scripts and the resolved spec."""
+    """All files of a `create`: the two scripts, the resolved spec and, for a sweep, its grid."""
     ctx = context(spec)
-    return Rendered(
-        files={
-            SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),
-            LAUNCH_SCRIPT: _ENV.get_template("launch_multi_node.sh.j2").render(ctx),
-            SPEC_FILE: dump_yaml(spec),
-        },
-        spec=spec,
-    )
+    files = {
+        SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),
+        LAUNCH_SCRIPT: _ENV.get_template("launch_multi_node.sh.j2").render(ctx),
+        SPEC_FILE: dump_yaml(spec),
+    }
+    if spec.sweep:
+        files[sweeps.SWEEP_FILE] = sweeps.grid_jsonl(sweeps.points(spec.sweep))
+    return Rendered(files=files, spec=spec)

@@ -37,7 +37,7 @@ MANAGED_SBATCH = {
     "--constraint": "constraint", "-C": "constraint", "--exclusive": "exclusive",
     "--output": "log_dir", "-o": "log_dir", "--error": "log_dir", "-e": "log_dir",
     "--requeue": "requeue", "--signal": "requeue and signal_lead",
-    "--open-mode": "(always append)",
+    "--open-mode": "(always append)", "--array": "array or sweep", "-a": "array or sweep",
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")        # partition, account, qos
@@ -45,6 +45,9 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Port = Annotated[int, Field(ge=1024, le=65535)]
+SweepValue = Annotated[str | int | float | bool, Field(union_mode="left_to_right")]
+# Slurm's default MaxArraySize is 1001 (indices 0-1000); sites raise it, hence a generous cap.
+MAX_SWEEP_POINTS = 100_000
 
 
 def _one_line(value: str, what: str = "value") -> str:
@@ -113,6 +116,10 @@ class JobSpec(BaseModel):
     requeue: bool = Field(False, description="Requeue on preemption, with USR1 sent signal_lead seconds before the end.")
     signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that USR1 arrives.")
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
+    array: str | None = Field(None, description="sbatch --array, e.g. 0-15%4; with a sweep only %N (a cap on tasks at once).")
+    sweep: dict[str, list[SweepValue]] | list[dict[str, SweepValue]] | None = Field(
+        None, description="Parameters: a grid {key: [values]} or a list of points; one array task per point.")
+    sweep_args: str | None = Field(None, description="How each parameter is appended to the command, default '--{key} {value}'; {key} and {value} are replaced per word.")
     # Jobs that heal (run_slurm.sh; see slurmgen/heal/).
     heartbeat_timeout: float | None = Field(
         None, gt=0, le=86_400, description="Stop the job step when a rank's heartbeat file is older than this many seconds.")
@@ -240,6 +247,55 @@ class JobSpec(BaseModel):
                 raise ValueError(f"the first word is the program to run, not an option (got {v[0]!r}); "
                                  "e.g. python train.py --lr 3e-4")
         return v
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, v: str | None) -> str | None:
+        from slurmgen.jobs.sweep import ARRAY, LIMIT
+
+        if v is not None and not (ARRAY.match(v) or LIMIT.match(v)):
+            raise ValueError("expected sbatch's --array form, e.g. 0-15, 1,3,5-7, 0-15%4, or %4 with a sweep")
+        return v
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep(cls, v: object) -> object:
+        from slurmgen.jobs.sweep import KEY, points
+
+        if v is None:
+            return v
+        keys = list(v) if isinstance(v, dict) else [k for p in v for k in p]
+        bad = [k for k in keys if not KEY.match(k)]
+        if bad:
+            raise ValueError(f"parameter name {bad[0]!r} must look like lr, batch_size or model.depth")
+        if isinstance(v, dict) and any(not values for values in v.values()):
+            raise ValueError("every parameter needs at least one value")
+        if isinstance(v, list) and any(not p for p in v):
+            raise ValueError("every point needs at least one parameter")
+        count = len(points(v))
+        if not 1 <= count <= MAX_SWEEP_POINTS:
+            raise ValueError(f"a sweep has 1 to {MAX_SWEEP_POINTS} points (this one has {count})")
+        values = [x for vs in v.values() for x in vs] if isinstance(v, dict) else [x for p in v for x in p.values()]
+        for value in values:
+            _one_line(str(value), "a sweep value")
+        return v
+
+    @field_validator("sweep_args")
+    @classmethod
+    def _sweep_args(cls, v: str | None) -> str | None:
+        if v is not None and "{value}" not in _one_line(v, "sweep_args"):
+            raise ValueError("must contain {value}, e.g. '--{key} {value}' or '{key}={value}'")
+        return v
+
+    @model_validator(mode="after")
+    def _array_with_sweep(self) -> "JobSpec":
+        from slurmgen.jobs.sweep import LIMIT
+
+        if self.sweep is not None and self.array is not None and not LIMIT.match(self.array):
+            raise ValueError(f"array: with a sweep, give only %N to cap the tasks running at once; the indices come from the sweep (got {self.array!r})")
+        if self.sweep is None and self.array is not None and LIMIT.match(self.array):
+            raise ValueError(f"array: {self.array!r} caps a sweep's tasks; without a sweep give indices, e.g. 0-15{self.array}")
+        return self
 
     @field_validator("retry_on", mode="before")
     @classmethod

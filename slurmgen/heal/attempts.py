@@ -59,8 +59,13 @@ def name_parts(name: str) -> tuple[str, str]:
 
 def read_attempts(path: str | Path) -> list[dict[str, Any]]:
     """Every record of the file in order; a line cut short by a kill is skipped."""
+    return parse_attempts(Path(path).read_text())
+
+
+def parse_attempts(text: str) -> list[dict[str, Any]]:
+    """The records of an attempts file's text (read here, or over SSH by `slurmgen status`)."""
     records = []
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except ValueError:

@@ -1,6 +1,7 @@
 """The wheel carries the templates: slurmgen works from a plain install, away from the repo."""
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,7 +14,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_ships_templates_and_renders_from_anywhere(tmp_path):
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+    # Built from a clean copy: setuptools reuses a build/ directory left in the tree, whose stale
+    # files would ship (or hide a package missing from pyproject's list).
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "test-artifacts", "out", "runs"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = tmp_path.glob("slurmgen-*.whl")
@@ -21,6 +27,9 @@ def test_wheel_ships_templates_and_renders_from_anywhere(tmp_path):
     assert "slurmgen/templates/run_slurm.sh.j2" in names
     assert "slurmgen/templates/launch_multi_node.sh.j2" in names
     assert not any(n.startswith("templates/") for n in names)
+    # Every subpackage of the source tree ships (pyproject lists them by hand).
+    for init in (REPO / "slurmgen").rglob("__init__.py"):
+        assert init.relative_to(REPO).as_posix() in names, f"{init.parent.name} is missing from the wheel"
     # The coordinator's page: its templates and the vendored browser code, nothing fetched at run time.
     for page_file in ("templates/overview.html", "static/app.js", "static/vendor/htmx.min.js",
                       "static/vendor/uPlot.iife.min.js", "static/vendor/VERSIONS.txt"):

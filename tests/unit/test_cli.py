@@ -148,7 +148,8 @@ def test_schema_is_json_schema(capsys):
 
 
 @pytest.mark.parametrize("args", [["--help"], ["create", "--help"], ["create", "--dry-run"], ["runs", "--help"],
-                                  ["plot", "--help"], ["doctor", "--help"], ["group", "--help"], ["serve", "--help"]])
+                                  ["plot", "--help"], ["submit", "--help"], ["status", "--registry", "/nonexistent"],
+                                  ["doctor", "--help"], ["group", "--help"], ["serve", "--help"]])
 def test_cli_does_not_import_torch_or_paramiko(args):
     probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
              "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"

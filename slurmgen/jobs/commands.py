@@ -1,0 +1,240 @@
+"""The job commands' work, apart from flag parsing: submit, wait, look up, cancel.
+
+Each function takes plain values and a `Runner` (here or on a login node) and returns data;
+`cli.py` prints it. Slurm is polled with `scontrol show job -o` every quarter second, not with
+`sbatch --wait` (which polls at 2, 8, then 32 s: a 10 s job returned after 42 s here).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import socket
+import tarfile
+import time
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any, Callable
+
+from slurmgen.errors import SlurmgenError
+from slurmgen.exitcodes import FAILED
+from slurmgen.jobs import sweep as sweeps
+from slurmgen.jobs.logs import log_path, tasks_on_node
+from slurmgen.jobs.query import ask
+from slurmgen.jobs.records import by_group, group_of
+from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.runner import Runner
+from slurmgen.jobs.slurm import SlurmJob, Snapshot, expand_tasks
+from slurmgen.heal.attempts import ATTEMPTS_NAME, parse_attempts
+from slurmgen.jobs.view import exit_code, job_view, overall, task_row
+
+if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
+    from slurmgen.render import Rendered
+
+POLL = 0.25
+DEPENDENCY = re.compile(r"^([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton)([,?]([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton))*$")
+_PARSABLE = re.compile(r"^([1-9][0-9]*)(;\S+)?$")
+
+
+def sbatch_args(dependency: str | None, hold: bool) -> list[str]:
+    if dependency is not None and not DEPENDENCY.match(dependency):
+        raise SlurmgenError(f"dependency: expected sbatch's form TYPE:ID[:ID...], e.g. afterok:1234 (got {dependency!r})")
+    return ["--parsable", *([f"--dependency={dependency}"] if dependency else []), *(["--hold"] if hold else [])]
+
+
+def job_id_from(result_out: str, result_err: str, code: int) -> str:
+    """The id `sbatch --parsable` printed ('123' or '123;cluster'), or its error as one line."""
+    line = result_out.strip().splitlines()[-1] if result_out.strip() else ""
+    m = _PARSABLE.match(line)
+    if code != 0 or not m:
+        said = [x.strip() for x in result_err.splitlines() if x.strip()]  # the last line is the verdict
+        raise SlurmgenError(f"sbatch: {(said[-1].removeprefix('sbatch: ') if said else line) or f'exit code {code}'}",
+                            exit_code=FAILED)
+    return m.group(1)
+
+
+def job_tar(rendered: Rendered, extra: dict[str, bytes]) -> bytes:
+    """The rendered files under OUTPUT_DIR plus `extra`, as a tar for the remote job dir."""
+    out = PurePosixPath(rendered.spec.output_dir)
+    if out.is_absolute() or ".." in out.parts or (rendered.spec.log_dir or "").startswith("/"):
+        raise SlurmgenError(f"output_dir: with --remote give a path inside the job's directory (got {rendered.spec.output_dir!r})")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        files = {str(out / name): text.encode() for name, text in rendered.files.items()} | extra
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def record_for(job_id: str, rendered: Rendered, workdir: str, remote: str | None, extra: dict[str, Any]) -> JobRecord:
+    """What the registry keeps of a new job; paths absolute on the machine that runs it."""
+    spec = rendered.spec
+    base = PurePosixPath(workdir)
+    n_points = len(sweeps.points(spec.sweep))
+    info = {
+        "cluster": remote or socket.gethostname(), "digest": spec.digest(), "command": list(spec.command),
+        "nodes": spec.nodes, "gpus": spec.gpus, "launcher": spec.launcher, "workdir": workdir,
+        "log_dir": str(base / spec.logs), "array": n_points or (spec.array or None),
+        "sweep_file": str(base / spec.output_dir / sweeps.SWEEP_FILE) if n_points else None, **extra,
+    }
+    return JobRecord(job_id, spec.job_name, str(base / spec.output_dir), time.time(), remote, "PENDING", None, info)
+
+
+def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str, args: list[str],
+           remote: str | None, extra: dict[str, Any]) -> JobRecord:
+    """sbatch the rendered script from `workdir` and register the job."""
+    from slurmgen.render import SLURM_SCRIPT
+
+    script = str(PurePosixPath(rendered.spec.output_dir) / SLURM_SCRIPT)
+    res = runner.run(["sbatch", *args, script], cwd=workdir, timeout=60)
+    record = record_for(job_id_from(res.out, res.err, res.code), rendered, workdir, remote, extra)
+    registry.add(record)
+    return record
+
+
+def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep: Callable[[float], None] = time.sleep) -> tuple[str, int]:
+    """Poll until the job (every task of an array) has ended; its state and exit code."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        snap = ask(runner, [record.job_id], accounting=False)
+        jobs = all_tasks(snap, record)
+        if jobs and all(j.ended for j in jobs):
+            state, code = overall(jobs)
+            return state, code if code is not None else FAILED
+        if not jobs:
+            raise SlurmgenError(f"wait: Slurm no longer knows job {record.job_id}", exit_code=FAILED)
+        if deadline is not None and time.monotonic() > deadline:
+            raise SlurmgenError(f"wait: job {record.job_id} still {overall(jobs)[0]} after {timeout:g}s", exit_code=FAILED)
+        sleep(POLL)
+
+
+def all_tasks(snap: Snapshot, record: JobRecord) -> list[SlurmJob]:
+    """The job's lines in `snap`, with an array's not-yet-started range split into single tasks."""
+    if not record.info.get("array"):
+        job = snap.jobs.get(record.job_id)
+        return [job] if job else []
+    out: list[SlurmJob] = []
+    for job in snap.tasks_of(record.job_id):
+        if job.array_task and not job.array_task.isdigit():
+            out += [SlurmJob(job_id=job.job_id, name=job.name, state=job.state, reason=job.reason, array_job_id=record.job_id,
+                             array_task=t, limit=job.limit) for t in expand_tasks(job.array_task)]
+        else:
+            out.append(job)
+    return out
+
+
+def _read_text(runner: Runner, path: str) -> str | None:
+    data = runner.read(path)
+    return None if data is None else data.decode(errors="replace")
+
+
+def _sweep_params(runner: Runner, record: JobRecord) -> dict[str, dict[str, Any]]:
+    path = record.info.get("sweep_file")
+    text = _read_text(runner, path) if path else None
+    out = {}
+    for line in (text or "").splitlines():
+        try:
+            row = json.loads(line)
+            out[str(row["task"])] = row["params"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None) -> dict[str, Any]:
+    """Everything `slurmgen status JOB` shows, as one dict."""
+    snap = ask(runner, [record.job_id])
+    jobs = {j.key: j for j in all_tasks(snap, record)}
+    is_array = bool(record.info.get("array"))
+    if is_array:
+        params = _sweep_params(runner, record)
+        keys = sorted({*(k.split("_", 1)[1] for k in jobs), *params}, key=lambda t: int(t) if t.isdigit() else -1)
+        if task is not None:
+            keys = [task]
+    else:
+        params, keys = {}, [None]
+    local = runner.where == "local"
+    groups = {group_of(record.job_id, t): t for t in keys}
+    runs = by_group(record.info["workdir"], record.info.get("command") or [], set(groups)) if local else {}
+    rows = []
+    for t in keys:
+        key = f"{record.job_id}_{t}" if t is not None else record.job_id
+        job = jobs.get(key)
+        # A log is read only where it can explain something: a task that failed.
+        failed = job is not None and job.ended and job.state != "COMPLETED"
+        log = _read_text(runner, log_path(record, t)) if failed or not is_array else None
+        rows.append(task_row(key, job, record, params.get(t) if is_array else None, log, runs.get(group_of(record.job_id, t))))
+    attempts_text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / ATTEMPTS_NAME.format(job_id=record.job_id)))
+    view = job_view(record, snap, rows, parse_attempts(attempts_text) if attempts_text else [])
+    if task is not None and is_array:
+        view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
+    if not local:
+        view["notes"].append(f"run records live on {runner.where}; not read from here")
+    if jobs:
+        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))})
+    return view
+
+
+def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int | None,
+              only: str | None = None) -> list[dict[str, Any]]:
+    """Registered jobs, newest first, with their current state (one scontrol call per cluster).
+
+    `only`: just the jobs submitted through that login node."""
+    records = [r for r in registry.all(limit) if only is None or r.remote == only]
+    by_where: dict[str | None, list[JobRecord]] = {}
+    for r in records:
+        by_where.setdefault(r.remote, []).append(r)
+    rows: dict[int | None, dict[str, Any]] = {}
+    seen: dict[int, tuple[str, int | None]] = {}
+    for where, group in by_where.items():
+        runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
+        snap = ask(runner, [r.job_id for r in group], accounting=False)
+        for r in group:
+            jobs = all_tasks(snap, r)
+            state, code = overall(jobs) if r.info.get("array") else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
+            if jobs and r.seq is not None:
+                seen[r.seq] = (state, code)
+            rows[r.seq] = {"job": r.job_id, "name": r.name, "state": state or r.last_state or "UNKNOWN",
+                              "exit_code": code if jobs else r.last_exit, "live": bool(jobs),
+                              "tasks": len(jobs) if r.info.get("array") else None, "remote": r.remote,
+                              "output_dir": r.output_dir, "submitted": r.submitted}
+    registry.remember_states(seen)
+    return [rows[r.seq] for r in records]
+
+
+def cancel(runner: Runner, record: JobRecord, task: str | None, signal: str | None, timeout: float = 30) -> str:
+    """scancel the job (or one array task); without a signal, wait until Slurm says it ended."""
+    target = f"{record.job_id}_{task}" if task is not None else record.job_id
+    res = runner.run(["scancel", *([f"--signal={signal}"] if signal else []), target], timeout=30)
+    if res.code != 0:
+        raise SlurmgenError(f"scancel: {' '.join(res.err.split()) or f'exit code {res.code}'}", exit_code=FAILED)
+    if signal:
+        return f"sent {signal} to {target}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = [j for j in all_tasks(ask(runner, [record.job_id], accounting=False), record)
+                if task is None or j.array_task == task]
+        if not jobs or all(j.ended for j in jobs):
+            return overall(jobs)[0] if jobs else "CANCELLED"
+        time.sleep(POLL)
+    return "CANCELLING"
+
+
+def node_tasks(runner: Runner, record: JobRecord, task: str | None, node: str) -> set[int]:
+    """The srun task ids of the job's (or array task's) node given by index (0, 1, ...) or by name."""
+    from slurmgen.hostlist import expand
+
+    count, per_node = int(record.info.get("nodes", 1)), int(record.info.get("gpus", 1))
+    if node.isdigit():
+        index = int(node)
+    else:
+        job = ask(runner, [record.job_id]).jobs.get(f"{record.job_id}_{task}" if task is not None else record.job_id)
+        names = expand(job.nodes) if job and job.nodes else []
+        if node not in names:
+            raise SlurmgenError(f"node: {node!r} is not a node of job {record.job_id} (its nodes: {', '.join(names) or 'unknown'})")
+        index = names.index(node)
+    if not 0 <= index < count:
+        raise SlurmgenError(f"node: job {record.job_id} has nodes 0-{count - 1} (got {node})")
+    return tasks_on_node(index, per_node, record.info.get("launcher", "srun"))

@@ -1,0 +1,163 @@
+"""The local job registry: one SQLite file, one row per submitted job.
+
+Lives under the user's state directory ($XDG_STATE_HOME/slurmgen/jobs.sqlite, by default
+~/.local/state/slurmgen/jobs.sqlite); `--registry` or SLURMGEN_REGISTRY moves it. Only `submit`
+creates it; reading commands open it read-write but never create it, and a file that is not a
+SQLite database is refused with one line, untouched. The last state seen for each job is kept,
+so a job the controller has forgotten (and no accounting remembers) still shows how it ended.
+Rows are numbered in submission order (`seq`): job ids repeat across clusters and after a
+cluster's state is reset, and the newest job with an id is the one that id means.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from slurmgen.errors import SlurmgenError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq        INTEGER PRIMARY KEY,
+    job_id     TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    output_dir TEXT NOT NULL,
+    remote     TEXT,
+    submitted  REAL NOT NULL,
+    last_state TEXT,
+    last_exit  INTEGER,
+    info       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id);
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
+CREATE INDEX IF NOT EXISTS jobs_output_dir ON jobs (output_dir);
+"""
+
+
+def default_path() -> Path:
+    explicit = os.environ.get("SLURMGEN_REGISTRY")
+    if explicit:
+        return Path(explicit)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "slurmgen" / "jobs.sqlite"
+
+
+@dataclass
+class JobRecord:
+    """A registered job. `info` holds the rest: cluster, digest, command, sweep, snapshot, ..."""
+
+    job_id: str
+    name: str
+    output_dir: str
+    submitted: float
+    remote: str | None = None
+    last_state: str | None = None
+    last_exit: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = None  # set by Registry.add
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "name": self.name, "output_dir": self.output_dir, "remote": self.remote,
+                "submitted": self.submitted, "last_state": self.last_state, "last_exit": self.last_exit, **self.info}
+
+
+class Registry:
+    """Open with `Registry.open(path, create=...)`; every method is one short transaction."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection):
+        self.path, self.db = path, db
+
+    @classmethod
+    def open(cls, path: Path | None = None, *, create: bool = False) -> "Registry":
+        path = Path(path) if path is not None else default_path()
+        if not path.exists() and not create:
+            raise SlurmgenError(f"registry: no job registry at {str(path)!r} yet",
+                                hint="submit a job with `slurmgen submit` first, or pass --registry FILE")
+        if path.is_dir():
+            raise SlurmgenError(f"registry: {str(path)!r} is a directory, not a registry file")
+        try:
+            if create:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            # mode=rw never creates: a missing file is an error above, not a new empty database.
+            uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode={'rwc' if create else 'rw'}"
+            db = sqlite3.connect(uri, uri=True, timeout=10, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise SlurmgenError(f"registry: cannot open {str(path)!r}: {exc}") from None
+        try:
+            # Reading the schema fails on a file that is not SQLite, before anything is written.
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables and "jobs" not in tables:
+                raise SlurmgenError(f"registry: {str(path)!r} is a SQLite database but not a slurmgen registry (no jobs table)")
+            if "jobs" not in tables:
+                db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise SlurmgenError(f"registry: {str(path)!r} is not a job registry ({exc})",
+                                hint="pass --registry with another file; this one was left as it is") from None
+        except BaseException:
+            db.close()
+            raise
+        return cls(path, db)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Registry":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, record: JobRecord) -> None:
+        cursor = self.db.execute(
+            "INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.job_id, record.name, record.output_dir, record.remote, record.submitted or time.time(),
+             record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True)))
+        record.seq = cursor.lastrowid
+
+    def add_many(self, records: Iterable[JobRecord]) -> None:
+        self.db.execute("BEGIN")
+        for r in records:
+            self.add(r)
+        self.db.execute("COMMIT")
+
+    @staticmethod
+    def _record(row: tuple) -> JobRecord:
+        seq, job_id, name, output_dir, remote, submitted, last_state, last_exit, info = row
+        return JobRecord(job_id, name, output_dir, submitted, remote, last_state, last_exit, json.loads(info), seq)
+
+    def _select(self, where: str = "", args: tuple = (), limit: int | None = None) -> list[JobRecord]:
+        sql = ("SELECT seq, job_id, name, output_dir, remote, submitted, last_state, last_exit, info FROM jobs "
+               f"{where} ORDER BY seq DESC" + (f" LIMIT {int(limit)}" if limit else ""))
+        return [self._record(r) for r in self.db.execute(sql, args)]
+
+    def all(self, limit: int | None = None) -> list[JobRecord]:
+        return self._select(limit=limit)
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """The newest job with this id."""
+        found = self._select("WHERE job_id = ?", (job_id,), limit=1)
+        return found[0] if found else None
+
+    def by_name(self, name: str) -> list[JobRecord]:
+        return self._select("WHERE name = ?", (name,))
+
+    def by_output_dir(self, output_dir: str) -> list[JobRecord]:
+        return self._select("WHERE output_dir = ?", (output_dir,))
+
+    def remember_states(self, states: dict[int, tuple[str, int | None]]) -> None:
+        """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction."""
+        if not states:
+            return
+        self.db.execute("BEGIN")
+        self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ? WHERE seq = ? "
+                            "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
+                            [(s, c, seq, s, c) for seq, (s, c) in states.items()])
+        self.db.execute("COMMIT")

@@ -1,0 +1,137 @@
+"""One job's status, put together from the registry, Slurm, its log and its run records.
+
+`job_view` is pure (all inputs already read); the readers above it fetch those inputs. The
+result is a plain dict: `--json` prints it as is, `format_view` writes the text form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from slurmgen.heal.attempts import cause
+from slurmgen.jobs.registry import JobRecord
+from slurmgen.jobs.slurm import SlurmJob, Snapshot, TaskExit, task_exits
+
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
+
+
+def overall(tasks: Sequence[SlurmJob]) -> tuple[str, int | None]:
+    """An array's state: still going if any task is; else COMPLETED, or the first failure's state."""
+    if not tasks:
+        return "UNKNOWN", None
+    for wanted in ("RUNNING", "PENDING"):
+        if any(t.state == wanted for t in tasks):
+            return wanted, None
+    if any(t.state in ACTIVE for t in tasks):
+        return next(t.state for t in tasks if t.state in ACTIVE), None
+    failed = [t for t in tasks if t.state != "COMPLETED"]
+    if not failed:
+        return "COMPLETED", 0
+    return failed[0].state, exit_code(failed[0])
+
+
+def exit_code(job: SlurmJob) -> int | None:
+    """The job's code as a shell reports it: its exit code, or 128 + the signal that ended it."""
+    if job.exit_code:
+        return job.exit_code
+    if job.signal:
+        return 128 + job.signal
+    if job.state == "COMPLETED":
+        return 0
+    return None if job.state in ACTIVE or job.state == "UNKNOWN" else 1
+
+
+def task_row(key: str, job: SlurmJob | None, record: JobRecord, params: Mapping[str, Any] | None,
+             log_text: str | None, run: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One job or array task: what Slurm says, the failing tasks from its log, its run record."""
+    state = job.state if job else (record.last_state or "UNKNOWN")
+    row: dict[str, Any] = {
+        "job": key, "state": state, "source": job.source if job else "registry (last seen)",
+        "reason": job.reason if job and state == "PENDING" else None,
+        "nodes": job.nodes if job else None, "elapsed": job.elapsed if job else None,
+        "limit": job.limit if job else None, "restarts": job.restarts if job else 0,
+        "exit_code": exit_code(job) if job else record.last_exit,
+    }
+    failures: list[TaskExit] = task_exits(log_text) if log_text else []
+    row["failed_tasks"] = [f.as_dict() for f in failures]
+    if params is not None:
+        row["params"] = dict(params)
+    if run:
+        row["run"] = dict(run)
+    return row
+
+
+def job_view(record: JobRecord, snap: Snapshot, rows: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The whole status of a registered job; `rows` has one entry, or one per array task."""
+    info = record.info
+    if len(rows) == 1 and not info.get("array"):
+        top = dict(rows[0])
+    else:
+        fake = [SlurmJob(job_id=r["job"], state=r["state"], exit_code=r["exit_code"]) for r in rows]
+        state, code = overall(fake)
+        top = {"job": record.job_id, "state": state, "exit_code": code, "tasks": rows}
+    failed = [r for r in rows if r["state"] not in ACTIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
+    view = {
+        **top, "name": record.name, "output_dir": record.output_dir, "remote": record.remote,
+        "submitted": record.submitted, "command": info.get("command"), "notes": list(snap.notes),
+        "first_failure": _first_failure(failed),
+    }
+    for key in ("snapshot", "sweep_file", "digest", "cluster"):
+        if info.get(key) is not None:
+            view[key] = info[key]
+    if attempts:
+        view["attempts"] = attempts
+    if snap.steps.get(record.job_id):
+        view["steps"] = [{"step": s, "state": st, "exit_code": c} for s, st, c in snap.steps[record.job_id]]
+    return view
+
+
+def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Which job or array task failed, which srun task (rank) failed first, and its code."""
+    if not failed:
+        return None
+    row = failed[0]
+    tasks = row.get("failed_tasks") or []
+    first = tasks[0] if tasks else None
+    return {"job": row["job"], "state": row["state"], "exit_code": row["exit_code"],
+            "node": first["node"] if first else None, "task": first["tasks"][0] if first else None,
+            "what": first["what"] if first else None}
+
+
+def _fmt_loss(run: Mapping[str, Any] | None) -> str:
+    loss = (run or {}).get("loss")
+    return f"{loss:.4g}" if isinstance(loss, (int, float)) else "-"
+
+
+def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lambda text, state: text) -> list[str]:
+    """The text form of `job_view`, one line per fact; `style` colours a state."""
+    lines = [f"job {view['job']} ({view['name']}): {style(view['state'], view['state'])}"
+             + (f", exit code {view['exit_code']}" if view.get("exit_code") is not None else "")]
+    if view.get("reason"):
+        lines.append(f"  pending: {view['reason']}")
+    for label, key in (("nodes", "nodes"), ("elapsed", "elapsed"), ("limit", "limit"), ("requeued", "restarts")):
+        if view.get(key):
+            lines.append(f"  {label}: {view[key]}")
+    lines.append(f"  output: {view['output_dir']}" + (f" on {view['remote']}" if view.get("remote") else ""))
+    snap = view.get("snapshot")
+    if snap:
+        lines.append(f"  code: {snap.get('dir')} (commit {snap.get('commit') or 'none'}{', dirty' if snap.get('dirty') else ''})")
+    failure = view.get("first_failure")
+    if failure:
+        where = f" task {failure['task']} on {failure['node']}: {failure['what']}" if failure.get("node") else ""
+        lines.append(f"  failed: {failure['job']} {failure['state']} (exit code {failure['exit_code']}){where}")
+    for task in view.get("tasks") or []:
+        params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
+        code = "" if task.get("exit_code") is None else f" exit {task['exit_code']}"
+        lines.append(f"  {task['job']:>10}  {style(task['state'], task['state']):<10}{code}  loss {_fmt_loss(task.get('run'))}  {params}".rstrip())
+    run = view.get("run")
+    if run:
+        lines.append(f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})")
+    for step in view.get("steps") or []:
+        lines.append(f"  step {step['step']}: {step['state']} exit code {step['exit_code']}")
+    for attempt in view.get("attempts") or []:
+        if attempt.get("event") == "end":
+            lines.append(f"  attempt {attempt.get('attempt')}: {cause(attempt)} -> {attempt.get('action')}")
+    for note in view.get("notes") or []:
+        lines.append(f"  note: {note}")
+    return lines

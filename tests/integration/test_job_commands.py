@@ -1,0 +1,148 @@
+"""`slurmgen submit | status | logs | cancel | jobs` on the real test cluster, here and --remote.
+
+Every step goes through the real command line in a subprocess with a registry in pytest's temp
+tree. The jobs print one line per rank (`RANK`, the sweep parameters, the rendezvous port), so
+that the per-rank logs and each array task's parameters can be checked exactly. Remote runs
+use node1's sshd as the login node: the code snapshot is unpacked there (one filesystem, so the
+test can look at it) and the job runs from it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+# Each rank says who it is and what it got; rank 1 exits with $FAIL_CODE when it is set (the
+# job's code is the first failing rank's even when srun kills the others: run_slurm.sh).
+SAY = ('echo "rank $RANK of $WORLD_SIZE on $(hostname) port $MASTER_PORT args $*"; sleep "${NAP:-0}"; '
+       'if [[ $RANK == 1 && -n ${FAIL_CODE:-} ]]; then exit "$FAIL_CODE"; fi')
+COMMAND = ["--", "bash", "-c", SAY, "say"]
+
+
+def sg(cluster, cwd: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "slurmgen", args[0], "--registry", str(cwd / "jobs.sqlite"), *args[1:]]
+    proc = subprocess.run(argv, cwd=cwd, env=cluster.env(env), capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"slurmgen {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def status(cluster, cwd: Path, job: str, *extra: str) -> dict:
+    return json.loads(sg(cluster, cwd, "status", job, "--json", *extra).stdout)
+
+
+def wait_status(cluster, cwd: Path, job: str, states: set[str], *extra: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        view = status(cluster, cwd, job, *extra)
+        if view["state"] in states or time.monotonic() > deadline:
+            assert view["state"] in states, view
+            return view
+        time.sleep(0.25)
+
+
+def rank_lines(cluster, cwd: Path, job: str, rank: int, *extra: str) -> list[str]:
+    return sg(cluster, cwd, "logs", job, "--rank", str(rank), *extra).stdout.splitlines()
+
+
+def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
+    base = ["--nodes", "2", "--backend", "gloo", "--time", "5"]
+    # 1. A 2x2 job, held: PENDING (held) -> released -> RUNNING -> COMPLETED.
+    job = sg(cluster, tmp_path, "submit", *base, "--gpus", "2", "-o", "one", "--hold", "-e", "NAP=2", *COMMAND).stdout.strip()
+    view = status(cluster, tmp_path, job)
+    assert (view["state"], view["reason"]) == ("PENDING", "JobHeldUser"), view
+    cluster.run(["scontrol", "release", job])
+    assert wait_status(cluster, tmp_path, job, {"RUNNING", "COMPLETED"})["state"] == "RUNNING"
+    follow = subprocess.Popen([sys.executable, "-m", "slurmgen", "logs", job, "--follow", "--registry",
+                               str(tmp_path / "jobs.sqlite")], cwd=tmp_path, env=cluster.env(), stdout=subprocess.PIPE, text=True)
+    view = wait_status(cluster, tmp_path, job, {"COMPLETED"})
+    followed, _ = follow.communicate(timeout=30)  # ends by itself once the job has ended
+    assert follow.returncode == 0 and sorted(line.split("]")[0] for line in followed.splitlines()
+                                             if line.startswith("[rank")) == [f"[rank {r}" for r in range(4)], followed
+    assert view["exit_code"] == 0 and view["nodes"] == "node[1-2]" and view["limit"] == "00:05:00", view
+    for rank in range(4):  # the split log holds exactly what each rank printed
+        lines = rank_lines(cluster, tmp_path, job, rank)
+        assert len(lines) == 1 and lines[0].startswith(f"[rank {rank}] rank {rank} of 4 on node{rank // 2 + 1} "), lines
+    node2 = sg(cluster, tmp_path, "logs", str(tmp_path / "one"), "--node", "node2").stdout
+    assert sorted(line.split()[1] for line in node2.splitlines()) == ["2]", "3]"], node2
+
+    # 2. A 2x2 sweep of 2-node tasks: one array job, one sbatch, each task's ranks get its row.
+    sweep = sg(cluster, tmp_path, "submit", *base, "-o", "grid", "--sweep", "lr=0.1,0.01", "--sweep", "bs=8,16",
+               "--array", "%4", "--wait", *COMMAND)
+    array = sweep.stdout.strip()
+    view = status(cluster, tmp_path, array)
+    assert view["state"] == "COMPLETED" and len(view["tasks"]) == 4, view
+    ports = set()
+    for task in view["tasks"]:
+        index = int(task["job"].split("_")[1])
+        params = task["params"]
+        assert params == {"lr": ["0.1", "0.01"][index // 2], "bs": ["8", "16"][index % 2]} and task["state"] == "COMPLETED"
+        lines = sg(cluster, tmp_path, "logs", task["job"]).stdout.splitlines()
+        said = sorted(line for line in lines if line.startswith("[rank"))
+        assert [s.split("args ")[1] for s in said] == [f"--lr {params['lr']} --bs {params['bs']}"] * 2, lines
+        ports |= {s.split("port ")[1].split()[0] for s in said}
+    assert len(ports) == 4  # every task its own rendezvous
+
+    # 3. A failing rank: --wait returns its code; status names the task and the code.
+    failed = sg(cluster, tmp_path, "submit", *base, "-o", "bad", "-e", "FAIL_CODE=3", "-e", "NAP=5", "--wait", *COMMAND,
+                check=False)  # rank 0 is still running when rank 1 fails: srun kills it
+    assert failed.returncode == 3, failed.stderr
+    view = status(cluster, tmp_path, failed.stdout.strip())
+    assert view["state"] == "FAILED" and view["exit_code"] == 3, view
+    assert (view["first_failure"]["task"], view["first_failure"]["node"]) == (1, "node2"), view
+    assert "task 1 on node2" in sg(cluster, tmp_path, "status", "bad").stdout
+
+    # 4. Cancel a running job: nothing left running, status says CANCELLED.
+    long = sg(cluster, tmp_path, "submit", *base, "-o", "long", "-J", "long", "-e", "NAP=60", *COMMAND).stdout.strip()
+    wait_status(cluster, tmp_path, "long", {"RUNNING"})
+    assert sg(cluster, tmp_path, "cancel", "long").stdout.strip() == f"job {long}: CANCELLED"
+    assert cluster.wait_no_tasks(long) == []
+    assert status(cluster, tmp_path, long)["state"] == "CANCELLED"
+    listed = json.loads(sg(cluster, tmp_path, "jobs", "--json").stdout)
+    assert [(r["job"], r["state"]) for r in listed] == [
+        (long, "CANCELLED"), (failed.stdout.strip(), "FAILED"), (array, "COMPLETED"), (job, "COMPLETED")]
+
+
+def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "marker.txt").write_text("committed\n")
+    (code / ".gitignore").write_text("scratch/\n")
+    (code / "scratch").mkdir()
+    (code / "scratch" / "big.bin").write_text("not shipped")
+    git = ["git", "-C", str(code), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    (code / "marker.txt").write_text("dirty\n")
+    remote_dir = tmp_path / "login"
+    remote = ["--remote", "node1", "--ssh-config", str(cluster.ssh_config),
+              "--remote-setup", f"export SLURM_CONF={cluster.slurm_conf} PATH={Path(sys.executable).parent}:$PATH"]
+    submit = ["submit", "--nodes", "2", "--backend", "gloo", "--time", "5", *remote, "--remote-dir", str(remote_dir),
+              "--code", str(code), "--hold", "--json", "--", "bash", "-c", 'echo "rank $RANK sees $(cat marker.txt)"']
+    record = json.loads(sg(cluster, tmp_path, *submit).stdout)
+    snap = record["snapshot"]
+    assert (snap["dirty"], snap["uploaded"], "+dirty" in snap["diff"], len(snap["commit"])) == (True, True, True, 40)
+    job_dir = Path(snap["dir"])
+    assert job_dir.parent.parent == remote_dir.resolve() and not (job_dir / "scratch").exists()
+    again = json.loads(sg(cluster, tmp_path, *submit).stdout)  # the same tree: nothing uploaded
+    assert (again["snapshot"]["digest"], again["snapshot"]["uploaded"]) == (snap["digest"], False)
+    assert len(list((remote_dir / "snapshots").iterdir())) == 1
+    (code / "marker.txt").write_text("edited after submit\n")  # must not reach the queued job
+    sg(cluster, tmp_path, "cancel", again["job_id"])  # found through the registry: no --remote needed
+    assert status(cluster, tmp_path, again["job_id"])["state"] == "CANCELLED"
+
+    cluster.run(["scontrol", "release", record["job_id"]])
+    cluster.wait(record["job_id"], timeout=60)  # polled directly: every remote command opens an SSH session
+    view = status(cluster, tmp_path, record["job_id"], *remote)
+    assert (view["state"], view["remote"], view["exit_code"]) == ("COMPLETED", "node1", 0), view
+    assert rank_lines(cluster, tmp_path, record["job_id"], 1, *remote) == ["[rank 1] rank 1 sees dirty"]
+    listed = json.loads(sg(cluster, tmp_path, "jobs", "--json", *remote).stdout)
+    assert [(r["job"], r["state"], r["remote"]) for r in listed] == [
+        (again["job_id"], "CANCELLED", "node1"), (record["job_id"], "COMPLETED", "node1")]

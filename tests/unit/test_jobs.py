@@ -1,0 +1,342 @@
+"""The job registry, JOB lookup, sweeps and the job commands' logic, without a cluster.
+
+A stand-in runner answers with output recorded from Slurm 22.05 (tests/unit/data/slurm/) and
+counts calls; tests/integration/test_job_commands.py runs the same commands on the real
+cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from cli_helpers import run
+
+from slurmgen.config import build_spec
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs import commands, sweep
+from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.resolve import find
+from slurmgen.jobs.runner import Result
+from slurmgen.jobs.view import format_view
+from slurmgen.render import SLURM_SCRIPT, render
+
+DATA = Path(__file__).parent / "data" / "slurm"
+
+
+class FakeRunner:
+    """Answers `scontrol show job -o [ID]` from recorded text; files from a dict."""
+
+    where = "local"
+
+    def __init__(self, scontrol: str = "", files: dict[str, str] | None = None):
+        self.scontrol, self.files, self.calls = scontrol, files or {}, []
+
+    def run(self, argv, *, cwd=None, stdin=b"", timeout=60):
+        self.calls.append(list(argv))
+        if argv[:3] == ["scontrol", "show", "job"]:
+            return Result(0, self.scontrol, "")
+        if argv[0] == "sacct":
+            return Result(1, "", "Slurm accounting storage is disabled\n")
+        if argv[0] == "sbatch":
+            return Result(0, "77\n", "")
+        raise AssertionError(f"unexpected command {argv}")
+
+    def read(self, path, offset=0):
+        text = self.files.get(path)
+        return None if text is None else text.encode()[offset:]
+
+    def close(self):
+        pass
+
+
+def registry(tmp_path: Path) -> Registry:
+    return Registry.open(tmp_path / "jobs.sqlite", create=True)
+
+
+def record(job_id: str, tmp_path: Path, **info) -> JobRecord:
+    base = {"log_dir": str(tmp_path / "logs"), "workdir": str(tmp_path), "command": ["x"], "nodes": 2, "gpus": 2,
+            "launcher": "srun", "array": None}
+    return JobRecord(job_id, info.pop("name", "rec"), str(tmp_path / "out"), float(job_id), None, None, None, {**base, **info})
+
+
+# --- sweeps -------------------------------------------------------------------------------------
+def test_a_grid_expands_first_key_slowest_and_words_keep_spaces():
+    rows = sweep.points({"lr": ["1e-3", 3e-4], "bs": [8, 16]})
+    assert rows == [{"lr": "1e-3", "bs": 8}, {"lr": "1e-3", "bs": 16}, {"lr": 3e-4, "bs": 8}, {"lr": 3e-4, "bs": 16}]
+    assert sweep.task_words({"name": "a b", "flag": True}) == ["--name", "a b", "--flag", "true"]
+    assert sweep.task_words({"model.depth": 4}, "{key}={value}") == ["model.depth=4"]
+    assert sweep.array_option(1000, "%8") == "0-999%8"
+
+
+@pytest.mark.parametrize("flag, words", [(["lr"], "expected KEY=V1,V2"), (["lr="], "expected KEY=V1,V2"),
+                                         (["lr=1,,2"], "expected KEY=V1,V2"), (["lr=1", "lr=2"], "lr is given twice"),
+                                         (["a b=1"], "expected KEY=V1,V2")])
+def test_bad_sweep_flags(flag, words):
+    with pytest.raises(SlurmgenError, match=words):
+        sweep.parse_flag(flag)
+
+
+def test_sweep_file_errors_name_the_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"lr": 1}\n\nnot json\n')
+    with pytest.raises(SlurmgenError, match=r"p.jsonl:3: not JSON"):
+        sweep.read_file(path)
+    path.write_text('{"lr": 1}\n[1]\n')
+    with pytest.raises(SlurmgenError, match=r"p.jsonl:2: expected a JSON object"):
+        sweep.read_file(path)
+    with pytest.raises(SlurmgenError, match="cannot read"):
+        sweep.read_file(tmp_path / "missing.jsonl")
+
+
+def test_a_sweep_renders_one_array_script_whose_tasks_get_their_row(tmp_path):
+    spec = build_spec({"output_dir": str(tmp_path / "out"), "nodes": 2, "array": "%3", "backend": "gloo",
+                       "sweep": [{"lr": "it's $(x)", "bs": 8}, {"lr": "0.1", "bs": 16}], "command": ["printf", "<%s>"]})
+    files = render(spec).files
+    script = files[SLURM_SCRIPT]
+    assert "#SBATCH --array=0-1%3" in script and "#SBATCH --output=" in script and "%x-%A_%a.out" in script
+    assert [json.loads(line)["params"] for line in files[sweep.SWEEP_FILE].splitlines()] == spec.sweep
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / SLURM_SCRIPT).write_text(script)
+    assert subprocess.run(["shellcheck", str(out / SLURM_SCRIPT)], capture_output=True).returncode == 0
+    # Real bash, with a stand-in srun that runs the task once: task 0 gets row 0, literally.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/usr/bin/env bash\nwhile [[ $1 == -* ]]; do shift; done\n'
+                                  'SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NTASKS=1 "$@"\n')
+    (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\necho localhost\n")
+    for f in bin_dir.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "x"}
+    ran = subprocess.run(["bash", str(out / SLURM_SCRIPT)], env={**env, "SLURM_ARRAY_TASK_ID": "0"},
+                         capture_output=True, text=True, timeout=30)
+    assert ran.stdout.endswith("<--lr><it's $(x)><--bs><8>"), ran.stdout + ran.stderr
+    bad = subprocess.run(["bash", str(out / SLURM_SCRIPT)], env={**env, "SLURM_ARRAY_TASK_ID": "5"},
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and "this sweep has 2 points (array tasks 0-1); got task '5'" in bad.stderr
+
+
+def test_an_array_without_a_sweep_passes_through():
+    script = render(build_spec({"array": "0-15%4"})).files[SLURM_SCRIPT]
+    assert "#SBATCH --array=0-15%4" in script and "%x-%A_%a.out" in script and "case ${SLURM_ARRAY_TASK_ID" not in script
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"sweep": {"lr": []}}, "sweep: every parameter needs at least one value"),
+    ({"sweep": {"lr": [1]}, "array": "0-3"}, "with a sweep, give only %N"),
+    ({"array": "%4"}, "caps a sweep's tasks"),
+    ({"array": "0-3;rm"}, "array: expected sbatch's --array form"),
+    ({"sweep": {"lr": [1]}, "sweep_args": "--{key}"}, "sweep_args: must contain {value}"),
+    ({"sbatch_extra": ["--array=0-3"]}, "--array is written by slurmgen"),
+])
+def test_bad_sweep_specs(values, words):
+    with pytest.raises(SlurmgenError) as info:
+        build_spec(values)
+    assert words in "\n".join(info.value.lines())
+
+
+# --- registry -----------------------------------------------------------------------------------
+def test_registry_round_trip_and_last_states(tmp_path):
+    with registry(tmp_path) as reg:
+        old, new, other = record("5", tmp_path), record("5", tmp_path, nodes=4), record("6", tmp_path, name="other")
+        reg.add_many([old, new, other])  # a reset cluster hands out 5 again: the newest 5 is the one meant
+        reg.remember_states({new.seq: ("FAILED", 3)})
+    with Registry.open(tmp_path / "jobs.sqlite") as reg:
+        assert [(r.job_id, r.last_state) for r in reg.all()] == [("6", None), ("5", "FAILED"), ("5", None)]
+        assert (reg.get("5").last_state, reg.get("5").last_exit, reg.get("5").info["nodes"]) == ("FAILED", 3, 4)
+        assert [r.job_id for r in reg.by_name("other")] == ["6"] and reg.get("7") is None
+
+
+def test_a_registry_path_may_hold_uri_characters(tmp_path):
+    path = tmp_path / "odd ?#% dir" / "jobs.sqlite"
+    with Registry.open(path, create=True) as reg:
+        reg.add(record("5", tmp_path))
+    assert [p.name for p in path.parent.iterdir()] == ["jobs.sqlite"]
+    with Registry.open(path) as reg:
+        assert reg.get("5").job_id == "5"
+
+
+def test_reading_commands_never_create_or_touch_a_registry(tmp_path):
+    with pytest.raises(SlurmgenError, match="no job registry"):
+        Registry.open(tmp_path / "none.sqlite")
+    assert not (tmp_path / "none.sqlite").exists()
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(SlurmgenError, match="not a slurmgen registry"):
+        Registry.open(other, create=True)
+
+
+# --- JOB lookup -----------------------------------------------------------------------------------
+def test_find_by_id_task_name_and_dir(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "job.yaml").write_text("nodes: 1\n")
+    monkeypatch.chdir(tmp_path)
+    with registry(tmp_path) as reg:
+        reg.add_many([record("5", tmp_path), record("6", tmp_path)])
+        assert find(reg, "5") == (reg.get("5"), None)
+        reg.add(record("8", tmp_path, array=4))
+        assert find(reg, "8_3") == (reg.get("8"), "3")
+        assert find(reg, "rec")[0].job_id == "8" and find(reg, "out")[0].job_id == "8"
+        for ref, words in [("0", "not a job id"), ("5_", "not a job id"), ("5_3", "5 is not an array job"), ("9", "not in the registry"),
+                           ("nope", "no registered job"), (str(tmp_path), "holds no job.yaml")]:
+            with pytest.raises(SlurmgenError, match=words):
+                find(reg, ref)
+
+
+# --- the commands, with the stand-in runner -------------------------------------------------------
+def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
+    scontrol = (DATA / "scontrol_failed.txt").read_text()
+    log = (DATA / "log_fail.txt").read_text()
+    rec = record("7", tmp_path, name="fail")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "slurmgen-7.attempts.jsonl").write_text(
+        '{"event": "start", "attempt": 0}\n{"event": "end", "attempt": 0, "exit_code": 3, "action": "stop"}\n{"cut')
+    runner = FakeRunner(scontrol, {str(tmp_path / "logs" / "fail-7.out"): log,
+                                   str(tmp_path / "logs" / "slurmgen-7.attempts.jsonl"):
+                                   (tmp_path / "logs" / "slurmgen-7.attempts.jsonl").read_text()})
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        view = commands.status(runner, reg, rec, None)
+        assert reg.get("7").last_state == "FAILED"
+    assert (view["state"], view["exit_code"], view["nodes"]) == ("FAILED", 3, "node[1-2]")
+    assert view["first_failure"] == {"job": "7", "state": "FAILED", "exit_code": 3, "node": "node1", "task": 1,
+                                     "what": "Exited with exit code 3"}
+    assert [a["event"] for a in view["attempts"]] == ["start", "end"]
+    text = "\n".join(format_view(view))
+    assert "failed: 7 FAILED (exit code 3) task 1 on node1: Exited with exit code 3" in text
+    assert "attempt 0: exit 3 -> stop" in text
+
+
+def test_status_of_a_sweep_shows_the_grid(tmp_path):
+    from slurmgen import tracking
+
+    run = tracking.init(str(tmp_path / "runs" / "train" / "tracking"), group="slurm-4_1")  # as array task 1's trainer
+    run.log(type="train", metrics={"loss": 0.25}, step=10)
+    run.finish()
+    grid = sweep.grid_jsonl(sweep.points({"lr": [1, 2], "bs": [8, 16]}))
+    rec = record("4", tmp_path, array=4, sweep_file=str(tmp_path / "out" / "sweep.jsonl"))
+    runner = FakeRunner((DATA / "scontrol_array.txt").read_text(), {rec.info["sweep_file"]: grid})
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        view = commands.status(runner, reg, rec, None)
+    assert view["state"] == "RUNNING"
+    assert [(t["job"], t["state"], t["params"]) for t in view["tasks"]] == [
+        ("4_0", "RUNNING", {"lr": 1, "bs": 8}), ("4_1", "RUNNING", {"lr": 1, "bs": 16}),
+        ("4_2", "PENDING", {"lr": 2, "bs": 8}), ("4_3", "PENDING", {"lr": 2, "bs": 16})]
+    assert view["tasks"][2]["reason"] == "JobArrayTaskLimit"
+    assert view["tasks"][1]["run"]["loss"] == 0.25 and "run" not in view["tasks"][0]
+    assert "4_1  RUNNING     loss 0.25  lr=1 bs=16" in "\n".join(format_view(view))
+
+
+def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path):
+    with registry(tmp_path) as reg:
+        reg.add_many([record(str(i), tmp_path) for i in range(1, 1001)])
+        runner = FakeRunner((DATA / "scontrol_running.txt").read_text())
+        rows = commands.list_jobs(lambda *a: runner, reg, None)
+        assert runner.calls == [["scontrol", "show", "job", "-o"]]
+        assert len(rows) == 1000 and rows[-1]["state"] == "RUNNING" and rows[0]["state"] == "UNKNOWN"
+        assert reg.get("1").last_state == "RUNNING"
+
+
+def test_wait_polls_until_the_end_and_returns_the_code(tmp_path):
+    answers = [(DATA / "scontrol_running.txt").read_text(), (DATA / "scontrol_failed.txt").read_text().replace("JobId=7", "JobId=1")]
+    runner = FakeRunner()
+    naps = []
+
+    def nap(seconds):
+        naps.append(seconds)
+        runner.scontrol = answers[1]
+    runner.scontrol = answers[0]
+    assert commands.wait(runner, record("1", tmp_path), sleep=nap) == ("FAILED", 3)
+    assert naps == [commands.POLL]
+
+
+def test_submit_registers_what_sbatch_said(tmp_path):
+    rendered = render(build_spec({"output_dir": "out", "sweep": {"lr": [1, 2, 3]}, "job_name": "s"}))
+    runner = FakeRunner()
+    with registry(tmp_path) as reg:
+        rec = commands.submit(runner, reg, rendered, str(tmp_path), ["--parsable", "--hold"], None, {})
+        assert reg.get("77").info["array"] == 3
+    assert runner.calls == [["sbatch", "--parsable", "--hold", "out/run_slurm.sh"]]
+    assert (rec.output_dir, rec.info["sweep_file"]) == (str(tmp_path / "out"), str(tmp_path / "out" / "sweep.jsonl"))
+    with pytest.raises(SlurmgenError, match="sbatch: error: Batch job submission failed: Invalid partition"):
+        commands.job_id_from("", "sbatch: error: Batch job submission failed: Invalid partition name specified\n", 1)
+
+
+# --- the command line: bad input is one line, exit 2, registry untouched ---------------------------
+@pytest.mark.parametrize("args, words", [
+    (["status", "12.5"], "job: '12.5' is not a job id"),
+    (["logs", "0"], "job: '0' is not a job id"),
+    (["cancel", "999"], "job: 999 is not in the registry"),
+    (["status", "nosuchjob"], "no registered job has the id, name or output dir 'nosuchjob'"),
+    (["cancel", "5", "--signal", "USR1;x"], "signal: expected a signal name or number"),
+    (["logs", "5", "--rank", "1", "--node", "0"], "give --rank or --node, not both"),
+])
+def test_bad_job_references(capsys, tmp_path, args, words):
+    path = tmp_path / "jobs.sqlite"
+    with Registry.open(path, create=True) as reg:
+        reg.add(record("5", tmp_path))
+    before = path.read_bytes()
+    code, out, err = run(capsys, *args, "--registry", str(path))
+    assert (code, out, err.count("\n")) == (2, "", 1) and words in err, err
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["status"], ["jobs"], ["logs", "5"], ["cancel", "5"], ["status", "5", "--json"]])
+def test_a_registry_that_is_not_a_database_is_refused_untouched(capsys, tmp_path, command):
+    path = tmp_path / "jobs.sqlite"
+    path.write_bytes(b"certainly not SQLite\n" * 100)
+    mtime = path.stat().st_mtime_ns
+    code, out, err = run(capsys, *command, "--registry", str(path))
+    assert (code, out, err.count("\n")) == (2, "", 1) and "is not a job registry" in err, err
+    assert path.read_bytes() == b"certainly not SQLite\n" * 100 and path.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.sqlite"]  # no journal left beside it
+
+
+def test_submit_refuses_bad_input_before_writing_or_submitting(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for args, words in [(["--dependency", "afterok:12;rm"], "dependency: expected sbatch's form"),
+                        (["--sweep", "lr=1", "--sweep-file", "p.jsonl"], "give --sweep or --sweep-file, not both"),
+                        (["--nodes", "0"], "nodes:")]:
+        code, _, err = run(capsys, "submit", "--registry", "r.sqlite", *args)
+        assert code == 2 and words in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_create_dry_run_shows_the_sweep_grid(capsys):
+    code, out, _ = run(capsys, "create", "--dry-run", "--sweep", "lr=1,2", "--sweep-args", "{key}={value}")
+    assert code == 0 and "#SBATCH --array=0-1" in out and "0) cmd+=(lr=1) ;;" in out
+    assert '{"task": 1, "params": {"lr": "2"}}' in out
+
+
+
+# --- code snapshots for --remote ------------------------------------------------------------------
+def test_snapshots_are_content_addressed_and_follow_git(tmp_path):
+    from slurmgen.jobs.snapshot import take
+
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "train.py").write_text("print(1)\n")
+    (code / ".gitignore").write_text("data/\n")
+    (code / "data").mkdir()
+    (code / "data" / "huge.bin").write_text("never shipped")
+    with pytest.raises(SlurmgenError, match="not in a git work tree"):
+        take(code, whole_dir=False)
+    assert take(code, whole_dir=True).files == 3  # --code DIR outside git: everything under it
+    git = ["git", "-C", str(code), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    clean = take(code, whole_dir=False)
+    assert (clean.files, clean.dirty, clean.diff, len(clean.commit)) == (2, False, "", 40)
+    os.utime(code / "pkg" / "train.py", (1, 1))  # times are not content: same digest
+    assert take(code, whole_dir=False).digest == clean.digest
+    (code / "pkg" / "train.py").write_text("print(2)\n")
+    dirty = take(code, whole_dir=False)
+    assert dirty.dirty and "+print(2)" in dirty.diff and dirty.digest != clean.digest

@@ -1,0 +1,132 @@
+"""Parsing what Slurm says, on output recorded from the test cluster's Slurm 22.05.8
+(tests/unit/data/slurm/: `scontrol show job -o` in every state, an array, srun's own error
+lines in a job log); sacct, which has no database there, on a sample in its documented form."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmgen.jobs.logs import follow, select_lines, tasks_on_node
+from slurmgen.jobs.slurm import (Snapshot, expand_tasks, parse_sacct, parse_scontrol, split_label,
+                                 task_exits, valid_job_id)
+from slurmgen.jobs.view import exit_code, overall
+
+DATA = Path(__file__).parent / "data" / "slurm"
+
+
+def recorded(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_running_job():
+    (job,) = parse_scontrol(recorded("scontrol_running.txt"))
+    assert (job.key, job.name, job.state, job.reason, job.nodes, job.limit) == ("1", "rec", "RUNNING", None, "node[1-2]", "00:05:00")
+    assert (job.restarts, job.exit_code, job.ended) == (0, 0, False)
+    assert job.stdout.endswith("/rec-1.out") and job.workdir.endswith("test_record0")
+
+
+def test_pending_reasons_and_end_states():
+    (held,) = parse_scontrol(recorded("scontrol_pending_held.txt"))
+    assert (held.state, held.reason, held.nodes) == ("PENDING", "JobHeldUser", None)
+    (failed,) = parse_scontrol(recorded("scontrol_failed.txt"))
+    assert (failed.state, failed.exit_code, failed.signal, failed.ended, exit_code(failed)) == ("FAILED", 3, 0, True, 3)
+    (cancelled,) = parse_scontrol(recorded("scontrol_cancelled.txt"))
+    assert (cancelled.state, cancelled.ended) == ("CANCELLED", True)
+    (done,) = parse_scontrol(recorded("scontrol_completed.txt"))
+    assert (done.state, done.elapsed, exit_code(done)) == ("COMPLETED", "00:00:04", 0)
+
+
+def test_array_tasks_and_the_pending_range():
+    jobs = parse_scontrol(recorded("scontrol_array.txt"))
+    assert [(j.key, j.job_id, j.state) for j in jobs] == [("4_2-3%2", "4", "PENDING"), ("4_1", "6", "RUNNING"),
+                                                          ("4_0", "5", "RUNNING")]
+    assert jobs[0].reason == "JobArrayTaskLimit"
+    snap = Snapshot()
+    for j in jobs:
+        snap.add(j)
+    assert [j.key for j in snap.tasks_of("4")] == ["4_0", "4_1", "4_2-3%2"]
+    assert "4" not in snap.jobs  # a task's own id must not stand for the whole array
+    assert overall(snap.tasks_of("4")) == ("RUNNING", None)
+    done = parse_scontrol(recorded("scontrol_array_done.txt"))
+    assert overall(done) == ("COMPLETED", 0) and sorted(j.array_task for j in done) == ["0", "1", "2", "3"]
+
+
+def test_the_failing_task_comes_from_srun_in_the_log():
+    log = recorded("log_fail.txt")
+    (exit_,) = task_exits(log)
+    assert (exit_.node, exit_.tasks, exit_.code) == ("node1", (1,), 3)
+    more = task_exits("srun: error: gn7: tasks 4-5,7: Killed\nsrun: error: gn6: task 0: Exited with exit code 9\n")
+    assert [(e.node, e.tasks, e.code) for e in more] == [("gn7", (4, 5, 7), None), ("gn6", (0,), 9)]
+
+
+def test_label_prefixes_split_ranks():
+    lines = recorded("log_rec.txt").splitlines()
+    assert sorted(split_label(line) for line in lines) == [(r, f"hi {r}") for r in range(4)]
+    assert split_label(" 12: padded") == (12, "padded") and split_label("slurmgen: job 5") == (None, "slurmgen: job 5")
+    assert select_lines(["0: a", "1: b", "plain", "1: c"], {1}) == [(1, "b"), (1, "c")]
+    assert select_lines(["0: a", "plain"], None) == [(0, "a"), (None, "plain")]
+    assert tasks_on_node(1, 4, "srun") == {4, 5, 6, 7} and tasks_on_node(1, 4, "torchrun") == {1}
+
+
+def test_sacct_parsable2_jobs_and_steps():
+    text = ("12|train|COMPLETED|0:0|00:01:02|01:00:00|gn[6-7]|/w\n"
+            "12.batch|batch|COMPLETED|0:0|00:01:02||gn6|\n"
+            "12.0|bash|FAILED|3:0|00:01:00||gn[6-7]|\n"
+            "13_2|sweep|CANCELLED by 0|0:15|00:00:09|00:10:00|gn6|/w\n")
+    jobs, steps = parse_sacct(text)
+    assert [(j.key, j.state, j.source) for j in jobs] == [("12", "COMPLETED", "sacct"), ("13_2", "CANCELLED", "sacct")]
+    assert steps == {"12": [("batch", "COMPLETED", 0), ("0", "FAILED", 3)]}
+    assert exit_code(jobs[1]) == 128 + 15
+
+
+@pytest.mark.parametrize("text, ok", [("1", True), ("1234_5", True), ("0", False), ("12_", False), ("1_2_3", False),
+                                      ("-3", False), ("12.0", False), ("", False)])
+def test_job_ids(text, ok):
+    assert valid_job_id(text) is ok
+
+
+def test_pending_ranges():
+    assert expand_tasks("2-3%2") == ["2", "3"] and expand_tasks("0,4-8:2") == ["0", "4", "6", "8"]
+
+
+def test_follow_reads_to_the_end_after_the_job_ended():
+    chunks = [b"0: a\n1: b", b"\n", b"", b"0: last"]
+    states = iter([False, False, False, True])
+    read_at = []
+
+    def read(offset):
+        read_at.append(offset)
+        return chunks.pop(0) if chunks else b""
+    lines = list(follow(read, lambda: next(states), sleep=lambda s: None))
+    assert lines == ["0: a", "1: b", "0: last"] and read_at == [0, 9, 10, 10]
+
+
+class Recorded:
+    """A runner that answers each Slurm command with a recorded file: stdout, #STDERR, #RC."""
+
+    where = "local"
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers, self.calls = answers, []
+
+    def run(self, argv, **kwargs):
+        from slurmgen.jobs.runner import Result
+
+        self.calls.append(argv[0])
+        body, _, code = recorded(self.answers[argv[0]]).rpartition("\n#RC ")
+        out, _, err = body.partition("\n#STDERR\n")
+        return Result(int(code), out, err)
+
+
+def test_a_job_the_controller_forgot_without_accounting_gets_a_clear_note():
+    from slurmgen.jobs.query import ask
+
+    runner = Recorded({"scontrol": "scontrol_bad.txt", "sacct": "sacct.txt"})
+    snap = ask(runner, ["999999"])
+    assert snap.jobs == {} and runner.calls == ["scontrol", "sacct"]
+    assert snap.notes == ["sacct: Slurm accounting storage is disabled; showing the last state slurmgen saw for "
+                          "1 job(s) the controller no longer knows"]
+    known = ask(Recorded({"scontrol": "scontrol_completed.txt"}), ["1"])
+    assert known.jobs["1"].state == "COMPLETED" and known.notes == []
