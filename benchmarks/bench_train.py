@@ -1,6 +1,6 @@
 """The bundled trainer's cost, measured against the simplest code that does the same work.
 
-    python benchmarks/bench_train.py [--world 2] [--steps 60] [--rounds 3] [--ckpt-mb 100]
+    python benchmarks/bench_train.py [--world 2] [--steps 60] [--rounds 3] [--ckpt-mb 100] [--only SECTION]
 
 1. Throughput: `--world` ranks on gloo (CPU) train the same GPT on the same synthetic data,
    alternately with a minimal hand-written DDP loop (nanoGPT-style: forward, backward, clip,
@@ -12,6 +12,14 @@
    fsync, `latest` pointer, pruning) and its weights_only load, against a plain torch.save /
    torch.load of the same state to a file, and against torch.save+fsync and
    torch.load(weights_only=True), which carry the same guarantees. Printed: medians, ratios.
+3. Stall per checkpoint (`stall`): how long the training loop is blocked by one checkpoint of
+   a --stall-mb state (default 100 and 1000 MB), written synchronously (the whole durable
+   save) and asynchronously (only the copy to CPU memory; the write goes on in a thread), in
+   alternating rounds of the same run with clean page cache. The first asynchronous
+   checkpoint allocates its buffers, the later ones reuse them: both are printed.
+4. Coordination with many ranks (`scale`, see train_scale.py): --scale-world ranks of a tiny
+   model on gloo, before (--before REF) and after: start-up, resume, peak RSS per rank,
+   heartbeat file operations per second in the run directory.
 """
 
 from __future__ import annotations
@@ -26,6 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
+SECTIONS = ("throughput", "checkpoints", "stall", "scale")
+# The trainer before issue 16 (broadcast resume, per-rank heartbeats in the run directory,
+# polling start-up meeting, synchronous checkpoints): the "before" of the scale section.
+BEFORE = "3c2c8b1"
 MODEL = dict(model="gpt", n_layer=2, n_head=4, n_embd=128, block_size=64, vocab_size=256, synthetic_samples=8192,
              batch_size=8, dropout=0.0)
 
@@ -165,6 +177,40 @@ def checkpoints(args: argparse.Namespace) -> None:
           f"/ torch.load(weights_only) {med['slurmgen load'] / med['torch.load(weights_only)']:.2f}")
 
 
+def stall(args: argparse.Namespace) -> None:
+    import torch
+
+    from slurmgen.train import checkpoint as ckpt
+    from slurmgen.train.ckpt_writer import CheckpointWriter
+
+    for mb in args.stall_mb:
+        n = int(mb * 2**20 / 4)
+        state = {"format": ckpt.FORMAT, "step": 0, "model": {f"layer{i}.weight": torch.randn(n // 8) for i in range(8)}}
+        with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+            writers = {"sync": CheckpointWriter(Path(tmp) / "sync", keep_last=1, background=False),
+                       "async": CheckpointWriter(Path(tmp) / "async", keep_last=1, background=True)}
+            stalls: dict[str, list[float]] = {k: [] for k in writers}
+            written: list[float] = []
+            for r in range(args.rounds + 1):  # round 0: the async writer's first (allocating) copy
+                for name in (("sync", "async") if r % 2 == 0 else ("async", "sync")):
+                    for t in state["model"].values():
+                        t.add_(1.0)  # "training" changed the state since the last checkpoint
+                    os.sync()
+                    t0 = time.perf_counter()
+                    writers[name].submit(r, {**state, "step": r})
+                    stalls[name].append(time.perf_counter() - t0)
+                    if name == "async":
+                        writers[name].wait()
+                        written.append(time.perf_counter() - t0)
+        sync, first = statistics.median(stalls["sync"][1:]), stalls["async"][0]
+        steady = statistics.median(stalls["async"][1:])
+        print(f"stall per checkpoint of {mb:.0f} MB, {args.rounds} rounds (median):")
+        print(f"  synchronous save (write, fsync, rename, pointer)   {sync:7.3f} s")
+        print(f"  asynchronous: copy to CPU, buffers reused          {steady:7.3f} s   ratio {steady / sync:.3f} (goal <= 0.1)")
+        print(f"  asynchronous: first checkpoint, buffers allocated  {first:7.3f} s   ratio {first / sync:.3f}")
+        print(f"  asynchronous: until durable (copy + write)         {statistics.median(written[1:]):7.3f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=2)
@@ -173,17 +219,37 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--ckpt-mb", type=float, default=100)
     p.add_argument("--tmp", default=tempfile.gettempdir(), help="directory for run dirs and checkpoint files")
-    p.add_argument("--skip", choices=("throughput", "checkpoints"), action="append", default=[])
+    p.add_argument("--skip", choices=SECTIONS, action="append", default=[])
+    p.add_argument("--only", choices=SECTIONS, action="append", default=[], help="run only these sections")
+    p.add_argument("--stall-mb", type=float, nargs="+", default=[100, 1000])
+    p.add_argument("--before", default=BEFORE, help="git ref of the 'before' trainer for --only scale (default: %(default)s)")
+    p.add_argument("--scale-world", type=int, default=32)
+    p.add_argument("--scale-per-node", type=int, default=8)
+    p.add_argument("--scale-steps", type=int, default=60)
+    p.add_argument("--scale-resume-steps", type=int, default=10)
+    p.add_argument("--scale-heartbeat", type=float, default=0.5, help="--heartbeat-every of the scale runs")
+    p.add_argument("--scale-phases", nargs="+", choices=("fresh", "resume", "resume-only"),
+                   default=["fresh", "resume", "resume-only"], help="fresh needs to come first")
+    p.add_argument("--scale-model", default="mlp")
+    p.add_argument("--scale-model-args", default="--mlp-hidden 32 --synthetic-samples 4096 --batch-size 4")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.steps % args.warmup:
         p.error("--steps must be a multiple of --warmup")
     if args.worker:
         return worker(args)
-    if "throughput" not in args.skip:
+    wanted = [s for s in (args.only or SECTIONS) if s not in args.skip]
+    if "throughput" in wanted:
         throughput(args)
-    if "checkpoints" not in args.skip:
+    if "checkpoints" in wanted:
         checkpoints(args)
+    if "stall" in wanted:
+        stall(args)
+    if "scale" in wanted:
+        from slurmgen.train.spawn import free_port
+        from train_scale import scale
+
+        scale(args, free_port)
 
 
 if __name__ == "__main__":

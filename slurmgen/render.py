@@ -88,7 +88,7 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     if spec.exclusive:
         lines.append(ShellCode("--exclusive"))
     if spec.requeue:
-        lines += [ShellCode("--requeue"), ShellCode(f"--signal=USR1@{spec.signal_lead}")]
+        lines += [ShellCode("--requeue"), ShellCode(f"--signal={spec.preempt_signal}@{spec.signal_lead}")]
     elif spec.retries:
         lines.append(ShellCode("--requeue"))  # `scontrol requeue` needs a requeueable job
     for extra in spec.sbatch_extra:

@@ -36,7 +36,7 @@ MANAGED_SBATCH = {
     "--account": "account", "-A": "account", "--qos": "qos", "-q": "qos",
     "--constraint": "constraint", "-C": "constraint", "--exclusive": "exclusive",
     "--output": "log_dir", "-o": "log_dir", "--error": "log_dir", "-e": "log_dir",
-    "--requeue": "requeue", "--signal": "requeue and signal_lead",
+    "--requeue": "requeue", "--signal": "requeue, signal_lead and preempt_signal",
     "--open-mode": "(always append)", "--array": "array or sweep", "-a": "array or sweep",
 }
 
@@ -113,8 +113,10 @@ class JobSpec(BaseModel):
     container: Container | None = None
     output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")
     log_dir: str | None = Field(None, description="Job logs; default OUTPUT_DIR/logs.")
-    requeue: bool = Field(False, description="Requeue on preemption, with USR1 sent signal_lead seconds before the end.")
-    signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that USR1 arrives.")
+    requeue: bool = Field(False, description="Requeue on preemption, with preempt_signal sent signal_lead seconds before the end.")
+    signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that preempt_signal arrives.")
+    preempt_signal: Literal["USR2", "USR1"] = Field(
+        "USR2", description="The signal Slurm sends before the time limit (USR2: NCCL may use USR1); the trainer is told.")
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
     array: str | None = Field(None, description="sbatch --array, e.g. 0-15%4; with a sweep only %N (a cap on tasks at once).")
     sweep: dict[str, list[SweepValue]] | list[dict[str, SweepValue]] | None = Field(

@@ -236,7 +236,7 @@ def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[in
 
 
 def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),
-           signal: Optional[str] = typer.Option(None, "--signal", "-s", help="Send this signal instead (USR1: the trainer checkpoints and stops)."),
+           signal: Optional[str] = typer.Option(None, "--signal", "-s", help="Send this signal instead (USR2, the preempt_signal default: the trainer checkpoints and stops)."),
            registry: Optional[Path] = RegistryOpt, remote: Optional[str] = RemoteOpt,
            ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
     """Cancel the job (scancel) and wait until Slurm says it ended; or only send it a signal."""

@@ -92,6 +92,8 @@ export SLURMGEN_LINK=off
 export MASTER_PORT=$master_port SLURMGEN_RANK_OFFSET=$rank_offset SLURMGEN_WORLD_SIZE=$world_size \
   SLURMGEN_LOG_DIR=$log_dir SLURMGEN_STOP_GRACE=$stop_grace SLURMGEN_FAIL_GRACE=$stop_grace \
   SLURMGEN_ATTEMPT=$attempt
+# The heartbeat contract (slurmgen/train/logs.py): ranks write where the watcher reads.
+if ((heartbeat_ms > 0)); then export SLURMGEN_HEARTBEAT_DIR=$heartbeat_dir; fi
 [[ -d $log_dir ]] || mkdir -p -- "$log_dir" 2>/dev/null ||
   fail "cannot create the log directory '$log_dir' on $HOSTNAME"
 

@@ -20,9 +20,9 @@ from typing import Any, Callable, Mapping, NoReturn
 import torch
 from torch import nn
 
-from . import dist
+from . import compat, dist
 from .config import TrainConfig
-from .env import DistEnv, LaunchFlags, detect
+from .env import DistEnv, EnvError, LaunchFlags, detect
 from .logs import setup_logging
 from .trainer import Trainer, TrainResult
 
@@ -35,6 +35,11 @@ def setup(config: TrainConfig, flags: LaunchFlags | None = None, environ: Mappin
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     env = detect(os.environ if environ is None else environ, flags, cuda)
     setup_logging(env.rank)
+    too_old, risky = compat.check(torch.__version__, cuda > 0)
+    if too_old:
+        raise EnvError(too_old)
+    if risky and env.is_main:
+        log.warning("%s", risky)
     dist.configure_runtime(env, config.threads, config.tf32)
     dist.init(env, config.init_timeout)
     log.info("slurmgen.train: %s", env.describe())
@@ -50,7 +55,7 @@ def train_ddp(model: nn.Module, train_dataset: Any, eval_dataset: Any = None,
 
     `config` is a TrainConfig or a dict of its fields; keyword overrides win. The process group
     is left up for the caller (evaluation, more collectives); end the script with
-    `finish(result.exit_code)`. Preemption (SIGUSR1/SIGTERM) returns exit_code 75 after a
+    `finish(result.exit_code)`. Preemption (--preempt-signal or SIGTERM) returns exit_code 75 after a
     checkpoint; call `train_ddp` again with the same out_dir to resume.
     """
     if config is None:

@@ -16,7 +16,9 @@ also survives a missing or dangling pointer by scanning, and skips an unreadable
 warning, so `--resume auto` always finds the newest loadable state.
 
 Files are loaded with `weights_only=True`: a checkpoint holds tensors and plain values only,
-so resuming never executes pickled code from the run directory.
+so resuming never executes pickled code from the run directory. They are memory-mapped
+(`mmap=True`): tensors are read from the page cache when they are copied into the model, so a
+rank holds no private copy of the file, and ranks of one node share its pages.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     weights_only=False, which would run code from the file: it is never passed on.
     """
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # truncated, not a zip/pickle at all, foreign objects, I/O error ...
         text = str(exc).strip()
         if isinstance(exc, pickle.UnpicklingError) and "Unsupported global" in text:

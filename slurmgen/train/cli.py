@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Mapping, Sequence
 
-from .config import EXIT_FAILED, EXIT_PREEMPTED, EXIT_USAGE, ConfigError, TrainConfig
+from .config import EXIT_FAILED, EXIT_PREEMPTED, EXIT_USAGE, PREEMPT_SIGNALS, ConfigError, TrainConfig
 from .env import EnvError, LaunchFlags, detect
 
 PROG = "slurmgen train"
@@ -25,16 +25,19 @@ launchers: torchrun, srun (plain or from a slurmgen script), launch_multi_node.s
   or a single process when nothing is set. Rank 0 logs what it detected.
 
 environment: SLURMGEN_BACKEND is the default of --backend; SLURMGEN_REQUEUE=1/0 forces
-  --requeue/--no-requeue; RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK (or GROUP_RANK)
+  --requeue/--no-requeue; SLURMGEN_PREEMPT_SIGNAL is the default of --preempt-signal;
+  RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK (or GROUP_RANK)
   MASTER_ADDR MASTER_PORT, else SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS
   SLURM_JOB_NODELIST SLURM_JOB_ID.
 
 run directory (--out-dir): checkpoints/ (ckpt-STEP.pt and a `latest` pointer), metrics.jsonl,
-  heartbeats/rank-N.json, tracking/GROUP/RUN/ (the run record: `slurmgen runs`, `slurmgen plot`).
-  Only rank 0 writes checkpoints and metrics (and, unless --track per-process, the run record).
+  heartbeats/node-HOST-N.json (every rank's last heartbeat, one file per node; ranks write theirs
+  to $SLURMGEN_HEARTBEAT_DIR instead when a launcher sets it), tracking/GROUP/RUN/ (the run record:
+  `slurmgen runs`, `slurmgen plot`). Only rank 0 writes checkpoints and metrics (and, unless
+  --track per-process, the run record).
 
 exit codes: 0 done; 1 the run failed; 2 bad flags or launch environment;
-  {EXIT_PREEMPTED} preempted: SIGUSR1 or SIGTERM arrived, a checkpoint was written, run the same
+  {EXIT_PREEMPTED} preempted: the --preempt-signal or SIGTERM arrived, a checkpoint was written, run the same
   command again to resume (with --requeue under Slurm the job has been requeued).
 """
 
@@ -74,6 +77,12 @@ def _float_at_least(low: float):
     return parse
 
 
+def signal_name(text: str) -> str:
+    """USR2, usr2 and SIGUSR2 all mean USR2 (sbatch --signal takes either form)."""
+    name = text.strip().upper()
+    return name[3:] if name.startswith("SIG") else name
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -92,6 +101,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     g.add_argument("--resume", default=d.resume, metavar="auto|never|PATH",
                    help="auto: continue from the latest checkpoint in --out-dir if any (default); never; or a checkpoint file or directory")
     g.add_argument("--save-every", type=nonneg, default=d.save_every, help="checkpoint every N steps, 0: only at the end and on preemption (default %(default)s)")
+    g.add_argument("--checkpoint-async", action=argparse.BooleanOptionalAction, default=d.checkpoint_async,
+                   help="write checkpoints in a background thread: training waits only for a copy of the state to CPU "
+                        "memory, and for the previous write at the next checkpoint (default: on)")
     g.add_argument("--keep-last", type=pos, default=d.keep_last, help="checkpoints to keep (default %(default)s)")
     g.add_argument("--eval-every", type=nonneg, default=d.eval_every, help="evaluate every N steps, 0: only at the end (default %(default)s)")
     g.add_argument("--eval-iters", type=pos, default=d.eval_iters, help="batches per rank per evaluation (default %(default)s)")
@@ -134,6 +146,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     g.add_argument("--requeue", action=argparse.BooleanOptionalAction, default=_truthy(env_requeue) if env_requeue else None,
                    help="on preemption under Slurm, run `scontrol requeue $SLURM_JOB_ID` (default: $SLURMGEN_REQUEUE, "
                         "else only if the job was submitted requeueable, as `scontrol show job` tells)")
+    g.add_argument("--preempt-signal", type=signal_name, choices=PREEMPT_SIGNALS,
+                   default=signal_name(environ.get("SLURMGEN_PREEMPT_SIGNAL") or d.preempt_signal),
+                   help="besides TERM, the signal that means: checkpoint, stop with exit 75 (and requeue); match sbatch "
+                        "--signal (default: $SLURMGEN_PREEMPT_SIGNAL, which generated scripts set, else %(default)s)")
     g = p.add_argument_group("run record (slurmgen runs / slurmgen plot read it)")
     g.add_argument("--track", choices=("rank0", "per-process", "off"), default=environ.get("SLURMGEN_TRACK") or d.track,
                    help="rank0: one run, written by rank 0; per-process: one run per process in one group; "

@@ -21,6 +21,14 @@ DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
 TRACK_MODES = ("rank0", "per-process", "off")
 DEFAULT_MAX_STEPS = 100
+# Signals that may announce the end of a job (sbatch --signal), by their name without SIG.
+# USR2 is the default because NCCL may install its own USR1 handler (submitit moved to USR2
+# for that reason); KILL and STOP cannot be caught, and INT stays Ctrl-C.
+PREEMPT_SIGNALS = ("USR2", "USR1", "URG", "HUP", "TERM")
+
+
+def preempt_signal_ok(name: str) -> bool:
+    return name in PREEMPT_SIGNALS
 
 
 class ConfigError(ValueError):
@@ -71,6 +79,7 @@ class TrainConfig:
     log_every: int = 10
     save_every: int = 100
     keep_last: int = 3
+    checkpoint_async: bool = True  # write in a background thread; training waits only for a copy to CPU
     resume: str = "auto"  # auto | never | PATH
     heartbeat_every: float = 1.0
     progress: str = "auto"  # auto | bar | lines | none
@@ -80,6 +89,7 @@ class TrainConfig:
     tf32: bool = False
     threads: int = 0  # 0: cores / local processes, when OMP_NUM_THREADS is unset
     requeue: bool | None = None  # None: requeue if Slurm says the job is requeueable
+    preempt_signal: str = "USR2"  # besides TERM, the signal that means "checkpoint and stop"
     # run record (slurmgen.tracking)
     track: str = "rank0"  # rank0 | per-process | off
     tracker: str = ""  # adapters to mirror to, comma-separated: tensorboard,wandb,mlflow,swanlab
@@ -151,6 +161,8 @@ class TrainConfig:
             p.append("--resume must be auto, never or a checkpoint path (got '')")
         if not self.out_dir:
             p.append("--out-dir must not be empty")
+        if not preempt_signal_ok(self.preempt_signal):
+            p.append(f"--preempt-signal must be one of {', '.join(PREEMPT_SIGNALS)} (got {self.preempt_signal!r})")
         if self.track not in TRACK_MODES:
             p.append(f"--track must be one of {', '.join(TRACK_MODES)} (got {self.track!r})")
         if self.tracker:

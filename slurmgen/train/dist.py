@@ -119,15 +119,20 @@ def _meet(store: dist.Store, env: DistEnv, timeout: float) -> None:
                 f"inconsistent WORLD_SIZE: rank {env.rank} has {env.world_size}, rank 0 has {theirs}: "
                 "every process must be started with the same world size"
             )
+    # No polling: the rank whose increment completes the count sets a key that the others
+    # block on in store.wait (one request each, instead of one every 50 ms from every rank).
     arrived = store.add("slurmgen/arrived", 1)  # only ranks that agree with rank 0 count
-    while arrived < env.world_size:
-        if time.monotonic() >= deadline:
-            raise DistSetupError(
-                f"only {arrived} of WORLD_SIZE={env.world_size} ranks arrived at {env.master_addr}:{env.master_port} "
-                f"within {timeout:g} s: are all nodes started, with the same world size? (--init-timeout to wait longer)"
-            )
-        time.sleep(0.05)
+    if arrived >= env.world_size:
+        store.set("slurmgen/all-arrived", "1")
+        return
+    try:
+        store.wait(["slurmgen/all-arrived"], timedelta(seconds=max(0.001, deadline - time.monotonic())))
+    except Exception:
         arrived = store.add("slurmgen/arrived", 0)
+        raise DistSetupError(
+            f"only {arrived} of WORLD_SIZE={env.world_size} ranks arrived at {env.master_addr}:{env.master_port} "
+            f"within {timeout:g} s: are all nodes started, with the same world size? (--init-timeout to wait longer)"
+        ) from None
 
 
 def init(env: DistEnv, timeout: float) -> None:

@@ -5,8 +5,9 @@ or of a checkpoint write. The handler only records it; at the next step boundary
 all-reduce the flag (so a signal that reached only some ranks still stops all of them at the
 same step), rank 0 writes a checkpoint, and every process exits with EXIT_PREEMPTED (75).
 
-SIGUSR1 is what `sbatch --signal=USR1@<lead>` sends before the time limit; SIGTERM is what
-Slurm, torchrun and launch_multi_node.sh send on cancellation or preemption.
+The warning signal is --preempt-signal (USR2 by default, what generated scripts ask Slurm
+for with `#SBATCH --signal=USR2@<lead>`; NCCL may use USR1 itself, see the README); SIGTERM is
+what Slurm, torchrun and launch_multi_node.sh send on cancellation or preemption.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import threading
 from typing import Mapping
 
 log = logging.getLogger("slurmgen.train")
-SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
 
 class PreemptFlag:
-    """Installs handlers for SIGUSR1 and SIGTERM; `requested` tells whether one arrived."""
+    """Installs handlers for the warning signal and SIGTERM; `requested` tells whether one arrived."""
 
-    def __init__(self) -> None:
+    def __init__(self, warning: str = "USR2") -> None:
+        self.signals = (signal.Signals[f"SIG{warning}"], signal.SIGTERM)
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
 
@@ -39,9 +40,10 @@ class PreemptFlag:
 
     def install(self) -> "PreemptFlag":
         if threading.current_thread() is not threading.main_thread():
-            log.warning("not in the main thread: SIGUSR1/SIGTERM will not trigger a checkpoint")
+            names = "/".join(s.name for s in self.signals)
+            log.warning("not in the main thread: %s will not trigger a checkpoint", names)
             return self
-        for s in SIGNALS:
+        for s in self.signals:
             self._previous[s] = signal.signal(s, self._handler)
         return self
 

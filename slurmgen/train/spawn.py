@@ -4,7 +4,7 @@ Why subprocesses and not torch.multiprocessing: each child is started exactly li
 generated script (a fresh `python -m slurmgen.train` with the torchrun variables in its
 environment), so there is one code path for ranks whoever launched them, nothing has to be
 pickled, and this parent never imports torch. It is a tiny launcher with the same contract as
-launch_multi_node.sh: forward SIGTERM/SIGUSR1/SIGINT to the children, stop the others as soon
+launch_multi_node.sh: forward SIGTERM, SIGINT and the preemption signals to the children, stop the others as soon
 as one fails, exit with the first failing child's code (0 only if all succeeded).
 """
 
@@ -21,7 +21,8 @@ from typing import Mapping, Sequence
 
 from slurmgen import exitcodes
 
-FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+# TERM, INT and every signal that --preempt-signal may name (the children decide what it means).
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG, signal.SIGHUP)
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL for the survivors of a failure
 PREEMPT_GRACE = 60.0  # survivors of a preemption are finishing their own clean exit: wait longer
 

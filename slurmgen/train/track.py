@@ -71,9 +71,19 @@ class Tracking:
             self.run.log(type=kind, metrics=metrics, step=step, epoch=epoch)
 
     def checkpoint(self, path: str | None, step: int, kind: str = "checkpoint") -> None:
-        if self.run is not None and self.main and path:
-            name = f"ckpt-{step:09d}" if kind == "checkpoint" else "model"
-            self.run.mark_output(self.run.create_artifact(name, kind, metadata={"step": step}).add_file(path))
+        self.mark(self.artifact(path, step, kind))
+
+    def artifact(self, path: str | None, step: int, kind: str = "checkpoint") -> Any:
+        """The record of a checkpoint file (it hashes the file, so the checkpoint writer's
+        thread calls this, never the training loop); None when this process keeps no record."""
+        if self.run is None or not self.main or not path:
+            return None
+        name = f"ckpt-{step:09d}" if kind == "checkpoint" else "model"
+        return self.run.create_artifact(name, kind, metadata={"step": step}).add_file(path)
+
+    def mark(self, artifact: Any) -> None:
+        if self.run is not None and artifact is not None:
+            self.run.mark_output(artifact)
 
     def finish(self, code: int) -> str | None:
         """Close the record with the run's exit code (0 finished, 75 preempted, else failed) and

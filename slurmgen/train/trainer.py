@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from . import checkpoint as ckpt
-from . import dist
+from . import dist, resume
+from .ckpt_writer import CheckpointWriter, Written
 from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
 from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv
@@ -78,7 +79,9 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, config.lr, config.effective_min_lr, config.warmup_steps, self.max_steps)
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=config.dtype == "float16")
         self.metrics = Metrics(self.out, enabled=env.is_main)
-        self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every)
+        self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every, env.local_rank, env.node_rank)
+        self.writer = CheckpointWriter(self.ckpt_dir, config.keep_last, background=config.checkpoint_async,
+                                       describe=lambda step, path: self.tracking.artifact(str(path), step))
         self.step, self.last_checkpoint, self.val_loss = 0, None, None
         self.tracking, self._resumed_tracking = Tracking(), None
         self._rng_seed()
@@ -96,25 +99,10 @@ class Trainer:
 
     # --- checkpoints ------------------------------------------------------------------------
     def _resume(self) -> None:
-        state, where = None, None
-        if self.env.is_main and self.cfg.resume != "never":
-            if self.cfg.resume == "auto":
-                found = ckpt.find_latest(self.ckpt_dir)
-                if found:
-                    where, state = str(found[0]), found[1]
-            else:
-                path = Path(self.cfg.resume)
-                if not path.exists():
-                    raise ConfigError([f"--resume {self.cfg.resume}: no such file or directory"])
-                # A damaged file named here is an error (CheckpointError, exit 1), not skipped.
-                found = ckpt.find_latest(path) if path.is_dir() else (path, ckpt.load(path))
-                if found is None:
-                    raise ConfigError([f"--resume {self.cfg.resume}: no checkpoint there"])
-                where, state = str(found[0]), found[1]
-        if self.env.distributed:
-            where, state = dist.broadcast_from_main((where, state))
-        if state is None:
+        found = resume.load(self.cfg.resume, self.ckpt_dir, self.env)
+        if found is None:
             return
+        where, state = found
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as exc:
@@ -134,10 +122,12 @@ class Trainer:
         log.info("resumed from %s at step %d", where, self.step)
 
     def save(self) -> None:
-        """All ranks call this: their RNG states go to rank 0, rank 0 writes, all wait.
+        """All ranks call this: their RNG states go to rank 0, which hands the state to the
+        writer (a copy to CPU memory, the write in the background), then all continue.
 
         The heartbeat says "checkpointing" meanwhile: the others wait at the barrier for as
-        long as rank 0 writes, which a heartbeat watcher must not take for a hang."""
+        long as rank 0 waits for the previous write and copies the state, which a heartbeat
+        watcher must not take for a hang."""
         self.heartbeat.beat(self.step, status="checkpointing", force=True)
         rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
         if self.env.is_main:
@@ -150,10 +140,29 @@ class Trainer:
                 "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
                 "tracking": self.tracking.state(),
             }
-            self.last_checkpoint = str(ckpt.save(self.ckpt_dir, self.step, state, self.cfg.keep_last))
-            self.tracking.checkpoint(self.last_checkpoint, self.step)
+            self._record(self.writer.wait())
+            self._record(self.writer.submit(self.step, state))
         dist.barrier()
         self.heartbeat.beat(self.step, status="running", force=True)
+
+    def _record(self, written: Written | None) -> None:
+        """A checkpoint is durable: it becomes the run's last checkpoint and enters the run record."""
+        if written is not None:
+            self.last_checkpoint = str(written.path)
+            self.tracking.mark(written.record)
+
+    def settle_checkpoint(self) -> None:
+        """Wait for the checkpoint write in flight (rank 0), saying "checkpointing" meanwhile."""
+        if self.writer.busy:
+            self.heartbeat.beat(self.step, status="checkpointing", force=True)
+            self._record(self.writer.wait())
+
+    def _settle_after_failure(self) -> None:
+        """A failing run still lets the write in flight finish: it may be the newest good state."""
+        try:
+            self._record(self.writer.wait())
+        except BaseException as exc:
+            log.error("the checkpoint write in flight failed too: %s", exc)
 
     # --- one step and evaluation ------------------------------------------------------------
     def _loss(self, module: nn.Module, batch: Any) -> torch.Tensor:
@@ -229,7 +238,7 @@ class Trainer:
                  "%d steps, %d per epoch", cfg.batch_size * cfg.grad_accum * env.world_size, cfg.batch_size,
                  cfg.grad_accum, env.world_size, first_items * cfg.grad_accum * env.world_size,
                  self.max_steps, self.batches.steps_per_epoch)
-        flag, vote = PreemptFlag().install(), dist.Vote()
+        flag, vote = PreemptFlag(cfg.preempt_signal).install(), dist.Vote()
         progress = Progress(cfg.progress, env.is_main, self.max_steps, self.step)
         start, window_t, window_n, window_items = time.time(), time.time(), 0, 0
         window_loss = torch.zeros((), device=env.device)
@@ -241,6 +250,8 @@ class Trainer:
                 window_loss, window_n, window_items = window_loss + loss, window_n + 1, window_items + items
                 self.heartbeat.beat(self.step)
                 progress.update(self.step)
+                if self.writer.finished():  # a background write is durable: record it now, not at the next one
+                    self._record(self.writer.wait())
                 # Every rank votes every step (the result arrives one step later): a signal that
                 # reached any rank stops all of them at the same step.
                 preempted = vote.cast(flag.requested)
@@ -272,13 +283,19 @@ class Trainer:
                 if preempted:
                     break
             vote.settle()  # the last vote is still in flight: finish it before other collectives
+            self.settle_checkpoint()  # durable before anything reports success, stops or requeues
         except BaseException:
+            self._settle_after_failure()
             self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
+            self.heartbeat.finish()  # the node's summary says "failed"; no peer to wait for
             self.tracking.finish(EXIT_FAILED)
             raise
         finally:
             progress.close()
-            flag.restore()
+            if not preempted:
+                # A preempted run keeps its handlers: Slurm signals node after node, and the
+                # warning may reach a rank only after the vote stopped it (default action: die).
+                flag.restore()
         if preempted:
             log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
             self.heartbeat.beat(self.step, status="preempted", force=True)
@@ -286,11 +303,14 @@ class Trainer:
             # Requeue last, once every rank has written its heartbeat and the run record: Slurm
             # ends all tasks the moment it requeues, and would cut those writes short.
             dist.barrier()
+            self.heartbeat.finish()
             if env.is_main:
                 warn, said = request_requeue(os.environ, cfg.requeue)
                 (log.warning if warn else log.info)("%s", said)
             return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
         self.heartbeat.beat(self.step, status="done", force=True)
+        dist.barrier()  # every rank's last beat is written: the node summary can be final
+        self.heartbeat.finish()
         log.info("done: step %d, train loss %s, val loss %s", self.step,
                  f"{train_loss:.4f}" if train_loss is not None else "-", f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
         self.tracking.checkpoint(self.last_checkpoint, self.step, kind="model")

@@ -8,8 +8,8 @@ is rendered, shellchecked, submitted with sbatch and polled, in both launcher mo
   runs with a `sitecustomize` on PYTHONPATH that installs an audit hook (sys.addaudithook) in
   every Python process of the job: one JSON line per write-open, rename and delete under the run
   directory (and per `scontrol` started), with the process's RANK, pid and host. The trainer's
-  own heartbeats (one file per rank, holding its rank and pid) tie those pids to ranks.
-- with `--requeue`, a USR1 sent to the job's steps (what `#SBATCH --signal=USR1@<lead>` does
+  own heartbeats (one summary per node, holding each rank's rank and pid) tie those pids to ranks.
+- with `--requeue`, a USR2 sent to the job's steps (what `#SBATCH --signal=USR2@<lead>` does
   before the time limit: without `B:` Slurm signals the steps' processes, not the batch shell)
   makes the trainer checkpoint and run `scontrol requeue`; the job goes back to PENDING and
   RUNNING (Restarts=1), resumes at the checkpoint's step and COMPLETES.
@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 from render_helpers import render_and_lint
 
+from slurmgen.train.logs import read_heartbeats
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 # A tiny MLP on synthetic data, one thread per process (4 processes share 2 cores), a metrics
@@ -43,6 +45,7 @@ TRAIN = [
     *("--heartbeat-every", "0.05", "--keep-last", "10"),
 ]
 WORLD = 4
+LEADERS = [0, 2]  # local rank 0 of node 0 and node 1: they write their node's heartbeat summary
 # A 2 x 2 trainer job takes 10-20 s here (torch start-up on 2 cores is most of it); a hang is
 # caught long before the 60 s rendezvous or 300 s torchrun exit-barrier defaults would end it.
 JOB_TIMEOUT = 90
@@ -168,21 +171,16 @@ class TrainJob:
         return recs
 
     def heartbeats(self) -> dict[int, dict]:
-        beats = {}
-        for f in (self.run_dir / "heartbeats").glob("rank-*.json"):
-            try:
-                beat = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            beats[beat["rank"]] = beat
-        return beats
+        return read_heartbeats(self.run_dir / "heartbeats")
 
     def metrics(self) -> list[dict]:
         path = self.run_dir / "metrics.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def files(self) -> list[str]:
-        return sorted(str(p.relative_to(self.run_dir)) for p in self.run_dir.rglob("*") if p.is_file())
+    def files(self, but: str = "//") -> list[str]:
+        """Every file in the run directory, except those under `but`."""
+        found = (str(p.relative_to(self.run_dir)) for p in self.run_dir.rglob("*") if p.is_file())
+        return sorted(f for f in found if not f.startswith(but))
 
 
 def ckpt(step: int) -> str:
@@ -196,7 +194,8 @@ def tracking_files(job_id: str) -> list[str]:
 
 
 def check_rank0_io(job: TrainJob, restarts: int = 0) -> dict[tuple[int, int], int]:
-    """Checkpoints and metrics were written by rank 0 only, heartbeats each by its own rank.
+    """Checkpoints and metrics were written by rank 0 only, heartbeats by each node's local
+    rank 0 (one summary per node: ranks 0 and 2 here), nothing by the other ranks.
 
     Returns {(run, rank): pid} from the audit log (run = SLURM_RESTART_COUNT)."""
     recs = job.audit()
@@ -204,9 +203,9 @@ def check_rank0_io(job: TrainJob, restarts: int = 0) -> dict[tuple[int, int], in
     for r in recs:
         assert r["rank"] is not None, f"a process without RANK wrote in the run directory: {r}"
         pids.setdefault((int(r["restart"]), int(r["rank"])), set()).add(r["pid"])
-    # Every rank of every run shows up (its heartbeat at least) and is one process.
+    # Every node leader of every run shows up (its node's heartbeats at least) and is one process.
     runs = range(restarts + 1)
-    assert sorted(pids) == [(run, rank) for run in runs for rank in range(WORLD)], sorted(pids)
+    assert sorted(pids) == [(run, rank) for run in runs for rank in LEADERS], sorted(pids)
     assert all(len(p) == 1 for p in pids.values()), pids
     owner = {key: next(iter(p)) for key, p in pids.items()}
     # Checkpoints, metrics and the run record, incl. their temporaries: rank 0's alone.
@@ -219,16 +218,24 @@ def check_rank0_io(job: TrainJob, restarts: int = 0) -> dict[tuple[int, int], in
                 assert r["rank"] == "0", f"rank {r['rank']} wrote {rel}: {r}"
                 wrote_shared |= rel.startswith("checkpoints/ckpt-")
             elif rel.startswith("heartbeats/"):
-                mine = rf"heartbeats/\.?rank-{int(r['rank']):05d}\.json(\.tmp\.\d+)?"
-                assert re.fullmatch(mine, rel), f"rank {r['rank']} wrote {rel}: {r}"
+                mine = r"heartbeats/\.?node-[^/]+\.json(\.tmp\.\d+)?"
+                assert int(r["rank"]) in LEADERS and re.fullmatch(mine, rel), f"rank {r['rank']} wrote {rel}: {r}"
             else:
                 raise AssertionError(f"unexpected write in the run directory: {r}")
     assert wrote_shared, "the audit hook saw no checkpoint write at all: is it installed?"
     # The hook's RANK agrees with the trainer's own idea of its rank: the final heartbeat of
-    # rank k was written by the pid the hook recorded for rank k in the last run.
+    # leader k was written by the pid the hook recorded for rank k in the last run.
     beats = job.heartbeats()
-    assert {k: b["pid"] for k, b in beats.items()} == {k: owner[(restarts, k)] for k in range(WORLD)}
+    assert {k: beats[k]["pid"] for k in LEADERS} == {k: owner[(restarts, k)] for k in LEADERS}
     return owner
+
+
+def check_heartbeat_files(job: TrainJob, hosts: list[str]) -> None:
+    """One heartbeat summary per node (named by host and node rank), no temporaries."""
+    names = sorted(p.name for p in (job.run_dir / "heartbeats").iterdir())
+    assert len(names) == len(set(hosts)), names
+    for host in set(hosts):
+        assert sum(bool(re.fullmatch(rf"node-{re.escape(host)}-\d+\.json", n)) for n in names) == 1, names
 
 
 def check_heartbeats_done(job: TrainJob, step: int, launcher: str, hosts: list[str]) -> None:
@@ -280,12 +287,10 @@ def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
     assert "resumed from" not in log, log
 
     # The run directory holds exactly this: checkpoints every 10 steps, one metrics file, a
-    # heartbeat per rank, no temporaries.
-    assert job.files() == sorted(
-        [ckpt(10), ckpt(20), ckpt(30), "checkpoints/latest", "metrics.jsonl"]
-        + [f"heartbeats/rank-{k:05d}.json" for k in range(WORLD)]
-        + tracking_files(job.job_id)
-    )
+    # heartbeat summary per node, no temporaries.
+    assert job.files(but="heartbeats/") == sorted(
+        [ckpt(10), ckpt(20), ckpt(30), "checkpoints/latest", "metrics.jsonl"] + tracking_files(job.job_id))
+    check_heartbeat_files(job, hosts)
     assert (job.run_dir / "checkpoints" / "latest").read_text().strip() == Path(ckpt(steps)).name
     # One train record per step (four writers would repeat each), a val record at the end.
     assert train_steps(job) == list(range(1, steps + 1))
@@ -296,9 +301,9 @@ def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
     assert left == [], f"tasks survived the job: {left}"
 
 
-# --- issue 3, test 4b: USR1 -> checkpoint, requeue, resume, complete -------------------------------
+# --- issue 3, test 4b: USR2 (the default preempt_signal) -> checkpoint, requeue, resume, complete
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
-def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
+def test_usr2_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     # Long enough that the first run cannot finish before the signal (it arrives about 10
     # steps after every rank has started stepping, at 30-60 steps/s here), short enough that
     # the resumed run ends in a few seconds. --save-every 0: the only checkpoints are the
@@ -307,13 +312,13 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     job = TrainJob(tmp_path, launcher)
     job.render("--max-steps", str(steps), "--save-every", "0", create_args=("--requeue",))
     script = (job.out / "run_slurm.sh").read_text()
-    assert "#SBATCH --requeue" in script and "#SBATCH --signal=USR1@" in script
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=USR2@" in script
     t0 = time.monotonic()
     job_id = job.submit(cluster)
     cluster.wait_state(job_id, {"RUNNING"}, timeout=30)
 
     # Signal only once every rank is inside the step loop: the trainer's handlers are installed
-    # then (before that, USR1 would simply kill a rank, as it would on a real cluster).
+    # then (before that, USR2 would simply kill a rank, as it would on a real cluster).
     deadline = time.monotonic() + 60
     while True:
         beats = job.heartbeats()
@@ -325,7 +330,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
         time.sleep(0.05)
     first_pids = {k: b["pid"] for k, b in beats.items()}
     signalled = time.time()
-    cluster.signal(job_id, "USR1")  # scancel --signal=USR1 JOB: every step's processes
+    cluster.signal(job_id, "USR2")  # scancel --signal=USR2 JOB: every step's processes
 
     # REQUEUED/COMPLETING -> PENDING (held until BeginTime) -> RUNNING again, Restarts=1.
     seen: list[tuple[str, str, str]] = []
@@ -358,7 +363,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     assert (state, code) == ("COMPLETED", 0), f"{seen}\n{log}"
     info = cluster.job_info(job_id)
     assert (info["Restarts"], info["Requeue"]) == ("1", "1"), info
-    print(f"{launcher}: requeue job: {seconds:.1f}s in all; states after USR1: {seen}")
+    print(f"{launcher}: requeue job: {seconds:.1f}s in all; states after USR2: {seen}")
 
     # Run 1: every rank stopped at the same step, rank 0 checkpointed there and asked Slurm to
     # requeue (seen by the audit hook as the scontrol it started: its log line may be cut off,
@@ -375,11 +380,9 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     assert f"resumed from {job.run_dir / ckpt(stop)} at step {stop}" in log, log
     assert log.count("resumed from") == 1, log
     assert f"done: step {steps}," in log, log
-    assert job.files() == sorted(
-        [ckpt(stop), ckpt(steps), "checkpoints/latest", "metrics.jsonl"]
-        + [f"heartbeats/rank-{k:05d}.json" for k in range(WORLD)]
-        + tracking_files(job_id)
-    )
+    assert job.files(but="heartbeats/") == sorted(
+        [ckpt(stop), ckpt(steps), "checkpoints/latest", "metrics.jsonl"] + tracking_files(job_id))
+    check_heartbeat_files(job, hostnames(cluster, job_id))
     # The requeued job continued the same run record: restart count 1, status finished.
     record = json.loads((job.run_dir / tracking_files(job_id)[-1]).read_text())
     assert (record["restart_count"], record["status"]) == (1, "finished"), record
@@ -391,11 +394,11 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     hosts = hostnames(cluster, job_id)
     check_heartbeats_done(job, steps, launcher, hosts)
     owner = check_rank0_io(job, restarts=1)
-    assert {k: owner[(0, k)] for k in range(WORLD)} == first_pids  # run 1's processes, as seen
+    assert {k: owner[(0, k)] for k in LEADERS} == {k: first_pids[k] for k in LEADERS}  # run 1's processes, as seen
     assert cluster.wait_no_tasks(job_id, timeout=15) == []
 
     if launcher == "torchrun":
-        # torchrun itself must handle USR1 (and pass it on), not die of it.
+        # torchrun itself must handle USR2 (and pass it on), not die of it.
         seen_by_workers = {r["signals_to_handle"] for r in job.audit()}
-        assert all("SIGUSR1" in (s or "").split(",") for s in seen_by_workers), seen_by_workers
-        assert "User defined signal 1" not in log, log
+        assert all("SIGUSR2" in (s or "").split(",") for s in seen_by_workers), seen_by_workers
+        assert "User defined signal 2" not in log, log

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmgen.train.logs import read_heartbeats
+
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 pytest.importorskip("paramiko", reason="paramiko is not installed: run scripts/setup.sh")
@@ -292,7 +294,8 @@ def test_restart_resumes_the_trainer_from_its_checkpoint(two_nodes, tmp_path):
     run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "1", "--max-restarts", "1",
                "--", *trainer_args(out, "--max-steps", "250", "--save-every", "20", "--log-every", "25")])
     wait_until(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint", run)
-    victim = wait_until(lambda: heartbeats(out).get(1), 30, "rank 1's heartbeat", run)
+    # No --heartbeat-timeout: the trainer's own node summaries in the run directory.
+    victim = wait_until(lambda: read_heartbeats(out / "heartbeats").get(1), 30, "rank 1's heartbeat", run)
     os.kill(victim["pid"], signal.SIGKILL)  # rank 1 on node2 crashes mid-run
     code = run.finish(240)
     assert code == 0, run.text()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from train_helpers import clean_env, communicate_in_session, free_port
+
+from slurmgen.train.logs import read_heartbeats
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -33,14 +34,11 @@ def finish(p: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
 
 
 def heartbeat(out: Path, rank: int, min_step: int, timeout: float = 60) -> dict:
-    path, deadline = out / "heartbeats" / f"rank-{rank:05d}.json", time.monotonic() + timeout
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            beat = json.loads(path.read_text())
-            if beat["step"] >= min_step:
-                return beat
-        except (OSError, ValueError):
-            pass
+        beat = read_heartbeats(out / "heartbeats").get(rank)
+        if beat and beat["step"] >= min_step:
+            return beat
         time.sleep(0.02)
     raise AssertionError(f"rank {rank} never reached step {min_step}")
 
@@ -55,14 +53,14 @@ def nothing_left(marker: str) -> None:
     raise AssertionError(f"processes left behind: {found}")
 
 
-def test_usr1_on_one_rank_checkpoints_all_and_exits_75_then_resumes(tmp_path):
+def test_usr2_on_one_rank_checkpoints_all_and_exits_75_then_resumes(tmp_path):
     out = tmp_path / "run"
     p = start(LONG + ["--nproc-per-node", "2", "--out-dir", str(out)], clean_env())
     beat = heartbeat(out, 1, min_step=3)
-    os.kill(beat["pid"], signal.SIGUSR1)  # only rank 1 hears it; the step-boundary vote stops both
+    os.kill(beat["pid"], signal.SIGUSR2)  # only rank 1 hears it; the step-boundary vote stops both
     code, log = finish(p)
     assert code == 75, log[-3000:]
-    beats = [json.loads((out / "heartbeats" / f"rank-{r:05d}.json").read_text()) for r in (0, 1)]
+    beats = [read_heartbeats(out / "heartbeats")[r] for r in (0, 1)]
     assert {b["status"] for b in beats} == {"preempted"} and beats[0]["step"] == beats[1]["step"]
     step = beats[0]["step"]
     assert (out / "checkpoints" / "latest").read_text().strip() == f"ckpt-{step:09d}.pt"
@@ -103,9 +101,9 @@ def test_sigterm_under_slurm_asks_for_requeue_if_the_job_allows_it(tmp_path, req
 def test_requeue_without_scontrol_says_so_and_exits_75(tmp_path):
     out = tmp_path / "run"
     env = clean_env(SLURM_JOB_ID="99", PATH=str(tmp_path / "empty"))
-    p = start(LONG + ["--out-dir", str(out), "--requeue"], env)
+    p = start(LONG + ["--out-dir", str(out), "--requeue", "--preempt-signal", "sigusr1"], env)
     heartbeat(out, 0, min_step=2)
-    p.send_signal(signal.SIGUSR1)
+    p.send_signal(signal.SIGUSR1)  # the signal chosen instead of the default USR2
     code, log = finish(p)
     assert code == 75 and "scontrol not found" in log and "cannot requeue job 99" in log, log[-3000:]
 

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: run scripts
 
 from slurmgen.train import checkpoint as ckpt  # noqa: E402
 from slurmgen.train.cli import main  # noqa: E402
+from slurmgen.train.logs import HEARTBEAT_DIR_ENV  # noqa: E402
 
 PY = sys.executable
 
@@ -30,6 +31,9 @@ def no_launcher(monkeypatch):
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    # Killed runs cannot remove their node-local heartbeat directory: keep it under tmp_path.
+    out = Path(args[args.index("--out-dir") + 1])
+    env = {**env, HEARTBEAT_DIR_ENV: str(out.parent / f"{out.name}-heartbeats")}
     return subprocess.Popen([PY, "-m", "slurmgen.train", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 

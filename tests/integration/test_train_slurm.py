@@ -8,10 +8,11 @@ the job id, and that the batch shell itself is not mistaken for an srun task.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+
+from slurmgen.train.logs import read_heartbeats
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -38,7 +39,7 @@ srun --kill-on-bad-exit=1 python -m slurmgen.train {RUN} --out-dir {out}/srun
     first = cluster.node_names[0]
     assert f"world_size=2 local_world_size=1 master_addr={first} master_port={20000 + int(job) % 10000}" in log
     assert "launcher=srun" in log and log.count("done: step 6") == 1
-    beats = [json.loads(p.read_text()) for p in sorted((out / "srun" / "heartbeats").iterdir())]
+    beats = [b for _, b in sorted(read_heartbeats(out / "srun" / "heartbeats").items())]
     assert [(b["rank"], b["status"]) for b in beats] == [(0, "done"), (1, "done")]
     assert {b["host"] for b in beats} == set(cluster.node_names)
     assert Path(out / "srun" / "checkpoints" / "latest").read_text().strip() == "ckpt-000000006.pt"

@@ -113,7 +113,7 @@ def test_sbatch_header_matches_spec():
         "#SBATCH --cpus-per-task=8", "#SBATCH --gpus-per-node=4", "#SBATCH --mem=480G",
         "#SBATCH --time=2-00:00:00", "#SBATCH --partition=gpu", "#SBATCH --account=proj1",
         "#SBATCH --output=out/logs/%x-%j.out", "#SBATCH --open-mode=append", "#SBATCH --exclusive",
-        "#SBATCH --requeue", "#SBATCH --signal=USR1@300", "#SBATCH --mail-type=END,FAIL",
+        "#SBATCH --requeue", "#SBATCH --signal=USR2@300", "#SBATCH --mail-type=END,FAIL",
     ]
 
 
@@ -131,6 +131,12 @@ def test_gloo_requests_no_gpus_and_no_nccl_settings():
     assert "gpus-per-node" not in text and "--gres" not in text and "NCCL" not in text
 
 
+def test_the_preempt_signal_reaches_sbatch_torchrun_and_the_trainer_alike():
+    text = render(build_spec({"launcher": "torchrun", "requeue": True, "preempt_signal": "USR1"})).files[SLURM_SCRIPT]
+    assert "#SBATCH --signal=USR1@120" in text and "export SLURMGEN_PREEMPT_SIGNAL=USR1" in text
+    assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
+
+
 def test_sbatch_values_are_quoted_for_sbatch():
     text = render(build_spec({"job_name": 'a b#c"d\\e'})).files[SLURM_SCRIPT]
     assert '#SBATCH --job-name="a b\\#c\\"d\\\\e"' in text
@@ -138,7 +144,7 @@ def test_sbatch_values_are_quoted_for_sbatch():
 
 def test_torchrun_passes_the_requeue_warning_to_workers():
     text = render(build_spec({"launcher": "torchrun", "requeue": True})).files[SLURM_SCRIPT]
-    assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
+    assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2" in text
     assert "export TORCHELASTIC_SIGNALS_TO_HANDLE=$PET_SIGNALS_TO_HANDLE" in text
     assert "TORCHELASTIC" not in render(build_spec({"launcher": "srun", "requeue": True})).files[SLURM_SCRIPT]
 

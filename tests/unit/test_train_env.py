@@ -131,3 +131,13 @@ def test_resolve_backend():
 def test_describe_is_one_line():
     text = detect(SCRIPT, LaunchFlags(), 0).describe()
     assert "rank=2" in text and "launcher=env" in text and "\n" not in text
+
+
+def test_torch_versions_the_trainer_refuses_warns_about_or_accepts():
+    from slurmgen.train import compat
+
+    error, _ = compat.check("2.1.2+cu121", cuda=True)
+    assert error.startswith("torch 2.1.2+cu121 is too old for slurmgen.train: it needs torch >= 2.3")
+    assert "pytorch/pytorch#153960" in compat.check("2.6.3", cuda=True)[1]
+    assert compat.check("2.6.3", cuda=False)[1].startswith("torch 2.6.3 is older than the tested 2.13")
+    assert compat.check("2.13.0+cpu", cuda=False) == compat.check("2.14.1", cuda=True) == (None, None)

@@ -1,9 +1,14 @@
 """The heartbeat file contract that launchers and watchers rely on (slurmgen/train/logs.py)."""
 
 import json
+import os
+import shutil
+import socket
+import time
 
 from slurmgen import exitcodes
-from slurmgen.train.logs import HEARTBEAT_DIR_ENV, Heartbeat
+from slurmgen.train import logs
+from slurmgen.train.logs import HEARTBEAT_DIR_ENV, Heartbeat, node_local_dir, read_heartbeats
 
 
 def test_heartbeat_goes_to_the_launchers_directory_when_it_names_one(tmp_path, monkeypatch):
@@ -15,10 +20,32 @@ def test_heartbeat_goes_to_the_launchers_directory_when_it_names_one(tmp_path, m
     assert not (tmp_path / "out").exists()
 
 
-def test_heartbeat_defaults_to_the_run_directory(tmp_path, monkeypatch):
-    monkeypatch.delenv(HEARTBEAT_DIR_ENV, raising=False)
-    Heartbeat(tmp_path / "out", rank=0, every=1.0).beat(step=1)
-    assert (tmp_path / "out" / "heartbeats" / "rank-00000.json").is_file()
+def test_without_a_launcher_ranks_write_node_local_and_the_run_directory_gets_one_file_per_node(tmp_path):
+    out, environ = tmp_path / "out", {"MASTER_PORT": "1234"}
+    leader, other = (Heartbeat(out, rank=r, every=0.05, local_rank=r - 4, node_rank=1, environ=environ) for r in (4, 5))
+    assert leader.dir == other.dir == node_local_dir(out, 1, environ) and not leader.dir.is_relative_to(out)
+    try:
+        other.beat(step=1)
+        leader.beat(step=1)
+        summary = out / "heartbeats" / f"node-{socket.gethostname()}-1.json"
+        assert os.listdir(out / "heartbeats") == [summary.name]
+        assert {r: b["step"] for r, b in read_heartbeats(out / "heartbeats").items()} == {4: 1, 5: 1}
+        first = summary.stat().st_mtime_ns
+        for step in range(2, 4):  # beats within 5 periods leave the summary alone
+            other.beat(step=step, force=True)
+            leader.beat(step=step, force=True)
+        assert summary.stat().st_mtime_ns == first
+        time.sleep(5 * 0.05)
+        leader.beat(step=4)
+        assert read_heartbeats(out / "heartbeats")[5]["step"] == 3
+        other.beat(step=4, status="done")
+        leader.beat(step=4, status="done")
+        leader.finish()
+        beats = read_heartbeats(out / "heartbeats")
+        assert {b["status"] for b in beats.values()} == {"done"} and beats[4]["pid"] == os.getpid()
+        assert not leader.dir.exists()
+    finally:
+        shutil.rmtree(leader.dir, ignore_errors=True)
 
 
 def test_exit_codes_are_described_in_words():
@@ -26,3 +53,15 @@ def test_exit_codes_are_described_in_words():
     assert exitcodes.describe(137) == "killed by signal 9"
     assert exitcodes.describe(-15) == "killed by signal 15"
     assert exitcodes.describe(3) == "exit 3"
+
+
+def test_a_node_leader_removes_directories_that_killed_runs_left(tmp_path):
+    mine, live, dead = (tmp_path / f"slurmgen-heartbeats-{os.getuid()}-{n}" for n in ("mine", "live", "dead"))
+    for d in (mine, live, dead):
+        d.mkdir()
+        (d / "rank-00000.json").write_text("{}\n")
+    hour_ago = time.time() - 2 * logs.STALE_AFTER
+    os.utime(dead / "rank-00000.json", (hour_ago, hour_ago))
+    os.utime(dead, (hour_ago, hour_ago))
+    logs.remove_stale_node_dirs(mine, time.time())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, live.name])

@@ -13,6 +13,7 @@ from slurmgen.train import checkpoint as ckpt
 from slurmgen.train.config import EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
 from slurmgen.train.data import build_datasets
 from slurmgen.train.env import LaunchFlags, detect
+from slurmgen.train.logs import read_heartbeats
 from slurmgen.train.models import build_model
 from slurmgen.train.optim import lr_at
 from slurmgen.train.trainer import Trainer
@@ -49,7 +50,7 @@ def test_loss_falls_and_metrics_are_recorded(tmp_path):
     assert set(train[0]) >= {"step", "epoch", "split", "loss", "lr", "tokens_per_sec", "wall_time"}
     assert [r["step"] for r in rows if r["split"] == "val"] == [40]
     assert result.checkpoint.endswith("ckpt-000000040.pt")
-    beat = json.loads((tmp_path / "heartbeats" / "rank-00000.json").read_text())
+    beat = read_heartbeats(tmp_path / "heartbeats")[0]
     assert beat["step"] == 40 and beat["status"] == "done" and beat["pid"] == os.getpid()
 
 
@@ -68,7 +69,7 @@ def _preempting_loss(at_call):
     def loss_fn(out, targets):
         calls["n"] += 1
         if calls["n"] == at_call:
-            os.kill(os.getpid(), signal.SIGUSR1)  # arrives mid-step; acted on at the step boundary
+            os.kill(os.getpid(), signal.SIGUSR2)  # arrives mid-step; acted on at the step boundary
         return F.cross_entropy(out.reshape(-1, out.size(-1)).float(), targets.reshape(-1))
 
     return loss_fn
@@ -174,5 +175,5 @@ def test_failure_marks_the_heartbeat(tmp_path):
 
     with pytest.raises(RuntimeError, match="boom"):
         make(tmp_path, loss_fn=broken).fit()
-    beat = json.loads((tmp_path / "heartbeats" / "rank-00000.json").read_text())
+    beat = read_heartbeats(tmp_path / "heartbeats")[0]
     assert beat["status"] == "failed" and beat["step"] == 0
