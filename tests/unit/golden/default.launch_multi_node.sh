@@ -88,7 +88,7 @@ world_size=$((10#$world_size))
 link=${SLURMGEN_LINK:-on}
 [[ $link == on || $link == off ]] || die "SLURMGEN_LINK must be on or off (got '$link')"
 ((nnodes > 1)) || link=off
-link_token=${SLURMGEN_LINK_TOKEN:-194859fa06ee}
+link_token=${SLURMGEN_LINK_TOKEN:-55d286f9aaca}
 unset SLURMGEN_LINK_TOKEN # the ranks have no use for it
 if [[ $link == on ]]; then
   link_port=${SLURMGEN_LINK_PORT:-$((master_port < 65535 ? master_port + 1 : master_port - 1))}
