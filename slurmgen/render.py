@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 import jinja2
 
-from slurmgen import __version__, exitcodes
+from slurmgen import __version__, exitcodes, nodelink
 from slurmgen.config import dump_yaml
 from slurmgen.jobs import sweep as sweeps
 from slurmgen.launch.protocol import EVENT_TAG
@@ -175,6 +175,20 @@ def context(spec: JobSpec) -> dict[str, object]:
         # In the task script, "$1" is the program (see run_slurm.sh.j2).
         "torchrun": ShellCode('"$1" -m torch.distributed.run' if runs_python(spec) else "torchrun"),
         "heal": _heal(spec),
+        **_link_context(),
+    }
+
+
+def _link_context() -> dict[str, object]:
+    """launch_multi_node.sh's link between nodes: the agent's code and the exit codes it uses."""
+    return {
+        "link_agent": ShellCode(nodelink.source().rstrip("\n")),
+        "heredoc_end": nodelink.HEREDOC_END,
+        "hung": exitcodes.HUNG,
+        "bad_input": exitcodes.BAD_INPUT,
+        "lost": exitcodes.LOST,
+        "interrupted": exitcodes.INTERRUPTED,
+        "terminated": exitcodes.TERMINATED,
     }
 
 

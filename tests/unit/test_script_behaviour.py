@@ -65,8 +65,9 @@ def test_hostile_values_reach_the_program_literally_launch(tmp_path):
 
 def test_launch_sets_the_contract_for_each_rank(tmp_path):
     out = write(tmp_path, command=REPORTER)
+    # One node of three, alone: no link to a master that is not there (test_launch_link.py has it).
     result = subprocess.run([str(out / LAUNCH_SCRIPT), "10.9.8.7", "3", "2", "2"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "MASTER_PORT": "24567"})
+                            timeout=60, env={**os.environ, "MASTER_PORT": "24567", "SLURMGEN_LINK": "off"})
     assert result.returncode == 0, result.stderr
     envs = sorted((r["env"] for r in reports(result.stdout)), key=lambda e: int(e["RANK"]))
     assert [(e["RANK"], e["LOCAL_RANK"], e["NODE_RANK"]) for e in envs] == [("4", "0", "2"), ("5", "1", "2")]
@@ -84,6 +85,10 @@ def test_launch_sets_the_contract_for_each_rank(tmp_path):
     (["203.0.113.9", "2", "2"], {}, "node_rank not given and master '203.0.113.9' is not this host"),
     (["bad host", "2", "2", "0"], {}, "master_addr must be a host name or IP address"),
     (["127.0.0.1", "2", "2", "0"], {"MASTER_PORT": "99999"}, "MASTER_PORT must be a port number 1-65535 (got '99999')"),
+    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK": "yes"}, "SLURMGEN_LINK must be on or off (got 'yes')"),
+    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK_PORT": "0"}, "SLURMGEN_LINK_PORT must be a port number 1-65535"),
+    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_START_TIMEOUT": "5m"},
+     "SLURMGEN_START_TIMEOUT must be a number of seconds (got '5m')"),
 ])
 def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
     out = write(tmp_path, command=REPORTER)
@@ -95,6 +100,15 @@ def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
     assert "REPORT" not in result.stdout
 
 
+def test_launch_starts_no_rank_when_the_link_between_nodes_cannot_start(tmp_path):
+    out = write(tmp_path, command=REPORTER)
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "2", "1", "0"], capture_output=True, text=True,
+                            timeout=30, env={**os.environ, "SLURMGEN_PYTHON": "false"})
+    assert result.returncode == 1
+    assert "the link between the nodes did not start ('false' ended with code 1); no rank was started" in result.stderr
+    assert "REPORT" not in result.stdout
+
+
 def test_launch_node_rank_from_environment_and_master_detection(tmp_path):
     out = write(tmp_path, command=REPORTER)
     for args, env, node_rank in ((["203.0.113.9", "2", "1"], {"NODE_RANK": "1"}, "1"),
@@ -102,7 +116,7 @@ def test_launch_node_rank_from_environment_and_master_detection(tmp_path):
                                  ([os.uname().nodename, "2", "1"], {}, "0")):
         clean = {k: v for k, v in os.environ.items() if k != "NODE_RANK"}
         result = subprocess.run([str(out / LAUNCH_SCRIPT), *args], capture_output=True, text=True, timeout=30,
-                                env={**clean, **env})
+                                env={**clean, **env, "SLURMGEN_LINK": "off"})
         assert result.returncode == 0, result.stderr
         assert reports(result.stdout)[0]["env"]["NODE_RANK"] == node_rank
 

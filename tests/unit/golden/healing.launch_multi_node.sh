@@ -14,7 +14,7 @@
 # Nodes of different sizes (as `slurmgen launch` starts them): SLURMGEN_RANK_OFFSET (the
 # first RANK of this node) and SLURMGEN_WORLD_SIZE replace the two products above.
 # As soon as one process fails, the others on this node are stopped and this script exits
-# with the failed process's code (other nodes see their peers vanish and fail as well).
+# with the failed process's code (and every other node stops too: see "Nodes stop as one").
 # INT and TERM are passed on to every process; a second one kills them at once. What is left
 # is killed SLURMGEN_STOP_GRACE seconds (default 30) after a signal, SLURMGEN_FAIL_GRACE
 # seconds (default 2) after a failure. The exit code is then 130 (INT) or 143 (TERM).
@@ -22,6 +22,17 @@
 # Each run starts every per-rank log with a '=====' line: time, node and rank.
 # The spec's `launcher` (srun | torchrun) applies to run_slurm.sh only: this script always
 # starts each process itself, with the torchrun environment variables set.
+#
+# Nodes stop as one: the launchers of a job talk through a port beside MASTER_PORT on the
+# master (SLURMGEN_LINK_PORT, default MASTER_PORT+1, bound to master_addr only). When a rank
+# fails on any node, or a launcher gets INT or TERM, dies or is killed, every node stops its
+# ranks and exits naming the job's first failure and its code. A node that has not joined
+# SLURMGEN_START_TIMEOUT seconds (default 300) after the master started fails the job with
+# code 124. The link runs in Python 3.8+ (SLURMGEN_PYTHON, default python3 or python) and
+# carries nothing but "stop" and "done": whoever reaches its port can stop the job, as whoever
+# reaches MASTER_PORT can. Set SLURMGEN_LINK_TOKEN to the same secret on every node and only
+# its holders can join; without it the token is this script's spec digest, which only keeps
+# jobs apart. SLURMGEN_LINK=off: no link (each node stops only itself).
 set -euo pipefail
 
 me=${0##*/}
@@ -81,6 +92,26 @@ world_size=$((10#$world_size))
 ((rank_offset + nproc <= world_size)) ||
   die "ranks $rank_offset..$((rank_offset + nproc - 1)) do not fit in a world of $world_size"
 
+# --- the link between the nodes' launchers (see the top of this file) ---
+link=${SLURMGEN_LINK:-on}
+[[ $link == on || $link == off ]] || die "SLURMGEN_LINK must be on or off (got '$link')"
+((nnodes > 1)) || link=off
+link_token=${SLURMGEN_LINK_TOKEN:-b23be430bc17}
+unset SLURMGEN_LINK_TOKEN # the ranks have no use for it
+if [[ $link == on ]]; then
+  link_port=${SLURMGEN_LINK_PORT:-$((master_port < 65535 ? master_port + 1 : master_port - 1))}
+  if ! [[ $link_port =~ ^[0-9]+$ ]] || ((10#$link_port < 1 || 10#$link_port > 65535)); then
+    die "SLURMGEN_LINK_PORT must be a port number 1-65535 (got '$link_port')"
+  fi
+  start_timeout=${SLURMGEN_START_TIMEOUT:-300}
+  [[ $start_timeout =~ ^[0-9]+([.][0-9]+)?$ ]] ||
+    die "SLURMGEN_START_TIMEOUT must be a number of seconds (got '$start_timeout')"
+  link_timeout=10 # seconds without a word from a node (or the master) before it counts as lost
+  link_python=${SLURMGEN_PYTHON:-$(command -v python3 || command -v python || true)}
+  [[ -n $link_python ]] ||
+    die "no python3 on this node for the link between the nodes: set SLURMGEN_PYTHON, or SLURMGEN_LINK=off"
+fi
+
 # --- environment for every process ---
 export SLURMGEN_BACKEND=auto
 # Python holds its output in a buffer when it goes to a pipe: progress would show up at exit.
@@ -122,13 +153,487 @@ stop_all() {
 stop_if_signalled() {
   [[ -n $stop_name ]] || return 0
   echo "$me: got SIG$stop_name, stopping all ranks on this node" >&2
+  link_tell signal "$stop_code"
   stop_all "${SLURMGEN_STOP_GRACE:-30}"
+  link_wait 2 || true
   exit "$stop_code"
+}
+
+# --- the link: this node's agent (the Python below) hears on its stdin what happens here ---
+link_pid=
+# One line to the agent; nothing if there is none (any more).
+link_tell() {
+  [[ -n $link_pid && -n ${LINK[1]:-} ]] || return 0
+  trap '' PIPE # an agent that has just ended must not take this shell with it
+  { printf '%s\n' "$*" >&"${LINK[1]}"; } 2>/dev/null || true
+  trap - PIPE
+}
+# Wait up to $1 seconds for the agent to end (then kill it); return its exit status.
+link_wait() {
+  local tries status=0
+  [[ -n $link_pid ]] || return 0
+  for ((tries = $1 * 20; tries > 0; tries--)); do
+    kill -0 "$link_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -KILL "$link_pid" 2>/dev/null || true
+  wait "$link_pid" || status=$?
+  link_pid=
+  return "$status"
+}
+# The agent, slurmgen/nodelink/agent.py (standard library only: the nodes need no slurmgen).
+link_agent() {
+  cat <<'SLURMGEN_LINK_AGENT'
+"""One node's agent of launch_multi_node.sh: the launchers of a job stop as one.
+
+Embedded in the generated script and run on every node beside the ranks; standard library
+only, Python 3.8 or newer (slurmgen need not be installed on the nodes):
+
+    python3 -c CODE ME MASTER_ADDR LINK_PORT NODE_RANK NNODES START_TIMEOUT LINK_TIMEOUT GRACE
+
+with the job's token in SLURMGEN_LINK_TOKEN. Node 0's agent, the master, listens on
+MASTER_ADDR:LINK_PORT (that address only); the others connect to it.
+
+From its launcher, on stdin, one line each:
+    rank PGID            a rank's process group: stopped here should the launcher die
+    failed RANK CODE     a rank exited with CODE
+    signal CODE          the launcher got SIGINT or SIGTERM
+    done                 every rank of this node exited 0
+Stdin ending before one of the last three (or the launcher's pid changing) means the launcher
+died: the agent stops the ranks itself and reports the node lost.
+
+To its launcher: one line on stdout, `linked`, once this node is part of the job (the master:
+listening; the others: welcomed by the master). The launcher starts no rank before it, so every
+running rank hears of a failure anywhere. Then the exit status: 0 when the job went well as far
+as this node knows, else the code of the job's first failure, whose cause it prints as one line
+on stderr; the launcher then stops its ranks and exits.
+
+On the wire, text lines of at most MAX_LINE bytes:
+    master -> node   challenge NONCE | welcome | refused WHY | stop NODE RANK CODE KIND | bye | ping
+    node -> master   hello NODE NNODES MAC | failed RANK CODE KIND | done | ping
+MAC = HMAC-SHA256(token, "NONCE NODE NNODES"): a node proves it knows the job's token without
+sending it. KIND is what failed: rank, signal, lost (a launcher or its connection gone),
+absent (no word before the start timeout), nnodes (started with another node count).
+A connection can do no more than stop the job: nothing it sends is run or used as a path.
+"""
+
+import hashlib
+import hmac
+import os
+import secrets
+import selectors
+import signal
+import socket
+import sys
+import time
+
+# slurmgen/exitcodes.py's codes (a unit test keeps them equal): slurmgen may not be installed.
+BAD_INPUT, HUNG, LOST = 2, 124, 255
+MAX_LINE = 256
+TICK = 0.05
+PING_EVERY = 1.0
+# A connection that has not proved it knows the token within this time is closed.
+HELLO_WITHIN = 5.0
+
+
+def explain(node, rank, code, kind):
+    """The first failure of the job, as a phrase naming the node (and rank) and the code."""
+    if kind == "rank":
+        return f"rank {rank} on node {node} exited with code {code}"
+    what = {"signal": "was interrupted by a signal", "absent": "never showed up",
+            "nnodes": "was started with another number of nodes"}.get(kind, "was lost (its launcher died "
+                                                                              "or the connection to it broke)")
+    return f"node {node} {what} (code {code})"
+
+
+def mac(token, nonce, node, nnodes):
+    return hmac.new(token.encode(), f"{nonce} {node} {nnodes}".encode(), hashlib.sha256).hexdigest()
+
+
+class Lines:
+    """Whole text lines out of a byte stream, each split into words."""
+
+    def __init__(self):
+        self.buf = b""
+
+    def feed(self, data):
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        if len(self.buf) > MAX_LINE or any(len(line) > MAX_LINE for line in lines):
+            raise ValueError("line too long")
+        return [line.decode("ascii", "replace").split() for line in lines if line.strip()]
+
+
+def send(conn, text):
+    try:
+        conn.sendall(text.encode() + b"\n")
+        return True
+    except OSError:
+        return False
+
+
+class Agent:
+    """What both roles share: the launcher's commands, its death, the verdict."""
+
+    def __init__(self, me, node, nnodes, token, grace):
+        self.me, self.node, self.nnodes, self.token, self.grace = me, node, nnodes, token, grace
+        self.sel = selectors.DefaultSelector()
+        self.parent = os.getppid()
+        self.pgids = []
+        self.said = None  # the launcher's last word: failed, signal, done; or died
+        self.stdin = Lines()
+        self.code = None
+        self.sel.register(0, selectors.EVENT_READ, self.on_stdin)
+
+    def linked(self):
+        print("linked", flush=True)
+
+    def say(self, text):
+        try:
+            print(f"{self.me}: {text}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
+    def finish(self, code, cause=None):
+        """End with `code`; `cause` (node, rank, code, kind) is the job's first failure."""
+        if self.code is not None:
+            return
+        if cause is not None:
+            self.say(f"first failure of the job: {explain(*cause)}; stopping the ranks on node {self.node}")
+        self.code = code
+
+    def on_stdin(self, _):
+        data = os.read(0, 4096)
+        if not data:
+            self.sel.unregister(0)
+            if self.said is None:
+                self.launcher_died()
+            return
+        for words in self.stdin.feed(data):
+            if words[0] == "rank":
+                self.pgids.append(int(words[1]))
+            elif words[0] == "failed":
+                self.said = "failed"
+                self.report(words[1], int(words[2]), "rank")
+            elif words[0] == "signal":
+                self.said = "signal"
+                self.report("-", int(words[1]), "signal")
+            elif words[0] == "done":
+                self.said = "done"
+                self.node_done()
+
+    def launcher_died(self):
+        self.said = "died"
+        self.report("-", LOST, "lost")
+        self.stop_ranks()
+        self.finish(LOST, (self.node, "-", LOST, "lost"))
+
+    def stop_ranks(self):
+        """TERM every rank's process group, KILL what is left after the grace time."""
+        deadline = time.monotonic() + self.grace
+        alive = [g for g in self.pgids if signal_group(g, signal.SIGTERM)]
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = [g for g in alive if signal_group(g, 0)]
+        for group in alive:
+            signal_group(group, signal.SIGKILL)
+
+    def run(self):
+        while self.code is None:
+            for key, _ in self.sel.select(TICK):
+                if self.code is None:
+                    key.data(key.fileobj)
+            if self.said is None and os.getppid() != self.parent:
+                self.launcher_died()
+            if self.code is None:
+                self.tick(time.monotonic())
+        return self.code
+
+
+def signal_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except OSError:
+        return False
+
+
+class Peer:
+    def __init__(self, conn, addr, now):
+        self.conn, self.addr, self.node, self.seen, self.since = conn, addr, None, now, now
+        self.nonce = secrets.token_hex(16)
+        self.lines = Lines()
+
+
+class Master(Agent):
+    """Node 0: hears every node, decides which failure was first, tells every node."""
+
+    def __init__(self, me, nnodes, token, grace, addr, port, start_timeout, link_timeout):
+        super().__init__(me, 0, nnodes, token, grace)
+        family, kind, proto, _, where = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+        self.server = socket.socket(family, kind, proto)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(where)
+        self.server.listen(64)
+        self.sel.register(self.server, selectors.EVENT_READ, self.on_accept)
+        self.peers = {}   # socket -> Peer
+        self.nodes = {0}  # every node that has said hello
+        self.done = set()
+        now = time.monotonic()
+        self.start_by, self.link_timeout, self.next_ping = now + start_timeout, link_timeout, now
+
+    def on_accept(self, server):
+        conn, addr = server.accept()
+        conn.settimeout(1.0)
+        peer = self.peers[conn] = Peer(conn, addr[0], time.monotonic())
+        self.sel.register(conn, selectors.EVENT_READ, self.on_peer)
+        send(conn, f"challenge {peer.nonce}")
+
+    def on_peer(self, conn):
+        peer = self.peers[conn]
+        try:
+            data = conn.recv(4096)
+            lines = peer.lines.feed(data) if data else None
+        except (OSError, ValueError):
+            lines = None
+        if lines is None:
+            self.drop(peer)
+            return
+        peer.seen = time.monotonic()
+        for words in lines:
+            if peer.node is None:
+                self.hello(peer, words)
+            elif words[0] == "failed" and len(words) == 4 and words[2].isdigit():
+                self.fail(peer.node, words[1], int(words[2]), words[3])
+            elif words[0] == "done":
+                self.done.add(peer.node)
+                send(conn, "bye")
+                self.check_all_done()
+            if self.code is not None or conn not in self.peers:
+                return
+
+    def hello(self, peer, words):
+        if len(words) != 4 or words[0] != "hello" or not words[1].isdigit():
+            return self.drop(peer)
+        node, nnodes, their_mac = int(words[1]), words[2], words[3]
+        if not hmac.compare_digest(their_mac, mac(self.token, peer.nonce, words[1], nnodes)):
+            why = "its token differs from the master's (SLURMGEN_LINK_TOKEN)"
+        elif not 0 < node < self.nnodes or node in self.nodes:
+            why = f"node {node} is already here or not of this job"
+        else:
+            why = None
+        if why is not None:
+            self.say(f"refused a connection from {peer.addr}: {why}")
+            send(peer.conn, f"refused {why}")
+            return self.drop(peer)
+        peer.node = node
+        self.nodes.add(node)
+        if nnodes != str(self.nnodes):
+            self.fail(node, "-", BAD_INPUT, "nnodes")
+        else:
+            send(peer.conn, "welcome")
+
+    def drop(self, peer):
+        self.sel.unregister(peer.conn)
+        peer.conn.close()
+        del self.peers[peer.conn]
+        if peer.node is not None and peer.node not in self.done:
+            self.fail(peer.node, "-", LOST, "lost")
+
+    def fail(self, node, rank, code, kind):
+        """The first failure stops the job: every node hears of it, in one line (also one whose
+        hello is still on its way: it may have started its ranks)."""
+        if self.code is not None:
+            return
+        for peer in self.peers.values():
+            send(peer.conn, f"stop {node} {rank} {code} {kind}")
+        self.finish(code, (node, rank, code, kind))
+
+    def report(self, rank, code, kind):
+        self.fail(0, rank, code, kind)
+
+    def node_done(self):
+        self.done.add(0)
+        self.check_all_done()
+
+    def check_all_done(self):
+        if len(self.done) == self.nnodes:
+            self.finish(0)
+
+    def close(self):
+        """Leave so that the last `stop` arrives: a socket closed with unread bytes (a ping)
+        is reset, and a reset may drop what was sent just before."""
+        for conn in self.peers:
+            try:
+                conn.setblocking(False)
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+            try:
+                conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def tick(self, now):
+        if now >= self.next_ping:
+            self.next_ping = now + PING_EVERY
+            for peer in list(self.peers.values()):
+                if peer.node is not None:
+                    send(peer.conn, "ping")
+        for peer in list(self.peers.values()):
+            if (peer.node is None and now - peer.since > HELLO_WITHIN) or now - peer.seen > self.link_timeout:
+                self.drop(peer)
+        missing = [str(n) for n in range(self.nnodes) if n not in self.nodes]
+        if missing and now >= self.start_by:
+            self.fail(",".join(missing), "-", HUNG, "absent")
+
+
+class Worker(Agent):
+    """Every other node: tells the master what happens here, stops when the master says so."""
+
+    def __init__(self, me, node, nnodes, token, grace, addr, port, start_timeout, link_timeout):
+        super().__init__(me, node, nnodes, token, grace)
+        self.addr, self.port, self.link_timeout = addr, port, link_timeout
+        now = time.monotonic()
+        self.start_by, self.next_try, self.next_ping, self.seen = now + start_timeout, now, now, now
+        self.conn = None
+        self.ready = False    # hello sent: what this node says now reaches the master
+        self.outbox = []      # what it said before
+        self.leave = None     # (deadline, code, cause) once this node has said its last word
+        self.lines = Lines()
+
+    def connect(self, now):
+        self.next_try = now + 0.2
+        try:
+            self.conn = socket.create_connection((self.addr, self.port), timeout=0.5)
+        except OSError:
+            return
+        self.conn.settimeout(1.0)
+        self.seen = now
+        self.sel.register(self.conn, selectors.EVENT_READ, self.on_master)
+
+    def on_master(self, conn):
+        try:
+            data = conn.recv(4096)
+            lines = self.lines.feed(data) if data else None
+        except (OSError, ValueError):
+            lines = None
+        if lines is None:
+            return self.master_gone()
+        self.seen = time.monotonic()
+        for words in lines:
+            if words[0] == "challenge" and len(words) == 2 and not self.ready:
+                self.ready = send(conn, f"hello {self.node} {self.nnodes} "
+                                        f"{mac(self.token, words[1], self.node, self.nnodes)}")
+                for text in self.outbox:
+                    send(conn, text)
+            elif words[0] == "welcome":
+                self.linked()
+            elif words[0] == "stop" and len(words) == 5 and words[3].isdigit():
+                return self.finish(int(words[3]), tuple(words[1:]))
+            elif words[0] == "refused":
+                self.say(f"the master at {self.addr}:{self.port} refused this node: {' '.join(words[1:])}")
+                return self.finish(BAD_INPUT)
+            elif words[0] == "bye":
+                return self.finish(0)
+
+    def master_gone(self):
+        self.sel.unregister(self.conn)
+        self.conn.close()
+        if self.said == "done":
+            return self.finish(0)
+        if not self.ready:  # the master is still starting up: try again
+            self.conn = None
+            return
+        self.finish(LOST, (0, "-", LOST, "lost"))
+
+    def tell(self, text):
+        if self.ready and send(self.conn, text):
+            return
+        self.outbox.append(text)
+
+    def report(self, rank, code, kind):
+        # The master's answer (`stop`, naming the job's first failure) normally comes at once.
+        self.tell(f"failed {rank} {code} {kind}")
+        self.leave = (time.monotonic() + 1.0, code, (self.node, rank, code, kind))
+
+    def node_done(self):
+        # Not linked yet: the master must still hear it (or be reported absent at the start timeout).
+        self.tell("done")
+        self.leave = (max(time.monotonic(), self.start_by) + 2.0, 0, None)
+
+    def tick(self, now):
+        if self.leave is not None and now >= self.leave[0]:
+            return self.finish(*self.leave[1:])
+        if self.conn is None:
+            if now >= self.start_by:
+                return self.finish(HUNG, (0, "-", HUNG, "absent"))
+            if now >= self.next_try:
+                self.connect(now)
+        elif self.ready and now - self.seen > self.link_timeout:
+            self.master_gone()
+        elif self.ready and now >= self.next_ping:
+            self.next_ping = now + PING_EVERY
+            send(self.conn, "ping")
+
+
+def main(argv):
+    me, addr, port, node, nnodes, start_timeout, link_timeout, grace = argv
+    token = os.environ.get("SLURMGEN_LINK_TOKEN", "")
+    node, nnodes, port = int(node), int(nnodes), int(port)
+    start_timeout, link_timeout, grace = float(start_timeout), float(link_timeout), float(grace)
+    if node == 0:
+        try:
+            agent = Master(me, nnodes, token, grace, addr, port, start_timeout, link_timeout)
+        except OSError as e:
+            print(f"{me}: error: cannot listen on {addr}:{port} for the other nodes ({e.strerror or e}): "
+                  f"set SLURMGEN_LINK_PORT to a free port, the same on every node", file=sys.stderr)
+            return BAD_INPUT
+        agent.linked()
+        try:
+            return agent.run()
+        finally:
+            agent.close()
+    return Worker(me, node, nnodes, token, grace, addr, port, start_timeout, link_timeout).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+SLURMGEN_LINK_AGENT
 }
 
 # Job control: each process starts in a process group of its own, so that a stop reaches
 # the whole tree it may have spawned (data loader workers and the like).
 set -m
+if [[ $link == on ]]; then
+  coproc LINK {
+    SLURMGEN_LINK_TOKEN=$link_token exec "$link_python" -c "$(link_agent)" "$me" "$master_addr" "$link_port" \
+      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}"
+  }
+  link_pid=$!
+  # No rank starts before this node is linked: a failure anywhere must reach every running rank.
+  # The agent says `linked` once, or ends (the master never came, refused us: it said why).
+  exec {link_out}<&"${LINK[0]}"
+  # (read is not cut short by a trapped signal: it waits in short slices.)
+  linked=
+  while :; do
+    status=0
+    read -r -t 0.1 -u "$link_out" linked || status=$?
+    ((status > 128)) || break # a line, or the end: the agent ended without a word
+    stop_if_signalled
+  done
+  exec {link_out}<&-
+  if [[ $linked != linked ]]; then
+    status=0
+    link_wait "$link_timeout" || status=$?
+    case $status in
+      124 | 2) ;; # the agent said why
+      *) echo "$me: error: the link between the nodes did not start ('$link_python' ended with code $status); no rank was started" >&2 ;;
+    esac
+    exit "$((status == 0 ? 255 : status))"
+  fi
+fi
 run_note=:  # `slurmgen launch` numbers its attempts
 [[ -z ${SLURMGEN_ATTEMPT:-} ]] || run_note=" launch: attempt $SLURMGEN_ATTEMPT,"
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
@@ -152,6 +657,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     exit "${PIPESTATUS[0]}"
   ) &
   pids[local_rank]=$!
+  link_tell rank "$!"
   stop_if_signalled
 done
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
@@ -179,9 +685,37 @@ while ((running > 0)); do
     if ((status != 0)); then
       echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
       event exited "$((rank_offset + local_rank))" "$status"
+      link_tell failed "$((rank_offset + local_rank))" "$status"
       stop_all "${SLURMGEN_FAIL_GRACE:-2}"
+      link_wait 2 || true # while it names the job's first failure
       exit "$status"
     fi
   done
+  # The agent ended: another node failed first (the agent said which), or the link broke.
+  # (After this node's own ranks: a rank that failed here is reported as such.)
+  if [[ -n $link_pid ]] && ! kill -0 "$link_pid" 2>/dev/null; then
+    status=0
+    link_wait 0 || status=$?
+    if ((status == 0)); then
+      echo "$me: the link to the other nodes ended; stopping the ranks on this node" >&2
+      status=255
+    fi
+    case $status in
+      130 | 143) stop_all "${SLURMGEN_STOP_GRACE:-30}" ;;
+      *) stop_all "${SLURMGEN_FAIL_GRACE:-2}" ;;
+    esac
+    exit "$status"
+  fi
 done
 echo "$me: all $nproc ranks on node $node_rank finished successfully"
+if [[ -n $link_pid ]]; then
+  # The master's agent ends when every node is done, or with the job's first failure.
+  link_tell 'done'
+  while :; do
+    status=0
+    wait "$link_pid" || status=$? # returns when the agent ends (or a trapped signal arrives)
+    stop_if_signalled
+    kill -0 "$link_pid" 2>/dev/null || break
+  done
+  exit "$status"
+fi
