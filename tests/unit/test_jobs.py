@@ -340,3 +340,22 @@ def test_snapshots_are_content_addressed_and_follow_git(tmp_path):
     (code / "pkg" / "train.py").write_text("print(2)\n")
     dirty = take(code, whole_dir=False)
     assert dirty.dirty and "+print(2)" in dirty.diff and dirty.digest != clean.digest
+
+
+def test_logs_follow_with_tail_prints_the_last_lines_of_a_rank_then_follows(tmp_path, capsys):
+    from slurmgen.jobs.cli import _print_logs
+
+    rec = record("1", tmp_path)
+    path = str(tmp_path / "logs" / "rec-1.out")
+    done = (DATA / "scontrol_completed.txt").read_text().split("\n#RC")[0]
+    runner = FakeRunner(files={path: "0: a0\n1: a1\n1: b1\n0: b0\n1: c1\n1: cut"})
+    states = iter(["", done])
+
+    def scontrol_then_grow(argv, **kw):  # the job writes on while it is followed, then ends
+        if argv[:3] == ["scontrol", "show", "job"]:
+            runner.files[path] += " short\n1: d1\n0: d0\n"
+            return Result(0, next(states), "")
+        return FakeRunner.run(runner, argv, **kw)
+    runner.run = scontrol_then_grow
+    _print_logs(runner, rec, None, 1, None, True, 2, False)
+    assert capsys.readouterr().out.splitlines() == ["[rank 1] b1", "[rank 1] c1", "[rank 1] cut short", "[rank 1] d1"]
