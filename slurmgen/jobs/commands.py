@@ -143,6 +143,16 @@ def _sweep_params(runner: Runner, record: JobRecord) -> dict[str, dict[str, Any]
     return out
 
 
+def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, Any]]:
+    """The attempts record of a job or array task, named by its own SLURM_JOB_ID (heal/attempts.py).
+
+    An array task has an id of its own besides ARRAY_TASK, and keeps it when requeued, as a
+    job does; so each task's attempts are in their own file, found through the id Slurm gives
+    a task once it has started (the not yet started ones share the array's id and have none)."""
+    text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / ATTEMPTS_NAME.format(job_id=own_id)))
+    return parse_attempts(text) if text else []
+
+
 def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None) -> dict[str, Any]:
     """Everything `slurmgen status JOB` shows, as one dict."""
     snap = ask(runner, [record.job_id])
@@ -166,8 +176,9 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         failed = job is not None and job.ended and job.state != "COMPLETED"
         log = _read_text(runner, log_path(record, t)) if failed or not is_array else None
         rows.append(task_row(key, job, record, params.get(t) if is_array else None, log, runs.get(group_of(record.job_id, t))))
-    attempts_text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / ATTEMPTS_NAME.format(job_id=record.job_id)))
-    view = job_view(record, snap, rows, parse_attempts(attempts_text) if attempts_text else [])
+        if is_array and job is not None and job.job_id.isdigit() and (job.state != "PENDING" or job.restarts):
+            rows[-1]["attempts"] = _attempts(runner, record, job.job_id)
+    view = job_view(record, snap, rows, [] if is_array else _attempts(runner, record, record.job_id))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     if not local:
