@@ -8,7 +8,6 @@ Each function takes plain values and a `Runner` (here or on a login node) and re
 from __future__ import annotations
 
 import io
-import json
 import re
 import socket
 import tarfile
@@ -133,14 +132,7 @@ def _read_text(runner: Runner, path: str) -> str | None:
 def _sweep_params(runner: Runner, record: JobRecord) -> dict[str, dict[str, Any]]:
     path = record.info.get("sweep_file")
     text = _read_text(runner, path) if path else None
-    out = {}
-    for line in (text or "").splitlines():
-        try:
-            row = json.loads(line)
-            out[str(row["task"])] = row["params"]
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
+    return {str(task): params for task, params in sweeps.parse_grid(text or "").items()}
 
 
 def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, Any]]:
