@@ -157,9 +157,8 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
             keys = [task]
     else:
         params, keys = {}, [None]
-    local = runner.where == "local"
-    groups = {group_of(record.job_id, t): t for t in keys}
-    runs = by_group(record.info["workdir"], record.info.get("command") or [], set(groups)) if local else {}
+    groups = {group_of(record.job_id, t) for t in keys}
+    runs = by_group(runner, record.info["workdir"], record.info.get("command") or [], record.job_id, groups)
     rows = []
     for t in keys:
         key = f"{record.job_id}_{t}" if t is not None else record.job_id
@@ -173,8 +172,6 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     view = job_view(record, snap, rows, [] if is_array else _attempts(runner, record, record.job_id))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
-    if not local:
-        view["notes"].append(f"run records live on {runner.where}; not read from here")
     if jobs:
         registry.remember_states({record.seq: (view["state"], view.get("exit_code"))})
     return view

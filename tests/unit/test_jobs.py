@@ -365,3 +365,44 @@ def test_logs_follow_with_tail_prints_the_last_lines_of_a_rank_then_follows(tmp_
     runner.run = scontrol_then_grow
     _print_logs(runner, rec, None, 1, None, True, 2, False)
     assert capsys.readouterr().out.splitlines() == ["[rank 1] b1", "[rank 1] c1", "[rank 1] cut short", "[rank 1] d1"]
+
+
+class ShellAsLogin:
+    """Runs argv here with real sh, as a login node would: `where` makes status take the remote path."""
+
+    where = "login1"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, argv, *, cwd=None, stdin=b"", timeout=60):
+        self.calls.append(argv[:2])
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        return Result(done.returncode, done.stdout, done.stderr)
+
+
+def test_run_records_on_a_login_node_read_the_same_as_here(tmp_path):
+    from slurmgen import tracking
+    from slurmgen.jobs.records import by_group
+
+    ckpt = tmp_path / "work" / "ck" / "step_30.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x")
+    for group in ("slurm-7", "slurm-70", "slurm-7_1"):  # slurm-70 is another job: never read
+        run = tracking.init(str(tmp_path / "work" / "out dir" / "tracking"), group=group)
+        for step in range(10, 40, 10):
+            run.log(type="train", metrics={"loss": 1 / step}, step=step)
+        run.mark_output(run.create_artifact("ckpt", "checkpoint").add_file(str(ckpt)))
+        run.finish()
+    (tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main" / "metrics.jsonl").open("a").write('{"cut')
+    (tmp_path / "work" / "runs" / "slurm-7_2" / "main").mkdir(parents=True)
+    (tmp_path / "work" / "runs" / "slurm-7_2" / "main" / "run.json").write_text("{not json")
+    command, wanted = ["python", "--out-dir", "out dir"], {"slurm-7", "slurm-7_1", "slurm-7_2", "slurm-70"}
+    here = by_group(FakeRunner(), str(tmp_path / "work"), command, "7", wanted)
+    login = ShellAsLogin()
+    there = by_group(login, str(tmp_path / "work"), command, "7", wanted)
+    assert login.calls == [["sh", "-c"]]  # one command over the connection, whatever the number of runs
+    assert sorted(there) == ["slurm-7", "slurm-7_1"] and there == {k: v for k, v in here.items() if k != "slurm-70"}
+    assert there["slurm-7_1"] == {"step": 30, "loss": 1 / 30, "status": "finished", "checkpoint": str(ckpt),
+                                  "dir": str(tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main")}
+    assert by_group(login, str(tmp_path / "nowhere"), command, "7", wanted) == {}
