@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: stat
     from slurmgen.render import Rendered
 
 POLL = 0.25
+UNANSWERED = 30.0  # seconds of failing scontrol calls that `wait` rides out
 DEPENDENCY = re.compile(r"^([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton)([,?]([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton))*$")
 _PARSABLE = re.compile(r"^([1-9][0-9]*)(;\S+)?$")
 
@@ -96,14 +97,19 @@ def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str,
 def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep: Callable[[float], None] = time.sleep) -> tuple[str, int]:
     """Poll until the job (every task of an array) has ended; its state and exit code."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    unanswered_since = None
     while True:
         snap = ask(runner, [record.job_id], accounting=False)
         jobs = all_tasks(snap, record)
         if jobs and all(j.ended for j in jobs):
             state, code = overall(jobs)
             return state, code if code is not None else FAILED
-        if not jobs:
+        if not jobs and not snap.notes:
             raise SlurmgenError(f"wait: Slurm no longer knows job {record.job_id}", exit_code=FAILED)
+        # scontrol itself failed (a busy controller times out now and then): ask again, for a while.
+        unanswered_since = (unanswered_since or time.monotonic()) if not jobs else None
+        if unanswered_since is not None and time.monotonic() - unanswered_since > UNANSWERED:
+            raise SlurmgenError(f"wait: job {record.job_id}: {snap.notes[0]}", exit_code=FAILED)
         if deadline is not None and time.monotonic() > deadline:
             raise SlurmgenError(f"wait: job {record.job_id} still {overall(jobs)[0]} after {timeout:g}s", exit_code=FAILED)
         sleep(POLL)

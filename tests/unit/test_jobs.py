@@ -406,3 +406,13 @@ def test_run_records_on_a_login_node_read_the_same_as_here(tmp_path):
     assert there["slurm-7_1"] == {"step": 30, "loss": 1 / 30, "status": "finished", "checkpoint": str(ckpt),
                                   "dir": str(tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main")}
     assert by_group(login, str(tmp_path / "nowhere"), command, "7", wanted) == {}
+
+
+def test_wait_rides_out_a_failing_scontrol_call(tmp_path):
+    runner = FakeRunner((DATA / "scontrol_failed.txt").read_text().replace("JobId=7", "JobId=1"))
+    answers = iter([Result(1, "", "slurm_load_jobs error: Socket timed out on send/recv operation\n")])
+
+    def flaky(argv, **kw):
+        return next(answers, None) or FakeRunner.run(runner, argv, **kw)
+    runner.run = flaky
+    assert commands.wait(runner, record("1", tmp_path), sleep=lambda s: None) == ("FAILED", 3)
