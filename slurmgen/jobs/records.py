@@ -73,7 +73,8 @@ for root in "$@"; do
   find "$root" -maxdepth 10 \\( {prune} \\) -prune -o -name run.json \\( -path "*/$g/*" -o -path "*/${{g}}_*/*" \\) -print
 done | while IFS= read -r f; do
   d=${{f%/run.json}}
-  printf '\\036run %s/%s\\n' "$PWD" "$d"; cat "$f"; echo
+  case $d in /*) ;; *) d=$PWD/$d ;; esac
+  printf '\\036run %s\\n' "$d"; cat "$f"; echo
   printf '\\036metrics\\n'; tail -n {TAIL_LINES} "$d/metrics.jsonl" 2>/dev/null; echo
   printf '\\036artifacts\\n'; tail -n {TAIL_LINES} "$d/artifacts.jsonl" 2>/dev/null; echo
 done"""

@@ -397,7 +397,8 @@ def test_run_records_on_a_login_node_read_the_same_as_here(tmp_path):
     (tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main" / "metrics.jsonl").open("a").write('{"cut')
     (tmp_path / "work" / "runs" / "slurm-7_2" / "main").mkdir(parents=True)
     (tmp_path / "work" / "runs" / "slurm-7_2" / "main" / "run.json").write_text("{not json")
-    command, wanted = ["python", "--out-dir", "out dir"], {"slurm-7", "slurm-7_1", "slurm-7_2", "slurm-70"}
+    command = ["python", "--out-dir", "out dir", "--out-dir", str(tmp_path / "work" / "out dir")]  # relative, absolute
+    wanted = {"slurm-7", "slurm-7_1", "slurm-7_2", "slurm-70"}
     here = by_group(FakeRunner(), str(tmp_path / "work"), command, "7", wanted)
     login = ShellAsLogin()
     there = by_group(login, str(tmp_path / "work"), command, "7", wanted)
