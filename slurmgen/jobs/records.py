@@ -48,17 +48,18 @@ def summary(run: RunRecord, artifacts: Iterable[Any]) -> dict[str, Any]:
 def by_group(runner: Runner, workdir: str, command: Sequence[str], job_id: str, groups: set[str]) -> dict[str, dict[str, Any]]:
     """group -> summary of the newest run of each wanted group of job `job_id`, here or on the login node."""
     found = _local(workdir, command) if runner.where == "local" else _remote(runner, workdir, command, job_id)
-    return {run.get("group"): summary(run, artifacts) for run, artifacts in found if run.get("group") in groups}
+    return {run.get("group"): summary(run, run.artifacts if artifacts is None else artifacts)
+            for run, artifacts in found if run.get("group") in groups}
 
 
-def _local(workdir: str, command: Sequence[str]) -> Iterable[tuple[RunRecord, list[Any]]]:
+def _local(workdir: str, command: Sequence[str]) -> Iterable[tuple[RunRecord, None]]:
+    """Every run under the roots here; their artifacts are read from disk only for the wanted ones."""
     from slurmgen.tracking.records import find_runs
 
     for name in root_names(command):
         root = Path(workdir) / name
         if root.is_dir():
-            for run in find_runs(root):
-                yield run, run.artifacts
+            yield from ((run, None) for run in find_runs(root))
 
 
 def remote_find_argv(workdir: str, command: Sequence[str], job_id: str) -> list[str]:
@@ -81,12 +82,12 @@ done"""
     return ["sh", "-c", script, "sh", workdir, group_of(job_id, None), *root_names(command)]
 
 
-def _remote(runner: Runner, workdir: str, command: Sequence[str], job_id: str) -> list[tuple[RunRecord, list[Any]]]:
+def _remote(runner: Runner, workdir: str, command: Sequence[str], job_id: str) -> list[tuple[RunRecord, list[Any] | None]]:
     res = runner.run(remote_find_argv(workdir, command, job_id), timeout=60)
     return parse_found(res.out) if res.code == 0 else []
 
 
-def parse_found(text: str) -> list[tuple[RunRecord, list[Any]]]:
+def parse_found(text: str) -> list[tuple[RunRecord, list[Any] | None]]:
     """REMOTE_FIND's output back into runs (a damaged run.json, or a line cut by a writer, is skipped)."""
     from slurmgen.tracking.records import RunRecord
 
