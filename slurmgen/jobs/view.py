@@ -124,7 +124,8 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
         params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
         code = "" if task.get("exit_code") is None else f" exit {task['exit_code']}"
         lines.append(f"  {task['job']:>10}  {style(task['state'], task['state']):<10}{code}  loss {_fmt_loss(task.get('run'))}  {params}".rstrip())
-        lines += _attempt_lines(task.get("attempts"), " " * 14)
+        if _eventful(task.get("attempts")):  # a grid of a hundred tasks that simply finished stays a grid
+            lines += _attempt_lines(task.get("attempts"), " " * 14)
     run = view.get("run")
     if run:
         lines.append(f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})")
@@ -140,3 +141,9 @@ def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) ->
     """One line per ended attempt of a job (or of one array task, under its row)."""
     return [f"{indent}attempt {a.get('attempt')}: {cause(a)} -> {a.get('action')}"
             for a in attempts or [] if a.get("event") == "end"]
+
+
+def _eventful(attempts: Sequence[Mapping[str, Any]] | None) -> bool:
+    """More than one attempt, or one that did not simply finish."""
+    ends = [a for a in attempts or [] if a.get("event") == "end"]
+    return len(ends) > 1 or any(a.get("action") != "finished" for a in ends)

@@ -165,7 +165,7 @@ def test_a_trainer_sweep_reads_as_one_in_status_runs_plot_and_logs(cluster, tmp_
         assert [(a["event"], a.get("action")) for a in task["attempts"]] == [("start", None), ("end", "finished")], task
     text = sg(cluster, tmp_path, "status", array).stdout
     assert f"{array}_1  COMPLETED  exit 0  loss " in text and "lr=0.001 batch-size=16 out-dir=runs/lr-sweep/1" in text, text
-    assert text.count("attempt 0: ok -> finished") == 4, text
+    assert "attempt" not in text, text  # each task ran once and finished: the JSON has it, the grid stays short
 
     rows = json.loads(sg(cluster, tmp_path, "runs", "--json").stdout)
     assert [(r["sweep"]["id"], r["sweep"]["task"], r["sweep"]["params"]["batch-size"], r["steps"]) for r in rows] == [

@@ -226,6 +226,7 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
     # the last task starts, that of the tasks still pending: none of them has attempts yet.
     attempts = {str(tmp_path / "logs" / f"slurmgen-{i}.attempts.jsonl"):
                 f'{{"event": "end", "job": "{i}", "attempt": 0, "exit_code": 75, "action": "requeue"}}\n' for i in (4, 6)}
+    attempts[str(tmp_path / "logs" / "slurmgen-5.attempts.jsonl")] = '{"event": "end", "attempt": 0, "exit_code": 0, "action": "finished"}\n'
     runner = FakeRunner((DATA / "scontrol_array.txt").read_text(), {rec.info["sweep_file"]: grid, **attempts})
     with registry(tmp_path) as reg:
         reg.add(rec)
@@ -236,9 +237,10 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
         ("4_2", "PENDING", {"lr": 2, "bs": 8}), ("4_3", "PENDING", {"lr": 2, "bs": 16})]
     assert view["tasks"][2]["reason"] == "JobArrayTaskLimit"
     assert view["tasks"][1]["run"]["loss"] == 0.25 and "run" not in view["tasks"][0]
-    assert [len(t.get("attempts", [])) for t in view["tasks"]] == [0, 1, 0, 0] and "attempts" not in view
+    assert [len(t.get("attempts", [])) for t in view["tasks"]] == [1, 1, 0, 0] and "attempts" not in view
     text = "\n".join(format_view(view))
     assert "4_1  RUNNING     loss 0.25  lr=1 bs=16\n              attempt 0: preempted -> requeue" in text, text
+    assert text.count("attempt") == 1, text  # task 0 ran once and finished: nothing to say in the grid
 
 
 def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path):
