@@ -178,7 +178,9 @@ def resolve_runs(spec: str, root: str | os.PathLike[str] = "runs", damaged: list
             return hits
         if len(hits) > 1:
             ids = ", ".join(str(r.get("id")) for r in hits[:6])
-            raise LookupError(f"{spec!r} matches {len(hits)} runs by {key} ({ids}): give a run directory or id")
+            sweeps = {r.sweep["id"] if r.sweep else None for r in hits}
+            one = f", or the id of their sweep ({sweeps.pop()}) to compare them" if len(sweeps) == 1 and None not in sweeps else ""
+            raise LookupError(f"{spec!r} matches {len(hits)} runs by {key} ({ids}): give a run directory or id{one}")
     tasks = sweep_runs(runs, spec)
     if tasks:
         return tasks

@@ -121,7 +121,7 @@ def test_plot_without_matplotlib_is_one_line_exit_2(tmp_path):
                            "(hint: pip install 'slurmgen[plot]')\n")
 
 
-def make_sweep(root: Path, submit_dir: Path) -> None:
+def make_sweep(root: Path, submit_dir: Path, name: str | None = None) -> None:
     """A 2x2 sweep as run_slurm.sh runs it: array 40, each task its own job and group, the grid beside
     the script; task 2's directory sorts before task 10's siblings would, so the order is checked too."""
     from slurmgen.jobs.sweep import grid_jsonl, points
@@ -132,7 +132,7 @@ def make_sweep(root: Path, submit_dir: Path) -> None:
         env = {"SLURM_JOB_ID": str(41 + task), "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": str(task),
                "SLURMGEN_GROUP": f"slurm-40_{task}", "SLURMGEN_SWEEP_INDEX": str(task),
                "SLURMGEN_SWEEP_FILE": "out/sweep.jsonl", "SLURM_SUBMIT_DIR": str(submit_dir)}
-        run = tracking.init(root / f"t{9 - task}", name=f"task{task}", environ=env)
+        run = tracking.init(root / f"t{9 - task}", name=name or f"task{task}", environ=env)
         for step in (10, 20):
             run.log("train", {"loss": 1.0 / (task + 1) / step}, step=step)
         run.finish() if task != 3 else run.finish("failed", 1)
@@ -181,3 +181,6 @@ def test_plot_compares_the_tasks_of_a_sweep(tmp_path, capsys):
     assert all(count(c) > 100 for c in ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")), "a curve per task"
     code, _, err = cli(capsys, "plot", "slurm-40_2", "--dir", str(tmp_path / "runs"), "-o", str(tmp_path / "one.png"))
     assert code == 0 and (tmp_path / "one.png").is_file()  # one task alone, by its group
+    make_sweep(tmp_path / "same", tmp_path / "same", name="train")  # the trainer names a run after its --out-dir
+    code, _, err = cli(capsys, "plot", "train", "--dir", str(tmp_path / "same"))
+    assert code == 2 and err.endswith(": give a run directory or id, or the id of their sweep (slurm-40) to compare them\n"), err
