@@ -25,16 +25,18 @@ from slurmgen.train.logs import HEARTBEAT_DIR_ENV  # noqa: E402
 
 WORLD = 3
 DRIVER = str(Path(__file__).with_name("resume_rank.py"))
-# sh -c SCRIPT mask DIR ...: mounts an empty tmpfs over DIR in this process's own mount
-# namespace (it dies with the process, so nothing is left mounted), then runs the rest.
+# sh -c MASK mask DIR CMD...: mounts an empty tmpfs over DIR in this process's own mount
+# namespace (it dies with the process, so nothing is left mounted), then execs CMD.
+# MASK_WITH_COPY takes DIR FILE NAME CMD... and first copies FILE into the tmpfs as NAME.
 MASK = 'mount -t tmpfs tmpfs "$1" && shift && exec "$@"'
 MASK_WITH_COPY = 'mount -t tmpfs tmpfs "$1" && cp "$2" "$1/$3" && shift 3 && exec "$@"'
 
 
 def private_mounts() -> list[str]:
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare (util-linux)")
-    return ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
+    """The prefix that runs a command in a mount namespace of its own (root only)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (util-linux) for a private mount namespace")
+    return ["unshare", "--mount", "--propagation", "private"]
 
 
 def run_ranks(tmp_path: Path, name: str, prefixes: list[list[str]]) -> list[tuple[int, str]]:
