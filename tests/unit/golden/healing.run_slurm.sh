@@ -141,7 +141,8 @@ echo "slurmgen: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: master ${MASTER_AD
 
 # --- preflight: the same software, files and network on every node, before the job step ---
 set +e
-python -m slurmgen doctor --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --dir "$log_dir"
+python -m slurmgen doctor --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --dir "$log_dir" \
+  --signal USR2
 status=$?
 set -e
 if ((status != 0)); then
