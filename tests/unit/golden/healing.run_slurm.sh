@@ -218,26 +218,39 @@ trap 'rm -f -- "$step_errors" "$verdict_file"' EXIT
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 --input=all \
   --export=ALL bash -c '
+  # now_ms VAR: VAR = the clock of this node in milliseconds (a locale may write a decimal comma).
+  now_ms() {
+    local t=${EPOCHREALTIME:-}
+    if [[ -n $t ]]; then t=${t/[.,]/}; else t=$(date +%s%6N); fi
+    printf -v "$1" %d "$((10#$t / 1000))"
+  }
+  # running_beat_ms FILE VAR: VAR = the `time` of FILE in milliseconds (the clock of its writer)
+  # when its status is "running"; fails for a file that is missing, cut short or says anything
+  # else (only "running" promises another beat). The line read is left in beat_text.
+  running_beat_ms() {
+    local frac running="\"status\": *\"running\"" time_re="\"time\": *([0-9]+)[.]?([0-9]*)"
+    beat_text=
+    { IFS= read -r beat_text <"$1"; } 2>/dev/null
+    [[ $beat_text =~ $running && $beat_text =~ $time_re ]] || return 1
+    frac=${BASH_REMATCH[2]}000
+    printf -v "$2" %d "$((10#${BASH_REMATCH[1]} * 1000 + 10#${frac:0:3}))"
+  }
   dir=$SLURMGEN_HEARTBEAT_BASE/$SLURMD_NODENAME limit_ms=$1
   mkdir -p -- "$dir"
   trap "" USR2  # the preemption warning is for the ranks
-  running="\"status\": *\"running\"" stamp="\"time\": *([0-9]+)[.]?([0-9]*)"
   rank_re="\"rank\": *([0-9]+)" pid_re="\"pid\": *([0-9]+)"
   verdict=
   while :; do
     IFS= read -r -t 0.5 _
     (($? > 128)) || break  # not a time-out: the batch shell closed our stdin
     [[ -z $verdict ]] || continue
-    if [[ -n ${EPOCHREALTIME:-} ]]; then now=${EPOCHREALTIME/[.,]/}; now=$((10#$now / 1000)); else now=$(date +%s%3N); fi
+    now_ms now
     for f in "$dir"/rank-*.json; do
-      text=
-      { IFS= read -r text <"$f"; } 2>/dev/null
-      [[ $text =~ $running && $text =~ $stamp ]] || continue
-      frac=${BASH_REMATCH[2]}000
-      age=$((now - (10#${BASH_REMATCH[1]} * 1000 + 10#${frac:0:3})))
+      running_beat_ms "$f" beat || continue
+      age=$((now - beat))
       ((age > limit_ms)) || continue
-      [[ $text =~ $rank_re ]] && rank=${BASH_REMATCH[1]}
-      [[ $text =~ $pid_re ]] && pid=${BASH_REMATCH[1]}
+      [[ $beat_text =~ $rank_re ]] && rank=${BASH_REMATCH[1]}
+      [[ $beat_text =~ $pid_re ]] && pid=${BASH_REMATCH[1]}
       verdict="rank=${rank:-?} node=$SLURMD_NODENAME pid=${pid:-?} no_heartbeat_ms=$age limit_ms=$limit_ms"
       echo "hung $verdict"
       [[ -n ${pid:-} ]] && kill -KILL "$pid"
