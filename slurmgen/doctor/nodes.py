@@ -142,7 +142,7 @@ def step_rows(opts: ProbeOptions, hosts: list[str]) -> list[dict[str, Any]] | No
         signal.signal(signal.Signals[f"SIG{opts.signal}"], signal.SIG_IGN)
         ready.touch()
         return None
-    arrival = Arrival(str(opts.signal))
+    arrival = Arrival(opts.signal)
     ready.touch()
     opts = replace(opts, nodes=len(hosts), signal_wait=SIGNAL_WAIT)
     deadline = time.monotonic() + opts.port_timeout + SIGNAL_WAIT + STEP_GRACE

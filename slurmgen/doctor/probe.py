@@ -45,7 +45,7 @@ class ProbeOptions:
     master_port: int | None = None
     nodes: int = 1  # probes that will connect to the master port, this one included
     port_timeout: float = 10.0
-    signal: str | None = None  # the preemption signal to check (USR2, USR1); None: not checked
+    signal: str = ""  # the preemption signal to check (USR2, USR1; the doctor names the spec's)
     signal_wait: float = 0.0  # 0: not checked (no job step to signal)
 
 
@@ -241,7 +241,7 @@ def parse_args(argv: list[str]) -> ProbeOptions:
     p.add_argument("--master-port", type=int)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--port-timeout", type=float, default=10.0)
-    p.add_argument("--signal")
+    p.add_argument("--signal", default="")
     p.add_argument("--signal-wait", type=float, default=0.0)
     a = p.parse_args(argv)
     return ProbeOptions(tuple(a.files), a.dir, a.min_free_gb, a.master_addr, a.master_port, a.nodes,
