@@ -194,6 +194,7 @@ def ranks(
         typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     out = Table("host", "rank", "local_rank", "node_rank", "local_world_size", "world_size", box=None)
@@ -305,18 +306,21 @@ def runs(
     directory: Path = typer.Argument(Path("runs"), metavar="[DIR]", help="Where to look for run records (searched recursively)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """List the run records under DIR: name, group, status, steps, last loss, duration."""
-    from slurmgen.tracking.records import find_runs, format_duration
+    """List the run records under DIR: name, group, status, steps, last loss, duration.
+
+    The tasks of a sweep are listed together as one group (the array job, slurm-<id>), one row per
+    task with its parameters; `slurmgen plot slurm-<id>` draws them into one figure."""
+    from slurmgen.tracking.records import find_runs, format_duration, sweeps_together
 
     if not directory.is_dir():
         raise SlurmgenError(f"runs: no such directory: {str(directory)!r}", hint="pass the directory that holds the runs, e.g. runs/")
     damaged: list[str] = []
-    found = list(find_runs(directory, damaged))
+    found = sweeps_together(list(find_runs(directory, damaged)))
     for problem in damaged:  # what can be read is listed all the same
         typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
     rows = [{"id": r.get("id"), "name": r.get("name"), "group": r.get("group"), "job_type": r.get("job_type"),
              "status": r.get("status"), "steps": r.steps, "last_loss": r.last("loss"), "duration": r.duration(),
-             "restarts": r.get("restart_count", 0), "dir": str(r.dir)} for r in found]
+             "restarts": r.get("restart_count", 0), "sweep": r.sweep, "dir": str(r.dir)} for r in found]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -324,14 +328,20 @@ def runs(
         typer.echo(f"no runs under {directory}")
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     colours = {"running": "cyan", "finished": "green", "failed": "red", "preempted": "yellow"}
-    table = Table("name", "group", "job type", "status", "steps", "last loss", "duration", "restarts", box=None)
+    sweeps = any(row["sweep"] for row in rows)  # the task and params columns only when there is a sweep
+    table = Table("name", "group", *(("task", "params") if sweeps else ()), "job type", "status", "steps", "last loss",
+                  "duration", "restarts", box=None)
     for row in rows:
         loss = row["last_loss"]
         status = str(row["status"])
-        table.add_row(str(row["name"]), str(row["group"]), str(row["job_type"]),
+        sweep = row["sweep"] or {}
+        params = " ".join(f"{k}={v}" for k, v in (sweep.get("params") or {}).items())
+        table.add_row(str(row["name"]), sweep.get("id") or str(row["group"]),
+                      *((str(sweep.get("task", "")), escape(params)) if sweeps else ()), str(row["job_type"]),
                       f"[{colours.get(status, 'white')}]{status}[/]", "-" if row["steps"] is None else str(row["steps"]),
                       "-" if not isinstance(loss, (int, float)) else f"{loss:.4g}", format_duration(row["duration"]),
                       str(row["restarts"] or ""))
@@ -341,23 +351,30 @@ def runs(
 
 @app.command()
 def plot(
-    run: str = typer.Argument(..., help="The run: its directory, or its id, name or group under --dir."),
+    run: str = typer.Argument(..., help="The run: its directory, or its id, name or group under --dir; or a sweep's id."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file to write [default: RUN_DIR/metrics.png]."),
-    directory: Path = typer.Option(Path("runs"), "--dir", help="Where to look up RUN by id, name or group."),
+    directory: Path = typer.Option(Path("runs"), "--dir", help="Where to look up RUN by id, name, group or sweep."),
     metric: List[str] = typer.Option([], "--metric", "-m", help="Only this metric; repeatable [default: all]."),
 ) -> None:
-    """Draw a run's metric curves (train and val per metric) into a PNG."""
+    """Draw a run's metric curves (train and val per metric) into a PNG; for a sweep (RUN is its
+    id, slurm-<array id>, as `slurmgen runs` shows it) every task's curves in one figure."""
     try:
         import matplotlib  # noqa: F401  (only to say clearly that it is missing)
     except ImportError:
         raise SlurmgenError("plot: needs matplotlib, which is not installed", hint="pip install 'slurmgen[plot]'") from None
-    from slurmgen.tracking.plot import plot_run
-    from slurmgen.tracking.records import resolve_run
+    import os
+
+    from slurmgen.tracking.plot import plot_run, plot_sweep
+    from slurmgen.tracking.records import resolve_runs
 
     damaged: list[str] = []
     try:
-        record = resolve_run(run, directory, damaged)
-        path = plot_run(record, output or record.dir / "metrics.png", metrics=list(metric) or None)
+        found = resolve_runs(run, directory, damaged)
+        if len(found) > 1:  # a sweep's runs
+            where = Path(os.path.commonpath([str(r.dir) for r in found]))
+            path = plot_sweep(found, output or where / f"{run}.png", metrics=list(metric) or None)
+        else:
+            path = plot_run(found[0], output or found[0].dir / "metrics.png", metrics=list(metric) or None)
     except (LookupError, ValueError, OSError) as exc:
         raise SlurmgenError(f"plot: {exc}") from None
     finally:

@@ -30,15 +30,17 @@ MANUAL_DEFAULT_PORT = 29500
 
 
 # A source checkout run without installing (`python -m slurmgen` in the repository) has the
-# templates at the top level, where the wheel's package-dir mapping has not put them yet.
+# templates at the top level, where the wheel's package-dir mapping has not put them yet. They
+# win when this slurmgen was imported from a checkout: otherwise a second checkout (a git
+# worktree on PYTHONPATH) would render the templates of whichever checkout is installed.
 _SOURCE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+_FROM_CHECKOUT = (_SOURCE_TEMPLATES.parent / "pyproject.toml").is_file()
 
 
 def _load_template(name: str) -> str:
-    try:
-        return resources.files("slurmgen.templates").joinpath(name).read_text()
-    except ModuleNotFoundError:
+    if _FROM_CHECKOUT:
         return (_SOURCE_TEMPLATES / name).read_text()
+    return resources.files("slurmgen.templates").joinpath(name).read_text()
 
 
 _ENV = jinja2.Environment(

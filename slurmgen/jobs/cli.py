@@ -204,7 +204,7 @@ def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output d
 def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[int], node: Optional[str],
                 follow: bool, tail: Optional[int], as_json: bool) -> None:
     from slurmgen.jobs import commands
-    from slurmgen.jobs.logs import follow as follow_lines, format_line, log_path, select_lines
+    from slurmgen.jobs.logs import follow as follow_lines, format_line, last, log_path, select_lines, tail as tail_lines
 
     if record.info.get("array") and task is None:
         raise SlurmgenError(f"job: {record.job_id} is an array; name one task as {record.job_id}_N")
@@ -219,20 +219,22 @@ def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[in
         for t, text in selected:
             typer.echo(json.dumps({"rank": t, "line": text}) if as_json else format_line(t, text, colour))
 
+    data = runner.read(path)
     if follow:
         def ended() -> bool:
             jobs = commands.all_tasks(commands.ask(runner, [record.job_id], accounting=False), record)
             mine = [j for j in jobs if task is None or j.array_task == task]
             return not mine or all(j.ended for j in mine)
-        for line in follow_lines(lambda offset: runner.read(path, offset), ended):
+        # Like `tail -n N -f`: the last N lines already there (without --tail: all), then what follows.
+        selected, offset = tail_lines(data, tasks, tail)
+        emit(selected)
+        for line in follow_lines(lambda at: runner.read(path, at), ended, offset=offset):
             emit(select_lines([line], tasks))
         return
-    data = runner.read(path)
     if data is None:
         raise SlurmgenError(f"logs: no log yet at {path}" + (f" on {record.remote}" if record.remote else ""),
                             hint="a pending job has written nothing; `slurmgen status` says why it waits", exit_code=1)
-    selected = select_lines(data.decode(errors="replace").splitlines(), tasks)
-    emit(selected[-tail:] if tail else [] if tail == 0 else selected)
+    emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks), tail))
 
 
 def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),

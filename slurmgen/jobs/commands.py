@@ -8,7 +8,6 @@ Each function takes plain values and a `Runner` (here or on a login node) and re
 from __future__ import annotations
 
 import io
-import json
 import re
 import socket
 import tarfile
@@ -32,6 +31,7 @@ if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: stat
     from slurmgen.render import Rendered
 
 POLL = 0.25
+UNANSWERED = 30.0  # seconds of failing scontrol calls that `wait` rides out
 DEPENDENCY = re.compile(r"^([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton)([,?]([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton))*$")
 _PARSABLE = re.compile(r"^([1-9][0-9]*)(;\S+)?$")
 
@@ -97,14 +97,19 @@ def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str,
 def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep: Callable[[float], None] = time.sleep) -> tuple[str, int]:
     """Poll until the job (every task of an array) has ended; its state and exit code."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    unanswered_since = None
     while True:
         snap = ask(runner, [record.job_id], accounting=False)
         jobs = all_tasks(snap, record)
         if jobs and all(j.ended for j in jobs):
             state, code = overall(jobs)
             return state, code if code is not None else FAILED
-        if not jobs:
+        if not jobs and not snap.notes:
             raise SlurmgenError(f"wait: Slurm no longer knows job {record.job_id}", exit_code=FAILED)
+        # scontrol itself failed (a busy controller times out now and then): ask again, for a while.
+        unanswered_since = (unanswered_since or time.monotonic()) if not jobs else None
+        if unanswered_since is not None and time.monotonic() - unanswered_since > UNANSWERED:
+            raise SlurmgenError(f"wait: job {record.job_id}: {snap.notes[0]}", exit_code=FAILED)
         if deadline is not None and time.monotonic() > deadline:
             raise SlurmgenError(f"wait: job {record.job_id} still {overall(jobs)[0]} after {timeout:g}s", exit_code=FAILED)
         sleep(POLL)
@@ -133,14 +138,17 @@ def _read_text(runner: Runner, path: str) -> str | None:
 def _sweep_params(runner: Runner, record: JobRecord) -> dict[str, dict[str, Any]]:
     path = record.info.get("sweep_file")
     text = _read_text(runner, path) if path else None
-    out = {}
-    for line in (text or "").splitlines():
-        try:
-            row = json.loads(line)
-            out[str(row["task"])] = row["params"]
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
+    return {str(task): params for task, params in sweeps.parse_grid(text or "").items()}
+
+
+def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, Any]]:
+    """The attempts record of a job or array task, named by its own SLURM_JOB_ID (heal/attempts.py).
+
+    An array task has an id of its own besides ARRAY_TASK, and keeps it when requeued, as a
+    job does; so each task's attempts are in their own file, found through the id Slurm gives
+    a task once it has started (the not yet started ones share the array's id and have none)."""
+    text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / ATTEMPTS_NAME.format(job_id=own_id)))
+    return parse_attempts(text) if text else []
 
 
 def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None) -> dict[str, Any]:
@@ -155,9 +163,8 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
             keys = [task]
     else:
         params, keys = {}, [None]
-    local = runner.where == "local"
-    groups = {group_of(record.job_id, t): t for t in keys}
-    runs = by_group(record.info["workdir"], record.info.get("command") or [], set(groups)) if local else {}
+    groups = {group_of(record.job_id, t) for t in keys}
+    runs = by_group(runner, record.info["workdir"], record.info.get("command") or [], record.job_id, groups)
     rows = []
     for t in keys:
         key = f"{record.job_id}_{t}" if t is not None else record.job_id
@@ -166,12 +173,11 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         failed = job is not None and job.ended and job.state != "COMPLETED"
         log = _read_text(runner, log_path(record, t)) if failed or not is_array else None
         rows.append(task_row(key, job, record, params.get(t) if is_array else None, log, runs.get(group_of(record.job_id, t))))
-    attempts_text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / ATTEMPTS_NAME.format(job_id=record.job_id)))
-    view = job_view(record, snap, rows, parse_attempts(attempts_text) if attempts_text else [])
+        if is_array and job is not None and job.job_id.isdigit() and (job.state != "PENDING" or job.restarts):
+            rows[-1]["attempts"] = _attempts(runner, record, job.job_id)
+    view = job_view(record, snap, rows, [] if is_array else _attempts(runner, record, record.job_id))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
-    if not local:
-        view["notes"].append(f"run records live on {runner.where}; not read from here")
     if jobs:
         registry.remember_states({record.seq: (view["state"], view.get("exit_code"))})
     return view

@@ -1,7 +1,8 @@
 """A job's log split by rank: srun --label puts `TASK: ` before every line of every task.
 
-`select_lines` is pure; `follow` polls the file (here or over SSH) and stops when the job has
-ended and the last bytes are read.
+`select_lines` and `tail` are pure; `follow` polls the file (here or over SSH) from an offset
+and stops when the job has ended and the last bytes are read. `--follow --tail N` is `tail`
+of what is there, then `follow` from where it stopped, as `tail -n N -f` does.
 """
 
 from __future__ import annotations
@@ -50,9 +51,24 @@ def format_line(task: int | None, text: str, colour: bool) -> str:
     return f"{label} {text}"
 
 
-def follow(read: Callable[[int], bytes | None], ended: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
-    """Complete lines as they are appended, until the job has ended and nothing more comes."""
-    offset, pending = 0, b""
+def tail(data: bytes | None, tasks: set[int] | None, count: int | None) -> tuple[list[tuple[int | None, str]], int]:
+    """The last `count` selected complete lines of `data` (all when None), and the offset after them.
+
+    A last line without its newline yet is left for `follow`, which prints it once complete."""
+    data = data or b""
+    end = data.rfind(b"\n") + 1
+    return last(select_lines(data[:end].decode(errors="replace").splitlines(), tasks), count), end
+
+
+def last(lines: list[tuple[int | None, str]], count: int | None) -> list[tuple[int | None, str]]:
+    """The last `count` lines (`--tail N`; 0 gives none), or all when `count` is None."""
+    return lines if count is None else lines[len(lines) - count:] if count else []
+
+
+def follow(read: Callable[[int], bytes | None], ended: Callable[[], bool], sleep: Callable[[float], None] = time.sleep,
+           offset: int = 0) -> Iterator[str]:
+    """Complete lines appended from `offset` on, until the job has ended and nothing more comes."""
+    pending = b""
     while True:
         done = ended()  # asked before reading: whatever the job wrote before ending is read below
         chunk = read(offset) or b""

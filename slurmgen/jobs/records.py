@@ -2,42 +2,123 @@
 
 run_slurm.sh exports SLURMGEN_GROUP=slurm-<id> (slurm-<array id>_<task> for an array task); the
 trainer's run record carries it. Records are looked for under the job's working directory
-(`runs/`, and the directory of any `--out-dir` in the command), on this machine only.
+(`runs/`, and the directory of any `--out-dir` in the command): here with the tracking
+library's reader, on a login node with one `find` over the command's SSH connection, which
+sends back each run's run.json and the ends of its metrics and artifacts files (`REMOTE_FIND`).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from slurmgen.jobs.runner import Runner
+    from slurmgen.tracking.records import RunRecord
+
+# The newest metrics hold the last step and loss: enough of the file to find them, whatever its length.
+TAIL_LINES = 200
+_MARK = "\x1e"  # starts a header line of REMOTE_FIND's output; JSON text never holds it raw
 
 
 def group_of(job_id: str, task: str | None) -> str:
     return f"slurm-{job_id}_{task}" if task is not None else f"slurm-{job_id}"
 
 
-def roots(workdir: str, command: Sequence[str]) -> list[Path]:
-    base = Path(workdir)
-    found = [base / "runs"]
+def root_names(command: Sequence[str]) -> list[str]:
+    """Where run records may be, relative to the job's working directory."""
+    found = ["runs"]
     for i, word in enumerate(command):
         if word == "--out-dir" and i + 1 < len(command):
-            found.append(base / command[i + 1])
+            found.append(command[i + 1])
         elif word.startswith("--out-dir="):
-            found.append(base / word.split("=", 1)[1])
-    return [p for p in dict.fromkeys(found) if p.is_dir()]
+            found.append(word.split("=", 1)[1])
+    return list(dict.fromkeys(found))
 
 
-def by_group(workdir: str, command: Sequence[str], groups: set[str]) -> dict[str, dict[str, Any]]:
-    """group -> {step, loss, checkpoint, status, dir} for the newest run of each wanted group."""
+def summary(run: RunRecord, artifacts: Iterable[Any]) -> dict[str, Any]:
+    """{step, loss, checkpoint, status, dir} of one run: what `slurmgen status` shows of it."""
+    saved = [a for a in artifacts if isinstance(a, dict) and a.get("type") in ("checkpoint", "model")]
+    files = (saved[-1].get("files") or [{}]) if saved else [{}]
+    return {"step": run.steps, "loss": run.last("loss"), "status": run.get("status"), "dir": str(run.dir),
+            "checkpoint": files[0].get("path") or (saved[-1].get("name") if saved else None)}
+
+
+def by_group(runner: Runner, workdir: str, command: Sequence[str], job_id: str, groups: set[str]) -> dict[str, dict[str, Any]]:
+    """group -> summary of the newest run of each wanted group of job `job_id`, here or on the login node."""
+    found = _local(workdir, command) if runner.where == "local" else _remote(runner, workdir, command, job_id)
+    return {run.get("group"): summary(run, run.artifacts if artifacts is None else artifacts)
+            for run, artifacts in found if run.get("group") in groups}
+
+
+def _local(workdir: str, command: Sequence[str]) -> Iterable[tuple[RunRecord, None]]:
+    """Every run under the roots here; their artifacts are read from disk only for the wanted ones."""
     from slurmgen.tracking.records import find_runs
 
-    out: dict[str, dict[str, Any]] = {}
-    for root in roots(workdir, command):
-        for run in find_runs(root):
-            group = run.get("group")
-            if group not in groups:
-                continue
-            saved = [a for a in run.artifacts if isinstance(a, dict) and a.get("type") in ("checkpoint", "model")]
-            files = (saved[-1].get("files") or [{}]) if saved else [{}]
-            out[group] = {"step": run.steps, "loss": run.last("loss"), "status": run.get("status"), "dir": str(run.dir),
-                          "checkpoint": files[0].get("path") or (saved[-1].get("name") if saved else None)}
+    for name in root_names(command):
+        root = Path(workdir) / name
+        if root.is_dir():
+            yield from ((run, None) for run in find_runs(root))
+
+
+def remote_find_argv(workdir: str, command: Sequence[str], job_id: str) -> list[str]:
+    """`sh -c REMOTE_FIND` for the login node: every run.json of the job's groups under its roots."""
+    from slurmgen.tracking.records import SKIP_DIRS
+
+    prune = " -o ".join(f"-name {name}" for name in sorted(SKIP_DIRS))
+    script = f"""cd "$1" 2>/dev/null || exit 0
+g=$2; shift 2
+for root in "$@"; do
+  [ -d "$root" ] || continue
+  find "$root" -maxdepth 10 \\( {prune} \\) -prune -o -name run.json \\( -path "*/$g/*" -o -path "*/${{g}}_*/*" \\) -print
+done | while IFS= read -r f; do
+  d=${{f%/run.json}}
+  case $d in /*) ;; *) d=$PWD/$d ;; esac
+  printf '\\036run %s\\n' "$d"; cat "$f"; echo
+  printf '\\036metrics\\n'; tail -n {TAIL_LINES} "$d/metrics.jsonl" 2>/dev/null; echo
+  printf '\\036artifacts\\n'; tail -n {TAIL_LINES} "$d/artifacts.jsonl" 2>/dev/null; echo
+done"""
+    return ["sh", "-c", script, "sh", workdir, group_of(job_id, None), *root_names(command)]
+
+
+def _remote(runner: Runner, workdir: str, command: Sequence[str], job_id: str) -> list[tuple[RunRecord, list[Any] | None]]:
+    res = runner.run(remote_find_argv(workdir, command, job_id), timeout=60)
+    return parse_found(res.out) if res.code == 0 else []
+
+
+def parse_found(text: str) -> list[tuple[RunRecord, list[Any] | None]]:
+    """REMOTE_FIND's output back into runs (a damaged run.json, or a line cut by a writer, is skipped)."""
+    from slurmgen.tracking.records import RunRecord
+
+    found: list[dict[str, Any]] = []  # per run: its dir and the lines of each of its three files
+    for line in text.split("\n"):  # not splitlines(), which also splits at the mark itself
+        if line.startswith(_MARK):
+            kind, _, where = line[1:].partition(" ")
+            if kind == "run":
+                found.append({"dir": where})
+            if found:
+                found[-1][kind] = []
+        elif found and len(found[-1]) > 1:
+            found[-1][list(found[-1])[-1]].append(line)
+    runs = []
+    for run in found:
+        try:
+            meta = json.loads("\n".join(run.get("run", [])))
+        except ValueError:
+            continue
+        if isinstance(meta, dict):
+            runs.append((RunRecord(Path(run["dir"]), meta, _jsonl(run.get("metrics", []))), _jsonl(run.get("artifacts", []))))
+    return runs
+
+
+def _jsonl(lines: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
     return out

@@ -54,6 +54,20 @@ def grid_jsonl(rows: Sequence[Mapping[str, Scalar]]) -> str:
     return "".join(json.dumps({"task": i, "params": dict(row)}) + "\n" for i, row in enumerate(rows))
 
 
+def parse_grid(text: str) -> dict[int, dict[str, Any]]:
+    """The grid file's rows back (task -> parameters); a line that is not one of ours is skipped."""
+    rows: dict[int, dict[str, Any]] = {}
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+            task, params = int(row["task"]), row["params"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(params, dict):
+            rows[task] = params
+    return rows
+
+
 def parse_flag(values: Sequence[str]) -> dict[str, list[str]]:
     """`--sweep lr=1e-3,3e-4` (repeatable) -> {"lr": ["1e-3", "3e-4"]}."""
     grid: dict[str, list[str]] = {}

@@ -130,14 +130,26 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
         params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
         code = "" if task.get("exit_code") is None else f" exit {task['exit_code']}"
         lines.append(f"  {task['job']:>10}  {style(task['state'], task['state']):<10}{code}  loss {_fmt_loss(task.get('run'))}  {params}".rstrip())
+        if _eventful(task.get("attempts")):  # a grid of a hundred tasks that simply finished stays a grid
+            lines += _attempt_lines(task.get("attempts"), " " * 14)
     run = view.get("run")
     if run:
         lines.append(f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})")
     for step in view.get("steps") or []:
         lines.append(f"  step {step['step']}: {step['state']} exit code {step['exit_code']}")
-    for attempt in view.get("attempts") or []:
-        if attempt.get("event") == "end":
-            lines.append(f"  attempt {attempt.get('attempt')}: {cause(attempt)} -> {attempt.get('action')}")
+    lines += _attempt_lines(view.get("attempts"), "  ")
     for note in view.get("notes") or []:
         lines.append(f"  note: {note}")
     return lines
+
+
+def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) -> list[str]:
+    """One line per ended attempt of a job (or of one array task, under its row)."""
+    return [f"{indent}attempt {a.get('attempt')}: {cause(a)} -> {a.get('action')}"
+            for a in attempts or [] if a.get("event") == "end"]
+
+
+def _eventful(attempts: Sequence[Mapping[str, Any]] | None) -> bool:
+    """More than one attempt, or one that did not simply finish."""
+    ends = [a for a in attempts or [] if a.get("event") == "end"]
+    return len(ends) > 1 or any(a.get("action") != "finished" for a in ends)

@@ -46,6 +46,12 @@ class RunRecord:
         return self.meta.get(key, default)
 
     @property
+    def sweep(self) -> dict[str, Any] | None:
+        """{"id": "slurm-<array>", "task": N, "params": {...}} for a task of a sweep, else None."""
+        sweep = self.meta.get("sweep")
+        return sweep if isinstance(sweep, dict) and isinstance(sweep.get("id"), str) else None
+
+    @property
     def steps(self) -> int | None:
         steps = [r["step"] for r in self.metrics if isinstance(r.get("step"), int)]
         return max(steps) if steps else None
@@ -131,21 +137,51 @@ def find_runs(root: str | os.PathLike[str], damaged: list[str] | None = None) ->
                              and len(here.parts) - base_depth < MAX_DEPTH)
 
 
-def resolve_run(spec: str, root: str | os.PathLike[str] = "runs", damaged: list[str] | None = None) -> RunRecord:
-    """A run from what a person types: its directory, its run.json, or its id / name / group under
-    `root`. Raises LookupError with the candidates when the name is ambiguous or unknown; damaged
-    records met on the way are described in `damaged` (see `find_runs`)."""
+def sweeps_together(runs: list[RunRecord]) -> list[RunRecord]:
+    """The runs in their order, except that a sweep's tasks come together, in task order, where
+    its first task was met (task 10's directory sorts before task 2's)."""
+    first: dict[str, int] = {}
+    for i, run in enumerate(runs):
+        if run.sweep:
+            first.setdefault(run.sweep["id"], i)
+
+    def place(item: tuple[int, RunRecord]) -> tuple[int, int, int]:
+        i, run = item
+        return (first[run.sweep["id"]], _task(run), i) if run.sweep else (i, -1, i)
+    return [run for _, run in sorted(enumerate(runs), key=place)]
+
+
+def sweep_runs(runs: list[RunRecord], sweep_id: str) -> list[RunRecord]:
+    """The runs of one sweep (by its id, e.g. slurm-1234), in task order."""
+    return sweeps_together([r for r in runs if r.sweep and r.sweep["id"] == sweep_id])
+
+
+def _task(run: RunRecord) -> int:
+    task = (run.sweep or {}).get("task")
+    return task if isinstance(task, int) else -1
+
+
+def resolve_runs(spec: str, root: str | os.PathLike[str] = "runs", damaged: list[str] | None = None) -> list[RunRecord]:
+    """The run a person names: its directory, its run.json, or its id / name / group under `root`;
+    or, named by its id (slurm-<array id>), the runs of a sweep, in task order. Raises LookupError
+    with the candidates when the name is ambiguous or unknown; damaged records met on the way are
+    described in `damaged` (see `find_runs`)."""
     p = Path(spec)
     if (p / store.RUN_FILE).is_file() or (p.is_file() and p.name == store.RUN_FILE):
-        return read_run(p)
+        return [read_run(p)]
     if not Path(root).is_dir():
         raise LookupError(f"no run directory {spec!r} and no {str(root)!r} directory to search for it")
     runs = list(find_runs(root, damaged))
     for key in ("id", "name", "group"):
         hits = [r for r in runs if r.get(key) == spec]
         if len(hits) == 1:
-            return hits[0]
+            return hits
         if len(hits) > 1:
             ids = ", ".join(str(r.get("id")) for r in hits[:6])
-            raise LookupError(f"{spec!r} matches {len(hits)} runs by {key} ({ids}): give a run directory or id")
+            sweeps = {r.sweep["id"] if r.sweep else None for r in hits}
+            one = f", or the id of their sweep ({sweeps.pop()}) to compare them" if len(sweeps) == 1 and None not in sweeps else ""
+            raise LookupError(f"{spec!r} matches {len(hits)} runs by {key} ({ids}): give a run directory or id{one}")
+    tasks = sweep_runs(runs, spec)
+    if tasks:
+        return tasks
     raise LookupError(f"no run {spec!r}: not a run directory, nor an id, name or group under {str(root)!r}")

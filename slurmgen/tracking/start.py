@@ -127,6 +127,9 @@ def init(dir: str | os.PathLike[str] = "runs", *, name: str | None = None, group
         hosts=sorted(set(hosts)) if hosts else [host], slurm=slurm, git=system.git_info(),
         versions=system.versions(), command=system.command(),
     )
+    sweep = system.sweep_info(environ)
+    if sweep:
+        meta["sweep"] = sweep
     meta.pop("exit_code", None)
     meta.setdefault("artifacts", {})
     meta.setdefault("adapters", {})

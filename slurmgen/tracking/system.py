@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Mapping
 
 SLURM_VARS = {
@@ -54,6 +55,31 @@ def git_info(cwd: str | None = None, timeout: float = 5.0) -> dict[str, object] 
 def slurm_info(environ: Mapping[str, str]) -> dict[str, str]:
     """The Slurm variables that identify the job (only those that are set)."""
     return {key: environ[var] for key, var in SLURM_VARS.items() if environ.get(var)}
+
+
+def sweep_info(environ: Mapping[str, str]) -> dict[str, object] | None:
+    """Which sweep this process is a task of, and with which parameters; None outside a sweep.
+
+    run_slurm.sh runs a sweep as one Slurm array and gives each task SLURMGEN_SWEEP_INDEX and
+    SLURMGEN_SWEEP_FILE (the grid beside the script, relative to the submit directory). The
+    sweep is named like its tasks' groups without the task: `slurm-<array job id>`, so that
+    `slurmgen runs` shows the tasks as one sweep and `slurmgen plot slurm-<id>` compares them.
+    A grid that cannot be read leaves the parameters out; it never stops the run.
+    """
+    array, index = environ.get("SLURM_ARRAY_JOB_ID", "").strip(), environ.get("SLURMGEN_SWEEP_INDEX", "").strip()
+    if not array or not index.isdigit():
+        return None
+    params = None
+    grid = environ.get("SLURMGEN_SWEEP_FILE", "").strip()
+    if grid:
+        from slurmgen.jobs.sweep import parse_grid
+
+        try:
+            text = (Path(environ.get("SLURM_SUBMIT_DIR") or ".") / grid).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        params = parse_grid(text).get(int(index))
+    return {"id": f"slurm-{array}", "task": int(index), "params": params}
 
 
 def hostname() -> str:

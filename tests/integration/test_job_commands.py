@@ -9,13 +9,17 @@ test can look at it) and the job runs from it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+import slurmgen
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -24,10 +28,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 SAY = ('echo "rank $RANK of $WORLD_SIZE on $(hostname) port $MASTER_PORT args $*"; sleep "${NAP:-0}"; '
        'if [[ $RANK == 1 && -n ${FAIL_CODE:-} ]]; then exit "$FAIL_CODE"; fi')
 COMMAND = ["--", "bash", "-c", SAY, "say"]
+EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def sg(cluster, cwd: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "slurmgen", args[0], "--registry", str(cwd / "jobs.sqlite"), *args[1:]]
+    registry = [] if args[0] in ("runs", "plot") else ["--registry", str(cwd / "jobs.sqlite")]  # these read run records
+    argv = [sys.executable, "-m", "slurmgen", args[0], *registry, *args[1:]]
     proc = subprocess.run(argv, cwd=cwd, env=cluster.env(env), capture_output=True, text=True, timeout=120)
     if check and proc.returncode != 0:
         raise AssertionError(f"slurmgen {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
@@ -48,8 +54,8 @@ def wait_status(cluster, cwd: Path, job: str, states: set[str], *extra: str, tim
         time.sleep(0.25)
 
 
-def rank_lines(cluster, cwd: Path, job: str, rank: int, *extra: str) -> list[str]:
-    return sg(cluster, cwd, "logs", job, "--rank", str(rank), *extra).stdout.splitlines()
+def rank_lines(cluster, cwd: Path, job: str, rank: int, *extra: str, check: bool = True) -> list[str]:
+    return sg(cluster, cwd, "logs", job, "--rank", str(rank), *extra, check=check).stdout.splitlines()
 
 
 def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
@@ -146,3 +152,65 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
     listed = json.loads(sg(cluster, tmp_path, "jobs", "--json", *remote).stdout)
     assert [(r["job"], r["state"], r["remote"]) for r in listed] == [
         (again["job_id"], "CANCELLED", "node1"), (record["job_id"], "COMPLETED", "node1")]
+
+
+def test_a_trainer_sweep_reads_as_one_in_status_runs_plot_and_logs(cluster, tmp_path):
+    """examples/sweep_2x2.yaml as a new user runs it: four 2-node trainer tasks in one array."""
+    shutil.copy(EXAMPLES / "sweep_2x2.yaml", tmp_path)
+    array = sg(cluster, tmp_path, "submit", "--config", "sweep_2x2.yaml", "--time", "5", "--array", "%4", "--wait").stdout.strip()
+    view = status(cluster, tmp_path, array)
+    assert view["state"] == "COMPLETED" and [t["job"] for t in view["tasks"]] == [f"{array}_{i}" for i in range(4)], view
+    for task in view["tasks"]:
+        assert task["run"]["step"] == 50 and task["run"]["status"] == "finished" and task["run"]["loss"] > 0, task
+        assert [(a["event"], a.get("action")) for a in task["attempts"]] == [("start", None), ("end", "finished")], task
+    text = sg(cluster, tmp_path, "status", array).stdout
+    assert f"{array}_1  COMPLETED  exit 0  loss " in text and "lr=0.001 batch-size=16 out-dir=runs/lr-sweep/1" in text, text
+    assert "attempt" not in text, text  # each task ran once and finished: the JSON has it, the grid stays short
+
+    rows = json.loads(sg(cluster, tmp_path, "runs", "--json").stdout)
+    assert [(r["sweep"]["id"], r["sweep"]["task"], r["sweep"]["params"]["batch-size"], r["steps"]) for r in rows] == [
+        (f"slurm-{array}", i, [8, 16][i % 2], 50) for i in range(4)], rows
+    table = sg(cluster, tmp_path, "runs").stdout.splitlines()
+    assert table[0].split()[:4] == ["name", "group", "task", "params"], table
+    assert [line.split()[1:6] for line in table[1:]] == [
+        [f"slurm-{array}", str(i), f"lr={[0.001, 0.0003][i // 2]}", f"batch-size={[8, 16][i % 2]}", f"out-dir=runs/lr-sweep/{i}"]
+        for i in range(4)], table
+    if importlib.util.find_spec("matplotlib"):
+        assert sg(cluster, tmp_path, "plot", f"slurm-{array}").stdout == f"wrote runs/lr-sweep/slurm-{array}.png\n"
+
+    lines = rank_lines(cluster, tmp_path, f"{array}_1", 0, "--tail", "5")
+    assert len(lines) == 5 and all(line.startswith("[rank 0] ") for line in lines), lines
+    assert lines[-1].startswith("[rank 0] done: step 50, train loss "), lines
+    lines = rank_lines(cluster, tmp_path, f"{array}_1", 1, "--tail", "5")  # the trainer prints from rank 0
+    assert 1 <= len(lines) <= 5 and all(line.startswith("[rank 1] ") for line in lines), lines
+
+
+def test_logs_follow_with_tail_starts_from_the_last_lines(cluster, tmp_path):
+    say = 'for i in 1 2 3; do echo "$RANK line $i"; done; sleep 3; echo "$RANK end"'
+    job = sg(cluster, tmp_path, "submit", "--nodes", "1", "--gpus", "2", "--backend", "gloo", "--time", "5", "-o", "tf",
+             "--", "bash", "-c", say).stdout.strip()
+    deadline = time.monotonic() + 60
+    while len(rank_lines(cluster, tmp_path, job, 1, check=False)) < 3:  # the job has written its first lines
+        assert time.monotonic() < deadline, "the job never wrote its lines"
+        time.sleep(0.25)
+    followed = sg(cluster, tmp_path, "logs", job, "--rank", "1", "--follow", "--tail", "1").stdout.splitlines()
+    assert followed == ["[rank 1] 1 line 3", "[rank 1] 1 end"], followed  # ends by itself when the job ends
+
+
+def test_remote_status_shows_the_trainers_run_record_from_the_login_node(cluster, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "README").write_text("the trainer comes from the installed slurmgen\n")
+    repo = Path(slurmgen.__file__).parents[1]  # this checkout's slurmgen, whatever PYTHONPATH the ssh session has
+    remote = ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup",
+              f"export SLURM_CONF={cluster.slurm_conf} PATH={Path(sys.executable).parent}:$PATH PYTHONPATH={repo}"]
+    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", *remote,
+             "--remote-dir", str(tmp_path / "login"), "--code", str(code), "--wait", "--",
+             "python", "-m", "slurmgen.train", "--model", "mlp", "--max-steps", "20", "--out-dir", "runs/t").stdout.strip()
+    view = status(cluster, tmp_path, job, *remote)
+    run = view["run"]
+    assert (view["state"], run["step"], run["status"]) == ("COMPLETED", 20, "finished") and run["loss"] > 0, view
+    assert run["dir"].startswith(str((tmp_path / "login" / "jobs").resolve())) and run["checkpoint"], run
+    assert not [n for n in view["notes"] if "run record" in n], view["notes"]
+    text = sg(cluster, tmp_path, "status", job, *remote).stdout
+    assert f"run: step 20, loss {run['loss']:.4g}, checkpoint {run['checkpoint']}" in text, text

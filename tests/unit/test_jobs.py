@@ -235,7 +235,12 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
     run.finish()
     grid = sweep.grid_jsonl(sweep.points({"lr": [1, 2], "bs": [8, 16]}))
     rec = record("4", tmp_path, array=4, sweep_file=str(tmp_path / "out" / "sweep.jsonl"))
-    runner = FakeRunner((DATA / "scontrol_array.txt").read_text(), {rec.info["sweep_file"]: grid})
+    # Task 1 runs as job 6 (its SLURM_JOB_ID names its attempts file); id 4 is the array's and, until
+    # the last task starts, that of the tasks still pending: none of them has attempts yet.
+    attempts = {str(tmp_path / "logs" / f"slurmgen-{i}.attempts.jsonl"):
+                f'{{"event": "end", "job": "{i}", "attempt": 0, "exit_code": 75, "action": "requeue"}}\n' for i in (4, 6)}
+    attempts[str(tmp_path / "logs" / "slurmgen-5.attempts.jsonl")] = '{"event": "end", "attempt": 0, "exit_code": 0, "action": "finished"}\n'
+    runner = FakeRunner((DATA / "scontrol_array.txt").read_text(), {rec.info["sweep_file"]: grid, **attempts})
     with registry(tmp_path) as reg:
         reg.add(rec)
         view = commands.status(runner, reg, rec, None)
@@ -245,7 +250,10 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
         ("4_2", "PENDING", {"lr": 2, "bs": 8}), ("4_3", "PENDING", {"lr": 2, "bs": 16})]
     assert view["tasks"][2]["reason"] == "JobArrayTaskLimit"
     assert view["tasks"][1]["run"]["loss"] == 0.25 and "run" not in view["tasks"][0]
-    assert "4_1  RUNNING     loss 0.25  lr=1 bs=16" in "\n".join(format_view(view))
+    assert [len(t.get("attempts", [])) for t in view["tasks"]] == [1, 1, 0, 0] and "attempts" not in view
+    text = "\n".join(format_view(view))
+    assert "4_1  RUNNING     loss 0.25  lr=1 bs=16\n              attempt 0: preempted -> requeue" in text, text
+    assert text.count("attempt") == 1, text  # task 0 ran once and finished: nothing to say in the grid
 
 
 def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path):
@@ -353,3 +361,74 @@ def test_snapshots_are_content_addressed_and_follow_git(tmp_path):
     (code / "pkg" / "train.py").write_text("print(2)\n")
     dirty = take(code, whole_dir=False)
     assert dirty.dirty and "+print(2)" in dirty.diff and dirty.digest != clean.digest
+
+
+def test_logs_follow_with_tail_prints_the_last_lines_of_a_rank_then_follows(tmp_path, capsys):
+    from slurmgen.jobs.cli import _print_logs
+
+    rec = record("1", tmp_path)
+    path = str(tmp_path / "logs" / "rec-1.out")
+    done = (DATA / "scontrol_completed.txt").read_text().split("\n#RC")[0]
+    runner = FakeRunner(files={path: "0: a0\n1: a1\n1: b1\n0: b0\n1: c1\n1: cut"})
+    states = iter(["", done])
+
+    def scontrol_then_grow(argv, **kw):  # the job writes on while it is followed, then ends
+        if argv[:3] == ["scontrol", "show", "job"]:
+            runner.files[path] += " short\n1: d1\n0: d0\n"
+            return Result(0, next(states), "")
+        return FakeRunner.run(runner, argv, **kw)
+    runner.run = scontrol_then_grow
+    _print_logs(runner, rec, None, 1, None, True, 2, False)
+    assert capsys.readouterr().out.splitlines() == ["[rank 1] b1", "[rank 1] c1", "[rank 1] cut short", "[rank 1] d1"]
+
+
+class ShellAsLogin:
+    """Runs argv here with real sh, as a login node would: `where` makes status take the remote path."""
+
+    where = "login1"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, argv, *, cwd=None, stdin=b"", timeout=60):
+        self.calls.append(argv[:2])
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        return Result(done.returncode, done.stdout, done.stderr)
+
+
+def test_run_records_on_a_login_node_read_the_same_as_here(tmp_path):
+    from slurmgen import tracking
+    from slurmgen.jobs.records import by_group
+
+    ckpt = tmp_path / "work" / "ck" / "step_30.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x")
+    for group in ("slurm-7", "slurm-70", "slurm-7_1"):  # slurm-70 is another job: never read
+        run = tracking.init(str(tmp_path / "work" / "out dir" / "tracking"), group=group)
+        for step in range(10, 40, 10):
+            run.log(type="train", metrics={"loss": 1 / step}, step=step)
+        run.mark_output(run.create_artifact("ckpt", "checkpoint").add_file(str(ckpt)))
+        run.finish()
+    (tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main" / "metrics.jsonl").open("a").write('{"cut')
+    (tmp_path / "work" / "runs" / "slurm-7_2" / "main").mkdir(parents=True)
+    (tmp_path / "work" / "runs" / "slurm-7_2" / "main" / "run.json").write_text("{not json")
+    command = ["python", "--out-dir", "out dir", "--out-dir", str(tmp_path / "work" / "out dir")]  # relative, absolute
+    wanted = {"slurm-7", "slurm-7_1", "slurm-7_2", "slurm-70"}
+    here = by_group(FakeRunner(), str(tmp_path / "work"), command, "7", wanted)
+    login = ShellAsLogin()
+    there = by_group(login, str(tmp_path / "work"), command, "7", wanted)
+    assert login.calls == [["sh", "-c"]]  # one command over the connection, whatever the number of runs
+    assert sorted(there) == ["slurm-7", "slurm-7_1"] and there == {k: v for k, v in here.items() if k != "slurm-70"}
+    assert there["slurm-7_1"] == {"step": 30, "loss": 1 / 30, "status": "finished", "checkpoint": str(ckpt),
+                                  "dir": str(tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main")}
+    assert by_group(login, str(tmp_path / "nowhere"), command, "7", wanted) == {}
+
+
+def test_wait_rides_out_a_failing_scontrol_call(tmp_path):
+    runner = FakeRunner((DATA / "scontrol_failed.txt").read_text().replace("JobId=7", "JobId=1"))
+    answers = iter([Result(1, "", "slurm_load_jobs error: Socket timed out on send/recv operation\n")])
+
+    def flaky(argv, **kw):
+        return next(answers, None) or FakeRunner.run(runner, argv, **kw)
+    runner.run = flaky
+    assert commands.wait(runner, record("1", tmp_path), sleep=lambda s: None) == ("FAILED", 3)
