@@ -81,7 +81,10 @@ def snapshot(state: Any, into: Any = None) -> Any:
 
     Tensors are copied into the matching tensor of `into` (a previous snapshot, or
     `buffers_for(state)`) when it fits, else into new memory."""
-    return _map_tensors(state, into, lambda t, buf: (buf if buf is not None else torch.empty_like(t, device="cpu")).copy_(t))
+    def copy(t: torch.Tensor, buffer: torch.Tensor | None) -> torch.Tensor:
+        return (buffer if buffer is not None else torch.empty_like(t, device="cpu")).copy_(t)
+
+    return _map_tensors(state, into, copy)
 
 
 def buffers_for(state: Any) -> Any:
