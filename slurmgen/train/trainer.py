@@ -131,19 +131,30 @@ class Trainer:
         self.heartbeat.beat(self.step, status="checkpointing", force=True)
         rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
         if self.env.is_main:
-            epoch, in_epoch = self.batches.position(self.step)
-            state = {
-                "format": ckpt.FORMAT, "step": self.step, "epoch": epoch,
-                "data_position": {"epoch": epoch, "step_in_epoch": in_epoch, "steps_per_epoch": self.batches.steps_per_epoch},
-                "world_size": self.env.world_size, "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
-                "tracking": self.tracking.state(),
-            }
+            state = self._checkpoint_state(rngs)
             self._record(self.writer.wait())
             self._record(self.writer.submit(self.step, state))
         dist.barrier()
         self.heartbeat.beat(self.step, status="running", force=True)
+
+    def _checkpoint_state(self, rngs: list[Any]) -> dict[str, Any]:
+        """What a checkpoint holds; its tensors are the live ones (the writer copies them)."""
+        epoch, in_epoch = self.batches.position(self.step)
+        return {
+            "format": ckpt.FORMAT, "step": self.step, "epoch": epoch,
+            "data_position": {"epoch": epoch, "step_in_epoch": in_epoch, "steps_per_epoch": self.batches.steps_per_epoch},
+            "world_size": self.env.world_size, "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
+            "tracking": self.tracking.state(),
+        }
+
+    def _prepare_checkpoint(self) -> None:
+        """Rank 0 has the writer allocate its copy buffers in the background as soon as the
+        state has its final shapes: Adam's moments exist once the optimizer has stepped (a
+        float16 scaler may skip the first steps). The first checkpoint then only copies."""
+        if self.env.is_main and self.writer.needs_buffers and self.optimizer.state:
+            self.writer.prepare(self._checkpoint_state([]))
 
     def _record(self, written: Written | None) -> None:
         """A checkpoint is durable: it becomes the run's last checkpoint and enters the run record."""
@@ -247,10 +258,11 @@ class Trainer:
         try:
             while self.step < self.max_steps:
                 loss, items = self.train_step(ddp)
+                self._prepare_checkpoint()
                 window_loss, window_n, window_items = window_loss + loss, window_n + 1, window_items + items
                 self.heartbeat.beat(self.step)
                 progress.update(self.step)
-                if self.writer.finished():  # a background write is durable: record it now, not at the next one
+                if self.writer.finished():  # a background write is durable (or the buffers are ready): record it now
                     self._record(self.writer.wait())
                 # Every rank votes every step (the result arrives one step later): a signal that
                 # reached any rank stops all of them at the same step.

@@ -61,6 +61,105 @@ def test_inline_writer_returns_the_checkpoint_it_wrote(tmp_path):
     assert done.step == 4 and ckpt.find_latest(tmp_path)[1]["step"] == 4
 
 
+def tensors(tree):
+    """The tensors of a state, in order."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, dict):
+        tree = list(tree.values())
+    return [t for v in tree for t in tensors(v)] if isinstance(tree, (list, tuple)) else []
+
+
+def same_objects(a, b):
+    return len(a) == len(b) > 0 and all(x is y for x, y in zip(a, b))
+
+
+def test_prepared_buffers_are_ready_before_the_first_submit_which_only_fills_them(tmp_path):
+    w = torch.arange(4.0)
+    state = {"format": ckpt.FORMAT, "step": 1, "model": {"w": w, "tied": w, "b": torch.ones(2, 3)},
+             "optimizer": {"state": {0: {"exp_avg": torch.zeros(4), "step": torch.tensor(1.0)}}}}
+    writer = CheckpointWriter(tmp_path, keep_last=2)
+    assert writer.needs_buffers
+    writer.prepare(state)
+    assert writer.busy and not writer.needs_buffers
+    w.add_(10)  # training goes on while the buffers are prepared
+    assert writer.wait() is None and not writer.busy  # a preparation writes no checkpoint
+    prepared = writer._buffers
+    assert all(t.abs().sum() == 0 for t in tensors(prepared)) and prepared["model"]["tied"] is prepared["model"]["w"]
+    writer.prepare(state)  # buffers exist: nothing to do
+    assert not writer.busy
+    writer.submit(1, state)
+    assert same_objects(tensors(writer._buffers), tensors(prepared))
+    saved = ckpt.load(writer.wait().path)
+    assert saved["model"]["w"].tolist() == [10.0, 11, 12, 13] and saved["model"]["b"].tolist() == [[1.0] * 3] * 2
+    assert saved["optimizer"]["state"][0]["step"].item() == 1.0
+
+
+def test_a_state_that_changed_shape_dtype_or_tying_since_preparing_is_still_written_exactly(tmp_path):
+    a = torch.arange(6.0)
+    writer = CheckpointWriter(tmp_path, keep_last=2)
+    writer.prepare({"format": ckpt.FORMAT, "model": {"a": a, "b": a, "c": torch.ones(3), "d": torch.ones(2)}})
+    writer.wait()
+    state = {"format": ckpt.FORMAT, "model": {"a": a, "b": a.clone().mul_(-1),  # no longer tied
+                                              "c": torch.arange(5.0),  # another shape
+                                              "d": torch.tensor([7, 8]),  # another dtype
+                                              "e": torch.full((2,), 3.0)}}  # new
+    writer.submit(1, state)
+    saved = ckpt.load(writer.wait().path)["model"]
+    for name, value in state["model"].items():
+        assert saved[name].dtype == value.dtype and torch.equal(saved[name], value), name
+    assert saved["b"].untyped_storage().data_ptr() != saved["a"].untyped_storage().data_ptr()
+
+
+def test_a_failed_preparation_is_raised_to_the_next_checkpoint_and_writes_nothing(tmp_path, monkeypatch):
+    def no_memory(state):
+        raise MemoryError("cannot allocate the copy")
+
+    monkeypatch.setattr(ckpt_writer, "buffers_for", no_memory)
+    writer = CheckpointWriter(tmp_path / "ckpt", keep_last=2)
+    writer.prepare({"format": ckpt.FORMAT, "model": {"w": torch.ones(2)}})
+    with pytest.raises(MemoryError, match="cannot allocate"):
+        writer.submit(1, {"format": ckpt.FORMAT, "step": 1, "model": {"w": torch.ones(2)}})
+    assert not writer.busy and not (tmp_path / "ckpt").exists()
+
+
+def test_an_inline_writer_prepares_nothing(tmp_path):
+    writer = CheckpointWriter(tmp_path, keep_last=2, background=False)
+    writer.prepare({"model": {"w": torch.ones(2)}})
+    assert not writer.needs_buffers and not writer.busy
+
+
+def test_the_trainer_prepares_the_buffers_once_adam_has_state_and_its_first_checkpoint_fills_them(tmp_path, monkeypatch):
+    from slurmgen.train.config import TrainConfig
+    from slurmgen.train.data import build_datasets
+    from slurmgen.train.env import LaunchFlags, detect
+    from slurmgen.train.models import build_model
+    from slurmgen.train.trainer import Trainer
+
+    cfg = TrainConfig(out_dir=str(tmp_path), model="mlp", mlp_in=8, mlp_hidden=16, mlp_classes=4, synthetic_samples=64,
+                      max_steps=6, save_every=4, log_every=1, progress="none", eval_every=0).validate()
+    trainer = Trainer(build_model(cfg), build_datasets(cfg)[0], detect({}, LaunchFlags(backend="gloo"), 0), cfg)
+    prepared, snapshots, real_buffers_for, real_snapshot = [], [], ckpt_writer.buffers_for, ckpt_writer.snapshot
+
+    def buffers_for(state):
+        prepared.append((trainer.step, len(state["optimizer"]["state"]), real_buffers_for(state)))
+        return prepared[-1][2]
+
+    def snapshot(state, into=None):
+        snapshots.append(real_snapshot(state, into))
+        return snapshots[-1]
+
+    monkeypatch.setattr(ckpt_writer, "buffers_for", buffers_for)
+    monkeypatch.setattr(ckpt_writer, "snapshot", snapshot)
+    trainer.fit()
+    assert [(step, n) for step, n, _ in prepared] == [(1, len(list(trainer.model.parameters())))]
+    first, buffers = snapshots[0], prepared[0][2]
+    for part in ("model", "optimizer"):
+        assert same_objects(tensors(first[part]), tensors(buffers[part])), part
+    assert len(snapshots) == 2 and same_objects(tensors(snapshots[1]["model"]), tensors(first["model"]))
+    assert ckpt.load(tmp_path / "checkpoints" / ckpt.checkpoint_name(6))["step"] == 6
+
+
 def env(rank: int, world: int) -> DistEnv:
     return DistEnv(rank, rank, 0, world, world, "127.0.0.1", 1, "gloo", "cpu", "manual")
 
