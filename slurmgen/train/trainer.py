@@ -255,7 +255,7 @@ class Trainer:
             ids = [env.local_rank] if env.device.startswith("cuda") else None
             ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         self.model.train()
-        if env.distributed and self.step > 0:
+        if env.distributed and 0 < self.step < self.max_steps:
             self._settle_buckets(ddp)
         first_items = _items(self.batches.batch(0, 0)[0])
         log.info("global batch: %d samples (%d per process x %d accumulation x %d processes), %d items per step; "
