@@ -211,6 +211,28 @@ class Trainer:
         self.step += 1
         return total, items
 
+    def _settle_buckets(self, ddp: nn.Module) -> None:
+        """A throwaway backward through DDP (the loss times 0) before the first step of a resumed
+        run, so that this step runs on the gradient buckets the uninterrupted run had there.
+
+        Why: DDP first puts all gradients in one bucket in parameter order and, after its first
+        backward, lays them out again in the order they became ready, for good. The allreduce
+        adds the ranks' values up in an order that depends on where an element sits in its
+        bucket (which chunk of the ring it falls in), so from three ranks on a step on the first
+        layout can differ in the last bit from the same step on the second (two ranks sum a+b,
+        which has no order). Only the layout may change here: the random streams, buffers (batch
+        norm statistics) and gradients are put back; the data position does not move."""
+        rng, buffers = ckpt.capture_rng(), [b.detach().clone() for b in self.model.buffers()]
+        batch = _move(self.batches.batch(self.step, 0), self.env.device)
+        with self._autocast():
+            loss = self._loss(ddp, batch)
+        (loss * 0).backward()
+        self.model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for buffer, saved in zip(self.model.buffers(), buffers):
+                buffer.copy_(saved)
+        ckpt.restore_rng(rng)
+
     @torch.no_grad()
     def evaluate(self) -> float | None:
         """Mean loss over --eval-iters batches per rank, averaged over all ranks."""
@@ -244,6 +266,8 @@ class Trainer:
             ids = [env.local_rank] if env.device.startswith("cuda") else None
             ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         self.model.train()
+        if env.distributed and 0 < self.step < self.max_steps:
+            self._settle_buckets(ddp)
         first_items = _items(self.batches.batch(0, 0)[0])
         log.info("global batch: %d samples (%d per process x %d accumulation x %d processes), %d items per step; "
                  "%d steps, %d per epoch", cfg.batch_size * cfg.grad_accum * env.world_size, cfg.batch_size,
