@@ -146,3 +146,55 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
     listed = json.loads(sg(cluster, tmp_path, "jobs", "--json", *remote).stdout)
     assert [(r["job"], r["state"], r["remote"]) for r in listed] == [
         (again["job_id"], "CANCELLED", "node1"), (record["job_id"], "COMPLETED", "node1")]
+
+
+def settled_steps(cluster, cwd: Path, job: str, timeout: float = 30) -> dict:
+    """`status --json` once sacct has the job's batch step and every step has ended (slurmdbd
+    hears of the end a moment after the controller)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = status(cluster, cwd, job)
+        steps = view.get("steps") or []
+        done = any(s["step"] == "batch" for s in steps) and all(s["state"] not in {"RUNNING", "PENDING"} for s in steps)
+        if done or time.monotonic() > deadline:
+            assert done, view
+            return view
+        time.sleep(0.25)
+
+
+def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_jobs(cluster, tmp_path, monkeypatch):
+    if not cluster.accounting:
+        pytest.skip("the test cluster runs without accounting (SLURMGEN_CLUSTER_ACCOUNTING=0)")
+    # 1. Rank 1 of a 2-node job exits 3: the batch step keeps that code, step 0 ended badly too.
+    failed = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "-o", "bad",
+                "-e", "FAIL_CODE=3", "--wait", *COMMAND, check=False)
+    assert failed.returncode == 3, failed.stderr
+    job = failed.stdout.strip()
+    view = settled_steps(cluster, tmp_path, job)
+    assert (view["state"], view["exit_code"], view["source"]) == ("FAILED", 3, "scontrol"), view
+    steps = {s["step"]: (s["state"], s["exit_code"]) for s in view["steps"]}
+    assert steps["batch"] == ("FAILED", 3) and steps["0"][0] in {"FAILED", "CANCELLED"} and steps["0"][1], view
+    assert set(steps) == {"batch", "0"}, view  # no extern step: the cluster has no PrologFlags=Contain
+    assert "  step batch: FAILED exit code 3" in sg(cluster, tmp_path, "status", job).stdout.splitlines()
+
+    # 2. A sweep: accounting has every array task, and one task's status shows its own steps.
+    array = sg(cluster, tmp_path, "submit", "--nodes", "1", "--backend", "gloo", "--time", "5", "-o", "grid",
+               "--sweep", "lr=0.1,0.01", "--wait", *COMMAND).stdout.strip()
+    view = settled_steps(cluster, tmp_path, f"{array}_1")
+    assert [(s["step"], s["state"], s["exit_code"]) for s in view["steps"]] == [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0)]
+    listed = sorted(cluster.run(["sacct", "--parsable2", "--noheader", "-X", "-o", "JobID,State", "-j", array]).stdout.split())
+    assert listed == [f"{array}_0|COMPLETED", f"{array}_1|COMPLETED"], listed
+
+    # 3. A job the controller has forgotten (what scontrol says after MinJobAge, 300 s here: too
+    # long to wait, so scontrol is asked about an id nobody has) comes from sacct alone.
+    from slurmgen.jobs.query import ask
+    from slurmgen.jobs.runner import LocalRunner
+
+    class Forgetful(LocalRunner):
+        def run(self, argv, **kwargs):
+            return super().run([*argv[:-1], "67108000"] if argv[0] == "scontrol" else argv, **kwargs)
+
+    monkeypatch.setenv("SLURM_CONF", str(cluster.slurm_conf))
+    snap = ask(Forgetful(), [job])
+    assert (snap.jobs[job].state, snap.jobs[job].source, snap.jobs[job].exit_code, snap.notes) == ("FAILED", "sacct", 3, [])
+    assert [s for s, _, _ in snap.steps[job]] == ["batch", "0"]
