@@ -148,18 +148,26 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
         (again["job_id"], "CANCELLED", "node1"), (record["job_id"], "COMPLETED", "node1")]
 
 
-def settled_steps(cluster, cwd: Path, job: str, timeout: float = 30) -> dict:
-    """`status --json` once sacct has the job's batch step and every step has ended (slurmdbd
-    hears of the end a moment after the controller)."""
+
+def until(get, done, timeout: float = 30):
+    """get() every quarter second until done(value); the last value (asserted done)."""
     deadline = time.monotonic() + timeout
     while True:
-        view = status(cluster, cwd, job)
-        steps = view.get("steps") or []
-        done = any(s["step"] == "batch" for s in steps) and all(s["state"] not in {"RUNNING", "PENDING"} for s in steps)
-        if done or time.monotonic() > deadline:
-            assert done, view
-            return view
+        value = get()
+        if done(value) or time.monotonic() > deadline:
+            assert done(value), value
+            return value
         time.sleep(0.25)
+
+
+def settled_steps(cluster, cwd: Path, job: str) -> dict:
+    """`status --json` once sacct has the job's batch step and every step has ended (slurmdbd
+    hears of the end a moment after the controller)."""
+    def settled(view: dict) -> bool:
+        steps = view.get("steps") or []
+        return any(s["step"] == "batch" for s in steps) and all(s["state"] not in {"RUNNING", "PENDING"} for s in steps)
+
+    return until(lambda: status(cluster, cwd, job), settled)
 
 
 def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_jobs(cluster, tmp_path, monkeypatch):
@@ -182,8 +190,9 @@ def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_job
                "--sweep", "lr=0.1,0.01", "--wait", *COMMAND).stdout.strip()
     view = settled_steps(cluster, tmp_path, f"{array}_1")
     assert [(s["step"], s["state"], s["exit_code"]) for s in view["steps"]] == [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0)]
-    listed = sorted(cluster.run(["sacct", "--parsable2", "--noheader", "-X", "-o", "JobID,State", "-j", array]).stdout.split())
-    assert listed == [f"{array}_0|COMPLETED", f"{array}_1|COMPLETED"], listed
+    # Each task's end reaches slurmdbd on its own, a moment after the controller's.
+    until(lambda: sorted(cluster.run(["sacct", "--parsable2", "--noheader", "-X", "-o", "JobID,State", "-j", array]).stdout.split()),
+          lambda listed: listed == [f"{array}_0|COMPLETED", f"{array}_1|COMPLETED"])
 
     # 3. A job the controller has forgotten (what scontrol says after MinJobAge, 300 s here: too
     # long to wait, so scontrol is asked about an id nobody has) comes from sacct alone.
