@@ -19,9 +19,9 @@
 # user root; without AccountingStorageEnforce every job is recorded); jobacct_gather/none still
 # records every step (batch, 0, 1, ...; no extern step without PrologFlags=Contain) with its
 # state and exit code; sacct has a job's end up to a second after scontrol. Measured on the
-# 2-core machine (`time scripts/cluster/up.sh 2`): 0.9-1.2 s without accounting, 3.2-3.8 s with
-# it when quiet, 4-6 s at load 4-6 (alternating: 1.2-1.9 s without); slurmdbd creating its tables
-# and slurmctld registering the cluster take most of it. mariadb-install-db is not run: the
+# 2-core machine (`time scripts/cluster/up.sh 2`): 0.9-1.2 s without accounting, 3.2 s with it
+# when quiet; alternated at load 4-8, 3.0-7.1 s with, 1.1-2.6 s without. slurmdbd creating its
+# tables and slurmctld registering the cluster take most of it. mariadb-install-db is not run: the
 # server skips its grant tables (only root reaches the socket), which saves 0.5-4 s.
 #
 # Environment (all optional):
@@ -280,6 +280,10 @@ wait_for() {
   done
 }
 check_alive() { [[ -e /proc/$(pid_of "$1") ]] || { sg_log "$1 died at start"; return 1; }; }
+in_own_namespaces() {
+  [[ $(readlink "/proc/$1/ns/net") != "$(readlink /proc/self/ns/net)" &&
+    $(readlink "/proc/$1/ns/uts") != "$(readlink /proc/self/ns/uts)" ]]
+}
 
 # Accounting, so that `sacct` answers as on a real site: MariaDB on a unix socket in the state
 # directory (no TCP at all), then slurmdbd on it, both before slurmctld so the controller
@@ -383,6 +387,9 @@ EOF
   # Join the node's network and UTS namespaces so `ssh nodeK hostname` prints nodeK; an
   # SSH-only node gets a UTS namespace of its own, as slurmd does above.
   if ((i <= slurm_n)); then
+    # Not before slurmd's nsenter/unshare chain has entered both: under load sshd once joined
+    # the root namespace and failed with "Bind to port 22 on <node ip> failed".
+    wait_for "slurmd on $node to enter its namespaces" in_own_namespaces "$(pid_of "slurmd-$node")"
     start "sshd-$node" nsenter -t "$(pid_of "slurmd-$node")" --net --uts -- \
       /usr/sbin/sshd -D -e -f "$d/etc/sshd_$node.conf"
   else
