@@ -19,7 +19,8 @@
    checkpoint allocates its buffers, the later ones reuse them: both are printed.
 4. Coordination with many ranks (`scale`, see train_scale.py): --scale-world ranks of a tiny
    model on gloo, before (--before REF) and after: start-up, resume, peak RSS per rank,
-   heartbeat file operations per second in the run directory.
+   heartbeat file operations per second in the run directory; peak RSS per rank and time of a
+   resume from a --scale-resume-mb checkpoint, big enough for a copy per rank to show.
 """
 
 from __future__ import annotations
@@ -228,8 +229,10 @@ def main() -> None:
     p.add_argument("--scale-steps", type=int, default=60)
     p.add_argument("--scale-resume-steps", type=int, default=10)
     p.add_argument("--scale-heartbeat", type=float, default=0.5, help="--heartbeat-every of the scale runs")
-    p.add_argument("--scale-phases", nargs="+", choices=("fresh", "resume", "resume-only"),
-                   default=["fresh", "resume", "resume-only"], help="fresh needs to come first")
+    p.add_argument("--scale-phases", nargs="+", choices=("fresh", "resume", "resume-only", "resume-big"),
+                   default=["fresh", "resume", "resume-only", "resume-big"],
+                   help="fresh needs to come first (resume-big stands alone)")
+    p.add_argument("--scale-resume-mb", type=float, default=32, help="checkpoint size of the resume-big phase")
     p.add_argument("--scale-model", default="mlp")
     p.add_argument("--scale-model-args", default="--mlp-hidden 32 --synthetic-samples 4096 --batch-size 4")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -17,14 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from slurmgen import exitcodes, slurm_values
 from slurmgen.hostlist import is_host_name
+from slurmgen.train.logs import HEARTBEAT_DIR_ENV
 from slurmgen.yaml12 import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 
-# The launch scripts own these variables; a user value would silently be overwritten.
+# The launch scripts own these variables; a user value would silently be overwritten, or
+# (heartbeat directory, requeue, preemption signal) contradict the spec and quietly break hang
+# detection or the requeue. The spec's own fields set them.
 RESERVED_ENV = {
     "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND",
+    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND", HEARTBEAT_DIR_ENV, "SLURMGEN_HEARTBEAT_BASE",
+    "SLURMGEN_REQUEUE", "SLURMGEN_PREEMPT_SIGNAL", "SLURMGEN_SWEEP_INDEX", "SLURMGEN_ATTEMPT",
 }
 # sbatch options slurmgen writes itself, and the spec field to use instead.
 MANAGED_SBATCH = {

@@ -34,6 +34,25 @@ def _job_hosts(variable: str = "SLURM_JOB_NODELIST") -> list[str]:
     return hosts
 
 
+def preempt_signal(config: Optional[Path], given: Optional[str]) -> str:
+    """The signal to check: --signal, else the spec's preempt_signal (--config), else the spec's
+    default; the job's program is written to catch that one, so that one must arrive."""
+    from typing import get_args
+
+    from slurmgen.spec import JobSpec
+
+    field = JobSpec.model_fields["preempt_signal"]
+    if given is None:
+        if config is None:
+            return str(field.default)
+        from slurmgen.config import spec_from_sources
+        return spec_from_sources(config, {}).preempt_signal
+    name = given.upper().removeprefix("SIG")
+    if name not in get_args(field.annotation):
+        raise SlurmgenError(f"signal: expected {' or '.join(get_args(field.annotation))} (got {given!r})")
+    return name
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def doctor(
@@ -52,9 +71,11 @@ def register(app: typer.Typer) -> None:
         identity: List[Path] = typer.Option([], "--identity", "-i", help="Private key file; repeatable."),
         known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="known_hosts file."),
         ssh_config: Optional[str] = typer.Option(None, "--ssh-config", "-F", help="ssh config file."),
+        config: Optional[Path] = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
+        signal: Optional[str] = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
         as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
     ) -> None:
-        """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; USR1 delivered; free disk."""
+        """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk."""
         from rich.console import Console
 
         from slurmgen.doctor import nodes
@@ -72,7 +93,7 @@ def register(app: typer.Typer) -> None:
         opts = ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
                             master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
                             master_port=master_port or (int(env_port) if env_port.isdigit() else None),
-                            port_timeout=port_timeout)
+                            port_timeout=port_timeout, signal=preempt_signal(config, signal))
         if hosts is not None or hostfile is not None:
             from slurmgen.hostfile import read_hostfile
             from slurmgen.hostlist import expand

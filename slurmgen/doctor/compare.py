@@ -4,8 +4,9 @@ Two kinds of check:
 - agreement (python, torch, cuda, nccl, gpus, files): every node must report the same value.
   A node is marked bad when its value is not the most common one (all of them, on a tie), so
   on 8 nodes the odd one out stands out; the problem line lists each value with its nodes.
-- per node (master resolves, port reachable, USR1 arrives, disk space): each node passes or
-  fails alone. A check a node did not run (no MASTER_ADDR given, USR1 outside Slurm) is "n/a".
+- per node (master resolves, port reachable, the preemption signal arrives, disk space): each
+  node passes or fails alone. A check a node did not run (no MASTER_ADDR given, the signal
+  outside Slurm) is "n/a".
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 AGREE = ("python", "torch", "cuda", "nccl", "gpus", "files")
-PER_NODE = ("master", "port", "usr1", "disk")
+PER_NODE = ("master", "port", "signal", "disk")
 CHECKS = AGREE + PER_NODE
 OK, BAD, NA = "ok", "bad", "n/a"
 
@@ -69,6 +70,8 @@ def _per_node(row: Mapping[str, Any], check: str) -> tuple[Mark, str | None]:
         ok, text = result.get("ip") is not None, result.get("ip") or "unresolved"
     elif check == "disk":
         ok, text = bool(result.get("ok")), f"{result.get('free_gb')} GB"
+    elif check == "signal":
+        ok, text = bool(result.get("ok")), result.get("name") or "?"
     else:
         ok = bool(result.get("ok"))
         text = ("ok (listener)" if result.get("listener") else "ok") if ok else "failed"

@@ -19,10 +19,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from slurmgen.doctor.probe import READY_PREFIX, RESULT_PREFIX, ProbeOptions, Usr1, probe
+from slurmgen.doctor.probe import READY_PREFIX, RESULT_PREFIX, Arrival, ProbeOptions, probe
 
-# How long a probe waits for the USR1 the doctor sends once every node is ready.
-USR1_WAIT = 5.0
+# How long a probe waits for the preemption signal the doctor sends once every node is ready.
+SIGNAL_WAIT = 5.0
 # Beyond those waits: start-up, the torch import and the file hash on a slow node.
 STEP_GRACE = 120.0
 
@@ -57,13 +57,13 @@ def _fill(expected: Sequence[str], rows: list[dict[str, Any]], why: str) -> list
 
 
 def local_rows(opts: ProbeOptions) -> list[dict[str, Any]]:
-    return [probe(replace(opts, nodes=1, usr1_wait=0.0))]
+    return [probe(replace(opts, nodes=1, signal_wait=0.0))]
 
 
 def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.executable) -> list[dict[str, Any]]:
-    """One probe per node of this allocation (an srun step); USR1 goes to that step once all are ready."""
+    """One probe per node of this allocation (an srun step); the signal goes to that step once all are ready."""
     n = len(hosts)
-    opts = replace(opts, nodes=n, usr1_wait=USR1_WAIT)
+    opts = replace(opts, nodes=n, signal_wait=SIGNAL_WAIT)
     argv = ["srun", "--overlap", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--export=ALL",
             python, "-m", "slurmgen.doctor.probe", *probe_args(opts)]
     rows: list[dict[str, Any]] = []
@@ -71,14 +71,14 @@ def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.exec
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True) as proc:
         assert proc.stdout is not None
         # A step that cannot start (or a probe stuck in a broken file system) must not hang the doctor.
-        watchdog = threading.Timer(opts.port_timeout + USR1_WAIT + STEP_GRACE, proc.kill)
+        watchdog = threading.Timer(opts.port_timeout + SIGNAL_WAIT + STEP_GRACE, proc.kill)
         watchdog.start()
         for line in proc.stdout:
             if line.startswith(READY_PREFIX):
                 node, step = line[len(READY_PREFIX):].split()
                 ready.add(node)
                 if len(ready) == n:  # what Slurm does before the time limit: signal the step's tasks
-                    subprocess.run(["scancel", "--signal=USR1", step], check=False, timeout=30)
+                    subprocess.run(["scancel", f"--signal={opts.signal}", step], check=False, timeout=30)
             elif (row := _parse(line)) is not None:
                 rows.append(row)
             else:
@@ -92,7 +92,7 @@ def ssh_rows(opts: ProbeOptions, hosts: list[str], ssh_opts: Any, python: str, w
     from slurmgen.launch.ssh.connect import connect_all  # paramiko: only for --hosts
 
     command = f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m slurmgen.doctor.probe " + " ".join(
-        shlex.quote(a) for a in probe_args(replace(opts, nodes=len(hosts), usr1_wait=0.0)))
+        shlex.quote(a) for a in probe_args(replace(opts, nodes=len(hosts), signal_wait=0.0)))
     conns = connect_all(hosts, ssh_opts)
     rows: dict[str, dict[str, Any]] = {}
     tails: dict[str, str] = {}
@@ -136,25 +136,25 @@ def step_rows(opts: ProbeOptions, hosts: list[str]) -> list[dict[str, Any]] | No
     step = f"{env.get('SLURM_JOB_ID')}.{env.get('SLURM_STEP_ID')}"
     exchange = Path(opts.out_dir) / f".slurmgen-doctor-{step}"
     exchange.mkdir(parents=True, exist_ok=True)
-    # Every task says it is ready for the USR1 (which reaches all of them), probing or not.
+    # Every task says it is ready for the signal (which reaches all of them), probing or not.
     ready = exchange / f"{env.get('SLURM_PROCID', '0')}.ready"
     if env.get("SLURM_LOCALID", "0") != "0":
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.Signals[f"SIG{opts.signal}"], signal.SIG_IGN)
         ready.touch()
         return None
-    usr1 = Usr1()
+    arrival = Arrival(opts.signal)
     ready.touch()
-    opts = replace(opts, nodes=len(hosts), usr1_wait=USR1_WAIT)
-    deadline = time.monotonic() + opts.port_timeout + USR1_WAIT + STEP_GRACE
+    opts = replace(opts, nodes=len(hosts), signal_wait=SIGNAL_WAIT)
+    deadline = time.monotonic() + opts.port_timeout + SIGNAL_WAIT + STEP_GRACE
     leader = env.get("SLURM_PROCID") == "0"
     if leader:
         tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or len(hosts))
 
         def signal_when_ready() -> None:
             if len(_wait_for(exchange, ".ready", tasks, deadline)) == tasks:
-                subprocess.run(["scancel", "--signal=USR1", step], check=False, timeout=30)
+                subprocess.run(["scancel", f"--signal={opts.signal}", step], check=False, timeout=30)
         threading.Thread(target=signal_when_ready, daemon=True).start()
-    row = probe(opts, usr1)
+    row = probe(opts, arrival)
     tmp = exchange / f".{row['node']}.tmp"
     tmp.write_text(json.dumps(row))
     tmp.rename(exchange / f"{row['node']}.json")

@@ -1,8 +1,8 @@
 """One node's facts for `slurmgen doctor`, as a JSON dict.
 
 Run on every node as `python -m slurmgen.doctor.probe [options]`; it prints
-`SLURMGEN-DOCTOR-READY <node> <job>.<step>` once its USR1 handler is in place (when asked to
-check USR1), then one `SLURMGEN-DOCTOR {json}` line. Each check fills its own key and never
+`SLURMGEN-DOCTOR-READY <node> <job>.<step>` once its handler for the preemption signal is in
+place (when asked to check it), then one `SLURMGEN-DOCTOR {json}` line. Each check fills its own key and never
 raises: a node that cannot answer a question says why in that key (`"error"`), so one broken
 node still gives a full row. torch is imported here and nowhere else in the doctor.
 
@@ -45,7 +45,8 @@ class ProbeOptions:
     master_port: int | None = None
     nodes: int = 1  # probes that will connect to the master port, this one included
     port_timeout: float = 10.0
-    usr1_wait: float = 0.0  # 0: not checked (no job step to signal)
+    signal: str = ""  # the preemption signal to check (USR2, USR1; the doctor names the spec's)
+    signal_wait: float = 0.0  # 0: not checked (no job step to signal)
 
 
 def node_name() -> str:
@@ -201,19 +202,21 @@ def port_check(ip: str, port: int, nodes: int, timeout: float) -> dict[str, Any]
     return result
 
 
-class Usr1:
-    """Notes the arrival of SIGUSR1 (what Slurm sends before the time limit)."""
+class Arrival:
+    """Notes the arrival of the preemption signal (what Slurm sends before the time limit): the
+    one the job's spec names, since a program may handle USR2 and not USR1, or the reverse."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.arrived = threading.Event()
-        signal.signal(signal.SIGUSR1, lambda *_: self.arrived.set())
+        signal.signal(signal.Signals["SIG" + name], lambda *_: self.arrived.set())
 
     def result(self, wait: float) -> dict[str, Any]:
         ok = self.arrived.wait(wait)
-        return {"ok": ok, "error": None if ok else f"no USR1 arrived within {wait:g} s"}
+        return {"ok": ok, "name": self.name, "error": None if ok else f"no {self.name} arrived within {wait:g} s"}
 
 
-def probe(opts: ProbeOptions, usr1: Usr1 | None = None) -> dict[str, Any]:
+def probe(opts: ProbeOptions, arrival: Arrival | None = None) -> dict[str, Any]:
     """Every check on this node. Network first: the other nodes wait for this one's listener."""
     row: dict[str, Any] = {"node": node_name()}
     if opts.master_addr:
@@ -224,8 +227,8 @@ def probe(opts: ProbeOptions, usr1: Usr1 | None = None) -> dict[str, Any]:
     row.update(software())
     row["files"] = tree_hash(opts.files, skip=opts.out_dir)
     row["disk"] = disk(opts.out_dir, opts.min_free_gb)
-    if usr1 is not None:
-        row["usr1"] = usr1.result(opts.usr1_wait)
+    if arrival is not None:
+        row["signal"] = arrival.result(opts.signal_wait)
     return row
 
 
@@ -238,20 +241,21 @@ def parse_args(argv: list[str]) -> ProbeOptions:
     p.add_argument("--master-port", type=int)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--port-timeout", type=float, default=10.0)
-    p.add_argument("--usr1-wait", type=float, default=0.0)
+    p.add_argument("--signal", default="")
+    p.add_argument("--signal-wait", type=float, default=0.0)
     a = p.parse_args(argv)
     return ProbeOptions(tuple(a.files), a.dir, a.min_free_gb, a.master_addr, a.master_port, a.nodes,
-                        a.port_timeout, a.usr1_wait)
+                        a.port_timeout, a.signal, a.signal_wait)
 
 
 def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
-    usr1 = Usr1() if opts.usr1_wait > 0 else None
-    if usr1 is not None:
+    arrival = Arrival(opts.signal) if opts.signal and opts.signal_wait > 0 else None
+    if arrival is not None:
         step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
         emit(f"{READY_PREFIX}{node_name()} {step}")
         sys.stdout.flush()
-    emit(RESULT_PREFIX + json.dumps(probe(opts, usr1)))
+    emit(RESULT_PREFIX + json.dumps(probe(opts, arrival)))
     return 0
 
 

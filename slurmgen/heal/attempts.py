@@ -11,11 +11,15 @@ Every line has:
   time       seconds since the epoch on the batch node (float)
   host       the batch node
 
-"end" lines add:
+"end" lines add (rank, node, task: the first failure as run_slurm.sh's `first_failure` finds
+it, from the `slurmgen-exit:` note the failing rank wrote, else from srun's report of the first
+task that ended badly, which names no rank under torchrun):
 
-  exit_code  the job step's exit code (exitcodes.HUNG when the watcher stopped a hung rank)
+  exit_code  the job's exit code: the first failure's own, else the step's (exitcodes.HUNG when
+             the watcher stopped a hung rank)
+  rank       the rank that failed first, or null
   node       the node where the failure started, or null
-  task       the Slurm task id that failed first, or null
+  task       the Slurm task id that failed first (under torchrun: its node's agent), or null
   hung_rank  the rank whose heartbeat went stale, or null
   stage      "step" (the job step ran) or "preflight" (`slurmgen doctor` stopped the job)
   action     "finished" (exit 0, the finished marker was written), "requeue" (retry policy),
@@ -76,7 +80,8 @@ def parse_attempts(text: str) -> list[dict[str, Any]]:
 
 
 def cause(record: dict[str, Any]) -> str:
-    """One phrase for an "end" record: 'hung (rank 3 on node2)', 'exit 3 (task 1 on node2)'."""
+    """One phrase for an "end" record: 'hung (rank 3 on node2)', 'exit 3 (rank 5 on node2)', or
+    'exit 3 (task 1 on node2)' when no rank is known."""
     code = record.get("exit_code")
     if code is None:
         return "unknown"
@@ -84,6 +89,9 @@ def cause(record: dict[str, Any]) -> str:
     if record.get("hung_rank") is not None:
         return f"{text} (rank {record['hung_rank']} on {record.get('node')})"
     if record.get("node"):
-        task = f"task {record['task']} on " if record.get("task") is not None else ""
-        return f"{text} ({task}{record['node']})"
+        if record.get("rank") is not None:
+            who = f"rank {record['rank']} on "
+        else:
+            who = f"task {record['task']} on " if record.get("task") is not None else ""
+        return f"{text} ({who}{record['node']})"
     return text

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 # After these a job does not change again (a requeued job goes back to PENDING first).
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -26,6 +27,9 @@ JOB_ID = re.compile(r"^[1-9][0-9]*(_[0-9]+)?$")
 _FIELD = re.compile(r" (?=[A-Za-z][A-Za-z0-9:/_]*=)")
 _TASK_ERROR = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[0-9,\-]+): (?P<what>.+)$")
 _LABEL = re.compile(r"^ *(\d+): ?(.*)$")
+# run_slurm.sh's rank wrapper (older scripts wrote no task).
+_RANK_NOTE = re.compile(r"slurmgen-exit: rank (?P<rank>\d+) on (?P<node>\S+)(?: \(task (?P<task>\d+|null)\))? "
+                        r"exited with code (?P<code>\d+) at (?P<time>[\d.]+)")
 _NULL = {"", "(null)", "None", "Unknown", "N/A"}
 
 
@@ -162,6 +166,19 @@ def task_exits(log_text: str) -> list[TaskExit]:
         code = re.search(r"exit code (\d+)", what)
         out.append(TaskExit(m["node"], _task_ids(m["tasks"]), what, int(code.group(1)) if code else None))
     return out
+
+
+def first_rank_exit(log_text: str) -> dict[str, Any] | None:
+    """The rank that failed first, from the `slurmgen-exit:` notes of run_slurm.sh's rank wrapper
+    (the earliest by time: srun relays the nodes' notes in any order), or None. Under torchrun
+    srun's own lines (task_exits) name only a node's agent; this names the rank."""
+    notes = list(_RANK_NOTE.finditer(log_text))
+    if not notes:
+        return None
+    first = min(notes, key=lambda m: float(m["time"]))
+    task = first["task"]
+    return {"rank": int(first["rank"]), "node": first["node"], "task": int(task) if task and task.isdigit() else None,
+            "exit_code": int(first["code"])}
 
 
 def split_label(line: str) -> tuple[int | None, str]:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from slurmgen.heal.attempts import cause
 from slurmgen.jobs.registry import JobRecord
-from slurmgen.jobs.slurm import SlurmJob, Snapshot, TaskExit, task_exits
+from slurmgen.jobs.slurm import SlurmJob, Snapshot, TaskExit, first_rank_exit, task_exits
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
@@ -54,6 +54,7 @@ def task_row(key: str, job: SlurmJob | None, record: JobRecord, params: Mapping[
     }
     failures: list[TaskExit] = task_exits(log_text) if log_text else []
     row["failed_tasks"] = [f.as_dict() for f in failures]
+    row["first_rank_exit"] = first_rank_exit(log_text) if log_text else None
     if params is not None:
         row["params"] = dict(params)
     if run:
@@ -89,15 +90,20 @@ def job_view(record: JobRecord, snap: Snapshot, rows: list[dict[str, Any]], atte
 
 
 def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Which job or array task failed, which srun task (rank) failed first, and its code."""
+    """Which job or array task failed, which rank (and srun task) failed first, and its code:
+    the rank's own note first, srun's report when no rank left one, as run_slurm.sh decides."""
     if not failed:
         return None
     row = failed[0]
+    note = row.get("first_rank_exit")
+    if note:
+        return {"job": row["job"], "state": row["state"], "exit_code": row["exit_code"], "node": note["node"],
+                "task": note["task"], "rank": note["rank"], "what": f"rank {note['rank']} exited with code {note['exit_code']}"}
     tasks = row.get("failed_tasks") or []
     first = tasks[0] if tasks else None
     return {"job": row["job"], "state": row["state"], "exit_code": row["exit_code"],
             "node": first["node"] if first else None, "task": first["tasks"][0] if first else None,
-            "what": first["what"] if first else None}
+            "rank": None, "what": first["what"] if first else None}
 
 
 def _fmt_loss(run: Mapping[str, Any] | None) -> str:

@@ -3,9 +3,11 @@
 - Preflight: node2 drops its outgoing packets to MASTER_PORT (an nftables rule inside its
   network namespace) and the working tree holds a link to /proc/sys/kernel/hostname (per UTS
   namespace, so its content differs on each node). The job fails before its step starts, the
-  table marks node2's port and names both file hashes, USR1 sent to the probe step reached
-  every node's Python, and the attempts record says the preflight stopped it.
+  table marks node2's port and names both file hashes, the spec's preemption signal (USR2, the
+  default) sent to the probe step reached every node's Python, and the attempts record says the
+  preflight stopped it.
 - Over SSH (`--hosts node1,node2`), with nothing in the way, every check passes and it exits 0.
+- `srun slurmgen doctor --config job.yaml`: the signal checked is the spec's preempt_signal (USR1).
 """
 
 from __future__ import annotations
@@ -54,10 +56,11 @@ def test_preflight_names_a_blocked_port_and_a_different_file(cluster, tmp_path):
     assert f"slurmgen: error: doctor: port on {node2}: {ip}:{PORT} unreachable within 3 s" in log, log
     assert "slurmgen: error: doctor: files differs across nodes: " in log, log
     rows = {line.split()[0]: line for line in log.splitlines() if line.split()[:1] in ([node1], [node2])}
-    # node, python, torch, cuda, nccl, gpus, files, master, port, usr1, disk: the marks in order.
+    # node, python, torch, cuda, nccl, gpus, files, master, port, signal, disk: the marks in order.
     marks = {node: [w for w in line.split() if w in ("✓", "✗", "-")] for node, line in rows.items()}
     assert marks[node1] == ["✓"] * 5 + ["✗"] + ["✓"] * 4, log
     assert marks[node2] == ["✓"] * 5 + ["✗", "✓", "✗", "✓", "✓"], log
+    assert all(" ✓ USR2 " in line for line in rows.values()), log  # the spec's signal arrived
     (start, end) = read_attempts(attempts_path(out / "logs", job))
     assert (end["stage"], end["exit_code"], end["action"]) == ("preflight", 1, "stop"), end
     assert cluster.wait_no_tasks(job, timeout=10) == []
@@ -81,13 +84,15 @@ def test_doctor_over_ssh_passes_when_all_agree(cluster, tmp_path):
 
 def test_srun_doctor_reports_every_node_from_task_0(cluster, tmp_path):
     (tmp_path / "train.py").write_text("print('same everywhere')\n")
+    (tmp_path / "job.yaml").write_text("preempt_signal: USR1\n")
     argv = ["srun", "--nodes=2", "--ntasks-per-node=2", sys.executable, "-m", "slurmgen", "doctor",
-            "--dir", str(tmp_path), "--files", "train.py", "--json"]
+            "--dir", str(tmp_path), "--files", "train.py", "--config", "job.yaml", "--json"]
     proc = cluster.run(argv, cwd=tmp_path, check=False, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)  # task 0 alone printed
     assert report["problems"] == []
     rows = report["rows"]
     assert [r["node"] for r in rows] == cluster.node_names[:2]
-    assert all(r["usr1"]["ok"] and r["port"]["ok"] for r in rows), rows
+    assert all(r["signal"]["ok"] and r["port"]["ok"] for r in rows), rows
+    assert {r["signal"]["name"] for r in rows} == {"USR1"}, rows
     assert not list(tmp_path.glob(".slurmgen-doctor-*")), "the exchange directory was left behind"

@@ -9,6 +9,8 @@ when SLURMGEN_HEARTBEAT_DIR is set, and notes every start in a shared file.
 - `--retries 1 --retry-on 3 --exclude-failed-node`, a 1-node job whose first attempt fails
   with 3: the job requeues itself once, with the failing node excluded, runs on the other
   node and COMPLETES. Requeued by hand afterwards, it does not run again (finished marker).
+- Under torchrun (one srun task per node: the node's agent), a failing worker is named in the
+  attempts record by its own rank and node, with its own exit code, not by its agent's task.
 
 Slurm holds a requeued job for its credential lifetime (BeginTime, 120 s); as in
 test_slurm_train.py the test lifts the hold with `scontrol update StartTime=now`, at least one
@@ -25,12 +27,14 @@ from render_helpers import render_and_lint
 
 from slurmgen import exitcodes
 from slurmgen.heal.attempts import attempts_path, finished_path, read_attempts
+from slurmgen.hostlist import expand
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 # argv: MODE SHARED_DIR. Every start appends "restart rank host" to SHARED_DIR/starts.txt.
 # hang: every rank beats every 0.1 s; rank 3 stops after 1 s, notes when, and sleeps on.
 # fail-once: in the first attempt rank 1 exits 3 after 0.3 s; otherwise every rank exits 0.
+# rank3-fails: rank 3 exits 5 after 0.3 s; the others wait to be stopped.
 PROGRAM = r'''
 import json, os, socket, sys, time
 mode, shared = sys.argv[1], sys.argv[2]
@@ -59,6 +63,11 @@ if mode == "hang":
 elif mode == "fail-once":
     time.sleep(0.3)
     sys.exit(3 if restart == 0 and rank == 1 else 0)
+elif mode == "rank3-fails":
+    time.sleep(0.3)
+    if rank == 3:
+        sys.exit(5)
+    time.sleep(60)
 '''
 HEARTBEAT_TIMEOUT = 2.0
 
@@ -138,3 +147,19 @@ def test_retry_requeues_once_without_the_failed_node_then_never_again(cluster, t
     assert len((shared / "starts.txt").read_text().splitlines()) == len(starts)
     assert [r["event"] for r in read_attempts(attempts_path(out / "logs", job))][-1] == "skipped"
     assert "already finished" in _log(out, job)
+
+
+def test_under_torchrun_the_record_names_the_failing_rank_and_its_node(cluster, tmp_path):
+    # c10d hands out ranks by arrival: which node holds rank 3 is only known from the program.
+    out, shared, job = _job(cluster, tmp_path, "rank3-fails", "--nodes", "2", "--gpus", "2", "--launcher", "torchrun")
+    state, code = cluster.wait(job, timeout=90)
+    log = _log(out, job)
+    assert (state, code) == ("FAILED", 5), log
+    (host,) = [h for _, rank, h in (line.split() for line in (shared / "starts.txt").read_text().splitlines())
+               if rank == "3"]
+    (_, end) = read_attempts(attempts_path(out / "logs", job))
+    assert (end["exit_code"], end["rank"], end["node"], end["hung_rank"]) == (5, 3, host, None), end
+    # The agent's task: one per node, in the order of the job's nodes.
+    assert end["task"] == expand(cluster.job_info(job)["NodeList"]).index(host), end
+    assert f"slurmgen: rank 3 on {host} exited with code 5 first" in log.splitlines()[-1], log
+    assert cluster.wait_no_tasks(job, timeout=10) == []

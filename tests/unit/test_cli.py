@@ -73,6 +73,7 @@ def test_existing_files_need_force(tmp_path, capsys):
     (["--backend", "mpi"], "slurmgen: error: backend: expected 'auto', 'nccl' or 'gloo' (got 'mpi')"),
     (["--env", "NOEQUALS"], "slurmgen: error: env: expected KEY=VALUE (got 'NOEQUALS')"),
     (["--env", "RANK=1"], "slurmgen: error: env: RANK is set by the launch scripts"),
+    (["--env", "SLURMGEN_HEARTBEAT_DIR=/tmp/b"], "slurmgen: error: env: SLURMGEN_HEARTBEAT_DIR is set by the launch scripts"),
     (["--nodez", "2"], "slurmgen: error: No such option: --nodez"),
     (["--master-port", "80"], "slurmgen: error: master_port: expected a number greater than or equal to 1024 (got '80')"),
     (["--", "", "train.py"], "slurmgen: error: command: the program (first word) must not be empty"),

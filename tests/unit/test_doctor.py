@@ -1,5 +1,7 @@
 """slurmgen doctor: the comparison (pure), the probe's own checks on this machine, the command."""
 
+import os
+import signal
 import socket
 import threading
 
@@ -8,14 +10,16 @@ from cli_helpers import run
 
 from slurmgen.doctor.compare import BAD, NA, OK, compare
 from slurmgen.doctor.nodes import probe_args
-from slurmgen.doctor.probe import ProbeOptions, parse_args, port_check, tree_hash
+from slurmgen.doctor.cli import preempt_signal
+from slurmgen.doctor.probe import Arrival, ProbeOptions, parse_args, port_check, tree_hash
+from slurmgen.errors import SlurmgenError
 
 
 def row(node, **over):
     base = {"node": node, "python": "3.11.7", "torch": "2.13.0", "cuda": "12.4", "nccl": "2.21.5", "gpus": 8,
             "files": {"hash": "aaaa", "count": 3}, "master": {"addr": "n1", "ip": "10.0.0.1", "error": None},
             "port": {"ok": True, "listener": node == "n1", "error": None},
-            "disk": {"ok": True, "free_gb": 900.0, "error": None}, "usr1": {"ok": True, "error": None}}
+            "disk": {"ok": True, "free_gb": 900.0, "error": None}, "signal": {"ok": True, "name": "USR2", "error": None}}
     return {**base, **over}
 
 
@@ -43,13 +47,13 @@ def test_a_tie_marks_every_side_and_a_missing_torch_differs():
 
 def test_per_node_checks_fail_alone_and_absent_ones_are_not_applicable():
     blocked = {"ok": False, "listener": False, "error": "10.0.0.1:29500 unreachable within 3 s: timed out"}
-    rows = [row("n1", usr1=None), row("n2", port=blocked, usr1=None, disk={"ok": False, "free_gb": 0.2,
+    rows = [row("n1", signal=None), row("n2", port=blocked, signal=None, disk={"ok": False, "free_gb": 0.2,
                                                                           "error": "0.2 GB free in out, want 1"})]
     verdict = compare(rows)
     assert verdict.problems == ["port on n2: 10.0.0.1:29500 unreachable within 3 s: timed out",
                                 "disk on n2: 0.2 GB free in out, want 1"]
     assert (verdict.marks["n2"]["port"].state, verdict.marks["n1"]["port"].state) == (BAD, OK)
-    assert verdict.marks["n1"]["usr1"].state == NA
+    assert verdict.marks["n1"]["signal"].state == NA
 
 
 def test_files_that_cannot_be_hashed_are_a_problem_even_on_one_node():
@@ -107,7 +111,7 @@ def test_port_check_between_two_probes_and_against_a_stranger():
 
 def test_probe_arguments_round_trip():
     opts = ProbeOptions(files=("a", "b c"), out_dir="out", min_free_gb=2.5, master_addr="n1", master_port=29500,
-                        nodes=4, port_timeout=3.0, usr1_wait=5.0)
+                        nodes=4, port_timeout=3.0, signal="USR1", signal_wait=5.0)
     assert parse_args(probe_args(opts)) == opts
     assert parse_args(probe_args(ProbeOptions())) == ProbeOptions()
 
@@ -116,7 +120,36 @@ def test_probe_arguments_round_trip():
     (["--hosts", "a", "--hostfile", "h"], "give one of --hosts and --hostfile"),
     (["--master-port", "70000"], "master_port: must be a port number 1-65535 (got 70000)"),
     (["--port-timeout", "0"], "port_timeout: must be more than 0 seconds (got 0)"),
+    (["--signal", "TERM"], "signal: expected USR2 or USR1 (got 'TERM')"),
+    (["--config", "/nonexistent.yaml"], "config: cannot read '/nonexistent.yaml'"),
 ])
 def test_doctor_rejects_bad_flags(capsys, args, words):
     code, _, err = run(capsys, "doctor", *args)
     assert code == 2 and words in err
+
+
+def test_the_signal_checked_is_the_one_the_spec_uses(tmp_path):
+    assert preempt_signal(None, None) == "USR2"  # the spec's default, as run_slurm.sh sends it
+    spec = tmp_path / "job.yaml"
+    spec.write_text("nodes: 2\npreempt_signal: USR1\n")
+    assert preempt_signal(spec, None) == "USR1"
+    assert preempt_signal(spec, "sigusr2") == "USR2"  # --signal wins, in either spelling
+    with pytest.raises(SlurmgenError, match="signal: expected USR2 or USR1"):
+        preempt_signal(None, "KILL")
+
+
+@pytest.mark.parametrize("sent, arrived", [("USR2", True), ("USR1", False), (None, False)])
+def test_the_probe_notes_only_the_signal_it_was_told_to_wait_for(sent, arrived):
+    # A real signal to this process; USR1 (caught here, as NCCL may) is not the USR2 it waits for.
+    saved = {name: signal.getsignal(signal.Signals["SIG" + name]) for name in ("USR1", "USR2")}
+    try:
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+        arrival = Arrival("USR2")
+        if sent:
+            os.kill(os.getpid(), signal.Signals["SIG" + sent])
+        result = arrival.result(0.3)
+    finally:
+        for name, handler in saved.items():
+            signal.signal(signal.Signals["SIG" + name], handler)
+    assert (result["ok"], result["name"]) == (arrived, "USR2"), result
+    assert result["error"] == (None if arrived else "no USR2 arrived within 0.3 s")

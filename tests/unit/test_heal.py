@@ -1,5 +1,6 @@
 """The retry policy and the attempts record of run_slurm.sh, run by real bash with a stand-in
-srun (one node, one task, srun's own failure line) and an scontrol that logs its calls.
+srun (one node, one task, srun's own failure line), a stand-in torchrun agent (its workers one
+after the other) and an scontrol that logs its calls.
 tests/integration/test_slurm_heal.py runs the same against a real Slurm."""
 
 import json
@@ -21,7 +22,27 @@ FAKE_SRUN = textwrap.dedent("""\
     while [[ $1 == -* ]]; do shift; done
     SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NTASKS=1 SLURMD_NODENAME=gpu07 "$@"
     rc=$?
-    ((rc == 0)) || echo "srun: error: gpu07: task 0: Exited with exit code $rc" >&2
+    if ((rc == 137)); then
+      echo "srun: error: gpu07: task 0: Killed" >&2
+    elif ((rc != 0)); then
+      echo "srun: error: gpu07: task 0: Exited with exit code $rc" >&2
+    fi
+    exit $rc
+""")
+# The agent of one node: its workers get the torchrun variables; like torchrun it exits 1 when
+# one fails, so the srun report names the agent's task, never the failing rank.
+FAKE_TORCHRUN = textwrap.dedent("""\
+    #!/usr/bin/env bash
+    if [[ -n ${FAKE_AGENT_FAILS:-} ]]; then echo "$FAKE_AGENT_FAILS" >&2; exit 1; fi
+    nproc=1
+    while [[ $1 == -* ]]; do
+      case $1 in --nproc-per-node=*) nproc=${1#*=} ;; esac
+      shift
+    done
+    rc=0
+    for ((i = 0; i < nproc; i++)); do
+      RANK=$((SLURM_NODEID * nproc + i)) LOCAL_RANK=$i GROUP_RANK=$SLURM_NODEID "$@" || rc=1
+    done
     exit $rc
 """)
 FAKE_SCONTROL = textwrap.dedent("""\
@@ -37,15 +58,15 @@ FAKE_SCONTROL = textwrap.dedent("""\
 def job(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+    for name, text in (("srun", FAKE_SRUN), ("torchrun", FAKE_TORCHRUN), ("scontrol", FAKE_SCONTROL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755 | stat.S_IEXEC)
     calls = tmp_path / "scontrol.log"
     runs = tmp_path / "runs"
 
-    def run(code_by_attempt, restart=0, **spec):
-        program = ["bash", "-c", f'echo run >>{runs}; codes=({" ".join(map(str, code_by_attempt))}); '
-                                 'exit "${codes[${SLURM_RESTART_COUNT:-0}]}"']
+    def run(code_by_attempt, restart=0, program=None, **spec):
+        program = program or ["bash", "-c", f'echo run >>{runs}; codes=({" ".join(map(str, code_by_attempt))}); '
+                                            'exit "${codes[${SLURM_RESTART_COUNT:-0}]}"']
         built = build_spec({"output_dir": str(tmp_path / "out"), "command": program, **spec})
         write_files(Path(built.output_dir), render(built).files, force=True, extra_dirs=[Path(built.logs)])
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(calls),
@@ -66,9 +87,9 @@ def test_a_matching_failure_requeues_and_excludes_its_node_until_retries_run_out
     assert done.returncode == 3 and "requeueing the job (retry 1 of 1)" in done.stderr, done.stderr
     assert scontrol == ["requeue 4242", "show job -o 4242", "update JobId=4242 ExcNodeList=gpu01,gpu07"]
     end = records[-1]
-    assert (end["event"], end["exit_code"], end["node"], end["task"], end["action"], end["exclude"]) == (
-        "end", 3, "gpu07", 0, "requeue", "gpu07")
-    assert cause(end) == "exit 3 (task 0 on gpu07)"
+    assert (end["event"], end["exit_code"], end["rank"], end["node"], end["task"], end["action"], end["exclude"]) == (
+        "end", 3, 0, "gpu07", 0, "requeue", "gpu07")
+    assert cause(end) == "exit 3 (rank 0 on gpu07)"
     # The requeued attempt fails the same way: the one retry is used up, so it stops.
     done, records, scontrol, _ = job([3, 3], restart=1, **spec)
     assert done.returncode == 3 and len(scontrol) == 3
@@ -81,6 +102,38 @@ def test_without_the_earlier_attempts_in_the_record_the_restart_count_limits_ret
     assert done.returncode == 3 and scontrol == [] and records[-1]["action"] == "stop"
     done, records, scontrol, _ = job([3, 3, 3], restart=2, retries=3, retry_on="3")
     assert scontrol == ["requeue 4242"] and records[-1]["action"] == "requeue"
+
+
+def test_under_torchrun_the_record_names_the_failing_rank_not_the_nodes_agent(job):
+    # Worker rank 1 exits 3; the agent (task 0) exits 1, and srun reports only the agent.
+    done, records, scontrol, _ = job([], program=["bash", "-c", "((RANK != 1)) || exit 3"], launcher="torchrun",
+                                     gpus=2, retries=1, retry_on="3", exclude_failed_node=True)
+    end = records[-1]
+    assert (end["exit_code"], end["rank"], end["node"], end["task"], end["action"], end["exclude"]) == (
+        3, 1, "gpu07", 0, "requeue", "gpu07"), done.stderr
+    assert scontrol[-1] == "update JobId=4242 ExcNodeList=gpu01,gpu07" and done.returncode == 3
+    done, records, _, _ = job([], program=["bash", "-c", "((RANK != 1)) || exit 3"], launcher="torchrun", gpus=2)
+    assert done.returncode == 3 and done.stderr.splitlines()[-1] == (
+        "slurmgen: rank 1 on gpu07 exited with code 3 first; the job exits with it (the step's code was 1)")
+
+
+def test_without_a_note_srun_s_report_is_the_answer(job):
+    # The rank's wrapper is killed before it could write a note: srun's line names the task.
+    killed = {"program": ["bash", "-c", "kill -KILL $PPID"], "retries": 1, "retry_on": "137",
+              "exclude_failed_node": True}
+    done, records, scontrol, _ = job([], **killed)
+    assert done.returncode == 137 and "slurmgen-exit" not in done.stderr, done.stderr
+    end = records[-1]
+    assert (end["exit_code"], end["rank"], end["node"], end["task"], end["exclude"]) == (137, 0, "gpu07", 0, "gpu07")
+    done, _, _, _ = job([], restart=1, **killed)  # the retry used up: the job stops, saying why
+    assert done.stderr.splitlines()[-1] == ("slurmgen: task 0 on gpu07 ended first, by a signal (srun's report "
+                                            "above); the job exits with the step's code 137")
+    # A torchrun agent that fails by itself (its rendezvous, say) names its node and task, no rank.
+    done, records, _, _ = job([], program=["bash", "-c", "exit 0"], launcher="torchrun",
+                              env={"FAKE_AGENT_FAILS": "rendezvous timed out"})
+    end = records[-1]
+    assert (done.returncode, end["exit_code"], end["rank"], end["node"], end["task"]) == (1, 1, None, "gpu07", 0)
+    assert "slurmgen: task 0 on gpu07 exited with code 1 first (srun's report" in done.stderr.splitlines()[-1]
 
 
 def test_other_codes_stop_and_a_finished_job_never_runs_again(job):
@@ -102,3 +155,4 @@ def test_the_record_reader_skips_a_line_cut_by_a_kill(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"event": "sta')
     assert read_attempts(path) == lines
     assert cause(lines[1]) == "hung (rank 5 on n2)"
+    assert cause({"exit_code": 3, "rank": None, "task": 1, "node": "n2"}) == "exit 3 (task 1 on n2)"

@@ -207,11 +207,24 @@ def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
         assert reg.get("7").last_state == "FAILED"
     assert (view["state"], view["exit_code"], view["nodes"]) == ("FAILED", 3, "node[1-2]")
     assert view["first_failure"] == {"job": "7", "state": "FAILED", "exit_code": 3, "node": "node1", "task": 1,
-                                     "what": "Exited with exit code 3"}
+                                     "rank": None, "what": "Exited with exit code 3"}
     assert [a["event"] for a in view["attempts"]] == ["start", "end"]
     text = "\n".join(format_view(view))
     assert "failed: 7 FAILED (exit code 3) task 1 on node1: Exited with exit code 3" in text
     assert "attempt 0: exit 3 -> stop" in text
+
+
+def test_status_names_the_failing_rank_from_its_note_not_the_nodes_agent(tmp_path):
+    # torchrun: srun reports node1's agent (task 0); rank 1's own note says what failed first.
+    log = ("0: slurmgen-exit: rank 1 on node1 (task 0) exited with code 3 at 1763900000.5\n"
+           "srun: error: node1: task 0: Exited with exit code 1\n")
+    rec = record("7", tmp_path, name="fail")
+    runner = FakeRunner((DATA / "scontrol_failed.txt").read_text(), {str(tmp_path / "logs" / "fail-7.out"): log})
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        view = commands.status(runner, reg, rec, None)
+    assert view["first_failure"] == {"job": "7", "state": "FAILED", "exit_code": 3, "node": "node1", "task": 0,
+                                     "rank": 1, "what": "rank 1 exited with code 3"}
 
 
 def test_status_of_a_sweep_shows_the_grid(tmp_path):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from slurmgen.jobs.logs import follow, select_lines, tasks_on_node
-from slurmgen.jobs.slurm import (Snapshot, expand_tasks, parse_sacct, parse_scontrol, split_label,
-                                 task_exits, valid_job_id)
+from slurmgen.jobs.slurm import (Snapshot, expand_tasks, first_rank_exit, parse_sacct, parse_scontrol,
+                                 split_label, task_exits, valid_job_id)
 from slurmgen.jobs.view import exit_code, overall
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -67,6 +67,18 @@ def test_the_failing_task_comes_from_srun_in_the_log():
     assert (exit_.node, exit_.tasks, exit_.code) == ("node1", (1,), 3)
     more = task_exits("srun: error: gn7: tasks 4-5,7: Killed\nsrun: error: gn6: task 0: Exited with exit code 9\n")
     assert [(e.node, e.tasks, e.code) for e in more] == [("gn7", (4, 5, 7), None), ("gn6", (0,), 9)]
+
+
+def test_the_rank_that_failed_first_comes_from_the_rank_notes():
+    # torchrun: srun names only the nodes' agents (tasks 1 and 0); the notes name the ranks, and
+    # the earliest note wins whatever order srun relayed them in. Older scripts wrote no task.
+    log = ("0: slurmgen-exit: rank 0 on gn1 (task 0) exited with code 1 at 100.9\n"
+           "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 100.25\n"
+           "srun: error: gn2: task 1: Exited with exit code 1\n")
+    assert first_rank_exit(log) == {"rank": 3, "node": "gn2", "task": 1, "exit_code": 5}
+    assert first_rank_exit("2: slurmgen-exit: rank 2 on gn1 exited with code 9 at 5.5\n") == {
+        "rank": 2, "node": "gn1", "task": None, "exit_code": 9}
+    assert first_rank_exit(recorded("log_fail.txt")) is None
 
 
 def test_label_prefixes_split_ranks():

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
     (["--hosts", "a,b", "--master", "z"], "master: 'z' is not one of the hosts"),
     (["--hosts", "a,a"], "hosts: 'a' is listed more than once"),
     (["--hosts", "a", "--env", "RANK=1"], "env: RANK is set by the launch scripts"),
+    (["--hosts", "a", "--env", "SLURMGEN_HEARTBEAT_DIR=/b"], "env: SLURMGEN_HEARTBEAT_DIR is set by the launch scripts"),
     (["--hosts", "a", "--env", "NOVALUE"], "env: expected KEY=VALUE (got 'NOVALUE')"),
     (["--hosts", "a", "--gpus", "0"], "gpus:"),
     (["--hosts", "a", "--port", "70000"], "port: must be a port number 1-65535 (got 70000)"),

@@ -85,6 +85,10 @@ def test_bad_field_is_named(field, value, words):
 @pytest.mark.parametrize("env, words", [
     ({"1BAD": "x"}, "not a valid variable name"),
     ({"RANK": "3"}, "set by the launch scripts"),
+    # Hang detection reads this directory: a user's value would switch it off unseen.
+    ({"SLURMGEN_HEARTBEAT_DIR": "/tmp/beats"}, "SLURMGEN_HEARTBEAT_DIR is set by the launch scripts"),
+    ({"SLURMGEN_PREEMPT_SIGNAL": "USR1"}, "SLURMGEN_PREEMPT_SIGNAL is set by the launch scripts"),
+    ({"SLURMGEN_REQUEUE": "1"}, "SLURMGEN_REQUEUE is set by the launch scripts"),
     ({"X": ["a"]}, "give a string or a number"),
 ])
 def test_bad_env(env, words):

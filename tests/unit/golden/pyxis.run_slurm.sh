@@ -49,34 +49,17 @@ if [[ -e $finished_marker ]]; then
 fi
 record start nodes="${SLURM_JOB_NODELIST:-}"
 
-# The first task that failed, from srun's own report on stderr, as "NODE TASK" (empty if none):
-#   srun: error: node2: task 3: Exited with exit code 3
-first_failure() {
-  local line re='^srun: error: ([^ :]+): tasks? ([0-9]+)'
-  while IFS= read -r line; do
-    if [[ $line =~ $re ]]; then
-      echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
-      return
-    fi
-  done <"$step_errors"
-}
-
-# finish_attempt STATUS: record how the attempt ended and apply the retry policy; exits when
-# it requeues the job, else sets `status` (HUNG when the watcher stopped a hung rank).
+# finish_attempt STATUS RANK NODE TASK: record how the attempt ended (the first failure, as
+# first_failure found it, or null) and apply the retry policy; exits when it requeues the job,
+# else sets `status` (HUNG when the watcher stopped a hung rank, whose node then counts).
 finish_attempt() {
   status=$1
-  local node=null task=null hung_rank=null action=stop exclude=null failure
-  if [[ $hung_rank == null ]]; then
-    failure=$(first_failure)
-    if [[ -n $failure ]]; then
-      node=${failure% *} task=${failure#* }
-    fi
-  fi
+  local rank=$2 node=$3 task=$4 hung_rank=null action=stop exclude=null
   if ((status == 0)); then
     action=finished
     : >"$finished_marker" || echo "slurmgen: cannot write $finished_marker: a requeue would run this job again" >&2
   fi
-  record end stage=step exit_code="$status" node="$node" task="$task" hung_rank="$hung_rank" \
+  record end stage=step exit_code="$status" rank="$rank" node="$node" task="$task" hung_rank="$hung_rank" \
     action="$action" exclude="$exclude"
 }
 
@@ -128,8 +111,8 @@ if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
 fi
 
 # Each process runs under this wrapper: a process that fails on its own (not stopped by a
-# signal) leaves one 'slurmgen-exit:' line naming its rank, node and code. srun then stops
-# the others, and the step's own code is theirs (143); the job exits with the first one's.
+# signal) leaves one 'slurmgen-exit:' line naming its rank, node, Slurm task and code. srun then
+# stops the others, and the step's own code is theirs (143); the job exits with the first one's.
 # shellcheck disable=SC2016  # expanded by the wrapper's bash
 rank_wrapper='
   stopped=0
@@ -139,16 +122,30 @@ rank_wrapper='
   code=$?
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
-    printf "slurmgen-exit: rank %s on %s exited with code %s at %s\n" \
-      "$RANK" "${SLURMD_NODENAME:-$HOSTNAME}" "$code" "${now/,/.}" >&2
+    printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \
+      "$RANK" "${SLURMD_NODENAME:-$HOSTNAME}" "${SLURM_PROCID:-null}" "$code" "${now/,/.}" >&2
   fi
   exit "$code"
 '
-# The rank that failed first as "RANK NODE CODE" (fails if none did): the earliest note by
-# time, as notes come from every node in whatever order srun relays them.
-first_rank_failure() {
-  grep -ho 'slurmgen-exit: rank [0-9]* on [^ ]* exited with code [0-9]* at [0-9.]*' "$step_errors" |
-    sort -k11,11g | awk 'NR == 1 { print $3, $5, $9; found = 1 } END { exit !found }'
+# The step's first failure as "RANK NODE TASK CODE" (null where unknown; fails if none): the one
+# answer for the job's exit code, its last line, the attempts record and the node to exclude.
+# The ranks' notes come first, the earliest by time (srun relays the nodes' notes in any order).
+# A rank killed by a signal (or a torchrun agent failing by itself) leaves none: then srun's
+# report of the first task that ended, `srun: error: node2: task 3: Exited with exit code 3`
+# or `...: task 3: Killed` (no code of its own: the step's stays).
+first_failure() {
+  local line re='^srun: error: ([^ :]+): tasks? ([0-9]+)[^:]*: (Exited with exit code ([0-9]+))?'
+  grep -ho 'slurmgen-exit: rank [0-9]* on [^ ]* (task [0-9a-z]*) exited with code [0-9]* at [0-9.]*' "$step_errors" |
+    sort -k13,13g | awk 'NR == 1 { sub(/\)$/, "", $7); print $3, $5, $7, $11; found = 1 } END { exit !found }' &&
+    return
+  while IFS= read -r line; do
+    if [[ $line =~ $re ]]; then
+      # Under srun a task is a rank.
+      echo "${BASH_REMATCH[2]} ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[4]:-null}"
+      return
+    fi
+  done <"$step_errors"
+  return 1
 }
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
@@ -179,14 +176,20 @@ exec 2>&4 4>&-
 wait "$tee_pid" 2>/dev/null
 set -e
 step_status=$status
-if ((step_status != 0)) && first=$(first_rank_failure); then
-  read -r first_rank first_node first_code <<<"$first"
-  status=$first_code  # the first failure's own code, not srun's 143 for the ranks it stopped
+first_rank=null first_node=null first_task=null first_code=null
+if ((step_status != 0)) && failure=$(first_failure); then
+  read -r first_rank first_node first_task first_code <<<"$failure"
+  # The first failure's own code, not srun's 143 for the ranks it stopped.
+  if [[ $first_code != null ]]; then status=$first_code; fi
 fi
-finish_attempt "$status"
+finish_attempt "$status" "$first_rank" "$first_node" "$first_task"
 if ((status != 0)); then
-  if [[ -n ${first_code:-} ]] && ((status == first_code)); then
-    echo "slurmgen: rank $first_rank on $first_node exited with code $first_code first; the job exits with it (the step's code was $step_status)" >&2
+  if [[ $first_code == "$status" && $first_rank != null ]]; then
+    echo "slurmgen: rank $first_rank on $first_node exited with code $status first; the job exits with it (the step's code was $step_status)" >&2
+  elif [[ $first_code == "$status" ]]; then
+    echo "slurmgen: task $first_task on $first_node exited with code $status first (srun's report: it left no slurmgen-exit note); the job exits with it" >&2
+  elif [[ $first_node != null && $first_code == null && $status == "$step_status" ]]; then  # not hung
+    echo "slurmgen: task $first_task on $first_node ended first, by a signal (srun's report above); the job exits with the step's code $status" >&2
   else
     echo "slurmgen: job step failed with exit code $status (see the lines above, prefixed with the failing task id)" >&2
   fi
