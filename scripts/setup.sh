@@ -22,12 +22,13 @@ done
 
 # --- system packages -------------------------------------------------------------
 # The shellcheck package lints every generated script; the rest run the throwaway test
-# cluster (scripts/cluster/): Slurm, munge, sshd, network namespaces. chromium is the real
+# cluster (scripts/cluster/): Slurm, munge, sshd, network namespaces, and slurmdbd on MariaDB so
+# that sacct answers there (9 s more to install, 23 packages). chromium is the real
 # browser the coordinator's page is tested in (driven by the playwright Python package; never
 # `playwright install`, which downloads a browser build this network cannot fetch).
 pkgs=(python3-venv bash procps)
 if ((with_test)); then
-  pkgs+=(shellcheck slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux pdsh nftables chromium)
+  pkgs+=(shellcheck slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux pdsh nftables chromium slurmdbd mariadb-server)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

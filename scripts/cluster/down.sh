@@ -49,6 +49,11 @@ alive() {
 # tasks of a running job can linger too), which tests cannot afford to wait for.
 mapfile -t pids < <(collect_pids | sort -un)
 if ((${#pids[@]})); then
+  # MariaDB's clean shutdown alone took 1.4-2 s, for data that is deleted next: KILL it at once.
+  for p in "${pids[@]}"; do
+    read -r comm 2>/dev/null <"/proc/$p/comm" || continue
+    if [[ $comm == mariadbd ]]; then kill -KILL "$p" 2>/dev/null || true; fi
+  done
   kill -TERM "${pids[@]}" 2>/dev/null || true
   for _ in $(seq 10); do
     alive "${pids[@]}" || break

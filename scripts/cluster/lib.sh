@@ -25,7 +25,7 @@ SG_HOSTS_END="# <<< slurmgen test cluster <<<"
 # recursively only when this marker is there (SLURMGEN_CLUSTER_DIR could point anywhere).
 SG_MARKER=.slurmgen-cluster
 # Daemons we start; used to recognise our own processes when pid files are gone.
-SG_DAEMONS=(munged slurmctld slurmd slurmstepd sshd)
+SG_DAEMONS=(munged slurmctld slurmd slurmstepd sshd mariadbd slurmdbd)
 
 sg_log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 sg_die() { sg_log "error: $*"; exit 1; }
@@ -67,7 +67,8 @@ sg_live_foreign_owner() {
 
 # Print the pids of our daemons in the root namespace: those whose executable is one of
 # SG_DAEMONS and whose command line names our state directory (we pass every daemon its
-# config file from there, so this matches our processes and no one else's).
+# config file from there, so this matches our processes and no one else's). slurmdbd takes no
+# config path: it reads slurmdbd.conf beside $SLURM_CONF, so its environment names the directory.
 sg_own_daemon_pids() {
   local p comm stat cmd
   for p in /proc/[0-9]*; do
@@ -78,6 +79,9 @@ sg_own_daemon_pids() {
     stat=${stat##*) }
     [[ ${stat%% *} != Z ]] || continue # a zombie is gone already, only not yet reaped
     cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+    if [[ $comm == slurmdbd ]]; then
+      cmd=$(tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -F "SLURM_CONF=$SG_DIR/") || continue
+    fi
     [[ $cmd == *"$SG_DIR/"* ]] && printf '%s\n' "${p#/proc/}"
   done
   return 0

@@ -11,6 +11,19 @@
 # 8) run sshd only: enough for `slurmgen launch`. Facts behind the choices:
 # shared/notes/cluster-in-a-box.md.
 #
+# Accounting (unless SLURMGEN_CLUSTER_ACCOUNTING=0): MariaDB 10.11 on a unix socket inside its
+# 0700 data directory, no TCP, and slurmdbd 22.05 on it (port 6819), so that `sacct` answers.
+# Found out on Slurm 22.05.8: the client side toward slurmdbd takes the munge socket from
+# AccountingStoragePass, not AuthInfo; slurmdbd.conf has no socket option, so slurmdbd gets
+# MYSQL_UNIX_PORT; nothing is registered by hand (slurmctld adds the cluster, account root and
+# user root; without AccountingStorageEnforce every job is recorded); jobacct_gather/none still
+# records every step (batch, 0, 1, ...; no extern step without PrologFlags=Contain) with its
+# state and exit code; sacct has a job's end up to a second after scontrol. Measured on the
+# 2-core machine (`time scripts/cluster/up.sh 2`): 0.9-1.2 s without accounting, 3.2 s with it
+# when quiet; alternated at load 4-8, 3.0-7.1 s with, 1.1-2.6 s without. slurmdbd creating its
+# tables and slurmctld registering the cluster take most of it. mariadb-install-db is not run: the
+# server skips its grant tables (only root reaches the socket), which saves 0.5-4 s.
+#
 # Environment (all optional):
 #   SLURMGEN_CLUSTER_DIR     state directory (default /tmp/slurmgen-cluster)
 #   SLURMGEN_CLUSTER_SUBNET  first three octets of the private /24 (default 10.213.57)
@@ -21,6 +34,7 @@
 #   SLURMGEN_CLUSTER_KEEP_ON_FAIL=1  leave a failed bring-up in place for inspection
 #   SLURMGEN_CLUSTER_OWNER   pid of the process that owns this cluster (the pytest fixture)
 #   SLURMGEN_CLUSTER_FORCE=1 replace a cluster even if its owner is alive
+#   SLURMGEN_CLUSTER_ACCOUNTING=0  no MariaDB and slurmdbd: `sacct` then says accounting is off
 #
 # Exit status: 0 up; 1 failed (cleaned up again); 3 this machine cannot host it (not root,
 # commands missing, namespaces refused); 4 busy (another live test session owns it).
@@ -39,6 +53,8 @@ gpus=${SLURMGEN_CLUSTER_GPUS:-4}
 cpus=${SLURMGEN_CLUSTER_CPUS:-8}
 wait_s=${SLURMGEN_CLUSTER_TIMEOUT:-30}
 slurm_n=${SLURMGEN_CLUSTER_SLURM_NODES:-$((n < SG_MAX_SLURM_NODES ? n : SG_MAX_SLURM_NODES))}
+accounting=${SLURMGEN_CLUSTER_ACCOUNTING:-1}
+[[ $accounting == [01] ]] || sg_die "SLURMGEN_CLUSTER_ACCOUNTING must be 0 or 1 (got '$accounting')"
 [[ $gpus =~ ^[0-9]+$ && $cpus =~ ^[1-9][0-9]*$ && $wait_s =~ ^[1-9][0-9]*$ && $slurm_n =~ ^[0-9]+$ ]] ||
   sg_die "SLURMGEN_CLUSTER_GPUS, _CPUS, _TIMEOUT and _SLURM_NODES must be whole numbers"
 ((slurm_n <= n && slurm_n <= SG_MAX_SLURM_NODES)) ||
@@ -46,14 +62,18 @@ slurm_n=${SLURMGEN_CLUSTER_SLURM_NODES:-$((n < SG_MAX_SLURM_NODES ? n : SG_MAX_S
 [[ $SG_SUBNET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
   sg_die "SLURMGEN_CLUSTER_SUBNET must be three octets like 10.213.57 (got '$SG_SUBNET')"
 
+if ((slurm_n == 0)); then accounting=0; fi
+
 sg_require_root
 missing=()
-for c in ip nsenter unshare munged mungekey munge unmunge slurmctld slurmd sbatch srun sinfo \
-  scontrol squeue ssh ssh-keygen timeout /usr/sbin/sshd; do
+needed=(ip nsenter unshare munged mungekey munge unmunge slurmctld slurmd sbatch srun sinfo
+  scontrol squeue ssh ssh-keygen timeout /usr/sbin/sshd)
+if ((accounting)); then needed+=(mariadbd mariadb-install-db mariadb slurmdbd sacctmgr); fi
+for c in "${needed[@]}"; do
   command -v "$c" >/dev/null || missing+=("$c")
 done
 ((${#missing[@]} == 0)) ||
-  sg_unavailable "missing commands: ${missing[*]} (Debian packages slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux; scripts/setup.sh --test installs them)"
+  sg_unavailable "missing commands: ${missing[*]} (Debian packages slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux, and for accounting slurmdbd mariadb-server; scripts/setup.sh --test installs them; SLURMGEN_CLUSTER_ACCOUNTING=0 runs without accounting)"
 sg_check_dir
 
 # Exit 4 = busy: another live test session owns the cluster; the fixture waits and retries.
@@ -76,6 +96,7 @@ t_start=$EPOCHREALTIME
 d=$SG_DIR
 ctl_ip=$(sg_ctl_ip)
 ctl_host=$(hostname -s)
+dbd_port=6819 # slurmdbd's default port; it listens on every address, as slurmctld does
 nodes=()
 for ((i = 1; i <= n; i++)); do nodes+=("node$i"); done
 
@@ -178,12 +199,23 @@ SlurmctldLogFile=$d/log/slurmctld.log
 SlurmdLogFile=$d/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# No cgroups in the namespaces: track tasks by process tree, bind nothing, account nothing.
+# No cgroups in the namespaces: track tasks by process tree, bind nothing, gather no usage
+# (jobs, steps and their exit codes reach the accounting database without a gather plugin).
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
+EOF
+  if ((accounting)); then
+    printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=%s\nAccountingStoragePort=%s\n' \
+      "$ctl_ip" "$dbd_port"
+    # Toward slurmdbd, Slurm 22.05 takes the munge socket from here, not from AuthInfo: without
+    # it sacctmgr, sacct and slurmctld fail with "Failed to access /run/munge/munge.socket.2".
+    echo "AccountingStoragePass=$d/munge/munged.sock"
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi
+  cat <<EOF
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 # CPUs, memory and GPUs below are declarations bigger than the machine: trust them instead of
@@ -194,7 +226,7 @@ MailProg=/bin/true
 ReturnToService=2
 # Short grace between SIGTERM and SIGKILL for cancelled jobs: tests wait for tasks to vanish.
 KillWait=5
-# Ended jobs stay visible to scontrol for 5 minutes (there is no accounting to ask later).
+# Ended jobs stay visible to scontrol for 5 minutes (afterwards only sacct knows them).
 MinJobAge=300
 # Start batch jobs as soon as they are allocated: the default delay (up to 3 s, meant for high
 # submission rates) was 2-3 s of every test job's pending time here.
@@ -229,21 +261,79 @@ start() {
 pid_of() { cat "$d/run/$1.pid"; }
 pid_or_null() { cat "$d/run/$1.pid" 2>/dev/null || echo null; } # no Slurm daemon on an SSH-only node
 # Poll "$@" every 0.2 s until it succeeds or $wait_s seconds pass; fail naming $what.
-# Exit status 99 from "$@" means "this will never succeed": give up at once.
+# Exit status 99 from "$@" means "this will never succeed": give up at once. A wait of 5 s or
+# more is logged, so that a slow bring-up names its slow step.
 wait_for() {
-  local what=$1 deadline rc
+  local what=$1 deadline rc started=$SECONDS
   shift
   deadline=$(($(date +%s) + wait_s))
   while :; do
     rc=0
     "$@" >/dev/null 2>&1 || rc=$?
-    ((rc == 0)) && return 0
+    if ((rc == 0)); then
+      ((SECONDS - started < 5)) || sg_log "slow: $((SECONDS - started))s waiting for $what"
+      return 0
+    fi
     ((rc != 99)) || { sg_log "gave up waiting for $what"; return 1; }
     (($(date +%s) < deadline)) || { sg_log "timed out after ${wait_s}s waiting for $what"; return 1; }
     sleep 0.2
   done
 }
 check_alive() { [[ -e /proc/$(pid_of "$1") ]] || { sg_log "$1 died at start"; return 1; }; }
+in_own_namespaces() {
+  [[ $(readlink "/proc/$1/ns/net") != "$(readlink /proc/self/ns/net)" &&
+    $(readlink "/proc/$1/ns/uts") != "$(readlink /proc/self/ns/uts)" ]]
+}
+
+# Accounting, so that `sacct` answers as on a real site: MariaDB on a unix socket in the state
+# directory (no TCP at all), then slurmdbd on it, both before slurmctld so the controller
+# registers with a database that already answers.
+start_accounting() {
+  # The socket lives in the 0700 data directory: only root reaches it, so the server can skip
+  # its grant tables and with them mariadb-install-db (0.5 s idle, 4 s under load here).
+  local db=$d/mariadb sock=$d/mariadb/mariadb.sock
+  # Small InnoDB files and no fsync (the data is thrown away): with the defaults (a 96 MB redo
+  # log, a sync per commit) slurmdbd's first CREATE TABLEs took 2 s longer.
+  mkdir -m 700 "$db"
+  start mariadb mariadbd --no-defaults --user=root --datadir="$db" --socket="$sock" --skip-networking \
+    --skip-grant-tables --skip-name-resolve --pid-file="$d/run/mariadb.pid.own" --log-error="$d/log/mariadb.log" \
+    --innodb-log-file-size=4M --innodb-buffer-pool-size=16M --innodb-data-file-path=ibdata1:4M:autoextend \
+    --innodb-flush-method=nosync --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-file-per-table=0
+  db_up() {
+    check_alive mariadb || return 99
+    mariadb --no-defaults --socket="$sock" --user=root --execute='SELECT 1'
+  }
+  wait_for "MariaDB to answer on $sock (log: $d/log/mariadb.log)" db_up
+
+  # No password to keep (the server checks none, see above); 0600 all the same, as slurmdbd wants.
+  (
+    umask 077
+    cat >"$d/etc/slurmdbd.conf" <<EOF
+# Generated by scripts/cluster/up.sh for the slurmgen test cluster; deleted by down.sh.
+AuthType=auth/munge
+AuthInfo=socket=$d/munge/munged.sock
+DbdHost=$ctl_host
+DbdPort=$dbd_port
+SlurmUser=root
+PidFile=$d/run/slurmdbd.pid.own
+LogFile=$d/log/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+# "localhost": the MariaDB client library connects through the unix socket that
+# MYSQL_UNIX_PORT names (slurmdbd.conf has no socket option).
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+EOF
+  )
+  # slurmdbd has no config flag: it reads slurmdbd.conf beside $SLURM_CONF (exported above).
+  start slurmdbd env MYSQL_UNIX_PORT="$sock" slurmdbd -D
+  dbd_up() {
+    check_alive slurmdbd || return 99
+    timeout 5 sacctmgr --noheader --parsable2 list cluster format=cluster
+  }
+  wait_for "slurmdbd to answer sacctmgr (log: $d/log/slurmdbd.log)" dbd_up
+}
 
 # Slurm: munged, slurmctld and a slurmd per Slurm node (none at all with 0 Slurm nodes).
 if ((slurm_n > 0)); then
@@ -251,6 +341,8 @@ if ((slurm_n > 0)); then
     --pid-file="$d/run/munged.pid.own" --log-file="$d/log/munged.log" --seed-file="$d/munge/munged.seed"
   munge_ok() { munge -n -S "$d/munge/munged.sock" | unmunge -S "$d/munge/munged.sock"; }
   wait_for "munged to answer on $d/munge/munged.sock" munge_ok
+
+  if ((accounting)); then start_accounting; fi
 
   # -c: start from empty state; -i: ignore state we cannot recover (throwaway cluster).
   start slurmctld slurmctld -D -c -i -f "$conf"
@@ -295,6 +387,9 @@ EOF
   # Join the node's network and UTS namespaces so `ssh nodeK hostname` prints nodeK; an
   # SSH-only node gets a UTS namespace of its own, as slurmd does above.
   if ((i <= slurm_n)); then
+    # Not before slurmd's nsenter/unshare chain has entered both: under load sshd once joined
+    # the root namespace and failed with "Bind to port 22 on <node ip> failed".
+    wait_for "slurmd on $node to enter its namespaces" in_own_namespaces "$(pid_of "slurmd-$node")"
     start "sshd-$node" nsenter -t "$(pid_of "slurmd-$node")" --net --uts -- \
       /usr/sbin/sshd -D -e -f "$d/etc/sshd_$node.conf"
   else
@@ -367,6 +462,7 @@ join() {
   printf '{\n  "dir": "%s",\n  "slurm_conf": "%s",\n' "$d" "$conf"
   printf '  "controller": {"host": "%s", "ip": "%s", "pid": %s},\n' "$ctl_host" "$ctl_ip" "$(pid_or_null slurmctld)"
   printf '  "munged_pid": %s,\n  "gpus_per_node": %s,\n  "cpus_per_node": %s,\n' "$(pid_or_null munged)" "$gpus" "$cpus"
+  printf '  "accounting": %s,\n' "$( ((accounting)) && echo true || echo false)"
   printf '  "ssh": {"user": "root", "key": "%s", "known_hosts": "%s", "config": "%s"},\n' \
     "$d/ssh/id_ed25519" "$d/ssh/known_hosts" "$d/ssh/config"
   printf '  "nodes": [\n'

@@ -7,7 +7,8 @@ plain command-line tools, here or over one SSH connection to a login node (`runn
 `remote.py`, which also ships content-addressed code snapshots from `snapshot.py`). What they
 print is parsed by pure functions (`slurm.py`) tested on recorded output of Slurm 22.05, where
 `scontrol show job -o` is the source that always works (no accounting needed) and
-`sacct --parsable2` only fills in jobs the controller has forgotten (`query.py`). `view.py`
+`sacct --parsable2`, where there is accounting, adds the steps of the job `status` shows and
+fills in jobs the controller has forgotten (`query.py`). `view.py`
 puts one job's status together; `commands.py` does each command's work and `cli.py` its flags.
 Sweeps (`sweep.py`) are a spec field: the grid becomes one `#SBATCH --array` script whose task
 N appends row N's arguments to the command. Nothing here imports torch or paramiko at import

@@ -153,7 +153,7 @@ def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, 
 
 def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None) -> dict[str, Any]:
     """Everything `slurmgen status JOB` shows, as one dict."""
-    snap = ask(runner, [record.job_id])
+    snap = ask(runner, [record.job_id], steps=True)
     jobs = {j.key: j for j in all_tasks(snap, record)}
     is_array = bool(record.info.get("array"))
     if is_array:

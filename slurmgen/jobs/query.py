@@ -1,4 +1,5 @@
-"""Asking Slurm about registered jobs: one `scontrol` call, `sacct` only for what it forgot.
+"""Asking Slurm about registered jobs: one `scontrol` call, then `sacct` for what it forgot
+or, for one job's status, for its steps.
 
 The side-effect half of `slurm.py`: which commands to run for a set of job ids, and what to
 say when a source is missing.
@@ -19,8 +20,12 @@ def _base(job_id: str) -> str:
     return job_id.split("_")[0]
 
 
-def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True) -> Snapshot:
-    """What Slurm knows about these job ids (array ids bring all their tasks)."""
+def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, steps: bool = False) -> Snapshot:
+    """What Slurm knows about these job ids (array ids bring all their tasks).
+
+    `accounting`: ask sacct about the jobs the controller has forgotten. `steps`: ask it about
+    every job, for its steps' states and exit codes, which scontrol does not keep; what scontrol
+    says about a job still wins. Where there is no accounting, only forgotten jobs get a note."""
     snap = Snapshot()
     wanted = sorted({_base(j) for j in job_ids})
     if not wanted:
@@ -44,15 +49,17 @@ def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True) -> S
         snap.notes.append(f"scontrol failed: {errors[0]}")
     known = {j.array_job_id or j.job_id for j in snap.jobs.values()}
     missing = [j for j in wanted if j not in known]
-    if missing and accounting:
+    asked = wanted if steps else missing
+    if asked and accounting:
         res = runner.run(["sacct", "--parsable2", "--noheader", "--duplicates", "-o", ",".join(SACCT_FIELDS),
-                          "-j", ",".join(missing)], timeout=30)
+                          "-j", ",".join(asked)], timeout=30)
         if res.code == 0:
-            jobs, steps = parse_sacct(res.out)
+            jobs, job_steps = parse_sacct(res.out)
             for job in jobs:
-                snap.add(job)
-            snap.steps.update(steps)
-        else:
+                if (job.array_job_id or job.job_id) in missing:
+                    snap.add(job)
+            snap.steps.update(job_steps)
+        elif missing:
             snap.notes.append(f"sacct: {res.err.strip() or 'failed'}; showing the last state slurmgen saw for "
                               f"{len(missing)} job(s) the controller no longer knows")
     return snap

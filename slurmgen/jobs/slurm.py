@@ -3,13 +3,14 @@
 Sources, in the order `query.py` uses them:
 - `scontrol show job -o [ID]`: one line per job (array tasks each on their own line), known to
   the controller until MinJobAge after the job ends; needs no accounting database, so it is
-  the main source (the test cluster, like many small sites, has none).
-- `sacct --parsable2 --noheader -o ...`: for jobs the controller has forgotten; steps too.
-  Fails with "accounting storage is disabled" where there is no database: the caller then
-  says the state is the registry's last known one.
+  the main source (many small sites have none).
+- `sacct --parsable2 --noheader -o ...`: each step's state and exit code (batch, 0, 1, ...),
+  and jobs the controller has forgotten. Fails with "accounting storage is disabled" where
+  there is no database: the caller then says the state is the registry's last known one.
 - The job's own log: srun writes `srun: error: NODE: task N: Exited with exit code C` for
-  each failing task, which is the only per-task exit code Slurm keeps without accounting.
-Checked against recorded output of Slurm 22.05.8 (tests/unit/data/slurm/).
+  each failing task: the only per-task exit code Slurm keeps (sacct keeps one per step).
+Checked against recorded output of Slurm 22.05.8 with slurmdbd on MariaDB (the test cluster's,
+tests/unit/data/slurm/README.md).
 """
 
 from __future__ import annotations
@@ -118,8 +119,11 @@ SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "Timelimit",
 
 
 def parse_sacct(text: str) -> tuple[list[SlurmJob], dict[str, list[tuple[str, str, int | None]]]]:
-    """`sacct --parsable2 --noheader -o <SACCT_FIELDS>`: jobs, and per job its steps (id, state, code)."""
-    jobs: list[SlurmJob] = []
+    """`sacct --parsable2 --noheader -o <SACCT_FIELDS>`: jobs, and per job its steps (id, state, code).
+
+    With `--duplicates` a requeued job has one record per run, oldest first: the last run is
+    the job, with its steps, and the runs before it count as restarts."""
+    jobs: dict[str, SlurmJob] = {}
     steps: dict[str, list[tuple[str, str, int | None]]] = {}
     for line in text.splitlines():
         parts = line.split("|")
@@ -130,14 +134,17 @@ def parse_sacct(text: str) -> tuple[list[SlurmJob], dict[str, list[tuple[str, st
         state = f["State"].split()[0] if f["State"] else "UNKNOWN"  # "CANCELLED by 0"
         code, sig = _exit(f["ExitCode"])
         if dot:
-            steps.setdefault(job, []).append((step, state, code))
+            # A step ended by a signal says 0:SIG; give it as a shell would, 128 + SIG.
+            steps.setdefault(job, []).append((step, state, 128 + sig if not code and sig else code))
             continue
         array_job, _, task = job.partition("_")
-        jobs.append(SlurmJob(job_id=job, name=f["JobName"], state=state, array_job_id=array_job if task else None,
+        earlier = jobs.get(job)
+        steps.pop(job, None)
+        jobs[job] = SlurmJob(job_id=job, name=f["JobName"], state=state, array_job_id=array_job if task else None,
                              array_task=task or None, nodes=_value(f["NodeList"]), elapsed=_value(f["Elapsed"]),
-                             limit=_value(f["Timelimit"]), exit_code=code, signal=sig, workdir=_value(f["WorkDir"]),
-                             source="sacct"))
-    return jobs, steps
+                             limit=_value(f["Timelimit"]), restarts=earlier.restarts + 1 if earlier else 0,
+                             exit_code=code, signal=sig, workdir=_value(f["WorkDir"]), source="sacct")
+    return list(jobs.values()), steps
 
 
 def _task_ids(text: str) -> tuple[int, ...]:

@@ -82,8 +82,10 @@ def job_view(record: JobRecord, snap: Snapshot, rows: list[dict[str, Any]], atte
             view[key] = info[key]
     if attempts:
         view["attempts"] = attempts
-    if snap.steps.get(record.job_id):
-        view["steps"] = [{"step": s, "state": st, "exit_code": c} for s, st, c in snap.steps[record.job_id]]
+    # sacct's steps (batch, extern, 0, 1, ...) of the one job or array task shown.
+    steps = snap.steps.get(rows[0]["job"] if len(rows) == 1 else record.job_id)
+    if steps:
+        view["steps"] = [{"step": s, "state": st, "exit_code": c} for s, st, c in steps]
     return view
 
 

@@ -11,8 +11,9 @@ exports it, the generated scripts use ``srun --export=ALL``, so ``python`` insid
 venv's python.
 
 Fixture API (see :class:`Cluster`): ``nodes`` (name, ip, netns), ``slurm_conf``, ``ssh_key``,
-``known_hosts``, ``ssh_config``, ``ssh_user``, ``gpus_per_node``; ``run(argv)`` (a Slurm
-command), ``submit(script, cwd) -> job id``, ``wait(job, timeout) -> (state, exit code)``,
+``known_hosts``, ``ssh_config``, ``ssh_user``, ``gpus_per_node``, ``accounting`` (sacct
+answers); ``run(argv)`` (a Slurm command), ``submit(script, cwd) -> job id``,
+``wait(job, timeout) -> (state, exit code)``,
 ``wait_state``, ``job_info``, ``cancel``, ``signal``; ``run_on(node, argv)`` inside a node;
 ``pids_on(node)``, ``job_pids(job)``, ``wait_no_tasks(job) -> survivors``; ``ssh_client(node)``.
 
@@ -77,6 +78,8 @@ REQUIRED_COMMANDS = {
     "ssh-keygen": "openssh-client",
     "/usr/sbin/sshd": "openssh-server",
 }
+# Accounting (slurmdbd on MariaDB, so that sacct answers); SLURMGEN_CLUSTER_ACCOUNTING=0 goes without.
+ACCOUNTING_COMMANDS = {"mariadbd": "mariadb-server", "slurmdbd": "slurmdbd", "sacctmgr": "slurm-client"}
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class Cluster:
     gpus_per_node: int
     cpus_per_node: int
     controller_ip: str
+    accounting: bool  # slurmdbd records jobs and steps: sacct answers
     # Extra variables for every command and job (SLURM_CONF, PATH with this venv first).
     base_env: dict[str, str] = field(default_factory=dict)
 
@@ -133,6 +137,7 @@ class Cluster:
             gpus_per_node=int(facts["gpus_per_node"]),
             cpus_per_node=int(facts["cpus_per_node"]),
             controller_ip=facts["controller"]["ip"],
+            accounting=bool(facts.get("accounting")),
             base_env={
                 "SLURM_CONF": facts["slurm_conf"],
                 "PATH": venv_bin + os.pathsep + path,
@@ -393,7 +398,8 @@ def unavailable_reason() -> str | None:
         return f"the test cluster needs Linux (this is {sys.platform})"
     if os.geteuid() != 0:
         return "the test cluster needs root (network namespaces, slurmd, sshd); run as uid 0"
-    missing = [f"{cmd} ({pkg})" for cmd, pkg in REQUIRED_COMMANDS.items() if not shutil.which(cmd)]
+    needed = {**REQUIRED_COMMANDS, **(ACCOUNTING_COMMANDS if os.environ.get("SLURMGEN_CLUSTER_ACCOUNTING") != "0" else {})}
+    missing = [f"{cmd} ({pkg})" for cmd, pkg in needed.items() if not shutil.which(cmd)]
     if missing:
         return (
             "the test cluster needs these commands (Debian package): "

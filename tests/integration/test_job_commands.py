@@ -214,3 +214,63 @@ def test_remote_status_shows_the_trainers_run_record_from_the_login_node(cluster
     assert not [n for n in view["notes"] if "run record" in n], view["notes"]
     text = sg(cluster, tmp_path, "status", job, *remote).stdout
     assert f"run: step 20, loss {run['loss']:.4g}, checkpoint {run['checkpoint']}" in text, text
+
+
+def until(get, done, timeout: float = 30):
+    """get() every quarter second until done(value); the last value (asserted done)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if done(value) or time.monotonic() > deadline:
+            assert done(value), value
+            return value
+        time.sleep(0.25)
+
+
+def settled_steps(cluster, cwd: Path, job: str) -> dict:
+    """`status --json` once sacct has the job's batch step and every step has ended (slurmdbd
+    hears of the end a moment after the controller)."""
+    def settled(view: dict) -> bool:
+        steps = view.get("steps") or []
+        return any(s["step"] == "batch" for s in steps) and all(s["state"] not in {"RUNNING", "PENDING"} for s in steps)
+
+    return until(lambda: status(cluster, cwd, job), settled)
+
+
+def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_jobs(cluster, tmp_path, monkeypatch):
+    if not cluster.accounting:
+        pytest.skip("the test cluster runs without accounting (SLURMGEN_CLUSTER_ACCOUNTING=0)")
+    # 1. Rank 1 of a 2-node job exits 3: the batch step keeps that code, step 0 ended badly too.
+    failed = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "-o", "bad",
+                "-e", "FAIL_CODE=3", "--wait", *COMMAND, check=False)
+    assert failed.returncode == 3, failed.stderr
+    job = failed.stdout.strip()
+    view = settled_steps(cluster, tmp_path, job)
+    assert (view["state"], view["exit_code"], view["source"]) == ("FAILED", 3, "scontrol"), view
+    steps = {s["step"]: (s["state"], s["exit_code"]) for s in view["steps"]}
+    assert steps["batch"] == ("FAILED", 3) and steps["0"][0] in {"FAILED", "CANCELLED"} and steps["0"][1], view
+    assert set(steps) == {"batch", "0"}, view  # no extern step: the cluster has no PrologFlags=Contain
+    assert "  step batch: FAILED exit code 3" in sg(cluster, tmp_path, "status", job).stdout.splitlines()
+
+    # 2. A sweep: accounting has every array task, and one task's status shows its own steps.
+    array = sg(cluster, tmp_path, "submit", "--nodes", "1", "--backend", "gloo", "--time", "5", "-o", "grid",
+               "--sweep", "lr=0.1,0.01", "--wait", *COMMAND).stdout.strip()
+    view = settled_steps(cluster, tmp_path, f"{array}_1")
+    assert [(s["step"], s["state"], s["exit_code"]) for s in view["steps"]] == [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0)]
+    # Each task's end reaches slurmdbd on its own, a moment after the controller's.
+    until(lambda: sorted(cluster.run(["sacct", "--parsable2", "--noheader", "-X", "-o", "JobID,State", "-j", array]).stdout.split()),
+          lambda listed: listed == [f"{array}_0|COMPLETED", f"{array}_1|COMPLETED"])
+
+    # 3. A job the controller has forgotten (what scontrol says after MinJobAge, 300 s here: too
+    # long to wait, so scontrol is asked about an id nobody has) comes from sacct alone.
+    from slurmgen.jobs.query import ask
+    from slurmgen.jobs.runner import LocalRunner
+
+    class Forgetful(LocalRunner):
+        def run(self, argv, **kwargs):
+            return super().run([*argv[:-1], "67108000"] if argv[0] == "scontrol" else argv, **kwargs)
+
+    monkeypatch.setenv("SLURM_CONF", str(cluster.slurm_conf))
+    snap = ask(Forgetful(), [job])
+    assert (snap.jobs[job].state, snap.jobs[job].source, snap.jobs[job].exit_code, snap.notes) == ("FAILED", "sacct", 3, [])
+    assert [s for s, _, _ in snap.steps[job]] == ["batch", "0"]

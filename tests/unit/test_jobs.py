@@ -30,19 +30,19 @@ DATA = Path(__file__).parent / "data" / "slurm"
 
 
 class FakeRunner:
-    """Answers `scontrol show job -o [ID]` from recorded text; files from a dict."""
+    """Answers `scontrol show job -o [ID]` (and `sacct`, if given) from recorded text; files from a dict."""
 
     where = "local"
 
-    def __init__(self, scontrol: str = "", files: dict[str, str] | None = None):
-        self.scontrol, self.files, self.calls = scontrol, files or {}, []
+    def __init__(self, scontrol: str = "", files: dict[str, str] | None = None, sacct: str | None = None):
+        self.scontrol, self.files, self.sacct, self.calls = scontrol, files or {}, sacct, []
 
     def run(self, argv, *, cwd=None, stdin=b"", timeout=60):
         self.calls.append(list(argv))
         if argv[:3] == ["scontrol", "show", "job"]:
             return Result(0, self.scontrol, "")
         if argv[0] == "sacct":
-            return Result(1, "", "Slurm accounting storage is disabled\n")
+            return Result(0, self.sacct, "") if self.sacct is not None else Result(1, "", "Slurm accounting storage is disabled\n")
         if argv[0] == "sbatch":
             return Result(0, "77\n", "")
         raise AssertionError(f"unexpected command {argv}")
@@ -254,6 +254,19 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
     text = "\n".join(format_view(view))
     assert "4_1  RUNNING     loss 0.25  lr=1 bs=16\n              attempt 0: preempted -> requeue" in text, text
     assert text.count("attempt") == 1, text  # task 0 ran once and finished: nothing to say in the grid
+
+
+def test_status_of_an_array_task_the_controller_forgot_shows_its_steps(tmp_path):
+    recorded = (DATA / "sacct_array.txt").read_text().partition("\n#STDERR\n")[0]
+    rec = record("5", tmp_path, name="sweep", array=3)
+    runner = FakeRunner("", sacct=recorded)  # scontrol lists nothing: only accounting knows array 5
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        view = commands.status(runner, reg, rec, "1")
+    assert (view["job"], view["state"], view["exit_code"], view["source"]) == ("5_1", "FAILED", 2, "sacct")
+    assert view["steps"] == [{"step": "batch", "state": "FAILED", "exit_code": 2}, {"step": "0", "state": "FAILED", "exit_code": 2}]
+    assert [c[0] for c in runner.calls] == ["scontrol", "sacct"] and view["notes"] == []
+    assert "step 0: FAILED exit code 2" in "\n".join(format_view(view))
 
 
 def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path):

@@ -1,6 +1,7 @@
 """Parsing what Slurm says, on output recorded from the test cluster's Slurm 22.05.8
-(tests/unit/data/slurm/: `scontrol show job -o` in every state, an array, srun's own error
-lines in a job log); sacct, which has no database there, on a sample in its documented form."""
+(tests/unit/data/slurm/, README.md there: `scontrol show job -o` in every state, an array,
+srun's own error lines in a job log, and `sacct --parsable2` from its slurmdbd for completed,
+failed, cancelled, array and requeued jobs, and from before it had accounting)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ DATA = Path(__file__).parent / "data" / "slurm"
 
 def recorded(name: str) -> str:
     return (DATA / name).read_text()
+
+
+def answer(name: str) -> tuple[str, str, int]:
+    """A recorded command's stdout, stderr and exit status (`#STDERR`, `#RC` mark them)."""
+    body, _, code = recorded(name).rpartition("\n#RC ")
+    out, _, err = body.partition("\n#STDERR\n")
+    return out, err, int(code)
 
 
 def test_running_job():
@@ -82,15 +90,42 @@ def test_label_prefixes_split_ranks():
     assert tasks_on_node(1, 4, "srun") == {4, 5, 6, 7} and tasks_on_node(1, 4, "torchrun") == {1}
 
 
-def test_sacct_parsable2_jobs_and_steps():
-    text = ("12|train|COMPLETED|0:0|00:01:02|01:00:00|gn[6-7]|/w\n"
-            "12.batch|batch|COMPLETED|0:0|00:01:02||gn6|\n"
-            "12.0|bash|FAILED|3:0|00:01:00||gn[6-7]|\n"
-            "13_2|sweep|CANCELLED by 0|0:15|00:00:09|00:10:00|gn6|/w\n")
-    jobs, steps = parse_sacct(text)
-    assert [(j.key, j.state, j.source) for j in jobs] == [("12", "COMPLETED", "sacct"), ("13_2", "CANCELLED", "sacct")]
-    assert steps == {"12": [("batch", "COMPLETED", 0), ("0", "FAILED", 3)]}
-    assert exit_code(jobs[1]) == 128 + 15
+def sacct(name: str):
+    return parse_sacct(answer(name)[0])
+
+
+def test_sacct_completed_and_failed_jobs_with_their_steps():
+    (done,), steps = sacct("sacct_completed.txt")
+    assert (done.key, done.name, done.state, done.nodes, done.limit, done.workdir, done.source) == (
+        "1", "done", "COMPLETED", "node[1-2]", "00:05:00", "/tmp/h-acct/rec/work", "sacct")
+    assert steps == {"1": [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0), ("1", "COMPLETED", 0)]}
+    (plain,), steps = sacct("sacct_failed_no_kill.txt")
+    assert (plain.state, exit_code(plain), steps) == ("FAILED", 7, {"3": [("batch", "FAILED", 7), ("0", "FAILED", 7)]})
+    # srun --kill-on-bad-exit: the failing task's own code is gone from sacct; the step it
+    # cancelled says 0:15, which reads as a shell would say it.
+    (killed,), steps = sacct("sacct_failed.txt")
+    assert (killed.state, exit_code(killed), steps["2"]) == ("FAILED", 15, [("batch", "FAILED", 15), ("0", "CANCELLED", 143)])
+    # A slurmgen job keeps the first failing rank's code in its batch step.
+    (job,), steps = sacct("sacct_slurmgen_failed.txt")
+    assert (exit_code(job), steps["9"]) == (3, [("batch", "FAILED", 3), ("0", "FAILED", 15)])
+
+
+def test_sacct_cancelled_array_and_several_jobs():
+    (cancelled,), steps = sacct("sacct_cancelled.txt")
+    assert (cancelled.state, cancelled.ended, exit_code(cancelled)) == ("CANCELLED", True, 1)  # "CANCELLED by 0", 0:0
+    assert steps["4"] == [("batch", "CANCELLED", 143), ("0", "CANCELLED", 143)]
+    tasks, steps = sacct("sacct_array.txt")
+    assert [(t.key, t.array_job_id, t.array_task, t.state, exit_code(t)) for t in tasks] == [
+        ("5_0", "5", "0", "COMPLETED", 0), ("5_1", "5", "1", "FAILED", 2), ("5_2", "5", "2", "COMPLETED", 0)]
+    assert steps["5_1"] == [("batch", "FAILED", 2), ("0", "FAILED", 2)] and overall(tasks) == ("FAILED", 2)
+    jobs, steps = sacct("sacct_several.txt")
+    assert [j.key for j in jobs] == ["1", "5_0", "5_1", "5_2"] and sorted(steps) == ["1", "5_0", "5_1", "5_2"]
+
+
+def test_sacct_requeued_job_is_its_last_run():
+    (job,), steps = sacct("sacct_requeued.txt")
+    assert (job.key, job.state, job.restarts, job.nodes, job.elapsed) == ("6", "COMPLETED", 1, "node1", "00:00:05")
+    assert steps == {"6": [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0)]}  # not the cancelled first run's
 
 
 @pytest.mark.parametrize("text, ok", [("1", True), ("1234_5", True), ("0", False), ("12_", False), ("1_2_3", False),
@@ -127,18 +162,43 @@ class Recorded:
         from slurmgen.jobs.runner import Result
 
         self.calls.append(argv[0])
-        body, _, code = recorded(self.answers[argv[0]]).rpartition("\n#RC ")
-        out, _, err = body.partition("\n#STDERR\n")
-        return Result(int(code), out, err)
+        out, err, code = answer(self.answers[argv[0]])
+        return Result(code, out, err)
 
 
 def test_a_job_the_controller_forgot_without_accounting_gets_a_clear_note():
     from slurmgen.jobs.query import ask
 
-    runner = Recorded({"scontrol": "scontrol_bad.txt", "sacct": "sacct.txt"})
+    runner = Recorded({"scontrol": "scontrol_bad.txt", "sacct": "sacct_disabled.txt"})
     snap = ask(runner, ["999999"])
     assert snap.jobs == {} and runner.calls == ["scontrol", "sacct"]
     assert snap.notes == ["sacct: Slurm accounting storage is disabled; showing the last state slurmgen saw for "
                           "1 job(s) the controller no longer knows"]
     known = ask(Recorded({"scontrol": "scontrol_completed.txt"}), ["1"])
     assert known.jobs["1"].state == "COMPLETED" and known.notes == []
+
+
+def test_a_job_the_controller_forgot_comes_from_sacct_with_its_steps():
+    from slurmgen.jobs.query import ask
+
+    runner = Recorded({"scontrol": "scontrol_bad.txt", "sacct": "sacct_requeued.txt"})
+    snap = ask(runner, ["6"])
+    assert runner.calls == ["scontrol", "sacct"] and snap.notes == []
+    assert (snap.jobs["6"].state, snap.jobs["6"].source, snap.jobs["6"].restarts) == ("COMPLETED", "sacct", 1)
+    assert snap.steps["6"] == [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0)]
+    # Without steps asked for, a job the controller knows costs no sacct call.
+    known = Recorded({"scontrol": "scontrol_completed.txt"})
+    assert ask(known, ["1"]).steps == {} and known.calls == ["scontrol"]
+
+
+def test_steps_for_status_come_from_sacct_while_scontrol_stays_the_source_of_the_job():
+    from slurmgen.jobs.query import ask
+
+    runner = Recorded({"scontrol": "scontrol_completed.txt", "sacct": "sacct_completed.txt"})
+    snap = ask(runner, ["1"], steps=True)
+    assert runner.calls == ["scontrol", "sacct"] and snap.notes == []
+    assert (snap.jobs["1"].source, snap.jobs["1"].elapsed) == ("scontrol", "00:00:04")  # not sacct's 00:00:00
+    assert [s for s, _, _ in snap.steps["1"]] == ["batch", "0", "1"]
+    # Without accounting the job itself is known: nothing to say, no steps.
+    quiet = ask(Recorded({"scontrol": "scontrol_completed.txt", "sacct": "sacct_disabled.txt"}), ["1"], steps=True)
+    assert (quiet.steps, quiet.notes, quiet.jobs["1"].state) == ({}, [], "COMPLETED")
