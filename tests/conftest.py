@@ -71,3 +71,19 @@ def pytest_make_collect_report(collector: pytest.Collector):
             f"integration module skipped under CI={os.environ.get('CI')!r}, which counts as a "
             f"failure: {_skip_reason(report.longrepr)}"
         )
+
+
+# Where trainers write heartbeats when no launcher names a directory (train/logs.py
+# node_local_dir). A clean run removes its directory; a run the tests kill on purpose (kill -9,
+# fault injection, a failed rank) leaves it for the product's own stale-directory sweep, which
+# waits an hour. The suite does not wait: what it left there goes at the end of the session.
+HEARTBEAT_LEFTOVERS = "slurmgen-heartbeats-*"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_heartbeat_dirs_the_suite_left():
+    shm = Path("/dev/shm")
+    before = set(shm.glob(HEARTBEAT_LEFTOVERS))
+    yield
+    for d in set(shm.glob(HEARTBEAT_LEFTOVERS)) - before:
+        shutil.rmtree(d, ignore_errors=True)
