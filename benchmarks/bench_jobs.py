@@ -7,10 +7,10 @@ Brings up scripts/cluster/up.sh 2 (root) unless --reuse, and tears it down at th
 1. 1,000 held jobs are submitted (plain sbatch --hold) and registered in a throwaway registry.
    Timed, as whole commands (Python start-up included), medians of --repeat runs, alternated:
    - slurmgen --version        (Python start-up and the CLI's imports: the floor of every command)
-   - slurmgen status           (the newest job: scontrol for it, its log, its attempts file)
+   - slurmgen status           (the newest job: scontrol for it, sacct for its steps, its log, its attempts file)
    - slurmgen jobs             (all 1,000 with their current state: one scontrol call)
    - plain `scontrol show job -o` for all jobs and `squeue` (the baseline), and `sacct` for the
-     same ids (on the test cluster it answers "accounting storage is disabled" at once).
+     same ids (real: the test cluster keeps accounts in slurmdbd).
    Target: status under 1 s.
 2. `slurmgen submit --sweep i=0,...,999 --hold`: wall time, and how many times sbatch ran
    (counted by a logging shim in front of the real sbatch on PATH). Target: one call, < 2 s.
