@@ -115,7 +115,9 @@ def parse_scontrol(text: str) -> list[SlurmJob]:
     return jobs
 
 
-SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "Timelimit", "NodeList", "WorkDir")
+# JobID names an array task ARRAY_TASK (5_1); JobIDRaw is the task's own id (8), the one its
+# attempts file is named after, which only sacct still knows once the controller forgot the task.
+SACCT_FIELDS = ("JobID", "JobIDRaw", "JobName", "State", "ExitCode", "Elapsed", "Timelimit", "NodeList", "WorkDir")
 
 
 def parse_sacct(text: str) -> tuple[list[SlurmJob], dict[str, list[tuple[str, str, int | None]]]]:
@@ -140,7 +142,7 @@ def parse_sacct(text: str) -> tuple[list[SlurmJob], dict[str, list[tuple[str, st
         array_job, _, task = job.partition("_")
         earlier = jobs.get(job)
         steps.pop(job, None)
-        jobs[job] = SlurmJob(job_id=job, name=f["JobName"], state=state, array_job_id=array_job if task else None,
+        jobs[job] = SlurmJob(job_id=f["JobIDRaw"], name=f["JobName"], state=state, array_job_id=array_job if task else None,
                              array_task=task or None, nodes=_value(f["NodeList"]), elapsed=_value(f["Elapsed"]),
                              limit=_value(f["Timelimit"]), restarts=earlier.restarts + 1 if earlier else 0,
                              exit_code=code, signal=sig, workdir=_value(f["WorkDir"]), source="sacct")

@@ -269,6 +269,29 @@ def test_status_of_an_array_task_the_controller_forgot_shows_its_steps(tmp_path)
     assert "step 0: FAILED exit code 2" in "\n".join(format_view(view))
 
 
+def test_status_of_an_array_the_controller_forgot_shows_each_tasks_attempts(tmp_path):
+    # Only sacct's JobIDRaw still names the tasks' own ids (5_0 ran as 7, 5_1 as 8, 5_2 as 5),
+    # which their attempts files are named after.
+    recorded = (DATA / "sacct_array.txt").read_text().partition("\n#STDERR\n")[0]
+    rec = record("5", tmp_path, name="sweep", array=3)
+    logs = tmp_path / "logs"
+    files = {str(logs / f"slurmgen-{i}.attempts.jsonl"): f'{{"event": "end", "job": "{i}", "attempt": 0, "exit_code": 0, '
+             f'"action": "finished"}}\n' for i in (5, 7)}
+    files[str(logs / "slurmgen-8.attempts.jsonl")] = ('{"event": "end", "job": "8", "attempt": 0, "exit_code": 2, "node": "node1", '
+                                                     '"task": 0, "action": "stop"}\n')
+    runner = FakeRunner("", files, sacct=recorded)  # scontrol lists nothing: only accounting knows array 5
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        view = commands.status(runner, reg, rec, None)
+        one = commands.status(runner, reg, rec, "1")
+    assert [(t["job"], [a["job"] for a in t.get("attempts", [])]) for t in view["tasks"]] == [
+        ("5_0", ["7"]), ("5_1", ["8"]), ("5_2", ["5"])]
+    assert (one["job"], [a["exit_code"] for a in one["attempts"]]) == ("5_1", [2])
+    text = "\n".join(format_view(view))
+    assert "5_1  FAILED     exit 2  loss -\n              attempt 0: bad input (task 0 on node1) -> stop" in text, text
+    assert text.count("attempt") == 1, text  # tasks 0 and 2 ran once and finished
+
+
 def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path):
     with registry(tmp_path) as reg:
         reg.add_many([record(str(i), tmp_path) for i in range(1, 1001)])
