@@ -63,12 +63,18 @@ def job(tmp_path):
 
     start.marker = marker  # type: ignore[attr-defined]
     yield start
+    # Each launcher leads a session that holds all it started (agent, ranks, tee, sed: set -m
+    # gives them process groups of their own, not sessions); a launcher that hung is killed with
+    # all of them, and the test waits until they are gone.
+    sessions = {proc.pid for proc in started}
+    for pid in in_sessions(sessions) + ranks(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    for pid in ranks(marker):
-        os.kill(pid, signal.SIGKILL)
+        proc.wait()
+    wait_for(lambda: not in_sessions(sessions) and not ranks(marker), 10, "the launchers' processes to be gone")
 
 
 def ranks(marker: str) -> list[int]:
@@ -79,6 +85,19 @@ def ranks(marker: str) -> list[int]:
             if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
         except OSError:
+            pass
+    return found
+
+
+def in_sessions(sessions: set[int]) -> list[int]:
+    """Live processes of these sessions (not zombies: nothing to kill, and not running)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            state, _, _, session = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+            if entry.name.isdigit() and state != "Z" and int(session) in sessions:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
             pass
     return found
 
@@ -99,7 +118,10 @@ def exits(procs: list[subprocess.Popen], marker: str, timeout: float = 30) -> tu
             if ended[i] is None and proc.poll() is not None:
                 ended[i] = time.time()
         time.sleep(0.01)
-    assert all(t is not None for t in ended), "a launcher did not exit"
+    assert all(t is not None for t in ended), ("a launcher did not exit", [proc.poll() for proc in procs],
+                                               subprocess.run(["ps", "-o", "pid,pgid,sid,stat,args", "-s",
+                                                               ",".join(str(proc.pid) for proc in procs)],
+                                                              capture_output=True, text=True).stdout)
     wait_for(lambda: not ranks(marker), timeout, "the ranks to be gone")
     return ended, time.time()  # type: ignore[return-value]
 
