@@ -160,12 +160,12 @@ stop_if_signalled() {
 }
 
 # --- the link: this node's agent (the Python below) hears on its stdin what happens here ---
-link_pid=
+link_pid='' link_in=''
 # One line to the agent; nothing if there is none (any more).
 link_tell() {
-  [[ -n $link_pid && -n ${LINK[1]:-} ]] || return 0
+  [[ -n $link_pid ]] || return 0
   trap '' PIPE # an agent that has just ended must not take this shell with it
-  { printf '%s\n' "$*" >&"${LINK[1]}"; } 2>/dev/null || true
+  { printf '%s\n' "$*" >&"$link_in"; } 2>/dev/null || true
   trap - PIPE
 }
 # Wait up to $1 seconds for the agent to end (then kill it); return its exit status.
@@ -632,9 +632,12 @@ if [[ $link == on ]]; then
       "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}"
   }
   link_pid=$!
+  # Copies of the agent's pipes, kept until this script ends: with job control on, bash takes a
+  # coprocess that is stopped (SIGSTOP, and then SIGCONT) for dead and closes LINK, and the agent
+  # would then take its stdin's end for its launcher's death.
+  exec {link_in}>&"${LINK[1]}" {link_out}<&"${LINK[0]}"
   # No rank starts before this node is linked: a failure anywhere must reach every running rank.
   # The agent says `linked` once, or ends (the master never came, refused us: it said why).
-  exec {link_out}<&"${LINK[0]}"
   # (read is not cut short by a trapped signal: it waits in short slices.)
   linked=
   while :; do
@@ -666,6 +669,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     # reported below, by rank): only it goes to /dev/null; tee and sed keep stderr as fd 3.
     exec 3>&2 2>/dev/null
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
+    if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     export RANK=$rank LOCAL_RANK=$local_rank
     printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
       "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
