@@ -168,11 +168,13 @@ link_tell() {
   { printf '%s\n' "$*" >&"$link_in"; } 2>/dev/null || true
   trap - PIPE
 }
-# Wait up to $1 seconds for the agent to end (then kill it); return its exit status.
+# Wait up to $1 seconds for the agent to end (then kill it); return its exit status. The count
+# of short sleeps bounds an idle machine's wait; on a loaded one each sleep (a fork) may take far
+# longer (2 s became 18 s), so whole seconds bound it too.
 link_wait() {
-  local tries status=0
+  local tries status=0 deadline=$((SECONDS + $1 + 1))
   [[ -n $link_pid ]] || return 0
-  for ((tries = $1 * 20; tries > 0; tries--)); do
+  for ((tries = $1 * 20; tries > 0 && SECONDS < deadline; tries--)); do
     kill -0 "$link_pid" 2>/dev/null || break
     sleep 0.05
   done
