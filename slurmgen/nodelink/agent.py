@@ -48,6 +48,10 @@ TICK = 0.05
 PING_EVERY = 1.0
 # A connection that has not proved it knows the token within this time is closed.
 HELLO_WITHIN = 5.0
+# A pass of the main loop takes about TICK; a gap longer than this means this process itself
+# was not running (a loaded machine, a stopped process), and the other side's words of that
+# time may still be on their way: the gap does not count as their silence.
+STALL = PING_EVERY
 
 
 def explain(node, rank, code, kind):
@@ -97,7 +101,7 @@ class Agent:
         self.said = None  # the launcher's last word: failed, signal, done; or died
         self.stdin = Lines()
         self.code = None
-        self.sel.register(0, selectors.EVENT_READ, self.on_stdin)
+        self.awake = time.monotonic()  # the last pass of the main loop
 
     def linked(self):
         print("linked", flush=True)
@@ -153,6 +157,7 @@ class Agent:
             signal_group(group, signal.SIGKILL)
 
     def run(self):
+        self.sel.register(0, selectors.EVENT_READ, self.on_stdin)
         while self.code is None:
             for key, _ in self.sel.select(TICK):
                 if self.code is None:
@@ -162,6 +167,14 @@ class Agent:
             if self.code is None:
                 self.tick(time.monotonic())
         return self.code
+
+    def tick(self, now):
+        """Time passes: pings, and the verdicts on silence, counted only while this agent ran."""
+        stalled = now - self.awake
+        self.awake = now
+        if stalled > STALL:
+            self.excuse(stalled)
+        self.on_time(now)
 
 
 def signal_group(pgid, sig):
@@ -289,7 +302,11 @@ class Master(Agent):
             except OSError:
                 pass
 
-    def tick(self, now):
+    def excuse(self, stalled):
+        for peer in self.peers.values():
+            peer.seen, peer.since = (min(t + stalled, self.awake) for t in (peer.seen, peer.since))
+
+    def on_time(self, now):
         if now >= self.next_ping:
             self.next_ping = now + PING_EVERY
             for peer in list(self.peers.values()):
@@ -377,7 +394,10 @@ class Worker(Agent):
         self.tell("done")
         self.leave = (max(time.monotonic(), self.start_by) + 2.0, 0, None)
 
-    def tick(self, now):
+    def excuse(self, stalled):
+        self.seen = min(self.seen + stalled, self.awake)
+
+    def on_time(self, now):
         if self.leave is not None and now >= self.leave[0]:
             return self.finish(*self.leave[1:])
         if self.conn is None:

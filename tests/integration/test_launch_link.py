@@ -63,12 +63,18 @@ def job(tmp_path):
 
     start.marker = marker  # type: ignore[attr-defined]
     yield start
+    # Each launcher leads a session that holds all it started (agent, ranks, tee, sed: set -m
+    # gives them process groups of their own, not sessions); a launcher that hung is killed with
+    # all of them, and the test waits until they are gone.
+    sessions = {proc.pid for proc in started}
+    for pid in in_sessions(sessions) + ranks(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    for pid in ranks(marker):
-        os.kill(pid, signal.SIGKILL)
+        proc.wait()
+    wait_for(lambda: not in_sessions(sessions) and not ranks(marker), 10, "the launchers' processes to be gone")
 
 
 def ranks(marker: str) -> list[int]:
@@ -79,6 +85,19 @@ def ranks(marker: str) -> list[int]:
             if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
         except OSError:
+            pass
+    return found
+
+
+def in_sessions(sessions: set[int]) -> list[int]:
+    """Live processes of these sessions (not zombies: nothing to kill, and not running)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            state, _, _, session = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+            if entry.name.isdigit() and state != "Z" and int(session) in sessions:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
             pass
     return found
 
@@ -99,7 +118,10 @@ def exits(procs: list[subprocess.Popen], marker: str, timeout: float = 30) -> tu
             if ended[i] is None and proc.poll() is not None:
                 ended[i] = time.time()
         time.sleep(0.01)
-    assert all(t is not None for t in ended), "a launcher did not exit"
+    assert all(t is not None for t in ended), ("a launcher did not exit", [proc.poll() for proc in procs],
+                                               subprocess.run(["ps", "-o", "pid,pgid,sid,stat,args", "-s",
+                                                               ",".join(str(proc.pid) for proc in procs)],
+                                                              capture_output=True, text=True).stdout)
     wait_for(lambda: not ranks(marker), timeout, "the ranks to be gone")
     return ended, time.time()  # type: ignore[return-value]
 
@@ -154,3 +176,36 @@ def test_ctrl_c_on_one_node_stops_all(job, tmp_path):
     assert [p.returncode for p in procs] == [exitcodes.INTERRUPTED] * 2, [stderr(tmp_path, n) for n in (0, 1)]
     assert max(ended) - pressed < DEADLINE and gone - pressed < DEADLINE + 0.1, (pressed, ended, gone)
     assert "first failure of the job: node 1 was interrupted by a signal (code 130)" in stderr(tmp_path, 0)
+
+
+def agent_of(launcher: subprocess.Popen) -> int:
+    """The pid of a launcher's link agent (its child running the embedded agent)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if entry.name.isdigit() and int(stat[1]) == launcher.pid and b"class Master" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except (OSError, IndexError, ValueError):
+            pass
+    raise AssertionError(f"no link agent under launcher {launcher.pid}")
+
+
+def test_agents_stopped_for_a_while_still_name_the_right_cause(job, tmp_path):
+    # A stall longer than a ping (here: SIGSTOP, as a loaded machine or a debugger may do) is no
+    # loss. It was one: bash took the stopped agent for dead and closed its stdin, and the agent
+    # then reported its own node lost, on both nodes, instead of the Ctrl-C that followed.
+    procs = [job(0), job(1)]
+    wait_for(lambda: len(list(tmp_path.glob("up-*"))) == 4, 30, "four ranks up")
+    agents = [agent_of(proc) for proc in procs]
+    for pid in agents:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(3)
+    for pid in agents:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(0.5)
+    assert [proc.poll() for proc in procs] == [None, None], [stderr(tmp_path, n) for n in (0, 1)]
+    os.killpg(procs[1].pid, signal.SIGINT)
+    exits(procs, job.marker)
+    assert [p.returncode for p in procs] == [exitcodes.INTERRUPTED] * 2, [stderr(tmp_path, n) for n in (0, 1)]
+    for node in (0, 1):
+        assert "first failure of the job: node 1 was interrupted by a signal (code 130)" in stderr(tmp_path, node)

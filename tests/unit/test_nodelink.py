@@ -4,9 +4,12 @@ what a node is told. (tests/integration/test_launch_link.py runs it inside the l
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import subprocess
 import sys
+
+import pytest
 
 from slurmgen import exitcodes, nodelink
 from slurmgen.config import build_spec
@@ -95,3 +98,38 @@ def test_a_failure_names_its_rank_on_every_node():
     code, err = finish(master)
     assert (code, err.strip()) == (7, "me: first failure of the job: rank 3 on node 1 exited with code 7; "
                                       "stopping the ranks on node 0")
+
+
+def linked_peer(link: agent.Agent) -> socket.socket:
+    """One end of a connection registered as the agent's link to the other side (node 1 for
+    the master, the master for a worker); the test keeps the other end."""
+    mine, theirs = socket.socketpair()
+    if isinstance(link, agent.Master):
+        peer = link.peers[mine] = agent.Peer(mine, "127.0.0.1", link.awake)
+        peer.node = 1
+        link.nodes.add(1)
+        link.sel.register(mine, selectors.EVENT_READ, link.on_peer)
+    else:
+        link.conn, link.ready, link.seen = mine, True, link.awake
+        link.sel.register(mine, selectors.EVENT_READ, link.on_master)
+    return theirs
+
+
+@pytest.mark.parametrize("role", ["master", "worker"])
+def test_a_stall_of_the_agent_itself_is_not_the_other_side_s_silence(role):
+    # On a loaded machine the agent may not run for longer than the link timeout; the other
+    # side's pings of that time are still on their way, so it must not be declared lost at once
+    # (it was: both nodes then named a node "lost" that was not). Real silence still is.
+    port = free_port()
+    link = (agent.Master("me", 2, "t", 1, "127.0.0.1", port, 300, 10) if role == "master"
+            else agent.Worker("me", 1, 2, "t", 1, "127.0.0.1", port, 300, 10))
+    other = linked_peer(link)
+    now = link.awake + 12  # the agent did not run for 12 s
+    link.tick(now)
+    assert link.code is None
+    quiet_until = now + 9.5
+    while link.code is None and now < quiet_until + 1:
+        now += agent.TICK
+        link.tick(now)
+    assert link.code == exitcodes.LOST and now > quiet_until, (link.code, now - quiet_until)
+    other.close()

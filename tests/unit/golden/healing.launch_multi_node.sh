@@ -160,19 +160,21 @@ stop_if_signalled() {
 }
 
 # --- the link: this node's agent (the Python below) hears on its stdin what happens here ---
-link_pid=
+link_pid='' link_in=''
 # One line to the agent; nothing if there is none (any more).
 link_tell() {
-  [[ -n $link_pid && -n ${LINK[1]:-} ]] || return 0
+  [[ -n $link_pid ]] || return 0
   trap '' PIPE # an agent that has just ended must not take this shell with it
-  { printf '%s\n' "$*" >&"${LINK[1]}"; } 2>/dev/null || true
+  { printf '%s\n' "$*" >&"$link_in"; } 2>/dev/null || true
   trap - PIPE
 }
-# Wait up to $1 seconds for the agent to end (then kill it); return its exit status.
+# Wait up to $1 seconds for the agent to end (then kill it); return its exit status. The count
+# of short sleeps bounds an idle machine's wait; on a loaded one each sleep (a fork) may take far
+# longer (2 s became 18 s), so whole seconds bound it too.
 link_wait() {
-  local tries status=0
+  local tries status=0 deadline=$((SECONDS + $1 + 1))
   [[ -n $link_pid ]] || return 0
-  for ((tries = $1 * 20; tries > 0; tries--)); do
+  for ((tries = $1 * 20; tries > 0 && SECONDS < deadline; tries--)); do
     kill -0 "$link_pid" 2>/dev/null || break
     sleep 0.05
   done
@@ -234,6 +236,10 @@ TICK = 0.05
 PING_EVERY = 1.0
 # A connection that has not proved it knows the token within this time is closed.
 HELLO_WITHIN = 5.0
+# A pass of the main loop takes about TICK; a gap longer than this means this process itself
+# was not running (a loaded machine, a stopped process), and the other side's words of that
+# time may still be on their way: the gap does not count as their silence.
+STALL = PING_EVERY
 
 
 def explain(node, rank, code, kind):
@@ -283,7 +289,7 @@ class Agent:
         self.said = None  # the launcher's last word: failed, signal, done; or died
         self.stdin = Lines()
         self.code = None
-        self.sel.register(0, selectors.EVENT_READ, self.on_stdin)
+        self.awake = time.monotonic()  # the last pass of the main loop
 
     def linked(self):
         print("linked", flush=True)
@@ -339,6 +345,7 @@ class Agent:
             signal_group(group, signal.SIGKILL)
 
     def run(self):
+        self.sel.register(0, selectors.EVENT_READ, self.on_stdin)
         while self.code is None:
             for key, _ in self.sel.select(TICK):
                 if self.code is None:
@@ -348,6 +355,14 @@ class Agent:
             if self.code is None:
                 self.tick(time.monotonic())
         return self.code
+
+    def tick(self, now):
+        """Time passes: pings, and the verdicts on silence, counted only while this agent ran."""
+        stalled = now - self.awake
+        self.awake = now
+        if stalled > STALL:
+            self.excuse(stalled)
+        self.on_time(now)
 
 
 def signal_group(pgid, sig):
@@ -475,7 +490,11 @@ class Master(Agent):
             except OSError:
                 pass
 
-    def tick(self, now):
+    def excuse(self, stalled):
+        for peer in self.peers.values():
+            peer.seen, peer.since = (min(t + stalled, self.awake) for t in (peer.seen, peer.since))
+
+    def on_time(self, now):
         if now >= self.next_ping:
             self.next_ping = now + PING_EVERY
             for peer in list(self.peers.values()):
@@ -563,7 +582,10 @@ class Worker(Agent):
         self.tell("done")
         self.leave = (max(time.monotonic(), self.start_by) + 2.0, 0, None)
 
-    def tick(self, now):
+    def excuse(self, stalled):
+        self.seen = min(self.seen + stalled, self.awake)
+
+    def on_time(self, now):
         if self.leave is not None and now >= self.leave[0]:
             return self.finish(*self.leave[1:])
         if self.conn is None:
@@ -612,9 +634,12 @@ if [[ $link == on ]]; then
       "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}"
   }
   link_pid=$!
+  # Copies of the agent's pipes, kept until this script ends: with job control on, bash takes a
+  # coprocess that is stopped (SIGSTOP, and then SIGCONT) for dead and closes LINK, and the agent
+  # would then take its stdin's end for its launcher's death.
+  exec {link_in}>&"${LINK[1]}" {link_out}<&"${LINK[0]}"
   # No rank starts before this node is linked: a failure anywhere must reach every running rank.
   # The agent says `linked` once, or ends (the master never came, refused us: it said why).
-  exec {link_out}<&"${LINK[0]}"
   # (read is not cut short by a trapped signal: it waits in short slices.)
   linked=
   while :; do
@@ -646,6 +671,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     # reported below, by rank): only it goes to /dev/null; tee and sed keep stderr as fd 3.
     exec 3>&2 2>/dev/null
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
+    if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     export RANK=$rank LOCAL_RANK=$local_rank
     printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
       "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
