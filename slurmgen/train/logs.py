@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 LOGGER = "slurmgen.train"
 
@@ -181,11 +181,18 @@ class Heartbeat:
         _atomic_write_text(self.summary, json.dumps({"host": self.host, "time": now, "ranks": ranks}) + "\n")
         self.summarised = now
 
-    def finish(self) -> None:
-        """Node leader, once every rank has written its last beat: the final summary, and the
-        node-local directory removed (a launcher's directory is the launcher's to remove)."""
+    def finish(self, barrier: Callable[[], None] = lambda: None) -> None:
+        """Once every rank has written its last beat: the node leader's final summary, then the
+        node-local directory removed (a launcher's directory is the launcher's to remove).
+
+        Called by every rank with a collective `barrier` between the two (or none when peers may
+        be gone): ranks started by hand on one host all call themselves local rank 0 of node 0,
+        so several leaders share one directory and one summary, and a leader removing it must
+        not cut short another one's summary."""
         if self.summary is not None:
             self.summarise()
+        barrier()
+        if self.summary is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 

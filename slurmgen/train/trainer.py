@@ -339,14 +339,14 @@ class Trainer:
             # Requeue last, once every rank has written its heartbeat and the run record: Slurm
             # ends all tasks the moment it requeues, and would cut those writes short.
             dist.barrier()
-            self.heartbeat.finish()
+            self.heartbeat.finish(dist.barrier)
             if env.is_main:
                 warn, said = request_requeue(os.environ, cfg.requeue)
                 (log.warning if warn else log.info)("%s", said)
             return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
         self.heartbeat.beat(self.step, status="done", force=True)
         dist.barrier()  # every rank's last beat is written: the node summary can be final
-        self.heartbeat.finish()
+        self.heartbeat.finish(dist.barrier)
         log.info("done: step %d, train loss %s, val loss %s", self.step,
                  f"{train_loss:.4f}" if train_loss is not None else "-", f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
         self.tracking.checkpoint(self.last_checkpoint, self.step, kind="model")

@@ -65,3 +65,27 @@ def test_a_node_leader_removes_directories_that_killed_runs_left(tmp_path):
     os.utime(dead, (hour_ago, hour_ago))
     logs.remove_stale_node_dirs(mine, time.time())
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, live.name])
+
+
+def test_leaders_sharing_a_node_directory_finish_with_every_rank_in_the_summary(tmp_path):
+    """Ranks started by hand on one host are all local rank 0 of node 0: two leaders, one node
+    directory, one summary. Whichever finishes first must not remove the directory before the
+    other has summarised it (the barrier between summary and removal), else the summary that
+    lands last lacks ranks."""
+    import threading
+
+    out, environ = tmp_path / "out", {"MASTER_PORT": "4321"}
+    leaders = [Heartbeat(out, rank=r, every=1.0, local_rank=0, node_rank=0, environ=environ) for r in (0, 1)]
+    assert leaders[0].dir == leaders[1].dir
+    for hb in leaders:
+        hb.beat(step=6, status="done", force=True)
+    meet = threading.Barrier(2, timeout=10)
+    # The second leader summarises late: without the barrier the first would have removed the
+    # directory by then, and the late summary (no ranks) would replace the complete one.
+    late = threading.Thread(target=lambda: (time.sleep(0.2), leaders[1].finish(meet.wait)))
+    late.start()
+    leaders[0].finish(meet.wait)
+    late.join()
+    beats = read_heartbeats(out / "heartbeats")
+    assert {r: (b["step"], b["status"]) for r, b in beats.items()} == {0: (6, "done"), 1: (6, "done")}
+    assert not leaders[0].dir.exists()
