@@ -35,11 +35,11 @@ file (SLURM_RESTART_COUNT when the file lacks attempt 0, e.g. a log directory no
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from slurmgen import exitcodes
+from slurmgen.jsonl import objects
 
 ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
 FINISHED_NAME = "slurmgen-{job_id}.finished"
@@ -68,15 +68,7 @@ def read_attempts(path: str | Path) -> list[dict[str, Any]]:
 
 def parse_attempts(text: str) -> list[dict[str, Any]]:
     """The records of an attempts file's text (read here, or over SSH by `slurmgen status`)."""
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("event") in EVENTS:
-            records.append(record)
-    return records
+    return [record for record in objects(text.splitlines()) if record.get("event") in EVENTS]
 
 
 def cause(record: dict[str, Any]) -> str:

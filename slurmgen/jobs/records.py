@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from slurmgen.jsonl import objects
+
 if TYPE_CHECKING:
     from slurmgen.jobs.runner import Runner
     from slurmgen.tracking.records import RunRecord
@@ -108,17 +110,8 @@ def parse_found(text: str) -> list[tuple[RunRecord, list[Any] | None]]:
         except ValueError:
             continue
         if isinstance(meta, dict):
-            runs.append((RunRecord(Path(run["dir"]), meta, _jsonl(run.get("metrics", []))), _jsonl(run.get("artifacts", []))))
+            metrics, artifacts = (list(objects(run.get(kind, []))) for kind in ("metrics", "artifacts"))
+            runs.append((RunRecord(Path(run["dir"]), meta, metrics), artifacts))
     return runs
 
 
-def _jsonl(lines: list[str]) -> list[dict[str, Any]]:
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out

@@ -17,12 +17,15 @@ opened (`remove_stale_temporaries`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from slurmgen.jsonl import objects
 
 RUN_FILE = "run.json"
 HPARAMS_FILE = "hparams.yaml"
@@ -106,15 +109,8 @@ def iter_jsonl(path: Path) -> Iterator[dict]:
     except FileNotFoundError:
         return
     with f:
-        for line in f:
-            if not line.endswith("\n"):
-                break  # the last line of a killed writer
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield record
+        # A last line without its newline is a killed writer's: it ends the file.
+        yield from objects(itertools.takewhile(lambda line: line.endswith("\n"), f))
 
 
 def rewrite_jsonl(path: Path, records: Iterable[dict]) -> None:
