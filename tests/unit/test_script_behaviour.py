@@ -109,6 +109,20 @@ def test_launch_starts_no_rank_when_the_link_between_nodes_cannot_start(tmp_path
     assert "REPORT" not in result.stdout
 
 
+def test_a_link_agent_that_says_linked_in_pieces_is_heard(tmp_path):
+    # The launcher waits for `linked` in 0.1 s slices; a slice that ends mid-line has consumed
+    # its piece (seen once under load: "ked", then the agent was killed and no rank started).
+    agent = tmp_path / "agent"
+    agent.write_text("#!/bin/bash\nprintf lin; sleep 0.35; printf 'ked\\n'\n"
+                     "while read -r line; do [[ $line == done ]] && exit 0; done\nexit 9\n")
+    agent.chmod(0o755)
+    out = write(tmp_path, command=REPORTER)
+    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "2", "1", "0"], capture_output=True, text=True,
+                            timeout=30, env={**os.environ, "SLURMGEN_PYTHON": str(agent)})
+    assert result.returncode == 0, result.stderr
+    assert reports(result.stdout)[0]["env"]["RANK"] == "0"
+
+
 def test_launch_node_rank_from_environment_and_master_detection(tmp_path):
     out = write(tmp_path, command=REPORTER)
     for args, env, node_rank in ((["203.0.113.9", "2", "1"], {"NODE_RANK": "1"}, "1"),

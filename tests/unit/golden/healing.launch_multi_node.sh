@@ -640,11 +640,13 @@ if [[ $link == on ]]; then
   exec {link_in}>&"${LINK[1]}" {link_out}<&"${LINK[0]}"
   # No rank starts before this node is linked: a failure anywhere must reach every running rank.
   # The agent says `linked` once, or ends (the master never came, refused us: it said why).
-  # (read is not cut short by a trapped signal: it waits in short slices.)
+  # (read is not cut short by a trapped signal: it waits in short slices. A slice that ends in
+  # the middle of the line has consumed what it read: the pieces are joined.)
   linked=
   while :; do
-    status=0
-    read -r -t 0.1 -u "$link_out" linked || status=$?
+    status=0 piece=
+    read -r -t 0.1 -u "$link_out" piece || status=$?
+    linked+=$piece
     ((status > 128)) || break # a line, or the end: the agent ended without a word
     stop_if_signalled
   done
