@@ -9,7 +9,7 @@ import torch.distributed as tdist
 
 from slurmgen.train import checkpoint as ckpt
 from slurmgen.train import ckpt_writer, dist
-from slurmgen.train.ckpt_writer import CheckpointWriter, snapshot
+from slurmgen.train.ckpt_writer import CheckpointWriter, one_intra_op_thread, snapshot
 from slurmgen.train.env import DistEnv
 
 
@@ -22,6 +22,35 @@ def test_snapshot_is_a_private_copy_that_keeps_tied_tensors_tied_and_reuses_its_
     assert first["model"]["tied"] is first["model"]["a"]
     second = snapshot(state, into=first)
     assert second["model"]["b"] is first["model"]["b"] and second["model"]["a"][0].item() == 100.0
+
+
+class CopyWatched(torch.Tensor):
+    """A tensor that notes torch's intra-op thread count whenever it is copied from."""
+
+    counts: list[int] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.copy_:
+            cls.counts.append(torch.get_num_threads())
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_snapshot_copies_on_one_intra_op_thread_and_gives_the_count_back_also_after_an_error():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        state = {"model": {"a": torch.arange(4.0).as_subclass(CopyWatched), "b": torch.ones(2).as_subclass(CopyWatched)}}
+        first = snapshot(state)
+        snapshot(state, into=first)
+        assert CopyWatched.counts == [1] * 4 and torch.get_num_threads() == 3
+        assert first["model"]["a"].tolist() == [0.0, 1, 2, 3]
+        with pytest.raises(RuntimeError, match="copy failed"), one_intra_op_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("copy failed")
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_one_write_in_flight_and_the_next_submit_waits_for_it(tmp_path, monkeypatch):
