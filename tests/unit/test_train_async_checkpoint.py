@@ -77,6 +77,24 @@ def test_one_write_in_flight_and_the_next_submit_waits_for_it(tmp_path, monkeypa
     assert ckpt.load(last.path)["model"]["w"].tolist() == [7.0, 7.0, 7.0]
 
 
+def test_every_job_runs_in_one_thread_started_once_which_ends_with_its_writer(tmp_path):
+    def threads_named():
+        return [t for t in threading.enumerate() if t.name.startswith("slurmgen-checkpoint")]
+
+    before = threads_named()
+    writer = CheckpointWriter(tmp_path, keep_last=2, describe=lambda step, path: threading.current_thread())
+    state = {"format": ckpt.FORMAT, "step": 1, "model": {"w": torch.ones(3)}}
+    writer.prepare(state)
+    written = {writer.submit(step, {**state, "step": step}) for step in (1, 2, 3)} | {writer.wait()}
+    ran_in = {w.record for w in written if w is not None}
+    assert len(ran_in) == 1 and threading.current_thread() not in ran_in
+    (thread,) = ran_in
+    assert thread.is_alive() and [t for t in threads_named() if t not in before] == [thread]
+    del writer, written
+    thread.join(10)
+    assert not thread.is_alive()
+
+
 def test_a_failed_background_write_is_raised_by_wait_and_leaves_no_temporary(tmp_path):
     writer = CheckpointWriter(tmp_path, keep_last=2)
     writer.submit(1, {"format": ckpt.FORMAT, "bad": lambda: 0})
