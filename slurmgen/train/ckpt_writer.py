@@ -23,8 +23,8 @@ with two threads, 5.9 ms with one; 1 GB 72 and 63 ms, fastest 56 and 59 ms), but
 of a big tensor is an OpenMP region that ends only when all the threads of the team have done
 their part. When another task holds a core (another job on the node, a daemon), the team's
 second thread waits for a scheduler tick or more before it runs, and the copy waits with it:
-with torch's two threads on two cores and one busy process beside, 4-16 ms per 12.5 MB tensor
-(multiples of the 4 ms tick) and 94 ms (38-115) for 100 MB, against 9.7 ms (6-14) with one
+with torch's two threads on two cores and one busy process beside, up to 20 ms per 12.5 MB
+tensor (multiples of the 4 ms tick) and 94 ms (38-115) for 100 MB, against 9.7 ms (6-14) with one
 thread, while no other thread of the process ran. One thread needs one free core, not all.
 The price is the parallel copy's extra bandwidth on a quiet many-core node, small beside the
 write the copy stands in for.
