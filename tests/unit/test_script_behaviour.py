@@ -89,6 +89,8 @@ def test_launch_sets_the_contract_for_each_rank(tmp_path):
     (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK_PORT": "0"}, "SLURMGEN_LINK_PORT must be a port number 1-65535"),
     (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_START_TIMEOUT": "5m"},
      "SLURMGEN_START_TIMEOUT must be a number of seconds (got '5m')"),
+    (["127.0.0.1", "1", "1"], {"SLURMGEN_STOP_GRACE": "2.5"},
+     "SLURMGEN_STOP_GRACE must be a whole number of seconds (got '2.5')"),
 ])
 def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
     out = write(tmp_path, command=REPORTER)
