@@ -303,9 +303,10 @@ def fake_slurm(tmp_path):
     for f in bin_dir.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
 
-    def run(out, hosts="localhost other", nodes=2, job_id="4242"):
+    def run(out, hosts="localhost other", nodes=2, job_id="4242", env=None):
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_HOSTS": hosts,
-               "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "whatever", "SLURM_JOB_NUM_NODES": str(nodes)}
+               "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "whatever", "SLURM_JOB_NUM_NODES": str(nodes),
+               **(env or {})}
         return subprocess.run(["bash", str(out / SLURM_SCRIPT)], capture_output=True, text=True, timeout=60, env=env)
     return run
 
@@ -320,6 +321,21 @@ def test_slurm_script_ranks_and_hostile_values(tmp_path, fake_slurm):
     assert ids == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     assert {(r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"], r["env"]["WORLD_SIZE"]) for r in rows} == {
         ("localhost", str(20000 + 4242 % 10000), "4")}
+
+
+@pytest.mark.parametrize("spec_env, task, group", [
+    ({}, None, "slurm-4242"),
+    ({}, "3", "slurm-4240_3"),
+    # A group of the user's own is per task in an array, or the tasks would write one run.
+    ({"SLURMGEN_GROUP": "exp"}, "3", "exp_3"),
+    ({"SLURMGEN_GROUP": "exp"}, None, "exp"),
+])
+def test_each_job_and_array_task_has_a_group_of_its_own(tmp_path, fake_slurm, spec_env, task, group):
+    out = write(tmp_path, nodes=1, gpus=1, env=spec_env, command=["bash", "-c", 'echo "GROUP=$SLURMGEN_GROUP"'])
+    array = {"SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": task} if task else {}
+    result = fake_slurm(out, nodes=1, env=array)
+    assert result.returncode == 0, result.stderr
+    assert f"GROUP={group}\n" in result.stdout
 
 
 def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slurm):
