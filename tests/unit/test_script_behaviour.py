@@ -91,6 +91,8 @@ def test_launch_sets_the_contract_for_each_rank(tmp_path):
     (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK_PORT": "0"}, "SLURMGEN_LINK_PORT must be a port number 1-65535"),
     (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_START_TIMEOUT": "5m"},
      "SLURMGEN_START_TIMEOUT must be a number of seconds (got '5m')"),
+    (["127.0.0.1", "1", "1"], {"SLURMGEN_STOP_GRACE": "2.5"},
+     "SLURMGEN_STOP_GRACE must be a whole number of seconds (got '2.5')"),
 ])
 def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
     out = write(tmp_path, command=REPORTER)
@@ -337,9 +339,10 @@ def fake_slurm(tmp_path):
     for f in bin_dir.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
 
-    def run(out, hosts="localhost other", nodes=2, job_id="4242"):
+    def run(out, hosts="localhost other", nodes=2, job_id="4242", env=None):
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_HOSTS": hosts,
-               "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "whatever", "SLURM_JOB_NUM_NODES": str(nodes)}
+               "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "whatever", "SLURM_JOB_NUM_NODES": str(nodes),
+               **(env or {})}
         return subprocess.run(["bash", str(out / SLURM_SCRIPT)], capture_output=True, text=True, timeout=60, env=env)
     return run
 
@@ -354,6 +357,21 @@ def test_slurm_script_ranks_and_hostile_values(tmp_path, fake_slurm):
     assert ids == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     assert {(r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"], r["env"]["WORLD_SIZE"]) for r in rows} == {
         ("localhost", str(20000 + 4242 % 10000), "4")}
+
+
+@pytest.mark.parametrize("spec_env, task, group", [
+    ({}, None, "slurm-4242"),
+    ({}, "3", "slurm-4240_3"),
+    # A group of the user's own is per task in an array, or the tasks would write one run.
+    ({"SLURMGEN_GROUP": "exp"}, "3", "exp_3"),
+    ({"SLURMGEN_GROUP": "exp"}, None, "exp"),
+])
+def test_each_job_and_array_task_has_a_group_of_its_own(tmp_path, fake_slurm, spec_env, task, group):
+    out = write(tmp_path, nodes=1, gpus=1, env=spec_env, command=["bash", "-c", 'echo "GROUP=$SLURMGEN_GROUP"'])
+    array = {"SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": task} if task else {}
+    result = fake_slurm(out, nodes=1, env=array)
+    assert result.returncode == 0, result.stderr
+    assert f"GROUP={group}\n" in result.stdout
 
 
 def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slurm):

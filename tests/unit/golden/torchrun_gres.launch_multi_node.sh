@@ -8,7 +8,8 @@
 #   node 1:               launch_multi_node.sh 10.0.0.1 3 2 1
 #
 # node_rank may also come from $NODE_RANK; on the master itself it may be left out.
-# MASTER_PORT (default 29400) and SLURMGEN_LOG_DIR (default out/logs) may be set.
+# MASTER_PORT (default 29400) and SLURMGEN_LOG_DIR (default out/logs) may be set. These
+# and the other SLURMGEN_* settings below come from the environment this script is started in.
 # Each process gets RANK = node_rank * procs_per_node + LOCAL_RANK and the rest of the
 # torchrun contract; its output goes to LOG_DIR/rank-RANK.log and here, prefixed [rank R].
 # Nodes of different sizes (as `slurmgen launch` starts them): SLURMGEN_RANK_OFFSET (the
@@ -92,6 +93,14 @@ world_size=$((10#$world_size))
 ((rank_offset + nproc <= world_size)) ||
   die "ranks $rank_offset..$((rank_offset + nproc - 1)) do not fit in a world of $world_size"
 
+# --- this script's settings: from the environment it was started in, all read before the spec's
+# env is exported (which may not set them: the spec refuses these names) ---
+log_dir=${SLURMGEN_LOG_DIR:-out/logs}
+stop_grace=${SLURMGEN_STOP_GRACE:-30} fail_grace=${SLURMGEN_FAIL_GRACE:-2}
+[[ $stop_grace =~ ^[0-9]+$ ]] || die "SLURMGEN_STOP_GRACE must be a whole number of seconds (got '$stop_grace')"
+[[ $fail_grace =~ ^[0-9]+$ ]] || die "SLURMGEN_FAIL_GRACE must be a whole number of seconds (got '$fail_grace')"
+stop_grace=$((10#$stop_grace)) fail_grace=$((10#$fail_grace))
+
 # --- the link between the nodes' launchers (see the top of this file) ---
 link=${SLURMGEN_LINK:-on}
 [[ $link == on || $link == off ]] || die "SLURMGEN_LINK must be on or off (got '$link')"
@@ -121,7 +130,6 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 export MASTER_ADDR=$master_addr MASTER_PORT=$master_port NODE_RANK=$node_rank
 export WORLD_SIZE=$world_size LOCAL_WORLD_SIZE=$nproc
 
-log_dir=${SLURMGEN_LOG_DIR:-out/logs}
 [[ -d $log_dir ]] || mkdir -p -- "$log_dir"
 cmd=(python -m slurmgen.train)
 
@@ -154,7 +162,7 @@ stop_if_signalled() {
   [[ -n $stop_name ]] || return 0
   echo "$me: got SIG$stop_name, stopping all ranks on this node" >&2
   link_tell signal "$stop_code"
-  stop_all "${SLURMGEN_STOP_GRACE:-30}"
+  stop_all "$stop_grace"
   link_wait 2 || true
   exit "$stop_code"
 }
@@ -631,7 +639,7 @@ set -m
 if [[ $link == on ]]; then
   coproc LINK {
     SLURMGEN_LINK_TOKEN=$link_token exec "$link_python" -c "$(link_agent)" "$me" "$master_addr" "$link_port" \
-      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}"
+      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "$fail_grace"
   }
   link_pid=$!
   # Copies of the agent's pipes, kept until this script ends: with job control on, bash takes a
@@ -714,7 +722,7 @@ while ((running > 0)); do
       echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
       event exited "$((rank_offset + local_rank))" "$status"
       link_tell failed "$((rank_offset + local_rank))" "$status"
-      stop_all "${SLURMGEN_FAIL_GRACE:-2}"
+      stop_all "$fail_grace"
       link_wait 2 || true # while it names the job's first failure
       exit "$status"
     fi
@@ -729,8 +737,8 @@ while ((running > 0)); do
       status=255
     fi
     case $status in
-      130 | 143) stop_all "${SLURMGEN_STOP_GRACE:-30}" ;;
-      *) stop_all "${SLURMGEN_FAIL_GRACE:-2}" ;;
+      130 | 143) stop_all "$stop_grace" ;;
+      *) stop_all "$fail_grace" ;;
     esac
     exit "$status"
   fi
