@@ -272,6 +272,33 @@ def test_a_burst_of_signals_exits_with_the_first_ones_code(tmp_path, first, code
     assert "pop_var_context" not in stderr
 
 
+
+def test_int_and_term_that_land_together_both_count(tmp_path):
+    # Ctrl-C and a TERM in the same instant, to a script that was not running in between (here
+    # stopped; a loaded machine does the same). It used to wait in `wait -n`, where the handler
+    # of one signal jumps out of the wait and the other is lost: TERM decided (143) and, one
+    # signal counted, the ranks had the whole grace. Both count now: KILL at once, INT decides.
+    program = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    out = write(tmp_path, command=["python3", "-c", program])
+    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_STOP_GRACE": "30"})
+    try:
+        _started(proc, 2)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "S":
+            assert time.monotonic() < deadline, "the script never waited for its ranks"
+        for sig in [signal.SIGSTOP, signal.SIGINT, signal.SIGTERM, signal.SIGCONT]:
+            proc.send_signal(sig)
+        try:
+            _, stderr = proc.communicate(timeout=10)  # far less than the 30 s grace
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # one more signal: the ranks go at once
+            _, stderr = proc.communicate(timeout=10)
+            stderr += "\n(still stopping 10 s after the two signals)"
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "got SIGINT, stopping" in stderr, stderr
+
 def test_a_suite_started_in_the_background_still_interrupts_its_scripts(tmp_path):
     # `scripts/test.sh &` in a script starts pytest with SIGINT ignored; the scripts it starts
     # inherited that, and bash cannot trap a signal ignored on entry: the INT of the test above
