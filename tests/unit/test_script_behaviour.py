@@ -202,8 +202,10 @@ def test_term_while_ranks_are_starting_leaves_none_behind(tmp_path):
     try:
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
         deadline = time.monotonic() + 20
-        while not children.read_text().strip() and time.monotonic() < deadline:
-            pass  # the first rank's subshell exists: the script is in its start loop
+        while not any(_leads_its_group(child) for child in children.read_text().split()):
+            assert time.monotonic() < deadline, "no rank started"
+        # the first rank's subshell exists (the only children that lead a process group of their
+        # own; the script forks before its traps too): the script is in its start loop
         proc.terminate()
         try:
             _, stderr = proc.communicate(timeout=10)
@@ -219,6 +221,16 @@ def test_term_while_ranks_are_starting_leaves_none_behind(tmp_path):
     assert left == [], f"ranks left running: {left}"
     assert proc.returncode == 143 and "got SIGTERM" in stderr, stderr
 
+
+def _leads_its_group(pid):
+    """Whether process PID leads a process group of its own, as each rank does (`set -m`)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # ended meanwhile
+        return False
+    return fields[2] == pid  # pgrp
+
+
 def _started(proc, ranks):
     """Read the script's output until `ranks` ranks have printed 'ready'."""
     seen = 0
@@ -231,10 +243,10 @@ def _started(proc, ranks):
 def _said_stopping(proc):
     """Read the script's stderr up to its 'got SIGxxx, stopping all ranks' line; return what was read.
 
-    Why wait for it: when INT and TERM are both pending as bash runs again (it was not scheduled,
-    or was stopped, in between), Linux stacks TERM's handler on INT's; TERM's runs first, breaks
-    `wait -n` off with a longjmp, and INT's never runs: the script counts one signal, TERM, and
-    exits 143. A fixed 0.3 s before the burst is no promise that bash ran in between."""
+    Why wait for it: signals that reach bash together (it was not scheduled, or was stopped, in
+    between) are taken INT before TERM, whatever order they were sent in (and one was lost while
+    the script waited in `wait -n`: see test_int_and_term_that_land_together_both_count). A fixed
+    0.3 s before the burst is no promise that bash ran in between: INT, 0.3 s, TERM exited 143."""
     said, deadline = "", time.monotonic() + 10
     while "stopping all ranks" not in said:
         ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
@@ -244,21 +256,31 @@ def _said_stopping(proc):
     return said
 
 
-@pytest.mark.parametrize("first, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_burst_of_signals_exits_with_the_first_ones_code(tmp_path, first, code):
-    # A terminal's Ctrl-C reaches the whole process group, `timeout` adds a TERM: more signals
-    # land while the script is stopping its ranks (which here ignore TERM, so it waits). They
-    # cut the wait short (KILL at once) and the exit code stays the first signal's.
+def _stubborn_ranks(tmp_path):
+    """The launcher with 2 ranks that ignore TERM (a stop waits out its 30 s grace), both up."""
     program = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
     out = write(tmp_path, command=["python3", "-c", program])
     proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_STOP_GRACE": "30"})
     try:
         _started(proc, 2)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+@pytest.mark.parametrize("first, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_burst_of_signals_exits_with_the_first_ones_code(tmp_path, first, code):
+    # A terminal's Ctrl-C reaches the whole process group, `timeout` adds a TERM: more signals
+    # land while the script is stopping its ranks (which here ignore TERM, so it waits). They
+    # cut the wait short (KILL at once) and the exit code stays the first signal's.
+    proc = _stubborn_ranks(tmp_path)
+    try:
         proc.send_signal(first)
         # The burst follows once the script says it is stopping, not after a fixed sleep: to a
-        # script not run in between, the first signal and the burst arrive together, and bash
-        # then loses one of them (see _said_stopping).
+        # script not run in between, the first signal and the burst arrive together, and their
+        # order is then not the order sent (see _said_stopping).
         said = _said_stopping(proc)
         for sig in [signal.SIGINT, signal.SIGTERM] * 10:
             proc.send_signal(sig)
@@ -272,18 +294,13 @@ def test_a_burst_of_signals_exits_with_the_first_ones_code(tmp_path, first, code
     assert "pop_var_context" not in stderr
 
 
-
 def test_int_and_term_that_land_together_both_count(tmp_path):
     # Ctrl-C and a TERM in the same instant, to a script that was not running in between (here
     # stopped; a loaded machine does the same). It used to wait in `wait -n`, where the handler
     # of one signal jumps out of the wait and the other is lost: TERM decided (143) and, one
     # signal counted, the ranks had the whole grace. Both count now: KILL at once, INT decides.
-    program = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
-    out = write(tmp_path, command=["python3", "-c", program])
-    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_STOP_GRACE": "30"})
+    proc = _stubborn_ranks(tmp_path)
     try:
-        _started(proc, 2)
         deadline = time.monotonic() + 10
         while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "S":
             assert time.monotonic() < deadline, "the script never waited for its ranks"
