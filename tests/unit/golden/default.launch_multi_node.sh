@@ -134,14 +134,18 @@ export WORLD_SIZE=$world_size LOCAL_WORLD_SIZE=$nproc
 cmd=(python -m slurmgen.train)
 
 # Traps are set before the first process starts: a signal that arrives while they are
-# being started still reaches the ones already running. The handlers only count the
-# signals; the stop itself runs in the main flow (stop_if_signalled), because bash is
-# not re-entrant: a second signal landing in a handler that runs functions or exits
-# aborts with "pop_var_context" and exit code 1.
+# being started still reaches the ones already running. The handlers only note the signal
+# (the first one's name in the same command as the count: a handler runs between two
+# commands of another) and wake the main loop; the stop itself runs in the main flow
+# (stop_if_signalled), because bash is not re-entrant: a second signal landing in a handler
+# that runs functions or exits aborts with "pop_var_context" and exit code 1.
+# The main loop sleeps in `read` on the wake pipe, not in `wait`: of two signals that reach
+# bash together, the handler that runs first jumps out of a `wait`, and the other is lost.
+exec {wake}<> <(:)
 pids=()
-signals=0 stop_name='' stop_code=0
-trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=INT stop_code=130' INT
-trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=TERM stop_code=143' TERM
+signals=0 stop_name=''
+trap 'stop_name=${stop_name:-INT} signals=$((signals + 1)); echo >&"$wake"' INT
+trap 'stop_name=${stop_name:-TERM} signals=$((signals + 1)); echo >&"$wake"' TERM
 # Send a signal to every process group still running; true if any was.
 signal_all() {
   local pid any=1
@@ -150,9 +154,10 @@ signal_all() {
   done
   return "$any"
 }
-# TERM everything, give it $1 seconds to exit (less if a second signal comes), then KILL.
+# TERM everything, give it $1 seconds to exit, then KILL. Sooner if more than $2 signals came
+# (default: those so far); after a signal, 1: a second one, even one that came with it.
 stop_all() {
-  local deadline=$((SECONDS + $1)) seen=$signals
+  local deadline=$((SECONDS + $1)) seen=${2:-$signals}
   signal_all TERM || return 0
   while ((SECONDS < deadline && signals <= seen)) && signal_all 0; do sleep 0.1; done
   signal_all KILL || true
@@ -160,11 +165,13 @@ stop_all() {
 # After a signal: stop every process and exit 130 (INT) or 143 (TERM).
 stop_if_signalled() {
   [[ -n $stop_name ]] || return 0
+  local code=143
+  [[ $stop_name != INT ]] || code=130
   echo "$me: got SIG$stop_name, stopping all ranks on this node" >&2
-  link_tell signal "$stop_code"
-  stop_all "$stop_grace"
+  link_tell signal "$code"
+  stop_all "$stop_grace" 1
   link_wait 2 || true
-  exit "$stop_code"
+  exit "$code"
 }
 
 # --- the link: this node's agent (the Python below) hears on its stdin what happens here ---
@@ -638,6 +645,7 @@ SLURMGEN_LINK_AGENT
 set -m
 if [[ $link == on ]]; then
   coproc LINK {
+    exec {wake}>&-
     SLURMGEN_LINK_TOKEN=$link_token exec "$link_python" -c "$(link_agent)" "$me" "$master_addr" "$link_port" \
       "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "$fail_grace"
   }
@@ -682,6 +690,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     exec 3>&2 2>/dev/null
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
+    exec {wake}>&-
     export RANK=$rank LOCAL_RANK=$local_rank
     printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
       "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
@@ -699,17 +708,11 @@ done
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 event started
 
-# Wait for the processes; the first failure stops the rest. `wait -n` returns when a process
-# ends or a trapped signal arrives while it waits; a signal that lands just before it would
-# not end it, so a ticker child (its own short sleep) ends it at least every 0.2 s.
+# Watch the processes; the first failure stops the rest. A signal's handler wakes the loop at
+# once (it may run in the middle of the read); an ended process is seen within 0.1 s.
 running=$nproc
-ticker=
 while ((running > 0)); do
-  if [[ -z $ticker ]] || ! kill -0 "$ticker" 2>/dev/null; then
-    sleep 0.2 &
-    ticker=$!
-  fi
-  wait -n || true
+  read -r -t 0.1 -u "$wake" || true
   stop_if_signalled
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
@@ -747,11 +750,11 @@ echo "$me: all $nproc ranks on node $node_rank finished successfully"
 if [[ -n $link_pid ]]; then
   # The master's agent ends when every node is done, or with the job's first failure.
   link_tell 'done'
-  while :; do
-    status=0
-    wait "$link_pid" || status=$? # returns when the agent ends (or a trapped signal arrives)
+  while kill -0 "$link_pid" 2>/dev/null; do
+    read -r -t 0.1 -u "$wake" || true
     stop_if_signalled
-    kill -0 "$link_pid" 2>/dev/null || break
   done
+  status=0
+  wait "$link_pid" || status=$?
   exit "$status"
 fi
