@@ -232,7 +232,7 @@ def stall(args: argparse.Namespace) -> None:
               f"{first:7.3f} s   ratio {first / sync:.3f}")
         print(f"  asynchronous, later checkpoints: median                    {median:7.3f} s   ratio {median / sync:.3f}")
         print(f"  asynchronous, later checkpoints: max                       {worst:7.3f} s   ratio {worst / sync:.3f}")
-        print(f"  buffers prepared in the background in                      "
+        print("  buffers prepared in the background in                      "
               + (f"{ready:7.3f} s" if ready is not None else f"  > {args.stall_first_after:g} s (the first checkpoint waited)"))
         print(f"  asynchronous: until durable (copy + write), median         {statistics.median(written[1:]):7.3f} s")
 

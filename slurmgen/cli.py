@@ -194,7 +194,6 @@ def ranks(
         typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
         return
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     out = Table("host", "rank", "local_rank", "node_rank", "local_world_size", "world_size", box=None)

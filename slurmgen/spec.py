@@ -28,7 +28,16 @@ DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 RESERVED_ENV = {
     "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND", HEARTBEAT_DIR_ENV, "SLURMGEN_HEARTBEAT_BASE",
-    "SLURMGEN_REQUEUE", "SLURMGEN_PREEMPT_SIGNAL", "SLURMGEN_SWEEP_INDEX", "SLURMGEN_ATTEMPT",
+    "SLURMGEN_REQUEUE", "SLURMGEN_PREEMPT_SIGNAL", "SLURMGEN_SWEEP_INDEX", "SLURMGEN_SWEEP_FILE",
+    "SLURMGEN_ATTEMPT",
+}
+# Settings of launch_multi_node.sh, read from the environment it is started in before it exports
+# the spec's env (`slurmgen launch` sets some of them for every node): in the spec they would
+# either do nothing or silently override the launcher's.
+LAUNCH_SETTINGS_ENV = {
+    "SLURMGEN_LINK", "SLURMGEN_LINK_PORT", "SLURMGEN_LINK_TOKEN", "SLURMGEN_PYTHON", "SLURMGEN_START_TIMEOUT",
+    "SLURMGEN_RANK_OFFSET", "SLURMGEN_WORLD_SIZE", "SLURMGEN_LOG_DIR", "SLURMGEN_STOP_GRACE",
+    "SLURMGEN_FAIL_GRACE", "SLURMGEN_EVENT_FD",
 }
 # sbatch options slurmgen writes itself, and the spec field to use instead.
 MANAGED_SBATCH = {
@@ -231,6 +240,9 @@ class JobSpec(BaseModel):
                     raise ValueError(f"{key!r} is not a valid variable name")
                 if key in RESERVED_ENV:
                     raise ValueError(f"{key} is set by the launch scripts; use the spec's fields instead")
+                if key in LAUNCH_SETTINGS_ENV:
+                    raise ValueError(f"{key} is a setting of launch_multi_node.sh, read from the environment "
+                                     "it is started in; export it there instead")
                 if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                     raise ValueError(f"{key}: give a string or a number (got {value!r}); quote 'true' to pass the word")
             return {k: str(as_written(val)) for k, val in v.items()}

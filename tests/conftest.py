@@ -6,12 +6,15 @@
   test that skips is a failure: CI installs every package and runs as root, so a skip there
   means the test cluster or a dependency silently went missing. Outside CI the skip stays a
   skip with its reason (not root, package missing, namespaces refused).
+* SIGINT is at its default in every program the tests start, even when the suite itself was
+  started with it ignored (see pytest_configure).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,17 @@ def _is_integration_path(path: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests press Ctrl-C (SIGINT) on the scripts and launchers they start, which must act on it.
+
+    A non-interactive shell starts what it runs in the background (`scripts/test.sh &`) with
+    SIGINT ignored; every program the tests start inherits that, and bash cannot trap a signal
+    ignored on entry: launch_multi_node.sh let the INT pass and exited 143 on the TERM after it.
+    A Python handler is not inherited (exec resets it to the default), an ignored signal is."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -15,6 +15,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"
 
 sg_require_root
+sg_serialise "$@"
 sg_check_dir
 
 if [[ -n ${SLURMGEN_CLUSTER_SAVE_LOGS:-} && -d $SG_DIR/log ]]; then

@@ -55,6 +55,18 @@ sg_require_root() {
   ((EUID == 0)) || sg_unavailable "must run as root (network namespaces, slurmd and sshd need it)"
 }
 
+# One up.sh or down.sh at a time on this machine (the names they use are fixed), so that the
+# owner check below and the bring-up after it are one step: two test sessions starting together
+# could otherwise both find no owner. `flock -o` holds the lock in flock itself, not in the
+# daemons we start; waiting longer than a bring-up takes counts as busy (exit 4). Re-runs the
+# calling script under the lock; a down.sh that up.sh runs inherits it.
+SG_LOCK=/run/lock/slurmgen-cluster.lock
+sg_serialise() {
+  [[ -z ${SG_LOCKED:-} ]] || return 0
+  mkdir -p "${SG_LOCK%/*}"
+  SG_LOCKED=1 exec flock -o -w 120 -E 4 "$SG_LOCK" "$BASH" "$0" "$@"
+}
+
 # A live process that owns the running cluster (a pytest session sets SLURMGEN_CLUSTER_OWNER to
 # its pid): printed if it is alive and is not us, so a second test run does not tear down the
 # cluster under the first one. A cluster brought up by hand has no owner and may be replaced.

@@ -65,6 +65,7 @@ accounting=${SLURMGEN_CLUSTER_ACCOUNTING:-1}
 if ((slurm_n == 0)); then accounting=0; fi
 
 sg_require_root
+sg_serialise "$@"
 missing=()
 needed=(ip nsenter unshare munged mungekey munge unmunge slurmctld slurmd sbatch srun sinfo
   scontrol squeue ssh ssh-keygen timeout /usr/sbin/sshd)

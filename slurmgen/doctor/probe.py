@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 RESULT_PREFIX = "SLURMGEN-DOCTOR "

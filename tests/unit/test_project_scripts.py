@@ -1,8 +1,9 @@
-"""The project's own shell scripts lint clean, like the ones it generates."""
+"""The project's own scripts and code lint clean, like the scripts it generates."""
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,4 +21,17 @@ def test_project_scripts_pass_shellcheck():
             pytest.fail("shellcheck is not installed (scripts/setup.sh --test installs it)")
         pytest.skip("shellcheck is not installed")
     result = subprocess.run(["shellcheck", "-x", *map(str, scripts)], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_the_python_code_has_no_unused_or_undefined_names():
+    # ruff with the project's own configuration (pyproject.toml: pyflakes and syntax errors).
+    try:
+        import ruff  # noqa: F401  (installed by the test extra)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("ruff is not installed (the test extra has it: scripts/setup.sh --test)")
+        pytest.skip("ruff is not installed")
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], capture_output=True,
+                            text=True, cwd=REPO)
     assert result.returncode == 0, result.stdout[-4000:]

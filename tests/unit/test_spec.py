@@ -89,6 +89,10 @@ def test_bad_field_is_named(field, value, words):
     ({"SLURMGEN_HEARTBEAT_DIR": "/tmp/beats"}, "SLURMGEN_HEARTBEAT_DIR is set by the launch scripts"),
     ({"SLURMGEN_PREEMPT_SIGNAL": "USR1"}, "SLURMGEN_PREEMPT_SIGNAL is set by the launch scripts"),
     ({"SLURMGEN_REQUEUE": "1"}, "SLURMGEN_REQUEUE is set by the launch scripts"),
+    # launch_multi_node.sh reads its own settings before it exports the spec's env.
+    ({"SLURMGEN_STOP_GRACE": "60"}, "SLURMGEN_STOP_GRACE is a setting of launch_multi_node.sh, read from the "
+                                    "environment it is started in"),
+    ({"SLURMGEN_LINK_TOKEN": "s3cret"}, "SLURMGEN_LINK_TOKEN is a setting of launch_multi_node.sh"),
     ({"X": ["a"]}, "give a string or a number"),
 ])
 def test_bad_env(env, words):

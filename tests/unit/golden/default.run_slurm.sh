@@ -68,6 +68,9 @@ export SLURMGEN_BACKEND=auto
 # Run records (slurmgen.tracking): every rank of this job joins one group, named after the job,
 # so they agree without talking; a requeued job keeps its id and so continues its runs.
 if [[ -n ${SLURM_ARRAY_JOB_ID:-} ]]; then
+  # Each array task is a job of its own: a group given by the user is per task too, or the
+  # tasks of a sweep would all write one run.
+  SLURMGEN_GROUP=${SLURMGEN_GROUP:+${SLURMGEN_GROUP}_${SLURM_ARRAY_TASK_ID:-0}}
   export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-0}}"
 else
   export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-$SLURM_JOB_ID}"

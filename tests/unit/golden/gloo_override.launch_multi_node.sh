@@ -8,7 +8,8 @@
 #   node 1:               launch_multi_node.sh 10.0.0.1 2 2 1
 #
 # node_rank may also come from $NODE_RANK; on the master itself it may be left out.
-# MASTER_PORT (default 23456) and SLURMGEN_LOG_DIR (default out/logs) may be set.
+# MASTER_PORT (default 23456) and SLURMGEN_LOG_DIR (default out/logs) may be set. These
+# and the other SLURMGEN_* settings below come from the environment this script is started in.
 # Each process gets RANK = node_rank * procs_per_node + LOCAL_RANK and the rest of the
 # torchrun contract; its output goes to LOG_DIR/rank-RANK.log and here, prefixed [rank R].
 # Nodes of different sizes (as `slurmgen launch` starts them): SLURMGEN_RANK_OFFSET (the
@@ -92,6 +93,14 @@ world_size=$((10#$world_size))
 ((rank_offset + nproc <= world_size)) ||
   die "ranks $rank_offset..$((rank_offset + nproc - 1)) do not fit in a world of $world_size"
 
+# --- this script's settings: from the environment it was started in, all read before the spec's
+# env is exported (which may not set them: the spec refuses these names) ---
+log_dir=${SLURMGEN_LOG_DIR:-out/logs}
+stop_grace=${SLURMGEN_STOP_GRACE:-30} fail_grace=${SLURMGEN_FAIL_GRACE:-2}
+[[ $stop_grace =~ ^[0-9]+$ ]] || die "SLURMGEN_STOP_GRACE must be a whole number of seconds (got '$stop_grace')"
+[[ $fail_grace =~ ^[0-9]+$ ]] || die "SLURMGEN_FAIL_GRACE must be a whole number of seconds (got '$fail_grace')"
+stop_grace=$((10#$stop_grace)) fail_grace=$((10#$fail_grace))
+
 # --- the link between the nodes' launchers (see the top of this file) ---
 link=${SLURMGEN_LINK:-on}
 [[ $link == on || $link == off ]] || die "SLURMGEN_LINK must be on or off (got '$link')"
@@ -119,19 +128,22 @@ export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
 export MASTER_ADDR=$master_addr MASTER_PORT=$master_port NODE_RANK=$node_rank
 export WORLD_SIZE=$world_size LOCAL_WORLD_SIZE=$nproc
 
-log_dir=${SLURMGEN_LOG_DIR:-out/logs}
 [[ -d $log_dir ]] || mkdir -p -- "$log_dir"
 cmd=(python -m slurmgen.train.probe)
 
 # Traps are set before the first process starts: a signal that arrives while they are
-# being started still reaches the ones already running. The handlers only count the
-# signals; the stop itself runs in the main flow (stop_if_signalled), because bash is
-# not re-entrant: a second signal landing in a handler that runs functions or exits
-# aborts with "pop_var_context" and exit code 1.
+# being started still reaches the ones already running. The handlers only note the signal
+# (the first one's name in the same command as the count: a handler runs between two
+# commands of another) and wake the main loop; the stop itself runs in the main flow
+# (stop_if_signalled), because bash is not re-entrant: a second signal landing in a handler
+# that runs functions or exits aborts with "pop_var_context" and exit code 1.
+# The main loop sleeps in `read` on the wake pipe, not in `wait`: of two signals that reach
+# bash together, the handler that runs first jumps out of a `wait`, and the other is lost.
+exec {wake}<> <(:)
 pids=()
-signals=0 stop_name='' stop_code=0
-trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=INT stop_code=130' INT
-trap 'signals=$((signals + 1)); [[ -n $stop_name ]] || stop_name=TERM stop_code=143' TERM
+signals=0 stop_name=''
+trap 'stop_name=${stop_name:-INT} signals=$((signals + 1)); echo >&"$wake"' INT
+trap 'stop_name=${stop_name:-TERM} signals=$((signals + 1)); echo >&"$wake"' TERM
 # Send a signal to every process group still running; true if any was.
 signal_all() {
   local pid any=1
@@ -140,9 +152,10 @@ signal_all() {
   done
   return "$any"
 }
-# TERM everything, give it $1 seconds to exit (less if a second signal comes), then KILL.
+# TERM everything, give it $1 seconds to exit, then KILL. Sooner if more than $2 signals came
+# (default: those so far); after a signal, 1: a second one, even one that came with it.
 stop_all() {
-  local deadline=$((SECONDS + $1)) seen=$signals
+  local deadline=$((SECONDS + $1)) seen=${2:-$signals}
   signal_all TERM || return 0
   while ((SECONDS < deadline && signals <= seen)) && signal_all 0; do sleep 0.1; done
   signal_all KILL || true
@@ -150,11 +163,13 @@ stop_all() {
 # After a signal: stop every process and exit 130 (INT) or 143 (TERM).
 stop_if_signalled() {
   [[ -n $stop_name ]] || return 0
+  local code=143
+  [[ $stop_name != INT ]] || code=130
   echo "$me: got SIG$stop_name, stopping all ranks on this node" >&2
-  link_tell signal "$stop_code"
-  stop_all "${SLURMGEN_STOP_GRACE:-30}"
+  link_tell signal "$code"
+  stop_all "$stop_grace" 1
   link_wait 2 || true
-  exit "$stop_code"
+  exit "$code"
 }
 
 # --- the link: this node's agent (the Python below) hears on its stdin what happens here ---
@@ -628,8 +643,9 @@ SLURMGEN_LINK_AGENT
 set -m
 if [[ $link == on ]]; then
   coproc LINK {
+    exec {wake}>&-
     SLURMGEN_LINK_TOKEN=$link_token exec "$link_python" -c "$(link_agent)" "$me" "$master_addr" "$link_port" \
-      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "${SLURMGEN_FAIL_GRACE:-2}"
+      "$node_rank" "$nnodes" "$start_timeout" "$link_timeout" "$fail_grace"
   }
   link_pid=$!
   # Copies of the agent's pipes, kept until this script ends: with job control on, bash takes a
@@ -672,6 +688,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     exec 3>&2 2>/dev/null
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
+    exec {wake}>&-
     export RANK=$rank LOCAL_RANK=$local_rank
     printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
       "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
@@ -689,17 +706,11 @@ done
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 event started
 
-# Wait for the processes; the first failure stops the rest. `wait -n` returns when a process
-# ends or a trapped signal arrives while it waits; a signal that lands just before it would
-# not end it, so a ticker child (its own short sleep) ends it at least every 0.2 s.
+# Watch the processes; the first failure stops the rest. A signal's handler wakes the loop at
+# once (it may run in the middle of the read); an ended process is seen within 0.1 s.
 running=$nproc
-ticker=
 while ((running > 0)); do
-  if [[ -z $ticker ]] || ! kill -0 "$ticker" 2>/dev/null; then
-    sleep 0.2 &
-    ticker=$!
-  fi
-  wait -n || true
+  read -r -t 0.1 -u "$wake" || true
   stop_if_signalled
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
@@ -712,7 +723,7 @@ while ((running > 0)); do
       echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
       event exited "$((rank_offset + local_rank))" "$status"
       link_tell failed "$((rank_offset + local_rank))" "$status"
-      stop_all "${SLURMGEN_FAIL_GRACE:-2}"
+      stop_all "$fail_grace"
       link_wait 2 || true # while it names the job's first failure
       exit "$status"
     fi
@@ -727,8 +738,8 @@ while ((running > 0)); do
       status=255
     fi
     case $status in
-      130 | 143) stop_all "${SLURMGEN_STOP_GRACE:-30}" ;;
-      *) stop_all "${SLURMGEN_FAIL_GRACE:-2}" ;;
+      130 | 143) stop_all "$stop_grace" ;;
+      *) stop_all "$fail_grace" ;;
     esac
     exit "$status"
   fi
@@ -737,11 +748,11 @@ echo "$me: all $nproc ranks on node $node_rank finished successfully"
 if [[ -n $link_pid ]]; then
   # The master's agent ends when every node is done, or with the job's first failure.
   link_tell 'done'
-  while :; do
-    status=0
-    wait "$link_pid" || status=$? # returns when the agent ends (or a trapped signal arrives)
+  while kill -0 "$link_pid" 2>/dev/null; do
+    read -r -t 0.1 -u "$wake" || true
     stop_if_signalled
-    kill -0 "$link_pid" 2>/dev/null || break
   done
+  status=0
+  wait "$link_pid" || status=$?
   exit "$status"
 fi
