@@ -26,8 +26,8 @@ second thread waits for a scheduler tick or more before it runs, and the copy wa
 with torch's two threads on two cores and one busy process beside, up to 20 ms per 12.5 MB
 tensor (multiples of the 4 ms tick) and 94 ms (38-115) for 100 MB, against 9.7 ms (6-14) with one
 thread, while no other thread of the process ran. One thread needs one free core, not all.
-The price is the parallel copy's extra bandwidth on a quiet many-core node, small beside the
-write the copy stands in for.
+The price is what a parallel copy gains on a quiet node with many cores per rank (not
+measured: this machine has two); CUDA states are copied by the device, not by these threads.
 
 CUDA states are copied synchronously into pageable memory, which is correct (the copy is
 ordered after the step's kernels) but slower than it could be. Not done, for want of a GPU to
