@@ -19,7 +19,8 @@
    its copy buffers in the background (as the trainer does after the first optimizer step)
    while the state keeps changing, --stall-first-after seconds before its first checkpoint.
    Printed: the first checkpoint's stall, the median and max of the later ones, as ratios to
-   the median synchronous save, and how long the preparation took.
+   the median synchronous save, and how long the preparation took, with torch's intra-op
+   thread count and the load average: other work on the cores stretches the copy.
 4. Coordination with many ranks (`scale`, see train_scale.py): --scale-world ranks of a tiny
    model on gloo, before (--before REF) and after: start-up, resume, peak RSS per rank,
    heartbeat file operations per second in the run directory; peak RSS per rank and time of a
@@ -194,6 +195,7 @@ def stall(args: argparse.Namespace) -> None:
     for mb in args.stall_mb:
         n = int(mb * 2**20 / 4)
         state = {"format": ckpt.FORMAT, "step": 0, "model": {f"layer{i}.weight": torch.randn(n // 8) for i in range(8)}}
+        load = os.getloadavg()
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
             writers = {"sync": CheckpointWriter(Path(tmp) / "sync", keep_last=1, background=False),
                        "async": CheckpointWriter(Path(tmp) / "async", keep_last=1, background=True)}
@@ -223,6 +225,8 @@ def stall(args: argparse.Namespace) -> None:
         sync, (first, *later) = statistics.median(stalls["sync"][1:]), stalls["async"]
         median, worst = statistics.median(later), max(later)
         print(f"stall per checkpoint of {mb:.0f} MB, first + {args.rounds} rounds, ratios to the synchronous save (goal <= 0.1):")
+        print(f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+              f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)")
         print(f"  synchronous save (write, fsync, rename, pointer), median   {sync:7.3f} s")
         print(f"  asynchronous, first checkpoint ({args.stall_first_after:g} s after prepare)       "
               f"{first:7.3f} s   ratio {first / sync:.3f}")

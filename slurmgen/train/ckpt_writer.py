@@ -17,6 +17,18 @@ first checkpoint finds them ready; it waits for the preparation only if it comes
 A tensor whose shape, dtype or tying changed since gets a fresh buffer, so a prepared or
 reused buffer can make a checkpoint slower, never different.
 
+The copy runs on one intra-op thread (`one_intra_op_thread`). Copying is bound by memory
+bandwidth, which a second thread barely raises (here, median after an os.sync: 100 MB 5.6 ms
+with two threads, 5.9 ms with one; 1 GB 72 and 63 ms, fastest 56 and 59 ms), but every copy_
+of a big tensor is an OpenMP region that ends only when all the threads of the team have done
+their part. When another task holds a core (another job on the node, a daemon), the team's
+second thread waits for a scheduler tick or more before it runs, and the copy waits with it:
+with torch's two threads on two cores and one busy process beside, up to 20 ms per 12.5 MB
+tensor (multiples of the 4 ms tick) and 94 ms (38-115) for 100 MB, against 9.7 ms (6-14) with one
+thread, while no other thread of the process ran. One thread needs one free core, not all.
+The price is what a parallel copy gains on a quiet node with many cores per rank (not
+measured: this machine has two); CUDA states are copied by the device, not by these threads.
+
 CUDA states are copied synchronously into pageable memory, which is correct (the copy is
 ordered after the step's kernels) but slower than it could be. Not done, for want of a GPU to
 test it on: pinned buffers (registered in place with cudaHostRegister; torch's caching host
@@ -32,10 +44,11 @@ always did, and nothing is prepared.
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -76,15 +89,31 @@ def _map_tensors(state: Any, old: Any, fill: Callable[[torch.Tensor, torch.Tenso
     return walk(state, old)
 
 
+@contextmanager
+def one_intra_op_thread() -> Iterator[None]:
+    """torch's intra-op thread count is 1 inside, and what it was after (also on error).
+
+    The count is process-wide: meant for the training thread while the writer is idle, when
+    no other thread of the process runs torch operators (any that did would only be slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def snapshot(state: Any, into: Any = None) -> Any:
     """A copy of `state` whose tensors live in CPU memory the caller will not touch.
 
     Tensors are copied into the matching tensor of `into` (a previous snapshot, or
-    `buffers_for(state)`) when it fits, else into new memory."""
+    `buffers_for(state)`) when it fits, else into new memory, on one intra-op thread (see
+    the module's docstring: a copy that needs all cores at once waits for a busy one)."""
     def copy(t: torch.Tensor, buffer: torch.Tensor | None) -> torch.Tensor:
         return (buffer if buffer is not None else torch.empty_like(t, device="cpu")).copy_(t)
 
-    return _map_tensors(state, into, copy)
+    with one_intra_op_thread():
+        return _map_tensors(state, into, copy)
 
 
 def buffers_for(state: Any) -> Any:
@@ -106,6 +135,12 @@ class CheckpointWriter:
     """At most one job in flight in a background thread: a checkpoint write, or the
     preparation of the copy buffers before the first one (or every write inline).
 
+    The thread is started once, by the first job, and waits for the next one: handing it a
+    job costs the loop a queue put (0.02-0.07 ms), where starting a thread per checkpoint cost
+    it up to a scheduler tick on a busy machine (Thread.start waits until the new thread has
+    run: median 0.1-3 ms, up to 7 ms, measured here). It is joined at interpreter exit, so a
+    write in flight then is finished, not cut off.
+
     `describe(step, path)`, if given, runs right after a write (in the writer's thread): work
     that reads the finished file, such as hashing it for the run record, stays off the loop.
     """
@@ -114,24 +149,23 @@ class CheckpointWriter:
                  describe: Callable[[int, Path], Any] | None = None):
         self.directory, self.keep_last, self.background = Path(directory), keep_last, background
         self.describe = describe
-        self._thread: threading.Thread | None = None
-        self._done: Written | None = None
-        self._error: BaseException | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurmgen-checkpoint")
+        self._job: Future | None = None
         self._buffers: Any = None
 
     @property
     def busy(self) -> bool:
         """A job is in flight, or finished and not yet collected by `wait()`."""
-        return self._thread is not None
+        return self._job is not None
 
     @property
     def needs_buffers(self) -> bool:
         """Writing in the background, without copy buffers yet, and none being prepared."""
-        return self.background and self._buffers is None and self._thread is None
+        return self.background and self._buffers is None and self._job is None
 
     def finished(self) -> bool:
         """The job in flight has ended: `wait()` would return at once."""
-        return self._thread is not None and not self._thread.is_alive()
+        return self._job is not None and self._job.done()
 
     def prepare(self, state: dict[str, Any]) -> None:
         """Allocate and fault in the copy buffers for a state shaped like `state`, in the
@@ -139,7 +173,7 @@ class CheckpointWriter:
         dtypes and tying are read, so the caller may go on changing their values. Does
         nothing unless `needs_buffers`."""
         if self.needs_buffers:
-            self._start(self._prepare, state, name="slurmgen-checkpoint-buffers")
+            self._job = self._pool.submit(self._prepare, state)
 
     def _prepare(self, state: dict[str, Any]) -> None:
         self._buffers = buffers_for(state)
@@ -153,31 +187,17 @@ class CheckpointWriter:
         if not self.background:
             return self._save(step, state)
         self._buffers = snapshot(state, self._buffers)
-        self._start(self._save, step, self._buffers, name=f"slurmgen-checkpoint-{step}")
+        self._job = self._pool.submit(self._save, step, self._buffers)
         return previous
 
     def _save(self, step: int, state: dict[str, Any]) -> Written:
         path = ckpt.save(self.directory, step, state, self.keep_last)
         return Written(step, path, self.describe(step, path) if self.describe else None)
 
-    def _start(self, job: Callable[..., Written | None], *args: Any, name: str) -> None:
-        self._thread = threading.Thread(target=self._run, args=(job, *args), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, job: Callable[..., Written | None], *args: Any) -> None:
-        try:
-            self._done = job(*args)
-        except BaseException as exc:  # handed to the training thread by wait()
-            self._error = exc
-
     def wait(self) -> Written | None:
         """Block until the job in flight has ended; return the write it made durable (None if
         there was none, or it was a preparation); raise what the job raised."""
-        if self._thread is None:
+        if self._job is None:
             return None
-        self._thread.join()
-        self._thread = None
-        done, error, self._done, self._error = self._done, self._error, None, None
-        if error is not None:
-            raise error
-        return done
+        job, self._job = self._job, None
+        return job.result()

@@ -9,7 +9,7 @@ import torch.distributed as tdist
 
 from slurmgen.train import checkpoint as ckpt
 from slurmgen.train import ckpt_writer, dist
-from slurmgen.train.ckpt_writer import CheckpointWriter, snapshot
+from slurmgen.train.ckpt_writer import CheckpointWriter, one_intra_op_thread, snapshot
 from slurmgen.train.env import DistEnv
 
 
@@ -22,6 +22,35 @@ def test_snapshot_is_a_private_copy_that_keeps_tied_tensors_tied_and_reuses_its_
     assert first["model"]["tied"] is first["model"]["a"]
     second = snapshot(state, into=first)
     assert second["model"]["b"] is first["model"]["b"] and second["model"]["a"][0].item() == 100.0
+
+
+class CopyWatched(torch.Tensor):
+    """A tensor that notes torch's intra-op thread count whenever it is copied from."""
+
+    counts: list[int] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.copy_:
+            cls.counts.append(torch.get_num_threads())
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_snapshot_copies_on_one_intra_op_thread_and_gives_the_count_back_also_after_an_error():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        state = {"model": {"a": torch.arange(4.0).as_subclass(CopyWatched), "b": torch.ones(2).as_subclass(CopyWatched)}}
+        first = snapshot(state)
+        snapshot(state, into=first)
+        assert CopyWatched.counts == [1] * 4 and torch.get_num_threads() == 3
+        assert first["model"]["a"].tolist() == [0.0, 1, 2, 3]
+        with pytest.raises(RuntimeError, match="copy failed"), one_intra_op_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("copy failed")
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_one_write_in_flight_and_the_next_submit_waits_for_it(tmp_path, monkeypatch):
@@ -46,6 +75,24 @@ def test_one_write_in_flight_and_the_next_submit_waits_for_it(tmp_path, monkeypa
     assert last.step == 2 and not writer.busy and writer.wait() is None
     assert (tmp_path / "latest").read_text().strip() == ckpt.checkpoint_name(2)
     assert ckpt.load(last.path)["model"]["w"].tolist() == [7.0, 7.0, 7.0]
+
+
+def test_every_job_runs_in_one_thread_started_once_which_ends_with_its_writer(tmp_path):
+    def threads_named():
+        return [t for t in threading.enumerate() if t.name.startswith("slurmgen-checkpoint")]
+
+    before = threads_named()
+    writer = CheckpointWriter(tmp_path, keep_last=2, describe=lambda step, path: threading.current_thread())
+    state = {"format": ckpt.FORMAT, "step": 1, "model": {"w": torch.ones(3)}}
+    writer.prepare(state)
+    written = {writer.submit(step, {**state, "step": step}) for step in (1, 2, 3)} | {writer.wait()}
+    ran_in = {w.record for w in written if w is not None}
+    assert len(ran_in) == 1 and threading.current_thread() not in ran_in
+    (thread,) = ran_in
+    assert thread.is_alive() and [t for t in threads_named() if t not in before] == [thread]
+    del writer, written
+    thread.join(10)
+    assert not thread.is_alive()
 
 
 def test_a_failed_background_write_is_raised_by_wait_and_leaves_no_temporary(tmp_path):
