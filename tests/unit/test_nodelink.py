@@ -3,6 +3,7 @@ what a node is told. (tests/integration/test_launch_link.py runs it inside the l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import socket
@@ -132,4 +133,24 @@ def test_a_stall_of_the_agent_itself_is_not_the_other_side_s_silence(role):
         now += agent.TICK
         link.tick(now)
     assert link.code == exitcodes.LOST and now > quiet_until, (link.code, now - quiet_until)
+    other.close()
+
+
+@pytest.mark.parametrize("role", ["master", "worker"])
+def test_a_frozen_peer_is_lost_even_when_every_pass_of_the_agent_stalls(role):
+    # Silence counts the time the agent ran: with every pass 1.5 s late (each one excused), a
+    # peer that never speaks is still declared lost, after link_timeout of running passes.
+    port = free_port()
+    link = (agent.Master("me", 2, "t", 1, "127.0.0.1", port, 300, 10) if role == "master"
+            else agent.Worker("me", 1, 2, "t", 1, "127.0.0.1", port, 300, 10))
+    other = linked_peer(link)
+    other.setblocking(False)
+    now, passes = link.awake, 0
+    while link.code is None and passes < 300:
+        now, passes = now + 1.5, passes + 1
+        link.tick(now)
+        with contextlib.suppress(BlockingIOError):
+            other.recv(4096)  # the frozen peer's kernel still takes the pings (a TCP buffer would)
+    assert link.code == exitcodes.LOST, passes
+    assert 10 / agent.TICK - 2 <= passes <= 10 / agent.TICK + 2
     other.close()

@@ -253,7 +253,9 @@ PING_EVERY = 1.0
 HELLO_WITHIN = 5.0
 # A pass of the main loop takes about TICK; a gap longer than this means this process itself
 # was not running (a loaded machine, a stopped process), and the other side's words of that
-# time may still be on their way: the gap does not count as their silence.
+# time may still be on their way: the gap, beyond the one pass that was run, does not count as
+# their silence. (So silence is counted in time this agent ran: a peer that is frozen while
+# every pass here stalls is still declared lost, after link_timeout / TICK passes.)
 STALL = PING_EVERY
 
 
@@ -376,7 +378,7 @@ class Agent:
         stalled = now - self.awake
         self.awake = now
         if stalled > STALL:
-            self.excuse(stalled)
+            self.excuse(stalled - TICK)
         self.on_time(now)
 
 
