@@ -280,12 +280,12 @@ def overlap(args: argparse.Namespace) -> None:
             elif writer.finished():
                 writer.wait()
                 durable = time.perf_counter() - t0
-        waited = time.perf_counter()
+        tail = time.perf_counter()
         if writer is not None and writer.busy:
             writer.wait()
             durable = time.perf_counter() - t0
         end = time.perf_counter()
-        return end - t0, durable, end - waited
+        return end - t0, durable, end - tail
 
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
