@@ -21,7 +21,16 @@
    Printed: the first checkpoint's stall, the median and max of the later ones, as ratios to
    the median synchronous save, and how long the preparation took, with torch's intra-op
    thread count and the load average: other work on the cores stretches the copy.
-4. Coordination with many ranks (`scale`, see train_scale.py): --scale-world ranks of a tiny
+4. What a checkpoint costs the loop in all (`overlap`): the stall above plus the slowdown of
+   the training steps while the background write runs, which shares the cores with them. A
+   small MLP trains in segments of --overlap-steps steps; a segment that starts with a
+   checkpoint of a --overlap-mb state (written synchronously, or asynchronously and waited for
+   at the segment's end if still running) alternates with one without, in the same run, modes
+   alternating round by round. Extra loop time per checkpoint = the segment's time minus the
+   mean of the checkpoint-free segments on either side. Printed: the median (and range) of each
+   mode, async as a ratio to sync, how long the background write took, and how often it
+   outlasted its segment, with torch's intra-op thread count and the load average.
+5. Coordination with many ranks (`scale`, see train_scale.py): --scale-world ranks of a tiny
    model on gloo, before (--before REF) and after: start-up, resume, peak RSS per rank,
    heartbeat file operations per second in the run directory; peak RSS per rank and time of a
    resume from a --scale-resume-mb checkpoint, big enough for a copy per rank to show.
@@ -39,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SECTIONS = ("throughput", "checkpoints", "stall", "scale")
+SECTIONS = ("throughput", "checkpoints", "stall", "overlap", "scale")
 # The trainer before issue 16 (broadcast resume, per-rank heartbeats in the run directory,
 # polling start-up meeting, synchronous checkpoints): the "before" of the scale section.
 BEFORE = "3c2c8b1"
@@ -237,6 +246,88 @@ def stall(args: argparse.Namespace) -> None:
         print(f"  asynchronous: until durable (copy + write), median         {statistics.median(written[1:]):7.3f} s")
 
 
+def overlap(args: argparse.Namespace) -> None:
+    import torch
+
+    from slurmgen.train import checkpoint as ckpt
+    from slurmgen.train.ckpt_writer import CheckpointWriter
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+    x, y = torch.randn(128, 512), torch.randn(128, 512)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def train_step() -> None:
+        (net(x) - y).square().mean().backward()  # a target that is not zero: no weights decaying into denormals
+        opt.step()
+        opt.zero_grad()
+
+    n = int(args.overlap_mb * 2**20 / 4)
+    state = {"format": ckpt.FORMAT, "step": 0, "model": {f"layer{i}.weight": torch.randn(n // 8) for i in range(8)}}
+
+    def segment(writer: CheckpointWriter | None, first: int) -> tuple[float, float, float]:
+        """--overlap-steps steps, a checkpoint at the first if `writer`, polled as the trainer
+        does; returns the segment's time, when the write was durable (from the segment's start)
+        and how long the segment's end waited for it."""
+        durable, t0 = 0.0, time.perf_counter()
+        for s in range(first, first + args.overlap_steps):
+            train_step()
+            if writer is None:
+                continue
+            if s == first:
+                writer.submit(s, {**state, "step": s})
+                durable = 0.0 if writer.background else time.perf_counter() - t0
+            elif writer.finished():
+                writer.wait()
+                durable = time.perf_counter() - t0
+        tail = time.perf_counter()
+        if writer is not None and writer.busy:
+            writer.wait()
+            durable = time.perf_counter() - t0
+        end = time.perf_counter()
+        return end - t0, durable, end - tail
+
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        writers = {"sync": CheckpointWriter(Path(tmp) / "sync", keep_last=1, background=False),
+                   "async": CheckpointWriter(Path(tmp) / "async", keep_last=1, background=True)}
+        writers["async"].prepare(state)
+        writers["async"].wait()
+        extra: dict[str, list[float]] = {k: [] for k in writers}
+        durable: dict[str, list[float]] = {k: [] for k in writers}
+        waited: list[float] = []
+        step, plain = 0, []
+        for _ in range(3):  # warm-up, and the first checkpoint-free neighbour
+            plain = [segment(None, step)[0]]
+            step += args.overlap_steps
+        for r in range(args.rounds):
+            for name in (("async", "sync") if r % 2 == 0 else ("sync", "async")):
+                os.sync()
+                took, done, tail = segment(writers[name], step)
+                os.sync()
+                plain.append(segment(None, step + args.overlap_steps)[0])
+                step += 2 * args.overlap_steps
+                extra[name].append(took - (plain[-2] + plain[-1]) / 2)
+                durable[name].append(done)
+                if name == "async":
+                    waited.append(tail)
+    med = {k: statistics.median(v) for k, v in extra.items()}
+    print(f"extra loop time per checkpoint of {args.overlap_mb:.0f} MB (stall + slower steps while the write runs), "
+          f"{args.rounds} rounds, segments of {args.overlap_steps} steps:")
+    print(f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+          f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)")
+    print(f"  segment without checkpoint, median                         {statistics.median(plain):7.3f} s "
+          f"({statistics.median(plain) / args.overlap_steps * 1e3:.1f} ms/step)")
+    for name in writers:
+        print(f"  {name + ',':6s} extra per checkpoint: median                   {med[name]:7.3f} s   "
+              f"(rounds {min(extra[name]):.3f} to {max(extra[name]):.3f})")
+    print(f"  ratio async / sync (goal < 1: asynchronous costs less in all)  {med['async'] / med['sync']:.3f}")
+    print(f"  synchronous save, median {statistics.median(durable['sync']):.3f} s; background write durable after "
+          f"{statistics.median(durable['async']):.3f} s (median), max {max(durable['async']):.3f} s")
+    print(f"  background writes that outlasted their segment: {sum(t > 0.001 for t in waited)} of {len(waited)}"
+          + (f", waited up to {max(waited):.3f} s" if max(waited) > 0.001 else ""))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=2)
@@ -250,6 +341,9 @@ def main() -> None:
     p.add_argument("--stall-mb", type=float, nargs="+", default=[100, 1000])
     p.add_argument("--stall-first-after", type=float, default=5.0,
                    help="seconds of (simulated) training between preparing the buffers and the first checkpoint")
+    p.add_argument("--overlap-mb", type=float, default=300, help="checkpoint size of the overlap section")
+    p.add_argument("--overlap-steps", type=int, default=200,
+                   help="steps per segment of the overlap section: enough for the background write to end within it")
     p.add_argument("--before", default=BEFORE, help="git ref of the 'before' trainer for --only scale (default: %(default)s)")
     p.add_argument("--scale-world", type=int, default=32)
     p.add_argument("--scale-per-node", type=int, default=8)
@@ -275,6 +369,8 @@ def main() -> None:
         checkpoints(args)
     if "stall" in wanted:
         stall(args)
+    if "overlap" in wanted:
+        overlap(args)
     if "scale" in wanted:
         from slurmgen.train.spawn import free_port
         from train_scale import scale
