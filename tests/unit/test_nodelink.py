@@ -116,14 +116,20 @@ def linked_peer(link: agent.Agent) -> socket.socket:
     return theirs
 
 
+def unstarted_agent(role: str) -> agent.Agent:
+    """Node 0's or node 1's agent of a 2-node job (link timeout 10 s), its loop not running:
+    the test drives its clock with tick()."""
+    port = free_port()
+    return (agent.Master("me", 2, "t", 1, "127.0.0.1", port, 300, 10) if role == "master"
+            else agent.Worker("me", 1, 2, "t", 1, "127.0.0.1", port, 300, 10))
+
+
 @pytest.mark.parametrize("role", ["master", "worker"])
 def test_a_stall_of_the_agent_itself_is_not_the_other_side_s_silence(role):
     # On a loaded machine the agent may not run for longer than the link timeout; the other
     # side's pings of that time are still on their way, so it must not be declared lost at once
     # (it was: both nodes then named a node "lost" that was not). Real silence still is.
-    port = free_port()
-    link = (agent.Master("me", 2, "t", 1, "127.0.0.1", port, 300, 10) if role == "master"
-            else agent.Worker("me", 1, 2, "t", 1, "127.0.0.1", port, 300, 10))
+    link = unstarted_agent(role)
     other = linked_peer(link)
     now = link.awake + 12  # the agent did not run for 12 s
     link.tick(now)
@@ -140,9 +146,7 @@ def test_a_stall_of_the_agent_itself_is_not_the_other_side_s_silence(role):
 def test_a_frozen_peer_is_lost_even_when_every_pass_of_the_agent_stalls(role):
     # Silence counts the time the agent ran: with every pass 1.5 s late (each one excused), a
     # peer that never speaks is still declared lost, after link_timeout of running passes.
-    port = free_port()
-    link = (agent.Master("me", 2, "t", 1, "127.0.0.1", port, 300, 10) if role == "master"
-            else agent.Worker("me", 1, 2, "t", 1, "127.0.0.1", port, 300, 10))
+    link = unstarted_agent(role)
     other = linked_peer(link)
     other.setblocking(False)
     now, passes = link.awake, 0
