@@ -709,10 +709,12 @@ echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + n
 event started
 
 # Watch the processes; the first failure stops the rest. A signal's handler wakes the loop at
-# once (it may run in the middle of the read); an ended process is seen within 0.1 s.
+# once (it may run in the middle of the read); an ended process is seen within 0.02 s (no
+# trap can tell sooner: bash runs a CHLD trap only after the read). Soon matters: when a rank
+# dies, its peers on other nodes fail a moment later, and the first one seen is the one named.
 running=$nproc
 while ((running > 0)); do
-  read -r -t 0.1 -u "$wake" || true
+  read -r -t 0.02 -u "$wake" || true
   stop_if_signalled
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
