@@ -10,6 +10,7 @@ that need them, never at start-up.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -403,11 +404,34 @@ from slurmgen.coordinator.cli import register as _register_coordinator  # noqa: 
 _register_coordinator(app)
 
 
+_RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what Rich reads as a style tag (rich.markup.escape)
+
+
+def command_tree():
+    """`app` as the Click command Typer builds, with every help text escaped as Rich markup.
+
+    Typer renders help strings as Rich markup, which takes "[default: out]" for a style tag and
+    drops it ("Where to write the scripts ."). Help here is plain text, so it is escaped once,
+    here, for every command, group and parameter, rather than string by string. (Rich's own
+    `escape`, with the same pattern, would cost every start-up 14 ms of imports.)"""
+    def whole(command) -> None:
+        for holder in (command, *command.params):
+            for attr in ("help", "short_help", "epilog"):
+                if getattr(holder, attr, None):
+                    setattr(holder, attr, _RICH_TAG.sub(lambda m: f"{m[1]}{m[1]}\\{m[2]}", getattr(holder, attr)))
+        for sub in getattr(command, "commands", {}).values():
+            whole(sub)
+
+    tree = typer.main.get_command(app)
+    whole(tree)
+    return tree
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; the single place that turns errors into exit codes and one-line messages."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        code = app(args=args, prog_name="slurmgen", standalone_mode=False)
+        code = command_tree()(args=args, prog_name="slurmgen", standalone_mode=False)
     except SlurmgenError as exc:
         if _state["verbose"]:
             raise
