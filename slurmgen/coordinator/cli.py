@@ -38,6 +38,11 @@ def _print_json(models) -> None:
     typer.echo(json.dumps(data, indent=2))
 
 
+def url_of(host: str, port: int, *, tls: bool = False) -> str:
+    """The URL a bound address is reached at; an IPv6 address goes in brackets (`http://[::]:8470`)."""
+    return f"http{'s' if tls else ''}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs TLS or a tunnel."),
     port: int = typer.Option(8470, "--port"),
@@ -63,7 +68,7 @@ def serve(
                    f"Use --ssl-certfile/--ssl-keyfile (uvicorn's TLS), or keep 127.0.0.1 and tunnel: "
                    f"ssh -L {port}:127.0.0.1:{port} THIS_HOST", err=True)
     store = Store(db or default_db())
-    typer.echo(f"slurmgen serve: http{'s' if ssl_certfile else ''}://{host}:{port} (state {store.path})")
+    typer.echo(f"slurmgen serve: {url_of(host, port, tls=bool(ssl_certfile))} (state {store.path})")
     run(Coordinator(store, agent_timeout=agent_timeout), token, host, port,
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
