@@ -69,6 +69,9 @@ def _with_job(registry: Optional[Path], job: Optional[str], remote: Optional[str
     from slurmgen.jobs.registry import Registry
     from slurmgen.jobs.resolve import find
 
+    def note(text: str) -> None:
+        typer.echo(f"slurmgen: note: {text}", err=True)
+
     with Registry.open(registry) as reg:
         if job is None:
             newest = reg.all(limit=1)
@@ -76,7 +79,7 @@ def _with_job(registry: Optional[Path], job: Optional[str], remote: Optional[str
                 raise SlurmgenError(f"job: the registry {str(reg.path)!r} holds no jobs yet")
             record, task = newest[0], None
         else:
-            record, task = find(reg, job)
+            record, task = find(reg, job, note)
         runners = _Runners(ssh_config, list(setup), remote)
         try:
             return work(reg, record, task, runners(record.remote, record.info.get("remote_setup"),

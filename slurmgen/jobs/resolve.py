@@ -1,9 +1,15 @@
-"""JOB on the command line -> a registered job (and an array task): by id, ID_N, name or dir."""
+"""JOB on the command line -> a registered job (and an array task): by id, ID_N, name or dir.
+
+A bare word is a job name first and a directory second: a folder that happens to share a
+job's name (`./bt/` beside job "bt") must not hide the job. A path with a slash (`./bt`) is
+a directory only."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from typing import Callable
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry
@@ -12,7 +18,11 @@ from slurmgen.jobs.slurm import valid_job_id
 _ID_LIKE = re.compile(r"^[0-9_.\-+]+$")
 
 
-def find(registry: Registry, ref: str) -> tuple[JobRecord, str | None]:
+def _quiet(_: str) -> None:
+    pass
+
+
+def find(registry: Registry, ref: str, note: Callable[[str], None] = _quiet) -> tuple[JobRecord, str | None]:
     """The newest registered job `ref` names, and the array task index if it names one."""
     if _ID_LIKE.match(ref):
         if not valid_job_id(ref):
@@ -25,18 +35,29 @@ def find(registry: Registry, ref: str) -> tuple[JobRecord, str | None]:
         if task and not record.info.get("array"):
             raise SlurmgenError(f"job: {job_id} is not an array job, so {ref!r} names no task of it")
         return record, task or None
-    path = Path(ref)
-    if path.is_dir():
-        from slurmgen.render import SPEC_FILE  # only here: a lookup by id stays free of jinja2 and pydantic
+    named = [] if os.sep in ref else registry.by_name(ref)
+    if named:
+        if Path(ref).is_dir():
+            note(f"{ref!r} is the name of job {named[0].job_id}, which is meant; for a job submitted from "
+                 f"the directory {ref!r}, give it as .{os.sep}{ref}")
+        return named[0], None
+    if Path(ref).is_dir():
+        return _by_dir(registry, ref), None
+    raise SlurmgenError(f"job: no registered job has the id, name or output dir {ref!r}",
+                        hint="`slurmgen jobs` lists the registered jobs")
 
-        if not (path / SPEC_FILE).is_file():
-            raise SlurmgenError(f"job: directory {ref!r} holds no {SPEC_FILE}; it is not a slurmgen output dir")
-        found = registry.by_output_dir(str(path.resolve()))
-        if not found:
-            raise SlurmgenError(f"job: no job was submitted from {ref!r}", hint="`slurmgen jobs` lists the registered jobs")
-        return found[0], None
-    found = registry.by_name(ref)
-    if not found:
-        raise SlurmgenError(f"job: no registered job has the id, name or output dir {ref!r}",
+
+def _by_dir(registry: Registry, ref: str) -> JobRecord:
+    """The newest job submitted from output directory `ref` (no job has `ref` for its name)."""
+    from slurmgen.render import SPEC_FILE  # only here: a lookup by id stays free of jinja2 and pydantic
+
+    nameless = "" if os.sep in ref else f"no registered job is named {ref!r}, and "
+    if not (Path(ref) / SPEC_FILE).is_file():
+        raise SlurmgenError(f"job: {nameless}directory {ref!r} holds no {SPEC_FILE}; it is not a slurmgen output dir",
                             hint="`slurmgen jobs` lists the registered jobs")
-    return found[0], None
+    found = registry.by_output_dir(str(Path(ref).resolve()))
+    if not found:
+        raise SlurmgenError(f"job: {nameless}no job was submitted from directory {ref!r}",
+                            hint="`slurmgen jobs` lists the registered jobs")
+    return found[0]
+

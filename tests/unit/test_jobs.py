@@ -190,6 +190,31 @@ def test_find_by_id_task_name_and_dir(tmp_path, monkeypatch):
                 find(reg, ref)
 
 
+def test_a_folder_named_like_a_job_does_not_hide_the_job(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bt").mkdir()  # any folder, not a slurmgen output dir
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "bt-5.out").write_text("0: hello\n")
+    path = tmp_path / "jobs.sqlite"
+    with Registry.open(path, create=True) as reg:
+        reg.add(record("5", tmp_path, name="bt"))
+    code, out, err = run(capsys, "logs", "bt", "--registry", str(path))
+    assert (code, out) == (0, "[rank 0] hello\n") and "is the name of job 5" in err, err
+    with Registry.open(path) as reg:
+        notes: list[str] = []
+        assert find(reg, "bt", notes.append)[0].job_id == "5"
+        assert notes == ["'bt' is the name of job 5, which is meant; for a job submitted from the directory 'bt', "
+                         "give it as ./bt"]
+        with pytest.raises(SlurmgenError, match=r"directory './bt' holds no job.yaml"):
+            find(reg, "./bt")  # a path: the directory only
+        (tmp_path / "other").mkdir()
+        with pytest.raises(SlurmgenError, match=r"no registered job is named 'other', and directory 'other' holds no job"):
+            find(reg, "other")
+        (tmp_path / "other" / "job.yaml").write_text("nodes: 1\n")
+        with pytest.raises(SlurmgenError, match=r"no registered job is named 'other', and no job was submitted from dir"):
+            find(reg, "other")
+
+
 # --- the commands, with the stand-in runner -------------------------------------------------------
 def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
     scontrol = (DATA / "scontrol_failed.txt").read_text()
