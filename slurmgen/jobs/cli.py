@@ -165,7 +165,7 @@ def jobs(registry: Optional[Path] = RegistryOpt, limit: Optional[int] = typer.Op
         code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
         tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
         where = f" on {row['remote']}" if row["remote"] else ""
-        seen = "" if row["live"] else " (last seen)"
+        seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
         state = _style(f"{row['state']:<10}", row["state"])
         typer.echo(f"{row['job']:>8}  {state}{code}{seen}  {row['name']}{tasks}{where}  {row['output_dir']}")
 
@@ -248,11 +248,17 @@ def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output
     import re
 
     from slurmgen.jobs import commands
+    from slurmgen.jobs.resolve import reused_note
 
     if signal is not None and not re.match(r"^(SIG)?[A-Z0-9]+$|^[0-9]+$", signal):
         raise SlurmgenError(f"signal: expected a signal name or number, e.g. USR1 or 10 (got {signal!r})")
-    said = _with_job(registry, job, remote, ssh_config, remote_setup,
-                     lambda reg, record, task, runner: (record, task, commands.cancel(runner, record, task, signal)))
+    def work(reg: Any, record: Any, task: Optional[str], runner: Any) -> tuple[Any, Optional[str], str]:
+        reused = reused_note(reg, record)
+        if reused:  # scancel ID would hit the later job that has the id now
+            raise SlurmgenError(f"cancel: {reused}; nothing was cancelled")
+        return record, task, commands.cancel(runner, record, task, signal)
+
+    said = _with_job(registry, job, remote, ssh_config, remote_setup, work)
     record, task, result = said
     target = f"{record.job_id}_{task}" if task is not None else record.job_id
     if as_json:

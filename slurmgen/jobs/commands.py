@@ -22,6 +22,7 @@ from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.records import by_group, group_of
 from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import SlurmJob, Snapshot, expand_tasks
 from slurmgen.heal.attempts import ATTEMPTS_NAME, parse_attempts
@@ -153,7 +154,8 @@ def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, 
 
 def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None) -> dict[str, Any]:
     """Everything `slurmgen status JOB` shows, as one dict."""
-    snap = ask(runner, [record.job_id], steps=True)
+    reused = reused_note(registry, record)
+    snap = Snapshot(notes=[reused]) if reused else ask(runner, [record.job_id], steps=True)
     jobs = {j.key: j for j in all_tasks(snap, record)}
     is_array = bool(record.info.get("array"))
     if is_array:
@@ -189,6 +191,7 @@ def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int 
 
     `only`: just the jobs submitted through that login node."""
     records = [r for r in registry.all(limit) if only is None or r.remote == only]
+    reused = registry.superseded()  # Slurm's answer for a reused id is about the newest job only
     by_where: dict[str | None, list[JobRecord]] = {}
     for r in records:
         by_where.setdefault(r.remote, []).append(r)
@@ -198,14 +201,14 @@ def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int 
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=False)
         for r in group:
-            jobs = all_tasks(snap, r)
+            jobs = [] if r.seq in reused else all_tasks(snap, r)
             state, code = overall(jobs) if r.info.get("array") else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
             if jobs and r.seq is not None:
                 seen[r.seq] = (state, code)
             rows[r.seq] = {"job": r.job_id, "name": r.name, "state": state or r.last_state or "UNKNOWN",
                               "exit_code": code if jobs else r.last_exit, "live": bool(jobs),
                               "tasks": len(jobs) if r.info.get("array") else None, "remote": r.remote,
-                              "output_dir": r.output_dir, "submitted": r.submitted}
+                              "output_dir": r.output_dir, "submitted": r.submitted, "id_reused": r.seq in reused}
     registry.remember_states(seen)
     return [rows[r.seq] for r in records]
 

@@ -6,7 +6,10 @@ creates it; reading commands open it read-write but never create it, and a file 
 SQLite database is refused with one line, untouched. The last state seen for each job is kept,
 so a job the controller has forgotten (and no accounting remembers) still shows how it ended.
 Rows are numbered in submission order (`seq`): job ids repeat across clusters and after a
-cluster's state is reset, and the newest job with an id is the one that id means.
+cluster's state is reset, and the newest job with an id is the one that id means. A job is
+keyed by its cluster, id and submit time, so a reused id adds a row beside the older job's;
+Slurm's answers for that id are about the newest (`superseded`), never about the older rows.
+Files of the earlier shapes (one row per job id; no cluster column) are migrated on opening.
 """
 
 from __future__ import annotations
@@ -32,12 +35,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     submitted  REAL NOT NULL,
     last_state TEXT,
     last_exit  INTEGER,
-    info       TEXT NOT NULL
+    info       TEXT NOT NULL,
+    cluster    TEXT NOT NULL DEFAULT ''
 );
+"""
+INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_key ON jobs (cluster, job_id, submitted);
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id);
 CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
 CREATE INDEX IF NOT EXISTS jobs_output_dir ON jobs (output_dir);
 """
+_COLUMNS = "job_id, name, output_dir, remote, submitted, last_state, last_exit, info"
 
 
 def default_path() -> Path:
@@ -61,6 +69,11 @@ class JobRecord:
     last_exit: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
     seq: int | None = None  # set by Registry.add
+
+    @property
+    def cluster(self) -> str:
+        """Where the id was handed out: the login node it was submitted through, else the submitting host."""
+        return self.remote or self.info.get("cluster") or ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "name": self.name, "output_dir": self.output_dir, "remote": self.remote,
@@ -95,7 +108,9 @@ class Registry:
             if tables and "jobs" not in tables:
                 raise SlurmgenError(f"registry: {str(path)!r} is a SQLite database but not a slurmgen registry (no jobs table)")
             if "jobs" not in tables:
-                db.executescript(SCHEMA)
+                db.executescript(SCHEMA + INDEXES)
+            else:
+                _migrate(db)
         except sqlite3.DatabaseError as exc:
             db.close()
             raise SlurmgenError(f"registry: {str(path)!r} is not a job registry ({exc})",
@@ -116,10 +131,9 @@ class Registry:
 
     def add(self, record: JobRecord) -> None:
         cursor = self.db.execute(
-            "INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO jobs ({_COLUMNS}, cluster) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (record.job_id, record.name, record.output_dir, record.remote, record.submitted or time.time(),
-             record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True)))
+             record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True), record.cluster))
         record.seq = cursor.lastrowid
 
     def add_many(self, records: Iterable[JobRecord]) -> None:
@@ -134,7 +148,7 @@ class Registry:
         return JobRecord(job_id, name, output_dir, submitted, remote, last_state, last_exit, json.loads(info), seq)
 
     def _select(self, where: str = "", args: tuple = (), limit: int | None = None) -> list[JobRecord]:
-        sql = ("SELECT seq, job_id, name, output_dir, remote, submitted, last_state, last_exit, info FROM jobs "
+        sql = (f"SELECT seq, {_COLUMNS} FROM jobs "
                f"{where} ORDER BY seq DESC" + (f" LIMIT {int(limit)}" if limit else ""))
         return [self._record(r) for r in self.db.execute(sql, args)]
 
@@ -145,6 +159,22 @@ class Registry:
         """The newest job with this id."""
         found = self._select("WHERE job_id = ?", (job_id,), limit=1)
         return found[0] if found else None
+
+    def with_id(self, job_id: str) -> list[JobRecord]:
+        """Every job with this id, on any cluster, newest first."""
+        return self._select("WHERE job_id = ?", (job_id,))
+
+    def by_seq(self, seq: int) -> JobRecord | None:
+        found = self._select("WHERE seq = ?", (seq,))
+        return found[0] if found else None
+
+    def superseded(self) -> dict[int, int]:
+        """Rows whose cluster later gave their id to another job: row -> the newest such row.
+
+        Slurm answers for an id with its newest job, so these rows keep their last seen state."""
+        return dict(self.db.execute(
+            "SELECT a.seq, MAX(b.seq) FROM jobs AS a JOIN jobs AS b "
+            "ON b.cluster = a.cluster AND b.job_id = a.job_id AND b.seq > a.seq GROUP BY a.seq"))
 
     def by_name(self, name: str) -> list[JobRecord]:
         return self._select("WHERE name = ?", (name,))
@@ -161,3 +191,39 @@ class Registry:
                             "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
                             [(s, c, seq, s, c) for seq, (s, c) in states.items()])
         self.db.execute("COMMIT")
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a registry of an earlier shape to this one in one transaction, keeping every row.
+
+    The first shape kept one row per job id (a reused id replaced the older job); the second
+    numbered rows but had no cluster column. Rows are renumbered in submission order."""
+    def columns() -> set[str]:
+        return {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+
+    if "cluster" in columns():
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if "cluster" in columns():  # another process migrated it while this one waited for the lock
+            db.execute("COMMIT")
+            return
+        if "seq" not in columns():
+            db.execute("ALTER TABLE jobs RENAME TO jobs_by_id")
+            for index in ("jobs_name", "jobs_output_dir"):  # they moved with the table; the new one gets its own
+                db.execute(f"DROP INDEX IF EXISTS {index}")
+            db.execute(SCHEMA)
+            db.execute(f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM jobs_by_id "
+                       "ORDER BY submitted, CAST(job_id AS INTEGER)")
+            db.execute("DROP TABLE jobs_by_id")
+        else:
+            db.execute("ALTER TABLE jobs ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
+        rows = db.execute("SELECT seq, remote, info FROM jobs").fetchall()
+        db.executemany("UPDATE jobs SET cluster = ? WHERE seq = ?",
+                       [(remote or json.loads(info).get("cluster") or "", seq) for seq, remote, info in rows])
+        for statement in filter(str.strip, INDEXES.split(";")):
+            db.execute(statement)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise

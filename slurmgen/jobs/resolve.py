@@ -2,12 +2,13 @@
 
 A bare word is a job name first and a directory second: a folder that happens to share a
 job's name (`./bt/` beside job "bt") must not hide the job. A path with a slash (`./bt`) is
-a directory only."""
+a directory only. A reused id means its newest job; `note` names the older ones."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -28,12 +29,16 @@ def find(registry: Registry, ref: str, note: Callable[[str], None] = _quiet) -> 
         if not valid_job_id(ref):
             raise SlurmgenError(f"job: {ref!r} is not a job id (expected a number like 1234, or 1234_5 for an array task)")
         job_id, _, task = ref.partition("_")
-        record = registry.get(job_id)
-        if record is None:
+        found = registry.with_id(job_id)
+        if not found:
             raise SlurmgenError(f"job: {ref} is not in the registry {str(registry.path)!r}",
                                 hint="`slurmgen jobs` lists the registered jobs")
+        record = found[0]
         if task and not record.info.get("array"):
             raise SlurmgenError(f"job: {job_id} is not an array job, so {ref!r} names no task of it")
+        if len(found) > 1:
+            note(f"{len(found)} registered jobs have the id {job_id}; this is the newest, {describe(record)}; "
+                 f"older: {'; '.join(describe(r) for r in found[1:])}")
         return record, task or None
     named = [] if os.sep in ref else registry.by_name(ref)
     if named:
@@ -61,3 +66,18 @@ def _by_dir(registry: Registry, ref: str) -> JobRecord:
                             hint="`slurmgen jobs` lists the registered jobs")
     return found[0]
 
+
+def reused_note(registry: Registry, record: JobRecord) -> str | None:
+    """Why Slurm cannot be asked about `record`: its cluster gave its id to a later job (else None)."""
+    newer = registry.superseded().get(record.seq) if record.seq is not None else None
+    if newer is None:
+        return None
+    return (f"the id {record.job_id} now names a later job, {describe(registry.by_seq(newer))}: what Slurm says "
+            f"of {record.job_id} is about that one, so this is the last state seen of {describe(record)}")
+
+
+def describe(record: JobRecord) -> str:
+    """One job among several with the same id: its name, submit time, cluster and output dir."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.submitted))
+    where = f" on {record.cluster}" if record.cluster else ""
+    return f"{record.name!r} submitted {when}{where} into {record.output_dir}"

@@ -59,10 +59,11 @@ def registry(tmp_path: Path) -> Registry:
     return Registry.open(tmp_path / "jobs.sqlite", create=True)
 
 
-def record(job_id: str, tmp_path: Path, **info) -> JobRecord:
+def record(job_id: str, tmp_path: Path, submitted: float | None = None, **info) -> JobRecord:
     base = {"log_dir": str(tmp_path / "logs"), "workdir": str(tmp_path), "command": ["x"], "nodes": 2, "gpus": 2,
             "launcher": "srun", "array": None}
-    return JobRecord(job_id, info.pop("name", "rec"), str(tmp_path / "out"), float(job_id), None, None, None, {**base, **info})
+    return JobRecord(job_id, info.pop("name", "rec"), str(tmp_path / "out"), submitted or float(job_id), None, None, None,
+                     {**base, **info})
 
 
 # --- sweeps -------------------------------------------------------------------------------------
@@ -144,7 +145,7 @@ def test_bad_sweep_specs(values, words):
 # --- registry -----------------------------------------------------------------------------------
 def test_registry_round_trip_and_last_states(tmp_path):
     with registry(tmp_path) as reg:
-        old, new, other = record("5", tmp_path), record("5", tmp_path, nodes=4), record("6", tmp_path, name="other")
+        old, new, other = record("5", tmp_path), record("5", tmp_path, 50.0, nodes=4), record("6", tmp_path, name="other")
         reg.add_many([old, new, other])  # a reset cluster hands out 5 again: the newest 5 is the one meant
         reg.remember_states({new.seq: ("FAILED", 3)})
     with Registry.open(tmp_path / "jobs.sqlite") as reg:
@@ -170,6 +171,109 @@ def test_reading_commands_never_create_or_touch_a_registry(tmp_path):
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
     with pytest.raises(SlurmgenError, match="not a slurmgen registry"):
         Registry.open(other, create=True)
+
+
+# The registry's first shape (before rows were numbered): one row per job id, a reused id replaced.
+FIRST_SCHEMA = """
+CREATE TABLE jobs (job_id TEXT PRIMARY KEY, name TEXT NOT NULL, output_dir TEXT NOT NULL, remote TEXT,
+                   submitted REAL NOT NULL, last_state TEXT, last_exit INTEGER, info TEXT NOT NULL);
+CREATE INDEX jobs_name ON jobs (name);
+CREATE INDEX jobs_output_dir ON jobs (output_dir);
+"""
+# Its second: rows numbered by submission, no cluster column.
+SECOND_SCHEMA = """
+CREATE TABLE jobs (seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL, name TEXT NOT NULL, output_dir TEXT NOT NULL,
+                   remote TEXT, submitted REAL NOT NULL, last_state TEXT, last_exit INTEGER, info TEXT NOT NULL);
+CREATE INDEX jobs_job_id ON jobs (job_id);
+CREATE INDEX jobs_name ON jobs (name);
+CREATE INDEX jobs_output_dir ON jobs (output_dir);
+"""
+
+
+@pytest.mark.parametrize("schema", [FIRST_SCHEMA, SECOND_SCHEMA], ids=["one-row-per-id", "numbered-rows"])
+def test_a_registry_of_an_older_shape_is_migrated_keeping_every_row(tmp_path, schema):
+    path = tmp_path / "jobs.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(schema)
+    rows = [("12", "late", "/w/a", None, 300.0, "RUNNING", None, '{"cluster": "here", "nodes": 2}'),
+            ("7", "early", "/w/b", "login1", 100.0, "COMPLETED", 0, '{"cluster": "login1", "nodes": 1}'),
+            ("9", "mid", "/w/c", None, 200.0, "FAILED", 3, '{"nodes": 4}')]
+    db.executemany("INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   rows if schema == FIRST_SCHEMA else sorted(rows, key=lambda r: r[4]))  # numbered rows: in submit order
+    db.commit()
+    db.close()
+    with Registry.open(path) as reg:  # a reading command: migrated in place
+        assert [(r.job_id, r.name, r.last_state, r.last_exit, r.cluster, r.info["nodes"]) for r in reg.all()] == [
+            ("12", "late", "RUNNING", None, "here", 2), ("9", "mid", "FAILED", 3, "", 4),
+            ("7", "early", "COMPLETED", 0, "login1", 1)]
+        reused = record("12", tmp_path, 400.0, name="again", cluster="here")
+        reg.add(reused)  # the cluster was reset and hands out 12 again: both are kept
+        assert [r.name for r in reg.with_id("12")] == ["again", "late"] and reg.get("12").name == "again"
+        assert reg.superseded() == {reg.with_id("12")[1].seq: reused.seq}
+    columns = [row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(jobs)")]
+    assert "cluster" in columns and "seq" in columns
+    with Registry.open(path) as reg:  # opened again: nothing to migrate, nothing lost
+        assert len(reg.all()) == 4
+
+
+def _two_jobs_with_id_5(tmp_path: Path, reg: Registry) -> tuple[JobRecord, JobRecord]:
+    """A cluster that was reset gave the id 5 twice; the older job ended, the newer one runs."""
+    first = record("5", tmp_path, 100.0, name="first", cluster="c1")
+    first.last_state, first.last_exit = "COMPLETED", 0
+    second = record("5", tmp_path, 200.0, name="second", cluster="c1")
+    other = record("5", tmp_path, 150.0, name="elsewhere", cluster="c2")  # another cluster's 5 is not reused
+    reg.add_many([first, other, second])
+    return first, second
+
+
+def test_a_reused_id_keeps_the_older_job_and_its_last_state(tmp_path):
+    scontrol = (DATA / "scontrol_running.txt").read_text().replace("JobId=1 ", "JobId=5 ")
+    with registry(tmp_path) as reg:
+        first, second = _two_jobs_with_id_5(tmp_path, reg)
+        runner = FakeRunner(scontrol)
+        rows = commands.list_jobs(lambda *a: runner, reg, None)
+        # Slurm's 5 is the newer job: its state is not written over the older one's.
+        assert [(r.name, r.last_state) for r in reg.all()] == [("second", "RUNNING"), ("elsewhere", "RUNNING"),
+                                                                ("first", "COMPLETED")]
+        assert [(r["name"], r["state"], r["live"], r["id_reused"]) for r in rows] == [
+            ("second", "RUNNING", True, False), ("elsewhere", "RUNNING", True, False), ("first", "COMPLETED", False, True)]
+        assert set(reg.superseded()) == {first.seq}
+        runner = FakeRunner(scontrol)
+        view = commands.status(runner, reg, reg.by_seq(first.seq), None)
+        assert (view["state"], view["exit_code"], runner.calls) == ("COMPLETED", 0, [])
+        assert "the id 5 now names a later job, 'second' submitted" in view["notes"][0]
+        assert reg.by_seq(first.seq).last_state == "COMPLETED"
+
+
+def test_a_bare_reused_id_means_the_newest_job_and_a_note_names_the_older(tmp_path, capsys):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "first-5.out").write_text("0: old run\n")
+    (tmp_path / "logs" / "second-5.out").write_text("0: new run\n")
+    path = tmp_path / "jobs.sqlite"
+    with Registry.open(path, create=True) as reg:
+        _two_jobs_with_id_5(tmp_path, reg)
+    code, out, err = run(capsys, "logs", "5", "--registry", str(path))
+    assert (code, out) == (0, "[rank 0] new run\n"), err
+    assert err.startswith("slurmgen: note: 3 registered jobs have the id 5; this is the newest, 'second' submitted ")
+    assert "older: 'elsewhere' submitted" in err and " on c2 " in err and "; 'first' submitted" in err and " on c1 " in err
+    code, out, err = run(capsys, "logs", "first", "--registry", str(path))  # the older one, by its name
+    assert (code, out, err) == (0, "[rank 0] old run\n", "")
+
+
+def test_cancel_refuses_a_job_whose_id_a_later_job_has(tmp_path, capsys, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("scancel", "scontrol"):  # stand-ins that only record that they ran
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} >> {tmp_path}/called\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    path = tmp_path / "jobs.sqlite"
+    with Registry.open(path, create=True) as reg:
+        _two_jobs_with_id_5(tmp_path, reg)
+    code, out, err = run(capsys, "cancel", "first", "--registry", str(path))
+    assert (code, out, err.count("\n")) == (2, "", 1) and "nothing was cancelled" in err, err
+    assert "the id 5 now names a later job, 'second'" in err and not (tmp_path / "called").exists()
 
 
 # --- JOB lookup -----------------------------------------------------------------------------------
