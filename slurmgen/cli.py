@@ -108,7 +108,7 @@ def create(
 ) -> None:
     """Write OUTPUT_DIR/run_slurm.sh, OUTPUT_DIR/launch_multi_node.sh and the resolved OUTPUT_DIR/job.yaml."""
     flags = dict(locals())
-    from slurmgen.render import render
+    from slurmgen.generate.render import render
 
     rendered = render(spec_from_create_flags(**{k: v for k, v in flags.items() if k not in ("dry_run", "force")}))
     write_rendered(rendered, dry_run=dry_run, force=force)
@@ -120,7 +120,7 @@ def spec_from_create_flags(*, command, config, env, setup, sbatch, container_ima
 
     Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
     """
-    from slurmgen.config import spec_from_sources
+    from slurmgen.generate.specfile import spec_from_sources
     from slurmgen.jobs import sweep as sweeps
 
     if sweep and sweep_file is not None:
@@ -135,9 +135,9 @@ def spec_from_create_flags(*, command, config, env, setup, sbatch, container_ima
 
 def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False) -> None:
     """Print (--dry-run) or write the rendered files, all or none, and say what to do next."""
-    from slurmgen.output import write_files
-    from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT
-    from slurmgen.topology import summary, uniform_table
+    from slurmgen.generate.output import write_files
+    from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT
+    from slurmgen.generate.topology import summary, uniform_table
 
     spec = rendered.spec
     table = uniform_table(spec.nodes, spec.gpus)
@@ -152,7 +152,7 @@ def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False)
         return
     for path in written:
         typer.echo(f"wrote {path}")
-    from slurmgen.preflight import torchrun_note
+    from slurmgen.generate.preflight import torchrun_note
 
     if note := torchrun_note(spec):
         typer.echo(f"slurmgen: note: {note}", err=True)
@@ -174,9 +174,9 @@ def ranks(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
-    from slurmgen.hostfile import read_hostfile
-    from slurmgen.hostlist import expand
-    from slurmgen.topology import Host, anonymous_hosts, order_hosts, rank_table
+    from slurmgen.generate.hostfile import read_hostfile
+    from slurmgen.generate.hostlist import expand
+    from slurmgen.generate.topology import Host, anonymous_hosts, order_hosts, rank_table
 
     given = [name for name, v in (("--hosts", hosts), ("--hostfile", hostfile), ("--nodes", nodes)) if v is not None]
     if len(given) != 1:
@@ -238,11 +238,11 @@ def launch(
     """Start the job on every host over SSH; the first failure anywhere stops all of them."""
     import os
 
-    from slurmgen.config import spec_from_sources
-    from slurmgen.hostfile import read_hostfile
-    from slurmgen.hostlist import expand
+    from slurmgen.generate.specfile import spec_from_sources
+    from slurmgen.generate.hostfile import read_hostfile
+    from slurmgen.generate.hostlist import expand
     from slurmgen.launch.plan import build_plan, forwarded_env, read_env_file, select_hosts
-    from slurmgen.topology import Host
+    from slurmgen.generate.topology import Host
 
     if (hosts is None) == (hostfile is None):
         raise SlurmgenError(f"hosts: give exactly one of --hosts and --hostfile (got {'both' if hosts else 'neither'})")
@@ -386,7 +386,7 @@ def plot(
 @app.command()
 def schema() -> None:
     """Print the JSON schema of the job spec (point your editor's YAML plugin at it)."""
-    from slurmgen.spec import JobSpec
+    from slurmgen.generate.spec import JobSpec
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 

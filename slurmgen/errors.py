@@ -7,7 +7,7 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 
 EXIT_OK = exitcodes.OK
 EXIT_RUN_FAILED = exitcodes.FAILED

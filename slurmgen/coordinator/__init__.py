@@ -8,7 +8,7 @@ against reported state, so a restarted server or a reconnecting agent needs no r
 agent starts each rank in its own process group with the torchrun environment and kills its
 ranks if it dies. One failed rank, a silent agent or a stale trainer heartbeat ends the whole
 attempt (fail as one). Modules: `models` (the API's pydantic models, shared with the client),
-`ranks` (the seed's rank rule over `slurmgen.topology`), `state` (pure transitions), `store`
+`ranks` (the seed's rank rule over `slurmgen.generate.topology`), `state` (pure transitions), `store`
 (the only SQLite user), `service` (the behaviour, one lock) with `heartbeat` (one agent
 report) and `changes` (the long poll that wakes agents), `server` (FastAPI), `agent` with
 `procs` (the ranks' processes), `client` (httpx), `tokens`, `cli`. The web page lives in

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.errors import SlurmgenError
 
 SERVER = typer.Option(None, "--server", envvar="SLURMGEN_SERVER", help="Coordinator URL [default: http://127.0.0.1:8470].")

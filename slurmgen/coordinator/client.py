@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 import httpx
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.coordinator.models import (
     AgentOrders, AgentReport, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut, WorkerOut,
 )

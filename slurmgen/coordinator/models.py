@@ -163,7 +163,7 @@ class GroupOut(BaseModel):
 
 
 class RankOut(BaseModel):
-    """`slurmgen.topology.RankEntry` as the API shows it: the slot becomes the worker's name,
+    """`slurmgen.generate.topology.RankEntry` as the API shows it: the slot becomes the worker's name,
     so the page and the CLI never rebuild `<host>-<id>` themselves."""
 
     worker: str

@@ -1,4 +1,4 @@
-"""The seed's rank rule for a group, on top of `slurmgen.topology`. Pure.
+"""The seed's rank rule for a group, on top of `slurmgen.generate.topology`. Pure.
 
 Master node first; the other nodes in plain alphabetical order of their names (the seed's
 table puts gn39 < gn40 < gn7, unlike Slurm's natural order); workers inside a node by numeric
@@ -12,7 +12,7 @@ from typing import Iterable
 
 from slurmgen.coordinator.models import GroupConfig, RankOut
 from slurmgen.errors import SlurmgenError, show
-from slurmgen.topology import Host, order_hosts, rank_table
+from slurmgen.generate.topology import Host, order_hosts, rank_table
 
 
 def default_master(hosts: Iterable[str]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Mapping, Optional
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 
 Order = Literal["start", "stop"]
 RunKey = tuple  # (group, attempt)

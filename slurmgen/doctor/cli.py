@@ -17,7 +17,7 @@ from typing import List, Optional
 
 import typer
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.errors import SlurmgenError
 
 # Without a port: what run_slurm.sh derives from the job id, or what launch uses over SSH.
@@ -39,13 +39,13 @@ def preempt_signal(config: Optional[Path], given: Optional[str]) -> str:
     default; the job's program is written to catch that one, so that one must arrive."""
     from typing import get_args
 
-    from slurmgen.spec import JobSpec
+    from slurmgen.generate.spec import JobSpec
 
     field = JobSpec.model_fields["preempt_signal"]
     if given is None:
         if config is None:
             return str(field.default)
-        from slurmgen.config import spec_from_sources
+        from slurmgen.generate.specfile import spec_from_sources
         return spec_from_sources(config, {}).preempt_signal
     name = given.upper().removeprefix("SIG")
     if name not in get_args(field.annotation):
@@ -95,8 +95,8 @@ def register(app: typer.Typer) -> None:
                             master_port=master_port or (int(env_port) if env_port.isdigit() else None),
                             port_timeout=port_timeout, signal=preempt_signal(config, signal))
         if hosts is not None or hostfile is not None:
-            from slurmgen.hostfile import read_hostfile
-            from slurmgen.hostlist import expand
+            from slurmgen.generate.hostfile import read_hostfile
+            from slurmgen.generate.hostlist import expand
             from slurmgen.launch.ssh.connect import SSHOptions, master_address
 
             names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")

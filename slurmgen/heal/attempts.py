@@ -38,7 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.jsonl import objects
 
 ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"

@@ -93,7 +93,7 @@ def submit(**kw: Any) -> None:
     from slurmgen.cli import spec_from_create_flags, write_rendered
     from slurmgen.jobs import commands
     from slurmgen.jobs.registry import Registry
-    from slurmgen.render import render
+    from slurmgen.generate.render import render
 
     create_flags = {k: kw.pop(k) for k in list(kw) if k in _CREATE_PARAMS}
     dry_run, force = create_flags.pop("dry_run"), create_flags.pop("force")

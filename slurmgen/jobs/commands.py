@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.exitcodes import FAILED
+from slurmgen.contract.exitcodes import FAILED
 from slurmgen.jobs import sweep as sweeps
 from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
@@ -29,7 +29,7 @@ from slurmgen.heal.attempts import ATTEMPTS_NAME, parse_attempts
 from slurmgen.jobs.view import exit_code, job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
-    from slurmgen.render import Rendered
+    from slurmgen.generate.render import Rendered
 
 POLL = 0.25
 UNANSWERED = 30.0  # seconds of failing scontrol calls that `wait` rides out
@@ -86,7 +86,7 @@ def record_for(job_id: str, rendered: Rendered, workdir: str, remote: str | None
 def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str, args: list[str],
            remote: str | None, extra: dict[str, Any]) -> JobRecord:
     """sbatch the rendered script from `workdir` and register the job."""
-    from slurmgen.render import SLURM_SCRIPT
+    from slurmgen.generate.render import SLURM_SCRIPT
 
     script = str(PurePosixPath(rendered.spec.output_dir) / SLURM_SCRIPT)
     res = runner.run(["sbatch", *args, script], cwd=workdir, timeout=60)
@@ -233,7 +233,7 @@ def cancel(runner: Runner, record: JobRecord, task: str | None, signal: str | No
 
 def node_tasks(runner: Runner, record: JobRecord, task: str | None, node: str) -> set[int]:
     """The srun task ids of the job's (or array task's) node given by index (0, 1, ...) or by name."""
-    from slurmgen.hostlist import expand
+    from slurmgen.generate.hostlist import expand
 
     count, per_node = int(record.info.get("nodes", 1)), int(record.info.get("gpus", 1))
     if node.isdigit():

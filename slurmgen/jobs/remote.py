@@ -12,7 +12,7 @@ import time
 from typing import Sequence
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.exitcodes import FAILED
+from slurmgen.contract.exitcodes import FAILED
 from slurmgen.jobs.runner import Result, read_from, shell_line
 from slurmgen.jobs.snapshot import Snapshot
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import IO, Callable, Protocol, Sequence
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.exitcodes import FAILED
+from slurmgen.contract.exitcodes import FAILED
 
 
 @dataclass(frozen=True)

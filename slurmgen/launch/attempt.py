@@ -25,7 +25,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Mapping, Union
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.launch.display import NodeResult
 from slurmgen.launch.protocol import NodeEvent
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from slurmgen.errors import SlurmgenError, show
-from slurmgen.hostlist import is_host_name
-from slurmgen.spec import RESERVED_ENV
-from slurmgen.topology import Host, RankEntry, order_hosts, rank_table
-from slurmgen.user_files import read_text
+from slurmgen.generate.hostlist import is_host_name
+from slurmgen.generate.spec import RESERVED_ENV
+from slurmgen.generate.topology import Host, RankEntry, order_hosts, rank_table
+from slurmgen.generate.user_files import read_text
 
 if TYPE_CHECKING:
-    from slurmgen.spec import JobSpec
+    from slurmgen.generate.spec import JobSpec
 
 # Names forwarded from the launching shell (fnmatch patterns): settings of the job, the same
 # on every node. Deliberately an explicit list: PATH, HOME and the like describe this
@@ -228,7 +228,7 @@ def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = N
     this string, else this function of the master's host name (e.g. its HostName in
     ~/.ssh/config), else the master's name as given.
     """
-    from slurmgen.render import LAUNCH_SCRIPT, MANUAL_DEFAULT_PORT, render
+    from slurmgen.generate.render import LAUNCH_SCRIPT, MANUAL_DEFAULT_PORT, render
 
     if spec.container is not None and spec.container.runtime == "pyxis":
         raise SlurmgenError("container.runtime: pyxis needs Slurm's srun; use runtime apptainer with slurmgen launch")

@@ -26,10 +26,10 @@ import functools
 import shlex
 from typing import TYPE_CHECKING
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.launch.plan import masked
 from slurmgen.launch.protocol import EVENT_FD, EVENT_TAG, PAYLOAD_END, PAYLOAD_MAGIC
-from slurmgen.shell import quote
+from slurmgen.generate.shell import quote
 
 if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan, NodePlan
@@ -47,7 +47,7 @@ REMOTE_PREFIX = """exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"
 def bootstrap() -> str:
     """The bootstrap's bash text, with the protocol's constants and the exit codes filled in."""
     from slurmgen import __version__
-    from slurmgen.render import render_template
+    from slurmgen.generate.render import render_template
 
     return render_template(BOOTSTRAP_TEMPLATE, version=__version__, event_tag=EVENT_TAG, event_fd=EVENT_FD,
                            payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END, exit_hung=exitcodes.HUNG,

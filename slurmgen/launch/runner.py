@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Callable, Protocol, Union
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table

@@ -41,7 +41,7 @@ import socket
 import sys
 import time
 
-# slurmgen/exitcodes.py's codes (a unit test keeps them equal): slurmgen may not be installed.
+# slurmgen/contract/exitcodes.py's codes (a unit test keeps them equal): slurmgen may not be installed.
 BAD_INPUT, HUNG, LOST = 2, 124, 255
 MAX_LINE = 256
 TICK = 0.05

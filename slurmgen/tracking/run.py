@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from . import store
 from .adapters import Adapter
 from .artifact import Artifact

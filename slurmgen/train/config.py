@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 
 # EXIT_PREEMPTED: the run stopped on a preemption signal after writing a checkpoint.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = exitcodes.OK, exitcodes.FAILED, exitcodes.BAD_INPUT, exitcodes.PREEMPTED

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from .env import DistEnv
 
 log = logging.getLogger("slurmgen.train")

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Mapping, Sequence
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 
 # TERM, INT and every signal that --preempt-signal may name (the children decide what it means).
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG, signal.SIGHUP)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from train_helpers import clean_env, free_port
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.cli import main
 
 pytestmark = pytest.mark.integration

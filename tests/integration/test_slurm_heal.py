@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from render_helpers import render_and_lint
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.heal.attempts import attempts_path, finished_path, read_attempts
-from slurmgen.hostlist import expand
+from slurmgen.generate.hostlist import expand
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.train.logs import read_heartbeats
 
 pytestmark = pytest.mark.integration

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.config import spec_from_sources
-from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from slurmgen.generate.specfile import spec_from_sources
+from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.config import build_spec
+from slurmgen.generate.specfile import build_spec
 from slurmgen.heal.attempts import attempts_path, cause, finished_path, read_attempts
-from slurmgen.output import write_files
-from slurmgen.render import SLURM_SCRIPT, render
+from slurmgen.generate.output import write_files
+from slurmgen.generate.render import SLURM_SCRIPT, render
 
 FAKE_SRUN = textwrap.dedent("""\
     #!/usr/bin/env bash

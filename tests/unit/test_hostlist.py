@@ -1,7 +1,7 @@
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.hostlist import expand
+from slurmgen.generate.hostlist import expand
 
 
 @pytest.mark.parametrize("expr, hosts", [

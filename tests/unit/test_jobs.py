@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from cli_helpers import run
 
-from slurmgen.config import build_spec
+from slurmgen.generate.specfile import build_spec
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import commands, sweep
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
 from slurmgen.jobs.view import format_view
-from slurmgen.render import SLURM_SCRIPT, render
+from slurmgen.generate.render import SLURM_SCRIPT, render
 
 DATA = Path(__file__).parent / "data" / "slurm"
 

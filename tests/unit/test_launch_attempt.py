@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
 from slurmgen.launch.protocol import NodeEvent

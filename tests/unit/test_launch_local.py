@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurmgen.config import build_spec
+from slurmgen.generate.specfile import build_spec
 from slurmgen.launch.plan import build_plan
-from slurmgen.topology import Host
+from slurmgen.generate.topology import Host
 
 PY = sys.executable
 

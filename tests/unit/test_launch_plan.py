@@ -4,13 +4,13 @@ import shlex
 
 import pytest
 
-from slurmgen.config import build_spec
+from slurmgen.generate.specfile import build_spec
 from slurmgen.errors import SlurmgenError
-from slurmgen.hostfile import parse_hostfile
+from slurmgen.generate.hostfile import parse_hostfile
 from slurmgen.launch.plan import (build_plan, forwarded_env, node_plans, parse_env_file,
                                   parse_filter, select_hosts)
 from slurmgen.launch.remote import bootstrap, REMOTE_PREFIX, env_text, node_args, payload, remote_command
-from slurmgen.topology import Host
+from slurmgen.generate.topology import Host
 
 HOSTS = parse_hostfile("worker-1 slots=4\nworker-2 slots=4\nworker-3 slots=2\n", 1)
 

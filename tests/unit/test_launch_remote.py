@@ -11,7 +11,7 @@ import os
 import textwrap
 import time
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.launch.protocol import NodeEvent, parse_event
 from slurmgen.launch.remote import payload, remote_command
 from test_launch_local import PY, LocalProcess, alive, local_plan

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.launch.runner import Launcher
 from slurmgen.launch.ssh.connect import ConnectError, SSHOptions
 from test_launch_local import PY, LocalConnection, LocalProcess, alive, local_connector, local_plan

@@ -12,10 +12,12 @@ import sys
 
 import pytest
 
-from slurmgen import exitcodes, nodelink
-from slurmgen.config import build_spec
+from slurmgen import nodelink
+
+from slurmgen.contract import exitcodes
+from slurmgen.generate.specfile import build_spec
 from slurmgen.nodelink import agent
-from slurmgen.render import LAUNCH_SCRIPT, render
+from slurmgen.generate.render import LAUNCH_SCRIPT, render
 
 
 def free_port() -> int:

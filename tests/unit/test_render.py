@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.config import build_spec, spec_from_sources
-from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from slurmgen.generate.specfile import build_spec, spec_from_sources
+from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
 from odd_values import ODD_ARGUMENTS
 
 GOLDEN = Path(__file__).parent / "golden"

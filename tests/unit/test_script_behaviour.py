@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.config import build_spec
-from slurmgen.output import write_files
-from slurmgen.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from slurmgen.generate.specfile import build_spec
+from slurmgen.generate.output import write_files
+from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
 from odd_values import ODD_ARGUMENTS
 
 HOSTILE = [

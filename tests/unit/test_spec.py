@@ -2,9 +2,9 @@
 
 import pytest
 
-from slurmgen.config import build_spec, dump_yaml, load_yaml, merge, spec_from_sources
+from slurmgen.generate.specfile import build_spec, dump_yaml, load_yaml, merge, spec_from_sources
 from slurmgen.errors import SlurmgenError
-from slurmgen.slurm_values import time_limit_seconds
+from slurmgen.generate.slurm_values import time_limit_seconds
 
 
 def problems(values):

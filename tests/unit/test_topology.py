@@ -4,8 +4,8 @@ import random
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.hostfile import parse_hostfile
-from slurmgen.topology import Host, natural_key, order_hosts, rank_table, uniform_table
+from slurmgen.generate.hostfile import parse_hostfile
+from slurmgen.generate.topology import Host, natural_key, order_hosts, rank_table, uniform_table
 
 
 def check_invariants(table):

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from slurmgen.cli import main
-from slurmgen.config import build_spec
-from slurmgen.output import write_files
-from slurmgen.render import SLURM_SCRIPT, render
+from slurmgen.generate.specfile import build_spec
+from slurmgen.generate.output import write_files
+from slurmgen.generate.render import SLURM_SCRIPT, render
 from pathlib import Path
 
 REPORT = ["python3", "-c", "import os; print('GROUP', os.environ.get('SLURMGEN_GROUP'))"]

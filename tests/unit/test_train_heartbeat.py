@@ -6,7 +6,7 @@ import shutil
 import socket
 import time
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from slurmgen.train import logs
 from slurmgen.train.logs import HEARTBEAT_DIR_ENV, Heartbeat, node_local_dir, read_heartbeats
 

@@ -7,11 +7,11 @@ files (spec, host file, env file), the one host-name rule, and paths checked bef
 import pytest
 from cli_helpers import run
 
-from slurmgen.config import dump_yaml, load_yaml, spec_from_sources
+from slurmgen.generate.specfile import dump_yaml, load_yaml, spec_from_sources
 from slurmgen.errors import SlurmgenError
-from slurmgen.hostfile import read_hostfile
+from slurmgen.generate.hostfile import read_hostfile
 from slurmgen.launch.plan import read_env_file
-from slurmgen.render import SLURM_SCRIPT, render
+from slurmgen.generate.render import SLURM_SCRIPT, render
 
 
 def spec_file(tmp_path, text, name="job.yaml"):

@@ -18,7 +18,7 @@ import os
 import re
 from typing import Any
 
-from slurmgen import exitcodes
+from slurmgen.contract import exitcodes
 from . import Adapter
 
 

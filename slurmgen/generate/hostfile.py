@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 
 from slurmgen.errors import SlurmgenError, show
-from slurmgen.hostlist import check_host_name, split_slots_suffix
-from slurmgen.topology import Host
-from slurmgen.user_files import read_text
+from slurmgen.generate.hostlist import check_host_name, split_slots_suffix
+from slurmgen.generate.topology import Host
+from slurmgen.generate.user_files import read_text
 
 _LINE = re.compile(r"^(?P<host>\S+)(?:\s+slots\s*=\s*(?P<slots>\S+))?$")
 

@@ -11,8 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from slurmgen.render import runs_python
-from slurmgen.spec import JobSpec
+from slurmgen.generate.render import runs_python
+from slurmgen.generate.spec import JobSpec
 
 _HAS_TORCH = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
 

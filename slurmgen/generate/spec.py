@@ -15,10 +15,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from slurmgen import exitcodes, slurm_values
-from slurmgen.hostlist import is_host_name
+from slurmgen.contract import exitcodes
+
+from slurmgen.generate import slurm_values
+from slurmgen.generate.hostlist import is_host_name
 from slurmgen.train.logs import HEARTBEAT_DIR_ENV
-from slurmgen.yaml12 import as_written
+from slurmgen.generate.yaml12 import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 

@@ -14,13 +14,15 @@ from pathlib import Path, PurePosixPath
 
 import jinja2
 
-from slurmgen import __version__, exitcodes, nodelink
-from slurmgen.config import dump_yaml
+from slurmgen import __version__, nodelink
+
+from slurmgen.contract import exitcodes
+from slurmgen.generate.specfile import dump_yaml
 from slurmgen.jobs import sweep as sweeps
 from slurmgen.launch.protocol import EVENT_TAG
 from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
-from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
-from slurmgen.spec import JobSpec
+from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
+from slurmgen.generate.spec import JobSpec
 
 SLURM_SCRIPT = "run_slurm.sh"
 LAUNCH_SCRIPT = "launch_multi_node.sh"
@@ -33,7 +35,7 @@ MANUAL_DEFAULT_PORT = 29500
 # templates at the top level, where the wheel's package-dir mapping has not put them yet. They
 # win when this slurmgen was imported from a checkout: otherwise a second checkout (a git
 # worktree on PYTHONPATH) would render the templates of whichever checkout is installed.
-_SOURCE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+_SOURCE_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 _FROM_CHECKOUT = (_SOURCE_TEMPLATES.parent / "pyproject.toml").is_file()
 
 

@@ -12,10 +12,10 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from slurmgen import yaml12
+from slurmgen.generate import yaml12
 from slurmgen.errors import SlurmgenError, show
-from slurmgen.spec import JobSpec
-from slurmgen.user_files import read_text
+from slurmgen.generate.spec import JobSpec
+from slurmgen.generate.user_files import read_text
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
