@@ -29,7 +29,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = [
 ]
 # Known functions over MAX_LINES ("path/in/slurmgen.py:Qualified.name"). May only shrink.
 ALLOWED_LONG: set[str] = {
-    "train/env.py:detect",
     "train/trainer.py:Trainer.fit",
     "cli.py:launch",
     "train/cli.py:build_parser",
