@@ -36,8 +36,6 @@ ALLOWED_LONG: set[str] = {
 # Known private names reached from another module ("importer -> provider._name"). May only shrink.
 ALLOWED_PRIVATE: set[str] = {
     "slurmgen.coordinator.cli -> slurmgen.cli._parse_env",
-    # apply_report calls Coordinator._judge (the heartbeat <-> service tie of issue 21)
-    "slurmgen.coordinator.heartbeat -> slurmgen.coordinator.service.Coordinator._judge",
 }
 
 
