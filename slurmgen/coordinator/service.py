@@ -1,8 +1,8 @@
 """The coordinator's behaviour behind the API: one lock, the store, and when agents were heard.
 
 Every public method is one atomic change (a lock and a SQLite transaction), so the HTTP layer
-only maps arguments and errors. Decisions come from the pure functions in `state` and `ranks`;
-this module gathers their inputs from the store and writes their results back.
+only maps arguments and errors. Decisions come from the pure functions in `state`, `ranks` and
+`heartbeat`; this module gathers their inputs from the store and writes their results back.
 """
 
 from __future__ import annotations
