@@ -1,76 +1,129 @@
-"""One agent heartbeat: record what the agent reports, judge the attempts it touches, and
-answer with the orders that bring its slots to what they should run (see `state.reconcile`).
-Called by `Coordinator.heartbeat` under its lock and transaction.
+"""One agent heartbeat, decided: what to record of the agent's report, which attempts to judge,
+and the orders that bring its slots to what they should run (see `state.reconcile`).
+
+Pure, like `launch/attempt.py:step`: `apply_report(report, known)` reads only its arguments
+(the report, and what the store knew when it arrived) and returns `Decisions`: the orders to
+answer with and typed actions, which `Coordinator.heartbeat` carries out in order under its
+lock and transaction. So the rules of a heartbeat are tested without a store or a server, and
+this module knows nothing of the service (it used to call the service's private `_judge`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
 
 from slurmgen.coordinator import state as st
-from slurmgen.coordinator.models import AgentOrders, AgentReport, StartOrder, StopOrder
-
-if TYPE_CHECKING:
-    from slurmgen.coordinator.service import Coordinator
+from slurmgen.coordinator.models import AgentOrders, AgentReport, StartOrder, StopOrder, WorkerReport
 
 DEFAULT_GRACE = 10.0
 
 
-def apply_report(c: "Coordinator", report: AgentReport, now: float) -> AgentOrders:
-    store = c.store
-    known = {w["idx"] for w in store.workers(host=report.host)}
-    for r in report.workers:
-        if r.id not in known:
-            store.add_worker(report.host, r.id)
-    rows = {w["idx"]: w for w in store.workers(host=report.host)}
-    active = {a["grp"]: a for a in store.active_attempts()}
-    orders = AgentOrders()
-    touched: dict[tuple[str, int], set] = {}  # attempts to judge -> hung workers
+# ---- input -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Known:
+    """What the store holds when a report arrives (read in the same transaction)."""
 
+    workers: Mapping[int, dict[str, Any]]  # slot id -> its worker row; every reported slot has one
+    active: Mapping[str, dict[str, Any]]  # group -> its active attempt
+    # (group, attempt) -> the attempt (None: no such attempt), for every run a reported slot
+    # runs or ran and every active attempt
+    attempts: Mapping[st.RunKey, Optional[dict[str, Any]]]
+
+
+# ---- actions ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecordExits:
+    """Store the attempt's exit codes: those it had plus the first code of a newly exited rank
+    (in the order they arrived: the first failure wins)."""
+
+    run: st.RunKey
+    exit_codes: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class UpdateWorker:
+    name: str
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class KeepLines:
+    rows: list[tuple[str, int, int, str, float, str]]  # (group, attempt, rank, worker, time, line)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """Decide the attempt's fate (`state.judge_attempt`) once everything above is stored."""
+
+    run: st.RunKey
+    hung: frozenset[str] = frozenset()  # its workers whose trainer heartbeat went stale
+
+
+Action = Union[RecordExits, UpdateWorker, KeepLines, Judge]
+
+
+@dataclass(frozen=True)
+class Decisions:
+    orders: AgentOrders
+    actions: list[Action] = field(default_factory=list)
+
+
+# ---- the decision ----------------------------------------------------------------------------
+def apply_report(report: AgentReport, known: Known) -> Decisions:
+    """Go through the agent's slots in its order; an attempt is judged when a rank of it exited,
+    hung or came up running, after its exit codes and the worker rows are stored."""
+    orders, actions = AgentOrders(), []
+    codes = {run: a["exit_codes"] for run, a in known.attempts.items() if a is not None}
+    touched: dict[st.RunKey, set[str]] = {}  # attempts to judge -> hung workers
     for r in report.workers:
-        w = rows[r.id]
+        w = known.workers[r.id]
         name = w["name"]
         run = (r.group, r.attempt) if r.group is not None else None
-        a = active.get(w["grp"] or "")
+        a = known.active.get(w["grp"] or "")
         wanted = (a["grp"], a["number"]) if a and name in a["plan"]["ranks"] else None
         if r.state == "exited" and run is not None and r.exit_code is not None:
-            _record_exit(c, run, name, r.exit_code, touched)
+            actions += _record_exit(known, codes, run, name, r.exit_code, touched)
         if r.hung and run is not None and run == wanted:
             touched.setdefault(run, set()).add(name)
         if run == wanted and wanted is not None and r.state == "running" and w["state"] != "running":
             touched.setdefault(wanted, set())
-        finished = wanted is not None and name in (store.attempt(*wanted) or {}).get("exit_codes", {})
-        order = st.reconcile(r.state, run, wanted, finished)
-        if order == "start":
-            plan = store.attempt(*wanted)["plan"]
-            orders.start.append(StartOrder(
-                worker=r.id, group=wanted[0], attempt=wanted[1], rank=plan["ranks"][name],
-                argv=plan["argv"], env=plan["env"][name], cwd=plan["cwd"],
-                heartbeat_timeout=plan["heartbeat_timeout"]))
-        elif order == "stop":
-            ran = store.attempt(*run) if run else None
-            orders.stop.append(StopOrder(worker=r.id, grace=ran["plan"]["stop_grace"] if ran else DEFAULT_GRACE))
+        finished = wanted is not None and name in codes.get(wanted, {})
+        _order(orders, known, r, name, run, wanted, st.reconcile(r.state, run, wanted, finished))
         values = {"state": st.worker_state(r.state, run, wanted, lost=False), "pid": r.pid,
                   "exit_code": r.exit_code, "run_group": r.group, "run_attempt": r.attempt}
         if any(w[k] != v for k, v in values.items()):
-            store.update_worker(name, **values)
-
+            actions.append(UpdateWorker(name, values))
     if report.lines:
-        store.add_lines([(ln.group, ln.attempt, ln.rank, f"{report.host}-{ln.worker}", ln.time, ln.line)
-                         for ln in report.lines])
-    for run, hung in touched.items():
-        a = store.attempt(*run)
-        if a is not None:
-            c._judge(a, now, hung)
-    return orders
+        actions.append(KeepLines([(ln.group, ln.attempt, ln.rank, f"{report.host}-{ln.worker}", ln.time, ln.line)
+                                  for ln in report.lines]))
+    actions += [Judge(run, frozenset(hung)) for run, hung in touched.items()]
+    return Decisions(orders, actions)
 
 
-def _record_exit(c: "Coordinator", run: tuple, name: str, code: int, touched: dict[tuple[str, int], Any]) -> None:
+def _record_exit(known: Known, codes: dict[st.RunKey, Mapping[str, int]], run: st.RunKey, name: str, code: int,
+                 touched: dict[st.RunKey, set[str]]) -> list[Action]:
     """Keep the first exit code each rank of an attempt reports (also after the attempt
-    ended, so an attempt shows how every rank went down)."""
-    a = c.store.attempt(*run)
-    if a is None or name not in a["plan"]["ranks"] or name in a["exit_codes"]:
-        return
-    codes = {**a["exit_codes"], name: code}
-    c.store.update_attempt(run[0], run[1], exit_codes=codes)
+    ended, so an attempt shows how every rank went down). `codes` follows what is recorded."""
+    a = known.attempts.get(run)
+    if a is None or name not in a["plan"]["ranks"] or name in codes[run]:
+        return []
+    codes[run] = {**codes[run], name: code}
     touched.setdefault(tuple(run), set())
+    return [RecordExits(run, codes[run])]
+
+
+def _order(orders: AgentOrders, known: Known, r: WorkerReport, name: str, run: Optional[st.RunKey],
+           wanted: Optional[st.RunKey], order: Optional[st.Order]) -> None:
+    """Spell out `reconcile`'s order for one slot: what to start with its rank's environment,
+    or how long a stopping run gets (its own stop grace)."""
+    if order == "start":
+        assert wanted is not None  # reconcile starts only a wanted run
+        plan = known.attempts[wanted]["plan"]
+        orders.start.append(StartOrder(
+            worker=r.id, group=wanted[0], attempt=wanted[1], rank=plan["ranks"][name],
+            argv=plan["argv"], env=plan["env"][name], cwd=plan["cwd"],
+            heartbeat_timeout=plan["heartbeat_timeout"]))
+    elif order == "stop":
+        ran = known.attempts.get(run) if run else None
+        orders.stop.append(StopOrder(worker=r.id, grace=ran["plan"]["stop_grace"] if ran else DEFAULT_GRACE))

@@ -58,7 +58,17 @@ def make_token_check(token: str):
 
 
 def api_router(c: Coordinator) -> APIRouter:
+    """The JSON API under /api, in three parts by who calls them: the worker pool and the
+    groups (people, the CLI and the page), and the agents' channel."""
     r = APIRouter(prefix="/api", responses=ERRORS)
+    _worker_routes(r, c)
+    _group_routes(r, c)
+    _agent_routes(r, c)
+    return r
+
+
+def _worker_routes(r: APIRouter, c: Coordinator) -> None:
+    """The pool: every slot an agent reported, which group it is in, forgetting a gone one."""
 
     @r.get("/workers", response_model=List[WorkerOut])
     def workers():
@@ -71,6 +81,10 @@ def api_router(c: Coordinator) -> APIRouter:
     @r.delete("/workers/{name}", status_code=204)
     def forget(name: str):
         c.forget_worker(name)
+
+
+def _group_routes(r: APIRouter, c: Coordinator) -> None:
+    """A group's life: create, configure, see its ranks, start, stop, read its output."""
 
     @r.get("/groups", response_model=List[GroupOut])
     def groups():
@@ -110,6 +124,10 @@ def api_router(c: Coordinator) -> APIRouter:
         """Lines with id > after, oldest first: the first `limit`, or with tail=true the last."""
         return c.logs(name, rank, attempt, after, limit, tail)
 
+
+def _agent_routes(r: APIRouter, c: Coordinator) -> None:
+    """The agents' channel: a heartbeat answered with orders, and a long poll for changes."""
+
     # async on purpose: the busiest route (every agent, every second) skips the threadpool
     # hop; the service call is a short transaction (well under a millisecond).
     @r.post("/agents/heartbeat", response_model=AgentOrders)
@@ -120,8 +138,6 @@ def api_router(c: Coordinator) -> APIRouter:
     async def changes(since: int = -1, timeout: float = Query(25.0, ge=0, le=60)):
         """Long poll: returns when a start, stop or end may have brought new orders."""
         return Changed(version=await c.changes.wait(since, timeout))
-
-    return r
 
 
 def create_app(coordinator: Coordinator, token: str) -> FastAPI:

@@ -1,8 +1,8 @@
 """The coordinator's behaviour behind the API: one lock, the store, and when agents were heard.
 
 Every public method is one atomic change (a lock and a SQLite transaction), so the HTTP layer
-only maps arguments and errors. Decisions come from the pure functions in `state` and `ranks`;
-this module gathers their inputs from the store and writes their results back.
+only maps arguments and errors. Decisions come from the pure functions in `state`, `ranks` and
+`heartbeat`; this module gathers their inputs from the store and writes their results back.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from slurmgen.coordinator import heartbeat as hb
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
 from slurmgen.coordinator.models import (
@@ -277,15 +278,45 @@ class Coordinator:
 
     # --- agents ----------------------------------------------------------------------------------
     def heartbeat(self, report: AgentReport) -> AgentOrders:
-        from slurmgen.coordinator.heartbeat import apply_report
-
+        """Decide on the report (`heartbeat.apply_report`, pure), carry out what it decided,
+        answer with its orders: all in one transaction."""
         with self._atomic() as now:
             last, instance = self.seen.get(report.host, (0.0, report.instance))
             if instance != report.instance and now - last <= self.agent_timeout:
                 raise Conflict(f"host {report.host!r} already has a live agent "
                                f"(heard {now - last:.1f} s ago); one agent per node")
             self.seen[report.host] = (now, report.instance)
-            return apply_report(self, report, now)
+            decisions = hb.apply_report(report, self._known_for(report))
+            self._carry_out(decisions.actions, now)
+            return decisions.orders
+
+    def _known_for(self, report: AgentReport) -> hb.Known:
+        """Give every slot the agent reports for the first time its row, then read what a
+        decision on the report needs: the agent's workers and the attempts they touch."""
+        known = {w["idx"] for w in self.store.workers(host=report.host)}
+        for r in report.workers:
+            if r.id not in known:
+                self.store.add_worker(report.host, r.id)
+        active = self.store.active_attempts()
+        attempts: dict[st.RunKey, Optional[dict[str, Any]]] = {(a["grp"], a["number"]): a for a in active}
+        for r in report.workers:
+            if r.group is not None and (r.group, r.attempt) not in attempts:
+                attempts[(r.group, r.attempt)] = self.store.attempt(r.group, r.attempt)
+        return hb.Known(workers={w["idx"]: w for w in self.store.workers(host=report.host)},
+                        active={a["grp"]: a for a in active}, attempts=attempts)
+
+    def _carry_out(self, actions: list[hb.Action], now: float) -> None:
+        for action in actions:
+            if isinstance(action, hb.RecordExits):
+                self.store.update_attempt(action.run[0], action.run[1], exit_codes=dict(action.exit_codes))
+            elif isinstance(action, hb.UpdateWorker):
+                self.store.update_worker(action.name, **action.values)
+            elif isinstance(action, hb.KeepLines):
+                self.store.add_lines(action.rows)
+            elif isinstance(action, hb.Judge):
+                a = self.store.attempt(*action.run)
+                if a is not None:
+                    self._judge(a, now, action.hung)
 
 
 class _Atomic:

@@ -13,12 +13,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from slurmgen.contract import exitcodes
 from slurmgen.errors import SlurmgenError
+
+if TYPE_CHECKING:
+    from slurmgen.doctor.probe import ProbeOptions
+    from slurmgen.launch.ssh.connect import SSHOptions
 
 # Without a port: what run_slurm.sh derives from the job id, or what launch uses over SSH.
 SLURM_PORT_BASE, SLURM_PORT_SPAN, SSH_DEFAULT_PORT = 20000, 10000, 29500
@@ -54,6 +58,9 @@ def preempt_signal(config: Optional[Path], given: Optional[str]) -> str:
 
 
 def register(app: typer.Typer) -> None:
+    """Add `slurmgen doctor` to the root app. Only the flags live here: the command checks
+    them, then picks where the rows come from (SSH, the Slurm allocation, this machine)."""
+
     @app.command()
     def doctor(
         hosts: Optional[str] = typer.Option(None, "--hosts", "-H", help="Check these hosts over SSH (a Slurm hostlist: node[1-4])."),
@@ -76,52 +83,89 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
     ) -> None:
         """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk."""
-        from rich.console import Console
-
-        from slurmgen.doctor import nodes
-        from slurmgen.doctor.compare import compare
-        from slurmgen.doctor.probe import ProbeOptions
-        from slurmgen.doctor.table import table
-
         if hosts is not None and hostfile is not None:
             raise SlurmgenError("hosts: give one of --hosts and --hostfile (got both)")
-        if master_port is not None and not 1 <= master_port <= 65535:
-            raise SlurmgenError(f"master_port: must be a port number 1-65535 (got {master_port})")
-        if port_timeout <= 0:
-            raise SlurmgenError(f"port_timeout: must be more than 0 seconds (got {port_timeout:g})")
-        env_port = os.environ.get("MASTER_PORT", "")
-        opts = ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
-                            master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
-                            master_port=master_port or (int(env_port) if env_port.isdigit() else None),
-                            port_timeout=port_timeout, signal=preempt_signal(config, signal))
+        opts = _probe_options(files, directory, min_free_gb, master_addr, master_port, port_timeout, config, signal)
         if hosts is not None or hostfile is not None:
-            from slurmgen.generate.hostfile import read_hostfile
-            from slurmgen.generate.hostlist import expand
-            from slurmgen.launch.ssh.connect import SSHOptions, master_address
+            from slurmgen.launch.ssh.connect import SSHOptions
 
-            names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
             ssh = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity),
                              known_hosts=known_hosts, ssh_config=ssh_config)
-            opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
-                                   "master_port": master_port or SSH_DEFAULT_PORT})
-            rows = nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
+            rows = _ssh_rows(opts, hosts, hostfile, ssh, master_addr, master_port, python, workdir)
         elif os.environ.get("SLURM_JOB_ID"):
-            in_step = bool(os.environ.get("SLURM_STEP_ID"))
-            names = _job_hosts("SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
-            job = int(os.environ["SLURM_JOB_ID"])
-            opts = ProbeOptions(**{**opts.__dict__, "master_addr": opts.master_addr or names[0],
-                                   "master_port": opts.master_port or SLURM_PORT_BASE + job % SLURM_PORT_SPAN})
-            found = nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
+            found = _allocation_rows(opts)
             if found is None:
                 return  # `srun slurmgen doctor`: task 0 prints the table for all
             rows = found
         else:
+            from slurmgen.doctor import nodes
+
             rows = nodes.local_rows(opts)
-        verdict = compare(rows)
-        if as_json:
-            typer.echo(json.dumps({"rows": rows, "problems": verdict.problems}, indent=2))
-        else:
-            # Piped (a batch log): no terminal width to fit, so no cell is cut.
-            Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table(verdict))
-        if verdict.problems:
-            raise SlurmgenError(*[f"doctor: {p}" for p in verdict.problems], exit_code=exitcodes.FAILED)
+        _report(rows, as_json)
+
+
+def _probe_options(files: List[str], directory: str, min_free_gb: float, master_addr: Optional[str],
+                   master_port: Optional[int], port_timeout: float, config: Optional[Path],
+                   signal: Optional[str]) -> "ProbeOptions":
+    """What every node checks, from the flags, else $MASTER_ADDR/$MASTER_PORT; where the rows
+    come from may still fill in the rendezvous (see `_ssh_rows`, `_allocation_rows`)."""
+    from slurmgen.doctor.probe import ProbeOptions
+
+    if master_port is not None and not 1 <= master_port <= 65535:
+        raise SlurmgenError(f"master_port: must be a port number 1-65535 (got {master_port})")
+    if port_timeout <= 0:
+        raise SlurmgenError(f"port_timeout: must be more than 0 seconds (got {port_timeout:g})")
+    env_port = os.environ.get("MASTER_PORT", "")
+    return ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
+                        master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
+                        master_port=master_port or (int(env_port) if env_port.isdigit() else None),
+                        port_timeout=port_timeout, signal=preempt_signal(config, signal))
+
+
+def _ssh_rows(opts: "ProbeOptions", hosts: Optional[str], hostfile: Optional[Path], ssh: "SSHOptions",
+              master_addr: Optional[str], master_port: Optional[int], python: Optional[str],
+              workdir: Optional[str]) -> list[dict]:
+    """The hosts of --hosts/--hostfile over SSH. The rendezvous is the flags' or what `launch`
+    would use (the first host, 29500), never this shell's $MASTER_ADDR/$MASTER_PORT."""
+    from slurmgen.doctor import nodes
+    from slurmgen.doctor.probe import ProbeOptions
+    from slurmgen.generate.hostfile import read_hostfile
+    from slurmgen.generate.hostlist import expand
+    from slurmgen.launch.ssh.connect import master_address
+
+    names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
+    opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
+                           "master_port": master_port or SSH_DEFAULT_PORT})
+    return nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
+
+
+def _allocation_rows(opts: "ProbeOptions") -> Optional[list[dict]]:
+    """Inside a Slurm job: one srun task per node of the allocation, or, already under srun,
+    the step's nodes (None: this task is not the one that prints). The rendezvous defaults to
+    the first node and run_slurm.sh's port for the job."""
+    from slurmgen.doctor import nodes
+    from slurmgen.doctor.probe import ProbeOptions
+
+    in_step = bool(os.environ.get("SLURM_STEP_ID"))
+    names = _job_hosts("SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
+    job = int(os.environ["SLURM_JOB_ID"])
+    opts = ProbeOptions(**{**opts.__dict__, "master_addr": opts.master_addr or names[0],
+                           "master_port": opts.master_port or SLURM_PORT_BASE + job % SLURM_PORT_SPAN})
+    return nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
+
+
+def _report(rows: list[dict], as_json: bool) -> None:
+    """Print the table (or JSON) and fail with one line per problem."""
+    from rich.console import Console
+
+    from slurmgen.doctor.compare import compare
+    from slurmgen.doctor.table import table
+
+    verdict = compare(rows)
+    if as_json:
+        typer.echo(json.dumps({"rows": rows, "problems": verdict.problems}, indent=2))
+    else:
+        # Piped (a batch log): no terminal width to fit, so no cell is cut.
+        Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table(verdict))
+    if verdict.problems:
+        raise SlurmgenError(*[f"doctor: {p}" for p in verdict.problems], exit_code=exitcodes.FAILED)

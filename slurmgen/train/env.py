@@ -146,105 +146,158 @@ def resolve_backend(requested: str, cuda_count: int) -> tuple[str, str]:
 
 def detect(environ: Mapping[str, str], flags: LaunchFlags, cuda_count: int) -> DistEnv:
     """The one place that decides rank, world and master. Pure: same inputs, same answer."""
-    env, note = environ, ""
+    found = _launched_by(environ, flags)
+    _check_numbers(found.rank, found.world, found.local_rank, found.local_world, found.node_rank, found.port)
+    backend, kind = resolve_backend(flags.backend, cuda_count)
+    return DistEnv(
+        rank=found.rank,
+        local_rank=found.local_rank,
+        node_rank=found.node_rank,
+        world_size=found.world,
+        local_world_size=found.local_world,
+        master_addr=found.addr,
+        master_port=found.port,
+        backend=backend,
+        device=_device(kind, found.local_rank, cuda_count, environ),
+        launcher=found.launcher,
+        note=found.note,
+    )
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What one kind of launcher tells a process about its place, before the common checks."""
+
+    launcher: str
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    node_rank: int
+    addr: str
+    port: int
+    note: str = ""
+
+
+def _launched_by(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
+    """The precedence table of the module docstring: first match wins, one reader per kind."""
     if flags.rank is not None or flags.world_size is not None:
-        if flags.rank is None or flags.world_size is None:
-            raise EnvError("--rank and --world-size must be given together")
-        launcher = "manual"
-        rank, world = flags.rank, flags.world_size
-        local_rank = flags.local_rank if flags.local_rank is not None else _int(env, "LOCAL_RANK", 0)
-        local_world = _int(env, "LOCAL_WORLD_SIZE", None) or max(1, local_rank + 1)
-        node_rank = _int(env, "NODE_RANK", 0)
-        addr = flags.master_addr or env.get("MASTER_ADDR") or ("127.0.0.1" if world == 1 else None)
-        if addr is None:
-            raise EnvError(f"--master-addr is needed with --world-size {world} (or set MASTER_ADDR)")
-        port = flags.master_port or _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
-    elif env.get("RANK", "").strip() and env.get("WORLD_SIZE", "").strip():
-        if env.get("TORCHELASTIC_RUN_ID"):
-            launcher = "torchrun"
-        elif env.get("SLURMGEN_TRAIN_SPAWNED"):
-            launcher = "spawn"
-        else:
-            launcher = "env"
-        rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
-        if flags.local_rank is not None:
-            local_rank = flags.local_rank
-        else:
-            local_rank = _int(env, "LOCAL_RANK", 0 if world == 1 else None)
-        if local_rank is None:
-            raise EnvError(f"RANK={rank} and WORLD_SIZE={world} are set but LOCAL_RANK is not")
-        local_world = _int(env, "LOCAL_WORLD_SIZE", None) or world
-        node_rank = _int(env, "NODE_RANK", None)
-        if node_rank is None:
-            node_rank = _int(env, "GROUP_RANK", None)
-        if node_rank is None:
-            node_rank = rank // local_world
-        addr = flags.master_addr or env.get("MASTER_ADDR", "").strip()
-        port = flags.master_port or _int(env, "MASTER_PORT", None)
-        if world > 1 and not addr:
-            raise EnvError(f"MASTER_ADDR is not set but WORLD_SIZE={world} needs a master to meet at")
-        if world > 1 and port is None:
-            raise EnvError(f"MASTER_PORT is not set but WORLD_SIZE={world} needs a master to meet at")
-        addr, port = addr or "127.0.0.1", port or DEFAULT_MASTER_PORT
-    elif (
+        return _manual(env, flags)
+    if env.get("RANK", "").strip() and env.get("WORLD_SIZE", "").strip():
+        return _env_contract(env, flags)
+    if (
         env.get("SLURM_PROCID", "").strip()
         and (env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS"))
         and env.get("SLURM_STEP_ID", "").strip() not in _SLURM_BATCH_STEP
     ):
-        launcher = "srun"
-        rank = _int(env, "SLURM_PROCID")
-        world = _int(env, "SLURM_STEP_NUM_TASKS", None) or _int(env, "SLURM_NTASKS")
-        local_rank = flags.local_rank if flags.local_rank is not None else _int(env, "SLURM_LOCALID", 0)
-        node_rank = _int(env, "SLURM_NODEID", 0)
-        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
-        local_world = tasks_on_node(per_node, node_rank) if per_node else max(1, local_rank + 1)
-        addr = flags.master_addr or env.get("MASTER_ADDR", "").strip()
-        if not addr:
-            nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-            if not nodelist:
-                if world > 1:
-                    raise EnvError("srun job without MASTER_ADDR and without SLURM_JOB_NODELIST")
-                nodelist = "127.0.0.1"
-            addr = first_host(nodelist)
-        port = flags.master_port or _int(env, "MASTER_PORT", None)
-        if port is None:
-            job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-            port = master_port_for_job(job) if job else DEFAULT_MASTER_PORT
+        return _srun(env, flags)
+    return _single(env, flags)
+
+
+def _manual(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
+    """`--rank R --world-size W`: the flags rule, the environment fills in the rest."""
+    if flags.rank is None or flags.world_size is None:
+        raise EnvError("--rank and --world-size must be given together")
+    rank, world = flags.rank, flags.world_size
+    local_rank = flags.local_rank if flags.local_rank is not None else _int(env, "LOCAL_RANK", 0)
+    assert local_rank is not None  # for type checkers
+    local_world = _int(env, "LOCAL_WORLD_SIZE", None) or max(1, local_rank + 1)
+    node_rank = _int(env, "NODE_RANK", 0)
+    assert node_rank is not None  # for type checkers
+    addr = flags.master_addr or env.get("MASTER_ADDR") or ("127.0.0.1" if world == 1 else None)
+    if addr is None:
+        raise EnvError(f"--master-addr is needed with --world-size {world} (or set MASTER_ADDR)")
+    port = flags.master_port or _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
+    assert port is not None  # for type checkers
+    return _Found("manual", rank, world, local_rank, local_world, node_rank, addr, port)
+
+
+def _env_contract(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
+    """env:// (RANK and WORLD_SIZE set): torchrun, our scripts, or the trainer's own children.
+    NODE_RANK is ours, GROUP_RANK plain torchrun's; without either it follows from the rank."""
+    if env.get("TORCHELASTIC_RUN_ID"):
+        launcher = "torchrun"
+    elif env.get("SLURMGEN_TRAIN_SPAWNED"):
+        launcher = "spawn"
     else:
-        launcher = "single"
-        rank, world, local_rank, local_world, node_rank = 0, 1, 0, 1, 0
-        tasks = env.get("SLURM_NTASKS", "").strip()
-        if env.get("SLURM_PROCID", "").strip() and tasks not in ("", "1"):
-            note = (f"started in the batch script of a job with SLURM_NTASKS={tasks}, not by srun: running ONE "
-                    "process; start the trainer with srun (or a slurmgen script) to use every task")
-        addr = flags.master_addr or env.get("MASTER_ADDR") or "127.0.0.1"
-        port = flags.master_port or _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
-    assert rank is not None and world is not None and local_rank is not None  # for type checkers
-    _check_numbers(rank, world, local_rank, local_world, node_rank, port)
-    backend, kind = resolve_backend(flags.backend, cuda_count)
-    device = "cpu"
-    if kind == "cuda":
-        if local_rank >= cuda_count:
-            visible = environ.get("CUDA_VISIBLE_DEVICES")
-            shown = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
-            raise EnvError(
-                f"LOCAL_RANK={local_rank} but only {cuda_count} GPU(s) are visible{shown}: "
-                "start at most one process per GPU on each node"
-            )
-        device = f"cuda:{local_rank}"
-    return DistEnv(
-        rank=rank,
-        local_rank=local_rank,
-        node_rank=node_rank,
-        world_size=world,
-        local_world_size=local_world,
-        master_addr=addr,
-        master_port=port,
-        backend=backend,
-        device=device,
-        launcher=launcher,
-        note=note,
-    )
+        launcher = "env"
+    rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    assert rank is not None and world is not None  # for type checkers: both are set (see above)
+    if flags.local_rank is not None:
+        local_rank = flags.local_rank
+    else:
+        local_rank = _int(env, "LOCAL_RANK", 0 if world == 1 else None)
+    if local_rank is None:
+        raise EnvError(f"RANK={rank} and WORLD_SIZE={world} are set but LOCAL_RANK is not")
+    local_world = _int(env, "LOCAL_WORLD_SIZE", None) or world
+    node_rank = _int(env, "NODE_RANK", None)
+    if node_rank is None:
+        node_rank = _int(env, "GROUP_RANK", None)
+    if node_rank is None:
+        node_rank = rank // local_world
+    addr = flags.master_addr or env.get("MASTER_ADDR", "").strip()
+    port = flags.master_port or _int(env, "MASTER_PORT", None)
+    if world > 1 and not addr:
+        raise EnvError(f"MASTER_ADDR is not set but WORLD_SIZE={world} needs a master to meet at")
+    if world > 1 and port is None:
+        raise EnvError(f"MASTER_PORT is not set but WORLD_SIZE={world} needs a master to meet at")
+    return _Found(launcher, rank, world, local_rank, local_world, node_rank,
+                  addr or "127.0.0.1", port or DEFAULT_MASTER_PORT)
+
+
+def _srun(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
+    """Plain srun without the torchrun contract: Slurm's task variables; the master is
+    MASTER_ADDR/PORT, else the step's first host and the job's port (`master_port_for_job`)."""
+    rank = _int(env, "SLURM_PROCID")
+    world = _int(env, "SLURM_STEP_NUM_TASKS", None) or _int(env, "SLURM_NTASKS")
+    local_rank = flags.local_rank if flags.local_rank is not None else _int(env, "SLURM_LOCALID", 0)
+    assert local_rank is not None  # for type checkers
+    node_rank = _int(env, "SLURM_NODEID", 0)
+    assert node_rank is not None  # for type checkers
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    local_world = tasks_on_node(per_node, node_rank) if per_node else max(1, local_rank + 1)
+    addr = flags.master_addr or env.get("MASTER_ADDR", "").strip()
+    if not addr:
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if not nodelist:
+            if world > 1:
+                raise EnvError("srun job without MASTER_ADDR and without SLURM_JOB_NODELIST")
+            nodelist = "127.0.0.1"
+        addr = first_host(nodelist)
+    port = flags.master_port or _int(env, "MASTER_PORT", None)
+    if port is None:
+        job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        port = master_port_for_job(job) if job else DEFAULT_MASTER_PORT
+    assert rank is not None and world is not None  # for type checkers
+    return _Found("srun", rank, world, local_rank, local_world, node_rank, addr, port)
+
+
+def _single(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
+    """Nothing set: one process. Started in a multi-task job's batch shell instead of by srun,
+    it still runs alone, with a note for rank 0 to warn about."""
+    note = ""
+    tasks = env.get("SLURM_NTASKS", "").strip()
+    if env.get("SLURM_PROCID", "").strip() and tasks not in ("", "1"):
+        note = (f"started in the batch script of a job with SLURM_NTASKS={tasks}, not by srun: running ONE "
+                "process; start the trainer with srun (or a slurmgen script) to use every task")
+    addr = flags.master_addr or env.get("MASTER_ADDR") or "127.0.0.1"
+    port = flags.master_port or _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
+    assert port is not None  # for type checkers
+    return _Found("single", 0, 1, 0, 1, 0, addr, port, note)
+
+
+def _device(kind: str, local_rank: int, cuda_count: int, environ: Mapping[str, str]) -> str:
+    """cpu, or this rank's GPU: one process per visible GPU at most."""
+    if kind != "cuda":
+        return "cpu"
+    if local_rank >= cuda_count:
+        visible = environ.get("CUDA_VISIBLE_DEVICES")
+        shown = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
+        raise EnvError(
+            f"LOCAL_RANK={local_rank} but only {cuda_count} GPU(s) are visible{shown}: "
+            "start at most one process per GPU on each node"
+        )
+    return f"cuda:{local_rank}"
 
 
 def _check_numbers(rank: int, world: int, local_rank: int, local_world: int, node_rank: int, port: int) -> None:
