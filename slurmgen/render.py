@@ -11,16 +11,18 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import jinja2
 
 from slurmgen import __version__, exitcodes, nodelink
-from slurmgen.config import dump_yaml
 from slurmgen.jobs import sweep as sweeps
 from slurmgen.launch.protocol import EVENT_TAG
 from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
 from slurmgen.shell import ShellCode, always_quoted, quote, sbatch_value, words
-from slurmgen.spec import JobSpec
+
+if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it
+    from slurmgen.spec import JobSpec
 
 SLURM_SCRIPT = "run_slurm.sh"
 LAUNCH_SCRIPT = "launch_multi_node.sh"
@@ -201,6 +203,8 @@ def render_template(name: str, **values: object) -> str:
 
 def render(spec: JobSpec) -> Rendered:
     """All files of a `create`: the two scripts, the resolved spec and, for a sweep, its grid."""
+    from slurmgen.config import dump_yaml
+
     ctx = context(spec)
     files = {
         SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),
