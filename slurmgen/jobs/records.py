@@ -4,7 +4,8 @@ run_slurm.sh exports SLURMGEN_GROUP=slurm-<id> (slurm-<array id>_<task> for an a
 trainer's run record carries it. Records are looked for under the job's working directory
 (`runs/`, and the directory of any `--out-dir` in the command): here with the tracking
 library's reader, on a login node with one `find` over the command's SSH connection, which
-sends back each run's run.json and the ends of its metrics and artifacts files (`REMOTE_FIND`).
+sends back each run's run.json and the ends of its metrics and artifacts files (`REMOTE_FIND`,
+the sh program of templates/remote_find.sh.j2).
 """
 
 from __future__ import annotations
