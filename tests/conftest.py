@@ -5,7 +5,8 @@
 * Under CI (env ``CI`` set to anything but ``""``, ``0``, ``false`` or ``no``) an integration
   test that skips is a failure: CI installs every package and runs as root, so a skip there
   means the test cluster or a dependency silently went missing. Outside CI the skip stays a
-  skip with its reason (not root, package missing, namespaces refused).
+  skip with its reason (not root, package missing, namespaces refused). The same holds for the
+  `shellcheck` fixture in every test: CI installs shellcheck, so its absence there is a failure.
 * SIGINT is at its default in every program the tests start, even when the suite itself was
   started with it ignored (see pytest_configure).
 """
@@ -24,6 +25,19 @@ INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def shellcheck() -> str:
+    """shellcheck's path, for the tests that lint shell text. Missing, it skips the test on a
+    workstation, but fails it under CI, where scripts/setup.sh --test installs it."""
+    path = shutil.which("shellcheck")
+    if path is None:
+        if in_ci():
+            pytest.fail(f"shellcheck is not installed under CI={os.environ.get('CI')!r} "
+                        "(scripts/setup.sh --test installs it)")
+        pytest.skip("shellcheck is not installed: run scripts/setup.sh --test")
+    return path
 
 
 def _is_integration_path(path: Path) -> bool:

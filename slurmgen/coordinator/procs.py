@@ -21,23 +21,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from slurmgen.coordinator import watchdog
 from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
 
 MAX_LINE = 4096
 QUEUE_LINES = 5000
 PR_SET_PDEATHSIG = 1
-WATCHDOG = r"""
-import os, signal, sys
-groups = set()
-for line in sys.stdin:
-    sign, pgid = line[0], int(line[1:])
-    (groups.add if sign == "+" else groups.discard)(pgid)
-for pgid in groups:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-"""
+# The watchdog runs by path, isolated (-I: no PYTHON* variables, no script or user directories on
+# sys.path) and without site-packages (-S): it needs the standard library only, and starts faster.
+WATCHDOG = [sys.executable, "-I", "-S", watchdog.__file__]
 
 
 def _pdeathsig_hook():
@@ -122,7 +114,7 @@ class Procs:
         self.wake = wake
         self.output = Output()
         self.hook = _pdeathsig_hook()
-        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE,
+        self.watchdog = subprocess.Popen(WATCHDOG, stdin=subprocess.PIPE,
                                          text=True, start_new_session=True)
 
     def _tell_watchdog(self, sign: str, pgid: int) -> None:

@@ -11,18 +11,19 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import jinja2
 
 from slurmgen import __version__, nodelink
-
 from slurmgen.contract import exitcodes
-from slurmgen.generate.specfile import dump_yaml
 from slurmgen.jobs import sweep as sweeps
 from slurmgen.launch.protocol import EVENT_TAG
 from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
-from slurmgen.generate.spec import JobSpec
+
+if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it
+    from slurmgen.generate.spec import JobSpec
 
 SLURM_SCRIPT = "run_slurm.sh"
 LAUNCH_SCRIPT = "launch_multi_node.sh"
@@ -203,6 +204,8 @@ def render_template(name: str, **values: object) -> str:
 
 def render(spec: JobSpec) -> Rendered:
     """All files of a `create`: the two scripts, the resolved spec and, for a sweep, its grid."""
+    from slurmgen.generate.specfile import dump_yaml
+
     ctx = context(spec)
     files = {
         SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),

@@ -4,11 +4,13 @@ run_slurm.sh exports SLURMGEN_GROUP=slurm-<id> (slurm-<array id>_<task> for an a
 trainer's run record carries it. Records are looked for under the job's working directory
 (`runs/`, and the directory of any `--out-dir` in the command): here with the tracking
 library's reader, on a login node with one `find` over the command's SSH connection, which
-sends back each run's run.json and the ends of its metrics and artifacts files (`REMOTE_FIND`).
+sends back each run's run.json and the ends of its metrics and artifacts files (`REMOTE_FIND`,
+the sh program of templates/remote_find.sh.j2).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -21,7 +23,8 @@ if TYPE_CHECKING:
 
 # The newest metrics hold the last step and loss: enough of the file to find them, whatever its length.
 TAIL_LINES = 200
-_MARK = "\x1e"  # starts a header line of REMOTE_FIND's output; JSON text never holds it raw
+_MARK = "\x1e"  # starts a header line of REMOTE_FIND's output (\036 in its template); JSON text never holds it raw
+REMOTE_FIND_TEMPLATE = "remote_find.sh.j2"
 
 
 def group_of(job_id: str, task: str | None) -> str:
@@ -64,24 +67,19 @@ def _local(workdir: str, command: Sequence[str]) -> Iterable[tuple[RunRecord, No
             yield from ((run, None) for run in find_runs(root))
 
 
-def remote_find_argv(workdir: str, command: Sequence[str], job_id: str) -> list[str]:
-    """`sh -c REMOTE_FIND` for the login node: every run.json of the job's groups under its roots."""
+@functools.cache
+def remote_find_script() -> str:
+    """REMOTE_FIND, the sh program of templates/remote_find.sh.j2: the same for every job (what
+    differs travels as its arguments), so it is rendered once."""
+    from slurmgen.generate.render import render_template
     from slurmgen.tracking.records import SKIP_DIRS
 
-    prune = " -o ".join(f"-name {name}" for name in sorted(SKIP_DIRS))
-    script = f"""cd "$1" 2>/dev/null || exit 0
-g=$2; shift 2
-for root in "$@"; do
-  [ -d "$root" ] || continue
-  find "$root" -maxdepth 10 \\( {prune} \\) -prune -o -name run.json \\( -path "*/$g/*" -o -path "*/${{g}}_*/*" \\) -print
-done | while IFS= read -r f; do
-  d=${{f%/run.json}}
-  case $d in /*) ;; *) d=$PWD/$d ;; esac
-  printf '\\036run %s\\n' "$d"; cat "$f"; echo
-  printf '\\036metrics\\n'; tail -n {TAIL_LINES} "$d/metrics.jsonl" 2>/dev/null; echo
-  printf '\\036artifacts\\n'; tail -n {TAIL_LINES} "$d/artifacts.jsonl" 2>/dev/null; echo
-done"""
-    return ["sh", "-c", script, "sh", workdir, group_of(job_id, None), *root_names(command)]
+    return render_template(REMOTE_FIND_TEMPLATE, skip_dirs=sorted(SKIP_DIRS), tail_lines=TAIL_LINES)
+
+
+def remote_find_argv(workdir: str, command: Sequence[str], job_id: str) -> list[str]:
+    """`sh -c REMOTE_FIND` for the login node: every run.json of the job's groups under its roots."""
+    return ["sh", "-c", remote_find_script(), "sh", workdir, group_of(job_id, None), *root_names(command)]
 
 
 def _remote(runner: Runner, workdir: str, command: Sequence[str], job_id: str) -> list[tuple[RunRecord, list[Any] | None]]:

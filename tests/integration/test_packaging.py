@@ -26,6 +26,8 @@ def test_wheel_ships_templates_and_renders_from_anywhere(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "slurmgen/templates/run_slurm.sh.j2" in names
     assert "slurmgen/templates/launch_multi_node.sh.j2" in names
+    for template in (REPO / "templates").glob("*.j2"):  # remote_find.sh.j2 too, which `status` renders
+        assert f"slurmgen/templates/{template.name}" in names
     assert not any(n.startswith("templates/") for n in names)
     # Every subpackage of the source tree ships (pyproject lists them by hand).
     for init in (REPO / "slurmgen").rglob("__init__.py"):

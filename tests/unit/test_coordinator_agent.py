@@ -5,6 +5,9 @@ built by hand and the report is read directly."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -88,3 +91,52 @@ def test_a_stale_trainer_heartbeat_is_reported_hung(tmp_path):
         assert report.workers[0].hung and report.workers[0].state == "running"
     finally:
         agent.procs.stop_all(1)
+
+
+AGENT_THAT_DIES = """
+import sys, threading, time
+from pathlib import Path
+from slurmgen.coordinator.models import StartOrder
+from slurmgen.coordinator.procs import Procs
+
+root = Path(sys.argv[1])
+procs = Procs(1, root, threading.Event())
+procs.start(StartOrder(worker=0, group="g", attempt=1, rank=0, cwd=None, env={}, heartbeat_timeout=60.0,
+                       argv=["sh", "-c", "sleep 60 & echo $! >" + sys.argv[2] + "; wait"]), root)
+time.sleep(60)
+"""
+
+
+def test_what_a_rank_forked_dies_with_a_killed_agent(tmp_path):
+    """The rank's leader goes by PR_SET_PDEATHSIG, its `sleep` (a fork, which does not inherit
+    it) only by the watchdog, which kills the group when the agent's pipe closes."""
+    child = tmp_path / "child.pid"
+    agent = subprocess.Popen([sys.executable, "-c", AGENT_THAT_DIES, str(tmp_path), str(child)])
+    try:
+        wait_until(lambda: child.exists() and child.read_text().strip())
+        grandchild = int(child.read_text())
+        assert alive(grandchild)
+    finally:
+        agent.kill()
+        agent.wait()
+    try:
+        wait_until(lambda: not alive(grandchild), timeout=3)
+    finally:
+        if alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def test_the_watchdog_kills_the_groups_still_listed_when_its_input_ends():
+    from slurmgen.coordinator.procs import WATCHDOG
+
+    kept, cleared = (subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(2))
+    try:
+        watchdog = subprocess.run(WATCHDOG, input=f"+{kept.pid}\n+{cleared.pid}\n-{cleared.pid}\n", text=True,
+                                  timeout=10)
+        assert watchdog.returncode == 0
+        assert kept.wait(3) == -signal.SIGKILL
+        assert cleared.poll() is None
+    finally:
+        for proc in (kept, cleared):
+            proc.kill()
+            proc.wait()

@@ -20,7 +20,7 @@ from slurmgen.generate.render import SLURM_SCRIPT, render
 FAKE_SRUN = textwrap.dedent("""\
     #!/usr/bin/env bash
     while [[ $1 == -* ]]; do shift; done
-    SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NTASKS=1 SLURMD_NODENAME=gpu07 "$@"
+    SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NTASKS=1 SLURMD_NODENAME=${FAKE_NODE:-gpu07} "$@"
     rc=$?
     if ((rc == 137)); then
       echo "srun: error: gpu07: task 0: Killed" >&2
@@ -64,14 +64,14 @@ def job(tmp_path):
     calls = tmp_path / "scontrol.log"
     runs = tmp_path / "runs"
 
-    def run(code_by_attempt, restart=0, program=None, **spec):
+    def run(code_by_attempt, restart=0, program=None, batch_env=None, **spec):
         program = program or ["bash", "-c", f'echo run >>{runs}; codes=({" ".join(map(str, code_by_attempt))}); '
                                             'exit "${codes[${SLURM_RESTART_COUNT:-0}]}"']
         built = build_spec({"output_dir": str(tmp_path / "out"), "command": program, **spec})
         write_files(Path(built.output_dir), render(built).files, force=True, extra_dirs=[Path(built.logs)])
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(calls),
                "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu07", "SLURM_JOB_NUM_NODES": "1",
-               "SLURM_RESTART_COUNT": str(restart)}
+               "SLURM_RESTART_COUNT": str(restart), **(batch_env or {})}
         done = subprocess.run(["bash", str(Path(built.output_dir) / SLURM_SCRIPT)], capture_output=True, text=True,
                               timeout=60, env=env)
         log = Path(built.logs)
@@ -134,6 +134,22 @@ def test_without_a_note_srun_s_report_is_the_answer(job):
     end = records[-1]
     assert (done.returncode, end["exit_code"], end["rank"], end["node"], end["task"]) == (1, 1, None, "gpu07", 0)
     assert "slurmgen: task 0 on gpu07 exited with code 1 first (srun's report" in done.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("node", ["gpu\"07\\'$x*", "007"])
+def test_the_record_parses_whatever_the_node_names_hold(job, node):
+    """Quotes, backslashes and control characters become JSON escapes, and a name that only looks
+    like a number (a leading 0) stays a string: every line parses, to the names themselves."""
+    host, nodes = 'batch "1"\\\n\tend\x01', node + ",gpu[08-09]\nx"
+    done, records, scontrol, _ = job([3, 3], retries=1, retry_on="3", exclude_failed_node=True,
+                                     batch_env={"SLURMD_NODENAME": host, "SLURM_JOB_NODELIST": nodes,
+                                                "FAKE_NODE": node})
+    assert done.returncode == 3, done.stderr
+    assert [(r["event"], r["host"]) for r in records] == [("start", host), ("end", host)]
+    assert records[0]["nodes"] == nodes
+    end = records[-1]
+    assert (end["exit_code"], end["rank"], end["node"], end["action"], end["exclude"]) == (3, 0, node, "requeue", node)
+    assert scontrol[-1] == f"update JobId=4242 ExcNodeList=gpu01,{node}"
 
 
 def test_other_codes_stop_and_a_finished_job_never_runs_again(job):

@@ -166,16 +166,13 @@ def test_payload_frames_bootstrap_script_and_environment():
     assert rest[int(env_len):] == b"slurmgen-payload-end\n"
 
 
-def test_bootstrap_and_prefix_lint_clean(tmp_path):
-    import shutil
+def test_bootstrap_and_prefix_lint_clean(tmp_path, shellcheck):
     import subprocess
 
-    if not shutil.which("shellcheck"):
-        pytest.skip("shellcheck is not installed (scripts/setup.sh --test)")
     f = tmp_path / "bootstrap.sh"
     f.write_text(bootstrap())
     g = tmp_path / "prefix.sh"
     # SC2016: the single quotes are meant, the inner bash expands what they hold.
     g.write_text("#!/bin/sh\n# shellcheck disable=SC2016\n" + REMOTE_PREFIX + " attempt=1\n")
-    result = subprocess.run(["shellcheck", "-S", "style", str(f), str(g)], capture_output=True, text=True)
+    result = subprocess.run([shellcheck, "-S", "style", str(f), str(g)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout

@@ -2,7 +2,6 @@
 
 import itertools
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from odd_values import ODD_ARGUMENTS
 
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SHELLCHECK = shutil.which("shellcheck")
 
 GOLDEN_SPECS = {
     "default": {},
@@ -96,12 +94,8 @@ def test_bash_syntax(rendered_matrix):
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
 
 
-def test_shellcheck_clean(rendered_matrix):
-    if SHELLCHECK is None:
-        if os.environ.get("CI"):
-            pytest.fail("shellcheck is not installed (scripts/setup.sh --test installs it)")
-        pytest.skip("shellcheck is not installed: run scripts/setup.sh --test")
-    result = subprocess.run([SHELLCHECK, "--severity=style", *map(str, rendered_matrix)], capture_output=True, text=True)
+def test_shellcheck_clean(rendered_matrix, shellcheck):
+    result = subprocess.run([shellcheck, "--severity=style", *map(str, rendered_matrix)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-5000:]
 
 

@@ -22,17 +22,44 @@ attempt=${SLURM_RESTART_COUNT:-0}
 log_dir=out/logs
 attempts_file=$log_dir/slurmgen-$SLURM_JOB_ID.attempts.jsonl
 finished_marker=$log_dir/slurmgen-$SLURM_JOB_ID.finished
+# json_string VALUE: VALUE as a JSON string in $json, with \ " and every control character
+# escaped (RFC 8259), so a line always parses, whatever a node name holds. Bash, not Python or
+# jq: the batch node runs this before anything the job sets up (modules, a venv, a container),
+# and bash is the one program it can count on; a line that does not parse would be skipped by
+# the reader (slurmgen/jsonl.py), and the attempt it records lost.
+json_string() {
+  local s=$1 c hex i
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\t'/\\t}
+  s=${s//$'\r'/\\r}
+  if [[ $s == *[[:cntrl:]]* ]]; then  # the rarer control characters, as \u00XX
+    for ((i = 1; i < 32; i++)); do
+      printf -v hex %02x "$i"
+      printf -v c %b "\\x$hex"
+      s=${s//"$c"/"\\u00$hex"}
+    done
+  fi
+  json="\"$s\""
+}
 # record EVENT [KEY=VALUE ...]: append one JSON line; whole numbers and null stay bare.
 record() {
-  local line pair value now=${EPOCHREALTIME:-$(date +%s.%N)}
-  printf -v line '{"event": "%s", "job": "%s", "attempt": %d, "time": %s, "host": "%s"' "$1" "$SLURM_JOB_ID" \
-    "$attempt" "${now/,/.}" "${SLURMD_NODENAME:-$HOSTNAME}"  # a locale may write a decimal comma
+  local line pair value json now=${EPOCHREALTIME:-$(date +%s.%N)}
+  json_string "$1"
+  line="{\"event\": $json"
+  json_string "$SLURM_JOB_ID"
+  line+=", \"job\": $json"
+  printf -v value %d "$attempt"
+  line+=", \"attempt\": $value, \"time\": ${now/,/.}"  # a locale may write a decimal comma
+  json_string "${SLURMD_NODENAME:-$HOSTNAME}"
+  line+=", \"host\": $json"
   shift
   for pair in "$@"; do
     value=${pair#*=}
-    if [[ ! $value =~ ^(-?[0-9]+|null)$ ]]; then
-      value=${value//\\/\\\\}
-      value="\"${value//\"/\\\"}\""
+    if [[ ! $value =~ ^(-?(0|[1-9][0-9]*)|null)$ ]]; then  # JSON's own whole numbers: no leading 0
+      json_string "$value"
+      value=$json
     fi
     line+=", \"${pair%%=*}\": $value"
   done
