@@ -12,13 +12,13 @@ from typing import Any, List, Optional
 
 import httpx
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import exitcodes, ports
 from slurmgen.coordinator.models import (
     AgentOrders, AgentReport, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut, WorkerOut,
 )
 from slurmgen.errors import SlurmgenError
 
-DEFAULT_SERVER = "http://127.0.0.1:8470"
+DEFAULT_SERVER = f"http://127.0.0.1:{ports.COORDINATOR_PORT}"
 
 
 class ClientError(SlurmgenError):

@@ -11,12 +11,12 @@ from typing import Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from slurmgen.contract import ports
+
 # Names travel into paths, log file names and environment values, never into a shell; they
 # are still kept to a safe alphabet so every one of them can be shown and typed as is.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-DEFAULT_PORT = 8470
-DEFAULT_MASTER_PORT = 29500
 # The variables the coordinator sets for every rank; a group's env may not override them.
 RESERVED_ENV = (
     "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
@@ -79,7 +79,7 @@ class GroupConfig(_Request):
                                   "default: the first node in alphabetical order")
     master_addr: Optional[str] = Field(None, description="address ranks reach the master at; default: master")
     world_size: Optional[int] = Field(None, ge=1, description="default: the group's worker count")
-    master_port: int = Field(DEFAULT_MASTER_PORT, ge=1, le=65535)
+    master_port: int = Field(ports.DEFAULT_MASTER_PORT, ge=1, le=65535)
     backend: Literal["nccl", "gloo", "auto"] = "nccl"
     argv: List[str] = Field(default_factory=list, description="the command, an argv list (no shell)")
     cwd: Optional[str] = Field(None, description="absolute working directory on every node")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, Mapping, Optional
 
 from slurmgen.contract import exitcodes
+from slurmgen.contract.states import ENDED_WORDS
 
 Order = Literal["start", "stop"]
 RunKey = tuple  # (group, attempt)
@@ -51,7 +52,7 @@ class Outcome:
 
     @property
     def ended(self) -> bool:
-        return self.state in ("succeeded", "failed", "stopped")
+        return self.state in ENDED_WORDS
 
 
 def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int],

@@ -17,15 +17,12 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import exitcodes, ports
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
     from slurmgen.doctor.probe import ProbeOptions
     from slurmgen.launch.ssh.connect import SSHOptions
-
-# Without a port: what run_slurm.sh derives from the job id, or what launch uses over SSH.
-SLURM_PORT_BASE, SLURM_PORT_SPAN, SSH_DEFAULT_PORT = 20000, 10000, 29500
 
 
 def _job_hosts(variable: str = "SLURM_JOB_NODELIST") -> list[str]:
@@ -69,7 +66,7 @@ def register(app: typer.Typer) -> None:
         directory: str = typer.Option(".", "--dir", help="The output directory whose free disk is checked."),
         min_free_gb: float = typer.Option(1.0, "--min-free-gb", help="Less free disk than this in --dir fails."),
         master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host)."),
-        master_port: Optional[int] = typer.Option(None, "--master-port", help="Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job, or 29500)."),
+        master_port: Optional[int] = typer.Option(None, "--master-port", help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT})."),
         port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
         python: Optional[str] = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
         workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
@@ -135,7 +132,7 @@ def _ssh_rows(opts: "ProbeOptions", hosts: Optional[str], hostfile: Optional[Pat
 
     names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
     opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
-                           "master_port": master_port or SSH_DEFAULT_PORT})
+                           "master_port": master_port or ports.DEFAULT_MASTER_PORT})
     return nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
 
 
@@ -150,7 +147,7 @@ def _allocation_rows(opts: "ProbeOptions") -> Optional[list[dict]]:
     names = _job_hosts("SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
     job = int(os.environ["SLURM_JOB_ID"])
     opts = ProbeOptions(**{**opts.__dict__, "master_addr": opts.master_addr or names[0],
-                           "master_port": opts.master_port or SLURM_PORT_BASE + job % SLURM_PORT_SPAN})
+                           "master_port": opts.master_port or ports.job_port(job)})
     return nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
 
 

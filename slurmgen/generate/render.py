@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import __version__, nodelink
-from slurmgen.contract import exitcodes
+from slurmgen.contract import exitcodes, ports
 from slurmgen.jobs import sweep as sweeps
 from slurmgen.launch.protocol import EVENT_TAG
 from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
@@ -28,8 +28,6 @@ if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_t
 SLURM_SCRIPT = "run_slurm.sh"
 LAUNCH_SCRIPT = "launch_multi_node.sh"
 SPEC_FILE = "job.yaml"
-# Without an explicit master_port, launch_multi_node.sh uses torchrun's usual default.
-MANUAL_DEFAULT_PORT = 29500
 
 
 # A source checkout run without installing (`python -m slurmgen` in the repository) has the
@@ -172,7 +170,9 @@ def context(spec: JobSpec) -> dict[str, object]:
         "command": [*_container_prefix(spec), *spec.command],
         "srun_container": _container_srun_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
-        "manual_port": spec.master_port or MANUAL_DEFAULT_PORT,
+        "manual_port": spec.master_port or ports.DEFAULT_MASTER_PORT,
+        "job_port_base": ports.JOB_PORT_BASE,
+        "job_port_span": ports.JOB_PORT_SPAN,
         "event_tag": EVENT_TAG,
         "sweep": [sweeps.task_words(p, spec.sweep_args or sweeps.DEFAULT_ARGS) for p in sweeps.points(spec.sweep)],
         "sweep_file": f"{out}/{sweeps.SWEEP_FILE}",

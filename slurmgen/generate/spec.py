@@ -15,11 +15,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import envvars, exitcodes, ports
+from slurmgen.contract.backends import DEFAULT_BACKEND
 
 from slurmgen.generate import slurm_values
 from slurmgen.generate.hostlist import is_host_name
-from slurmgen.train.logs import HEARTBEAT_DIR_ENV
 from slurmgen.generate.yaml12 import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
@@ -29,7 +29,7 @@ DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 # detection or the requeue. The spec's own fields set them.
 RESERVED_ENV = {
     "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND", HEARTBEAT_DIR_ENV, "SLURMGEN_HEARTBEAT_BASE",
+    "MASTER_ADDR", "MASTER_PORT", envvars.BACKEND, envvars.HEARTBEAT_DIR, envvars.HEARTBEAT_BASE,
     "SLURMGEN_REQUEUE", "SLURMGEN_PREEMPT_SIGNAL", "SLURMGEN_SWEEP_INDEX", "SLURMGEN_SWEEP_FILE",
     "SLURMGEN_ATTEMPT",
 }
@@ -122,8 +122,8 @@ class JobSpec(BaseModel):
     setup: list[str] = Field(default_factory=list, description="Shell lines run before launching (module load, venv).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment for every process (NCCL_* ...).")
     master_addr: str | None = Field(None, description="Rendezvous host; default: the job's first node.")
-    master_port: Port | None = Field(None, description="Rendezvous port; default 20000 + job id % 10000.")
-    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    master_port: Port | None = Field(None, description=f"Rendezvous port; default {ports.JOB_PORT_RULE}.")
+    backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
     launcher: Literal["srun", "torchrun"] = Field("srun", description="run_slurm.sh only: srun (one task per process) or torchrun (one per node).")
     container: Container | None = None
     output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from slurmgen.contract import exitcodes
+from slurmgen.contract.states import RUN_RECORD_WORD
 from . import store
 from .adapters import Adapter
 from .artifact import Artifact
@@ -32,7 +33,7 @@ from .errors import RunStateError, TrackingError
 from .values import METRIC_TYPES, check_choice, check_epoch, check_metrics, check_step
 
 log = logging.getLogger("slurmgen.tracking")
-STATUSES = ("running", "finished", "failed", "preempted")
+STATUSES = tuple(RUN_RECORD_WORD.values())  # running first, then the final ones
 EXIT_PREEMPTED = exitcodes.PREEMPTED  # the bundled trainer's "checkpointed, run me again"
 TOUCH_EVERY = 30.0  # seconds between refreshes of run.json's "updated" while logging
 

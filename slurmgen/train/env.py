@@ -12,7 +12,7 @@ Precedence, first match wins:
                   torchrun calls it GROUP_RANK.
 3. plain srun     SLURM_PROCID and SLURM_NTASKS set by `srun` without the torchrun contract;
                   MASTER_ADDR/PORT from the environment, else the first host of the step's
-                  nodelist and a port derived from the job id (`master_port_for_job`).
+                  nodelist and a port derived from the job id (`contract.ports.job_port`).
 4. single process when nothing is set.
 
 Classic mistakes become `EnvError` with one line naming the variable and its value:
@@ -26,12 +26,9 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-BACKENDS = ("auto", "nccl", "gloo")
-DEFAULT_MASTER_PORT = 29500
-# Same rule the generator uses for its default port: stable for a job (so a requeued job and
-# every node agree without talking) and outside the ephemeral range, where it could collide
-# with some process's outgoing connection.
-JOB_PORT_BASE, JOB_PORT_SPAN = 20000, 10000
+from slurmgen.contract.backends import BACKENDS
+from slurmgen.contract.ports import DEFAULT_MASTER_PORT, job_port
+
 # A trainer started directly in the batch script sees SLURM_PROCID=0 and the job's
 # SLURM_NTASKS (seen on Slurm 22.05) but no SLURM_STEP_ID, which srun sets for every task.
 # Taking that for srun would wait for ranks that were never started. Some versions give the
@@ -82,12 +79,6 @@ class DistEnv:
 
     def describe(self) -> str:
         return " ".join(f"{k}={v}" for k, v in asdict(self).items() if k != "note")
-
-
-def master_port_for_job(job_id: str) -> int:
-    """Default MASTER_PORT for a Slurm job: 20000 + the numeric job id modulo 10000."""
-    digits = re.sub(r"\D", "", job_id) or "0"
-    return JOB_PORT_BASE + int(digits) % JOB_PORT_SPAN
 
 
 def first_host(nodelist: str) -> str:
@@ -247,7 +238,7 @@ def _env_contract(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
 
 def _srun(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
     """Plain srun without the torchrun contract: Slurm's task variables; the master is
-    MASTER_ADDR/PORT, else the step's first host and the job's port (`master_port_for_job`)."""
+    MASTER_ADDR/PORT, else the step's first host and the job's port (`contract.ports.job_port`)."""
     rank = _int(env, "SLURM_PROCID")
     world = _int(env, "SLURM_STEP_NUM_TASKS", None) or _int(env, "SLURM_NTASKS")
     local_rank = flags.local_rank if flags.local_rank is not None else _int(env, "SLURM_LOCALID", 0)
@@ -267,7 +258,7 @@ def _srun(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
     port = flags.master_port or _int(env, "MASTER_PORT", None)
     if port is None:
         job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-        port = master_port_for_job(job) if job else DEFAULT_MASTER_PORT
+        port = job_port(job) if job else DEFAULT_MASTER_PORT
     assert rank is not None and world is not None  # for type checkers
     return _Found("srun", rank, world, local_rank, local_world, node_rank, addr, port)
 

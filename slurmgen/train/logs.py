@@ -8,7 +8,7 @@
 - heartbeats (`Heartbeat`): each rank rewrites DIR/rank-NNNNN.json = {"rank", "step", "time",
   "pid", "host", "status"} atomically, at most every --heartbeat-every seconds and at every
   status change. DIR is $SLURMGEN_HEARTBEAT_DIR when a launcher sets it (a node-local
-  directory that the launcher's watcher reads: see `HEARTBEAT_DIR_ENV`). Otherwise DIR is
+  directory that the launcher's watcher reads: see `contract.envvars.HEARTBEAT_DIR`). Otherwise DIR is
   private to the run on the node's tmpfs (`node_local_dir`), and each node's local rank 0
   copies its node's records into OUT_DIR/heartbeats/node-HOST-NODE_RANK.json every 5 heartbeats
   and at the end: a shared file system sees one write per node every few seconds instead of
@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from slurmgen.contract import envvars, states
 
 LOGGER = "slurmgen.train"
 
@@ -91,12 +93,11 @@ def _atomic_write_text(path: Path, text: str) -> None:
 # The heartbeat contract between a launcher (or watcher) and any program it starts: when the
 # launcher sets this variable, rank R writes DIR/rank-%05d.json there (the format above); a
 # program that writes none is never judged hung.
-HEARTBEAT_DIR_ENV = "SLURMGEN_HEARTBEAT_DIR"
 
 
 # The node summary is rewritten every this many heartbeat periods (and at the end).
 SUMMARY_EVERY_BEATS = 5
-FINAL_STATUSES = ("done", "preempted", "failed")
+FINAL_STATUSES = frozenset(states.HEARTBEAT_WORD[s] for s in states.ENDED if s in states.HEARTBEAT_WORD)
 
 
 def node_local_dir(out_dir: str | os.PathLike[str], node_rank: int, environ: Mapping[str, str]) -> Path:
@@ -145,7 +146,7 @@ class Heartbeat:
 
     def __init__(self, out_dir: str | os.PathLike[str], rank: int, every: float, local_rank: int = 0, node_rank: int = 0,
                  environ: Mapping[str, str] = os.environ):
-        chosen = environ.get(HEARTBEAT_DIR_ENV)
+        chosen = environ.get(envvars.HEARTBEAT_DIR)
         self.dir = Path(chosen) if chosen else node_local_dir(out_dir, node_rank, environ)
         # Without a launcher's watcher the run directory is the only place anyone looks.
         summarise = not chosen and local_rank == 0

@@ -2,13 +2,13 @@
 
 import pytest
 
+from slurmgen.contract.ports import job_port
 from slurmgen.train.env import (
     DistEnv,
     EnvError,
     LaunchFlags,
     detect,
     first_host,
-    master_port_for_job,
     resolve_backend,
     tasks_on_node,
 )
@@ -116,10 +116,10 @@ def test_tasks_on_node():
         tasks_on_node("two", 0)
 
 
-def test_master_port_for_job_is_stable_and_in_range():
-    assert master_port_for_job("123456") == 20000 + 3456
-    assert master_port_for_job("77_3") == master_port_for_job("773")  # array job ids
-    assert all(20000 <= master_port_for_job(str(j)) < 30000 for j in range(0, 100000, 997))
+def test_job_port_is_stable_and_in_range():
+    assert job_port("123456") == 20000 + 3456
+    assert job_port("77_3") == job_port("773")  # array job ids
+    assert all(20000 <= job_port(str(j)) < 30000 for j in range(0, 100000, 997))
 
 
 def test_resolve_backend():

@@ -8,7 +8,8 @@ import time
 
 from slurmgen.contract import exitcodes
 from slurmgen.train import logs
-from slurmgen.train.logs import HEARTBEAT_DIR_ENV, Heartbeat, node_local_dir, read_heartbeats
+from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV
+from slurmgen.train.logs import Heartbeat, node_local_dir, read_heartbeats
 
 
 def test_heartbeat_goes_to_the_launchers_directory_when_it_names_one(tmp_path, monkeypatch):

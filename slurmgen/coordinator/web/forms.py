@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import Any, Iterable, Mapping
 
+from slurmgen.contract.ports import DEFAULT_MASTER_PORT
+
 FIELDS = ("master", "world_size", "master_port", "backend", "command", "workdir", "env")
 # API field -> form field, for the server's messages.
 _API_FIELD = {"master": "master", "master_addr": "master", "world_size": "world_size",
@@ -34,7 +36,7 @@ def form_from_config(config: Mapping[str, Any]) -> dict[str, str]:
     return {
         "master": config.get("master_addr") or config.get("master") or "",
         "world_size": "" if config.get("world_size") is None else str(config["world_size"]),
-        "master_port": str(config.get("master_port") or 29500),
+        "master_port": str(config.get("master_port") or DEFAULT_MASTER_PORT),
         "backend": config.get("backend") or "nccl",
         "command": shlex.join(config.get("argv") or []),
         "workdir": config.get("cwd") or "",
@@ -75,7 +77,7 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
         body["master_addr"] = master
     body["world_size"] = _whole_number("world_size", form.get("world_size", ""), errors)
     port = _whole_number("master_port", form.get("master_port", ""), errors)
-    body["master_port"] = 29500 if port is None else port
+    body["master_port"] = DEFAULT_MASTER_PORT if port is None else port
     body["backend"] = form.get("backend", "nccl").strip() or "nccl"
     try:
         body["argv"] = shlex.split(form.get("command", ""))

@@ -15,6 +15,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
+from slurmgen.contract.backends import BACKENDS
+from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 from slurmgen.coordinator.models import GroupConfig, split_worker_name
 from slurmgen.coordinator.ranks import plan_ranks
 from slurmgen.errors import SlurmgenError
@@ -116,7 +118,7 @@ async def group_page(request: Request, name: str) -> Response:
 
 def _settings_context(group: dict[str, Any], form: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:
     return {"group": group, "form": form, "errors": errors, "nodes": group["nodes"],
-            "preview": preview_of(group, form)}
+            "preview": preview_of(group, form), "backends": BACKENDS, "default_port": DEFAULT_MASTER_PORT}
 
 
 def preview_of(group: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:

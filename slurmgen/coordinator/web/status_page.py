@@ -17,12 +17,12 @@ from typing import Any, Mapping
 
 from fastapi import FastAPI
 
+from slurmgen.contract.states import ENDED_WORDS
 from slurmgen.tracking.store import write_text_atomic
 
 from . import api, records, views
 from .render import environment
 
-ENDED = ("succeeded", "failed", "stopped")
 POLL_SECONDS = 1.0
 WIDTH, HEIGHT, PAD = 560, 200, 36
 COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2")
@@ -80,7 +80,7 @@ async def _watch_loop(app: FastAPI) -> None:
         try:
             for g in await api.get(app, "/api/groups"):
                 key = (g["name"], g.get("attempt") or 0)
-                if g["state"] in ENDED and key[1] and key not in done:
+                if g["state"] in ENDED_WORDS and key[1] and key not in done:
                     done.add(key)
                     log.info("wrote %s", await write_for(app, g["name"]))
         except Exception:  # the page's extra must never take the coordinator down

@@ -11,6 +11,8 @@ import hashlib
 import time
 from typing import Any, Iterable, Mapping
 
+from slurmgen.contract.ports import DEFAULT_MASTER_PORT
+
 # A worker's agent heartbeats every second or so: amber after a few missed beats, red when
 # the server is about to (or did) declare it lost.
 HEARTBEAT_LATE = 5.0
@@ -57,7 +59,7 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     return {
         "name": g["name"], "dom_id": dom_id("g", g["name"]), "state": state,
         "world_size": config.get("world_size") or g.get("members", len(members)),
-        "master": master, "port": config.get("master_port", 29500), "backend": config.get("backend", "nccl"),
+        "master": master, "port": config.get("master_port", DEFAULT_MASTER_PORT), "backend": config.get("backend", "nccl"),
         "attempt": f"{attempt} of {tries}", "reason": g.get("reason"),
         "workers": members, "nodes": nodes, "config": config,
     }

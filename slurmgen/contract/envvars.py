@@ -1,0 +1,92 @@
+"""Every `SLURMGEN_*` environment variable: its name, the part of slurmgen that owns it, what it means.
+
+One table, so that a name is spelt once (code takes the constant, templates are handed it),
+the reference page is generated from it, and a test can find a variable used anywhere that is
+not declared here. "Owner" is the part that sets the variable or, for a setting a user gives,
+the part that reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    owner: str
+    meaning: str
+    user: bool = False  # a setting people give (True) or one slurmgen passes between its own parts
+
+
+_VARS = (
+    # What every rank sees, whichever launcher started it.
+    Var("SLURMGEN_BACKEND", "generated scripts, launch, coordinator",
+        "The torch.distributed backend the job asked for (auto, nccl, gloo); the trainer's --backend default."),
+    Var("SLURMGEN_HEARTBEAT_DIR", "every launcher",
+        "Directory where each rank writes its heartbeat file (the heartbeat protocol); unset: no heartbeats."),
+    Var("SLURMGEN_HEARTBEAT_BASE", "run_slurm.sh",
+        "Per-attempt parent of the nodes' heartbeat directories in a Slurm job."),
+    Var("SLURMGEN_GROUP", "every launcher (tracking reads it)",
+        "Run group of a job's run records (slurm-<id>, launch-<id>, the coordinator group's name).", user=True),
+    Var("SLURMGEN_JOB_TYPE", "tracking", "Template of a run record's job type, e.g. node_{node}_rank_{rank}.", user=True),
+    Var("SLURMGEN_RUN_NAME", "tracking", "Name of the run record (default: the trainer's output directory).", user=True),
+    Var("SLURMGEN_DESCRIPTION", "tracking", "Free text stored in the run record.", user=True),
+    Var("SLURMGEN_TRACK", "train", "Which ranks keep run records: rank0, per-process or off.", user=True),
+    Var("SLURMGEN_TRACKERS", "tracking", "Comma-separated tracker adapters to mirror run records to.", user=True),
+    Var("SLURMGEN_ATTEMPT", "launch, run_slurm.sh", "Number of this attempt of the job (restarts and requeues count)."),
+    Var("SLURMGEN_LAUNCH_ID", "launch", "Id of one `slurmgen launch` run, shared by all its nodes."),
+    # The Slurm job's script and the trainer.
+    Var("SLURMGEN_REQUEUE", "run_slurm.sh (train reads it)",
+        "1/0: whether the trainer asks Slurm to requeue the job on the time-limit warning signal."),
+    Var("SLURMGEN_PREEMPT_SIGNAL", "run_slurm.sh (train reads it)",
+        "The time-limit warning signal (USR2 or USR1) the trainer checkpoints and requeues on."),
+    Var("SLURMGEN_SWEEP_INDEX", "run_slurm.sh", "This array task's row of the sweep grid."),
+    Var("SLURMGEN_SWEEP_FILE", "run_slurm.sh", "The sweep grid file (JSON Lines), relative to SLURM_SUBMIT_DIR."),
+    # launch_multi_node.sh and the SSH launcher's node bootstrap.
+    Var("SLURMGEN_LOG_DIR", "launch_multi_node.sh", "Where per-rank logs go (default: the spec's log_dir).", user=True),
+    Var("SLURMGEN_RANK_OFFSET", "launch, launch_multi_node.sh", "First RANK on this node when nodes differ in size."),
+    Var("SLURMGEN_WORLD_SIZE", "launch, launch_multi_node.sh", "WORLD_SIZE when nodes differ in size."),
+    Var("SLURMGEN_STOP_GRACE", "launch_multi_node.sh",
+        "Seconds between TERM and KILL when the node stops its ranks (default 30).", user=True),
+    Var("SLURMGEN_FAIL_GRACE", "launch_multi_node.sh",
+        "Seconds a failed rank's peers get to exit on their own before they are stopped.", user=True),
+    Var("SLURMGEN_START_TIMEOUT", "launch_multi_node.sh",
+        "Seconds the master waits for every node to join the link (default 300).", user=True),
+    Var("SLURMGEN_LINK", "launch_multi_node.sh", "on/off: the node link that stops every node when one fails.", user=True),
+    Var("SLURMGEN_LINK_PORT", "launch_multi_node.sh", "TCP port of the node link (default MASTER_PORT + 1).", user=True),
+    Var("SLURMGEN_LINK_TOKEN", "launch_multi_node.sh", "Shared secret of the node link; the same on every node.", user=True),
+    Var("SLURMGEN_PYTHON", "launch_multi_node.sh", "Python 3.8+ that runs the node link agent.", user=True),
+    Var("SLURMGEN_EVENT_FD", "launch", "File descriptor on which a node reports rank events to `slurmgen launch`."),
+    # Commands run by people.
+    Var("SLURMGEN_REGISTRY", "jobs", "The SQLite registry of submitted runs (default ~/.local/state/slurmgen/jobs.sqlite).",
+        user=True),
+    Var("SLURMGEN_SERVER", "coordinator", "URL of `slurmgen serve` for agents and `slurmgen group`.", user=True),
+    Var("SLURMGEN_TOKEN", "coordinator", "The coordinator's access token.", user=True),
+    Var("SLURMGEN_DOCTOR_PORT_TIMEOUT", "doctor", "Seconds every node has to reach MASTER_PORT in the preflight.", user=True),
+    # Internal to one part.
+    Var("SLURMGEN_TRAIN_SPAWNED", "train", "Set in the processes `python -m slurmgen.train --nproc N` spawns itself."),
+    Var("SLURMGEN_TRAIN_FAULT", "train", "Test hook: a named fault injected into checkpoint writes."),
+)
+VARS: dict[str, Var] = {v.name: v for v in _VARS}
+
+BACKEND = "SLURMGEN_BACKEND"
+HEARTBEAT_DIR = "SLURMGEN_HEARTBEAT_DIR"
+HEARTBEAT_BASE = "SLURMGEN_HEARTBEAT_BASE"
+GROUP = "SLURMGEN_GROUP"
+JOB_TYPE = "SLURMGEN_JOB_TYPE"
+RUN_NAME = "SLURMGEN_RUN_NAME"
+DESCRIPTION = "SLURMGEN_DESCRIPTION"
+TRACK = "SLURMGEN_TRACK"
+TRACKERS = "SLURMGEN_TRACKERS"
+ATTEMPT = "SLURMGEN_ATTEMPT"
+LAUNCH_ID = "SLURMGEN_LAUNCH_ID"
+REQUEUE = "SLURMGEN_REQUEUE"
+PREEMPT_SIGNAL = "SLURMGEN_PREEMPT_SIGNAL"
+SWEEP_INDEX = "SLURMGEN_SWEEP_INDEX"
+SWEEP_FILE = "SLURMGEN_SWEEP_FILE"
+REGISTRY = "SLURMGEN_REGISTRY"
+SERVER = "SLURMGEN_SERVER"
+TOKEN = "SLURMGEN_TOKEN"
+TRAIN_SPAWNED = "SLURMGEN_TRAIN_SPAWNED"
+TRAIN_FAULT = "SLURMGEN_TRAIN_FAULT"

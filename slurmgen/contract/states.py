@@ -1,0 +1,52 @@
+"""One vocabulary of states for a run, its attempts and its ranks, and the words outside formats use.
+
+Inside slurmgen a run that ended well is `SUCCEEDED`, whatever started it. Some stored or
+public formats already spell states their own way and keep doing so, because files written by
+earlier versions and programs that speak the heartbeat protocol must stay readable: a heartbeat
+says `done`, a run record says `finished`. The mappings below are the only place where those
+words meet the vocabulary.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class State(str, Enum):
+    IDLE = "idle"            # a coordinator group with nothing to run
+    PENDING = "pending"      # waiting for an allocation (Slurm) or to be started
+    STARTING = "starting"    # processes being started, rendezvous not yet done
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # every rank exited 0
+    FAILED = "failed"        # a rank failed, hung or its node was lost: the first failure says which
+    PREEMPTED = "preempted"  # stopped by a signal after a checkpoint; resumable
+    STOPPED = "stopped"      # stopped on request (cancel, stop)
+    LOST = "lost"            # a worker or node that stopped answering
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ENDED = frozenset({State.SUCCEEDED, State.FAILED, State.PREEMPTED, State.STOPPED})
+ACTIVE = frozenset({State.STARTING, State.RUNNING})
+ENDED_WORDS = frozenset(s.value for s in ENDED)  # for code that holds states as plain strings (SQLite, JSON)
+
+# The heartbeat protocol's `status` field (any program may write it; see train/logs.py).
+HEARTBEAT_WORD = {State.STARTING: "starting", State.RUNNING: "running", State.SUCCEEDED: "done",
+                  State.PREEMPTED: "preempted", State.FAILED: "failed"}
+# A run record's `status` (tracking/run.py; stored files of earlier versions say the same).
+RUN_RECORD_WORD = {State.RUNNING: "running", State.SUCCEEDED: "finished", State.FAILED: "failed",
+                   State.PREEMPTED: "preempted"}
+
+
+def from_heartbeat(word: str) -> State | None:
+    """The state a heartbeat's status word means; None for a word the protocol does not define."""
+    return _HEARTBEAT_STATE.get(word)
+
+
+def from_run_record(word: str) -> State | None:
+    return _RUN_RECORD_STATE.get(word)
+
+
+_HEARTBEAT_STATE = {w: s for s, w in HEARTBEAT_WORD.items()}
+_RUN_RECORD_STATE = {w: s for s, w in RUN_RECORD_WORD.items()}
