@@ -129,13 +129,23 @@ fi
 # Each process runs under this wrapper: a process that fails on its own (not stopped by a
 # signal) leaves one 'slurmgen-exit:' line naming its rank, node, Slurm task and code. srun then
 # stops the others, and the step's own code is theirs (143); the job exits with the first one's.
+# Under torchrun srun's label is the node's task, not a rank: each worker puts "[rank R] " before
+# its own lines (stdout and stderr apart), which `slurmgen logs --rank R` reads. The labellers
+# ignore the stop signals, so that a stopped rank's last words still reach the log.
 # shellcheck disable=SC2016  # expanded by the wrapper's bash
 rank_wrapper='
   stopped=0
   trap "stopped=1" INT TERM  # stopped with the rest: not the cause
   trap : USR2                # the program handles the requeue warning; the wrapper waits
-  "$@"
+  exec 3>&1 4>&2
+  exec > >(trap "" INT TERM USR2; exec sed -u "s/^/[rank $RANK] /")
+  out_labels=$!
+  exec 2> >(trap "" INT TERM USR2; exec sed -u "s/^/[rank $RANK] /" >&4)
+  err_labels=$!
+  "$@" 3>&- 4>&-
   code=$?
+  exec >&3 2>&4 3>&- 4>&-
+  wait "$out_labels" "$err_labels" 2>/dev/null
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
     printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \
