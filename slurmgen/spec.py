@@ -315,6 +315,15 @@ class JobSpec(BaseModel):
             raise ValueError(f"array: {self.array!r} caps a sweep's tasks; without a sweep give indices, e.g. 0-15{self.array}")
         return self
 
+    @model_validator(mode="after")
+    def _command_placeholders(self) -> "JobSpec":
+        from slurmgen.jobs.sweep import placeholder_problem, points
+
+        problem = placeholder_problem(self.command, points(self.sweep))
+        if problem:
+            raise ValueError(problem)
+        return self
+
     @field_validator("retry_on", mode="before")
     @classmethod
     def _retry_on(cls, v: object) -> object:
