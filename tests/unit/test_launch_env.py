@@ -94,6 +94,21 @@ def test_launch_multi_node_ranks_get_omp_threads_unless_the_user_set_them(tmp_pa
     assert omp_seen(result.stdout) == {0: seen, 1: seen}
 
 
+@pytest.mark.parametrize("forwarded, seen", [({}, {0: "1", 1: "1", 2: "unset"}),
+                                             ({"OMP_NUM_THREADS": "4"}, {0: "4", 1: "4", 2: "4"})])
+def test_slurmgen_launch_ranks_get_omp_threads_unless_the_user_set_them(tmp_path, monkeypatch, forwarded, seen):
+    """`slurmgen launch` runs launch_multi_node.sh on each node: host h0 runs two ranks (1 thread
+    each), h1 one (the OpenMP default); OMP_NUM_THREADS forwarded from the user's shell wins."""
+    from test_launch_run import run
+    from test_launch_local import local_plan
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    code, out, err = run(local_plan(tmp_path, SHOW_OMP, slots=(2, 1), env=forwarded))
+    assert code == 0, err
+    assert omp_seen(out) == seen
+
+
 def test_the_coordinator_agent_gives_its_ranks_omp_threads_unless_the_group_set_them(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
