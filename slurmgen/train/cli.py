@@ -105,7 +105,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("run")
     g.add_argument("--out-dir", default=default_out, help="run directory (default: runs/job-$SLURM_JOB_ID under Slurm, "
-                   "runs/job-$SLURM_ARRAY_JOB_ID_$SLURM_ARRAY_TASK_ID in an array task, else %(default)s)")
+                   "runs/job-<array job id>_<task> in an array task, else %(default)s)")
     g.add_argument("--max-steps", type=pos, help=f"optimizer steps to train (default {100} unless --epochs)")
     g.add_argument("--epochs", type=pos, help="passes over the training set (instead of --max-steps)")
     g.add_argument("--seed", type=nonneg, default=d.seed, help="seed of data order, init and dropout (default %(default)s)")
