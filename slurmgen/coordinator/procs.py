@@ -23,6 +23,7 @@ from typing import Optional
 
 from slurmgen.coordinator import watchdog
 from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
+from slurmgen.omp import default_omp_threads
 
 MAX_LINE = 4096
 QUEUE_LINES = 5000
@@ -133,6 +134,10 @@ class Procs:
         run_dir.mkdir(parents=True, exist_ok=True)
         hb_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **order.env, "SLURMGEN_HEARTBEAT_DIR": str(hb_dir)}
+        ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
+        threads = default_omp_threads(env, ranks_here, ranks_here)
+        if threads is not None:
+            env["OMP_NUM_THREADS"] = threads
         slot.order, slot.exit_code, slot.kill_at, slot.proc = order, None, None, None
         slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
         log = open(run_dir / f"rank-{order.rank}.log", "ab")

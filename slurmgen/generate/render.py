@@ -174,7 +174,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "job_port_base": ports.JOB_PORT_BASE,
         "job_port_span": ports.JOB_PORT_SPAN,
         "event_tag": EVENT_TAG,
-        "sweep": [sweeps.task_words(p, spec.sweep_args or sweeps.DEFAULT_ARGS) for p in sweeps.points(spec.sweep)],
+        **_sweep(spec),
         "sweep_file": f"{out}/{sweeps.SWEEP_FILE}",
         "torchrun_python": runs_python(spec),
         # In the task script, "$1" is the program (see run_slurm.sh.j2).
@@ -182,6 +182,17 @@ def context(spec: JobSpec) -> dict[str, object]:
         "heal": _heal(spec),
         **_link_context(),
     }
+
+
+def _sweep(spec: JobSpec) -> dict[str, object]:
+    """Per array task, the words it appends to the command; or, when the command names `{task}`
+    or `{sweep.KEY}`, its whole command filled with its own values (`sweep_fills`)."""
+    fills = sweeps.has_placeholders(spec.command)
+    tasks = []
+    for task, point in enumerate(sweeps.points(spec.sweep)):
+        args = sweeps.task_words(point, spec.sweep_args or sweeps.DEFAULT_ARGS)
+        tasks.append([*_container_prefix(spec), *sweeps.fill(spec.command, point, task), *args] if fills else args)
+    return {"sweep": tasks, "sweep_fills": fills}
 
 
 def _link_context() -> dict[str, object]:

@@ -132,7 +132,7 @@ class JobSpec(BaseModel):
     signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that preempt_signal arrives.")
     preempt_signal: Literal["USR2", "USR1"] = Field(
         "USR2", description="The signal Slurm sends before the time limit (USR2: NCCL may use USR1); the trainer is told.")
-    command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs.")
+    command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), description="The program every process runs; in a sweep, {task} and {sweep.KEY} in it are filled per array task.")
     array: str | None = Field(None, description="sbatch --array, e.g. 0-15%4; with a sweep only %N (a cap on tasks at once).")
     sweep: dict[str, list[SweepValue]] | list[dict[str, SweepValue]] | None = Field(
         None, description="Parameters: a grid {key: [values]} or a list of points; one array task per point.")
@@ -315,6 +315,15 @@ class JobSpec(BaseModel):
             raise ValueError(f"array: with a sweep, give only %N to cap the tasks running at once; the indices come from the sweep (got {self.array!r})")
         if self.sweep is None and self.array is not None and LIMIT.match(self.array):
             raise ValueError(f"array: {self.array!r} caps a sweep's tasks; without a sweep give indices, e.g. 0-15{self.array}")
+        return self
+
+    @model_validator(mode="after")
+    def _command_placeholders(self) -> "JobSpec":
+        from slurmgen.jobs.sweep import placeholder_problem, points
+
+        problem = placeholder_problem(self.command, points(self.sweep))
+        if problem:
+            raise ValueError(problem)
         return self
 
     @field_validator("retry_on", mode="before")

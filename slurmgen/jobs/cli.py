@@ -187,7 +187,7 @@ def status(job: Optional[str] = typer.Argument(None, help="Job id, ID_N, job nam
 
 
 def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),
-         rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines (srun task id)."),
+         rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines."),
          node: Optional[str] = typer.Option(None, "--node", help="Only the ranks on this node (index or name)."),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
          tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
@@ -207,20 +207,22 @@ def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output d
 def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[int], node: Optional[str],
                 follow: bool, tail: Optional[int], as_json: bool) -> None:
     from slurmgen.jobs import commands
-    from slurmgen.jobs.logs import follow as follow_lines, format_line, last, log_path, select_lines, tail as tail_lines
+    from slurmgen.jobs.logs import check_rank, follow as follow_lines, format_line, last, log_path, select_lines, tail as tail_lines
 
     if record.info.get("array") and task is None:
         raise SlurmgenError(f"job: {record.job_id} is an array; name one task as {record.job_id}_N")
-    if rank is not None and record.info.get("launcher") == "torchrun":
-        raise SlurmgenError(f"rank: job {record.job_id} runs one torchrun agent per node, so its log is split by node",
-                            hint="use --node N")
-    tasks = {rank} if rank is not None else commands.node_tasks(runner, record, task, node) if node is not None else None
+    if rank is not None:
+        check_rank(record, rank)
+    torchrun = record.info.get("launcher") == "torchrun"
+    tasks = commands.node_tasks(runner, record, task, node) if node is not None else None
+    ranks = {rank} if rank is not None else None
     path = log_path(record, task)
     colour = sys.stdout.isatty() and not as_json
 
-    def emit(selected: list[tuple[Optional[int], str]]) -> None:
-        for t, text in selected:
-            typer.echo(json.dumps({"rank": t, "line": text}) if as_json else format_line(t, text, colour))
+    def emit(selected: list[Any]) -> None:
+        for line in selected:
+            typer.echo(json.dumps({"rank": line.rank, "task": line.task, "line": line.text}) if as_json
+                       else format_line(line, colour))
 
     data = runner.read(path)
     if follow:
@@ -229,15 +231,15 @@ def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[in
             mine = [j for j in jobs if task is None or j.array_task == task]
             return not mine or all(j.ended for j in mine)
         # Like `tail -n N -f`: the last N lines already there (without --tail: all), then what follows.
-        selected, offset = tail_lines(data, tasks, tail)
+        selected, offset = tail_lines(data, tasks, tail, ranks, torchrun)
         emit(selected)
         for line in follow_lines(lambda at: runner.read(path, at), ended, offset=offset):
-            emit(select_lines([line], tasks))
+            emit(select_lines([line], tasks, ranks, torchrun))
         return
     if data is None:
         raise SlurmgenError(f"logs: no log yet at {path}" + (f" on {record.remote}" if record.remote else ""),
                             hint="a pending job has written nothing; `slurmgen status` says why it waits", exit_code=1)
-    emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks), tail))
+    emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks, ranks, torchrun), tail))
 
 
 def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),

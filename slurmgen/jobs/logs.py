@@ -1,5 +1,9 @@
 """A job's log split by rank: srun --label puts `TASK: ` before every line of every task.
 
+Under srun a task is a rank. Under torchrun a task is a node's agent; each of its workers puts
+`[rank R] ` before its own lines (see run_slurm.sh.j2), so ` 1: [rank 3] text` is rank 3's line
+and an untagged ` 1: text` is the agent's, shown as `[node 1]`.
+
 `select_lines` and `tail` are pure; `follow` polls the file (here or over SSH) from an offset
 and stops when the job has ended and the last bytes are read. `--follow --tail N` is `tail`
 of what is there, then `follow` from where it stopped, as `tail -n N -f` does.
@@ -7,14 +11,27 @@ of what is there, then `follow` from where it stopped, as `tail -n N -f` does.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import PurePosixPath
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
+from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import split_label
 
 POLL = 0.5
+# What a torchrun worker puts before each of its lines (run_slurm.sh.j2 writes the same form).
+RANK_TAG = re.compile(r"^\[rank (\d+)\] (.*)$", re.S)
+
+
+class Line(NamedTuple):
+    """One log line: its srun task (None: the batch shell), the rank that printed it (None: the
+    batch shell or a torchrun agent) and its text without the labels."""
+
+    task: int | None
+    rank: int | None
+    text: str
 
 
 def log_path(record: JobRecord, task: str | None) -> str:
@@ -32,35 +49,54 @@ def tasks_on_node(node_index: int, per_node: int, launcher: str) -> set[int]:
     return set(range(node_index * per_node, (node_index + 1) * per_node))
 
 
-def select_lines(lines: Sequence[str], tasks: set[int] | None) -> list[tuple[int | None, str]]:
-    """(task, text) for each line, only those of `tasks` when given (None: all, batch lines too)."""
+def check_rank(record: JobRecord, rank: int) -> None:
+    """`--rank R` must name one of the job's ranks: a rank beyond them has no lines to show."""
+    world = int(record.info.get("nodes", 1)) * int(record.info.get("gpus", 1))
+    if rank >= world:
+        raise SlurmgenError(f"rank: job {record.job_id} has ranks 0-{world - 1} (got {rank})")
+
+
+def split_line(line: str, torchrun: bool = False) -> Line:
+    """The task, rank and text of one log line (see the module's docstring)."""
+    task, text = split_label(line)
+    if task is None or not torchrun:
+        return Line(task, task, text)
+    tagged = RANK_TAG.match(text)
+    return Line(task, int(tagged.group(1)), tagged.group(2)) if tagged else Line(task, None, text)
+
+
+def select_lines(lines: Sequence[str], tasks: set[int] | None, ranks: set[int] | None = None,
+                 torchrun: bool = False) -> list[Line]:
+    """The lines of `tasks` and of `ranks` when given (None: all, batch lines too)."""
     out = []
-    for line in lines:
-        task, text = split_label(line)
-        if tasks is None or task in tasks:
-            out.append((task, text))
+    for raw in lines:
+        line = split_line(raw, torchrun)
+        if (tasks is None or line.task in tasks) and (ranks is None or line.rank in ranks):
+            out.append(line)
     return out
 
 
-def format_line(task: int | None, text: str, colour: bool) -> str:
-    if task is None:
-        return text
-    label = f"[rank {task}]"
+def format_line(line: Line, colour: bool) -> str:
+    """`[rank R] text`, `[node N] text` for a torchrun agent's own line, the text of a batch line."""
+    if line.task is None:
+        return line.text
+    label, number = (f"[rank {line.rank}]", line.rank) if line.rank is not None else (f"[node {line.task}]", line.task)
     if colour:
-        label = f"\x1b[{31 + task % 6}m{label}\x1b[0m"
-    return f"{label} {text}"
+        label = f"\x1b[{31 + number % 6}m{label}\x1b[0m"
+    return f"{label} {line.text}"
 
 
-def tail(data: bytes | None, tasks: set[int] | None, count: int | None) -> tuple[list[tuple[int | None, str]], int]:
+def tail(data: bytes | None, tasks: set[int] | None, count: int | None, ranks: set[int] | None = None,
+         torchrun: bool = False) -> tuple[list[Line], int]:
     """The last `count` selected complete lines of `data` (all when None), and the offset after them.
 
     A last line without its newline yet is left for `follow`, which prints it once complete."""
     data = data or b""
     end = data.rfind(b"\n") + 1
-    return last(select_lines(data[:end].decode(errors="replace").splitlines(), tasks), count), end
+    return last(select_lines(data[:end].decode(errors="replace").splitlines(), tasks, ranks, torchrun), count), end
 
 
-def last(lines: list[tuple[int | None, str]], count: int | None) -> list[tuple[int | None, str]]:
+def last(lines: list[Line], count: int | None) -> list[Line]:
     """The last `count` lines (`--tail N`; 0 gives none), or all when `count` is None."""
     return lines if count is None else lines[len(lines) - count:] if count else []
 

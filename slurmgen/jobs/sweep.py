@@ -4,6 +4,10 @@ Row N of `points(spec)` is what array task N runs with; `task_words` turns a row
 words appended to the command (`--key value` by default, or any per-parameter template such
 as `{key}={value}` for Hydra-style overrides). Words are substituted one by one, never
 re-split, so a value with spaces or quotes reaches the program as one argument.
+
+The command itself may name `{task}` (the array task's index) and `{sweep.KEY}` (its value of
+parameter KEY), e.g. `--out-dir runs/x/{task}`: `fill` gives each task its own words, so tasks
+need not share an output directory. Filled at render time, each word then quoted whole.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ Scalar = Union[str, int, float, bool]
 SWEEP_FILE = "sweep.jsonl"
 DEFAULT_ARGS = "--{key} {value}"
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+# `{task}` or `{sweep.KEY}` inside a word of the command.
+PLACEHOLDER = re.compile(r"\{(task|sweep\.([^{}]*))\}")
 LIMIT = re.compile(r"^%([1-9][0-9]*)$")
 # sbatch's --array grammar: indices, ranges with an optional :step, and one %limit at the end.
 ARRAY = re.compile(r"^[0-9]+(-[0-9]+(:[0-9]+)?)?(,[0-9]+(-[0-9]+(:[0-9]+)?)?)*(%[1-9][0-9]*)?$")
@@ -35,13 +41,44 @@ def points(sweep: Mapping[str, Sequence[Scalar]] | Sequence[Mapping[str, Scalar]
     return [dict(p) for p in sweep]
 
 
+def _text(value: Scalar) -> str:
+    """A value as the program reads it: true/false for booleans, as written otherwise."""
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
 def task_words(point: Mapping[str, Scalar], template: str = DEFAULT_ARGS) -> list[str]:
     """The command-line words of one point: the template applied to each parameter in order."""
     out: list[str] = []
     for key, value in point.items():
-        text = json.dumps(value) if isinstance(value, bool) else str(value)
-        out += [w.replace("{key}", key).replace("{value}", text) for w in template.split()]
+        out += [w.replace("{key}", key).replace("{value}", _text(value)) for w in template.split()]
     return out
+
+
+def has_placeholders(command: Sequence[str]) -> bool:
+    return any(PLACEHOLDER.search(word) for word in command)
+
+
+def fill(command: Sequence[str], point: Mapping[str, Scalar], task: int) -> list[str]:
+    """The command of array task `task`: each `{task}` and `{sweep.KEY}` replaced by its value
+    (in one pass: a value that holds a placeholder is not filled again)."""
+    def value(m: re.Match[str]) -> str:
+        return str(task) if m.group(2) is None else _text(point[m.group(2)])
+    return [PLACEHOLDER.sub(value, word) for word in command]
+
+
+def placeholder_problem(command: Sequence[str], rows: Sequence[Mapping[str, Scalar]]) -> str | None:
+    """Why `command`'s placeholders cannot be filled for `rows` (the sweep's points), or None."""
+    found = [m for word in command for m in PLACEHOLDER.finditer(word)]
+    if found and not rows:
+        return (f"command: {found[0].group(0)} is filled per task of a sweep, and this job has no sweep "
+                "(give --sweep or --sweep-file, or read SLURM_ARRAY_TASK_ID in the program)")
+    for m in found:
+        missing = [i for i, row in enumerate(rows) if m.group(2) is not None and m.group(2) not in row]
+        if missing:
+            names = ", ".join(dict.fromkeys(k for row in rows for k in row))
+            return (f"command: {m.group(0)} names no parameter of sweep point {missing[0]} "
+                    f"(expected {{task}} or {{sweep.KEY}} with KEY one of: {names})")
+    return None
 
 
 def array_option(n_points: int, array: str | None) -> str:

@@ -87,14 +87,25 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def default_out_dir(environ: Mapping[str, str]) -> str:
+    """Where a run writes without --out-dir: one directory per Slurm job, named as its log is
+    (%A_%a for an array task, so the tasks of a sweep never resume each other's checkpoints;
+    a requeued job keeps its id and so resumes its own), else TrainConfig's default."""
+    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"runs/job-{array}_{task}"
+    return f"runs/job-{environ['SLURM_JOB_ID']}" if environ.get("SLURM_JOB_ID") else TrainConfig().out_dir
+
+
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     d = TrainConfig()
     pos, nonneg, num = _int_at_least(1), _int_at_least(0), _float_at_least(0.0)
-    default_out = f"runs/job-{environ['SLURM_JOB_ID']}" if environ.get("SLURM_JOB_ID") else d.out_dir
+    default_out = default_out_dir(environ)
     p = _Parser(prog=PROG, description="Train a model with DDP on whatever launcher started this process.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("run")
-    g.add_argument("--out-dir", default=default_out, help="run directory (default: runs/job-$SLURM_JOB_ID under Slurm, else %(default)s)")
+    g.add_argument("--out-dir", default=default_out, help="run directory (default: runs/job-$SLURM_JOB_ID under Slurm, "
+                   "runs/job-<array job id>_<task> in an array task, else %(default)s)")
     g.add_argument("--max-steps", type=pos, help=f"optimizer steps to train (default {100} unless --epochs)")
     g.add_argument("--epochs", type=pos, help="passes over the training set (instead of --max-steps)")
     g.add_argument("--seed", type=nonneg, default=d.seed, help="seed of data order, init and dropout (default %(default)s)")

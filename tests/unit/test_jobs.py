@@ -464,6 +464,8 @@ def test_submit_registers_what_sbatch_said(tmp_path):
     (["status", "nosuchjob"], "no registered job has the id, name or output dir 'nosuchjob'"),
     (["cancel", "5", "--signal", "USR1;x"], "signal: expected a signal name or number"),
     (["logs", "5", "--rank", "1", "--node", "0"], "give --rank or --node, not both"),
+    # A rank the job does not have printed nothing and exited 0: name the ranks it has.
+    (["logs", "5", "--rank", "7"], "rank: job 5 has ranks 0-3 (got 7)"),
 ])
 def test_bad_job_references(capsys, tmp_path, args, words):
     path = tmp_path / "jobs.sqlite"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.jobs.logs import follow, select_lines, tasks_on_node
+from slurmgen.jobs.logs import follow, format_line, select_lines, tasks_on_node
 from slurmgen.jobs.slurm import (Snapshot, expand_tasks, first_rank_exit, parse_sacct, parse_scontrol,
                                  split_label, task_exits, valid_job_id)
 from slurmgen.jobs.view import exit_code, overall
@@ -85,9 +85,24 @@ def test_label_prefixes_split_ranks():
     lines = recorded("log_rec.txt").splitlines()
     assert sorted(split_label(line) for line in lines) == [(r, f"hi {r}") for r in range(4)]
     assert split_label(" 12: padded") == (12, "padded") and split_label("slurmgen: job 5") == (None, "slurmgen: job 5")
-    assert select_lines(["0: a", "1: b", "plain", "1: c"], {1}) == [(1, "b"), (1, "c")]
-    assert select_lines(["0: a", "plain"], None) == [(0, "a"), (None, "plain")]
+    # Under srun a task is a rank: (task, rank, text).
+    assert select_lines(["0: a", "1: b", "plain", "1: c"], {1}) == [(1, 1, "b"), (1, 1, "c")]
+    assert select_lines(["0: a", "plain"], None) == [(0, 0, "a"), (None, None, "plain")]
+    assert select_lines(["0: a", "1: b", "plain", "1: c"], None, {1}) == [(1, 1, "b"), (1, 1, "c")]
     assert tasks_on_node(1, 4, "srun") == {4, 5, 6, 7} and tasks_on_node(1, 4, "torchrun") == {1}
+
+
+def test_torchrun_logs_name_the_node_for_the_agent_and_the_rank_for_each_worker():
+    """Under torchrun srun's label is the node's agent: `[rank 1] RANK=3` was shown for rank 3's
+    line. Each worker's own `[rank R] ` tag (run_slurm.sh) names the rank; untagged lines, the node."""
+    log = [" 0: [rank 0] RANK=0", " 1: [rank 3] RANK=3", " 1: W1125 torchrun says", " 1: [rank 2] RANK=2",
+           "slurmgen: job 5", " 0: [rank 1] [rank 9] printed by the program"]
+    lines = select_lines(log, None, torchrun=True)
+    assert [format_line(line, colour=False) for line in lines] == [
+        "[rank 0] RANK=0", "[rank 3] RANK=3", "[node 1] W1125 torchrun says", "[rank 2] RANK=2",
+        "slurmgen: job 5", "[rank 1] [rank 9] printed by the program"]
+    assert select_lines(log, None, {3}, torchrun=True) == [(1, 3, "RANK=3")]
+    assert [line.text for line in select_lines(log, {1}, torchrun=True)] == ["RANK=3", "W1125 torchrun says", "RANK=2"]
 
 
 def sacct(name: str):

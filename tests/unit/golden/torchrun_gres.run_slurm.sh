@@ -93,6 +93,22 @@ finish_attempt() {
 
 # --- environment for every process (srun passes this shell's environment on) ---
 export SLURMGEN_BACKEND=auto
+# OpenMP threads per rank (slurmgen/omp.py states the same rule for the coordinator's ranks):
+# unless OMP_NUM_THREADS is set already (the spec's env, setup or the environment), the CPUs
+# Slurm gave the task (SLURM_CPUS_PER_TASK) shared by the ranks it runs; where Slurm did not say,
+# 1 when a node runs several ranks, as torchrun does. Without it, every rank starts one thread
+# per core of the machine and a node's ranks fight over them (3-8x slower measured).
+default_omp_threads() { # <ranks sharing the task's CPUs> <ranks on this node>
+  local cpus=${SLURM_CPUS_PER_TASK:-}
+  if [[ -n ${OMP_NUM_THREADS:-} ]]; then
+    return 0
+  elif [[ $cpus =~ ^[0-9]+$ ]] && ((10#$cpus > 0)); then
+    export OMP_NUM_THREADS=$((10#$cpus / $1 > 1 ? 10#$cpus / $1 : 1))
+  elif (($2 > 1)); then
+    export OMP_NUM_THREADS=1
+  fi
+}
+default_omp_threads 2 2  # a task is a node's torchrun agent: its workers share its CPUs
 # Run records (slurmgen.tracking): every rank of this job joins one group, named after the job,
 # so they agree without talking; a requeued job keeps its id and so continues its runs.
 if [[ -n ${SLURM_ARRAY_JOB_ID:-} ]]; then
@@ -139,13 +155,23 @@ fi
 # Each process runs under this wrapper: a process that fails on its own (not stopped by a
 # signal) leaves one 'slurmgen-exit:' line naming its rank, node, Slurm task and code. srun then
 # stops the others, and the step's own code is theirs (143); the job exits with the first one's.
+# Under torchrun srun's label is the node's task, not a rank: each worker puts "[rank R] " before
+# its own lines (stdout and stderr apart), which `slurmgen logs --rank R` reads. The labellers
+# ignore the stop signals, so that a stopped rank's last words still reach the log.
 # shellcheck disable=SC2016  # expanded by the wrapper's bash
 rank_wrapper='
   stopped=0
   trap "stopped=1" INT TERM  # stopped with the rest: not the cause
   trap : USR2                # the program handles the requeue warning; the wrapper waits
-  "$@"
+  exec 3>&1 4>&2
+  exec > >(trap "" INT TERM USR2; exec sed -u "s/^/[rank $RANK] /")
+  out_labels=$!
+  exec 2> >(trap "" INT TERM USR2; exec sed -u "s/^/[rank $RANK] /" >&4)
+  err_labels=$!
+  "$@" 3>&- 4>&-
   code=$?
+  exec >&3 2>&4 3>&- 4>&-
+  wait "$out_labels" "$err_labels" 2>/dev/null
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
     printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \
