@@ -23,7 +23,7 @@ from typing import Optional
 
 from slurmgen.coordinator import watchdog
 from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
-from slurmgen.omp import default_omp_threads
+from slurmgen.contract.threads import default_omp_threads
 
 MAX_LINE = 4096
 QUEUE_LINES = 5000

@@ -2,7 +2,7 @@
 
 - OMP_NUM_THREADS (issue 20, item 4): without it each of a node's ranks starts one OpenMP
   thread per core. One rule, in bash (templates/omp_threads.sh.j2, in both scripts) and in
-  Python (slurmgen/omp.py, the coordinator's agent); the user's value always wins.
+  Python (slurmgen/contract/threads.py, the coordinator's agent); the user's value always wins.
 - Sweep placeholders (item 12): `{task}` and `{sweep.KEY}` in the command are filled per array
   task, hostile values reaching the program literally; the trainer's default output directory
   is per array task.
@@ -19,13 +19,13 @@ import time
 
 import pytest
 
-from slurmgen.config import build_spec
+from slurmgen.generate.specfile import build_spec
 from slurmgen.coordinator.agent import Agent
 from slurmgen.coordinator.models import StartOrder
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import sweep
-from slurmgen.omp import default_omp_threads
-from slurmgen.render import LAUNCH_SCRIPT, render, render_template
+from slurmgen.contract.threads import default_omp_threads
+from slurmgen.generate.render import LAUNCH_SCRIPT, render, render_template
 from slurmgen.train.cli import build_parser
 import test_script_behaviour as behaviour
 from test_script_behaviour import HOSTILE, REPORTER, reports, write

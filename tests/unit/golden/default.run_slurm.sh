@@ -92,7 +92,7 @@ finish_attempt() {
 
 # --- environment for every process (srun passes this shell's environment on) ---
 export SLURMGEN_BACKEND=auto
-# OpenMP threads per rank (slurmgen/omp.py states the same rule for the coordinator's ranks):
+# OpenMP threads per rank (slurmgen/contract/threads.py states the same rule for the coordinator's ranks):
 # unless OMP_NUM_THREADS is set already (the spec's env, setup or the environment), the CPUs
 # Slurm gave the task (SLURM_CPUS_PER_TASK) shared by the ranks it runs; where Slurm did not say,
 # 1 when a node runs several ranks, as torchrun does. Without it, every rank starts one thread

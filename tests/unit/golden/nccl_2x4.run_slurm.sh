@@ -111,7 +111,7 @@ module load cuda/12.4
 export NCCL_DEBUG=WARN
 export NCCL_IB_HCA=mlx5
 export SLURMGEN_BACKEND=nccl
-# OpenMP threads per rank (slurmgen/omp.py states the same rule for the coordinator's ranks):
+# OpenMP threads per rank (slurmgen/contract/threads.py states the same rule for the coordinator's ranks):
 # unless OMP_NUM_THREADS is set already (the spec's env, setup or the environment), the CPUs
 # Slurm gave the task (SLURM_CPUS_PER_TASK) shared by the ranks it runs; where Slurm did not say,
 # 1 when a node runs several ranks, as torchrun does. Without it, every rank starts one thread

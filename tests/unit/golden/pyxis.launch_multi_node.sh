@@ -130,7 +130,7 @@ export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
 export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 export MASTER_ADDR=$master_addr MASTER_PORT=$master_port NODE_RANK=$node_rank
 export WORLD_SIZE=$world_size LOCAL_WORLD_SIZE=$nproc
-# OpenMP threads per rank (slurmgen/omp.py states the same rule for the coordinator's ranks):
+# OpenMP threads per rank (slurmgen/contract/threads.py states the same rule for the coordinator's ranks):
 # unless OMP_NUM_THREADS is set already (the spec's env, setup or the environment), the CPUs
 # Slurm gave the task (SLURM_CPUS_PER_TASK) shared by the ranks it runs; where Slurm did not say,
 # 1 when a node runs several ranks, as torchrun does. Without it, every rank starts one thread
