@@ -49,7 +49,7 @@ MANAGED_SBATCH = {
     "--account": "account", "-A": "account", "--qos": "qos", "-q": "qos",
     "--constraint": "constraint", "-C": "constraint", "--exclusive": "exclusive",
     "--output": "log_dir", "-o": "log_dir", "--error": "log_dir", "-e": "log_dir",
-    "--requeue": "requeue", "--signal": "requeue, signal_lead and preempt_signal",
+    "--requeue": "requeue", "--no-requeue": "requeue", "--signal": "requeue, signal_lead and preempt_signal",
     "--open-mode": "(always append)", "--array": "array or sweep", "-a": "array or sweep",
 }
 
