@@ -161,3 +161,7 @@ class Registry:
                             "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
                             [(s, c, seq, s, c) for seq, (s, c) in states.items()])
         self.db.execute("COMMIT")
+
+    def update_info(self, record: JobRecord) -> None:
+        """Write back `record.info` (e.g. the signals `cancel --signal` sent, which `status` explains)."""
+        self.db.execute("UPDATE jobs SET info = ? WHERE seq = ?", (json.dumps(record.info, sort_keys=True), record.seq))
