@@ -41,10 +41,6 @@ class PreemptFlag:
         self.level = NONE
         self._previous: dict[int, object] = {}
 
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
     def _handler(self, signum: int, frame: object) -> None:
         self.signum = signum
         self.level = max(self.level, STOP if signum == signal.SIGTERM else REQUEUE)
