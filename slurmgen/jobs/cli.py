@@ -249,24 +249,30 @@ def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output
     """Cancel the job (scancel) and wait until Slurm says it ended; or only send it a signal."""
     import re
 
+    from slurmgen.contract.exitcodes import FAILED
     from slurmgen.jobs import commands
     from slurmgen.jobs.resolve import reused_note
 
     if signal is not None and not re.match(r"^(SIG)?[A-Z0-9]+$|^[0-9]+$", signal):
         raise SlurmgenError(f"signal: expected a signal name or number, e.g. USR1 or 10 (got {signal!r})")
-    def work(reg: Any, record: Any, task: Optional[str], runner: Any) -> tuple[Any, Optional[str], str]:
+    def work(reg: Any, record: Any, task: Optional[str], runner: Any) -> dict:
         reused = reused_note(reg, record)
         if reused:  # scancel ID would hit the later job that has the id now
             raise SlurmgenError(f"cancel: {reused}; nothing was cancelled")
-        return record, task, commands.cancel(runner, record, task, signal)
+        warning = commands.signal_warning(record, signal) if signal else None
+        if warning:
+            typer.echo(f"slurmgen: warning: {warning}", err=True)
+        return commands.cancel(runner, reg, record, task, signal)
 
-    said = _with_job(registry, job, remote, ssh_config, remote_setup, work)
-    record, task, result = said
-    target = f"{record.job_id}_{task}" if task is not None else record.job_id
+    result = _with_job(registry, job, remote, ssh_config, remote_setup, work)
     if as_json:
-        _echo_json({"job": target, "signal": signal, "state": None if signal else result})
+        _echo_json({"signal": signal, "state": None, **result})
+    elif signal or result.get("already_ended") or not result["ended"]:
+        typer.echo(result["said"])
     else:
-        typer.echo(result if signal else f"job {target}: {_style(result, result)}")
+        typer.echo(f"job {result['job']}: {_style(result['state'], result['state'])}")
+    if not result.get("ended", True):
+        raise typer.Exit(FAILED)
 
 
 def _submit_signature() -> inspect.Signature:

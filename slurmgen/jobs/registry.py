@@ -192,6 +192,9 @@ class Registry:
                             [(s, c, seq, s, c) for seq, (s, c) in states.items()])
         self.db.execute("COMMIT")
 
+    def update_info(self, record: JobRecord) -> None:
+        """Write back `record.info` (e.g. the signals `cancel --signal` sent, which `status` explains)."""
+        self.db.execute("UPDATE jobs SET info = ? WHERE seq = ?", (json.dumps(record.info, sort_keys=True), record.seq))
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Bring a registry of an earlier shape to this one in one transaction, keeping every row.

@@ -51,6 +51,7 @@ class SlurmJob:
     signal: int | None = None
     stdout: str | None = None
     workdir: str | None = None
+    eligible: str | None = None      # EligibleTime, the controller's local time: when a pending job may start
     source: str = "scontrol"
 
     @property
@@ -111,6 +112,7 @@ def parse_scontrol(text: str) -> list[SlurmJob]:
             array_task=_value(f.get("ArrayTaskId")), nodes=_value(f.get("NodeList")), elapsed=_value(f.get("RunTime")),
             limit=_value(f.get("TimeLimit")), restarts=int(restarts) if restarts.isdigit() else 0,
             exit_code=code, signal=sig, stdout=_value(f.get("StdOut")), workdir=_value(f.get("WorkDir")),
+            eligible=_value(f.get("EligibleTime")),
         ))
     return jobs
 

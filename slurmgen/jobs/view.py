@@ -6,9 +6,12 @@ result is a plain dict: `--json` prints it as is, `format_view` writes the text 
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
 from slurmgen.heal.attempts import cause
+from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import SlurmJob, Snapshot, TaskExit, first_rank_exit, task_exits
 
@@ -48,6 +51,7 @@ def task_row(key: str, job: SlurmJob | None, record: JobRecord, params: Mapping[
     row: dict[str, Any] = {
         "job": key, "state": state, "source": job.source if job else "registry (last seen)",
         "reason": job.reason if job and state == "PENDING" else None,
+        "eligible": job.eligible if job and state == "PENDING" and job.reason == "BeginTime" else None,
         "nodes": job.nodes if job else None, "elapsed": job.elapsed if job else None,
         "limit": job.limit if job else None, "restarts": job.restarts if job else 0,
         "exit_code": exit_code(job) if job else record.last_exit,
@@ -85,8 +89,31 @@ def job_view(record: JobRecord, snap: Snapshot, rows: list[dict[str, Any]], atte
     # sacct's steps (batch, extern, 0, 1, ...) of the one job or array task shown.
     steps = snap.steps.get(rows[0]["job"] if len(rows) == 1 else record.job_id)
     if steps:
-        view["steps"] = [{"step": s, "state": st, "exit_code": c} for s, st, c in steps]
+        # parse_sacct gives a step ended by signal N (sacct's 0:N) as 128 + N; sacct itself never
+        # shows an exit code above 127 (it writes 128 + N as N), so above 128 it was a signal.
+        view["steps"] = [{"step": s, "state": st, "exit_code": c, **({"signal": c - 128} if c and c > 128 else {})}
+                         for s, st, c in steps]
+    signalled = _signalled_by_user(record, view)
+    if signalled:
+        view["signalled"] = signalled
     return view
+
+
+def _signalled_by_user(record: JobRecord, view: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The signal sent with `slurmgen cancel --signal` that ended the job: its exit code is
+    128 + that signal, the shell's word for "killed by it", so the program had no handler."""
+    code = view.get("exit_code")
+    if view.get("state") in ACTIVE or not isinstance(code, int) or code <= 128:
+        return None
+    task = view["job"].split("_", 1)[1] if "_" in str(view["job"]) else None
+    for sent in reversed(record.info.get("signals") or []):
+        num = signals.number(str(sent.get("signal")))
+        if num is not None and code == 128 + num and sent.get("task") in (None, task):
+            label = signals.name(num) or str(num)
+            return {"signal": label, "time": sent.get("time"), "exit_code": code,
+                    "what": f"signalled by the user ({label}, slurmgen cancel --signal), which the program did not "
+                            f"handle: {signals.killed_by(num)} (exit code {code})"}
+    return None
 
 
 def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -111,12 +138,13 @@ def _fmt_loss(run: Mapping[str, Any] | None) -> str:
     return f"{loss:.4g}" if isinstance(loss, (int, float)) else "-"
 
 
-def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lambda text, state: text) -> list[str]:
+def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lambda text, state: text,
+                now: float | None = None) -> list[str]:
     """The text form of `job_view`, one line per fact; `style` colours a state."""
     lines = [f"job {view['job']} ({view['name']}): {style(view['state'], view['state'])}"
              + (f", exit code {view['exit_code']}" if view.get("exit_code") is not None else "")]
     if view.get("reason"):
-        lines.append(f"  pending: {view['reason']}")
+        lines.append(f"  pending: {_pending(view, now)}")
     for label, key in (("nodes", "nodes"), ("elapsed", "elapsed"), ("limit", "limit"), ("requeued", "restarts")):
         if view.get(key):
             lines.append(f"  {label}: {view[key]}")
@@ -125,7 +153,9 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
     if snap:
         lines.append(f"  code: {snap.get('dir')} (commit {snap.get('commit') or 'none'}{', dirty' if snap.get('dirty') else ''})")
     failure = view.get("first_failure")
-    if failure:
+    if view.get("signalled"):  # no rank to blame: every rank the signal reached died of it
+        lines.append(f"  failed: {view['job']} {view['state']}, {view['signalled']['what']}")
+    elif failure:
         where = f" task {failure['task']} on {failure['node']}: {failure['what']}" if failure.get("node") else ""
         lines.append(f"  failed: {failure['job']} {failure['state']} (exit code {failure['exit_code']}){where}")
     for task in view.get("tasks") or []:
@@ -138,11 +168,41 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
     if run:
         lines.append(f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})")
     for step in view.get("steps") or []:
-        lines.append(f"  step {step['step']}: {step['state']} exit code {step['exit_code']}")
+        lines.append(f"  step {step['step']}: {step['state']} {_step_end(step)}")
     lines += _attempt_lines(view.get("attempts"), "  ")
     for note in view.get("notes") or []:
         lines.append(f"  note: {note}")
     return lines
+
+
+def _pending(view: Mapping[str, Any], now: float | None) -> str:
+    """Why it waits; after a requeue (Reason=BeginTime) also until when: Slurm's requeue delay."""
+    eligible, reason = view.get("eligible"), str(view["reason"])
+    try:
+        at = datetime.fromisoformat(eligible) if eligible else None
+    except ValueError:
+        at = None
+    if at is None:
+        return reason
+    wait = round(at.timestamp() - (time.time() if now is None else now))
+    why = "requeued" if view.get("restarts") else "begin time"
+    return f"{why}, eligible at {at:%H:%M:%S}" + (f" (in {wait} s)" if wait > 0 else " (now: waiting for resources)")
+
+
+# Signals that end steps (srun's TERM and KILL, aborts, crashes, unhandled warnings): an exit
+# code of one of these numbers in sacct more likely means 128 + it than a program's own choice.
+_KILLERS = frozenset({6, 9, 10, 11, 12, 15})
+
+
+def _step_end(step: Mapping[str, Any]) -> str:
+    """'killed by signal 15 (TERM)' or 'exit code 3'. sacct writes an exit code of 128 + N as N,
+    so a step's N:0 may also mean the shell's "killed by signal N": both are said."""
+    code = step.get("exit_code")
+    if step.get("signal"):
+        return signals.killed_by(step["signal"])
+    if step.get("state") != "COMPLETED" and code in _KILLERS:
+        return f"exit code {code} or {128 + code} ({signals.killed_by(code)}): sacct writes both as {code}"
+    return f"exit code {code}"
 
 
 def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) -> list[str]:

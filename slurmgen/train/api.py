@@ -56,7 +56,8 @@ def train_ddp(model: nn.Module, train_dataset: Any, eval_dataset: Any = None,
     `config` is a TrainConfig or a dict of its fields; keyword overrides win. The process group
     is left up for the caller (evaluation, more collectives); end the script with
     `finish(result.exit_code)`. Preemption (--preempt-signal or SIGTERM) returns exit_code 75 after a
-    checkpoint; call `train_ddp` again with the same out_dir to resume.
+    checkpoint (only the --preempt-signal requeues a Slurm job); call `train_ddp` again with the
+    same out_dir to resume.
     """
     if config is None:
         config = TrainConfig()

@@ -38,7 +38,8 @@ run directory (--out-dir): checkpoints/ (ckpt-STEP.pt and a `latest` pointer), m
 
 exit codes: 0 done; 1 the run failed; 2 bad flags or launch environment;
   {EXIT_PREEMPTED} preempted: the --preempt-signal or SIGTERM arrived, a checkpoint was written, run the same
-  command again to resume (with --requeue under Slurm the job has been requeued).
+  command again to resume (after the --preempt-signal, with --requeue under Slurm, the job has been
+  requeued; SIGTERM never requeues: scancel must end the job).
 """
 
 
@@ -155,7 +156,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     g.add_argument("--threads", type=nonneg, default=0, help="CPU threads per process, 0: cores / local processes")
     env_requeue = environ.get("SLURMGEN_REQUEUE", "").strip()
     g.add_argument("--requeue", action=argparse.BooleanOptionalAction, default=_truthy(env_requeue) if env_requeue else None,
-                   help="on preemption under Slurm, run `scontrol requeue $SLURM_JOB_ID` (default: $SLURMGEN_REQUEUE, "
+                   help="after the --preempt-signal under Slurm, run `scontrol requeue $SLURM_JOB_ID` (never after TERM; default: $SLURMGEN_REQUEUE, "
                         "else only if the job was submitted requeueable, as `scontrol show job` tells)")
     g.add_argument("--preempt-signal", type=signal_name, choices=PREEMPT_SIGNALS,
                    default=signal_name(environ.get("SLURMGEN_PREEMPT_SIGNAL") or d.preempt_signal),

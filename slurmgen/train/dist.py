@@ -175,33 +175,33 @@ def all_reduce(values: list[float], op: str = "sum") -> list[float]:
 
 
 class Vote:
-    """"Did any rank raise its flag?", agreed on by all ranks one call late.
+    """"What is the highest flag any rank raised?", agreed on by all ranks one call late.
 
-    Each call starts an asynchronous MAX all-reduce of this rank's flag and returns the result
-    of the previous call's, which has long finished: the vote overlaps a training step instead
-    of adding a round trip to every step. Every rank reads the same result at the same call,
-    so they all stop at the same step.
+    Each call starts an asynchronous MAX all-reduce of this rank's flag (0 for none; the
+    preemption levels of preempt.py) and returns the result of the previous call's, which has
+    long finished: the vote overlaps a training step instead of adding a round trip to every
+    step. Every rank reads the same result at the same call, so they all stop at the same step.
     """
 
     def __init__(self) -> None:
         self._pending: Any = None
         self._buf: torch.Tensor | None = None
 
-    def cast(self, flag: bool) -> bool:
+    def cast(self, flag: int) -> int:
         if not active():
-            return flag
+            return int(flag)
         result = self.settle()
-        self._buf = torch.tensor([1.0 if flag else 0.0])
+        self._buf = torch.tensor([float(flag)])
         self._pending = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, group=_CONTROL, async_op=True)
         return result
 
-    def settle(self) -> bool:
+    def settle(self) -> int:
         """Wait for the outstanding vote (before other collectives end the run); its result."""
         if self._pending is None:
-            return False
+            return 0
         self._pending.wait()
         self._pending = None
-        return bool(self._buf is not None and self._buf.item() > 0)
+        return int(self._buf.item()) if self._buf is not None else 0
 
 
 def gather_to_main(obj: Any, rank: int) -> list[Any] | None:

@@ -1,13 +1,18 @@
-"""Preemption: a signal sets a flag, the step loop acts on it, Slurm is asked to requeue.
+"""Preemption: a signal sets a flag, the step loop acts on it, Slurm may be asked to requeue.
 
 Why a flag and not work in the handler: the signal may arrive in the middle of a collective
 or of a checkpoint write. The handler only records it; at the next step boundary all ranks
 all-reduce the flag (so a signal that reached only some ranks still stops all of them at the
 same step), rank 0 writes a checkpoint, and every process exits with EXIT_PREEMPTED (75).
 
-The warning signal is --preempt-signal (USR2 by default, what generated scripts ask Slurm
-for with `#SBATCH --signal=USR2@<lead>`; NCCL may use USR1 itself, see the README); SIGTERM is
-what Slurm, torchrun and launch_multi_node.sh send on cancellation or preemption.
+Two signals, two meanings. The warning signal is --preempt-signal (USR2 by default, what
+generated scripts ask Slurm for with `#SBATCH --signal=USR2@<lead>`; NCCL may use USR1 itself,
+see the README): the time limit is near, so checkpoint and requeue the job (the only case where
+the trainer runs `scontrol requeue`). SIGTERM is what scancel, a preemption, torchrun and
+launch_multi_node.sh send: checkpoint and stop, never requeue, or `slurmgen cancel` would put
+the job back in the queue; where preemption should requeue, Slurm does that itself
+(PreemptMode=REQUEUE). So the flag is a level: STOP (TERM) outranks REQUEUE (the warning) in
+the ranks' MAX vote, and a TERM that arrives after the vote still cancels the requeue.
 """
 
 from __future__ import annotations
@@ -23,20 +28,22 @@ from typing import Mapping
 log = logging.getLogger("slurmgen.train")
 
 
+# What a rank saw, as voted (MAX over ranks): nothing, the warning signal, TERM.
+NONE, REQUEUE, STOP = 0, 1, 2
+
+
 class PreemptFlag:
-    """Installs handlers for the warning signal and SIGTERM; `requested` tells whether one arrived."""
+    """Installs handlers for the warning signal and SIGTERM; `level` says which arrived (STOP wins)."""
 
     def __init__(self, warning: str = "USR2") -> None:
         self.signals = (signal.Signals[f"SIG{warning}"], signal.SIGTERM)
         self.signum: int | None = None
+        self.level = NONE
         self._previous: dict[int, object] = {}
-
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
 
     def _handler(self, signum: int, frame: object) -> None:
         self.signum = signum
+        self.level = max(self.level, STOP if signum == signal.SIGTERM else REQUEUE)
 
     def install(self) -> "PreemptFlag":
         if threading.current_thread() is not threading.main_thread():
@@ -63,6 +70,17 @@ def _job_requeueable(exe: str, job: str, timeout: float) -> bool | None:
     return None if done.returncode != 0 or m is None else m.group(1) == "1"
 
 
+def after_preemption(voted: int, flag: PreemptFlag, environ: Mapping[str, str], wanted: bool | None) -> tuple[bool, str]:
+    """Rank 0's last act of a preempted run: requeue for the warning signal only.
+
+    `voted` is the ranks' agreed level; `flag` is this rank's own, read now, so that a TERM
+    that came after the vote (scancel during the checkpoint) still cancels the requeue."""
+    if max(voted, flag.level) >= STOP:
+        return False, ("SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing; "
+                       "where preemption requeues, Slurm does it; run the same command again to resume")
+    return request_requeue(environ, wanted)
+
+
 def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: float = 30.0) -> tuple[bool, str]:
     """Ask Slurm to requeue this job if wanted; return (worth a warning?, what happened).
 
@@ -72,7 +90,7 @@ def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: fl
     person can restart the run, which resumes from the checkpoint just written.
     """
     if wanted is False:
-        return False, "requeue is off (--no-requeue): restart the run to resume"
+        return False, "requeue is off (--no-requeue, or SLURMGEN_REQUEUE=0 from a spec with requeue: false): restart the run to resume"
     job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job:
         return False, "not a Slurm job (SLURM_JOB_ID unset): not requeueing; restart the run to resume"

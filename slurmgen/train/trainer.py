@@ -29,7 +29,7 @@ from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv
 from .logs import Heartbeat, Metrics, Progress
 from .optim import build_optimizer, build_scheduler
-from .preempt import PreemptFlag, request_requeue
+from .preempt import PreemptFlag, after_preemption
 from .track import Tracking
 
 log = logging.getLogger("slurmgen.train")
@@ -277,7 +277,7 @@ class Trainer:
         progress = Progress(cfg.progress, env.is_main, self.max_steps, self.step)
         start, window_t, window_n, window_items = time.time(), time.time(), 0, 0
         window_loss = torch.zeros((), device=env.device)
-        train_loss, preempted = None, False
+        train_loss, preempted = None, 0
         self.heartbeat.beat(self.step, force=True)
         try:
             while self.step < self.max_steps:
@@ -290,7 +290,7 @@ class Trainer:
                     self._record(self.writer.wait())
                 # Every rank votes every step (the result arrives one step later): a signal that
                 # reached any rank stops all of them at the same step.
-                preempted = vote.cast(flag.requested)
+                preempted = vote.cast(flag.level)  # 0, or preempt.REQUEUE / STOP
                 last = self.step == self.max_steps or preempted
                 if self.step % cfg.log_every == 0 or last:
                     s, n, it = dist.all_reduce([window_loss.item(), float(window_n), float(window_items)])
@@ -341,7 +341,7 @@ class Trainer:
             dist.barrier()
             self.heartbeat.finish(dist.barrier)
             if env.is_main:
-                warn, said = request_requeue(os.environ, cfg.requeue)
+                warn, said = after_preemption(preempted, flag, os.environ, cfg.requeue)
                 (log.warning if warn else log.info)("%s", said)
             return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
         self.heartbeat.beat(self.step, status="done", force=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import slurmgen
+from slurmgen.train.logs import read_heartbeats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -274,3 +276,78 @@ def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_job
     snap = ask(Forgetful(), [job])
     assert (snap.jobs[job].state, snap.jobs[job].source, snap.jobs[job].exit_code, snap.notes) == ("FAILED", "sacct", 3, [])
     assert [s for s, _, _ in snap.steps[job]] == ["batch", "0"]
+
+
+# --- cancel and signals (issue 20) ---------------------------------------------------------------
+TRAIN = ["--", "python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--max-steps", "100000",
+         "--save-every", "0", "--log-every", "1000", "--heartbeat-every", "0.2", "--out-dir", "R"]
+
+
+def training(cluster, cwd: Path, job: str, out: Path, min_step: int = 3) -> None:
+    """Until rank 0 of the running trainer has beaten past `min_step` (its node summary in OUT/heartbeats)."""
+    wait_status(cluster, cwd, job, {"RUNNING"})
+    until(lambda: read_heartbeats(out / "heartbeats").get(0, {}).get("step", 0), lambda step: step >= min_step, timeout=60)
+
+
+def test_cancel_ends_a_requeueable_trainer_job_and_a_second_cancel_says_it_had_ended(cluster, tmp_path):
+    """scancel's TERM is not the time-limit warning: the trainer checkpoints and does not requeue."""
+    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "--requeue", "-o", "tr",
+             *TRAIN).stdout.strip()
+    training(cluster, tmp_path, job, tmp_path / "R")
+    done = sg(cluster, tmp_path, "cancel", job)
+    assert done.stdout.strip() == f"job {job}: CANCELLED", done.stdout + done.stderr
+    time.sleep(3)  # the old trainer's `scontrol requeue` came after the end: give it its chance
+    info = cluster.job_info(job)
+    assert (info["JobState"], info["Restarts"], info["Requeue"]) == ("CANCELLED", "0", "1"), info
+    # It stopped as preempted, with a checkpoint (srun stops relaying output once the step is
+    # aborted, so its last log lines may be missing: its files say it).
+    beats = read_heartbeats(tmp_path / "R" / "heartbeats")
+    assert {b["status"] for b in beats.values()} == {"preempted"} and len(beats) == 2, beats
+    assert (tmp_path / "R" / "checkpoints" / "latest").read_text().strip() == f"ckpt-{beats[0]['step']:09d}.pt"
+    again = sg(cluster, tmp_path, "cancel", job)
+    assert again.stdout.strip().startswith(f"job {job} had already ended: CANCELLED"), again.stdout
+
+
+def test_a_warning_signal_stops_a_no_requeue_trainer_and_kills_a_program_without_a_handler(cluster, tmp_path):
+    base = ["--nodes", "2", "--backend", "gloo", "--time", "5"]
+    trainer = sg(cluster, tmp_path, "submit", *base, "-o", "tr", *TRAIN).stdout.strip()  # requeue: false (the default)
+    plain = sg(cluster, tmp_path, "submit", *base, "-o", "pl", "-e", "NAP=60", *COMMAND).stdout.strip()
+    assert "#SBATCH --no-requeue\n" in (tmp_path / "tr" / "run_slurm.sh").read_text()
+    training(cluster, tmp_path, trainer, tmp_path / "R")
+    wait_status(cluster, tmp_path, plain, {"RUNNING"})
+
+    # The trainer: USR2 is its warning, no warning is printed; it checkpoints, exits 75 and stays ended.
+    sent = sg(cluster, tmp_path, "cancel", trainer, "--signal", "USR2")
+    assert sent.stdout.strip() == f"sent USR2 to {trainer}" and "warning" not in sent.stderr, sent.stderr
+    view = wait_status(cluster, tmp_path, trainer, {"FAILED", "COMPLETED", "CANCELLED", "PENDING"})
+    time.sleep(2)
+    info = cluster.job_info(trainer)
+    assert (view["state"], view["exit_code"], info["JobState"], info["Restarts"], info["Requeue"]) == (
+        "FAILED", 75, "FAILED", "0", "0"), (view, info)
+    log = next((tmp_path / "tr" / "logs").glob("*.out")).read_text()
+    assert "requeue is off" in log and "asked Slurm to requeue" not in log, log[-3000:]
+
+    # A program without a handler: warned before, and status says what happened instead of blaming a rank.
+    sent = sg(cluster, tmp_path, "cancel", plain, "--signal", "USR2")
+    assert sent.stdout.strip() == f"sent USR2 to {plain}", sent.stdout
+    assert sent.stderr.startswith(f"slurmgen: warning: job {plain} runs `bash -c ") and "exit code 140" in sent.stderr, sent.stderr
+    view = wait_status(cluster, tmp_path, plain, {"FAILED", "COMPLETED", "CANCELLED"})
+    assert (view["state"], view["exit_code"], view["signalled"]["signal"]) == ("FAILED", 140, "USR2"), view
+    text = sg(cluster, tmp_path, "status", plain).stdout
+    assert f"failed: {plain} FAILED, signalled by the user (USR2, slurmgen cancel --signal), which the program did not " \
+           "handle: killed by signal 12 (USR2) (exit code 140)" in text and "exited with code 140" not in text, text
+
+
+def test_a_requeued_job_says_when_it_may_start_again(cluster, tmp_path):
+    job = sg(cluster, tmp_path, "submit", "--nodes", "1", "--backend", "gloo", "--time", "5", "--requeue", "-o", "rq",
+             "-e", "NAP=60", *COMMAND).stdout.strip()
+    wait_status(cluster, tmp_path, job, {"RUNNING"})
+    cluster.run(["scontrol", "requeue", job])
+    view = wait_status(cluster, tmp_path, job, {"PENDING"})
+    try:
+        eligible = cluster.job_info(job)["EligibleTime"]
+        assert (view["reason"], view["restarts"], view["eligible"]) == ("BeginTime", 1, eligible), view
+        line = next(x for x in sg(cluster, tmp_path, "status", job).stdout.splitlines() if x.startswith("  pending:"))
+        assert re.fullmatch(rf"  pending: requeued, eligible at {eligible[-8:]} \(in \d+ s\)", line), line
+    finally:
+        sg(cluster, tmp_path, "cancel", job)

@@ -82,13 +82,13 @@ if [ "$1" = show ]; then echo "JobId=$4 JobName=train Requeue={requeue_flag} Res
 
 
 @pytest.mark.parametrize("requeueable", ["1", "0"])
-def test_sigterm_under_slurm_asks_for_requeue_if_the_job_allows_it(tmp_path, requeueable):
+def test_the_warning_signal_under_slurm_asks_for_requeue_if_the_job_allows_it(tmp_path, requeueable):
     out, calls = tmp_path / "run", tmp_path / "calls.txt"
     fake_scontrol(tmp_path / "bin", calls, requeueable)
     env = clean_env(SLURM_JOB_ID="4321", PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     p = start(LONG + ["--out-dir", str(out)], env)
     heartbeat(out, 0, min_step=2)
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(signal.SIGUSR2)
     code, log = finish(p)
     assert code == 75, log[-3000:]
     made = calls.read_text().splitlines()
@@ -96,6 +96,20 @@ def test_sigterm_under_slurm_asks_for_requeue_if_the_job_allows_it(tmp_path, req
         assert made == ["show job -o 4321", "requeue 4321"] and "asked Slurm to requeue job 4321" in log
     else:
         assert made == ["show job -o 4321"] and "job 4321 was not submitted with --requeue" in log
+
+
+@pytest.mark.parametrize("requeue", [[], ["--requeue"]])
+def test_sigterm_under_slurm_checkpoints_and_never_requeues(tmp_path, requeue):
+    """scancel sends TERM: the job must end, whatever --requeue says (preemption's requeue is Slurm's own)."""
+    out, calls = tmp_path / "run", tmp_path / "calls.txt"
+    fake_scontrol(tmp_path / "bin", calls, "1")
+    env = clean_env(SLURM_JOB_ID="4321", PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    p = start(LONG + ["--out-dir", str(out), *requeue], env)
+    heartbeat(out, 0, min_step=2)
+    p.send_signal(signal.SIGTERM)
+    code, log = finish(p)
+    assert code == 75 and "checkpoint written at step" in log, log[-3000:]
+    assert not calls.exists() and "SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing" in log
 
 
 def test_requeue_without_scontrol_says_so_and_exits_75(tmp_path):

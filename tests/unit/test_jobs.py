@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import stat
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -599,3 +601,128 @@ def test_wait_rides_out_a_failing_scontrol_call(tmp_path):
         return next(answers, None) or FakeRunner.run(runner, argv, **kw)
     runner.run = flaky
     assert commands.wait(runner, record("1", tmp_path), sleep=lambda s: None) == ("FAILED", 3)
+
+
+# --- cancel, signals, steps, pending -----------------------------------------------------------
+class CancelRunner(FakeRunner):
+    """scontrol answers from `answers` in turn (the last one stays); scancel succeeds and is counted."""
+
+    def __init__(self, answers: list[str], sacct: str | None = None):
+        super().__init__(answers[0], sacct=sacct)
+        self.answers = list(answers)
+
+    def run(self, argv, **kw):
+        if argv[0] == "scancel":
+            self.calls.append(list(argv))
+            return Result(0, "", "")
+        if argv[:3] == ["scontrol", "show", "job"]:
+            self.scontrol = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return FakeRunner.run(self, argv, **kw)
+
+
+def scontrol_as(name: str, job_id: str, **fields: str) -> str:
+    """A recorded `scontrol show job -o` line under another id, with some fields replaced."""
+    text = (DATA / name).read_text().partition("\n#")[0]
+    for key, value in {"JobId": job_id, **fields}.items():
+        text = re.sub(rf"\b{key}=\S*", f"{key}={value}", text, count=1)
+    return text
+
+
+@pytest.mark.parametrize("scontrol, sacct, said", [
+    (scontrol_as("scontrol_completed.txt", "4"), None, "job 4 had already ended: COMPLETED, exit code 0"),
+    # Forgotten by the controller, no accounting: the registry's last state, never "CANCELLED".
+    ("", None, "job 4 had already ended: Slurm no longer knows it; last seen COMPLETED, exit code 0"),
+])
+def test_cancel_leaves_an_ended_job_alone_and_says_how_it_ended(tmp_path, scontrol, sacct, said):
+    rec = record("4", tmp_path)
+    runner = CancelRunner([scontrol], sacct=sacct)
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        reg.remember_states({rec.seq: ("COMPLETED", 0)})
+        rec = reg.get("4")
+        result = commands.cancel(runner, reg, rec, None, None, sleep=lambda s: None)
+    assert (result["said"], result["ended"], result["already_ended"]) == (said, True, True)
+    assert not [c for c in runner.calls if c[0] == "scancel"]
+
+
+def test_cancel_waits_for_the_end_and_tells_a_requeue_from_an_end(tmp_path):
+    running = scontrol_as("scontrol_running.txt", "4")
+    rec = record("4", tmp_path)
+    ended = CancelRunner([running, running, scontrol_as("scontrol_running.txt", "4", JobState="CANCELLED")])
+    requeued = CancelRunner([running, scontrol_as("scontrol_running.txt", "4", JobState="PENDING", Restarts="1")])
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        done = commands.cancel(ended, reg, rec, None, None, sleep=lambda s: None)
+        again = commands.cancel(requeued, reg, rec, None, None, sleep=lambda s: None)
+    assert (done["said"], done["ended"]) == ("job 4: CANCELLED", True) and ["scancel", "4"] in ended.calls
+    assert (again["state"], again["ended"]) == ("PENDING", False) and "requeued instead of ending" in again["said"]
+
+
+@pytest.mark.parametrize("command, info, signal, warned", [
+    (["bash", "-c", "sleep 60"], {}, "USR2", True),
+    (["bash", "-c", "sleep 60"], {}, "12", True),
+    (["bash", "-c", "sleep 60"], {}, "TERM", False),  # meant to stop it
+    (["python", "-m", "slurmgen.train", "--max-steps", "9"], {}, "USR2", False),
+    (["python", "-m", "slurmgen.train"], {}, "SIGUSR1", True),  # not its preempt_signal: it dies of it
+    (["python", "-m", "slurmgen.train"], {"preempt_signal": "USR1"}, "SIGUSR1", False),
+    (["/venv/bin/slurmgen", "train"], {}, "USR2", False),
+    (["python", "mine.py"], {"preempt_contract": True}, "USR2", False),
+])
+def test_cancel_signal_warns_when_the_program_may_die_of_it(tmp_path, command, info, signal, warned):
+    warning = commands.signal_warning(record("4", tmp_path, command=command, **info), signal)
+    assert (warning is not None) == warned, warning
+    if warned:
+        assert warning.startswith(f"job 4 runs `{' '.join(command)}`, which did not declare that it handles")
+
+
+def test_status_says_the_user_signalled_a_program_that_had_no_handler(tmp_path):
+    # scancel --signal=USR2 on `bash -c 'sleep 60'`: every rank died of it, 128 + 12.
+    log = ("0: slurmgen-exit: rank 0 on node1 (task 0) exited with code 140 at 1763900000.5\n"
+           "1: slurmgen-exit: rank 1 on node2 (task 1) exited with code 140 at 1763900000.6\n")
+    rec = record("7", tmp_path, name="fail", command=["bash", "-c", "sleep 60"])
+    runner = CancelRunner([scontrol_as("scontrol_running.txt", "7"), scontrol_as("scontrol_failed.txt", "7", ExitCode="140:0")])
+    runner.files = {str(tmp_path / "logs" / "fail-7.out"): log}
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        assert commands.cancel(runner, reg, rec, None, "USR2")["said"] == "sent USR2 to 7"
+        rec = reg.get("7")
+        view = commands.status(runner, reg, rec, None)
+    assert view["signalled"]["signal"] == "USR2" and view["signalled"]["exit_code"] == 140
+    text = "\n".join(format_view(view))
+    assert ("failed: 7 FAILED, signalled by the user (USR2, slurmgen cancel --signal), which the program did not "
+            "handle: killed by signal 12 (USR2) (exit code 140)") in text
+    assert "rank 0 exited" not in text, text
+
+
+def test_steps_ended_by_a_signal_say_so():
+    recorded = "9|9|j|CANCELLED by 0|0:0|00:00:01|00:05:00|node1|/w\n9.batch|9.batch|batch|CANCELLED|0:15|00:00:01||node1|\n" \
+               "9.0|9.0|bash|FAILED|15:0|00:00:01||node1|\n9.1|9.1|bash|FAILED|3:0|00:00:01||node1|\n"
+    from slurmgen.jobs.slurm import Snapshot, parse_sacct
+    from slurmgen.jobs.view import job_view
+
+    jobs, steps = parse_sacct(recorded)
+    snap = Snapshot(steps=steps)
+    view = job_view(JobRecord("9", "j", "/o", 1.0), snap, [{"job": "9", "state": "CANCELLED", "exit_code": 143}], [])
+    text = format_view(view)
+    assert "  step batch: CANCELLED killed by signal 15 (TERM)" in text
+    assert "  step 0: FAILED exit code 15 or 143 (killed by signal 15 (TERM)): sacct writes both as 15" in text
+    assert "  step 1: FAILED exit code 3" in text
+    assert view["steps"][0] == {"step": "batch", "state": "CANCELLED", "exit_code": 143, "signal": 15}
+
+
+def test_pending_after_a_requeue_says_when_it_becomes_eligible(tmp_path):
+    line = scontrol_as("scontrol_running.txt", "4", JobState="PENDING", Reason="BeginTime", Restarts="1",
+                       EligibleTime="2026-11-23T12:27:21")
+    rec = record("4", tmp_path)
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        view = commands.status(CancelRunner([line]), reg, rec, None)
+    now = datetime.fromisoformat("2026-11-23T12:25:44").timestamp()
+    assert view["eligible"] == "2026-11-23T12:27:21"
+    assert "  pending: requeued, eligible at 12:27:21 (in 97 s)" in format_view(view, now=now)
+    assert "  pending: JobHeldUser" in format_view(commands.status(
+        CancelRunner([scontrol_as("scontrol_pending_held.txt", "4")]), reg_again(tmp_path), rec, None), now=now)
+
+
+def reg_again(tmp_path: Path) -> Registry:
+    return Registry.open(tmp_path / "jobs.sqlite")

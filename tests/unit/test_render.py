@@ -131,6 +131,18 @@ def test_the_preempt_signal_reaches_sbatch_torchrun_and_the_trainer_alike():
     assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
 
 
+@pytest.mark.parametrize("fields, sbatch, trainer", [
+    ({"requeue": False}, "#SBATCH --no-requeue", "export SLURMGEN_REQUEUE=0"),
+    ({"requeue": True}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=1"),
+    # Retries need a requeueable job for their own `scontrol requeue`; the trainer still must not requeue.
+    ({"requeue": False, "retries": 2, "retry_on": [1]}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=0"),
+])
+def test_the_specs_requeue_reaches_sbatch_and_the_trainer(fields, sbatch, trainer):
+    text = render(build_spec(fields)).files[SLURM_SCRIPT]
+    header = [line for line in text.splitlines() if "requeue" in line and line.startswith("#SBATCH")]
+    assert header == [sbatch] and f"\n{trainer}\n" in text and "export SLURMGEN_PREEMPT_SIGNAL=USR2\n" in text
+
+
 def test_sbatch_values_are_quoted_for_sbatch():
     text = render(build_spec({"job_name": 'a b#c"d\\e'})).files[SLURM_SCRIPT]
     assert '#SBATCH --job-name="a b\\#c\\"d\\\\e"' in text

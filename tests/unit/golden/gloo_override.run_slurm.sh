@@ -8,6 +8,7 @@
 #SBATCH --ntasks-per-node=2
 #SBATCH --output=out/logs/%x-%j.out
 #SBATCH --open-mode=append
+#SBATCH --no-requeue
 #
 # 2 node(s) x 2 process(es) = WORLD_SIZE 4, launcher: srun.
 # Logs: out/logs/<job name>-<job id>.out, each line prefixed with its task id (srun --label).
@@ -117,6 +118,10 @@ if [[ -n ${SLURM_ARRAY_JOB_ID:-} ]]; then
 else
   export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-$SLURM_JOB_ID}"
 fi
+# The spec's `requeue` for the bundled trainer (and any program that reads it): 1, requeue the
+# job after the USR2 checkpoint; 0, never (it stops with exit 75 and stays ended).
+export SLURMGEN_REQUEUE=0
+export SLURMGEN_PREEMPT_SIGNAL=USR2
 
 # --- rendezvous: computed once, here, so every task agrees on it ---
 MASTER_ADDR=10.0.0.1

@@ -137,7 +137,8 @@ if [[ -n ${SLURM_ARRAY_JOB_ID:-} ]]; then
 else
   export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-$SLURM_JOB_ID}"
 fi
-# The bundled trainer requeues the job itself after its USR2 checkpoint.
+# The spec's `requeue` for the bundled trainer (and any program that reads it): 1, requeue the
+# job after the USR2 checkpoint; 0, never (it stops with exit 75 and stays ended).
 export SLURMGEN_REQUEUE=1
 export SLURMGEN_PREEMPT_SIGNAL=USR2
 # A rank stuck in an NCCL collective raises instead of hanging until the time limit.

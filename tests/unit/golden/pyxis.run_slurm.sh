@@ -9,6 +9,7 @@
 #SBATCH --gpus-per-node=8
 #SBATCH --output=out/logs/%x-%j.out
 #SBATCH --open-mode=append
+#SBATCH --no-requeue
 #
 # 2 node(s) x 8 process(es) = WORLD_SIZE 16, launcher: srun.
 # Logs: out/logs/<job name>-<job id>.out, each line prefixed with its task id (srun --label).
@@ -118,6 +119,10 @@ if [[ -n ${SLURM_ARRAY_JOB_ID:-} ]]; then
 else
   export SLURMGEN_GROUP="${SLURMGEN_GROUP:-slurm-$SLURM_JOB_ID}"
 fi
+# The spec's `requeue` for the bundled trainer (and any program that reads it): 1, requeue the
+# job after the USR2 checkpoint; 0, never (it stops with exit 75 and stays ended).
+export SLURMGEN_REQUEUE=0
+export SLURMGEN_PREEMPT_SIGNAL=USR2
 # A rank stuck in an NCCL collective raises instead of hanging until the time limit.
 export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 
