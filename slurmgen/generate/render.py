@@ -95,9 +95,10 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
         lines += [ShellCode("--requeue"), ShellCode(f"--signal={spec.preempt_signal}@{spec.signal_lead}")]
     elif spec.retries:
         lines.append(ShellCode("--requeue"))  # `scontrol requeue` needs a requeueable job
-    else:
+    elif spec.requeue is False:
         # requeue: false means it: not requeued by Slurm either (JobRequeue=1, Slurm's default,
         # would requeue on preemption or node failure, and `scontrol requeue` would be allowed).
+        # Unset, the cluster's JobRequeue decides, so PreemptMode=REQUEUE still brings a job back.
         lines.append(ShellCode("--no-requeue"))
     for extra in spec.sbatch_extra:
         key, sep, value = extra.partition("=")

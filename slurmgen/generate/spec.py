@@ -128,8 +128,9 @@ class JobSpec(BaseModel):
     container: Container | None = None
     output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")
     log_dir: str | None = Field(None, description="Job logs; default OUTPUT_DIR/logs.")
-    requeue: bool = Field(False, description="Requeue after the time-limit warning (preempt_signal, sent signal_lead seconds before the end); "
-                                         "false writes --no-requeue.")
+    requeue: bool | None = Field(None, description="true: checkpoint and requeue on the time-limit warning (preempt_signal, sent "
+                                                "signal_lead seconds before the end); false: never requeued, by Slurm or the "
+                                                "trainer (--no-requeue); unset: the cluster's default (JobRequeue) decides.")
     signal_lead: int = Field(120, ge=1, le=65535, description="Seconds before the time limit that preempt_signal arrives.")
     preempt_signal: Literal["USR2", "USR1"] = Field(
         "USR2", description="The signal Slurm sends before the time limit (USR2: NCCL may use USR1); the trainer is told.")

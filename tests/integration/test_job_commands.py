@@ -310,7 +310,7 @@ def test_cancel_ends_a_requeueable_trainer_job_and_a_second_cancel_says_it_had_e
 
 def test_a_warning_signal_stops_a_no_requeue_trainer_and_kills_a_program_without_a_handler(cluster, tmp_path):
     base = ["--nodes", "2", "--backend", "gloo", "--time", "5"]
-    trainer = sg(cluster, tmp_path, "submit", *base, "-o", "tr", *TRAIN).stdout.strip()  # requeue: false (the default)
+    trainer = sg(cluster, tmp_path, "submit", *base, "--no-requeue", "-o", "tr", *TRAIN).stdout.strip()
     plain = sg(cluster, tmp_path, "submit", *base, "-o", "pl", "-e", "NAP=60", *COMMAND).stdout.strip()
     assert "#SBATCH --no-requeue\n" in (tmp_path / "tr" / "run_slurm.sh").read_text()
     training(cluster, tmp_path, trainer, tmp_path / "R")

@@ -136,11 +136,15 @@ def test_the_preempt_signal_reaches_sbatch_torchrun_and_the_trainer_alike():
     ({"requeue": True}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=1"),
     # Retries need a requeueable job for their own `scontrol requeue`; the trainer still must not requeue.
     ({"requeue": False, "retries": 2, "retry_on": [1]}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=0"),
+    # Unset: the cluster's JobRequeue decides (PreemptMode=REQUEUE still brings the job back), and the
+    # trainer requeues after the warning only if `scontrol show job` says the job is requeueable.
+    ({}, None, "unset SLURMGEN_REQUEUE"),
 ])
 def test_the_specs_requeue_reaches_sbatch_and_the_trainer(fields, sbatch, trainer):
     text = render(build_spec(fields)).files[SLURM_SCRIPT]
     header = [line for line in text.splitlines() if "requeue" in line and line.startswith("#SBATCH")]
-    assert header == [sbatch] and f"\n{trainer}\n" in text and "export SLURMGEN_PREEMPT_SIGNAL=USR2\n" in text
+    assert header == ([sbatch] if sbatch else []) and f"\n{trainer}\n" in text
+    assert "export SLURMGEN_PREEMPT_SIGNAL=USR2\n" in text
 
 
 def test_sbatch_values_are_quoted_for_sbatch():
