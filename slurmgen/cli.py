@@ -121,11 +121,11 @@ def spec_from_create_flags(*, command, config, env, setup, sbatch, container_ima
     Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
     """
     from slurmgen.generate.specfile import spec_from_sources
-    from slurmgen.jobs import sweep as sweeps
+    from slurmgen.generate import sweep_input
 
     if sweep and sweep_file is not None:
         raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
-    points = sweeps.read_file(sweep_file) if sweep_file is not None else sweeps.parse_flag(sweep) or None
+    points = sweep_input.read_file(sweep_file) if sweep_file is not None else sweep_input.parse_flag(sweep) or None
     container = _overrides(image=container_image, runtime=container_runtime, mounts=list(container_mount))
     return spec_from_sources(config, _overrides(
         command=command or None, env=_parse_env(env), setup=list(setup), sbatch_extra=list(sbatch),

@@ -17,7 +17,7 @@ import jinja2
 
 from slurmgen import __version__, nodelink
 from slurmgen.contract import exitcodes, ports
-from slurmgen.jobs import sweep as sweeps
+from slurmgen.contract import grid as sweeps
 from slurmgen.launch.protocol import EVENT_TAG
 from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words

@@ -273,7 +273,7 @@ class JobSpec(BaseModel):
     @field_validator("array")
     @classmethod
     def _array(cls, v: str | None) -> str | None:
-        from slurmgen.jobs.sweep import ARRAY, LIMIT
+        from slurmgen.contract.grid import ARRAY, LIMIT
 
         if v is not None and not (ARRAY.match(v) or LIMIT.match(v)):
             raise ValueError("expected sbatch's --array form, e.g. 0-15, 1,3,5-7, 0-15%4, or %4 with a sweep")
@@ -282,7 +282,7 @@ class JobSpec(BaseModel):
     @field_validator("sweep")
     @classmethod
     def _sweep(cls, v: object) -> object:
-        from slurmgen.jobs.sweep import KEY, points
+        from slurmgen.contract.grid import KEY, points
 
         if v is None:
             return v
@@ -311,7 +311,7 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _array_with_sweep(self) -> "JobSpec":
-        from slurmgen.jobs.sweep import LIMIT
+        from slurmgen.contract.grid import LIMIT
 
         if self.sweep is not None and self.array is not None and not LIMIT.match(self.array):
             raise ValueError(f"array: with a sweep, give only %N to cap the tasks running at once; the indices come from the sweep (got {self.array!r})")
@@ -321,7 +321,7 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _command_placeholders(self) -> "JobSpec":
-        from slurmgen.jobs.sweep import placeholder_problem, points
+        from slurmgen.contract.grid import placeholder_problem, points
 
         problem = placeholder_problem(self.command, points(self.sweep))
         if problem:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from slurmgen.errors import SlurmgenError
 from slurmgen.contract import envvars
 from slurmgen.contract.exitcodes import FAILED
-from slurmgen.jobs import signals, sweep as sweeps
+from slurmgen.contract import grid as sweeps
+from slurmgen.jobs import signals
 from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.records import by_group, group_of

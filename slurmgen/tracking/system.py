@@ -72,7 +72,7 @@ def sweep_info(environ: Mapping[str, str]) -> dict[str, object] | None:
     params = None
     grid = environ.get("SLURMGEN_SWEEP_FILE", "").strip()
     if grid:
-        from slurmgen.jobs.sweep import parse_grid
+        from slurmgen.contract.grid import parse_grid
 
         try:
             text = (Path(environ.get("SLURM_SUBMIT_DIR") or ".") / grid).read_text(encoding="utf-8")

@@ -21,7 +21,9 @@ from cli_helpers import run
 
 from slurmgen.generate.specfile import build_spec
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs import commands, sweep
+from slurmgen.contract import grid as sweep
+from slurmgen.generate import sweep_input
+from slurmgen.jobs import commands
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
@@ -82,19 +84,19 @@ def test_a_grid_expands_first_key_slowest_and_words_keep_spaces():
                                          (["a b=1"], "expected KEY=V1,V2")])
 def test_bad_sweep_flags(flag, words):
     with pytest.raises(SlurmgenError, match=words):
-        sweep.parse_flag(flag)
+        sweep_input.parse_flag(flag)
 
 
 def test_sweep_file_errors_name_the_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"lr": 1}\n\nnot json\n')
     with pytest.raises(SlurmgenError, match=r"p.jsonl:3: not JSON"):
-        sweep.read_file(path)
+        sweep_input.read_file(path)
     path.write_text('{"lr": 1}\n[1]\n')
     with pytest.raises(SlurmgenError, match=r"p.jsonl:2: expected a JSON object"):
-        sweep.read_file(path)
+        sweep_input.read_file(path)
     with pytest.raises(SlurmgenError, match="cannot read"):
-        sweep.read_file(tmp_path / "missing.jsonl")
+        sweep_input.read_file(tmp_path / "missing.jsonl")
 
 
 def test_a_sweep_renders_one_array_script_whose_tasks_get_their_row(tmp_path):

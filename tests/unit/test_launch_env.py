@@ -23,7 +23,7 @@ from slurmgen.generate.specfile import build_spec
 from slurmgen.coordinator.agent import Agent
 from slurmgen.coordinator.models import StartOrder
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs import sweep
+from slurmgen.contract import grid as sweep
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.generate.render import LAUNCH_SCRIPT, render, render_template
 from slurmgen.train.cli import build_parser

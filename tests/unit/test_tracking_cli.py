@@ -124,7 +124,7 @@ def test_plot_without_matplotlib_is_one_line_exit_2(tmp_path):
 def make_sweep(root: Path, submit_dir: Path, name: str | None = None) -> None:
     """A 2x2 sweep as run_slurm.sh runs it: array 40, each task its own job and group, the grid beside
     the script; task 2's directory sorts before task 10's siblings would, so the order is checked too."""
-    from slurmgen.jobs.sweep import grid_jsonl, points
+    from slurmgen.contract.grid import grid_jsonl, points
 
     (submit_dir / "out").mkdir(parents=True)
     (submit_dir / "out" / "sweep.jsonl").write_text(grid_jsonl(points({"lr": ["1e-3", "3e-4"], "batch_size": [8, 16]})))

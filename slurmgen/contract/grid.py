@@ -1,4 +1,5 @@
-"""Sweeps: a grid (or a list of points) of parameters -> one row per Slurm array task. Pure.
+"""The sweep grid: parameters -> one row per Slurm array task. Pure, and part of the contract:
+the spec validates it, the renderer writes it, run records read their row back.
 
 Row N of `points(spec)` is what array task N runs with; `task_words` turns a row into the
 words appended to the command (`--key value` by default, or any per-parameter template such
@@ -15,10 +16,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
 
-from slurmgen.errors import SlurmgenError
 
 Scalar = Union[str, int, float, bool]
 SWEEP_FILE = "sweep.jsonl"
@@ -102,40 +101,4 @@ def parse_grid(text: str) -> dict[int, dict[str, Any]]:
             continue
         if isinstance(params, dict):
             rows[task] = params
-    return rows
-
-
-def parse_flag(values: Sequence[str]) -> dict[str, list[str]]:
-    """`--sweep lr=1e-3,3e-4` (repeatable) -> {"lr": ["1e-3", "3e-4"]}."""
-    grid: dict[str, list[str]] = {}
-    for item in values:
-        key, sep, rest = item.partition("=")
-        choices = [v for v in rest.split(",")] if sep else []
-        if not sep or not KEY.match(key) or not rest or "" in choices:
-            raise SlurmgenError(f"sweep: expected KEY=V1,V2,... with a name like lr or model.depth (got {item!r})")
-        if key in grid:
-            raise SlurmgenError(f"sweep: {key} is given twice (got {item!r})")
-        grid[key] = choices
-    return grid
-
-
-def read_file(path: Path) -> list[dict[str, Any]]:
-    """`--sweep-file params.jsonl`: one JSON object per line, each a point (blank lines skipped)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise SlurmgenError(f"sweep_file: cannot read {str(path)!r}: {exc.strerror}") from None
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise SlurmgenError(f"sweep_file: {path}:{number}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not row:
-            raise SlurmgenError(f"sweep_file: {path}:{number}: expected a JSON object of parameters (got {line.strip()[:60]!r})")
-        rows.append(row)
-    if not rows:
-        raise SlurmgenError(f"sweep_file: {path} holds no points")
     return rows
