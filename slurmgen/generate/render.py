@@ -18,8 +18,8 @@ import jinja2
 from slurmgen import __version__, nodelink
 from slurmgen.contract import exitcodes, ports
 from slurmgen.contract import grid as sweeps
-from slurmgen.launch.protocol import EVENT_TAG
-from slurmgen.heal.attempts import ATTEMPTS_NAME, FINISHED_NAME, name_parts
+from slurmgen.contract.node_events import EVENT_TAG
+from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME, name_parts
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
 
 if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it

@@ -39,10 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.contract import exitcodes
+from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME
 from slurmgen.jsonl import objects
 
-ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
-FINISHED_NAME = "slurmgen-{job_id}.finished"
 EVENTS = ("start", "end", "skipped")
 ACTIONS = ("finished", "requeue", "stop")
 
@@ -53,12 +52,6 @@ def attempts_path(log_dir: str | Path, job_id: str) -> Path:
 
 def finished_path(log_dir: str | Path, job_id: str) -> Path:
     return Path(log_dir) / FINISHED_NAME.format(job_id=job_id)
-
-
-def name_parts(name: str) -> tuple[str, str]:
-    """A file name pattern split around its job id, for the template: ('slurmgen-', '.finished')."""
-    before, _, after = name.partition("{job_id}")
-    return before, after
 
 
 def read_attempts(path: str | Path) -> list[dict[str, Any]]:

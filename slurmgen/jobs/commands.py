@@ -27,7 +27,8 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import SlurmJob, Snapshot, expand_tasks
-from slurmgen.heal.attempts import ATTEMPTS_NAME, parse_attempts
+from slurmgen.contract.files import ATTEMPTS_NAME
+from slurmgen.heal.attempts import parse_attempts
 from slurmgen.jobs.view import exit_code, job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick

@@ -27,7 +27,7 @@ from typing import Mapping, Union
 
 from slurmgen.contract import exitcodes
 from slurmgen.launch.display import NodeResult
-from slurmgen.launch.protocol import NodeEvent
+from slurmgen.contract.node_events import NodeEvent
 
 STOPPED_CODES = (exitcodes.INTERRUPTED, 128 + signal.SIGKILL, exitcodes.TERMINATED)
 FAILED_STATES = ("failed", "hung", "error", "lost")

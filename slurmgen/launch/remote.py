@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from slurmgen.contract import exitcodes
 from slurmgen.launch.plan import masked
-from slurmgen.launch.protocol import EVENT_FD, EVENT_TAG, PAYLOAD_END, PAYLOAD_MAGIC
+from slurmgen.contract.node_events import EVENT_FD, EVENT_TAG, PAYLOAD_END, PAYLOAD_MAGIC
 from slurmgen.generate.shell import quote
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
-from slurmgen.launch.protocol import parse_event
+from slurmgen.contract.node_events import parse_event
 from slurmgen.launch.remote import bootstrap, env_text, payload, remote_command
 from slurmgen.launch.ssh.connect import Connection, ConnectError, SSHOptions, connect_all, describe_targets
 

@@ -39,6 +39,11 @@ ALLOWED_LONG: set[str] = {
     "train/cli.py:build_parser",
 }
 # Known private names reached from another module ("importer -> provider._name"). May only shrink.
+# Known imports of a higher layer ("importer -> imported"). May only shrink.
+ALLOWED_UPWARD: set[str] = {
+    "slurmgen.coordinator.cli -> slurmgen.cli",  # the CLI cycle above
+    "slurmgen.jobs.cli -> slurmgen.cli",
+}
 ALLOWED_PRIVATE: set[str] = {
     "slurmgen.coordinator.cli -> slurmgen.cli._parse_env",
 }
@@ -232,6 +237,34 @@ def _attribute_reaches(m: Module, fn: ast.AST, names: dict[str, str], modules: d
 
 
 # ---- the tests -------------------------------------------------------------------------------
+# ---- layers ---------------------------------------------------------------------------------
+# Data flows one way (docs/architecture.md): a module may import its own layer or lower ones.
+# The contract imports nothing of slurmgen; the generator and the shared plumbing build on it;
+# the feature packages on those; the CLI root composes them and nothing imports it.
+LAYERS: dict[str, int] = {
+    "slurmgen.contract": 0,
+    "slurmgen.errors": 1, "slurmgen.jsonl": 1, "slurmgen": 1, "slurmgen.nodelink": 1,
+    "slurmgen.generate": 2,
+    "slurmgen.heal": 3, "slurmgen.tracking": 3, "slurmgen.train": 3, "slurmgen.launch": 3,
+    "slurmgen.jobs": 3, "slurmgen.doctor": 3, "slurmgen.coordinator": 3,
+    "slurmgen.cli": 4, "slurmgen.__main__": 4,
+}
+
+
+def layer_of(module: str) -> int:
+    """The layer of a dotted module name: its longest prefix in LAYERS."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in LAYERS:
+            return LAYERS[".".join(parts[:n])]
+    raise KeyError(f"{module} belongs to no layer: add its package to LAYERS")
+
+
+def upward_imports(modules: dict[str, Module]) -> set[str]:
+    return {f"{m.name} -> {target}" for m in modules.values() for target in m.imports | m.type_imports
+            if layer_of(target) > layer_of(m.name)}
+
+
 @functools.lru_cache(maxsize=1)
 def package() -> dict[str, Module]:
     """slurmgen/ read once for all the checks below (they only read it)."""
@@ -248,6 +281,22 @@ def test_no_new_cycle_closed_by_type_checking_imports():
     found = cycles(package(), with_types=True)
     new = [sorted(c) for c in found if not any(c <= allowed for allowed in ALLOWED_CYCLES)]
     assert not new, f"import cycles counting TYPE_CHECKING imports (pass data, not the other module): {new}"
+
+
+def test_no_upward_import():
+    """A lower layer never imports a higher one, at run time or for annotations."""
+    assert sorted(upward_imports(package()) - ALLOWED_UPWARD) == []
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    root = tmp_path / "slurmgen"
+    (root / "contract").mkdir(parents=True)
+    (root / "jobs").mkdir()
+    for path in (root / "__init__.py", root / "contract" / "__init__.py", root / "jobs" / "__init__.py"):
+        path.write_text("")
+    (root / "jobs" / "sweep.py").write_text("X = 1\n")
+    (root / "contract" / "ports.py").write_text("from slurmgen.jobs.sweep import X\n")
+    assert upward_imports(read_package(root)) == {"slurmgen.contract.ports -> slurmgen.jobs.sweep"}
 
 
 def test_no_new_long_function():
@@ -268,6 +317,7 @@ def test_the_allow_lists_only_shrink():
     assert [sorted(a) for a in ALLOWED_CYCLES if not any(c <= a for c in found)] == []
     assert ALLOWED_LONG - set(long_functions(modules)) == set()
     assert ALLOWED_PRIVATE - private_reaches(modules) == set()
+    assert ALLOWED_UPWARD - upward_imports(modules) == set()
 
 
 def test_the_checks_see_the_old_heartbeat_service_tie(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from slurmgen.contract import exitcodes
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
-from slurmgen.launch.protocol import NodeEvent
+from slurmgen.contract.node_events import NodeEvent
 
 LIMITS = m.Limits(connect=10, keepalive=5, keepalive_count=3, stop_grace=1, stop_wait=5)
 HOSTS = ("a", "b", "c")

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 from slurmgen.contract import exitcodes
-from slurmgen.launch.protocol import NodeEvent, parse_event
+from slurmgen.contract.node_events import NodeEvent, parse_event
 from slurmgen.launch.remote import payload, remote_command
 from test_launch_local import PY, LocalProcess, alive, local_plan
 

@@ -44,7 +44,7 @@ die() {
 }
 is_count() { [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= 1)); }
 # `slurmgen launch` reads this node's events from the descriptor in SLURMGEN_EVENT_FD (see
-# slurmgen/launch/protocol.py); run by hand, no events are written. No rank inherits it.
+# slurmgen/contract/node_events.py); run by hand, no events are written. No rank inherits it.
 event_fd=${SLURMGEN_EVENT_FD:-}
 unset SLURMGEN_EVENT_FD
 [[ -z $event_fd || $event_fd =~ ^[0-9]$ ]] || die "SLURMGEN_EVENT_FD must be a descriptor 0-9 (got '$event_fd')"

@@ -1,0 +1,15 @@
+"""Names of the files slurmgen's parts hand each other beside a job's logs.
+
+`run_slurm.sh` writes them (the template is handed the parts around the job id), `slurmgen
+status` and the healing logic read them: one spelling for both sides. The attempts record's
+format is described in `heal/attempts.py`, which reads it.
+"""
+
+ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
+FINISHED_NAME = "slurmgen-{job_id}.finished"
+
+
+def name_parts(name: str) -> tuple[str, str]:
+    """A file name pattern split around its job id, for the template: ('slurmgen-', '.finished')."""
+    before, _, after = name.partition("{job_id}")
+    return before, after
