@@ -14,11 +14,10 @@ from typing import List, Optional
 
 import typer
 
+from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env
 from slurmgen.contract import exitcodes
 from slurmgen.errors import SlurmgenError
 
-SERVER = typer.Option(None, "--server", envvar="SLURMGEN_SERVER", help="Coordinator URL [default: http://127.0.0.1:8470].")
-TOKEN_FILE = typer.Option(None, "--token-file", help="Token file [default: $SLURMGEN_TOKEN, else ~/.config/slurmgen/token].")
 JSON = typer.Option(False, "--json", help="Print JSON instead of text.")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -160,13 +159,11 @@ def group_config(
     server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE,
 ) -> None:
     """Set a group's torch.distributed config and command; flags not given keep their value."""
-    from slurmgen.cli import _parse_env
-
     client = _client(server, token_file)
     config = client.group(name).group.config.model_dump()
     given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
              "backend": backend, "cwd": cwd, "argv": command or None,
-             "env": _parse_env(env) if env else None, "max_restarts": max_restarts,
+             "env": parse_env(env) if env else None, "max_restarts": max_restarts,
              "heartbeat_timeout": heartbeat_timeout, "stop_grace": stop_grace}
     config.update({k: v for k, v in given.items() if v is not None})
     g = client.configure(name, config)

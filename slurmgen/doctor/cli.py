@@ -17,6 +17,8 @@ from typing import List, Optional
 
 import typer
 
+from slurmgen.cliopts import (identity_option, known_hosts_option, ssh_config_option, ssh_port_option,
+                              ssh_user_option)
 from slurmgen.contract import exitcodes
 from slurmgen.errors import SlurmgenError
 
@@ -66,11 +68,11 @@ def register(app: typer.Typer) -> None:
         port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
         python: Optional[str] = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
         workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
-        user: Optional[str] = typer.Option(None, "--user", "-l", help="SSH user."),
-        port: Optional[int] = typer.Option(None, "--port", "-p", help="SSH port."),
-        identity: List[Path] = typer.Option([], "--identity", "-i", help="Private key file; repeatable."),
-        known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="known_hosts file."),
-        ssh_config: Optional[str] = typer.Option(None, "--ssh-config", "-F", help="ssh config file."),
+        user: Optional[str] = ssh_user_option("SSH user."),
+        port: Optional[int] = ssh_port_option("SSH port."),
+        identity: List[Path] = identity_option(),
+        known_hosts: Optional[str] = known_hosts_option("known_hosts file."),
+        ssh_config: Optional[str] = ssh_config_option("ssh config file."),
         config: Optional[Path] = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
         signal: Optional[str] = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
         as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
