@@ -14,11 +14,10 @@ from typing import List, Optional
 
 import typer
 
-from slurmgen.contract import exitcodes
+from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env
+from slurmgen.contract import exitcodes, ports
 from slurmgen.errors import SlurmgenError
 
-SERVER = typer.Option(None, "--server", envvar="SLURMGEN_SERVER", help="Coordinator URL [default: http://127.0.0.1:8470].")
-TOKEN_FILE = typer.Option(None, "--token-file", help="Token file [default: $SLURMGEN_TOKEN, else ~/.config/slurmgen/token].")
 JSON = typer.Option(False, "--json", help="Print JSON instead of text.")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -45,7 +44,7 @@ def url_of(host: str, port: int, *, tls: bool = False) -> str:
 
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs TLS or a tunnel."),
-    port: int = typer.Option(8470, "--port"),
+    port: int = typer.Option(ports.COORDINATOR_PORT, "--port"),
     db: Optional[Path] = typer.Option(None, "--db", help="SQLite state [default: ~/.local/state/slurmgen/coordinator.db]."),
     token_file: Optional[Path] = typer.Option(None, "--token-file", help="[default: ~/.config/slurmgen/token]"),
     agent_timeout: float = typer.Option(10.0, "--agent-timeout", min=1, help="Seconds of agent silence before its workers count as lost."),
@@ -150,7 +149,7 @@ def group_config(
     master: Optional[str] = typer.Option(None, "--master", help="Master NODE name (e.g. gn6)."),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address to reach the master at [default: its name]."),
     world_size: Optional[int] = typer.Option(None, "--world-size", help="[default: the group's worker count]"),
-    port: Optional[int] = typer.Option(None, "--port", help="MASTER_PORT [default: 29500]."),
+    port: Optional[int] = typer.Option(None, "--port", help=f"MASTER_PORT [default: {ports.DEFAULT_MASTER_PORT}]."),
     backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
     cwd: Optional[str] = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
     env: Optional[List[str]] = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
@@ -160,13 +159,11 @@ def group_config(
     server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE,
 ) -> None:
     """Set a group's torch.distributed config and command; flags not given keep their value."""
-    from slurmgen.cli import _parse_env
-
     client = _client(server, token_file)
     config = client.group(name).group.config.model_dump()
     given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
              "backend": backend, "cwd": cwd, "argv": command or None,
-             "env": _parse_env(env) if env else None, "max_restarts": max_restarts,
+             "env": parse_env(env) if env else None, "max_restarts": max_restarts,
              "heartbeat_timeout": heartbeat_timeout, "stop_grace": stop_grace}
     config.update({k: v for k, v in given.items() if v is not None})
     g = client.configure(name, config)

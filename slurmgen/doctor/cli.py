@@ -13,16 +13,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
+from slurmgen.cliopts import (identity_option, known_hosts_option, ssh_config_option, ssh_port_option,
+                              ssh_user_option)
 from slurmgen.contract import exitcodes, ports
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
     from slurmgen.doctor.probe import ProbeOptions
-    from slurmgen.launch.ssh.connect import SSHOptions
 
 
 def _job_hosts(variable: str = "SLURM_JOB_NODELIST") -> list[str]:
@@ -54,92 +55,65 @@ def preempt_signal(config: Optional[Path], given: Optional[str]) -> str:
     return name
 
 
-def register(app: typer.Typer) -> None:
-    """Add `slurmgen doctor` to the root app. Only the flags live here: the command checks
-    them, then picks where the rows come from (SSH, the Slurm allocation, this machine)."""
-
-    @app.command()
-    def doctor(
-        hosts: Optional[str] = typer.Option(None, "--hosts", "-H", help="Check these hosts over SSH (a Slurm hostlist: node[1-4])."),
-        hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Check the hosts of a DeepSpeed host file over SSH."),
-        files: List[str] = typer.Option([], "--files", help="Hash these files or directories (default: the git-tracked files here); repeatable."),
-        directory: str = typer.Option(".", "--dir", help="The output directory whose free disk is checked."),
-        min_free_gb: float = typer.Option(1.0, "--min-free-gb", help="Less free disk than this in --dir fails."),
-        master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host)."),
-        master_port: Optional[int] = typer.Option(None, "--master-port", help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT})."),
-        port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
-        python: Optional[str] = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
-        workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
-        user: Optional[str] = typer.Option(None, "--user", "-l", help="SSH user."),
-        port: Optional[int] = typer.Option(None, "--port", "-p", help="SSH port."),
-        identity: List[Path] = typer.Option([], "--identity", "-i", help="Private key file; repeatable."),
-        known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="known_hosts file."),
-        ssh_config: Optional[str] = typer.Option(None, "--ssh-config", "-F", help="ssh config file."),
-        config: Optional[Path] = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
-        signal: Optional[str] = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
-        as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
-    ) -> None:
-        """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk."""
-        if hosts is not None and hostfile is not None:
-            raise SlurmgenError("hosts: give one of --hosts and --hostfile (got both)")
-        opts = _probe_options(files, directory, min_free_gb, master_addr, master_port, port_timeout, config, signal)
-        if hosts is not None or hostfile is not None:
-            from slurmgen.launch.ssh.connect import SSHOptions
-
-            ssh = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity),
-                             known_hosts=known_hosts, ssh_config=ssh_config)
-            rows = _ssh_rows(opts, hosts, hostfile, ssh, master_addr, master_port, python, workdir)
-        elif os.environ.get("SLURM_JOB_ID"):
-            found = _allocation_rows(opts)
-            if found is None:
-                return  # `srun slurmgen doctor`: task 0 prints the table for all
-            rows = found
-        else:
-            from slurmgen.doctor import nodes
-
-            rows = nodes.local_rows(opts)
-        _report(rows, as_json)
-
-
-def _probe_options(files: List[str], directory: str, min_free_gb: float, master_addr: Optional[str],
-                   master_port: Optional[int], port_timeout: float, config: Optional[Path],
-                   signal: Optional[str]) -> "ProbeOptions":
-    """What every node checks, from the flags, else $MASTER_ADDR/$MASTER_PORT; where the rows
-    come from may still fill in the rendezvous (see `_ssh_rows`, `_allocation_rows`)."""
+def doctor(
+    hosts: Optional[str] = typer.Option(None, "--hosts", "-H", help="Check these hosts over SSH (a Slurm hostlist: node[1-4])."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Check the hosts of a DeepSpeed host file over SSH."),
+    files: List[str] = typer.Option([], "--files", help="Hash these files or directories (default: the git-tracked files here); repeatable."),
+    directory: str = typer.Option(".", "--dir", help="The output directory whose free disk is checked."),
+    min_free_gb: float = typer.Option(1.0, "--min-free-gb", help="Less free disk than this in --dir fails."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host)."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT})."),
+    port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
+    python: Optional[str] = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
+    user: Optional[str] = ssh_user_option("SSH user."),
+    port: Optional[int] = ssh_port_option("SSH port."),
+    identity: List[Path] = identity_option(),
+    known_hosts: Optional[str] = known_hosts_option("known_hosts file."),
+    ssh_config: Optional[str] = ssh_config_option("ssh config file."),
+    config: Optional[Path] = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
+    signal: Optional[str] = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
+) -> None:
+    """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk."""
+    from slurmgen.doctor import nodes
     from slurmgen.doctor.probe import ProbeOptions
 
+    if hosts is not None and hostfile is not None:
+        raise SlurmgenError("hosts: give one of --hosts and --hostfile (got both)")
     if master_port is not None and not 1 <= master_port <= 65535:
         raise SlurmgenError(f"master_port: must be a port number 1-65535 (got {master_port})")
     if port_timeout <= 0:
         raise SlurmgenError(f"port_timeout: must be more than 0 seconds (got {port_timeout:g})")
     env_port = os.environ.get("MASTER_PORT", "")
-    return ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
+    opts = ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
                         master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
                         master_port=master_port or (int(env_port) if env_port.isdigit() else None),
                         port_timeout=port_timeout, signal=preempt_signal(config, signal))
+    if hosts is not None or hostfile is not None:
+        from slurmgen.generate.hostfile import read_hostfile
+        from slurmgen.generate.hostlist import expand
+        from slurmgen.launch.ssh.connect import SSHOptions, master_address
+
+        names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
+        ssh = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity),
+                         known_hosts=known_hosts, ssh_config=ssh_config)
+        opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
+                               "master_port": master_port or ports.DEFAULT_MASTER_PORT})
+        rows = nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
+    elif os.environ.get("SLURM_JOB_ID"):
+        found = _allocation_rows(opts)
+        if found is None:
+            return  # `srun slurmgen doctor`: task 0 prints the table for all
+        rows = found
+    else:
+        rows = nodes.local_rows(opts)
+    _report(rows, as_json)
 
 
-def _ssh_rows(opts: "ProbeOptions", hosts: Optional[str], hostfile: Optional[Path], ssh: "SSHOptions",
-              master_addr: Optional[str], master_port: Optional[int], python: Optional[str],
-              workdir: Optional[str]) -> list[dict]:
-    """The hosts of --hosts/--hostfile over SSH. The rendezvous is the flags' or what `launch`
-    would use (the first host, 29500), never this shell's $MASTER_ADDR/$MASTER_PORT."""
-    from slurmgen.doctor import nodes
-    from slurmgen.doctor.probe import ProbeOptions
-    from slurmgen.generate.hostfile import read_hostfile
-    from slurmgen.generate.hostlist import expand
-    from slurmgen.launch.ssh.connect import master_address
-
-    names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
-    opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
-                           "master_port": master_port or ports.DEFAULT_MASTER_PORT})
-    return nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
-
-
-def _allocation_rows(opts: "ProbeOptions") -> Optional[list[dict]]:
-    """Inside a Slurm job: one srun task per node of the allocation, or, already under srun,
-    the step's nodes (None: this task is not the one that prints). The rendezvous defaults to
-    the first node and run_slurm.sh's port for the job."""
+def _allocation_rows(opts: ProbeOptions) -> Optional[list[dict[str, Any]]]:
+    """Rows of every node of this Slurm allocation (or job step), checked against run_slurm.sh's
+    master and port; None on every task but 0 under `srun slurmgen doctor`."""
     from slurmgen.doctor import nodes
     from slurmgen.doctor.probe import ProbeOptions
 
@@ -151,8 +125,8 @@ def _allocation_rows(opts: "ProbeOptions") -> Optional[list[dict]]:
     return nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
 
 
-def _report(rows: list[dict], as_json: bool) -> None:
-    """Print the table (or JSON) and fail with one line per problem."""
+def _report(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """Print the table (or JSON) of every node; exit 1 when the nodes disagree or a check failed."""
     from rich.console import Console
 
     from slurmgen.doctor.compare import compare
@@ -166,3 +140,8 @@ def _report(rows: list[dict], as_json: bool) -> None:
         Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table(verdict))
     if verdict.problems:
         raise SlurmgenError(*[f"doctor: {p}" for p in verdict.problems], exit_code=exitcodes.FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `doctor` to the `slurmgen` app."""
+    app.command()(doctor)

@@ -17,11 +17,13 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from slurmgen.cliopts import ssh_config_option
 from slurmgen.errors import SlurmgenError
+from slurmgen.generate.cli import create, spec_from_create_flags, write_rendered
 
 RegistryOpt = typer.Option(None, "--registry", help="Job registry file [default: ~/.local/state/slurmgen/jobs.sqlite].")
 RemoteOpt = typer.Option(None, "--remote", help="Run Slurm's commands on this login node (a host of ~/.ssh/config).")
-SshConfigOpt = typer.Option(None, "--ssh-config", "-F", help="ssh config file [default: ~/.ssh/config].")
+SshConfigOpt = ssh_config_option("ssh config file [default: ~/.ssh/config].")
 SetupOpt = typer.Option([], "--remote-setup", help="Shell line run first on the login node (module load slurm); repeatable.")
 JsonOpt = typer.Option(False, "--json", help="Print JSON.")
 
@@ -90,7 +92,6 @@ def _with_job(registry: Optional[Path], job: Optional[str], remote: Optional[str
 
 def submit(**kw: Any) -> None:
     """Render exactly as `create` does, sbatch it, register the job and print its id."""
-    from slurmgen.cli import spec_from_create_flags, write_rendered
     from slurmgen.jobs import commands
     from slurmgen.jobs.registry import Registry
     from slurmgen.generate.render import render
@@ -277,8 +278,6 @@ def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output
 
 def _submit_signature() -> inspect.Signature:
     """create's parameters followed by submit's own: one definition of the shared flags."""
-    from slurmgen.cli import create
-
     own = [
         ("registry", Optional[Path], RegistryOpt),
         ("dependency", Optional[str], typer.Option(None, "--dependency", "-d", help="sbatch --dependency, e.g. afterok:1234.")),

@@ -13,7 +13,6 @@ import platform
 import socket
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Mapping
 
@@ -25,6 +24,8 @@ SLURM_VARS = {
 
 
 def version_of(dist: str) -> str | None:
+    from importlib import metadata  # here, not at the top: `slurmgen --help` imports this package (runs, plot)
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -163,6 +163,22 @@ def test_cli_does_not_import_torch_or_paramiko(args):
     assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
 
 
+def test_nothing_imports_the_composition_root():
+    """`cli.py` only composes each package's commands: a package that took a helper from it (as
+    jobs and the coordinator once took `create` and `_parse_env`) closes an import cycle."""
+    import ast
+
+    importers = []
+    for path in sorted((REPO / "slurmgen").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if "slurmgen.cli" in names:
+                importers.append(str(path.relative_to(REPO)))
+    assert importers == ["slurmgen/__main__.py"]
+
+
 def test_python_dash_m_and_version():
     result = subprocess.run([sys.executable, "-m", "slurmgen", "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.startswith("slurmgen ")

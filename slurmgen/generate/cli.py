@@ -1,0 +1,172 @@
+"""`slurmgen create`, `ranks` and `schema`: flags (and a YAML spec) in, scripts or a rank table out.
+
+`spec_from_create_flags` and `write_rendered` are also what `slurmgen submit` renders and writes
+with (it takes every flag of `create`), so the two commands cannot drift apart. Nothing heavy is
+imported before a command runs: the spec (pydantic), the templates (jinja2) and Rich only inside.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from slurmgen.cliopts import ORDER_HELP, given_flags, parse_env
+from slurmgen.errors import SlurmgenError
+
+
+def create(
+    command: Optional[List[str]] = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec; flags given here override it."),
+    output_dir: Optional[str] = typer.Option(None, "--output-dir", "-o", help="Where to write the scripts [default: out]."),
+    nodes: Optional[str] = typer.Option(None, "--nodes", "-N", metavar="N", help="Number of nodes [default: 1]."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes (GPUs) per node [default: 1]."),
+    gpu_request: Optional[str] = typer.Option(None, "--gpu-request", help="auto | gpus-per-node | gres | none."),
+    time: Optional[str] = typer.Option(None, "--time", "-t", help="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."),
+    partition: Optional[str] = typer.Option(None, "--partition", "-p"),
+    account: Optional[str] = typer.Option(None, "--account", "-A"),
+    qos: Optional[str] = typer.Option(None, "--qos", "-q"),
+    constraint: Optional[str] = typer.Option(None, "--constraint", "-C"),
+    exclusive: Optional[bool] = typer.Option(None, "--exclusive/--no-exclusive", help="Whole nodes."),
+    cpus_per_task: Optional[str] = typer.Option(None, "--cpus-per-task", "-c", metavar="N", help="CPUs per process."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Memory per node, e.g. 64G."),
+    job_name: Optional[str] = typer.Option(None, "--job-name", "-J"),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
+    master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
+    env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
+    setup: List[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
+    sbatch: List[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),
+    container_image: Optional[str] = typer.Option(None, "--container-image", help="Run inside this container image."),
+    container_runtime: Optional[str] = typer.Option(None, "--container-runtime", help="pyxis | apptainer."),
+    container_mount: List[str] = typer.Option([], "--container-mount", help="SRC:DST[:FLAGS]; repeatable."),
+    log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
+    requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit."),
+    signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."),
+    array: Optional[str] = typer.Option(None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."),
+    sweep: List[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
+    sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
+    sweep_args: Optional[str] = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
+    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
+    retries: Optional[str] = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
+    retry_on: Optional[str] = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
+    exclude_failed_node: Optional[bool] = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),
+    preflight: Optional[bool] = typer.Option(None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+) -> None:
+    """Write OUTPUT_DIR/run_slurm.sh, OUTPUT_DIR/launch_multi_node.sh and the resolved OUTPUT_DIR/job.yaml."""
+    flags = dict(locals())
+    from slurmgen.generate.render import render
+
+    rendered = render(spec_from_create_flags(**{k: v for k, v in flags.items() if k not in ("dry_run", "force")}))
+    write_rendered(rendered, dry_run=dry_run, force=force)
+
+
+def spec_from_create_flags(*, command, config, env, setup, sbatch, container_image, container_runtime, container_mount,
+                           sweep, sweep_file, **fields):
+    """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it.
+
+    Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
+    """
+    from slurmgen.generate.specfile import spec_from_sources
+    from slurmgen.generate import sweep_input
+
+    if sweep and sweep_file is not None:
+        raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
+    points = sweep_input.read_file(sweep_file) if sweep_file is not None else sweep_input.parse_flag(sweep) or None
+    container = given_flags(image=container_image, runtime=container_runtime, mounts=list(container_mount))
+    return spec_from_sources(config, given_flags(
+        command=command or None, env=parse_env(env), setup=list(setup), sbatch_extra=list(sbatch),
+        container=container or None, sweep=points, **fields,
+    ))
+
+
+def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False) -> None:
+    """Print (--dry-run) or write the rendered files, all or none, and say what to do next."""
+    from slurmgen.generate.output import write_files
+    from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT
+    from slurmgen.generate.topology import summary, uniform_table
+
+    spec = rendered.spec
+    table = uniform_table(spec.nodes, spec.gpus)
+    out = Path(spec.output_dir)
+    if dry_run:
+        for name, text in rendered.files.items():
+            typer.echo(f"# ===== {out / name} =====")
+            typer.echo(text, nl=False)
+        return
+    written = write_files(out, rendered.files, force=force, extra_dirs=[Path(spec.logs)])
+    if quiet:
+        return
+    for path in written:
+        typer.echo(f"wrote {path}")
+    from slurmgen.generate.preflight import torchrun_note
+
+    if note := torchrun_note(spec):
+        typer.echo(f"slurmgen: note: {note}", err=True)
+    typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
+    typer.echo("next:")
+    typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
+    typer.echo(f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>")
+
+
+def ranks(
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Host names, a Slurm hostlist: gn6,gn7 or gpu[01-04]."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="DeepSpeed-style host file: 'host slots=N' lines."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Anonymous nodes, when no names are given."),
+    gpus: int = typer.Option(1, "--gpus", help="Processes per host (hosts without slots= in a host file)."),
+    master: Optional[str] = typer.Option(None, "--master", help="The master host [default: the first given]."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", help="Use only this many processes."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
+    from slurmgen.generate.hostfile import read_hostfile
+    from slurmgen.generate.hostlist import expand
+    from slurmgen.generate.topology import Host, anonymous_hosts, order_hosts, rank_table
+
+    given = [name for name, v in (("--hosts", hosts), ("--hostfile", hostfile), ("--nodes", nodes)) if v is not None]
+    if len(given) != 1:
+        raise SlurmgenError(f"hosts: give exactly one of --hosts, --hostfile, --nodes (got {len(given)}: {', '.join(given) or 'none'})")
+    if gpus < 1:
+        raise SlurmgenError(f"gpus: must be at least 1 (got {gpus})")
+    if nodes is not None:
+        if master is not None:
+            raise SlurmgenError("master: --master needs named hosts (--hosts or --hostfile)")
+        table = rank_table(anonymous_hosts(nodes, gpus), world_size)
+    else:
+        host_list = (read_hostfile(hostfile, gpus) if hostfile is not None
+                     else [Host.with_count(h, gpus) for h in expand(hosts or "")])
+        table = rank_table(order_hosts(host_list, master, order), world_size)
+    if as_json:
+        typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table("host", "rank", "local_rank", "node_rank", "local_world_size", "world_size", box=None)
+    for e in table:
+        out.add_row(e.host, *(str(v) for v in (e.rank, e.local_rank, e.node_rank, e.local_world_size, e.world_size)))
+    Console(soft_wrap=True).print(out)
+
+
+def schema() -> None:
+    """Print the JSON schema of the job spec (point your editor's YAML plugin at it)."""
+    from slurmgen.generate.spec import JobSpec
+
+    typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `create` and `ranks` to the `slurmgen` app."""
+    app.command()(create)
+    app.command()(ranks)
+
+
+def register_schema(app: typer.Typer) -> None:
+    """Add `schema`, which `slurmgen --help` lists after the run commands (launch, train, runs, plot)."""
+    app.command()(schema)

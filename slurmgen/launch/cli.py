@@ -1,0 +1,139 @@
+"""`slurmgen launch`: flags (and a YAML spec) -> a launch plan -> every host over SSH, or its dry run.
+
+The flags are checked and turned into a spec, hosts and a plan before any connection (so a typo
+costs nothing and `--dry-run` prints exactly what would run); paramiko is imported only once
+the SSH options are built, so `slurmgen --help` and `create` never load it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+
+from slurmgen.cliopts import (ORDER_HELP, given_flags, identity_option, known_hosts_option, parse_env, ssh_config_option,
+                              ssh_port_option, ssh_user_option)
+from slurmgen.contract import ports
+from slurmgen.errors import SlurmgenError
+
+if TYPE_CHECKING:
+    from slurmgen.generate.topology import Host
+    from slurmgen.launch.plan import LaunchPlan
+    from slurmgen.launch.ssh.connect import SSHOptions
+
+
+def launch(
+    command: Optional[List[str]] = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", "-H", help="Hosts, a Slurm hostlist: node1,node2 or gpu[01-04]."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="DeepSpeed host file: 'host slots=N' lines."),
+    include: Optional[str] = typer.Option(None, "--include", help="Only these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
+    exclude: Optional[str] = typer.Option(None, "--exclude", help="Not these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
+    master: Optional[str] = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
+    order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
+    master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help=f"Rendezvous port (default: {ports.DEFAULT_MASTER_PORT})."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
+    env_file: List[Path] = typer.Option([], "--env-file", help="KEY=VALUE lines (like .deepspeed_env), sent on stdin; repeatable."),
+    setup: List[str] = typer.Option([], "--setup", help="Shell line run on each node before launch (venv, modules); repeatable."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on every node (default: this directory)."),
+    log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Per-rank logs on each node, relative to --workdir (default: out/logs)."),
+    user: Optional[str] = ssh_user_option(),
+    port: Optional[int] = ssh_port_option(),
+    identity: List[Path] = identity_option(),
+    known_hosts: Optional[str] = known_hosts_option(),
+    ssh_config: Optional[str] = ssh_config_option(),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to wait for each host."),
+    accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
+    max_restarts: int = typer.Option(0, "--max-restarts", help="Start the whole group again after a failure, up to N times."),
+    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged."),
+    keepalive: float = typer.Option(5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."),
+    stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
+) -> None:
+    """Start the job on every host over SSH; the first failure anywhere stops all of them."""
+    import os
+
+    from slurmgen.generate.specfile import spec_from_sources
+    from slurmgen.launch.plan import build_plan, select_hosts
+
+    _check_flags(hosts, hostfile, port, connect_timeout, keepalive)
+    spec = spec_from_sources(config, given_flags(
+        command=command or None, gpus=gpus, master_addr=master_addr, master_port=master_port, backend=backend,
+        env=parse_env(env), setup=list(setup), log_dir=log_dir,
+    ))
+    selected = select_hosts(_host_list(hosts, hostfile, spec.gpus), include, exclude)
+    stdin_env = _stdin_env(env_file)
+    from slurmgen.launch.ssh.connect import SSHOptions, master_address  # paramiko: only for launch
+
+    opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
+                      ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
+    plan = build_plan(spec, selected, master=master, order=order, master_addr=lambda h: master_address(h, opts),
+                      workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
+                      heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
+                      max_restarts=max_restarts)
+    _start(plan, opts, keepalive, dry_run)
+
+
+def _check_flags(hosts: Optional[str], hostfile: Optional[Path], port: Optional[int], connect_timeout: float,
+                 keepalive: float) -> None:
+    """The flags that need no spec: one source of hosts, and SSH numbers in range."""
+    if (hosts is None) == (hostfile is None):
+        raise SlurmgenError(f"hosts: give exactly one of --hosts and --hostfile (got {'both' if hosts else 'neither'})")
+    # Checked here rather than by typer's min/max, whose message leaves out the bad value
+    # (max_restarts, heartbeat_timeout and stop_grace are checked with the plan).
+    ssh_problems = [f"{name}: must be {rule} (got {value:g})" for name, value, ok, rule in (
+        ("port", 22 if port is None else port, port is None or 1 <= port <= 65535, "a port number 1-65535"),
+        ("connect_timeout", connect_timeout, connect_timeout > 0, "more than 0 seconds"),
+        ("keepalive", keepalive, keepalive > 0, "more than 0 seconds"),
+    ) if not ok]
+    if ssh_problems:
+        raise SlurmgenError(*ssh_problems)
+
+
+def _host_list(hosts: Optional[str], hostfile: Optional[Path], gpus: int) -> list[Host]:
+    """The hosts of --hostfile (with their slots) or of the --hosts hostlist, `gpus` slots each."""
+    from slurmgen.generate.hostfile import read_hostfile
+    from slurmgen.generate.hostlist import expand
+    from slurmgen.generate.topology import Host
+
+    return (read_hostfile(hostfile, gpus) if hostfile is not None
+            else [Host.with_count(h, gpus) for h in expand(hosts or "")])
+
+
+def _stdin_env(env_files: List[Path]) -> dict[str, str]:
+    """What travels to every node on stdin: forwarded variables of this shell, the env files, the launch id."""
+    import os
+    import secrets
+    import time
+
+    from slurmgen.launch.plan import forwarded_env, read_env_file
+
+    stdin_env = forwarded_env(os.environ)
+    for path in env_files:
+        stdin_env.update(read_env_file(path))
+    # One id for this launch, on every node and every restart: each rank's run record
+    # (slurmgen.tracking) joins the same group without the ranks talking to each other.
+    stdin_env.setdefault("SLURMGEN_LAUNCH_ID", f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
+    stdin_env.setdefault("SLURMGEN_GROUP", f"launch-{stdin_env['SLURMGEN_LAUNCH_ID']}")
+    return stdin_env
+
+
+def _start(plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool) -> None:
+    """Print what would run (--dry-run), or run it and leave with the job's exit code."""
+    from slurmgen.launch.runner import dry_run_text, launch as run_launch
+
+    if dry_run:
+        typer.echo(dry_run_text(plan, opts), nl=False)
+        return
+    code = run_launch(plan, opts, keepalive=keepalive)
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `launch` to the `slurmgen` app; options stop at the program's name (`-- python train.py --lr 3`)."""
+    app.command(context_settings={"allow_interspersed_args": False})(launch)
