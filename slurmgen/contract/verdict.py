@@ -102,7 +102,9 @@ class Verdict:
 def decide(events: Iterable[Event], expected: int = 0) -> Verdict:
     """The verdict on `events`, in the order they were seen: the first failure wins, with its
     code; without one the attempt ended well (exitcodes.OK) once `expected` events were clean
-    exits (0: no failure is success), else it is undecided (code None)."""
+    exits (0: no failure is success), else it is undecided (code None). A failure after every
+    party ended well still fails: a launcher that stops listening once it has an answer (the
+    node link's master) simply never passes the later events."""
     clean = 0
     for event in events:
         if event.failed:
