@@ -4,7 +4,8 @@ The server never orders "do X" from memory of what it said before: at each heart
 compares what a slot should run (its group's active attempt) with what the agent reports,
 and `reconcile` derives the order. That is what makes a restarted server and a reconnecting
 agent safe without a replay log. `judge_attempt` decides an attempt's fate (fail as one: the
-first non-zero exit, stale trainer heartbeat or silent agent ends it for every rank).
+first non-zero exit, stale trainer heartbeat or silent agent ends it for every rank), by the
+contract's verdict (slurmgen/contract/verdict.py) over what was observed.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Union
 
 from slurmgen.contract import exitcodes, verdict
+from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
 from slurmgen.launch.protocol import NodeEvent
 
@@ -122,7 +123,7 @@ class AttemptState:
     nodes: Mapping[str, NodeResult]    # in node-rank order
     pending: frozenset[str]            # hosts without a final state yet
     opened: frozenset[str] = frozenset()
-    seen: tuple[verdict.Event, ...] = ()  # every failure and signal, in order
+    seen: tuple[Event, ...] = ()  # every failure and signal, in order (`verdict` is a property here)
     stop_at: float | None = None
     spared: str | None = None          # the failed node, stopping its own ranks
     signals: tuple[int, ...] = ()
@@ -187,7 +188,7 @@ CAUSES = {"failed": verdict.EXITED, "hung": verdict.HUNG, "error": verdict.ERROR
 
 
 def _fail(s: AttemptState, host: str, state: str, code: int, what: str, at: float) -> Step:
-    event = verdict.Event(CAUSES[state], code, host, detail=what)
+    event = Event(CAUSES[state], code, host, detail=what)
     s = replace(_node(s, host, state=state, code=code), seen=(*s.seen, event))
     if verdict.decide(s.seen).first is event:
         s = _node(s, host, note="first failure: " + what)
