@@ -72,7 +72,7 @@ def parse_attempts(text: str) -> list[dict[str, Any]]:
     return [record for record in objects(text.splitlines()) if record.get("event") in EVENTS]
 
 
-def failure(record: dict[str, Any]) -> Event:
+def first_failure(record: dict[str, Any]) -> Event:
     """An "end" record's first failure (as run_slurm.sh's `first_failure` decided it) as the
     contract's verdict event: hung when a rank's heartbeat went stale, else an exit."""
     code, hung = record.get("exit_code"), record.get("hung_rank")
@@ -84,4 +84,4 @@ def failure(record: dict[str, Any]) -> Event:
 def cause(record: dict[str, Any]) -> str:
     """One phrase for an "end" record: 'hung (rank 3 on node2)', 'exit 3 (rank 5 on node2)', or
     'exit 3 (task 1 on node2)' when no rank is known (verdict.summary)."""
-    return verdict.summary(failure(record))
+    return verdict.summary(first_failure(record))
