@@ -4,7 +4,8 @@ The server never orders "do X" from memory of what it said before: at each heart
 compares what a slot should run (its group's active attempt) with what the agent reports,
 and `reconcile` derives the order. That is what makes a restarted server and a reconnecting
 agent safe without a replay log. `judge_attempt` decides an attempt's fate (fail as one: the
-first non-zero exit, stale trainer heartbeat or silent agent ends it for every rank).
+first non-zero exit, stale trainer heartbeat or silent agent ends it for every rank), by the
+contract's verdict (slurmgen/contract/verdict.py) over what was observed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Mapping, Optional
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import exitcodes, verdict
 from slurmgen.contract.states import ENDED_WORDS
 
 Order = Literal["start", "stop"]
@@ -59,24 +60,34 @@ def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int]
                   running: set, hung: set, lost: Mapping[str, float]) -> Outcome:
     """The attempt's state after new observations. `ranks` maps worker -> rank; `exits`
     holds the recorded exit codes in the order they arrived; `running`/`hung` are workers;
-    `lost` maps each silent worker to the seconds since its agent was heard."""
+    `lost` maps each silent worker to the seconds since its agent was heard. Judged at every
+    report, so what this report brought is seen at once: exits first (in their order), then
+    stale heartbeats and silent agents in rank order, and the contract's verdict takes the
+    first failure of that list."""
     if state not in ("starting", "running"):
         return Outcome(state)
-    for worker, code in exits.items():
-        if code != 0:
-            return Outcome("failed", f"rank {ranks[worker]} ({worker}) exited with code {code} "
-                           f"({exitcodes.describe(code)})", code)
-    for worker in sorted(hung, key=ranks.__getitem__):
-        return Outcome("failed", f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale",
-                       exitcodes.HUNG)
-    for worker in sorted(lost, key=ranks.__getitem__):
-        return Outcome("failed", f"rank {ranks[worker]} ({worker}): its agent has been silent "
-                       f"for {lost[worker]:.0f} s", exitcodes.LOST)
-    if len(exits) == len(ranks):
+    seen = verdict.decide(attempt_events(ranks, exits, hung, lost), expected=len(ranks))
+    if seen.first is not None:
+        return Outcome("failed", seen.first.detail, seen.first.code)
+    if seen.ended:
         return Outcome("succeeded", "every rank exited 0", exitcodes.OK)
     if state == "starting" and set(ranks) <= running | set(exits):
         return Outcome("running")
     return Outcome(state)
+
+
+def attempt_events(ranks: Mapping[str, int], exits: Mapping[str, int], hung: set,
+                   lost: Mapping[str, float]) -> list[verdict.Event]:
+    """What the coordinator observed of one attempt, as verdict events, each worded as the
+    coordinator reports it."""
+    events = [verdict.exited(code, worker, ranks[worker], detail=f"rank {ranks[worker]} ({worker}) exited with "
+                             f"code {code} ({exitcodes.describe(code)})") for worker, code in exits.items()]
+    events += [verdict.failure(verdict.HUNG, worker, ranks[worker],
+                               f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale")
+               for worker in sorted(hung, key=ranks.__getitem__)]
+    return events + [verdict.failure(verdict.LOST, worker, ranks[worker], f"rank {ranks[worker]} ({worker}): "
+                                     f"its agent has been silent for {lost[worker]:.0f} s")
+                     for worker in sorted(lost, key=ranks.__getitem__)]
 
 
 def next_after_failure(restarts_used: int, max_restarts: int) -> bool:

@@ -38,8 +38,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import verdict
 from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME
+from slurmgen.contract.verdict import Event
 from slurmgen.jsonl import objects
 
 EVENTS = ("start", "end", "skipped")
@@ -64,19 +65,16 @@ def parse_attempts(text: str) -> list[dict[str, Any]]:
     return [record for record in objects(text.splitlines()) if record.get("event") in EVENTS]
 
 
+def first_failure(record: dict[str, Any]) -> Event:
+    """An "end" record's first failure (as run_slurm.sh's `first_failure` decided it) as the
+    contract's verdict event: hung when a rank's heartbeat went stale, else an exit."""
+    code, hung = record.get("exit_code"), record.get("hung_rank")
+    return Event(verdict.HUNG if hung is not None else verdict.EXITED, None if code is None else int(code),
+                 node=record.get("node"), rank=hung if hung is not None else record.get("rank"),
+                 task=record.get("task"))
+
+
 def cause(record: dict[str, Any]) -> str:
     """One phrase for an "end" record: 'hung (rank 3 on node2)', 'exit 3 (rank 5 on node2)', or
-    'exit 3 (task 1 on node2)' when no rank is known."""
-    code = record.get("exit_code")
-    if code is None:
-        return "unknown"
-    text = exitcodes.describe(int(code))
-    if record.get("hung_rank") is not None:
-        return f"{text} (rank {record['hung_rank']} on {record.get('node')})"
-    if record.get("node"):
-        if record.get("rank") is not None:
-            who = f"rank {record['rank']} on "
-        else:
-            who = f"task {record['task']} on " if record.get("task") is not None else ""
-        return f"{text} ({who}{record['node']})"
-    return text
+    'exit 3 (task 1 on node2)' when no rank is known (verdict.summary)."""
+    return verdict.summary(first_failure(record))

@@ -10,6 +10,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
+from slurmgen.contract import verdict
 from slurmgen.heal.attempts import cause
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
@@ -118,19 +119,25 @@ def _signalled_by_user(record: JobRecord, view: Mapping[str, Any]) -> dict[str, 
 
 def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Which job or array task failed, which rank (and srun task) failed first, and its code:
-    the rank's own note first, srun's report when no rank left one, as run_slurm.sh decides."""
+    the rank's own note first, srun's report when no rank left one, as run_slurm.sh decides
+    (the contract's verdict over those events, in that order)."""
     if not failed:
         return None
     row = failed[0]
-    note = row.get("first_rank_exit")
-    if note:
-        return {"job": row["job"], "state": row["state"], "exit_code": row["exit_code"], "node": note["node"],
-                "task": note["task"], "rank": note["rank"], "what": f"rank {note['rank']} exited with code {note['exit_code']}"}
-    tasks = row.get("failed_tasks") or []
-    first = tasks[0] if tasks else None
+    first = verdict.decide(_failure_events(row)).first
     return {"job": row["job"], "state": row["state"], "exit_code": row["exit_code"],
-            "node": first["node"] if first else None, "task": first["tasks"][0] if first else None,
-            "rank": None, "what": first["what"] if first else None}
+            "node": first.node if first else None, "task": first.task if first else None,
+            "rank": first.rank if first else None, "what": first.detail if first else None}
+
+
+def _failure_events(row: Mapping[str, Any]) -> list[verdict.Event]:
+    """A failed row's failures as verdict events: the rank's note, then srun's failed tasks."""
+    note = row.get("first_rank_exit")
+    events = [verdict.exited(note["exit_code"], note["node"], note["rank"], note["task"],
+                             f"rank {note['rank']} exited with code {note['exit_code']}")] if note else []
+    # srun names only tasks that failed; one ended by a signal carries no code, still a failure.
+    return events + [verdict.exited(t.get("code"), t["node"], None, t["tasks"][0], t["what"])
+                     for t in row.get("failed_tasks") or []]
 
 
 def _fmt_loss(run: Mapping[str, Any] | None) -> str:

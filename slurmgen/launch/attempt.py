@@ -16,7 +16,9 @@ the input's time in `step`, so it is checked on every `Tick` however much output
 - heartbeat: judged on the node, next to the files (templates/launch_bootstrap.sh.j2), and
   arrives here as a `hung` event.
 
-The first failure decides the exit code and the verdict; later ones are noted per node.
+The first failure decides the exit code and the verdict (slurmgen/contract/verdict.py: every
+failure and signal is kept as a verdict event, and `decide` names the first); later ones are
+noted per node.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Mapping, Union
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import exitcodes, verdict
+from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
 from slurmgen.contract.node_events import NodeEvent
 
@@ -120,8 +123,7 @@ class AttemptState:
     nodes: Mapping[str, NodeResult]    # in node-rank order
     pending: frozenset[str]            # hosts without a final state yet
     opened: frozenset[str] = frozenset()
-    first: tuple[str, str] | None = None   # (host, verdict) of the first failure
-    code: int = exitcodes.OK
+    seen: tuple[Event, ...] = ()  # every failure and signal, in order (`verdict` is a property here)
     stop_at: float | None = None
     spared: str | None = None          # the failed node, stopping its own ranks
     signals: tuple[int, ...] = ()
@@ -130,6 +132,20 @@ class AttemptState:
     @property
     def done(self) -> bool:
         return not self.pending
+
+    @property
+    def first(self) -> tuple[str, str] | None:
+        """(host, verdict) of the first failure; None also when a signal came first."""
+        first = verdict.decide(self.seen).first
+        if first is None or first.cause == verdict.SIGNALLED:
+            return None
+        return str(first.node), first.detail
+
+    @property
+    def code(self) -> int:
+        """The attempt's exit code: the first failure's (128 + the signal's when a signal came
+        first), else exitcodes.OK."""
+        return verdict.decide(self.seen).code or exitcodes.OK
 
     @property
     def verdict(self) -> str:
@@ -167,11 +183,16 @@ def _stop(s: AttemptState, reason: str, at: float, spare: str | None = None) -> 
     return replace(s, stop_at=at, spared=spare), actions
 
 
-def _fail(s: AttemptState, host: str, state: str, code: int, verdict: str, at: float) -> Step:
-    s = _node(s, host, state=state, code=code)
-    if s.first is None and s.stop_at is None:
-        s = _node(replace(s, first=(host, verdict), code=code), host, note="first failure: " + verdict)
-        return _stop(s, f"{verdict} on {host}", at, spare=host if state in ("failed", "hung") else None)
+# A node's state after a failure -> the verdict's cause.
+CAUSES = {"failed": verdict.EXITED, "hung": verdict.HUNG, "error": verdict.ERROR, "lost": verdict.LOST}
+
+
+def _fail(s: AttemptState, host: str, state: str, code: int, what: str, at: float) -> Step:
+    event = Event(CAUSES[state], code, host, detail=what)
+    s = replace(_node(s, host, state=state, code=code), seen=(*s.seen, event))
+    if verdict.decide(s.seen).first is event:
+        s = _node(s, host, note="first failure: " + what)
+        return _stop(s, f"{what} on {host}", at, spare=host if state in ("failed", "hung") else None)
     if not s.nodes[host].note:
         s = _node(s, host, note="after the first failure" if s.first else "while stopping")
     return s, []
@@ -210,12 +231,10 @@ def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:
 
 
 def _signalled(s: AttemptState, signum: int, at: float) -> Step:
-    s = replace(s, signals=(*s.signals, signum))
+    s = replace(s, signals=(*s.signals, signum), seen=(*s.seen, verdict.signalled(signum)))
     name = signal.Signals(signum).name
     if len(s.signals) > 1:
         return s, [Say(f"got {name} again: closing every connection now"), DisconnectAll()]
-    if s.first is None:
-        s = replace(s, code=128 + signum)
     return _stop(s, f"got {name}", at)
 
 

@@ -249,6 +249,14 @@ MAC = HMAC-SHA256(token, "NONCE NODE NNODES"): a node proves it knows the job's 
 sending it. KIND is what failed: rank, signal, lost (a launcher or its connection gone),
 absent (no word before the start timeout), nnodes (started with another node count).
 A connection can do no more than stop the job: nothing it sends is run or used as a path.
+
+What the agent decides is one pure function, `step(link, input)` (like slurmgen's
+launch/attempt.py): the classes below only turn the launcher's words, the other nodes' lines
+and the clock into its inputs and carry out the actions it returns. Its verdict is the rule of
+slurmgen/contract/verdict.py, the first failure of the job wins with its code, written here
+again because this file runs on nodes where slurmgen is not installed and is embedded in the
+generated script as this one text: tests/unit/test_verdict.py runs the same event sequences
+through both and requires the same first failure and code.
 """
 
 import hashlib
@@ -260,9 +268,14 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, replace
+from typing import FrozenSet, List, Optional, Tuple, Union
 
 # slurmgen/contract/exitcodes.py's codes (a unit test keeps them equal): slurmgen may not be installed.
 BAD_INPUT, HUNG, LOST = 2, 124, 255
+# The code a failure of each kind gives when it carries none of its own (a rank's exit and a
+# signal do): slurmgen/contract/verdict.py's CODES for the same causes (a unit test keeps them equal).
+KIND_CODES = {"lost": LOST, "absent": HUNG, "nnodes": BAD_INPUT}
 MAX_LINE = 256
 TICK = 0.05
 PING_EVERY = 1.0
@@ -290,6 +303,145 @@ def mac(token, nonce, node, nnodes):
     return hmac.new(token.encode(), f"{nonce} {node} {nnodes}".encode(), hashlib.sha256).hexdigest()
 
 
+# ---- the rule: what this node knows of the job and what to do. Pure: no clock, no I/O ----------
+Cause = Tuple[object, str, int, str]  # (node, rank, code, kind); rank "-" when not a rank's
+# The master hears the first failure and names it to every node; a worker that reported its own
+# waits this long for that answer before it ends with its own.
+ANSWER_WITHIN = 1.0
+# A worker whose ranks all ended well waits this long (after the start timeout, should it not be
+# linked yet) for the master's `bye`.
+BYE_WITHIN = 2.0
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A failure: this node's (from its launcher) or, heard by the master, any node's."""
+    node: object  # a node number; for absent nodes "1,2"
+    rank: str
+    code: int
+    kind: str     # rank, signal, lost, absent, nnodes
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Done:
+    """Every rank of `node` exited 0."""
+    node: int
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class LauncherDied:
+    """This node's launcher ended without its last word: its ranks are stopped here."""
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A worker hears how the job ended from outside: the master's `stop` (its verdict), `bye`,
+    `refused`, or no master at all."""
+    code: int
+    cause: Optional[Cause] = None
+
+
+@dataclass(frozen=True)
+class MasterGone:
+    """A worker's connection to the master ended; `ready`: it had said hello."""
+    ready: bool
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float
+
+
+Input = Union[Failed, Done, LauncherDied, Ended, MasterGone, Tick]
+
+
+@dataclass(frozen=True)
+class Send:
+    """The master: to every node; a worker: to the master."""
+    text: str
+
+
+@dataclass(frozen=True)
+class StopRanks:
+    pass
+
+
+@dataclass(frozen=True)
+class Finish:
+    code: int
+    cause: Optional[Cause] = None
+
+
+Action = Union[Send, StopRanks, Finish]
+
+
+@dataclass(frozen=True)
+class Link:
+    node: int
+    nnodes: int
+    start_by: float = 0.0
+    done: FrozenSet[int] = frozenset()   # nodes whose ranks all exited 0
+    leave: Optional[Tuple[float, int, Optional[Cause]]] = None  # a worker's own end: (at, code, cause)
+    code: Optional[int] = None           # the exit status, once decided
+
+    @property
+    def master(self):
+        return self.node == 0
+
+
+def step(link: Link, event: Input) -> Tuple[Link, List[Action]]:
+    """The next state and what to do, for one input. The first end decides; inputs after it
+    change nothing."""
+    if isinstance(event, LauncherDied):  # its ranks are stopped here whatever else was decided
+        link, actions = failed(link, Failed(link.node, "-", KIND_CODES["lost"], "lost", event.at))
+        return end(link, actions + [StopRanks()], LOST, (link.node, "-", LOST, "lost"))
+    if link.code is not None:
+        return link, []
+    if isinstance(event, Failed):
+        return failed(link, event)
+    if isinstance(event, Done):
+        return done(link, event)
+    if isinstance(event, Ended):
+        return end(link, [], event.code, event.cause)
+    if isinstance(event, MasterGone):
+        if link.node in link.done:
+            return end(link, [], 0)
+        return end(link, [], LOST, (0, "-", LOST, "lost")) if event.ready else (link, [])
+    if link.leave is not None and event.at >= link.leave[0]:
+        return end(link, [], *link.leave[1:])
+    return link, []
+
+
+def end(link, actions, code, cause=None):
+    if link.code is not None:
+        return link, actions
+    return replace(link, code=code), actions + [Finish(code, cause)]
+
+
+def failed(link, event):
+    """The master: the first failure stops the job, every node hears of it in one line. A
+    worker tells the master and waits for its answer, which names the job's first failure."""
+    cause = (event.node, event.rank, event.code, event.kind)
+    if not link.master:
+        leave = (event.at + ANSWER_WITHIN, event.code, cause)
+        return replace(link, leave=leave), [Send(f"failed {event.rank} {event.code} {event.kind}")]
+    if link.code is not None:
+        return link, []
+    return end(link, [Send(f"stop {event.node} {event.rank} {event.code} {event.kind}")], event.code, cause)
+
+
+def done(link, event):
+    link = replace(link, done=link.done | {event.node})
+    if link.master:
+        return end(link, [], 0) if len(link.done) == link.nnodes else (link, [])
+    # Not linked yet: the master must still hear it (or be reported absent at the start timeout).
+    leave = (max(event.at, link.start_by) + BYE_WITHIN, 0, None)
+    return replace(link, leave=leave), [Send("done")]
+
+
 class Lines:
     """Whole text lines out of a byte stream, each split into words."""
 
@@ -313,17 +465,32 @@ def send(conn, text):
 
 
 class Agent:
-    """What both roles share: the launcher's commands, its death, the verdict."""
+    """What both roles share: the launcher's words, its death, carrying out `step`'s actions."""
 
-    def __init__(self, me, node, nnodes, token, grace):
+    def __init__(self, me, node, nnodes, token, grace, start_by):
         self.me, self.node, self.nnodes, self.token, self.grace = me, node, nnodes, token, grace
         self.sel = selectors.DefaultSelector()
         self.parent = os.getppid()
         self.pgids = []
         self.said = None  # the launcher's last word: failed, signal, done; or died
         self.stdin = Lines()
-        self.code = None
+        self.link = Link(node, nnodes, start_by)
         self.awake = time.monotonic()  # the last pass of the main loop
+
+    @property
+    def code(self):
+        """The exit status once decided, else None."""
+        return self.link.code
+
+    def feed(self, event):
+        self.link, actions = step(self.link, event)
+        for action in actions:
+            if isinstance(action, Send):
+                self.tell(action.text)
+            elif isinstance(action, StopRanks):
+                self.stop_ranks()
+            else:
+                self.finish(action.cause)
 
     def linked(self):
         print("linked", flush=True)
@@ -334,13 +501,10 @@ class Agent:
         except OSError:
             pass
 
-    def finish(self, code, cause=None):
-        """End with `code`; `cause` (node, rank, code, kind) is the job's first failure."""
-        if self.code is not None:
-            return
+    def finish(self, cause):
+        """The end is decided; `cause` (node, rank, code, kind) is the job's first failure."""
         if cause is not None:
             self.say(f"first failure of the job: {explain(*cause)}; stopping the ranks on node {self.node}")
-        self.code = code
 
     def on_stdin(self, _):
         data = os.read(0, 4096)
@@ -354,19 +518,17 @@ class Agent:
                 self.pgids.append(int(words[1]))
             elif words[0] == "failed":
                 self.said = "failed"
-                self.report(words[1], int(words[2]), "rank")
+                self.feed(Failed(self.node, words[1], int(words[2]), "rank", time.monotonic()))
             elif words[0] == "signal":
                 self.said = "signal"
-                self.report("-", int(words[1]), "signal")
+                self.feed(Failed(self.node, "-", int(words[1]), "signal", time.monotonic()))
             elif words[0] == "done":
                 self.said = "done"
-                self.node_done()
+                self.feed(Done(self.node, time.monotonic()))
 
     def launcher_died(self):
         self.said = "died"
-        self.report("-", LOST, "lost")
-        self.stop_ranks()
-        self.finish(LOST, (self.node, "-", LOST, "lost"))
+        self.feed(LauncherDied(time.monotonic()))
 
     def stop_ranks(self):
         """TERM every rank's process group, KILL what is left after the grace time."""
@@ -418,7 +580,7 @@ class Master(Agent):
     """Node 0: hears every node, decides which failure was first, tells every node."""
 
     def __init__(self, me, nnodes, token, grace, addr, port, start_timeout, link_timeout):
-        super().__init__(me, 0, nnodes, token, grace)
+        super().__init__(me, 0, nnodes, token, grace, time.monotonic() + start_timeout)
         family, kind, proto, _, where = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
         self.server = socket.socket(family, kind, proto)
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -427,9 +589,7 @@ class Master(Agent):
         self.sel.register(self.server, selectors.EVENT_READ, self.on_accept)
         self.peers = {}   # socket -> Peer
         self.nodes = {0}  # every node that has said hello
-        self.done = set()
-        now = time.monotonic()
-        self.start_by, self.link_timeout, self.next_ping = now + start_timeout, link_timeout, now
+        self.link_timeout, self.next_ping = link_timeout, time.monotonic()
 
     def on_accept(self, server):
         conn, addr = server.accept()
@@ -453,11 +613,10 @@ class Master(Agent):
             if peer.node is None:
                 self.hello(peer, words)
             elif words[0] == "failed" and len(words) == 4 and words[2].isdigit():
-                self.fail(peer.node, words[1], int(words[2]), words[3])
+                self.feed(Failed(peer.node, words[1], int(words[2]), words[3]))
             elif words[0] == "done":
-                self.done.add(peer.node)
                 send(conn, "bye")
-                self.check_all_done()
+                self.feed(Done(peer.node))
             if self.code is not None or conn not in self.peers:
                 return
 
@@ -478,7 +637,7 @@ class Master(Agent):
         peer.node = node
         self.nodes.add(node)
         if nnodes != str(self.nnodes):
-            self.fail(node, "-", BAD_INPUT, "nnodes")
+            self.feed(Failed(node, "-", KIND_CODES["nnodes"], "nnodes"))
         else:
             send(peer.conn, "welcome")
 
@@ -486,28 +645,13 @@ class Master(Agent):
         self.sel.unregister(peer.conn)
         peer.conn.close()
         del self.peers[peer.conn]
-        if peer.node is not None and peer.node not in self.done:
-            self.fail(peer.node, "-", LOST, "lost")
+        if peer.node is not None and peer.node not in self.link.done:
+            self.feed(Failed(peer.node, "-", KIND_CODES["lost"], "lost"))
 
-    def fail(self, node, rank, code, kind):
-        """The first failure stops the job: every node hears of it, in one line (also one whose
-        hello is still on its way: it may have started its ranks)."""
-        if self.code is not None:
-            return
+    def tell(self, text):
+        """To every node (also one whose hello is still on its way: it may have started its ranks)."""
         for peer in self.peers.values():
-            send(peer.conn, f"stop {node} {rank} {code} {kind}")
-        self.finish(code, (node, rank, code, kind))
-
-    def report(self, rank, code, kind):
-        self.fail(0, rank, code, kind)
-
-    def node_done(self):
-        self.done.add(0)
-        self.check_all_done()
-
-    def check_all_done(self):
-        if len(self.done) == self.nnodes:
-            self.finish(0)
+            send(peer.conn, text)
 
     def close(self):
         """Leave so that the last `stop` arrives: a socket closed with unread bytes (a ping)
@@ -538,22 +682,21 @@ class Master(Agent):
             if (peer.node is None and now - peer.since > HELLO_WITHIN) or now - peer.seen > self.link_timeout:
                 self.drop(peer)
         missing = [str(n) for n in range(self.nnodes) if n not in self.nodes]
-        if missing and now >= self.start_by:
-            self.fail(",".join(missing), "-", HUNG, "absent")
+        if missing and now >= self.link.start_by:
+            self.feed(Failed(",".join(missing), "-", KIND_CODES["absent"], "absent"))
 
 
 class Worker(Agent):
     """Every other node: tells the master what happens here, stops when the master says so."""
 
     def __init__(self, me, node, nnodes, token, grace, addr, port, start_timeout, link_timeout):
-        super().__init__(me, node, nnodes, token, grace)
-        self.addr, self.port, self.link_timeout = addr, port, link_timeout
         now = time.monotonic()
-        self.start_by, self.next_try, self.next_ping, self.seen = now + start_timeout, now, now, now
+        super().__init__(me, node, nnodes, token, grace, now + start_timeout)
+        self.addr, self.port, self.link_timeout = addr, port, link_timeout
+        self.next_try, self.next_ping, self.seen = now, now, now
         self.conn = None
         self.ready = False    # hello sent: what this node says now reaches the master
         self.outbox = []      # what it said before
-        self.leave = None     # (deadline, code, cause) once this node has said its last word
         self.lines = Lines()
 
     def connect(self, now):
@@ -584,47 +727,35 @@ class Worker(Agent):
             elif words[0] == "welcome":
                 self.linked()
             elif words[0] == "stop" and len(words) == 5 and words[3].isdigit():
-                return self.finish(int(words[3]), tuple(words[1:]))
+                return self.feed(Ended(int(words[3]), tuple(words[1:])))
             elif words[0] == "refused":
                 self.say(f"the master at {self.addr}:{self.port} refused this node: {' '.join(words[1:])}")
-                return self.finish(BAD_INPUT)
+                return self.feed(Ended(BAD_INPUT))
             elif words[0] == "bye":
-                return self.finish(0)
+                return self.feed(Ended(0))
 
     def master_gone(self):
         self.sel.unregister(self.conn)
         self.conn.close()
-        if self.said == "done":
-            return self.finish(0)
-        if not self.ready:  # the master is still starting up: try again
+        self.feed(MasterGone(self.ready))
+        if self.code is None:  # not linked yet: the master is still starting up, try again
             self.conn = None
-            return
-        self.finish(LOST, (0, "-", LOST, "lost"))
 
     def tell(self, text):
         if self.ready and send(self.conn, text):
             return
         self.outbox.append(text)
 
-    def report(self, rank, code, kind):
-        # The master's answer (`stop`, naming the job's first failure) normally comes at once.
-        self.tell(f"failed {rank} {code} {kind}")
-        self.leave = (time.monotonic() + 1.0, code, (self.node, rank, code, kind))
-
-    def node_done(self):
-        # Not linked yet: the master must still hear it (or be reported absent at the start timeout).
-        self.tell("done")
-        self.leave = (max(time.monotonic(), self.start_by) + 2.0, 0, None)
-
     def excuse(self, stalled):
         self.seen = min(self.seen + stalled, self.awake)
 
     def on_time(self, now):
-        if self.leave is not None and now >= self.leave[0]:
-            return self.finish(*self.leave[1:])
+        self.feed(Tick(now))
+        if self.code is not None:
+            return
         if self.conn is None:
-            if now >= self.start_by:
-                return self.finish(HUNG, (0, "-", HUNG, "absent"))
+            if now >= self.link.start_by:
+                return self.feed(Ended(HUNG, (0, "-", HUNG, "absent")))
             if now >= self.next_try:
                 self.connect(now)
         elif self.ready and now - self.seen > self.link_timeout:
