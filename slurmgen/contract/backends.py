@@ -5,5 +5,7 @@ passes the choice on as SLURMGEN_BACKEND, and the spec, the trainer's flags and 
 coordinator's group config all take their choices and their default from here.
 """
 
+from typing import Final
+
 BACKENDS = ("auto", "nccl", "gloo")
-DEFAULT_BACKEND = "auto"
+DEFAULT_BACKEND: Final = "auto"

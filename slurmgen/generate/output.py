@@ -68,11 +68,11 @@ def write_files(directory: Path, files: Mapping[str, str], *, force: bool, extra
             for extra in extra_dirs:  # before any file is in place: a failure leaves none
                 extra.mkdir(parents=True, exist_ok=True)
         except BaseException:
-            for _, tmp in staged:
-                tmp.unlink(missing_ok=True)
+            for _, staged_path in staged:
+                staged_path.unlink(missing_ok=True)
             raise
-        for name, tmp in staged:
-            os.replace(tmp, directory / name)
+        for name, staged_path in staged:
+            os.replace(staged_path, directory / name)
     except OSError as exc:
         where = exc.filename or directory
         raise SlurmgenError(f"output_dir: cannot write {str(where)!r}: {exc.strerror or exc}", exit_code=1) from None

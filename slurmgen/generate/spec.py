@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import shlex
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -281,7 +281,7 @@ class JobSpec(BaseModel):
 
     @field_validator("sweep")
     @classmethod
-    def _sweep(cls, v: object) -> object:
+    def _sweep(cls, v: Any) -> Any:
         from slurmgen.contract.grid import KEY, points
 
         if v is None:

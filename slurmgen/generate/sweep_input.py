@@ -40,7 +40,7 @@ def read_file(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             row = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise SlurmgenError(f"sweep_file: {path}:{number}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict) or not row:
             raise SlurmgenError(f"sweep_file: {path}:{number}: expected a JSON object of parameters (got {line.strip()[:60]!r})")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from slurmgen.errors import SlurmgenError, show
 
@@ -53,7 +53,7 @@ def natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-ORDERS = {"natural": natural_key, "alphabetical": str}
+ORDERS: dict[str, Callable[[str], Any]] = {"natural": natural_key, "alphabetical": str}
 
 
 def order_hosts(hosts: Sequence[Host], master: str | None = None, order: str = "natural") -> list[Host]:

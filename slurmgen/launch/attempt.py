@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, replace
-from typing import Mapping, Union
+from typing import Any, Mapping, Union
 
 from slurmgen.contract import exitcodes, verdict
 from slurmgen.contract.verdict import Event
@@ -165,7 +165,7 @@ def initial(nodes: list[NodeResult], attempt: int, at: float, launched_at: float
 Step = tuple[AttemptState, list[Action]]
 
 
-def _node(s: AttemptState, host: str, **changes: object) -> AttemptState:
+def _node(s: AttemptState, host: str, **changes: Any) -> AttemptState:
     return replace(s, nodes={**s.nodes, host: replace(s.nodes[host], **changes)})
 
 
@@ -249,12 +249,13 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
             s, more = _fail(_end(s, host, at), host, "error", exitcodes.FAILED,
                             f"no session on {host} within {lim.connect:g}s", at)
             actions += [*more, Disconnect(host)]
-    if s.stop_at is None:
+    stop_at = s.stop_at
+    if stop_at is None:
         return s, actions
-    if s.spared in s.pending and at >= s.stop_at + lim.stop_grace:
+    if s.spared in s.pending and at >= stop_at + lim.stop_grace:
         actions.append(CloseStdin(s.spared))  # it did not stop by itself
         s = replace(s, spared=None)
-    if at >= s.stop_at + lim.stop_grace + lim.stop_wait:
+    if at >= stop_at + lim.stop_grace + lim.stop_wait:
         for host in [h for h in s.nodes if h in s.pending]:
             s = _node(_end(s, host, at), host, state="lost", note="no exit status after the stop")
             actions.append(Disconnect(host))

@@ -278,7 +278,7 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
                                  lambda: connect(jump_target, jump_opts, config, notify, depth + 1, keys, jumps))
             except ConnectError as exc:
                 raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
-            sock = jump.client.get_transport().open_channel(  # type: ignore[union-attr]
+            sock = jump.client.get_transport().open_channel(
                 "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
         elif target.proxy_command:
             # Through a shell, as ssh runs it (pipes, redirections and `exec` work).
