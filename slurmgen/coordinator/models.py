@@ -12,6 +12,7 @@ from typing import Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from slurmgen.contract import ports
+from slurmgen.contract.backends import DEFAULT_BACKEND
 
 # Names travel into paths, log file names and environment values, never into a shell; they
 # are still kept to a safe alphabet so every one of them can be shown and typed as is.
@@ -80,7 +81,7 @@ class GroupConfig(_Request):
     master_addr: Optional[str] = Field(None, description="address ranks reach the master at; default: master")
     world_size: Optional[int] = Field(None, ge=1, description="default: the group's worker count")
     master_port: int = Field(ports.DEFAULT_MASTER_PORT, ge=1, le=65535)
-    backend: Literal["nccl", "gloo", "auto"] = "nccl"
+    backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
     argv: List[str] = Field(default_factory=list, description="the command, an argv list (no shell)")
     cwd: Optional[str] = Field(None, description="absolute working directory on every node")
     env: Dict[str, str] = Field(default_factory=dict)

@@ -34,7 +34,12 @@ def test_every_slurmgen_variable_used_anywhere_is_declared():
 def test_literal_choices_match_the_contract():
     """pydantic and type checkers need literal types; they list exactly the contract's choices."""
     assert typing.get_args(JobSpec.model_fields["backend"].annotation) == backends.BACKENDS
-    assert set(typing.get_args(GroupConfig.model_fields["backend"].annotation)) == set(backends.BACKENDS)
+    assert typing.get_args(GroupConfig.model_fields["backend"].annotation) == backends.BACKENDS
+
+
+def test_every_launcher_defaults_to_the_same_backend():
+    """The coordinator said nccl where the spec and the trainer said auto: a CPU group then failed to start."""
+    assert JobSpec.model_fields["backend"].default == GroupConfig.model_fields["backend"].default == backends.DEFAULT_BACKEND
 
 
 def test_job_port_is_stable_in_range_and_said_as_computed():

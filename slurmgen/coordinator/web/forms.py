@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Iterable, Mapping
 
+from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 
 FIELDS = ("master", "world_size", "master_port", "backend", "command", "workdir", "env")
@@ -37,7 +38,7 @@ def form_from_config(config: Mapping[str, Any]) -> dict[str, str]:
         "master": config.get("master_addr") or config.get("master") or "",
         "world_size": "" if config.get("world_size") is None else str(config["world_size"]),
         "master_port": str(config.get("master_port") or DEFAULT_MASTER_PORT),
-        "backend": config.get("backend") or "nccl",
+        "backend": config.get("backend") or DEFAULT_BACKEND,
         "command": shlex.join(config.get("argv") or []),
         "workdir": config.get("cwd") or "",
         "env": "\n".join(f"{k}={v}" for k, v in env.items()),
@@ -78,7 +79,7 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
     body["world_size"] = _whole_number("world_size", form.get("world_size", ""), errors)
     port = _whole_number("master_port", form.get("master_port", ""), errors)
     body["master_port"] = DEFAULT_MASTER_PORT if port is None else port
-    body["backend"] = form.get("backend", "nccl").strip() or "nccl"
+    body["backend"] = form.get("backend", DEFAULT_BACKEND).strip() or DEFAULT_BACKEND
     try:
         body["argv"] = shlex.split(form.get("command", ""))
     except ValueError as exc:

@@ -11,6 +11,7 @@ import hashlib
 import time
 from typing import Any, Iterable, Mapping
 
+from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 
 # A worker's agent heartbeats every second or so: amber after a few missed beats, red when
@@ -59,7 +60,7 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     return {
         "name": g["name"], "dom_id": dom_id("g", g["name"]), "state": state,
         "world_size": config.get("world_size") or g.get("members", len(members)),
-        "master": master, "port": config.get("master_port", DEFAULT_MASTER_PORT), "backend": config.get("backend", "nccl"),
+        "master": master, "port": config.get("master_port", DEFAULT_MASTER_PORT), "backend": config.get("backend", DEFAULT_BACKEND),
         "attempt": f"{attempt} of {tries}", "reason": g.get("reason"),
         "workers": members, "nodes": nodes, "config": config,
     }
