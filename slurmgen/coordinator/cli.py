@@ -16,6 +16,7 @@ import typer
 
 from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env
 from slurmgen.contract import exitcodes, ports
+from slurmgen.contract.backends import BACKENDS
 from slurmgen.errors import SlurmgenError
 
 JSON = typer.Option(False, "--json", help="Print JSON instead of text.")
@@ -150,7 +151,7 @@ def group_config(
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address to reach the master at [default: its name]."),
     world_size: Optional[int] = typer.Option(None, "--world-size", help="[default: the group's worker count]"),
     port: Optional[int] = typer.Option(None, "--port", help=f"MASTER_PORT [default: {ports.DEFAULT_MASTER_PORT}]."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    backend: Optional[str] = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
     cwd: Optional[str] = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
     env: Optional[List[str]] = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
     max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Restart the whole group up to N times."),

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 
+from slurmgen.contract.backends import BACKENDS
 from slurmgen.cliopts import ORDER_HELP, given_flags, parse_env
 from slurmgen.errors import SlurmgenError
 
@@ -35,7 +36,7 @@ def create(
     job_name: Optional[str] = typer.Option(None, "--job-name", "-J"),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    backend: Optional[str] = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
     launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
     env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: List[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),

@@ -15,6 +15,7 @@ import typer
 from slurmgen.cliopts import (ORDER_HELP, given_flags, identity_option, known_hosts_option, parse_env, ssh_config_option,
                               ssh_port_option, ssh_user_option)
 from slurmgen.contract import ports
+from slurmgen.contract.backends import BACKENDS
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def launch(
     order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
     master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help=f"Rendezvous port (default: {ports.DEFAULT_MASTER_PORT})."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="nccl | gloo | auto."),
+    backend: Optional[str] = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
     env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     env_file: List[Path] = typer.Option([], "--env-file", help="KEY=VALUE lines (like .deepspeed_env), sent on stdin; repeatable."),
     setup: List[str] = typer.Option([], "--setup", help="Shell line run on each node before launch (venv, modules); repeatable."),
