@@ -145,3 +145,9 @@ def test_readme_is_short_and_keeps_the_quick_start():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 210
     assert "bash scripts/quickstart.sh" in readme and "bash scripts/test.sh" in readme
+    # GitHub renders the README outside the site, so mkdocs does not check its links: every
+    # relative link must name a file of the repository.
+    targets = re.findall(r"\]\((?!https?:)([^)#]+)", readme)
+    assert len(targets) > 20
+    missing = [t for t in targets if not (REPO / t).is_file()]
+    assert not missing, missing
