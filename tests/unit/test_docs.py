@@ -130,8 +130,10 @@ def test_the_reference_covers_every_command_field_variable_and_code(reference):
 
 # ---- the site ----------------------------------------------------------------------------------
 def test_the_site_builds_in_strict_mode_and_loads_nothing_from_elsewhere(tmp_path):
+    # Not -q: mkdocs counts warnings through its log, and -q drops them before they are counted,
+    # so a broken link would pass.
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(REPO / "mkdocs.yml"),
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(REPO / "mkdocs.yml"),
                            "-d", str(tmp_path / "site")], capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     pages = list((tmp_path / "site").rglob("*.html"))
