@@ -34,7 +34,6 @@ ALLOWED_CYCLES: list[frozenset[str]] = [
 ]
 # Known functions over MAX_LINES ("path/in/slurmgen.py:Qualified.name"). May only shrink.
 ALLOWED_LONG: set[str] = {
-    "train/trainer.py:Trainer.fit",
     "cli.py:launch",
 }
 # Known private names reached from another module ("importer -> provider._name"). May only shrink.
