@@ -107,8 +107,8 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[TrainConfig,
             raise UsageError(missing)
     launch_names = {f.name for f in dataclasses.fields(LaunchFlags)}
     launch = LaunchFlags(**{name: getattr(ns, name) for name in launch_names})
-    config_only = launch_names - {f.name for f in dataclasses.fields(TrainConfig)}
-    fields = {k: v for k, v in vars(ns).items() if k not in config_only}
+    launch_only = launch_names - {f.name for f in dataclasses.fields(TrainConfig)}
+    fields = {k: v for k, v in vars(ns).items() if k not in launch_only}
     return TrainConfig.from_dict(fields), launch, launch.nproc_per_node
 
 
