@@ -47,6 +47,19 @@ def _pdeathsig_hook():
     return hook
 
 
+def private_dirs(path: Path, top: Path) -> None:
+    """`path` and its parents up to and with `top`, owner-only (0700) whatever the umask: a
+    rank's output may hold tokens, paths and data other users of the node must not read."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    d = path
+    while True:
+        if d.stat().st_mode & 0o777 != 0o700:
+            d.chmod(0o700)
+        if d == top or d == d.parent:
+            return
+        d = d.parent
+
+
 def exit_status(returncode: int) -> int:
     """A shell-style exit code: 128+N for a process killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -131,8 +144,8 @@ class Procs:
             return
         run_dir = self.log_dir / order.group / f"attempt-{order.attempt}"
         hb_dir = hb_root / f"{order.group}-{order.attempt}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        hb_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(run_dir, self.log_dir)
+        private_dirs(hb_dir, hb_root)
         env = {**os.environ, **order.env, "SLURMGEN_HEARTBEAT_DIR": str(hb_dir)}
         ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
         threads = default_omp_threads(env, ranks_here, ranks_here)
@@ -140,7 +153,8 @@ class Procs:
             env["OMP_NUM_THREADS"] = threads
         slot.order, slot.exit_code, slot.kill_at, slot.proc = order, None, None, None
         slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
-        log = open(run_dir / f"rank-{order.rank}.log", "ab")
+        log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too
         try:
             slot.proc = subprocess.Popen(order.argv, cwd=order.cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -140,3 +140,22 @@ def test_the_watchdog_kills_the_groups_still_listed_when_its_input_ends():
         for proc in (kept, cleared):
             proc.kill()
             proc.wait()
+
+
+def test_rank_logs_are_private_whatever_the_umask(tmp_path):
+    """Rank logs were 0644 in 0755 directories: other users of the node could read them."""
+    old = os.umask(0o022)
+    try:
+        (tmp_path / "gn6" / "logs" / "g").mkdir(parents=True, mode=0o755)  # left by an older agent
+        agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path)
+        try:
+            agent.procs.start(order(0, [sys.executable, "-c", "print('secret')"]), agent.hb_root)
+            wait_until(lambda: agent.procs.slots[0].exit_code is not None)
+        finally:
+            agent.procs.stop_all(1)
+    finally:
+        os.umask(old)
+    log = tmp_path / "gn6/logs/g/attempt-1/rank-0.log"
+    assert log.read_text() == "secret\n" and log.stat().st_mode & 0o777 == 0o600
+    for d in (log.parent, log.parent.parent, tmp_path / "gn6/logs", tmp_path / "gn6/heartbeats", tmp_path / "gn6/heartbeats/g-1"):
+        assert d.stat().st_mode & 0o777 == 0o700, d
