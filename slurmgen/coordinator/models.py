@@ -163,6 +163,8 @@ class AttemptOut(BaseModel):
     reason: Optional[str] = None
     exit_code: Optional[int] = None
     exit_codes: Dict[str, int] = Field(default_factory=dict, description="rank -> exit code")
+    runs: List[str] = Field(default_factory=list, description="run record directories its ranks "
+                            "announced (as their agents saw them), for its curves")
 
 
 class GroupOut(BaseModel):
@@ -220,6 +222,8 @@ class WorkerReport(BaseModel):
     pid: Optional[int] = None
     exit_code: Optional[int] = None
     hung: bool = Field(False, description="its trainer heartbeat went stale")
+    runs: List[str] = Field(default_factory=list, max_length=16,
+                            description="run record directories the rank announced (tracking)")
 
 
 class ReportedLine(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import ctypes.util
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import Optional
 from slurmgen.coordinator import watchdog
 from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
 from slurmgen.contract.threads import default_omp_threads
+from slurmgen.tracking.store import ANNOUNCE_FILE
 
 MAX_LINE = 4096
 QUEUE_LINES = 5000
@@ -105,6 +107,7 @@ class Slot:
         self.exit_code: Optional[int] = None
         self.kill_at: Optional[float] = None
         self.hb_file: Optional[Path] = None
+        self.runs: list[str] = []
 
     @property
     def running(self) -> bool:
@@ -115,7 +118,21 @@ class Slot:
         state = "running" if self.running else ("exited" if o else "idle")
         return WorkerReport(id=self.idx, state=state, group=o.group if o else None,
                             attempt=o.attempt if o else None, pid=self.proc.pid if self.running else None,
-                            exit_code=self.exit_code, hung=hung)
+                            exit_code=self.exit_code, hung=hung, runs=self.announced_runs())
+
+    def announced_runs(self) -> list[str]:
+        """The run record directory the rank announced beside its heartbeat (tracking's
+        ANNOUNCE_FILE), read once: a run's record keeps its place for the whole attempt."""
+        if self.runs or self.order is None or self.hb_file is None:
+            return self.runs
+        note = self.hb_file.parent / ANNOUNCE_FILE.format(rank=self.order.rank)
+        try:
+            run_dir = json.loads(note.read_text())["dir"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        if isinstance(run_dir, str) and run_dir.startswith("/") and len(run_dir) < MAX_LINE:
+            self.runs = [run_dir]
+        return self.runs
 
 
 class Procs:
@@ -151,7 +168,7 @@ class Procs:
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:
             env["OMP_NUM_THREADS"] = threads
-        slot.order, slot.exit_code, slot.kill_at, slot.proc = order, None, None, None
+        slot.order, slot.exit_code, slot.kill_at, slot.proc, slot.runs = order, None, None, None, []
         slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
         log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
         os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too

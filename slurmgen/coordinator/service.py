@@ -110,7 +110,8 @@ class Coordinator:
             plans = self._plans()
             attempts = [AttemptOut(number=a["number"], state=a["state"], started=a["started"],
                                    ended=a["ended"], reason=a["reason"], exit_code=a["exit_code"],
-                                   exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()})
+                                   exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
+                                   runs=a["runs"])
                         for a in self.store.attempts(name)]
             return GroupDetail(group=self._group_out(g, len(members)), attempts=attempts,
                                workers=[self._worker_out(w, now, plans) for w in members])
@@ -320,6 +321,8 @@ class Coordinator:
         for action in actions:
             if isinstance(action, hb.RecordExits):
                 self.store.update_attempt(action.run[0], action.run[1], exit_codes=dict(action.exit_codes))
+            elif isinstance(action, hb.RecordRuns):
+                self.store.update_attempt(action.run[0], action.run[1], runs=list(action.runs))
             elif isinstance(action, hb.UpdateWorker):
                 self.store.update_worker(action.name, **action.values)
             elif isinstance(action, hb.KeepLines):

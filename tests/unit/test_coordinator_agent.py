@@ -159,3 +159,19 @@ def test_rank_logs_are_private_whatever_the_umask(tmp_path):
     assert log.read_text() == "secret\n" and log.stat().st_mode & 0o777 == 0o600
     for d in (log.parent, log.parent.parent, tmp_path / "gn6/logs", tmp_path / "gn6/heartbeats", tmp_path / "gn6/heartbeats/g-1"):
         assert d.stat().st_mode & 0o777 == 0o700, d
+
+
+def test_a_rank_that_records_a_run_is_reported_with_it(tmp_path):
+    """The rank's run record is named by the rank itself (beside its heartbeat), not searched for."""
+    agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path / "agent")
+    script = ("import sys; from slurmgen import tracking; "
+              "run = tracking.init(sys.argv[1], group='exp1', place={'rank': 0, 'world_size': 1}); "
+              "run.log(type='train', metrics={'loss': 1.0}, step=1); run.finish()")
+    try:
+        agent.procs.start(order(0, [sys.executable, "-c", script, str(tmp_path / "out")]), agent.hb_root)
+        wait_until(lambda: agent.procs.slots[0].exit_code is not None)
+        report, _ = agent.report()
+    finally:
+        agent.procs.stop_all(1)
+    assert agent.procs.slots[0].exit_code == 0, report.lines
+    assert report.workers[0].runs == [str(tmp_path / "out" / "exp1" / "main")]

@@ -305,3 +305,38 @@ def test_closing_answers_open_long_polls_at_once():
         return loop.time() - started
 
     assert asyncio.run(scenario()) < 1
+
+
+def test_an_attempt_keeps_the_run_records_its_ranks_announced(api, tmp_path):
+    from slurmgen import tracking
+
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    with tracking.init(tmp_path, group="exp1", place={"rank": 0, "world_size": 1}, environ={}) as run:
+        run.log(type="train", metrics={"loss": 2.0}, step=7)
+    ranks = running("exp1", 1, 0, 1)
+    ranks[0]["runs"] = [str(run.dir)]
+    beat(api, "gn7", *ranks)
+    beat(api, "gn7", *ranks)  # announced again: kept once
+    attempts = api.get("/api/groups/exp1", headers=AUTH).json()["attempts"]
+    assert attempts[0]["runs"] == [str(run.dir)]
+    api.post("/api/groups/exp1/stop", headers=AUTH)
+    beat(api, "gn7", *[{**r, "state": "exited", "exit_code": 143} for r in ranks])
+    beat(api, "gn6", *[{**r, "state": "exited", "exit_code": 143} for r in running("exp1", 1, 0, 1)])
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
+    assert api.get("/api/groups/exp1", headers=AUTH).json()["attempts"][1]["runs"] == [], "a new attempt starts bare"
+
+
+def test_a_database_from_before_run_records_gets_the_column(tmp_path):
+    import sqlite3
+
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.executescript("CREATE TABLE attempts (grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, "
+                      "started REAL NOT NULL, ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL, "
+                      "exit_codes TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (grp, number));"
+                      "INSERT INTO attempts (grp, number, state, started, plan) VALUES ('g', 1, 'failed', 1.0, '{}');")
+    old.commit()
+    old.close()
+    store = Store(tmp_path / "old.db")
+    assert store.attempt("g", 1)["runs"] == []
+    store.close()

@@ -164,20 +164,43 @@ def test_refusals_are_shown_as_text(client):
     assert "&lt;img" not in client.get("/ui/").text, "the notice shows once"
 
 
-def test_status_html_goes_next_to_the_groups_run_records(tmp_path):
+def _record(root, group, job_type="main", steps=(1,), metric="loss", kind="train"):
     from slurmgen import tracking
-    from slurmgen.coordinator.web import records
 
     place = {"rank": 0, "local_rank": 0, "node_rank": 0, "world_size": 1}
-    for group in ("exp1", "other"):
-        with tracking.init(tmp_path / "out" / "tracking", group=group, place=place, environ={}) as run:
-            run.log(type="train", metrics={"loss": 1.0}, step=1)
-    runs = records.group_runs("exp1", tmp_path)
-    assert [r.get("group") for r in runs] == ["exp1"]
-    assert records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path / "out" / "tracking" / "exp1"
+    with tracking.init(root, group=group, job_type=job_type, place=place, environ={}) as run:
+        for step in steps:
+            run.log(type=kind, metrics={metric: 1.0 / step}, step=step)
+        return str(run.dir)
+
+
+def test_curves_come_from_the_attempts_own_records(tmp_path):
+    """Records were found by walking --cwd and matched by group name: two runs of job type
+    "main" shared one label, and a later attempt without records still showed old curves."""
+    from slurmgen.coordinator.web import records
+
+    one = _record(tmp_path / "a" / "tracking", "exp1", steps=(1, 2))
+    two = _record(tmp_path / "b" / "tracking", "exp1", steps=(5,), kind="val")
+    _record(tmp_path / "c" / "tracking", "exp1", steps=(9,))  # same group name, another attempt's
+    attempt = {"number": 2, "runs": [one, two, str(tmp_path / "gone")]}
+    detail = {"group": {"attempt": 2}, "attempts": [{"number": 1, "runs": []}, attempt]}
+    runs = records.attempt_runs(records.current_attempt(detail))
+    assert [str(r.dir) for r in runs] == [one, two], "exactly the announced records the server can read"
+    assert records.curves_of(runs) == {"loss": {f"train {one}": ([1, 2], [1.0, 0.5]), f"val {two}": ([5], [0.2])}}
+    assert records.curves_of(records.attempt_runs({"number": 3, "runs": []})) == {}
+    assert records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path
     assert records.status_dir("exp1", tmp_path, [], tmp_path / "state") == tmp_path / "runs" / "exp1"
     assert records.status_dir("exp1", None, [], tmp_path / "state") == tmp_path / "state" / "groups" / "exp1"
-    assert records.group_curves("exp1", tmp_path) == {"loss": {"train": ([1], [1.0])}}
+
+
+def test_two_runs_of_one_job_type_are_two_series(tmp_path):
+    from slurmgen.coordinator.web import records
+
+    one = _record(tmp_path / "a", "exp1", steps=(1, 2))
+    two = _record(tmp_path / "b", "exp2", steps=(1, 2))
+    same = _record(tmp_path / "c", "exp1", steps=(3,))
+    labels = list(records.curves_of(records.attempt_runs({"runs": [one, two, same]}))["loss"])
+    assert labels == [f"train {one}", "train exp2/main", f"train {same}"]
 
 
 def test_each_login_is_its_own_session_with_an_expiry_and_logout_revokes_it(tmp_path):
