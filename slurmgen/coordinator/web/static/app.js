@@ -116,7 +116,6 @@
         if (mine === generation && forRank === filter.value) {
           show(data);
           after = data.next;
-          view.setAttribute("data-after", String(after));
         }
       } catch (err) { console.warn(err.message); }
       window.setTimeout(tick, LOG_POLL_MS);
