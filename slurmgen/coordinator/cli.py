@@ -52,7 +52,7 @@ def serve(
     ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile"),
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
 ) -> None:
-    """Run the coordinator: JSON API (and OpenAPI at /docs) plus the web page."""
+    """Run the coordinator: JSON API (schema at /openapi.json, with the token) plus the web page."""
     from slurmgen.coordinator.server import run
     from slurmgen.coordinator.service import Coordinator
     from slurmgen.coordinator.store import Store
@@ -160,14 +160,11 @@ def group_config(
     server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE,
 ) -> None:
     """Set a group's torch.distributed config and command; flags not given keep their value."""
-    client = _client(server, token_file)
-    config = client.group(name).group.config.model_dump()
     given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
              "backend": backend, "cwd": cwd, "argv": command or None,
              "env": parse_env(env) if env else None, "max_restarts": max_restarts,
              "heartbeat_timeout": heartbeat_timeout, "stop_grace": stop_grace}
-    config.update({k: v for k, v in given.items() if v is not None})
-    g = client.configure(name, config)
+    g = _client(server, token_file).update_config(name, {k: v for k, v in given.items() if v is not None})
     typer.echo(f"group {g.name}: master {g.config.master or '(first node)'}, world size "
                f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}")
 
