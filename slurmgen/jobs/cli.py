@@ -17,11 +17,11 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from slurmgen.cliopts import ssh_config_option
+from slurmgen.cliopts import registry_option, ssh_config_option
 from slurmgen.errors import SlurmgenError
 from slurmgen.generate.cli import create, spec_from_create_flags, write_rendered
 
-RegistryOpt = typer.Option(None, "--registry", help="Job registry file [default: ~/.local/state/slurmgen/jobs.sqlite].")
+RegistryOpt = registry_option()
 RemoteOpt = typer.Option(None, "--remote", help="Run Slurm's commands on this login node (a host of ~/.ssh/config).")
 SshConfigOpt = ssh_config_option("ssh config file [default: ~/.ssh/config].")
 SetupOpt = typer.Option([], "--remote-setup", help="Shell line run first on the login node (module load slurm); repeatable.")

@@ -22,7 +22,7 @@ from slurmgen.contract import grid as sweeps
 from slurmgen.jobs import signals
 from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
-from slurmgen.jobs.records import by_group, group_of
+from slurmgen.jobs.records import by_group, group_of, is_trainer
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
@@ -227,10 +227,7 @@ def handles(record: JobRecord, signal: str) -> bool:
     wanted = signals.number(record.info.get("preempt_signal") or "USR2")
     if wanted is None or signals.number(signal) != wanted:
         return False
-    command = [str(w) for w in record.info.get("command") or []]
-    trainer = any(a == "-m" and b == "slurmgen.train" for a, b in zip(command, command[1:])) or any(
-        PurePosixPath(a).name == "slurmgen" and b == "train" for a, b in zip(command, command[1:]))
-    return trainer or bool(record.info.get("preempt_contract"))
+    return is_trainer(record.info.get("command") or []) or bool(record.info.get("preempt_contract"))
 
 
 def signal_warning(record: JobRecord, signal: str) -> str | None:
