@@ -1,15 +1,19 @@
-"""The local job registry: one SQLite file, one row per submitted job.
+"""The local run registry: one SQLite file, one row per run (a submitted Slurm job, an SSH
+launch, a coordinator group's run: the run model of runs.py), plus their attempts.
 
 Lives under the user's state directory ($XDG_STATE_HOME/slurmgen/jobs.sqlite, by default
-~/.local/state/slurmgen/jobs.sqlite); `--registry` or SLURMGEN_REGISTRY moves it. Only `submit`
-creates it; reading commands open it read-write but never create it, and a file that is not a
-SQLite database is refused with one line, untouched. The last state seen for each job is kept,
+~/.local/state/slurmgen/jobs.sqlite); `--registry` or SLURMGEN_REGISTRY moves it. Only the
+commands that start runs (`submit`, `launch`, `serve`) create it; reading commands open it
+read-write but never create it, and a file that is not a SQLite database is refused with one
+line, untouched. The last state seen for each job is kept,
 so a job the controller has forgotten (and no accounting remembers) still shows how it ended.
 Rows are numbered in submission order (`seq`): job ids repeat across clusters and after a
 cluster's state is reset, and the newest job with an id is the one that id means. A job is
 keyed by its cluster, id and submit time, so a reused id adds a row beside the older job's;
 Slurm's answers for that id are about the newest (`superseded`), never about the older rows.
-Files of the earlier shapes (one row per job id; no cluster column) are migrated on opening.
+Files of the earlier shapes (one row per job id; no cluster column; Slurm jobs only) are
+migrated on opening. The methods below are the Slurm lifecycle's (`status`, `logs`, `cancel`)
+and see only rows of kind `slurm`; runs.py reads and writes the run model of every kind.
 """
 
 from __future__ import annotations
