@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,9 +161,9 @@ def attempts_of(reg: Registry, run: int) -> list[dict[str, Any]]:
 class Recorder:
     """Writes runs into the registry at `path` (None: the default), one short connection a write.
 
-    `strict`: a registry that cannot be opened is an error (the launch has not started yet);
-    otherwise a write that fails is logged and the run goes on: the registry describes runs,
-    it must never stop one."""
+    `check()` before the run starts: a registry that cannot be opened is an error while nothing
+    has started yet. After that a write that fails is logged and the run goes on: the registry
+    describes runs, it must never stop one."""
 
     def __init__(self, path: Path | None = None, clock: Any = time.time):
         self.path, self.clock = path, clock
@@ -184,7 +183,7 @@ class Recorder:
                     reg.db.execute("ROLLBACK")
                     raise
                 return result
-        except (SlurmgenError, sqlite3.Error, OSError) as exc:
+        except Exception as exc:  # whatever went wrong, the run itself goes on
             log.warning("slurmgen: warning: run registry %s: %s", self.path or "(default)", exc)
             return None
 

@@ -2,7 +2,9 @@
 
 The flags are checked and turned into a spec, hosts and a plan before any connection (so a typo
 costs nothing and `--dry-run` prints exactly what would run); paramiko is imported only once
-the SSH options are built, so `slurmgen --help` and `create` never load it.
+the SSH options are built, so `slurmgen --help` and `create` never load it. The launch is
+recorded in the run registry (jobs/runs.py, launch/record.py) before the first connection, so
+`slurmgen jobs` lists it while it runs and with its verdict after.
 """
 
 from __future__ import annotations

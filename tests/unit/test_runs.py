@@ -242,3 +242,15 @@ def test_a_launch_whose_process_is_gone_without_a_verdict_shows_lost(tmp_path, c
         add_run(reg, new_run(info={"pid": int(dead.stdout)}), 100.0)
     code, out, _ = run_cli(capsys, "jobs", "--registry", str(path), "--json")
     assert code == 0 and json.loads(out)[0]["state"] == "lost"
+
+
+def test_a_registry_that_cannot_be_written_never_stops_a_run_but_stops_a_launch_before_it_starts(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    recorder = Recorder(blocker / "jobs.sqlite")  # its directory is a file: every write fails
+    assert recorder.started(new_run()) is None
+    recorder.attempt_started(None, 1)
+    recorder.ended(7, State.FAILED, 1, None)  # a row that does not exist: nothing raised
+    code, out, err = run_cli(capsys, "launch", "--hosts", "h0", "--master-addr", "127.0.0.1",
+                             "--registry", str(tmp_path), "--", "true")
+    assert code == 2 and "registry:" in err and "is a directory" in err and "Traceback" not in err
