@@ -254,3 +254,24 @@ def test_a_registry_that_cannot_be_written_never_stops_a_run_but_stops_a_launch_
     code, out, err = run_cli(capsys, "launch", "--hosts", "h0", "--master-addr", "127.0.0.1",
                              "--registry", str(tmp_path), "--", "true")
     assert code == 2 and "registry:" in err and "is a directory" in err and "Traceback" not in err
+
+
+def test_a_restarted_server_finds_the_run_of_a_group_it_left_running(tmp_path):
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.coordinator.models import GroupConfig, RankOut
+    from slurmgen.coordinator.state import Outcome
+
+    path = tmp_path / "jobs.sqlite"
+    ranks = [RankOut(worker=f"gn{h}-{i}", host=f"gn{h}", rank=2 * (h - 6) + i, local_rank=i, node_rank=h - 6,
+                     local_world_size=2, world_size=4)
+             for h in (6, 7) for i in (0, 1)]
+    GroupRuns(Recorder(path)).attempt_started("exp1", 3, 0, GroupConfig(argv=["true"]), ranks, tmp_path / "c.db")
+    attempt = {"number": 3, "plan": {"ranks": {r.worker: r.rank for r in ranks}}, "exit_codes": {"gn7-1": 9}}
+    again = GroupRuns(Recorder(path))  # a new server process: nothing in memory
+    again.attempt_ended("exp1", attempt, 0, Outcome("failed", "rank 3 (gn7-1) exited with code 9", 9))
+    again.ended("exp1", attempt, 0, Outcome("failed", "rank 3 (gn7-1) exited with code 9", 9))
+    with Registry.open(path) as reg:
+        (row,) = list_rows(reg)
+        assert (row["job_id"], row["state"], row["last_exit"], row["failure"]["rank"], row["failure"]["node"]) == (
+            "exp1.3", "failed", 9, 3, "gn7")
+        assert [(a["number"], a["state"]) for a in attempts_of(reg, row["seq"])] == [(3, "failed")]
