@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 from slurmgen.coordinator import heartbeat as hb
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
+from slurmgen.coordinator.group_runs import GroupRuns
 from slurmgen.coordinator.models import (
     AgentOrders, AgentReport, AttemptOut, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut,
     StartOrder, StopOrder, WorkerOut, merged_config,
@@ -39,8 +40,9 @@ class Invalid(Exception):
 
 class Coordinator:
     def __init__(self, store: Store, agent_timeout: float = DEFAULT_AGENT_TIMEOUT,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, runs: Optional[GroupRuns] = None):
         self.store = store
+        self.runs = runs  # the run registry of this machine (`slurmgen jobs` lists groups from it)
         self.agent_timeout = agent_timeout
         self.clock = clock
         self.lock = threading.Lock()
@@ -232,6 +234,8 @@ class Coordinator:
                 "argv": config.argv, "cwd": config.cwd, "stop_grace": config.stop_grace,
                 "heartbeat_timeout": config.heartbeat_timeout}
         self.store.add_attempt(name, number, now, plan)
+        if self.runs:
+            self.runs.attempt_started(name, number, restarts, config, ranks, self.store.path)
         self.changes.bump()
         self.store.update_group(name, state="starting", attempt=number, restarts=restarts,
                                 reason=reason, exit_code=None)
@@ -268,6 +272,8 @@ class Coordinator:
                                   reason=outcome.reason, exit_code=outcome.exit_code)
         self.changes.bump()
         g = self._group_row(name)
+        if self.runs:
+            self.runs.attempt_ended(name, a, g["restarts"], outcome)
         config = GroupConfig(**g["config"])
         if outcome.state == "failed" and st.next_after_failure(g["restarts"], config.max_restarts):
             try:
@@ -279,6 +285,8 @@ class Coordinator:
                                          reason=f"restart {g['restarts'] + 1} after: {outcome.reason}")
         self.store.update_group(name, state=outcome.state, reason=outcome.reason,
                                 exit_code=outcome.exit_code)
+        if self.runs:
+            self.runs.ended(name, a, g["restarts"], outcome)
 
     def tick(self) -> None:
         """Fail attempts whose agents went silent (the server calls this twice a second)."""
