@@ -190,10 +190,11 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
 
 
 def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int | None,
-              only: str | None = None) -> list[dict[str, Any]]:
+              only: str | None = None, note: Callable[[str], None] = lambda text: None) -> list[dict[str, Any]]:
     """Registered jobs, newest first, with their current state (one scontrol call per cluster).
 
-    `only`: just the jobs submitted through that login node."""
+    `only`: just the jobs submitted through that login node. `note` hears at once of a cluster
+    whose controller does not answer (its jobs then show the state last seen)."""
     records = [r for r in registry.all(limit) if only is None or r.remote == only]
     reused = registry.superseded()  # Slurm's answer for a reused id is about the newest job only
     by_where: dict[str | None, list[JobRecord]] = {}
@@ -204,6 +205,8 @@ def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int 
     for where, group in by_where.items():
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=False)
+        if snap.unanswered:
+            note(snap.unanswered + (f" on {where}" if where else ""))
         for r in group:
             jobs = [] if r.seq in reused else all_tasks(snap, r)
             state, code = overall(jobs) if r.info.get("array") else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
@@ -257,6 +260,8 @@ def cancel(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     is False when the job did not end (requeued instead, or still ending at the timeout)."""
     target = f"{record.job_id}_{task}" if task is not None else record.job_id
     before, snap = _mine(runner, record, task, accounting=True)
+    if snap.unanswered:  # scancel would wait as long, and nothing would be cancelled
+        raise SlurmgenError(f"cancel: {snap.unanswered}; nothing was cancelled", exit_code=FAILED)
     asked = not any(n.startswith("scontrol failed") for n in snap.notes)  # else Slurm may know more than it said
     if asked and (not before or all(j.ended for j in before)):
         state, code = overall(before) if before else (record.last_state or "UNKNOWN", record.last_exit)
