@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from slurmgen.contract import exitcodes, ports
+from slurmgen.doctor.fabric_verdict import MIN_SHARE
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
@@ -77,12 +79,21 @@ def register(app: typer.Typer) -> None:
         ssh_config: Optional[str] = typer.Option(None, "--ssh-config", "-F", help="ssh config file."),
         config: Optional[Path] = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
         signal: Optional[str] = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
+        fabric: bool = typer.Option(False, "--fabric", help="Also check the network: the address each hostname resolves to, the route to the master, NCCL_*/GLOO_* agreement, InfiniBand/EFA, and a gloo all-reduce against raw TCP between the same nodes (uses MASTER_PORT+1)."),
+        fabric_mb: float = typer.Option(8.0, "--fabric-mb", help="Size of the --fabric all-reduce in MB (raw TCP sends 4 times as much per link)."),
+        min_share: float = typer.Option(MIN_SHARE, "--min-collective-share", help="--fabric fails when the all-reduce's bus bandwidth is less than this share of the slowest raw TCP link."),
         as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
     ) -> None:
-        """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk."""
+        """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk; with --fabric the network."""
         if hosts is not None and hostfile is not None:
             raise SlurmgenError("hosts: give one of --hosts and --hostfile (got both)")
+        if not 0 < min_share <= 1:
+            raise SlurmgenError(f"min_collective_share: expected a share above 0 and at most 1, e.g. 0.1 (got {min_share:g})")
+        if not 0 < fabric_mb <= 1024:
+            raise SlurmgenError(f"fabric_mb: expected megabytes above 0 and at most 1024 (got {fabric_mb:g})")
         opts = _probe_options(files, directory, min_free_gb, master_addr, master_port, port_timeout, config, signal)
+        if fabric:
+            opts = replace(opts, fabric_mb=fabric_mb)
         if hosts is not None or hostfile is not None:
             from slurmgen.launch.ssh.connect import SSHOptions
 
@@ -98,7 +109,7 @@ def register(app: typer.Typer) -> None:
             from slurmgen.doctor import nodes
 
             rows = nodes.local_rows(opts)
-        _report(rows, as_json)
+        _report(rows, as_json, min_share)
 
 
 def _probe_options(files: List[str], directory: str, min_free_gb: float, master_addr: Optional[str],
@@ -151,16 +162,18 @@ def _allocation_rows(opts: "ProbeOptions") -> Optional[list[dict]]:
     return nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
 
 
-def _report(rows: list[dict], as_json: bool) -> None:
-    """Print the table (or JSON) and fail with one line per problem."""
+def _report(rows: list[dict], as_json: bool, min_share: float) -> None:
+    """Print the table (or JSON), a line per warning, and fail with one line per problem."""
     from rich.console import Console
 
     from slurmgen.doctor.compare import compare
     from slurmgen.doctor.table import table
 
-    verdict = compare(rows)
+    verdict = compare(rows, min_share)
+    for warning in verdict.warnings:
+        typer.echo(f"slurmgen: warning: doctor: {warning}", err=True)
     if as_json:
-        typer.echo(json.dumps({"rows": rows, "problems": verdict.problems}, indent=2))
+        typer.echo(json.dumps({"rows": rows, "problems": verdict.problems, "warnings": verdict.warnings}, indent=2))
     else:
         # Piped (a batch log): no terminal width to fit, so no cell is cut.
         Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table(verdict))
