@@ -122,7 +122,11 @@ def _tcp_ring(store: Any, rank: int, nodes: int, addr: str, nbytes: int, timeout
     result: dict[str, Any] = {}
 
     def receive() -> None:
-        conn, _ = server.accept()
+        try:
+            conn, _ = server.accept()
+        except OSError as exc:  # the previous rank never connected: the sender's side says why
+            result["error"] = str(exc)
+            return
         with conn:
             conn.settimeout(timeout)
             got, start, block = 0, 0.0, bytearray(1 << 20)
@@ -146,6 +150,8 @@ def _tcp_ring(store: Any, rank: int, nodes: int, addr: str, nbytes: int, timeout
         out.recv(1)
     reader.join(timeout)
     server.close()
+    if result.get("error") or "seconds" not in result:
+        raise TimeoutError(f"no TCP block from the previous rank within {timeout:g} s: {result.get('error', 'timed out')}")
     secs = result.get("seconds") or 0.0
     return {"bytes": result.get("bytes", 0), "gbps": round(result.get("bytes", 0) / secs / 1e9, 3) if secs else None}
 

@@ -172,3 +172,17 @@ def test_fabric_names_a_loopback_hostname_and_an_interface_off_the_masters_netwo
     assert all(r["fabric"]["bandwidth"]["allreduce"]["correct"] for r in report["rows"]), report["rows"]
     assert DUMMY not in cluster.run_on(node1, ["ip", "-o", "link"]).stdout
     assert "127.0.1.1" not in cluster.run_on(node2, ["getent", "hosts", node2]).stdout
+
+
+@pytest.mark.timeout(400)
+def test_srun_doctor_fabric_measures_across_the_steps_nodes(cluster, tmp_path):
+    (tmp_path / "train.py").write_text("print('same everywhere')\n")
+    argv = ["srun", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-m", "slurmgen", "doctor",
+            "--dir", str(tmp_path), "--files", "train.py", "--fabric", "--json"]
+    proc = cluster.run(argv, cwd=tmp_path, check=False, timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["problems"] == [] and report["warnings"] == [], report
+    bands = [r["fabric"]["bandwidth"] for r in report["rows"]]
+    assert sorted(b["rank"] for b in bands) == [0, 1] and all(b["allreduce"]["correct"] for b in bands), bands
+    assert [r["fabric"]["route"]["addr"] for r in report["rows"]] == [cluster.node(n).ip for n in cluster.node_names[:2]]
