@@ -66,6 +66,9 @@ _VARS = (
         user=True),
     Var("SLURMGEN_SERVER", "coordinator", "URL of `slurmgen serve` for agents and `slurmgen group`.", user=True),
     Var("SLURMGEN_TOKEN", "coordinator", "The coordinator's access token.", user=True),
+    Var("SLURMGEN_SLURM_TIMEOUT", "jobs",
+        "Seconds `status`, `jobs`, `cancel` wait for each Slurm query (asked twice) before saying the controller "
+        "does not answer (default 0.8).", user=True),
     Var("SLURMGEN_DOCTOR_PORT_TIMEOUT", "doctor", "Seconds every node has to reach MASTER_PORT in the preflight.", user=True),
     # Internal to one part.
     Var("SLURMGEN_TRAIN_SPAWNED", "train", "Set in the processes `python -m slurmgen.train --nproc N` spawns itself."),
@@ -92,5 +95,6 @@ SWEEP_FILE = "SLURMGEN_SWEEP_FILE"
 REGISTRY = "SLURMGEN_REGISTRY"
 SERVER = "SLURMGEN_SERVER"
 TOKEN = "SLURMGEN_TOKEN"
+SLURM_TIMEOUT = "SLURMGEN_SLURM_TIMEOUT"
 TRAIN_SPAWNED = "SLURMGEN_TRAIN_SPAWNED"
 TRAIN_FAULT = "SLURMGEN_TRAIN_FAULT"

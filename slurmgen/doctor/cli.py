@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ import typer
 from slurmgen.cliopts import (identity_option, known_hosts_option, ssh_config_option, ssh_port_option,
                               ssh_user_option)
 from slurmgen.contract import exitcodes, ports
+from slurmgen.doctor.fabric_verdict import MIN_SHARE
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
@@ -73,23 +75,19 @@ def doctor(
     ssh_config: Optional[str] = ssh_config_option("ssh config file."),
     config: Optional[Path] = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
     signal: Optional[str] = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
+    fabric: bool = typer.Option(False, "--fabric", help="Also check the network: the address each hostname resolves to, the route to the master, NCCL_*/GLOO_* agreement, InfiniBand/EFA, and a gloo all-reduce against raw TCP between the same nodes (uses MASTER_PORT+1)."),
+    fabric_mb: float = typer.Option(8.0, "--fabric-mb", help="Size of the --fabric all-reduce in MB (raw TCP sends 4 times as much per link)."),
+    min_share: float = typer.Option(MIN_SHARE, "--min-collective-share", help="--fabric fails when the all-reduce's bus bandwidth is less than this share of the slowest raw TCP link."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
 ) -> None:
-    """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk."""
+    """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk; with --fabric the network."""
     from slurmgen.doctor import nodes
-    from slurmgen.doctor.probe import ProbeOptions
 
     if hosts is not None and hostfile is not None:
         raise SlurmgenError("hosts: give one of --hosts and --hostfile (got both)")
-    if master_port is not None and not 1 <= master_port <= 65535:
-        raise SlurmgenError(f"master_port: must be a port number 1-65535 (got {master_port})")
-    if port_timeout <= 0:
-        raise SlurmgenError(f"port_timeout: must be more than 0 seconds (got {port_timeout:g})")
-    env_port = os.environ.get("MASTER_PORT", "")
-    opts = ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
-                        master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
-                        master_port=master_port or (int(env_port) if env_port.isdigit() else None),
-                        port_timeout=port_timeout, signal=preempt_signal(config, signal))
+    opts = _probe_options(files, directory, min_free_gb, master_addr, master_port, port_timeout, config, signal)
+    if fabric:
+        opts = _with_fabric(opts, fabric_mb, min_share)
     if hosts is not None or hostfile is not None:
         from slurmgen.generate.hostfile import read_hostfile
         from slurmgen.generate.hostlist import expand
@@ -98,8 +96,8 @@ def doctor(
         names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
         ssh = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity),
                          known_hosts=known_hosts, ssh_config=ssh_config)
-        opts = ProbeOptions(**{**opts.__dict__, "master_addr": master_addr or master_address(names[0], ssh),
-                               "master_port": master_port or ports.DEFAULT_MASTER_PORT})
+        opts = replace(opts, master_addr=master_addr or master_address(names[0], ssh),
+                       master_port=master_port or ports.DEFAULT_MASTER_PORT)
         rows = nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
     elif os.environ.get("SLURM_JOB_ID"):
         found = _allocation_rows(opts)
@@ -108,7 +106,34 @@ def doctor(
         rows = found
     else:
         rows = nodes.local_rows(opts)
-    _report(rows, as_json)
+    _report(rows, as_json, min_share)
+
+
+def _probe_options(files: List[str], directory: str, min_free_gb: float, master_addr: Optional[str],
+                   master_port: Optional[int], port_timeout: float, config: Optional[Path],
+                   signal: Optional[str]) -> ProbeOptions:
+    """What every node checks, from the flags, else $MASTER_ADDR/$MASTER_PORT; where the rows
+    come from may still fill in the rendezvous (SSH: the first host; Slurm: run_slurm.sh's)."""
+    from slurmgen.doctor.probe import ProbeOptions
+
+    if master_port is not None and not 1 <= master_port <= 65535:
+        raise SlurmgenError(f"master_port: must be a port number 1-65535 (got {master_port})")
+    if port_timeout <= 0:
+        raise SlurmgenError(f"port_timeout: must be more than 0 seconds (got {port_timeout:g})")
+    env_port = os.environ.get("MASTER_PORT", "")
+    return ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
+                        master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
+                        master_port=master_port or (int(env_port) if env_port.isdigit() else None),
+                        port_timeout=port_timeout, signal=preempt_signal(config, signal))
+
+
+def _with_fabric(opts: ProbeOptions, fabric_mb: float, min_share: float) -> ProbeOptions:
+    """The network checks of --fabric, with their size; the share is judged by `_report`."""
+    if not 0 < min_share <= 1:
+        raise SlurmgenError(f"min_collective_share: expected a share above 0 and at most 1, e.g. 0.1 (got {min_share:g})")
+    if not 0 < fabric_mb <= 1024:
+        raise SlurmgenError(f"fabric_mb: expected megabytes above 0 and at most 1024 (got {fabric_mb:g})")
+    return replace(opts, fabric_mb=fabric_mb)
 
 
 def _allocation_rows(opts: ProbeOptions) -> Optional[list[dict[str, Any]]]:
@@ -125,16 +150,18 @@ def _allocation_rows(opts: ProbeOptions) -> Optional[list[dict[str, Any]]]:
     return nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
 
 
-def _report(rows: list[dict[str, Any]], as_json: bool) -> None:
-    """Print the table (or JSON) of every node; exit 1 when the nodes disagree or a check failed."""
+def _report(rows: list[dict], as_json: bool, min_share: float) -> None:
+    """Print the table (or JSON), a line per warning, and fail with one line per problem."""
     from rich.console import Console
 
     from slurmgen.doctor.compare import compare
     from slurmgen.doctor.table import table
 
-    verdict = compare(rows)
+    verdict = compare(rows, min_share)
+    for warning in verdict.warnings:
+        typer.echo(f"slurmgen: warning: doctor: {warning}", err=True)
     if as_json:
-        typer.echo(json.dumps({"rows": rows, "problems": verdict.problems}, indent=2))
+        typer.echo(json.dumps({"rows": rows, "problems": verdict.problems, "warnings": verdict.warnings}, indent=2))
     else:
         # Piped (a batch log): no terminal width to fit, so no cell is cut.
         Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table(verdict))

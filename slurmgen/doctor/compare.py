@@ -12,19 +12,19 @@ Two kinds of check:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+
+from slurmgen.doctor import fabric_verdict
 
 AGREE = ("python", "torch", "cuda", "nccl", "gpus", "files")
 PER_NODE = ("master", "port", "signal", "disk")
 CHECKS = AGREE + PER_NODE
-OK, BAD, NA = "ok", "bad", "n/a"
-
-
-@dataclass(frozen=True)
-class Mark:
-    state: str  # OK, BAD or NA
-    text: str  # what the cell shows
+# `--fabric` (fabric_verdict.py): the hostname's address, the route to the master, NCCL_*/GLOO_*,
+# InfiniBand/EFA, the all-reduce against raw TCP.
+FABRIC = ("hostname", "route", "net_env", "rdma", "allreduce")
+OK, BAD, NA = fabric_verdict.OK, fabric_verdict.BAD, fabric_verdict.NA
+Mark = fabric_verdict.Mark
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class Verdict:
     nodes: list[str]
     marks: dict[str, dict[str, Mark]]  # node -> check -> mark
     problems: list[str]
+    warnings: list[str] = field(default_factory=list)  # said, but not failing
+    checks: tuple[str, ...] = CHECKS  # the table's columns
 
     @property
     def ok(self) -> bool:
@@ -42,6 +44,8 @@ def _value(row: Mapping[str, Any], check: str) -> Any:
     if check == "files":
         files = row.get("files") or {}
         return files.get("hash") or f"error: {files.get('error', 'not checked')}"
+    if check in fabric_verdict.AGREE:
+        return fabric_verdict.agreed_value(row, check)
     return row.get(check)
 
 
@@ -80,8 +84,9 @@ def _per_node(row: Mapping[str, Any], check: str) -> tuple[Mark, str | None]:
     return Mark(BAD, text), f"{check} on {row['node']}: {result.get('error') or 'failed'}"
 
 
-def compare(rows: Sequence[Mapping[str, Any]]) -> Verdict:
-    """Marks for every node and check, and the problems in check order (agreement first)."""
+def compare(rows: Sequence[Mapping[str, Any]], min_share: float = fabric_verdict.MIN_SHARE) -> Verdict:
+    """Marks for every node and check, and the problems in check order (agreement first);
+    with `--fabric` rows, the network checks after them (`min_share`: see fabric_verdict)."""
     nodes = [row["node"] for row in rows]
     marks: dict[str, dict[str, Mark]] = {node: {} for node in nodes}
     problems: list[str] = [f"{row['node']}: {row['error']}" for row in rows if row.get("error")]
@@ -102,4 +107,15 @@ def compare(rows: Sequence[Mapping[str, Any]]) -> Verdict:
             marks[row["node"]][check] = mark
             if problem:
                 problems.append(problem)
-    return Verdict(nodes, marks, problems)
+    if not any(row.get("fabric") for row in rows):
+        return Verdict(nodes, marks, problems)
+    for check in fabric_verdict.AGREE:
+        by_node, problem = _agreement(rows, check)
+        for node, mark in by_node.items():
+            marks[node][check] = mark
+        if problem:
+            problems.append(f"fabric: {problem}")
+    found = fabric_verdict.judge(rows, min_share)
+    for node, by_check in found.marks.items():
+        marks[node].update(by_check)
+    return Verdict(nodes, marks, problems + found.problems, found.warnings, CHECKS + FABRIC)

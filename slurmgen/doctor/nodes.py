@@ -27,6 +27,11 @@ SIGNAL_WAIT = 5.0
 STEP_GRACE = 120.0
 
 
+def _budget(opts: ProbeOptions) -> float:
+    """Seconds a whole run of probes may take: its waits, plus the grace."""
+    return opts.port_timeout + SIGNAL_WAIT + (opts.fabric_timeout if opts.fabric_mb > 0 else 0.0) + STEP_GRACE
+
+
 def probe_args(opts: ProbeOptions) -> list[str]:
     """`python -m slurmgen.doctor.probe` arguments for these options."""
     args: list[str] = []
@@ -71,7 +76,7 @@ def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.exec
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True) as proc:
         assert proc.stdout is not None
         # A step that cannot start (or a probe stuck in a broken file system) must not hang the doctor.
-        watchdog = threading.Timer(opts.port_timeout + SIGNAL_WAIT + STEP_GRACE, proc.kill)
+        watchdog = threading.Timer(_budget(opts), proc.kill)
         watchdog.start()
         for line in proc.stdout:
             if line.startswith(READY_PREFIX):
@@ -145,7 +150,7 @@ def step_rows(opts: ProbeOptions, hosts: list[str]) -> list[dict[str, Any]] | No
     arrival = Arrival(opts.signal)
     ready.touch()
     opts = replace(opts, nodes=len(hosts), signal_wait=SIGNAL_WAIT)
-    deadline = time.monotonic() + opts.port_timeout + SIGNAL_WAIT + STEP_GRACE
+    deadline = time.monotonic() + _budget(opts)
     leader = env.get("SLURM_PROCID") == "0"
     if leader:
         tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or len(hosts))

@@ -46,6 +46,8 @@ class ProbeOptions:
     port_timeout: float = 10.0
     signal: str = ""  # the preemption signal to check (USR2, USR1; the doctor names the spec's)
     signal_wait: float = 0.0  # 0: not checked (no job step to signal)
+    fabric_mb: float = 0.0  # 0: no network preflight (--fabric); else the all-reduce's size in MB
+    fabric_timeout: float = 30.0  # seconds the bandwidth probe waits for the other nodes
 
 
 def node_name() -> str:
@@ -223,6 +225,11 @@ def probe(opts: ProbeOptions, arrival: Arrival | None = None) -> dict[str, Any]:
         ip = row["master"]["ip"]
         if ip and opts.master_port:
             row["port"] = port_check(ip, opts.master_port, opts.nodes, opts.port_timeout)
+    if opts.fabric_mb > 0:  # right after the port check: every node is there now
+        from slurmgen.doctor import fabric
+
+        ip = (row.get("master") or {}).get("ip")
+        row["fabric"] = fabric.check(ip, opts.master_port, opts.nodes, opts.fabric_mb, opts.fabric_timeout, row["node"])
     row.update(software())
     row["files"] = tree_hash(opts.files, skip=opts.out_dir)
     row["disk"] = disk(opts.out_dir, opts.min_free_gb)
@@ -242,9 +249,11 @@ def parse_args(argv: list[str]) -> ProbeOptions:
     p.add_argument("--port-timeout", type=float, default=10.0)
     p.add_argument("--signal", default="")
     p.add_argument("--signal-wait", type=float, default=0.0)
+    p.add_argument("--fabric-mb", type=float, default=0.0)
+    p.add_argument("--fabric-timeout", type=float, default=30.0)
     a = p.parse_args(argv)
     return ProbeOptions(tuple(a.files), a.dir, a.min_free_gb, a.master_addr, a.master_port, a.nodes,
-                        a.port_timeout, a.signal, a.signal_wait)
+                        a.port_timeout, a.signal, a.signal_wait, a.fabric_mb, a.fabric_timeout)
 
 
 def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> int:
@@ -255,6 +264,11 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
         emit(f"{READY_PREFIX}{node_name()} {step}")
         sys.stdout.flush()
     emit(RESULT_PREFIX + json.dumps(probe(opts, arrival)))
+    if opts.fabric_mb > 0 and argv is None:
+        # gloo's worker thread may abort the interpreter's exit (torch 2.13, CPU): the row is out.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from slurmgen.doctor.compare import BAD, CHECKS, OK, Verdict
+from slurmgen.doctor.compare import BAD, OK, Verdict
 
 _STYLE = {OK: ("✓", "green"), BAD: ("✗", "bold red"), "n/a": ("", "dim")}
 
 
 def table(verdict: Verdict) -> Table:
-    out = Table("node", *CHECKS, box=None, header_style="bold")
+    out = Table("node", *verdict.checks, box=None, header_style="bold")
     for node in verdict.nodes:
         cells = []
-        for check in CHECKS:
+        for check in verdict.checks:
             mark = verdict.marks[node][check]
             sign, style = _STYLE[mark.state]
             cells.append(Text(f"{sign} {mark.text}".strip(), style=style))

@@ -163,7 +163,9 @@ def jobs(registry: Optional[Path] = RegistryOpt, limit: Optional[int] = typer.Op
     with Registry.open(registry) as reg:
         runners = _Runners(ssh_config, list(remote_setup))
         try:
-            rows = list_jobs(runners, reg, limit, only=remote, kinds=kinds, states=states)
+            rows = list_jobs(runners, reg, limit, only=remote, kinds=kinds, states=states,
+                             note=lambda text: typer.echo(f"slurmgen: warning: {text}; states are the last ones "
+                                                          "slurmgen saw", err=True))
         finally:
             runners.close()
     if as_json:

@@ -228,6 +228,8 @@ def cancel(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     is False when the job did not end (requeued instead, or still ending at the timeout)."""
     target = f"{record.job_id}_{task}" if task is not None else record.job_id
     before, snap = _mine(runner, record, task, accounting=True)
+    if snap.unanswered:  # scancel would wait as long, and nothing would be cancelled
+        raise SlurmgenError(f"cancel: {snap.unanswered}; nothing was cancelled", exit_code=FAILED)
     asked = not any(n.startswith("scontrol failed") for n in snap.notes)  # else Slurm may know more than it said
     if asked and (not before or all(j.ended for j in before)):
         state, code = overall(before) if before else (record.last_state or "UNKNOWN", record.last_exit)

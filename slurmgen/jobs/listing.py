@@ -24,16 +24,19 @@ ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
 
 
 def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int | None,
-              only: str | None = None, kinds: Sequence[str] = (), states: Sequence[str] = ()) -> list[dict[str, Any]]:
+              only: str | None = None, kinds: Sequence[str] = (), states: Sequence[str] = (),
+              note: Callable[[str], None] = lambda text: None) -> list[dict[str, Any]]:
     """Every run in the registry (Slurm jobs, launches, groups), newest first, with its state.
 
     The registry answers in one SELECT (runs.list_rows); a Slurm job's state comes from Slurm
     (one scontrol call per cluster). `only`: just the runs submitted through that login node.
-    `kinds`, `states`: only these (state words of contract/states.py, after asking Slurm)."""
+    `kinds`, `states`: only these (state words of contract/states.py, after asking Slurm). `note`
+    hears at once of a cluster whose controller does not answer (its jobs then show the state
+    last seen)."""
     listed = list_rows(registry, kinds, states, None if states else limit, or_active=bool(states))
     rows = [r for r in listed if only is None or r["remote"] == only]
     slurm = {r["seq"]: _as_record(r) for r in rows if r["kind"] == "slurm"}
-    live = _slurm_states(runner_for, registry, list(slurm.values()))
+    live = _slurm_states(runner_for, registry, list(slurm.values()), note)
     out = []
     for r in rows:
         row = _slurm_row(r, slurm[r["seq"]], live.get(r["seq"])) if r["kind"] == "slurm" else _run_row(r)
@@ -47,8 +50,8 @@ def _as_record(row: dict[str, Any]) -> JobRecord:
                      row["last_state"], row["last_exit"], row["info"], row["seq"])
 
 
-def _slurm_states(runner_for: Callable[..., Runner], registry: Registry,
-                  records: list[JobRecord]) -> dict[int, tuple[list[SlurmJob], bool]]:
+def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records: list[JobRecord],
+                  note: Callable[[str], None]) -> dict[int, tuple[list[SlurmJob], bool]]:
     """seq -> (Slurm's lines for the job, whether its id now names a later job); the states seen are kept."""
     reused = registry.superseded()  # Slurm's answer for a reused id is about the newest job only
     by_where: dict[str | None, list[JobRecord]] = {}
@@ -59,6 +62,8 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry,
     for where, group in by_where.items():
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=False)
+        if snap.unanswered:
+            note(snap.unanswered + (f" on {where}" if where else ""))
         for r in group:
             jobs = [] if r.seq in reused else all_tasks(snap, r)
             found[r.seq] = (jobs, r.seq in reused)  # type: ignore[index]

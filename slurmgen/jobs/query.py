@@ -3,17 +3,60 @@ or, for one job's status, for its steps.
 
 The side-effect half of `slurm.py`: which commands to run for a set of job ids, and what to
 say when a source is missing.
+
+Every query is bounded: a controller that is down makes each Slurm client command retry for
+its MessageTimeout and more (18 s a call on the test cluster), so a query gets `timeout()`
+seconds, is asked once more, and is then given up with one note saying the controller does not
+answer; the caller shows what the registry last saw.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
-from slurmgen.jobs.runner import Runner
+from slurmgen.contract.envvars import SLURM_TIMEOUT
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.runner import Result, Runner, Unanswered
 from slurmgen.jobs.slurm import SACCT_FIELDS, Snapshot, parse_sacct, parse_scontrol
 
 # With more ids than this, listing every job in one call is cheaper than naming them.
 MANY = 8
+# A healthy controller answers `scontrol show job` in tens of milliseconds; 0.8 s, asked twice,
+# keeps `status` (0.75 s of it is starting Python) within 3 s while it is down.
+DEFAULT_TIMEOUT = 0.8
+TRIES = 2
+
+
+def timeout() -> float:
+    """Seconds each try of a Slurm query gets: $SLURMGEN_SLURM_TIMEOUT, else DEFAULT_TIMEOUT."""
+    text = os.environ.get(SLURM_TIMEOUT, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise SlurmgenError(f"{SLURM_TIMEOUT}: expected seconds, a number above 0 (got {text!r})")
+    return value
+
+
+def bounded(runner: Runner, argv: Sequence[str]) -> Result | None:
+    """argv's result, or None when it did not answer within `timeout()` on any of TRIES tries."""
+    seconds = timeout()
+    for _ in range(TRIES):
+        try:
+            return runner.run(argv, timeout=seconds)
+        except Unanswered:
+            continue
+    return None
+
+
+def unanswered(command: str) -> str:
+    """The one line said when the controller (or, for sacct, the accounting daemon) is silent."""
+    who = "Slurm's accounting (slurmdbd)" if command == "sacct" else "the Slurm controller"
+    return f"{who} does not answer ({command}: no answer within {timeout():g} s, {TRIES} tries)"
 
 
 def _base(job_id: str) -> str:
@@ -30,18 +73,18 @@ def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, step
     wanted = sorted({_base(j) for j in job_ids})
     if not wanted:
         return snap
-    if len(wanted) > MANY:
-        res = runner.run(["scontrol", "show", "job", "-o"], timeout=30)
-        texts = [res.out] if res.code == 0 else []
-        errors = [res.err.strip()] if res.code else []
-    else:
-        texts, errors = [], []
-        for job in wanted:
-            res = runner.run(["scontrol", "show", "job", "-o", job], timeout=30)
-            if res.code == 0:
-                texts.append(res.out)
-            elif "Invalid job id" not in res.err:  # the controller forgot it: not an error here
-                errors.append(res.err.strip())
+    texts, errors = [], []
+    for argv in ([["scontrol", "show", "job", "-o"]] if len(wanted) > MANY
+                 else [["scontrol", "show", "job", "-o", job] for job in wanted]):
+        res = bounded(runner, argv)
+        if res is None:  # down: the other ids would wait as long, for nothing
+            snap.unanswered = unanswered("scontrol")
+            snap.notes.append(snap.unanswered)
+            break
+        if res.code == 0:
+            texts.append(res.out)
+        elif "Invalid job id" not in res.err:  # the controller forgot it: not an error here
+            errors.append(res.err.strip())
     for text in texts:
         for job in parse_scontrol(text):
             snap.add(job)
@@ -50,10 +93,14 @@ def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, step
     known = {j.array_job_id or j.job_id for j in snap.jobs.values()}
     missing = [j for j in wanted if j not in known]
     asked = wanted if steps else missing
-    if asked and accounting:
-        res = runner.run(["sacct", "--parsable2", "--noheader", "--duplicates", "-o", ",".join(SACCT_FIELDS),
-                          "-j", ",".join(asked)], timeout=30)
-        if res.code == 0:
+    # A silent controller: accounting lags it (a job running for seconds may still be PENDING
+    # there) and its steps are not worth a second wait; the registry's last word stands.
+    if asked and accounting and not snap.unanswered:
+        res = bounded(runner, ["sacct", "--parsable2", "--noheader", "--duplicates", "-o", ",".join(SACCT_FIELDS),
+                               "-j", ",".join(asked)])
+        if res is None:
+            snap.notes.append(unanswered("sacct"))
+        elif res.code == 0:
             jobs, job_steps = parse_sacct(res.out)
             for job in jobs:
                 if (job.array_job_id or job.job_id) in missing:

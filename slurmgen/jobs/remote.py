@@ -13,10 +13,17 @@ from typing import Sequence
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.contract.exitcodes import FAILED
-from slurmgen.jobs.runner import Result, read_from, shell_line
+from slurmgen.jobs.runner import Result, Unanswered, read_from, shell_line
 from slurmgen.jobs.snapshot import Snapshot
 
 DEFAULT_REMOTE_DIR = ".slurmgen"  # relative to the login node's home directory
+
+
+class _Timeout(SlurmgenError):
+    """run_shell's silence past its time-out; `run` names the argv in an `Unanswered`."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, exit_code=FAILED)
 
 
 class RemoteRunner:
@@ -30,7 +37,10 @@ class RemoteRunner:
         self._sftp = None
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, stdin: bytes = b"", timeout: float = 60) -> Result:
-        return self.run_shell(shell_line(argv, cwd, self.setup), stdin=stdin, timeout=timeout)
+        try:
+            return self.run_shell(shell_line(argv, cwd, self.setup), stdin=stdin, timeout=timeout)
+        except _Timeout:
+            raise Unanswered(argv, timeout, f" on {self.where}") from None
 
     def run_shell(self, command: str, *, stdin: bytes = b"", timeout: float = 60) -> Result:
         """A command line whose every user value the caller has quoted already."""
@@ -42,9 +52,9 @@ class RemoteRunner:
             chan_in.channel.shutdown_write()
             text, errors = out.read(), err.read()
             code = out.channel.recv_exit_status()
-        except OSError as exc:  # socket.timeout included
-            raise SlurmgenError(f"remote: {self.where}: {command.split(' && ')[-1][:80]!r} failed: {exc}",
-                                exit_code=FAILED) from None
+        except OSError as exc:  # socket.timeout (TimeoutError): silent for `timeout` seconds
+            text = f"remote: {self.where}: {command.split(' && ')[-1][:80]!r} failed: {exc}"
+            raise (_Timeout(text) if isinstance(exc, TimeoutError) else SlurmgenError(text, exit_code=FAILED)) from None
         return Result(code, text.decode(errors="replace"), errors.decode(errors="replace"))
 
     def read(self, path: str, offset: int = 0) -> bytes | None:

@@ -16,6 +16,16 @@ from slurmgen.errors import SlurmgenError
 from slurmgen.contract.exitcodes import FAILED
 
 
+class Unanswered(SlurmgenError):
+    """A command gave no answer within its time-out (a Slurm controller that is down makes every
+    client command retry for MessageTimeout and longer). Raised, not returned, so that a caller
+    that does not expect it still stops with this one line; `query.ask` catches it."""
+
+    def __init__(self, argv: Sequence[str], timeout: float, where: str = ""):
+        self.argv, self.timeout = list(argv), timeout
+        super().__init__(f"slurm: {shlex.join(argv)}{where} did not answer within {timeout:g}s", exit_code=FAILED)
+
+
 @dataclass(frozen=True)
 class Result:
     code: int
@@ -52,7 +62,7 @@ class LocalRunner:
             raise SlurmgenError(f"slurm: {argv[0]} is not installed here", hint="run on a login node, or use --remote LOGIN",
                                 exit_code=FAILED) from None
         except subprocess.TimeoutExpired:
-            raise SlurmgenError(f"slurm: {shlex.join(argv)} did not answer within {timeout:g}s", exit_code=FAILED) from None
+            raise Unanswered(argv, timeout) from None
         return Result(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
 
     def read(self, path: str, offset: int = 0) -> bytes | None:

@@ -202,6 +202,7 @@ class Snapshot:
     jobs: dict[str, SlurmJob] = field(default_factory=dict)
     steps: dict[str, list[tuple[str, str, int | None]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    unanswered: str | None = None  # the controller did not answer: why, in one line (also in notes)
 
     def add(self, job: SlurmJob) -> None:
         # An array task is found by ID_N only: its own id would shadow the array's id.

@@ -82,6 +82,8 @@ def job_view(record: JobRecord, snap: Snapshot, rows: list[dict[str, Any]], atte
         "submitted": record.submitted, "command": info.get("command"), "notes": list(snap.notes),
         "first_failure": _first_failure(failed),
     }
+    if snap.unanswered:
+        view["unanswered"] = snap.unanswered
     for key in ("snapshot", "sweep_file", "digest", "cluster"):
         if info.get(key) is not None:
             view[key] = info[key]
@@ -150,6 +152,9 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
     """The text form of `job_view`, one line per fact; `style` colours a state."""
     lines = [f"job {view['job']} ({view['name']}): {style(view['state'], view['state'])}"
              + (f", exit code {view['exit_code']}" if view.get("exit_code") is not None else "")]
+    if view.get("unanswered"):  # first: every Slurm fact below is missing or old
+        last_seen = str(view.get("source", "")).startswith("registry")
+        lines.append(f"  slurm: {view['unanswered']}" + ("; the state is the last one slurmgen saw" if last_seen else ""))
     if view.get("reason"):
         lines.append(f"  pending: {_pending(view, now)}")
     for label, key in (("nodes", "nodes"), ("elapsed", "elapsed"), ("limit", "limit"), ("requeued", "restarts")):
@@ -178,7 +183,8 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
         lines.append(f"  step {step['step']}: {step['state']} {_step_end(step)}")
     lines += _attempt_lines(view.get("attempts"), "  ")
     for note in view.get("notes") or []:
-        lines.append(f"  note: {note}")
+        if note != view.get("unanswered"):
+            lines.append(f"  note: {note}")
     return lines
 
 

@@ -5,6 +5,8 @@ failed, cancelled, array and requeued jobs, and from before it had accounting)."
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,57 @@ def test_steps_for_status_come_from_sacct_while_scontrol_stays_the_source_of_the
     # Without accounting the job itself is known: nothing to say, no steps.
     quiet = ask(Recorded({"scontrol": "scontrol_completed.txt", "sacct": "sacct_disabled.txt"}), ["1"], steps=True)
     assert (quiet.steps, quiet.notes, quiet.jobs["1"].state) == ({}, [], "COMPLETED")
+
+
+def _silent_slurm(tmp_path, monkeypatch, answer_sacct: bool = False, answer_scontrol: bool = False) -> Path:
+    """`scontrol` and `sacct` on PATH that hang as a down controller makes them (or answer at
+    once, as one that forgot the job), counting calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for name in ("scontrol", "sacct"):
+        answers = answer_sacct if name == "sacct" else answer_scontrol
+        body = "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1" if answers else "exec sleep 30"
+        (bin_dir / name).write_text(f'#!/bin/sh\necho {name} >> "{calls}"\n{body}\n')
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return calls
+
+
+def test_a_silent_controller_is_asked_twice_within_the_bound_and_named_once(tmp_path, monkeypatch):
+    from slurmgen.jobs.query import ask
+    from slurmgen.jobs.runner import LocalRunner
+
+    calls = _silent_slurm(tmp_path, monkeypatch, answer_sacct=True)
+    started = time.monotonic()
+    snap = ask(LocalRunner(), ["5", "6", "7"], accounting=False)
+    took = time.monotonic() - started
+    # One scontrol, asked twice (a second id would wait as long): 2 x 0.8 s, not 3 x 18 s.
+    assert calls.read_text().split() == ["scontrol", "scontrol"] and took < 2.4, took
+    assert snap.jobs == {} and snap.unanswered == "the Slurm controller does not answer (scontrol: no answer within 0.8 s, 2 tries)"
+    assert snap.notes == [snap.unanswered]
+
+
+def test_the_slurm_timeout_is_a_setting_and_a_bad_one_is_one_line(tmp_path, monkeypatch):
+    from slurmgen.errors import SlurmgenError
+    from slurmgen.jobs.query import ask
+    from slurmgen.jobs.runner import LocalRunner
+
+    _silent_slurm(tmp_path, monkeypatch)
+    monkeypatch.setenv("SLURMGEN_SLURM_TIMEOUT", "0.2")
+    snap = ask(LocalRunner(), ["5"], steps=True)  # sacct is not asked: it lags the controller
+    assert snap.notes == ["the Slurm controller does not answer (scontrol: no answer within 0.2 s, 2 tries)"]
+    monkeypatch.setenv("SLURMGEN_SLURM_TIMEOUT", "soon")
+    with pytest.raises(SlurmgenError, match=r"^SLURMGEN_SLURM_TIMEOUT: expected seconds, a number above 0 \(got 'soon'\)$"):
+        ask(LocalRunner(), ["5"])
+
+
+def test_silent_accounting_under_an_answering_controller_is_said_as_such(tmp_path, monkeypatch):
+    from slurmgen.jobs.query import ask
+    from slurmgen.jobs.runner import LocalRunner
+
+    _silent_slurm(tmp_path, monkeypatch, answer_scontrol=True)
+    monkeypatch.setenv("SLURMGEN_SLURM_TIMEOUT", "0.2")
+    snap = ask(LocalRunner(), ["5"])
+    assert snap.unanswered is None
+    assert snap.notes == ["Slurm's accounting (slurmdbd) does not answer (sacct: no answer within 0.2 s, 2 tries)"]
