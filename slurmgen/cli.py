@@ -283,7 +283,7 @@ def launch(
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
-        typer.echo(dry_run_text(plan, opts), nl=False)
+        typer.echo(dry_run_text(plan, opts, keepalive), nl=False)
         return
     code = run_launch(plan, opts, keepalive=keepalive)
     if code:
