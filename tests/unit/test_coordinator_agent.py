@@ -210,3 +210,10 @@ def test_a_cut_off_agent_stops_its_ranks_and_a_short_outage_keeps_them(tmp_path)
         assert server.waits[-1] is None
     finally:
         agent.procs.stop_all(1)
+
+
+def test_a_cut_off_limit_under_a_second_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "slurmgen", "agent", "--cut-off-after", "0.5"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "slurmgen: error: cut_off_after: must be at least 1 second (got 0.5)"
