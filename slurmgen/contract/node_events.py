@@ -2,7 +2,11 @@
 
 Launcher -> node, on the SSH session's stdin: a length line and the bootstrap, then the
 payload (`PAYLOAD_MAGIC script_len env_len`, the node script, the environment, `PAYLOAD_END`);
-stdin then stays open as the node's lifeline (see templates/launch_bootstrap.sh.j2).
+stdin then stays open as the node's lifeline (see templates/launch_bootstrap.sh.j2): the
+launcher writes `LIFELINE_PING` on it every keepalive interval, and a node that reads nothing
+for `lifeline_silence(keepalive)` seconds stops its ranks. A dropped network never closes
+the session (no FIN arrives), so the node must judge the silence itself; the launcher counts
+the host lost after the same silence, and both sides of a partition stop on their own.
 
 Node -> launcher, on two streams of the same session:
 - stdout: everything the ranks and the node scripts print, shown to the user as is. Nothing
@@ -31,6 +35,17 @@ EVENT_TAG = "slurmgen-event-1"
 # The node script writes its events to this descriptor when the bootstrap sets
 # SLURMGEN_EVENT_FD to it; run by hand (`create`), it writes none.
 EVENT_FD = 9
+# Keepalives: like ssh's ServerAliveInterval 5 and ServerAliveCountMax 3 (`--keepalive`).
+KEEPALIVE_INTERVAL = 5.0
+KEEPALIVE_COUNT = 3
+# One line, one byte: per node a byte every few seconds, next to the SSH keepalive's packet.
+LIFELINE_PING = b"\n"
+
+
+def lifeline_silence(keepalive: float) -> float:
+    """Seconds without a keepalive after which each side gives the other up (20 s by default):
+    the launcher counts the host lost, the node stops its ranks."""
+    return keepalive * (KEEPALIVE_COUNT + 1)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,11 @@
 
 Every `interval` seconds (and at once when a rank exits) it posts a report of its slots and
 their new output lines; the answer holds start and stop orders. If the server is away the
-ranks keep running and the agent keeps trying, then re-attaches by simply reporting again.
+ranks keep running and the agent keeps trying, then re-attaches by simply reporting again:
+a server restart costs nothing. But not forever: once the agent has not reached the server
+for longer than the server's `--agent-timeout` (sent with every answer) plus a margin, the
+server has failed this node's groups and stopped or restarted their other ranks, so the ones
+here, cut off by a partition, only hold their GPUs: the agent stops them (`--cut-off-after`).
 It judges its ranks' trainer heartbeats itself (same clock as the writer) and reports a stale
 one as hung. No torch here: the agent is small and starts fast.
 """
@@ -27,6 +31,10 @@ from slurmgen.coordinator.procs import Procs, Slot
 log = logging.getLogger("slurmgen.agent")
 LINES_PER_REPORT = 2000
 CHANGES_POLL = 25.0  # seconds a long poll for new orders stays open
+# Seconds beyond the server's --agent-timeout before a cut-off agent stops its ranks: the
+# server has judged the silence by then, whatever the clocks and the last request's latency.
+CUT_OFF_MARGIN = 5.0
+DEFAULT_SERVER_TIMEOUT = 10.0  # until the first answer says otherwise (serve's default)
 
 
 def is_stale(beat: Optional[dict], now: float, timeout: float) -> bool:
@@ -49,12 +57,16 @@ def _read_beat(path: Optional[Path]) -> Optional[dict]:
 
 class Agent:
     def __init__(self, client: Client, workers: int, host: Optional[str] = None,
-                 state_dir: Optional[Path] = None, interval: float = 1.0, grace: float = 10.0):
+                 state_dir: Optional[Path] = None, interval: float = 1.0, grace: float = 10.0,
+                 cut_off_after: Optional[float] = None):
         self.client = client
         self.host = host or socket.gethostname().split(".")[0]
         self.instance = uuid.uuid4().hex[:16]
         self.interval = interval
         self.grace = grace
+        self.cut_off_after = cut_off_after  # None: the server's agent timeout + CUT_OFF_MARGIN
+        self.server_timeout = DEFAULT_SERVER_TIMEOUT
+        self.last_heard = time.monotonic()
         base = state_dir or Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "slurmgen" / "agent"
         self.log_dir = base / self.host / "logs"
         self.hb_root = base / self.host / "heartbeats"
@@ -73,23 +85,56 @@ class Agent:
         return AgentReport(host=self.host, instance=self.instance, lines=lines, dropped=dropped,
                            workers=[s.report(self._hung(s, now)) for s in self.procs.slots]), dropped
 
+    @property
+    def cut_off_limit(self) -> float:
+        """Seconds without reaching the server after which this node's ranks are stopped."""
+        return self.cut_off_after if self.cut_off_after is not None else self.server_timeout + CUT_OFF_MARGIN
+
+    def beat_timeout(self) -> Optional[float]:
+        """While ranks run, a heartbeat waits no longer than the agent's next own deadline (the
+        cut-off, a KILL after a grace), at least 1 s: a request hanging in a partition would
+        otherwise hold them up by the client's whole timeout. None: the client's own."""
+        running = [s for s in self.procs.slots if s.running]
+        if not running:
+            return None
+        deadlines = [self.last_heard + self.cut_off_limit, *(s.kill_at for s in running if s.kill_at is not None)]
+        return max(1.0, min(self.client.timeout, min(deadlines) - time.monotonic()))
+
     def beat(self) -> None:
         report, dropped = self.report()
         try:
-            orders = self.client.heartbeat(report)
+            orders = self.client.heartbeat(report, timeout=self.beat_timeout())
         except ClientError as e:
             self.procs.output.give_back(report.lines, dropped)
             if e.status == 401 and self.connected is None:
                 raise  # a wrong token at start-up is a mistake to fix, not an outage to wait out
             if self.connected is not False:
-                log.warning("server unreachable or refusing (%s); ranks keep running, retrying", e)
+                log.warning("server unreachable or refusing (%s); ranks keep running for up to %g s, retrying",
+                            e, self.cut_off_limit)
             self.connected = False
+            self.stop_if_cut_off()
             return
+        self.last_heard = time.monotonic()
+        self.server_timeout = orders.agent_timeout or self.server_timeout
         if not self.connected:
             log.info("connected to %s as %s with %d workers", self.client.base_url, self.host,
                      len(self.procs.slots))
         self.connected = True
         self.apply(orders)
+
+    def stop_if_cut_off(self) -> None:
+        """Stop every running rank (TERM, KILL after the grace) once the server has been out of
+        reach for longer than `cut_off_limit`; a shorter outage (a restart) keeps them."""
+        silent = time.monotonic() - self.last_heard
+        running = [s for s in self.procs.slots if s.running and s.kill_at is None]
+        if not running or silent <= self.cut_off_limit:
+            return
+        why = (f"--cut-off-after {self.cut_off_after:g} s" if self.cut_off_after is not None else
+               f"the server's agent timeout ({self.server_timeout:g} s) + {CUT_OFF_MARGIN:g} s")
+        log.warning("server unreachable for %.1f s, longer than %s: it has failed this node's groups; "
+                    "stopping %d rank(s)", silent, why, len(running))
+        for slot in running:
+            self.procs.stop(slot.idx, self.grace)
 
     def apply(self, orders: AgentOrders) -> None:
         for stop in orders.stop:

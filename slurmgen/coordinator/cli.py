@@ -91,7 +91,8 @@ def agent(
     name: Optional[str] = typer.Option(None, "--name", help="Node name [default: short host name]."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Per-rank logs and heartbeats [default: ~/.local/state/slurmgen/agent]."),
     interval: float = typer.Option(1.0, "--interval", min=0.1, max=5, help="Seconds between heartbeats."),
-    grace: float = typer.Option(10.0, "--grace", min=0, help="TERM-to-KILL seconds when the agent itself stops."),
+    grace: float = typer.Option(10.0, "--grace", min=0, help="TERM-to-KILL seconds when the agent itself stops its ranks."),
+    cut_off_after: Optional[float] = typer.Option(None, "--cut-off-after", help="Stop this node's ranks after the server has been unreachable this long [default: the server's --agent-timeout + 5]."),
 ) -> None:
     """Run this node's agent: register its workers and run their ranks."""
     import logging
@@ -104,10 +105,12 @@ def agent(
             check_name(name, "--name")
         except ValueError as e:
             raise SlurmgenError(str(e)) from None
+    if cut_off_after is not None and not cut_off_after >= 1:  # typer's own message leaves out the value
+        raise SlurmgenError(f"cut_off_after: must be at least 1 second (got {cut_off_after:g})")
     logging.basicConfig(level=logging.INFO, format="slurmgen agent: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
     Agent(_client(server, token_file), workers, host=name, state_dir=state_dir,
-          interval=interval, grace=grace).run()
+          interval=interval, grace=grace, cut_off_after=cut_off_after).run()
 
 
 def workers(server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:

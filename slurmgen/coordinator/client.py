@@ -41,7 +41,7 @@ def _problem(response: httpx.Response) -> str:
 
 class Client:
     def __init__(self, base_url: str, token: str, timeout: float = 10.0):
-        self.base_url, self.token = base_url.rstrip("/"), token
+        self.base_url, self.token, self.timeout = base_url.rstrip("/"), token, timeout
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout,
                                  headers={"Authorization": f"Bearer {token}"})
 
@@ -112,9 +112,11 @@ class Client:
         return self._call("GET", "/api/agents/changes", params={"since": since, "timeout": timeout},
                           timeout=timeout + 10)["version"]
 
-    def heartbeat(self, report: AgentReport) -> AgentOrders:
+    def heartbeat(self, report: AgentReport, timeout: Optional[float] = None) -> AgentOrders:
+        """Report and get orders; `timeout` (seconds) instead of the client's own, if given."""
+        extra = {} if timeout is None else {"timeout": timeout}
         return AgentOrders(**self._call("POST", "/api/agents/heartbeat", content=report.model_dump_json(),
-                                        headers={"Content-Type": "application/json"}))
+                                        headers={"Content-Type": "application/json"}, **extra))
 
 
 __all__ = ["Client", "ClientError", "DEFAULT_SERVER", "GroupConfig"]

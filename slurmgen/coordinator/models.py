@@ -269,3 +269,6 @@ class Changed(BaseModel):
 class AgentOrders(BaseModel):
     start: List[StartOrder] = Field(default_factory=list)
     stop: List[StopOrder] = Field(default_factory=list)
+    # The server's --agent-timeout: an agent that cannot reach the server for longer (plus a
+    # margin) knows its groups have failed and stops its ranks (agent.py).
+    agent_timeout: Optional[float] = None

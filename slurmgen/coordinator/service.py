@@ -308,7 +308,7 @@ class Coordinator:
             self.seen[report.host] = (now, report.instance)
             decisions = hb.apply_report(report, self._known_for(report))
             self._carry_out(decisions.actions, now)
-            return decisions.orders
+            return decisions.orders.model_copy(update={"agent_timeout": self.agent_timeout})
 
     def _known_for(self, report: AgentReport) -> hb.Known:
         """Give every slot the agent reports for the first time its row, then read what a

@@ -136,7 +136,7 @@ def _start(plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool,
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
-        typer.echo(dry_run_text(plan, opts), nl=False)
+        typer.echo(dry_run_text(plan, opts, keepalive), nl=False)
         return
     recorder = Recorder(run[0])
     recorder.check()

@@ -14,8 +14,10 @@ per rank, first failure stops the node, per-rank logs), told its rank offset and
 so nodes may differ in size.
 
 Stdin then stays open as a lifeline: when it ends (the launcher stops the job, or the SSH
-connection is lost) the bootstrap sends TERM to the process loop, which stops every rank's
-process group, killing what is left after SLURMGEN_STOP_GRACE seconds. With a heartbeat
+connection is lost) or stays silent for `silence` seconds (the launcher pings it every
+keepalive interval; a partition drops packets and never ends it), the bootstrap sends TERM
+to the process loop, which stops every rank's process group, killing what is left after
+SLURMGEN_STOP_GRACE seconds. With a heartbeat
 timeout it sets SLURMGEN_HEARTBEAT_DIR to a directory of its own on the node and watches
 the files the ranks write there. Events come back on stderr (protocol.py).
 """
@@ -28,7 +30,9 @@ from typing import TYPE_CHECKING
 
 from slurmgen.contract import exitcodes
 from slurmgen.launch.plan import masked
-from slurmgen.contract.node_events import EVENT_FD, EVENT_TAG, PAYLOAD_END, PAYLOAD_MAGIC
+from slurmgen.contract.node_events import (
+    EVENT_FD, EVENT_TAG, KEEPALIVE_INTERVAL, PAYLOAD_END, PAYLOAD_MAGIC, lifeline_silence,
+)
 from slurmgen.generate.shell import quote
 
 if TYPE_CHECKING:
@@ -54,7 +58,7 @@ def bootstrap() -> str:
                            bad_input=exitcodes.BAD_INPUT)
 
 
-def node_args(plan: "LaunchPlan", node: "NodePlan", attempt: int) -> list[str]:
+def node_args(plan: "LaunchPlan", node: "NodePlan", attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> list[str]:
     """The bootstrap's key=value arguments for one node (no secrets: they are on a command line)."""
     hb_ms = int(round(plan.heartbeat_timeout * 1000)) if plan.heartbeat_timeout else 0
     args = {
@@ -62,13 +66,14 @@ def node_args(plan: "LaunchPlan", node: "NodePlan", attempt: int) -> list[str]:
         "master_port": plan.master_port, "nnodes": len(plan.nodes), "nproc": node.nproc,
         "node_rank": node.node_rank, "rank_offset": node.rank_offset, "world_size": plan.world_size,
         "log_dir": plan.log_dir, "stop_grace": plan.stop_grace, "heartbeat_ms": hb_ms,
+        "silence": f"{lifeline_silence(keepalive):g}",
     }
     return [f"{k}={v}" for k, v in args.items()]
 
 
-def remote_command(plan: "LaunchPlan", node: "NodePlan", attempt: int) -> str:
+def remote_command(plan: "LaunchPlan", node: "NodePlan", attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> str:
     """The exact command line sent to the node's sshd."""
-    return REMOTE_PREFIX + " " + " ".join(shlex.quote(a) for a in node_args(plan, node, attempt))
+    return REMOTE_PREFIX + " " + " ".join(shlex.quote(a) for a in node_args(plan, node, attempt, keepalive))
 
 
 def env_text(env: dict[str, str], show_secrets: bool = True) -> str:

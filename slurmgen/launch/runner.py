@@ -7,7 +7,8 @@ a `Tick` to the attempt's state machine (attempt.py), and carries out the action
 The first failure anywhere (a rank's non-zero exit, a rank whose heartbeat went stale, a node
 that cannot start, a lost connection) or Ctrl-C / SIGTERM closes the stdin of every node's
 session, and each node's bootstrap then stops its process groups (TERM, KILL after the stop
-grace). The exit code is the first failing rank's (124 for a hung rank, 255 for a lost
+grace). Until then a thread per node writes a keepalive line on that stdin (protocol.py): a
+node cut off from the launcher stops its own ranks when they stop arriving. The exit code is the first failing rank's (124 for a hung rank, 255 for a lost
 connection, 130/143 after Ctrl-C/SIGTERM). With --max-restarts the whole group starts again
 after a failure.
 """
@@ -30,12 +31,10 @@ from slurmgen.jobs.runs import Failure
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
 from slurmgen.launch.record import LaunchRecord
-from slurmgen.contract.node_events import parse_event
+from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, LIFELINE_PING, parse_event
 from slurmgen.launch.remote import bootstrap, env_text, payload, remote_command
 from slurmgen.launch.ssh.connect import Connection, ConnectError, SSHOptions, connect_all, describe_targets
 
-KEEPALIVE_INTERVAL = 5.0  # like ServerAliveInterval 5 ...
-KEEPALIVE_COUNT = 3       # ... and ServerAliveCountMax 3: a silent host is lost after ~20 s
 STOP_WAIT_EXTRA = 5.0     # after a stop, wait this much beyond the grace for nodes to report
 PASS_SECONDS = 0.1        # the longest a loop pass waits for input before ticking anyway
 BATCH = 512               # inputs handled per pass at most, so ticks keep coming under a flood
@@ -49,6 +48,8 @@ class NodeProcess(Protocol):
     def read_stderr(self) -> bytes: ...
 
     def close_stdin(self) -> None: ...
+
+    def send(self, data: bytes) -> None: ...
 
     def exit_status(self) -> int | None: ...
 
@@ -204,17 +205,22 @@ class Launcher:
         """Start the node's session; read its output here and its events in a second thread."""
         host = node.host
         try:
-            proc = self.conns[host].start(remote_command(self.plan, node, attempt), payload(self.plan, node),
-                                          timeout=self.opts.connect_timeout, separate_stderr=True)
+            proc = self.conns[host].start(remote_command(self.plan, node, attempt, self.keepalive),
+                                          payload(self.plan, node), timeout=self.opts.connect_timeout,
+                                          separate_stderr=True)
         except ConnectError as exc:
             inputs.put(machine.StartFailed(host, exc.message, time.monotonic()))
             return
         inputs.put(Opened(host, proc, time.monotonic()))
         events = threading.Thread(target=_read_events, args=(host, proc, inputs), daemon=True, name=f"events-{host}")
         events.start()
+        ended = threading.Event()
+        threading.Thread(target=_keep_lifeline, args=(proc, self.keepalive, ended), daemon=True,
+                         name=f"lifeline-{host}").start()
         for line in _lines(proc.read):
             inputs.put(Output(host, line))
         events.join()
+        ended.set()
         try:
             status = proc.exit_status()
         except Exception:
@@ -243,23 +249,32 @@ def _lines(read: Callable[[], bytes]):
     yield from splitter.flush()
 
 
+def _keep_lifeline(proc: NodeProcess, interval: float, ended: threading.Event) -> None:
+    """Thread: a keepalive line on the node's stdin every `interval` until its session ends
+    (once stdin is closed, sending does nothing). Its own thread: a send never holds up the
+    loop that decides."""
+    while not ended.wait(interval):
+        proc.send(LIFELINE_PING)
+
+
 def _read_events(host: str, proc: NodeProcess, inputs: queue.Queue) -> None:
     for line in _lines(proc.read_stderr):
         event = parse_event(line)
         inputs.put(Output(host, line) if event is None else machine.Reported(host, event, time.monotonic()))
 
 
-def dry_run_text(plan: LaunchPlan, opts: SSHOptions) -> str:
+def dry_run_text(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL) -> str:
     """Per host exactly what would run: the SSH target, the command line, the environment
     sent on stdin (secret-looking values hidden), then the bootstrap and node script."""
     targets = describe_targets([n.host for n in plan.nodes], opts)
     lines = [f"# slurmgen launch --dry-run: {len(plan.nodes)} node(s), {plan.world_size} rank(s), "
              f"master {plan.master_addr}:{plan.master_port}, working directory {plan.workdir}",
              "# Each host runs the command line below over SSH; its stdin then carries the bootstrap,",
-             "# the node script and the environment shown, and stays open as the node's lifeline.", ""]
+             "# the node script and the environment shown, and stays open as the node's lifeline",
+             f"# (a keepalive line every {keepalive:g}s; silence=S: a node that hears none for S seconds stops).", ""]
     for node in plan.nodes:
         lines += [f"# ===== {node.host} ({targets[node.host]}): node rank {node.node_rank}, ranks {node.ranks} =====",
-                  remote_command(plan, node, 1), "# environment (on stdin):"]
+                  remote_command(plan, node, 1, keepalive), "# environment (on stdin):"]
         env = env_text(plan.node_env(node), show_secrets=False).rstrip("\n")
         lines += [env] if env else ["# (none beyond the node script's own)"]
         lines.append("")

@@ -3,6 +3,8 @@
 One session, several phases (the cluster is shared and time is short): a group of 4 running
 the torch.distributed probe with master node1; a failing rank stopping the whole group; the
 server restarted while a group runs; an agent SIGKILLed; and requests without a valid token.
+Then the network faults: a server away for longer than its agent timeout (the ranks go on),
+and a node cut off by nftables (its agent stops its ranks while the partition lasts).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import time
 
 import httpx
 import pytest
+from faults import cut_off
 from train_helpers import free_port
+
+from slurmgen.coordinator.agent import CUT_OFF_MARGIN
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -84,6 +89,14 @@ class Coord:
     def rank_procs(self, marker):
         return [p for n in self.cluster.nodes for p in self.cluster.pids_on(n) if marker in p.cmdline]
 
+    def form_group(self) -> list[str]:
+        """Group exp1 of node1-0, node1-1, node2-0, node2-1, once all four workers are there."""
+        names = [f"{n}-{i}" for n in ("node1", "node2") for i in (0, 1)]
+        wait_for(lambda: sorted(w["name"] for w in self.call("GET", "/api/workers")) == names, 30, "4 workers")
+        self.call("POST", "/api/groups", json={"name": "exp1"})
+        self.call("POST", "/api/workers/move", json={"workers": names, "group": "exp1"})
+        return names
+
     def run(self, *argv):
         self.call("PUT", "/api/groups/exp1/config",
                   json={"master": "node1", "backend": "gloo", "argv": list(argv), "stop_grace": 3})
@@ -129,10 +142,7 @@ def test_coordinator_on_the_cluster(coord, cluster):
     assert coord.call("GET", "/api/groups") == []
 
     assert [n.name for n in cluster.nodes[:2]] == ["node1", "node2"]
-    names = [f"{n}-{i}" for n in ("node1", "node2") for i in (0, 1)]
-    wait_for(lambda: sorted(w["name"] for w in coord.call("GET", "/api/workers")) == names, 30, "4 workers")
-    coord.call("POST", "/api/groups", json={"name": "exp1"})
-    coord.call("POST", "/api/workers/move", json={"workers": names, "group": "exp1"})
+    coord.form_group()
 
     # 1. The probe: every rank agrees, ranks follow the rule (node1 = master first).
     coord.run(PY, "-m", "slurmgen.train.probe", "--backend", "gloo", "--timeout", "60")
@@ -180,3 +190,48 @@ def test_coordinator_on_the_cluster(coord, cluster):
     assert g["exit_code"] == 255 and "node2" in g["reason"], g
     wait_for(lambda: not coord.rank_procs("slurmgen-rank-marker"), 10, "node1's ranks to be stopped")
     print(f"agent SIGKILL: ranks gone after {gone - killed:.2f} s, group failed after {failed - killed:.2f} s")
+
+
+def test_a_cut_off_agent_stops_its_ranks_and_a_long_server_restart_keeps_them(coord, cluster):
+    coord.form_group()
+    sleeper = [PY, "-c", "import time; time.sleep(300)", "slurmgen-rank-marker"]
+    coord.run(*sleeper)
+    coord.wait({"running"}, 60)
+    before = {p.pid for p in coord.rank_procs("slurmgen-rank-marker")}
+    assert len(before) == 4
+
+    # 1. The server is away for longer than its own --agent-timeout, shorter than the agents'
+    # cut-off (that timeout + the margin): a restart, not a partition. The ranks go on.
+    stopped = time.monotonic()
+    coord.server.send_signal(signal.SIGTERM)
+    coord.server.wait(15)
+    time.sleep(max(0.0, stopped + AGENT_TIMEOUT - 1.5 - time.monotonic()))
+    coord.server = coord.start_server()
+    away = time.monotonic() - stopped
+    assert away < AGENT_TIMEOUT + CUT_OFF_MARGIN - 2, f"the restart took {away:.1f} s: not a short one"
+    # Re-attached: every agent has reported to the new server (the rows alone predate it).
+    wait_for(lambda: all(w["state"] == "running" and w["seen_ago"] is not None and w["seen_ago"] < 2
+                         for w in coord.group()["workers"]), 10, "re-attach")
+    assert coord.group()["group"]["state"] == "running"
+    assert {p.pid for p in coord.rank_procs("slurmgen-rank-marker")} == before
+    print(f"server away {away:.1f} s: ranks kept")
+
+    # 2. node2 cut off: the server fails the group after its agent timeout and stops node1's
+    # ranks; node2's agent stops its own once it has not reached the server for the timeout
+    # + the margin, while the partition still lasts.
+    node2 = cluster.node("node2")
+    on_node2 = lambda: [p for p in coord.rank_procs("slurmgen-rank-marker") if p.node == "node2"]  # noqa: E731
+    with cut_off(node2.netns):
+        cut = time.monotonic()
+        g = coord.wait({"failed"}, AGENT_TIMEOUT + 3)
+        failed = time.monotonic()
+        assert g["exit_code"] == 255 and "node2" in g["reason"], g
+        bound = AGENT_TIMEOUT + CUT_OFF_MARGIN + 1 + 3 + 1.5  # + heartbeat interval + rank grace + slack
+        gone = wait_for(lambda: not on_node2(), bound, "node2's ranks to be stopped by their cut-off agent")
+        assert not coord.rank_procs("slurmgen-rank-marker")
+        assert coord.agents["node2"].poll() is None  # the agent stays, to re-attach after the partition
+    print(f"node2 cut off: group failed after {failed - cut:.1f} s, node2's ranks gone after {gone - cut:.1f} s")
+    said = (coord.tmp / "agent-node2.log").read_text()
+    # Not before the cut-off (the last answer came at most a heartbeat interval before the cut).
+    assert gone - cut > AGENT_TIMEOUT + CUT_OFF_MARGIN - 1.5, said
+    assert "longer than the server's agent timeout (5 s) + 5 s: it has failed this node's groups; stopping 2 rank(s)" in said

@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from faults import cut_off
 from slurmgen.contract import exitcodes
+from slurmgen.contract.node_events import lifeline_silence
 from slurmgen.train.logs import read_heartbeats
 
 pytestmark = pytest.mark.integration
@@ -216,6 +218,53 @@ def test_lost_connection_stops_the_other_node_and_its_own_ranks(two_nodes, tmp_p
     assert code == 255, run.text()
     assert "lost the connection to node2" in run.err
     assert_nodes_clean(c)
+
+
+@pytest.mark.parametrize("program", ["probe", "flood"])
+def test_a_node_cut_off_stops_its_own_ranks_while_the_partition_lasts(two_nodes, tmp_path, program):
+    # Every packet to and from node2 is dropped: its SSH session never closes, so only the
+    # missing keepalive lines can tell its bootstrap to stop. Nothing heals before the check.
+    # "flood": a rank that prints without pause, whose output sshd no longer takes.
+    c = two_nodes
+    node2 = c.node("node2")
+    marker = f"--sleep 8{random.randint(100, 999)}"
+    flood = "import sys\nwhile True: sys.stdout.write('x' * 200 + chr(10)); sys.stdout.flush()\n"
+    command = [*PROBE, *marker.split()] if program == "probe" else [PY, "-c", flood, *marker.split()]
+    run = Run([*base_args(c, tmp_path), "--keepalive", "1", "--hosts", "node1,node2", "--gpus", "2", "--", *command])
+    run.wait_for(r"all 2 node\(s\) running", timeout=60)
+    time.sleep(1.5)  # a keepalive line or two has reached node2
+    silence, grace = lifeline_silence(1.0), 1
+    try:
+        with cut_off(node2.netns):
+            cut = time.monotonic()
+            # Everything on node2 but slurmd and the sshd listener: the session, the bootstrap,
+            # its relays and watcher, the node script, the ranks.
+            assert any(marker in p.cmdline for p in c.pids_on(node2))
+            deadline = cut + silence + grace + 10
+            while (left := c.pids_on(node2)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            gone_at = time.monotonic()
+            lost_at = run.wait_for(r"stopping all nodes: no answer from node2", timeout=5)
+            code = run.finish(15)
+            node1_left = [p for p in c.pids_on(c.node("node1")) if marker in p.cmdline]
+            assert not left, [p.cmdline for p in left]
+            still_cut = _nft_tables(node2.netns)
+    finally:
+        for p in c.pids_on(node2):  # only after a failure: the node ends its session itself
+            if p.cmdline.startswith("sshd:"):
+                os.kill(p.pid, signal.SIGKILL)
+    print(f"{program}: cut-off node2 clean {gone_at - cut:.2f}s after the cut; launcher gave up after "
+          f"{lost_at - cut:.2f}s")
+    assert "slurmgen_test_cut" in still_cut  # the node was still cut off when its job was gone
+    assert gone_at - cut < silence + grace + 2.0, f"{gone_at - cut:.2f}s\n{run.text()}"
+    assert code == exitcodes.LOST, run.text()
+    assert not node1_left, [p.cmdline for p in node1_left]
+    assert_nodes_clean(c)
+
+
+def _nft_tables(netns: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", netns, "nft", "list", "tables"], capture_output=True, text=True,
+                          timeout=10).stdout
 
 
 def test_events_survive_a_rank_dying_mid_line_and_a_silent_host_amid_a_flood(two_nodes, tmp_path):

@@ -12,7 +12,8 @@ import sys
 import time
 
 from slurmgen.coordinator.agent import Agent
-from slurmgen.coordinator.models import StartOrder
+from slurmgen.coordinator.client import ClientError
+from slurmgen.coordinator.models import AgentOrders, StartOrder
 
 
 def order(worker, argv, rank=0, timeout=60.0):
@@ -96,7 +97,8 @@ def test_a_stale_trainer_heartbeat_is_reported_hung(tmp_path):
 AGENT_THAT_DIES = """
 import sys, threading, time
 from pathlib import Path
-from slurmgen.coordinator.models import StartOrder
+from slurmgen.coordinator.client import ClientError
+from slurmgen.coordinator.models import AgentOrders, StartOrder
 from slurmgen.coordinator.procs import Procs
 
 root = Path(sys.argv[1])
@@ -120,7 +122,7 @@ def test_what_a_rank_forked_dies_with_a_killed_agent(tmp_path):
         agent.kill()
         agent.wait()
     try:
-        wait_until(lambda: not alive(grandchild), timeout=3)
+        wait_until(lambda: not alive(grandchild), timeout=10)  # the watchdog acts at once; a loaded machine may take seconds to schedule it
     finally:
         if alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
@@ -175,3 +177,78 @@ def test_a_rank_that_records_a_run_is_reported_with_it(tmp_path):
         agent.procs.stop_all(1)
     assert agent.procs.slots[0].exit_code == 0, report.lines
     assert report.workers[0].runs == [str(tmp_path / "out" / "exp1" / "main")]
+
+
+class FlakyServer:
+    """A fast stand-in for the server's heartbeat answer, up or unreachable at will (the real
+    partition is tests/integration/test_coordinator_cluster.py)."""
+
+    timeout, base_url = 10.0, "http://gn1:8470"
+
+    def __init__(self, agent_timeout: float = 3.0):
+        self.up, self.agent_timeout, self.waits = True, agent_timeout, []
+
+    def heartbeat(self, report, timeout=None):
+        self.waits.append(timeout)
+        if not self.up:
+            raise ClientError("server: cannot reach http://gn1:8470: timed out")
+        return AgentOrders(agent_timeout=self.agent_timeout)
+
+
+def beat_for(agent, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        agent.beat()
+        agent.procs.enforce_grace()
+        time.sleep(0.05)
+
+
+def test_the_cut_off_limit_is_the_servers_agent_timeout_plus_a_margin_unless_given(tmp_path):
+    server = FlakyServer(agent_timeout=30.0)
+    agent = Agent(client=server, workers=1, host="gn6", state_dir=tmp_path)
+    try:
+        assert agent.cut_off_limit == 10.0 + 5.0  # serve's default until the server says
+        agent.beat()
+        assert agent.cut_off_limit == 30.0 + 5.0
+        assert Agent(client=server, workers=1, host="gn6", state_dir=tmp_path / "b", cut_off_after=7).cut_off_limit == 7
+    finally:
+        agent.procs.stop_all(1)
+
+
+def test_a_cut_off_agent_stops_its_ranks_and_a_short_outage_keeps_them(tmp_path):
+    server = FlakyServer()
+    agent = Agent(client=server, workers=2, host="gn6", state_dir=tmp_path, grace=1, cut_off_after=1.5)
+    try:
+        sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+        agent.beat()
+        agent.procs.start(order(0, sleeper), agent.hb_root)
+        agent.procs.start(order(1, sleeper, rank=1), agent.hb_root)
+        pids = [s.proc.pid for s in agent.procs.slots]
+        # A restart: unreachable for 1 s (< 1.5 s), then back. The ranks go on.
+        server.up = False
+        beat_for(agent, 1.0)
+        server.up = True
+        agent.beat()
+        assert all(alive(p) for p in pids)
+        # A partition: unreachable for good. Stopped once 1.5 s have passed since the last answer.
+        server.up, cut = False, time.monotonic()
+        beat_for(agent, 1.2)
+        assert all(alive(p) for p in pids)
+        ran = server.waits[1:]  # every request while ranks ran
+        wait_until(lambda: (agent.beat(), not any(alive(p) for p in pids))[1], timeout=3)
+        assert 1.5 <= time.monotonic() - cut < 1.5 + 1.0
+        wait_until(lambda: all(s.exit_code is not None for s in agent.procs.slots))
+        assert [s.exit_code for s in agent.procs.slots] == [143, 143]
+        # While ranks run, no request outlives the cut-off (at least 1 s); idle, the client's own.
+        assert None not in ran and all(1.0 <= w <= 1.5 for w in ran), ran
+        agent.beat()
+        assert server.waits[-1] is None
+    finally:
+        agent.procs.stop_all(1)
+
+
+def test_a_cut_off_limit_under_a_second_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "slurmgen", "agent", "--cut-off-after", "0.5"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "slurmgen: error: cut_off_after: must be at least 1 second (got 0.5)"

@@ -151,6 +151,8 @@ def test_silent_agent_fails_the_group_as_lost(api):
     workers = {w["name"]: w["state"] for w in api.get("/api/workers", headers=AUTH).json()}
     assert workers["gn6-0"] == "lost" and workers["gn7-0"] == "running"
     assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 409  # cannot start on a lost worker
+    # Every answer tells the agents the timeout, so that a cut-off one knows when to stop its ranks.
+    assert beat(api, "gn7", *running("exp1", 1, 0, 1))["agent_timeout"] == 10
 
 
 def test_stop_and_logs(api):

@@ -42,6 +42,13 @@ class LocalProcess:
         except OSError:
             pass
 
+    def send(self, data: bytes) -> None:
+        try:
+            self.popen.stdin.write(data)  # type: ignore[union-attr]
+            self.popen.stdin.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):  # closed: nothing more to say
+            pass
+
     def exit_status(self) -> int | None:
         return self.popen.wait()
 

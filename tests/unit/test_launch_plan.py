@@ -147,7 +147,7 @@ def test_remote_command_is_fixed_prefix_plus_plain_arguments():
     args = dict(w.split("=", 1) for w in words)
     assert args == {"attempt": "3", "workdir": "/w d", "master_addr": "a", "master_port": "29500", "nnodes": "2",
                     "nproc": "3", "node_rank": "1", "rank_offset": "2", "world_size": "5", "log_dir": "out/logs",
-                    "stop_grace": "1", "heartbeat_ms": "2500"}
+                    "stop_grace": "1", "heartbeat_ms": "2500", "silence": "20"}
     assert "xyz" not in cmd  # the environment never travels on the command line
 
 

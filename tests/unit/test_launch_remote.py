@@ -107,6 +107,48 @@ def test_end_of_stdin_stops_every_process_group_within_2s(tmp_path):
     assert "got SIGTERM" in text
 
 
+SLEEPER = textwrap.dedent("""
+    import os, time
+    print("PID", os.getpid(), flush=True)
+    time.sleep(60)
+""")
+
+
+def test_silent_lifeline_stops_every_rank_though_stdin_stays_open(tmp_path):
+    # A partition drops packets: stdin never ends, the keepalive lines just stop coming.
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(2,))
+    node = plan.nodes[0]
+    proc = LocalProcess(remote_command(plan, node, 1, keepalive=0.25), payload(plan, node))  # silence=1
+    text = wait_for_lines(proc, "PID ", 2)
+    pids = pids_from(text)
+    cut = time.monotonic()
+    text += output_of(proc)
+    code = proc.exit_status()
+    while any(alive(p) for p in pids) and time.monotonic() - cut < 5:
+        time.sleep(0.02)
+    gone_after = time.monotonic() - cut
+    assert not any(alive(p) for p in pids), text
+    assert gone_after < 1 + 1 + 1.0, f"{gone_after:.2f}s\n{text}"  # silence + stop grace + slack
+    assert code == 143, text
+    assert "slurmgen-launch: no keepalive from the launcher for 1s; stopping the ranks on this node" in text
+    proc.close_stdin()
+
+
+def test_keepalive_lines_keep_the_node_running(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1,))
+    node = plan.nodes[0]
+    proc = LocalProcess(remote_command(plan, node, 1, keepalive=0.25), payload(plan, node))
+    pids = pids_from(wait_for_lines(proc, "PID ", 1))
+    for _ in range(12):  # 3 s: three times the silence
+        proc.send(b"\n")
+        time.sleep(0.25)
+    assert all(alive(p) for p in pids)
+    proc.close_stdin()
+    text = output_of(proc)
+    assert proc.exit_status() == 143, text
+    assert "no keepalive" not in text
+
+
 def test_stale_heartbeat_fails_the_node_with_124(tmp_path):
     # Both ranks beat; rank 1 stops beating after a second but keeps running (a hung collective).
     program = textwrap.dedent("""

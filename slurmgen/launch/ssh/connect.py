@@ -120,6 +120,14 @@ class RemoteProcess:
         except (OSError, EOFError, paramiko.SSHException):
             pass
 
+    def send(self, data: bytes) -> None:
+        """Write to stdin, as far as the window allows at once (a keepalive line never fills
+        it); nothing once stdin is closed (paramiko sends no data after EOF) or the connection is."""
+        try:
+            self.channel.send(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
     def exit_status(self) -> int | None:
         """Wait for the exit status; None when the connection ended without one (lost)."""
         code = self.channel.recv_exit_status()
