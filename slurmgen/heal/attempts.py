@@ -21,6 +21,11 @@ task that ended badly, which names no rank under torchrun):
   node       the node where the failure started, or null
   task       the Slurm task id that failed first (under torchrun: its node's agent), or null
   hung_rank  the rank whose heartbeat went stale, or null
+  hung_step  the step of its last heartbeat, or null (a program that writes no step)
+  verdict    the hang in words, or null: "rank 3 on node2 stopped beating at step 220 (no
+             heartbeat for 10.4 s, its process is stopped); ranks 0-2 waited in a collective"
+             (the node whose rank is stopped, or whose last beat is the oldest of all nodes,
+             names it: see judge_node in templates/hang_judge.sh.j2)
   stage      "step" (the job step ran) or "preflight" (`slurmgen doctor` stopped the job)
   action     "finished" (exit 0, the finished marker was written), "requeue" (retry policy),
              "stop" (no retry: a code not in retry_on, or retries used up)
@@ -65,12 +70,15 @@ def parse_attempts(text: str) -> list[dict[str, Any]]:
 
 
 def cause(record: dict[str, Any]) -> str:
-    """One phrase for an "end" record: 'hung (rank 3 on node2)', 'exit 3 (rank 5 on node2)', or
+    """One phrase for an "end" record: 'hung: rank 3 on node2 stopped beating at step 220 (...)',
+    'hung (rank 3 on node2)' from a record without a verdict, 'exit 3 (rank 5 on node2)', or
     'exit 3 (task 1 on node2)' when no rank is known."""
     code = record.get("exit_code")
     if code is None:
         return "unknown"
     text = exitcodes.describe(int(code))
+    if record.get("verdict"):
+        return f"{text}: {record['verdict']}"
     if record.get("hung_rank") is not None:
         return f"{text} (rank {record['hung_rank']} on {record.get('node')})"
     if record.get("node"):
