@@ -21,6 +21,11 @@ task that ended badly, which names no rank under torchrun):
   node       the node where the failure started, or null
   task       the Slurm task id that failed first (under torchrun: its node's agent), or null
   hung_rank  the rank whose heartbeat went stale, or null
+  hung_step  the step of its last heartbeat, or null (a program that writes no step)
+  verdict    the hang in words, or null: "rank 3 on node2 stopped beating at step 220 (no
+             heartbeat for 10.4 s, its process is stopped); ranks 0-2 waited in a collective"
+             (the node whose rank is stopped, or whose last beat is the oldest of all nodes,
+             names it: see judge_node in templates/hang_judge.sh.j2)
   stage      "step" (the job step ran) or "preflight" (`slurmgen doctor` stopped the job)
   action     "finished" (exit 0, the finished marker was written), "requeue" (retry policy),
              "stop" (no retry: a code not in retry_on, or retries used up)
@@ -38,7 +43,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract import verdict
+from slurmgen.contract import exitcodes, verdict
 from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME
 from slurmgen.contract.verdict import Event
 from slurmgen.jsonl import objects
@@ -75,6 +80,10 @@ def first_failure(record: dict[str, Any]) -> Event:
 
 
 def cause(record: dict[str, Any]) -> str:
-    """One phrase for an "end" record: 'hung (rank 3 on node2)', 'exit 3 (rank 5 on node2)', or
-    'exit 3 (task 1 on node2)' when no rank is known (verdict.summary)."""
+    """One phrase for an "end" record: 'hung: rank 3 on node2 stopped beating at step 220 (...)'
+    when the watchers judged a hang across nodes, else verdict.summary's 'hung (rank 3 on
+    node2)', 'exit 3 (rank 5 on node2)', or 'exit 3 (task 1 on node2)' when no rank is known."""
+    code = record.get("exit_code")
+    if code is not None and record.get("verdict"):
+        return f"{exitcodes.describe(int(code))}: {record['verdict']}"
     return verdict.summary(first_failure(record))

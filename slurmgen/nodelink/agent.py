@@ -11,6 +11,7 @@ MASTER_ADDR:LINK_PORT (that address only); the others connect to it.
 From its launcher, on stdin, one line each:
     rank PGID            a rank's process group: stopped here should the launcher die
     failed RANK CODE     a rank exited with CODE
+    failed RANK CODE hung  a rank's heartbeat went stale: the launcher's watcher killed it
     signal CODE          the launcher got SIGINT or SIGTERM
     done                 every rank of this node exited 0
 Stdin ending before one of the last three (or the launcher's pid changing) means the launcher
@@ -26,8 +27,9 @@ On the wire, text lines of at most MAX_LINE bytes:
     master -> node   challenge NONCE | welcome | refused WHY | stop NODE RANK CODE KIND | bye | ping
     node -> master   hello NODE NNODES MAC | failed RANK CODE KIND | done | ping
 MAC = HMAC-SHA256(token, "NONCE NODE NNODES"): a node proves it knows the job's token without
-sending it. KIND is what failed: rank, signal, lost (a launcher or its connection gone),
-absent (no word before the start timeout), nnodes (started with another node count).
+sending it. KIND is what failed: rank, hung (a rank that stopped beating), signal, lost (a
+launcher or its connection gone), absent (no word before the start timeout), nnodes (started
+with another node count).
 A connection can do no more than stop the job: nothing it sends is run or used as a path.
 
 What the agent decides is one pure function, `step(link, input)` (like slurmgen's
@@ -73,6 +75,8 @@ def explain(node, rank, code, kind):
     """The first failure of the job, as a phrase naming the node (and rank) and the code."""
     if kind == "rank":
         return f"rank {rank} on node {node} exited with code {code}"
+    if kind == "hung":
+        return f"rank {rank} on node {node} stopped beating (hung, code {code})"
     what = {"signal": "was interrupted by a signal", "absent": "never showed up",
             "nnodes": "was started with another number of nodes"}.get(kind, "was lost (its launcher died "
                                                                               "or the connection to it broke)")
@@ -99,7 +103,7 @@ class Failed:
     node: object  # a node number; for absent nodes "1,2"
     rank: str
     code: int
-    kind: str     # rank, signal, lost, absent, nnodes
+    kind: str     # rank, hung, signal, lost, absent, nnodes
     at: float = 0.0
 
 
@@ -298,7 +302,8 @@ class Agent:
                 self.pgids.append(int(words[1]))
             elif words[0] == "failed":
                 self.said = "failed"
-                self.feed(Failed(self.node, words[1], int(words[2]), "rank", time.monotonic()))
+                kind = "hung" if words[3:] == ["hung"] else "rank"
+                self.feed(Failed(self.node, words[1], int(words[2]), kind, time.monotonic()))
             elif words[0] == "signal":
                 self.said = "signal"
                 self.feed(Failed(self.node, "-", int(words[1]), "signal", time.monotonic()))

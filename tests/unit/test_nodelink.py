@@ -103,6 +103,17 @@ def test_a_failure_names_its_rank_on_every_node():
                                       "stopping the ranks on node 0")
 
 
+def test_a_hung_rank_is_told_as_hung_on_every_node():
+    port = free_port()
+    master = start(port, 0)
+    worker = start(port, 1)
+    code, err = finish(worker, f"rank 999999\nfailed 3 {exitcodes.HUNG} hung\n")
+    told = f"me: first failure of the job: rank 3 on node 1 stopped beating (hung, code {exitcodes.HUNG}); "
+    assert (code, err.strip()) == (exitcodes.HUNG, told + "stopping the ranks on node 1")
+    code, err = finish(master)
+    assert (code, err.strip()) == (exitcodes.HUNG, told + "stopping the ranks on node 0")
+
+
 def linked_peer(link: agent.Agent) -> socket.socket:
     """One end of a connection registered as the agent's link to the other side (node 1 for
     the master, the master for a worker); the test keeps the other end."""

@@ -173,11 +173,19 @@ signal_all() {
 }
 # TERM everything, give it $1 seconds to exit, then KILL. Sooner if more than $2 signals came
 # (default: those so far); after a signal, 1: a second one, even one that came with it.
+# Those killed are reaped at once, with stderr closed: bash reports each job it saw killed, after
+# whatever command comes next, as a notice quoting the job's whole source (five lines of this
+# script per rank, in the user's log).
 stop_all() {
-  local deadline=$((SECONDS + $1)) seen=${2:-$signals}
+  local deadline=$((SECONDS + $1)) seen=${2:-$signals} pid
   signal_all TERM || return 0
   while ((SECONDS < deadline && signals <= seen)) && signal_all 0; do sleep 0.1; done
-  signal_all KILL || true
+  {
+    signal_all KILL || return 0
+    for pid in "${pids[@]}"; do
+      if [[ -n $pid ]]; then wait "$pid" || true; fi
+    done
+  } 2>/dev/null
 }
 # After a signal: stop every process and exit 130 (INT) or 143 (TERM).
 stop_if_signalled() {
@@ -231,6 +239,7 @@ MASTER_ADDR:LINK_PORT (that address only); the others connect to it.
 From its launcher, on stdin, one line each:
     rank PGID            a rank's process group: stopped here should the launcher die
     failed RANK CODE     a rank exited with CODE
+    failed RANK CODE hung  a rank's heartbeat went stale: the launcher's watcher killed it
     signal CODE          the launcher got SIGINT or SIGTERM
     done                 every rank of this node exited 0
 Stdin ending before one of the last three (or the launcher's pid changing) means the launcher
@@ -246,8 +255,9 @@ On the wire, text lines of at most MAX_LINE bytes:
     master -> node   challenge NONCE | welcome | refused WHY | stop NODE RANK CODE KIND | bye | ping
     node -> master   hello NODE NNODES MAC | failed RANK CODE KIND | done | ping
 MAC = HMAC-SHA256(token, "NONCE NODE NNODES"): a node proves it knows the job's token without
-sending it. KIND is what failed: rank, signal, lost (a launcher or its connection gone),
-absent (no word before the start timeout), nnodes (started with another node count).
+sending it. KIND is what failed: rank, hung (a rank that stopped beating), signal, lost (a
+launcher or its connection gone), absent (no word before the start timeout), nnodes (started
+with another node count).
 A connection can do no more than stop the job: nothing it sends is run or used as a path.
 
 What the agent decides is one pure function, `step(link, input)` (like slurmgen's
@@ -293,6 +303,8 @@ def explain(node, rank, code, kind):
     """The first failure of the job, as a phrase naming the node (and rank) and the code."""
     if kind == "rank":
         return f"rank {rank} on node {node} exited with code {code}"
+    if kind == "hung":
+        return f"rank {rank} on node {node} stopped beating (hung, code {code})"
     what = {"signal": "was interrupted by a signal", "absent": "never showed up",
             "nnodes": "was started with another number of nodes"}.get(kind, "was lost (its launcher died "
                                                                               "or the connection to it broke)")
@@ -319,7 +331,7 @@ class Failed:
     node: object  # a node number; for absent nodes "1,2"
     rank: str
     code: int
-    kind: str     # rank, signal, lost, absent, nnodes
+    kind: str     # rank, hung, signal, lost, absent, nnodes
     at: float = 0.0
 
 
@@ -518,7 +530,8 @@ class Agent:
                 self.pgids.append(int(words[1]))
             elif words[0] == "failed":
                 self.said = "failed"
-                self.feed(Failed(self.node, words[1], int(words[2]), "rank", time.monotonic()))
+                kind = "hung" if words[3:] == ["hung"] else "rank"
+                self.feed(Failed(self.node, words[1], int(words[2]), kind, time.monotonic()))
             elif words[0] == "signal":
                 self.said = "signal"
                 self.feed(Failed(self.node, "-", int(words[1]), "signal", time.monotonic()))
@@ -870,7 +883,7 @@ while ((running > 0)); do
     pid=${pids[local_rank]}
     if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
     status=0
-    wait "$pid" || status=$?
+    wait "$pid" 2>/dev/null || status=$? # a rank killed from outside: no notice (see stop_all)
     pids[local_rank]=
     running=$((running - 1))
     if ((status != 0)); then

@@ -22,6 +22,13 @@
 # PYTHONUNBUFFERED=1 is set unless already set, so progress lines reach the logs at once;
 # OMP_NUM_THREADS likewise (1 with several processes a node, see default_omp_threads below).
 # Each run starts every per-rank log with a '=====' line: time, node and rank.
+# Hang detection (the spec's heartbeat_timeout): each process gets SLURMGEN_HEARTBEAT_DIR, a
+# directory of this node's own, where it writes its heartbeat (the bundled trainer does; a
+# program that writes none is not judged). A rank whose heartbeat says "running" and is older
+# than 300.0 s is hung: the node whose rank is stopped, or whose last beat is the oldest of
+# all nodes, names it (not a rank that merely waits for it in a collective), kills it and
+# stops the job with code 124. A caller that sets SLURMGEN_HEARTBEAT_DIR itself watches
+# that directory itself (`slurmgen launch` does).
 # The spec's `launcher` (srun | torchrun) applies to run_slurm.sh only: this script always
 # starts each process itself, with the torchrun environment variables set.
 #
@@ -173,11 +180,19 @@ signal_all() {
 }
 # TERM everything, give it $1 seconds to exit, then KILL. Sooner if more than $2 signals came
 # (default: those so far); after a signal, 1: a second one, even one that came with it.
+# Those killed are reaped at once, with stderr closed: bash reports each job it saw killed, after
+# whatever command comes next, as a notice quoting the job's whole source (five lines of this
+# script per rank, in the user's log).
 stop_all() {
-  local deadline=$((SECONDS + $1)) seen=${2:-$signals}
+  local deadline=$((SECONDS + $1)) seen=${2:-$signals} pid
   signal_all TERM || return 0
   while ((SECONDS < deadline && signals <= seen)) && signal_all 0; do sleep 0.1; done
-  signal_all KILL || true
+  {
+    signal_all KILL || return 0
+    for pid in "${pids[@]}"; do
+      if [[ -n $pid ]]; then wait "$pid" || true; fi
+    done
+  } 2>/dev/null
 }
 # After a signal: stop every process and exit 130 (INT) or 143 (TERM).
 stop_if_signalled() {
@@ -189,6 +204,155 @@ stop_if_signalled() {
   stop_all "$stop_grace" 1
   link_wait 2 || true
   exit "$code"
+}
+
+# --- hang detection (see the top of this file) ---
+watch_dir='' watcher=''
+if [[ -z ${SLURMGEN_HEARTBEAT_DIR:-} ]]; then
+  if ! watch_dir=$(mktemp -d "${TMPDIR:-/tmp}/slurmgen-watch.XXXXXXXX") || ! mkdir -- "$watch_dir/beats"; then
+    echo "$me: error: cannot create a directory for the heartbeats in ${TMPDIR:-/tmp}; no rank was started" >&2
+    exit 1
+  fi
+  export SLURMGEN_HEARTBEAT_DIR=$watch_dir/beats
+  # At the end: the watcher stopped and reaped with stderr closed (see stop_all), the directory
+  # removed. Nothing here may fail: under set -e a failing command would replace the exit code.
+  end_watch() {
+    if [[ -n $watcher ]]; then { kill -- "-$watcher" && wait "$watcher"; } 2>/dev/null || true; fi
+    rm -rf -- "$watch_dir" || true
+  }
+  trap end_watch EXIT
+fi
+# now_ms VAR: VAR = the clock of this node in milliseconds (a locale may write a decimal comma).
+now_ms() {
+  local t=${EPOCHREALTIME:-}
+  if [[ -n $t ]]; then t=${t/[.,]/}; else t=$(date +%s%6N); fi
+  printf -v "$1" %d "$((10#$t / 1000))"
+}
+# running_beat_ms FILE VAR: VAR = the `time` of FILE in milliseconds (the clock of its writer)
+# when its status is "running"; fails for a file that is missing, cut short or says anything
+# else (only "running" promises another beat). The line read is left in beat_text.
+running_beat_ms() {
+  local frac running="\"status\": *\"running\"" time_re="\"time\": *([0-9]+)[.]?([0-9]*)"
+  beat_text=
+  { IFS= read -r beat_text <"$1"; } 2>/dev/null
+  [[ $beat_text =~ $running && $beat_text =~ $time_re ]] || return 1
+  frac=${BASH_REMATCH[2]}000
+  printf -v "$2" %d "$((10#${BASH_REMATCH[1]} * 1000 + 10#${frac:0:3}))"
+}
+# beat_fields: from beat_text (the line running_beat_ms read), its whole-number fields rank,
+# step and pid into beat_rank, beat_step and beat_pid (empty where the line has none).
+beat_fields() {
+  local name re
+  for name in rank step pid; do
+    re="\"$name\": *([0-9]+)"
+    if [[ $beat_text =~ $re ]]; then printf -v "beat_$name" %s "${BASH_REMATCH[1]}"; else printf -v "beat_$name" %s ""; fi
+  done
+}
+# proc_state PID: state = the state letter of process PID on this node (/proc/PID/stat: T
+# stopped by a signal, t by a debugger), or ? when there is none.
+proc_state() {
+  local stat=
+  { IFS= read -r stat <"/proc/$1/stat"; } 2>/dev/null
+  stat=${stat##*) }
+  state=${stat:0:1}
+  state=${state:-?}
+}
+# judge_node DIR LIMIT_MS DEFER_MS NOW_MS: is a rank of this node the hung one? When one rank
+# freezes, every other rank blocks in the next collective and stops beating within about one
+# beat of it, on every node: a watcher that named its own first stale rank blamed a waiting one.
+# So each node judges in an order that makes every node reach the same verdict, and the first
+# verdict to arrive wins (the batch shell keeps the first "hung" line, the node link the first
+# failure):
+#   - a quiet rank (status "running", older than LIMIT_MS) whose process cannot run (stopped by
+#     SIGSTOP or a debugger) is named at once;
+#   - any other quiet rank only DEFER_MS later (longer than a beat period plus a poll): a node
+#     holding a stopped rank speaks first, and among the rest, the rank whose last beat is the
+#     oldest across all nodes crosses its limit first.
+# Sets hung_rank hung_step hung_pid hung_age hung_why (stopped or empty) and returns 0 when one
+# is due; always sets quiet_ranks to "RANK:STEP" of every rank silent for over half the limit.
+judge_node() {
+  local f beat age why
+  hung_rank=
+  quiet_ranks=()
+  for f in "$1"/rank-*.json; do
+    running_beat_ms "$f" beat || continue
+    age=$(($4 - beat))
+    ((age * 2 > $2)) || continue
+    beat_fields
+    quiet_ranks+=("$beat_rank:${beat_step:-?}")
+    ((age > $2)) || continue
+    proc_state "${beat_pid:-0}"
+    why=
+    case $state in
+      T | t) why=stopped ;;
+      *) ((age > $2 + $3)) || continue ;;
+    esac
+    if [[ -n $hung_rank && $hung_why == stopped && -z $why ]]; then continue; fi
+    if [[ -n $hung_rank && $hung_why == "$why" ]] && ((age <= hung_age)); then continue; fi
+    hung_rank=$beat_rank hung_step=$beat_step hung_pid=$beat_pid hung_age=$age hung_why=$why
+  done
+  [[ -n $hung_rank ]]
+}
+# rank_list RANK...: list = the ranks as sorted ranges ("0-2 5"); count = how many.
+rank_list() {
+  local r first=-1 last=-2
+  list='' count=0
+  for r in $(printf "%s\n" "$@" | sort -n -u) -1; do
+    if ((r == last + 1)); then last=$r count=$((count + 1)); continue; fi
+    if ((first == last)); then list+=" $first"; elif ((first >= 0)); then list+=" $first-$last"; fi
+    first=$r last=$r count=$((count + 1))
+  done
+  count=$((count - 1)) list=${list# }
+}
+# hang_story RANK NODE STEP AGE_MS WHY [WAITING_RANK...]: story = the verdict in words, for the
+# log, the attempts record and `slurmgen status`.
+hang_story() {
+  local rank=$1 node=$2 step=$3 age=$4 why=$5
+  shift 5
+  story="rank $rank on $node stopped beating"
+  [[ ! $step =~ ^[0-9]+$ ]] || story+=" at step $step"
+  story+=" (no heartbeat for $((age / 1000)).$((age % 1000 / 100)) s"
+  [[ $why != stopped ]] || story+=", its process is stopped"
+  story+=")"
+  rank_list "$@"
+  if ((count > 1)); then
+    story+="; ranks ${list// /, } waited in a collective"
+  elif ((count == 1)); then
+    story+="; rank $list waited in a collective"
+  else
+    story+="; the other ranks kept beating"
+  fi
+}
+# The watcher, beside the ranks: on a verdict (judge_node) it writes "RANK AGE_MS STORY" to
+# $watch_dir/verdict, kills that rank and wakes the main loop. It ends with this script.
+watch_heartbeats() {
+  local now q waiting=()
+  while sleep 0.5; do
+    kill -0 "$$" 2>/dev/null || return 0
+    now_ms now
+    judge_node "$SLURMGEN_HEARTBEAT_DIR" 300000 2000 "$now" || continue
+    for q in "${quiet_ranks[@]}"; do
+      [[ ${q%%:*} == "$hung_rank" ]] || waiting+=("${q%%:*}")
+    done
+    hang_story "$hung_rank" "node $node_rank" "$hung_step" "$hung_age" "$hung_why" "${waiting[@]}"
+    printf '%s %s %s\n' "$hung_rank" "$hung_age" "$story" >"$watch_dir/verdict.tmp"
+    mv -- "$watch_dir/verdict.tmp" "$watch_dir/verdict"
+    if [[ -n $hung_pid ]]; then kill -KILL "$hung_pid" 2>/dev/null; fi
+    echo >&"$wake"
+    return 0
+  done
+}
+# After the watcher's verdict: stop every rank here and exit 124, telling the other nodes.
+stop_if_hung() {
+  [[ -n $watch_dir && -s $watch_dir/verdict ]] || return 0
+  local rank age story
+  read -r rank age story <"$watch_dir/verdict"
+  echo "$me: hung: $story; counted as failed with exit code 124; stopping the ranks on this node" >&2
+  event hung "$rank" "$age"
+  link_tell failed "$rank" 124 hung
+  stop_all "$fail_grace"
+  link_wait 2 || true # while it names the job's first failure
+  exit 124
 }
 
 # --- the link: this node's agent (the Python below) hears on its stdin what happens here ---
@@ -231,6 +395,7 @@ MASTER_ADDR:LINK_PORT (that address only); the others connect to it.
 From its launcher, on stdin, one line each:
     rank PGID            a rank's process group: stopped here should the launcher die
     failed RANK CODE     a rank exited with CODE
+    failed RANK CODE hung  a rank's heartbeat went stale: the launcher's watcher killed it
     signal CODE          the launcher got SIGINT or SIGTERM
     done                 every rank of this node exited 0
 Stdin ending before one of the last three (or the launcher's pid changing) means the launcher
@@ -246,8 +411,9 @@ On the wire, text lines of at most MAX_LINE bytes:
     master -> node   challenge NONCE | welcome | refused WHY | stop NODE RANK CODE KIND | bye | ping
     node -> master   hello NODE NNODES MAC | failed RANK CODE KIND | done | ping
 MAC = HMAC-SHA256(token, "NONCE NODE NNODES"): a node proves it knows the job's token without
-sending it. KIND is what failed: rank, signal, lost (a launcher or its connection gone),
-absent (no word before the start timeout), nnodes (started with another node count).
+sending it. KIND is what failed: rank, hung (a rank that stopped beating), signal, lost (a
+launcher or its connection gone), absent (no word before the start timeout), nnodes (started
+with another node count).
 A connection can do no more than stop the job: nothing it sends is run or used as a path.
 
 What the agent decides is one pure function, `step(link, input)` (like slurmgen's
@@ -293,6 +459,8 @@ def explain(node, rank, code, kind):
     """The first failure of the job, as a phrase naming the node (and rank) and the code."""
     if kind == "rank":
         return f"rank {rank} on node {node} exited with code {code}"
+    if kind == "hung":
+        return f"rank {rank} on node {node} stopped beating (hung, code {code})"
     what = {"signal": "was interrupted by a signal", "absent": "never showed up",
             "nnodes": "was started with another number of nodes"}.get(kind, "was lost (its launcher died "
                                                                               "or the connection to it broke)")
@@ -319,7 +487,7 @@ class Failed:
     node: object  # a node number; for absent nodes "1,2"
     rank: str
     code: int
-    kind: str     # rank, signal, lost, absent, nnodes
+    kind: str     # rank, hung, signal, lost, absent, nnodes
     at: float = 0.0
 
 
@@ -518,7 +686,8 @@ class Agent:
                 self.pgids.append(int(words[1]))
             elif words[0] == "failed":
                 self.said = "failed"
-                self.feed(Failed(self.node, words[1], int(words[2]), "rank", time.monotonic()))
+                kind = "hung" if words[3:] == ["hung"] else "rank"
+                self.feed(Failed(self.node, words[1], int(words[2]), kind, time.monotonic()))
             elif words[0] == "signal":
                 self.said = "signal"
                 self.feed(Failed(self.node, "-", int(words[1]), "signal", time.monotonic()))
@@ -855,6 +1024,14 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   link_tell rank "$!"
   stop_if_signalled
 done
+if [[ -n $watch_dir ]]; then
+  (
+    if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
+    if [[ -n $link_in ]]; then exec {link_in}>&-; fi
+    watch_heartbeats
+  ) </dev/null &
+  watcher=$!
+fi
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
 event started
 
@@ -866,14 +1043,16 @@ running=$nproc
 while ((running > 0)); do
   read -r -t 0.02 -u "$wake" || true
   stop_if_signalled
+  stop_if_hung
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
     if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
     status=0
-    wait "$pid" || status=$?
+    wait "$pid" 2>/dev/null || status=$? # a rank killed from outside: no notice (see stop_all)
     pids[local_rank]=
     running=$((running - 1))
     if ((status != 0)); then
+      stop_if_hung # the rank the watcher killed
       echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
       event exited "$((rank_offset + local_rank))" "$status"
       link_tell failed "$((rank_offset + local_rank))" "$status"

@@ -77,6 +77,37 @@ if [[ -e $finished_marker ]]; then
 fi
 record start nodes="${SLURM_JOB_NODELIST:-}"
 
+# rank_list RANK...: list = the ranks as sorted ranges ("0-2 5"); count = how many.
+rank_list() {
+  local r first=-1 last=-2
+  list='' count=0
+  for r in $(printf "%s\n" "$@" | sort -n -u) -1; do
+    if ((r == last + 1)); then last=$r count=$((count + 1)); continue; fi
+    if ((first == last)); then list+=" $first"; elif ((first >= 0)); then list+=" $first-$last"; fi
+    first=$r last=$r count=$((count + 1))
+  done
+  count=$((count - 1)) list=${list# }
+}
+# hang_story RANK NODE STEP AGE_MS WHY [WAITING_RANK...]: story = the verdict in words, for the
+# log, the attempts record and `slurmgen status`.
+hang_story() {
+  local rank=$1 node=$2 step=$3 age=$4 why=$5
+  shift 5
+  story="rank $rank on $node stopped beating"
+  [[ ! $step =~ ^[0-9]+$ ]] || story+=" at step $step"
+  story+=" (no heartbeat for $((age / 1000)).$((age % 1000 / 100)) s"
+  [[ $why != stopped ]] || story+=", its process is stopped"
+  story+=")"
+  rank_list "$@"
+  if ((count > 1)); then
+    story+="; ranks ${list// /, } waited in a collective"
+  elif ((count == 1)); then
+    story+="; rank $list waited in a collective"
+  else
+    story+="; the other ranks kept beating"
+  fi
+}
+
 # finish_attempt STATUS RANK NODE TASK: record how the attempt ended (the first failure, as
 # first_failure found it, or null) and apply the retry policy; exits when it requeues the job,
 # else sets `status` (HUNG when the watcher stopped a hung rank, whose node then counts).
@@ -84,17 +115,31 @@ finish_attempt() {
   status=$1
   local rank=$2 node=$3 task=$4 hung_rank=null action=stop exclude=null
   local used=0
-  local verdict='' word
-  if [[ -s $verdict_file ]]; then
-    read -r word verdict <"$verdict_file"
+  local verdict word r age=0 why='' waiting=() story='' hung_step=null
+  local -A last=()
+  # The watchers' lines (run_slurm_watch.sh.j2): the first "hung" is the verdict; each rank's
+  # last "quiet" or "beating" says whether it had stopped beating too, waiting for the hung one.
+  if verdict=$(grep -m1 '^hung ' "$verdict_file"); then
+    verdict=${verdict#hung }
     echo "slurmgen: hung: $verdict" >&2
     rank=null task=null
     for word in $verdict; do
       case $word in
         rank=*) hung_rank=${word#rank=} ;;
         node=*) node=${word#node=} ;;
+        step=[0-9]*) hung_step=${word#step=} ;;
+        no_heartbeat_ms=*) age=${word#no_heartbeat_ms=} ;;
+        why=*) why=${word#why=} ;;
       esac
     done
+    while read -r word r _; do
+      case $word in quiet | beating) last[$r]=$word ;; esac
+    done <"$verdict_file"
+    for r in "${!last[@]}"; do
+      if [[ ${last[$r]} == quiet && $r != "$hung_rank" ]]; then waiting+=("$r"); fi
+    done
+    hang_story "$hung_rank" "$node" "$hung_step" "$age" "$why" "${waiting[@]}"
+    echo "slurmgen: $story" >&2
     status=124
   fi
   if ((status == 0)); then
@@ -111,6 +156,7 @@ finish_attempt() {
     fi
   fi
   record end stage=step exit_code="$status" rank="$rank" node="$node" task="$task" hung_rank="$hung_rank" \
+    hung_step="$hung_step" verdict="${story:-null}" \
     action="$action" exclude="$exclude"
   [[ $action == requeue ]] || return 0
   echo "slurmgen: attempt $attempt ended with exit code $status; requeueing the job (retry $((used + 1)) of 2)" >&2
@@ -260,12 +306,17 @@ verdict_file=$(mktemp "${TMPDIR:-/tmp}/slurmgen-watch.XXXXXX")
 trap 'rm -f -- "$step_errors" "$verdict_file"' EXIT
 # Hang detection: one watcher task per node, a step beside the job step (--overlap shares its
 # CPUs). Every 0.5 s it reads its node's heartbeat files (the contract: slurmgen/train/logs.py,
-# one line of JSON with "rank", "time", "pid", "status"); a rank whose status is "running" and
-# whose `time` (its own clock, on this node) is more than 300.0 s old is hung: the
-# watcher prints one verdict line and kills that rank (KILL: a hung rank may never act on
-# TERM); srun --kill-on-bad-exit ends the rest of the step. Ranks that write no file are not judged.
-# It ends, removing its directory, when its stdin (this shell's fd 5, which srun --input=all
-# hands to every watcher) closes after the job step.
+# one line of JSON with "rank", "step", "time", "pid", "status"), each judged by its age on the
+# clock of this node, its writer's. The verdict (judge_node in hang_judge.sh.j2) comes from the
+# node whose rank is stopped, or whose last beat is the oldest across all nodes, not from the
+# first node to look: every waiting rank goes stale with the hung one. That watcher prints
+# "hung rank=R ..." and kills that rank (KILL: a hung rank may never act on TERM); srun
+# --kill-on-bad-exit ends the rest of the step. Every watcher also prints "quiet RANK STEP"
+# when one of its ranks has been silent for half the limit and "beating RANK" when it speaks
+# again: the batch shell names the ranks that waited. Their stdout, all nodes', is relayed by
+# srun to this node: node-local heartbeat directories need no shared file system. Ranks that
+# write no file are not judged. A watcher ends, removing its directory, when its stdin (this
+# shell's fd 5, which srun --input=all hands to every watcher) closes after the job step.
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 --input=all \
   --export=ALL bash -c '
@@ -286,32 +337,89 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
     frac=${BASH_REMATCH[2]}000
     printf -v "$2" %d "$((10#${BASH_REMATCH[1]} * 1000 + 10#${frac:0:3}))"
   }
-  dir=$SLURMGEN_HEARTBEAT_BASE/$SLURMD_NODENAME limit_ms=$1
+  # beat_fields: from beat_text (the line running_beat_ms read), its whole-number fields rank,
+  # step and pid into beat_rank, beat_step and beat_pid (empty where the line has none).
+  beat_fields() {
+    local name re
+    for name in rank step pid; do
+      re="\"$name\": *([0-9]+)"
+      if [[ $beat_text =~ $re ]]; then printf -v "beat_$name" %s "${BASH_REMATCH[1]}"; else printf -v "beat_$name" %s ""; fi
+    done
+  }
+  # proc_state PID: state = the state letter of process PID on this node (/proc/PID/stat: T
+  # stopped by a signal, t by a debugger), or ? when there is none.
+  proc_state() {
+    local stat=
+    { IFS= read -r stat <"/proc/$1/stat"; } 2>/dev/null
+    stat=${stat##*) }
+    state=${stat:0:1}
+    state=${state:-?}
+  }
+  # judge_node DIR LIMIT_MS DEFER_MS NOW_MS: is a rank of this node the hung one? When one rank
+  # freezes, every other rank blocks in the next collective and stops beating within about one
+  # beat of it, on every node: a watcher that named its own first stale rank blamed a waiting one.
+  # So each node judges in an order that makes every node reach the same verdict, and the first
+  # verdict to arrive wins (the batch shell keeps the first "hung" line, the node link the first
+  # failure):
+  #   - a quiet rank (status "running", older than LIMIT_MS) whose process cannot run (stopped by
+  #     SIGSTOP or a debugger) is named at once;
+  #   - any other quiet rank only DEFER_MS later (longer than a beat period plus a poll): a node
+  #     holding a stopped rank speaks first, and among the rest, the rank whose last beat is the
+  #     oldest across all nodes crosses its limit first.
+  # Sets hung_rank hung_step hung_pid hung_age hung_why (stopped or empty) and returns 0 when one
+  # is due; always sets quiet_ranks to "RANK:STEP" of every rank silent for over half the limit.
+  judge_node() {
+    local f beat age why
+    hung_rank=
+    quiet_ranks=()
+    for f in "$1"/rank-*.json; do
+      running_beat_ms "$f" beat || continue
+      age=$(($4 - beat))
+      ((age * 2 > $2)) || continue
+      beat_fields
+      quiet_ranks+=("$beat_rank:${beat_step:-?}")
+      ((age > $2)) || continue
+      proc_state "${beat_pid:-0}"
+      why=
+      case $state in
+        T | t) why=stopped ;;
+        *) ((age > $2 + $3)) || continue ;;
+      esac
+      if [[ -n $hung_rank && $hung_why == stopped && -z $why ]]; then continue; fi
+      if [[ -n $hung_rank && $hung_why == "$why" ]] && ((age <= hung_age)); then continue; fi
+      hung_rank=$beat_rank hung_step=$beat_step hung_pid=$beat_pid hung_age=$age hung_why=$why
+    done
+    [[ -n $hung_rank ]]
+  }
+  dir=$SLURMGEN_HEARTBEAT_BASE/$SLURMD_NODENAME limit_ms=$1 defer_ms=$2
   mkdir -p -- "$dir"
   trap "" USR2  # the preemption warning is for the ranks
-  rank_re="\"rank\": *([0-9]+)" pid_re="\"pid\": *([0-9]+)"
+  declare -A quiet=()
   verdict=
   while :; do
     IFS= read -r -t 0.5 _
     (($? > 128)) || break  # not a time-out: the batch shell closed our stdin
     [[ -z $verdict ]] || continue
     now_ms now
-    for f in "$dir"/rank-*.json; do
-      running_beat_ms "$f" beat || continue
-      age=$((now - beat))
-      ((age > limit_ms)) || continue
-      [[ $beat_text =~ $rank_re ]] && rank=${BASH_REMATCH[1]}
-      [[ $beat_text =~ $pid_re ]] && pid=${BASH_REMATCH[1]}
-      verdict="rank=${rank:-?} node=$SLURMD_NODENAME pid=${pid:-?} no_heartbeat_ms=$age limit_ms=$limit_ms"
-      echo "hung $verdict"
-      [[ -n ${pid:-} ]] && kill -KILL "$pid"
-      break
+    judge_node "$dir" "$limit_ms" "$defer_ms" "$now" && verdict=1
+    declare -A now_quiet=()
+    for q in "${quiet_ranks[@]}"; do
+      now_quiet[${q%%:*}]=1
+      [[ -n ${quiet[${q%%:*}]:-} ]] || echo "quiet ${q%%:*} ${q#*:}"
+      quiet[${q%%:*}]=1
     done
+    for r in "${!quiet[@]}"; do
+      [[ -n ${now_quiet[$r]:-} ]] || { echo "beating $r"; unset "quiet[$r]"; }
+    done
+    unset now_quiet
+    [[ -n $verdict ]] || continue
+    echo "hung rank=$hung_rank node=$SLURMD_NODENAME pid=${hung_pid:-?} step=${hung_step:-?} no_heartbeat_ms=$hung_age limit_ms=$limit_ms why=${hung_why:-oldest}"
+    [[ -z $hung_pid ]] || kill -KILL "$hung_pid"
   done
   rm -rf -- "$dir"
   rmdir -- "$SLURMGEN_HEARTBEAT_BASE" 2>/dev/null
   exit 0
-' slurmgen-watch 300000 >"$verdict_file")
+' slurmgen-watch 300000 2000 >"$verdict_file")
 watcher=$!
 
 set +e

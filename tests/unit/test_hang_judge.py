@@ -1,0 +1,89 @@
+"""The hang verdict on one node (templates/hang_judge.sh.j2) and its story (hang_story.sh.j2),
+run in bash on real files and a real stopped process. The cross-node proof is
+tests/integration/test_hang_blame.py (a SIGSTOPped rank of a real job)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmgen.generate.render import hang_defer_ms, render_template
+from slurmgen.heal.attempts import cause
+
+LIMIT, DEFER = 4000, 1000
+
+
+def _functions() -> str:
+    return "\n".join(render_template(t) for t in ("heartbeat.sh.j2", "hang_judge.sh.j2", "hang_story.sh.j2"))
+
+
+def _beat(d: Path, rank: int, age_s: float, pid: int, step: int, status: str = "running") -> None:
+    record = {"rank": rank, "step": step, "time": time.time() - age_s, "pid": pid, "host": "n", "status": status}
+    (d / f"rank-{rank:05d}.json").write_text(json.dumps(record) + "\n")
+
+
+def _judge(d: Path) -> str:
+    script = _functions() + f"""
+now_ms now
+if judge_node {d} {LIMIT} {DEFER} "$now"; then echo "hung $hung_rank $hung_step $hung_pid ${{hung_why:-oldest}}"; fi
+echo "quiet ${{quiet_ranks[*]}}"
+"""
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen(["sleep", "60"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_stopped_rank_is_named_at_once_though_a_waiting_one_beat_earlier(tmp_path, sleeper):
+    """The waiting rank's beat is the oldest (beats are throttled): the old watcher blamed it."""
+    _beat(tmp_path, 2, 4.9, sleeper.pid + 100000, 40)  # no such process: it shows no sign
+    _beat(tmp_path, 3, 4.3, sleeper.pid, 41)
+    assert _judge(tmp_path).splitlines()[0] == "quiet 2:40 3:41"  # rank 3 runs: nobody due yet
+    sleeper.send_signal(signal.SIGSTOP)
+    time.sleep(0.1)
+    assert _judge(tmp_path).splitlines() == [f"hung 3 41 {sleeper.pid} stopped", "quiet 2:40 3:41"]
+
+
+def test_without_a_sign_the_oldest_is_named_only_after_the_deferral(tmp_path, sleeper):
+    _beat(tmp_path, 0, 1.0, sleeper.pid, 9)  # still beating: not quiet
+    _beat(tmp_path, 1, 4.5, sleeper.pid, 8)
+    _beat(tmp_path, 2, 4.9, sleeper.pid, 7, status="checkpointing")  # promises no beat: not judged
+    assert _judge(tmp_path).splitlines() == ["quiet 1:8"]
+    _beat(tmp_path, 1, 5.5, sleeper.pid, 8)
+    _beat(tmp_path, 3, 5.2, sleeper.pid, 8)
+    assert _judge(tmp_path).splitlines() == [f"hung 1 8 {sleeper.pid} oldest", "quiet 1:8 3:8"]
+
+
+@pytest.mark.parametrize(("args", "story"), [
+    ("3 node2 220 10432 stopped 2 0 1",
+     "rank 3 on node2 stopped beating at step 220 (no heartbeat for 10.4 s, its process is stopped); "
+     "ranks 0-2 waited in a collective"),
+    ("5 'node 1' '' 4000 '' 4 7 8 9", "rank 5 on node 1 stopped beating (no heartbeat for 4.0 s); "
+                                      "ranks 4, 7-9 waited in a collective"),
+    ("1 n 3 2500 '' 0", "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); rank 0 waited in a collective"),
+    ("1 n 3 2500 ''", "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); the other ranks kept beating"),
+])
+def test_the_story_names_the_hung_rank_and_the_ranks_that_waited(args, story):
+    script = render_template("hang_story.sh.j2") + f"\nset -eu\nhang_story {args}\necho \"$story\"\n"
+    assert subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout == story + "\n"
+
+
+def test_the_deferral_covers_a_trainer_beat_and_a_poll_and_stays_short():
+    assert hang_defer_ms(10_000) == 2000 and hang_defer_ms(4000) == 1000 and hang_defer_ms(600) == 250
+    assert hang_defer_ms(3_600_000) == 2000
+
+
+def test_status_tells_the_verdict_and_an_older_record_as_before():
+    verdict = "rank 3 on node2 stopped beating at step 220 (no heartbeat for 10.4 s); ranks 0-2 waited in a collective"
+    assert cause({"exit_code": 124, "hung_rank": 3, "node": "node2", "verdict": verdict}) == f"hung: {verdict}"
+    assert cause({"exit_code": 124, "hung_rank": 3, "node": "node2"}) == "hung (rank 3 on node2)"
