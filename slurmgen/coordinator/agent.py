@@ -55,7 +55,7 @@ def _read_beat(path: Optional[Path]) -> Optional[dict]:
         return None
 
 
-class Agent:
+class WorkerAgent:
     def __init__(self, client: Client, workers: int, host: Optional[str] = None,
                  state_dir: Optional[Path] = None, interval: float = 1.0, grace: float = 10.0,
                  cut_off_after: Optional[float] = None):

@@ -97,7 +97,7 @@ def agent(
     """Run this node's agent: register its workers and run their ranks."""
     import logging
 
-    from slurmgen.coordinator.agent import Agent
+    from slurmgen.coordinator.agent import WorkerAgent
     from slurmgen.coordinator.models import check_name
 
     if name is not None:
@@ -109,7 +109,7 @@ def agent(
         raise SlurmgenError(f"cut_off_after: must be at least 1 second (got {cut_off_after:g})")
     logging.basicConfig(level=logging.INFO, format="slurmgen agent: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
-    Agent(_client(server, token_file), workers, host=name, state_dir=state_dir,
+    WorkerAgent(_client(server, token_file), workers, host=name, state_dir=state_dir,
           interval=interval, grace=grace, cut_off_after=cut_off_after).run()
 
 

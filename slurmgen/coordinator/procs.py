@@ -67,7 +67,7 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class Output:
+class LineBuffer:
     """Lines for the server, bounded; what does not fit is counted as dropped."""
 
     def __init__(self, limit: int = QUEUE_LINES):
@@ -143,7 +143,7 @@ class Procs:
         self.slots = [Slot(i) for i in range(count)]
         self.log_dir = log_dir
         self.wake = wake
-        self.output = Output()
+        self.output = LineBuffer()
         self.hook = _pdeathsig_hook()
         self.watchdog = subprocess.Popen(WATCHDOG, stdin=subprocess.PIPE,
                                          text=True, start_new_session=True)

@@ -181,7 +181,7 @@ def create_app(coordinator: Coordinator, token: str) -> "Gate":
     require_token = make_token_check(token)
     app.state.require_token = require_token
 
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(ApiSecurityHeaders)
 
     for kind, status in ((NotFound, 404), (Conflict, 409), (Invalid, 422)):
         app.add_exception_handler(kind, _handler(status))
@@ -318,7 +318,7 @@ async def _refuse(send, status: int, detail: str, extra: dict[str, str]) -> None
     await send({"type": "http.response.body", "body": body})
 
 
-class SecurityHeaders:
+class ApiSecurityHeaders:
     """Pure ASGI middleware (Starlette's BaseHTTPMiddleware costs a task per request)."""
 
     def __init__(self, app):

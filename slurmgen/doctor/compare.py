@@ -28,7 +28,7 @@ Mark = fabric_verdict.Mark
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Comparison:
     nodes: list[str]
     marks: dict[str, dict[str, Mark]]  # node -> check -> mark
     problems: list[str]
@@ -84,7 +84,7 @@ def _per_node(row: Mapping[str, Any], check: str) -> tuple[Mark, str | None]:
     return Mark(BAD, text), f"{check} on {row['node']}: {result.get('error') or 'failed'}"
 
 
-def compare(rows: Sequence[Mapping[str, Any]], min_share: float = fabric_verdict.MIN_SHARE) -> Verdict:
+def compare(rows: Sequence[Mapping[str, Any]], min_share: float = fabric_verdict.MIN_SHARE) -> Comparison:
     """Marks for every node and check, and the problems in check order (agreement first);
     with `--fabric` rows, the network checks after them (`min_share`: see fabric_verdict)."""
     nodes = [row["node"] for row in rows]
@@ -108,7 +108,7 @@ def compare(rows: Sequence[Mapping[str, Any]], min_share: float = fabric_verdict
             if problem:
                 problems.append(problem)
     if not any(row.get("fabric") for row in rows):
-        return Verdict(nodes, marks, problems)
+        return Comparison(nodes, marks, problems)
     for check in fabric_verdict.AGREE:
         by_node, problem = _agreement(rows, check)
         for node, mark in by_node.items():
@@ -118,4 +118,4 @@ def compare(rows: Sequence[Mapping[str, Any]], min_share: float = fabric_verdict
     found = fabric_verdict.judge(rows, min_share)
     for node, by_check in found.marks.items():
         marks[node].update(by_check)
-    return Verdict(nodes, marks, problems + found.problems, found.warnings, CHECKS + FABRIC)
+    return Comparison(nodes, marks, problems + found.problems, found.warnings, CHECKS + FABRIC)

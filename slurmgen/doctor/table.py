@@ -5,12 +5,12 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from slurmgen.doctor.compare import BAD, OK, Verdict
+from slurmgen.doctor.compare import BAD, OK, Comparison
 
 _STYLE = {OK: ("✓", "green"), BAD: ("✗", "bold red"), "n/a": ("", "dim")}
 
 
-def table(verdict: Verdict) -> Table:
+def table(verdict: Comparison) -> Table:
     out = Table("node", *verdict.checks, box=None, header_style="bold")
     for node in verdict.nodes:
         cells = []

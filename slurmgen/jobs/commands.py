@@ -26,7 +26,7 @@ from slurmgen.jobs.records import by_group, group_of, is_trainer
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
-from slurmgen.jobs.slurm import SlurmJob, Snapshot, expand_tasks
+from slurmgen.jobs.slurm import SlurmJob, QueryResult, expand_tasks
 from slurmgen.contract.files import ATTEMPTS_NAME
 from slurmgen.heal.attempts import parse_attempts
 from slurmgen.jobs.view import job_view, overall, task_row
@@ -122,7 +122,7 @@ def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep:
         sleep(POLL)
 
 
-def all_tasks(snap: Snapshot, record: JobRecord) -> list[SlurmJob]:
+def all_tasks(snap: QueryResult, record: JobRecord) -> list[SlurmJob]:
     """The job's lines in `snap`, with an array's not-yet-started range split into single tasks."""
     if not record.info.get("array"):
         job = snap.jobs.get(record.job_id)
@@ -161,7 +161,7 @@ def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, 
 def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None) -> dict[str, Any]:
     """Everything `slurmgen status JOB` shows, as one dict."""
     reused = reused_note(registry, record)
-    snap = Snapshot(notes=[reused]) if reused else ask(runner, [record.job_id], steps=True)
+    snap = QueryResult(notes=[reused]) if reused else ask(runner, [record.job_id], steps=True)
     jobs = {j.key: j for j in all_tasks(snap, record)}
     is_array = bool(record.info.get("array"))
     if is_array:
@@ -214,7 +214,7 @@ def signal_warning(record: JobRecord, signal: str) -> str | None:
             f"exit code {128 + num}")
 
 
-def _mine(runner: Runner, record: JobRecord, task: str | None, accounting: bool) -> tuple[list[SlurmJob], Snapshot]:
+def _mine(runner: Runner, record: JobRecord, task: str | None, accounting: bool) -> tuple[list[SlurmJob], QueryResult]:
     snap = ask(runner, [record.job_id], accounting=accounting)
     return [j for j in all_tasks(snap, record) if task is None or j.array_task == task], snap
 

@@ -18,7 +18,7 @@ from typing import Sequence
 from slurmgen.contract.envvars import SLURM_TIMEOUT
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.runner import Result, Runner, Unanswered
-from slurmgen.jobs.slurm import SACCT_FIELDS, Snapshot, parse_sacct, parse_scontrol
+from slurmgen.jobs.slurm import SACCT_FIELDS, QueryResult, parse_sacct, parse_scontrol
 
 # With more ids than this, listing every job in one call is cheaper than naming them.
 MANY = 8
@@ -63,13 +63,13 @@ def _base(job_id: str) -> str:
     return job_id.split("_")[0]
 
 
-def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, steps: bool = False) -> Snapshot:
+def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, steps: bool = False) -> QueryResult:
     """What Slurm knows about these job ids (array ids bring all their tasks).
 
     `accounting`: ask sacct about the jobs the controller has forgotten. `steps`: ask it about
     every job, for its steps' states and exit codes, which scontrol does not keep; what scontrol
     says about a job still wins. Where there is no accounting, only forgotten jobs get a note."""
-    snap = Snapshot()
+    snap = QueryResult()
     wanted = sorted({_base(j) for j in job_ids})
     if not wanted:
         return snap

@@ -14,7 +14,7 @@ from typing import Sequence
 from slurmgen.errors import SlurmgenError
 from slurmgen.contract.exitcodes import FAILED
 from slurmgen.jobs.runner import Result, Unanswered, read_from, shell_line
-from slurmgen.jobs.snapshot import Snapshot
+from slurmgen.jobs.snapshot import CodeSnapshot
 
 DEFAULT_REMOTE_DIR = ".slurmgen"  # relative to the login node's home directory
 
@@ -73,7 +73,7 @@ def _q(path: str) -> str:
     return shlex.quote(path)
 
 
-def ship(runner: RemoteRunner, snap: Snapshot, remote_dir: str, job_files: bytes) -> tuple[str, bool]:
+def ship(runner: RemoteRunner, snap: CodeSnapshot, remote_dir: str, job_files: bytes) -> tuple[str, bool]:
     """Put the snapshot (unless already there) and a job dir made from it.
 
     Returns the job dir's absolute path and whether the snapshot had to be uploaded.

@@ -196,7 +196,7 @@ def valid_job_id(text: str) -> bool:
 
 
 @dataclass
-class Snapshot:
+class QueryResult:
     """Everything one query learned: jobs by key (and by own id), plus what could not be asked."""
 
     jobs: dict[str, SlurmJob] = field(default_factory=dict)

@@ -23,7 +23,7 @@ MAX_DIFF = 1_000_000  # bytes of `git diff` kept in the job record
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class CodeSnapshot:
     digest: str
     tar: bytes
     files: int
@@ -66,7 +66,7 @@ def pack(code: Path, names: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def take(code: Path, *, whole_dir: bool) -> Snapshot:
+def take(code: Path, *, whole_dir: bool) -> CodeSnapshot:
     """Snapshot `code`: tar, digest and the git facts (None/False/'' outside git).
 
     Outside a git work tree every file under `code` is taken, which only `--code DIR` asks
@@ -86,4 +86,4 @@ def take(code: Path, *, whole_dir: bool) -> Snapshot:
         status = _git(code, "status", "--porcelain", "--untracked-files=normal")
         dirty = bool(status.stdout.strip())
         diff = _git(code, "diff", "HEAD", "--binary").stdout.decode(errors="replace")[:MAX_DIFF]
-    return Snapshot(hashlib.sha256(tar).hexdigest()[:20], tar, len(names), commit, dirty, diff)
+    return CodeSnapshot(hashlib.sha256(tar).hexdigest()[:20], tar, len(names), commit, dirty, diff)

@@ -14,7 +14,7 @@ from slurmgen.contract import verdict
 from slurmgen.heal.attempts import cause
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
-from slurmgen.jobs.slurm import SlurmJob, Snapshot, TaskExit, first_rank_exit, task_exits
+from slurmgen.jobs.slurm import SlurmJob, QueryResult, TaskExit, first_rank_exit, task_exits
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
@@ -67,7 +67,7 @@ def task_row(key: str, job: SlurmJob | None, record: JobRecord, params: Mapping[
     return row
 
 
-def job_view(record: JobRecord, snap: Snapshot, rows: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, Any]:
+def job_view(record: JobRecord, snap: QueryResult, rows: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, Any]:
     """The whole status of a registered job; `rows` has one entry, or one per array task."""
     info = record.info
     if len(rows) == 1 and not info.get("array"):

@@ -1,10 +1,10 @@
 """One attempt of `slurmgen launch` as a state machine. Pure: no clock, no I/O, no threads.
 
 The runner turns what happens into typed inputs (a session opened, a node event from the
-event channel, a session ended, a signal, and a `Tick` on every pass of its loop) and calls
+event channel, a session ended, a signal, and a `ClockTick` on every pass of its loop) and calls
 `step(state, input)`, which returns the next state and the actions the runner must carry out
 (print a line, close a node's stdin, drop a connection). Every deadline is a comparison with
-the input's time in `step`, so it is checked on every `Tick` however much output flows:
+the input's time in `step`, so it is checked on every `ClockTick` however much output flows:
 
 - connect: a node whose session has not opened `connect` seconds into the attempt is an error;
 - keepalive: a host whose keepalive answer is `keepalive * keepalive_count` seconds overdue is
@@ -71,12 +71,12 @@ class Signalled:
 
 
 @dataclass(frozen=True)
-class Tick:
+class ClockTick:
     at: float
     overdue: Mapping[str, float]  # host -> seconds its keepalive answer is overdue
 
 
-Input = Union[SessionOpened, StartFailed, Reported, SessionEnded, Signalled, Tick]
+Input = Union[SessionOpened, StartFailed, Reported, SessionEnded, Signalled, ClockTick]
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -265,7 +265,7 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
 def step(s: AttemptState, event: Input) -> Step:
     """The next state and what to do, for one input. Inputs about hosts that already have a
     final state (a late exit status after a keepalive loss, say) change nothing."""
-    if isinstance(event, Tick):
+    if isinstance(event, ClockTick):
         return _tick(s, event.at, event.overdue)
     if isinstance(event, Signalled):
         return _signalled(s, event.signum, event.at)

@@ -3,7 +3,7 @@
 Threads only read: per node, one reads the session's output (shown as is) and one its event
 channel (protocol.py), and both put typed inputs on one queue. The main thread alone prints
 and decides: each pass of its loop takes whatever has arrived, feeds the node inputs and then
-a `Tick` to the attempt's state machine (attempt.py), and carries out the actions it returns.
+a `ClockTick` to the attempt's state machine (attempt.py), and carries out the actions it returns.
 The first failure anywhere (a rank's non-zero exit, a rank whose heartbeat went stale, a node
 that cannot start, a lost connection) or Ctrl-C / SIGTERM closes the stdin of every node's
 session, and each node's bootstrap then stops its process groups (TERM, KILL after the stop
@@ -55,7 +55,7 @@ class NodeProcess(Protocol):
 
 
 @dataclass(frozen=True)
-class Output:
+class NodeOutput:
     """A line a node printed (or a stray line on its event channel): shown, never interpreted."""
 
     host: str
@@ -71,7 +71,7 @@ class Opened:
     at: float
 
 
-Queued = Union[Output, Opened, machine.Input]
+Queued = Union[NodeOutput, Opened, machine.Input]
 
 
 class Launcher:
@@ -171,7 +171,7 @@ class Launcher:
             batch += [machine.Signalled(s, now) for s in self.signals[handled_signals:]]
             handled_signals = len(self.signals)
             for item in batch:
-                if isinstance(item, Output):
+                if isinstance(item, NodeOutput):
                     self._show(item.host, item.line)
                     continue
                 if isinstance(item, Opened):
@@ -179,7 +179,7 @@ class Launcher:
                     item = machine.SessionOpened(item.host, item.at)
                 state = self._apply(state, item, procs)
             overdue = {h: self.conns[h].silent_for(self.keepalive) for h in state.pending if h in self.conns}
-            state = self._apply(state, machine.Tick(time.monotonic(), overdue), procs)
+            state = self._apply(state, machine.ClockTick(time.monotonic(), overdue), procs)
         return state.code, list(state.nodes.values()), state.verdict
 
     def _apply(self, state: machine.AttemptState, item: machine.Input, procs: dict[str, NodeProcess]) -> machine.AttemptState:
@@ -218,7 +218,7 @@ class Launcher:
         threading.Thread(target=_keep_lifeline, args=(proc, self.keepalive, ended), daemon=True,
                          name=f"lifeline-{host}").start()
         for line in _lines(proc.read):
-            inputs.put(Output(host, line))
+            inputs.put(NodeOutput(host, line))
         events.join()
         ended.set()
         try:
@@ -260,7 +260,7 @@ def _keep_lifeline(proc: NodeProcess, interval: float, ended: threading.Event) -
 def _read_events(host: str, proc: NodeProcess, inputs: queue.Queue) -> None:
     for line in _lines(proc.read_stderr):
         event = parse_event(line)
-        inputs.put(Output(host, line) if event is None else machine.Reported(host, event, time.monotonic()))
+        inputs.put(NodeOutput(host, line) if event is None else machine.Reported(host, event, time.monotonic()))
 
 
 def dry_run_text(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL) -> str:

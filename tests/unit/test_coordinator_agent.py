@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from slurmgen.coordinator.agent import Agent
+from slurmgen.coordinator.agent import WorkerAgent
 from slurmgen.coordinator.client import ClientError
 from slurmgen.coordinator.models import AgentOrders, StartOrder
 
@@ -40,7 +40,7 @@ def alive(pid: int) -> bool:
 
 
 def test_ranks_run_report_and_stop_with_everything_they_forked(tmp_path):
-    agent = Agent(client=None, workers=2, host="gn6", state_dir=tmp_path)
+    agent = WorkerAgent(client=None, workers=2, host="gn6", state_dir=tmp_path)
     try:
         child = tmp_path / "child.pid"
         script = ("import subprocess, sys, time; print('hello', flush=True);"
@@ -67,7 +67,7 @@ def test_ranks_run_report_and_stop_with_everything_they_forked(tmp_path):
 
 
 def test_a_command_that_cannot_start_exits_127_with_a_line(tmp_path):
-    agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path)
+    agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path)
     try:
         agent.procs.start(order(0, ["/nonexistent/trainer"]), agent.hb_root)
         report, _ = agent.report()
@@ -78,7 +78,7 @@ def test_a_command_that_cannot_start_exits_127_with_a_line(tmp_path):
 
 
 def test_a_stale_trainer_heartbeat_is_reported_hung(tmp_path):
-    agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path)
+    agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path)
     try:
         beat = ("import json, os, time; d = os.environ['SLURMGEN_HEARTBEAT_DIR'];"
                 "open(d + '/rank-00000.json', 'w').write(json.dumps({'rank': 0, 'step': 5, 'status': 'running',"
@@ -149,7 +149,7 @@ def test_rank_logs_are_private_whatever_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
         (tmp_path / "gn6" / "logs" / "g").mkdir(parents=True, mode=0o755)  # left by an older agent
-        agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path)
+        agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path)
         try:
             agent.procs.start(order(0, [sys.executable, "-c", "print('secret')"]), agent.hb_root)
             wait_until(lambda: agent.procs.slots[0].exit_code is not None)
@@ -165,7 +165,7 @@ def test_rank_logs_are_private_whatever_the_umask(tmp_path):
 
 def test_a_rank_that_records_a_run_is_reported_with_it(tmp_path):
     """The rank's run record is named by the rank itself (beside its heartbeat), not searched for."""
-    agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path / "agent")
+    agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path / "agent")
     script = ("import sys; from slurmgen import tracking; "
               "run = tracking.init(sys.argv[1], group='exp1', place={'rank': 0, 'world_size': 1}); "
               "run.log(type='train', metrics={'loss': 1.0}, step=1); run.finish()")
@@ -205,19 +205,19 @@ def beat_for(agent, seconds):
 
 def test_the_cut_off_limit_is_the_servers_agent_timeout_plus_a_margin_unless_given(tmp_path):
     server = FlakyServer(agent_timeout=30.0)
-    agent = Agent(client=server, workers=1, host="gn6", state_dir=tmp_path)
+    agent = WorkerAgent(client=server, workers=1, host="gn6", state_dir=tmp_path)
     try:
         assert agent.cut_off_limit == 10.0 + 5.0  # serve's default until the server says
         agent.beat()
         assert agent.cut_off_limit == 30.0 + 5.0
-        assert Agent(client=server, workers=1, host="gn6", state_dir=tmp_path / "b", cut_off_after=7).cut_off_limit == 7
+        assert WorkerAgent(client=server, workers=1, host="gn6", state_dir=tmp_path / "b", cut_off_after=7).cut_off_limit == 7
     finally:
         agent.procs.stop_all(1)
 
 
 def test_a_cut_off_agent_stops_its_ranks_and_a_short_outage_keeps_them(tmp_path):
     server = FlakyServer()
-    agent = Agent(client=server, workers=2, host="gn6", state_dir=tmp_path, grace=1, cut_off_after=1.5)
+    agent = WorkerAgent(client=server, workers=2, host="gn6", state_dir=tmp_path, grace=1, cut_off_after=1.5)
     try:
         sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
         agent.beat()

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from slurmgen.coordinator.agent import is_stale
 from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_name
-from slurmgen.coordinator.procs import Output, exit_status
+from slurmgen.coordinator.procs import LineBuffer, exit_status
 from slurmgen.coordinator.ranks import plan_ranks, rank_env
 from slurmgen.coordinator.state import judge_attempt, reconcile, worker_state
 from slurmgen.errors import SlurmgenError
@@ -152,7 +152,7 @@ def test_exit_status_is_shell_style():
 def test_output_queue_is_bounded_and_counts_drops():
     from slurmgen.coordinator.models import ReportedLine
 
-    out = Output(limit=3)
+    out = LineBuffer(limit=3)
     for i in range(5):
         out.put(ReportedLine(worker=0, group="g", attempt=1, rank=0, time=0.0, line=str(i)))
     lines, dropped = out.take(10)

@@ -699,11 +699,11 @@ def test_status_says_the_user_signalled_a_program_that_had_no_handler(tmp_path):
 def test_steps_ended_by_a_signal_say_so():
     recorded = "9|9|j|CANCELLED by 0|0:0|00:00:01|00:05:00|node1|/w\n9.batch|9.batch|batch|CANCELLED|0:15|00:00:01||node1|\n" \
                "9.0|9.0|bash|FAILED|15:0|00:00:01||node1|\n9.1|9.1|bash|FAILED|3:0|00:00:01||node1|\n"
-    from slurmgen.jobs.slurm import Snapshot, parse_sacct
+    from slurmgen.jobs.slurm import QueryResult, parse_sacct
     from slurmgen.jobs.view import job_view
 
     jobs, steps = parse_sacct(recorded)
-    snap = Snapshot(steps=steps)
+    snap = QueryResult(steps=steps)
     view = job_view(JobRecord("9", "j", "/o", 1.0), snap, [{"job": "9", "state": "CANCELLED", "exit_code": 143}], [])
     text = format_view(view)
     assert "  step batch: CANCELLED killed by signal 15 (TERM)" in text

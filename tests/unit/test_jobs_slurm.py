@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurmgen.jobs.logs import follow, format_line, select_lines, tasks_on_node
-from slurmgen.jobs.slurm import (Snapshot, expand_tasks, first_rank_exit, parse_sacct, parse_scontrol,
+from slurmgen.jobs.slurm import (QueryResult, expand_tasks, first_rank_exit, parse_sacct, parse_scontrol,
                                  split_label, task_exits, valid_job_id)
 from slurmgen.jobs.view import exit_code, overall
 
@@ -53,7 +53,7 @@ def test_array_tasks_and_the_pending_range():
     assert [(j.key, j.job_id, j.state) for j in jobs] == [("4_2-3%2", "4", "PENDING"), ("4_1", "6", "RUNNING"),
                                                           ("4_0", "5", "RUNNING")]
     assert jobs[0].reason == "JobArrayTaskLimit"
-    snap = Snapshot()
+    snap = QueryResult()
     for j in jobs:
         snap.add(j)
     assert [j.key for j in snap.tasks_of("4")] == ["4_0", "4_1", "4_2-3%2"]

@@ -48,7 +48,7 @@ def test_all_succeed_announces_running_once_and_ends_ok():
     s, actions = run(fresh(), *opened(), *started(at=101.5))
     assert said(actions) == ["all 3 node(s) running 3 rank(s) 1.50s after the start of attempt 1 (11.50s after launch)"]
     assert {n.state for n in s.nodes.values()} == {"running"} and not s.done
-    s, actions = run(s, *[m.SessionEnded(h, 0, 105.0) for h in HOSTS], m.Tick(106, {}))
+    s, actions = run(s, *[m.SessionEnded(h, 0, 105.0) for h in HOSTS], m.ClockTick(106, {}))
     assert s.done and s.code == 0 and s.verdict == "all ranks succeeded" and actions == []
     assert [(n.state, n.code, n.duration) for n in s.nodes.values()] == [("ok", 0, "3.5s")] * 3
 
@@ -147,9 +147,9 @@ def test_inputs_for_finished_hosts_change_nothing():
 # ---- deadlines ---------------------------------------------------------------------------------
 def test_keepalive_deadline_loses_a_silent_host_whatever_else_happens():
     s, _ = run(fresh(), *opened(), *started())
-    s, actions = run(s, m.Tick(110, {"a": 15.0, "b": 0.0}))  # exactly at the limit: not yet
+    s, actions = run(s, m.ClockTick(110, {"a": 15.0, "b": 0.0}))  # exactly at the limit: not yet
     assert actions == [] and s.first is None
-    s, actions = run(s, m.Tick(110.1, {"a": 15.1, "b": 0.0}))
+    s, actions = run(s, m.ClockTick(110.1, {"a": 15.1, "b": 0.0}))
     assert s.code == exitcodes.LOST and s.first == ("a", "no answer from a for 20s")
     assert (s.nodes["a"].state, "a" in s.pending) == ("lost", False)
     assert m.Disconnect("a") in actions and closed(actions) == ["b", "c"]
@@ -157,22 +157,22 @@ def test_keepalive_deadline_loses_a_silent_host_whatever_else_happens():
 
 def test_connect_deadline_for_a_node_without_a_session():
     s, _ = run(fresh(), m.SessionOpened("a", 100.1), m.SessionOpened("b", 100.1))
-    s, actions = run(s, m.Tick(110.0, {}))
+    s, actions = run(s, m.ClockTick(110.0, {}))
     assert actions == []
-    s, actions = run(s, m.Tick(110.01, {}))
+    s, actions = run(s, m.ClockTick(110.01, {}))
     assert s.first == ("c", "no session on c within 10s") and m.Disconnect("c") in actions
     assert s.nodes["c"].state == "error" and "c" not in s.pending
 
 
 def test_stop_grace_then_stop_wait_deadlines():
     s, _ = run(fresh(), *opened(), *started(), m.Reported("b", NodeEvent("exited", 1, 3), 102.0))
-    s, actions = run(s, m.Tick(102.9, {}))
+    s, actions = run(s, m.ClockTick(102.9, {}))
     assert actions == []
-    s, actions = run(s, m.Tick(103.0, {}))  # the failed node did not stop itself within the grace
+    s, actions = run(s, m.ClockTick(103.0, {}))  # the failed node did not stop itself within the grace
     assert closed(actions) == ["b"] and s.spared is None
-    s, actions = run(s, m.SessionEnded("a", 143, 103.5), m.Tick(107.9, {}))
+    s, actions = run(s, m.SessionEnded("a", 143, 103.5), m.ClockTick(107.9, {}))
     assert actions == [] and not s.done
-    s, actions = run(s, m.Tick(108.0, {}))  # grace + wait after the stop: the rest are lost
+    s, actions = run(s, m.ClockTick(108.0, {}))  # grace + wait after the stop: the rest are lost
     assert s.done and [a for a in actions if isinstance(a, m.Disconnect)] == [m.Disconnect("b"), m.Disconnect("c")]
     assert [(s.nodes[h].state, s.nodes[h].note) for h in ("b", "c")] == [
         ("lost", "no exit status after the stop"), ("lost", "no exit status after the stop")]
@@ -182,7 +182,7 @@ def test_stop_grace_then_stop_wait_deadlines():
 def test_deadlines_met_in_the_same_tick():
     # Two hosts silent at once and one without a session: one verdict, every host dealt with.
     s, _ = run(fresh(), m.SessionOpened("a", 100.1), m.SessionOpened("b", 100.1))
-    s, actions = run(s, m.Tick(120.5, {"a": 16.0, "b": 16.0}))
+    s, actions = run(s, m.ClockTick(120.5, {"a": 16.0, "b": 16.0}))
     assert s.first == ("a", "no answer from a for 20s")
     assert {h: s.nodes[h].note for h in HOSTS} == {"a": "first failure: no answer from a for 20s",
                                                    "b": "after the first failure", "c": "after the first failure"}
@@ -193,5 +193,5 @@ def test_deadlines_met_in_the_same_tick():
                                                              (0.5, 2, 1.01, True)])
 def test_keepalive_limit_follows_the_settings(keepalive, count, overdue, lost):
     limits = m.Limits(connect=10, keepalive=keepalive, keepalive_count=count, stop_grace=1, stop_wait=5)
-    s, _ = run(fresh(("a",), limits), m.SessionOpened("a", 100.1), m.Tick(104, {"a": overdue}))
+    s, _ = run(fresh(("a",), limits), m.SessionOpened("a", 100.1), m.ClockTick(104, {"a": overdue}))
     assert (s.nodes["a"].state == "lost") is lost

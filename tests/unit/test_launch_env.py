@@ -20,7 +20,7 @@ import time
 import pytest
 
 from slurmgen.generate.specfile import build_spec
-from slurmgen.coordinator.agent import Agent
+from slurmgen.coordinator.agent import WorkerAgent
 from slurmgen.coordinator.models import StartOrder
 from slurmgen.errors import SlurmgenError
 from slurmgen.contract import grid as sweep
@@ -112,7 +112,7 @@ def test_slurmgen_launch_ranks_get_omp_threads_unless_the_user_set_them(tmp_path
 def test_the_coordinator_agent_gives_its_ranks_omp_threads_unless_the_group_set_them(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
-    agent = Agent(client=None, workers=2, host="gn6", state_dir=tmp_path)
+    agent = WorkerAgent(client=None, workers=2, host="gn6", state_dir=tmp_path)
     show = [sys.executable, "-c", "import os; print('OMP', os.environ.get('OMP_NUM_THREADS'))"]
     try:
         for worker, env in enumerate([{}, {"OMP_NUM_THREADS": "3"}]):

@@ -27,5 +27,5 @@ def mount(app: FastAPI) -> None:
     app.include_router(routes.router, include_in_schema=False)
     app.include_router(live.router, include_in_schema=False)
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="web_static")
-    app.add_middleware(auth.SecurityHeaders)
+    app.add_middleware(auth.PageSecurityHeaders)
     status_page.watch(app)

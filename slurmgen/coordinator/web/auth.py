@@ -101,7 +101,7 @@ async def logout(request: Request) -> Response:
     return response
 
 
-class SecurityHeaders:
+class PageSecurityHeaders:
     """Pure ASGI middleware: the page's security headers on every response under /ui (replacing
     the API's: a stricter CSP, and a referrer policy that lets the browser send the Origin the
     POST check needs), and the missing ones on every other response."""
