@@ -13,6 +13,7 @@ that were killed between write and rename. Stdlib only: every rank imports it.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -64,9 +65,37 @@ def replace(path: Path, write: Callable[[Path], None], fsync: bool = True, fsync
         fsync_dir(path.parent)
 
 
-def write_text(path: Path, text: str, fsync: bool = True) -> None:
-    """Replace `path` with `text` atomically (see `replace`)."""
-    replace(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), fsync=fsync)
+def write_text(path: Path, text: str, fsync: bool = True, in_place_when_full: bool = False) -> None:
+    """Replace `path` with `text` atomically (see `replace`).
+
+    `in_place_when_full`: when the disk is full (ENOSPC), overwrite the existing file in place
+    instead, if `text` fits in the blocks it already has (no new block is needed then). Not
+    atomic, so only for a write that matters more than the risk of a torn file: a failed run's
+    record saying "failed" on the disk that failed it, instead of "running" for good."""
+    try:
+        replace(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), fsync=fsync)
+    except OSError as exc:
+        if not (in_place_when_full and exc.errno == errno.ENOSPC and _overwrite_in_own_blocks(path, text.encode())):
+            raise
+
+
+def _overwrite_in_own_blocks(path: Path, data: bytes) -> bool:
+    """Write `data` over `path` in place if it fits the blocks `path` holds; False if not done."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        if len(data) > os.fstat(fd).st_blocks * 512:
+            return False
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -32,10 +32,11 @@ ARTIFACTS_FILE = "artifacts.jsonl"
 FORMAT = 1
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, in_place_when_full: bool = False) -> None:
     """Write `text` to `path` through a temporary file, fsync, rename (see module docstring);
-    a failed write (a full disk) leaves no temporary file."""
-    atomic.write_text(path, text, fsync=True)
+    a failed write (a full disk) leaves no temporary file. `in_place_when_full`: see
+    `atomic.write_text` (for the record of a run that ends on a full disk)."""
+    atomic.write_text(path, text, fsync=True, in_place_when_full=in_place_when_full)
 
 
 STALE_TEMP_AGE = atomic.STALE_AGE
@@ -52,8 +53,8 @@ def remove_stale_temporaries(run_dir: Path, min_age: float = STALE_TEMP_AGE) -> 
     return atomic.remove_stale(run_dir, (RUN_FILE, HPARAMS_FILE, METRICS_FILE), min_age)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def write_json_atomic(path: Path, data: Any, in_place_when_full: bool = False) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n", in_place_when_full)
 
 
 def read_json(path: Path) -> Any:

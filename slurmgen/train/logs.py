@@ -193,12 +193,15 @@ class Heartbeat:
         Called by every rank with a collective `barrier` between the two (or none when peers may
         be gone): ranks started by hand on one host all call themselves local rank 0 of node 0,
         so several leaders share one directory and one summary, and a leader removing it must
-        not cut short another one's summary."""
-        if self.summary is not None:
-            self.summarise()
-        barrier()
-        if self.summary is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        not cut short another one's summary. A summary that cannot be written (a full disk)
+        still meets the barrier and removes the directory, then raises."""
+        try:
+            if self.summary is not None:
+                self.summarise()
+        finally:
+            barrier()
+            if self.summary is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Metrics:
