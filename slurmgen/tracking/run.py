@@ -173,7 +173,7 @@ class Run(_Checks):
         attempt = self.meta["attempts"][-1]
         attempt.update(end=end, status=status, **({"exit_code": exit_code} if exit_code is not None else {}))
         self._each_adapter("finish", status)
-        self._save()
+        self._save(final=True)
         self._metrics.close()
         self._artifacts.close()
         _open_runs.discard(self)
@@ -195,9 +195,11 @@ class Run(_Checks):
         if self.meta["status"] != "running":
             raise RunStateError(what, f"run {self.id!r} is already {self.meta['status']}", what, has_value=False)
 
-    def _save(self) -> None:
+    def _save(self, final: bool = False) -> None:
+        """Rewrite run.json; the `final` one (finish) even on a full disk, in place if it must:
+        a run that failed of a full disk must not stay "running" for good."""
         self.meta["updated"] = now_iso()
-        store.write_json_atomic(self.dir / store.RUN_FILE, self.meta)
+        store.write_json_atomic(self.dir / store.RUN_FILE, self.meta, in_place_when_full=final)
         self._touched = time.monotonic()
 
     def _warn_once(self, key: str, message: str) -> None:

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import re
-import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from slurmgen import atomic
 from slurmgen.jsonl import objects
 
 RUN_FILE = "run.json"
@@ -37,29 +35,14 @@ ANNOUNCE_FILE = "run-record-{rank}.json"
 FORMAT = 1
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file, fsync, rename (see module docstring)."""
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def write_text_atomic(path: Path, text: str, in_place_when_full: bool = False) -> None:
+    """Write `text` to `path` through a temporary file, fsync, rename (see module docstring);
+    a failed write (a full disk) leaves no temporary file. `in_place_when_full`: see
+    `atomic.write_text` (for the record of a run that ends on a full disk)."""
+    atomic.write_text(path, text, fsync=True, in_place_when_full=in_place_when_full)
 
 
-# A temporary file of write_text_atomic for one of the files above: `.run.json.tmp.<pid>` etc.
-_TEMP_NAME = re.compile(r"\.(%s)\.tmp\.([1-9][0-9]*)" % "|".join(map(re.escape, (RUN_FILE, HPARAMS_FILE, METRICS_FILE))))
-STALE_TEMP_AGE = 60.0  # seconds; a real write takes well under a second
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # someone else's process, or not a pid we can ask about: leave its file alone
-    return True
+STALE_TEMP_AGE = atomic.STALE_AGE
 
 
 def remove_stale_temporaries(run_dir: Path, min_age: float = STALE_TEMP_AGE) -> list[Path]:
@@ -68,36 +51,13 @@ def remove_stale_temporaries(run_dir: Path, min_age: float = STALE_TEMP_AGE) -> 
     Why: after a kill -9 inside write_text_atomic, its `.run.json.tmp.<pid>` (or hparams.yaml's,
     metrics.jsonl's) would stay in the run directory for good; nothing else removes it. This
     runs when a run is opened, new or resumed, and touches only the store's own temporary
-    names, and only those nobody can still be writing: older than `min_age` seconds AND named
-    with a pid that is not a live process on this host. Both, since each alone can be wrong
-    while another process writes the same directory (a second process given the same id):
-    a writer on this host that is stopped mid-write (job suspended) has an old file but a live
-    pid; a writer on another host (run directory on a shared file system) has a pid that means
-    nothing here, but a fresh file. Errors are ignored: tidying up must not stop a run.
+    names, and only those nobody can still be writing (`atomic.remove_stale` says how).
     """
-    removed: list[Path] = []
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return removed
-    now = time.time()
-    for name in names:
-        match = _TEMP_NAME.fullmatch(name)
-        if not match:
-            continue
-        path = run_dir / name
-        try:
-            if now - path.lstat().st_mtime < min_age or _pid_alive(int(match.group(2))):
-                continue
-            path.unlink()
-        except OSError:  # renamed or removed meanwhile, or not ours to delete
-            continue
-        removed.append(path)
-    return removed
+    return atomic.remove_stale(run_dir, (RUN_FILE, HPARAMS_FILE, METRICS_FILE), min_age)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def write_json_atomic(path: Path, data: Any, in_place_when_full: bool = False) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n", in_place_when_full)
 
 
 def read_json(path: Path) -> Any:

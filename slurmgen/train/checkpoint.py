@@ -23,17 +23,23 @@ rank holds no private copy of the file, and ranks of one node share its pages.
 
 from __future__ import annotations
 
+import errno
+import gc
 import logging
 import os
 import pickle
 import random
 import re
+import shutil
 import signal
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
+
+from slurmgen import atomic
 
 log = logging.getLogger("slurmgen.train")
 
@@ -56,14 +62,6 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def checkpoint_name(step: int) -> str:
     return f"ckpt-{step:09d}.pt"
 
@@ -78,26 +76,14 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]
 
 
 def _write_durably(final: Path, write) -> None:
-    """Write through a temporary file in the same directory, fsync, rename, fsync the dir.
+    """Write through a temporary file in the same directory, fsync, rename, fsync the dir
+    (`atomic.replace`, which removes the temporary file when the write fails).
 
     `write(path)` creates the temporary file by name: torch.save to a path uses its own C++
     writer, measurably faster than through a Python file object. fsync then goes through a
     fresh descriptor, which flushes the same inode.
     """
-    tmp = final.with_name(f".{final.name}.tmp.{os.getpid()}")
-    try:
-        write(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _fault("before-rename")
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(final.parent)
+    atomic.replace(final, write, fsync=True, fsync_dir_after=True, before_rename=lambda: _fault("before-rename"))
 
 
 class _FaultingFile:
@@ -132,12 +118,80 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
         else:
             torch.save(state, str(path))
 
-    _write_durably(final, write)
-    _fault("before-pointer")
-    _write_durably(d / LATEST, lambda path: path.write_text(final.name + "\n"))
+    with _disk_full_said(d, step, state):
+        _write_durably(final, write)
+        _fault("before-pointer")
+        _write_durably(d / LATEST, lambda path: path.write_text(final.name + "\n"))
     _fault("before-prune")
     prune(d, keep_last, protect=final.name)
     return final
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used (or written); the message is one line naming it."""
+
+
+def estimated_size(state: Any) -> int:
+    """About the bytes torch.save will write for `state`: every tensor storage once (tied
+    weights share one), plus a margin for the pickled structure and the zip records."""
+    seen: dict[int, int] = {}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+
+    walk(state)
+    return sum(seen.values()) + 64 * 1024 + 64 * len(seen)
+
+
+def _no_space(exc: BaseException | None) -> bool:
+    """ENOSPC anywhere in the chain: torch reports it as `basic_ios::clear: iostream error`
+    with the OSError only in a secondary exception."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class DiskFull(CheckpointError):
+    """A checkpoint that did not fit: one line naming the directory, the sizes, and the
+    checkpoint `latest` still names, which the failed write left intact."""
+
+    def __init__(self, directory: Path, step: int, need: int, free: int):
+        previous = list_checkpoints(directory)
+        intact = f"the previous checkpoint (step {previous[-1][0]}) is intact" if previous else "there is no previous checkpoint"
+        super().__init__(f"checkpoint step {step}: no space left on {directory} (needs ~{need / 1e6:.1f} MB, "
+                         f"{free / 1e6:.1f} MB free); {intact}")
+
+
+@contextmanager
+def _disk_full_said(directory: Path, step: int, state: Any) -> Iterator[None]:
+    """Refuse a write that cannot fit before writing a byte (the failure path then still finds
+    room for its heartbeat and run record), and turn ENOSPC during the write into `DiskFull`.
+
+    The original error is dropped, not chained: its traceback holds torch's file writer, whose
+    open descriptor keeps the removed temporary file's blocks allocated until it is collected."""
+    need = estimated_size(state)
+    if shutil.disk_usage(directory).free < need:
+        raise DiskFull(directory, step, need, shutil.disk_usage(directory).free)
+    full = False
+    try:
+        yield
+    except Exception as exc:
+        if not _no_space(exc):
+            raise
+        full = True
+    if full:
+        gc.collect()  # close the writer's descriptor: the blocks are free again
+        raise DiskFull(directory, step, need, shutil.disk_usage(directory).free)
 
 
 def prune(directory: Path, keep_last: int, protect: str) -> None:
@@ -156,10 +210,6 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> int:
     for p in stale:
         p.unlink(missing_ok=True)
     return len(stale)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be used; the message is one line naming the file."""
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -197,7 +197,7 @@ def run(cfg: TrainConfig, launch: LaunchFlags) -> int:
         for line in getattr(exc, "problems", [str(exc)]):
             log.error("%s", line)
         code = EXIT_USAGE
-    except CheckpointError as exc:  # the file exists but cannot be used: a failed run, not bad flags
+    except CheckpointError as exc:  # a file that cannot be used, or a full disk: a failed run, not bad flags
         log.error("%s", exc)
         code = EXIT_FAILED
     except KeyboardInterrupt:

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from slurmgen import atomic
 from slurmgen.contract import envvars, states
 
 LOGGER = "slurmgen.train"
@@ -82,12 +83,6 @@ def setup_logging(rank: int) -> logging.Logger:
     logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     logger.propagate = False
     return logger
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # The heartbeat contract between a launcher (or watcher) and any program it starts: when the
@@ -164,13 +159,22 @@ class Heartbeat:
         if not force and status == self.status and now - self.last < self.every:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.last:
+            self.remove_stale()
         record = {"rank": self.rank, "step": step, "time": now, "pid": self.pid, "host": self.host, "status": status}
-        _atomic_write_text(self.path, json.dumps(record) + "\n")
+        atomic.write_text(self.path, json.dumps(record) + "\n", fsync=False)
         self.last, self.status = now, status
         if self.summary is not None and (status in FINAL_STATUSES or now - self.summarised >= SUMMARY_EVERY_BEATS * self.every):
             if not self.summarised:  # the first beat of a node leader
                 remove_stale_node_dirs(self.dir, now)
             self.summarise(now)
+
+    def remove_stale(self) -> None:
+        """This process's first beat: the temporary files of its own two names that a killed
+        predecessor (the run this one resumes) left behind go (`atomic.remove_stale`)."""
+        atomic.remove_stale(self.dir, [self.path.name])
+        if self.summary is not None:
+            atomic.remove_stale(self.summary.parent, [self.summary.name])
 
     def summarise(self, now: float | None = None) -> None:
         """Node leader: copy the node's records into the run directory's node summary."""
@@ -179,7 +183,7 @@ class Heartbeat:
         now = time.time() if now is None else now
         ranks = sorted(read_heartbeats(self.dir).values(), key=lambda r: r["rank"])
         self.summary.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_text(self.summary, json.dumps({"host": self.host, "time": now, "ranks": ranks}) + "\n")
+        atomic.write_text(self.summary, json.dumps({"host": self.host, "time": now, "ranks": ranks}) + "\n", fsync=False)
         self.summarised = now
 
     def finish(self, barrier: Callable[[], None] = lambda: None) -> None:
@@ -189,12 +193,15 @@ class Heartbeat:
         Called by every rank with a collective `barrier` between the two (or none when peers may
         be gone): ranks started by hand on one host all call themselves local rank 0 of node 0,
         so several leaders share one directory and one summary, and a leader removing it must
-        not cut short another one's summary."""
-        if self.summary is not None:
-            self.summarise()
-        barrier()
-        if self.summary is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        not cut short another one's summary. A summary that cannot be written (a full disk)
+        still meets the barrier and removes the directory, then raises."""
+        try:
+            if self.summary is not None:
+                self.summarise()
+        finally:
+            barrier()
+            if self.summary is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Metrics:
@@ -215,7 +222,7 @@ class Metrics:
                     kept.append(line)
             except ValueError:
                 continue  # a line cut by a kill -9
-        _atomic_write_text(self.path, "".join(k + "\n" for k in kept))
+        atomic.write_text(self.path, "".join(k + "\n" for k in kept), fsync=False)
 
     def write(self, **record: Any) -> None:
         if not self.enabled:

@@ -275,11 +275,21 @@ class Trainer:
         progress.report(f"step {self.step} val loss {self.val_loss:.4f}", {"val": f"{self.val_loss:.4f}"})
 
     def _failed(self) -> None:
-        """The run raised: keep the write in flight, and say "failed" where launchers look."""
-        self.checkpoints.settle_after_failure()
-        self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
-        self.heartbeat.finish()  # the node's summary says "failed"; no peer to wait for
-        self.tracking.finish(EXIT_FAILED)
+        """The run raised: keep the write in flight, and say "failed" where launchers look.
+
+        Each write is best effort and guarded on its own: the disk that failed the run may fail
+        these too (ENOSPC), and one of them failing must neither skip the others (the run
+        record left "running") nor replace the run's own error."""
+        steps = (("checkpoint write in flight", self.checkpoints.settle_after_failure),
+                 # a launcher can tell failed from hung
+                 ("heartbeat", lambda: self.heartbeat.beat(self.step, status="failed", force=True)),
+                 ("node summary", self.heartbeat.finish),  # says "failed"; no peer to wait for
+                 ("run record", lambda: self.tracking.finish(EXIT_FAILED)))
+        for what, write in steps:
+            try:
+                write()
+            except Exception as exc:
+                log.warning("the run failed, and its %s could not be written either: %s", what, exc)
 
     def _preempted(self, preempted: int, flag: PreemptFlag) -> TrainResult:
         """Stopped by a signal after a checkpoint: say so everywhere, then (rank 0) maybe requeue."""

@@ -229,10 +229,10 @@ def test_a_process_that_forgets_finish(tmp_path, how, status):
 KILLED_BEFORE_RENAME = """
 import os, signal, sys
 from slurmgen import tracking
-from slurmgen.tracking import store
+from slurmgen import atomic
 run = tracking.init(sys.argv[1], environ={"SLURMGEN_GROUP": "g"}, config={"lr": 1})
 run.log("train", {"loss": 1.0}, step=1)
-store.os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+atomic.os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
 run.finish()
 """
 NOT_A_PID = 4194304  # PID_MAX_LIMIT on Linux: no process ever has it

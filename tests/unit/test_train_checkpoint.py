@@ -142,3 +142,25 @@ def test_resume_path_damaged_is_exit_1_and_missing_is_exit_2(tmp_path, capfd):
     assert "Traceback" not in err and "weights_only" not in err
     assert main([*args, "--resume", str(tmp_path / "missing.pt")]) == 2
     assert f"error: --resume {tmp_path / 'missing.pt'}: no such file or directory" in capfd.readouterr().err
+
+
+def test_the_size_estimate_covers_the_file_and_counts_tied_tensors_once(tmp_path):
+    w = torch.zeros(1000, 100)
+    big = {"format": ckpt.FORMAT, "step": 1, "model": {"w": w, "tied": w, "b": torch.zeros(10)}}
+    path = ckpt.save(tmp_path, 1, big, keep_last=1)
+    estimate, size = ckpt.estimated_size(big), path.stat().st_size
+    assert size <= estimate < size + 200_000, (estimate, size)
+
+
+def test_enospc_is_found_where_torch_hides_it():
+    """torch.save on a full disk raises `basic_ios::clear: iostream error`; the OSError comes
+    second, in the chain."""
+    try:
+        try:
+            raise RuntimeError("basic_ios::clear: iostream error")
+        except RuntimeError:
+            raise OSError(28, "No space left on device")
+    except OSError as exc:
+        chained = RuntimeError("unexpected pos")
+        chained.__context__ = exc
+    assert ckpt._no_space(chained) and not ckpt._no_space(RuntimeError("other"))

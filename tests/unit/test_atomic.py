@@ -1,0 +1,65 @@
+"""slurmgen.atomic: a failed write leaves no temporary file; a resume sweeps a killed writer's.
+
+The real fault (a full tmpfs under a 2-rank run) is tests/integration/test_faults_disk.py;
+these are the fast checks of the pieces.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmgen import atomic
+
+NOT_A_PID = 4194304  # PID_MAX_LIMIT on Linux: no process ever has it
+
+
+def test_a_failed_write_removes_its_temporary_file_and_keeps_the_old_one(tmp_path: Path):
+    target = tmp_path / "run.json"
+    target.write_text("old")
+
+    def half_then_enospc(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        atomic.replace(target, half_then_enospc)
+    assert sorted(os.listdir(tmp_path)) == ["run.json"] and target.read_text() == "old"
+
+
+def test_write_text_replaces_the_file(tmp_path: Path):
+    atomic.write_text(tmp_path / "a", "one")
+    atomic.write_text(tmp_path / "a", "two", fsync=False)
+    assert os.listdir(tmp_path) == ["a"] and (tmp_path / "a").read_text() == "two"
+
+
+def test_remove_stale_takes_only_old_files_of_dead_writers_with_the_given_names(tmp_path: Path):
+    old = time.time() - 3600
+
+    def leftover(name: str, mtime: float = old) -> Path:
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (mtime, mtime))
+        return tmp_path / name
+
+    stale = leftover(f".rank-00000.json.tmp.{NOT_A_PID}")
+    kept = [leftover(f".rank-00000.json.tmp.{os.getpid()}"),  # a live writer
+            leftover(f".rank-00000.json.tmp.{NOT_A_PID - 1}", mtime=time.time()),  # fresh
+            leftover(f".rank-00001.json.tmp.{NOT_A_PID}")]  # another name
+    assert atomic.remove_stale(tmp_path, ["rank-00000.json"]) == [stale]
+    assert all(p.exists() for p in kept)
+
+
+def test_a_heartbeat_removes_its_killed_predecessors_temporaries(tmp_path: Path):
+    from slurmgen.train.logs import Heartbeat
+
+    beat = Heartbeat(tmp_path / "out", rank=0, every=1.0, environ={"SLURMGEN_HEARTBEAT_DIR": str(tmp_path / "hb")})
+    beat.dir.mkdir(parents=True)
+    left = beat.dir / f".{beat.path.name}.tmp.{NOT_A_PID}"
+    left.write_text("")
+    os.utime(left, (time.time() - 3600,) * 2)
+    beat.beat(0, force=True)
+    assert sorted(os.listdir(beat.dir)) == [beat.path.name]
