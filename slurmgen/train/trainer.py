@@ -21,6 +21,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from slurmgen.contract import envvars
+
 from . import checkpoint as ckpt
 from . import dist, resume
 from .ckpt_writer import CheckpointWriter, Written
@@ -61,6 +63,12 @@ def _items(inputs: Any) -> int:
     return len(inputs) if hasattr(inputs, "__len__") else 1
 
 
+def slow_for(rank: int, environ: Any) -> float:
+    """Test hook SLURMGEN_TRAIN_SLOW=RANK:SECONDS: that rank sleeps in each step (a straggler)."""
+    who, _, seconds = environ.get(envvars.TRAIN_SLOW, "").partition(":")
+    return float(seconds) if who.strip() == str(rank) and seconds else 0.0
+
+
 class Trainer:
     """Train `model` on `train_dataset` in the process group described by `env`."""
 
@@ -83,6 +91,7 @@ class Trainer:
         self.writer = CheckpointWriter(self.ckpt_dir, config.keep_last, background=config.checkpoint_async,
                                        describe=lambda step, path: self.tracking.artifact(str(path), step))
         self.step, self.last_checkpoint, self.val_loss = 0, None, None
+        self.work, self.slow = 0.0, slow_for(env.rank, os.environ)
         self.tracking, self._resumed_tracking = Tracking(), None
         self._rng_seed()
 
@@ -192,12 +201,17 @@ class Trainer:
         The loss stays a tensor (no .item()) so that a GPU is never forced to synchronise
         here; it becomes a number only at logging steps."""
         accum, total, items = self.cfg.grad_accum, torch.zeros((), device=self.env.device), 0
+        began = time.perf_counter()
+        if self.slow:
+            time.sleep(self.slow)
         for micro in range(accum):
             batch = _move(self.batches.batch(self.step, micro), self.env.device)
             sync = micro == accum - 1 or not isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
             with (contextlib.nullcontext() if sync else ddp.no_sync()):
                 with self._autocast():
                     loss = self._loss(ddp, batch) / accum
+                if sync:  # the rank's own work ends where it may wait for its peers (the all-reduce)
+                    self.work = time.perf_counter() - began
                 self.scaler.scale(loss).backward()
             total += loss.detach().float()
             items += _items(batch[0])
@@ -284,7 +298,7 @@ class Trainer:
                 loss, items = self.train_step(ddp)
                 self._prepare_checkpoint()
                 window_loss, window_n, window_items = window_loss + loss, window_n + 1, window_items + items
-                self.heartbeat.beat(self.step)
+                self.heartbeat.beat(self.step, work=self.work)
                 progress.update(self.step)
                 if self.writer.finished():  # a background write is durable (or the buffers are ready): record it now
                     self._record(self.writer.wait())
