@@ -29,10 +29,15 @@ def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
     firsts = [e for evs in ranks.values() for e in evs if e["event"] == phases.FIRST_STEP]
     stepped = [e for evs in ranks.values() for e in evs if isinstance(e.get("step"), int)
                and e["event"] in (phases.FIRST_STEP, phases.STEPS, phases.CHECKPOINT, phases.END)]
-    stalls: dict[int, Event] = {}
-    for e in (e for evs in ranks.values() for e in evs if e["event"] == phases.CHECKPOINT):
-        if e.get("step") not in stalls or float(e.get("stall") or 0) > float(stalls[e["step"]].get("stall") or 0):
-            stalls[e["step"]] = e
+    stalls: dict[int, dict[str, float]] = {}  # step -> the slowest rank's stall (its own stalls at that step added)
+    for evs in ranks.values():
+        mine: dict[int, dict[str, float]] = {}
+        for e in (e for e in evs if e["event"] == phases.CHECKPOINT):
+            c = mine.setdefault(e.get("step"), {"time": e["time"], "stall": 0.0})
+            c["stall"] += float(e.get("stall") or 0)
+        for step, c in mine.items():
+            if step not in stalls or c["stall"] > stalls[step]["stall"]:
+                stalls[step] = c
     last = max(stepped, key=lambda e: (e["step"], e["time"])) if stepped else None
     every = [e["time"] for evs in ranks.values() for e in evs]
     return {"first": max(e["time"] for e in firsts) if firsts else None,
@@ -59,7 +64,7 @@ def compute(events: Sequence[Event], attempts: Sequence[Event] = (), submitted: 
             parts["startup"] += max(0.0, (end[n] or start[n]) - start[n])
             continue
         parts["startup"] += f["first"] - start[n]
-        parts["checkpoint"] += sum(float(c.get("stall") or 0) for c in f["checkpoints"].values())
+        parts["checkpoint"] += sum(c["stall"] for c in f["checkpoints"].values())
         if nxt is None:
             parts["other"] += max(0.0, end[n] - f["last_time"])
             continue

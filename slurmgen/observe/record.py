@@ -27,15 +27,17 @@ def attempt_of(environ: Mapping[str, str]) -> int:
     return 0
 
 
-def process_start_time(stat_text: str | None = None, proc_stat: str | None = None) -> float | None:
-    """When the OS started this process (what its launcher did), from /proc; None elsewhere."""
+def process_start_time(stat_text: str | None = None, uptime_text: str | None = None, now: float | None = None) -> float | None:
+    """When the OS started this process (what its launcher did), from /proc; None elsewhere.
+    Measured back from now through the uptime (1/100 s), not from the boot time /proc/stat
+    gives (whole seconds)."""
     try:
         stat_text = stat_text if stat_text is not None else open("/proc/self/stat").read()
-        proc_stat = proc_stat if proc_stat is not None else open("/proc/stat").read()
+        uptime_text = uptime_text if uptime_text is not None else open("/proc/uptime").read()
+        now = time.time() if now is None else now
         ticks = int(stat_text.rsplit(")", 1)[1].split()[19])  # field 22: starttime, after comm
-        boot = next(float(line.split()[1]) for line in proc_stat.splitlines() if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        return now - (float(uptime_text.split()[0]) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return None
 
 

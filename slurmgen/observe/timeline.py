@@ -41,8 +41,12 @@ def rank_phases(events: Sequence[Event]) -> dict[str, Any]:
     for e in events:
         name = e["event"]
         row["host"] = row["host"] or e.get("host")
-        if name == phases.CHECKPOINT:
-            row["checkpoints"].append({"step": e.get("step"), "time": e["time"], "stall": float(e.get("stall") or 0)})
+        if name == phases.CHECKPOINT:  # the final wait for a write in flight adds to its checkpoint's stall
+            same = [c for c in row["checkpoints"] if c["step"] == e.get("step")]
+            if same:
+                same[0]["stall"] += float(e.get("stall") or 0)
+            else:
+                row["checkpoints"].append({"step": e.get("step"), "time": e["time"], "stall": float(e.get("stall") or 0)})
         elif name in phases.PHASES and row[name] is None:
             row[name] = e["time"]
         if name == phases.END:
