@@ -118,7 +118,7 @@ class Heartbeat:
         # the checkpoint in progress, the last sample and the work done since.
         self.start_step: int | None = None
         self.first_done, self.ckpt_start, self.sampled, self.work = False, 0.0, 0.0, 0.0
-        self.sampled_step = 0
+        self.sampled_step = self.ckpt_step = 0
 
     def beat(self, step: int, status: str = "running", force: bool = False, work: float | None = None) -> None:
         """`work`: seconds this rank spent working (not waiting for peers) in the step just done;
@@ -150,9 +150,9 @@ class Heartbeat:
         if work is not None:
             self.work += work
         if status == "checkpointing" and self.status != "checkpointing":
-            self.ckpt_start = now
+            self.ckpt_start, self.ckpt_step = now, step
         elif self.status == "checkpointing" and status != "checkpointing":
-            tl.write(phases.CHECKPOINT, now, step=step, stall=round(now - self.ckpt_start, 6))
+            tl.write(phases.CHECKPOINT, now, step=self.ckpt_step, stall=round(now - self.ckpt_start, 6))
         final = status in FINAL_STATUSES and status != self.status
         if self.first_done and step > self.sampled_step and (final or status == "running" and now - self.sampled >= self.every):
             tl.write(phases.STEPS, now, step=step, work=round(self.work, 6))  # the last sample too: short runs get one
