@@ -27,6 +27,8 @@ _VARS = (
         "Directory where each rank writes its heartbeat file (the heartbeat protocol); unset: no heartbeats."),
     Var("SLURMGEN_HEARTBEAT_BASE", "run_slurm.sh",
         "Per-attempt parent of the nodes' heartbeat directories in a Slurm job."),
+    Var("SLURMGEN_TIMELINE_FILE", "run_slurm.sh",
+        "JSON Lines file where each rank appends its phases and step samples (contract/phases.py); unset: none."),
     Var("SLURMGEN_GROUP", "every launcher (tracking reads it)",
         "Run group of a job's run records (slurm-<id>, launch-<id>, the coordinator group's name).", user=True),
     Var("SLURMGEN_JOB_TYPE", "tracking", "Template of a run record's job type, e.g. node_{node}_rank_{rank}.", user=True),
@@ -72,6 +74,7 @@ _VARS = (
     Var("SLURMGEN_DOCTOR_PORT_TIMEOUT", "doctor", "Seconds every node has to reach MASTER_PORT in the preflight.", user=True),
     # Internal to one part.
     Var("SLURMGEN_TRAIN_SPAWNED", "train", "Set in the processes `python -m slurmgen.train --nproc N` spawns itself."),
+    Var("SLURMGEN_TRAIN_SLOW", "train", "Test hook: RANK:SECONDS makes that rank sleep SECONDS in each step (a straggler)."),
     Var("SLURMGEN_TRAIN_FAULT", "train", "Test hook: a named fault injected into checkpoint writes."),
 )
 VARS: dict[str, Var] = {v.name: v for v in _VARS}
@@ -79,6 +82,7 @@ VARS: dict[str, Var] = {v.name: v for v in _VARS}
 BACKEND = "SLURMGEN_BACKEND"
 HEARTBEAT_DIR = "SLURMGEN_HEARTBEAT_DIR"
 HEARTBEAT_BASE = "SLURMGEN_HEARTBEAT_BASE"
+TIMELINE_FILE = "SLURMGEN_TIMELINE_FILE"
 GROUP = "SLURMGEN_GROUP"
 JOB_TYPE = "SLURMGEN_JOB_TYPE"
 RUN_NAME = "SLURMGEN_RUN_NAME"
@@ -98,3 +102,4 @@ TOKEN = "SLURMGEN_TOKEN"
 SLURM_TIMEOUT = "SLURMGEN_SLURM_TIMEOUT"
 TRAIN_SPAWNED = "SLURMGEN_TRAIN_SPAWNED"
 TRAIN_FAULT = "SLURMGEN_TRAIN_FAULT"
+TRAIN_SLOW = "SLURMGEN_TRAIN_SLOW"

@@ -7,6 +7,8 @@ format is described in `heal/attempts.py`, which reads it.
 
 ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
 FINISHED_NAME = "slurmgen-{job_id}.finished"
+# Every rank's phases and step samples (contract/phases.py), appended by the ranks themselves.
+TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
 
 
 def name_parts(name: str) -> tuple[str, str]:

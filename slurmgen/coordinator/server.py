@@ -23,7 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from fastapi.responses import JSONResponse
 
-from slurmgen import __version__
+from slurmgen.contract.version import VERSION as __version__
 from slurmgen.coordinator.models import (
     AgentOrders, AgentReport, Changed, ErrorOut, GroupConfig, GroupCreate, GroupDetail, GroupOut, LogLine,
     MoveRequest, RankOut, WorkerOut,

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
-from slurmgen import __version__, nodelink
-from slurmgen.contract import exitcodes, ports
+from slurmgen import nodelink
+from slurmgen.contract.version import VERSION as __version__
+from slurmgen.contract import envvars, exitcodes, ports
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.node_events import EVENT_TAG
-from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME, name_parts
+from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME, TIMELINE_NAME, name_parts
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
 
 if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it
@@ -160,6 +161,8 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "log_dir": spec.logs.rstrip("/") or ".",
         "attempts_name": name_parts(ATTEMPTS_NAME),
         "finished_name": name_parts(FINISHED_NAME),
+        "timeline_name": name_parts(TIMELINE_NAME),
+        "timeline_var": envvars.TIMELINE_FILE,
         "heartbeat_ms": heartbeat_ms,
         "defer_ms": hang_defer_ms(heartbeat_ms),
         "retries": spec.retries,

@@ -187,17 +187,34 @@ def _job_line(row: dict[str, Any]) -> str:
 
 def status(job: Optional[str] = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]."),
            registry: Optional[Path] = RegistryOpt, remote: Optional[str] = RemoteOpt,
-           ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
-    """One job: state, pending reason, nodes, time, requeues, failing tasks, run record; a sweep's grid."""
+           ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt, as_json: bool = JsonOpt,
+           timeline: bool = typer.Option(False, "--timeline", help="Each rank's start-up phases, checkpoints and end, "
+                                         "per attempt, with the slowest rank of each phase.")) -> None:
+    """One job: state, pending reason, nodes, time, requeues, failing tasks, run record, stragglers, goodput;
+    a sweep's grid."""
     from slurmgen.jobs import commands
     from slurmgen.jobs.view import format_view
 
     view = _with_job(registry, job, remote, ssh_config, remote_setup,
-                     lambda reg, record, task, runner: commands.status(runner, reg, record, task))
+                     lambda reg, record, task, runner: commands.status(runner, reg, record, task, timeline))
+    if timeline:
+        _print_timeline(view, as_json)
+        return
     if as_json:
         _echo_json(view)
         return
     for line in format_view(view, _style):
+        typer.echo(line)
+
+
+def _print_timeline(view: dict, as_json: bool) -> None:
+    from slurmgen.observe.timeline import format_timeline
+
+    found = view.get("timeline") or {"attempts": []}
+    if as_json:
+        _echo_json({"job": view["job"], **found, "stragglers": view.get("stragglers", []), "goodput": view.get("goodput")})
+        return
+    for line in format_timeline(found):
         typer.echo(line)
 
 

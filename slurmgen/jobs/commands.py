@@ -27,7 +27,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import SlurmJob, QueryResult, expand_tasks
-from slurmgen.contract.files import ATTEMPTS_NAME
+from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME
 from slurmgen.heal.attempts import parse_attempts
 from slurmgen.jobs.view import job_view, overall, task_row
 
@@ -158,7 +158,20 @@ def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, 
     return parse_attempts(text) if text else []
 
 
-def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None) -> dict[str, Any]:
+def _time_report(runner: Runner, record: JobRecord, attempts: list[dict[str, Any]], with_timeline: bool) -> dict[str, Any]:
+    """Stragglers and goodput (and the per-rank timeline when asked) from the ranks' timeline
+    file beside the logs (contract/phases.py) and the attempts record."""
+    from slurmgen.observe.report import analyse
+
+    text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / TIMELINE_NAME.format(job_id=record.job_id)))
+    found = analyse(text or "", attempts, record.submitted, time.time())
+    if not with_timeline:
+        found.pop("timeline", None)
+    return found
+
+
+def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None,
+           with_timeline: bool = False) -> dict[str, Any]:
     """Everything `slurmgen status JOB` shows, as one dict."""
     reused = reused_note(registry, record)
     snap = QueryResult(notes=[reused]) if reused else ask(runner, [record.job_id], steps=True)
@@ -183,7 +196,10 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         rows.append(task_row(key, job, record, params.get(t) if is_array else None, log, runs.get(group_of(record.job_id, t))))
         if is_array and job is not None and job.job_id.isdigit() and (job.state != "PENDING" or job.restarts):
             rows[-1]["attempts"] = _attempts(runner, record, job.job_id)
-    view = job_view(record, snap, rows, [] if is_array else _attempts(runner, record, record.job_id))
+    attempts = [] if is_array else _attempts(runner, record, record.job_id)
+    view = job_view(record, snap, rows, attempts)
+    if not is_array and record.info.get("log_dir"):
+        view.update(_time_report(runner, record, attempts, with_timeline))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     if jobs:

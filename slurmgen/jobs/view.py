@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from slurmgen.contract import verdict
 from slurmgen.heal.attempts import cause
+from slurmgen.observe.report import lines as time_lines
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import SlurmJob, QueryResult, TaskExit, first_rank_exit, task_exits
@@ -182,6 +183,7 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
     for step in view.get("steps") or []:
         lines.append(f"  step {step['step']}: {step['state']} {_step_end(step)}")
     lines += _attempt_lines(view.get("attempts"), "  ")
+    lines += time_lines(view)
     for note in view.get("notes") or []:
         if note != view.get("unanswered"):
             lines.append(f"  note: {note}")

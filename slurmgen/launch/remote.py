@@ -50,7 +50,7 @@ REMOTE_PREFIX = """exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"
 @functools.cache
 def bootstrap() -> str:
     """The bootstrap's bash text, with the protocol's constants and the exit codes filled in."""
-    from slurmgen import __version__
+    from slurmgen.contract.version import VERSION as __version__
     from slurmgen.generate.render import render_template
 
     return render_template(BOOTSTRAP_TEMPLATE, version=__version__, event_tag=EVENT_TAG, event_fd=EVENT_FD,

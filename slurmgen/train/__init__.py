@@ -7,8 +7,9 @@ loaded on first use (PEP 562 `__getattr__`):
     from slurmgen.train import train_ddp, Trainer, TrainConfig, finish, EXIT_PREEMPTED
 
 This subpackage imports nothing else from slurmgen at run time but slurmgen.tracking (the run
-record, itself free of torch and of the generator; not imported at all with --track off): a node
-that only has the trainer installed can run it.
+record, itself free of torch and of the generator; not imported at all with --track off) and
+the stdlib-only slurmgen.contract and slurmgen.observe (the heartbeat and timeline writer it
+shares with `slurmgen.beat`): a node that only has the trainer installed can run it.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ from typing import Any, Callable, Mapping, NoReturn
 import torch
 from torch import nn
 
+from slurmgen.contract import phases
+from slurmgen.observe.record import rank_started
+
 from . import compat, dist
 from .config import TrainConfig
 from .env import DistEnv, EnvError, LaunchFlags, detect
@@ -40,8 +43,11 @@ def setup(config: TrainConfig, flags: LaunchFlags | None = None, environ: Mappin
         raise EnvError(too_old)
     if risky and env.is_main:
         log.warning("%s", risky)
+    timeline = rank_started(env.rank)  # the timeline's imports phase: torch is loaded
     dist.configure_runtime(env, config.threads, config.tf32)
     dist.init(env, config.init_timeout)
+    if timeline is not None:
+        timeline.write(phases.RENDEZVOUS)
     log.info("slurmgen.train: %s", env.describe())
     if env.note:
         log.warning("%s", env.note)

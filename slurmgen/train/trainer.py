@@ -27,6 +27,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from slurmgen.contract import envvars
+
 from . import checkpoint as ckpt
 from . import dist
 from .checkpointing import Checkpointing
@@ -67,6 +69,12 @@ def _items(inputs: Any) -> int:
     return len(inputs) if hasattr(inputs, "__len__") else 1
 
 
+def slow_for(rank: int, environ: Any) -> float:
+    """Test hook SLURMGEN_TRAIN_SLOW=RANK:SECONDS: that rank sleeps in each step (a straggler)."""
+    who, _, seconds = environ.get(envvars.TRAIN_SLOW, "").partition(":")
+    return float(seconds) if who.strip() == str(rank) and seconds else 0.0
+
+
 class Trainer:
     """Train `model` on `train_dataset` in the process group described by `env`."""
 
@@ -89,6 +97,7 @@ class Trainer:
         self.checkpoints = Checkpointing(config, env, self.heartbeat, self.batches, self.model, self.optimizer,
                                          self.scheduler, self.scaler, tracking=lambda: self.tracking)
         self.step, self.train_loss, self.val_loss, self._start = 0, None, None, time.time()
+        self.work, self.slow = 0.0, slow_for(env.rank, os.environ)
         self._rng_seed()
 
     def _rng_seed(self) -> None:
@@ -119,12 +128,17 @@ class Trainer:
         The loss stays a tensor (no .item()) so that a GPU is never forced to synchronise
         here; it becomes a number only at logging steps."""
         accum, total, items = self.cfg.grad_accum, torch.zeros((), device=self.env.device), 0
+        began = time.perf_counter()
+        if self.slow:
+            time.sleep(self.slow)
         for micro in range(accum):
             batch = _move(self.batches.batch(self.step, micro), self.env.device)
             sync = micro == accum - 1 or not isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
             with (contextlib.nullcontext() if sync else ddp.no_sync()):
                 with self._autocast():
                     loss = self._loss(ddp, batch) / accum
+                if sync:  # the rank's own work ends where it may wait for its peers (the all-reduce)
+                    self.work = time.perf_counter() - began
                 self.scaler.scale(loss).backward()
             total += loss.detach().float()
             items += _items(batch[0])
@@ -192,7 +206,7 @@ class Trainer:
             while self.step < self.max_steps:
                 window.add(*self.train_step(ddp))
                 self.checkpoints.prepare(self.step)
-                self.heartbeat.beat(self.step)
+                self.heartbeat.beat(self.step, work=self.work)
                 progress.update(self.step)
                 self.checkpoints.poll()
                 # Every rank votes every step (the result arrives one step later): a signal that

@@ -230,11 +230,12 @@ def _attribute_reaches(m: Module, fn: ast.AST, names: dict[str, str], modules: d
 # the feature packages on those; the CLI root composes them and nothing imports it.
 LAYERS: dict[str, int] = {
     "slurmgen.contract": 0,
-    "slurmgen.errors": 1, "slurmgen.jsonl": 1, "slurmgen": 1, "slurmgen.nodelink": 1,
+    "slurmgen.errors": 1, "slurmgen.jsonl": 1, "slurmgen.atomic": 1, "slurmgen.nodelink": 1,
     "slurmgen.generate": 2, "slurmgen.cliopts": 2,
     "slurmgen.heal": 3, "slurmgen.tracking": 3, "slurmgen.train": 3, "slurmgen.launch": 3,
-    "slurmgen.jobs": 3, "slurmgen.doctor": 3, "slurmgen.coordinator": 3,
-    "slurmgen.cli": 4, "slurmgen.__main__": 4,
+    "slurmgen.jobs": 3, "slurmgen.doctor": 3, "slurmgen.coordinator": 3, "slurmgen.observe": 3,
+    # The package's face: `slurmgen.beat` for any program (observe/), `__version__` (contract).
+    "slurmgen": 4, "slurmgen.cli": 4, "slurmgen.__main__": 4,
 }
 
 

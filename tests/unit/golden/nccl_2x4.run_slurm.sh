@@ -34,6 +34,12 @@ attempt=${SLURM_RESTART_COUNT:-0}
 log_dir=out/logs
 attempts_file=$log_dir/slurmgen-$SLURM_JOB_ID.attempts.jsonl
 finished_marker=$log_dir/slurmgen-$SLURM_JOB_ID.finished
+# Each rank appends its phases (imports, rendezvous, first step, checkpoints) and step samples
+# here (the format: slurmgen/contract/phases.py), read by `slurmgen status --timeline`.
+# Absolute, since a rank may start in another directory.
+timeline_file=$log_dir/slurmgen-$SLURM_JOB_ID.timeline.jsonl
+[[ $timeline_file == /* ]] || timeline_file=$PWD/$timeline_file
+export SLURMGEN_TIMELINE_FILE=$timeline_file
 # json_string VALUE: VALUE as a JSON string in $json, with \ " and every control character
 # escaped (RFC 8259), so a line always parses, whatever a node name holds. Bash, not Python or
 # jq: the batch node runs this before anything the job sets up (modules, a venv, a container),

@@ -1,0 +1,94 @@
+"""Goodput: how much of a run's allocation trained, across all its attempts, and where the rest
+went (pure).
+
+wall       the first allocation's start to the last attempt's end (or now): the time the run
+           held, or waited to hold again, an allocation
+queue      submission to the first allocation (shown, not part of wall)
+startup    each attempt's allocation start to the first step done on every rank
+checkpoint the checkpoint stalls (the slowest rank's, once per checkpoint)
+lost       at each failure, the time spent on steps past the checkpoint the next attempt resumed
+           from: those steps were done twice (`lost_steps` lists them)
+restart    a failed attempt's last step to the next attempt's first step's allocation: failure
+           detection, tear-down and the requeue's wait
+other      the last attempt's end after its last step (final evaluation, save, exit)
+productive the rest: goodput = productive / wall
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from slurmgen.contract import phases
+from slurmgen.observe.timeline import attempt_bounds, by_attempt
+
+Event = Mapping[str, Any]
+
+
+def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
+    """One attempt's facts: first step (all ranks), last step and its time, checkpoints."""
+    firsts = [e for evs in ranks.values() for e in evs if e["event"] == phases.FIRST_STEP]
+    stepped = [e for evs in ranks.values() for e in evs if isinstance(e.get("step"), int)
+               and e["event"] in (phases.FIRST_STEP, phases.STEPS, phases.CHECKPOINT, phases.END)]
+    stalls: dict[int, dict[str, float]] = {}  # step -> the slowest rank's stall (its own stalls at that step added)
+    for evs in ranks.values():
+        mine: dict[int, dict[str, float]] = {}
+        for e in (e for e in evs if e["event"] == phases.CHECKPOINT):
+            c = mine.setdefault(e.get("step"), {"time": e["time"], "stall": 0.0})
+            c["stall"] += float(e.get("stall") or 0)
+        for step, c in mine.items():
+            if step not in stalls or c["stall"] > stalls[step]["stall"]:
+                stalls[step] = c
+    last = max(stepped, key=lambda e: (e["step"], e["time"])) if stepped else None
+    every = [e["time"] for evs in ranks.values() for e in evs]
+    return {"first": max(e["time"] for e in firsts) if firsts else None,
+            "resumed_from": min(e["step"] for e in firsts) - 1 if firsts else None,
+            "last_step": last["step"] if last else None, "last_time": last["time"] if last else None,
+            "checkpoints": stalls, "began": min(every) if every else None, "seen": max(every) if every else None}
+
+
+def compute(events: Sequence[Event], attempts: Sequence[Event] = (), submitted: float | None = None,
+            now: float | None = None) -> dict[str, Any] | None:
+    """{"goodput", "wall", "breakdown": {...}, "lost_steps": [...]}; None with no step recorded."""
+    grouped, bounds = by_attempt(events), attempt_bounds(attempts)
+    numbers = sorted(set(grouped) | set(bounds))
+    facts = {n: _attempt(grouped.get(n, {})) for n in numbers}
+    if not any(f["first"] is not None for f in facts.values()):
+        return None
+    start = {n: bounds.get(n, {}).get("start", facts[n]["began"]) for n in numbers}
+    end = {n: bounds.get(n, {}).get("end") or (now if n == numbers[-1] and now else facts[n]["seen"]) for n in numbers}
+    parts = dict.fromkeys(("startup", "checkpoint", "lost", "restart", "other"), 0.0)
+    lost_steps = []
+    for i, n in enumerate(numbers):
+        f, nxt = facts[n], facts[numbers[i + 1]] if i + 1 < len(numbers) else None
+        if f["first"] is None:  # never stepped: all of it was start-up (or waiting for a restart)
+            parts["startup"] += max(0.0, (end[n] or start[n]) - start[n])
+            continue
+        parts["startup"] += f["first"] - start[n]
+        parts["checkpoint"] += sum(c["stall"] for c in f["checkpoints"].values())
+        if nxt is None:
+            parts["other"] += max(0.0, end[n] - f["last_time"])
+            continue
+        redo_from = nxt["resumed_from"] if nxt["resumed_from"] is not None else max(f["checkpoints"], default=None)
+        ckpt = f["checkpoints"].get(redo_from)
+        since = ckpt["time"] if ckpt is not None else f["first"]
+        lost = max(0.0, f["last_time"] - since)
+        parts["lost"] += lost
+        lost_steps.append({"attempt": n, "from_step": redo_from, "to_step": f["last_step"],
+                           "steps": max(0, f["last_step"] - (redo_from or 0)), "seconds": round(lost, 3)})
+        parts["restart"] += max(0.0, start[numbers[i + 1]] - f["last_time"])
+    wall = max(1e-9, end[numbers[-1]] - start[numbers[0]])
+    productive = max(0.0, wall - sum(parts.values()))
+    queue = None if submitted is None else round(start[numbers[0]] - submitted, 3)
+    return {"goodput": round(productive / wall, 4), "wall": round(wall, 3), "queue": queue,
+            "breakdown": {"productive": round(productive, 3), **{k: round(v, 3) for k, v in parts.items()}},
+            "lost_steps": lost_steps}
+
+
+def summary(g: Mapping[str, Any]) -> str:
+    """'goodput 83.2% of 412s (startup 31s, checkpoint 4s, lost 22s over 40 steps, ...)'."""
+    b = g["breakdown"]
+    lost = sum(x["steps"] for x in g["lost_steps"])
+    rest = ", ".join(f"{k} {v:.1f}s" + (f" over {lost} steps" if k == "lost" and lost else "")
+                     for k, v in b.items() if k != "productive" and v)
+    queue = f"; queued {g['queue']:.1f}s before" if g.get("queue") is not None else ""
+    return f"goodput {100 * g['goodput']:.1f}% of {g['wall']:.1f}s" + (f" ({rest})" if rest else "") + queue

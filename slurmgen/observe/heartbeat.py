@@ -1,0 +1,194 @@
+"""The heartbeat protocol's writer, shared by the bundled trainer and `slurmgen.beat`.
+
+heartbeats (`Heartbeat`): each rank rewrites DIR/rank-NNNNN.json = {"rank", "step", "time",
+  "pid", "host", "status"} atomically, at most every --heartbeat-every seconds and at every
+  status change. DIR is $SLURMGEN_HEARTBEAT_DIR when a launcher sets it (a node-local
+  directory that the launcher's watcher reads: see `contract.envvars.HEARTBEAT_DIR`). Otherwise DIR is
+  private to the run on the node's tmpfs (`node_local_dir`), and each node's local rank 0
+  copies its node's records into OUT_DIR/heartbeats/node-HOST-NODE_RANK.json every 5 heartbeats
+  and at the end: a shared file system sees one write per node every few seconds instead of
+  one per rank per second. A watcher compares `time` (the writer's clock) with its own to
+  tell a hung rank (stale heartbeat) from a slow one (fresh heartbeat, slow steps). status is
+  running | evaluating | checkpointing | done | preempted | failed; only "running" promises
+  another beat within --heartbeat-every (during a checkpoint every rank waits while rank 0
+  copies the state and waits for the previous write, which is not a hang).
+
+Besides the heartbeat file, a `Heartbeat` given a timeline writer (observe/record.py) records
+the phases it can see from the beats themselves: the first step, each checkpoint's stall (the
+time spent in "checkpointing"), the end, and a step sample at most once per period.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from slurmgen import atomic
+from slurmgen.contract import envvars, phases, states
+from slurmgen.observe.record import TimelineWriter
+
+
+# The heartbeat contract between a launcher (or watcher) and any program it starts: when the
+# launcher sets this variable, rank R writes DIR/rank-%05d.json there (the format above); a
+# program that writes none is never judged hung.
+
+
+# The node summary is rewritten every this many heartbeat periods (and at the end).
+SUMMARY_EVERY_BEATS = 5
+FINAL_STATUSES = frozenset(states.HEARTBEAT_WORD[s] for s in states.ENDED if s in states.HEARTBEAT_WORD)
+
+
+def node_local_dir(out_dir: str | os.PathLike[str], node_rank: int, environ: Mapping[str, str]) -> Path:
+    """Where a node's ranks write heartbeats when no launcher named a directory: tmpfs
+    (/dev/shm) when there is one, in a directory that only this run on this node uses."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    run = "|".join([str(Path(out_dir).absolute()), environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_RESTART_COUNT", ""),
+                    environ.get("MASTER_ADDR", ""), environ.get("MASTER_PORT", ""), str(node_rank)])
+    return base / f"slurmgen-heartbeats-{os.getuid()}-{hashlib.sha256(run.encode()).hexdigest()[:16]}"
+
+
+# A node-local directory nobody wrote to for this long belongs to a run that was killed.
+STALE_AFTER = 3600.0
+
+
+def remove_stale_node_dirs(mine: Path, now: float) -> None:
+    """Remove this user's node-local heartbeat directories that killed runs left behind. Safe
+    for a live run too: its next beat creates its directory again."""
+    for d in mine.parent.glob(f"slurmgen-heartbeats-{os.getuid()}-*"):
+        try:
+            newest = max([f.stat().st_mtime for f in d.iterdir()] + [d.stat().st_mtime])
+        except OSError:
+            continue
+        if d != mine and now - newest > STALE_AFTER:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """Every rank's latest record in DIR: from rank-NNNNN.json files and node summaries."""
+    found: dict[int, dict[str, Any]] = {}
+    d = Path(directory)
+    for path in sorted(d.glob("rank-*.json")) + sorted(d.glob("node-*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # vanished between glob and read
+        for r in record.get("ranks", [record]):
+            if r["rank"] not in found or r["time"] > found[r["rank"]]["time"]:
+                found[r["rank"]] = r
+    return found
+
+
+class Heartbeat:
+    """One small JSON file per rank; cheap enough to call every step (it throttles itself).
+
+    `out_dir=None` (a program that has no run directory, `slurmgen.beat`) writes heartbeat
+    files only where a launcher named a directory. `timeline` (default: from the environment)
+    receives the phases the beats show: first step, checkpoint stalls, the end, step samples."""
+
+    def __init__(self, out_dir: str | os.PathLike[str] | None, rank: int, every: float, local_rank: int = 0,
+                 node_rank: int = 0, environ: Mapping[str, str] = os.environ,
+                 timeline: TimelineWriter | None | bool = True):
+        chosen = environ.get(envvars.HEARTBEAT_DIR)
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.dir = Path(chosen) if chosen else None if out_dir is None else node_local_dir(out_dir, node_rank, environ)
+        # Without a launcher's watcher the run directory is the only place anyone looks.
+        summarise = not chosen and local_rank == 0 and out_dir is not None
+        # Named by host and node rank: ranks started by hand may all call themselves node 0,
+        # and test set-ups run several "nodes" on one host.
+        node = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', self.host)}-{node_rank}"
+        self.summary = Path(out_dir) / "heartbeats" / f"node-{node}.json" if summarise and out_dir is not None else None
+        self.path = self.dir / f"rank-{rank:05d}.json" if self.dir is not None else None
+        self.rank, self.every, self.last, self.summarised = rank, every, 0.0, 0.0
+        self.status = "starting"
+        self.timeline = TimelineWriter.from_env(rank, environ) if timeline is True else timeline or None
+        # What the timeline needs between beats: the step the attempt began at, the start of
+        # the checkpoint in progress, the last sample and the work done since.
+        self.start_step: int | None = None
+        self.first_done, self.ckpt_start, self.sampled, self.work = False, 0.0, 0.0, 0.0
+        self.sampled_step = self.ckpt_step = 0
+
+    def beat(self, step: int, status: str = "running", force: bool = False, work: float | None = None) -> None:
+        """`work`: seconds this rank spent working (not waiting for peers) in the step just done;
+        the straggler check compares ranks by it, since a collective evens out step times."""
+        now = time.time()
+        if self.timeline is not None:
+            self._timeline(step, status, now, work)
+        if not force and status == self.status and now - self.last < self.every:
+            return
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.last:
+                self.remove_stale()
+            record = {"rank": self.rank, "step": step, "time": now, "pid": self.pid, "host": self.host, "status": status}
+            atomic.write_text(self.path, json.dumps(record) + "\n", fsync=False)
+        self.last, self.status = now, status
+        if self.summary is not None and (status in FINAL_STATUSES or now - self.summarised >= SUMMARY_EVERY_BEATS * self.every):
+            if not self.summarised and self.dir is not None:  # the first beat of a node leader
+                remove_stale_node_dirs(self.dir, now)
+            self.summarise(now)
+
+    def _timeline(self, step: int, status: str, now: float, work: float | None) -> None:
+        """The phases this beat shows (contract/phases.py), written as they happen."""
+        tl = self.timeline
+        assert tl is not None
+        if self.start_step is None:
+            self.start_step, self.sampled = step, now
+        elif not self.first_done and step > self.start_step:
+            self.first_done, self.sampled_step = True, self.start_step
+            tl.write(phases.FIRST_STEP, now, step=step)
+        if work is not None:
+            self.work += work
+        if status == "checkpointing" and self.status != "checkpointing":
+            self.ckpt_start, self.ckpt_step = now, step
+        elif self.status == "checkpointing" and status != "checkpointing":
+            tl.write(phases.CHECKPOINT, now, step=self.ckpt_step, stall=round(now - self.ckpt_start, 6))
+        final = status in FINAL_STATUSES and status != self.status
+        if self.first_done and step > self.sampled_step and (final or status == "running" and now - self.sampled >= self.every):
+            tl.write(phases.STEPS, now, step=step, work=round(self.work, 6))  # the last sample too: short runs get one
+            self.sampled, self.sampled_step, self.work = now, step, 0.0
+        if final:
+            tl.write(phases.END, now, step=step, status=status)
+
+    def remove_stale(self) -> None:
+        """This process's first beat: the temporary files of its own two names that a killed
+        predecessor (the run this one resumes) left behind go (`atomic.remove_stale`)."""
+        if self.path is not None:
+            atomic.remove_stale(self.path.parent, [self.path.name])
+        if self.summary is not None:
+            atomic.remove_stale(self.summary.parent, [self.summary.name])
+
+    def summarise(self, now: float | None = None) -> None:
+        """Node leader: copy the node's records into the run directory's node summary."""
+        if self.summary is None:
+            return
+        now = time.time() if now is None else now
+        ranks = sorted(read_heartbeats(self.dir).values(), key=lambda r: r["rank"])
+        self.summary.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(self.summary, json.dumps({"host": self.host, "time": now, "ranks": ranks}) + "\n", fsync=False)
+        self.summarised = now
+
+    def finish(self, barrier: Callable[[], None] = lambda: None) -> None:
+        """Once every rank has written its last beat: the node leader's final summary, then the
+        node-local directory removed (a launcher's directory is the launcher's to remove).
+
+        Called by every rank with a collective `barrier` between the two (or none when peers may
+        be gone): ranks started by hand on one host all call themselves local rank 0 of node 0,
+        so several leaders share one directory and one summary, and a leader removing it must
+        not cut short another one's summary. A summary that cannot be written (a full disk)
+        still meets the barrier and removes the directory, then raises."""
+        try:
+            if self.summary is not None:
+                self.summarise()
+        finally:
+            barrier()
+            if self.summary is not None and self.dir is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)

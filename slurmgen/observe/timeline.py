@@ -1,0 +1,118 @@
+"""The per-rank timeline of a run, computed from what each side recorded (pure).
+
+Inputs: the ranks' timeline events (contract/phases.py: process start, imports, rendezvous,
+first step, checkpoints, end), the attempts record of the batch script (heal/attempts.py:
+when each allocation started and ended) and the time the job was submitted (the registry).
+Output, per attempt: each rank's phases in seconds since the allocation started, its
+checkpoints and their stall, and the slowest rank of each phase, the one everybody waited for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from slurmgen.contract import phases
+
+Event = Mapping[str, Any]
+
+
+def by_attempt(events: Iterable[Event]) -> dict[int, dict[int, list[Event]]]:
+    """Events grouped by attempt, then rank, in time order; unknown words are skipped."""
+    out: dict[int, dict[int, list[Event]]] = {}
+    for e in sorted(events, key=lambda e: e.get("time") or 0):
+        if e.get("event") in phases.EVENTS and isinstance(e.get("rank"), int) and isinstance(e.get("time"), (int, float)):
+            out.setdefault(int(e.get("attempt") or 0), {}).setdefault(e["rank"], []).append(e)
+    return out
+
+
+def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, float]]:
+    """{attempt: {"start": t, "end": t}} from the attempts record (the batch node's clock)."""
+    out: dict[int, dict[str, float]] = {}
+    for a in attempts:
+        if a.get("event") in ("start", "end") and isinstance(a.get("time"), (int, float)):
+            out.setdefault(int(a.get("attempt") or 0), {})[a["event"]] = float(a["time"])
+    return out
+
+
+def rank_phases(events: Sequence[Event]) -> dict[str, Any]:
+    """One rank's attempt: the first time of each phase, its checkpoints, its last step."""
+    row: dict[str, Any] = {p: None for p in phases.PHASES}
+    row.update(checkpoints=[], last_step=None, last_time=None, status=None, host=None)
+    for e in events:
+        name = e["event"]
+        row["host"] = row["host"] or e.get("host")
+        if name == phases.CHECKPOINT:  # the final wait for a write in flight adds to its checkpoint's stall
+            same = [c for c in row["checkpoints"] if c["step"] == e.get("step")]
+            if same:
+                same[0]["stall"] += float(e.get("stall") or 0)
+            else:
+                row["checkpoints"].append({"step": e.get("step"), "time": e["time"], "stall": float(e.get("stall") or 0)})
+        elif name in phases.PHASES and row[name] is None:
+            row[name] = e["time"]
+        if name == phases.END:
+            row["status"] = e.get("status")
+        if isinstance(e.get("step"), int) and e["step"] >= (row["last_step"] or 0):
+            row["last_step"], row["last_time"] = e["step"], e["time"]
+    return row
+
+
+def build(events: Iterable[Event], attempts: Sequence[Event] = (), submitted: float | None = None) -> dict[str, Any]:
+    """The timeline: {"submitted", "attempts": [{"attempt", "start", "end", "ranks": [...],
+    "slowest": {phase: {"rank", "at"}}}]}; times in seconds since the attempt's allocation
+    started (its first event when the attempts record is missing)."""
+    grouped, bounds = by_attempt(events), attempt_bounds(attempts)
+    out = []
+    for n in sorted(set(grouped) | set(bounds)):
+        ranks = {r: rank_phases(evs) for r, evs in sorted(grouped.get(n, {}).items())}
+        seen = [e["time"] for evs in grouped.get(n, {}).values() for e in evs]
+        start = bounds.get(n, {}).get("start", min(seen) if seen else None)
+        out.append({"attempt": n, "start": start, "end": bounds.get(n, {}).get("end"),
+                    "queued": None if submitted is None or start is None or n else round(start - submitted, 3),
+                    "ranks": [_relative(r, row, start) for r, row in ranks.items()],
+                    "slowest": slowest(ranks, start)})
+    return {"submitted": submitted, "attempts": out}
+
+
+def _since(t: float | None, origin: float | None) -> float | None:
+    return None if t is None or origin is None else round(t - origin, 3)
+
+
+def _relative(rank: int, row: Mapping[str, Any], origin: float | None) -> dict[str, Any]:
+    stalls = [c["stall"] for c in row["checkpoints"]]
+    return {"rank": rank, "host": row["host"], **{p: _since(row[p], origin) for p in phases.PHASES},
+            "status": row["status"], "last_step": row["last_step"], "checkpoints": len(stalls),
+            "checkpoint_stall": round(sum(stalls), 3),
+            "checkpoint_list": [{"step": c["step"], "at": _since(c["time"], origin), "stall": round(c["stall"], 3)}
+                                for c in row["checkpoints"]]}
+
+
+def slowest(ranks: Mapping[int, Mapping[str, Any]], origin: float | None) -> dict[str, dict[str, Any]]:
+    """Per phase, the rank that reached it last: the one the others waited for."""
+    out = {}
+    for p in phases.PHASES:
+        reached = [(row[p], r) for r, row in ranks.items() if row[p] is not None]
+        if reached:
+            t, r = max(reached)
+            out[p] = {"rank": r, "at": _since(t, origin)}
+    return out
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def format_timeline(view: Mapping[str, Any]) -> list[str]:
+    """The text table of `slurmgen status --timeline`: one block per attempt, a row per rank."""
+    lines = []
+    heads = ["rank", "host", *phases.PHASES, "ckpts", "stall"]
+    for a in view.get("attempts", []):
+        queued = f", queued {a['queued']:.1f}s" if a.get("queued") is not None else ""
+        lines.append(f"attempt {a['attempt']} (seconds since the allocation started{queued}):")
+        rows = [[r["rank"], r["host"], *(r[p] for p in phases.PHASES), r["checkpoints"], r["checkpoint_stall"]]
+                for r in a["ranks"]]
+        rows.append(["slowest", "", *(a["slowest"].get(p, {}).get("rank") for p in phases.PHASES), "", ""])
+        table = [heads] + [[_cell(c) for c in row] for row in rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(heads))]
+        lines += ["  " + "  ".join(c.rjust(w) if i != 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                  for row in table]
+    return lines or ["no timeline recorded (the program wrote no phases: see `slurmgen.beat`)"]

@@ -1,0 +1,131 @@
+"""The pure readers of the timeline protocol on tables: the per-rank timeline, stragglers and
+goodput (slurmgen/observe), with the records a run's ranks and its batch script write."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmgen.observe import goodput, stragglers, timeline
+from slurmgen.observe.report import analyse, lines
+from slurmgen.observe.timeline import format_timeline
+
+T0 = 1_000_000.0
+
+
+def ev(event, rank, t, attempt=0, **kw):
+    return {"event": event, "rank": rank, "attempt": attempt, "time": T0 + t, "host": f"n{rank // 2}", "pid": 1, **kw}
+
+
+def rank_events(rank, offset=0.0, attempt=0, t0=0.0, steps=(0, 100), ckpts=(), end="done"):
+    """A rank's attempt: phases at t0 + 1, 2, 3 (+ offset); step first + k done at t0 + 2 + k."""
+    first, last = steps
+    out = [ev("process", rank, t0 + 0.5, attempt), ev("imports", rank, t0 + 1 + offset, attempt),
+           ev("rendezvous", rank, t0 + 2 + offset, attempt), ev("first_step", rank, t0 + 3 + offset, attempt, step=first + 1)]
+    for s in ckpts:
+        out.append(ev("checkpoint", rank, t0 + 2 + (s - first), attempt, step=s, stall=0.5))
+    if end:
+        out.append(ev("end", rank, t0 + 2 + (last - first), attempt, step=last, status=end))
+    return out
+
+
+def test_the_timeline_has_every_phase_per_rank_since_the_allocation_and_names_the_slowest():
+    events = [e for r in range(4) for e in rank_events(r, offset=2.0 if r == 3 else 0.0, ckpts=(50,))]
+    attempts = [{"event": "start", "attempt": 0, "time": T0}, {"event": "end", "attempt": 0, "time": T0 + 110}]
+    view = timeline.build(events, attempts, submitted=T0 - 30)
+    (a,) = view["attempts"]
+    assert a["queued"] == 30 and a["start"] == T0 and a["end"] == T0 + 110
+    r3 = a["ranks"][3]
+    assert (r3["process"], r3["imports"], r3["rendezvous"], r3["first_step"]) == (0.5, 3.0, 4.0, 5.0)
+    assert (r3["checkpoints"], r3["checkpoint_stall"], r3["status"], r3["last_step"]) == (1, 0.5, "done", 100)
+    assert a["slowest"]["imports"] == {"rank": 3, "at": 3.0} and a["slowest"]["first_step"]["rank"] == 3
+    text = format_timeline(view)
+    assert text[0].startswith("attempt 0 (seconds since the allocation started, queued 30.0s)")
+    assert text[-1].split()[:5] == ["slowest", "3", "3", "3", "3"], text  # process: the last of a tie
+
+
+def test_a_missing_phase_is_a_dash_and_a_missing_attempts_record_starts_at_the_first_event():
+    events = [ev("process", 0, 1.0), ev("first_step", 0, 4.0, step=1), ev("junk", 0, 2.0), {"event": "imports"}]
+    view = timeline.build(events)
+    (a,) = view["attempts"]
+    assert a["start"] == T0 + 1 and a["ranks"][0]["imports"] is None and a["ranks"][0]["first_step"] == 3.0
+    assert " - " in format_timeline(view)[1 + 1]
+    assert format_timeline({"attempts": []})[0].startswith("no timeline recorded")
+
+
+def samples(rank, per_step, steps=100, every=10, attempt=0):
+    """first_step at 1, a step sample every `every` steps with `per_step` seconds of work each."""
+    out = [ev("first_step", rank, 0, attempt, step=1)]
+    out += [ev("steps", rank, s, attempt, step=s, work=per_step * every) for s in range(every, steps + 1, every)]
+    return out
+
+
+@pytest.mark.parametrize("slow, factor, min_steps, flagged", [
+    (0.10, 1.5, 20, True),    # 10x slower for all 100 steps
+    (0.014, 1.5, 20, False),  # 1.4x: under the factor
+    (0.10, 1.5, 101, False),  # slower, but for fewer steps than asked
+    (0.02, 1.9, 20, True),    # 2x against a factor of 1.9
+])
+def test_a_rank_slower_than_the_median_by_the_factor_for_enough_steps_is_a_straggler(slow, factor, min_steps, flagged):
+    by_rank = {r: samples(r, slow if r == 1 else 0.01) for r in range(4)}
+    found = stragglers.from_events(by_rank, factor, min_steps)
+    assert [s["rank"] for s in found] == ([1] if flagged else [])
+    if flagged:
+        assert found[0]["steps"] == 100 and (found[0]["from_step"], found[0]["to_step"]) == (1, 100)
+        assert found[0]["ratio"] == pytest.approx(slow / 0.01, rel=0.01)
+
+
+def test_a_short_slow_spell_is_not_a_straggler_and_a_long_one_is_counted_from_where_it_began():
+    by_rank = {r: samples(r, 0.01) for r in (0, 2, 3)}
+    # rank 1: slow over steps 41-50 only (10 steps), then slow again over 61-100 (40 steps)
+    works = {10: 0.1, 20: 0.1, 30: 0.1, 40: 0.1, 50: 1.0, 60: 0.1, 70: 1.0, 80: 1.0, 90: 1.0, 100: 1.0}
+    by_rank[1] = [ev("first_step", 1, 0, step=1)] + [ev("steps", 1, s, step=s, work=w) for s, w in works.items()]
+    (s,) = stragglers.from_events(by_rank, 1.5, 20)
+    assert (s["rank"], s["steps"], s["from_step"], s["to_step"]) == (1, 40, 61, 100)
+    assert stragglers.from_events(by_rank, 1.5, 41) == []
+    assert stragglers.step_times(by_rank)[0] == pytest.approx(0.01)
+
+
+def test_uneven_sample_windows_are_compared_step_by_step():
+    """Ranks sample at their own moments: windows of different lengths still line up by step."""
+    by_rank = {0: samples(0, 0.01, every=10), 1: samples(1, 0.05, every=25), 2: samples(2, 0.01, every=20)}
+    (s,) = stragglers.from_events(by_rank, 1.5, 20)
+    assert (s["rank"], s["steps"]) == (1, 100)
+    assert stragglers.from_events({0: samples(0, 0.01)}) == []  # one rank: nothing to compare with
+
+
+def test_goodput_of_a_run_that_failed_once_and_resumed_from_its_checkpoint():
+    """Attempt 0: allocation at 0, first step at 3, a checkpoint at step 50 (t=52, 0.5 s stall),
+    dies at step 80 (t=82), ends at 90. Attempt 1: allocation at 100, resumes from step 50:
+    first step (51) at 103, done at step 100 (t=152), ends at 155."""
+    a0 = [e for r in range(2) for e in rank_events(r, steps=(0, 80), ckpts=(50,), end=None)]
+    a0 += [ev("steps", r, 82, 0, step=80, work=1) for r in range(2)]
+    a1 = [e for r in range(2) for e in rank_events(r, attempt=1, t0=100, steps=(50, 100))]
+    attempts = [{"event": "start", "attempt": 0, "time": T0}, {"event": "end", "attempt": 0, "time": T0 + 90},
+                {"event": "start", "attempt": 1, "time": T0 + 100}, {"event": "end", "attempt": 1, "time": T0 + 155}]
+    g = goodput.compute(a0 + a1, attempts, submitted=T0 - 20)
+    b = g["breakdown"]
+    assert g["wall"] == 155 and g["queue"] == 20
+    assert g["lost_steps"] == [{"attempt": 0, "from_step": 50, "to_step": 80, "steps": 30, "seconds": 30.0}]
+    assert (b["startup"], b["checkpoint"], b["lost"], b["restart"], b["other"]) == (6.0, 0.5, 30.0, 18.0, 3.0)
+    assert b["productive"] == pytest.approx(155 - 6 - 0.5 - 30 - 18 - 3)
+    assert g["goodput"] == pytest.approx(b["productive"] / 155, abs=1e-4)
+    assert goodput.summary(g).startswith(f"goodput {100 * g['goodput']:.1f}% of 155.0s (startup 6.0s, checkpoint 0.5s, "
+                                         "lost 30.0s over 30 steps, restart 18.0s, other 3.0s); queued 20.0s before")
+
+
+def test_goodput_of_a_running_job_counts_to_now_and_of_a_job_that_never_stepped_is_unknown():
+    events = rank_events(0, steps=(0, 10), end=None)
+    g = goodput.compute(events, [{"event": "start", "attempt": 0, "time": T0}], now=T0 + 20)
+    assert g["wall"] == 20 and g["breakdown"]["startup"] == 3.0
+    assert goodput.compute([ev("process", 0, 1), ev("imports", 0, 2)]) is None
+
+
+def test_status_lines_come_from_the_files_text():
+    events = [e for r in range(4) for e in samples(r, 0.2 if r == 2 else 0.01)]
+    import json
+
+    found = analyse("\n".join(json.dumps(e) for e in events) + "\ncut sho", [], None, T0 + 200)
+    assert [s["rank"] for s in found["stragglers"]] == [2] and found["step_work"]["2"] == pytest.approx(0.2)
+    text = lines(found)
+    assert text[0].startswith("  stragglers: rank 2 20.0x the median for 100 steps (1-100, attempt 0)") and "goodput" in text[1]
+    assert analyse("", [], None, T0) == {}
