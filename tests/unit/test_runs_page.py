@@ -98,3 +98,51 @@ def test_no_registry_yet_is_an_empty_list_with_the_reason(tmp_path):
                                                        (0, None, 185, "3 min 05 s"), (0, None, 3720, "1 h 02 min")])
 def test_elapsed(started, ended, now, text):
     assert runs_page.elapsed(started, ended, now) == text
+
+
+def _seq(client, kind: str) -> str:
+    return re.search(rf'<tr data-run="(\d+)" data-kind="{kind}">', client.get("/ui/runs").text).group(1)
+
+
+def test_a_launch_page_shows_its_attempts_and_failure_and_disables_slurm_control(client):
+    seq = _seq(client, "launch")
+    html = client.get(f"/ui/runs/{seq}").text
+    assert "sweep-launch" in html and "1 — rank 3 on node2 code 1 (rank 3 exited 1)" in html
+    assert re.search(r'<button type="submit" disabled title="only a Slurm job can be cancelled here">Cancel</button>', html)
+    assert 'title="only a Slurm job can be checkpointed here">Checkpoint and stop' in html
+    # a POST anyway (no JavaScript needed to bypass a disabled button) is refused, after a redirect
+    csrf = re.search(r'name="csrf" value="([A-Za-z0-9_-]+)"', html).group(1)
+    reply = client.post(f"/ui/runs/{seq}/cancel", data={"csrf": csrf}, headers={"Origin": "http://testserver"},
+                        follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == f"/ui/runs/{seq}"
+    assert "is not a Slurm job of this machine&#39;s registry: nothing was sent" in client.get(f"/ui/runs/{seq}").text
+
+
+def test_run_actions_need_csrf(client):
+    seq = _seq(client, "launch")
+    assert client.post(f"/ui/runs/{seq}/cancel", headers={"Origin": "http://testserver"}).status_code == 403
+
+
+def test_a_slurm_job_page_shows_pending_reason_failure_log_and_enables_what_applies(client, monkeypatch):
+    """Slurm's answer is canned here (commands.status against a real Slurm: tests/integration)."""
+    from slurmgen.coordinator.web import run_detail
+
+    seq = _seq(client, "slurm")
+    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {
+        "state": "PENDING", "pending": "requeued, eligible at 15:00:00 (in 30 s)", "first_failure": None})
+    html = client.get(f"/ui/runs/{seq}").text
+    assert "requeued, eligible at 15:00:00 (in 30 s)" in html and "(Slurm: PENDING)" in html
+    assert '<button type="submit">Cancel</button>' in html
+    assert 'title="the job is PENDING, not running: nothing to save">Checkpoint and stop' in html
+    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {
+        "state": "FAILED", "first_failure": {"rank": 1, "node": "node2", "exit_code": 3, "what": HOSTILE},
+        "log_tail": ["Traceback (most recent call last):", HOSTILE]})
+    html = client.get(f"/ui/runs/{seq}").text
+    assert "rank 1 on node2, exit code 3" in html and "Traceback (most recent call last):" in html
+    assert HOSTILE not in html
+    assert 'disabled title="the job has ended (FAILED)">Cancel' in html
+
+
+def test_an_unknown_run_goes_back_to_the_list_with_a_notice(client):
+    reply = client.get("/ui/runs/9999", follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == "/ui/runs"
