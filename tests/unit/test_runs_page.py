@@ -135,10 +135,10 @@ def test_a_slurm_job_page_shows_pending_reason_failure_log_and_enables_what_appl
     assert '<button type="submit">Cancel</button>' in html
     assert 'title="the job is PENDING, not running: nothing to save">Checkpoint and stop' in html
     monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {
-        "state": "FAILED", "first_failure": {"rank": 1, "node": "node2", "exit_code": 3, "what": HOSTILE},
+        "state": "FAILED", "first_failure": {"state": "FAILED", "rank": 1, "node": "node2", "exit_code": 3, "what": HOSTILE},
         "log_tail": ["Traceback (most recent call last):", HOSTILE]})
     html = client.get(f"/ui/runs/{seq}").text
-    assert "rank 1 on node2, exit code 3" in html and "Traceback (most recent call last):" in html
+    assert "FAILED, rank 1 on node2, exit code 3" in html and "Traceback (most recent call last):" in html
     assert HOSTILE not in html
     assert 'disabled title="the job has ended (FAILED)">Cancel' in html
 
@@ -146,3 +146,15 @@ def test_a_slurm_job_page_shows_pending_reason_failure_log_and_enables_what_appl
 def test_an_unknown_run_goes_back_to_the_list_with_a_notice(client):
     reply = client.get("/ui/runs/9999", follow_redirects=False)
     assert reply.status_code == 303 and reply.headers["location"] == "/ui/runs"
+
+
+def test_a_slurm_jobs_attempts_file_becomes_attempt_rows_with_causes():
+    from slurmgen.coordinator.web import run_detail
+
+    rows = run_detail.slurm_attempts([
+        {"event": "start", "time": 100.0, "host": "node1"},
+        {"event": "end", "time": 160.0, "host": "node1", "exit_code": 3, "rank": 5, "node": "node2", "task": 5},
+        {"event": "start", "time": 200.0, "host": "node1"}])
+    assert [(r["number"], r["state"], r["rank"], r["node"], r["code"]) for r in rows] == [
+        (1, "ended", 5, "node2", 3), (2, "start", None, "node1", None)]
+    assert rows[0]["cause"] == "exit 3 (rank 5 on node2)" and rows[1]["ended"] is None

@@ -36,9 +36,9 @@ ENDED_SLURM = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FA
 
 def _runner(record: JobRecord) -> Any:
     """Here, or the login node the job was submitted through (as `slurmgen status` does)."""
-    from slurmgen.jobs.cli import _Runners
+    from slurmgen.jobs.cli import Runners
 
-    return _Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
+    return Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
 
 
 def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
@@ -55,10 +55,25 @@ def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
     return [line.text for line in lines]
 
 
+def slurm_attempts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause."""
+    from slurmgen.heal.attempts import cause
+
+    rows: list[dict[str, Any]] = []
+    for r in records:
+        if r.get("event") in ("start", "skipped") or not rows:
+            rows.append({"number": len(rows) + 1, "state": r.get("event"), "started": clock(r.get("time")), "ended": None,
+                         "cause": None, "rank": None, "node": r.get("host"), "code": None})
+        if r.get("event") == "end":
+            rows[-1].update(state="ended", ended=clock(r.get("time")), cause=cause(r), rank=r.get("rank"),
+                            node=r.get("node") or rows[-1]["node"], code=r.get("exit_code"))
+    return rows
+
+
 def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
     """`slurmgen status`'s view of the job, the pending text and the failed rank's log tail."""
     from slurmgen.jobs.commands import status
-    from slurmgen.jobs.view import _pending
+    from slurmgen.jobs.view import pending_text
 
     record = reg.by_seq(seq)
     if record is None:
@@ -67,8 +82,9 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
     try:
         view = status(runner, reg, record, None)
         failure = view.get("first_failure") or {}
-        view["pending"] = _pending(view, None) if view.get("reason") else None
+        view["pending"] = pending_text(view, None) if view.get("reason") else None
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
+        view["attempts"] = slurm_attempts(view.get("attempts") or [])
     finally:
         runner.close()
     return view
@@ -90,8 +106,10 @@ def read_run(path: Any, seq: int) -> dict[str, Any] | None:
         row = get_row(reg, seq)
         if row is None:
             return None
-        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
         slurm = slurm_status(reg, seq) if row["kind"] == "slurm" else {}
+        row = get_row(reg, seq) if slurm else row  # status() stored the state Slurm gave
+        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
+        attempts += slurm.get("attempts") or []
     return {"run": run_view(row, time.time()), "row": row, "attempts": attempts, "slurm": slurm,
             "disabled": control(row["kind"], slurm)}
 
