@@ -158,3 +158,10 @@ def test_a_slurm_jobs_attempts_file_becomes_attempt_rows_with_causes():
     assert [(r["number"], r["state"], r["rank"], r["node"], r["code"]) for r in rows] == [
         (1, "ended", 5, "node2", 3), (2, "start", None, "node1", None)]
     assert rows[0]["cause"] == "exit 3 (rank 5 on node2)" and rows[1]["ended"] is None
+
+
+def test_an_ended_run_without_an_end_time_shows_no_growing_elapsed_time():
+    row = {"seq": 1, "kind": "slurm", "job_id": "7", "name": "j", "state": "stopped", "nodes": 1, "ranks": 1,
+           "started": 0.0, "ended": None, "attempts": 0, "failure": None, "last_exit": 143}
+    assert runs_page.run_view(row, 500.0)["elapsed"] == "—"
+    assert runs_page.run_view({**row, "state": "running"}, 500.0)["elapsed"] == "8 min 20 s"

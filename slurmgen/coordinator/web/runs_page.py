@@ -64,11 +64,17 @@ def outcome(r: Mapping[str, Any]) -> str:
     return f"{code} — {text}" if code else text
 
 
+ENDED = frozenset({State.SUCCEEDED.value, State.FAILED.value, State.PREEMPTED.value, State.STOPPED.value, State.LOST.value})
+
+
 def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """A row as the list shows it. A run that ended without an end time (a Slurm job: the registry
+    keeps the state Slurm last gave, not when it ended) shows no elapsed time rather than a growing one."""
     state = r.get("state") or r.get("last_state") or "unknown"
+    unknown_end = r.get("ended") is None and state in ENDED
     return {"seq": r["seq"], "kind": r["kind"], "key": r["job_id"], "name": r["name"], "state": state,
             "shape": f"{r['nodes'] or '?'} x {r['ranks'] or '?'}", "started": clock(r.get("started")) or "—",
-            "elapsed": elapsed(r.get("started"), r.get("ended"), now), "attempts": r.get("attempts") or 0,
+            "elapsed": "—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), "attempts": r.get("attempts") or 0,
             "outcome": outcome(r), "ended": r.get("ended") is not None}
 
 
