@@ -42,7 +42,7 @@ def _echo_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-class _Runners:
+class Runners:
     """One runner per place (here, or a login node), opened on first use, all closed at the end."""
 
     def __init__(self, ssh_config: str | None, setup: list[str], default_remote: str | None = None):
@@ -85,7 +85,7 @@ def _with_job(registry: Optional[Path], job: Optional[str], remote: Optional[str
             record, task = newest[0], None
         else:
             record, task = find(reg, job, note)
-        runners = _Runners(ssh_config, list(setup), remote)
+        runners = Runners(ssh_config, list(setup), remote)
         try:
             return work(reg, record, task, runners(record.remote, record.info.get("remote_setup"),
                                                    record.info.get("ssh_config")))
@@ -108,7 +108,7 @@ def submit(**kw: Any) -> None:
         return
     remote, as_json = kw["remote"], kw["as_json"]
     with Registry.open(kw["registry"], create=True) as reg:  # a bad registry stops us before sbatch
-        runners = _Runners(kw["ssh_config"], list(kw["remote_setup"]))
+        runners = Runners(kw["ssh_config"], list(kw["remote_setup"]))
         try:
             if remote:
                 record = _submit_remote(runners(remote), reg, rendered, args, kw)
@@ -161,7 +161,7 @@ def jobs(registry: Optional[Path] = RegistryOpt, limit: Optional[int] = typer.Op
         raise SlurmgenError(f"limit: must be at least 1 (got {limit})")
     kinds, states = check_kinds(kind), check_states(state)
     with Registry.open(registry) as reg:
-        runners = _Runners(ssh_config, list(remote_setup))
+        runners = Runners(ssh_config, list(remote_setup))
         try:
             rows = list_jobs(runners, reg, limit, only=remote, kinds=kinds, states=states,
                              note=lambda text: typer.echo(f"slurmgen: warning: {text}; states are the last ones "

@@ -139,7 +139,16 @@ def list_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = 
         args += list(states)
     sql = _LIST_SQL.format(where=("WHERE " + " AND ".join(where)) if where else "",
                            limit=f"LIMIT {int(limit)}" if limit else "")
-    cursor = reg.db.execute(sql, args)
+    return _decoded(reg.db.execute(sql, args))
+
+
+def get_row(reg: Registry, seq: int) -> dict[str, Any] | None:
+    """One run as the list shows it (None: no run with that row number)."""
+    rows = _decoded(reg.db.execute(_LIST_SQL.format(where="WHERE j.seq = ?", limit=""), (seq,)))
+    return rows[0] if rows else None
+
+
+def _decoded(cursor: Any) -> list[dict[str, Any]]:
     names = [d[0] for d in cursor.description]
     rows = []
     for values in cursor:

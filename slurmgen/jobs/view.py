@@ -157,7 +157,7 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
         last_seen = str(view.get("source", "")).startswith("registry")
         lines.append(f"  slurm: {view['unanswered']}" + ("; the state is the last one slurmgen saw" if last_seen else ""))
     if view.get("reason"):
-        lines.append(f"  pending: {_pending(view, now)}")
+        lines.append(f"  pending: {pending_text(view, now)}")
     for label, key in (("nodes", "nodes"), ("elapsed", "elapsed"), ("limit", "limit"), ("requeued", "restarts")):
         if view.get(key):
             lines.append(f"  {label}: {view[key]}")
@@ -190,7 +190,7 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
     return lines
 
 
-def _pending(view: Mapping[str, Any], now: float | None) -> str:
+def pending_text(view: Mapping[str, Any], now: float | None) -> str:
     """Why it waits; after a requeue (Reason=BeginTime) also until when: Slurm's requeue delay."""
     eligible, reason = view.get("eligible"), str(view["reason"])
     try:

@@ -1,0 +1,154 @@
+"""A run's page (/ui/runs/SEQ) and the control of a Slurm job from it.
+
+The run model comes from the registry (runs.get_row, runs.attempts_of); a Slurm job's live
+status (state, pending reason and eligible time, first failure) is `slurmgen status`'s own
+(jobs/commands.status), and the last lines of the first failed rank's log come through
+jobs/logs.py from the job's log_dir when that file is readable from here. "Cancel" and
+"Checkpoint and stop" are `slurmgen cancel` and `slurmgen cancel --signal PREEMPT_SIGNAL`
+(jobs/commands.cancel); each is a POST behind the session and CSRF value that ends in a
+redirect to the run's page with what Slurm said. A button that cannot apply is disabled with
+its reason in a title.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.runs import attempts_of, get_row
+
+from .auth import guarded, redirect_with
+from .render import render, take_flash
+from .runs_page import registry_path, run_view
+from .views import clock
+
+router = APIRouter()
+LOG_LINES = 30  # lines of the failed rank's log shown under the first failure
+ENDED_SLURM = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                         "BOOT_FAIL", "DEADLINE"})
+
+
+def _runner(record: JobRecord) -> Any:
+    """Here, or the login node the job was submitted through (as `slurmgen status` does)."""
+    from slurmgen.jobs.cli import Runners
+
+    return Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
+
+
+def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
+    """The failed rank's last lines, when its log is readable from here ([] otherwise)."""
+    from slurmgen.jobs.logs import log_path, tail
+
+    if rank is None or "log_dir" not in record.info:
+        return []
+    try:
+        data = runner.read(log_path(record, None))
+    except (OSError, SlurmgenError):
+        return []
+    lines, _ = tail(data, None, LOG_LINES, {rank}, record.info.get("launcher") == "torchrun")
+    return [line.text for line in lines]
+
+
+def slurm_attempts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause."""
+    from slurmgen.heal.attempts import cause
+
+    rows: list[dict[str, Any]] = []
+    for r in records:
+        if r.get("event") in ("start", "skipped") or not rows:
+            rows.append({"number": len(rows) + 1, "state": r.get("event"), "started": clock(r.get("time")), "ended": None,
+                         "cause": None, "rank": None, "node": r.get("host"), "code": None})
+        if r.get("event") == "end":
+            rows[-1].update(state="ended", ended=clock(r.get("time")), cause=cause(r), rank=r.get("rank"),
+                            node=r.get("node") or rows[-1]["node"], code=r.get("exit_code"))
+    return rows
+
+
+def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
+    """`slurmgen status`'s view of the job, the pending text and the failed rank's log tail."""
+    from slurmgen.jobs.commands import status
+    from slurmgen.jobs.view import pending_text
+
+    record = reg.by_seq(seq)
+    if record is None:
+        return {}
+    runner = _runner(record)
+    try:
+        view = status(runner, reg, record, None)
+        failure = view.get("first_failure") or {}
+        view["pending"] = pending_text(view, None) if view.get("reason") else None
+        view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
+        view["attempts"] = slurm_attempts(view.get("attempts") or [])
+    finally:
+        runner.close()
+    return view
+
+
+def control(kind: str, slurm: dict[str, Any]) -> dict[str, str | None]:
+    """Why each button cannot apply (None: it can)."""
+    if kind != "slurm":
+        return {"cancel": "only a Slurm job can be cancelled here", "checkpoint": "only a Slurm job can be checkpointed here"}
+    state = str(slurm.get("state") or "").split(" ")[0]
+    if state in ENDED_SLURM or not slurm:
+        why = f"the job has ended ({state or 'unknown to Slurm'})"
+        return {"cancel": why, "checkpoint": why}
+    return {"cancel": None, "checkpoint": None if state == "RUNNING" else f"the job is {state}, not running: nothing to save"}
+
+
+def read_run(path: Any, seq: int) -> dict[str, Any] | None:
+    with Registry.open(path) as reg:
+        row = get_row(reg, seq)
+        if row is None:
+            return None
+        slurm = slurm_status(reg, seq) if row["kind"] == "slurm" else {}
+        row = get_row(reg, seq) if slurm else row  # status() stored the state Slurm gave
+        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
+        attempts += slurm.get("attempts") or []
+    return {"run": run_view(row, time.time()), "row": row, "attempts": attempts, "slurm": slurm,
+            "disabled": control(row["kind"], slurm)}
+
+
+@router.get("/ui/runs/{seq}", name="web_run")
+@guarded("page")
+async def run_page(request: Request, seq: int) -> Response:
+    try:
+        data = await asyncio.to_thread(read_run, registry_path(request.app), seq)
+    except SlurmgenError as exc:
+        return redirect_with(request, "/ui/runs", notice=str(exc))
+    if data is None:
+        return redirect_with(request, "/ui/runs", notice=f"There is no run {seq} in this machine's registry.")
+    return render(request, "run.html", {**data, "notice": take_flash(request).get("notice")})
+
+
+def act(path: Any, seq: int, action: str) -> str:
+    """Cancel or checkpoint-and-stop the Slurm job; what Slurm said, or why nothing was done."""
+    from slurmgen.jobs.commands import cancel
+
+    with Registry.open(path) as reg:
+        record = reg.by_seq(seq)
+        row = get_row(reg, seq)
+        if record is None or row is None or row["kind"] != "slurm":
+            return f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
+        signal = (record.info.get("preempt_signal") or "USR2") if action == "checkpoint" else None
+        runner = _runner(record)
+        try:
+            return str(cancel(runner, reg, record, None, signal)["said"])
+        except SlurmgenError as exc:
+            return str(exc)
+        finally:
+            runner.close()
+
+
+@router.post("/ui/runs/{seq}/{action}", name="web_run_action")
+@guarded("post")
+async def run_action(request: Request, seq: int, action: str) -> Response:
+    if action not in ("cancel", "checkpoint"):
+        return redirect_with(request, f"/ui/runs/{seq}", notice=f"Unknown action {action!r} (expected cancel or checkpoint).")
+    said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
+    return redirect_with(request, f"/ui/runs/{seq}", notice=said)

@@ -1,0 +1,127 @@
+"""The runs list (/ui/runs): every run of the serving machine's registry (jobs/runs.py), whatever
+started it: Slurm jobs (`submit`), SSH launches (`launch`) and this server's groups, newest first.
+
+The registry answers in one SELECT (runs.list_rows); the page shows each run as its launcher last
+recorded it (a Slurm job: the state `slurmgen jobs`/`status` last saw; asking Slurm belongs to
+those commands, which may take seconds when a controller is down, so the page never waits on it).
+Filters are query parameters (`state`, `kind`, each repeatable), rendered by the server; the
+page's script refreshes it the way it refreshes the groups (live.py): a JSON snapshot with a
+`shape` (the page is redrawn when the rows change) and live values (elapsed time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any, Mapping
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from slurmgen.contract.states import State
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.registry import Registry
+from slurmgen.jobs.runs import KINDS, check_kinds, check_states, list_rows
+
+from .auth import guarded
+from .render import render
+from .views import clock
+
+router = APIRouter()
+LIMIT = 1000  # rows the page shows; `slurmgen jobs` lists them all
+
+
+def registry_path(app: Any) -> Any:
+    """The registry `slurmgen serve --registry` records groups into (None: the default one)."""
+    runs = getattr(app.state.coordinator, "runs", None)
+    return runs.recorder.path if runs is not None else None
+
+
+def elapsed(started: float | None, ended: float | None, now: float) -> str:
+    """"1 h 02 min", "3 min 05 s", "12 s": how long the run ran (ran so far, if not ended)."""
+    if started is None:
+        return "—"
+    seconds = int(max(0.0, (ended if ended is not None else now) - started))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def outcome(r: Mapping[str, Any]) -> str:
+    """Exit code and first failure in one cell: "1 — rank 3 on node2 exited 1 (cause)"."""
+    f = r.get("failure")
+    code = "" if r.get("last_exit") is None else str(r["last_exit"])
+    if not f:
+        return code or "—"
+    where = " ".join(p for p in (f"rank {f['rank']}" if f.get("rank") is not None else "",
+                                 f"on {f['node']}" if f.get("node") else "",
+                                 f"code {f['code']}" if f.get("code") is not None else "") if p)
+    cause = f.get("cause") or ""
+    text = f"{where} ({cause})" if where and cause else where or cause
+    return f"{code} — {text}" if code else text
+
+
+ENDED = frozenset({State.SUCCEEDED.value, State.FAILED.value, State.PREEMPTED.value, State.STOPPED.value, State.LOST.value})
+
+
+def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """A row as the list shows it. A run that ended without an end time (a Slurm job: the registry
+    keeps the state Slurm last gave, not when it ended) shows no elapsed time rather than a growing one."""
+    state = r.get("state") or r.get("last_state") or "unknown"
+    unknown_end = r.get("ended") is None and state in ENDED
+    return {"seq": r["seq"], "kind": r["kind"], "key": r["job_id"], "name": r["name"], "state": state,
+            "shape": f"{r['nodes'] or '?'} x {r['ranks'] or '?'}", "started": clock(r.get("started")) or "—",
+            "elapsed": "—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), "attempts": r.get("attempts") or 0,
+            "outcome": outcome(r), "ended": r.get("ended") is not None}
+
+
+def read_runs(path: Any, kinds: list[str], states: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+    """(rows, None) or ([], why) when the registry cannot be read (none yet: an empty list)."""
+    try:
+        with Registry.open(path) as reg:
+            return list_rows(reg, kinds, states, LIMIT), None
+    except SlurmgenError as exc:
+        return [], str(exc)
+
+
+def shape(rows: list[dict[str, Any]]) -> str:
+    """Changes when a row appears, goes, or changes state, attempts or outcome: then the page is redrawn."""
+    text = "\n".join(f"{r['seq']} {r['state']} {r['attempts']} {r['outcome']}" for r in rows)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def filters(request: Request) -> tuple[list[str], list[str], str | None]:
+    """The `kind` and `state` query parameters, checked (a bad one is shown, the filter ignored)."""
+    q = request.query_params
+    kinds, states = [k for k in q.getlist("kind") if k], [s for s in q.getlist("state") if s]
+    try:
+        return check_kinds(kinds), check_states(states), None
+    except SlurmgenError as exc:
+        return [], [], str(exc)
+
+
+async def runs_data(request: Request) -> dict[str, Any]:
+    kinds, states, bad = filters(request)
+    rows, error = await asyncio.to_thread(read_runs, registry_path(request.app), kinds, states)
+    now = time.time()
+    views = [run_view(r, now) for r in rows]
+    return {"runs": views, "shape": shape(views), "kinds": kinds, "states": states, "error": bad or error,
+            "all_kinds": KINDS, "all_states": [s.value for s in State], "query": str(request.url.query)}
+
+
+@router.get("/ui/runs", name="web_runs")
+@guarded("page")
+async def runs_page(request: Request) -> Response:
+    return render(request, "runs.html", await runs_data(request))
+
+
+@router.get("/ui/live/runs", name="web_live_runs")
+@guarded("live")
+async def live_runs(request: Request) -> Response:
+    data = await runs_data(request)
+    fields = [[["r", r["seq"], "elapsed"], r["elapsed"], ""] for r in data["runs"]]
+    return JSONResponse({"shape": data["shape"], "fields": fields, "count": len(data["runs"])},
+                        headers={"cache-control": "no-store"})

@@ -1,0 +1,82 @@
+"""Control of a real Slurm job from the page (issue 22 part 3): a job `slurmgen submit` recorded
+in the serving machine's registry is cancelled with the run page's "Cancel" button, and is then
+gone from squeue, afterwards both buttons disabled with the reason; a bundled-trainer job stopped
+with "Checkpoint and stop" leaves a checkpoint and exits 75 (the preemption contract)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+TRAIN = ["python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--max-steps", "100000",
+         "--save-every", "0", "--log-every", "1000", "--heartbeat-every", "0.2", "--out-dir", "R"]
+
+
+def _submit(coordinator, cluster, cwd, *args: str) -> str:
+    registry = coordinator.home / "state" / "slurmgen" / "jobs.sqlite"  # what `slurmgen serve` reads
+    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(registry), "--nodes", "2", "--gpus", "1",
+            "--backend", "gloo", "--time", "5", *args]
+    proc = subprocess.run(argv, cwd=cwd, env=cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def _open_run(p, coordinator, job: str) -> None:
+    p.page.goto(coordinator.url + "/ui/runs?kind=slurm")
+    p.page.locator("tr[data-kind=slurm]", has=p.page.locator("td.run-key", has_text=job)).get_by_role("link").click()
+    expect(p.page.locator("#run-title")).to_contain_text(f"slurm {job}:")
+
+
+def test_cancel_a_slurm_job_from_its_page(page, cluster_coordinator, cluster, tmp_path):
+    coordinator, p = cluster_coordinator, page
+    job = _submit(coordinator, cluster, tmp_path, "-o", "page-cancel", "--", "sleep", "300")
+    try:
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        p.log_in(coordinator.token)
+        _open_run(p, coordinator, job)
+        expect(p.page.get_by_role("button", name="Cancel")).to_be_enabled()
+        expect(p.page.get_by_role("button", name="Checkpoint and stop")).to_be_enabled()
+        p.shot("run-page-running")
+        p.page.get_by_role("button", name="Cancel").click()
+        expect(p.page.locator(".notice")).to_contain_text(f"job {job}: CANCELLED", timeout=60_000)
+        assert "/cancel" not in p.page.url  # POST-redirect-GET: the address is the run's page
+        squeue = cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False)
+        assert squeue.stdout.strip() == "", squeue.stdout
+        expect(p.page.get_by_role("button", name="Cancel")).to_be_disabled()
+        assert p.page.get_by_role("button", name="Cancel").get_attribute("title").startswith("the job has ended (CANCELLED")
+        p.shot("run-page-cancelled")
+    finally:
+        cluster.cancel(job)
+
+
+def test_checkpoint_and_stop_a_bundled_trainer_from_its_page(page, cluster_coordinator, cluster, tmp_path):
+    from slurmgen.train.logs import read_heartbeats
+
+    coordinator, p = cluster_coordinator, page
+    job = _submit(coordinator, cluster, tmp_path, "--no-requeue", "-o", "page-ckpt", "--", *TRAIN)
+    try:
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        deadline = time.monotonic() + 60
+        while read_heartbeats(tmp_path / "R" / "heartbeats").get(0, {}).get("step", 0) < 3:
+            assert time.monotonic() < deadline, "the trainer did not reach step 3"
+            time.sleep(0.25)
+        p.log_in(coordinator.token)
+        _open_run(p, coordinator, job)
+        p.page.get_by_role("button", name="Checkpoint and stop").click()
+        expect(p.page.locator(".notice")).to_have_text(f"sent USR2 to {job}")
+        assert cluster.wait_state(job, {"FAILED", "COMPLETED"}, timeout=60) == "FAILED"
+        assert cluster.job_info(job)["ExitCode"].startswith("75:")  # the trainer's "saved, stopped" code
+        assert (tmp_path / "R" / "checkpoints" / "latest").read_text().strip().startswith("ckpt-")
+        p.page.reload()
+        expect(p.page.get_by_role("button", name="Checkpoint and stop")).to_be_disabled()
+        p.shot("run-page-checkpointed")
+    finally:
+        cluster.cancel(job)

@@ -1,0 +1,74 @@
+"""The runs list in a real Chromium against a real `slurmgen serve` (issue 22 part 2): the rows of
+its registry (a Slurm job, a failed SSH launch, a run with a hostile name), the filters, the
+escaping (no dialog: the fixture fails the test on one), and a new run appearing without a reload."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmgen.contract.states import State
+from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.runs import Failure, NewRun, add_run, end_run, start_attempt
+
+expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+LIVE = 2_500  # ms: the page polls every second; slack for 2 shared cores
+
+
+def _registry(coordinator):
+    """The registry `slurmgen serve` records into: its default under the test's XDG_STATE_HOME."""
+    return Registry.open(coordinator.home / "state" / "slurmgen" / "jobs.sqlite", create=True)
+
+
+def _fill(coordinator, now: float) -> None:
+    with _registry(coordinator) as reg:
+        reg.add(JobRecord("4242", "train-slurm", "/w/a", now - 300, None, "RUNNING", None,
+                          {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"]}))
+        launch = add_run(reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4), now - 200)
+        start_attempt(reg, launch, 1, now - 200)
+        end_run(reg, launch, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), now - 100)
+        hostile = add_run(reg, NewRun("launch", "20261125-2", HOSTILE, "/w", 1, 2), now - 50)
+        start_attempt(reg, hostile, 1, now - 50)
+        reg.db.commit()
+
+
+def _names(p) -> list[str]:
+    return p.page.locator("#runs-table td.run-name").all_inner_texts()
+
+
+def test_runs_list_rows_filter_escaping_and_live_rows(page, coordinator):
+    import time
+
+    p = page
+    _fill(coordinator, time.time())
+    p.log_in(coordinator.token)
+    p.page.get_by_role("link", name="Runs", exact=True).click()
+    p.page.wait_for_url(coordinator.url + "/ui/runs")
+    expect(p.page.locator("#runs-table td.run-name")).to_have_count(3)
+    assert _names(p) == [HOSTILE, "sweep-launch", "train-slurm"]  # newest first, the name shown as text
+    assert p.page.locator("#runs-table img").count() == 0
+    failed = p.page.locator("tr[data-kind=launch]", has_text="sweep-launch")
+    expect(failed).to_contain_text("rank 3 on node2 code 1 (rank 3 exited 1)")
+    expect(failed).to_contain_text("2 x 4")
+    p.shot("runs-list")
+
+    p.page.get_by_label("State").select_option("failed")
+    p.page.get_by_role("button", name="Filter").click()
+    p.page.wait_for_url("**/ui/runs?kind=&state=failed")
+    expect(p.page.locator("#runs-table td.run-name")).to_have_count(1)
+    assert _names(p) == ["sweep-launch"]
+    p.page.get_by_label("Kind").select_option("slurm")
+    p.page.get_by_label("State").select_option("")
+    p.page.get_by_role("button", name="Filter").click()
+    expect(p.page.locator("#runs-table td.run-name")).to_have_text(["train-slurm"])
+    p.shot("runs-filter-slurm")
+
+    p.page.goto(coordinator.url + "/ui/runs")
+    p.page.evaluate("window.__notReloaded = true")
+    with _registry(coordinator) as reg:
+        add_run(reg, NewRun("launch", "20261125-3", "arrives-live", "/w", 1, 1), time.time())
+        reg.db.commit()
+    expect(p.page.locator("#runs-table td.run-name").first).to_have_text("arrives-live", timeout=LIVE)
+    assert p.page.evaluate("window.__notReloaded") is True  # redrawn in place, not reloaded
+    p.shot("runs-live-row")
