@@ -7,7 +7,7 @@ rank, with which exit code. `decide` is that answer, written once; `slurmgen lau
 (launch/attempt.py), the coordinator (coordinator/state.py), `slurmgen status` (jobs/view.py)
 and the healing record (heal/attempts.py) turn what they saw into `Event`s and ask it. The
 node link's agent (nodelink/agent.py) runs where slurmgen is not installed and keeps its own
-copy of the rule; tests/unit/test_verdict.py runs the same event sequences through both.
+copy of the rule; tests/unit/contract/test_verdict.py runs the same event sequences through both.
 
 The rule: the first event that is not a clean exit decides the outcome and its code; later
 failures are only noted by whoever saw them (they are usually the consequence of stopping the

@@ -9,7 +9,7 @@ its logs are. Its attempts (restarts of a launch or group) are rows of `attempts
 its state, cause and first failure.
 
 `list_rows` answers the list of runs in one SELECT over indexed columns (1,000 runs in a few
-milliseconds: tests/unit/test_runs.py measures it), newest first. `Recorder` is how a launcher
+milliseconds: tests/unit/jobs/test_runs.py measures it), newest first. `Recorder` is how a launcher
 writes: one short connection per write, so a coordinator serving from several threads, or a
 launch that lasts a week, never holds the file open between writes.
 """

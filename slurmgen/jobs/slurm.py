@@ -10,7 +10,7 @@ Sources, in the order `query.py` uses them:
 - The job's own log: srun writes `srun: error: NODE: task N: Exited with exit code C` for
   each failing task: the only per-task exit code Slurm keeps (sacct keeps one per step).
 Checked against recorded output of Slurm 22.05.8 with slurmdbd on MariaDB (the test cluster's,
-tests/unit/data/slurm/README.md).
+tests/unit/jobs/data/slurm/README.md).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ launch/attempt.py): the classes below only turn the launcher's words, the other 
 and the clock into its inputs and carry out the actions it returns. Its verdict is the rule of
 slurmgen/contract/verdict.py, the first failure of the job wins with its code, written here
 again because this file runs on nodes where slurmgen is not installed and is embedded in the
-generated script as this one text: tests/unit/test_verdict.py runs the same event sequences
+generated script as this one text: tests/unit/contract/test_verdict.py runs the same event sequences
 through both and requires the same first failure and code.
 """
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 
 import httpx
 import pytest
 from faults import cut_off
-from train_helpers import free_port
+from helpers import AGENT_TIMEOUT, Coord, wait_for
 
 from slurmgen.coordinator.agent import CUT_OFF_MARGIN
 
@@ -26,102 +25,7 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 pytest.importorskip("fastapi", reason="the serve extra is not installed: run scripts/setup.sh --test")
 
-AGENT_TIMEOUT = 5.0
 PY = sys.executable
-
-
-class Coord:
-    """The server, the agents and an authenticated client, all torn down at the end."""
-
-    def __init__(self, cluster, tmp_path):
-        self.cluster, self.tmp = cluster, tmp_path
-        self.port = free_port()
-        self.url = f"http://{cluster.controller_ip}:{self.port}"
-        self.server = self.start_server()
-        self.token = (tmp_path / "token").read_text().strip()
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
-        # Two nodes whatever the cluster's size (SLURMGEN_TEST_NODES): the group of 4 is 2 x 2.
-        self.agents = {n.name: self.start_agent(n) for n in cluster.nodes[:2]}
-
-    def start_server(self) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [PY, "-m", "slurmgen", "serve", "--host", self.cluster.controller_ip, "--port", str(self.port),
-             "--db", str(self.tmp / "c.db"), "--token-file", str(self.tmp / "token"),
-             "--agent-timeout", str(AGENT_TIMEOUT)],
-            stdout=open(self.tmp / "serve.log", "a"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/api/health", timeout=1).status_code == 200:
-                    return proc
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise AssertionError("server did not come up:\n" + (self.tmp / "serve.log").read_text())
-
-    def start_agent(self, node) -> subprocess.Popen:
-        # nsenter execs the agent (no fork), so the Popen pid is the agent itself.
-        argv = ["nsenter", f"--net=/run/netns/{node.netns}", f"--uts=/proc/{node.slurmd_pid}/ns/uts", "--",
-                PY, "-m", "slurmgen", "agent", "--server", self.url, "--token-file", str(self.tmp / "token"),
-                "--workers", "2", "--state-dir", str(self.tmp / "agents"), "--grace", "3"]
-        return subprocess.Popen(argv, env=self.cluster.env(), stdout=open(self.tmp / f"agent-{node.name}.log", "a"),
-                                stderr=subprocess.STDOUT)
-
-    def call(self, method, path, **kw):
-        r = self.http.request(method, path, **kw)
-        assert r.status_code < 400, f"{method} {path}: {r.status_code} {r.text}"
-        return r.json() if r.content else None
-
-    def group(self):
-        return self.call("GET", "/api/groups/exp1")
-
-    def wait(self, states, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            g = self.group()["group"]
-            if g["state"] in states:
-                return g
-            time.sleep(0.2)
-        raise AssertionError(f"group never reached {states}: {self.group()}\n{self.logs()}")
-
-    def logs(self):
-        return "\n".join(f"[{ln['rank']}] {ln['line']}" for ln in self.call("GET", "/api/groups/exp1/logs"))
-
-    def rank_procs(self, marker):
-        return [p for n in self.cluster.nodes for p in self.cluster.pids_on(n) if marker in p.cmdline]
-
-    def form_group(self) -> list[str]:
-        """Group exp1 of node1-0, node1-1, node2-0, node2-1, once all four workers are there."""
-        names = [f"{n}-{i}" for n in ("node1", "node2") for i in (0, 1)]
-        wait_for(lambda: sorted(w["name"] for w in self.call("GET", "/api/workers")) == names, 30, "4 workers")
-        self.call("POST", "/api/groups", json={"name": "exp1"})
-        self.call("POST", "/api/workers/move", json={"workers": names, "group": "exp1"})
-        return names
-
-    def run(self, *argv):
-        self.call("PUT", "/api/groups/exp1/config",
-                  json={"master": "node1", "backend": "gloo", "argv": list(argv), "stop_grace": 3})
-        return self.call("POST", "/api/groups/exp1/start")
-
-    def close(self):
-        for proc in [*self.agents.values(), self.server]:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in [*self.agents.values(), self.server]:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.http.close()
-
-
-def wait_for(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return time.monotonic()
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import json
-import time
 import subprocess
 import sys
+import time
 
 import pytest
-from render_helpers import render_and_lint
+from helpers import render_and_lint
 
 from slurmgen.heal.attempts import attempts_path, read_attempts
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, communicate_in_session
+from helpers import clean_env, communicate_in_session
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.envvars import HEARTBEAT_DIR

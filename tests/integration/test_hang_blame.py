@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from render_helpers import render_and_lint
-from train_helpers import free_port
+from helpers import free_port, render_and_lint
 
 from slurmgen.contract import exitcodes
 from slurmgen.heal.attempts import attempts_path, read_attempts

@@ -19,41 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import COMMAND, sg, status, wait_status
 
 import slurmgen
 from slurmgen.train.logs import read_heartbeats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-# Each rank says who it is and what it got; rank 1 exits with $FAIL_CODE when it is set (the
-# job's code is the first failing rank's even when srun kills the others: run_slurm.sh).
-SAY = ('echo "rank $RANK of $WORLD_SIZE on $(hostname) port $MASTER_PORT args $*"; sleep "${NAP:-0}"; '
-       'if [[ $RANK == 1 && -n ${FAIL_CODE:-} ]]; then exit "$FAIL_CODE"; fi')
-COMMAND = ["--", "bash", "-c", SAY, "say"]
 EXAMPLES = Path(__file__).parents[2] / "examples"
-
-
-def sg(cluster, cwd: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    registry = [] if args[0] in ("runs", "plot") else ["--registry", str(cwd / "jobs.sqlite")]  # these read run records
-    argv = [sys.executable, "-m", "slurmgen", args[0], *registry, *args[1:]]
-    proc = subprocess.run(argv, cwd=cwd, env=cluster.env(env), capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"slurmgen {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def status(cluster, cwd: Path, job: str, *extra: str) -> dict:
-    return json.loads(sg(cluster, cwd, "status", job, "--json", *extra).stdout)
-
-
-def wait_status(cluster, cwd: Path, job: str, states: set[str], *extra: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        view = status(cluster, cwd, job, *extra)
-        if view["state"] in states or time.monotonic() > deadline:
-            assert view["state"] in states, view
-            return view
-        time.sleep(0.25)
 
 
 def rank_lines(cluster, cwd: Path, job: str, rank: int, *extra: str, check: bool = True) -> list[str]:

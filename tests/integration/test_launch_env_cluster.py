@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from test_job_commands import sg, status
+from helpers import sg, status
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, free_port
+from helpers import clean_env, free_port
 
-from slurmgen.contract import exitcodes
 from slurmgen.cli import main
+from slurmgen.contract import exitcodes
 
 pytestmark = pytest.mark.integration
 

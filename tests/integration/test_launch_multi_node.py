@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import free_port
+from helpers import free_port
 
 from slurmgen.cli import main
 

@@ -13,9 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from test_job_commands import COMMAND, sg
-from test_ssh_launch import PY, Run, assert_nodes_clean, base_args
+from helpers import COMMAND, PY, Run, assert_nodes_clean, base_args, sg
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -66,7 +64,7 @@ def test_submit_launch_and_a_group_show_in_one_list(cluster, tmp_path, monkeypat
 def _a_group_runs_and_fails(cluster, tmp_path: Path) -> None:
     """Serve and two agents (as test_coordinator_cluster starts them); rank 2 of the group exits 4."""
     pytest.importorskip("fastapi", reason="the serve extra is not installed: run scripts/setup.sh --test")
-    from test_coordinator_cluster import Coord, wait_for
+    from helpers import Coord, wait_for
 
     coord = Coord(cluster, tmp_path)
     try:

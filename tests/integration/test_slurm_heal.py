@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
-from render_helpers import render_and_lint
+from helpers import render_and_lint
 
 from slurmgen.contract import exitcodes
-from slurmgen.heal.attempts import attempts_path, finished_path, read_attempts
 from slurmgen.generate.hostlist import expand
+from slurmgen.heal.attempts import attempts_path, finished_path, read_attempts
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from render_helpers import render_and_lint
+from helpers import render_and_lint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

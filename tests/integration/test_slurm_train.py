@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from render_helpers import render_and_lint
+from helpers import render_and_lint
 
 from slurmgen.train.logs import read_heartbeats
 

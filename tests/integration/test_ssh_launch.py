@@ -8,8 +8,8 @@ processes are checked per node with `ip netns pids`.
 from __future__ import annotations
 
 import json
-import pty
 import os
+import pty
 import random
 import re
 import select
@@ -19,13 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-
 from faults import cut_off
+from helpers import Run, assert_nodes_clean, base_args
+
 from slurmgen.contract import exitcodes
 from slurmgen.contract.node_events import lifeline_silence
 from slurmgen.train.logs import read_heartbeats
@@ -37,70 +37,6 @@ pytest.importorskip("paramiko", reason="paramiko is not installed: run scripts/s
 PY = sys.executable
 PROBE = [PY, "-m", "slurmgen.train.probe", "--timeout", "60"]
 PROBE_RE = re.compile(r"^\[(\S+)/(\d+)\] SLURMGEN_PROBE (\{.*\})$")
-
-
-def port() -> int:
-    return random.randint(21000, 28999)
-
-
-def base_args(cluster, workdir: Path) -> list[str]:
-    # TMPDIR is not forwarded to remote ranks; without it torch's caches would land in /tmp.
-    return ["--ssh-config", str(cluster.ssh_config), "--workdir", str(workdir), "--master-port", str(port()),
-            "--backend", "gloo", "--connect-timeout", "5", "--env", f"TMPDIR={workdir}"]
-
-
-class Run:
-    """A `slurmgen launch` subprocess whose output is read live, line by line, with times."""
-
-    def __init__(self, args: list[str], env: dict[str, str] | None = None):
-        self.lines: list[tuple[float, str, str]] = []   # (time, stream, text)
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen([PY, "-m", "slurmgen", "launch", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})},
-                                     start_new_session=True)  # no terminal: nothing may prompt
-        self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
-                        for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))]
-        for r in self.readers:
-            r.start()
-
-    def _read(self, stream, name):
-        for line in stream:
-            self.lines.append((time.monotonic(), name, line.rstrip("\n")))
-
-    def wait_for(self, pattern: str, timeout: float = 60) -> float:
-        """Time at which a line matching `pattern` appeared (fails after `timeout`)."""
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for t, _, text in list(self.lines):
-                if rx.search(text):
-                    return t
-            if self.proc.poll() is not None and all(not r.is_alive() for r in self.readers):
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no line matching {pattern!r}:\n{self.text()}")
-
-    def finish(self, timeout: float = 120) -> int:
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"slurmgen launch still running after {timeout}s:\n{self.text()}")
-        for r in self.readers:
-            r.join(timeout=10)
-        return code
-
-    @property
-    def out(self) -> str:
-        return "\n".join(t for _, s, t in self.lines if s == "out")
-
-    @property
-    def err(self) -> str:
-        return "\n".join(t for _, s, t in self.lines if s == "err")
-
-    def text(self) -> str:
-        return f"--- stdout ---\n{self.out[-6000:]}\n--- stderr ---\n{self.err[-4000:]}"
 
 
 def launch(cluster, workdir: Path, *args: str, env=None, timeout: float = 120) -> Run:
@@ -126,12 +62,6 @@ def wait_gone(cluster, marker: str, timeout: float) -> tuple[float, list]:
         if not left or time.monotonic() - start > timeout:
             return time.monotonic(), left
         time.sleep(0.02)
-
-
-def assert_nodes_clean(cluster, timeout: float = 5):
-    """Nothing but slurmd and the sshd listener left on any node (sessions included)."""
-    left = cluster.wait_no_tasks(None, timeout=timeout)
-    assert not left, [(p.node, p.pid, p.cmdline) for p in left]
 
 
 @pytest.fixture
@@ -521,7 +451,6 @@ def test_flags_without_ssh_config_and_agent_authentication(two_nodes, tmp_path):
     finally:
         agent.terminate()
         agent.wait(10)
-
 
 
 def run_on_a_terminal(args: list[str], answers: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:

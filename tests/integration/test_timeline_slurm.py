@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import sg
 
 from slurmgen.contract import phases
-
-from test_job_commands import sg
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

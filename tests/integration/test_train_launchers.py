@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, communicate_in_session, free_port
+from helpers import clean_env, communicate_in_session, free_port
 
 from slurmgen.train.logs import read_heartbeats
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, communicate_in_session, free_port
+from helpers import clean_env, communicate_in_session, free_port
 
 from slurmgen.train.logs import read_heartbeats
 

@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import LAUNCH_VARS, clean_env
+from helpers import LAUNCH_VARS, clean_env
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
+from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
 from slurmgen.train import checkpoint as ckpt  # noqa: E402
 from slurmgen.train.cli import main  # noqa: E402
-from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
 
 PY = sys.executable
 

@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, communicate_in_session
+from helpers import clean_env, communicate_in_session
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
-from slurmgen.train import checkpoint as ckpt  # noqa: E402
 from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
+from slurmgen.train import checkpoint as ckpt  # noqa: E402
 
 # A small MLP with dropout (so the random streams matter too) and gradient accumulation (DDP's
 # no_sync steps), two checkpoints: 3 and 6.

@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_helpers import clean_env, communicate_in_session, free_port
+from helpers import clean_env, communicate_in_session, free_port
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
-from slurmgen.train import checkpoint as ckpt  # noqa: E402
 from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
+from slurmgen.train import checkpoint as ckpt  # noqa: E402
 
 WORLD = 3
 DRIVER = str(Path(__file__).with_name("resume_rank.py"))

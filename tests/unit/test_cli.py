@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from cli_helpers import run
+from helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
 

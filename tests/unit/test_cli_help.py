@@ -11,7 +11,7 @@ import re
 
 import pytest
 import typer
-from cli_helpers import run
+from helpers import run
 
 from slurmgen.cli import app, command_tree
 

@@ -45,3 +45,12 @@ def test_the_core_layers_type_check():
     result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], capture_output=True, text=True,
                             cwd=REPO, timeout=240)
     assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_no_test_module_imports_another():
+    # What tests share lives in tests/helpers.py; a test module imported by another runs its
+    # module-level code twice and ties two files' fixtures together.
+    offenders = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "tests").rglob("*.py"))
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if line.lstrip().startswith(("from test_", "import test_"))]
+    assert offenders == []

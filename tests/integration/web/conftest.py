@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = REPO / "test-artifacts" / "web"
@@ -43,12 +43,6 @@ WORKERS_PER_AGENT = 2
 START_TIMEOUT = 20.0
 BROWSER_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stop(proc: subprocess.Popen, grace: float = 5.0) -> None:
@@ -109,7 +103,7 @@ def _spawn(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
 def _serve(home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]], procs: list) -> Coordinator:
     """`slurmgen serve` on `bind`, then one agent per (name, argv prefix) with 2 workers each;
     every process is added to `procs` as it starts, for the caller to stop."""
-    port = _free_port()
+    port = free_port()
     url = f"http://{bind}:{port}"
     slurmgen = [sys.executable, "-m", "slurmgen"]
     coord = Coordinator(url, "", home, env, procs)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
 BIG = 200 * 1024 * 1024
 CHUNK = 1024 * 1024

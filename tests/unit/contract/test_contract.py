@@ -1,0 +1,57 @@
+"""The contract layer: every shared word defined once, and the places that must spell it agree."""
+
+import ast
+import re
+import typing
+from pathlib import Path
+
+from slurmgen.contract import backends, envvars, ports, states
+from slurmgen.coordinator.models import GroupConfig
+from slurmgen.generate.spec import JobSpec
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_contract_imports_nothing_of_slurmgen_but_itself():
+    for path in (ROOT / "slurmgen" / "contract").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert not name.startswith("slurmgen") or name.startswith("slurmgen.contract"), (path.name, name)
+
+
+def test_every_slurmgen_variable_used_anywhere_is_declared():
+    used = set()
+    for path in [*(ROOT / "slurmgen").rglob("*.py"), *(ROOT / "templates").glob("*.j2")]:
+        used |= set(re.findall(r"\bSLURMGEN_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
+    # Not environment variables: the node link's here-document delimiter and the probe's line tag.
+    used -= {"SLURMGEN_LINK_AGENT", "SLURMGEN_PROBE"}
+    assert sorted(used - set(envvars.VARS)) == []
+    assert sorted(set(envvars.VARS) - used) == []
+
+
+def test_literal_choices_match_the_contract():
+    """pydantic and type checkers need literal types; they list exactly the contract's choices."""
+    assert typing.get_args(JobSpec.model_fields["backend"].annotation) == backends.BACKENDS
+    assert typing.get_args(GroupConfig.model_fields["backend"].annotation) == backends.BACKENDS
+
+
+def test_every_launcher_defaults_to_the_same_backend():
+    """The coordinator said nccl where the spec and the trainer said auto: a CPU group then failed to start."""
+    assert JobSpec.model_fields["backend"].default == GroupConfig.model_fields["backend"].default == backends.DEFAULT_BACKEND
+
+
+def test_job_port_is_stable_in_range_and_said_as_computed():
+    assert ports.job_port("123456") == ports.JOB_PORT_BASE + 3456
+    assert all(20000 <= ports.job_port(j) < 30000 for j in range(0, 100000, 997))
+    assert ports.JOB_PORT_RULE == "20000 + job id % 10000"
+
+
+def test_outside_words_map_both_ways():
+    for word_of, back in ((states.HEARTBEAT_WORD, states.from_heartbeat), (states.RUN_RECORD_WORD, states.from_run_record)):
+        assert len(set(word_of.values())) == len(word_of)
+        assert all(back(word) is state for state, word in word_of.items())
+    assert states.from_heartbeat("done") is states.State.SUCCEEDED
+    assert states.from_run_record("finished") is states.State.SUCCEEDED
+    assert states.from_heartbeat("bogus") is None

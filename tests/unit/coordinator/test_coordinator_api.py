@@ -1,0 +1,311 @@
+"""The coordinator's API over a real SQLite file, driven by simulated agent heartbeats.
+
+Fast and in-process (Starlette's TestClient, a fake clock); the real agents, processes and
+nodes are in tests/integration/test_coordinator_cluster.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+from helpers import AUTH, TOKEN, Clock, beat, running, setup_group
+
+from slurmgen.coordinator.server import create_app  # noqa: E402
+from slurmgen.coordinator.service import Coordinator  # noqa: E402
+from slurmgen.coordinator.store import Store  # noqa: E402
+
+
+@pytest.fixture
+def api(tmp_path):
+    clock = Clock()
+    store = Store(tmp_path / "c.db")
+    client = TestClient(create_app(Coordinator(store, agent_timeout=10, clock=clock), TOKEN))
+    client.clock, client.db = clock, tmp_path / "c.db"
+    yield client
+    store.close()
+
+
+def group_state(api):
+    return api.get("/api/groups/exp1", headers=AUTH).json()["group"]
+
+
+def test_no_or_wrong_token_is_401_and_changes_nothing(api):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        assert api.post("/api/groups", headers=headers, json={"name": "x"}).status_code == 401
+        assert api.get("/api/workers", headers=headers).status_code == 401
+        assert api.post("/api/agents/heartbeat", headers=headers,
+                        json={"host": "gn6", "instance": "i", "workers": [{"id": 0, "state": "idle"}]}).status_code == 401
+    assert api.get("/api/groups", headers=AUTH).json() == []
+    assert api.get("/api/workers", headers=AUTH).json() == []
+    assert api.get("/api/health").status_code == 200
+
+
+def test_security_headers(api):
+    r = api.get("/api/groups", headers=AUTH)
+    assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    assert r.headers["cache-control"] == "no-store"
+
+
+def test_bad_bodies_are_422_naming_the_field(api):
+    setup_group(api)
+    r = api.put("/api/groups/exp1/config", headers=AUTH, json={"master": "gn6-0"})
+    assert r.status_code == 422 and "give 'gn6'" in r.json()["detail"]
+    r = api.put("/api/groups/exp1/config", headers=AUTH, json={"env": {"WORLD_SIZE": "9"}})
+    assert r.status_code == 422 and "WORLD_SIZE" in str(r.json()["detail"])
+    r = api.put("/api/groups/exp1/config", headers=AUTH, json={"world_size": 5})
+    assert r.status_code == 422 and "5 processes" in r.json()["detail"] and "only 4" in r.json()["detail"]
+    assert api.post("/api/groups", headers=AUTH, json={"name": "a/b"}).status_code == 422
+    assert group_state(api)["config"]["master"] == "gn7"  # nothing changed
+
+
+def test_start_runs_ranks_and_fails_as_one(api):
+    setup_group(api)
+    start = api.post("/api/groups/exp1/start", headers=AUTH)
+    assert start.status_code == 200 and start.json()["state"] == "starting"
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 409
+    moved = api.post("/api/workers/move", headers=AUTH, json={"workers": ["gn6-0"], "group": None})
+    assert moved.status_code == 409 and "running" in moved.json()["detail"]
+
+    orders = beat(api, "gn7", 0, 1)
+    assert [(o["worker"], o["rank"], o["env"]["NODE_RANK"], o["env"]["MASTER_ADDR"]) for o in orders["start"]] == [
+        (0, 0, "0", "gn7"), (1, 1, "0", "gn7")]
+    assert orders["start"][0]["env"]["SLURMGEN_GROUP"] == "exp1"
+    beat(api, "gn6", 0, 1)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    assert group_state(api)["state"] == "running"
+
+    # gn6-1 (rank 3) exits 3: the group fails with that code, everyone else is told to stop.
+    beat(api, "gn6", running("exp1", 1, 0)[0], {"id": 1, "state": "exited", "group": "exp1", "attempt": 1,
+                                                "exit_code": 3})
+    g = group_state(api)
+    assert (g["state"], g["exit_code"]) == ("failed", 3) and "rank 3 (gn6-1)" in g["reason"]
+    assert [s["worker"] for s in beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]] == [0, 1]
+    # A restarted server (a new process on the same file) has it all back.
+    again = TestClient(create_app(Coordinator(Store(api.db), clock=api.clock), TOKEN))
+    detail = again.get("/api/groups/exp1", headers=AUTH).json()
+    assert detail["group"]["state"] == "failed" and detail["attempts"][0]["exit_codes"] == {"3": 3}
+
+
+def test_max_restarts_starts_a_fresh_attempt_after_the_old_ranks_are_gone(api):
+    setup_group(api, max_restarts=1)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0), {"id": 1, "state": "exited", "group": "exp1", "attempt": 1,
+                                             "exit_code": 1})
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1)
+    orders = beat(api, "gn7", *running("exp1", 1, 0, 1))
+    assert orders["start"] == [] and len(orders["stop"]) == 2  # old ranks first
+    exited = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
+    assert [o["attempt"] for o in beat(api, "gn7", *exited)["start"]] == [2, 2]
+
+
+def test_silent_agent_fails_the_group_as_lost(api):
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.clock.now += 8
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    api.clock.now += 3  # gn6 silent for 11 s > 10 s
+    api.app.state.coordinator.tick()
+    g = group_state(api)
+    assert (g["state"], g["exit_code"]) == ("failed", 255) and "gn6" in g["reason"]
+    workers = {w["name"]: w["state"] for w in api.get("/api/workers", headers=AUTH).json()}
+    assert workers["gn6-0"] == "lost" and workers["gn7-0"] == "running"
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 409  # cannot start on a lost worker
+    # Every answer tells the agents the timeout, so that a cut-off one knows when to stop its ranks.
+    assert beat(api, "gn7", *running("exp1", 1, 0, 1))["agent_timeout"] == 10
+
+
+def test_stop_and_logs(api):
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    line = {"worker": 0, "group": "exp1", "attempt": 1, "rank": 0, "time": 1.0, "line": "hello"}
+    r = api.post("/api/agents/heartbeat", headers=AUTH,
+                 json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": [line]})
+    assert r.status_code == 200
+    logs = api.get("/api/groups/exp1/logs", headers=AUTH, params={"rank": 0}).json()
+    assert [(ln["worker"], ln["line"]) for ln in logs] == [("gn7-0", "hello")]
+    more = [{**line, "line": f"l{i}"} for i in range(5)]
+    api.post("/api/agents/heartbeat", headers=AUTH,
+             json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": more})
+    tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True}).json()
+    assert [ln["line"] for ln in tail] == ["l3", "l4"]
+    after = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "after": logs[0]["id"]}).json()
+    assert [ln["line"] for ln in after] == ["l0", "l1"]
+    assert api.post("/api/groups/exp1/stop", headers=AUTH).json()["state"] == "stopped"
+    assert len(beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]) == 2
+
+
+def test_second_live_agent_for_a_host_is_refused(api):
+    beat(api, "gn6", 0)
+    r = api.post("/api/agents/heartbeat", headers=AUTH,
+                 json={"host": "gn6", "instance": "other", "workers": [{"id": 0, "state": "idle"}]})
+    assert r.status_code == 409 and "one agent per node" in r.json()["detail"]
+
+
+def test_client_errors_are_one_line_naming_field_and_value(api):
+    from slurmgen.coordinator.client import Client, ClientError
+
+    setup_group(api)
+    client = Client("http://testserver", TOKEN)
+    client.http = api  # Starlette's TestClient is an httpx.Client
+    api.headers["Authorization"] = f"Bearer {TOKEN}"
+    with pytest.raises(ClientError) as e:
+        client.configure("exp1", {"world_size": 0})
+    assert (e.value.status, e.value.exit_code) == (422, 2)
+    assert str(e.value) == "world_size: Input should be greater than or equal to 1 (got 0)"
+    client.start("exp1")
+    with pytest.raises(ClientError, match="already starting") as e:
+        client.start("exp1")
+    assert e.value.status == 409
+    bad = Client("http://testserver", "wrong")
+    bad.http = type(api)(api.app, headers={"Authorization": "Bearer wrong"})
+    with pytest.raises(ClientError, match="refused the token"):
+        bad.groups()
+
+
+def test_patch_changes_only_the_fields_given_and_put_replaces(api):
+    """The CLI merged, the API replaced: a partial PUT reset the command and the master."""
+    setup_group(api, max_restarts=2)
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": 2, "env": {"A": "1"}})
+    assert r.status_code == 200, r.text
+    config = r.json()["config"]
+    assert (config["world_size"], config["env"], config["master"], config["argv"], config["max_restarts"]) == (
+        2, {"A": "1"}, "gn7", ["python", "train.py"], 2)
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": None, "master_port": None})
+    assert (r.json()["config"]["world_size"], r.json()["config"]["master_port"]) == (None, 29500), "null: the default"
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": 0, "nonsense": 1})
+    assert r.status_code == 422
+    assert {tuple(e["loc"]) for e in r.json()["detail"]} == {("body", "world_size"), ("body", "nonsense")}
+    assert api.get("/api/groups/exp1", headers=AUTH).json()["group"]["config"]["argv"] == ["python", "train.py"]
+    r = api.put("/api/groups/exp1/config", headers=AUTH, json={"argv": ["x"]})
+    assert r.json()["config"]["master"] is None and r.json()["config"]["max_restarts"] == 0, "PUT is the whole config"
+    assert api.patch("/api/groups/nope/config", headers=AUTH, json={}).status_code == 404
+
+
+def test_cli_group_config_sends_only_the_flags_given(api, monkeypatch):
+    from typer.testing import CliRunner
+
+    from slurmgen.cli import app
+    from slurmgen.coordinator import client as client_module
+
+    setup_group(api, env={"KEEP": "1"})
+    sent = []
+    api.headers["Authorization"] = f"Bearer {TOKEN}"
+    real = api.request
+
+    def recording(method, url, **kwargs):
+        sent.append((method, url, kwargs.get("json")))
+        return real(method, url, **kwargs)
+
+    monkeypatch.setattr(api, "request", recording)
+    monkeypatch.setattr(client_module.httpx, "Client", lambda **kwargs: api)
+    result = CliRunner().invoke(app, ["group", "config", "exp1", "--world-size", "2", "--server", "http://testserver"],
+                                env={"SLURMGEN_TOKEN": TOKEN})
+    assert result.exit_code == 0, result.output
+    assert sent == [("PATCH", "/api/groups/exp1/config", {"world_size": 2})]
+    config = api.get("/api/groups/exp1", headers=AUTH).json()["group"]["config"]
+    assert (config["world_size"], config["env"], config["master"]) == (2, {"KEEP": "1"}, "gn7")
+
+
+def test_no_token_is_401_before_the_body_is_parsed(api):
+    """Malformed JSON without a token got 422 (the body parsed first)."""
+    junk = {"Content-Type": "application/json"}
+    assert api.post("/api/groups", content=b"{not json", headers=junk).status_code == 401
+    assert api.post("/api/groups", content=b"{not json", headers={**junk, "Authorization": "Bearer wrong"}).status_code == 401
+    assert api.post("/api/groups", content=b"{not json", headers={**junk, **AUTH}).status_code == 422
+    assert api.get("/api/health").status_code == 200
+
+
+def test_bodies_over_the_limit_get_413_before_parsing(api):
+    from slurmgen.coordinator import server
+
+    big = b"x" * (server.PAGE_BODY_LIMIT + 1)
+    assert api.post("/ui/login", content=big, headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code == 413
+
+    def chunks():  # no Content-Length: counted as it streams in
+        for _ in range(40):
+            yield b"y" * 65536
+
+    assert api.post("/api/groups", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}).status_code == 413
+    huge = b'{"name": "' + b"a" * server.API_BODY_LIMIT + b'"}'
+    assert api.post("/api/groups", content=huge, headers={**AUTH, "Content-Type": "application/json"}).status_code == 413
+
+
+def test_a_refused_value_is_not_echoed_whole(api):
+    """A 50 MB group name came back twice in the 422."""
+    name = "-" + "a" * 500_000
+    r = api.post("/api/groups", headers=AUTH, json={"name": name})
+    assert r.status_code == 422 and len(r.content) < 2000, len(r.content)
+    assert r.json()["detail"][0]["loc"] == ["body", "name"] and "500001 characters" in r.json()["detail"][0]["input"]
+
+
+def test_no_docs_pages_and_the_schema_needs_the_token(api):
+    """/docs loaded Swagger UI from a CDN (blank here); /redoc and /openapi.json were open."""
+    assert api.get("/docs").status_code == 404
+    assert api.get("/redoc").status_code == 404
+    assert api.get("/openapi.json").status_code == 401
+    schema = api.get("/openapi.json", headers=AUTH)
+    assert schema.status_code == 200 and "patch" in schema.json()["paths"]["/api/groups/{name}/config"]
+
+
+def test_closing_answers_open_long_polls_at_once():
+    """Shutdown waited for the agents' 25 s polls, then cancelled them with an ERROR line."""
+    import asyncio
+
+    from slurmgen.coordinator.changes import Changes
+
+    async def scenario() -> float:
+        changes = Changes()
+        changes.bind(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiter = asyncio.create_task(changes.wait(0, 25))
+        await asyncio.sleep(0.05)
+        changes.close()
+        await waiter
+        assert await changes.wait(0, 25) == 0  # a poll after the close returns at once too
+        return loop.time() - started
+
+    assert asyncio.run(scenario()) < 1
+
+
+def test_an_attempt_keeps_the_run_records_its_ranks_announced(api, tmp_path):
+    from slurmgen import tracking
+
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    with tracking.init(tmp_path, group="exp1", place={"rank": 0, "world_size": 1}, environ={}) as run:
+        run.log(type="train", metrics={"loss": 2.0}, step=7)
+    ranks = running("exp1", 1, 0, 1)
+    ranks[0]["runs"] = [str(run.dir)]
+    beat(api, "gn7", *ranks)
+    beat(api, "gn7", *ranks)  # announced again: kept once
+    attempts = api.get("/api/groups/exp1", headers=AUTH).json()["attempts"]
+    assert attempts[0]["runs"] == [str(run.dir)]
+    api.post("/api/groups/exp1/stop", headers=AUTH)
+    beat(api, "gn7", *[{**r, "state": "exited", "exit_code": 143} for r in ranks])
+    beat(api, "gn6", *[{**r, "state": "exited", "exit_code": 143} for r in running("exp1", 1, 0, 1)])
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
+    assert api.get("/api/groups/exp1", headers=AUTH).json()["attempts"][1]["runs"] == [], "a new attempt starts bare"
+
+
+def test_a_database_from_before_run_records_gets_the_column(tmp_path):
+    import sqlite3
+
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.executescript("CREATE TABLE attempts (grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, "
+                      "started REAL NOT NULL, ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL, "
+                      "exit_codes TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (grp, number));"
+                      "INSERT INTO attempts (grp, number, state, started, plan) VALUES ('g', 1, 'failed', 1.0, '{}');")
+    old.commit()
+    old.close()
+    store = Store(tmp_path / "old.db")
+    assert store.attempt("g", 1)["runs"] == []
+    store.close()

@@ -1,0 +1,175 @@
+"""Rendered scripts: golden files, bash -n and shellcheck over many configurations."""
+
+import itertools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import ODD_ARGUMENTS
+
+from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT, render
+from slurmgen.generate.specfile import build_spec, spec_from_sources
+
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+GOLDEN_SPECS = {
+    "default": {},
+    "nccl_2x4": {"nodes": 2, "gpus": 4, "backend": "nccl", "time": "2-00:00:00", "partition": "gpu",
+                 "account": "proj1", "cpus_per_task": 8, "mem": "480G", "exclusive": True,
+                 "env": {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5"}, "setup": ["module load cuda/12.4"],
+                 "requeue": True, "signal_lead": 300, "sbatch_extra": ["--mail-type=END,FAIL"]},
+    "torchrun_gres": {"nodes": 3, "gpus": 2, "launcher": "torchrun", "gpu_request": "gres",
+                      "cpus_per_task": 4, "master_port": 29400},
+    "gloo_override": {"nodes": 2, "gpus": 2, "backend": "gloo", "master_addr": "10.0.0.1", "master_port": 23456,
+                      "command": ["python", "-m", "slurmgen.train.probe"]},
+    "pyxis": {"nodes": 2, "gpus": 8, "container": {"image": "nvcr.io#nvidia/pytorch:24.05-py3",
+                                                    "mounts": ["/data:/data:ro", "/scratch:/scratch"]}},
+    "apptainer_torchrun": {"launcher": "torchrun", "container": {"image": "/images/torch.sif",
+                                                                 "runtime": "apptainer", "mounts": ["/data:/data"]}},
+    "healing": {"nodes": 4, "gpus": 8, "heartbeat_timeout": 300, "retries": 2, "retry_on": "1,124,143",
+                "exclude_failed_node": True, "preflight": True, "log_dir": "logs of 'run' $1"},
+}
+
+
+def _matrix():
+    """At least 30 distinct configurations crossing every switch that changes the text."""
+    containers = [None, {"image": "nvcr.io#nvidia/pytorch:24.05-py3", "mounts": ["/d:/d"]},
+                  {"image": "img.sif", "runtime": "apptainer", "mounts": ["/d:/d"]}]
+    for i, (launcher, backend, gpu_request, container, requeue, master) in enumerate(itertools.product(
+            ["srun", "torchrun"], ["auto", "gloo"], ["auto", "gres"], containers, [False, True], [None, "10.1.2.3"])):
+        yield f"m{i:02d}", {
+            "nodes": 1 + i % 4, "gpus": 1 + i % 8, "launcher": launcher, "backend": backend,
+            "gpu_request": gpu_request, "container": container, "requeue": requeue, "master_addr": master,
+            "time": "1-00" if requeue else None, "setup": ["source venv/bin/activate"] if i % 3 == 0 else [],
+            "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv", "HOME_DATA": "~/data", "BS": "a\\"}
+            if i % 2 else {},
+            "job_name": "job 'q' $(x) #1" if i % 5 == 0 else "run",
+            "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #", *ODD_ARGUMENTS] if i % 2
+            else ["python", "-m", "x"],
+            "heartbeat_timeout": 2.5 if i % 4 == 1 else None, "preflight": i % 4 == 3,
+            **({"retries": 1 + i % 3, "retry_on": [1, 124], "exclude_failed_node": i % 2 == 0} if i % 3 == 2 else {}),
+        }
+
+
+MATRIX = dict(_matrix())
+
+
+def test_matrix_is_large():
+    assert len(MATRIX) >= 30
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_SPECS))
+def test_golden(name):
+    """Renders are deterministic and match the reviewed files (SLURMGEN_UPDATE_GOLDEN=1 rewrites)."""
+    files = render(build_spec(GOLDEN_SPECS[name])).files
+    for file_name in (SLURM_SCRIPT, LAUNCH_SCRIPT):
+        golden = GOLDEN / f"{name}.{file_name}"
+        if os.environ.get("SLURMGEN_UPDATE_GOLDEN"):
+            golden.write_text(files[file_name])
+        assert files[file_name] == golden.read_text(), f"{golden} differs"
+    assert render(build_spec(GOLDEN_SPECS[name])).files == files
+
+
+@pytest.fixture(scope="module")
+def rendered_matrix(tmp_path_factory):
+    root = tmp_path_factory.mktemp("matrix")
+    paths = []
+    specs = {name: build_spec({k: v for k, v in values.items() if v is not None})
+             for name, values in {**MATRIX, **GOLDEN_SPECS}.items()}
+    specs.update({f"example_{p.stem}": spec_from_sources(p, {}) for p in EXAMPLES.glob("*.yaml")})
+    for name, spec in specs.items():
+        files = render(spec).files
+        for file_name in (SLURM_SCRIPT, LAUNCH_SCRIPT):
+            path = root / f"{name}.{file_name}"
+            path.write_text(files[file_name])
+            paths.append(path)
+    return paths
+
+
+def test_bash_syntax(rendered_matrix):
+    for path in rendered_matrix:
+        result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+def test_shellcheck_clean(rendered_matrix, shellcheck):
+    result = subprocess.run([shellcheck, "--severity=style", *map(str, rendered_matrix)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5000:]
+
+
+def test_sbatch_header_matches_spec():
+    text = render(build_spec(GOLDEN_SPECS["nccl_2x4"])).files[SLURM_SCRIPT]
+    header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert header == [
+        "#SBATCH --job-name=slurmgen", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --cpus-per-task=8", "#SBATCH --gpus-per-node=4", "#SBATCH --mem=480G",
+        "#SBATCH --time=2-00:00:00", "#SBATCH --partition=gpu", "#SBATCH --account=proj1",
+        "#SBATCH --output=out/logs/%x-%j.out", "#SBATCH --open-mode=append", "#SBATCH --exclusive",
+        "#SBATCH --requeue", "#SBATCH --signal=USR2@300", "#SBATCH --mail-type=END,FAIL",
+    ]
+
+
+def test_torchrun_mode_runs_one_task_per_node_with_all_cpus():
+    text = render(build_spec(GOLDEN_SPECS["torchrun_gres"])).files[SLURM_SCRIPT]
+    assert "#SBATCH --ntasks-per-node=1\n" in text
+    assert "#SBATCH --cpus-per-task=8\n" in text  # 4 per process x 2 processes
+    assert "#SBATCH --gres=gpu:2\n" in text
+    assert "--rdzv-backend=c10d" in text and '--rdzv-id="$SLURM_JOB_ID"' in text
+    assert "--nproc-per-node=2" in text
+
+
+def test_gloo_requests_no_gpus_and_no_nccl_settings():
+    text = render(build_spec({"backend": "gloo"})).files[SLURM_SCRIPT]
+    assert "gpus-per-node" not in text and "--gres" not in text and "NCCL" not in text
+
+
+def test_the_preempt_signal_reaches_sbatch_torchrun_and_the_trainer_alike():
+    text = render(build_spec({"launcher": "torchrun", "requeue": True, "preempt_signal": "USR1"})).files[SLURM_SCRIPT]
+    assert "#SBATCH --signal=USR1@120" in text and "export SLURMGEN_PREEMPT_SIGNAL=USR1" in text
+    assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
+
+
+@pytest.mark.parametrize("fields, sbatch, trainer", [
+    ({"requeue": False}, "#SBATCH --no-requeue", "export SLURMGEN_REQUEUE=0"),
+    ({"requeue": True}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=1"),
+    # Retries need a requeueable job for their own `scontrol requeue`; the trainer still must not requeue.
+    ({"requeue": False, "retries": 2, "retry_on": [1]}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=0"),
+    # Unset: the cluster's JobRequeue decides (PreemptMode=REQUEUE still brings the job back), and the
+    # trainer requeues after the warning only if `scontrol show job` says the job is requeueable.
+    ({}, None, "unset SLURMGEN_REQUEUE"),
+])
+def test_the_specs_requeue_reaches_sbatch_and_the_trainer(fields, sbatch, trainer):
+    text = render(build_spec(fields)).files[SLURM_SCRIPT]
+    header = [line for line in text.splitlines() if "requeue" in line and line.startswith("#SBATCH")]
+    assert header == ([sbatch] if sbatch else []) and f"\n{trainer}\n" in text
+    assert "export SLURMGEN_PREEMPT_SIGNAL=USR2\n" in text
+
+
+def test_sbatch_values_are_quoted_for_sbatch():
+    text = render(build_spec({"job_name": 'a b#c"d\\e'})).files[SLURM_SCRIPT]
+    assert '#SBATCH --job-name="a b\\#c\\"d\\\\e"' in text
+
+
+def test_torchrun_passes_the_requeue_warning_to_workers():
+    text = render(build_spec({"launcher": "torchrun", "requeue": True})).files[SLURM_SCRIPT]
+    assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2" in text
+    assert "export TORCHELASTIC_SIGNALS_TO_HANDLE=$PET_SIGNALS_TO_HANDLE" in text
+    assert "TORCHELASTIC" not in render(build_spec({"launcher": "srun", "requeue": True})).files[SLURM_SCRIPT]
+
+
+@pytest.mark.parametrize("command, container, agent", [
+    (["/opt/venv/bin/python", "train.py"], None, '"$1" -m torch.distributed.run'),
+    (["python3.11", "-m", "pkg"], None, '"$1" -m torch.distributed.run'),
+    (["./train.sh"], None, "torchrun"),
+    (["python", "train.py"], {"image": "t.sif", "runtime": "apptainer"}, "torchrun"),  # python is in the image
+])
+def test_torchrun_mode_runs_the_programs_own_python(command, container, agent):
+    spec = build_spec({"launcher": "torchrun", "command": command, "container": container})
+    assert f"  exec {agent} --nnodes=" in render(spec).files[SLURM_SCRIPT]
+
+
+def test_srun_gets_the_cpus_per_task_that_sbatch_got():
+    text = render(build_spec({"cpus_per_task": 4})).files[SLURM_SCRIPT]
+    assert 'srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")' in text

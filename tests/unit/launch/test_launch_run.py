@@ -1,0 +1,256 @@
+"""The launcher's orchestration with every 'host' on this machine (no SSH): streaming,
+first failure stops all, exit codes, restarts, heartbeats, signals, lost connections."""
+
+import io
+import os
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+
+import pytest
+from helpers import LocalConnection, LocalProcess, PY, SLEEPER, SURVIVORS, local_plan, pids
+from helpers import run_launcher as run
+
+from slurmgen.contract import exitcodes
+from slurmgen.launch.runner import Launcher
+from slurmgen.launch.ssh.connect import ConnectError, SSHOptions
+
+
+
+def test_success_streams_prefixed_lines_and_summarises(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(2, 1))
+    code, out, err = run(plan, env={"RUN_FOR": "0.2"})
+    assert code == 0, err
+    assert {line.split("]")[0] + "]" for line in out.splitlines() if "done" in line} == {"[h0/0]", "[h0/1]", "[h1/2]"}
+    assert "[h1] node 1/2 started ranks 2-2 of 3" in out
+    assert "all 2 node(s) running 3 rank(s)" in err
+    assert "all ranks succeeded" in err
+    table = err[err.index("slurmgen launch: all ranks succeeded"):]
+    assert "h0" in table and "0-1" in table and " ok " in table
+
+
+def test_first_failure_stops_every_node_fast_with_the_ranks_code(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(2, 2))
+    started = time.monotonic()
+    code, out, err = run(plan, env={"FAIL_RANK": "3", "FAIL_CODE": "7"})
+    elapsed = time.monotonic() - started
+    assert code == 7, err
+    assert "stopping all nodes: rank 3 exited with code 7 on h1" in err
+    assert "first failure: rank 3 exited with code 7" in err
+    assert elapsed < 0.5 + 2 + 3, f"{elapsed:.1f}s"  # fail after 0.5 s, all gone within 2 s, start-up slack
+    assert len(pids(out)) == 4 and SURVIVORS == []
+    assert "stopped" in err  # h0's summary row
+
+
+def test_restart_runs_the_whole_group_again_and_numbers_attempts(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=2)
+    code, out, err = run(plan, env={"FAIL_RANK": "1", "FAIL_ATTEMPTS": "1,2", "FAIL_CODE": "3", "RUN_FOR": "0.2"})
+    assert code == 0, err
+    assert "attempt 1 of 3 failed (rank 1 exited with code 3 on h1); starting all nodes again" in err
+    assert "attempt 2 of 3 failed" in err and "attempt 3 of 3" in err
+    log = (tmp_path / "out" / "logs" / "rank-1.log").read_text()
+    assert [line.split(",")[0] for line in log.splitlines() if line.startswith("=====")] == [
+        "===== slurmgen launch: attempt 1", "===== slurmgen launch: attempt 2", "===== slurmgen launch: attempt 3"]
+
+
+def test_restarts_exhausted_report_the_last_failure(tmp_path):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1)
+    code, _, err = run(plan, env={"FAIL_RANK": "0", "FAIL_ATTEMPTS": "1,2", "FAIL_CODE": "5", "FAIL_AFTER": "0.1"})
+    assert code == 5
+    assert "(attempt 2 of 2)" in err
+
+
+def test_hung_rank_fails_the_job_with_124(tmp_path):
+    program = textwrap.dedent("""
+        import json, os, time
+        rank = int(os.environ["RANK"]); hb = os.environ["SLURMGEN_HEARTBEAT_DIR"]
+        print("PID", os.getpid(), flush=True)
+        start = time.time()
+        while True:
+            if rank != 1 or time.time() - start < 0.5:
+                with open(f"{hb}/.{rank}", "w") as f:
+                    f.write(json.dumps({"rank": rank, "time": time.time(), "status": "running"}) + "\\n")
+                os.replace(f"{hb}/.{rank}", f"{hb}/rank-{rank:05d}.json")
+            time.sleep(0.1)
+    """)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1), heartbeat_timeout=1.0)
+    code, out, err = run(plan)
+    assert code == 124, err
+    assert "rank 1 hung (no heartbeat for" in err
+    assert SURVIVORS == [] and pids(out)
+
+
+@pytest.mark.parametrize("signum, expected", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_stops_everything_and_exits_128_plus_signal(tmp_path, signum, expected):
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1))
+    timer = threading.Timer(1.5, os.kill, args=(os.getpid(), signum))
+    timer.start()
+    try:
+        code, out, err = run(plan)
+    finally:
+        timer.cancel()
+    assert code == expected, err
+    assert f"got {signal.Signals(signum).name}" in err and f"interrupted by {signal.Signals(signum).name}" in err
+    assert SURVIVORS == [] and pids(out)
+
+
+class BrokenConnection(LocalConnection):
+    def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+        raise ConnectError(self.alias, "cannot start the node's command: channel refused")
+
+
+class LosingProcess(LocalProcess):
+    """Output and events through `cat`s standing in for sshd: killing them breaks the node's
+    pipes and ends its stdin, as a dropped connection does; no exit status comes back."""
+
+    def __init__(self, command, stdin, env=None):
+        super().__init__(command, stdin, env)
+        self.relays = [subprocess.Popen(["cat"], stdin=stream, stdout=subprocess.PIPE)
+                       for stream in (self.popen.stdout, self.popen.stderr)]
+        self.popen.stdout.close()
+        self.popen.stderr.close()
+        threading.Timer(1.0, self.lose).start()
+
+    def read(self):
+        return os.read(self.relays[0].stdout.fileno(), 65536)
+
+    def read_stderr(self):
+        return os.read(self.relays[1].stdout.fileno(), 65536)
+
+    def lose(self):
+        self.close_stdin()
+        for relay in self.relays:
+            relay.kill()
+
+    def exit_status(self):
+        for relay in self.relays:
+            relay.wait()
+        return None
+
+
+class LosingConnection(LocalConnection):
+    def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+        proc = LosingProcess(command, stdin, self.env)
+        self.procs.append(proc)
+        return proc
+
+
+@pytest.mark.parametrize("cls, expected, words", [(BrokenConnection, 1, "channel refused"),
+                                                   (LosingConnection, exitcodes.LOST, "lost the connection to h1")])
+def test_a_node_that_cannot_start_or_is_lost_stops_the_others(tmp_path, cls, expected, words):
+    made = {}
+
+    def connector(hosts, opts, notify=None):
+        conns = {h: (cls(h) if h == "h1" else LocalConnection(h)) for h in hosts}
+        made.update(conns)
+        return conns
+
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1))
+    code, out, err = run(plan, connector=connector, made=made)
+    assert code == expected, err
+    assert words in err
+    assert SURVIVORS == []
+
+
+def test_restart_reconnects_a_lost_host(tmp_path):
+    made, calls = {}, []
+
+    class LosingOnce(LosingConnection):
+        def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+            proc = super().start(command, stdin, timeout, separate_stderr)
+            threading.Timer(1.0, setattr, args=(self, "active", False)).start()
+            return proc
+
+    def connector(hosts, opts, notify=None):
+        calls.append(list(hosts))
+        env = {"RUN_FOR": "2.5"}  # attempt 1 loses h1 after 1 s; attempt 2 ends by itself
+        conns = {h: (LosingOnce(h, env) if h == "h1" and len(calls) == 1 else LocalConnection(h, env)) for h in hosts}
+        made.update({f"{h}-{len(calls)}": c for h, c in conns.items()})
+        return conns
+
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1)
+    code, out, err = run(plan, env=None, connector=connector, made=made)
+    assert calls == [["h0", "h1"], ["h1"]], err
+    assert "attempt 1 of 2 failed (lost the connection to h1 on h1)" in err and "reconnecting to h1" in err
+    assert code == 0, err
+    assert out.count("] done") == 2
+
+
+def test_prefixes_and_colours():
+    from slurmgen.launch.display import Prefixer
+
+    plain, colour = Prefixer(["a", "b"], False), Prefixer(["a", "b"], True)
+    assert plain.format("b", "[rank 3] hello [rank 4]") == "[b/3] hello [rank 4]"
+    assert plain.format("a", "launch_multi_node.sh: node 0/2 started") == "[a] node 0/2 started"
+    assert colour.format("b", "[rank 3] x") == "\x1b[33m[b/3]\x1b[0m x"
+
+
+def test_rank_dying_mid_line_or_printing_fake_events_gets_its_own_verdict(tmp_path):
+    program = textwrap.dedent("""
+        import os, sys, time
+        print("PID", os.getpid(), flush=True)
+        if os.environ["RANK"] == "1":
+            print("slurmgen-event-1 exited 0 9", flush=True)    # looks like an event: only shown
+            print("launch_multi_node.sh: rank 0 (local rank 0) exited with code 9", flush=True)
+            time.sleep(0.5)
+            sys.stdout.write("progress 50%"); sys.stdout.flush()  # no final newline
+            sys.exit(3)
+        time.sleep(60)
+    """)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1))
+    code, out, err = run(plan)
+    assert code == 3, err
+    assert "stopping all nodes: rank 1 exited with code 3 on h1" in err
+    assert "[h1/1] slurmgen-event-1 exited 0 9" in out and "[h1/1] progress 50%" in out
+    assert SURVIVORS == [] and len(pids(out)) == 2
+
+
+class SilentConnection(LocalConnection):
+    """A host whose keepalive answers stop 1 s after the start (its network froze)."""
+
+    def start_keepalive(self, interval):
+        self.since = time.monotonic() + 1.0
+
+    def silent_for(self, interval):
+        return max(0.0, time.monotonic() - self.since - interval)
+
+
+def test_silent_host_is_lost_within_the_keepalive_window_while_another_floods(tmp_path):
+    made = {}
+
+    def connector(hosts, opts, notify=None):
+        conns = {h: (SilentConnection(h) if h == "h1" else LocalConnection(h)) for h in hosts}
+        made.update(conns)
+        return conns
+
+    flood = "import os, sys\nprint('PID', os.getpid(), flush=True)\nwhile True: print('x' * 80, flush=True)"
+    plan = local_plan(tmp_path, [PY, "-c", flood], slots=(1, 1))
+    out, err = io.StringIO(), io.StringIO()
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, keepalive=0.2, connector=connector)
+    started = time.monotonic()
+    try:
+        code = launcher.run()
+    finally:
+        for conn in made.values():
+            for proc in conn.procs:
+                proc.kill()
+    took = time.monotonic() - started
+    assert code == exitcodes.LOST, err.getvalue()[-2000:]
+    assert "no answer from h1 for 1s" in err.getvalue()
+    # Silent from 1 s, lost after 4 keepalive intervals (0.8 s), stopped within the grace and the wait.
+    assert out.getvalue().count("xxxx") > 1000 and took < 1 + 0.8 + 1 + 5, f"{took:.1f}s"
+
+
+def test_stray_lines_on_the_event_channel_are_shown_not_obeyed(tmp_path):
+    # A login shell's rc file may write to stderr before the bootstrap runs (as sshd starts it:
+    # shell level 1 with SSH_CLIENT set, where Debian's bash sources ~/.bashrc).
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("echo 'conda: base activated' >&2\necho 'slurmgen-event-1 exited x y' >&2\n")
+    env = {"HOME": str(home), "SHLVL": "0", "SSH_CLIENT": "10.0.0.1 50000 22"}
+    plan = local_plan(tmp_path, [PY, "-c", "print('PID', __import__('os').getpid())"], slots=(1,))
+    code, out, err = run(plan, env=env)
+    assert code == 0, err
+    assert "[h0] conda: base activated" in out and "[h0] slurmgen-event-1 exited x y" in out

@@ -1,0 +1,92 @@
+"""The heartbeat file contract that launchers and watchers rely on (slurmgen/train/logs.py)."""
+
+import json
+import os
+import shutil
+import socket
+import time
+
+from slurmgen.contract import exitcodes
+from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV
+from slurmgen.train import logs
+from slurmgen.train.logs import Heartbeat, node_local_dir, read_heartbeats
+
+
+def test_heartbeat_goes_to_the_launchers_directory_when_it_names_one(tmp_path, monkeypatch):
+    node_local = tmp_path / "node-local"
+    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(node_local))
+    Heartbeat(tmp_path / "out", rank=3, every=1.0).beat(step=7)
+    record = json.loads((node_local / "rank-00003.json").read_text())
+    assert (record["rank"], record["step"], record["status"]) == (3, 7, "running")
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_a_launcher_ranks_write_node_local_and_the_run_directory_gets_one_file_per_node(tmp_path):
+    out, environ = tmp_path / "out", {"MASTER_PORT": "1234"}
+    leader, other = (Heartbeat(out, rank=r, every=0.05, local_rank=r - 4, node_rank=1, environ=environ) for r in (4, 5))
+    assert leader.dir == other.dir == node_local_dir(out, 1, environ) and not leader.dir.is_relative_to(out)
+    try:
+        other.beat(step=1)
+        leader.beat(step=1)
+        summary = out / "heartbeats" / f"node-{socket.gethostname()}-1.json"
+        assert os.listdir(out / "heartbeats") == [summary.name]
+        assert {r: b["step"] for r, b in read_heartbeats(out / "heartbeats").items()} == {4: 1, 5: 1}
+        first = summary.stat().st_mtime_ns
+        for step in range(2, 4):  # beats within 5 periods leave the summary alone
+            other.beat(step=step, force=True)
+            leader.beat(step=step, force=True)
+        assert summary.stat().st_mtime_ns == first
+        time.sleep(5 * 0.05)
+        leader.beat(step=4)
+        assert read_heartbeats(out / "heartbeats")[5]["step"] == 3
+        other.beat(step=4, status="done")
+        leader.beat(step=4, status="done")
+        leader.finish()
+        beats = read_heartbeats(out / "heartbeats")
+        assert {b["status"] for b in beats.values()} == {"done"} and beats[4]["pid"] == os.getpid()
+        assert not leader.dir.exists()
+    finally:
+        shutil.rmtree(leader.dir, ignore_errors=True)
+
+
+def test_exit_codes_are_described_in_words():
+    assert exitcodes.describe(exitcodes.PREEMPTED) == "preempted"
+    assert exitcodes.describe(137) == "killed by signal 9"
+    assert exitcodes.describe(-15) == "killed by signal 15"
+    assert exitcodes.describe(3) == "exit 3"
+
+
+def test_a_node_leader_removes_directories_that_killed_runs_left(tmp_path):
+    mine, live, dead = (tmp_path / f"slurmgen-heartbeats-{os.getuid()}-{n}" for n in ("mine", "live", "dead"))
+    for d in (mine, live, dead):
+        d.mkdir()
+        (d / "rank-00000.json").write_text("{}\n")
+    hour_ago = time.time() - 2 * logs.STALE_AFTER
+    os.utime(dead / "rank-00000.json", (hour_ago, hour_ago))
+    os.utime(dead, (hour_ago, hour_ago))
+    logs.remove_stale_node_dirs(mine, time.time())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, live.name])
+
+
+def test_leaders_sharing_a_node_directory_finish_with_every_rank_in_the_summary(tmp_path):
+    """Ranks started by hand on one host are all local rank 0 of node 0: two leaders, one node
+    directory, one summary. Whichever finishes first must not remove the directory before the
+    other has summarised it (the barrier between summary and removal), else the summary that
+    lands last lacks ranks."""
+    import threading
+
+    out, environ = tmp_path / "out", {"MASTER_PORT": "4321"}
+    leaders = [Heartbeat(out, rank=r, every=1.0, local_rank=0, node_rank=0, environ=environ) for r in (0, 1)]
+    assert leaders[0].dir == leaders[1].dir
+    for hb in leaders:
+        hb.beat(step=6, status="done", force=True)
+    meet = threading.Barrier(2, timeout=10)
+    # The second leader summarises late: without the barrier the first would have removed the
+    # directory by then, and the late summary (no ranks) would replace the complete one.
+    late = threading.Thread(target=lambda: (time.sleep(0.2), leaders[1].finish(meet.wait)))
+    late.start()
+    leaders[0].finish(meet.wait)
+    late.join()
+    beats = read_heartbeats(out / "heartbeats")
+    assert {r: (b["step"], b["status"]) for r, b in beats.items()} == {0: (6, "done"), 1: (6, "done")}
+    assert not leaders[0].dir.exists()
