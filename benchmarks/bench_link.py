@@ -23,6 +23,7 @@ Measured, all in the same run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -111,10 +112,8 @@ def one_run(workdir: Path, nodes: int, index: int, link: bool,
         return took, left, [p.poll() for p in launchers], late
     finally:
         for pid in job_pids(marker, str(out)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
         for p in launchers:
             p.wait()
 

@@ -372,8 +372,9 @@ def main() -> None:
     if "overlap" in wanted:
         overlap(args)
     if "scale" in wanted:
-        from slurmgen.train.spawn import free_port
         from train_scale import scale
+
+        from slurmgen.train.spawn import free_port
 
         scale(args, free_port)
 

@@ -90,7 +90,7 @@ def run_ranks(src: Path, world: int, per_node: int, args: list[str], out: Path, 
         env = dict(base, RANK=str(r), LOCAL_RANK=str(r % per_node), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(per_node), NODE_RANK=str(r // per_node), GROUP_RANK=str(r // per_node),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        logs.append(open(log / f"stderr-{r}.txt", "w+"))
+        logs.append(open(log / f"stderr-{r}.txt", "w+"))  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         # cwd: `python -m` puts it first on sys.path, where a checkout's slurmgen/ would win.
         procs.append(subprocess.Popen(cmd, env=env, cwd=scratch, stdout=subprocess.DEVNULL, stderr=logs[-1]))
     # wait4 reports each child's peak resident memory (ru_maxrss, KiB) as the kernel kept it.

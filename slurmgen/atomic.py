@@ -17,8 +17,8 @@ import errno
 import os
 import re
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 # A temporary name of `temporary()`: `.NAME.tmp.PID`.
 _TEMP_NAME = re.compile(r"\.(.+)\.tmp\.([1-9][0-9]*)")

@@ -6,7 +6,8 @@ what a login node sends back."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 
 def objects(lines: Iterable[str]) -> Iterator[dict[str, Any]]:

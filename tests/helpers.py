@@ -3,6 +3,7 @@ pytest's pythonpath). No test module imports another."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -89,10 +90,8 @@ def communicate_in_session(p: subprocess.Popen, timeout: float) -> tuple[str, st
     try:
         return p.communicate(timeout=timeout)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         p.wait()
 
 
@@ -118,10 +117,8 @@ class LocalProcess:
         return os.read(self.popen.stderr.fileno(), 65536)
 
     def close_stdin(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.popen.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass
 
     def send(self, data: bytes) -> None:
         try:
@@ -140,14 +137,10 @@ class LocalProcess:
         """Stop the node as the launcher would (end of stdin), so the bootstrap removes its
         temporary directory; SIGKILL whatever is left after 3 s."""
         self.close_stdin()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 class LocalConnection:
@@ -394,7 +387,7 @@ class Run:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise AssertionError(f"slurmgen launch still running after {timeout}s:\n{self.text()}")
+            raise AssertionError(f"slurmgen launch still running after {timeout}s:\n{self.text()}") from None
         for r in self.readers:
             r.join(timeout=10)
         return code
@@ -439,7 +432,7 @@ class Coord:
             [PY, "-m", "slurmgen", "serve", "--host", self.cluster.controller_ip, "--port", str(self.port),
              "--db", str(self.tmp / "c.db"), "--token-file", str(self.tmp / "token"),
              "--agent-timeout", str(AGENT_TIMEOUT)],
-            stdout=open(self.tmp / "serve.log", "a"), stderr=subprocess.STDOUT)
+            stdout=open(self.tmp / "serve.log", "a"), stderr=subprocess.STDOUT)  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

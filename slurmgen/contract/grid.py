@@ -16,10 +16,10 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from typing import Any, Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-
-Scalar = Union[str, int, float, bool]
+Scalar = str | int | float | bool
 SWEEP_FILE = "sweep.jsonl"
 DEFAULT_ARGS = "--{key} {value}"
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")

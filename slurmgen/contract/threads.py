@@ -8,10 +8,10 @@ the cores: 3.4x (nanoGPT) and 7.7x (minGPT) slower than under torchrun, which se
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 
-def default_omp_threads(environ: Mapping[str, str], sharing: int, per_node: int) -> Optional[str]:
+def default_omp_threads(environ: Mapping[str, str], sharing: int, per_node: int) -> str | None:
     """OMP_NUM_THREADS for a rank started with `environ`, or None to leave it as it is.
 
     The user's value (any non-empty OMP_NUM_THREADS) wins. Else the CPUs Slurm gave the task

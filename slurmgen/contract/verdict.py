@@ -21,8 +21,8 @@ server may import it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional
 
 from slurmgen.contract import exitcodes
 
@@ -55,10 +55,10 @@ class Event:
     failure reported without a code (srun's report of a task ended by a signal)."""
 
     cause: str
-    code: Optional[int]
-    node: Optional[str] = None
-    rank: Optional[int] = None
-    task: Optional[int] = None
+    code: int | None
+    node: str | None = None
+    rank: int | None = None
+    task: int | None = None
     detail: str = ""
 
     @property
@@ -66,13 +66,13 @@ class Event:
         return self.cause != EXITED or self.code != exitcodes.OK
 
 
-def exited(code: Optional[int], node: Optional[str] = None, rank: Optional[int] = None,
-           task: Optional[int] = None, detail: str = "") -> Event:
+def exited(code: int | None, node: str | None = None, rank: int | None = None,
+           task: int | None = None, detail: str = "") -> Event:
     return Event(EXITED, code, node, rank, task, detail)
 
 
-def failure(cause: str, node: Optional[str] = None, rank: Optional[int] = None, detail: str = "",
-            code: Optional[int] = None) -> Event:
+def failure(cause: str, node: str | None = None, rank: int | None = None, detail: str = "",
+            code: int | None = None) -> Event:
     """A failure of `cause` with the code of CODES unless it carries its own."""
     return Event(cause, CODES[cause] if code is None else code, node, rank, None, detail)
 
@@ -87,8 +87,8 @@ class Verdict:
     attempt's exit code: the first failure's, exitcodes.OK once every expected party ended
     well, None while neither."""
 
-    first: Optional[Event]
-    code: Optional[int]
+    first: Event | None
+    code: int | None
 
     @property
     def ended(self) -> bool:

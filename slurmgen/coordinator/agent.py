@@ -13,6 +13,7 @@ one as hung. No torch here: the agent is small and starts fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,7 +23,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
 
 from slurmgen.coordinator.client import Client, ClientError
 from slurmgen.coordinator.models import AgentOrders, AgentReport
@@ -37,7 +37,7 @@ CUT_OFF_MARGIN = 5.0
 DEFAULT_SERVER_TIMEOUT = 10.0  # until the first answer says otherwise (serve's default)
 
 
-def is_stale(beat: Optional[dict], now: float, timeout: float) -> bool:
+def is_stale(beat: dict | None, now: float, timeout: float) -> bool:
     """A trainer heartbeat is stale when it promised another beat ("running") and its `time`
     is older than `timeout`. No file, or any other status, is never judged."""
     if not beat or beat.get("status") != "running":
@@ -48,7 +48,7 @@ def is_stale(beat: Optional[dict], now: float, timeout: float) -> bool:
         return False
 
 
-def _read_beat(path: Optional[Path]) -> Optional[dict]:
+def _read_beat(path: Path | None) -> dict | None:
     try:
         return json.loads(path.read_text()) if path else None
     except (OSError, ValueError):
@@ -56,9 +56,9 @@ def _read_beat(path: Optional[Path]) -> Optional[dict]:
 
 
 class WorkerAgent:
-    def __init__(self, client: Client, workers: int, host: Optional[str] = None,
-                 state_dir: Optional[Path] = None, interval: float = 1.0, grace: float = 10.0,
-                 cut_off_after: Optional[float] = None):
+    def __init__(self, client: Client, workers: int, host: str | None = None,
+                 state_dir: Path | None = None, interval: float = 1.0, grace: float = 10.0,
+                 cut_off_after: float | None = None):
         self.client = client
         self.host = host or socket.gethostname().split(".")[0]
         self.instance = uuid.uuid4().hex[:16]
@@ -73,7 +73,7 @@ class WorkerAgent:
         self.wake = threading.Event()
         self.procs = Procs(workers, self.log_dir, self.wake)
         self.stopping = False
-        self.connected: Optional[bool] = None
+        self.connected: bool | None = None
 
     def _hung(self, slot: Slot, now: float) -> bool:
         return bool(slot.running and slot.order
@@ -90,7 +90,7 @@ class WorkerAgent:
         """Seconds without reaching the server after which this node's ranks are stopped."""
         return self.cut_off_after if self.cut_off_after is not None else self.server_timeout + CUT_OFF_MARGIN
 
-    def beat_timeout(self) -> Optional[float]:
+    def beat_timeout(self) -> float | None:
         """While ranks run, a heartbeat waits no longer than the agent's next own deadline (the
         cut-off, a KILL after a grace), at least 1 s: a request hanging in a partition would
         otherwise hold them up by the client's whole timeout. None: the client's own."""
@@ -178,7 +178,5 @@ class WorkerAgent:
                 self.wake.wait(max(0.0, self.interval - (time.monotonic() - started)))
         finally:
             self.procs.stop_all(self.grace)
-            try:
+            with contextlib.suppress(ClientError):
                 self.beat()  # tell the server how the ranks ended
-            except ClientError:
-                pass

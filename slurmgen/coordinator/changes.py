@@ -10,14 +10,14 @@ Bumps come from any thread; the waiters live on the server's event loop.
 from __future__ import annotations
 
 import asyncio
-from typing import Optional
+import contextlib
 
 
 class Changes:
     def __init__(self) -> None:
         self.version = 0
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
-        self.event: Optional[asyncio.Event] = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.event: asyncio.Event | None = None
         self.closed = False
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -43,8 +43,6 @@ class Changes:
     async def wait(self, since: int, timeout: float) -> int:
         if self.version != since or self.event is None or self.closed:
             return self.version
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.event.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
         return self.version

@@ -10,7 +10,6 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -26,7 +25,7 @@ group_app = typer.Typer(help="Groups of workers: create, move workers in, config
                         no_args_is_help=True)
 
 
-def _client(server: Optional[str], token_file: Optional[Path]):
+def _client(server: str | None, token_file: Path | None):
     from slurmgen.coordinator.client import DEFAULT_SERVER, Client
     from slurmgen.coordinator.tokens import client_token
 
@@ -46,12 +45,12 @@ def url_of(host: str, port: int, *, tls: bool = False) -> str:
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs TLS or a tunnel."),
     port: int = typer.Option(ports.COORDINATOR_PORT, "--port"),
-    db: Optional[Path] = typer.Option(None, "--db", help="SQLite state [default: ~/.local/state/slurmgen/coordinator.db]."),
-    token_file: Optional[Path] = typer.Option(None, "--token-file", help="[default: ~/.config/slurmgen/token]"),
+    db: Path | None = typer.Option(None, "--db", help="SQLite state [default: ~/.local/state/slurmgen/coordinator.db]."),
+    token_file: Path | None = typer.Option(None, "--token-file", help="[default: ~/.config/slurmgen/token]"),
     agent_timeout: float = typer.Option(10.0, "--agent-timeout", min=1, help="Seconds of agent silence before its workers count as lost."),
-    ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile"),
-    ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
-    registry: Optional[Path] = registry_option("Run registry of this machine where each group's runs are recorded "
+    ssl_certfile: Path | None = typer.Option(None, "--ssl-certfile"),
+    ssl_keyfile: Path | None = typer.Option(None, "--ssl-keyfile"),
+    registry: Path | None = registry_option("Run registry of this machine where each group's runs are recorded "
                                                "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."),
 ) -> None:
     """Run the coordinator: JSON API (schema at /openapi.json, with the token) plus the web page.
@@ -59,12 +58,11 @@ def serve(
     Each start of a group is recorded as a run (kind group) in the run registry of the machine
     that serves, so `slurmgen jobs` there lists it beside Slurm jobs and launches."""
     from slurmgen.coordinator.group_runs import GroupRuns
-
     from slurmgen.coordinator.server import run
-    from slurmgen.jobs.runs import Recorder
     from slurmgen.coordinator.service import Coordinator
     from slurmgen.coordinator.store import Store
     from slurmgen.coordinator.tokens import default_db, default_token_file, load_or_create_token
+    from slurmgen.jobs.runs import Recorder
 
     os.umask(0o077)  # the database and its WAL files hold commands and logs: owner only
     token_path = token_file or default_token_file()
@@ -85,14 +83,14 @@ def serve(
 
 
 def agent(
-    server: Optional[str] = SERVER,
-    token_file: Optional[Path] = TOKEN_FILE,
+    server: str | None = SERVER,
+    token_file: Path | None = TOKEN_FILE,
     workers: int = typer.Option(1, "--workers", min=1, max=4096, help="Worker slots on this node (usually GPUs)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Node name [default: short host name]."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Per-rank logs and heartbeats [default: ~/.local/state/slurmgen/agent]."),
+    name: str | None = typer.Option(None, "--name", help="Node name [default: short host name]."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="Per-rank logs and heartbeats [default: ~/.local/state/slurmgen/agent]."),
     interval: float = typer.Option(1.0, "--interval", min=0.1, max=5, help="Seconds between heartbeats."),
     grace: float = typer.Option(10.0, "--grace", min=0, help="TERM-to-KILL seconds when the agent itself stops its ranks."),
-    cut_off_after: Optional[float] = typer.Option(None, "--cut-off-after", help="Stop this node's ranks after the server has been unreachable this long [default: the server's --agent-timeout + 5]."),
+    cut_off_after: float | None = typer.Option(None, "--cut-off-after", help="Stop this node's ranks after the server has been unreachable this long [default: the server's --agent-timeout + 5]."),
 ) -> None:
     """Run this node's agent: register its workers and run their ranks."""
     import logging
@@ -113,7 +111,7 @@ def agent(
           interval=interval, grace=grace, cut_off_after=cut_off_after).run()
 
 
-def workers(server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+def workers(server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON) -> None:
     """List every worker the coordinator knows, with its group, state and rank."""
     rows = _client(server, token_file).workers()
     if as_json:
@@ -125,20 +123,20 @@ def workers(server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_F
 
 
 @group_app.command("create")
-def group_create(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+def group_create(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Create an empty group."""
     typer.echo(f"created group {_client(server, token_file).create_group(name).name}")
 
 
 @group_app.command("delete")
-def group_delete(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+def group_delete(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Delete a group that is not running; its workers become ungrouped."""
     _client(server, token_file).delete_group(name)
     typer.echo(f"deleted group {name}")
 
 
 @group_app.command("list")
-def group_list(server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+def group_list(server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON) -> None:
     """Every group with its state."""
     rows = _client(server, token_file).groups()
     if as_json:
@@ -148,9 +146,9 @@ def group_list(server: Optional[str] = SERVER, token_file: Optional[Path] = TOKE
 
 
 @group_app.command("move")
-def group_move(workers: List[str] = typer.Argument(..., help="Worker names, e.g. gn6-0 gn6-1."),
-               to: Optional[str] = typer.Option(None, "--to", help="Target group; omit to ungroup."),
-               server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+def group_move(workers: list[str] = typer.Argument(..., help="Worker names, e.g. gn6-0 gn6-1."),
+               to: str | None = typer.Option(None, "--to", help="Target group; omit to ungroup."),
+               server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Move workers into a group (or out of theirs without --to)."""
     moved = _client(server, token_file).move(workers, to)
     typer.echo(f"moved {', '.join(w.name for w in moved)} to {to or '(no group)'}")
@@ -159,18 +157,18 @@ def group_move(workers: List[str] = typer.Argument(..., help="Worker names, e.g.
 @group_app.command("config")
 def group_config(
     name: str,
-    command: Optional[List[str]] = typer.Argument(None, help="The command every rank runs (after --)."),
-    master: Optional[str] = typer.Option(None, "--master", help="Master NODE name (e.g. gn6)."),
-    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address to reach the master at [default: its name]."),
-    world_size: Optional[int] = typer.Option(None, "--world-size", help="[default: the group's worker count]"),
-    port: Optional[int] = typer.Option(None, "--port", help=f"MASTER_PORT [default: {ports.DEFAULT_MASTER_PORT}]."),
-    backend: Optional[str] = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
-    cwd: Optional[str] = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
-    env: Optional[List[str]] = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
-    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Restart the whole group up to N times."),
-    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="Seconds before a trainer heartbeat is stale."),
-    stop_grace: Optional[float] = typer.Option(None, "--stop-grace", help="Seconds from TERM to KILL."),
-    server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE,
+    command: list[str] | None = typer.Argument(None, help="The command every rank runs (after --)."),
+    master: str | None = typer.Option(None, "--master", help="Master NODE name (e.g. gn6)."),
+    master_addr: str | None = typer.Option(None, "--master-addr", help="Address to reach the master at [default: its name]."),
+    world_size: int | None = typer.Option(None, "--world-size", help="[default: the group's worker count]"),
+    port: int | None = typer.Option(None, "--port", help=f"MASTER_PORT [default: {ports.DEFAULT_MASTER_PORT}]."),
+    backend: str | None = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
+    cwd: str | None = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
+    env: list[str] | None = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
+    max_restarts: int | None = typer.Option(None, "--max-restarts", help="Restart the whole group up to N times."),
+    heartbeat_timeout: float | None = typer.Option(None, "--heartbeat-timeout", help="Seconds before a trainer heartbeat is stale."),
+    stop_grace: float | None = typer.Option(None, "--stop-grace", help="Seconds from TERM to KILL."),
+    server: str | None = SERVER, token_file: Path | None = TOKEN_FILE,
 ) -> None:
     """Set a group's torch.distributed config and command; flags not given keep their value."""
     given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
@@ -183,7 +181,7 @@ def group_config(
 
 
 @group_app.command("ranks")
-def group_ranks(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+def group_ranks(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON) -> None:
     """The rank each worker gets under the group's config."""
     rows = _client(server, token_file).ranks(name)
     if as_json:
@@ -194,21 +192,21 @@ def group_ranks(name: str, server: Optional[str] = SERVER, token_file: Optional[
 
 
 @group_app.command("start")
-def group_start(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+def group_start(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Start the group's ranks on its workers (refused while it runs)."""
     g = _client(server, token_file).start(name)
     typer.echo(f"group {g.name}: {g.state} (attempt {g.attempt})")
 
 
 @group_app.command("stop")
-def group_stop(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+def group_stop(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Stop every rank of the group (TERM, then KILL after its stop grace)."""
     g = _client(server, token_file).stop(name)
     typer.echo(f"group {g.name}: {g.state}")
 
 
 @group_app.command("status")
-def group_status(name: str, server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE, as_json: bool = JSON) -> None:
+def group_status(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON) -> None:
     """The group's state, its workers and its attempts."""
     d = _client(server, token_file).group(name)
     if as_json:
@@ -222,11 +220,11 @@ def group_status(name: str, server: Optional[str] = SERVER, token_file: Optional
 
 
 @group_app.command("logs")
-def group_logs(name: str, rank: Optional[int] = typer.Option(None, "--rank"),
-               attempt: Optional[int] = typer.Option(None, "--attempt"),
+def group_logs(name: str, rank: int | None = typer.Option(None, "--rank"),
+               attempt: int | None = typer.Option(None, "--attempt"),
                limit: int = typer.Option(500, "--limit", min=1, max=5000),
                follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the group ends."),
-               server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+               server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Recent output lines of the group's ranks as [attempt:rank] line (full files stay on each node)."""
     client, after = _client(server, token_file), 0
     while True:
@@ -241,7 +239,7 @@ def group_logs(name: str, rank: Optional[int] = typer.Option(None, "--rank"),
 
 @group_app.command("wait")
 def group_wait(name: str, timeout: float = typer.Option(0, "--timeout", help="Seconds; 0 waits forever."),
-               server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE) -> None:
+               server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Wait until the group ends; exit with its exit code (0 succeeded, 143 stopped)."""
     client = _client(server, token_file)
     deadline = time.monotonic() + timeout if timeout else None

@@ -8,13 +8,20 @@ server cannot be reached.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any
 
 import httpx
 
 from slurmgen.contract import exitcodes, ports
 from slurmgen.coordinator.models import (
-    AgentOrders, AgentReport, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut, WorkerOut,
+    AgentOrders,
+    AgentReport,
+    GroupConfig,
+    GroupDetail,
+    GroupOut,
+    LogLine,
+    RankOut,
+    WorkerOut,
 )
 from slurmgen.errors import SlurmgenError
 
@@ -22,7 +29,7 @@ DEFAULT_SERVER = f"http://127.0.0.1:{ports.COORDINATOR_PORT}"
 
 
 class ClientError(SlurmgenError):
-    def __init__(self, message: str, status: Optional[int] = None, hint: Optional[str] = None):
+    def __init__(self, message: str, status: int | None = None, hint: str | None = None):
         code = exitcodes.BAD_INPUT if status in (401, 404, 409, 422) else exitcodes.FAILED
         super().__init__(message, hint=hint, exit_code=code)
         self.status = status
@@ -61,17 +68,17 @@ class Client:
             raise ClientError(_problem(response), response.status_code)
         return response.json() if response.content else None
 
-    def workers(self) -> List[WorkerOut]:
+    def workers(self) -> list[WorkerOut]:
         return [WorkerOut(**w) for w in self._call("GET", "/api/workers")]
 
-    def move(self, workers: List[str], group: Optional[str]) -> List[WorkerOut]:
+    def move(self, workers: list[str], group: str | None) -> list[WorkerOut]:
         return [WorkerOut(**w) for w in self._call("POST", "/api/workers/move",
                                                     json={"workers": workers, "group": group})]
 
     def forget(self, worker: str) -> None:
         self._call("DELETE", f"/api/workers/{worker}")
 
-    def groups(self) -> List[GroupOut]:
+    def groups(self) -> list[GroupOut]:
         return [GroupOut(**g) for g in self._call("GET", "/api/groups")]
 
     def create_group(self, name: str) -> GroupOut:
@@ -91,7 +98,7 @@ class Client:
         """Change only the fields in `changes` (PATCH), in one transaction on the server."""
         return GroupOut(**self._call("PATCH", f"/api/groups/{name}/config", json=changes))
 
-    def ranks(self, name: str) -> List[RankOut]:
+    def ranks(self, name: str) -> list[RankOut]:
         return [RankOut(**r) for r in self._call("GET", f"/api/groups/{name}/ranks")]
 
     def start(self, name: str) -> GroupOut:
@@ -100,8 +107,8 @@ class Client:
     def stop(self, name: str) -> GroupOut:
         return GroupOut(**self._call("POST", f"/api/groups/{name}/stop"))
 
-    def logs(self, name: str, rank: Optional[int] = None, attempt: Optional[int] = None,
-             after: int = 0, limit: int = 500, tail: bool = False) -> List[LogLine]:
+    def logs(self, name: str, rank: int | None = None, attempt: int | None = None,
+             after: int = 0, limit: int = 500, tail: bool = False) -> list[LogLine]:
         params = {k: v for k, v in {"rank": rank, "attempt": attempt, "after": after, "limit": limit,
                                     "tail": tail}.items()
                   if v is not None}
@@ -112,7 +119,7 @@ class Client:
         return self._call("GET", "/api/agents/changes", params={"since": since, "timeout": timeout},
                           timeout=timeout + 10)["version"]
 
-    def heartbeat(self, report: AgentReport, timeout: Optional[float] = None) -> AgentOrders:
+    def heartbeat(self, report: AgentReport, timeout: float | None = None) -> AgentOrders:
         """Report and get orders; `timeout` (seconds) instead of the client's own, if given."""
         extra = {} if timeout is None else {"timeout": timeout}
         return AgentOrders(**self._call("POST", "/api/agents/heartbeat", content=report.model_dump_json(),

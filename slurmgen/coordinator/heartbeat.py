@@ -10,8 +10,9 @@ this module knows nothing of the service (it used to call the service's private 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.models import AgentOrders, AgentReport, StartOrder, StopOrder, WorkerReport
@@ -28,7 +29,7 @@ class Known:
     active: Mapping[str, dict[str, Any]]  # group -> its active attempt
     # (group, attempt) -> the attempt (None: no such attempt), for every run a reported slot
     # runs or ran and every active attempt
-    attempts: Mapping[st.RunKey, Optional[dict[str, Any]]]
+    attempts: Mapping[st.RunKey, dict[str, Any] | None]
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -68,7 +69,7 @@ class Judge:
     hung: frozenset[str] = frozenset()  # its workers whose trainer heartbeat went stale
 
 
-Action = Union[RecordExits, RecordRuns, UpdateWorker, KeepLines, Judge]
+Action = RecordExits | RecordRuns | UpdateWorker | KeepLines | Judge
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,8 @@ def _record_runs(known: Known, runs: dict[st.RunKey, tuple[str, ...]], run: st.R
     return [RecordRuns(run, runs[run])]
 
 
-def _order(orders: AgentOrders, known: Known, r: WorkerReport, name: str, run: Optional[st.RunKey],
-           wanted: Optional[st.RunKey], order: Optional[st.Order]) -> None:
+def _order(orders: AgentOrders, known: Known, r: WorkerReport, name: str, run: st.RunKey | None,
+           wanted: st.RunKey | None, order: st.Order | None) -> None:
     """Spell out `reconcile`'s order for one slot: what to start with its rank's environment,
     or how long a stopping run gets (its own stop grace)."""
     if order == "start":

@@ -7,7 +7,7 @@ bad body is a 422 naming the field before anything is stored.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -58,34 +58,34 @@ class GroupCreate(_Request):
 class MoveRequest(_Request):
     """Move workers into a group, or out of every group with `group: null`."""
 
-    workers: List[str] = Field(min_length=1)
-    group: Optional[str] = None
+    workers: list[str] = Field(min_length=1)
+    group: str | None = None
 
     @field_validator("workers")
     @classmethod
-    def _workers(cls, v: List[str]) -> List[str]:
+    def _workers(cls, v: list[str]) -> list[str]:
         for name in v:
             split_worker_name(name)
         return v
 
     @field_validator("group")
     @classmethod
-    def _group(cls, v: Optional[str]) -> Optional[str]:
+    def _group(cls, v: str | None) -> str | None:
         return None if v is None else check_name(v, "group")
 
 
 class GroupConfig(_Request):
     """A group's torch.distributed config and command (the seed's 'PyTorch 配置')."""
 
-    master: Optional[str] = Field(None, description="master node name (not a worker name); "
+    master: str | None = Field(None, description="master node name (not a worker name); "
                                   "default: the first node in alphabetical order")
-    master_addr: Optional[str] = Field(None, description="address ranks reach the master at; default: master")
-    world_size: Optional[int] = Field(None, ge=1, description="default: the group's worker count")
+    master_addr: str | None = Field(None, description="address ranks reach the master at; default: master")
+    world_size: int | None = Field(None, ge=1, description="default: the group's worker count")
     master_port: int = Field(ports.DEFAULT_MASTER_PORT, ge=1, le=65535)
     backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
-    argv: List[str] = Field(default_factory=list, description="the command, an argv list (no shell)")
-    cwd: Optional[str] = Field(None, description="absolute working directory on every node")
-    env: Dict[str, str] = Field(default_factory=dict)
+    argv: list[str] = Field(default_factory=list, description="the command, an argv list (no shell)")
+    cwd: str | None = Field(None, description="absolute working directory on every node")
+    env: dict[str, str] = Field(default_factory=dict)
     max_restarts: int = Field(0, ge=0, le=1000)
     heartbeat_timeout: float = Field(120.0, ge=1, description="seconds before a rank's trainer "
                                      "heartbeat counts as stale (hung)")
@@ -93,26 +93,26 @@ class GroupConfig(_Request):
 
     @field_validator("master")
     @classmethod
-    def _master(cls, v: Optional[str]) -> Optional[str]:
+    def _master(cls, v: str | None) -> str | None:
         return None if v is None else check_name(v, "master")
 
     @field_validator("master_addr")
     @classmethod
-    def _master_addr(cls, v: Optional[str]) -> Optional[str]:
+    def _master_addr(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[A-Za-z0-9_.:-]{1,253}$", v):
             raise ValueError(f"master_addr {show(v)} is not a host name or IP address")
         return v
 
     @field_validator("cwd")
     @classmethod
-    def _cwd(cls, v: Optional[str]) -> Optional[str]:
+    def _cwd(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith("/"):
             raise ValueError(f"cwd {show(v)} must be an absolute path")
         return v
 
     @field_validator("env")
     @classmethod
-    def _env(cls, v: Dict[str, str]) -> Dict[str, str]:
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
             if not ENV_KEY_RE.match(key):
                 raise ValueError(f"env key {show(key)} is not a variable name")
@@ -124,13 +124,13 @@ class GroupConfig(_Request):
 
     @field_validator("argv")
     @classmethod
-    def _argv(cls, v: List[str]) -> List[str]:
+    def _argv(cls, v: list[str]) -> list[str]:
         if any("\0" in a for a in v):
             raise ValueError("argv: an argument contains a NUL byte")
         return v
 
 
-def merged_config(saved: Dict[str, object], changes: Dict[str, object]) -> GroupConfig:
+def merged_config(saved: dict[str, object], changes: dict[str, object]) -> GroupConfig:
     """PATCH of a group's config: the saved one with the given top-level fields replaced, and a
     field given as null set back to its default (RFC 7396 at the top level; `env` and `argv`
     are replaced whole). Raises pydantic's ValidationError naming each bad field."""
@@ -147,24 +147,24 @@ class WorkerOut(BaseModel):
     name: str
     host: str
     id: int
-    group: Optional[str]
+    group: str | None
     state: WorkerState
-    exit_code: Optional[int] = None
-    pid: Optional[int] = None
-    rank: Optional[int] = None
-    attempt: Optional[int] = None
-    seen_ago: Optional[float] = Field(None, description="seconds since its agent's last heartbeat")
+    exit_code: int | None = None
+    pid: int | None = None
+    rank: int | None = None
+    attempt: int | None = None
+    seen_ago: float | None = Field(None, description="seconds since its agent's last heartbeat")
 
 
 class AttemptOut(BaseModel):
     number: int
     state: GroupState
     started: float
-    ended: Optional[float] = None
-    reason: Optional[str] = None
-    exit_code: Optional[int] = None
-    exit_codes: Dict[str, int] = Field(default_factory=dict, description="rank -> exit code")
-    runs: List[str] = Field(default_factory=list, description="run record directories its ranks "
+    ended: float | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+    exit_codes: dict[str, int] = Field(default_factory=dict, description="rank -> exit code")
+    runs: list[str] = Field(default_factory=list, description="run record directories its ranks "
                             "announced (as their agents saw them), for its curves")
 
 
@@ -173,10 +173,10 @@ class GroupOut(BaseModel):
     state: GroupState
     config: GroupConfig
     members: int
-    attempt: Optional[int] = None
+    attempt: int | None = None
     restarts: int = 0
-    reason: Optional[str] = None
-    exit_code: Optional[int] = None
+    reason: str | None = None
+    exit_code: int | None = None
 
 
 class RankOut(BaseModel):
@@ -194,8 +194,8 @@ class RankOut(BaseModel):
 
 class GroupDetail(BaseModel):
     group: GroupOut
-    workers: List[WorkerOut]
-    attempts: List[AttemptOut]
+    workers: list[WorkerOut]
+    attempts: list[AttemptOut]
 
 
 class LogLine(BaseModel):
@@ -218,12 +218,12 @@ class WorkerReport(BaseModel):
 
     id: int = Field(ge=0, le=4095)
     state: Literal["idle", "running", "exited"]
-    group: Optional[str] = None
-    attempt: Optional[int] = None
-    pid: Optional[int] = None
-    exit_code: Optional[int] = None
+    group: str | None = None
+    attempt: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
     hung: bool = Field(False, description="its trainer heartbeat went stale")
-    runs: List[str] = Field(default_factory=list, max_length=16,
+    runs: list[str] = Field(default_factory=list, max_length=16,
                             description="run record directories the rank announced (tracking)")
 
 
@@ -239,8 +239,8 @@ class ReportedLine(BaseModel):
 class AgentReport(_Request):
     host: str
     instance: str = Field(min_length=1, max_length=64, description="random per agent process")
-    workers: List[WorkerReport] = Field(max_length=4096)
-    lines: List[ReportedLine] = Field(default_factory=list, max_length=10000)
+    workers: list[WorkerReport] = Field(max_length=4096)
+    lines: list[ReportedLine] = Field(default_factory=list, max_length=10000)
     dropped: int = Field(0, ge=0, description="lines dropped since the last report")
 
     _host = field_validator("host")(lambda v: check_name(v, "host"))
@@ -251,9 +251,9 @@ class StartOrder(BaseModel):
     group: str
     attempt: int
     rank: int
-    argv: List[str]
-    env: Dict[str, str]
-    cwd: Optional[str]
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
     heartbeat_timeout: float
 
 
@@ -267,8 +267,8 @@ class Changed(BaseModel):
 
 
 class AgentOrders(BaseModel):
-    start: List[StartOrder] = Field(default_factory=list)
-    stop: List[StopOrder] = Field(default_factory=list)
+    start: list[StartOrder] = Field(default_factory=list)
+    stop: list[StopOrder] = Field(default_factory=list)
     # The server's --agent-timeout: an agent that cannot reach the server for longer (plus a
     # margin) knows its groups have failed and stops its ranks (agent.py).
-    agent_timeout: Optional[float] = None
+    agent_timeout: float | None = None

@@ -10,6 +10,7 @@ file and into a bounded queue the heartbeat drains (oldest lines dropped, counte
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import ctypes.util
 import json
@@ -20,11 +21,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
+from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import watchdog
 from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
-from slurmgen.contract.threads import default_omp_threads
 from slurmgen.tracking.store import ANNOUNCE_FILE
 
 MAX_LINE = 4096
@@ -102,11 +102,11 @@ class Slot:
 
     def __init__(self, idx: int):
         self.idx = idx
-        self.order: Optional[StartOrder] = None
-        self.proc: Optional[subprocess.Popen] = None
-        self.exit_code: Optional[int] = None
-        self.kill_at: Optional[float] = None
-        self.hb_file: Optional[Path] = None
+        self.order: StartOrder | None = None
+        self.proc: subprocess.Popen | None = None
+        self.exit_code: int | None = None
+        self.kill_at: float | None = None
+        self.hb_file: Path | None = None
         self.runs: list[str] = []
 
     @property
@@ -170,7 +170,7 @@ class Procs:
             env["OMP_NUM_THREADS"] = threads
         slot.order, slot.exit_code, slot.kill_at, slot.proc, slot.runs = order, None, None, None, []
         slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
-        log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too
         try:
             slot.proc = subprocess.Popen(order.argv, cwd=order.cwd, env=env, stdin=subprocess.DEVNULL,
@@ -197,10 +197,8 @@ class Procs:
         reader = threading.Thread(target=self._copy, args=(proc, order, log), daemon=True)
         reader.start()
         code = exit_status(proc.wait())
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         self._tell_watchdog("-", proc.pid)
         reader.join(2)
         if slot.proc is proc:
@@ -227,10 +225,8 @@ class Procs:
                 self._signal(slot, signal.SIGKILL)
 
     def _signal(self, slot: Slot, sig: int) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(slot.proc.pid, sig)
-        except OSError:
-            pass
 
     def stop_all(self, grace: float) -> None:
         for slot in self.slots:

@@ -8,7 +8,7 @@ group's worker count, a smaller one takes the first ranks, a larger one is refus
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from slurmgen.coordinator.models import GroupConfig, RankOut
 from slurmgen.errors import SlurmgenError, show

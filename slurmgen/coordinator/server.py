@@ -16,17 +16,27 @@ import contextlib
 import hmac
 import importlib.util
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from slurmgen.contract.version import VERSION as __version__
 from slurmgen.coordinator.models import (
-    AgentOrders, AgentReport, Changed, ErrorOut, GroupConfig, GroupCreate, GroupDetail, GroupOut, LogLine,
-    MoveRequest, RankOut, WorkerOut,
+    AgentOrders,
+    AgentReport,
+    Changed,
+    ErrorOut,
+    GroupConfig,
+    GroupCreate,
+    GroupDetail,
+    GroupOut,
+    LogLine,
+    MoveRequest,
+    RankOut,
+    WorkerOut,
 )
 from slurmgen.coordinator.service import Conflict, Coordinator, Invalid, NotFound
 
@@ -48,11 +58,11 @@ SHOWN_INPUT = 120  # characters of a refused value a 422 repeats
 ERRORS = {404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 401: {"model": ErrorOut}}
 
 
-def token_matches(presented: Optional[str], token: str) -> bool:
+def token_matches(presented: str | None, token: str) -> bool:
     return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
 
 
-def presented_token(headers: Any, cookies: Any) -> Optional[str]:
+def presented_token(headers: Any, cookies: Any) -> str | None:
     """The token a request carries: its `Authorization: Bearer` header, else the token cookie."""
     header = headers.get("authorization", "")
     return header[7:] if header.lower().startswith("bearer ") else cookies.get(TOKEN_COOKIE)
@@ -81,11 +91,11 @@ def api_router(c: Coordinator) -> APIRouter:
 def _worker_routes(r: APIRouter, c: Coordinator) -> None:
     """The pool: every slot an agent reported, which group it is in, forgetting a gone one."""
 
-    @r.get("/workers", response_model=List[WorkerOut])
+    @r.get("/workers", response_model=list[WorkerOut])
     def workers():
         return c.workers()
 
-    @r.post("/workers/move", response_model=List[WorkerOut])
+    @r.post("/workers/move", response_model=list[WorkerOut])
     def move(body: MoveRequest):
         return c.move(body.workers, body.group)
 
@@ -97,7 +107,7 @@ def _worker_routes(r: APIRouter, c: Coordinator) -> None:
 def _group_routes(r: APIRouter, c: Coordinator) -> None:
     """A group's life: create, configure, see its ranks, start, stop, read its output."""
 
-    @r.get("/groups", response_model=List[GroupOut])
+    @r.get("/groups", response_model=list[GroupOut])
     def groups():
         return c.groups()
 
@@ -119,12 +129,12 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
         return c.configure(name, body)
 
     @r.patch("/groups/{name}/config", response_model=GroupOut)
-    def update_config(name: str, body: Dict[str, Any] = Body(..., examples=[{"world_size": 2}])):
+    def update_config(name: str, body: dict[str, Any] = Body(..., examples=[{"world_size": 2}])):
         """Change only the fields given; null sets a field back to its default (env and argv
         are replaced whole). What `slurmgen group config` sends."""
         return c.update_config(name, body)
 
-    @r.get("/groups/{name}/ranks", response_model=List[RankOut])
+    @r.get("/groups/{name}/ranks", response_model=list[RankOut])
     def ranks(name: str):
         return c.ranks(name)
 
@@ -136,8 +146,8 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
     def stop(name: str):
         return c.stop(name)
 
-    @r.get("/groups/{name}/logs", response_model=List[LogLine])
-    def logs(name: str, rank: Optional[int] = None, attempt: Optional[int] = None,
+    @r.get("/groups/{name}/logs", response_model=list[LogLine])
+    def logs(name: str, rank: int | None = None, attempt: int | None = None,
              after: int = 0, limit: int = Query(500, ge=1, le=5000), tail: bool = False):
         """Lines with id > after, oldest first: the first `limit`, or with tail=true the last."""
         return c.logs(name, rank, attempt, after, limit, tail)
@@ -158,7 +168,7 @@ def _agent_routes(r: APIRouter, c: Coordinator) -> None:
         return Changed(version=await c.changes.wait(since, timeout))
 
 
-def create_app(coordinator: Coordinator, token: str) -> "Gate":
+def create_app(coordinator: Coordinator, token: str) -> Gate:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         async def ticker():
@@ -280,7 +290,7 @@ def _cookies(headers: dict[str, str]) -> dict[str, str]:
     return {k: m.value for k, m in jar.items()}
 
 
-async def _read_body(receive, limit: int) -> Optional[bytes]:
+async def _read_body(receive, limit: int) -> bytes | None:
     """The whole body, or None as soon as it passes `limit` bytes (the rest is never read)."""
     chunks, size = [], 0
     while True:
@@ -341,7 +351,7 @@ class ApiSecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def run(coordinator: Coordinator, token: str, host: str, port: int, **tls: Optional[str]) -> None:
+def run(coordinator: Coordinator, token: str, host: str, port: int, **tls: str | None) -> None:
     """Serve until SIGTERM/SIGINT. Judging stops the moment shutdown begins, so a restart never
     fails a group for the silence it caused; open long polls are answered at once, so the
     shutdown is clean and quiet (no connection left for uvicorn to cancel)."""

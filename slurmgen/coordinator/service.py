@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from slurmgen.coordinator import heartbeat as hb
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
 from slurmgen.coordinator.group_runs import GroupRuns
 from slurmgen.coordinator.models import (
-    AgentOrders, AgentReport, AttemptOut, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut,
-    StartOrder, StopOrder, WorkerOut, merged_config,
+    AgentOrders,
+    AgentReport,
+    AttemptOut,
+    GroupConfig,
+    GroupDetail,
+    GroupOut,
+    LogLine,
+    RankOut,
+    StartOrder,
+    StopOrder,
+    WorkerOut,
+    merged_config,
 )
 from slurmgen.coordinator.ranks import default_master, plan_ranks, rank_env
 from slurmgen.coordinator.store import Store
@@ -40,7 +51,7 @@ class Invalid(Exception):
 
 class Coordinator:
     def __init__(self, store: Store, agent_timeout: float = DEFAULT_AGENT_TIMEOUT,
-                 clock: Callable[[], float] = time.time, runs: Optional[GroupRuns] = None):
+                 clock: Callable[[], float] = time.time, runs: GroupRuns | None = None):
         self.store = store
         self.runs = runs  # the run registry of this machine (`slurmgen jobs` lists groups from it)
         self.agent_timeout = agent_timeout
@@ -129,7 +140,7 @@ class Coordinator:
         except SlurmgenError as e:
             raise error(str(e)) from None
 
-    def logs(self, name: str, rank: Optional[int], attempt: Optional[int], after: int,
+    def logs(self, name: str, rank: int | None, attempt: int | None, after: int,
              limit: int, tail: bool = False) -> list[LogLine]:
         with self._atomic():
             self._group_row(name)
@@ -174,7 +185,7 @@ class Coordinator:
         self.store.update_group(name, config=config.model_dump())
         return self._group_out(self._group_row(name), len(members))
 
-    def move(self, names: list[str], group: Optional[str]) -> list[WorkerOut]:
+    def move(self, names: list[str], group: str | None) -> list[WorkerOut]:
         with self._atomic() as now:
             if group is not None:
                 target = self._group_row(group)
@@ -227,7 +238,7 @@ class Coordinator:
         return ranks
 
     def _new_attempt(self, name: str, number: int, config: GroupConfig, ranks: list[RankOut],
-                     now: float, restarts: int, reason: Optional[str] = None) -> None:
+                     now: float, restarts: int, reason: str | None = None) -> None:
         master = config.master or default_master(r.host for r in ranks)
         plan = {"ranks": {r.worker: r.rank for r in ranks},
                 "env": {r.worker: rank_env(config, name, r, master) for r in ranks},
@@ -318,7 +329,7 @@ class Coordinator:
             if r.id not in known:
                 self.store.add_worker(report.host, r.id)
         active = self.store.active_attempts()
-        attempts: dict[st.RunKey, Optional[dict[str, Any]]] = {(a["grp"], a["number"]): a for a in active}
+        attempts: dict[st.RunKey, dict[str, Any] | None] = {(a["grp"], a["number"]): a for a in active}
         for r in report.workers:
             if r.group is not None and (r.group, r.attempt) not in attempts:
                 attempts[(r.group, r.attempt)] = self.store.attempt(r.group, r.attempt)

@@ -10,8 +10,9 @@ contract's verdict (slurmgen/contract/verdict.py) over what was observed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Mapping, Optional
+from typing import Literal
 
 from slurmgen.contract import exitcodes, verdict
 from slurmgen.contract.states import ENDED_WORDS
@@ -20,8 +21,8 @@ Order = Literal["start", "stop"]
 RunKey = tuple  # (group, attempt)
 
 
-def reconcile(reported: str, reported_run: Optional[RunKey], wanted: Optional[RunKey],
-              finished: bool) -> Optional[Order]:
+def reconcile(reported: str, reported_run: RunKey | None, wanted: RunKey | None,
+              finished: bool) -> Order | None:
     """The order for one slot: `reported` is idle|running|exited, `reported_run` the
     (group, attempt) it runs or ran, `wanted` the run it should be part of now (None: none),
     `finished` whether that run already has this slot's exit code recorded."""
@@ -32,7 +33,7 @@ def reconcile(reported: str, reported_run: Optional[RunKey], wanted: Optional[Ru
     return None
 
 
-def worker_state(reported: str, reported_run: Optional[RunKey], wanted: Optional[RunKey],
+def worker_state(reported: str, reported_run: RunKey | None, wanted: RunKey | None,
                  lost: bool) -> str:
     """What people see for a worker: lost beats everything, a wanted slot not yet running
     is starting."""
@@ -48,8 +49,8 @@ def worker_state(reported: str, reported_run: Optional[RunKey], wanted: Optional
 @dataclass(frozen=True)
 class Outcome:
     state: str  # a GroupState
-    reason: Optional[str] = None
-    exit_code: Optional[int] = None
+    reason: str | None = None
+    exit_code: int | None = None
 
     @property
     def ended(self) -> bool:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS workers (
@@ -60,7 +61,7 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def transaction(self) -> "_Transaction":
+    def transaction(self) -> _Transaction:
         return _Transaction(self.db)
 
     # --- rows -----------------------------------------------------------------------------
@@ -73,7 +74,7 @@ class Store:
             rows.append(row)
         return rows
 
-    def _one(self, sql: str, args: Iterable[Any] = ()) -> Optional[dict[str, Any]]:
+    def _one(self, sql: str, args: Iterable[Any] = ()) -> dict[str, Any] | None:
         rows = self._rows(sql, args)
         return rows[0] if rows else None
 
@@ -91,7 +92,7 @@ class Store:
             return self._rows("SELECT * FROM workers WHERE grp = ? ORDER BY host, idx", (group,))
         return self._rows("SELECT * FROM workers ORDER BY host, idx")
 
-    def worker(self, name: str) -> Optional[dict[str, Any]]:
+    def worker(self, name: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM workers WHERE name = ?", (name,))
 
     def add_worker(self, host: str, idx: int) -> None:
@@ -108,7 +109,7 @@ class Store:
     def groups(self) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM groups ORDER BY name")
 
-    def group(self, name: str) -> Optional[dict[str, Any]]:
+    def group(self, name: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM groups WHERE name = ?", (name,))
 
     def add_group(self, name: str, config: dict[str, Any]) -> None:
@@ -130,7 +131,7 @@ class Store:
     def attempts(self, group: str) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM attempts WHERE grp = ? ORDER BY number", (group,))
 
-    def attempt(self, group: str, number: int) -> Optional[dict[str, Any]]:
+    def attempt(self, group: str, number: int) -> dict[str, Any] | None:
         return self._one("SELECT * FROM attempts WHERE grp = ? AND number = ?", (group, number))
 
     def active_attempts(self) -> list[dict[str, Any]]:

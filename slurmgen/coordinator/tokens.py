@@ -11,7 +11,6 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Optional
 
 from slurmgen.errors import SlurmgenError
 
@@ -58,7 +57,7 @@ def load_or_create_token(path: Path) -> tuple[str, bool]:
     return token, True
 
 
-def client_token(path: Optional[Path]) -> str:
+def client_token(path: Path | None) -> str:
     """For agents and the CLI: --token-file, else $SLURMGEN_TOKEN, else the default file."""
     if path is None and os.environ.get(TOKEN_ENV):
         return os.environ[TOKEN_ENV].strip()

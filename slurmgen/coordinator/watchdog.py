@@ -10,6 +10,7 @@ it starts with every agent and must not wait on an import.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -30,10 +31,8 @@ def watch(lines: Iterable[str]) -> set[int]:
 
 def kill_all(groups: Iterable[int]) -> None:
     for pgid in groups:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":

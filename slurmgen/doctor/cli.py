@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from slurmgen.cliopts import (identity_option, known_hosts_option, ssh_config_option, ssh_port_option,
-                              ssh_user_option)
+from slurmgen.cliopts import identity_option, known_hosts_option, ssh_config_option, ssh_port_option, ssh_user_option
 from slurmgen.contract import exitcodes, ports
 from slurmgen.doctor.fabric_verdict import MIN_SHARE
 from slurmgen.errors import SlurmgenError
@@ -38,7 +37,7 @@ def _job_hosts(variable: str = "SLURM_JOB_NODELIST") -> list[str]:
     return hosts
 
 
-def preempt_signal(config: Optional[Path], given: Optional[str]) -> str:
+def preempt_signal(config: Path | None, given: str | None) -> str:
     """The signal to check: --signal, else the spec's preempt_signal (--config), else the spec's
     default; the job's program is written to catch that one, so that one must arrive."""
     from typing import get_args
@@ -58,23 +57,23 @@ def preempt_signal(config: Optional[Path], given: Optional[str]) -> str:
 
 
 def doctor(
-    hosts: Optional[str] = typer.Option(None, "--hosts", "-H", help="Check these hosts over SSH (a Slurm hostlist: node[1-4])."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Check the hosts of a DeepSpeed host file over SSH."),
-    files: List[str] = typer.Option([], "--files", help="Hash these files or directories (default: the git-tracked files here); repeatable."),
+    hosts: str | None = typer.Option(None, "--hosts", "-H", help="Check these hosts over SSH (a Slurm hostlist: node[1-4])."),
+    hostfile: Path | None = typer.Option(None, "--hostfile", help="Check the hosts of a DeepSpeed host file over SSH."),
+    files: list[str] = typer.Option([], "--files", help="Hash these files or directories (default: the git-tracked files here); repeatable."),
     directory: str = typer.Option(".", "--dir", help="The output directory whose free disk is checked."),
     min_free_gb: float = typer.Option(1.0, "--min-free-gb", help="Less free disk than this in --dir fails."),
-    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host)."),
-    master_port: Optional[int] = typer.Option(None, "--master-port", help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT})."),
+    master_addr: str | None = typer.Option(None, "--master-addr", help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host)."),
+    master_port: int | None = typer.Option(None, "--master-port", help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT})."),
     port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
-    python: Optional[str] = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
-    workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
-    user: Optional[str] = ssh_user_option("SSH user."),
-    port: Optional[int] = ssh_port_option("SSH port."),
-    identity: List[Path] = identity_option(),
-    known_hosts: Optional[str] = known_hosts_option("known_hosts file."),
-    ssh_config: Optional[str] = ssh_config_option("ssh config file."),
-    config: Optional[Path] = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
-    signal: Optional[str] = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
+    python: str | None = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
+    workdir: str | None = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
+    user: str | None = ssh_user_option("SSH user."),
+    port: int | None = ssh_port_option("SSH port."),
+    identity: list[Path] = identity_option(),
+    known_hosts: str | None = known_hosts_option("known_hosts file."),
+    ssh_config: str | None = ssh_config_option("ssh config file."),
+    config: Path | None = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
+    signal: str | None = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
     fabric: bool = typer.Option(False, "--fabric", help="Also check the network: the address each hostname resolves to, the route to the master, NCCL_*/GLOO_* agreement, InfiniBand/EFA, and a gloo all-reduce against raw TCP between the same nodes (uses MASTER_PORT+1)."),
     fabric_mb: float = typer.Option(8.0, "--fabric-mb", help="Size of the --fabric all-reduce in MB (raw TCP sends 4 times as much per link)."),
     min_share: float = typer.Option(MIN_SHARE, "--min-collective-share", help="--fabric fails when the all-reduce's bus bandwidth is less than this share of the slowest raw TCP link."),
@@ -109,9 +108,9 @@ def doctor(
     _report(rows, as_json, min_share)
 
 
-def _probe_options(files: List[str], directory: str, min_free_gb: float, master_addr: Optional[str],
-                   master_port: Optional[int], port_timeout: float, config: Optional[Path],
-                   signal: Optional[str]) -> ProbeOptions:
+def _probe_options(files: list[str], directory: str, min_free_gb: float, master_addr: str | None,
+                   master_port: int | None, port_timeout: float, config: Path | None,
+                   signal: str | None) -> ProbeOptions:
     """What every node checks, from the flags, else $MASTER_ADDR/$MASTER_PORT; where the rows
     come from may still fill in the rendezvous (SSH: the first host; Slurm: run_slurm.sh's)."""
     from slurmgen.doctor.probe import ProbeOptions
@@ -136,7 +135,7 @@ def _with_fabric(opts: ProbeOptions, fabric_mb: float, min_share: float) -> Prob
     return replace(opts, fabric_mb=fabric_mb)
 
 
-def _allocation_rows(opts: ProbeOptions) -> Optional[list[dict[str, Any]]]:
+def _allocation_rows(opts: ProbeOptions) -> list[dict[str, Any]] | None:
     """Rows of every node of this Slurm allocation (or job step), checked against run_slurm.sh's
     master and port; None on every task but 0 under `srun slurmgen doctor`."""
     from slurmgen.doctor import nodes

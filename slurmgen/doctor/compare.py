@@ -12,8 +12,9 @@ Two kinds of check:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from slurmgen.doctor import fabric_verdict
 

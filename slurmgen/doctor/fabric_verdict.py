@@ -17,8 +17,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 OK, BAD, NA = "ok", "bad", "n/a"
 AGREE = ("net_env", "rdma")

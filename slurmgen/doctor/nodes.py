@@ -15,9 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from slurmgen.doctor.probe import READY_PREFIX, RESULT_PREFIX, Arrival, ProbeOptions, probe
 

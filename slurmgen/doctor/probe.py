@@ -26,8 +26,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 RESULT_PREFIX = "SLURMGEN-DOCTOR "
 READY_PREFIX = "SLURMGEN-DOCTOR-READY "

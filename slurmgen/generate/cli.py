@@ -9,53 +9,52 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-from slurmgen.contract.backends import BACKENDS
 from slurmgen.cliopts import ORDER_HELP, given_flags, parse_env
+from slurmgen.contract.backends import BACKENDS
 from slurmgen.errors import SlurmgenError
 
 
 def create(
-    command: Optional[List[str]] = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec; flags given here override it."),
-    output_dir: Optional[str] = typer.Option(None, "--output-dir", "-o", help="Where to write the scripts [default: out]."),
-    nodes: Optional[str] = typer.Option(None, "--nodes", "-N", metavar="N", help="Number of nodes [default: 1]."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes (GPUs) per node [default: 1]."),
-    gpu_request: Optional[str] = typer.Option(None, "--gpu-request", help="auto | gpus-per-node | gres | none."),
-    time: Optional[str] = typer.Option(None, "--time", "-t", help="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."),
-    partition: Optional[str] = typer.Option(None, "--partition", "-p"),
-    account: Optional[str] = typer.Option(None, "--account", "-A"),
-    qos: Optional[str] = typer.Option(None, "--qos", "-q"),
-    constraint: Optional[str] = typer.Option(None, "--constraint", "-C"),
-    exclusive: Optional[bool] = typer.Option(None, "--exclusive/--no-exclusive", help="Whole nodes."),
-    cpus_per_task: Optional[str] = typer.Option(None, "--cpus-per-task", "-c", metavar="N", help="CPUs per process."),
-    mem: Optional[str] = typer.Option(None, "--mem", help="Memory per node, e.g. 64G."),
-    job_name: Optional[str] = typer.Option(None, "--job-name", "-J"),
-    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
-    master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
-    backend: Optional[str] = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
-    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
-    env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
-    setup: List[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
-    sbatch: List[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),
-    container_image: Optional[str] = typer.Option(None, "--container-image", help="Run inside this container image."),
-    container_runtime: Optional[str] = typer.Option(None, "--container-runtime", help="pyxis | apptainer."),
-    container_mount: List[str] = typer.Option([], "--container-mount", help="SRC:DST[:FLAGS]; repeatable."),
-    log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
-    requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit."),
-    signal_lead: Optional[str] = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."),
-    array: Optional[str] = typer.Option(None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."),
-    sweep: List[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
-    sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
-    sweep_args: Optional[str] = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
-    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
-    retries: Optional[str] = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
-    retry_on: Optional[str] = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
-    exclude_failed_node: Optional[bool] = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),
-    preflight: Optional[bool] = typer.Option(None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."),
+    command: list[str] | None = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    config: Path | None = typer.Option(None, "--config", help="YAML job spec; flags given here override it."),
+    output_dir: str | None = typer.Option(None, "--output-dir", "-o", help="Where to write the scripts [default: out]."),
+    nodes: str | None = typer.Option(None, "--nodes", "-N", metavar="N", help="Number of nodes [default: 1]."),
+    gpus: str | None = typer.Option(None, "--gpus", metavar="N", help="Processes (GPUs) per node [default: 1]."),
+    gpu_request: str | None = typer.Option(None, "--gpu-request", help="auto | gpus-per-node | gres | none."),
+    time: str | None = typer.Option(None, "--time", "-t", help="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."),
+    partition: str | None = typer.Option(None, "--partition", "-p"),
+    account: str | None = typer.Option(None, "--account", "-A"),
+    qos: str | None = typer.Option(None, "--qos", "-q"),
+    constraint: str | None = typer.Option(None, "--constraint", "-C"),
+    exclusive: bool | None = typer.Option(None, "--exclusive/--no-exclusive", help="Whole nodes."),
+    cpus_per_task: str | None = typer.Option(None, "--cpus-per-task", "-c", metavar="N", help="CPUs per process."),
+    mem: str | None = typer.Option(None, "--mem", help="Memory per node, e.g. 64G."),
+    job_name: str | None = typer.Option(None, "--job-name", "-J"),
+    master_addr: str | None = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
+    master_port: str | None = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
+    backend: str | None = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
+    launcher: str | None = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
+    env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
+    setup: list[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
+    sbatch: list[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),
+    container_image: str | None = typer.Option(None, "--container-image", help="Run inside this container image."),
+    container_runtime: str | None = typer.Option(None, "--container-runtime", help="pyxis | apptainer."),
+    container_mount: list[str] = typer.Option([], "--container-mount", help="SRC:DST[:FLAGS]; repeatable."),
+    log_dir: str | None = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
+    requeue: bool | None = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit."),
+    signal_lead: str | None = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."),
+    array: str | None = typer.Option(None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."),
+    sweep: list[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
+    sweep_file: Path | None = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
+    sweep_args: str | None = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
+    heartbeat_timeout: str | None = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
+    retries: str | None = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
+    retry_on: str | None = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
+    exclude_failed_node: bool | None = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),
+    preflight: bool | None = typer.Option(None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
@@ -73,8 +72,8 @@ def spec_from_create_flags(*, command, config, env, setup, sbatch, container_ima
 
     Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
     """
-    from slurmgen.generate.specfile import spec_from_sources
     from slurmgen.generate import sweep_input
+    from slurmgen.generate.specfile import spec_from_sources
 
     if sweep and sweep_file is not None:
         raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
@@ -116,12 +115,12 @@ def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False)
 
 
 def ranks(
-    hosts: Optional[str] = typer.Option(None, "--hosts", help="Host names, a Slurm hostlist: gn6,gn7 or gpu[01-04]."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="DeepSpeed-style host file: 'host slots=N' lines."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Anonymous nodes, when no names are given."),
+    hosts: str | None = typer.Option(None, "--hosts", help="Host names, a Slurm hostlist: gn6,gn7 or gpu[01-04]."),
+    hostfile: Path | None = typer.Option(None, "--hostfile", help="DeepSpeed-style host file: 'host slots=N' lines."),
+    nodes: int | None = typer.Option(None, "--nodes", "-N", help="Anonymous nodes, when no names are given."),
     gpus: int = typer.Option(1, "--gpus", help="Processes per host (hosts without slots= in a host file)."),
-    master: Optional[str] = typer.Option(None, "--master", help="The master host [default: the first given]."),
-    world_size: Optional[int] = typer.Option(None, "--world-size", help="Use only this many processes."),
+    master: str | None = typer.Option(None, "--master", help="The master host [default: the first given]."),
+    world_size: int | None = typer.Option(None, "--world-size", help="Use only this many processes."),
     order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from slurmgen.errors import SlurmgenError
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract.version import VERSION as __version__
 from slurmgen.contract import envvars, exitcodes, ports
 from slurmgen.contract import grid as sweeps
-from slurmgen.contract.node_events import EVENT_TAG
 from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME, TIMELINE_NAME, name_parts
+from slurmgen.contract.node_events import EVENT_TAG
+from slurmgen.contract.version import VERSION as __version__
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
 
 if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class ShellCode(str):

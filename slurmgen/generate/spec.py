@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from slurmgen.contract import envvars, exitcodes, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
-
 from slurmgen.generate import slurm_values
 from slurmgen.generate.hostlist import is_host_name
 from slurmgen.generate.yaml12 import as_written
@@ -310,7 +309,7 @@ class JobSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _array_with_sweep(self) -> "JobSpec":
+    def _array_with_sweep(self) -> JobSpec:
         from slurmgen.contract.grid import LIMIT
 
         if self.sweep is not None and self.array is not None and not LIMIT.match(self.array):
@@ -320,7 +319,7 @@ class JobSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _command_placeholders(self) -> "JobSpec":
+    def _command_placeholders(self) -> JobSpec:
         from slurmgen.contract.grid import placeholder_problem, points
 
         problem = placeholder_problem(self.command, points(self.sweep))
@@ -343,7 +342,7 @@ class JobSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _retry_policy(self) -> "JobSpec":
+    def _retry_policy(self) -> JobSpec:
         if self.retries and not self.retry_on:
             raise ValueError("retries needs retry_on: the exit codes worth another attempt, e.g. 1,124,143")
         if not self.retries and (self.retry_on or self.exclude_failed_node):
@@ -351,7 +350,7 @@ class JobSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _signal_before_end(self) -> "JobSpec":
+    def _signal_before_end(self) -> JobSpec:
         limit = slurm_values.time_limit_seconds(self.time) if self.time else None
         if self.requeue and limit is not None and self.signal_lead >= limit:
             raise ValueError(f"signal_lead ({self.signal_lead}s) must be shorter than the time limit ({limit}s)")

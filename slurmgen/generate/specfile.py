@@ -7,13 +7,14 @@ with a "did you mean" for misspelt keys.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from slurmgen.generate import yaml12
 from slurmgen.errors import SlurmgenError, show
+from slurmgen.generate import yaml12
 from slurmgen.generate.spec import JobSpec
 from slurmgen.generate.user_files import read_text
 

@@ -7,8 +7,9 @@ is `contract.grid`'s.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from slurmgen.contract.grid import KEY
 from slurmgen.errors import SlurmgenError

@@ -14,8 +14,9 @@ Rules (the same for `slurmgen ranks`, the generated scripts and the SSH launcher
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from slurmgen.errors import SlurmgenError, show
 
@@ -28,7 +29,7 @@ class Host:
     slots: tuple[int, ...]
 
     @classmethod
-    def with_count(cls, name: str, count: int) -> "Host":
+    def with_count(cls, name: str, count: int) -> Host:
         return cls(name, tuple(range(count)))
 
 

@@ -12,8 +12,9 @@ import json
 import os
 import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any
 
 import typer
 
@@ -68,8 +69,8 @@ class Runners:
             runner.close()
 
 
-def _with_job(registry: Optional[Path], job: Optional[str], remote: Optional[str], ssh_config: Optional[str],
-              setup: List[str], work: Callable[..., Any]) -> Any:
+def _with_job(registry: Path | None, job: str | None, remote: str | None, ssh_config: str | None,
+              setup: list[str], work: Callable[..., Any]) -> Any:
     """Open the registry, find JOB (default: the newest), open its runner, run `work`."""
     from slurmgen.jobs.registry import Registry
     from slurmgen.jobs.resolve import find
@@ -95,9 +96,9 @@ def _with_job(registry: Optional[Path], job: Optional[str], remote: Optional[str
 
 def submit(**kw: Any) -> None:
     """Render exactly as `create` does, sbatch it, register the job and print its id."""
+    from slurmgen.generate.render import render
     from slurmgen.jobs import commands
     from slurmgen.jobs.registry import Registry
-    from slurmgen.generate.render import render
 
     create_flags = {k: kw.pop(k) for k in list(kw) if k in _CREATE_PARAMS}
     dry_run, force = create_flags.pop("dry_run"), create_flags.pop("force")
@@ -147,10 +148,10 @@ def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: di
                             "ssh_config": os.path.abspath(kw["ssh_config"]) if kw["ssh_config"] else None})
 
 
-def jobs(registry: Optional[Path] = RegistryOpt, limit: Optional[int] = typer.Option(None, "--limit", "-n", help="Only the newest N."),
-         kind: List[str] = typer.Option([], "--kind", help="Only runs of this kind: slurm, launch or group; repeatable."),
-         state: List[str] = typer.Option([], "--state", help="Only runs in this state (running, failed, succeeded, ...); repeatable."),
-         remote: Optional[str] = RemoteOpt, ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt,
+def jobs(registry: Path | None = RegistryOpt, limit: int | None = typer.Option(None, "--limit", "-n", help="Only the newest N."),
+         kind: list[str] = typer.Option([], "--kind", help="Only runs of this kind: slurm, launch or group; repeatable."),
+         state: list[str] = typer.Option([], "--state", help="Only runs in this state (running, failed, succeeded, ...); repeatable."),
+         remote: str | None = RemoteOpt, ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt,
          as_json: bool = JsonOpt) -> None:
     """List every run (Slurm jobs, launches, groups), newest first, with its kind and current state."""
     from slurmgen.jobs.listing import list_jobs
@@ -185,9 +186,9 @@ def _job_line(row: dict[str, Any]) -> str:
     return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
 
 
-def status(job: Optional[str] = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]."),
-           registry: Optional[Path] = RegistryOpt, remote: Optional[str] = RemoteOpt,
-           ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt, as_json: bool = JsonOpt,
+def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]."),
+           registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
+           ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt,
            timeline: bool = typer.Option(False, "--timeline", help="Each rank's start-up phases, checkpoints and end, "
                                          "per attempt, with the slowest rank of each phase.")) -> None:
     """One job: state, pending reason, nodes, time, requeues, failing tasks, run record, stragglers, goodput;
@@ -219,12 +220,12 @@ def _print_timeline(view: dict, as_json: bool) -> None:
 
 
 def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),
-         rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines."),
-         node: Optional[str] = typer.Option(None, "--node", help="Only the ranks on this node (index or name)."),
+         rank: int | None = typer.Option(None, "--rank", "-r", help="Only this rank's lines."),
+         node: str | None = typer.Option(None, "--node", help="Only the ranks on this node (index or name)."),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
-         tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
-         registry: Optional[Path] = RegistryOpt, remote: Optional[str] = RemoteOpt,
-         ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
+         tail: int | None = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
+         registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
+         ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
     """The job's output, split by rank from srun's --label prefixes."""
     if rank is not None and node is not None:
         raise SlurmgenError("logs: give --rank or --node, not both")
@@ -236,10 +237,12 @@ def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output d
               lambda reg, record, task, runner: _print_logs(runner, record, task, rank, node, follow, tail, as_json))
 
 
-def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[int], node: Optional[str],
-                follow: bool, tail: Optional[int], as_json: bool) -> None:
+def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, node: str | None,
+                follow: bool, tail: int | None, as_json: bool) -> None:
     from slurmgen.jobs import commands
-    from slurmgen.jobs.logs import check_rank, follow as follow_lines, format_line, last, log_path, select_lines, tail as tail_lines
+    from slurmgen.jobs.logs import check_rank, format_line, last, log_path, select_lines
+    from slurmgen.jobs.logs import follow as follow_lines
+    from slurmgen.jobs.logs import tail as tail_lines
 
     if record.info.get("array") and task is None:
         raise SlurmgenError(f"job: {record.job_id} is an array; name one task as {record.job_id}_N")
@@ -275,9 +278,9 @@ def _print_logs(runner: Any, record: Any, task: Optional[str], rank: Optional[in
 
 
 def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),
-           signal: Optional[str] = typer.Option(None, "--signal", "-s", help="Send this signal instead (USR2, the preempt_signal default: the trainer checkpoints and stops)."),
-           registry: Optional[Path] = RegistryOpt, remote: Optional[str] = RemoteOpt,
-           ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
+           signal: str | None = typer.Option(None, "--signal", "-s", help="Send this signal instead (USR2, the preempt_signal default: the trainer checkpoints and stops)."),
+           registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
+           ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
     """Cancel the job (scancel) and wait until Slurm says it ended; or only send it a signal."""
     import re
 
@@ -287,7 +290,7 @@ def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output
 
     if signal is not None and not re.match(r"^(SIG)?[A-Z0-9]+$|^[0-9]+$", signal):
         raise SlurmgenError(f"signal: expected a signal name or number, e.g. USR1 or 10 (got {signal!r})")
-    def work(reg: Any, record: Any, task: Optional[str], runner: Any) -> dict:
+    def work(reg: Any, record: Any, task: str | None, runner: Any) -> dict:
         reused = reused_note(reg, record)
         if reused:  # scancel ID would hit the later job that has the id now
             raise SlurmgenError(f"cancel: {reused}; nothing was cancelled")
@@ -310,15 +313,15 @@ def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output
 def _submit_signature() -> inspect.Signature:
     """create's parameters followed by submit's own: one definition of the shared flags."""
     own = [
-        ("registry", Optional[Path], RegistryOpt),
-        ("dependency", Optional[str], typer.Option(None, "--dependency", "-d", help="sbatch --dependency, e.g. afterok:1234.")),
+        ("registry", Path | None, RegistryOpt),
+        ("dependency", str | None, typer.Option(None, "--dependency", "-d", help="sbatch --dependency, e.g. afterok:1234.")),
         ("hold", bool, typer.Option(False, "--hold", help="Submit held; `scontrol release ID` starts it.")),
         ("wait", bool, typer.Option(False, "--wait", "-W", help="Block until the job ends; exit with its code.")),
-        ("remote", Optional[str], RemoteOpt),
-        ("remote_dir", Optional[str], typer.Option(None, "--remote-dir", help="Where snapshots and job dirs live on the login node [default: ~/.slurmgen].")),
-        ("code", Optional[Path], typer.Option(None, "--code", help="Ship this directory instead of the working tree (with --remote).")),
-        ("ssh_config", Optional[str], SshConfigOpt),
-        ("remote_setup", List[str], SetupOpt),
+        ("remote", str | None, RemoteOpt),
+        ("remote_dir", str | None, typer.Option(None, "--remote-dir", help="Where snapshots and job dirs live on the login node [default: ~/.slurmgen].")),
+        ("code", Path | None, typer.Option(None, "--code", help="Ship this directory instead of the working tree (with --remote).")),
+        ("ssh_config", str | None, SshConfigOpt),
+        ("remote_setup", list[str], SetupOpt),
         ("as_json", bool, JsonOpt),
     ]
     hints = typing.get_type_hints(create)

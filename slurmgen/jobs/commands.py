@@ -12,13 +12,16 @@ import re
 import socket
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from slurmgen.errors import SlurmgenError
 from slurmgen.contract import envvars
-from slurmgen.contract.exitcodes import FAILED
 from slurmgen.contract import grid as sweeps
+from slurmgen.contract.exitcodes import FAILED
+from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME
+from slurmgen.errors import SlurmgenError
+from slurmgen.heal.attempts import parse_attempts
 from slurmgen.jobs import signals
 from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
@@ -26,9 +29,7 @@ from slurmgen.jobs.records import by_group, group_of, is_trainer
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
-from slurmgen.jobs.slurm import SlurmJob, QueryResult, expand_tasks
-from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME
-from slurmgen.heal.attempts import parse_attempts
+from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
 from slurmgen.jobs.view import job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from slurmgen.contract.states import ACTIVE, State, from_slurm
 from slurmgen.jobs.commands import all_tasks

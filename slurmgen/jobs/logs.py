@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import PurePosixPath
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import NamedTuple
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord

@@ -13,7 +13,7 @@ answer; the caller shows what the registry last saw.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from slurmgen.contract.envvars import SLURM_TIMEOUT
 from slurmgen.errors import SlurmgenError

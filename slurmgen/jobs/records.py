@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from slurmgen.jsonl import objects
 

@@ -23,9 +23,10 @@ import os
 import sqlite3
 import time
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from slurmgen.contract.states import from_slurm
 from slurmgen.errors import SlurmgenError
@@ -120,7 +121,7 @@ class Registry:
         self.path, self.db = path, db
 
     @classmethod
-    def open(cls, path: Path | None = None, *, create: bool = False) -> "Registry":
+    def open(cls, path: Path | None = None, *, create: bool = False) -> Registry:
         path = Path(path) if path is not None else default_path()
         if not path.exists() and not create:
             raise SlurmgenError(f"registry: no job registry at {str(path)!r} yet",
@@ -155,7 +156,7 @@ class Registry:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> "Registry":
+    def __enter__(self) -> Registry:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import secrets
 import shlex
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
-from slurmgen.errors import SlurmgenError
 from slurmgen.contract.exitcodes import FAILED
+from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.runner import Result, Unanswered, read_from, shell_line
 from slurmgen.jobs.snapshot import CodeSnapshot
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry

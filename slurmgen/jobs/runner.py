@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Callable, Protocol, Sequence
+from typing import IO, Protocol
 
-from slurmgen.errors import SlurmgenError
 from slurmgen.contract.exitcodes import FAILED
+from slurmgen.errors import SlurmgenError
 
 
 class Unanswered(SlurmgenError):

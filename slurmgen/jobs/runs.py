@@ -20,9 +20,10 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from slurmgen.contract.states import State
 from slurmgen.errors import SlurmgenError

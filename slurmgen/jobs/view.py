@@ -7,15 +7,16 @@ result is a plain dict: `--json` prints it as is, `format_view` writes the text 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from slurmgen.contract import verdict
 from slurmgen.heal.attempts import cause
-from slurmgen.observe.report import lines as time_lines
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
-from slurmgen.jobs.slurm import SlurmJob, QueryResult, TaskExit, first_rank_exit, task_exits
+from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, task_exits
+from slurmgen.observe.report import lines as time_lines
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 

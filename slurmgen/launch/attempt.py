@@ -24,13 +24,14 @@ noted per node.
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Union
+from typing import Any
 
 from slurmgen.contract import exitcodes, verdict
+from slurmgen.contract.node_events import NodeEvent
 from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
-from slurmgen.contract.node_events import NodeEvent
 
 STOPPED_CODES = (exitcodes.INTERRUPTED, 128 + signal.SIGKILL, exitcodes.TERMINATED)
 FAILED_STATES = ("failed", "hung", "error", "lost")
@@ -76,7 +77,7 @@ class ClockTick:
     overdue: Mapping[str, float]  # host -> seconds its keepalive answer is overdue
 
 
-Input = Union[SessionOpened, StartFailed, Reported, SessionEnded, Signalled, ClockTick]
+Input = SessionOpened | StartFailed | Reported | SessionEnded | Signalled | ClockTick
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -100,7 +101,7 @@ class DisconnectAll:
     pass
 
 
-Action = Union[Say, CloseStdin, Disconnect, DisconnectAll]
+Action = Say | CloseStdin | Disconnect | DisconnectAll
 
 
 # ---- state -----------------------------------------------------------------------------------

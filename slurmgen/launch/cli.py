@@ -10,12 +10,21 @@ recorded in the run registry (jobs/runs.py, launch/record.py) before the first c
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
-from slurmgen.cliopts import (ORDER_HELP, given_flags, identity_option, known_hosts_option, parse_env, registry_option,
-                              ssh_config_option, ssh_port_option, ssh_user_option)
+from slurmgen.cliopts import (
+    ORDER_HELP,
+    given_flags,
+    identity_option,
+    known_hosts_option,
+    parse_env,
+    registry_option,
+    ssh_config_option,
+    ssh_port_option,
+    ssh_user_option,
+)
 from slurmgen.contract import ports
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.errors import SlurmgenError
@@ -27,36 +36,36 @@ if TYPE_CHECKING:
 
 
 def launch(
-    command: Optional[List[str]] = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
-    hosts: Optional[str] = typer.Option(None, "--hosts", "-H", help="Hosts, a Slurm hostlist: node1,node2 or gpu[01-04]."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="DeepSpeed host file: 'host slots=N' lines."),
-    include: Optional[str] = typer.Option(None, "--include", help="Only these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
-    exclude: Optional[str] = typer.Option(None, "--exclude", help="Not these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
-    master: Optional[str] = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
+    command: list[str] | None = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    hosts: str | None = typer.Option(None, "--hosts", "-H", help="Hosts, a Slurm hostlist: node1,node2 or gpu[01-04]."),
+    hostfile: Path | None = typer.Option(None, "--hostfile", help="DeepSpeed host file: 'host slots=N' lines."),
+    include: str | None = typer.Option(None, "--include", help="Only these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
+    exclude: str | None = typer.Option(None, "--exclude", help="Not these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
+    gpus: str | None = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."),
+    config: Path | None = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
+    master: str | None = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
     order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
-    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
-    master_port: Optional[str] = typer.Option(None, "--master-port", metavar="N", help=f"Rendezvous port (default: {ports.DEFAULT_MASTER_PORT})."),
-    backend: Optional[str] = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
-    env: List[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
-    env_file: List[Path] = typer.Option([], "--env-file", help="KEY=VALUE lines (like .deepspeed_env), sent on stdin; repeatable."),
-    setup: List[str] = typer.Option([], "--setup", help="Shell line run on each node before launch (venv, modules); repeatable."),
-    workdir: Optional[str] = typer.Option(None, "--workdir", help="Directory on every node (default: this directory)."),
-    log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Per-rank logs on each node, relative to --workdir (default: out/logs)."),
-    user: Optional[str] = ssh_user_option(),
-    port: Optional[int] = ssh_port_option(),
-    identity: List[Path] = identity_option(),
-    known_hosts: Optional[str] = known_hosts_option(),
-    ssh_config: Optional[str] = ssh_config_option(),
+    master_addr: str | None = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
+    master_port: str | None = typer.Option(None, "--master-port", metavar="N", help=f"Rendezvous port (default: {ports.DEFAULT_MASTER_PORT})."),
+    backend: str | None = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
+    env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
+    env_file: list[Path] = typer.Option([], "--env-file", help="KEY=VALUE lines (like .deepspeed_env), sent on stdin; repeatable."),
+    setup: list[str] = typer.Option([], "--setup", help="Shell line run on each node before launch (venv, modules); repeatable."),
+    workdir: str | None = typer.Option(None, "--workdir", help="Directory on every node (default: this directory)."),
+    log_dir: str | None = typer.Option(None, "--log-dir", help="Per-rank logs on each node, relative to --workdir (default: out/logs)."),
+    user: str | None = ssh_user_option(),
+    port: int | None = ssh_port_option(),
+    identity: list[Path] = identity_option(),
+    known_hosts: str | None = known_hosts_option(),
+    ssh_config: str | None = ssh_config_option(),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to wait for each host."),
     accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
     max_restarts: int = typer.Option(0, "--max-restarts", help="Start the whole group again after a failure, up to N times."),
-    heartbeat_timeout: Optional[float] = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged."),
+    heartbeat_timeout: float | None = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged."),
     keepalive: float = typer.Option(5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."),
     stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
-    registry: Optional[Path] = registry_option("Run registry where the launch is recorded (`slurmgen jobs` lists it) "
+    registry: Path | None = registry_option("Run registry where the launch is recorded (`slurmgen jobs` lists it) "
                                                "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."),
 ) -> None:
     """Start the job on every host over SSH; the first failure anywhere stops all of them."""
@@ -83,7 +92,7 @@ def launch(
     _start(plan, opts, keepalive, dry_run, (registry, spec.job_name, list(spec.command)))
 
 
-def _check_flags(hosts: Optional[str], hostfile: Optional[Path], port: Optional[int], connect_timeout: float,
+def _check_flags(hosts: str | None, hostfile: Path | None, port: int | None, connect_timeout: float,
                  keepalive: float) -> None:
     """The flags that need no spec: one source of hosts, and SSH numbers in range."""
     if (hosts is None) == (hostfile is None):
@@ -99,7 +108,7 @@ def _check_flags(hosts: Optional[str], hostfile: Optional[Path], port: Optional[
         raise SlurmgenError(*ssh_problems)
 
 
-def _host_list(hosts: Optional[str], hostfile: Optional[Path], gpus: int) -> list[Host]:
+def _host_list(hosts: str | None, hostfile: Path | None, gpus: int) -> list[Host]:
     """The hosts of --hostfile (with their slots) or of the --hosts hostlist, `gpus` slots each."""
     from slurmgen.generate.hostfile import read_hostfile
     from slurmgen.generate.hostlist import expand
@@ -109,7 +118,7 @@ def _host_list(hosts: Optional[str], hostfile: Optional[Path], gpus: int) -> lis
             else [Host.with_count(h, gpus) for h in expand(hosts or "")])
 
 
-def _stdin_env(env_files: List[Path]) -> dict[str, str]:
+def _stdin_env(env_files: list[Path]) -> dict[str, str]:
     """What travels to every node on stdin: forwarded variables of this shell, the env files, the launch id."""
     import os
     import secrets
@@ -128,12 +137,13 @@ def _stdin_env(env_files: List[Path]) -> dict[str, str]:
 
 
 def _start(plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool,
-           run: tuple[Optional[Path], str, list[str]]) -> None:
+           run: tuple[Path | None, str, list[str]]) -> None:
     """Print what would run (--dry-run), or record the run (registry, name, command), run it
     and leave with the job's exit code. A registry that cannot be opened stops us first."""
     from slurmgen.jobs.runs import Recorder
     from slurmgen.launch.record import LaunchRecord
-    from slurmgen.launch.runner import dry_run_text, launch as run_launch
+    from slurmgen.launch.runner import dry_run_text
+    from slurmgen.launch.runner import launch as run_launch
 
     if dry_run:
         typer.echo(dry_run_text(plan, opts, keepalive), nl=False)

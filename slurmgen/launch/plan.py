@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.hostlist import is_host_name
@@ -218,7 +219,7 @@ def node_plans(hosts: Sequence[Host], master: str | None = None, order: str = "a
     return tuple(nodes)
 
 
-def build_plan(spec: "JobSpec", hosts: Sequence[Host], *, master: str | None = None, order: str = "alphabetical",
+def build_plan(spec: JobSpec, hosts: Sequence[Host], *, master: str | None = None, order: str = "alphabetical",
                master_addr: str | Callable[[str], str] | None = None, workdir: str = ".",
                env: Mapping[str, str] | None = None, stop_grace: int = 1, heartbeat_timeout: float | None = None,
                max_restarts: int = 0) -> LaunchPlan:

@@ -29,11 +29,16 @@ import shlex
 from typing import TYPE_CHECKING
 
 from slurmgen.contract import exitcodes
-from slurmgen.launch.plan import masked
 from slurmgen.contract.node_events import (
-    EVENT_FD, EVENT_TAG, KEEPALIVE_INTERVAL, PAYLOAD_END, PAYLOAD_MAGIC, lifeline_silence,
+    EVENT_FD,
+    EVENT_TAG,
+    KEEPALIVE_INTERVAL,
+    PAYLOAD_END,
+    PAYLOAD_MAGIC,
+    lifeline_silence,
 )
 from slurmgen.generate.shell import quote
+from slurmgen.launch.plan import masked
 
 if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan, NodePlan
@@ -58,7 +63,7 @@ def bootstrap() -> str:
                            bad_input=exitcodes.BAD_INPUT)
 
 
-def node_args(plan: "LaunchPlan", node: "NodePlan", attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> list[str]:
+def node_args(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> list[str]:
     """The bootstrap's key=value arguments for one node (no secrets: they are on a command line)."""
     hb_ms = int(round(plan.heartbeat_timeout * 1000)) if plan.heartbeat_timeout else 0
     args = {
@@ -71,7 +76,7 @@ def node_args(plan: "LaunchPlan", node: "NodePlan", attempt: int, keepalive: flo
     return [f"{k}={v}" for k, v in args.items()]
 
 
-def remote_command(plan: "LaunchPlan", node: "NodePlan", attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> str:
+def remote_command(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> str:
     """The exact command line sent to the node's sshd."""
     return REMOTE_PREFIX + " " + " ".join(shlex.quote(a) for a in node_args(plan, node, attempt, keepalive))
 
@@ -81,7 +86,7 @@ def env_text(env: dict[str, str], show_secrets: bool = True) -> str:
     return "".join(f"export {k}={quote(v if show_secrets else masked(k, v))}\n" for k, v in sorted(env.items()))
 
 
-def payload(plan: "LaunchPlan", node: "NodePlan") -> bytes:
+def payload(plan: LaunchPlan, node: NodePlan) -> bytes:
     """Bytes written to the session's stdin right after the command starts."""
     boot = bootstrap().encode()
     script = plan.script.encode()

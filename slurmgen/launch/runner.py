@@ -21,19 +21,20 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Callable, Protocol, Union
+from typing import IO, Protocol
 
 from slurmgen.contract import exitcodes
+from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, LIFELINE_PING, parse_event
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.launch import attempt as machine
 from slurmgen.jobs.runs import Failure
+from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
 from slurmgen.launch.record import LaunchRecord
-from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, LIFELINE_PING, parse_event
 from slurmgen.launch.remote import bootstrap, env_text, payload, remote_command
-from slurmgen.launch.ssh.connect import Connection, ConnectError, SSHOptions, connect_all, describe_targets
+from slurmgen.launch.ssh.connect import ConnectError, Connection, SSHOptions, connect_all, describe_targets
 
 STOP_WAIT_EXTRA = 5.0     # after a stop, wait this much beyond the grace for nodes to report
 PASS_SECONDS = 0.1        # the longest a loop pass waits for input before ticking anyway
@@ -71,7 +72,7 @@ class Opened:
     at: float
 
 
-Queued = Union[NodeOutput, Opened, machine.Input]
+Queued = NodeOutput | Opened | machine.Input
 
 
 class Launcher:

@@ -16,7 +16,8 @@ productive the rest: goodput = productive / wall
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from slurmgen.contract import phases
 from slurmgen.observe.timeline import attempt_bounds, by_attempt

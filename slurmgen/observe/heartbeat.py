@@ -28,13 +28,13 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from slurmgen import atomic
 from slurmgen.contract import envvars, phases, states
 from slurmgen.observe.record import TimelineWriter
-
 
 # The heartbeat contract between a launcher (or watcher) and any program it starts: when the
 # launcher sets this variable, rank R writes DIR/rank-%05d.json there (the format above); a

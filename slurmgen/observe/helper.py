@@ -26,8 +26,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from slurmgen.contract import envvars, phases
 from slurmgen.observe.heartbeat import Heartbeat

@@ -13,7 +13,9 @@ import json
 import os
 import socket
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from slurmgen.contract import envvars, phases
 
@@ -32,8 +34,8 @@ def process_start_time(stat_text: str | None = None, uptime_text: str | None = N
     Measured back from now through the uptime (1/100 s), not from the boot time /proc/stat
     gives (whole seconds)."""
     try:
-        stat_text = stat_text if stat_text is not None else open("/proc/self/stat").read()
-        uptime_text = uptime_text if uptime_text is not None else open("/proc/uptime").read()
+        stat_text = stat_text if stat_text is not None else Path("/proc/self/stat").read_text()
+        uptime_text = uptime_text if uptime_text is not None else Path("/proc/uptime").read_text()
         now = time.time() if now is None else now
         ticks = int(stat_text.rsplit(")", 1)[1].split()[19])  # field 22: starttime, after comm
         return now - (float(uptime_text.split()[0]) - ticks / os.sysconf("SC_CLK_TCK"))
@@ -50,7 +52,7 @@ class TimelineWriter:
         self.host, self.pid, self.lost = socket.gethostname(), os.getpid(), 0
 
     @classmethod
-    def from_env(cls, rank: int, environ: Mapping[str, str] = os.environ) -> "TimelineWriter | None":
+    def from_env(cls, rank: int, environ: Mapping[str, str] = os.environ) -> TimelineWriter | None:
         path = environ.get(envvars.TIMELINE_FILE)
         return cls(path, rank, attempt_of(environ)) if path else None
 

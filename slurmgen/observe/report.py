@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from slurmgen.jsonl import objects
 from slurmgen.observe import goodput, stragglers, timeline

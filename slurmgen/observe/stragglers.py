@@ -12,7 +12,8 @@ a straggler. Programs whose ranks do not synchronise report wall time as work (s
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from slurmgen.contract import phases
 

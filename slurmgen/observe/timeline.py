@@ -9,7 +9,8 @@ checkpoints and their stall, and the slowest rank of each phase, the one everybo
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from slurmgen.contract import phases
 

@@ -19,11 +19,18 @@ import their tracker's library only when asked for.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .artifact import Artifact, create_artifact, sha256_of
-from .errors import (ArtifactFileError, MetricValueError, RunStateError, TrackerUnavailableError, TrackingError,
-                     UnknownTypeError)
+from .errors import (
+    ArtifactFileError,
+    MetricValueError,
+    RunStateError,
+    TrackerUnavailableError,
+    TrackingError,
+    UnknownTypeError,
+)
 from .identity import Place
 from .run import STATUSES, NoOpRun, Run, status_for_exit_code
 from .start import init as _init

@@ -47,7 +47,7 @@ class Artifact:
         self.files: list[dict[str, Any]] = []
         self._hash = hash_files  # False on a no-op run: other ranks may not even see the file
 
-    def add_file(self, path: str | os.PathLike[str], name: str | None = None) -> "Artifact":
+    def add_file(self, path: str | os.PathLike[str], name: str | None = None) -> Artifact:
         """Add a regular file (recorded with its absolute path, sha256 and size); returns self."""
         if not isinstance(path, (str, os.PathLike)) or not str(path):
             raise ArtifactFileError("add_file path", "must be a file path", path)

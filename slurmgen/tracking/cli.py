@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -66,9 +65,9 @@ def runs(
 
 def plot(
     run: str = typer.Argument(..., help="The run: its directory, or its id, name or group under --dir; or a sweep's id."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file to write [default: RUN_DIR/metrics.png]."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="PNG file to write [default: RUN_DIR/metrics.png]."),
     directory: Path = typer.Option(Path("runs"), "--dir", help="Where to look up RUN by id, name, group or sweep."),
-    metric: List[str] = typer.Option([], "--metric", "-m", help="Only this metric; repeatable [default: all]."),
+    metric: list[str] = typer.Option([], "--metric", "-m", help="Only this metric; repeatable [default: all]."),
 ) -> None:
     """Draw a run's metric curves (train and val per metric) into a PNG; for a sweep (RUN is its
     id, slurm-<array id>, as `slurmgen runs` shows it) every task's curves in one figure."""

@@ -8,10 +8,11 @@ skips what is broken, because the listing is most needed exactly when something 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from . import store
 

@@ -17,15 +17,18 @@ attempt marks that attempt "lost".
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.states import RUN_RECORD_WORD
+
 from . import store
 from .adapters import Adapter
 from .artifact import Artifact
@@ -178,7 +181,7 @@ class Run(_Checks):
         self._artifacts.close()
         _open_runs.discard(self)
 
-    def __enter__(self) -> "Run":
+    def __enter__(self) -> Run:
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
@@ -232,10 +235,8 @@ def _excepthook(kind, value, tb) -> None:
 
 def _close_at_exit() -> None:
     for run in list(_open_runs):
-        try:
+        with contextlib.suppress(Exception):  # never turn a clean exit into a traceback
             run.finish("failed" if _crashed else "finished")
-        except Exception:  # never turn a clean exit into a traceback
-            pass
 
 
 _previous_hook = sys.excepthook

@@ -10,15 +10,18 @@ identity.py, so a launcher can name every rank's run without touching the traini
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from slurmgen.contract import envvars
 
 from . import store, system
-from .adapters import create as create_adapter, parse_trackers
+from .adapters import create as create_adapter
+from .adapters import parse_trackers
 from .errors import TrackingError
 from .identity import Place, check_mode, default_group, job_type_for, place_from_env, run_key, slug
 from .run import NoOpRun, Run, forget_open, now_iso, register
@@ -101,11 +104,9 @@ def _announce(run_dir: Path, run_id: str, rank: int, environ: Mapping[str, str])
     beside = environ.get(envvars.HEARTBEAT_DIR, "").strip()
     if not beside:
         return
-    try:
+    with contextlib.suppress(OSError):
         store.write_json_atomic(Path(beside) / store.ANNOUNCE_FILE.format(rank=rank),
                                 {"dir": str(run_dir.resolve()), "id": run_id})
-    except OSError:
-        pass
 
 
 # ---- identity: which run this process writes -----------------------------------------------

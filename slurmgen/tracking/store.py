@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from slurmgen import atomic
 from slurmgen.jsonl import objects
@@ -68,7 +69,7 @@ def read_json(path: Path) -> Any:
 def iter_jsonl(path: Path) -> Iterator[dict]:
     """The complete records of a JSONL file; a line cut by a crash (or any junk) is skipped."""
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, encoding="utf-8")  # noqa: SIM115  (closed by the `with f:` below, after the missing-file case)
     except FileNotFoundError:
         return
     with f:
@@ -90,7 +91,7 @@ class JsonlAppender:
 
     def append(self, record: dict) -> None:
         if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 

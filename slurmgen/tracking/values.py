@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import MetricValueError, TrackingError, UnknownTypeError
 

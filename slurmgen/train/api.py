@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Mapping, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 import torch
 from torch import nn

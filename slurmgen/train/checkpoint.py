@@ -32,9 +32,10 @@ import random
 import re
 import shutil
 import signal
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch

@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmgen.contract import envvars, exitcodes
 from slurmgen.contract.backends import BACKENDS

@@ -11,8 +11,9 @@ dying at step 300 with a shape error.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from slurmgen.contract import envvars, exitcodes
 from slurmgen.contract.backends import BACKENDS, DEFAULT_BACKEND
@@ -162,7 +163,7 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
         """Build from a mapping, rejecting unknown keys (a typo must not be silently ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - names)
@@ -170,7 +171,7 @@ class TrainConfig:
             raise ConfigError([f"unknown config key {k!r} (valid: {', '.join(sorted(names))})" for k in unknown])
         return cls(**dict(values)).validate()
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:  # noqa: C901  (a flat list of independent one-line field checks)
         """Return self, or raise ConfigError listing every problem."""
         p: list[str] = []
 

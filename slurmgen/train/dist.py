@@ -16,6 +16,7 @@ objects holding Python tensors while the interpreter was shutting down (see the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from slurmgen.contract import exitcodes
+
 from .env import DistEnv
 
 log = logging.getLogger("slurmgen.train")
@@ -237,8 +239,6 @@ def finish(code: int) -> NoReturn:
             code = code or 1
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:
-            pass
     os._exit(code)

@@ -23,8 +23,8 @@ MASTER_ADDR in a multi-process run, a non-integer rank variable.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Mapping
 
 from slurmgen.contract.backends import BACKENDS, DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT, job_port

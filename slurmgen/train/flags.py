@@ -13,8 +13,9 @@ Only argparse, no torch: this runs on every rank before the heavy imports.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 FLAG = "slurmgen.flag"  # the key of a field's metadata that makes it a flag
 

@@ -20,8 +20,7 @@ from typing import Any
 # The heartbeat writer lives in slurmgen.observe (any program's `slurmgen.beat` shares it);
 # these names stay importable from here for the trainer and its tests.
 from slurmgen import atomic
-from slurmgen.observe.heartbeat import (STALE_AFTER, Heartbeat, node_local_dir, read_heartbeats,  # noqa: F401
-                                        remove_stale_node_dirs)
+from slurmgen.observe.heartbeat import STALE_AFTER, Heartbeat, node_local_dir, read_heartbeats, remove_stale_node_dirs  # noqa: F401
 
 LOGGER = "slurmgen.train"
 

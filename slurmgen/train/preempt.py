@@ -23,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from typing import Mapping
+from collections.abc import Mapping
 
 log = logging.getLogger("slurmgen.train")
 
@@ -45,7 +45,7 @@ class PreemptFlag:
         self.signum = signum
         self.level = max(self.level, STOP if signum == signal.SIGTERM else REQUEUE)
 
-    def install(self) -> "PreemptFlag":
+    def install(self) -> PreemptFlag:
         if threading.current_thread() is not threading.main_thread():
             names = "/".join(s.name for s in self.signals)
             log.warning("not in the main thread: %s will not trigger a checkpoint", names)

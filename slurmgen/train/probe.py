@@ -18,9 +18,9 @@ import os
 import socket
 import sys
 import time
+from datetime import timedelta
 
 from slurmgen.contract.backends import BACKENDS
-from datetime import timedelta
 
 PREFIX = "SLURMGEN_PROBE "
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

@@ -10,6 +10,7 @@ as one fails, exit with the first failing child's code (0 only if all succeeded)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -17,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmgen.contract import exitcodes
 
@@ -48,10 +49,8 @@ def child_env(base: Mapping[str, str], rank: int, nproc: int, port: int) -> dict
 
 def _die_with_parent() -> None:
     """In the child: get SIGKILL if the parent dies, so a kill -9 of it orphans nothing."""
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def spawn(nproc: int, argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:

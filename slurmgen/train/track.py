@@ -34,7 +34,7 @@ class Tracking:
         self.run, self.group, self.main = run, group, main
 
     @classmethod
-    def open(cls, cfg: TrainConfig, env: DistEnv, resumed: dict | None, step: int) -> "Tracking":
+    def open(cls, cfg: TrainConfig, env: DistEnv, resumed: dict | None, step: int) -> Tracking:
         """All ranks call this (it gathers host names); the run is per `cfg.track`."""
         if cfg.track == "off":
             return cls()

@@ -20,9 +20,10 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -261,7 +262,7 @@ class Trainer:
         self._start = time.time()
         return ddp
 
-    def _log_train(self, window: "_Window", progress: Progress) -> None:
+    def _log_train(self, window: _Window, progress: Progress) -> None:
         """The mean training loss since the last line, over all ranks (the one GPU sync of a
         logging step): a metrics record, the run record and the progress display."""
         s, n, it = dist.all_reduce([window.loss.item(), float(window.steps), float(window.items)])

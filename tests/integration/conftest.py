@@ -33,9 +33,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import pytest
 
@@ -118,7 +118,7 @@ class Cluster:
     base_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, state_dir: Path, job_tmp: Path | None = None) -> "Cluster":
+    def load(cls, state_dir: Path, job_tmp: Path | None = None) -> Cluster:
         facts = json.loads((state_dir / "cluster.json").read_text())
         venv_bin = os.path.dirname(sys.executable)  # not resolved: keep the venv's own bin
         path = os.environ.get("PATH", "/usr/bin:/bin")

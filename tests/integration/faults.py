@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 TABLE = "slurmgen_test_cut"
 RULES = f"""

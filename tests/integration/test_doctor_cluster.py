@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import render_and_lint
@@ -109,7 +110,7 @@ def _python_with_loopback_hostname(tmp_path, node: str) -> str:
     /etc/hosts that maps the node's name to 127.0.1.1, as Debian's default one does; the other
     nodes, and every other process on `node`, keep the real file."""
     hosts = tmp_path / "hosts-loopback"
-    kept = [line for line in open("/etc/hosts").read().splitlines() if node not in line.split()[1:]]
+    kept = [line for line in Path("/etc/hosts").read_text().splitlines() if node not in line.split()[1:]]
     hosts.write_text("\n".join([*kept, f"127.0.1.1\t{node}"]) + "\n")
     wrapper = tmp_path / "python-loopback"
     wrapper.write_text(

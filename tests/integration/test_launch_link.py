@@ -7,6 +7,7 @@ kill) to each launcher's exit and to the last rank process gone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -55,7 +56,7 @@ def job(tmp_path):
         log = tmp_path / f"node{node}"
         proc = subprocess.Popen(
             [str(out / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(node)],
-            stdout=open(f"{log}.out", "w"), stderr=open(f"{log}.err", "w"), start_new_session=True,
+            stdout=open(f"{log}.out", "w"), stderr=open(f"{log}.err", "w"), start_new_session=True,  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
             env=clean_env(MASTER_PORT=str(port), UP_DIR=str(tmp_path), FAIL_FILE=str(tmp_path / "failed"),
                           **env))
         started.append(proc)
@@ -68,10 +69,8 @@ def job(tmp_path):
     # all of them, and the test waits until they are gone.
     sessions = {proc.pid for proc in started}
     for pid in in_sessions(sessions) + ranks(marker):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
     for proc in started:
         proc.wait()
     wait_for(lambda: not in_sessions(sessions) and not ranks(marker), 10, "the launchers' processes to be gone")

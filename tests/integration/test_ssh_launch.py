@@ -7,6 +7,7 @@ processes are checked per node with `ip netns pids`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -302,10 +303,8 @@ def test_hung_rank_is_caught_by_the_heartbeat_timeout(two_nodes, tmp_path):
         hung_at = run.wait_for(r"^\[node\d\] rank \d: no heartbeat for \d+ ms", timeout=30)
         code = run.finish(30)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(victim["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     assert code == 124, run.text()
     assert 2.5 <= hung_at - stopped < 3 + 3, f"{hung_at - stopped:.1f}s\n{run.text()}"
     assert re.search(r"hung\s+124 .*first failure: rank \d hung \(no heartbeat for", run.err), run.err

@@ -3,6 +3,7 @@ this machine (gloo): one run in rank-0 mode, four runs in one group per process,
 that match the files, a kill -9 and a resume that continue one run with continuous steps, and a
 plot of it that is a real picture."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -125,10 +126,8 @@ def test_killed_and_resumed_run_is_one_run_with_continuous_steps_and_a_real_plot
             pytest.fail("the job did not reach step 13 in time")
     finally:
         for pid in ours(str(tmp_path)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         wait(procs, timeout=30)
     (killed,) = find_runs(tmp_path)
     assert killed.get("status") == "running"  # nobody could say otherwise: it was killed

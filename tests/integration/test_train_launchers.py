@@ -6,6 +6,7 @@ every test checks several things about its run instead of starting another one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,10 +46,8 @@ def run_ranks(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float 
             results.append(subprocess.CompletedProcess(c, p.returncode, out, err))
     finally:
         for p in procs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             p.wait()
     return results
 

@@ -16,6 +16,8 @@ from helpers import LAUNCH_VARS, clean_env
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
+import contextlib
+
 from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
 from slurmgen.train import checkpoint as ckpt  # noqa: E402
 from slurmgen.train.cli import main  # noqa: E402
@@ -39,10 +41,8 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 def kill_session(p: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     p.communicate(timeout=30)
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 PACKAGE = Path(__file__).resolve().parents[2] / "slurmgen"
 MAX_LINES = 60

@@ -11,7 +11,8 @@ never posts again.
 from __future__ import annotations
 
 import functools
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Request

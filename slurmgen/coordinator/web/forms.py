@@ -10,7 +10,8 @@ next to the field it names.
 from __future__ import annotations
 
 import shlex
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT

@@ -10,8 +10,9 @@ A record the server cannot read (another node's own disk) is left out.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from slurmgen.tracking.plot import order, series
 from slurmgen.tracking.records import RunRecord, read_run

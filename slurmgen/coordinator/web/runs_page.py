@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response

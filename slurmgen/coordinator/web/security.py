@@ -15,8 +15,9 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 SESSION_COOKIE = "slurmgen_session"
 CSRF_HEADER = "x-csrf-token"
@@ -61,7 +62,7 @@ class Session:
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     flash: dict[str, Any] = field(default_factory=dict)
 
-    def csrf_ok(self, presented: Optional[str]) -> bool:
+    def csrf_ok(self, presented: str | None) -> bool:
         return bool(presented) and hmac.compare_digest(self.csrf.encode(), presented.encode())
 
 
@@ -87,7 +88,7 @@ class Sessions:
         session = self.by_key[self._key(cookie)] = Session(expires=now + self.lifetime)
         return cookie, session
 
-    def get(self, cookie: Optional[str]) -> Optional[Session]:
+    def get(self, cookie: str | None) -> Session | None:
         if not cookie:
             return None
         session = self.by_key.get(self._key(cookie))
@@ -96,7 +97,7 @@ class Sessions:
             return None
         return session
 
-    def revoke(self, cookie: Optional[str]) -> None:
+    def revoke(self, cookie: str | None) -> None:
         if cookie:
             self.by_key.pop(self._key(cookie), None)
 

@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fastapi import FastAPI
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT

@@ -18,18 +18,18 @@ that import paramiko.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
 import shlex
-import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch.ssh.explain import explain
@@ -74,7 +74,7 @@ class _ProxyCommand(paramiko.ProxyCommand):
     def recv(self, size: int) -> bytes:
         ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
         if not ready:
-            raise socket.timeout()
+            raise TimeoutError()
         try:
             return os.read(self.process.stdout.fileno(), size)  # b"": paramiko raises EOFError
         except OSError as exc:
@@ -115,18 +115,14 @@ class RemoteProcess:
 
     def close_stdin(self) -> None:
         """Send EOF: the remote bootstrap takes it as 'stop everything'."""
-        try:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self.channel.shutdown_write()
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
 
     def send(self, data: bytes) -> None:
         """Write to stdin, as far as the window allows at once (a keepalive line never fills
         it); nothing once stdin is closed (paramiko sends no data after EOF) or the connection is."""
-        try:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self.channel.send(data)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
 
     def exit_status(self) -> int | None:
         """Wait for the exit status; None when the connection ended without one (lost)."""
@@ -140,7 +136,7 @@ class RemoteProcess:
 class Connection:
     """An authenticated SSH connection to one host (and its jump host, if any)."""
 
-    def __init__(self, target: Target, client: paramiko.SSHClient, jump: "Connection | None" = None):
+    def __init__(self, target: Target, client: paramiko.SSHClient, jump: Connection | None = None):
         self.target, self.client, self.jump = target, client, jump
         # A jump host's connection is held by every target behind it (JumpPool) and closed
         # when the last of them lets go.
@@ -198,7 +194,7 @@ class Connection:
         """Seconds past the expected keepalive answer (0 while all is well)."""
         return max(0.0, time.monotonic() - self._last_reply - interval)
 
-    def share(self) -> "Connection":
+    def share(self) -> Connection:
         """One more holder of this connection (see JumpPool); each one calls close() once."""
         with self._holders_lock:
             self._holders += 1
@@ -228,10 +224,8 @@ def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Un
     plain = [p for p in files if p not in keys]
     agent = None
     if any(isinstance(keys.get(p), FromAgent) for p in files):
-        try:
+        with contextlib.suppress(OSError, paramiko.SSHException):
             agent = paramiko.Agent()  # this connection's own: see keys.py
-        except (OSError, paramiko.SSHException):
-            pass
     unlocked: list[paramiko.PKey] = []
     for p in files:
         key = keys.get(p)

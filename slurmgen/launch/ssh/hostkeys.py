@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from slurmgen.launch.ssh.lean import paramiko
 from slurmgen.launch.ssh.target import ConnectError, Target

@@ -10,11 +10,12 @@ failure to reach the jump host is reported once and given to every target behind
 from __future__ import annotations
 
 import threading
-from typing import Callable, Generic, Hashable, Protocol, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar
 
 
 class Shareable(Protocol):
-    def share(self) -> "Shareable": ...
+    def share(self) -> Shareable: ...
 
 
 C = TypeVar("C", bound=Shareable)

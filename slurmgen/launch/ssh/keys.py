@@ -25,9 +25,10 @@ from __future__ import annotations
 import base64
 import getpass
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence, Union
+from typing import TypeAlias
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.launch.ssh.lean import paramiko
@@ -56,7 +57,7 @@ class Unusable:
     why: str
 
 
-Unlocked = Union[paramiko.PKey, FromAgent, Unusable]
+Unlocked: TypeAlias = "paramiko.PKey | FromAgent | Unusable"  # paramiko is untyped: spelt as a string
 
 # Keys unlocked in this process: a reconnect after a lost host asks nobody again.
 _UNLOCKED: dict[str, Unlocked] = {}

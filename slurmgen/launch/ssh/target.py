@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from slurmgen.errors import SlurmgenError
 

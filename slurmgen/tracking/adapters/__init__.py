@@ -17,7 +17,8 @@ configures that tracker to do so through its own settings.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..errors import TrackerUnavailableError, UnknownTypeError
 

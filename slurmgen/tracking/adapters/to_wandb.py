@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from slurmgen.contract import exitcodes
+
 from . import Adapter
 
 

@@ -10,13 +10,12 @@ import threading
 import time
 
 import pytest
-from helpers import LocalConnection, LocalProcess, PY, SLEEPER, SURVIVORS, local_plan, pids
+from helpers import PY, SLEEPER, SURVIVORS, LocalConnection, LocalProcess, local_plan, pids
 from helpers import run_launcher as run
 
 from slurmgen.contract import exitcodes
 from slurmgen.launch.runner import Launcher
 from slurmgen.launch.ssh.connect import ConnectError, SSHOptions
-
 
 
 def test_success_streams_prefixed_lines_and_summarises(tmp_path):

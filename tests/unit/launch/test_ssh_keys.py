@@ -7,6 +7,7 @@ pseudo-terminal, a real ssh-agent and the test cluster's sshd.
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import paramiko
 import pytest
@@ -45,7 +46,7 @@ def test_encrypted_key_is_asked_for_once_and_decrypted(tmp_path, kind, pem):
     path = keygen(tmp_path / "enc", PASSPHRASE, kind, pem)
     prompt = Prompt("wrong", PASSPHRASE)
     key = unlock(path, prompt, [])
-    assert key.get_base64() == open(path + ".pub").read().split()[1]
+    assert key.get_base64() == Path(path + ".pub").read_text().split()[1]
     assert prompt.asked == [f"Enter passphrase for key '{path}': "] * 2
 
 
@@ -74,7 +75,7 @@ def test_key_held_by_the_agent_is_used_from_there_without_asking(tmp_path):
 
 def test_public_half_comes_from_the_pub_file_or_the_openssh_header(tmp_path):
     path = keygen(tmp_path / "enc", PASSPHRASE)
-    expected = open(path + ".pub").read().split()[1]
+    expected = Path(path + ".pub").read_text().split()[1]
     assert public_blob(path) == expected
     (tmp_path / "enc.pub").unlink()
     assert public_blob(path) == expected  # read from the unencrypted header of the key file

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import struct
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_mlflow_file_store_read_back(tmp_path):
     by_step = {m.step: m.value for m in history}
     assert sorted(by_step) == list(range(1, 9)) and by_step[8] == pytest.approx(0.8)
     local = client.download_artifacts(state["run_id"], "slurmgen/outputs/ckpt-4.json", str(tmp_path / "dl"))
-    record = json.loads(open(local).read())
+    record = json.loads(Path(local).read_text())
     assert record["files"][0]["sha256"] == hashlib.sha256(ckpt.read_bytes()).hexdigest()
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_a_finished_run_records_config_metrics_and_checkpoints(tmp_path):
         ("ckpt-000000004", "checkpoint", 4), ("ckpt-000000008", "checkpoint", 8), ("model", "model", 8)]
     for artifact in outputs:
         (entry,) = artifact["files"]
-        assert entry["sha256"] == hashlib.sha256(open(entry["path"], "rb").read()).hexdigest()
+        assert entry["sha256"] == hashlib.sha256(Path(entry["path"]).read_bytes()).hexdigest()
 
 
 def test_preempted_then_resumed_continues_the_same_run(tmp_path):

@@ -98,7 +98,7 @@ def test_every_job_runs_in_one_thread_started_once_which_ends_with_its_writer(tm
 def test_a_failed_background_write_is_raised_by_wait_and_leaves_no_temporary(tmp_path):
     writer = CheckpointWriter(tmp_path, keep_last=2)
     writer.submit(1, {"format": ckpt.FORMAT, "bad": lambda: 0})
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017  (pickling a lambda: the error's type varies across Python versions)
         writer.wait()
     assert list(tmp_path.iterdir()) == [] and not writer.busy
 

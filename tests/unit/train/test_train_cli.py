@@ -109,7 +109,7 @@ def test_lazy_public_names():
     assert t.TrainConfig is TrainConfig and t.EXIT_PREEMPTED == 75
     assert callable(t.train_ddp) and callable(t.finish) and t.Trainer.__name__ == "Trainer"
     with pytest.raises(AttributeError):
-        t.no_such_name
+        _ = t.no_such_name
 
 
 def test_every_flag_is_a_field_laid_out_once_with_the_fields_default():

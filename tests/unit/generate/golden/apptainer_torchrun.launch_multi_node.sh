@@ -269,6 +269,7 @@ generated script as this one text: tests/unit/contract/test_verdict.py runs the 
 through both and requires the same first failure and code.
 """
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -508,10 +509,8 @@ class Agent:
         print("linked", flush=True)
 
     def say(self, text):
-        try:
+        with contextlib.suppress(OSError):
             print(f"{self.me}: {text}", file=sys.stderr, flush=True)
-        except OSError:
-            pass
 
     def finish(self, cause):
         """The end is decided; `cause` (node, rank, code, kind) is the job's first failure."""
@@ -676,10 +675,8 @@ class Master(Agent):
                     pass
             except OSError:
                 pass
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
 
     def excuse(self, stalled):
         for peer in self.peers.values():
