@@ -184,10 +184,13 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     return state
 
 
-def candidates(directory: str | os.PathLike[str]) -> list[Path]:
-    """Checkpoints to try for `--resume auto`, best first: the pointer's, then newest first."""
+def candidates(directory: str | os.PathLike[str], listing=None) -> list[Path]:
+    """Checkpoints to try for `--resume auto`, best first: the pointer's, then newest first.
+
+    `listing(directory)` lists them as (step, path) oldest first (`list_checkpoints` unless
+    given: the sharded format lists its directories with the same pointer rules)."""
     d = Path(directory)
-    ordered = [p for _, p in reversed(list_checkpoints(d))]
+    ordered = [p for _, p in reversed((listing or list_checkpoints)(d))]
     pointer = d / LATEST
     if pointer.is_file():
         try:
@@ -203,16 +206,17 @@ def candidates(directory: str | os.PathLike[str]) -> list[Path]:
     return ordered
 
 
-def find_latest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]] | None:
+def find_latest(directory: str | os.PathLike[str], listing=None, loader=None) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint that loads, and its state; None when there is none.
 
     A damaged newer one must not stop a resume from an older one; skipping it is said in
-    one line naming both files.
+    one line naming both files. `listing` and `loader` (`load` unless given) let the sharded
+    format keep the same rules.
     """
     skipped: list[CheckpointError] = []
-    for path in candidates(directory):
+    for path in candidates(directory, listing):
         try:
-            state = load(path)
+            state = (loader or load)(path)
         except CheckpointError as exc:
             skipped.append(exc)
             continue
