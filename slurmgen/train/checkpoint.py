@@ -47,7 +47,13 @@ FAULT_POINTS = ("mid-write", "before-rename", "before-pointer", "before-prune")
 _fault_step: int | None = None
 
 
-def _fault(point: str) -> None:
+def arm_fault(step: int) -> None:
+    """The checkpoint being written is that of `step` (for SLURMGEN_TRAIN_FAULT=<point>@<step>)."""
+    global _fault_step
+    _fault_step = step
+
+
+def fault(point: str) -> None:
     spec = os.environ.get("SLURMGEN_TRAIN_FAULT")
     if not spec:
         return
@@ -56,7 +62,7 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -77,7 +83,7 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]
     return sorted(found)
 
 
-def _write_durably(final: Path, write) -> None:
+def write_durably(final: Path, write) -> None:
     """Write through a temporary file in the same directory, fsync, rename, fsync the dir.
 
     `write(path)` creates the temporary file by name: torch.save to a path uses its own C++
@@ -92,12 +98,12 @@ def _write_durably(final: Path, write) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fault("before-rename")
+        fault("before-rename")
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
 
 
 class _FaultingFile:
@@ -110,7 +116,7 @@ class _FaultingFile:
         n = self.f.write(b)
         self.written += n
         if self.written > 4096:
-            _fault("mid-write")
+            fault("mid-write")
         return n
 
     def __getattr__(self, name: str):
@@ -119,8 +125,7 @@ class _FaultingFile:
 
 def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], keep_last: int) -> Path:
     """Write `state` as the checkpoint of `step` atomically, point `latest` at it, prune."""
-    global _fault_step
-    _fault_step = step
+    arm_fault(step)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     final = d / checkpoint_name(step)
@@ -132,10 +137,10 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
         else:
             torch.save(state, str(path))
 
-    _write_durably(final, write)
-    _fault("before-pointer")
-    _write_durably(d / LATEST, lambda path: path.write_text(final.name + "\n"))
-    _fault("before-prune")
+    write_durably(final, write)
+    fault("before-pointer")
+    write_durably(d / LATEST, lambda path: path.write_text(final.name + "\n"))
+    fault("before-prune")
     prune(d, keep_last, protect=final.name)
     return final
 

@@ -208,16 +208,16 @@ class ShardedWriter:
     def _finish(self, step: int) -> Written | None:
         if _rank() != 0:
             return None
-        ckpt._fault_step = step
+        ckpt.arm_fault(step)
         tmp, final = self.directory / temporary_name(step), self.directory / checkpoint_name(step)
         _fsync_file(tmp)
-        ckpt._fault("before-rename")
+        ckpt.fault("before-rename")
         shutil.rmtree(final, ignore_errors=True)  # a rewrite of the same step (a resumed run)
         os.replace(tmp, final)
-        ckpt._fsync_dir(self.directory)
-        ckpt._fault("before-pointer")
-        ckpt._write_durably(self.directory / ckpt.LATEST, lambda path: path.write_text(final.name + "\n"))
-        ckpt._fault("before-prune")
+        ckpt.fsync_dir(self.directory)
+        ckpt.fault("before-pointer")
+        ckpt.write_durably(self.directory / ckpt.LATEST, lambda path: path.write_text(final.name + "\n"))
+        ckpt.fault("before-prune")
         prune(self.directory, self.keep_last, protect=final.name)
         return Written(step, final)
 
@@ -260,3 +260,56 @@ def resume(directory: str | os.PathLike[str], model: torch.nn.Module, optimizer:
     load_into(where, model, optimizer)
     log.info("loaded sharded checkpoint %s (step %d) in %.2f s", where, meta["step"], time.time() - started)
     return Path(where), meta
+
+
+# --- looking at a run's checkpoints from outside a run (`slurmgen ckpt`) -------------------------
+
+def checkpoints_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """A run's checkpoint directory, given the run directory or the checkpoint directory."""
+    p = Path(run_dir)
+    return p / "checkpoints" if (p / "checkpoints").is_dir() else p
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """What `slurmgen ckpt info` says about one checkpoint (either format): step, world size,
+    format, the size of each file, and whether it is complete (else why not)."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    info: dict[str, Any] = {"name": path.name, "files": {f.name: f.stat().st_size for f in files if f.is_file()}}
+    try:
+        meta = verify(path) if path.is_dir() else ckpt.load(path)
+    except ckpt.CheckpointError as exc:
+        return {**info, "complete": False, "problem": str(exc)}
+    fmt = f"sharded ({FORMAT})" if path.is_dir() else f"single file ({ckpt.FORMAT})"
+    return {**info, "complete": True, "step": int(meta["step"]), "world_size": meta.get("world_size"),
+            "format": fmt, "strategy": meta.get("strategy", "ddp")}
+
+
+def all_checkpoints(run_dir: str | os.PathLike[str]) -> tuple[Path, list[Path], str | None]:
+    """(checkpoint directory, every checkpoint in it oldest first, what `latest` names)."""
+    d = checkpoints_dir(run_dir)
+    found = sorted([*ckpt.list_checkpoints(d), *list_checkpoints(d)])
+    pointer = d / ckpt.LATEST
+    named = pointer.read_text(encoding="utf-8", errors="replace").strip() if pointer.is_file() else None
+    return d, [p for _, p in found], named
+
+
+def newest_good(run_dir: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint a resume would take, of either format: the newest step that loads."""
+    d = checkpoints_dir(run_dir)
+    found = [f for f in (ckpt.find_latest(d), find_latest(d)) if f is not None]
+    return max(found, key=lambda f: f[1]["step"]) if found else None
+
+
+def full_model_state(path: Path) -> dict[str, torch.Tensor]:
+    """The whole model's state dict from a checkpoint of either format, in this process only
+    (no process group: DCP reads every shard's slices of every tensor)."""
+    if not path.is_dir():
+        return dict(ckpt.load(path)["model"])
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    _load_state_dict(state, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(keys={"model"}),
+                     no_dist=True)
+    return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
