@@ -237,3 +237,45 @@ def test_a_kill_inside_the_protocol_leaves_latest_on_a_complete_checkpoint(tmp_p
     assert (tmp_path / "latest").read_text().strip() == sharded.checkpoint_name(1)
     assert sharded.remove_stale_temporaries(tmp_path) == (1 if point == "before-rename" else 0)
 
+
+
+def save_forever(rank, world, ckpt_dir):
+    """Train and checkpoint (asynchronously, every step) until killed."""
+    model, opt = build(rank, "fsdp")
+    writer = sharded.ShardedWriter(ckpt_dir, keep_last=2)
+    for step in range(10_000):
+        train_step(model, opt, step, rank, world)
+        writer.submit(step + 1, model, opt, {"world_size": world, "rng": []} if rank == 0 else None)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.13, 0.37])
+def test_kill_9_of_every_rank_during_sharded_writes_leaves_latest_loadable(tmp_path, delay):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    ck = tmp_path / "ck"
+    code = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from ranks import run_ranks
+        from test_train_fsdp import save_forever
+        run_ranks(2, {str(tmp_path)!r}, save_forever, {str(ck)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ck / "latest").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert (ck / "latest").exists()
+    path, meta = sharded.find_latest(ck)
+    assert path.name == (ck / "latest").read_text().strip()
+    model = GPT(**GPT_SIZE)
+    sharded.load_into(path, model, build_optimizer(model, 1e-2, 0.1, (0.9, 0.95)))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
