@@ -25,6 +25,14 @@ SERVER = typer.Option(None, "--server", envvar="SLURMGEN_SERVER", help=f"Coordin
 TOKEN_FILE = typer.Option(None, "--token-file", help="Token file [default: $SLURMGEN_TOKEN, else ~/.config/slurmgen/token].")
 
 
+# --registry of every command that reads or writes the run registry (jobs/registry.py).
+REGISTRY_HELP = "Run registry file [default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."
+
+
+def registry_option(help: str = REGISTRY_HELP) -> Any:
+    return typer.Option(None, "--registry", help=help)
+
+
 def parse_env(pairs: list[str]) -> dict[str, str]:
     """`--env KEY=VALUE` flags as a mapping; the value may hold '=' and may be empty, the key may not."""
     env: dict[str, str] = {}

@@ -115,3 +115,11 @@ def _remove_heartbeat_dirs_the_suite_left():
     yield
     for d in set(shm.glob(HEARTBEAT_LEFTOVERS)) - before:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _private_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`slurmgen launch` (and `serve`) record every run in the run registry: in the tests, in a
+    file of their own (SLURMGEN_REGISTRY, which the programs they start inherit), never in the
+    user's ~/.local/state. A test that wants another passes --registry or sets it itself."""
+    monkeypatch.setenv("SLURMGEN_REGISTRY", str(tmp_path_factory.mktemp("registry") / "jobs.sqlite"))

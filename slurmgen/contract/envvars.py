@@ -61,7 +61,8 @@ _VARS = (
     Var("SLURMGEN_PYTHON", "launch_multi_node.sh", "Python 3.8+ that runs the node link agent.", user=True),
     Var("SLURMGEN_EVENT_FD", "launch", "File descriptor on which a node reports rank events to `slurmgen launch`."),
     # Commands run by people.
-    Var("SLURMGEN_REGISTRY", "jobs", "The SQLite registry of submitted runs (default ~/.local/state/slurmgen/jobs.sqlite).",
+    Var("SLURMGEN_REGISTRY", "jobs (submit, launch and serve record runs in it)",
+        "The SQLite registry of runs (default ~/.local/state/slurmgen/jobs.sqlite).",
         user=True),
     Var("SLURMGEN_SERVER", "coordinator", "URL of `slurmgen serve` for agents and `slurmgen group`.", user=True),
     Var("SLURMGEN_TOKEN", "coordinator", "The coordinator's access token.", user=True),

@@ -39,6 +39,22 @@ RUN_RECORD_WORD = {State.RUNNING: "running", State.SUCCEEDED: "finished", State.
                    State.PREEMPTED: "preempted"}
 
 
+# Slurm's job states (scontrol, sacct), by the first word: "CANCELLED by 1000" is CANCELLED.
+SLURM_STATE = {
+    "PENDING": State.PENDING, "REQUEUED": State.PENDING, "REQUEUE_HOLD": State.PENDING, "REQUEUE_FED": State.PENDING,
+    "CONFIGURING": State.STARTING, "RUNNING": State.RUNNING, "COMPLETING": State.RUNNING,
+    "RESIZING": State.RUNNING, "SUSPENDED": State.RUNNING, "STOPPED": State.RUNNING,
+    "COMPLETED": State.SUCCEEDED, "CANCELLED": State.STOPPED, "PREEMPTED": State.PREEMPTED,
+    "FAILED": State.FAILED, "TIMEOUT": State.FAILED, "NODE_FAIL": State.FAILED, "OUT_OF_MEMORY": State.FAILED,
+    "BOOT_FAIL": State.FAILED, "DEADLINE": State.FAILED,
+}
+
+
+def from_slurm(word: str | None) -> State | None:
+    """The state a Slurm job state means; None for a word Slurm does not define (or none)."""
+    return SLURM_STATE.get((word or "").split(" ")[0].upper()) if word else None
+
+
 def from_heartbeat(word: str) -> State | None:
     """The state a heartbeat's status word means; None for a word the protocol does not define."""
     return _HEARTBEAT_STATE.get(word)

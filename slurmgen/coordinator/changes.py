@@ -18,6 +18,7 @@ class Changes:
         self.version = 0
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.event: Optional[asyncio.Event] = None
+        self.closed = False
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Called once the server's event loop runs (without it, bumps only count)."""
@@ -28,12 +29,19 @@ class Changes:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._wake)
 
+    def close(self) -> None:
+        """The server is shutting down: answer every open poll now and every later one at once
+        (a poll held open would make the shutdown cancel it, with an error)."""
+        self.closed = True
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._wake)
+
     def _wake(self) -> None:
         event, self.event = self.event, asyncio.Event()
         event.set()  # waiters hold the old event; new waiters get the new one
 
     async def wait(self, since: int, timeout: float) -> int:
-        if self.version != since or self.event is None:
+        if self.version != since or self.event is None or self.closed:
             return self.version
         try:
             await asyncio.wait_for(self.event.wait(), timeout)

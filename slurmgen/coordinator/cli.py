@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env
+from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env, registry_option
 from slurmgen.contract import exitcodes, ports
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.errors import SlurmgenError
@@ -51,9 +51,17 @@ def serve(
     agent_timeout: float = typer.Option(10.0, "--agent-timeout", min=1, help="Seconds of agent silence before its workers count as lost."),
     ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile"),
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
+    registry: Optional[Path] = registry_option("Run registry of this machine where each group's runs are recorded "
+                                               "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."),
 ) -> None:
-    """Run the coordinator: JSON API (and OpenAPI at /docs) plus the web page."""
+    """Run the coordinator: JSON API (schema at /openapi.json, with the token) plus the web page.
+
+    Each start of a group is recorded as a run (kind group) in the run registry of the machine
+    that serves, so `slurmgen jobs` there lists it beside Slurm jobs and launches."""
+    from slurmgen.coordinator.group_runs import GroupRuns
+
     from slurmgen.coordinator.server import run
+    from slurmgen.jobs.runs import Recorder
     from slurmgen.coordinator.service import Coordinator
     from slurmgen.coordinator.store import Store
     from slurmgen.coordinator.tokens import default_db, default_token_file, load_or_create_token
@@ -67,9 +75,11 @@ def serve(
         typer.echo(f"slurmgen serve: warning: {host} is not loopback and the token travels in clear text. "
                    f"Use --ssl-certfile/--ssl-keyfile (uvicorn's TLS), or keep 127.0.0.1 and tunnel: "
                    f"ssh -L {port}:127.0.0.1:{port} THIS_HOST", err=True)
+    recorder = Recorder(registry)
+    recorder.check()  # a registry that cannot be opened stops the server before it serves
     store = Store(db or default_db())
     typer.echo(f"slurmgen serve: {url_of(host, port, tls=bool(ssl_certfile))} (state {store.path})")
-    run(Coordinator(store, agent_timeout=agent_timeout), token, host, port,
+    run(Coordinator(store, agent_timeout=agent_timeout, runs=GroupRuns(recorder)), token, host, port,
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
 
@@ -160,14 +170,11 @@ def group_config(
     server: Optional[str] = SERVER, token_file: Optional[Path] = TOKEN_FILE,
 ) -> None:
     """Set a group's torch.distributed config and command; flags not given keep their value."""
-    client = _client(server, token_file)
-    config = client.group(name).group.config.model_dump()
     given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
              "backend": backend, "cwd": cwd, "argv": command or None,
              "env": parse_env(env) if env else None, "max_restarts": max_restarts,
              "heartbeat_timeout": heartbeat_timeout, "stop_grace": stop_grace}
-    config.update({k: v for k, v in given.items() if v is not None})
-    g = client.configure(name, config)
+    g = _client(server, token_file).update_config(name, {k: v for k, v in given.items() if v is not None})
     typer.echo(f"group {g.name}: master {g.config.master or '(first node)'}, world size "
                f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}")
 

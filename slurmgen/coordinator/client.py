@@ -84,7 +84,12 @@ class Client:
         return GroupDetail(**self._call("GET", f"/api/groups/{name}"))
 
     def configure(self, name: str, config: dict) -> GroupOut:
+        """Replace the whole config (PUT: a field left out takes its default)."""
         return GroupOut(**self._call("PUT", f"/api/groups/{name}/config", json=config))
+
+    def update_config(self, name: str, changes: dict) -> GroupOut:
+        """Change only the fields in `changes` (PATCH), in one transaction on the server."""
+        return GroupOut(**self._call("PATCH", f"/api/groups/{name}/config", json=changes))
 
     def ranks(self, name: str) -> List[RankOut]:
         return [RankOut(**r) for r in self._call("GET", f"/api/groups/{name}/ranks")]

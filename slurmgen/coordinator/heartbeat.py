@@ -42,6 +42,14 @@ class RecordExits:
 
 
 @dataclass(frozen=True)
+class RecordRuns:
+    """Store the run records an attempt's ranks announced (those it had plus the new ones)."""
+
+    run: st.RunKey
+    runs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class UpdateWorker:
     name: str
     values: Mapping[str, Any]
@@ -60,7 +68,7 @@ class Judge:
     hung: frozenset[str] = frozenset()  # its workers whose trainer heartbeat went stale
 
 
-Action = Union[RecordExits, UpdateWorker, KeepLines, Judge]
+Action = Union[RecordExits, RecordRuns, UpdateWorker, KeepLines, Judge]
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
     hung or came up running, after its exit codes and the worker rows are stored."""
     orders, actions = AgentOrders(), []
     codes = {run: a["exit_codes"] for run, a in known.attempts.items() if a is not None}
+    runs = {run: tuple(a.get("runs") or ()) for run, a in known.attempts.items() if a is not None}
     touched: dict[st.RunKey, set[str]] = {}  # attempts to judge -> hung workers
     for r in report.workers:
         w = known.workers[r.id]
@@ -84,6 +93,8 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
         wanted = (a["grp"], a["number"]) if a and name in a["plan"]["ranks"] else None
         if r.state == "exited" and run is not None and r.exit_code is not None:
             actions += _record_exit(known, codes, run, name, r.exit_code, touched)
+        if r.runs and run is not None:
+            actions += _record_runs(known, runs, run, r.runs)
         if r.hung and run is not None and run == wanted:
             touched.setdefault(run, set()).add(name)
         if run == wanted and wanted is not None and r.state == "running" and w["state"] != "running":
@@ -111,6 +122,18 @@ def _record_exit(known: Known, codes: dict[st.RunKey, Mapping[str, int]], run: s
     codes[run] = {**codes[run], name: code}
     touched.setdefault(tuple(run), set())
     return [RecordExits(run, codes[run])]
+
+
+def _record_runs(known: Known, runs: dict[st.RunKey, tuple[str, ...]], run: st.RunKey,
+                 announced: list[str]) -> list[Action]:
+    """Add the run records a rank of `run` announced that the attempt does not list yet."""
+    if known.attempts.get(run) is None:
+        return []
+    new = tuple(d for d in announced if d not in runs[run])
+    if not new:
+        return []
+    runs[run] = runs[run] + new
+    return [RecordRuns(run, runs[run])]
 
 
 def _order(orders: AgentOrders, known: Known, r: WorkerReport, name: str, run: Optional[st.RunKey],

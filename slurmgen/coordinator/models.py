@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from slurmgen.contract import ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
+from slurmgen.errors import show
 
 # Names travel into paths, log file names and environment values, never into a shell; they
 # are still kept to a safe alphabet so every one of them can be shown and typed as is.
@@ -31,7 +32,7 @@ ACTIVE_GROUP_STATES = ("starting", "running")
 
 def check_name(value: str, what: str = "name") -> str:
     if not NAME_RE.match(value):
-        raise ValueError(f"{what} {value!r} must be 1-63 letters, digits, '.', '_' or '-', "
+        raise ValueError(f"{what} {show(value)} must be 1-63 letters, digits, '.', '_' or '-', "
                          f"starting with a letter or digit")
     return value
 
@@ -40,7 +41,7 @@ def split_worker_name(name: str) -> tuple[str, int]:
     """`gn6-0` -> ("gn6", 0); a host may itself contain '-', the id is after the last one."""
     host, sep, idx = name.rpartition("-")
     if not sep or not host or not idx.isdigit() or not NAME_RE.match(host):
-        raise ValueError(f"worker {name!r} is not of the form <host>-<id> (e.g. gn6-0)")
+        raise ValueError(f"worker {show(name)} is not of the form <host>-<id> (e.g. gn6-0)")
     return host, int(idx)
 
 
@@ -99,14 +100,14 @@ class GroupConfig(_Request):
     @classmethod
     def _master_addr(cls, v: Optional[str]) -> Optional[str]:
         if v is not None and not re.match(r"^[A-Za-z0-9_.:-]{1,253}$", v):
-            raise ValueError(f"master_addr {v!r} is not a host name or IP address")
+            raise ValueError(f"master_addr {show(v)} is not a host name or IP address")
         return v
 
     @field_validator("cwd")
     @classmethod
     def _cwd(cls, v: Optional[str]) -> Optional[str]:
         if v is not None and not v.startswith("/"):
-            raise ValueError(f"cwd {v!r} must be an absolute path")
+            raise ValueError(f"cwd {show(v)} must be an absolute path")
         return v
 
     @field_validator("env")
@@ -114,7 +115,7 @@ class GroupConfig(_Request):
     def _env(cls, v: Dict[str, str]) -> Dict[str, str]:
         for key, value in v.items():
             if not ENV_KEY_RE.match(key):
-                raise ValueError(f"env key {key!r} is not a variable name")
+                raise ValueError(f"env key {show(key)} is not a variable name")
             if key in RESERVED_ENV:
                 raise ValueError(f"env key {key!r} is set by the coordinator for every rank")
             if "\0" in value:
@@ -127,6 +128,19 @@ class GroupConfig(_Request):
         if any("\0" in a for a in v):
             raise ValueError("argv: an argument contains a NUL byte")
         return v
+
+
+def merged_config(saved: Dict[str, object], changes: Dict[str, object]) -> GroupConfig:
+    """PATCH of a group's config: the saved one with the given top-level fields replaced, and a
+    field given as null set back to its default (RFC 7396 at the top level; `env` and `argv`
+    are replaced whole). Raises pydantic's ValidationError naming each bad field."""
+    merged = dict(saved)
+    for key, value in changes.items():
+        if value is None and key in GroupConfig.model_fields:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return GroupConfig(**merged)
 
 
 class WorkerOut(BaseModel):
@@ -150,6 +164,8 @@ class AttemptOut(BaseModel):
     reason: Optional[str] = None
     exit_code: Optional[int] = None
     exit_codes: Dict[str, int] = Field(default_factory=dict, description="rank -> exit code")
+    runs: List[str] = Field(default_factory=list, description="run record directories its ranks "
+                            "announced (as their agents saw them), for its curves")
 
 
 class GroupOut(BaseModel):
@@ -207,6 +223,8 @@ class WorkerReport(BaseModel):
     pid: Optional[int] = None
     exit_code: Optional[int] = None
     hung: bool = Field(False, description="its trainer heartbeat went stale")
+    runs: List[str] = Field(default_factory=list, max_length=16,
+                            description="run record directories the rank announced (tracking)")
 
 
 class ReportedLine(BaseModel):

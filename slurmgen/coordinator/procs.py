@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import ctypes.util
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import Optional
 from slurmgen.coordinator import watchdog
 from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
 from slurmgen.contract.threads import default_omp_threads
+from slurmgen.tracking.store import ANNOUNCE_FILE
 
 MAX_LINE = 4096
 QUEUE_LINES = 5000
@@ -45,6 +47,19 @@ def _pdeathsig_hook():
             os._exit(1)
 
     return hook
+
+
+def private_dirs(path: Path, top: Path) -> None:
+    """`path` and its parents up to and with `top`, owner-only (0700) whatever the umask: a
+    rank's output may hold tokens, paths and data other users of the node must not read."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    d = path
+    while True:
+        if d.stat().st_mode & 0o777 != 0o700:
+            d.chmod(0o700)
+        if d == top or d == d.parent:
+            return
+        d = d.parent
 
 
 def exit_status(returncode: int) -> int:
@@ -92,6 +107,7 @@ class Slot:
         self.exit_code: Optional[int] = None
         self.kill_at: Optional[float] = None
         self.hb_file: Optional[Path] = None
+        self.runs: list[str] = []
 
     @property
     def running(self) -> bool:
@@ -102,7 +118,21 @@ class Slot:
         state = "running" if self.running else ("exited" if o else "idle")
         return WorkerReport(id=self.idx, state=state, group=o.group if o else None,
                             attempt=o.attempt if o else None, pid=self.proc.pid if self.running else None,
-                            exit_code=self.exit_code, hung=hung)
+                            exit_code=self.exit_code, hung=hung, runs=self.announced_runs())
+
+    def announced_runs(self) -> list[str]:
+        """The run record directory the rank announced beside its heartbeat (tracking's
+        ANNOUNCE_FILE), read once: a run's record keeps its place for the whole attempt."""
+        if self.runs or self.order is None or self.hb_file is None:
+            return self.runs
+        note = self.hb_file.parent / ANNOUNCE_FILE.format(rank=self.order.rank)
+        try:
+            run_dir = json.loads(note.read_text())["dir"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        if isinstance(run_dir, str) and run_dir.startswith("/") and len(run_dir) < MAX_LINE:
+            self.runs = [run_dir]
+        return self.runs
 
 
 class Procs:
@@ -131,16 +161,17 @@ class Procs:
             return
         run_dir = self.log_dir / order.group / f"attempt-{order.attempt}"
         hb_dir = hb_root / f"{order.group}-{order.attempt}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        hb_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(run_dir, self.log_dir)
+        private_dirs(hb_dir, hb_root)
         env = {**os.environ, **order.env, "SLURMGEN_HEARTBEAT_DIR": str(hb_dir)}
         ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:
             env["OMP_NUM_THREADS"] = threads
-        slot.order, slot.exit_code, slot.kill_at, slot.proc = order, None, None, None
+        slot.order, slot.exit_code, slot.kill_at, slot.proc, slot.runs = order, None, None, None, []
         slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
-        log = open(run_dir / f"rank-{order.rank}.log", "ab")
+        log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too
         try:
             slot.proc = subprocess.Popen(order.argv, cwd=order.cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,10 +1,12 @@
-"""The HTTP layer: `create_app(coordinator, token)` -> a FastAPI app serving the JSON API.
+"""The HTTP layer: `create_app(coordinator, token)` -> the ASGI app serving the JSON API.
 
 Routes map arguments to `Coordinator` methods and its errors to status codes (404, 409, 422);
-a token guards everything but /api/health (`require_token`, also used by the web page's
-routes: an `Authorization: Bearer` header, or the `slurmgen_token` cookie the page sets).
-Every response carries security headers. The web page (`slurmgen.coordinator.web`, issue 13)
-is mounted (`web.mount(app)`) when that package exists.
+a token guards everything under /api but /api/health, and the schema (/openapi.json): an
+`Authorization: Bearer` header, or the `slurmgen_token` cookie. `Gate`, the outermost layer,
+checks that token and the body's size before anything reads or parses the body, so a stranger
+gets 401 or 413 for the price of the headers. There is no /docs or /redoc page (Swagger UI
+and ReDoc load their scripts from a CDN). The web page (`slurmgen.coordinator.web`) is mounted
+(`web.mount(app)`) when that package exists.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import asyncio
 import contextlib
 import hmac
 import importlib.util
-from typing import List, Optional
+import json
+from typing import Any, Dict, List, Optional
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from fastapi.responses import JSONResponse
 
 from slurmgen import __version__
@@ -34,10 +39,12 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
 }
-# FastAPI's /docs page loads Swagger UI from a CDN; only that page gets a wider policy.
-DOCS_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-            "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; "
-            "frame-ancestors 'none'")
+# Request bodies, checked before anything is parsed: an agent's report may carry 2,000 lines of
+# up to 4 KiB (escaped in JSON); every other API body is a few KiB; the page's forms less.
+AGENT_BODY_LIMIT = 64 * 1024 * 1024
+API_BODY_LIMIT = 1024 * 1024
+PAGE_BODY_LIMIT = 64 * 1024
+SHOWN_INPUT = 120  # characters of a refused value a 422 repeats
 ERRORS = {404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 401: {"model": ErrorOut}}
 
 
@@ -45,13 +52,17 @@ def token_matches(presented: Optional[str], token: str) -> bool:
     return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
 
 
+def presented_token(headers: Any, cookies: Any) -> Optional[str]:
+    """The token a request carries: its `Authorization: Bearer` header, else the token cookie."""
+    header = headers.get("authorization", "")
+    return header[7:] if header.lower().startswith("bearer ") else cookies.get(TOKEN_COOKIE)
+
+
 def make_token_check(token: str):
     """The FastAPI dependency that refuses a request without the token (401)."""
 
     def require_token(request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        presented = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(TOKEN_COOKIE)
-        if not token_matches(presented, token):
+        if not token_matches(presented_token(request.headers, request.cookies), token):
             raise HTTPException(401, "missing or wrong token", headers={"WWW-Authenticate": "Bearer"})
 
     return require_token
@@ -104,7 +115,14 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
 
     @r.put("/groups/{name}/config", response_model=GroupOut)
     def configure(name: str, body: GroupConfig):
+        """Replace the whole config: a field left out takes its default."""
         return c.configure(name, body)
+
+    @r.patch("/groups/{name}/config", response_model=GroupOut)
+    def update_config(name: str, body: Dict[str, Any] = Body(..., examples=[{"world_size": 2}])):
+        """Change only the fields given; null sets a field back to its default (env and argv
+        are replaced whole). What `slurmgen group config` sends."""
+        return c.update_config(name, body)
 
     @r.get("/groups/{name}/ranks", response_model=List[RankOut])
     def ranks(name: str):
@@ -140,7 +158,7 @@ def _agent_routes(r: APIRouter, c: Coordinator) -> None:
         return Changed(version=await c.changes.wait(since, timeout))
 
 
-def create_app(coordinator: Coordinator, token: str) -> FastAPI:
+def create_app(coordinator: Coordinator, token: str) -> "Gate":
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         async def ticker():
@@ -156,7 +174,8 @@ def create_app(coordinator: Coordinator, token: str) -> FastAPI:
             task.cancel()
 
     app = FastAPI(title="slurmgen coordinator", version=__version__, lifespan=lifespan,
-                  description="Worker groups across nodes: ranks, start, stop, fail as one.")
+                  description="Worker groups across nodes: ranks, start, stop, fail as one.",
+                  docs_url=None, redoc_url=None, openapi_url=None)
     app.state.coordinator = coordinator
     app.state.token = token
     require_token = make_token_check(token)
@@ -166,17 +185,137 @@ def create_app(coordinator: Coordinator, token: str) -> FastAPI:
 
     for kind, status in ((NotFound, 404), (Conflict, 409), (Invalid, 422)):
         app.add_exception_handler(kind, _handler(status))
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(ValidationError, _invalid)
 
     @app.get("/api/health")
     def health():
         return {"ok": True, "version": __version__}
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+    def schema():
+        return app.openapi()
 
     app.include_router(api_router(coordinator), dependencies=[Depends(require_token)])
     if importlib.util.find_spec("slurmgen.coordinator.web") is not None:
         from slurmgen.coordinator import web
 
         web.mount(app)
-    return app
+    return Gate(app, token)
+
+
+def _clipped(value: Any, limit: int = SHOWN_INPUT) -> Any:
+    """A refused value as a 422 repeats it: long text cut (with its length), long lists too."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
+    if isinstance(value, list):
+        return [_clipped(v, limit) for v in value[:20]] + ([f"... ({len(value)} items)"] if len(value) > 20 else [])
+    if isinstance(value, dict):
+        return {_clipped(str(k), limit): _clipped(v, limit) for k, v in list(value.items())[:20]}
+    return value
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each bad field, never echoing a huge value back (a 50 MB name is cut)."""
+    errors = []
+    for e in exc.errors():
+        loc = tuple(e.get("loc", ()))
+        if isinstance(exc, ValidationError):  # raised by a route on a merged body (PATCH)
+            loc = ("body", *loc)
+        errors.append({"type": e.get("type"), "loc": list(loc), "msg": _clipped(str(e.get("msg", "")), 400),
+                       "input": _clipped(e.get("input"))})
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
+def body_limit(path: str) -> int:
+    if path == "/api/agents/heartbeat":
+        return AGENT_BODY_LIMIT
+    return API_BODY_LIMIT if path.startswith("/api/") else PAGE_BODY_LIMIT
+
+
+def needs_token(path: str) -> bool:
+    return (path.startswith("/api/") and path != "/api/health") or path == "/openapi.json"
+
+
+class Gate:
+    """The outermost layer, pure ASGI: a request to a token-guarded path without the token gets
+    401 and a body larger than its path's limit gets 413, both before any of the body is read
+    (by its Content-Length, or while it streams in), so no stranger's request is parsed and
+    the memory a request can take is bounded. Reads the body into one buffer of at most the
+    limit and hands it on."""
+
+    def __init__(self, app: FastAPI, token: str):
+        self.app, self.token = app, token
+
+    @property
+    def state(self) -> Any:
+        """The app's state (its coordinator, token and sessions), as on the app itself."""
+        return self.app.state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        path = scope["path"]
+        if needs_token(path) and not token_matches(presented_token(headers, _cookies(headers)), self.token):
+            return await _refuse(send, 401, "missing or wrong token", {"www-authenticate": "Bearer"})
+        limit = body_limit(path)
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            return await _refuse(send, 413, f"request body over {limit} bytes", {"connection": "close"})
+        body = await _read_body(receive, limit)
+        if body is None:
+            return await _refuse(send, 413, f"request body over {limit} bytes", {"connection": "close"})
+        await self.app(scope, _replay(body, receive), send)
+
+
+def _cookies(headers: dict[str, str]) -> dict[str, str]:
+    from http.cookies import SimpleCookie
+
+    jar = SimpleCookie()
+    try:
+        jar.load(headers.get("cookie", ""))
+    except Exception:  # a malformed cookie header is no token
+        return {}
+    return {k: m.value for k, m in jar.items()}
+
+
+async def _read_body(receive, limit: int) -> Optional[bytes]:
+    """The whole body, or None as soon as it passes `limit` bytes (the rest is never read)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive):
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # after the body: wait for the disconnect, as Starlette expects
+
+    return replay
+
+
+async def _refuse(send, status: int, detail: str, extra: dict[str, str]) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = {"content-type": "application/json", "content-length": str(len(body)), "cache-control": "no-store",
+               **{k.lower(): v for k, v in SECURITY_HEADERS.items()}, **extra}
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class SecurityHeaders:
@@ -190,8 +329,6 @@ class SecurityHeaders:
             return await self.app(scope, receive, send)
         path = scope["path"]
         extra = dict(SECURITY_HEADERS)
-        if path == "/docs":
-            extra["Content-Security-Policy"] = DOCS_CSP
         if path.startswith("/api/"):
             extra["Cache-Control"] = "no-store"
         raw = [(k.lower().encode(), v.encode()) for k, v in extra.items()]
@@ -205,13 +342,15 @@ class SecurityHeaders:
 
 
 def run(coordinator: Coordinator, token: str, host: str, port: int, **tls: Optional[str]) -> None:
-    """Serve until SIGTERM/SIGINT. Judging stops the moment shutdown begins, and open long
-    polls get at most 2 s, so a restart never fails a group for the silence it caused."""
+    """Serve until SIGTERM/SIGINT. Judging stops the moment shutdown begins, so a restart never
+    fails a group for the silence it caused; open long polls are answered at once, so the
+    shutdown is clean and quiet (no connection left for uvicorn to cancel)."""
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
             coordinator.closing = True
+            coordinator.changes.close()
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(create_app(coordinator, token), host=host, port=port, log_level="warning",

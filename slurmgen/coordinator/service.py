@@ -14,9 +14,10 @@ from typing import Any, Callable, Optional
 from slurmgen.coordinator import heartbeat as hb
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
+from slurmgen.coordinator.group_runs import GroupRuns
 from slurmgen.coordinator.models import (
     AgentOrders, AgentReport, AttemptOut, GroupConfig, GroupDetail, GroupOut, LogLine, RankOut,
-    StartOrder, StopOrder, WorkerOut,
+    StartOrder, StopOrder, WorkerOut, merged_config,
 )
 from slurmgen.coordinator.ranks import default_master, plan_ranks, rank_env
 from slurmgen.coordinator.store import Store
@@ -39,8 +40,9 @@ class Invalid(Exception):
 
 class Coordinator:
     def __init__(self, store: Store, agent_timeout: float = DEFAULT_AGENT_TIMEOUT,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, runs: Optional[GroupRuns] = None):
         self.store = store
+        self.runs = runs  # the run registry of this machine (`slurmgen jobs` lists groups from it)
         self.agent_timeout = agent_timeout
         self.clock = clock
         self.lock = threading.Lock()
@@ -110,7 +112,8 @@ class Coordinator:
             plans = self._plans()
             attempts = [AttemptOut(number=a["number"], state=a["state"], started=a["started"],
                                    ended=a["ended"], reason=a["reason"], exit_code=a["exit_code"],
-                                   exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()})
+                                   exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
+                                   runs=a["runs"])
                         for a in self.store.attempts(name)]
             return GroupDetail(group=self._group_out(g, len(members)), attempts=attempts,
                                workers=[self._worker_out(w, now, plans) for w in members])
@@ -150,15 +153,26 @@ class Coordinator:
             self.store.delete_group(name)
 
     def configure(self, name: str, config: GroupConfig) -> GroupOut:
+        """PUT: the whole config replaced (a field left out takes its default)."""
+        with self._atomic():
+            return self._configure(self._group_row(name), config)
+
+    def update_config(self, name: str, changes: dict[str, Any]) -> GroupOut:
+        """PATCH: only the fields given change (`models.merged_config`), read and written in one
+        transaction so two partial updates never undo each other."""
         with self._atomic():
             g = self._group_row(name)
-            if not st.can_start(g["state"]):
-                raise Conflict(f"group {name!r} is {g['state']}; stop it before changing its config")
-            members = self.store.workers(group=name)
-            if members:  # checked against today's members; start checks again
-                self._plan(config, name, Invalid)
-            self.store.update_group(name, config=config.model_dump())
-            return self._group_out(self._group_row(name), len(members))
+            return self._configure(g, merged_config(g["config"], changes))
+
+    def _configure(self, g: dict[str, Any], config: GroupConfig) -> GroupOut:
+        name = g["name"]
+        if not st.can_start(g["state"]):
+            raise Conflict(f"group {name!r} is {g['state']}; stop it before changing its config")
+        members = self.store.workers(group=name)
+        if members:  # checked against today's members; start checks again
+            self._plan(config, name, Invalid)
+        self.store.update_group(name, config=config.model_dump())
+        return self._group_out(self._group_row(name), len(members))
 
     def move(self, names: list[str], group: Optional[str]) -> list[WorkerOut]:
         with self._atomic() as now:
@@ -220,6 +234,8 @@ class Coordinator:
                 "argv": config.argv, "cwd": config.cwd, "stop_grace": config.stop_grace,
                 "heartbeat_timeout": config.heartbeat_timeout}
         self.store.add_attempt(name, number, now, plan)
+        if self.runs:
+            self.runs.attempt_started(name, number, restarts, config, ranks, self.store.path)
         self.changes.bump()
         self.store.update_group(name, state="starting", attempt=number, restarts=restarts,
                                 reason=reason, exit_code=None)
@@ -256,6 +272,8 @@ class Coordinator:
                                   reason=outcome.reason, exit_code=outcome.exit_code)
         self.changes.bump()
         g = self._group_row(name)
+        if self.runs:
+            self.runs.attempt_ended(name, a, g["restarts"], outcome)
         config = GroupConfig(**g["config"])
         if outcome.state == "failed" and st.next_after_failure(g["restarts"], config.max_restarts):
             try:
@@ -267,6 +285,8 @@ class Coordinator:
                                          reason=f"restart {g['restarts'] + 1} after: {outcome.reason}")
         self.store.update_group(name, state=outcome.state, reason=outcome.reason,
                                 exit_code=outcome.exit_code)
+        if self.runs:
+            self.runs.ended(name, a, g["restarts"], outcome)
 
     def tick(self) -> None:
         """Fail attempts whose agents went silent (the server calls this twice a second)."""
@@ -309,6 +329,8 @@ class Coordinator:
         for action in actions:
             if isinstance(action, hb.RecordExits):
                 self.store.update_attempt(action.run[0], action.run[1], exit_codes=dict(action.exit_codes))
+            elif isinstance(action, hb.RecordRuns):
+                self.store.update_attempt(action.run[0], action.run[1], runs=list(action.runs))
             elif isinstance(action, hb.UpdateWorker):
                 self.store.update_worker(action.name, **action.values)
             elif isinstance(action, hb.KeepLines):

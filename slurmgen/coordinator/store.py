@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS groups (
 CREATE TABLE IF NOT EXISTS attempts (
     grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, started REAL NOT NULL,
     ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL,
-    exit_codes TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (grp, number)
+    exit_codes TEXT NOT NULL DEFAULT '{}', runs TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (grp, number)
 );
 CREATE TABLE IF NOT EXISTS logs (
     id INTEGER PRIMARY KEY AUTOINCREMENT, grp TEXT NOT NULL, attempt INTEGER NOT NULL,
@@ -38,7 +38,9 @@ CREATE INDEX IF NOT EXISTS logs_grp ON logs(grp, id);
 """
 # Output lines kept per group (older ones are dropped; the agents keep full per-rank files).
 LOG_LINES_KEPT = 5000
-JSON_COLUMNS = {"config", "plan", "exit_codes"}
+JSON_COLUMNS = {"config", "plan", "exit_codes", "runs"}
+# Columns added since the first release: (table, column, definition), added to an older file.
+ADDED_COLUMNS = [("attempts", "runs", "TEXT NOT NULL DEFAULT '[]'")]
 
 
 class Store:
@@ -50,6 +52,9 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
+        for table, column, definition in ADDED_COLUMNS:
+            if column not in {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}:
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
         self.path.chmod(0o600)
 
     def close(self) -> None:

@@ -17,18 +17,21 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from slurmgen.cliopts import ssh_config_option
+from slurmgen.cliopts import registry_option, ssh_config_option
 from slurmgen.errors import SlurmgenError
 from slurmgen.generate.cli import create, spec_from_create_flags, write_rendered
 
-RegistryOpt = typer.Option(None, "--registry", help="Job registry file [default: ~/.local/state/slurmgen/jobs.sqlite].")
+RegistryOpt = registry_option()
 RemoteOpt = typer.Option(None, "--remote", help="Run Slurm's commands on this login node (a host of ~/.ssh/config).")
 SshConfigOpt = ssh_config_option("ssh config file [default: ~/.ssh/config].")
 SetupOpt = typer.Option([], "--remote-setup", help="Shell line run first on the login node (module load slurm); repeatable.")
 JsonOpt = typer.Option(False, "--json", help="Print JSON.")
 
 STATE_COLOURS = {"RUNNING": "cyan", "PENDING": "yellow", "COMPLETED": "green", "FAILED": "red", "CANCELLED": "magenta",
-                 "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
+                 "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red",
+                 # the run model's words (launches, groups)
+                 "running": "cyan", "starting": "cyan", "pending": "yellow", "succeeded": "green", "failed": "red",
+                 "stopped": "magenta", "preempted": "magenta", "lost": "red"}
 
 
 def _style(text: str, state: str) -> str:
@@ -145,30 +148,39 @@ def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: di
 
 
 def jobs(registry: Optional[Path] = RegistryOpt, limit: Optional[int] = typer.Option(None, "--limit", "-n", help="Only the newest N."),
+         kind: List[str] = typer.Option([], "--kind", help="Only runs of this kind: slurm, launch or group; repeatable."),
+         state: List[str] = typer.Option([], "--state", help="Only runs in this state (running, failed, succeeded, ...); repeatable."),
          remote: Optional[str] = RemoteOpt, ssh_config: Optional[str] = SshConfigOpt, remote_setup: List[str] = SetupOpt,
          as_json: bool = JsonOpt) -> None:
-    """List registered jobs, newest first, with their current state."""
-    from slurmgen.jobs.commands import list_jobs
+    """List every run (Slurm jobs, launches, groups), newest first, with its kind and current state."""
+    from slurmgen.jobs.listing import list_jobs
     from slurmgen.jobs.registry import Registry
+    from slurmgen.jobs.runs import check_kinds, check_states
 
     if limit is not None and limit < 1:
         raise SlurmgenError(f"limit: must be at least 1 (got {limit})")
+    kinds, states = check_kinds(kind), check_states(state)
     with Registry.open(registry) as reg:
         runners = _Runners(ssh_config, list(remote_setup))
         try:
-            rows = list_jobs(runners, reg, limit, only=remote)
+            rows = list_jobs(runners, reg, limit, only=remote, kinds=kinds, states=states)
         finally:
             runners.close()
     if as_json:
         _echo_json(rows)
         return
     for row in rows:
-        code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
-        tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
-        where = f" on {row['remote']}" if row["remote"] else ""
-        seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
-        state = _style(f"{row['state']:<10}", row["state"])
-        typer.echo(f"{row['job']:>8}  {state}{code}{seen}  {row['name']}{tasks}{where}  {row['output_dir']}")
+        typer.echo(_job_line(row))
+
+
+def _job_line(row: dict[str, Any]) -> str:
+    code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
+    tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
+    where = f" on {row['remote']}" if row["remote"] else ""
+    seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
+    state = _style(f"{row['state']:<10}", row["state"])
+    size = f"  {row['nodes']}x{row['ranks'] // row['nodes']}" if row["nodes"] and row["ranks"] else ""
+    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
 
 
 def status(job: Optional[str] = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]."),

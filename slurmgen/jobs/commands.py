@@ -22,14 +22,14 @@ from slurmgen.contract import grid as sweeps
 from slurmgen.jobs import signals
 from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
-from slurmgen.jobs.records import by_group, group_of
+from slurmgen.jobs.records import by_group, group_of, is_trainer
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import SlurmJob, Snapshot, expand_tasks
 from slurmgen.contract.files import ATTEMPTS_NAME
 from slurmgen.heal.attempts import parse_attempts
-from slurmgen.jobs.view import exit_code, job_view, overall, task_row
+from slurmgen.jobs.view import job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
     from slurmgen.generate.render import Rendered
@@ -191,34 +191,6 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     return view
 
 
-def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int | None,
-              only: str | None = None) -> list[dict[str, Any]]:
-    """Registered jobs, newest first, with their current state (one scontrol call per cluster).
-
-    `only`: just the jobs submitted through that login node."""
-    records = [r for r in registry.all(limit) if only is None or r.remote == only]
-    reused = registry.superseded()  # Slurm's answer for a reused id is about the newest job only
-    by_where: dict[str | None, list[JobRecord]] = {}
-    for r in records:
-        by_where.setdefault(r.remote, []).append(r)
-    rows: dict[int | None, dict[str, Any]] = {}
-    seen: dict[int, tuple[str, int | None]] = {}
-    for where, group in by_where.items():
-        runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
-        snap = ask(runner, [r.job_id for r in group], accounting=False)
-        for r in group:
-            jobs = [] if r.seq in reused else all_tasks(snap, r)
-            state, code = overall(jobs) if r.info.get("array") else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
-            if jobs and r.seq is not None:
-                seen[r.seq] = (state, code)
-            rows[r.seq] = {"job": r.job_id, "name": r.name, "state": state or r.last_state or "UNKNOWN",
-                              "exit_code": code if jobs else r.last_exit, "live": bool(jobs),
-                              "tasks": len(jobs) if r.info.get("array") else None, "remote": r.remote,
-                              "output_dir": r.output_dir, "submitted": r.submitted, "id_reused": r.seq in reused}
-    registry.remember_states(seen)
-    return [rows[r.seq] for r in records]
-
-
 def handles(record: JobRecord, signal: str) -> bool:
     """Does the job's program take `signal` as the preemption warning (checkpoint, exit 75)?
 
@@ -227,10 +199,7 @@ def handles(record: JobRecord, signal: str) -> bool:
     wanted = signals.number(record.info.get("preempt_signal") or "USR2")
     if wanted is None or signals.number(signal) != wanted:
         return False
-    command = [str(w) for w in record.info.get("command") or []]
-    trainer = any(a == "-m" and b == "slurmgen.train" for a, b in zip(command, command[1:])) or any(
-        PurePosixPath(a).name == "slurmgen" and b == "train" for a, b in zip(command, command[1:]))
-    return trainer or bool(record.info.get("preempt_contract"))
+    return is_trainer(record.info.get("command") or []) or bool(record.info.get("preempt_contract"))
 
 
 def signal_warning(record: JobRecord, signal: str) -> str | None:

@@ -42,6 +42,34 @@ def root_names(command: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _flag(command: Sequence[str], flag: str) -> str | None:
+    """The value of `--flag VALUE` or `--flag=VALUE` in a command (the last one given)."""
+    found = None
+    for i, word in enumerate(command):
+        if word == flag and i + 1 < len(command):
+            found = command[i + 1]
+        elif word.startswith(flag + "="):
+            found = word.split("=", 1)[1]
+    return found
+
+
+def is_trainer(command: Sequence[str]) -> bool:
+    """Is this the bundled trainer (`python -m slurmgen.train`, `slurmgen train`)?"""
+    words = [str(w) for w in command]
+    return any(a == "-m" and b == "slurmgen.train" for a, b in zip(words, words[1:])) or any(
+        Path(a).name == "slurmgen" and b == "train" for a, b in zip(words, words[1:]))
+
+
+def record_dir(workdir: str, command: Sequence[str], run_id: str, default_out: str = "runs/train") -> str | None:
+    """Where the bundled trainer keeps the run records of run `run_id` (its SLURMGEN_GROUP):
+    TRACK_DIR/RUN_ID, TRACK_DIR being --track-dir, else OUT_DIR/tracking (train/track.py).
+    None for another program, or with --track off: where it writes is its own business."""
+    if not is_trainer(command) or _flag(command, "--track") == "off":
+        return None
+    track = _flag(command, "--track-dir") or str(Path(_flag(command, "--out-dir") or default_out) / "tracking")
+    return str(Path(workdir) / track / run_id)
+
+
 def summary(run: RunRecord, artifacts: Iterable[Any]) -> dict[str, Any]:
     """{step, loss, checkpoint, status, dir} of one run: what `slurmgen status` shows of it."""
     saved = [a for a in artifacts if isinstance(a, dict) and a.get("type") in ("checkpoint", "model")]

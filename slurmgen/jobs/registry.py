@@ -1,15 +1,19 @@
-"""The local job registry: one SQLite file, one row per submitted job.
+"""The local run registry: one SQLite file, one row per run (a submitted Slurm job, an SSH
+launch, a coordinator group's run: the run model of runs.py), plus their attempts.
 
 Lives under the user's state directory ($XDG_STATE_HOME/slurmgen/jobs.sqlite, by default
-~/.local/state/slurmgen/jobs.sqlite); `--registry` or SLURMGEN_REGISTRY moves it. Only `submit`
-creates it; reading commands open it read-write but never create it, and a file that is not a
-SQLite database is refused with one line, untouched. The last state seen for each job is kept,
+~/.local/state/slurmgen/jobs.sqlite); `--registry` or SLURMGEN_REGISTRY moves it. Only the
+commands that start runs (`submit`, `launch`, `serve`) create it; reading commands open it
+read-write but never create it, and a file that is not a SQLite database is refused with one
+line, untouched. The last state seen for each job is kept,
 so a job the controller has forgotten (and no accounting remembers) still shows how it ended.
 Rows are numbered in submission order (`seq`): job ids repeat across clusters and after a
 cluster's state is reset, and the newest job with an id is the one that id means. A job is
 keyed by its cluster, id and submit time, so a reused id adds a row beside the older job's;
 Slurm's answers for that id are about the newest (`superseded`), never about the older rows.
-Files of the earlier shapes (one row per job id; no cluster column) are migrated on opening.
+Files of the earlier shapes (one row per job id; no cluster column; Slurm jobs only) are
+migrated on opening. The methods below are the Slurm lifecycle's (`status`, `logs`, `cancel`)
+and see only rows of kind `slurm`; runs.py reads and writes the run model of every kind.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from slurmgen.contract.states import from_slurm
 from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.records import record_dir
 
-SCHEMA = """
+JOBS_TABLE = """
 CREATE TABLE IF NOT EXISTS jobs (
     seq        INTEGER PRIMARY KEY,
     job_id     TEXT NOT NULL,
@@ -37,13 +43,40 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_exit  INTEGER,
     info       TEXT NOT NULL,
     cluster    TEXT NOT NULL DEFAULT ''
-);
+)
+"""
+# The run model's columns (runs.py), added in place to files of earlier shapes: every row is a
+# run of some kind; `state` is a contract/states.py word whatever `last_state` (Slurm's) says.
+RUN_COLUMNS = (
+    ("kind", "TEXT NOT NULL DEFAULT 'slurm'"), ("state", "TEXT"), ("nodes", "INTEGER"), ("ranks", "INTEGER"),
+    ("started", "REAL"), ("ended", "REAL"), ("run_id", "TEXT"), ("record_dir", "TEXT"),
+    ("logs", "TEXT NOT NULL DEFAULT '[]'"), ("failure", "TEXT"),
+)
+ATTEMPTS_TABLE = """
+CREATE TABLE IF NOT EXISTS attempts (
+    run     INTEGER NOT NULL REFERENCES jobs (seq) ON DELETE CASCADE,
+    number  INTEGER NOT NULL,
+    state   TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended   REAL,
+    cause   TEXT,
+    rank    INTEGER,
+    node    TEXT,
+    code    INTEGER,
+    PRIMARY KEY (run, number)
+)
 """
 INDEXES = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_key ON jobs (cluster, job_id, submitted);
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id);
 CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name);
 CREATE INDEX IF NOT EXISTS jobs_output_dir ON jobs (output_dir);
+"""
+# What the list of runs filters and sorts by (runs.list_rows): newest first, by kind, by state.
+RUN_INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_started ON jobs (started);
+CREATE INDEX IF NOT EXISTS jobs_kind_started ON jobs (kind, started);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 """
 _COLUMNS = "job_id, name, output_dir, remote, submitted, last_state, last_exit, info"
 
@@ -108,9 +141,8 @@ class Registry:
             if tables and "jobs" not in tables:
                 raise SlurmgenError(f"registry: {str(path)!r} is a SQLite database but not a slurmgen registry (no jobs table)")
             if "jobs" not in tables:
-                db.executescript(SCHEMA + INDEXES)
-            else:
-                _migrate(db)
+                db.executescript(JOBS_TABLE + ";" + INDEXES)
+            _migrate(db)
         except sqlite3.DatabaseError as exc:
             db.close()
             raise SlurmgenError(f"registry: {str(path)!r} is not a job registry ({exc})",
@@ -130,10 +162,14 @@ class Registry:
         self.close()
 
     def add(self, record: JobRecord) -> None:
+        """Register a submitted Slurm job: its own columns and the run model's (see runs.py)."""
+        submitted = record.submitted or time.time()
         cursor = self.db.execute(
-            f"INSERT INTO jobs ({_COLUMNS}, cluster) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.job_id, record.name, record.output_dir, record.remote, record.submitted or time.time(),
-             record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True), record.cluster))
+            f"INSERT INTO jobs ({_COLUMNS}, cluster, kind, state, nodes, ranks, run_id, record_dir, logs, started) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'slurm', ?, ?, ?, ?, ?, ?, ?)",
+            (record.job_id, record.name, record.output_dir, record.remote, submitted,
+             record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True), record.cluster,
+             *_slurm_run_columns(record.job_id, record.last_state, record.info), submitted))
         record.seq = cursor.lastrowid
 
     def add_many(self, records: Iterable[JobRecord]) -> None:
@@ -148,8 +184,9 @@ class Registry:
         return JobRecord(job_id, name, output_dir, submitted, remote, last_state, last_exit, json.loads(info), seq)
 
     def _select(self, where: str = "", args: tuple = (), limit: int | None = None) -> list[JobRecord]:
-        sql = (f"SELECT seq, {_COLUMNS} FROM jobs "
-               f"{where} ORDER BY seq DESC" + (f" LIMIT {int(limit)}" if limit else ""))
+        # The Slurm lifecycle's lookups: runs of the other kinds have no Slurm job behind them.
+        sql = (f"SELECT seq, {_COLUMNS} FROM jobs WHERE kind = 'slurm' {'AND ' + where if where else ''} "
+               "ORDER BY seq DESC" + (f" LIMIT {int(limit)}" if limit else ""))
         return [self._record(r) for r in self.db.execute(sql, args)]
 
     def all(self, limit: int | None = None) -> list[JobRecord]:
@@ -157,15 +194,15 @@ class Registry:
 
     def get(self, job_id: str) -> JobRecord | None:
         """The newest job with this id."""
-        found = self._select("WHERE job_id = ?", (job_id,), limit=1)
+        found = self._select("job_id = ?", (job_id,), limit=1)
         return found[0] if found else None
 
     def with_id(self, job_id: str) -> list[JobRecord]:
         """Every job with this id, on any cluster, newest first."""
-        return self._select("WHERE job_id = ?", (job_id,))
+        return self._select("job_id = ?", (job_id,))
 
     def by_seq(self, seq: int) -> JobRecord | None:
-        found = self._select("WHERE seq = ?", (seq,))
+        found = self._select("seq = ?", (seq,))
         return found[0] if found else None
 
     def superseded(self) -> dict[int, int]:
@@ -174,22 +211,23 @@ class Registry:
         Slurm answers for an id with its newest job, so these rows keep their last seen state."""
         return dict(self.db.execute(
             "SELECT a.seq, MAX(b.seq) FROM jobs AS a JOIN jobs AS b "
-            "ON b.cluster = a.cluster AND b.job_id = a.job_id AND b.seq > a.seq GROUP BY a.seq"))
+            "ON b.cluster = a.cluster AND b.job_id = a.job_id AND b.seq > a.seq "
+            "WHERE a.kind = 'slurm' AND b.kind = 'slurm' GROUP BY a.seq"))
 
     def by_name(self, name: str) -> list[JobRecord]:
-        return self._select("WHERE name = ?", (name,))
+        return self._select("name = ?", (name,))
 
     def by_output_dir(self, output_dir: str) -> list[JobRecord]:
-        return self._select("WHERE output_dir = ?", (output_dir,))
+        return self._select("output_dir = ?", (output_dir,))
 
     def remember_states(self, states: dict[int, tuple[str, int | None]]) -> None:
         """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction."""
         if not states:
             return
         self.db.execute("BEGIN")
-        self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ? WHERE seq = ? "
+        self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
                             "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
-                            [(s, c, seq, s, c) for seq, (s, c) in states.items()])
+                            [(s, c, _state_word(s), seq, s, c) for seq, (s, c) in states.items()])
         self.db.execute("COMMIT")
 
     def update_info(self, record: JobRecord) -> None:
@@ -200,33 +238,80 @@ def _migrate(db: sqlite3.Connection) -> None:
     """Bring a registry of an earlier shape to this one in one transaction, keeping every row.
 
     The first shape kept one row per job id (a reused id replaced the older job); the second
-    numbered rows but had no cluster column. Rows are renumbered in submission order."""
-    def columns() -> set[str]:
-        return {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-
-    if "cluster" in columns():
+    numbered rows but had no cluster column; the third held Slurm jobs only, without the run
+    model's columns and attempts. Rows are renumbered in submission order. A new file takes the
+    same path from an empty table of the third shape, so there is one way to the current shape."""
+    if _current(db):
         return
     db.execute("BEGIN IMMEDIATE")
     try:
-        if "cluster" in columns():  # another process migrated it while this one waited for the lock
-            db.execute("COMMIT")
-            return
-        if "seq" not in columns():
-            db.execute("ALTER TABLE jobs RENAME TO jobs_by_id")
-            for index in ("jobs_name", "jobs_output_dir"):  # they moved with the table; the new one gets its own
-                db.execute(f"DROP INDEX IF EXISTS {index}")
-            db.execute(SCHEMA)
-            db.execute(f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM jobs_by_id "
-                       "ORDER BY submitted, CAST(job_id AS INTEGER)")
-            db.execute("DROP TABLE jobs_by_id")
-        else:
-            db.execute("ALTER TABLE jobs ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
-        rows = db.execute("SELECT seq, remote, info FROM jobs").fetchall()
-        db.executemany("UPDATE jobs SET cluster = ? WHERE seq = ?",
-                       [(remote or json.loads(info).get("cluster") or "", seq) for seq, remote, info in rows])
-        for statement in filter(str.strip, INDEXES.split(";")):
-            db.execute(statement)
+        if not _current(db):  # another process may have migrated it while this one waited for the lock
+            _add_cluster(db)
+            _add_run_model(db)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+
+
+def _current(db: sqlite3.Connection) -> bool:
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return "attempts" in tables and {name for name, _ in RUN_COLUMNS} <= _columns(db)
+
+
+def _add_cluster(db: sqlite3.Connection) -> None:
+    """The first and second shapes: rows numbered in submission order, each with its cluster."""
+    if "cluster" in _columns(db):
+        return
+    if "seq" not in _columns(db):
+        db.execute("ALTER TABLE jobs RENAME TO jobs_by_id")
+        for index in ("jobs_name", "jobs_output_dir"):  # they moved with the table; the new one gets its own
+            db.execute(f"DROP INDEX IF EXISTS {index}")
+        db.execute(JOBS_TABLE)
+        db.execute(f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM jobs_by_id "
+                   "ORDER BY submitted, CAST(job_id AS INTEGER)")
+        db.execute("DROP TABLE jobs_by_id")
+    else:
+        db.execute("ALTER TABLE jobs ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
+    rows = db.execute("SELECT seq, remote, info FROM jobs").fetchall()
+    db.executemany("UPDATE jobs SET cluster = ? WHERE seq = ?",
+                   [(remote or json.loads(info).get("cluster") or "", seq) for seq, remote, info in rows])
+    for statement in filter(str.strip, INDEXES.split(";")):
+        db.execute(statement)
+
+
+def _add_run_model(db: sqlite3.Connection) -> None:
+    """The third shape (Slurm jobs only): the run columns, filled in from what each job kept."""
+    have = _columns(db)
+    for name, declaration in RUN_COLUMNS:
+        if name not in have:
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
+    db.execute(ATTEMPTS_TABLE)
+    rows = db.execute("SELECT seq, job_id, last_state, info FROM jobs WHERE started IS NULL").fetchall()
+    db.executemany("UPDATE jobs SET started = submitted, state = ?, nodes = ?, ranks = ?, run_id = ?, "
+                   "record_dir = ?, logs = ? WHERE seq = ?", [(*_slurm_run_columns(job_id, last_state, json.loads(info)), seq)
+                                     for seq, job_id, last_state, info in rows])
+    for statement in filter(str.strip, RUN_INDEXES.split(";")):
+        db.execute(statement)
+
+
+def _state_word(slurm_state: str | None) -> str | None:
+    state = from_slurm(slurm_state)
+    return state.value if state else None
+
+
+def _slurm_run_columns(job_id: str, last_state: str | None, info: dict[str, Any]) -> tuple:
+    """(state, nodes, ranks, run_id, record_dir, logs) of a Slurm job: the run model's view of
+    what it kept. run_id is the group run_slurm.sh gives the trainer's run records (slurm-<id>;
+    each task of an array adds _N to it, so an array has no one record directory)."""
+    nodes = info.get("nodes")
+    ranks = nodes * (info.get("gpus") or 1) if isinstance(nodes, int) else None
+    logs = [{"node": info.get("cluster") or "", "path": info["log_dir"]}] if info.get("log_dir") else []
+    run_id = f"slurm-{job_id}"
+    records = (record_dir(info["workdir"], info.get("command") or [], run_id, f"runs/job-{job_id}")
+               if info.get("workdir") and not info.get("array") else None)
+    return _state_word(last_state), nodes, ranks, run_id, records, json.dumps(logs)

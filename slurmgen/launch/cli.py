@@ -2,7 +2,9 @@
 
 The flags are checked and turned into a spec, hosts and a plan before any connection (so a typo
 costs nothing and `--dry-run` prints exactly what would run); paramiko is imported only once
-the SSH options are built, so `slurmgen --help` and `create` never load it.
+the SSH options are built, so `slurmgen --help` and `create` never load it. The launch is
+recorded in the run registry (jobs/runs.py, launch/record.py) before the first connection, so
+`slurmgen jobs` lists it while it runs and with its verdict after.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from slurmgen.cliopts import (ORDER_HELP, given_flags, identity_option, known_hosts_option, parse_env, ssh_config_option,
-                              ssh_port_option, ssh_user_option)
+from slurmgen.cliopts import (ORDER_HELP, given_flags, identity_option, known_hosts_option, parse_env, registry_option,
+                              ssh_config_option, ssh_port_option, ssh_user_option)
 from slurmgen.contract import ports
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.errors import SlurmgenError
@@ -54,6 +56,8 @@ def launch(
     keepalive: float = typer.Option(5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."),
     stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
+    registry: Optional[Path] = registry_option("Run registry where the launch is recorded (`slurmgen jobs` lists it) "
+                                               "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."),
 ) -> None:
     """Start the job on every host over SSH; the first failure anywhere stops all of them."""
     import os
@@ -76,7 +80,7 @@ def launch(
                       workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
                       heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
                       max_restarts=max_restarts)
-    _start(plan, opts, keepalive, dry_run)
+    _start(plan, opts, keepalive, dry_run, (registry, spec.job_name, list(spec.command)))
 
 
 def _check_flags(hosts: Optional[str], hostfile: Optional[Path], port: Optional[int], connect_timeout: float,
@@ -123,14 +127,20 @@ def _stdin_env(env_files: List[Path]) -> dict[str, str]:
     return stdin_env
 
 
-def _start(plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool) -> None:
-    """Print what would run (--dry-run), or run it and leave with the job's exit code."""
+def _start(plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool,
+           run: tuple[Optional[Path], str, list[str]]) -> None:
+    """Print what would run (--dry-run), or record the run (registry, name, command), run it
+    and leave with the job's exit code. A registry that cannot be opened stops us first."""
+    from slurmgen.jobs.runs import Recorder
+    from slurmgen.launch.record import LaunchRecord
     from slurmgen.launch.runner import dry_run_text, launch as run_launch
 
     if dry_run:
         typer.echo(dry_run_text(plan, opts), nl=False)
         return
-    code = run_launch(plan, opts, keepalive=keepalive)
+    recorder = Recorder(run[0])
+    recorder.check()
+    code = run_launch(plan, opts, keepalive=keepalive, record=LaunchRecord.start(recorder, plan, run[1], run[2]))
     if code:
         raise typer.Exit(code)
 

@@ -26,8 +26,10 @@ from typing import IO, Callable, Protocol, Union
 from slurmgen.contract import exitcodes
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
+from slurmgen.jobs.runs import Failure
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
+from slurmgen.launch.record import LaunchRecord
 from slurmgen.contract.node_events import parse_event
 from slurmgen.launch.remote import bootstrap, env_text, payload, remote_command
 from slurmgen.launch.ssh.connect import Connection, ConnectError, SSHOptions, connect_all, describe_targets
@@ -74,8 +76,9 @@ Queued = Union[Output, Opened, machine.Input]
 class Launcher:
     def __init__(self, plan: LaunchPlan, opts: SSHOptions, out: IO[str] | None = None, err: IO[str] | None = None,
                  colour: bool | None = None, keepalive: float = KEEPALIVE_INTERVAL,
-                 connector: Callable[..., dict[str, Connection]] = connect_all):
-        self.plan, self.opts, self.connector = plan, opts, connector
+                 connector: Callable[..., dict[str, Connection]] = connect_all, record: LaunchRecord | None = None):
+        self.plan, self.opts, self.connector, self.record = plan, opts, connector, record
+        self.first_failure: Failure | None = None  # of the current attempt, for the run registry
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         if colour is None:
@@ -106,7 +109,12 @@ class Launcher:
         attempts = self.plan.max_restarts + 1
         try:
             for attempt in range(1, attempts + 1):
+                if self.record:
+                    self.record.attempt_started(attempt)
                 code, results, verdict = self._attempt(attempt)
+                if self.record:
+                    self.record.attempt_ended(attempt, code, bool(self.signals) and self.first_failure is None,
+                                              self.first_failure)
                 if code == 0 or self.signals or attempt == attempts:
                     break
                 self.say(f"attempt {attempt} of {attempts} failed ({verdict}); starting all nodes again")
@@ -140,6 +148,7 @@ class Launcher:
         plan = self.plan
         inputs: queue.Queue[Queued] = queue.Queue()
         procs: dict[str, NodeProcess] = {}
+        self.first_failure = None
         limits = machine.Limits(connect=self.opts.connect_timeout, keepalive=self.keepalive,
                                 keepalive_count=KEEPALIVE_COUNT, stop_grace=plan.stop_grace,
                                 stop_wait=STOP_WAIT_EXTRA)
@@ -174,7 +183,10 @@ class Launcher:
 
     def _apply(self, state: machine.AttemptState, item: machine.Input, procs: dict[str, NodeProcess]) -> machine.AttemptState:
         """One step of the state machine, and its actions carried out."""
+        before = state.first
         state, actions = machine.step(state, item)
+        if before is None and state.first is not None:
+            self.first_failure = _failure(state, item)
         for action in actions:
             if isinstance(action, machine.Say):
                 self.say(action.text)
@@ -208,6 +220,13 @@ class Launcher:
         except Exception:
             status = None
         inputs.put(machine.SessionEnded(host, status, time.monotonic()))
+
+
+def _failure(state: machine.AttemptState, item: machine.Input) -> Failure:
+    """The first failure as the run registry keeps it: the rank a node reported, else none."""
+    host, verdict = state.first or ("", "")
+    rank = item.event.rank if isinstance(item, machine.Reported) else None
+    return Failure(cause=verdict, rank=rank, node=host, code=state.code)
 
 
 def _lines(read: Callable[[], bytes]):
@@ -251,11 +270,26 @@ def dry_run_text(plan: LaunchPlan, opts: SSHOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
-def launch(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL) -> int:
-    """Run the plan; the exit code of the job (see the module docstring)."""
+def launch(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL,
+           record: LaunchRecord | None = None) -> int:
+    """Run the plan; the exit code of the job (see the module docstring). `record` (the run
+    registry's row) gets the verdict however the launch ends."""
+    launcher = Launcher(plan, opts, keepalive=keepalive, record=record)
+    code, failure, interrupted = exitcodes.FAILED, None, False
     try:
-        return Launcher(plan, opts, keepalive=keepalive).run()
+        code = launcher.run()
+        interrupted = bool(launcher.signals) and launcher.first_failure is None
+        return code
     except ConnectError as exc:
+        code, failure = EXIT_RUN_FAILED, Failure(cause=exc.line())
         raise SlurmgenError(exc.line(), exit_code=EXIT_RUN_FAILED) from None
     except KeyboardInterrupt:  # before any node started: nothing to stop yet
+        code, interrupted = exitcodes.INTERRUPTED, True
+        failure = Failure(cause="interrupted while connecting")
         raise SlurmgenError("interrupted while connecting", exit_code=exitcodes.INTERRUPTED) from None
+    except BaseException as exc:
+        failure = Failure(cause=f"slurmgen launch failed: {exc!r}")
+        raise
+    finally:
+        if record:
+            record.ended(code, interrupted, failure)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from slurmgen.contract import envvars
+
 from . import store, system
 from .adapters import create as create_adapter, parse_trackers
 from .errors import TrackingError
@@ -88,7 +90,22 @@ def init(dir: str | os.PathLike[str] = "runs", *, name: str | None = None, group
     _write(who.run_dir, record, flat)
     run = Run(who.run_dir, who.root, record.meta, floor, last_step, adapters)
     register(run)
+    _announce(who.run_dir, run.id, where.rank, environ)
     return run
+
+
+def _announce(run_dir: Path, run_id: str, rank: int, environ: Mapping[str, str]) -> None:
+    """Tell the launcher watching this rank which run record it writes (a file beside its
+    heartbeat): the coordinator's page then draws an attempt's curves from the records its
+    own ranks named, never from a search of directories. Best effort: tracking goes on."""
+    beside = environ.get(envvars.HEARTBEAT_DIR, "").strip()
+    if not beside:
+        return
+    try:
+        store.write_json_atomic(Path(beside) / store.ANNOUNCE_FILE.format(rank=rank),
+                                {"dir": str(run_dir.resolve()), "id": run_id})
+    except OSError:
+        pass
 
 
 # ---- identity: which run this process writes -----------------------------------------------

@@ -31,6 +31,9 @@ RUN_FILE = "run.json"
 HPARAMS_FILE = "hparams.yaml"
 METRICS_FILE = "metrics.jsonl"
 ARTIFACTS_FILE = "artifacts.jsonl"
+# Beside a rank's heartbeat ($SLURMGEN_HEARTBEAT_DIR): which run record the rank writes, so the
+# launcher watching it (the coordinator's agent) can say so without searching for it.
+ANNOUNCE_FILE = "run-record-{rank}.json"
 FORMAT = 1
 
 

@@ -1,9 +1,11 @@
 """The training configuration: one frozen dataclass shared by the CLI and the Python API.
 
 The CLI turns flags into a `TrainConfig`; `train_ddp(config=...)` takes one directly (or a
-dict of the same fields). `validate()` collects every problem before failing, each naming the
-field the way a user typed it (`--batch-size`), so the CLI can print one line per problem and
-exit 2 instead of dying at step 300 with a shape error.
+dict of the same fields). Each field that is also a flag carries its help, form and choices
+(`flags.flag`), so the CLI is built from these fields and says nothing of its own.
+`validate()` collects every problem before failing, each naming the field the way a user
+typed it (`--batch-size`), so the CLI can print one line per problem and exit 2 instead of
+dying at step 300 with a shape error.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import envvars, exitcodes
+from slurmgen.contract.backends import BACKENDS, DEFAULT_BACKEND
+
+from .flags import count, either, flag, from_env, number, truthy
 
 # EXIT_PREEMPTED: the run stopped on a preemption signal after writing a checkpoint.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = exitcodes.OK, exitcodes.FAILED, exitcodes.BAD_INPUT, exitcodes.PREEMPTED
@@ -20,7 +25,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = exitcodes.OK, exitcodes.FAILE
 DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
 TRACK_MODES = ("rank0", "per-process", "off")
+PROGRESS_MODES = ("auto", "bar", "lines", "none")
 DEFAULT_MAX_STEPS = 100
+SYNTHETIC_VOCAB, TOKEN_FILE_VOCAB = 256, 50304  # the latter GPT-2's, padded to a multiple of 64
 # Signals that may announce the end of a job (sbatch --signal), by their name without SIG.
 # USR2 is the default because NCCL may install its own USR1 handler (submitit moved to USR2
 # for that reason); KILL and STOP cannot be caught, and INT stays Ctrl-C.
@@ -31,6 +38,26 @@ def preempt_signal_ok(name: str) -> bool:
     return name in PREEMPT_SIGNALS
 
 
+def signal_name(text: str) -> str:
+    """USR2, usr2 and SIGUSR2 all mean USR2 (sbatch --signal takes either form)."""
+    name = text.strip().upper()
+    return name[3:] if name.startswith("SIG") else name
+
+
+def default_out_dir(environ: Mapping[str, str]) -> str | None:
+    """Where a run writes without --out-dir: one directory per Slurm job, named as its log is
+    (%A_%a for an array task, so the tasks of a sweep never resume each other's checkpoints;
+    a requeued job keeps its id and so resumes its own); outside Slurm None (the field's default)."""
+    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"runs/job-{array}_{task}"
+    return f"runs/job-{environ['SLURM_JOB_ID']}" if environ.get("SLURM_JOB_ID") else None
+
+
+def _requeue_from_env(value: str) -> bool | None:
+    return truthy(value) if value.strip() else None
+
+
 class ConfigError(ValueError):
     """One or more configuration problems; `problems` holds one line each."""
 
@@ -39,61 +66,85 @@ class ConfigError(ValueError):
         self.problems = problems
 
 
+_DEFAULT = "(default %(default)s)"
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """Every knob of a training run. Field `x_y` is flag `--x-y`."""
+    """Every knob of a training run. Field `x_y` is flag `--x-y` (those declared with `flag`)."""
 
-    out_dir: str = "runs/train"
+    out_dir: str = flag("runs/train", "run directory (default: runs/job-$SLURM_JOB_ID under Slurm, runs/job-<array job "
+                        "id>_<task> in an array task, else %(default)s)", env=default_out_dir)
     # model
-    model: str = "gpt"
-    n_layer: int = 2
-    n_head: int = 2
-    n_embd: int = 64
-    block_size: int = 64
-    vocab_size: int | None = None  # None: 256 for synthetic data, 50304 (GPT-2, padded) for a token file
-    dropout: float = 0.0
-    mlp_in: int = 32
-    mlp_hidden: int = 128
-    mlp_classes: int = 10
+    model: str = flag("gpt", f"bundled model {_DEFAULT}", choices=MODELS)
+    n_layer: int = flag(2, f"GPT layers {_DEFAULT}", type=count(1))
+    n_head: int = flag(2, f"GPT attention heads {_DEFAULT}", type=count(1))
+    n_embd: int = flag(64, f"GPT width {_DEFAULT}", type=count(1))
+    block_size: int = flag(64, f"GPT context length {_DEFAULT}", type=count(1))
+    vocab_size: int | None = flag(None, f"GPT vocabulary (default {SYNTHETIC_VOCAB} synthetic, {TOKEN_FILE_VOCAB} with "
+                                  "--train-data)", type=count(2))
+    dropout: float = flag(0.0, f"dropout probability {_DEFAULT}", type=number(0.0))
+    mlp_in: int = flag(32, f"MLP inputs {_DEFAULT}", type=count(1))
+    mlp_hidden: int = flag(128, f"MLP width {_DEFAULT}", type=count(1))
+    mlp_classes: int = flag(10, f"MLP classes {_DEFAULT}", type=count(1))
     # data
-    train_data: str | None = None
-    val_data: str | None = None
-    synthetic_samples: int = 4096
+    train_data: str | None = flag(None, "nanoGPT token file (uint16, e.g. train.bin); default: synthetic data")
+    val_data: str | None = flag(None, "nanoGPT token file for evaluation (e.g. val.bin)")
+    synthetic_samples: int = flag(4096, f"size of the synthetic training set {_DEFAULT}", type=count(1))
     # optimisation
-    batch_size: int = 8
-    grad_accum: int = 1
-    lr: float = 1e-3
-    min_lr: float | None = None  # None: lr / 10
-    warmup_steps: int = 10
-    weight_decay: float = 0.1
-    beta1: float = 0.9
+    batch_size: int = flag(8, f"samples per process per micro-step {_DEFAULT}", type=count(1))
+    grad_accum: int = flag(1, f"micro-steps per optimizer step; gradients sync on the last only {_DEFAULT}",
+                           type=count(1))
+    lr: float = flag(1e-3, f"peak learning rate of AdamW {_DEFAULT}", type=number(0.0))
+    min_lr: float | None = flag(None, "final learning rate of the cosine decay (default: lr/10)", type=number(0.0))
+    warmup_steps: int = flag(10, f"linear warm-up steps {_DEFAULT}", type=count(0))
+    weight_decay: float = flag(0.1, f"AdamW weight decay on matrices {_DEFAULT}", type=number(0.0))
+    beta1: float = 0.9  # no flag: AdamW's betas are for the Python API
     beta2: float = 0.95
-    grad_clip: float = 1.0
-    dtype: str = "float32"
-    max_steps: int | None = None  # None with epochs None: DEFAULT_MAX_STEPS
-    epochs: int | None = None
-    seed: int = 1337
+    grad_clip: float = flag(1.0, f"clip the gradient norm, 0: off {_DEFAULT}", type=number(0.0))
+    dtype: str = flag("float32", f"autocast dtype; float16 uses a GradScaler {_DEFAULT}", choices=DTYPES)
+    max_steps: int | None = flag(None, f"optimizer steps to train (default {DEFAULT_MAX_STEPS} unless --epochs)",
+                                 type=count(1))
+    epochs: int | None = flag(None, "passes over the training set (instead of --max-steps)", type=count(1))
+    seed: int = flag(1337, f"seed of data order, init and dropout {_DEFAULT}", type=count(0))
     # evaluation, logging, checkpoints
-    eval_every: int = 0
-    eval_iters: int = 10
-    log_every: int = 10
-    save_every: int = 100
-    keep_last: int = 3
-    checkpoint_async: bool = True  # write in a background thread; training waits only for a copy to CPU
-    resume: str = "auto"  # auto | never | PATH
-    heartbeat_every: float = 1.0
-    progress: str = "auto"  # auto | bar | lines | none
+    eval_every: int = flag(0, f"evaluate every N steps, 0: only at the end {_DEFAULT}", type=count(0))
+    eval_iters: int = flag(10, f"batches per rank per evaluation {_DEFAULT}", type=count(1))
+    log_every: int = flag(10, f"progress line and metrics record every N steps {_DEFAULT}", type=count(1))
+    save_every: int = flag(100, f"checkpoint every N steps, 0: only at the end and on preemption {_DEFAULT}",
+                           type=count(0))
+    keep_last: int = flag(3, f"checkpoints to keep {_DEFAULT}", type=count(1))
+    checkpoint_async: bool = flag(True, "write checkpoints in a background thread: training waits only for a copy of "
+                                  "the state to CPU memory, and for the previous write at the next checkpoint "
+                                  "(default: on)", action="on_off")
+    resume: str = flag("auto", "auto: continue from the latest checkpoint in --out-dir if any (default); never; or a "
+                       "checkpoint file or directory", metavar="auto|never|PATH")
+    heartbeat_every: float = flag(1.0, f"seconds between heartbeat file updates {_DEFAULT}", type=number(0.01))
+    progress: str = flag("auto", "rank 0's progress display; auto: a bar on a terminal, lines otherwise",
+                         choices=PROGRESS_MODES)
     # runtime
-    backend: str = "auto"
-    init_timeout: float = 120.0
-    tf32: bool = False
-    threads: int = 0  # 0: cores / local processes, when OMP_NUM_THREADS is unset
-    requeue: bool | None = None  # None: requeue if Slurm says the job is requeueable
-    preempt_signal: str = "USR2"  # besides TERM, the signal that means "checkpoint and stop"
+    backend: str = flag(DEFAULT_BACKEND, f"auto: nccl with CUDA, else gloo (default: ${envvars.BACKEND}, else "
+                        f"{DEFAULT_BACKEND})", choices=BACKENDS, env=from_env(envvars.BACKEND))
+    init_timeout: float = flag(120.0, f"seconds to wait for all ranks to meet {_DEFAULT}", type=number(0.1))
+    tf32: bool = flag(False, "allow TF32 matmuls on Ampere+ GPUs", action="store_true")
+    # 0: cores / local processes, when OMP_NUM_THREADS is unset
+    threads: int = flag(0, "CPU threads per process, 0: cores / local processes", type=count(0))
+    requeue: bool | None = flag(None, "after the --preempt-signal under Slurm, run `scontrol requeue $SLURM_JOB_ID` "
+                                f"(never after TERM; default: ${envvars.REQUEUE}, else only if the job was submitted "
+                                "requeueable, as `scontrol show job` tells)", action="on_off",
+                                env=from_env(envvars.REQUEUE, _requeue_from_env))
+    preempt_signal: str = flag("USR2", f"besides TERM, the signal that means: checkpoint, stop with exit {EXIT_PREEMPTED} "
+                               f"(and requeue); match sbatch --signal (default: ${envvars.PREEMPT_SIGNAL}, which "
+                               "generated scripts set, else %(default)s)", type=signal_name, choices=PREEMPT_SIGNALS,
+                               env=from_env(envvars.PREEMPT_SIGNAL, signal_name))
     # run record (slurmgen.tracking)
-    track: str = "rank0"  # rank0 | per-process | off
-    tracker: str = ""  # adapters to mirror to, comma-separated: tensorboard,wandb,mlflow,swanlab
-    track_dir: str | None = None  # None: OUT_DIR/tracking
+    track: str = flag("rank0", "rank0: one run, written by rank 0; per-process: one run per process in one group; "
+                      f"off (default: ${envvars.TRACK}, else %(default)s)", choices=TRACK_MODES,
+                      env=from_env(envvars.TRACK))
+    tracker: str = flag("", "also send the run to: tensorboard,wandb,mlflow,swanlab (offline by default; each needs "
+                        "its extra, e.g. pip install 'slurmgen[wandb]'; default: "
+                        f"${envvars.TRACKERS})", metavar="LIST", env=from_env(envvars.TRACKERS))
+    track_dir: str | None = flag(None, "where run records go (default: OUT_DIR/tracking)")
     extra: Mapping[str, Any] = field(default_factory=dict)  # free-form, saved with checkpoints
 
     @property
@@ -103,7 +154,7 @@ class TrainConfig:
     def effective_vocab(self) -> int:
         if self.vocab_size is not None:
             return self.vocab_size
-        return 50304 if self.train_data else 256
+        return TOKEN_FILE_VOCAB if self.train_data else SYNTHETIC_VOCAB
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -149,10 +200,10 @@ class TrainConfig:
             p.append(f"--model must be one of {', '.join(MODELS)} (got {self.model!r})")
         if self.dtype not in DTYPES:
             p.append(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
-        if self.progress not in ("auto", "bar", "lines", "none"):
-            p.append(f"--progress must be auto, bar, lines or none (got {self.progress!r})")
-        if self.backend not in ("auto", "nccl", "gloo"):
-            p.append(f"--backend must be auto, nccl or gloo (got {self.backend!r})")
+        if self.progress not in PROGRESS_MODES:
+            p.append(f"--progress must be {either(PROGRESS_MODES)} (got {self.progress!r})")
+        if self.backend not in BACKENDS:
+            p.append(f"--backend must be {either(BACKENDS)} (got {self.backend!r})")
         if self.max_steps is not None and self.epochs is not None:
             p.append(f"--max-steps ({self.max_steps}) and --epochs ({self.epochs}) exclude each other: give one")
         if self.model == "gpt" and self.n_embd % self.n_head:

@@ -26,8 +26,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from slurmgen.contract.backends import BACKENDS
+from slurmgen.contract.backends import BACKENDS, DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT, job_port
+
+from .flags import count, flag
 
 # A trainer started directly in the batch script sees SLURM_PROCID=0 and the job's
 # SLURM_NTASKS (seen on Slurm 22.05) but no SLURM_STEP_ID, which srun sets for every task.
@@ -42,14 +44,16 @@ class EnvError(ValueError):
 
 @dataclass(frozen=True)
 class LaunchFlags:
-    """The command-line flags that can override the environment (None = not given)."""
+    """The command-line flags that can override the environment (None = not given), and how
+    many processes to start when nothing else started them. --backend is TrainConfig's flag."""
 
-    rank: int | None = None
-    world_size: int | None = None
-    local_rank: int | None = None
-    master_addr: str | None = None
-    master_port: int | None = None
-    backend: str = "auto"
+    rank: int | None = flag(None, "manual launch: this process's global rank", type=count(0))
+    world_size: int | None = flag(None, "manual launch: number of processes", type=count(1))
+    local_rank: int | None = flag(None, "this process's rank on its node (default: $LOCAL_RANK)", type=count(0))
+    master_addr: str | None = flag(None, "address of rank 0 (default: $MASTER_ADDR)")
+    master_port: int | None = flag(None, "port of rank 0 (default: $MASTER_PORT)", type=count(1))
+    backend: str = DEFAULT_BACKEND
+    nproc_per_node: int = flag(1, "with no launcher: start N processes on this machine", type=count(1))
 
 
 @dataclass(frozen=True)

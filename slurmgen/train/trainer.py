@@ -6,6 +6,12 @@ step counter moves and the boundary work happens in a fixed order on every rank,
 takes part in the same collectives in the same order: preemption vote, logging, evaluation,
 checkpoint. A checkpoint at step s holds the state *after* s steps, and the batch of a step is
 a pure function of the step, so a resumed run continues exactly where the saved one was.
+
+`fit()` is that loop and nothing else, readable in one screen as nanoGPT's train.py is: what
+happens before the first step (`_begin`), a logging line (`_log_train`, `_log_eval`) and each
+way out (`_done`, `_preempted`, `_failed`) are named methods, and everything about
+checkpoints is one `Checkpointing` object (checkpointing.py) that the loop calls at its
+step boundaries.
 """
 
 from __future__ import annotations
@@ -22,9 +28,9 @@ import torch
 from torch import nn
 
 from . import checkpoint as ckpt
-from . import dist, resume
-from .ckpt_writer import CheckpointWriter, Written
-from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
+from . import dist
+from .checkpointing import Checkpointing
+from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, TrainConfig
 from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv
 from .logs import Heartbeat, Metrics, Progress
@@ -70,7 +76,6 @@ class Trainer:
         self.model = model.to(env.device)
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.out = Path(config.out_dir)
-        self.ckpt_dir = self.out / "checkpoints"
         self.device_type = "cuda" if env.device.startswith("cuda") else "cpu"
         self.batches = ShardedBatches(train_dataset, env.world_size, env.rank, config.batch_size, config.grad_accum, config.seed)
         self.max_steps = config.max_steps or (
@@ -80,10 +85,10 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=config.dtype == "float16")
         self.metrics = Metrics(self.out, enabled=env.is_main)
         self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every, env.local_rank, env.node_rank)
-        self.writer = CheckpointWriter(self.ckpt_dir, config.keep_last, background=config.checkpoint_async,
-                                       describe=lambda step, path: self.tracking.artifact(str(path), step))
-        self.step, self.last_checkpoint, self.val_loss = 0, None, None
-        self.tracking, self._resumed_tracking = Tracking(), None
+        self.tracking = Tracking()  # inert until fit() knows which run this one is (after a resume)
+        self.checkpoints = Checkpointing(config, env, self.heartbeat, self.batches, self.model, self.optimizer,
+                                         self.scheduler, self.scaler, tracking=lambda: self.tracking)
+        self.step, self.train_loss, self.val_loss, self._start = 0, None, None, time.time()
         self._rng_seed()
 
     def _rng_seed(self) -> None:
@@ -96,84 +101,6 @@ class Trainer:
 
         random.seed(seed)
         np.random.seed(seed % 2**32)
-
-    # --- checkpoints ------------------------------------------------------------------------
-    def _resume(self) -> None:
-        found = resume.load(self.cfg.resume, self.ckpt_dir, self.env)
-        if found is None:
-            return
-        where, state = found
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as exc:
-            raise ConfigError([f"checkpoint {where} does not fit this model: {str(exc).splitlines()[0]}"]) from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.step, self.last_checkpoint = int(state["step"]), where
-        self._resumed_tracking = state.get("tracking")
-        rngs = state["rng"]
-        if len(rngs) == self.env.world_size:
-            ckpt.restore_rng(rngs[self.env.rank])
-        else:
-            log.warning("checkpoint from %d processes, now %d: random streams and data order differ from an uninterrupted run",
-                        len(rngs), self.env.world_size)
-        self.metrics.drop_after(self.step)
-        log.info("resumed from %s at step %d", where, self.step)
-
-    def save(self) -> None:
-        """All ranks call this: their RNG states go to rank 0, which hands the state to the
-        writer (a copy to CPU memory, the write in the background), then all continue.
-
-        The heartbeat says "checkpointing" meanwhile: the others wait at the barrier for as
-        long as rank 0 waits for the previous write and copies the state, which a heartbeat
-        watcher must not take for a hang."""
-        self.heartbeat.beat(self.step, status="checkpointing", force=True)
-        rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
-        if self.env.is_main:
-            state = self._checkpoint_state(rngs)
-            self._record(self.writer.wait())
-            self._record(self.writer.submit(self.step, state))
-        dist.barrier()
-        self.heartbeat.beat(self.step, status="running", force=True)
-
-    def _checkpoint_state(self, rngs: list[Any]) -> dict[str, Any]:
-        """What a checkpoint holds; its tensors are the live ones (the writer copies them)."""
-        epoch, in_epoch = self.batches.position(self.step)
-        return {
-            "format": ckpt.FORMAT, "step": self.step, "epoch": epoch,
-            "data_position": {"epoch": epoch, "step_in_epoch": in_epoch, "steps_per_epoch": self.batches.steps_per_epoch},
-            "world_size": self.env.world_size, "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
-            "tracking": self.tracking.state(),
-        }
-
-    def _prepare_checkpoint(self) -> None:
-        """Rank 0 has the writer allocate its copy buffers in the background as soon as the
-        state has its final shapes: Adam's moments exist once the optimizer has stepped (a
-        float16 scaler may skip the first steps). The first checkpoint then only copies."""
-        if self.env.is_main and self.writer.needs_buffers and self.optimizer.state:
-            self.writer.prepare(self._checkpoint_state([]))
-
-    def _record(self, written: Written | None) -> None:
-        """A checkpoint is durable: it becomes the run's last checkpoint and enters the run record."""
-        if written is not None:
-            self.last_checkpoint = str(written.path)
-            self.tracking.mark(written.record)
-
-    def settle_checkpoint(self) -> None:
-        """Wait for the checkpoint write in flight (rank 0), saying "checkpointing" meanwhile."""
-        if self.writer.busy:
-            self.heartbeat.beat(self.step, status="checkpointing", force=True)
-            self._record(self.writer.wait())
-
-    def _settle_after_failure(self) -> None:
-        """A failing run still lets the write in flight finish: it may be the newest good state."""
-        try:
-            self._record(self.writer.wait())
-        except BaseException as exc:
-            log.error("the checkpoint write in flight failed too: %s", exc)
 
     # --- one step and evaluation ------------------------------------------------------------
     def _loss(self, module: nn.Module, batch: Any) -> torch.Tensor:
@@ -253,14 +180,58 @@ class Trainer:
 
     # --- the run ----------------------------------------------------------------------------
     def fit(self) -> TrainResult:
+        """Resume, train to --max-steps one optimizer step at a time, and stop: done, preempted
+        (a checkpoint is written, exit 75) or failed (re-raised after the write in flight ends)."""
+        cfg = self.cfg
+        ddp = self._begin()
+        flag, vote = PreemptFlag(cfg.preempt_signal).install(), dist.Vote()
+        progress = Progress(cfg.progress, self.env.is_main, self.max_steps, self.step)
+        window, preempted = _Window(self.env.device), 0
+        self.heartbeat.beat(self.step, force=True)
+        try:
+            while self.step < self.max_steps:
+                window.add(*self.train_step(ddp))
+                self.checkpoints.prepare(self.step)
+                self.heartbeat.beat(self.step)
+                progress.update(self.step)
+                self.checkpoints.poll()
+                # Every rank votes every step (the result arrives one step later): a signal that
+                # reached any rank stops all of them at the same step.
+                preempted = vote.cast(flag.level)  # 0, or preempt.REQUEUE / STOP
+                last = self.step == self.max_steps or preempted
+                if self.step % cfg.log_every == 0 or last:
+                    self._log_train(window, progress)
+                if (cfg.eval_every and self.step % cfg.eval_every == 0) or (last and not preempted):
+                    self._log_eval(progress)
+                if last or (cfg.save_every and self.step % cfg.save_every == 0):
+                    self.checkpoints.save(self.step)
+                if preempted:
+                    break
+            vote.settle()  # the last vote is still in flight: finish it before other collectives
+            self.checkpoints.settle(self.step)  # durable before anything reports success, stops or requeues
+        except BaseException:
+            self._failed()
+            raise
+        finally:
+            progress.close()
+            if not preempted:
+                # A preempted run keeps its handlers: Slurm signals node after node, and the
+                # warning may reach a rank only after the vote stopped it (default action: die).
+                flag.restore()
+        return self._preempted(preempted, flag) if preempted else self._done()
+
+    def _begin(self) -> nn.Module:
+        """Everything before the first step: the run directory, the resume, the run record, DDP."""
         cfg, env = self.cfg, self.env
         if env.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            removed = ckpt.remove_stale_temporaries(self.ckpt_dir)
-            if removed:
-                log.warning("removed %d temporary file(s) left by an interrupted checkpoint write", removed)
-        self._resume()
-        self.tracking = Tracking.open(cfg, env, self._resumed_tracking, self.step)
+            self.checkpoints.remove_stale()
+        resumed = self.checkpoints.resume()
+        if resumed is not None:
+            self.step = resumed.step
+            self.metrics.drop_after(self.step)
+            log.info("resumed from %s at step %d", resumed.path, self.step)
+        self.tracking = Tracking.open(cfg, env, resumed.tracking if resumed else None, self.step)
         ddp: nn.Module = self.model
         if env.distributed:
             ids = [env.local_rank] if env.device.startswith("cuda") else None
@@ -273,82 +244,82 @@ class Trainer:
                  "%d steps, %d per epoch", cfg.batch_size * cfg.grad_accum * env.world_size, cfg.batch_size,
                  cfg.grad_accum, env.world_size, first_items * cfg.grad_accum * env.world_size,
                  self.max_steps, self.batches.steps_per_epoch)
-        flag, vote = PreemptFlag(cfg.preempt_signal).install(), dist.Vote()
-        progress = Progress(cfg.progress, env.is_main, self.max_steps, self.step)
-        start, window_t, window_n, window_items = time.time(), time.time(), 0, 0
-        window_loss = torch.zeros((), device=env.device)
-        train_loss, preempted = None, 0
-        self.heartbeat.beat(self.step, force=True)
-        try:
-            while self.step < self.max_steps:
-                loss, items = self.train_step(ddp)
-                self._prepare_checkpoint()
-                window_loss, window_n, window_items = window_loss + loss, window_n + 1, window_items + items
-                self.heartbeat.beat(self.step)
-                progress.update(self.step)
-                if self.writer.finished():  # a background write is durable (or the buffers are ready): record it now
-                    self._record(self.writer.wait())
-                # Every rank votes every step (the result arrives one step later): a signal that
-                # reached any rank stops all of them at the same step.
-                preempted = vote.cast(flag.level)  # 0, or preempt.REQUEUE / STOP
-                last = self.step == self.max_steps or preempted
-                if self.step % cfg.log_every == 0 or last:
-                    s, n, it = dist.all_reduce([window_loss.item(), float(window_n), float(window_items)])
-                    now = time.time()
-                    train_loss = s / n
-                    lr = self.scheduler.get_last_lr()[0]
-                    rate = it / max(now - window_t, 1e-9)
-                    epoch = self.batches.position(self.step - 1)[0]
-                    self.metrics.write(step=self.step, epoch=epoch, split="train", loss=train_loss, lr=lr,
-                                       tokens_per_sec=rate, wall_time=now - start, time=now)
-                    self.tracking.log("train", self.step, epoch, loss=train_loss, lr=lr, tokens_per_sec=rate)
-                    progress.report(f"step {self.step}/{self.max_steps} loss {train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s",
-                                    {"loss": f"{train_loss:.4f}", "lr": f"{lr:.2g}"})
-                    window_t, window_n, window_items = time.time(), 0, 0
-                    window_loss = torch.zeros((), device=env.device)
-                if (cfg.eval_every and self.step % cfg.eval_every == 0) or (last and not preempted):
-                    self.val_loss = self.evaluate()
-                    if self.val_loss is not None:
-                        now = time.time()
-                        self.metrics.write(step=self.step, epoch=self.batches.position(self.step - 1)[0], split="val",
-                                           loss=self.val_loss, lr=self.scheduler.get_last_lr()[0], wall_time=now - start, time=now)
-                        self.tracking.log("val", self.step, self.batches.position(self.step - 1)[0], loss=self.val_loss)
-                        progress.report(f"step {self.step} val loss {self.val_loss:.4f}", {"val": f"{self.val_loss:.4f}"})
-                if last or (cfg.save_every and self.step % cfg.save_every == 0):
-                    self.save()
-                if preempted:
-                    break
-            vote.settle()  # the last vote is still in flight: finish it before other collectives
-            self.settle_checkpoint()  # durable before anything reports success, stops or requeues
-        except BaseException:
-            self._settle_after_failure()
-            self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
-            self.heartbeat.finish()  # the node's summary says "failed"; no peer to wait for
-            self.tracking.finish(EXIT_FAILED)
-            raise
-        finally:
-            progress.close()
-            if not preempted:
-                # A preempted run keeps its handlers: Slurm signals node after node, and the
-                # warning may reach a rank only after the vote stopped it (default action: die).
-                flag.restore()
-        if preempted:
-            log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
-            self.heartbeat.beat(self.step, status="preempted", force=True)
-            run_dir = self.tracking.finish(EXIT_PREEMPTED)
-            # Requeue last, once every rank has written its heartbeat and the run record: Slurm
-            # ends all tasks the moment it requeues, and would cut those writes short.
-            dist.barrier()
-            self.heartbeat.finish(dist.barrier)
-            if env.is_main:
-                warn, said = after_preemption(preempted, flag, os.environ, cfg.requeue)
-                (log.warning if warn else log.info)("%s", said)
-            return TrainResult(EXIT_PREEMPTED, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
+        self._start = time.time()
+        return ddp
+
+    def _log_train(self, window: "_Window", progress: Progress) -> None:
+        """The mean training loss since the last line, over all ranks (the one GPU sync of a
+        logging step): a metrics record, the run record and the progress display."""
+        s, n, it = dist.all_reduce([window.loss.item(), float(window.steps), float(window.items)])
+        now = time.time()
+        self.train_loss = s / n
+        lr = self.scheduler.get_last_lr()[0]
+        rate = it / max(now - window.start, 1e-9)
+        epoch = self.batches.position(self.step - 1)[0]
+        self.metrics.write(step=self.step, epoch=epoch, split="train", loss=self.train_loss, lr=lr,
+                           tokens_per_sec=rate, wall_time=now - self._start, time=now)
+        self.tracking.log("train", self.step, epoch, loss=self.train_loss, lr=lr, tokens_per_sec=rate)
+        progress.report(f"step {self.step}/{self.max_steps} loss {self.train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s",
+                        {"loss": f"{self.train_loss:.4f}", "lr": f"{lr:.2g}"})
+        window.reset()
+
+    def _log_eval(self, progress: Progress) -> None:
+        """Evaluate (all ranks) and record the validation loss, if there is an eval set."""
+        self.val_loss = self.evaluate()
+        if self.val_loss is None:
+            return
+        now, epoch = time.time(), self.batches.position(self.step - 1)[0]
+        self.metrics.write(step=self.step, epoch=epoch, split="val", loss=self.val_loss,
+                           lr=self.scheduler.get_last_lr()[0], wall_time=now - self._start, time=now)
+        self.tracking.log("val", self.step, epoch, loss=self.val_loss)
+        progress.report(f"step {self.step} val loss {self.val_loss:.4f}", {"val": f"{self.val_loss:.4f}"})
+
+    def _failed(self) -> None:
+        """The run raised: keep the write in flight, and say "failed" where launchers look."""
+        self.checkpoints.settle_after_failure()
+        self.heartbeat.beat(self.step, status="failed", force=True)  # a launcher can tell failed from hung
+        self.heartbeat.finish()  # the node's summary says "failed"; no peer to wait for
+        self.tracking.finish(EXIT_FAILED)
+
+    def _preempted(self, preempted: int, flag: PreemptFlag) -> TrainResult:
+        """Stopped by a signal after a checkpoint: say so everywhere, then (rank 0) maybe requeue."""
+        log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
+        self.heartbeat.beat(self.step, status="preempted", force=True)
+        run_dir = self.tracking.finish(EXIT_PREEMPTED)
+        # Requeue last, once every rank has written its heartbeat and the run record: Slurm
+        # ends all tasks the moment it requeues, and would cut those writes short.
+        dist.barrier()
+        self.heartbeat.finish(dist.barrier)
+        if self.env.is_main:
+            warn, said = after_preemption(preempted, flag, os.environ, self.cfg.requeue)
+            (log.warning if warn else log.info)("%s", said)
+        return self._result(EXIT_PREEMPTED, run_dir)
+
+    def _done(self) -> TrainResult:
         self.heartbeat.beat(self.step, status="done", force=True)
         dist.barrier()  # every rank's last beat is written: the node summary can be final
         self.heartbeat.finish(dist.barrier)
         log.info("done: step %d, train loss %s, val loss %s", self.step,
-                 f"{train_loss:.4f}" if train_loss is not None else "-", f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
-        self.tracking.checkpoint(self.last_checkpoint, self.step, kind="model")
-        run_dir = self.tracking.finish(EXIT_OK)
-        return TrainResult(EXIT_OK, self.step, train_loss, self.val_loss, self.last_checkpoint, run_dir)
+                 f"{self.train_loss:.4f}" if self.train_loss is not None else "-",
+                 f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
+        self.tracking.checkpoint(self.checkpoints.last, self.step, kind="model")
+        return self._result(EXIT_OK, self.tracking.finish(EXIT_OK))
+
+    def _result(self, code: int, run_dir: str | None) -> TrainResult:
+        return TrainResult(code, self.step, self.train_loss, self.val_loss, self.checkpoints.last, run_dir)
+
+
+class _Window:
+    """The steps since the last progress line: their summed loss (a tensor: adding it never
+    makes a GPU wait), how many, the items they processed, and when the window opened."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.reset()
+
+    def add(self, loss: torch.Tensor, items: int) -> None:
+        self.loss, self.steps, self.items = self.loss + loss, self.steps + 1, self.items + items
+
+    def reset(self) -> None:
+        self.loss, self.steps, self.items = torch.zeros((), device=self.device), 0, 0
+        self.start = time.time()

@@ -140,3 +140,38 @@ def test_the_watchdog_kills_the_groups_still_listed_when_its_input_ends():
         for proc in (kept, cleared):
             proc.kill()
             proc.wait()
+
+
+def test_rank_logs_are_private_whatever_the_umask(tmp_path):
+    """Rank logs were 0644 in 0755 directories: other users of the node could read them."""
+    old = os.umask(0o022)
+    try:
+        (tmp_path / "gn6" / "logs" / "g").mkdir(parents=True, mode=0o755)  # left by an older agent
+        agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path)
+        try:
+            agent.procs.start(order(0, [sys.executable, "-c", "print('secret')"]), agent.hb_root)
+            wait_until(lambda: agent.procs.slots[0].exit_code is not None)
+        finally:
+            agent.procs.stop_all(1)
+    finally:
+        os.umask(old)
+    log = tmp_path / "gn6/logs/g/attempt-1/rank-0.log"
+    assert log.read_text() == "secret\n" and log.stat().st_mode & 0o777 == 0o600
+    for d in (log.parent, log.parent.parent, tmp_path / "gn6/logs", tmp_path / "gn6/heartbeats", tmp_path / "gn6/heartbeats/g-1"):
+        assert d.stat().st_mode & 0o777 == 0o700, d
+
+
+def test_a_rank_that_records_a_run_is_reported_with_it(tmp_path):
+    """The rank's run record is named by the rank itself (beside its heartbeat), not searched for."""
+    agent = Agent(client=None, workers=1, host="gn6", state_dir=tmp_path / "agent")
+    script = ("import sys; from slurmgen import tracking; "
+              "run = tracking.init(sys.argv[1], group='exp1', place={'rank': 0, 'world_size': 1}); "
+              "run.log(type='train', metrics={'loss': 1.0}, step=1); run.finish()")
+    try:
+        agent.procs.start(order(0, [sys.executable, "-c", script, str(tmp_path / "out")]), agent.hb_root)
+        wait_until(lambda: agent.procs.slots[0].exit_code is not None)
+        report, _ = agent.report()
+    finally:
+        agent.procs.stop_all(1)
+    assert agent.procs.slots[0].exit_code == 0, report.lines
+    assert report.workers[0].runs == [str(tmp_path / "out" / "exp1" / "main")]

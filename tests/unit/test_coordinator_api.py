@@ -199,3 +199,144 @@ def test_client_errors_are_one_line_naming_field_and_value(api):
     bad.http = type(api)(api.app, headers={"Authorization": "Bearer wrong"})
     with pytest.raises(ClientError, match="refused the token"):
         bad.groups()
+
+
+def test_patch_changes_only_the_fields_given_and_put_replaces(api):
+    """The CLI merged, the API replaced: a partial PUT reset the command and the master."""
+    setup_group(api, max_restarts=2)
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": 2, "env": {"A": "1"}})
+    assert r.status_code == 200, r.text
+    config = r.json()["config"]
+    assert (config["world_size"], config["env"], config["master"], config["argv"], config["max_restarts"]) == (
+        2, {"A": "1"}, "gn7", ["python", "train.py"], 2)
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": None, "master_port": None})
+    assert (r.json()["config"]["world_size"], r.json()["config"]["master_port"]) == (None, 29500), "null: the default"
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": 0, "nonsense": 1})
+    assert r.status_code == 422
+    assert {tuple(e["loc"]) for e in r.json()["detail"]} == {("body", "world_size"), ("body", "nonsense")}
+    assert api.get("/api/groups/exp1", headers=AUTH).json()["group"]["config"]["argv"] == ["python", "train.py"]
+    r = api.put("/api/groups/exp1/config", headers=AUTH, json={"argv": ["x"]})
+    assert r.json()["config"]["master"] is None and r.json()["config"]["max_restarts"] == 0, "PUT is the whole config"
+    assert api.patch("/api/groups/nope/config", headers=AUTH, json={}).status_code == 404
+
+
+def test_cli_group_config_sends_only_the_flags_given(api, monkeypatch):
+    from typer.testing import CliRunner
+
+    from slurmgen.cli import app
+    from slurmgen.coordinator import client as client_module
+
+    setup_group(api, env={"KEEP": "1"})
+    sent = []
+    api.headers["Authorization"] = f"Bearer {TOKEN}"
+    real = api.request
+
+    def recording(method, url, **kwargs):
+        sent.append((method, url, kwargs.get("json")))
+        return real(method, url, **kwargs)
+
+    monkeypatch.setattr(api, "request", recording)
+    monkeypatch.setattr(client_module.httpx, "Client", lambda **kwargs: api)
+    result = CliRunner().invoke(app, ["group", "config", "exp1", "--world-size", "2", "--server", "http://testserver"],
+                                env={"SLURMGEN_TOKEN": TOKEN})
+    assert result.exit_code == 0, result.output
+    assert sent == [("PATCH", "/api/groups/exp1/config", {"world_size": 2})]
+    config = api.get("/api/groups/exp1", headers=AUTH).json()["group"]["config"]
+    assert (config["world_size"], config["env"], config["master"]) == (2, {"KEEP": "1"}, "gn7")
+
+
+def test_no_token_is_401_before_the_body_is_parsed(api):
+    """Malformed JSON without a token got 422 (the body parsed first)."""
+    junk = {"Content-Type": "application/json"}
+    assert api.post("/api/groups", content=b"{not json", headers=junk).status_code == 401
+    assert api.post("/api/groups", content=b"{not json", headers={**junk, "Authorization": "Bearer wrong"}).status_code == 401
+    assert api.post("/api/groups", content=b"{not json", headers={**junk, **AUTH}).status_code == 422
+    assert api.get("/api/health").status_code == 200
+
+
+def test_bodies_over_the_limit_get_413_before_parsing(api):
+    from slurmgen.coordinator import server
+
+    big = b"x" * (server.PAGE_BODY_LIMIT + 1)
+    assert api.post("/ui/login", content=big, headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code == 413
+
+    def chunks():  # no Content-Length: counted as it streams in
+        for _ in range(40):
+            yield b"y" * 65536
+
+    assert api.post("/api/groups", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}).status_code == 413
+    huge = b'{"name": "' + b"a" * server.API_BODY_LIMIT + b'"}'
+    assert api.post("/api/groups", content=huge, headers={**AUTH, "Content-Type": "application/json"}).status_code == 413
+
+
+def test_a_refused_value_is_not_echoed_whole(api):
+    """A 50 MB group name came back twice in the 422."""
+    name = "-" + "a" * 500_000
+    r = api.post("/api/groups", headers=AUTH, json={"name": name})
+    assert r.status_code == 422 and len(r.content) < 2000, len(r.content)
+    assert r.json()["detail"][0]["loc"] == ["body", "name"] and "500001 characters" in r.json()["detail"][0]["input"]
+
+
+def test_no_docs_pages_and_the_schema_needs_the_token(api):
+    """/docs loaded Swagger UI from a CDN (blank here); /redoc and /openapi.json were open."""
+    assert api.get("/docs").status_code == 404
+    assert api.get("/redoc").status_code == 404
+    assert api.get("/openapi.json").status_code == 401
+    schema = api.get("/openapi.json", headers=AUTH)
+    assert schema.status_code == 200 and "patch" in schema.json()["paths"]["/api/groups/{name}/config"]
+
+
+def test_closing_answers_open_long_polls_at_once():
+    """Shutdown waited for the agents' 25 s polls, then cancelled them with an ERROR line."""
+    import asyncio
+
+    from slurmgen.coordinator.changes import Changes
+
+    async def scenario() -> float:
+        changes = Changes()
+        changes.bind(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiter = asyncio.create_task(changes.wait(0, 25))
+        await asyncio.sleep(0.05)
+        changes.close()
+        await waiter
+        assert await changes.wait(0, 25) == 0  # a poll after the close returns at once too
+        return loop.time() - started
+
+    assert asyncio.run(scenario()) < 1
+
+
+def test_an_attempt_keeps_the_run_records_its_ranks_announced(api, tmp_path):
+    from slurmgen import tracking
+
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    with tracking.init(tmp_path, group="exp1", place={"rank": 0, "world_size": 1}, environ={}) as run:
+        run.log(type="train", metrics={"loss": 2.0}, step=7)
+    ranks = running("exp1", 1, 0, 1)
+    ranks[0]["runs"] = [str(run.dir)]
+    beat(api, "gn7", *ranks)
+    beat(api, "gn7", *ranks)  # announced again: kept once
+    attempts = api.get("/api/groups/exp1", headers=AUTH).json()["attempts"]
+    assert attempts[0]["runs"] == [str(run.dir)]
+    api.post("/api/groups/exp1/stop", headers=AUTH)
+    beat(api, "gn7", *[{**r, "state": "exited", "exit_code": 143} for r in ranks])
+    beat(api, "gn6", *[{**r, "state": "exited", "exit_code": 143} for r in running("exp1", 1, 0, 1)])
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
+    assert api.get("/api/groups/exp1", headers=AUTH).json()["attempts"][1]["runs"] == [], "a new attempt starts bare"
+
+
+def test_a_database_from_before_run_records_gets_the_column(tmp_path):
+    import sqlite3
+
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.executescript("CREATE TABLE attempts (grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, "
+                      "started REAL NOT NULL, ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL, "
+                      "exit_codes TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (grp, number));"
+                      "INSERT INTO attempts (grp, number, state, started, plan) VALUES ('g', 1, 'failed', 1.0, '{}');")
+    old.commit()
+    old.close()
+    store = Store(tmp_path / "old.db")
+    assert store.attempt("g", 1)["runs"] == []
+    store.close()

@@ -67,7 +67,7 @@ def test_overview_values_and_shape():
                {"name": "gn6-0", "host": "gn6", "group": "exp1", "state": "idle", "seen_ago": 7.0}]
     view = views.overview(groups, workers)
     g = view["groups"][0]
-    assert (g["state"], g["attempt"], g["master"], g["world_size"]) == ("failed 3", "2 of 3", "gn6", 2)
+    assert (g["state"], g["attempt"], g["master"], g["world_size"]) == ("failed 3", "2 (restart 1 of 2)", "gn6", 2)
     assert [w["name"] for w in view["workers"]] == ["gn6-0", "gn7-0"]
     fields = {tuple(k): (text, cls) for k, text, cls in views.live_fields(view)}
     assert fields[("g", "exp1", "state")] == ("failed 3", "failed")
@@ -79,10 +79,24 @@ def test_overview_values_and_shape():
     assert views.overview(groups, workers)["shape"] != view["shape"], "a move redraws the region"
 
 
-def test_session_and_csrf_values_are_derived_not_the_token():
-    session, csrf = security.session_value(TOKEN), security.csrf_value(TOKEN)
-    assert TOKEN not in session and session != csrf
-    assert security.session_ok(TOKEN, session) and not security.session_ok(TOKEN, csrf) and not security.session_ok(TOKEN, None)
+def test_attempt_is_the_apis_number_everywhere():
+    """The card said "Attempt 1 of 1" beside an attempts table and a refusal saying 6."""
+    sixth = {"name": "exp1", "state": "running", "attempt": 6, "restarts": 0, "config": {}}
+    assert views.group_view(sixth, [])["attempt"] == "6"
+    assert views.group_view({**sixth, "attempt": None}, [])["attempt"] == "none yet"
+
+
+def test_sessions_are_random_expire_and_are_revoked():
+    clock = [1000.0]
+    sessions = security.Sessions(lifetime=60, clock=lambda: clock[0])
+    (one, first), (two, second) = sessions.create(), sessions.create()
+    assert one != two and first.csrf != second.csrf and TOKEN not in one
+    assert sessions.get(one) is first and first.csrf_ok(first.csrf) and not first.csrf_ok(second.csrf)
+    sessions.revoke(one)
+    assert sessions.get(one) is None and sessions.get(two) is second
+    clock[0] += 61
+    assert sessions.get(two) is None, "a session ends after its lifetime"
+    assert sessions.get(None) is None and sessions.get("made-up") is None
     assert security.same_origin({"origin": "http://127.0.0.1:8470"}, "http://127.0.0.1:8470")
     assert not security.same_origin({"origin": "null"}, "http://127.0.0.1:8470")
     assert "'unsafe-inline'" not in security.CONTENT_SECURITY_POLICY
@@ -118,7 +132,7 @@ def client(tmp_path):
 
 def _log_in(client) -> str:
     client.post("/ui/login", data={"token": TOKEN}, headers={"Origin": "http://testserver"})
-    return re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/ui/").text).group(1)
+    return re.search(r'name="csrf" value="([A-Za-z0-9_-]+)"', client.get("/ui/").text).group(1)
 
 
 def test_page_needs_a_session_and_posts_need_csrf_and_same_origin(client):
@@ -145,21 +159,86 @@ def test_login_redirects_only_inside_the_page(client):
 def test_refusals_are_shown_as_text(client):
     csrf = _log_in(client)
     reply = client.post("/ui/groups", data={"name": HOSTILE, "csrf": csrf})
-    assert reply.status_code == 422
+    assert reply.history[0].status_code == 303 and reply.url.path == "/ui/", "a refusal redirects to a page"
     assert HOSTILE not in reply.text and "&lt;img src=x onerror=alert(1)&gt;" in reply.text
+    assert "&lt;img" not in client.get("/ui/").text, "the notice shows once"
 
 
-def test_status_html_goes_next_to_the_groups_run_records(tmp_path):
+def _record(root, group, job_type="main", steps=(1,), metric="loss", kind="train"):
     from slurmgen import tracking
-    from slurmgen.coordinator.web import records
 
     place = {"rank": 0, "local_rank": 0, "node_rank": 0, "world_size": 1}
-    for group in ("exp1", "other"):
-        with tracking.init(tmp_path / "out" / "tracking", group=group, place=place, environ={}) as run:
-            run.log(type="train", metrics={"loss": 1.0}, step=1)
-    runs = records.group_runs("exp1", tmp_path)
-    assert [r.get("group") for r in runs] == ["exp1"]
-    assert records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path / "out" / "tracking" / "exp1"
+    with tracking.init(root, group=group, job_type=job_type, place=place, environ={}) as run:
+        for step in steps:
+            run.log(type=kind, metrics={metric: 1.0 / step}, step=step)
+        return str(run.dir)
+
+
+def test_curves_come_from_the_attempts_own_records(tmp_path):
+    """Records were found by walking --cwd and matched by group name: two runs of job type
+    "main" shared one label, and a later attempt without records still showed old curves."""
+    from slurmgen.coordinator.web import records
+
+    one = _record(tmp_path / "a" / "tracking", "exp1", steps=(1, 2))
+    two = _record(tmp_path / "b" / "tracking", "exp1", steps=(5,), kind="val")
+    _record(tmp_path / "c" / "tracking", "exp1", steps=(9,))  # same group name, another attempt's
+    attempt = {"number": 2, "runs": [one, two, str(tmp_path / "gone")]}
+    detail = {"group": {"attempt": 2}, "attempts": [{"number": 1, "runs": []}, attempt]}
+    runs = records.attempt_runs(records.current_attempt(detail))
+    assert [str(r.dir) for r in runs] == [one, two], "exactly the announced records the server can read"
+    assert records.curves_of(runs) == {"loss": {f"train {one}": ([1, 2], [1.0, 0.5]), f"val {two}": ([5], [0.2])}}
+    assert records.curves_of(records.attempt_runs({"number": 3, "runs": []})) == {}
+    assert records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path
     assert records.status_dir("exp1", tmp_path, [], tmp_path / "state") == tmp_path / "runs" / "exp1"
     assert records.status_dir("exp1", None, [], tmp_path / "state") == tmp_path / "state" / "groups" / "exp1"
-    assert records.group_curves("exp1", tmp_path) == {"loss": {"train": ([1], [1.0])}}
+
+
+def test_two_runs_of_one_job_type_are_two_series(tmp_path):
+    from slurmgen.coordinator.web import records
+
+    one = _record(tmp_path / "a", "exp1", steps=(1, 2))
+    two = _record(tmp_path / "b", "exp2", steps=(1, 2))
+    same = _record(tmp_path / "c", "exp1", steps=(3,))
+    labels = list(records.curves_of(records.attempt_runs({"runs": [one, two, same]}))["loss"])
+    assert labels == [f"train {one}", "train exp2/main", f"train {same}"]
+
+
+def test_each_login_is_its_own_session_with_an_expiry_and_logout_revokes_it(tmp_path):
+    """The cookie was one fixed HMAC of the token, never expiring, still valid after Log out."""
+    store = Store(tmp_path / "c.db")
+    app = create_app(Coordinator(store), TOKEN)
+    with TestClient(app, base_url="http://testserver") as one, TestClient(app, base_url="http://testserver") as two:
+        csrf_one, csrf_two = _log_in(one), _log_in(two)
+        cookie_one, cookie_two = one.cookies["slurmgen_session"], two.cookies["slurmgen_session"]
+        assert cookie_one != cookie_two and csrf_one != csrf_two
+        login = one.post("/ui/login", data={"token": TOKEN}, follow_redirects=False)
+        assert re.search(r"max-age=\d+", login.headers["set-cookie"], re.I), "the cookie expires"
+        one.cookies.set("slurmgen_session", cookie_one)
+        assert one.post("/ui/groups", data={"name": "a", "csrf": csrf_two}).status_code == 403, "CSRF is per session"
+        assert one.post("/ui/logout", data={"csrf": csrf_one}, follow_redirects=False).status_code == 303
+        one.cookies.set("slurmgen_session", cookie_one)  # a copy of the cookie kept from before
+        assert one.get("/ui/live/overview").status_code == 401, "logged out means logged out"
+        assert one.post("/ui/groups", data={"name": "a", "csrf": csrf_one}).status_code == 401
+        assert two.get("/ui/live/overview").status_code == 200, "other sessions stay"
+    store.close()
+
+
+def test_every_form_post_redirects_to_a_page(client):
+    """After a refused POST the address bar kept the POST's URL (a reload posted again)."""
+    assert client.post("/ui/login", data={"token": "nope"}, follow_redirects=False).status_code == 303
+    csrf = _log_in(client)
+    assert client.get("/ui/login", follow_redirects=False).headers["location"] == "/ui/", "logged in: no login form"
+    posts = [("/ui/groups", {"name": "bad name"}, "/ui/"), ("/ui/groups", {"name": "exp1"}, "/ui/"),
+             ("/ui/groups", {"name": "exp1"}, "/ui/"), ("/ui/move", {}, "/ui/"),
+             ("/ui/move", {"worker": "gn6-0", "to": "exp1"}, "/ui/"),
+             ("/ui/groups/exp1/start", {}, "/ui/"), ("/ui/groups/exp1/jump", {}, "/ui/"),
+             ("/ui/groups/nope/settings", {"world_size": "2"}, "/ui/"),
+             ("/ui/groups/exp1/settings", {"world_size": "four"}, "/ui/groups/exp1/settings"),
+             ("/ui/groups/exp1/settings", {"workdir": "relative"}, "/ui/groups/exp1/settings")]
+    for path, form, target in posts:
+        reply = client.post(path, data={**form, "csrf": csrf}, follow_redirects=False)
+        assert (reply.status_code, reply.headers.get("location")) == (303, target), (path, form, reply.text[:200])
+    page = client.get("/ui/groups/exp1/settings")
+    assert page.status_code == 200 and "cwd &#39;relative&#39; must be an absolute path" in page.text
+    assert 'value="relative"' in page.text, "the refused form comes back as typed"
+    assert "must be an absolute path" not in client.get("/ui/groups/exp1/settings").text, "shown once"

@@ -23,7 +23,7 @@ from slurmgen.generate.specfile import build_spec
 from slurmgen.errors import SlurmgenError
 from slurmgen.contract import grid as sweep
 from slurmgen.generate import sweep_input
-from slurmgen.jobs import commands
+from slurmgen.jobs import commands, listing
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
@@ -236,7 +236,7 @@ def test_a_reused_id_keeps_the_older_job_and_its_last_state(tmp_path):
     with registry(tmp_path) as reg:
         first, second = _two_jobs_with_id_5(tmp_path, reg)
         runner = FakeRunner(scontrol)
-        rows = commands.list_jobs(lambda *a: runner, reg, None)
+        rows = listing.list_jobs(lambda *a: runner, reg, None)
         # Slurm's 5 is the newer job: its state is not written over the older one's.
         assert [(r.name, r.last_state) for r in reg.all()] == [("second", "RUNNING"), ("elsewhere", "RUNNING"),
                                                                 ("first", "COMPLETED")]
@@ -429,7 +429,7 @@ def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path)
     with registry(tmp_path) as reg:
         reg.add_many([record(str(i), tmp_path) for i in range(1, 1001)])
         runner = FakeRunner((DATA / "scontrol_running.txt").read_text())
-        rows = commands.list_jobs(lambda *a: runner, reg, None)
+        rows = listing.list_jobs(lambda *a: runner, reg, None)
         assert runner.calls == [["scontrol", "show", "job", "-o"]]
         assert len(rows) == 1000 and rows[-1]["state"] == "RUNNING" and rows[0]["state"] == "UNKNOWN"
         assert reg.get("1").last_state == "RUNNING"

@@ -110,3 +110,22 @@ def test_lazy_public_names():
     assert callable(t.train_ddp) and callable(t.finish) and t.Trainer.__name__ == "Trainer"
     with pytest.raises(AttributeError):
         t.no_such_name
+
+
+def test_every_flag_is_a_field_laid_out_once_with_the_fields_default():
+    """The parser is built from the fields: each flagged field appears once in --help, and with
+    no flag and no environment the parse gives the field's own default (nothing to drift)."""
+    import dataclasses
+
+    from slurmgen.train.cli import LAYOUT, flag_fields
+    from slurmgen.train.env import LaunchFlags
+
+    laid_out = [name for _, names in LAYOUT for name in names]
+    assert sorted(laid_out) == sorted(flag_fields()) and len(set(laid_out)) == len(laid_out)
+    unflagged = {f.name for f in dataclasses.fields(TrainConfig)} - set(flag_fields())
+    assert unflagged == {"beta1", "beta2", "extra"}  # the Python API's only
+    cfg, launch, _ = parse([], {})
+    for cls, parsed in ((TrainConfig, cfg), (LaunchFlags, launch)):
+        for f in dataclasses.fields(cls):
+            if f.name in flag_fields():
+                assert getattr(parsed, f.name) == f.default, f.name

@@ -4,8 +4,9 @@ Server-rendered HTML (Jinja2, autoescape on) over the coordinator's own JSON API
 process (api.py), so the page changes nothing the CLI could not. A small script (static/app.js)
 refreshes live values, the log view and the curves every second; htmx (vendored, like uPlot, by
 scripts/vendor_js.sh) adds the settings form's live rank-table preview. The browser logs in
-with the token and keeps only an HttpOnly SameSite=Strict cookie; POSTs need a CSRF value
-and a same-origin request; every response carries a CSP with no inline script (security.py).
+with the token and keeps only a random session id in an HttpOnly SameSite=Strict cookie;
+POSTs need the session's CSRF value and a same-origin request, and end in a redirect; every
+response carries a CSP with no inline script (security.py).
 When a group's attempt ends, status_page.py writes a static status.html next to its run records.
 """
 
@@ -17,8 +18,10 @@ from fastapi.staticfiles import StaticFiles
 
 def mount(app: FastAPI) -> None:
     """Add the page's routes, static files and security headers to the coordinator's app."""
-    from . import auth, live, routes, status_page
+    from . import auth, live, routes, security, status_page
     from .render import STATIC
+
+    app.state.sessions = security.Sessions()
 
     app.include_router(auth.router, include_in_schema=False)
     app.include_router(routes.router, include_in_schema=False)

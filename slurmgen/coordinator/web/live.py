@@ -1,5 +1,5 @@
 """The JSON the page's script polls: live values, log lines after a sequence number, and the
-curves of the group's run records. Page-specific, behind the page's session cookie (the
+curves of the run records the group's current attempt announced. Page-specific, behind the page's session cookie (the
 public API stays token-only)."""
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ from .auth import guarded
 from .routes import overview_data
 
 router = APIRouter()
-LOG_BATCH = 500  # lines per poll: a burst catches up over a few polls instead of one huge reply
+# The log view opens on the newest LOG_FIRST lines, then asks every half second for the lines
+# after the last it has, at most LOG_BATCH, newest kept: a burst never leaves it behind (it
+# marks the gap instead; every line stays in the rank's file on its node).
+LOG_FIRST = 500
+LOG_BATCH = 2000
 
 
 def _no_store(body: Any, status: int = 200) -> JSONResponse:
@@ -32,13 +36,18 @@ async def live_overview(request: Request) -> Response:
 @router.get("/ui/live/groups/{name}/logs", name="web_live_logs")
 @guarded("live")
 async def live_logs(request: Request, name: str, after: int = 0, rank: int | None = None) -> Response:
-    reply = await api.call(request.app, "GET", f"/api/groups/{name}/logs",
-                           params={k: v for k, v in {"after": after, "rank": rank, "limit": LOG_BATCH}.items() if v is not None})
+    """Lines after `after` (0: the newest LOG_FIRST), oldest first, each with its attempt;
+    `rank` is repeated so the script can drop an answer meant for another filter; `gap` says
+    that lines between `after` and the first one were skipped."""
+    limit = LOG_FIRST if after == 0 else LOG_BATCH
+    params = {k: v for k, v in {"after": after, "rank": rank, "limit": limit, "tail": "true"}.items() if v is not None}
+    reply = await api.call(request.app, "GET", f"/api/groups/{name}/logs", params=params)
     if not reply.ok:
         return _no_store(reply.body, reply.status)
     lines = [{"id": line["id"], "rank": line.get("rank"), "worker": line.get("worker"), "text": line["line"],
               "attempt": line.get("attempt")} for line in reply.body]
-    return _no_store({"lines": lines, "next": max([after] + [line["id"] for line in lines])})
+    return _no_store({"lines": lines, "next": max([after] + [line["id"] for line in lines]), "rank": rank,
+                      "gap": after > 0 and len(lines) == limit})
 
 
 @router.get("/ui/live/groups/{name}/metrics", name="web_live_metrics")
@@ -47,6 +56,5 @@ async def live_metrics(request: Request, name: str) -> Response:
     reply = await api.call(request.app, "GET", f"/api/groups/{name}")
     if not reply.ok:
         return _no_store(reply.body, reply.status)
-    config = reply.body["group"]["config"]
-    curves = await asyncio.to_thread(records.group_curves, name, records.search_root(config))
-    return _no_store({"metrics": curves})
+    runs = await asyncio.to_thread(records.attempt_runs, records.current_attempt(reply.body))
+    return _no_store({"metrics": records.curves_of(runs)})

@@ -1,9 +1,10 @@
-"""A group's run records (slurmgen.tracking) and their curves, for the page and status.html.
+"""An attempt's run records (slurmgen.tracking) and their curves, for the page and status.html.
 
-Ranks started by the coordinator carry SLURMGEN_GROUP=<group>, so their run records name the
-group; they are found under the group's working directory. A group without one runs wherever
-each agent was started, which the server cannot see: no records, and status.html goes beside
-the server's database instead (never a walk through the server's own working directory).
+Found by identity, never by walking directories: a rank that records a run announces its
+directory beside its heartbeat, its agent reports it, and the server keeps it with that
+attempt (`AttemptOut.runs`). So the curves are those of the group's current attempt and of
+no other run (a later attempt without records shows none), whatever the working directory.
+A record the server cannot read (another node's own disk) is left out.
 """
 
 from __future__ import annotations
@@ -13,35 +14,46 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from slurmgen.tracking.plot import order, series
-from slurmgen.tracking.records import RunRecord, find_runs
+from slurmgen.tracking.records import RunRecord, read_run
 
 
 def search_root(config: Mapping[str, Any]) -> Path | None:
     return Path(config["cwd"]) if config.get("cwd") else None
 
 
-def group_runs(name: str, root: Path | None) -> list[RunRecord]:
-    return [run for run in find_runs(root) if run.get("group") == name] if root and root.is_dir() else []
+def current_attempt(detail: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The group's latest attempt in a `GroupDetail` (None before its first start)."""
+    number = detail["group"].get("attempt")
+    return next((a for a in detail["attempts"] if a["number"] == number), None)
+
+
+def attempt_runs(attempt: Mapping[str, Any] | None) -> list[RunRecord]:
+    runs = []
+    for path in (attempt or {}).get("runs") or []:
+        try:
+            runs.append(read_run(path))
+        except (OSError, ValueError):
+            continue
+    return runs
 
 
 def curves_of(runs: list[RunRecord]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """metric -> series label -> (steps, values); the label is the metric type (train/val/test),
-    with the run's job type when the group has several runs."""
+    with the run's id when the attempt has several runs (two runs of job type "main" are still
+    two series, never one)."""
     out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
-    for run in runs:
-        suffix = f" {run.get('job_type') or run.dir.name}" if len(runs) > 1 else ""
+    ids = [str(run.get("id") or run.dir) for run in runs]
+    for run, run_id in zip(runs, ids):
+        name = run_id if ids.count(run_id) == 1 else str(run.dir)  # one id in two places: say where
+        suffix = f" {name}" if len(runs) > 1 else ""
         for metric, kinds in series(run).items():
             for kind, points in kinds.items():
                 out.setdefault(metric, {})[f"{kind}{suffix}"] = points
     return {metric: out[metric] for metric in order(list(out))}
 
 
-def group_curves(name: str, root: Path | None) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
-    return curves_of(group_runs(name, root))
-
-
 def status_dir(name: str, root: Path | None, runs: list[RunRecord], state_dir: Path) -> Path:
-    """Where status.html goes: the directory holding the group's run records (their common
+    """Where status.html goes: the directory holding the attempt's run records (their common
     parent), else <working dir>/runs/<group>, else <server state dir>/groups/<group>."""
     if runs:
         return Path(os.path.commonpath([str(run.dir.parent) for run in runs]))

@@ -11,7 +11,6 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 
 from . import security
-from .api import server_token
 from .views import state_class
 
 TEMPLATES = resources.files("slurmgen.coordinator.web") / "templates"
@@ -27,8 +26,22 @@ environment = jinja2.Environment(
 environment.filters["state_class"] = state_class
 
 
+def session_of(request: Request) -> security.Session | None:
+    """The request's live session (None: not logged in, expired or logged out)."""
+    return request.app.state.sessions.get(request.cookies.get(security.SESSION_COOKIE))
+
+
 def logged_in(request: Request) -> bool:
-    return security.session_ok(server_token(request.app), request.cookies.get(security.SESSION_COOKIE))
+    return session_of(request) is not None
+
+
+def take_flash(request: Request) -> dict[str, Any]:
+    """What the POST before the redirect left for this page (shown once)."""
+    session = session_of(request)
+    if session is None:
+        return {}
+    flash, session.flash = session.flash, {}
+    return flash
 
 
 def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
@@ -38,7 +51,8 @@ def render(request: Request, name: str, context: dict[str, Any], status: int = 2
     def static(path: str) -> str:
         return url_for("web_static", path=path)
 
-    csrf = security.csrf_value(server_token(request.app)) if logged_in(request) else None
-    html = environment.get_template(name).render({"url_for": url_for, "static": static, "csrf": csrf,
+    session = session_of(request)
+    html = environment.get_template(name).render({"url_for": url_for, "static": static,
+                                                  "csrf": session.csrf if session else None,
                                                   "notice": None, **context})
     return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})

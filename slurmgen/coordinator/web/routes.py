@@ -1,9 +1,10 @@
 """The page's HTML routes: overview, group page, settings form, and the buttons' POSTs.
 
-Every change goes through the JSON API (api.call) and every POST answers with a redirect
-(303, so a reload never repeats it) or, when the API refused, the same page again with the
-API's message and its status code. Forms work without JavaScript; htmx only adds the live
-rank-table preview to the settings form.
+Every change goes through the JSON API (api.call) and every POST answers with a 303 redirect
+to a page (so a reload never repeats it and the address bar never shows a POST's URL); when
+the API refused, that page shows the API's message once (kept in the session meanwhile).
+Forms work without JavaScript; htmx only adds the live rank-table preview to the settings
+form (its POST answers a fragment, not a page).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from slurmgen.coordinator.ranks import plan_ranks
 from slurmgen.errors import SlurmgenError
 
 from . import api, forms, views
-from .auth import form_data, form_list, guarded
-from .render import render
+from .auth import form_data, form_list, guarded, redirect_with
+from .render import render, take_flash
 
 router = APIRouter()
 RESTART_WAIT = 30.0  # seconds a restart waits for the stopped attempt to end
@@ -34,10 +35,14 @@ async def overview_data(request: Request) -> dict[str, Any]:
     return views.overview(groups, workers)
 
 
-async def _overview_page(request: Request, notice: str | None = None, status: int = 200,
-                         picked: list[str] | None = None) -> Response:
+async def _overview_page(request: Request) -> Response:
+    flash = take_flash(request)
     data = await overview_data(request)
-    return render(request, "overview.html", {**data, "notice": notice, "picked": set(picked or [])}, status)
+    return render(request, "overview.html", {**data, "notice": flash.get("notice"), "picked": set(flash.get("picked", []))})
+
+
+def _refused(request: Request, notice: str, picked: list[str] | None = None) -> Response:
+    return redirect_with(request, "/ui/", notice=notice, picked=picked or [])
 
 
 def _refusal(reply: api.Reply) -> str:
@@ -64,7 +69,7 @@ async def create_group(request: Request) -> Response:
     name = (await form_data(request)).get("name", "").strip()
     reply = await api.call(request.app, "POST", "/api/groups", json={"name": name})
     if not reply.ok:
-        return await _overview_page(request, f"Could not create group {name!r}: {_refusal(reply)}", reply.status)
+        return _refused(request, f"Could not create group {name!r}: {_refusal(reply)}")
     return RedirectResponse("/ui/", status_code=303)
 
 
@@ -74,10 +79,10 @@ async def move(request: Request) -> Response:
     raw = await request.body()
     workers, target = form_list(raw, "worker"), (await form_data(request)).get("to") or None
     if not workers:
-        return await _overview_page(request, "Tick at least one worker to move.", 422)
+        return _refused(request, "Tick at least one worker to move.")
     reply = await api.call(request.app, "POST", "/api/workers/move", json={"workers": workers, "group": target})
     if not reply.ok:
-        return await _overview_page(request, f"Could not move: {_refusal(reply)}", reply.status, picked=workers)
+        return _refused(request, f"Could not move: {_refusal(reply)}", picked=workers)
     return RedirectResponse("/ui/", status_code=303)
 
 
@@ -91,8 +96,8 @@ async def _wait_inactive(request: Request, name: str) -> None:
         await asyncio.sleep(0.25)
 
 
-async def _no_group(request: Request, name: str) -> Response:
-    return await _overview_page(request, f"There is no group {name!r}.", 404)
+def _no_group(request: Request, name: str) -> Response:
+    return _refused(request, f"There is no group {name!r}.")
 
 
 async def _detail(request: Request, name: str) -> dict[str, Any] | None:
@@ -105,7 +110,7 @@ async def _detail(request: Request, name: str) -> dict[str, Any] | None:
 async def group_page(request: Request, name: str) -> Response:
     detail = await _detail(request, name)
     if detail is None:
-        return await _no_group(request, name)
+        return _no_group(request, name)
     data = await overview_data(request)
     group = next(g for g in data["groups"] if g["name"] == name)
     ranks = await api.call(request.app, "GET", f"/api/groups/{name}/ranks")
@@ -113,7 +118,8 @@ async def group_page(request: Request, name: str) -> Response:
     preview = {"rows": views.rank_rows(ranks.body, by_worker) if ranks.ok else [],
                "error": None if ranks.ok else _refusal(ranks), "live": True}
     return render(request, "group.html", {"group": group, "ranks": preview, "shape": data["shape"],
-                                          "attempts": views.attempts_view(detail["attempts"])})
+                                          "attempts": views.attempts_view(detail["attempts"]),
+                                          "notice": take_flash(request).get("notice")})
 
 
 def _settings_context(group: dict[str, Any], form: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:
@@ -145,8 +151,10 @@ async def _group_view(request: Request, name: str) -> dict[str, Any] | None:
 async def settings_page(request: Request, name: str) -> Response:
     group = await _group_view(request, name)
     if group is None:
-        return await _no_group(request, name)
-    return render(request, "settings.html", _settings_context(group, forms.form_from_config(group["config"]), {}))
+        return _no_group(request, name)
+    flash = take_flash(request)
+    form = flash.get("form") or forms.form_from_config(group["config"])
+    return render(request, "settings.html", _settings_context(group, form, flash.get("errors", {})))
 
 
 @router.post("/ui/groups/{name}/settings", name="web_save_settings")
@@ -154,16 +162,16 @@ async def settings_page(request: Request, name: str) -> Response:
 async def save_settings(request: Request, name: str) -> Response:
     group = await _group_view(request, name)
     if group is None:
-        return await _no_group(request, name)
+        return _no_group(request, name)
     form = forms.posted(await form_data(request))
     try:
         body = forms.config_from_form(form, group["nodes"], group["workers"], group["config"])
     except forms.FormErrors as exc:
-        return render(request, "settings.html", _settings_context(group, form, exc.errors), 422)
+        return redirect_with(request, f"/ui/groups/{name}/settings", form=form, errors=exc.errors)
     reply = await api.call(request.app, "PUT", f"/api/groups/{name}/config", json=body)
     if not reply.ok:
         errors = forms.errors_from_response(reply.status, reply.body)
-        return render(request, "settings.html", _settings_context(group, form, errors), reply.status)
+        return redirect_with(request, f"/ui/groups/{name}/settings", form=form, errors=errors)
     return RedirectResponse("/ui/", status_code=303)
 
 
@@ -181,8 +189,9 @@ async def preview(request: Request, name: str) -> Response:
 @router.post("/ui/groups/{name}/{action}", name="web_group_action")
 @guarded("post")
 async def group_action(request: Request, name: str, action: str) -> Response:
+    back = f"/ui/groups/{name}" if f"/ui/groups/{name}" in request.headers.get("referer", "") else "/ui/"
     if action not in ("start", "stop", "restart"):
-        return await _overview_page(request, f"Unknown action {action!r} (expected start, stop or restart).", 404)
+        return _refused(request, f"Unknown action {action!r} (expected start, stop or restart).")
     if action == "restart":
         reply = await api.call(request.app, "POST", f"/api/groups/{name}/stop")
         if reply.ok:
@@ -191,6 +200,5 @@ async def group_action(request: Request, name: str, action: str) -> Response:
     else:
         reply = await api.call(request.app, "POST", f"/api/groups/{name}/{action}")
     if not reply.ok:
-        return await _overview_page(request, f"Could not {action} group {name!r}: {_refusal(reply)}", reply.status)
-    back = request.headers.get("referer", "")
-    return RedirectResponse(f"/ui/groups/{name}" if f"/ui/groups/{name}" in back else "/ui/", status_code=303)
+        return redirect_with(request, back, notice=f"Could not {action} group {name!r}: {_refusal(reply)}")
+    return RedirectResponse(back, status_code=303)

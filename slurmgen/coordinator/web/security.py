@@ -1,17 +1,22 @@
-"""The page's defences: session cookie, cross-site request checks and response headers.
+"""The page's defences: sessions, cross-site request checks and response headers.
 
 The browser never holds the coordinator's token itself: the login form exchanges it for a
-cookie whose value is an HMAC of the token (HttpOnly, so page scripts cannot read it;
-SameSite=Strict, so other sites cannot send it). A POST must also carry the CSRF value (a
-second HMAC, rendered into the page) and, when the browser says where it comes from, an
-Origin equal to the page's own: either check alone stops a forged cross-site form.
+session, a random id (HttpOnly cookie, so page scripts cannot read it; SameSite=Strict, so
+other sites cannot send it) that the server keeps in memory with its expiry and its own
+random CSRF value. Logging out revokes it at once, a server restart revokes them all. A POST
+must also carry the session's CSRF value (rendered into the page) and, when the browser says
+where it comes from, an Origin equal to the page's own: either check alone stops a forged
+cross-site form.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Mapping
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 SESSION_COOKIE = "slurmgen_session"
 CSRF_HEADER = "x-csrf-token"
@@ -39,31 +44,61 @@ SECURITY_HEADERS = {
     "cross-origin-resource-policy": "same-origin",
     "permissions-policy": "camera=(), microphone=(), geolocation=()",
 }
-
-
-def _mac(token: str, purpose: str) -> str:
-    return hmac.new(token.encode(), purpose.encode(), hashlib.sha256).hexdigest()
-
-
-def session_value(token: str) -> str:
-    """What the session cookie holds: derived from the token, useless as a token for the API."""
-    return _mac(token, "slurmgen web session")
-
-
-def csrf_value(token: str) -> str:
-    return _mac(token, "slurmgen web csrf")
+SESSION_SECONDS = 12 * 3600  # a login lasts a working day
+MAX_SESSIONS = 256  # logins kept at once; the oldest goes first (only a token holder adds one)
 
 
 def token_matches(token: str, presented: str) -> bool:
     return hmac.compare_digest(token.encode(), presented.strip().encode())
 
 
-def session_ok(token: str, cookie: str | None) -> bool:
-    return bool(cookie) and hmac.compare_digest(session_value(token).encode(), cookie.encode())
+@dataclass
+class Session:
+    """One login: when it ends, its CSRF value, and what the next page shows after a redirect
+    (a refusal's notice, a refused form's values and errors: POST-redirect-GET)."""
+
+    expires: float
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    flash: dict[str, Any] = field(default_factory=dict)
+
+    def csrf_ok(self, presented: Optional[str]) -> bool:
+        return bool(presented) and hmac.compare_digest(self.csrf.encode(), presented.encode())
 
 
-def csrf_ok(token: str, presented: str | None) -> bool:
-    return bool(presented) and hmac.compare_digest(csrf_value(token).encode(), presented.encode())
+class Sessions:
+    """The logins this server process handed out, by a hash of their cookie value (a lookup
+    that leaks no timing about the id). In memory: a restart logs everybody out."""
+
+    def __init__(self, lifetime: float = SESSION_SECONDS, clock: Callable[[], float] = time.time):
+        self.lifetime, self.clock = lifetime, clock
+        self.by_key: dict[str, Session] = {}
+
+    @staticmethod
+    def _key(cookie: str) -> str:
+        return hashlib.sha256(cookie.encode()).hexdigest()
+
+    def create(self) -> tuple[str, Session]:
+        """A new session: (cookie value, session)."""
+        now = self.clock()
+        self.by_key = {k: s for k, s in self.by_key.items() if s.expires > now}
+        while len(self.by_key) >= MAX_SESSIONS:
+            self.by_key.pop(min(self.by_key, key=lambda k: self.by_key[k].expires))
+        cookie = secrets.token_urlsafe(32)
+        session = self.by_key[self._key(cookie)] = Session(expires=now + self.lifetime)
+        return cookie, session
+
+    def get(self, cookie: Optional[str]) -> Optional[Session]:
+        if not cookie:
+            return None
+        session = self.by_key.get(self._key(cookie))
+        if session is not None and session.expires <= self.clock():
+            self.revoke(cookie)
+            return None
+        return session
+
+    def revoke(self, cookie: Optional[str]) -> None:
+        if cookie:
+            self.by_key.pop(self._key(cookie), None)
 
 
 def same_origin(headers: Mapping[str, str], own_origin: str) -> bool:

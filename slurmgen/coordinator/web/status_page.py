@@ -63,7 +63,7 @@ async def write_for(app: FastAPI, name: str) -> Path:
     root = records.search_root(detail["group"]["config"])
 
     def write() -> Path:
-        runs = records.group_runs(name, root)
+        runs = records.attempt_runs(records.current_attempt(detail))
         state_dir = app.state.coordinator.store.path.parent
         target = records.status_dir(name, root, runs, state_dir) / "status.html"
         target.parent.mkdir(parents=True, exist_ok=True)

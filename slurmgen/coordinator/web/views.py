@@ -1,6 +1,6 @@
 """API JSON -> what the templates show, and the live values the page's script refreshes.
 
-Pure functions, so the page's rules (heartbeat colours, "attempt n of m", which change needs
+Pure functions, so the page's rules (heartbeat colours, the attempt's text, which change needs
 the region redrawn) are unit-tested without a server. A live value is keyed by a JSON list
 (["w", worker, "state"]) that the template writes into `data-live` and the script matches.
 """
@@ -48,12 +48,21 @@ def _text(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def attempt_text(g: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    """The group's attempt by the one numbering the API, the attempts table, the CLI and the
+    server's messages use ("already running (attempt 6)"), with the restart budget beside it
+    when the group has one."""
+    if not g.get("attempt"):
+        return "none yet"
+    budget = int(config.get("max_restarts") or 0)
+    restarts = f" (restart {int(g.get('restarts') or 0)} of {budget})" if budget else ""
+    return f"{g['attempt']}{restarts}"
+
+
 def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     config = g.get("config") or {}
     nodes = sorted({m.rpartition("-")[0] for m in members})
     master = config.get("master_addr") or config.get("master") or (nodes[0] if nodes else None)
-    tries = int(config.get("max_restarts") or 0) + 1
-    attempt = int(g.get("restarts") or 0) + 1 if g.get("attempt") else 0
     state = g.get("state", "idle")
     if g.get("exit_code") not in (None, 0) and state == "failed":
         state = f"failed {g['exit_code']}"
@@ -61,7 +70,7 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
         "name": g["name"], "dom_id": dom_id("g", g["name"]), "state": state,
         "world_size": config.get("world_size") or g.get("members", len(members)),
         "master": master, "port": config.get("master_port", DEFAULT_MASTER_PORT), "backend": config.get("backend", DEFAULT_BACKEND),
-        "attempt": f"{attempt} of {tries}", "reason": g.get("reason"),
+        "attempt": attempt_text(g, config), "reason": g.get("reason"),
         "workers": members, "nodes": nodes, "config": config,
     }
 

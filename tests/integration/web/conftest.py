@@ -155,6 +155,18 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinato
         yield coord
 
 
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[object]:
+    """`serve(agents=("127.0.0.1",))` starts a `slurmgen serve` of this test's own (home:
+    tmp_path) and local agents by name; everything is stopped when the test ends."""
+    pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
+    with contextlib.ExitStack() as stack:
+        def start(agents: tuple[str, ...] = ()) -> Coordinator:
+            env = _home_env(tmp_path, dict(os.environ))
+            return stack.enter_context(_served(tmp_path, env, "127.0.0.1", [(host, []) for host in agents]))
+        yield start
+
+
 @pytest.fixture(scope="module")
 def cluster_coordinator(cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
     """The server in the root namespace, one agent inside each test-cluster node."""

@@ -60,41 +60,105 @@
     window.setTimeout(tick, POLL_MS);
   }
 
-  // --- the log view: lines after the last sequence number, per rank or all -------------
+  // --- the log view: the newest lines first, then every line after the last one shown -----
+  // One poll loop; a change of the rank filter starts a new generation, and an answer to a
+  // request of an older generation (or for another rank) is dropped, never shown.
+  const LOG_POLL_MS = 500;
+
+  function logRow(line) {
+    const row = document.createElement("div");
+    row.className = "log-line";
+    row.setAttribute("data-rank", String(line.rank));
+    const tag = document.createElement("span");
+    tag.className = "log-rank";
+    tag.textContent = line.rank === null ? "[" + line.worker + "]" : "[rank " + line.rank + "]";
+    row.append(tag, " ", line.text);
+    return row;
+  }
+
+  function marker(cls, text) {
+    const row = document.createElement("div");
+    row.className = cls;
+    row.setAttribute("role", "separator");
+    row.textContent = text;
+    return row;
+  }
+
   function startLogs() {
     const section = document.querySelector("[data-logs-url]");
     if (!section) return;
     const view = document.getElementById("log-view");
     const filter = document.getElementById("rank-filter");
     const follow = document.getElementById("follow");
-    let after = 0;
-    filter.addEventListener("change", () => { after = 0; view.replaceChildren(); });
+    let after = 0, generation = 0, lastAttempt = null;
+    filter.addEventListener("change", () => {
+      generation += 1; after = 0; lastAttempt = null; view.replaceChildren();
+    });
+    function show(data) {
+      const atBottom = view.scrollHeight - view.scrollTop - view.clientHeight < 4;
+      if (data.gap) view.append(marker("log-gap", "… lines skipped (the rank's full log is on its node)"));
+      for (const line of data.lines) {
+        if (line.attempt !== lastAttempt) {
+          view.append(marker("log-attempt", "── attempt " + line.attempt + " ──"));
+          lastAttempt = line.attempt;
+        }
+        view.append(logRow(line));
+      }
+      if (data.lines.length && (follow.checked || atBottom)) view.scrollTop = view.scrollHeight;
+    }
     async function tick() {
+      const mine = generation, wanted = filter.value;
       try {
         const params = new URLSearchParams({ after: String(after) });
-        if (filter.value !== "") params.set("rank", filter.value);
+        if (wanted !== "") params.set("rank", wanted);
         const data = await getJSON(section.getAttribute("data-logs-url") + "?" + params);
-        for (const line of data.lines) {
-          const row = document.createElement("div");
-          row.className = "log-line" + (line.stream === "stderr" ? " stderr" : "");
-          const tag = document.createElement("span");
-          tag.className = "log-rank";
-          tag.textContent = line.rank === null ? "[" + line.worker + "]" : "[rank " + line.rank + "]";
-          row.append(tag, " ", line.text);
-          view.append(row);
+        const forRank = data.rank === null ? "" : String(data.rank);
+        if (mine === generation && forRank === filter.value) {
+          show(data);
+          after = data.next;
         }
-        after = data.next;
-        if (follow.checked && data.lines.length) view.scrollTop = view.scrollHeight;
       } catch (err) { console.warn(err.message); }
-      window.setTimeout(tick, POLL_MS);
+      window.setTimeout(tick, LOG_POLL_MS);
     }
     tick();
   }
 
-  // --- curves: one uPlot chart per metric, train/val/test as series ----------------------
+  // --- curves: one uPlot chart per metric, by step, one series per run and type ---------
+  // Tick labels with as many digits as it takes to tell them apart (a constant lr of 0.001
+  // gave three "0.001" ticks).
+  function distinctLabels(u, splits) {
+    for (let digits = 3; digits <= 12; digits++) {
+      const labels = splits.map((v) => (v === null ? "" : String(Number(v.toPrecision(digits)))));
+      if (new Set(labels).size === labels.length) return labels;
+    }
+    return splits.map(String);
+  }
+
+  function stepLabels(u, splits) {
+    return splits.map((v) => (Number.isInteger(v) ? String(v) : ""));
+  }
+
+  // The labels uPlot draws (on its canvas) are also written to the figure, for people using
+  // a screen reader and for the tests: data-x-ticks / data-y-ticks.
+  function noted(figure, attr, format) {
+    return (u, splits) => {
+      const labels = format(u, splits);
+      figure.setAttribute(attr, labels.filter((l) => l !== "").join(" "));
+      return labels;
+    };
+  }
+
   function drawCurves(box, data) {
     const names = Object.keys(data.metrics);
-    if (!names.length || typeof window.uPlot === "undefined") return;
+    if (typeof window.uPlot === "undefined") return;
+    if (!names.length) {  // a new attempt without records: no curves of an older one stay
+      const hint = document.createElement("p");
+      hint.className = "hint";
+      hint.id = "curves-empty";
+      hint.textContent = "No metrics in this attempt's run records yet.";
+      box.replaceChildren(hint);
+      return;
+    }
     box.replaceChildren();
     const width = Math.max(280, Math.min(box.clientWidth || 600, 720));
     for (const name of names) {
@@ -106,14 +170,18 @@
         return steps.map((s) => (at.has(s) ? at.get(s) : null));
       });
       const figure = document.createElement("figure");
+      figure.setAttribute("data-metric", name);
       const caption = document.createElement("figcaption");
       caption.textContent = name;
       figure.append(caption);
       box.append(figure);
-      const colours = ["#2563eb", "#dc2626", "#16a34a"];
+      const colours = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
       new window.uPlot({
         width, height: 220,
-        series: [{ label: "step" }].concat(kinds.map((k, i) => ({ label: k, stroke: colours[i % 3], spanGaps: true }))),
+        scales: { x: { time: false } },
+        axes: [{ label: "step", values: noted(figure, "data-x-ticks", stepLabels) },
+               { values: noted(figure, "data-y-ticks", distinctLabels), size: 70 }],
+        series: [{ label: "step" }].concat(kinds.map((k, i) => ({ label: k, stroke: colours[i % colours.length], spanGaps: true }))),
       }, [steps].concat(columns), figure);
     }
   }

@@ -1,0 +1,75 @@
+"""A coordinator group's runs in the run registry (jobs/runs.py) of the machine serving it.
+
+Each `start` of a group begins a run; the restarts that follow a failure (`max_restarts`) are
+attempts of that run, numbered as the coordinator numbers them, so the registry and the API
+say the same attempt number. A run is keyed GROUP.N, N being the number of its first attempt:
+unique per group on this server, and derived from what the coordinator's own store keeps
+(attempt number minus restarts), so a restarted server finds the run of a group it left
+running. The registry's path is `slurmgen serve --registry` (default: this machine's, as for
+every command), which is where `slurmgen jobs` on the server's machine looks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurmgen.contract.states import State
+from slurmgen.jobs.records import record_dir
+from slurmgen.jobs.runs import Failure, NewRun, Recorder
+
+if TYPE_CHECKING:
+    from slurmgen.coordinator.models import GroupConfig, RankOut
+    from slurmgen.coordinator.state import Outcome
+
+
+def run_key(group: str, number: int, restarts: int) -> str:
+    return f"{group}.{number - restarts}"
+
+
+def first_failure(attempt: dict[str, Any], outcome: Outcome) -> Failure | None:
+    """The failed attempt's first failure: the first non-zero exit's rank and node, else
+    (a stale heartbeat, a silent agent) only the cause and code."""
+    if outcome.state != State.FAILED.value:
+        return None
+    ranks = attempt["plan"]["ranks"]
+    for worker, code in attempt["exit_codes"].items():
+        if code != 0 and worker in ranks:
+            return Failure(cause=outcome.reason or "", rank=ranks[worker], node=worker.rpartition("-")[0], code=code)
+    return Failure(cause=outcome.reason or "", code=outcome.exit_code)
+
+
+class GroupRuns:
+    """What the coordinator's service tells the registry: an attempt started or ended, a run ended."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self.rows: dict[str, int | None] = {}  # run key -> registry row
+
+    def _row(self, key: str) -> int | None:
+        if key not in self.rows:
+            self.rows[key] = self.recorder.find("group", key)
+        return self.rows[key]
+
+    def attempt_started(self, group: str, number: int, restarts: int, config: GroupConfig,
+                        ranks: list[RankOut], store_path: Path) -> None:
+        key = run_key(group, number, restarts)
+        if restarts == 0:
+            cwd = config.cwd or ""
+            self.rows[key] = self.recorder.started(NewRun(
+                kind="group", key=key, name=group, workdir=cwd, nodes=len({r.host for r in ranks}), ranks=len(ranks),
+                run_id=group, record_dir=record_dir(cwd, config.argv, group) if cwd else None,
+                # the coordinator keeps the recent lines of every rank; the agents keep whole files
+                logs=[{"node": "coordinator", "path": str(store_path), "group": group}],
+                info={"command": list(config.argv), "workers": [r.worker for r in ranks],
+                      "max_restarts": config.max_restarts}))
+        self.recorder.attempt_started(self._row(key), number)
+
+    def attempt_ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:
+        row = self._row(run_key(group, attempt["number"], restarts))
+        self.recorder.attempt_ended(row, attempt["number"], State(outcome.state), first_failure(attempt, outcome))
+
+    def ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:
+        key = run_key(group, attempt["number"], restarts)
+        self.recorder.ended(self._row(key), State(outcome.state), outcome.exit_code, first_failure(attempt, outcome))
+        self.rows.pop(key, None)

@@ -1,0 +1,110 @@
+"""`slurmgen jobs`: every run of the registry, newest first, whatever started it.
+
+The registry answers in one SELECT (runs.list_rows); only a Slurm job's state is asked of Slurm
+(one scontrol call per cluster), as before runs of other kinds were recorded. A launch or a
+group keeps its state in the registry itself: what its launcher last wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Callable, Sequence
+
+from slurmgen.contract.states import ACTIVE, State, from_slurm
+from slurmgen.jobs.commands import all_tasks
+from slurmgen.jobs.query import ask
+from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.runner import Runner
+from slurmgen.jobs.runs import list_rows
+from slurmgen.jobs.slurm import SlurmJob
+from slurmgen.jobs.view import exit_code, overall
+
+ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
+
+
+def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int | None,
+              only: str | None = None, kinds: Sequence[str] = (), states: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every run in the registry (Slurm jobs, launches, groups), newest first, with its state.
+
+    The registry answers in one SELECT (runs.list_rows); a Slurm job's state comes from Slurm
+    (one scontrol call per cluster). `only`: just the runs submitted through that login node.
+    `kinds`, `states`: only these (state words of contract/states.py, after asking Slurm)."""
+    listed = list_rows(registry, kinds, states, None if states else limit, or_active=bool(states))
+    rows = [r for r in listed if only is None or r["remote"] == only]
+    slurm = {r["seq"]: _as_record(r) for r in rows if r["kind"] == "slurm"}
+    live = _slurm_states(runner_for, registry, list(slurm.values()))
+    out = []
+    for r in rows:
+        row = _slurm_row(r, slurm[r["seq"]], live.get(r["seq"])) if r["kind"] == "slurm" else _run_row(r)
+        if not states or row["run_state"] in states:
+            out.append(row)
+    return out[:limit] if limit else out
+
+
+def _as_record(row: dict[str, Any]) -> JobRecord:
+    return JobRecord(row["job_id"], row["name"], row["output_dir"], row["submitted"], row["remote"],
+                     row["last_state"], row["last_exit"], row["info"], row["seq"])
+
+
+def _slurm_states(runner_for: Callable[..., Runner], registry: Registry,
+                  records: list[JobRecord]) -> dict[int, tuple[list[SlurmJob], bool]]:
+    """seq -> (Slurm's lines for the job, whether its id now names a later job); the states seen are kept."""
+    reused = registry.superseded()  # Slurm's answer for a reused id is about the newest job only
+    by_where: dict[str | None, list[JobRecord]] = {}
+    for r in records:
+        by_where.setdefault(r.remote, []).append(r)
+    found: dict[int, tuple[list[SlurmJob], bool]] = {}
+    seen: dict[int, tuple[str, int | None]] = {}
+    for where, group in by_where.items():
+        runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
+        snap = ask(runner, [r.job_id for r in group], accounting=False)
+        for r in group:
+            jobs = [] if r.seq in reused else all_tasks(snap, r)
+            found[r.seq] = (jobs, r.seq in reused)  # type: ignore[index]
+            if jobs and r.seq is not None:
+                seen[r.seq] = overall(jobs) if r.info.get("array") else (jobs[0].state, exit_code(jobs[0]))
+    registry.remember_states(seen)
+    return found
+
+
+def _common(r: dict[str, Any]) -> dict[str, Any]:
+    """The run model's fields, the same for every kind."""
+    return {"kind": r["kind"], "nodes": r["nodes"], "ranks": r["ranks"], "started": r["started"], "ended": r["ended"],
+            "attempts": r["attempts"], "first_failure": r["failure"], "run_id": r["run_id"],
+            "record_dir": r["record_dir"], "logs": r["logs"]}
+
+
+def _slurm_row(r: dict[str, Any], record: JobRecord, live: tuple[list[SlurmJob], bool] | None) -> dict[str, Any]:
+    jobs, reused = live or ([], False)
+    array = bool(record.info.get("array"))
+    state, code = overall(jobs) if array else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
+    state = state or record.last_state or "UNKNOWN"
+    word = from_slurm(state)
+    return {"job": record.job_id, "name": record.name, "state": state, "exit_code": code if jobs else record.last_exit,
+            "live": bool(jobs), "tasks": len(jobs) if array else None, "remote": record.remote,
+            "output_dir": record.output_dir, "submitted": record.submitted, "id_reused": reused,
+            **_common(r), "run_state": word.value if word else None}
+
+
+def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+    """A launch or a group: the registry is where its state lives. A launch of this machine whose
+    process is gone without a verdict (killed -9, the machine rebooted) is shown lost."""
+    state = r["state"]
+    pid = r["info"].get("pid")
+    if (r["kind"] == "launch" and state in ACTIVE_WORDS and r["cluster"] == socket.gethostname()
+            and isinstance(pid, int) and not _alive(pid)):
+        state = State.LOST.value
+    return {"job": r["job_id"], "name": r["name"], "state": state, "exit_code": r["last_exit"], "live": True,
+            "tasks": None, "remote": r["remote"], "output_dir": r["output_dir"], "submitted": r["submitted"],
+            "id_reused": False, **_common(r), "run_state": state}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

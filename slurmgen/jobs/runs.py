@@ -1,0 +1,206 @@
+"""One model of a run, whatever started it, in the registry's SQLite file (registry.py).
+
+A run is a row of the registry: a Slurm job (`submit`), an SSH launch (`launch`) or a start of a
+coordinator group (`serve`), with its kind, name, state (a contract/states.py word), nodes x
+ranks, when it started and ended, its exit code, its first failure (rank, node, code, cause),
+the id its run records carry (`run_id`: the SLURMGEN_GROUP every rank was given, so a record is
+found by id, never by walking directories; `record_dir` where that directory is known) and where
+its logs are. Its attempts (restarts of a launch or group) are rows of `attempts`, each with
+its state, cause and first failure.
+
+`list_rows` answers the list of runs in one SELECT over indexed columns (1,000 runs in a few
+milliseconds: tests/unit/test_runs.py measures it), newest first. `Recorder` is how a launcher
+writes: one short connection per write, so a coordinator serving from several threads, or a
+launch that lasts a week, never holds the file open between writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from slurmgen.contract.states import State
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.registry import Registry
+
+KINDS = ("slurm", "launch", "group")
+log = logging.getLogger("slurmgen.runs")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first failure of a run or attempt: which rank on which node, its code, and why."""
+
+    cause: str
+    rank: int | None = None
+    node: str | None = None
+    code: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "code": self.code, "cause": self.cause}
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a launcher knows of a run when it starts it."""
+
+    kind: str
+    key: str                # unique per kind and machine: the launch id, GROUP.FIRST_ATTEMPT
+    name: str
+    workdir: str
+    nodes: int
+    ranks: int
+    run_id: str | None = None
+    record_dir: str | None = None
+    logs: Sequence[dict[str, str]] = ()
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def check_kinds(kinds: Iterable[str]) -> list[str]:
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise SlurmgenError(f"kind: expected one of {', '.join(KINDS)} (got {bad[0]!r})")
+    return list(kinds)
+
+
+def check_states(states: Iterable[str]) -> list[str]:
+    words = [s.value for s in State]
+    bad = [s for s in states if s not in words]
+    if bad:
+        raise SlurmgenError(f"state: expected one of {', '.join(words)} (got {bad[0]!r})")
+    return list(states)
+
+
+def add_run(reg: Registry, run: NewRun, now: float) -> int:
+    """Insert a run (state running) and return its row number."""
+    cursor = reg.db.execute(
+        "INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, info, cluster, kind, state, "
+        "nodes, ranks, started, run_id, record_dir, logs) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run.key, run.name, run.workdir, now, State.RUNNING.value, json.dumps(run.info, sort_keys=True),
+         socket.gethostname(), run.kind, State.RUNNING.value, run.nodes, run.ranks, now, run.run_id,
+         run.record_dir, json.dumps(list(run.logs))))
+    return int(cursor.lastrowid)
+
+
+def find_run(reg: Registry, kind: str, key: str) -> int | None:
+    """The newest run of this kind with this key recorded on this machine."""
+    row = reg.db.execute("SELECT seq FROM jobs WHERE kind = ? AND job_id = ? AND cluster = ? ORDER BY seq DESC LIMIT 1",
+                         (kind, key, socket.gethostname())).fetchone()
+    return row[0] if row else None
+
+
+def start_attempt(reg: Registry, run: int, number: int, now: float) -> None:
+    reg.db.execute("INSERT OR REPLACE INTO attempts (run, number, state, started) VALUES (?, ?, ?, ?)",
+                   (run, number, State.RUNNING.value, now))
+    reg.db.execute("UPDATE jobs SET state = ?, last_state = ? WHERE seq = ?",
+                   (State.RUNNING.value, State.RUNNING.value, run))
+
+
+def end_attempt(reg: Registry, run: int, number: int, state: State, failure: Failure | None, now: float) -> None:
+    f = failure or Failure(cause="")
+    reg.db.execute("UPDATE attempts SET state = ?, ended = ?, cause = ?, rank = ?, node = ?, code = ? "
+                   "WHERE run = ? AND number = ?",
+                   (state.value, now, f.cause or None, f.rank, f.node, f.code, run, number))
+
+
+def end_run(reg: Registry, run: int, state: State, code: int | None, failure: Failure | None, now: float) -> None:
+    """The run's verdict: its state, exit code and first failure (None: it did not fail)."""
+    reg.db.execute("UPDATE jobs SET state = ?, last_state = ?, last_exit = ?, ended = ?, failure = ? WHERE seq = ?",
+                   (state.value, state.value, code, now, json.dumps(failure.as_dict()) if failure else None, run))
+
+
+_LIST_SQL = """
+SELECT j.seq, j.kind, j.job_id, j.name, j.state, j.last_state, j.last_exit, j.nodes, j.ranks, j.started, j.ended,
+       j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster,
+       (SELECT COUNT(*) FROM attempts AS a WHERE a.run = j.seq) AS attempts,
+       (SELECT a.cause FROM attempts AS a WHERE a.run = j.seq ORDER BY a.number DESC LIMIT 1) AS last_cause
+FROM jobs AS j {where} ORDER BY j.started DESC, j.seq DESC {limit}
+"""
+
+
+def list_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = (),
+              limit: int | None = None, or_active: bool = False) -> list[dict[str, Any]]:
+    """The runs, newest first, as the list shows them: one SELECT (indexes on started, kind, state).
+
+    `or_active`: also the runs not yet ended whatever `states` says (their stored state may be
+    stale: `jobs` asks Slurm, then filters again)."""
+    where, args = [], []
+    if kinds:
+        where.append(f"j.kind IN ({', '.join('?' * len(kinds))})")
+        args += list(kinds)
+    if states:
+        also = " OR j.state IS NULL OR j.state NOT IN ('succeeded', 'failed', 'preempted', 'stopped')" if or_active else ""
+        where.append(f"(j.state IN ({', '.join('?' * len(states))}){also})")
+        args += list(states)
+    sql = _LIST_SQL.format(where=("WHERE " + " AND ".join(where)) if where else "",
+                           limit=f"LIMIT {int(limit)}" if limit else "")
+    cursor = reg.db.execute(sql, args)
+    names = [d[0] for d in cursor.description]
+    rows = []
+    for values in cursor:
+        row = dict(zip(names, values))
+        row["logs"] = json.loads(row["logs"] or "[]")
+        row["failure"] = json.loads(row["failure"]) if row["failure"] else None
+        row["info"] = json.loads(row["info"] or "{}")
+        rows.append(row)
+    return rows
+
+
+def attempts_of(reg: Registry, run: int) -> list[dict[str, Any]]:
+    cursor = reg.db.execute("SELECT number, state, started, ended, cause, rank, node, code FROM attempts "
+                            "WHERE run = ? ORDER BY number", (run,))
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, values)) for values in cursor]
+
+
+class Recorder:
+    """Writes runs into the registry at `path` (None: the default), one short connection a write.
+
+    `check()` before the run starts: a registry that cannot be opened is an error while nothing
+    has started yet. After that a write that fails is logged and the run goes on: the registry
+    describes runs, it must never stop one."""
+
+    def __init__(self, path: Path | None = None, clock: Any = time.time):
+        self.path, self.clock = path, clock
+
+    def check(self) -> None:
+        """Open (create) the registry once: a bad path fails here, before anything starts."""
+        Registry.open(self.path, create=True).close()
+
+    def _write(self, work: Any) -> Any:
+        try:
+            with Registry.open(self.path, create=True) as reg:
+                reg.db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(reg, self.clock())
+                    reg.db.execute("COMMIT")
+                except BaseException:
+                    reg.db.execute("ROLLBACK")
+                    raise
+                return result
+        except Exception as exc:  # whatever went wrong, the run itself goes on
+            log.warning("slurmgen: warning: run registry %s: %s", self.path or "(default)", exc)
+            return None
+
+    def started(self, run: NewRun) -> int | None:
+        return self._write(lambda reg, now: add_run(reg, run, now))
+
+    def attempt_started(self, run: int | None, number: int) -> None:
+        if run is not None:
+            self._write(lambda reg, now: start_attempt(reg, run, number, now))
+
+    def attempt_ended(self, run: int | None, number: int, state: State, failure: Failure | None) -> None:
+        if run is not None:
+            self._write(lambda reg, now: end_attempt(reg, run, number, state, failure, now))
+
+    def ended(self, run: int | None, state: State, code: int | None, failure: Failure | None) -> None:
+        if run is not None:
+            self._write(lambda reg, now: end_run(reg, run, state, code, failure, now))
+
+    def find(self, kind: str, key: str) -> int | None:
+        return self._write(lambda reg, now: find_run(reg, kind, key))

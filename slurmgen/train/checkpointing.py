@@ -1,0 +1,146 @@
+"""A run's checkpoints as one object: what a checkpoint holds, resuming from the latest, saving
+at a step boundary, keeping the last K, with the asynchronous writer behind it.
+
+The training loop calls it at fixed points and knows nothing else about checkpoints:
+`resume()` before the first step, `prepare()` and `poll()` after every step, `save()` at a
+checkpoint step, `settle()` before the run reports anything, `settle_after_failure()` when it
+fails. The files (atomic writes, the `latest` pointer, pruning, loading) are `checkpoint.py`;
+the background thread is `ckpt_writer.py`; which file a run resumes from, and how every rank
+gets it, is `resume.py`. A sharded strategy (FSDP2) changes what `state()` gathers and how
+`resume()` puts it back, here, and nothing in the loop.
+
+Every rank calls every method (some collectives are inside), in the same order; only rank 0
+touches the writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+from torch import nn
+
+from . import checkpoint as ckpt
+from . import dist, resume
+from .ckpt_writer import CheckpointWriter, Written
+from .config import ConfigError, TrainConfig
+from .data import ShardedBatches
+from .env import DistEnv
+from .logs import Heartbeat
+from .track import Tracking
+
+log = logging.getLogger("slurmgen.train")
+
+
+class Resumed(NamedTuple):
+    """Where a resumed run continues: the checkpoint, its step, and the run record it continues."""
+
+    path: str
+    step: int
+    tracking: Any
+
+
+class Checkpointing:
+    """The checkpoints of one run in `<out_dir>/checkpoints`, for every rank of it.
+
+    `tracking` returns the run record of the moment: it is opened only after `resume()` has
+    said which run this one continues, and every durable checkpoint enters it."""
+
+    def __init__(self, config: TrainConfig, env: DistEnv, heartbeat: Heartbeat, batches: ShardedBatches,
+                 model: nn.Module, optimizer: Any, scheduler: Any, scaler: Any, tracking: Callable[[], Tracking]):
+        self.cfg, self.env, self.heartbeat, self.batches, self.tracking = config, env, heartbeat, batches, tracking
+        self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
+        self.directory = Path(config.out_dir) / "checkpoints"
+        self.writer = CheckpointWriter(self.directory, config.keep_last, background=config.checkpoint_async,
+                                       describe=lambda step, path: self.tracking().artifact(str(path), step))
+        self.last: str | None = None  # the last checkpoint written (durable) or resumed from
+
+    def remove_stale(self) -> None:
+        """Rank 0, before anything: temporary files of a write that was killed go."""
+        removed = ckpt.remove_stale_temporaries(self.directory)
+        if removed:
+            log.warning("removed %d temporary file(s) left by an interrupted checkpoint write", removed)
+
+    def resume(self) -> Resumed | None:
+        """All ranks: put the state of the checkpoint --resume names back, None to start afresh."""
+        found = resume.load(self.cfg.resume, self.directory, self.env)
+        if found is None:
+            return None
+        where, state = found
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            raise ConfigError([f"checkpoint {where} does not fit this model: {str(exc).splitlines()[0]}"]) from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.last = where
+        rngs = state["rng"]
+        if len(rngs) == self.env.world_size:
+            ckpt.restore_rng(rngs[self.env.rank])
+        else:
+            log.warning("checkpoint from %d processes, now %d: random streams and data order differ from an uninterrupted run",
+                        len(rngs), self.env.world_size)
+        return Resumed(where, int(state["step"]), state.get("tracking"))
+
+    def state(self, step: int, rngs: list[Any]) -> dict[str, Any]:
+        """What the checkpoint of `step` holds; its tensors are the live ones (the writer copies them)."""
+        epoch, in_epoch = self.batches.position(step)
+        return {
+            "format": ckpt.FORMAT, "step": step, "epoch": epoch,
+            "data_position": {"epoch": epoch, "step_in_epoch": in_epoch, "steps_per_epoch": self.batches.steps_per_epoch},
+            "world_size": self.env.world_size, "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
+            "tracking": self.tracking().state(),
+        }
+
+    def save(self, step: int) -> None:
+        """All ranks call this: their RNG states go to rank 0, which hands the state to the
+        writer (a copy to CPU memory, the write in the background), then all continue.
+
+        The heartbeat says "checkpointing" meanwhile: the others wait at the barrier for as
+        long as rank 0 waits for the previous write and copies the state, which a heartbeat
+        watcher must not take for a hang."""
+        self.heartbeat.beat(step, status="checkpointing", force=True)
+        rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
+        if self.env.is_main:
+            state = self.state(step, rngs)
+            self._record(self.writer.wait())
+            self._record(self.writer.submit(step, state))
+        dist.barrier()
+        self.heartbeat.beat(step, status="running", force=True)
+
+    def prepare(self, step: int) -> None:
+        """Rank 0 has the writer allocate its copy buffers in the background as soon as the
+        state has its final shapes: Adam's moments exist once the optimizer has stepped (a
+        float16 scaler may skip the first steps). The first checkpoint then only copies."""
+        if self.env.is_main and self.writer.needs_buffers and self.optimizer.state:
+            self.writer.prepare(self.state(step, []))
+
+    def poll(self) -> None:
+        """A background write that has become durable (or buffers that are ready) is recorded now."""
+        if self.writer.finished():
+            self._record(self.writer.wait())
+
+    def settle(self, step: int) -> None:
+        """Wait for the write in flight (rank 0), saying "checkpointing" meanwhile: a checkpoint
+        is durable before anything reports success, stops or requeues."""
+        if self.writer.busy:
+            self.heartbeat.beat(step, status="checkpointing", force=True)
+            self._record(self.writer.wait())
+
+    def settle_after_failure(self) -> None:
+        """A failing run still lets the write in flight finish: it may be the newest good state."""
+        try:
+            self._record(self.writer.wait())
+        except BaseException as exc:
+            log.error("the checkpoint write in flight failed too: %s", exc)
+
+    def _record(self, written: Written | None) -> None:
+        """A checkpoint is durable: it becomes the run's last checkpoint and enters the run record."""
+        if written is not None:
+            self.last = str(written.path)
+            self.tracking().mark(written.record)
