@@ -28,13 +28,12 @@ Why each choice:
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 import torch.distributed as tdist
 from torch import nn
 
-STRATEGIES = ("ddp", "fsdp")
 PARAM_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _UNIT_LISTS = ("blocks", "layers", "h")
 
@@ -115,3 +114,23 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict[str, Any],
+                    optim_state: dict[str, Any]) -> None:
+    """Whole (unsharded) model and optimizer states, as a DDP run's single-file checkpoint holds
+    them, into a sharded model: each rank keeps its shard of every tensor.
+
+    The optimizer's state_dict names parameters by their index in its groups; the same
+    `build_optimizer` over the same model orders them alike, so index i is the i-th parameter of
+    this optimizer, whose name is its path in the model."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    ordered = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    by_name = {
+        "state": {ordered[i]: s for i, s in optim_state["state"].items()},
+        "param_groups": [{**g, "params": [ordered[i] for i in g["params"]]} for g in optim_state["param_groups"]],
+    }
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=by_name,
+                   options=StateDictOptions(full_state_dict=True))

@@ -252,14 +252,21 @@ def resume(directory: str | os.PathLike[str], model: torch.nn.Module, optimizer:
         where = str(found[0]) if found else None
     if where is None:
         return None
-    meta = found[1] if found else verify(where)
+    return Path(where), load(where, model, optimizer, world_size)
+
+
+def load(where: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         world_size: int) -> dict[str, Any]:
+    """All ranks: model and optimizer from the sharded checkpoint `where`; its meta. A damaged
+    one is a CheckpointError naming it; another world size is resharded, with a warning."""
+    meta = verify(where)
     if meta["world_size"] != world_size and _rank() == 0:
         log.warning("%s was written by %d processes, now %d: resharding it; random streams and data order "
                     "differ from an uninterrupted run", where, meta["world_size"], world_size)
     started = time.time()
     load_into(where, model, optimizer)
     log.info("loaded sharded checkpoint %s (step %d) in %.2f s", where, meta["step"], time.time() - started)
-    return Path(where), meta
+    return meta
 
 
 # --- looking at a run's checkpoints from outside a run (`slurmgen ckpt`) -------------------------
