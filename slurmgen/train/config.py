@@ -37,6 +37,16 @@ SYNTHETIC_VOCAB, TOKEN_FILE_VOCAB = 256, 50304  # the latter GPT-2's, padded to 
 PREEMPT_SIGNALS = ("USR2", "USR1", "URG", "HUP", "TERM")
 
 
+def strategy_problems(strategy: str, dtype: str) -> list[str]:
+    """What is wrong with --strategy, alone or with --dtype (one line each)."""
+    if strategy not in STRATEGIES:
+        return [f"--strategy must be {either(STRATEGIES)} (got {strategy!r})"]
+    if strategy == "fsdp" and dtype == "float16":
+        return ["--dtype float16 needs a gradient scaler that agrees across shards, not done for --strategy fsdp: "
+                "use bfloat16 or float32"]
+    return []
+
+
 def preempt_signal_ok(name: str) -> bool:
     return name in PREEMPT_SIGNALS
 
@@ -206,11 +216,7 @@ class TrainConfig:
             p.append(f"--model must be one of {', '.join(MODELS)} (got {self.model!r})")
         if self.dtype not in DTYPES:
             p.append(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
-        if self.strategy not in STRATEGIES:
-            p.append(f"--strategy must be {either(STRATEGIES)} (got {self.strategy!r})")
-        if self.strategy == "fsdp" and self.dtype == "float16":
-            p.append("--dtype float16 needs a gradient scaler that agrees across shards, not done for --strategy fsdp: "
-                     "use bfloat16 or float32")
+        p += strategy_problems(self.strategy, self.dtype)
         if self.progress not in PROGRESS_MODES:
             p.append(f"--progress must be {either(PROGRESS_MODES)} (got {self.progress!r})")
         if self.backend not in BACKENDS:

@@ -67,3 +67,11 @@ def test_resume_on_another_world_size_or_strategy_continues_from_the_same_step(t
         assert "written by 2 processes, now 3: resharding" in log
     resumed = losses(tmp_path / "run")
     assert set(resumed) == set(range(1, 9)) and all(v == v for v in resumed.values())
+
+
+def test_bad_strategy_values_are_one_line_and_exit_2(tmp_path):
+    for extra, said in ((["--strategy", "zero3"], "--strategy"),
+                        (["--strategy", "fsdp", "--dtype", "float16"], "--dtype float16")):
+        p = subprocess.run([sys.executable, "-m", "slurmgen.train", *extra, "--out-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr
