@@ -206,7 +206,7 @@ def candidates(directory: str | os.PathLike[str], listing=None) -> list[Path]:
         if named in ordered:
             ordered.remove(named)
             ordered.insert(0, named)
-        else:
+        elif not named.exists():  # (one that exists is of the other format: not this listing's business)
             log.warning("%s names %s, which does not exist; scanning for checkpoints", pointer, named.name)
     return ordered
 
