@@ -75,3 +75,34 @@ def test_bad_strategy_values_are_one_line_and_exit_2(tmp_path):
         p = subprocess.run([sys.executable, "-m", "slurmgen.train", *extra, "--out-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr
+
+
+def test_preemption_signal_writes_a_sharded_checkpoint_and_the_run_resumes_from_it(tmp_path):
+    """The warning signal to every rank: they agree on a step, write a sharded checkpoint, exit 75;
+    run again, the job continues from that step to the end."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SLURMGEN_"))}
+    env["SLURMGEN_HEARTBEAT_DIR"] = str(tmp_path / "hb")
+    args = [sys.executable, "-m", "slurmgen.train", *ARGS, "--max-steps", "400", "--save-every", "0",
+            "--strategy", "fsdp", "--nproc-per-node", "2", "--out-dir", str(out)]
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None and len(losses(out) if (out / "metrics.jsonl").exists() else {}) < 3:
+            time.sleep(0.1)
+        os.killpg(p.pid, signal.SIGUSR2)
+        log, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 75, log[-3000:]
+    path, meta = sharded.newest_good(out)
+    assert path.name.endswith(".dcp") and 3 <= meta["step"] < 400 and meta["world_size"] == 2
+    code, log = train(out, "--strategy", "fsdp", "--max-steps", "400", "--save-every", "0")
+    assert code == 0, log[-3000:]
+    assert f"at step {meta['step']}" in log and sharded.newest_good(out)[1]["step"] == 400
