@@ -279,3 +279,13 @@ def test_kill_9_of_every_rank_during_sharded_writes_leaves_latest_loadable(tmp_p
     model = GPT(**GPT_SIZE)
     sharded.load_into(path, model, build_optimizer(model, 1e-2, 0.1, (0.9, 0.95)))
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_latest_naming_a_sharded_checkpoint_is_no_warning_for_the_single_file_listing(tmp_path, caplog):
+    ckpt.save(tmp_path, 1, {"format": ckpt.FORMAT, "step": 1, "model": {"w": torch.ones(2)}}, keep_last=5)
+    write(tmp_path, 2, 2.0)
+    with caplog.at_level(logging.WARNING, logger="slurmgen.train"):
+        path, state = ckpt.find_latest(tmp_path)
+        newest, meta = sharded.newest_good(tmp_path)
+    assert state["step"] == 1 and meta["step"] == 2 and newest.name == sharded.checkpoint_name(2)
+    assert "does not exist" not in caplog.text
