@@ -34,6 +34,9 @@
    model on gloo, before (--before REF) and after: start-up, resume, peak RSS per rank,
    heartbeat file operations per second in the run directory; peak RSS per rank and time of a
    resume from a --scale-resume-mb checkpoint, big enough for a copy per rank to show.
+6. FSDP2 and sharded checkpoints (`fsdp`, see bench_fsdp.py) at --fsdp-world ranks: parameter +
+   optimizer memory per rank DDP vs FSDP, a sharded write vs a rank-0 single file, and the
+   stall of an asynchronous sharded checkpoint as a ratio to a synchronous one.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SECTIONS = ("throughput", "checkpoints", "stall", "overlap", "scale")
+SECTIONS = ("throughput", "checkpoints", "stall", "overlap", "scale", "fsdp")
 # The trainer before issue 16 (broadcast resume, per-rank heartbeats in the run directory,
 # polling start-up meeting, synchronous checkpoints): the "before" of the scale section.
 BEFORE = "3c2c8b1"
@@ -356,6 +359,7 @@ def main() -> None:
     p.add_argument("--scale-resume-mb", type=float, default=32, help="checkpoint size of the resume-big phase")
     p.add_argument("--scale-model", default="mlp")
     p.add_argument("--scale-model-args", default="--mlp-hidden 32 --synthetic-samples 4096 --batch-size 4")
+    p.add_argument("--fsdp-world", type=int, default=4, help="ranks of the fsdp section")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.steps % args.warmup:
@@ -377,6 +381,10 @@ def main() -> None:
         from slurmgen.train.spawn import free_port
 
         scale(args, free_port)
+    if "fsdp" in wanted:
+        from bench_fsdp import fsdp_section
+
+        fsdp_section(args.fsdp_world, args.rounds, args.tmp)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from slurmgen.generate import cli as generate_cli
 from slurmgen.jobs import cli as jobs_cli
 from slurmgen.launch import cli as launch_cli
 from slurmgen.tracking import cli as tracking_cli
+from slurmgen.train import ckpt_command
 from slurmgen.train import command as train_command
 
 app = typer.Typer(
@@ -56,6 +57,7 @@ def _root(
 generate_cli.register(app)          # create, ranks
 launch_cli.register(app)            # launch
 train_command.register(app)         # train
+ckpt_command.register(app)          # ckpt info, ckpt consolidate
 tracking_cli.register(app)          # runs, plot
 generate_cli.register_schema(app)   # schema
 jobs_cli.register(app)              # submit, jobs, status, logs, cancel

@@ -43,6 +43,8 @@ _VARS = (
         "1/0: whether the trainer asks Slurm to requeue the job on the time-limit warning signal."),
     Var("SLURMGEN_PREEMPT_SIGNAL", "run_slurm.sh (train reads it)",
         "The time-limit warning signal (USR2 or USR1) the trainer checkpoints and requeues on."),
+    Var("SLURMGEN_STRATEGY", "the spec's env (train reads it)",
+        "ddp or fsdp: how the bundled trainer distributes the model; the trainer's --strategy default.", user=True),
     Var("SLURMGEN_PREEMPT_CONTRACT", "jobs (cancel --signal reads the job's spec env)",
         "1: the program declares it checkpoints on the preemption signal (the bundled trainer does).", user=True),
     Var("SLURMGEN_SWEEP_INDEX", "run_slurm.sh", "This array task's row of the sweep grid."),
@@ -94,6 +96,7 @@ LAUNCH_ID = "SLURMGEN_LAUNCH_ID"
 REQUEUE = "SLURMGEN_REQUEUE"
 PREEMPT_SIGNAL = "SLURMGEN_PREEMPT_SIGNAL"
 PREEMPT_CONTRACT = "SLURMGEN_PREEMPT_CONTRACT"
+STRATEGY = "SLURMGEN_STRATEGY"
 SWEEP_INDEX = "SLURMGEN_SWEEP_INDEX"
 SWEEP_FILE = "SLURMGEN_SWEEP_FILE"
 REGISTRY = "SLURMGEN_REGISTRY"

@@ -30,7 +30,7 @@ RESERVED_ENV = {
     "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", envvars.BACKEND, envvars.HEARTBEAT_DIR, envvars.HEARTBEAT_BASE,
     "SLURMGEN_REQUEUE", "SLURMGEN_PREEMPT_SIGNAL", "SLURMGEN_SWEEP_INDEX", "SLURMGEN_SWEEP_FILE",
-    "SLURMGEN_ATTEMPT",
+    "SLURMGEN_ATTEMPT", envvars.STRATEGY,
 }
 # Settings of launch_multi_node.sh, read from the environment it is started in before it exports
 # the spec's env (`slurmgen launch` sets some of them for every node): in the spec they would
@@ -123,6 +123,9 @@ class JobSpec(BaseModel):
     master_addr: str | None = Field(None, description="Rendezvous host; default: the job's first node.")
     master_port: Port | None = Field(None, description=f"Rendezvous port; default {ports.JOB_PORT_RULE}.")
     backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="The bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp, a whole model per rank; "
+                           "fsdp, FSDP2 with sharded checkpoints, for models whose training state does not fit one GPU.")
     launcher: Literal["srun", "torchrun"] = Field("srun", description="run_slurm.sh only: srun (one task per process) or torchrun (one per node).")
     container: Container | None = None
     output_dir: str = Field("out", description="Where the scripts and job.yaml are written.")

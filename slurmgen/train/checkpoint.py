@@ -54,7 +54,13 @@ FAULT_POINTS = ("mid-write", "before-rename", "before-pointer", "before-prune")
 _fault_step: int | None = None
 
 
-def _fault(point: str) -> None:
+def arm_fault(step: int) -> None:
+    """The checkpoint being written is that of `step` (for SLURMGEN_TRAIN_FAULT=<point>@<step>)."""
+    global _fault_step
+    _fault_step = step
+
+
+def fault(point: str) -> None:
     spec = os.environ.get("SLURMGEN_TRAIN_FAULT")
     if not spec:
         return
@@ -76,7 +82,7 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]
     return sorted(found)
 
 
-def _write_durably(final: Path, write) -> None:
+def write_durably(final: Path, write) -> None:
     """Write through a temporary file in the same directory, fsync, rename, fsync the dir
     (`atomic.replace`, which removes the temporary file when the write fails).
 
@@ -84,7 +90,7 @@ def _write_durably(final: Path, write) -> None:
     writer, measurably faster than through a Python file object. fsync then goes through a
     fresh descriptor, which flushes the same inode.
     """
-    atomic.replace(final, write, fsync=True, fsync_dir_after=True, before_rename=lambda: _fault("before-rename"))
+    atomic.replace(final, write, fsync=True, fsync_dir_after=True, before_rename=lambda: fault("before-rename"))
 
 
 class _FaultingFile:
@@ -97,7 +103,7 @@ class _FaultingFile:
         n = self.f.write(b)
         self.written += n
         if self.written > 4096:
-            _fault("mid-write")
+            fault("mid-write")
         return n
 
     def __getattr__(self, name: str):
@@ -106,8 +112,7 @@ class _FaultingFile:
 
 def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], keep_last: int) -> Path:
     """Write `state` as the checkpoint of `step` atomically, point `latest` at it, prune."""
-    global _fault_step
-    _fault_step = step
+    arm_fault(step)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     final = d / checkpoint_name(step)
@@ -120,10 +125,10 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
             torch.save(state, str(path))
 
     with _disk_full_said(d, step, state):
-        _write_durably(final, write)
-        _fault("before-pointer")
-        _write_durably(d / LATEST, lambda path: path.write_text(final.name + "\n"))
-    _fault("before-prune")
+        write_durably(final, write)
+        fault("before-pointer")
+        write_durably(d / LATEST, lambda path: path.write_text(final.name + "\n"))
+    fault("before-prune")
     prune(d, keep_last, protect=final.name)
     return final
 
@@ -235,10 +240,13 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     return state
 
 
-def candidates(directory: str | os.PathLike[str]) -> list[Path]:
-    """Checkpoints to try for `--resume auto`, best first: the pointer's, then newest first."""
+def candidates(directory: str | os.PathLike[str], listing=None) -> list[Path]:
+    """Checkpoints to try for `--resume auto`, best first: the pointer's, then newest first.
+
+    `listing(directory)` lists them as (step, path) oldest first (`list_checkpoints` unless
+    given: the sharded format lists its directories with the same pointer rules)."""
     d = Path(directory)
-    ordered = [p for _, p in reversed(list_checkpoints(d))]
+    ordered = [p for _, p in reversed((listing or list_checkpoints)(d))]
     pointer = d / LATEST
     if pointer.is_file():
         try:
@@ -249,21 +257,22 @@ def candidates(directory: str | os.PathLike[str]) -> list[Path]:
         if named in ordered:
             ordered.remove(named)
             ordered.insert(0, named)
-        else:
+        elif not named.exists():  # (one that exists is of the other format: not this listing's business)
             log.warning("%s names %s, which does not exist; scanning for checkpoints", pointer, named.name)
     return ordered
 
 
-def find_latest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]] | None:
+def find_latest(directory: str | os.PathLike[str], listing=None, loader=None) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint that loads, and its state; None when there is none.
 
     A damaged newer one must not stop a resume from an older one; skipping it is said in
-    one line naming both files.
+    one line naming both files. `listing` and `loader` (`load` unless given) let the sharded
+    format keep the same rules.
     """
     skipped: list[CheckpointError] = []
-    for path in candidates(directory):
+    for path in candidates(directory, listing):
         try:
-            state = load(path)
+            state = (loader or load)(path)
         except CheckpointError as exc:
             skipped.append(exc)
             continue

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from torch import nn
 
 from . import checkpoint as ckpt
-from . import dist, resume
+from . import dist, fsdp, resume, sharded
 from .ckpt_writer import CheckpointWriter, Written
 from .config import ConfigError, TrainConfig
 from .data import ShardedBatches
@@ -56,25 +56,35 @@ class Checkpointing:
         self.directory = Path(config.out_dir) / "checkpoints"
         self.writer = CheckpointWriter(self.directory, config.keep_last, background=config.checkpoint_async,
                                        describe=lambda step, path: self.tracking().artifact(str(path), step))
+        # --strategy fsdp: every rank writes its shard (sharded.py); its own process group, so
+        # made on every rank here. Resuming reads either format under either strategy.
+        self.sharded = (sharded.ShardedWriter(self.directory, config.keep_last, background=config.checkpoint_async)
+                        if config.strategy == "fsdp" else None)
         self.last: str | None = None  # the last checkpoint written (durable) or resumed from
 
     def remove_stale(self) -> None:
         """Rank 0, before anything: temporary files of a write that was killed go."""
-        removed = ckpt.remove_stale_temporaries(self.directory)
+        removed = sharded.remove_stale_temporaries(self.directory)  # files and sharded directories
         if removed:
             log.warning("removed %d temporary file(s) left by an interrupted checkpoint write", removed)
 
     def resume(self) -> Resumed | None:
         """All ranks: put the state of the checkpoint --resume names back, None to start afresh."""
+        chosen = self._sharded_choice()
+        if chosen is not None:
+            return self._resume_sharded(chosen)
         found = resume.load(self.cfg.resume, self.directory, self.env)
         if found is None:
             return None
         where, state = found
         try:
-            self.model.load_state_dict(state["model"])
+            if fsdp.is_sharded(self.model):
+                fsdp.load_full_state(self.model, self.optimizer, state["model"], state["optimizer"])
+            else:
+                self.model.load_state_dict(state["model"])
+                self.optimizer.load_state_dict(state["optimizer"])
         except RuntimeError as exc:
             raise ConfigError([f"checkpoint {where} does not fit this model: {str(exc).splitlines()[0]}"]) from None
-        self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.last = where
@@ -85,6 +95,31 @@ class Checkpointing:
             log.warning("checkpoint from %d processes, now %d: random streams and data order differ from an uninterrupted run",
                         len(rngs), self.env.world_size)
         return Resumed(where, int(state["step"]), state.get("tracking"))
+
+    def _sharded_choice(self) -> str | None:
+        """All ranks: the sharded checkpoint to resume from (rank 0 chooses), None if the
+        choice is a single file or nothing. `auto` takes the newer of the two formats."""
+        where = None
+        if self.env.is_main and self.cfg.resume != "never":
+            target = Path(self.cfg.resume) if self.cfg.resume != "auto" else self.directory
+            if (target / ".metadata").is_file():
+                where = str(target)
+            elif self.cfg.resume == "auto" or target.is_dir():
+                found = sharded.find_latest(target)
+                files = ckpt.list_checkpoints(target)
+                if found is not None and (not files or files[-1][0] <= found[1]["step"]):
+                    where = str(found[0])
+        return dist.broadcast_from_main(where) if self.env.distributed else where
+
+    def _resume_sharded(self, where: str) -> Resumed:
+        """All ranks: model and optimizer resharded from `where`, the rest from its meta."""
+        meta = sharded.load(where, self.model, self.optimizer, self.env.world_size)
+        self.scheduler.load_state_dict(meta["scheduler"])
+        self.scaler.load_state_dict(meta["scaler"])
+        self.last = where
+        if meta["world_size"] == self.env.world_size:
+            ckpt.restore_rng(meta["rng"][self.env.rank])
+        return Resumed(where, int(meta["step"]), meta.get("tracking"))
 
     def state(self, step: int, rngs: list[Any]) -> dict[str, Any]:
         """What the checkpoint of `step` holds; its tensors are the live ones (the writer copies them)."""
@@ -107,36 +142,49 @@ class Checkpointing:
         watcher must not take for a hang."""
         self.heartbeat.beat(step, status="checkpointing", force=True)
         rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
-        if self.env.is_main:
+        if self.sharded is not None:  # every rank writes its shard; the rest of the state is rank 0's
+            meta = self.meta(step, rngs) if self.env.is_main else None
+            self._record(self.sharded.submit(step, self.model, self.optimizer, meta))
+        elif self.env.is_main:
             state = self.state(step, rngs)
             self._record(self.writer.wait())
             self._record(self.writer.submit(step, state))
         dist.barrier()
         self.heartbeat.beat(step, status="running", force=True)
 
+    def meta(self, step: int, rngs: list[Any]) -> dict[str, Any]:
+        """What a sharded checkpoint holds beside the shards: the state without model and optimizer."""
+        state = self.state(step, rngs)
+        del state["model"], state["optimizer"]
+        return {**state, "format": sharded.FORMAT, "strategy": self.cfg.strategy}
+
+    @property
+    def _writer(self) -> Any:
+        return self.sharded if self.sharded is not None else self.writer
+
     def prepare(self, step: int) -> None:
         """Rank 0 has the writer allocate its copy buffers in the background as soon as the
         state has its final shapes: Adam's moments exist once the optimizer has stepped (a
         float16 scaler may skip the first steps). The first checkpoint then only copies."""
-        if self.env.is_main and self.writer.needs_buffers and self.optimizer.state:
+        if self.sharded is None and self.env.is_main and self.writer.needs_buffers and self.optimizer.state:
             self.writer.prepare(self.state(step, []))
 
     def poll(self) -> None:
         """A background write that has become durable (or buffers that are ready) is recorded now."""
-        if self.writer.finished():
-            self._record(self.writer.wait())
+        if self._writer.finished():
+            self._record(self._writer.wait())
 
     def settle(self, step: int) -> None:
         """Wait for the write in flight (rank 0), saying "checkpointing" meanwhile: a checkpoint
         is durable before anything reports success, stops or requeues."""
-        if self.writer.busy:
+        if self._writer.busy:
             self.heartbeat.beat(step, status="checkpointing", force=True)
-            self._record(self.writer.wait())
+            self._record(self._writer.wait())
 
     def settle_after_failure(self) -> None:
         """A failing run still lets the write in flight finish: it may be the newest good state."""
         try:
-            self._record(self.writer.wait())
+            self._record(self._writer.wait())
         except BaseException as exc:
             log.error("the checkpoint write in flight failed too: %s", exc)
 

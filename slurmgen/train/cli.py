@@ -58,7 +58,7 @@ LAYOUT = (
     ("optimisation", ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "dtype")),
     ("model and data", ("model", "n_layer", "n_head", "n_embd", "block_size", "mlp_in", "mlp_hidden", "mlp_classes",
                         "vocab_size", "dropout", "train_data", "val_data", "synthetic_samples")),
-    ("distributed", ("backend", "nproc_per_node", "rank", "world_size", "local_rank", "master_addr", "master_port",
+    ("distributed", ("strategy", "backend", "nproc_per_node", "rank", "world_size", "local_rank", "master_addr", "master_port",
                      "init_timeout", "tf32", "threads", "requeue", "preempt_signal")),
     ("run record (slurmgen runs / slurmgen plot read it)", ("track", "tracker", "track_dir")),
 )

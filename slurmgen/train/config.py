@@ -25,6 +25,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = exitcodes.OK, exitcodes.FAILE
 
 DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
+# ddp: every rank holds the whole model, rank 0 writes one checkpoint file; fsdp: FSDP2 shards
+# parameters, gradients and optimizer state, every rank writes its shard (fsdp.py, sharded.py).
+STRATEGIES = ("ddp", "fsdp")
 TRACK_MODES = ("rank0", "per-process", "off")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 DEFAULT_MAX_STEPS = 100
@@ -33,6 +36,16 @@ SYNTHETIC_VOCAB, TOKEN_FILE_VOCAB = 256, 50304  # the latter GPT-2's, padded to 
 # USR2 is the default because NCCL may install its own USR1 handler (submitit moved to USR2
 # for that reason); KILL and STOP cannot be caught, and INT stays Ctrl-C.
 PREEMPT_SIGNALS = ("USR2", "USR1", "URG", "HUP", "TERM")
+
+
+def strategy_problems(strategy: str, dtype: str) -> list[str]:
+    """What is wrong with --strategy, alone or with --dtype (one line each)."""
+    if strategy not in STRATEGIES:
+        return [f"--strategy must be {either(STRATEGIES)} (got {strategy!r})"]
+    if strategy == "fsdp" and dtype == "float16":
+        return ["--dtype float16 needs a gradient scaler that agrees across shards, not done for --strategy fsdp: "
+                "use bfloat16 or float32"]
+    return []
 
 
 def preempt_signal_ok(name: str) -> bool:
@@ -104,6 +117,9 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = flag(1.0, f"clip the gradient norm, 0: off {_DEFAULT}", type=number(0.0))
     dtype: str = flag("float32", f"autocast dtype; float16 uses a GradScaler {_DEFAULT}", choices=DTYPES)
+    strategy: str = flag("ddp", f"ddp: a whole model per rank; fsdp: FSDP2, parameters, gradients and optimizer "
+                         f"state sharded, sharded checkpoints (default: ${envvars.STRATEGY}, else ddp)",
+                         choices=STRATEGIES, env=from_env(envvars.STRATEGY))
     max_steps: int | None = flag(None, f"optimizer steps to train (default {DEFAULT_MAX_STEPS} unless --epochs)",
                                  type=count(1))
     epochs: int | None = flag(None, "passes over the training set (instead of --max-steps)", type=count(1))
@@ -201,6 +217,7 @@ class TrainConfig:
             p.append(f"--model must be one of {', '.join(MODELS)} (got {self.model!r})")
         if self.dtype not in DTYPES:
             p.append(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
+        p += strategy_problems(self.strategy, self.dtype)
         if self.progress not in PROGRESS_MODES:
             p.append(f"--progress must be {either(PROGRESS_MODES)} (got {self.progress!r})")
         if self.backend not in BACKENDS:

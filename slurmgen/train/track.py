@@ -79,7 +79,11 @@ class Tracking:
         if self.run is None or not self.main or not path:
             return None
         name = f"ckpt-{step:09d}" if kind == "checkpoint" else "model"
-        return self.run.create_artifact(name, kind, metadata={"step": step}).add_file(path)
+        artifact = self.run.create_artifact(name, kind, metadata={"step": step})
+        p = Path(path)  # a sharded checkpoint is a directory: every file of it
+        for f in sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p]:
+            artifact.add_file(f)
+        return artifact
 
     def mark(self, artifact: Any) -> None:
         if self.run is not None and artifact is not None:

@@ -31,7 +31,7 @@ from torch import nn
 from slurmgen.contract import envvars
 
 from . import checkpoint as ckpt
-from . import dist
+from . import dist, fsdp
 from .checkpointing import Checkpointing
 from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, TrainConfig
 from .data import ShardedBatches, eval_indices, fetch
@@ -83,6 +83,10 @@ class Trainer:
                  eval_dataset: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None):
         self.cfg, self.env, self.loss_fn = config, env, loss_fn
         self.model = model.to(env.device)
+        # FSDP2 before the optimizer exists: sharding replaces the parameters by DTensor ones.
+        self.sharded = config.strategy == "fsdp" and env.distributed
+        if self.sharded:
+            fsdp.shard(self.model, config.dtype)
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.out = Path(config.out_dir)
         self.device_type = "cuda" if env.device.startswith("cuda") else "cpu"
@@ -123,6 +127,14 @@ class Trainer:
         dtype = AUTOCAST.get(self.cfg.dtype)
         return torch.autocast(self.device_type, dtype=dtype) if dtype else contextlib.nullcontext()
 
+    @staticmethod
+    def _no_sync(ddp: nn.Module, sync: bool):
+        """No gradient all-reduce (DDP) or reduce-scatter (FSDP) unless `sync`: the micro-steps
+        before the last of an accumulation only add up local gradients."""
+        if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+            return contextlib.nullcontext() if sync else ddp.no_sync()
+        return fsdp.no_sync(ddp, sync)
+
     def train_step(self, ddp: nn.Module) -> tuple[torch.Tensor, int]:
         """One optimizer step; returns (this rank's loss as a tensor, items processed).
 
@@ -134,8 +146,8 @@ class Trainer:
             time.sleep(self.slow)
         for micro in range(accum):
             batch = _move(self.batches.batch(self.step, micro), self.env.device)
-            sync = micro == accum - 1 or not isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
-            with (contextlib.nullcontext() if sync else ddp.no_sync()):
+            sync = micro == accum - 1
+            with self._no_sync(ddp, sync=sync):
                 with self._autocast():
                     loss = self._loss(ddp, batch) / accum
                 if sync:  # the rank's own work ends where it may wait for its peers (the all-reduce)
@@ -145,7 +157,7 @@ class Trainer:
             items += _items(batch[0])
         if self.cfg.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            fsdp.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)  # plain or sharded gradients
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -248,11 +260,11 @@ class Trainer:
             log.info("resumed from %s at step %d", resumed.path, self.step)
         self.tracking = Tracking.open(cfg, env, resumed.tracking if resumed else None, self.step)
         ddp: nn.Module = self.model
-        if env.distributed:
+        if env.distributed and not self.sharded:
             ids = [env.local_rank] if env.device.startswith("cuda") else None
             ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         self.model.train()
-        if env.distributed and 0 < self.step < self.max_steps:
+        if env.distributed and not self.sharded and 0 < self.step < self.max_steps:
             self._settle_buckets(ddp)
         first_items = _items(self.batches.batch(0, 0)[0])
         log.info("global batch: %d samples (%d per process x %d accumulation x %d processes), %d items per step; "

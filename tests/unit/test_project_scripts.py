@@ -50,7 +50,12 @@ def test_the_core_layers_type_check():
 def test_no_test_module_imports_another():
     # What tests share lives in tests/helpers.py; a test module imported by another runs its
     # module-level code twice and ties two files' fixtures together.
-    offenders = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "tests").rglob("*.py"))
-                 for n, line in enumerate(path.read_text().splitlines(), 1)
-                 if line.lstrip().startswith(("from test_", "import test_"))]
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.startswith("test_")]
     assert offenders == []

@@ -173,3 +173,15 @@ def test_torchrun_mode_runs_the_programs_own_python(command, container, agent):
 def test_srun_gets_the_cpus_per_task_that_sbatch_got():
     text = render(build_spec({"cpus_per_task": 4})).files[SLURM_SCRIPT]
     assert 'srun_args+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")' in text
+
+
+def test_the_specs_strategy_reaches_the_trainer_under_both_launch_scripts():
+    from slurmgen.train.cli import parse
+
+    files = render(build_spec({"strategy": "fsdp"})).files
+    for name in (SLURM_SCRIPT, LAUNCH_SCRIPT):
+        assert "\nexport SLURMGEN_STRATEGY=fsdp\n" in files[name]
+    assert "\nexport SLURMGEN_STRATEGY=ddp\n" in render(build_spec({})).files[SLURM_SCRIPT]
+    assert parse([], {"SLURMGEN_STRATEGY": "fsdp"})[0].strategy == "fsdp"
+    assert parse(["--strategy", "ddp"], {"SLURMGEN_STRATEGY": "fsdp"})[0].strategy == "ddp"
+    assert parse([], {})[0].strategy == "ddp"

@@ -1,0 +1,324 @@
+"""Sharded checkpoints on torch.distributed.checkpoint (DCP): every rank writes its own shard.
+
+A checkpoint is a directory `ckpt-STEP.dcp` beside today's single files, holding
+`__R_0.distcp` (rank R's shard of the model and optimizer), `.metadata` (DCP's index: which
+bytes of which file hold which slice of which tensor, written by rank 0 once every rank has
+written) and `meta.pt` (step, world size, strategy, data position, every rank's random
+streams, scheduler and scaler: small, plain values and tensors, loadable with weights_only).
+
+The promises are those of `checkpoint.py`, with a directory in place of a file:
+
+1. rank 0 creates `.ckpt-STEP.dcp.tmp` (after removing a stale one); all ranks write their
+   shards into it, in parallel, each file fsynced by DCP; rank 0 writes `.metadata` (fsynced)
+   only after every rank reported its shard written, and `meta.pt`;
+2. rank 0 fsyncs the temporary directory, renames it to `ckpt-STEP.dcp` and fsyncs the parent:
+   the name appears only for a complete checkpoint;
+3. `latest` flips to it (temporary file, fsync, rename), then the oldest beyond keep-last go.
+
+A kill -9 of any rank at any instant before 2 leaves only a temporary directory (removed by the
+next run) and `latest` on the previous checkpoint. A checkpoint that is named but damaged (a
+shard truncated or missing, say by a disk that lied about fsync) is found by `verify`, which
+checks every byte range `.metadata` refers to, and skipped by `find_latest` with a message
+naming it, as for single files.
+
+Asynchronous by default: `ShardedWriter.submit` waits for the previous checkpoint (at most one
+in flight), takes each rank's state and hands it to `dcp.async_save`, which copies it to CPU
+memory (the stall) and writes in the background: in a separate process where torch offers it
+(`process=True`), else in a thread. Its collectives run on a process group of their own, so they
+never interleave with the training's. Step 2 and 3 run on rank 0 once its write has ended
+(`wait`, or the next `submit`).
+
+Loading reshards: DCP reads, for each rank, the slices of the saved tensors that overlap the
+rank's own shards, whatever world size (or strategy: DDP's whole tensors, FSDP's shards) wrote
+them. Model and optimizer go through `get_state_dict`/`set_state_dict`, which name parameters
+by their path in the unwrapped model, so a DDP run and an FSDP run read each other's
+checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+from slurmgen import atomic
+
+from . import checkpoint as ckpt
+from .ckpt_writer import Written
+
+log = logging.getLogger("slurmgen.train")
+
+FORMAT = "dcp-1"
+META = "meta.pt"
+_NAME = re.compile(r"ckpt-(\d+)\.dcp")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:09d}.dcp"
+
+
+def temporary_name(step: int) -> str:
+    return f".{checkpoint_name(step)}.tmp"
+
+
+def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(step, path) of every sharded checkpoint directory (complete by name), oldest first."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), d / n) for n in os.listdir(d) if (m := _NAME.fullmatch(n)) and (d / n).is_dir()]
+    return sorted(found)
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str]) -> int:
+    """Remove temporary directories (and files) left by killed writers; returns how many."""
+    d = Path(directory)
+    if not d.is_dir():
+        return 0
+    stale = [d / n for n in os.listdir(d) if n.startswith(".") and ".tmp" in n]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    return len(stale)
+
+
+def app_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Model and optimizer state keyed by parameter path: DTensor shards under FSDP, whole
+    tensors otherwise. Creates the optimizer's state (a zero step) if it has none yet, so that
+    a fresh optimizer has the entries a load fills."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    return {"model": model_sd, "optimizer": optim_sd}
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """`meta.pt` of the checkpoint at `path` if every byte its index refers to is there; else a
+    CheckpointError naming `path` and what is wrong."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    p = Path(path)
+    try:
+        meta = torch.load(p / META, map_location="cpu", weights_only=True)
+        index = FileSystemReader(str(p)).read_metadata()
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        raise ckpt.CheckpointError(f"{p} is damaged or not a sharded checkpoint ({reason})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ckpt.CheckpointError(f"{p} is not a slurmgen.train sharded checkpoint (format {FORMAT})")
+    needed: dict[str, int] = {}
+    for item in (index.storage_data or {}).values():
+        needed[item.relative_path] = max(needed.get(item.relative_path, 0), item.offset + item.length)
+    for name, size in sorted(needed.items()):
+        have = (p / name).stat().st_size if (p / name).is_file() else -1
+        if have < size:
+            what = "missing" if have < 0 else f"{have} of {size} bytes"
+            raise ckpt.CheckpointError(f"{p} is damaged ({name}: {what})")
+    return meta
+
+
+def find_latest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete sharded checkpoint and its meta; damaged newer ones skipped with a
+    warning naming them (the same rules as single files: `checkpoint.find_latest`)."""
+    return ckpt.find_latest(directory, listing=list_checkpoints, loader=verify)
+
+
+def prune(directory: Path, keep_last: int, protect: str) -> None:
+    """Delete all but the newest `keep_last` sharded checkpoints (never `protect`)."""
+    for _, path in list_checkpoints(directory)[:-keep_last]:
+        if path.name != protect:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _rank() -> int:
+    return tdist.get_rank() if tdist.is_initialized() else 0
+
+
+class ShardedWriter:
+    """Sharded checkpoints of one run; every rank makes the same calls in the same order.
+
+    `background=False` writes inside `submit` (all steps of the protocol before it returns).
+    `process=True` asks DCP for a separate writer process (its own copy of the state, so the
+    training process's GIL and memory allocator are not shared with the write)."""
+
+    def __init__(self, directory: str | Path, keep_last: int, background: bool = True, process: bool = False):
+        self.directory, self.keep_last = Path(directory), keep_last
+        self.background, self.process = background, process
+        # Collectives of a background save must not interleave with the training's: own group.
+        self.group = tdist.new_group(backend="gloo") if tdist.is_initialized() else None
+        self._pending: tuple[int, Any] | None = None  # (step, future) of the write in flight
+
+    @property
+    def busy(self) -> bool:
+        return self._pending is not None
+
+    def finished(self) -> bool:
+        return self._pending is not None and self._pending[1].done()
+
+    def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               meta: dict[str, Any] | None) -> Written | None:
+        """Checkpoint `step`: `meta` (rank 0's; others pass None) beside every rank's shards.
+
+        Returns the previous write if it had not been collected yet; writing inline, this one."""
+        import torch.distributed.checkpoint as dcp
+
+        previous = self.wait()
+        tmp = self.directory / temporary_name(step)
+        if _rank() == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            torch.save({**(meta or {}), "format": FORMAT, "step": step}, str(tmp / META))
+            _fsync_file(tmp / META)
+        if self.group is not None:
+            tdist.barrier(group=self.group)
+        state = app_state(model, optimizer)
+        if not self.background:
+            dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=self.group is None)
+            return self._finish(step)
+        kind = dcp.state_dict_saver.AsyncCheckpointerType
+        future = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group,
+                                async_checkpointer_type=kind.PROCESS if self.process else kind.THREAD,
+                                no_dist=self.group is None)
+        self._pending = (step, future)
+        return previous
+
+    def wait(self) -> Written | None:
+        """Block until the write in flight has ended; on rank 0 make it visible (rename,
+        `latest`, prune) and return it; raise what the write raised."""
+        if self._pending is None:
+            return None
+        (step, future), self._pending = self._pending, None
+        result = getattr(future, "upload_completion", future)  # AsyncSaveResponse or Future
+        result.result()
+        return self._finish(step)
+
+    def _finish(self, step: int) -> Written | None:
+        if _rank() != 0:
+            return None
+        ckpt.arm_fault(step)
+        tmp, final = self.directory / temporary_name(step), self.directory / checkpoint_name(step)
+        _fsync_file(tmp)
+        ckpt.fault("before-rename")
+        shutil.rmtree(final, ignore_errors=True)  # a rewrite of the same step (a resumed run)
+        os.replace(tmp, final)
+        atomic.fsync_dir(self.directory)
+        ckpt.fault("before-pointer")
+        ckpt.write_durably(self.directory / ckpt.LATEST, lambda path: path.write_text(final.name + "\n"))
+        ckpt.fault("before-prune")
+        prune(self.directory, self.keep_last, protect=final.name)
+        return Written(step, final)
+
+    def close(self) -> None:
+        """Finish the write in flight; the writer's process group goes away with the world's."""
+        self.wait()
+
+
+def load_into(path: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+              group=None) -> None:
+    """All ranks: model and optimizer from the sharded checkpoint at `path`, resharded onto
+    this world's layout (any world size, DDP or FSDP)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = app_state(model, optimizer)
+    dcp.load(state, checkpoint_id=str(path), process_group=group, no_dist=not tdist.is_initialized())
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def resume(directory: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+           world_size: int) -> tuple[Path, dict[str, Any]] | None:
+    """All ranks: load the newest good sharded checkpoint in `directory` into model and
+    optimizer; (path, meta) or None. Rank 0 chooses, the path is broadcast; a different world
+    size than the one that wrote it is resharded, with a warning."""
+    found = find_latest(directory) if _rank() == 0 else None
+    if tdist.is_initialized():
+        box = [str(found[0]) if found else None]
+        tdist.broadcast_object_list(box, src=0)
+        where = box[0]
+    else:
+        where = str(found[0]) if found else None
+    if where is None:
+        return None
+    return Path(where), load(where, model, optimizer, world_size)
+
+
+def load(where: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         world_size: int) -> dict[str, Any]:
+    """All ranks: model and optimizer from the sharded checkpoint `where`; its meta. A damaged
+    one is a CheckpointError naming it; another world size is resharded, with a warning."""
+    meta = verify(where)
+    if meta["world_size"] != world_size and _rank() == 0:
+        log.warning("%s was written by %d processes, now %d: resharding it; random streams and data order "
+                    "differ from an uninterrupted run", where, meta["world_size"], world_size)
+    started = time.time()
+    load_into(where, model, optimizer)
+    log.info("loaded sharded checkpoint %s (step %d) in %.2f s", where, meta["step"], time.time() - started)
+    return meta
+
+
+# --- looking at a run's checkpoints from outside a run (`slurmgen ckpt`) -------------------------
+
+def checkpoints_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """A run's checkpoint directory, given the run directory or the checkpoint directory."""
+    p = Path(run_dir)
+    return p / "checkpoints" if (p / "checkpoints").is_dir() else p
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """What `slurmgen ckpt info` says about one checkpoint (either format): step, world size,
+    format, the size of each file, and whether it is complete (else why not)."""
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    info: dict[str, Any] = {"name": path.name, "files": {f.name: f.stat().st_size for f in files if f.is_file()}}
+    try:
+        meta = verify(path) if path.is_dir() else ckpt.load(path)
+    except ckpt.CheckpointError as exc:
+        return {**info, "complete": False, "problem": str(exc)}
+    fmt = f"sharded ({FORMAT})" if path.is_dir() else f"single file ({ckpt.FORMAT})"
+    return {**info, "complete": True, "step": int(meta["step"]), "world_size": meta.get("world_size"),
+            "format": fmt, "strategy": meta.get("strategy", "ddp")}
+
+
+def all_checkpoints(run_dir: str | os.PathLike[str]) -> tuple[Path, list[Path], str | None]:
+    """(checkpoint directory, every checkpoint in it oldest first, what `latest` names)."""
+    d = checkpoints_dir(run_dir)
+    found = sorted([*ckpt.list_checkpoints(d), *list_checkpoints(d)])
+    pointer = d / ckpt.LATEST
+    named = pointer.read_text(encoding="utf-8", errors="replace").strip() if pointer.is_file() else None
+    return d, [p for _, p in found], named
+
+
+def newest_good(run_dir: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint a resume would take, of either format: the newest step that loads."""
+    d = checkpoints_dir(run_dir)
+    found = [f for f in (ckpt.find_latest(d), find_latest(d)) if f is not None]
+    return max(found, key=lambda f: f[1]["step"]) if found else None
+
+
+def full_model_state(path: Path) -> dict[str, torch.Tensor]:
+    """The whole model's state dict from a checkpoint of either format, in this process only
+    (no process group: DCP reads every shard's slices of every tensor)."""
+    if not path.is_dir():
+        return dict(ckpt.load(path)["model"])
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    _load_state_dict(state, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(keys={"model"}),
+                     no_dist=True)
+    return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}

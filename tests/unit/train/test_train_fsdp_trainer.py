@@ -1,0 +1,108 @@
+"""`--strategy fsdp` through the trainer's command line: 2 real gloo ranks (`--nproc-per-node`),
+sharded checkpoints, a stop by kill -9 and a resume that ends where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from slurmgen.train import sharded
+
+ARGS = ["--model", "gpt", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--dropout", "0.1",
+        "--synthetic-samples", "256", "--batch-size", "4", "--grad-accum", "2", "--max-steps", "8", "--eval-iters", "1",
+        "--log-every", "1", "--progress", "lines", "--save-every", "4", "--threads", "1"]
+
+
+def train(out: Path, *extra: str, nproc: int = 2, fault: str | None = None) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SLURMGEN_", "RANK", "WORLD_SIZE",
+                                                                     "LOCAL_RANK", "MASTER_", "TORCHELASTIC"))}
+    env["SLURMGEN_HEARTBEAT_DIR"] = str(out.parent / f"{out.name}-heartbeats")
+    if fault:
+        env["SLURMGEN_TRAIN_FAULT"] = fault
+    p = subprocess.run([sys.executable, "-m", "slurmgen.train", *ARGS, "--out-dir", str(out), "--nproc-per-node",
+                        str(nproc), *extra], env=env, capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout + p.stderr
+
+
+def losses(out: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if r.get("split") == "train"}
+
+
+def weights(out: Path) -> dict[str, torch.Tensor]:
+    path, _ = sharded.newest_good(out)
+    return sharded.full_model_state(path)
+
+
+def test_fsdp_run_killed_after_a_checkpoint_resumes_bit_identical(tmp_path):
+    code, log = train(tmp_path / "whole", "--strategy", "fsdp")
+    assert code == 0, log[-3000:]
+    code, log = train(tmp_path / "cut", "--strategy", "fsdp", fault="before-prune@4")
+    assert code != 0
+    assert (tmp_path / "cut" / "checkpoints" / "latest").read_text().strip() == sharded.checkpoint_name(4)
+    code, log = train(tmp_path / "cut", "--strategy", "fsdp")
+    assert code == 0, log[-3000:]
+    assert "at step 4" in log
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "cut")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
+    assert [p.name for p in (tmp_path / "whole" / "checkpoints").iterdir() if p.name.endswith(".dcp")] != []
+
+
+@pytest.mark.parametrize("first,then", [("fsdp", ["--strategy", "fsdp", "--nproc-per-node", "3"]),
+                                         ("ddp", ["--strategy", "fsdp"]), ("fsdp", ["--strategy", "ddp"])])
+def test_resume_on_another_world_size_or_strategy_continues_from_the_same_step(tmp_path, first, then):
+    code, log = train(tmp_path / "run", "--strategy", first, fault="before-prune@4")
+    assert code != 0
+    code, log = train(tmp_path / "run", *then)
+    assert code == 0, log[-3000:]
+    assert "resumed from" in log and "at step 4" in log
+    if "3" in then:
+        assert "written by 2 processes, now 3: resharding" in log
+    resumed = losses(tmp_path / "run")
+    assert set(resumed) == set(range(1, 9)) and all(v == v for v in resumed.values())
+
+
+def test_bad_strategy_values_are_one_line_and_exit_2(tmp_path):
+    for extra, said in ((["--strategy", "zero3"], "--strategy"),
+                        (["--strategy", "fsdp", "--dtype", "float16"], "--dtype float16")):
+        p = subprocess.run([sys.executable, "-m", "slurmgen.train", *extra, "--out-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr
+
+
+def test_preemption_signal_writes_a_sharded_checkpoint_and_the_run_resumes_from_it(tmp_path):
+    """The warning signal to every rank: they agree on a step, write a sharded checkpoint, exit 75;
+    run again, the job continues from that step to the end."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SLURMGEN_"))}
+    env["SLURMGEN_HEARTBEAT_DIR"] = str(tmp_path / "hb")
+    args = [sys.executable, "-m", "slurmgen.train", *ARGS, "--max-steps", "400", "--save-every", "0",
+            "--strategy", "fsdp", "--nproc-per-node", "2", "--out-dir", str(out)]
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None and len(losses(out) if (out / "metrics.jsonl").exists() else {}) < 3:
+            time.sleep(0.1)
+        os.killpg(p.pid, signal.SIGUSR2)
+        log, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 75, log[-3000:]
+    path, meta = sharded.newest_good(out)
+    assert path.name.endswith(".dcp") and 3 <= meta["step"] < 400 and meta["world_size"] == 2
+    code, log = train(out, "--strategy", "fsdp", "--max-steps", "400", "--save-every", "0")
+    assert code == 0, log[-3000:]
+    assert f"at step {meta['step']}" in log and sharded.newest_good(out)[1]["step"] == 400
