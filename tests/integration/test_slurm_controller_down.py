@@ -91,24 +91,27 @@ def test_status_and_jobs_answer_at_once_while_the_controller_is_down(cluster, tm
               f"jobs {took_jobs:.2f} s")
     finally:
         _restart(cluster, argv)
-    said = "the Slurm controller does not answer (scontrol: no answer within 0.8 s, 2 tries)"
-    assert text.returncode == 0 and took_text < BOUND, (took_text, text.stdout, text.stderr)
-    lines = text.stdout.splitlines()
-    # The job, as last seen, then at once the one line about the controller, and only once.
-    assert lines[0].startswith(f"job {job} (") and lines[0].endswith("RUNNING"), lines
-    assert lines[1] == f"  slurm: {said}; the state is the last one slurmgen saw", lines
-    assert text.stdout.count("does not answer") == 1, text.stdout
-    report = json.loads(view.stdout)
-    assert took_json < BOUND and (report["state"], report["source"], report["unanswered"]) == (
-        "RUNNING", "registry (last seen)", said), report
-    assert listed.returncode == 0 and took_jobs < BOUND, (took_jobs, listed.stderr)
-    assert listed.stderr.strip() == f"slurmgen: warning: {said}; states are the last ones slurmgen saw", listed.stderr
-    assert listed.stdout.split()[:2] == [job, "RUNNING"] and "(last seen)" in listed.stdout, listed.stdout
-    # Restarted without -c, the controller knows the job again (killed moments after the job
-    # started, it may not have saved it as running), and status asks it again.
-    after = json.loads(sg(cluster, tmp_path, "status", job, "--json")[0].stdout)
-    assert (after["source"], after.get("unanswered")) == ("scontrol", None), after
-    cluster.cancel(job)
+    try:
+        said = "the Slurm controller does not answer (scontrol: no answer within 0.8 s, 2 tries)"
+        assert text.returncode == 0 and took_text < BOUND, (took_text, text.stdout, text.stderr)
+        lines = text.stdout.splitlines()
+        # The job, as last seen, then at once the one line about the controller, and only once.
+        assert lines[0].startswith(f"job {job} (") and lines[0].endswith("RUNNING"), lines
+        assert lines[1] == f"  slurm: {said}; the state is the last one slurmgen saw", lines
+        assert text.stdout.count("does not answer") == 1, text.stdout
+        report = json.loads(view.stdout)
+        assert took_json < BOUND and (report["state"], report["source"], report["unanswered"]) == (
+            "RUNNING", "registry (last seen)", said), report
+        assert listed.returncode == 0 and took_jobs < BOUND, (took_jobs, listed.stderr)
+        assert listed.stderr.strip() == f"slurmgen: warning: {said}; states are the last ones slurmgen saw", listed.stderr
+        # `jobs` lists every run with its kind first (slurm, launch, group).
+        assert listed.stdout.split()[:3] == ["slurm", job, "RUNNING"] and "(last seen)" in listed.stdout, listed.stdout
+        # Restarted without -c, the controller knows the job again (killed moments after the job
+        # started, it may not have saved it as running), and status asks it again.
+        after = json.loads(sg(cluster, tmp_path, "status", job, "--json")[0].stdout)
+        assert (after["source"], after.get("unanswered")) == ("scontrol", None), after
+    finally:  # whatever failed above, the job must not outlive the test (the next ones check the nodes)
+        cluster.cancel(job)
     assert cluster.wait(job, timeout=60)[0] == "CANCELLED"
     _until("the nodes to be idle for the next test", lambda: set(
         cluster.run(["sinfo", "-h", "-N", "-o", "%t"], timeout=20).stdout.split()) == {"idle"}, timeout=30,
