@@ -115,7 +115,7 @@ def _switch_filter_under_a_held_answer(p, coordinator) -> None:
     expect(view.locator(".log-line", has_text="r3 LAST")).to_have_count(1, timeout=20_000)
     for attempt in range(10):
         held = []
-        p.page.route("**/ui/live/groups/filter/logs?*", lambda route, held=held: held.append(route))
+        p.page.route("**/ui/live/groups/filter/logs?*", lambda route: held.append(route))  # noqa: B023  (the newest list is meant; Playwright passes (route, request) to a two-argument handler)
         rank_filter.select_option("")
         deadline = time.monotonic() + 5
         while not any("rank=" not in r.request.url for r in held) and time.monotonic() < deadline:
