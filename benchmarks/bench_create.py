@@ -1,10 +1,16 @@
-"""Wall time of `slurmgen create --nodes 2 --gpus 4` beside two baselines, measured in one run.
+"""Wall time of `slurmgen create --nodes 2 --gpus 4` beside its baselines, measured in one run.
 
     python benchmarks/bench_create.py [--repeat 15]
 
-Baselines: `python -c pass` (interpreter start-up, the floor) and `torchrun --help`
-(what a user would otherwise wait for). Prints the median of each and the ratios; the
-commands alternate round by round so that machine noise hits all of them alike.
+Baselines: `python -c pass` (interpreter start-up, the floor), `torchrun --help` (what a user
+would otherwise wait for) and `torchx run --dryrun --scheduler slurm dist.ddp -j 2x4` (the
+closest tool: it writes the same sbatch script for the same job shape). The goal is create at
+most 0.3x of torchx. Prints the median of each and the ratios; the commands alternate round by
+round so that machine noise hits all of them alike. torchx is not a dependency of slurmgen
+(nor of its test extra: it pulls docker, fsspec and more); without it the torchx line is
+skipped with a note. To compare, install it beside slurmgen without letting it change torch:
+`pip install --no-deps torchx==0.7.0 pyre-extensions typing-inspect mypy-extensions
+docstring-parser tabulate` (the rest of what its dry run imports comes with slurmgen's extras).
 """
 
 from __future__ import annotations
@@ -25,6 +31,26 @@ def timed(argv: list[str], cwd: Path) -> float:
     return time.perf_counter() - start
 
 
+TORCHX = "torchx run --dryrun (slurm, 2x4)"
+
+
+def torchx_command(bindir: Path) -> list[str] | None:
+    """The torchx dry run of the same job shape, or None (with a note) when torchx cannot run."""
+    torchx = shutil.which("torchx", path=str(bindir)) or shutil.which("torchx")
+    if not torchx:
+        print("torchx not found: skipping the torchx baseline (see this file's docstring to install it)")
+        return None
+    argv = [torchx, "run", "--dryrun", "--scheduler", "slurm", "dist.ddp", "-j", "2x4", "--script", "train.py"]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "train.py").write_text("")  # torchx's dist.ddp wants its script to exist
+        probe = subprocess.run(argv, cwd=tmp, capture_output=True, text=True)
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"torchx cannot run here ({last}): skipping the torchx baseline")
+        return None
+    return argv
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=15)
@@ -38,9 +64,13 @@ def main() -> None:
     if torchrun:
         commands["torchrun --help"] = [torchrun, "--help"]
     else:
-        print("torchrun not found (install the train extra); comparing with python -c pass only")
+        print("torchrun not found (install the train extra); skipping the torchrun --help baseline")
+    torchx = torchx_command(bindir)
+    if torchx:
+        commands[TORCHX] = torchx
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
+        (cwd / "train.py").write_text("")  # torchx's dist.ddp wants its script to exist
         for argv in commands.values():  # warm the page cache once
             timed(argv, cwd)
         samples: dict[str, list[float]] = {name: [] for name in commands}
@@ -55,6 +85,9 @@ def main() -> None:
     print(f"ratio create / python -c pass : {create / medians['python -c pass']:.2f}")
     if "torchrun --help" in medians:
         print(f"ratio create / torchrun --help: {create / medians['torchrun --help']:.2f}")
+    if TORCHX in medians:
+        ratio = create / medians[TORCHX]
+        print(f"ratio create / torchx dryrun  : {ratio:.2f} ({'within' if ratio <= 0.3 else 'ABOVE'} the 0.3 goal)")
 
 
 if __name__ == "__main__":

@@ -30,13 +30,18 @@ def temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp.{os.getpid()}")
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside directory `path` survive a crash."""
+def fsync_path(path: Path) -> None:
+    """Flush the file or directory `path` to the disk (a directory: the names in it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside directory `path` survive a crash."""
+    fsync_path(path)
 
 
 def replace(path: Path, write: Callable[[Path], None], fsync: bool = True, fsync_dir_after: bool = False,
@@ -50,11 +55,7 @@ def replace(path: Path, write: Callable[[Path], None], fsync: bool = True, fsync
     try:
         write(tmp)
         if fsync:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(tmp)
         if before_rename is not None:
             before_rename()
         os.replace(tmp, path)

@@ -23,7 +23,8 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,10 @@ class Registry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def transaction(self, immediate: bool = False) -> AbstractContextManager[None]:
+        """`with reg.transaction():` one atomic change (see `transaction` below)."""
+        return transaction(self.db, immediate)
+
     def add(self, record: JobRecord) -> None:
         """Register a submitted Slurm job: its own columns and the run model's (see runs.py)."""
         submitted = record.submitted or time.time()
@@ -174,10 +179,9 @@ class Registry:
         record.seq = cursor.lastrowid
 
     def add_many(self, records: Iterable[JobRecord]) -> None:
-        self.db.execute("BEGIN")
-        for r in records:
-            self.add(r)
-        self.db.execute("COMMIT")
+        with self.transaction():
+            for r in records:
+                self.add(r)
 
     @staticmethod
     def _record(row: tuple) -> JobRecord:
@@ -225,11 +229,10 @@ class Registry:
         """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction."""
         if not states:
             return
-        self.db.execute("BEGIN")
-        self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
-                            "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
-                            [(s, c, _state_word(s), seq, s, c) for seq, (s, c) in states.items()])
-        self.db.execute("COMMIT")
+        with self.transaction():
+            self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
+                                "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
+                                [(s, c, _state_word(s), seq, s, c) for seq, (s, c) in states.items()])
 
     def update_info(self, record: JobRecord) -> None:
         """Write back `record.info` (e.g. the signals `cancel --signal` sent, which `status` explains)."""
@@ -244,15 +247,25 @@ def _migrate(db: sqlite3.Connection) -> None:
     same path from an empty table of the third shape, so there is one way to the current shape."""
     if _current(db):
         return
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(db, immediate=True):
         if not _current(db):  # another process may have migrated it while this one waited for the lock
             _add_cluster(db)
             _add_run_model(db)
-        db.execute("COMMIT")
+
+
+@contextmanager
+def transaction(db: sqlite3.Connection, immediate: bool = False) -> Iterator[None]:
+    """One atomic change on `db` (opened with isolation_level=None): committed at the end, rolled
+    back on any error. `immediate` takes the write lock at once (BEGIN IMMEDIATE), so that a
+    read-then-write cannot lose to another writer. The one place the registry's transactions
+    are spelt: the migration, the job commands' batch writes and the run recorder use it."""
+    db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    try:
+        yield
     except BaseException:
         db.execute("ROLLBACK")
         raise
+    db.execute("COMMIT")
 
 
 def _columns(db: sqlite3.Connection) -> set[str]:

@@ -184,15 +184,8 @@ class Recorder:
 
     def _write(self, work: Any) -> Any:
         try:
-            with Registry.open(self.path, create=True) as reg:
-                reg.db.execute("BEGIN IMMEDIATE")
-                try:
-                    result = work(reg, self.clock())
-                    reg.db.execute("COMMIT")
-                except BaseException:
-                    reg.db.execute("ROLLBACK")
-                    raise
-                return result
+            with Registry.open(self.path, create=True) as reg, reg.transaction(immediate=True):
+                return work(reg, self.clock())
         except Exception as exc:  # whatever went wrong, the run itself goes on
             log.warning("slurmgen: warning: run registry %s: %s", self.path or "(default)", exc)
             return None

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmgen.contract import verdict
+
 # After these a job does not change again (a requeued job goes back to PENDING first).
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                       "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
@@ -173,16 +175,18 @@ def task_exits(log_text: str) -> list[TaskExit]:
 
 
 def first_rank_exit(log_text: str) -> dict[str, Any] | None:
-    """The rank that failed first, from the `slurmgen-exit:` notes of run_slurm.sh's rank wrapper
-    (the earliest by time: srun relays the nodes' notes in any order), or None. Under torchrun
-    srun's own lines (task_exits) name only a node's agent; this names the rank."""
-    notes = list(_RANK_NOTE.finditer(log_text))
-    if not notes:
+    """The rank that failed first, from the `slurmgen-exit:` notes of run_slurm.sh's rank wrapper,
+    or None. The notes become verdict events ordered by their time (srun relays the nodes' notes
+    in any order) and the contract's rule picks the first failure, as run_slurm.sh's
+    `first_failure` does. Under torchrun srun's own lines (task_exits) name only a node's agent;
+    this names the rank."""
+    notes = sorted(_RANK_NOTE.finditer(log_text), key=lambda m: float(m["time"]))
+    events = [verdict.exited(int(m["code"]), m["node"], int(m["rank"]),
+                             int(m["task"]) if m["task"] and m["task"].isdigit() else None) for m in notes]
+    first = verdict.decide(events).first
+    if first is None:
         return None
-    first = min(notes, key=lambda m: float(m["time"]))
-    task = first["task"]
-    return {"rank": int(first["rank"]), "node": first["node"], "task": int(task) if task and task.isdigit() else None,
-            "exit_code": int(first["code"])}
+    return {"rank": first.rank, "node": first.node, "task": first.task, "exit_code": first.code}
 
 
 def split_label(line: str) -> tuple[int | None, str]:

@@ -1,8 +1,9 @@
 """`slurmgen launch`: flags (and a YAML spec) -> a launch plan -> every host over SSH, or its dry run.
 
 The flags are checked and turned into a spec, hosts and a plan before any connection (so a typo
-costs nothing and `--dry-run` prints exactly what would run); paramiko is imported only once
-the SSH options are built, so `slurmgen --help` and `create` never load it. The launch is
+costs nothing and `--dry-run` prints exactly what would run); paramiko is imported only for a
+real launch (the plan and the dry run read the ssh config without it: ssh/sshconfig.py), so
+`slurmgen --help`, `create` and `launch --dry-run` never load it. The launch is
 recorded in the run registry (jobs/runs.py, launch/record.py) before the first connection, so
 `slurmgen jobs` lists it while it runs and with its verdict after.
 """
@@ -32,7 +33,7 @@ from slurmgen.errors import SlurmgenError
 if TYPE_CHECKING:
     from slurmgen.generate.topology import Host
     from slurmgen.launch.plan import LaunchPlan
-    from slurmgen.launch.ssh.connect import SSHOptions
+    from slurmgen.launch.ssh.target import SSHOptions
 
 
 def launch(
@@ -81,7 +82,8 @@ def launch(
     ))
     selected = select_hosts(_host_list(hosts, hostfile, spec.gpus), include, exclude)
     stdin_env = _stdin_env(env_file)
-    from slurmgen.launch.ssh.connect import SSHOptions, master_address  # paramiko: only for launch
+    from slurmgen.launch.ssh.sshconfig import master_address  # the ssh config only: no paramiko
+    from slurmgen.launch.ssh.target import SSHOptions
 
     opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
@@ -140,14 +142,15 @@ def _start(plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool,
            run: tuple[Path | None, str, list[str]]) -> None:
     """Print what would run (--dry-run), or record the run (registry, name, command), run it
     and leave with the job's exit code. A registry that cannot be opened stops us first."""
-    from slurmgen.jobs.runs import Recorder
-    from slurmgen.launch.record import LaunchRecord
-    from slurmgen.launch.runner import dry_run_text
-    from slurmgen.launch.runner import launch as run_launch
+    if dry_run:  # neither paramiko nor the registry: see launch/preview.py
+        from slurmgen.launch.preview import dry_run_text
 
-    if dry_run:
         typer.echo(dry_run_text(plan, opts, keepalive), nl=False)
         return
+    from slurmgen.jobs.runs import Recorder
+    from slurmgen.launch.record import LaunchRecord
+    from slurmgen.launch.runner import launch as run_launch
+
     recorder = Recorder(run[0])
     recorder.check()
     code = run_launch(plan, opts, keepalive=keepalive, record=LaunchRecord.start(recorder, plan, run[1], run[2]))

@@ -187,8 +187,15 @@ class TrainConfig:
             raise ConfigError([f"unknown config key {k!r} (valid: {', '.join(sorted(names))})" for k in unknown])
         return cls(**dict(values)).validate()
 
-    def validate(self) -> TrainConfig:  # noqa: C901  (a flat list of independent one-line field checks)
+    def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError listing every problem."""
+        p = self._bound_problems() + self._choice_problems() + self._setting_problems()
+        if p:
+            raise ConfigError(p)
+        return self
+
+    def _bound_problems(self) -> list[str]:
+        """Numbers outside their range: sizes and counts at least 1, rates and steps at least 0."""
         p: list[str] = []
 
         def at_least(name: str, value: float | int | None, low: float, allow_none: bool = False) -> None:
@@ -213,6 +220,11 @@ class TrainConfig:
             p.append(f"--dropout must be in [0, 1) (got {self.dropout})")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             p.append(f"--beta1/--beta2 must be in [0, 1) (got {self.beta1}, {self.beta2})")
+        return p
+
+    def _choice_problems(self) -> list[str]:
+        """Words that are not one of their field's choices."""
+        p: list[str] = []
         if self.model not in MODELS:
             p.append(f"--model must be one of {', '.join(MODELS)} (got {self.model!r})")
         if self.dtype not in DTYPES:
@@ -222,6 +234,11 @@ class TrainConfig:
             p.append(f"--progress must be {either(PROGRESS_MODES)} (got {self.progress!r})")
         if self.backend not in BACKENDS:
             p.append(f"--backend must be {either(BACKENDS)} (got {self.backend!r})")
+        return p
+
+    def _setting_problems(self) -> list[str]:
+        """Fields that exclude or need each other, empty values, the signal and the trackers."""
+        p: list[str] = []
         if self.max_steps is not None and self.epochs is not None:
             p.append(f"--max-steps ({self.max_steps}) and --epochs ({self.epochs}) exclude each other: give one")
         if self.model == "gpt" and self.n_embd % self.n_head:
@@ -242,6 +259,4 @@ class TrainConfig:
                 parse_trackers(self.tracker)
             except TrackingError as exc:
                 p.append(f"--{exc}")
-        if p:
-            raise ConfigError(p)
-        return self
+        return p

@@ -98,14 +98,6 @@ def app_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[
     return {"model": model_sd, "optimizer": optim_sd}
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
     """`meta.pt` of the checkpoint at `path` if every byte its index refers to is there; else a
     CheckpointError naming `path` and what is wrong."""
@@ -183,7 +175,7 @@ class ShardedWriter:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
             torch.save({**(meta or {}), "format": FORMAT, "step": step}, str(tmp / META))
-            _fsync_file(tmp / META)
+            atomic.fsync_path(tmp / META)
         if self.group is not None:
             tdist.barrier(group=self.group)
         state = app_state(model, optimizer)
@@ -212,7 +204,7 @@ class ShardedWriter:
             return None
         ckpt.arm_fault(step)
         tmp, final = self.directory / temporary_name(step), self.directory / checkpoint_name(step)
-        _fsync_file(tmp)
+        atomic.fsync_path(tmp)
         ckpt.fault("before-rename")
         shutil.rmtree(final, ignore_errors=True)  # a rewrite of the same step (a resumed run)
         os.replace(tmp, final)

@@ -5,7 +5,7 @@ status (state, pending reason and eligible time, first failure) is `slurmgen sta
 (jobs/commands.status), and the last lines of the first failed rank's log come through
 jobs/logs.py from the job's log_dir when that file is readable from here. "Cancel" and
 "Checkpoint and stop" are `slurmgen cancel` and `slurmgen cancel --signal PREEMPT_SIGNAL`
-(jobs/commands.cancel); each is a POST behind the session and CSRF value that ends in a
+(jobs/stopping.cancel); each is a POST behind the session and CSRF value that ends in a
 redirect to the run's page with what Slurm said. A button that cannot apply is disabled with
 its reason in a title.
 """
@@ -36,7 +36,7 @@ ENDED_SLURM = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FA
 
 def _runner(record: JobRecord) -> Any:
     """Here, or the login node the job was submitted through (as `slurmgen status` does)."""
-    from slurmgen.jobs.cli import Runners
+    from slurmgen.jobs.cli_shared import Runners
 
     return Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
 
@@ -128,7 +128,7 @@ async def run_page(request: Request, seq: int) -> Response:
 
 def act(path: Any, seq: int, action: str) -> str:
     """Cancel or checkpoint-and-stop the Slurm job; what Slurm said, or why nothing was done."""
-    from slurmgen.jobs.commands import cancel
+    from slurmgen.jobs.stopping import cancel
 
     with Registry.open(path) as reg:
         record = reg.by_seq(seq)

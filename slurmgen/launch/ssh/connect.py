@@ -29,15 +29,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch.ssh.explain import explain
 from slurmgen.launch.ssh.hostkeys import HostKeyPolicy
 from slurmgen.launch.ssh.jumps import JumpPool
 from slurmgen.launch.ssh.keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
-from slurmgen.launch.ssh.lean import paramiko, parse_config
-from slurmgen.launch.ssh.target import DEFAULT_CONFIG, ConnectError, SSHOptions, Target, parse_jump, target_from
+from slurmgen.launch.ssh.lean import paramiko
+from slurmgen.launch.ssh.sshconfig import describe_targets, load_config, master_address, resolve
+from slurmgen.launch.ssh.target import ConnectError, SSHOptions, Target, parse_jump
 
 __all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
            "describe_targets", "load_config", "master_address", "resolve"]
@@ -48,24 +48,6 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 # ---- configuration -------------------------------------------------------------------------------
-def load_config(path: str | None) -> paramiko.SSHConfig:
-    """The ssh config file given, or ~/.ssh/config if it exists, or an empty one."""
-    if path is None:
-        default = Path(DEFAULT_CONFIG).expanduser()
-        return parse_config(default.read_text()) if default.is_file() else paramiko.SSHConfig()
-    try:
-        return parse_config(Path(os.path.expanduser(path)).read_text())
-    except OSError as exc:
-        raise SlurmgenError(f"ssh_config: cannot read {path!r}: {exc.strerror}") from None
-    except Exception as exc:  # paramiko.ConfigParseError and friends
-        raise SlurmgenError(f"ssh_config: {path}: {exc}") from None
-
-
-def resolve(alias: str, opts: SSHOptions, config: paramiko.SSHConfig) -> Target:
-    """Flags over ~/.ssh/config over defaults, for one host."""
-    return target_from(alias, opts, config.lookup(alias))
-
-
 class _ProxyCommand(paramiko.ProxyCommand):
     """paramiko's ProxyCommand, except that the command's end is the connection's end:
     paramiko's recv() keeps polling the closed pipe, so a proxy that fails at once costs the
@@ -332,14 +314,3 @@ def connect_all(aliases: Sequence[str], opts: SSHOptions, notify: Callable[[str]
             conn.close()
         raise SlurmgenError(*[e.line() for e in errors], exit_code=EXIT_RUN_FAILED)
     return results
-
-
-def describe_targets(aliases: Sequence[str], opts: SSHOptions) -> dict[str, str]:
-    """alias -> user@host:port (via jump), without connecting: for --dry-run."""
-    config = load_config(opts.ssh_config)
-    return {a: resolve(a, opts, config).describe() for a in aliases}
-
-
-def master_address(alias: str, opts: SSHOptions) -> str:
-    """The address other nodes use for the master: HostName from ~/.ssh/config, else the alias."""
-    return resolve(alias, opts, load_config(opts.ssh_config)).hostname

@@ -395,3 +395,43 @@ def test_slurm_script_accepts_a_bare_ip_master_without_a_name(tmp_path, fake_slu
     result = fake_slurm(out, nodes=1)
     assert result.returncode == 0, result.stderr
     assert reports(result.stdout)[0]["env"]["MASTER_ADDR"] == "127.0.0.5"
+
+
+STEP_ERRORS = {  # srun's stderr as run_slurm.sh keeps it: ranks' notes (labelled) and srun's own reports
+    "notes out of order": "0: hi\n0: slurmgen-exit: rank 0 on gn1 (task 0) exited with code 1 at 100.9\n"
+                          "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 100.25\n"
+                          "srun: error: gn2: task 1: Exited with exit code 1\n",
+    "a report before a note": "srun: error: gn1: task 0: Killed\n"
+                              "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 7.5\n",
+    "reports only": "srun: error: gn2: tasks 1-2: Exited with exit code 7\nsrun: error: gn1: task 0: Killed\n",
+    "killed first": "srun: error: gn1: task 0: Killed\nsrun: error: gn2: task 1: Exited with exit code 7\n",
+    "nothing": "0: all well\n",
+}
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+@pytest.mark.parametrize("case", sorted(STEP_ERRORS))
+def test_the_scripts_first_failure_is_the_verdicts(tmp_path, launcher, case):
+    # run_slurm.sh's bash `first_failure` and `slurmgen status` (the contract's decide over the
+    # ranks' notes, then srun's reports) name the same first failure from the same log.
+    from slurmgen.contract import verdict
+    from slurmgen.generate.render import render
+    from slurmgen.generate.specfile import build_spec
+    from slurmgen.jobs.slurm import first_rank_exit, task_exits
+
+    script = render(build_spec({"launcher": launcher})).files[SLURM_SCRIPT]
+    function = script[script.index("first_failure() {"):]
+    function = function[:function.index("\n}\n") + 3]
+    (tmp_path / "step").write_text(STEP_ERRORS[case])
+    result = subprocess.run(["bash", "-c", f"set -euo pipefail\n{function}\nstep_errors=$1\nfirst_failure",
+                             "-", str(tmp_path / "step")], capture_output=True, text=True, timeout=30)
+    note = first_rank_exit(STEP_ERRORS[case])
+    events = [verdict.exited(note["exit_code"], note["node"], note["rank"], note["task"])] if note else []
+    events += [verdict.exited(t.code, t.node, t.tasks[0] if launcher == "srun" else None, t.tasks[0])
+               for t in task_exits(STEP_ERRORS[case])]
+    first = verdict.decide(events).first
+    if first is None:
+        assert result.returncode != 0 and result.stdout == "", result
+        return
+    said = " ".join("null" if v is None else str(v) for v in (first.rank, first.node, first.task, first.code))
+    assert (result.returncode, result.stdout) == (0, said + "\n"), result.stderr

@@ -24,7 +24,7 @@ from slurmgen.errors import SlurmgenError
 from slurmgen.generate import sweep_input
 from slurmgen.generate.render import SLURM_SCRIPT, render
 from slurmgen.generate.specfile import build_spec
-from slurmgen.jobs import commands, listing
+from slurmgen.jobs import commands, listing, stopping
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
@@ -642,7 +642,7 @@ def test_cancel_leaves_an_ended_job_alone_and_says_how_it_ended(tmp_path, scontr
         reg.add(rec)
         reg.remember_states({rec.seq: ("COMPLETED", 0)})
         rec = reg.get("4")
-        result = commands.cancel(runner, reg, rec, None, None, sleep=lambda s: None)
+        result = stopping.cancel(runner, reg, rec, None, None, sleep=lambda s: None)
     assert (result["said"], result["ended"], result["already_ended"]) == (said, True, True)
     assert not [c for c in runner.calls if c[0] == "scancel"]
 
@@ -654,8 +654,8 @@ def test_cancel_waits_for_the_end_and_tells_a_requeue_from_an_end(tmp_path):
     requeued = CancelRunner([running, scontrol_as("scontrol_running.txt", "4", JobState="PENDING", Restarts="1")])
     with registry(tmp_path) as reg:
         reg.add(rec)
-        done = commands.cancel(ended, reg, rec, None, None, sleep=lambda s: None)
-        again = commands.cancel(requeued, reg, rec, None, None, sleep=lambda s: None)
+        done = stopping.cancel(ended, reg, rec, None, None, sleep=lambda s: None)
+        again = stopping.cancel(requeued, reg, rec, None, None, sleep=lambda s: None)
     assert (done["said"], done["ended"]) == ("job 4: CANCELLED", True) and ["scancel", "4"] in ended.calls
     assert (again["state"], again["ended"]) == ("PENDING", False) and "requeued instead of ending" in again["said"]
 
@@ -671,7 +671,7 @@ def test_cancel_waits_for_the_end_and_tells_a_requeue_from_an_end(tmp_path):
     (["python", "mine.py"], {"preempt_contract": True}, "USR2", False),
 ])
 def test_cancel_signal_warns_when_the_program_may_die_of_it(tmp_path, command, info, signal, warned):
-    warning = commands.signal_warning(record("4", tmp_path, command=command, **info), signal)
+    warning = stopping.signal_warning(record("4", tmp_path, command=command, **info), signal)
     assert (warning is not None) == warned, warning
     if warned:
         assert warning.startswith(f"job 4 runs `{' '.join(command)}`, which did not declare that it handles")
@@ -686,7 +686,7 @@ def test_status_says_the_user_signalled_a_program_that_had_no_handler(tmp_path):
     runner.files = {str(tmp_path / "logs" / "fail-7.out"): log}
     with registry(tmp_path) as reg:
         reg.add(rec)
-        assert commands.cancel(runner, reg, rec, None, "USR2")["said"] == "sent USR2 to 7"
+        assert stopping.cancel(runner, reg, rec, None, "USR2")["said"] == "sent USR2 to 7"
         rec = reg.get("7")
         view = commands.status(runner, reg, rec, None)
     assert view["signalled"]["signal"] == "USR2" and view["signalled"]["exit_code"] == 140

@@ -81,6 +81,24 @@ def test_only_launch_itself_imports_paramiko(args):
     assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
 
 
+DRY_RUN_SKIPS = ("torch", "paramiko", "cryptography", "invoke", "sqlite3", "slurmgen.launch.ssh.connect",
+                 "slurmgen.launch.runner", "slurmgen.jobs.registry")
+
+
+def test_a_dry_run_imports_no_ssh_stack_and_no_registry(tmp_path):
+    # `launch --dry-run` connects to nothing and records nothing: paramiko (with cryptography)
+    # and the run registry were most of its start-up before it printed a line.
+    (tmp_path / "none").write_text("Host node-a\n  HostName 192.0.2.10\n  User alice\n")
+    probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             f"print('HEAVY', [m for m in {DRY_RUN_SKIPS!r} if m in sys.modules])")
+    args = ["launch", "--dry-run", "--hosts", "node-a", "--ssh-config", str(tmp_path / "none"), "--", "python", "x.py"]
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert "# ===== node-a (alice@192.0.2.10:22): node rank 0, ranks 0 =====" in result.stdout, result.stderr[-2000:]
+    assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
+
+
 def test_same_yaml_spec_as_create(capsys, tmp_path):
     config = tmp_path / "job.yaml"
     config.write_text("gpus: 3\nbackend: gloo\nmaster_port: 31337\nenv:\n  NCCL_DEBUG: WARN\n"

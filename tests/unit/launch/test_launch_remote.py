@@ -48,6 +48,16 @@ def pids_from(text):
     return [int(line.split("PID ")[1]) for line in text.splitlines() if "PID " in line]
 
 
+def ended(proc, pids, since):
+    """The rest of `proc`'s output, its exit status, and how long after `since` its ranks `pids`
+    were all gone (waiting 5 s at most)."""
+    text = output_of(proc)
+    code = proc.exit_status()
+    while any(alive(p) for p in pids) and time.monotonic() - since < 5:
+        time.sleep(0.02)
+    return text, code, time.monotonic() - since
+
+
 def wait_for_lines(proc, marker, count, timeout=20):
     """Read until `count` lines contain `marker`; return what was read."""
     text = ""
@@ -97,11 +107,8 @@ def test_end_of_stdin_stops_every_process_group_within_2s(tmp_path):
     assert all(alive(p) for p in pids)
     stopped = time.monotonic()
     proc.close_stdin()
-    text += output_of(proc)
-    code = proc.exit_status()
-    while any(alive(p) for p in pids) and time.monotonic() - stopped < 5:
-        time.sleep(0.02)
-    gone_after = time.monotonic() - stopped
+    rest, code, gone_after = ended(proc, pids, since=stopped)
+    text += rest
     assert not any(alive(p) for p in pids), text
     assert gone_after < 2.0, f"{gone_after:.2f}s\n{text}"
     assert code == 143, text
@@ -123,11 +130,8 @@ def test_silent_lifeline_stops_every_rank_though_stdin_stays_open(tmp_path):
     text = wait_for_lines(proc, "PID ", 2)
     pids = pids_from(text)
     cut = time.monotonic()
-    text += output_of(proc)
-    code = proc.exit_status()
-    while any(alive(p) for p in pids) and time.monotonic() - cut < 5:
-        time.sleep(0.02)
-    gone_after = time.monotonic() - cut
+    rest, code, gone_after = ended(proc, pids, since=cut)
+    text += rest
     assert not any(alive(p) for p in pids), text
     assert gone_after < 1 + 1 + 1.0, f"{gone_after:.2f}s\n{text}"  # silence + stop grace + slack
     assert code == 143, text

@@ -193,23 +193,27 @@ rank_wrapper='
 '
 # The step's first failure as "RANK NODE TASK CODE" (null where unknown; fails if none): the one
 # answer for the job's exit code, its last line, the attempts record and the node to exclude.
-# The ranks' notes come first, the earliest by time (srun relays the nodes' notes in any order).
-# A rank killed by a signal (or a torchrun agent failing by itself) leaves none: then srun's
-# report of the first task that ended, `srun: error: node2: task 3: Exited with exit code 3`
-# or `...: task 3: Killed` (no code of its own: the step's stays).
+# One rule, contract/verdict.py's: the step's failures become one ordered list of events and
+# the first one wins. A rank's note (the wrapper's 'slurmgen-exit:' line) orders by its time,
+# since srun relays the nodes' notes in any order; a rank killed by a signal (or a torchrun
+# agent failing by itself) leaves none, and srun's report of a task that ended,
+# `srun: error: node2: task 3: Exited with exit code 3` or `...: task 3: Killed` (no code of
+# its own: the step's stays), comes after every note, in the order srun wrote it: it names a
+# task, which under torchrun is a node's agent and whose code is the agent's, not a rank's.
 first_failure() {
-  local line re='^srun: error: ([^ :]+): tasks? ([0-9]+)[^:]*: (Exited with exit code ([0-9]+))?'
-  grep -ho 'slurmgen-exit: rank [0-9]* on [^ ]* (task [0-9a-z]*) exited with code [0-9]* at [0-9.]*' "$step_errors" |
-    sort -k13,13g | awk 'NR == 1 { sub(/\)$/, "", $7); print $3, $5, $7, $11; found = 1 } END { exit !found }' &&
-    return
-  while IFS= read -r line; do
-    if [[ $line =~ $re ]]; then
+  local line n=0
+  local note='slurmgen-exit: rank ([0-9]*) on ([^ ]*) \(task ([0-9a-z]*)\) exited with code ([0-9]*) at ([0-9.]*)'
+  local report='^srun: error: ([^ :]+): tasks? ([0-9]+)[^:]*: (Exited with exit code ([0-9]+))?'
+  grep -a -e 'slurmgen-exit: rank ' -e '^srun: error: ' "$step_errors" | while IFS= read -r line; do
+    n=$((n + 1))
+    # Each event as "ORDER KEY RANK NODE TASK CODE": notes (0) by time, then reports (1) by line.
+    if [[ $line =~ $note ]]; then
+      echo "0 ${BASH_REMATCH[5]} ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}"
+    elif [[ $line =~ $report ]]; then
       # Under torchrun a task is a node's agent, not a rank.
-      echo "null ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[4]:-null}"
-      return
+      echo "1 $n null ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[4]:-null}"
     fi
-  done <"$step_errors"
-  return 1
+  done | sort -k1,1n -k2,2g | awk 'NR == 1 { print $3, $4, $5, $6; found = 1 } END { exit !found }'
 }
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")

@@ -1,0 +1,107 @@
+"""`slurmgen cancel`'s work: scancel a job (or send it a signal) and wait until Slurm says it ended.
+
+Apart from commands.py (submit, wait, status) since stopping a job is its own conversation with
+Slurm: a job that already ended is left alone, a requeue is not an end, and a warning signal is
+sent only after saying whether the job's program declared that it handles it. Like
+commands.py, each function takes plain values and a `Runner` and returns data; `cli.py` prints it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from slurmgen.contract import envvars
+from slurmgen.contract.exitcodes import FAILED
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs import signals
+from slurmgen.jobs.commands import POLL, all_tasks
+from slurmgen.jobs.query import ask
+from slurmgen.jobs.records import is_trainer
+from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.runner import Runner
+from slurmgen.jobs.slurm import QueryResult, SlurmJob
+from slurmgen.jobs.view import overall
+
+# A cancelled job ends within Slurm's KillWait (30 s by default) after the signal.
+CANCEL_WAIT = 90.0
+
+
+def handles(record: JobRecord, signal: str) -> bool:
+    """Does the job's program take `signal` as the preemption warning (checkpoint, exit 75)?
+
+    The bundled trainer does for its preempt_signal; any other program only if its spec
+    declared the contract (env SLURMGEN_PREEMPT_CONTRACT=1, README: the heartbeat protocol)."""
+    wanted = signals.number(record.info.get("preempt_signal") or "USR2")
+    if wanted is None or signals.number(signal) != wanted:
+        return False
+    return is_trainer(record.info.get("command") or []) or bool(record.info.get("preempt_contract"))
+
+
+def signal_warning(record: JobRecord, signal: str) -> str | None:
+    """What to say before sending a warning signal to a program that may die of it."""
+    num = signals.number(signal)
+    label = signals.name(num) if num is not None else None
+    if label not in signals.WARNINGS or handles(record, signal):
+        return None
+    words = " ".join(record.info.get("command") or []) or "its program"
+    return (f"job {record.job_id} runs `{words}`, which did not declare that it handles {label} (the bundled trainer does, "
+            f"for its preempt_signal; others: env {envvars.PREEMPT_CONTRACT}=1): without a handler it dies of it, "
+            f"exit code {128 + num}")
+
+
+def _mine(runner: Runner, record: JobRecord, task: str | None, accounting: bool) -> tuple[list[SlurmJob], QueryResult]:
+    snap = ask(runner, [record.job_id], accounting=accounting)
+    return [j for j in all_tasks(snap, record) if task is None or j.array_task == task], snap
+
+
+def cancel(runner: Runner, registry: Registry, record: JobRecord, task: str | None, signal: str | None,
+           timeout: float = CANCEL_WAIT, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """scancel the job (or one array task); without a signal, wait until Slurm says it ended.
+
+    A job that had already ended is left alone and said so, with its state: scancel on it
+    succeeds silently, and a job Slurm forgot is not thereby cancelled. The result's `ended`
+    is False when the job did not end (requeued instead, or still ending at the timeout)."""
+    target = f"{record.job_id}_{task}" if task is not None else record.job_id
+    before, snap = _mine(runner, record, task, accounting=True)
+    if snap.unanswered:  # scancel would wait as long, and nothing would be cancelled
+        raise SlurmgenError(f"cancel: {snap.unanswered}; nothing was cancelled", exit_code=FAILED)
+    asked = not any(n.startswith("scontrol failed") for n in snap.notes)  # else Slurm may know more than it said
+    if asked and (not before or all(j.ended for j in before)):
+        state, code = overall(before) if before else (record.last_state or "UNKNOWN", record.last_exit)
+        known = "" if before else "Slurm no longer knows it; last seen "
+        said = f"job {target} had already ended: {known}{state}" + (f", exit code {code}" if code is not None else "")
+        return {"job": target, "state": state, "exit_code": code, "ended": True, "already_ended": True, "said": said}
+    res = runner.run(["scancel", *([f"--signal={signal}"] if signal else []), target], timeout=30)
+    if res.code != 0:
+        raise SlurmgenError(f"scancel: {' '.join(res.err.split()) or f'exit code {res.code}'}", exit_code=FAILED)
+    if signal:
+        record.info.setdefault("signals", []).append({"signal": signal, "time": time.time(), "task": task})
+        registry.update_info(record)
+        return {"job": target, "signal": signal, "said": f"sent {signal} to {target}"}
+    return _until_ended(runner, record, task, target, max((j.restarts for j in before), default=0), timeout, sleep)
+
+
+def _until_ended(runner: Runner, record: JobRecord, task: str | None, target: str, restarts: int,
+                 timeout: float, sleep: Callable[[float], None]) -> dict[str, Any]:
+    """Poll after scancel: the final state, or why there is none yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs, _ = _mine(runner, record, task, accounting=False)
+        if not jobs:  # forgotten at once (MinJobAge 0?): ask accounting for the final state
+            jobs, _ = _mine(runner, record, task, accounting=True)
+            if not jobs:
+                return {"job": target, "state": "UNKNOWN", "exit_code": None, "ended": True,
+                        "said": f"job {target}: ended (Slurm no longer knows its final state)"}
+        state, code = overall(jobs)
+        if all(j.ended for j in jobs):
+            return {"job": target, "state": state, "exit_code": code, "ended": True, "said": f"job {target}: {state}"}
+        if state == "PENDING" and max(j.restarts for j in jobs) > restarts:
+            return {"job": target, "state": state, "exit_code": None, "ended": False,
+                    "said": f"job {target}: requeued instead of ending (PENDING); scancel it again"}
+        if time.monotonic() > deadline:
+            return {"job": target, "state": state, "exit_code": None, "ended": False,
+                    "said": f"job {target}: still {state} {timeout:g} s after scancel (Slurm's KillWait gives the "
+                            f"processes time to stop); `slurmgen status {target}` tells when it has ended"}
+        sleep(POLL)

@@ -1,0 +1,111 @@
+"""`slurmgen submit`: render exactly as `create` does, sbatch it, register the job.
+
+`submit` takes every flag of `create` (its signature is create's plus its own), so the two can
+never drift apart: same files, same validation. With `--remote LOGIN` the code is shipped to
+the login node and the job remembers it, so later commands find it without the flag.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from slurmgen.generate.cli import create, spec_from_create_flags, write_rendered
+from slurmgen.jobs.cli_shared import JsonOpt, RegistryOpt, RemoteOpt, Runners, SetupOpt, SshConfigOpt, echo_json, style
+
+
+def submit(**kw: Any) -> None:
+    """Render exactly as `create` does, sbatch it, register the job and print its id."""
+    from slurmgen.generate.render import render
+    from slurmgen.jobs import commands
+    from slurmgen.jobs.registry import Registry
+
+    create_flags = {k: kw.pop(k) for k in list(kw) if k in _CREATE_PARAMS}
+    dry_run, force = create_flags.pop("dry_run"), create_flags.pop("force")
+    rendered = render(spec_from_create_flags(**create_flags))
+    args = commands.sbatch_args(kw["dependency"], kw["hold"])
+    if dry_run:
+        write_rendered(rendered, dry_run=True, force=force)
+        return
+    remote, as_json = kw["remote"], kw["as_json"]
+    with Registry.open(kw["registry"], create=True) as reg:  # a bad registry stops us before sbatch
+        runners = Runners(kw["ssh_config"], list(kw["remote_setup"]))
+        try:
+            if remote:
+                record = _submit_remote(runners(remote), reg, rendered, args, kw)
+            else:
+                write_rendered(rendered, dry_run=False, force=force, quiet=True)
+                record = commands.submit(runners(None), reg, rendered, os.getcwd(), args, None, {})
+            if not kw["wait"]:
+                echo_json(record.as_dict()) if as_json else typer.echo(record.job_id)
+                return
+            if not as_json:
+                typer.echo(record.job_id)
+            state, code = commands.wait(runners(remote), record)
+            reg.remember_states({record.seq: (state, code)})
+        finally:
+            runners.close()
+    if as_json:
+        echo_json({**record.as_dict(), "last_state": state, "last_exit": code})
+    else:
+        typer.echo(f"job {record.job_id}: {style(state, state)}, exit code {code}", err=True)
+    raise typer.Exit(code)
+
+
+def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: dict[str, Any]) -> Any:
+    from slurmgen.jobs import commands
+    from slurmgen.jobs.remote import DEFAULT_REMOTE_DIR, ship
+    from slurmgen.jobs.snapshot import take
+
+    snap = take(Path(kw["code"] or "."), whole_dir=kw["code"] is not None)
+    facts = {"dir": None, "digest": snap.digest, "files": snap.files, "commit": snap.commit, "dirty": snap.dirty}
+    extra = {".slurmgen/snapshot.json": json.dumps(facts, indent=2).encode(), ".slurmgen/diff.patch": snap.diff.encode()}
+    job_dir, uploaded = ship(runner, snap, kw["remote_dir"] or DEFAULT_REMOTE_DIR, commands.job_tar(rendered, extra))
+    runner.run(["mkdir", "-p", rendered.spec.logs], cwd=job_dir)
+    facts.update(dir=job_dir, uploaded=uploaded, diff=snap.diff)
+    return commands.submit(runner, reg, rendered, job_dir, args, runner.where,
+                           {"snapshot": facts, "remote_setup": list(kw["remote_setup"]),
+                            "ssh_config": os.path.abspath(kw["ssh_config"]) if kw["ssh_config"] else None})
+
+
+def _signature() -> inspect.Signature:
+    """create's parameters followed by submit's own: one definition of the shared flags."""
+    own = [
+        ("registry", Path | None, RegistryOpt),
+        ("dependency", str | None, typer.Option(None, "--dependency", "-d", help="sbatch --dependency, e.g. afterok:1234.")),
+        ("hold", bool, typer.Option(False, "--hold", help="Submit held; `scontrol release ID` starts it.")),
+        ("wait", bool, typer.Option(False, "--wait", "-W", help="Block until the job ends; exit with its code.")),
+        ("remote", str | None, RemoteOpt),
+        ("remote_dir", str | None, typer.Option(None, "--remote-dir", help="Where snapshots and job dirs live on the login node [default: ~/.slurmgen].")),
+        ("code", Path | None, typer.Option(None, "--code", help="Ship this directory instead of the working tree (with --remote).")),
+        ("ssh_config", str | None, SshConfigOpt),
+        ("remote_setup", list[str], SetupOpt),
+        ("as_json", bool, JsonOpt),
+    ]
+    hints = typing.get_type_hints(create)
+    params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(create).parameters.values()]
+    return inspect.Signature([*params, *(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
+                                         for n, a, d in own)])
+
+
+_CREATE_PARAMS: set[str] = set()
+
+
+_CREATE_PARAMS: set[str] = set()
+
+
+def register(app: typer.Typer) -> None:
+    """Add `submit` to the `slurmgen` app, with create's flags followed by its own."""
+    signature = _signature()
+    _CREATE_PARAMS.update(name for name in signature.parameters if name not in
+                          {"registry", "dependency", "hold", "wait", "remote", "remote_dir", "code", "ssh_config",
+                           "remote_setup", "as_json"})
+    submit.__signature__ = signature  # type: ignore[attr-defined]
+    submit.__annotations__ = {name: p.annotation for name, p in signature.parameters.items()}
+    app.command(context_settings={"allow_interspersed_args": False})(submit)
