@@ -330,7 +330,7 @@ def _stop_launch(registry: Path | None, ref: str, as_json: bool) -> bool:
         return False  # no registry: the Slurm path says so in its own words
     if row is None:
         return False
-    taken, said = launch_stop.request(row, "slurmgen cancel")
+    taken, said = launch_stop.request(row, "with slurmgen cancel")
     if as_json:
         _echo_json({"job": ref, "kind": "launch", "stopping": taken, "said": said})
     else:

@@ -88,7 +88,8 @@ def why_not(row: dict[str, Any]) -> str | None:
 
 def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool, str]:
     """Ask the launch's launcher to stop every rank; (taken, what happened), after up to `wait`
-    seconds for the launcher to take the request."""
+    seconds for the launcher to take the request. `by` ends the cause the launch records
+    ("stopped by user from the page")."""
     reason = why_not(row)
     if reason is not None:
         return False, f"launch {row.get('job_id')} was not stopped: {reason}"
@@ -96,7 +97,7 @@ def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool,
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(f"{STOPPED_BY_USER} ({by})\n")
+            f.write(f"{STOPPED_BY_USER} {by}\n")
     except OSError as exc:
         return False, f"launch {row.get('job_id')} was not stopped: cannot write {str(path)!r}: {exc.strerror}"
     deadline = time.monotonic() + wait

@@ -119,7 +119,7 @@ class Launcher:
                     self.record.attempt_started(attempt)
                 code, results, verdict = self._attempt(attempt)
                 if self.record:
-                    stopped = Failure(cause=self.stop_reason, code=code) if self.stop_reason else None
+                    stopped = Failure(cause=self.stop_reason) if self.stop_reason else None
                     self.record.attempt_ended(attempt, code, bool(self.signals) and self.first_failure is None,
                                               self.first_failure or stopped)
                 if code == 0 or self.signals or attempt == attempts:

@@ -66,8 +66,8 @@ def config_view(config: Mapping[str, Any]) -> dict[str, Any]:
 
     return {"command": shlex.join(config.get("argv") or []) or None, "cwd": config.get("cwd"),
             "env": [(k, masked(k, str(v))) for k, v in sorted((config.get("env") or {}).items())],
-            "max_restarts": config.get("max_restarts", 0), "heartbeat_timeout": config.get("heartbeat_timeout"),
-            "stop_grace": config.get("stop_grace")}
+            **{k: f"{config[k]:g}" if isinstance(config.get(k), (int, float)) else "—"
+               for k in ("max_restarts", "heartbeat_timeout", "stop_grace")}}
 
 
 # ---- runs -------------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def test_stop_a_running_launch_through_its_channel_and_not_an_ended_one(app):
     thread.start()
     assert post(app, f"/ui/runs/{live}/stop", page=f"/ui/runs/{live}") == f"/ui/runs/{live}"
     thread.join()
-    assert taken == [f"{STOPPED_BY_USER} (from the page)"]
+    assert taken == [f"{STOPPED_BY_USER} from the page"]
     assert "launch L1: the launcher is stopping every rank on every node" in app.get(f"/ui/runs/{live}").text
     assert post(app, f"/ui/runs/{old}/stop", page=f"/ui/runs/{old}") == f"/ui/runs/{old}"
     assert "launch L0 was not stopped: the launch has ended (failed)" in app.get(f"/ui/runs/{old}").text

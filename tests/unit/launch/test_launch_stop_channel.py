@@ -63,13 +63,13 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
     taken, said = asked["taken"], asked["said"]
     assert taken and said == f"launch L7: the launcher is stopping every rank on every node ({STOPPED_BY_USER})"
     assert code == exitcodes.TERMINATED, err.getvalue()
-    assert f"stopping all nodes: {STOPPED_BY_USER} (from a test)" in err.getvalue()
-    assert f"{STOPPED_BY_USER} (from a test), exit code 143" in err.getvalue()  # the summary's title
+    assert f"stopping all nodes: {STOPPED_BY_USER} from a test" in err.getvalue()
+    assert f"{STOPPED_BY_USER} from a test, exit code 143" in err.getvalue()  # the summary's title
     assert not any(alive(p) for p in pids(out.getvalue()))
     assert len(made["h0"].procs) == 1, "a stop is not a failure: no restart"
     row, attempts = _row(path)
-    assert (row["state"], row["last_exit"], row["failure"]["cause"]) == ("stopped", 143, f"{STOPPED_BY_USER} (from a test)")
-    assert [(a["state"], a["cause"]) for a in attempts] == [("stopped", f"{STOPPED_BY_USER} (from a test)")]
+    assert (row["state"], row["last_exit"], row["failure"]["cause"]) == ("stopped", 143, f"{STOPPED_BY_USER} from a test")
+    assert [(a["state"], a["cause"]) for a in attempts] == [("stopped", f"{STOPPED_BY_USER} from a test")]
     assert not os.path.exists(row["info"]["stop_file"])
     assert launch_stop.why_not(row) == "the launch has ended (stopped)"
 
@@ -89,5 +89,5 @@ def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
     (tmp_path / "control").mkdir()
     taken, said = launch_stop.request(mine, "from a test", wait=0.2)
     assert not taken and said.startswith(f"launch L1: its launcher (pid {os.getpid()}) did not take the stop request within 0.2 s")
-    assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_USER} (from a test)"
+    assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_USER} from a test"
     assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") is None  # taken once
