@@ -70,6 +70,22 @@ def _seconds(field: str, text: str, errors: dict[str, str]) -> float | None:
     return value
 
 
+def _in_range(field: str, value: float | None, text: str, errors: dict[str, str]) -> float | None:
+    """`value` within the bounds GroupConfig declares for `field` (models.py: one definition of
+    them), else an error naming the field, the bounds and what was typed."""
+    from slurmgen.coordinator.models import GroupConfig
+
+    if value is None:
+        return None
+    bounds = {name: getattr(m, name) for m in GroupConfig.model_fields[field].metadata for name in ("ge", "le") if hasattr(m, name)}
+    lo, hi = bounds.get("ge"), bounds.get("le")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        expected = f"{lo:g} to {hi:g}" if lo is not None and hi is not None else f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+        errors[field] = f"{field}: expected {expected} (got {text.strip()!r})"
+        return None
+    return value
+
+
 def _whole_number(field: str, text: str, errors: dict[str, str]) -> int | None:
     text = text.strip()
     if not text:
@@ -117,6 +133,7 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
     body["env"] = env
     limits = {"max_restarts": _whole_number("max_restarts", form.get("max_restarts", ""), errors),
               **{f: _seconds(f, form.get(f, ""), errors) for f in ("heartbeat_timeout", "stop_grace")}}
+    limits = {f: _in_range(f, v, form.get(f, ""), errors) for f, v in limits.items()}
     body.update({f: v for f, v in limits.items() if v is not None})  # empty: the server's default
     if errors:
         raise FormErrors(errors)

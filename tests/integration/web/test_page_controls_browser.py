@@ -117,7 +117,7 @@ def test_group_limits_command_env_and_delete_from_the_page(page, cluster_coordin
     p.page.get_by_label("Heartbeat timeout (s)").fill("0.5")
     p.page.get_by_label("Stop grace (s)").fill("3")
     p.page.get_by_role("button", name="Save settings").click()
-    expect(p.page.locator("#heartbeat_timeout-error")).to_contain_text("greater than or equal to 1")
+    expect(p.page.locator("#heartbeat_timeout-error")).to_have_text("heartbeat_timeout: expected at least 1 (got '0.5')")
     p.shot("settings-limits-refused")
     p.page.get_by_label("Heartbeat timeout (s)").fill("45")
     p.page.get_by_role("button", name="Save settings").click()
