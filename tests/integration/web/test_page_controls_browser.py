@@ -133,4 +133,8 @@ def test_group_limits_command_env_and_delete_from_the_page(page, cluster_coordin
     p.page.get_by_role("button", name="Delete group ctl1").click()
     p.page.wait_for_url(coordinator.url + "/ui/")
     expect(p.page.locator(".notice")).to_have_text("Deleted group 'ctl1'; its workers are free.")
+    forget = p.page.get_by_role("button", name="Forget worker node1-0")
+    expect(forget).to_be_disabled()  # its agent reports it every second
+    assert forget.get_attribute("title") == "its agent still reports it (idle): only a lost worker can be forgotten"
+    p.shot("overview-forget-disabled")
     assert coordinator.api("GET", "/api/groups/ctl1")[0] == 404
