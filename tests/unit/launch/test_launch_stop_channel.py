@@ -13,7 +13,7 @@ import time
 from helpers import PY, SLEEPER, alive, local_connector, local_plan, pids
 
 from slurmgen.contract import exitcodes
-from slurmgen.contract.states import STOPPED_BY_USER
+from slurmgen.contract.states import STOPPED_BY_USER, State
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.registry import Registry
 from slurmgen.jobs.runs import Recorder, attempts_of, get_row, list_rows
@@ -91,3 +91,32 @@ def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
     assert not taken and said.startswith(f"launch L1: its launcher (pid {os.getpid()}) did not take the stop request within 0.2 s")
     assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_USER} from a test"
     assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") is None  # taken once
+
+
+def test_slurmgen_cancel_of_a_launch_id_uses_the_channel(tmp_path, capsys):
+    from helpers import run as run_cli
+
+    from slurmgen.jobs.runs import NewRun, add_run, end_run
+
+    path = tmp_path / "jobs.sqlite"
+    stop = launch_stop.stop_file(path, "L9")
+    launch_stop.prepare(stop)
+    with Registry.open(path, create=True) as reg:
+        add_run(reg, NewRun("launch", "L9", "exp", "/w", 1, 1, info={"pid": os.getpid(), "stop_file": str(stop)}), 1.0)
+        ended = add_run(reg, NewRun("launch", "L8", "exp", "/w", 1, 1, info={"pid": os.getpid(), "stop_file": str(stop)}), 1.0)
+        end_run(reg, ended, State.SUCCEEDED, 0, None, 2.0)
+    taken: list = []
+
+    def launcher() -> None:
+        deadline = time.monotonic() + 5
+        while not taken and time.monotonic() < deadline:
+            taken.append(launch_stop.take(stop)) if stop.exists() else time.sleep(0.02)
+
+    thread = threading.Thread(target=launcher)
+    thread.start()
+    code, out, _ = run_cli(capsys, "cancel", "L9", "--registry", str(path))
+    thread.join()
+    assert (code, taken) == (0, [f"{STOPPED_BY_USER} with slurmgen cancel"])
+    assert out == f"launch L9: the launcher is stopping every rank on every node ({STOPPED_BY_USER})\n"
+    code, out, _ = run_cli(capsys, "cancel", "L8", "--registry", str(path))
+    assert (code, out) == (1, "launch L8 was not stopped: the launch has ended (succeeded)\n")
