@@ -9,6 +9,10 @@ ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
 FINISHED_NAME = "slurmgen-{job_id}.finished"
 # Every rank's phases and step samples (contract/phases.py), appended by the ranks themselves.
 TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
+# Beside the run registry, not beside logs: a request to stop a running `slurmgen launch`,
+# written by the page or `slurmgen cancel`, taken by the launcher (jobs/launch_stop.py).
+CONTROL_DIR = "control"
+LAUNCH_STOP_NAME = "launch-{launch_id}.stop"
 
 
 def name_parts(name: str) -> tuple[str, str]:

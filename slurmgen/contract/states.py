@@ -27,6 +27,10 @@ class State(str, Enum):
         return self.value
 
 
+# The cause of a run stopped on a person's request (the page's Stop, `slurmgen cancel`): its
+# state is STOPPED and its exit code 128 + SIGTERM (exitcodes.TERMINATED), as for a SIGTERM.
+STOPPED_BY_USER = "stopped by user"
+
 ENDED = frozenset({State.SUCCEEDED, State.FAILED, State.PREEMPTED, State.STOPPED})
 ACTIVE = frozenset({State.STARTING, State.RUNNING})
 ENDED_WORDS = frozenset(s.value for s in ENDED)  # for code that holds states as plain strings (SQLite, JSON)

@@ -159,11 +159,12 @@ def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, no
     emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks, ranks, torchrun), tail))
 
 
-def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),
+def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch running from this machine."),
            signal: str | None = typer.Option(None, "--signal", "-s", help="Send this signal instead (USR2, the preempt_signal default: the trainer checkpoints and stops)."),
            registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
            ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
-    """Cancel the job (scancel) and wait until Slurm says it ended; or only send it a signal."""
+    """Cancel the job (scancel) and wait until Slurm says it ended; or only send it a signal. An SSH
+    launch of this machine (its launch id) is asked to stop every rank, as Ctrl-C would."""
     import re
 
     from slurmgen.contract.exitcodes import FAILED
@@ -172,6 +173,9 @@ def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output
 
     if signal is not None and not re.match(r"^(SIG)?[A-Z0-9]+$|^[0-9]+$", signal):
         raise SlurmgenError(f"signal: expected a signal name or number, e.g. USR1 or 10 (got {signal!r})")
+    if signal is None and _stop_launch(registry, job, as_json):
+        return
+
     def work(reg: Any, record: Any, task: str | None, runner: Any) -> dict:
         reused = reused_note(reg, record)
         if reused:  # scancel ID would hit the later job that has the id now
@@ -190,6 +194,32 @@ def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output
         typer.echo(f"job {result['job']}: {style(result['state'], result['state'])}")
     if not result.get("ended", True):
         raise typer.Exit(FAILED)
+
+
+def _stop_launch(registry: Path | None, ref: str, as_json: bool) -> bool:
+    """`cancel LAUNCH_ID` on an SSH launch of this machine: its stop channel (jobs/launch_stop.py),
+    as the page's Stop button; False when `ref` names no launch (then it is a Slurm job)."""
+    from slurmgen.contract.exitcodes import FAILED
+    from slurmgen.jobs import launch_stop
+    from slurmgen.jobs.registry import Registry
+    from slurmgen.jobs.runs import find_run, get_row
+
+    try:
+        with Registry.open(registry) as reg:
+            seq = find_run(reg, "launch", ref)
+            row = get_row(reg, seq) if seq is not None else None
+    except SlurmgenError:
+        return False  # no registry: the Slurm path says so in its own words
+    if row is None:
+        return False
+    taken, said = launch_stop.request(row, "with slurmgen cancel")
+    if as_json:
+        echo_json({"job": ref, "kind": "launch", "stopping": taken, "said": said})
+    else:
+        typer.echo(said)
+    if not taken:
+        raise typer.Exit(FAILED)
+    return True
 
 
 def register(app: typer.Typer) -> None:

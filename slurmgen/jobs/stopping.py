@@ -1,4 +1,5 @@
-"""`slurmgen cancel`'s work: scancel a job (or send it a signal) and wait until Slurm says it ended.
+"""`slurmgen cancel`'s and the page's requeue work: scancel a job (or send it a signal) and wait until
+Slurm says it ended; `scontrol requeue` a failed or preempted one.
 
 Apart from commands.py (submit, wait, status) since stopping a job is its own conversation with
 Slurm: a job that already ended is left alone, a requeue is not an end, and a warning signal is
@@ -105,3 +106,38 @@ def _until_ended(runner: Runner, record: JobRecord, task: str | None, target: st
                     "said": f"job {target}: still {state} {timeout:g} s after scancel (Slurm's KillWait gives the "
                             f"processes time to stop); `slurmgen status {target}` tells when it has ended"}
         sleep(POLL)
+
+
+# Slurm states a job may be requeued from by a person: it failed or was preempted. A running job
+# is cancelled (or checkpointed) instead; a completed or cancelled one is submitted again.
+REQUEUABLE = frozenset({"FAILED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+
+
+def requeue_refusal(state: str | None) -> str | None:
+    """Why a job in Slurm state `state` (None: unknown to Slurm) cannot be requeued (None: it can)."""
+    if not state:
+        return "Slurm no longer knows the job (it keeps ended jobs for MinJobAge): submit it again"
+    if state in REQUEUABLE:
+        return None
+    if state in ("COMPLETED", "CANCELLED"):
+        return f"the job is {state}: only a failed or preempted job is requeued (submit it again)"
+    return f"the job is {state}, not ended: only a failed or preempted job is requeued"
+
+
+def requeue(runner: Runner, registry: Registry, record: JobRecord) -> str:
+    """`scontrol requeue` a failed or preempted job (every task of an array), after asking Slurm
+    for its state; what Slurm said, or why nothing was sent."""
+    jobs, snap = _mine(runner, record, None, accounting=True)
+    if snap.unanswered:
+        raise SlurmgenError(f"requeue: {snap.unanswered}; nothing was requeued", exit_code=FAILED)
+    state = overall(jobs)[0] if jobs else None
+    refusal = requeue_refusal(state)
+    if refusal:
+        return f"job {record.job_id} was not requeued: {refusal}"
+    res = runner.run(["scontrol", "requeue", record.job_id], timeout=30)
+    if res.code != 0:
+        said = " ".join(res.err.split()) or f"exit code {res.code}"
+        return f"job {record.job_id} was not requeued: scontrol: {said}"
+    record.info.setdefault("requeued", []).append({"time": time.time(), "from": state})
+    registry.update_info(record)
+    return f"requeued job {record.job_id} (it was {state}); Slurm starts it again when it is eligible"

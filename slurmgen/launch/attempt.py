@@ -69,6 +69,7 @@ class SessionEnded:
 class Signalled:
     signum: int
     at: float
+    reason: str = ""  # a stop request's words (jobs/launch_stop.py); "" for a real signal
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class AttemptState:
     stop_at: float | None = None
     spared: str | None = None          # the failed node, stopping its own ranks
     signals: tuple[int, ...] = ()
+    stop_reason: str = ""              # why the first signal came, when a person asked for the stop
     all_running: bool = False
 
     @property
@@ -151,7 +153,7 @@ class AttemptState:
     @property
     def verdict(self) -> str:
         if self.signals and self.first is None:
-            return f"interrupted by {signal.Signals(self.signals[0]).name}"
+            return self.stop_reason or f"interrupted by {signal.Signals(self.signals[0]).name}"
         if self.first is not None:
             return f"{self.first[1]} on {self.first[0]}"
         return "all ranks succeeded"
@@ -231,12 +233,15 @@ def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:
     return _fail(s, host, "failed", status, f"node exited with code {status}", at)
 
 
-def _signalled(s: AttemptState, signum: int, at: float) -> Step:
-    s = replace(s, signals=(*s.signals, signum), seen=(*s.seen, verdict.signalled(signum)))
-    name = signal.Signals(signum).name
+def _signalled(s: AttemptState, signum: int, at: float, reason: str = "") -> Step:
+    """Ctrl-C, SIGTERM or a person's stop request (`reason`, given as a SIGTERM): every node
+    stops; a second one closes every connection at once."""
+    s = replace(s, signals=(*s.signals, signum), seen=(*s.seen, verdict.signalled(signum, reason)),
+                stop_reason=s.stop_reason or (reason if not s.signals else ""))
+    name = reason or f"got {signal.Signals(signum).name}"
     if len(s.signals) > 1:
-        return s, [Say(f"got {name} again: closing every connection now"), DisconnectAll()]
-    return _stop(s, f"got {name}", at)
+        return s, [Say(f"{name} again: closing every connection now"), DisconnectAll()]
+    return _stop(s, name, at)
 
 
 def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
@@ -269,7 +274,7 @@ def step(s: AttemptState, event: Input) -> Step:
     if isinstance(event, ClockTick):
         return _tick(s, event.at, event.overdue)
     if isinstance(event, Signalled):
-        return _signalled(s, event.signum, event.at)
+        return _signalled(s, event.signum, event.at, event.reason)
     if event.host not in s.pending:
         return s, []
     if isinstance(event, SessionOpened):

@@ -10,19 +10,23 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmgen.contract import envvars, exitcodes
 from slurmgen.contract.states import State
+from slurmgen.jobs import launch_stop
 from slurmgen.jobs.records import record_dir
+from slurmgen.jobs.registry import default_path
 from slurmgen.jobs.runs import Failure, NewRun, Recorder
 
 if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan
 
 
-def new_run(plan: LaunchPlan, name: str, command: list[str]) -> NewRun:
-    """The run `plan` starts: keyed by its launch id, its run records by its group (SLURMGEN_GROUP)."""
+def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None) -> NewRun:
+    """The run `plan` starts: keyed by its launch id, its run records by its group (SLURMGEN_GROUP);
+    `stop_file` is where the page or `slurmgen cancel` asks it to stop (jobs/launch_stop.py)."""
     run_id = plan.env.get(envvars.GROUP) or None
     logs = posixpath.join(plan.workdir, plan.log_dir)
     return NewRun(
@@ -31,7 +35,7 @@ def new_run(plan: LaunchPlan, name: str, command: list[str]) -> NewRun:
         record_dir=record_dir(plan.workdir, command, run_id) if run_id else None,
         logs=[{"node": n.host, "path": logs} for n in plan.nodes],
         info={"command": command, "hosts": [n.host for n in plan.nodes], "pid": os.getpid(),
-              "max_restarts": plan.max_restarts})
+              "max_restarts": plan.max_restarts, **({"stop_file": str(stop_file)} if stop_file else {})})
 
 
 def outcome(code: int, interrupted: bool) -> State:
@@ -52,10 +56,20 @@ class LaunchRecord:
     recorder: Recorder
     run: int | None = None
     failure: Failure | None = None  # the first failure of the latest attempt
+    stop_file: Path | None = None   # the launch's stop channel (None: the row could not be written)
 
     @classmethod
     def start(cls, recorder: Recorder, plan: LaunchPlan, name: str, command: list[str]) -> LaunchRecord:
-        return cls(recorder, recorder.started(new_run(plan, name, command)))
+        """The row, and the stop channel beside the registry it names (none without a launch id)."""
+        launch_id = plan.env.get(envvars.LAUNCH_ID)
+        stop_file = launch_stop.stop_file(recorder.path or default_path(), launch_id) if launch_id else None
+        if stop_file is not None:
+            try:
+                launch_stop.prepare(stop_file)
+            except OSError:
+                stop_file = None
+        run = recorder.started(new_run(plan, name, command, stop_file))
+        return cls(recorder, run, stop_file=stop_file if run is not None else None)
 
     def attempt_started(self, number: int) -> None:
         self.failure = None
@@ -66,5 +80,8 @@ class LaunchRecord:
         self.recorder.attempt_ended(self.run, number, outcome(code, interrupted), failure)
 
     def ended(self, code: int, interrupted: bool, failure: Failure | None = None) -> None:
-        """The verdict: the last attempt's failure unless the launch failed outside an attempt."""
+        """The verdict: the last attempt's failure unless the launch failed outside an attempt.
+        A stop request that came too late to be taken is removed with it."""
         self.recorder.ended(self.run, outcome(code, interrupted), code, failure or (self.failure if code else None))
+        if self.stop_file is not None:
+            self.stop_file.unlink(missing_ok=True)

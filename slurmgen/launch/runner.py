@@ -10,7 +10,9 @@ session, and each node's bootstrap then stops its process groups (TERM, KILL aft
 grace). Until then a thread per node writes a keepalive line on that stdin (protocol.py): a
 node cut off from the launcher stops its own ranks when they stop arriving. The exit code is the first failing rank's (124 for a hung rank, 255 for a lost
 connection, 130/143 after Ctrl-C/SIGTERM). With --max-restarts the whole group starts again
-after a failure.
+after a failure. A stop request from the page or `slurmgen cancel` (a file the loop looks for on
+every pass: jobs/launch_stop.py) stops every node as SIGTERM does, with its own words
+("stopped by user"): exit code 143, state stopped.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import IO, Protocol
 from slurmgen.contract import exitcodes
 from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, LIFELINE_PING, parse_event
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
+from slurmgen.jobs import launch_stop
 from slurmgen.jobs.runs import Failure
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
@@ -89,7 +92,8 @@ class Launcher:
         self.prefixer = Prefixer([n.host for n in plan.nodes], colour)
         self.keepalive = keepalive
         self.conns: dict[str, Connection] = {}
-        self.signals: list[int] = []
+        self.signals: list[tuple[int, str]] = []  # (signal, a stop request's words or "")
+        self.stop_reason = ""                     # the first stop request's words, for the registry
         self.t0 = time.monotonic()
 
     # ---- output ---------------------------------------------------------------------------------
@@ -115,8 +119,9 @@ class Launcher:
                     self.record.attempt_started(attempt)
                 code, results, verdict = self._attempt(attempt)
                 if self.record:
+                    stopped = Failure(cause=self.stop_reason) if self.stop_reason else None
                     self.record.attempt_ended(attempt, code, bool(self.signals) and self.first_failure is None,
-                                              self.first_failure)
+                                              self.first_failure or stopped)
                 if code == 0 or self.signals or attempt == attempts:
                     break
                 self.say(f"attempt {attempt} of {attempts} failed ({verdict}); starting all nodes again")
@@ -131,7 +136,14 @@ class Launcher:
         return code
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        self.signals.append(signum)
+        self.signals.append((signum, ""))
+
+    def _take_stop_request(self) -> None:
+        """A person's stop request (the page, `slurmgen cancel`), taken as a SIGTERM with its words."""
+        asked = launch_stop.take(self.record.stop_file if self.record else None)
+        if asked is not None:
+            self.stop_reason = self.stop_reason or asked
+            self.signals.append((signal.SIGTERM, asked))
 
     def _reconnect_lost(self) -> None:
         lost = [h for h, c in self.conns.items() if not c.is_active()]
@@ -168,8 +180,9 @@ class Launcher:
                     batch.append(inputs.get_nowait())
             except queue.Empty:
                 pass
+            self._take_stop_request()
             now = time.monotonic()
-            batch += [machine.Signalled(s, now) for s in self.signals[handled_signals:]]
+            batch += [machine.Signalled(s, now, why) for s, why in self.signals[handled_signals:]]
             handled_signals = len(self.signals)
             for item in batch:
                 if isinstance(item, NodeOutput):

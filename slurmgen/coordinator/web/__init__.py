@@ -18,12 +18,13 @@ from fastapi.staticfiles import StaticFiles
 
 def mount(app: FastAPI) -> None:
     """Add the page's routes, static files and security headers to the coordinator's app."""
-    from . import auth, live, routes, run_detail, runs_page, security, status_page
+    from . import auth, controls, live, routes, run_detail, runs_page, security, status_page
     from .render import STATIC
 
     app.state.sessions = security.Sessions()
 
     app.include_router(auth.router, include_in_schema=False)
+    app.include_router(controls.router, include_in_schema=False)  # before the catch-all action routes
     app.include_router(routes.router, include_in_schema=False)
     app.include_router(live.router, include_in_schema=False)
     app.include_router(runs_page.router, include_in_schema=False)

@@ -9,6 +9,7 @@ next to the field it names.
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,11 +17,14 @@ from typing import Any
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 
-FIELDS = ("master", "world_size", "master_port", "backend", "command", "workdir", "env")
+FIELDS = ("master", "world_size", "master_port", "backend", "command", "workdir", "env",
+          "max_restarts", "heartbeat_timeout", "stop_grace")
+# Limits of a group's life, each its API field's name; empty: the server's default.
+LIMITS = ("max_restarts", "heartbeat_timeout", "stop_grace")
 # API field -> form field, for the server's messages.
 _API_FIELD = {"master": "master", "master_addr": "master", "world_size": "world_size",
               "master_port": "master_port", "backend": "backend", "argv": "command",
-              "cwd": "workdir", "env": "env"}
+              "cwd": "workdir", "env": "env", **{f: f for f in LIMITS}}
 GENERAL = "_"
 
 
@@ -43,12 +47,43 @@ def form_from_config(config: Mapping[str, Any]) -> dict[str, str]:
         "command": shlex.join(config.get("argv") or []),
         "workdir": config.get("cwd") or "",
         "env": "\n".join(f"{k}={v}" for k, v in env.items()),
+        **{f: "" if config.get(f) is None else f"{config[f]:g}" for f in LIMITS},
     }
 
 
 def posted(data: Mapping[str, str]) -> dict[str, str]:
     """The form's fields from a posted body (a missing one is empty)."""
     return {field: data.get(field, "") for field in FIELDS}
+
+
+def _seconds(field: str, text: str, errors: dict[str, str]) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        errors[field] = f"{field}: expected a number of seconds, e.g. 30 or 2.5 (got {text!r})"
+        return None
+    return value
+
+
+def _in_range(field: str, value: float | None, text: str, errors: dict[str, str]) -> float | None:
+    """`value` within the bounds GroupConfig declares for `field` (models.py: one definition of
+    them), else an error naming the field, the bounds and what was typed."""
+    from slurmgen.coordinator.models import GroupConfig
+
+    if value is None:
+        return None
+    bounds = {name: getattr(m, name) for m in GroupConfig.model_fields[field].metadata for name in ("ge", "le") if hasattr(m, name)}
+    lo, hi = bounds.get("ge"), bounds.get("le")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        expected = f"{lo:g} to {hi:g}" if lo is not None and hi is not None else f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+        errors[field] = f"{field}: expected {expected} (got {text.strip()!r})"
+        return None
+    return value
 
 
 def _whole_number(field: str, text: str, errors: dict[str, str]) -> int | None:
@@ -70,7 +105,7 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
     errors: dict[str, str] = {}
     body: dict[str, Any] = {k: v for k, v in (saved or {}).items()
                             if k not in ("master", "master_addr", "world_size", "master_port", "backend",
-                                         "argv", "cwd", "env")}
+                                         "argv", "cwd", "env", *LIMITS)}
     master = form.get("master", "").strip()
     body["master"], body["master_addr"] = None, None
     if master in set(nodes) or master in set(members):
@@ -96,6 +131,10 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
             break
         env[key.strip()] = value
     body["env"] = env
+    limits = {"max_restarts": _whole_number("max_restarts", form.get("max_restarts", ""), errors),
+              **{f: _seconds(f, form.get(f, ""), errors) for f in ("heartbeat_timeout", "stop_grace")}}
+    limits = {f: _in_range(f, v, form.get(f, ""), errors) for f, v in limits.items()}
+    body.update({f: v for f, v in limits.items() if v is not None})  # empty: the server's default
     if errors:
         raise FormErrors(errors)
     return body

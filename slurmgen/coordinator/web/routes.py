@@ -22,7 +22,7 @@ from slurmgen.coordinator.models import GroupConfig, split_worker_name
 from slurmgen.coordinator.ranks import plan_ranks
 from slurmgen.errors import SlurmgenError
 
-from . import api, forms, views
+from . import api, controls, forms, views
 from .auth import form_data, form_list, guarded, redirect_with
 from .render import render, take_flash
 
@@ -119,6 +119,8 @@ async def group_page(request: Request, name: str) -> Response:
                "error": None if ranks.ok else _refusal(ranks), "live": True}
     return render(request, "group.html", {"group": group, "ranks": preview, "shape": data["shape"],
                                           "attempts": views.attempts_view(detail["attempts"]),
+                                          "settings": controls.config_view(group["config"]),
+                                          "delete_why": controls.delete_refusal(group),
                                           "notice": take_flash(request).get("notice")})
 
 

@@ -24,6 +24,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
 
 from .auth import guarded, redirect_with
+from .controls import run_controls
 from .render import render, take_flash
 from .runs_page import registry_path, run_view
 from .views import clock
@@ -111,7 +112,7 @@ def read_run(path: Any, seq: int) -> dict[str, Any] | None:
         attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
         attempts += slurm.get("attempts") or []
     return {"run": run_view(row, time.time()), "row": row, "attempts": attempts, "slurm": slurm,
-            "disabled": control(row["kind"], slurm)}
+            "disabled": control(row["kind"], slurm), "controls": run_controls(row, slurm)}
 
 
 @router.get("/ui/runs/{seq}", name="web_run")

@@ -76,13 +76,21 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     }
 
 
+def forget_refusal(worker: Mapping[str, Any]) -> str | None:
+    """Why the page will not forget a worker (None: it may): only a lost one goes, since a live
+    one's agent would register it again within a second."""
+    if worker.get("state") == "lost":
+        return None
+    return f"its agent still reports it ({worker.get('state')}): only a lost worker can be forgotten"
+
+
 def worker_view(w: Mapping[str, Any]) -> dict[str, Any]:
     state = worker_state(w)
     hb_text, hb_class = heartbeat(w.get("seen_ago"), w.get("state", "idle"))
     return {
         "name": w["name"], "dom_id": dom_id("w", w["name"]), "node": w.get("host", ""), "group": w.get("group"),
         "state": state, "heartbeat": hb_text, "heartbeat_class": hb_class, "pid": w.get("pid"),
-        "exit_code": w.get("exit_code"), "rank": w.get("rank"),
+        "exit_code": w.get("exit_code"), "rank": w.get("rank"), "forget_why": forget_refusal(w),
     }
 
 
@@ -98,9 +106,10 @@ def overview(groups: Iterable[Mapping[str, Any]], workers: Iterable[Mapping[str,
 
 def shape(groups: list[dict[str, Any]], workers: list[dict[str, Any]]) -> str:
     """Changes only when the page's structure does (groups, membership, a group's state or
-    attempt): then the script redraws the region; everything else is a live value."""
+    attempt, a worker becoming lost or coming back: its Forget button): then the script
+    redraws the region; everything else is a live value."""
     parts = [f"g {g['name']} {g['state']} {g['attempt']}" for g in groups]
-    parts += [f"w {w['name']} {w['group']}" for w in workers]
+    parts += [f"w {w['name']} {w['group']} {w['forget_why'] is None}" for w in workers]
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -728,3 +728,34 @@ def test_pending_after_a_requeue_says_when_it_becomes_eligible(tmp_path):
 
 def reg_again(tmp_path: Path) -> Registry:
     return Registry.open(tmp_path / "jobs.sqlite")
+
+
+class RequeueRunner(CancelRunner):
+    """scontrol show answers from `answers`; `scontrol requeue` answers `requeue` and is counted."""
+
+    def __init__(self, answers: list[str], requeue: Result = Result(0, "", "")):
+        super().__init__(answers)
+        self.requeue = requeue
+
+    def run(self, argv, **kw):
+        if argv[:2] == ["scontrol", "requeue"]:
+            self.calls.append(list(argv))
+            return self.requeue
+        return super().run(argv, **kw)
+
+
+def test_requeue_sends_scontrol_requeue_for_a_failed_job_only(tmp_path):
+    rec = record("4", tmp_path)
+    failed = RequeueRunner([scontrol_as("scontrol_running.txt", "4", JobState="FAILED")])
+    running = RequeueRunner([scontrol_as("scontrol_running.txt", "4")])
+    refused = RequeueRunner([scontrol_as("scontrol_running.txt", "4", JobState="PREEMPTED")],
+                            Result(1, "", "Requested operation is presently disabled for job 4\n"))
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        assert stopping.requeue(failed, reg, rec).startswith("requeued job 4 (it was FAILED)")
+        assert ["scontrol", "requeue", "4"] in failed.calls and reg.get("4").info["requeued"][0]["from"] == "FAILED"
+        assert stopping.requeue(running, reg, rec) == (
+            "job 4 was not requeued: the job is RUNNING, not ended: only a failed or preempted job is requeued")
+        assert not [c for c in running.calls if c[:2] == ["scontrol", "requeue"]]
+        assert stopping.requeue(refused, reg, rec) == (
+            "job 4 was not requeued: scontrol: Requested operation is presently disabled for job 4")

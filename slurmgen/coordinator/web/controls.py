@@ -1,0 +1,139 @@
+"""The page's controls beyond cancel and checkpoint (run_detail.py): requeue a Slurm job, stop an
+SSH launch, delete a group, forget a lost worker; and the group's command and env as shown.
+
+Each is a POST behind the session and CSRF value (auth.guarded) that ends in a 303 to a page
+with what happened (POST-redirect-GET). Each button that cannot apply is rendered disabled with
+its reason, both as its title and as visible text it is described by; the POST checks again,
+since a disabled button stops no one who posts by hand. The work goes through the layers the
+CLI uses: `scontrol requeue` via jobs/stopping.requeue (an argv list, here or on the login node
+the job was submitted through), a launch's stop channel (jobs/launch_stop.py), and the
+coordinator's JSON API for groups and workers (DELETE, with its own 404/409 refusals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs import launch_stop
+from slurmgen.jobs.registry import Registry
+from slurmgen.jobs.runs import get_row
+
+from . import api
+from .auth import guarded, redirect_with
+from .runs_page import registry_path
+from .views import forget_refusal
+
+router = APIRouter()
+RUN_ACTIONS = {"slurm": ("requeue", "Requeue"), "launch": ("stop", "Stop launch")}
+BY_PAGE = "from the page"
+_ACTIVE_GROUP = ("starting", "running")
+
+
+# ---- what each button may do ------------------------------------------------------------------
+def run_controls(row: Mapping[str, Any], slurm: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's own buttons (requeue a Slurm job, stop a launch): action, label and why it is
+    disabled (None: enabled). `slurm` is `slurmgen status`'s view of a Slurm job ({}: none)."""
+    from slurmgen.jobs.stopping import requeue_refusal
+
+    kind = row.get("kind")
+    if kind not in RUN_ACTIONS:
+        return []
+    action, label = RUN_ACTIONS[kind]
+    if kind == "slurm":
+        state = str(slurm.get("state") or "").split(" ")[0]
+        why = requeue_refusal(state if slurm.get("state") and state != "UNKNOWN" else None)
+    else:
+        why = launch_stop.why_not(dict(row))
+    return [{"action": action, "label": label, "why": why}]
+
+
+def delete_refusal(group: Mapping[str, Any]) -> str | None:
+    state = str(group.get("state") or "").split(" ")[0]
+    return f"the group is {state}: stop it before deleting it" if state in _ACTIVE_GROUP else None
+
+
+def config_view(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The group's command, working directory, env (values of secret-looking names hidden, as
+    `slurmgen launch --dry-run` hides them) and limits, as the group page shows them."""
+    from slurmgen.launch.plan import masked
+
+    return {"command": shlex.join(config.get("argv") or []) or None, "cwd": config.get("cwd"),
+            "env": [(k, masked(k, str(v))) for k, v in sorted((config.get("env") or {}).items())],
+            **{k: f"{config[k]:g}" if isinstance(config.get(k), (int, float)) else "—"
+               for k in ("max_restarts", "heartbeat_timeout", "stop_grace")}}
+
+
+# ---- runs -------------------------------------------------------------------------------------
+def requeue_run(path: Any, seq: int) -> str:
+    from slurmgen.jobs.cli import Runners
+    from slurmgen.jobs.stopping import requeue
+
+    with Registry.open(path) as reg:
+        record = reg.by_seq(seq)
+        if record is None:
+            return f"run {seq} is not a Slurm job of this machine's registry: nothing was requeued"
+        # Here, or the login node the job was submitted through, as `slurmgen status` and `cancel` do.
+        runner = Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
+        try:
+            return requeue(runner, reg, record)
+        except SlurmgenError as exc:
+            return str(exc)
+        finally:
+            runner.close()
+
+
+def stop_run(path: Any, seq: int) -> str:
+    with Registry.open(path) as reg:
+        row = get_row(reg, seq)
+    if row is None or row["kind"] != "launch":
+        return f"run {seq} is not an SSH launch of this machine's registry: nothing was stopped"
+    return launch_stop.request(row, BY_PAGE)[1]
+
+
+@router.post("/ui/runs/{seq}/requeue", name="web_run_requeue")
+@guarded("post")
+async def requeue_action(request: Request, seq: int) -> Response:
+    return redirect_with(request, f"/ui/runs/{seq}", notice=await asyncio.to_thread(requeue_run, registry_path(request.app), seq))
+
+
+@router.post("/ui/runs/{seq}/stop", name="web_run_stop")
+@guarded("post")
+async def stop_action(request: Request, seq: int) -> Response:
+    return redirect_with(request, f"/ui/runs/{seq}", notice=await asyncio.to_thread(stop_run, registry_path(request.app), seq))
+
+
+# ---- groups and workers -------------------------------------------------------------------------
+def _refusal(reply: api.Reply) -> str:
+    detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
+    return str(detail)
+
+
+@router.post("/ui/groups/{name}/delete", name="web_group_delete")
+@guarded("post")
+async def delete_group(request: Request, name: str) -> Response:
+    reply = await api.call(request.app, "DELETE", f"/api/groups/{name}")
+    if not reply.ok:
+        target = f"/ui/groups/{name}" if reply.status != 404 else "/ui/"
+        return redirect_with(request, target, notice=f"Could not delete group {name!r}: {_refusal(reply)}")
+    return redirect_with(request, "/ui/", notice=f"Deleted group {name!r}; its workers are free.")
+
+
+@router.post("/ui/workers/{name}/forget", name="web_worker_forget")
+@guarded("post")
+async def forget_worker(request: Request, name: str) -> Response:
+    workers = await api.get(request.app, "/api/workers")
+    worker = next((w for w in workers if w["name"] == name), None)
+    why = forget_refusal(worker) if worker else f"there is no worker {name!r}"
+    if why:
+        return redirect_with(request, "/ui/", notice=f"Did not forget worker {name!r}: {why}.")
+    reply = await api.call(request.app, "DELETE", f"/api/workers/{name}")
+    if not reply.ok:
+        return redirect_with(request, "/ui/", notice=f"Could not forget worker {name!r}: {_refusal(reply)}")
+    return redirect_with(request, "/ui/", notice=f"Forgot worker {name!r}.")

@@ -1,0 +1,109 @@
+"""Stopping a running `slurmgen launch` from outside it: the page's Stop button, `slurmgen cancel`.
+
+The channel is one file per launch, `control/launch-<LAUNCH_ID>.stop` beside the run registry
+(contract/files.py), whose path the launcher records in its registry row (`info.stop_file`).
+A stopper creates the file (its text says who asked); the launcher's main loop, which already
+wakes every 0.1 s to tick its state machine, looks for it on each pass, removes it and stops
+every rank on every node exactly as on Ctrl-C (launch/runner.py). The stopper waits for the
+file to disappear: that is the launcher's acknowledgement.
+
+Why a file rather than a signal, a unix socket or a localhost port:
+- a signal to the recorded pid could reach another process once the pid is reused, and
+  cannot say "a user asked" apart from a SIGTERM of the system;
+- a unix socket needs a listener thread in the launcher and its path must fit in 108 bytes;
+  a port needs a token and is reachable by every local user;
+- the file sits in a 0700 directory of the registry's owner (only they can ask, as only they
+  can read the registry), costs the launcher one stat per loop pass and no thread, needs no
+  cleanup when the launcher dies (a stale file names a launch that no longer runs, and the
+  stopper sees that no one takes it), and works the same for the page and the CLI.
+Standard library only: the launcher, the CLI and the page's server all import it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from slurmgen.contract.files import CONTROL_DIR, LAUNCH_STOP_NAME
+from slurmgen.contract.states import ENDED_WORDS, STOPPED_BY_USER
+
+ACK_WAIT = 3.0   # seconds a stopper waits for the launcher to take the request (it looks every 0.1 s)
+POLL = 0.05
+
+
+def stop_file(registry: Path, launch_id: str) -> Path:
+    """Where a stop request for this launch is written: beside the registry, never elsewhere."""
+    return registry.parent / CONTROL_DIR / LAUNCH_STOP_NAME.format(launch_id=launch_id)
+
+
+def prepare(path: Path) -> None:
+    """The launcher's side, before it starts: the directory (0700) exists and no old request
+    is waiting (a launch id is new each time, so a file there now is a leftover)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+
+
+def take(path: Path | None) -> str | None:
+    """The launcher's side, every loop pass: the request's text (who asked) if one is waiting,
+    removed so that it is taken once; None when there is none. One stat when there is none."""
+    if path is None or not path.exists():
+        return None
+    try:
+        text = path.read_text(errors="replace").strip()
+        path.unlink()
+    except OSError:  # taken between the stat and the read: by whom does not matter
+        return None
+    return text or "a stop request"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True
+
+
+def why_not(row: dict[str, Any]) -> str | None:
+    """Why a launch run cannot be stopped from this machine (None: it can)."""
+    info = row.get("info") or {}
+    if row.get("kind") != "launch":
+        return "only an SSH launch has a launcher to stop"
+    if (row.get("state") or "") in ENDED_WORDS:
+        return f"the launch has ended ({row.get('state')})"
+    if row.get("cluster") and row["cluster"] != socket.gethostname():
+        return f"the launch was started on {row['cluster']}, not on this machine"
+    if not info.get("stop_file"):
+        return "this launch was started by a slurmgen without a stop channel: stop it with Ctrl-C where it runs"
+    pid = info.get("pid")
+    if isinstance(pid, int) and not _alive(pid):
+        return f"its launcher (pid {pid}) is no longer running"
+    return None
+
+
+def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool, str]:
+    """Ask the launch's launcher to stop every rank; (taken, what happened), after up to `wait`
+    seconds for the launcher to take the request. `by` ends the cause the launch records
+    ("stopped by user from the page")."""
+    reason = why_not(row)
+    if reason is not None:
+        return False, f"launch {row.get('job_id')} was not stopped: {reason}"
+    path = Path(row["info"]["stop_file"])
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{STOPPED_BY_USER} {by}\n")
+    except OSError as exc:
+        return False, f"launch {row.get('job_id')} was not stopped: cannot write {str(path)!r}: {exc.strerror}"
+    deadline = time.monotonic() + wait
+    while path.exists():
+        if time.monotonic() > deadline:
+            return False, (f"launch {row.get('job_id')}: its launcher (pid {row['info'].get('pid')}) did not take the "
+                           f"stop request within {wait:g} s; it stays asked in {str(path)!r}")
+        time.sleep(POLL)
+    return True, f"launch {row.get('job_id')}: the launcher is stopping every rank on every node ({STOPPED_BY_USER})"

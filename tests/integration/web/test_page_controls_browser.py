@@ -1,0 +1,140 @@
+"""The page's controls of issue 22 part 3, in Chromium against the test cluster: a real `slurmgen
+launch` over the nodes' sshd stopped with its run page's "Stop launch" button (no process left
+on any node, exit 143, state stopped, "stopped by user"); a failed Slurm job requeued with
+"Requeue" (pending or running again in squeue); a group's limits set in the settings form, its
+command and env on its page, and its deletion."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import Run, base_args
+
+from slurmgen.contract.states import STOPPED_BY_USER
+from slurmgen.jobs.registry import Registry
+from slurmgen.jobs.runs import list_rows
+
+expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+PROBE = [sys.executable, "-m", "slurmgen.train.probe", "--timeout", "60"]
+
+
+def _registry(coordinator):
+    return coordinator.home / "state" / "slurmgen" / "jobs.sqlite"  # what `slurmgen serve` reads
+
+
+def _open_run(p, coordinator, kind: str, key: str) -> None:
+    p.page.goto(coordinator.url + f"/ui/runs?kind={kind}")
+    p.page.locator(f"tr[data-kind={kind}]", has=p.page.locator("td.run-key", has_text=key)).get_by_role("link").click()
+    expect(p.page.locator("#run-title")).to_contain_text(f"{kind} {key}:")
+
+
+def _left(cluster) -> list:
+    """Every process on the nodes but slurmd, the sshd listener and the coordinator's agents
+    (which this module's coordinator runs there): the launch's ranks, node scripts and SSH
+    sessions, while they last."""
+    return [p for p in cluster.job_pids(None) if "slurmgen agent" not in p.cmdline and "watchdog.py" not in p.cmdline]
+
+
+def _marked(cluster, marker: str) -> list:
+    return [p for n in cluster.nodes for p in cluster.pids_on(n) if marker in p.cmdline]
+
+
+def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tmp_path):
+    coordinator, p = cluster_coordinator, page
+    marker = f"--sleep 7{random.randint(100, 999)}"
+    run = Run([*base_args(cluster, tmp_path), "--registry", str(_registry(coordinator)), "--hosts", "node1,node2",
+               "--gpus", "2", "--", *PROBE, *marker.split()])
+    try:
+        run.wait_for(r"all 2 node\(s\) running", timeout=60)
+        assert len(_marked(cluster, marker)) >= 4, "the 4 ranks run before the stop"
+        with Registry.open(_registry(coordinator)) as reg:
+            launch_id = list_rows(reg, kinds=["launch"], limit=1)[0]["job_id"]
+        p.log_in(coordinator.token)
+        _open_run(p, coordinator, "launch", launch_id)
+        expect(p.page.get_by_role("button", name="Stop launch")).to_be_enabled()
+        p.shot("run-page-launch-running")
+        p.page.get_by_role("button", name="Stop launch").click()
+        expect(p.page.locator(".notice")).to_contain_text(f"launch {launch_id}: the launcher is stopping every rank")
+        assert "/stop" not in p.page.url  # POST-redirect-GET
+        deadline = time.monotonic() + 10
+        while (_left(cluster) or _marked(cluster, marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        code = run.finish(30)
+        left = _left(cluster) + _marked(cluster, marker)
+        assert not left, [(x.node, x.cmdline) for x in left]
+        assert code == 143, run.text()
+        assert f"stopping all nodes: {STOPPED_BY_USER} from the page" in run.err, run.text()
+        p.page.reload()
+        expect(p.page.locator(".state").first).to_have_text("stopped")
+        expect(p.page.get_by_role("button", name="Stop launch")).to_be_disabled()
+        expect(p.page.locator("#why-stop")).to_have_text("Stop launch: the launch has ended (stopped)")
+        expect(p.page.locator("dl.facts")).to_contain_text(f"143 — {STOPPED_BY_USER} from the page")
+        p.shot("run-page-launch-stopped")
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.finish(10)
+
+
+def test_requeue_a_failed_slurm_job_from_its_page(page, cluster_coordinator, cluster, tmp_path):
+    coordinator, p = cluster_coordinator, page
+    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
+            "--gpus", "1", "--time", "5", "-o", "page-requeue", "--", "false"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip()
+    try:
+        assert cluster.wait_state(job, {"FAILED", "COMPLETED"}, timeout=60) == "FAILED"
+        p.log_in(coordinator.token)
+        _open_run(p, coordinator, "slurm", job)
+        expect(p.page.get_by_role("button", name="Requeue")).to_be_enabled()
+        p.page.get_by_role("button", name="Requeue").click()
+        expect(p.page.locator(".notice")).to_contain_text(f"requeued job {job} (it was FAILED)", timeout=30_000)
+        squeue = cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False)
+        assert squeue.stdout.strip() in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "FAILED"), squeue.stdout
+        assert squeue.stdout.strip() != "", "requeued: back in the queue"
+        expect(p.page.get_by_role("button", name="Requeue")).to_be_disabled()  # no longer failed
+        p.shot("run-page-slurm-requeued")
+    finally:
+        cluster.cancel(job)
+
+
+def test_group_limits_command_env_and_delete_from_the_page(page, cluster_coordinator):
+    coordinator, p = cluster_coordinator, page
+    assert coordinator.api("POST", "/api/groups", {"name": "ctl-<b>x"})[0] == 422  # names are a safe alphabet
+    assert coordinator.api("POST", "/api/groups", {"name": "ctl1"})[0] == 201
+    coordinator.api("PATCH", "/api/groups/ctl1/config", {"argv": ["python", "-c", "print('<b>hi</b>')"],
+                                                         "env": {"NOTE": "<script>alert(1)</script>", "HF_TOKEN": "s3cret"}})
+    p.log_in(coordinator.token)
+    p.page.goto(coordinator.url + "/ui/groups/ctl1/settings")
+    p.page.get_by_label("Max restarts").fill("2")
+    p.page.get_by_label("Heartbeat timeout (s)").fill("0.5")
+    p.page.get_by_label("Stop grace (s)").fill("3")
+    p.page.get_by_role("button", name="Save settings").click()
+    expect(p.page.locator("#heartbeat_timeout-error")).to_have_text("heartbeat_timeout: expected at least 1 (got '0.5')")
+    p.shot("settings-limits-refused")
+    p.page.get_by_label("Heartbeat timeout (s)").fill("45")
+    p.page.get_by_role("button", name="Save settings").click()
+    p.page.wait_for_url(coordinator.url + "/ui/")
+    p.page.goto(coordinator.url + "/ui/groups/ctl1")
+    facts = p.page.locator("dl.config")
+    expect(facts).to_contain_text("python -c 'print('\"'\"'<b>hi</b>'\"'\"')'")
+    expect(facts).to_contain_text("NOTE=<script>alert(1)</script>")
+    expect(facts).to_contain_text("HF_TOKEN=<hidden>")
+    expect(facts).to_contain_text("Heartbeat timeout45 s")
+    expect(facts).to_contain_text("Stop grace3 s")
+    p.shot("group-page-command-env")
+    p.page.get_by_role("button", name="Delete group ctl1").click()
+    p.page.wait_for_url(coordinator.url + "/ui/")
+    expect(p.page.locator(".notice")).to_have_text("Deleted group 'ctl1'; its workers are free.")
+    forget = p.page.get_by_role("button", name="Forget worker node1-0")
+    expect(forget).to_be_disabled()  # its agent reports it every second
+    assert forget.get_attribute("title") == "its agent still reports it (idle): only a lost worker can be forgotten"
+    p.shot("overview-forget-disabled")
+    assert coordinator.api("GET", "/api/groups/ctl1")[0] == 404
