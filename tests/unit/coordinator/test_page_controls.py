@@ -84,7 +84,7 @@ def button(html: str, label: str) -> str:
 # ---- requeue -------------------------------------------------------------------------------------
 def test_requeue_is_offered_for_a_failed_job_only_and_posts_through_the_jobs_layer(app, monkeypatch):
     from slurmgen.coordinator.web import run_detail
-    from slurmgen.jobs import commands
+    from slurmgen.jobs import stopping
 
     seq = seq_of(app, "4242")
     monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {"state": "RUNNING"})
@@ -96,7 +96,7 @@ def test_requeue_is_offered_for_a_failed_job_only_and_posts_through_the_jobs_lay
     assert "disabled" not in button(app.get(f"/ui/runs/{seq}").text, "Requeue")
     assert app.post(f"/ui/runs/{seq}/requeue", headers=ORIGIN).status_code == 403  # no CSRF value
     asked = []
-    monkeypatch.setattr(commands, "requeue", lambda runner, reg, record: asked.append(record.job_id) or f"requeued job {HOSTILE}")
+    monkeypatch.setattr(stopping, "requeue", lambda runner, reg, record: asked.append(record.job_id) or f"requeued job {HOSTILE}")
     assert post(app, f"/ui/runs/{seq}/requeue", page=f"/ui/runs/{seq}") == f"/ui/runs/{seq}"  # POST-redirect-GET
     assert asked == ["4242"]
     html = app.get(f"/ui/runs/{seq}").text
