@@ -73,7 +73,7 @@ def test_a_custom_model_gets_fsdp2_units_of_its_choosing_and_sharded_checkpoints
     results = run_ranks(2, tmp_path / "ranks", train_custom, str(out), units)
     for r in results:
         assert r["codes"] == (0, 0) and r["steps"] == (4, 6) and r["finite"]
-        assert sorted(r["wrapped"]) == ["Net", "Stage", "Stage", "Stage"]  # three units and the root
+        assert sorted(r["wrapped"]) == ["FSDPNet", "FSDPStage", "FSDPStage", "FSDPStage"]  # three units, the root
     # The checkpoint of step 4 is a sharded one and holds exactly the model the first run ended with.
     step4 = out / "checkpoints" / sharded.checkpoint_name(4)
     assert (step4 / "__0_0.distcp").is_file() and (step4 / "__1_0.distcp").is_file()
