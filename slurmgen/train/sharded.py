@@ -33,8 +33,8 @@ as DCP has returned. `process=True` has that thread pass the copy to DCP's write
 Why not `dcp.async_save` on the live state: measured here (2 ranks, 62 MB of shards per rank,
 gloo on a busy 2-core machine), its default stager deep-copies every DTensor into fresh
 memory on each call, 190-270 ms, where copying the same shards into kept buffers took 26 ms;
-and rank 0's `meta.pt` fsync and a barrier sat in front of it. The stall fell from 0.16-0.24x
-of a synchronous write to the figures in docs/guides/trainer.md.
+and rank 0's `meta.pt` fsync and a barrier sat in front of it. The stall fell from 0.14-0.24x
+of a synchronous write (2 and 4 ranks) to the figures in docs/guides/trainer.md.
 
 Loading reshards: DCP reads, for each rank, the slices of the saved tensors that overlap the
 rank's own shards, whatever world size (or strategy: DDP's whole tensors, FSDP's shards) wrote
