@@ -16,6 +16,7 @@ import typer
 from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env, registry_option
 from slurmgen.contract import exitcodes, ports
 from slurmgen.contract.backends import BACKENDS
+from slurmgen.contract.strategies import STRATEGIES
 from slurmgen.errors import SlurmgenError
 
 JSON = typer.Option(False, "--json", help="Print JSON instead of text.")
@@ -163,6 +164,8 @@ def group_config(
     world_size: int | None = typer.Option(None, "--world-size", help="[default: the group's worker count]"),
     port: int | None = typer.Option(None, "--port", help=f"MASTER_PORT [default: {ports.DEFAULT_MASTER_PORT}]."),
     backend: str | None = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
+    strategy: str | None = typer.Option(None, "--strategy", help=" | ".join(STRATEGIES) + ": the bundled trainer's "
+                                        "--strategy default (SLURMGEN_STRATEGY)."),
     cwd: str | None = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
     env: list[str] | None = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
     max_restarts: int | None = typer.Option(None, "--max-restarts", help="Restart the whole group up to N times."),
@@ -172,12 +175,12 @@ def group_config(
 ) -> None:
     """Set a group's torch.distributed config and command; flags not given keep their value."""
     given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
-             "backend": backend, "cwd": cwd, "argv": command or None,
+             "backend": backend, "strategy": strategy, "cwd": cwd, "argv": command or None,
              "env": parse_env(env) if env else None, "max_restarts": max_restarts,
              "heartbeat_timeout": heartbeat_timeout, "stop_grace": stop_grace}
     g = _client(server, token_file).update_config(name, {k: v for k, v in given.items() if v is not None})
     typer.echo(f"group {g.name}: master {g.config.master or '(first node)'}, world size "
-               f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}")
+               f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}, strategy {g.config.strategy}")
 
 
 @group_app.command("ranks")

@@ -11,8 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from slurmgen.contract import ports
+from slurmgen.contract import envvars, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
+from slurmgen.contract.strategies import DEFAULT_STRATEGY
 from slurmgen.errors import show
 
 # Names travel into paths, log file names and environment values, never into a shell; they
@@ -22,7 +23,7 @@ ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # The variables the coordinator sets for every rank; a group's env may not override them.
 RESERVED_ENV = (
     "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND", "SLURMGEN_GROUP", "SLURMGEN_HEARTBEAT_DIR",
+    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND", envvars.STRATEGY, "SLURMGEN_GROUP", "SLURMGEN_HEARTBEAT_DIR",
 )
 
 WorkerState = Literal["idle", "starting", "running", "exited", "lost"]
@@ -83,6 +84,8 @@ class GroupConfig(_Request):
     world_size: int | None = Field(None, ge=1, description="default: the group's worker count")
     master_port: int = Field(ports.DEFAULT_MASTER_PORT, ge=1, le=65535)
     backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
+    strategy: Literal["ddp", "fsdp"] = Field(  # contract.strategies.STRATEGIES (a test keeps them equal)
+        DEFAULT_STRATEGY, description="the bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp or fsdp")
     argv: list[str] = Field(default_factory=list, description="the command, an argv list (no shell)")
     cwd: str | None = Field(None, description="absolute working directory on every node")
     env: dict[str, str] = Field(default_factory=dict)

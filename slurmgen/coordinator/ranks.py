@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from slurmgen.contract import envvars
 from slurmgen.coordinator.models import GroupConfig, RankOut
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.topology import Host, order_hosts, rank_table
@@ -50,5 +51,6 @@ def rank_env(config: GroupConfig, group: str, entry: RankOut, master: str) -> di
         "MASTER_ADDR": config.master_addr or master,
         "MASTER_PORT": str(config.master_port),
         "SLURMGEN_BACKEND": config.backend,
+        envvars.STRATEGY: config.strategy,
         "SLURMGEN_GROUP": group,
     }

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from slurmgen.contract import envvars, exitcodes, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
+from slurmgen.contract.strategies import DEFAULT_STRATEGY
 from slurmgen.generate import slurm_values
 from slurmgen.generate.hostlist import is_host_name
 from slurmgen.generate.yaml12 import as_written
@@ -123,8 +124,8 @@ class JobSpec(BaseModel):
     master_addr: str | None = Field(None, description="Rendezvous host; default: the job's first node.")
     master_port: Port | None = Field(None, description=f"Rendezvous port; default {ports.JOB_PORT_RULE}.")
     backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
-    strategy: Literal["ddp", "fsdp"] = Field(
-        "ddp", description="The bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp, a whole model per rank; "
+    strategy: Literal["ddp", "fsdp"] = Field(  # contract.strategies.STRATEGIES (a test keeps them equal)
+        DEFAULT_STRATEGY, description="The bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp, a whole model per rank; "
                            "fsdp, FSDP2 with sharded checkpoints, for models whose training state does not fit one GPU.")
     launcher: Literal["srun", "torchrun"] = Field("srun", description="run_slurm.sh only: srun (one task per process) or torchrun (one per node).")
     container: Container | None = None

@@ -24,7 +24,7 @@ from torch import nn
 from slurmgen.contract import phases
 from slurmgen.observe.record import rank_started
 
-from . import compat, dist
+from . import compat, dist, fsdp
 from .config import TrainConfig
 from .env import DistEnv, EnvError, LaunchFlags, detect
 from .logs import setup_logging
@@ -57,10 +57,16 @@ def setup(config: TrainConfig, flags: LaunchFlags | None = None, environ: Mappin
 
 def train_ddp(model: nn.Module, train_dataset: Any, eval_dataset: Any = None,
               config: TrainConfig | Mapping[str, Any] | None = None,
-              loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, **overrides: Any) -> TrainResult:
-    """Train `model` with DDP on whatever launcher started this process.
+              loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, shard_units: fsdp.Units = None,
+              **overrides: Any) -> TrainResult:
+    """Train `model` with DDP, or FSDP2 with `strategy="fsdp"`, on whatever launcher started
+    this process.
 
-    `config` is a TrainConfig or a dict of its fields; keyword overrides win. The process group
+    `config` is a TrainConfig or a dict of its fields; keyword overrides win. Under fsdp the
+    model is sharded per unit and at the root; `shard_units` names the units: a module class
+    or a list of them (every submodule of those classes, e.g. `[MyBlock]`), or a function
+    `model -> modules`; by default the entries of a `blocks`, `layers` or `h` ModuleList
+    (fsdp.units_of). It is ignored under ddp, so one script runs either way. The process group
     is left up for the caller (evaluation, more collectives); end the script with
     `finish(result.exit_code)`. Preemption (--preempt-signal or SIGTERM) returns exit_code 75 after a
     checkpoint (only the --preempt-signal requeues a Slurm job); call `train_ddp` again with the
@@ -71,7 +77,8 @@ def train_ddp(model: nn.Module, train_dataset: Any, eval_dataset: Any = None,
     base = config.to_dict() if isinstance(config, TrainConfig) else dict(config)
     cfg = TrainConfig.from_dict({**base, **overrides})
     env = setup(cfg)
-    return Trainer(model, train_dataset, env, cfg, eval_dataset=eval_dataset, loss_fn=loss_fn).fit()
+    return Trainer(model, train_dataset, env, cfg, eval_dataset=eval_dataset, loss_fn=loss_fn,
+                   shard_units=shard_units).fit()
 
 
 def finish(code: int = 0) -> NoReturn:

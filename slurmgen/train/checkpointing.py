@@ -163,10 +163,16 @@ class Checkpointing:
         return self.sharded if self.sharded is not None else self.writer
 
     def prepare(self, step: int) -> None:
-        """Rank 0 has the writer allocate its copy buffers in the background as soon as the
-        state has its final shapes: Adam's moments exist once the optimizer has stepped (a
-        float16 scaler may skip the first steps). The first checkpoint then only copies."""
-        if self.sharded is None and self.env.is_main and self.writer.needs_buffers and self.optimizer.state:
+        """The writer allocates its copy buffers in the background (rank 0's, or under fsdp
+        every rank's for its shards) as soon as the state has its final shapes: Adam's moments
+        exist once the optimizer has stepped (a float16 scaler may skip the first steps). The
+        first checkpoint then only copies."""
+        if not self.optimizer.state:
+            return
+        if self.sharded is not None:  # every rank copies its own shards
+            if self.sharded.needs_buffers:
+                self.sharded.prepare(self.model, self.optimizer)
+        elif self.env.is_main and self.writer.needs_buffers:
             self.writer.prepare(self.state(step, []))
 
     def poll(self) -> None:

@@ -69,16 +69,18 @@ def _map_tensors(state: Any, old: Any, fill: Callable[[torch.Tensor, torch.Tenso
     filled: set[int] = set()
 
     def walk(value: Any, old: Any) -> Any:
+        if is_dtensor(value):
+            return _map_dtensor(value, old, memo, walk)
         if isinstance(value, torch.Tensor):
             key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
                    tuple(value.stride()), value.dtype, value.device)
             if key in memo:
                 return memo[key]
             t = value.detach()
-            fits = (isinstance(old, torch.Tensor) and old.shape == t.shape and old.dtype == t.dtype
-                    and old.device.type == "cpu" and id(old) not in filled)
+            fits = (isinstance(old, torch.Tensor) and not is_dtensor(old) and old.shape == t.shape and old.dtype == t.dtype
+                    and old.device.type == "cpu" and _address(old) not in filled)
             out = memo[key] = fill(t, old if fits else None)
-            filled.add(id(out))
+            filled.add(_address(out))
             return out
         if isinstance(value, dict):
             return {k: walk(v, old.get(k) if isinstance(old, dict) else None) for k, v in value.items()}
@@ -88,6 +90,40 @@ def _map_tensors(state: Any, old: Any, fill: Callable[[torch.Tensor, torch.Tenso
         return value
 
     return walk(state, old)
+
+
+def _address(t: torch.Tensor) -> int:
+    """Where a buffer's bytes start: a DTensor's local shard is a new Python object at every
+    `to_local()`, so a buffer is known by its memory, not by its id (empty ones own nothing)."""
+    return t.data_ptr() if t.numel() else -id(t)
+
+
+def is_dtensor(value: Any) -> bool:
+    """A DTensor (a shard of a bigger tensor, as FSDP2 holds them) without importing it when
+    torch.distributed is not there."""
+    return type(value).__name__ == "DTensor" and hasattr(value, "to_local")
+
+
+def _map_dtensor(value: Any, old: Any, memo: dict[tuple, Any], walk: Callable[[Any, Any], Any]) -> Any:
+    """A DTensor with the same layout (mesh, placements, global shape and stride) whose local
+    shard is `walk(local shard)`: the local shard is filled like any tensor, and `old`'s
+    wrapper is reused when its local shard was the buffer, so a kept snapshot is not wrapped anew."""
+    key = ("dtensor", id(value))  # the same DTensor twice (tied weights) gives one result
+    if key in memo:
+        return memo[key]
+    same = (is_dtensor(old) and old.device_mesh == value.device_mesh and old.placements == value.placements
+            and old.shape == value.shape and old.stride() == value.stride())
+    old_local = old.to_local() if same else None
+    local = walk(value.to_local(), old_local)
+    if old_local is not None and local.data_ptr() == old_local.data_ptr() and local.shape == old_local.shape:
+        out = old
+    else:
+        from torch.distributed.tensor import DTensor
+
+        out = DTensor.from_local(local, value.device_mesh, value.placements, run_check=False,
+                                 shape=value.shape, stride=value.stride())
+    memo[key] = out
+    return out
 
 
 @contextmanager

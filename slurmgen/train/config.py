@@ -17,6 +17,7 @@ from typing import Any
 
 from slurmgen.contract import envvars, exitcodes
 from slurmgen.contract.backends import BACKENDS, DEFAULT_BACKEND
+from slurmgen.contract.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 from .flags import count, either, flag, from_env, number, truthy
 
@@ -25,9 +26,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = exitcodes.OK, exitcodes.FAILE
 
 DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
-# ddp: every rank holds the whole model, rank 0 writes one checkpoint file; fsdp: FSDP2 shards
-# parameters, gradients and optimizer state, every rank writes its shard (fsdp.py, sharded.py).
-STRATEGIES = ("ddp", "fsdp")
 TRACK_MODES = ("rank0", "per-process", "off")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 DEFAULT_MAX_STEPS = 100
@@ -117,8 +115,8 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = flag(1.0, f"clip the gradient norm, 0: off {_DEFAULT}", type=number(0.0))
     dtype: str = flag("float32", f"autocast dtype; float16 uses a GradScaler {_DEFAULT}", choices=DTYPES)
-    strategy: str = flag("ddp", f"ddp: a whole model per rank; fsdp: FSDP2, parameters, gradients and optimizer "
-                         f"state sharded, sharded checkpoints (default: ${envvars.STRATEGY}, else ddp)",
+    strategy: str = flag(DEFAULT_STRATEGY, f"ddp: a whole model per rank; fsdp: FSDP2, parameters, gradients and optimizer "
+                         f"state sharded, sharded checkpoints (default: ${envvars.STRATEGY}, else {DEFAULT_STRATEGY})",
                          choices=STRATEGIES, env=from_env(envvars.STRATEGY))
     max_steps: int | None = flag(None, f"optimizer steps to train (default {DEFAULT_MAX_STEPS} unless --epochs)",
                                  type=count(1))

@@ -11,11 +11,13 @@ Why each choice:
   same model, and an FSDP run from the same model as a DDP run with the same seed. The price is
   one full copy of the model per rank for the moment of sharding, which is what this trainer's
   models fit; a model that does not fit once per host needs meta-device init with a device mesh
-  that has working random operators (CUDA), a hook left to `shard(..., units=...)`.
+  that has working random operators (CUDA).
 - Units. Each transformer block is one FSDP unit (its parameters are gathered just before its
   forward and freed after), and the root holds the rest (embeddings, tied head, final norm).
-  A custom model names its units by passing `units`; by default any `blocks`/`layers`/`h`
-  ModuleList is used.
+  A custom model names its units with `units` (`train_ddp(..., shard_units=...)`): module
+  classes (every submodule of one of them is a unit) or a function of the model returning the
+  unit modules; by default the entries of a `blocks`/`layers`/`h` ModuleList. Units are
+  sharded innermost first, whatever order they were given in, as FSDP2 requires.
 - Mixed precision from `--dtype`: parameters are gathered and computed in that dtype, gradients
   reduced in float32 (sums of many ranks' low-precision gradients lose the bits that matter).
 - Gradient accumulation: `no_sync(model)` turns off the reduce-scatter of all micro-steps but
@@ -28,7 +30,7 @@ Why each choice:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +39,8 @@ from torch import nn
 
 PARAM_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _UNIT_LISTS = ("blocks", "layers", "h")
+# What `shard(units=...)` and `train_ddp(shard_units=...)` take: see units_of.
+Units = type[nn.Module] | Sequence[type[nn.Module]] | Callable[[nn.Module], Iterable[nn.Module]] | None
 
 
 def broadcast_from_rank0(model: nn.Module) -> None:
@@ -57,6 +61,27 @@ def default_units(model: nn.Module) -> list[nn.Module]:
     return []
 
 
+def units_of(model: nn.Module, units: Units) -> list[nn.Module]:
+    """The modules sharded one by one, innermost first: the default (`default_units`) for
+    None, every submodule of the given class(es), or what `units(model)` returns. A returned
+    module that is not inside `model` is a ValueError naming it."""
+    if units is None:
+        chosen = default_units(model)
+    elif isinstance(units, type) or (isinstance(units, Sequence) and all(isinstance(u, type) for u in units)):
+        classes = (units,) if isinstance(units, type) else tuple(units)
+        chosen = [m for m in model.modules() if isinstance(m, classes) and m is not model]
+    elif callable(units):
+        chosen = list(units(model))
+    else:
+        raise ValueError(f"shard_units must be module classes or a function of the model (got {units!r})")
+    # Descendants before their ancestors: the reverse of modules()' pre-order.
+    order = {id(m): i for i, m in enumerate(reversed(list(model.modules())))}
+    strays = [type(m).__name__ for m in chosen if id(m) not in order or m is model]
+    if strays:
+        raise ValueError(f"shard_units gave modules that are not submodules of the model: {', '.join(strays)}")
+    return sorted({id(m): m for m in chosen}.values(), key=lambda m: order[id(m)])
+
+
 def mixed_precision(dtype: str):
     """FSDP2's policy for `--dtype`: compute in it, reduce gradients in float32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -64,18 +89,20 @@ def mixed_precision(dtype: str):
     return MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[dtype], reduce_dtype=torch.float32)
 
 
-def shard(model: nn.Module, dtype: str = "float32", units: Iterable[nn.Module] | None = None) -> nn.Module:
-    """`model`, made identical on every rank, then sharded with FSDP2 per unit and at the root.
+def shard(model: nn.Module, dtype: str = "float32", units: Units = None) -> nn.Module:
+    """`model`, made identical on every rank, then sharded with FSDP2 per unit (`units_of`)
+    and at the root.
 
     Must run after `init_process_group`; the mesh is the whole world on the model's device."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    chosen = units_of(model, units)
     device = next(model.parameters()).device
     broadcast_from_rank0(model)
     mesh = init_device_mesh(device.type, (tdist.get_world_size(),))
     policy = mixed_precision(dtype)
-    for unit in (default_units(model) if units is None else list(units)):
+    for unit in chosen:
         fully_shard(unit, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model

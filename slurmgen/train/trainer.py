@@ -80,13 +80,14 @@ class Trainer:
     """Train `model` on `train_dataset` in the process group described by `env`."""
 
     def __init__(self, model: nn.Module, train_dataset: Any, env: DistEnv, config: TrainConfig,
-                 eval_dataset: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None):
+                 eval_dataset: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+                 shard_units: fsdp.Units = None):
         self.cfg, self.env, self.loss_fn = config, env, loss_fn
         self.model = model.to(env.device)
         # FSDP2 before the optimizer exists: sharding replaces the parameters by DTensor ones.
         self.sharded = config.strategy == "fsdp" and env.distributed
         if self.sharded:
-            fsdp.shard(self.model, config.dtype)
+            fsdp.shard(self.model, config.dtype, shard_units)
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.out = Path(config.out_dir)
         self.device_type = "cuda" if env.device.startswith("cuda") else "cpu"

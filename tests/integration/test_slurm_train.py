@@ -25,12 +25,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import render_and_lint
+from helpers import clean_env, communicate_in_session, render_and_lint
 
 from slurmgen.train.logs import read_heartbeats
 
@@ -259,6 +261,47 @@ def hostnames(cluster, job_id: str) -> list[str]:
     return cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
 
 
+def wait_stepping(cluster, job: TrainJob, min_step: int) -> dict[int, dict]:
+    """Every rank's heartbeat once all are at `min_step` or later, inside the step loop: the
+    trainer's signal handlers are installed then (before that, USR2 would simply kill a rank,
+    as it would on a real cluster)."""
+    deadline = time.monotonic() + 60
+    while True:
+        beats = job.heartbeats()
+        if len(beats) == WORLD and all(b["step"] >= min_step for b in beats.values()):
+            return beats
+        info = cluster.job_info(job.job_id)
+        assert info["JobState"] == "RUNNING", f"{info['JobState']}\n{job.log()}"
+        assert time.monotonic() < deadline, f"ranks not stepping after 60 s: {beats}\n{job.log()}"
+        time.sleep(0.05)
+
+
+def follow_requeue(cluster, job: TrainJob) -> list[tuple[str, str, str]]:
+    """REQUEUED/COMPLETING -> PENDING (held until BeginTime) -> RUNNING again, Restarts=1:
+    the states seen on the way, the hold lifted as soon as Slurm accepts it."""
+    seen: list[tuple[str, str, str]] = []
+    released = False
+    deadline = time.monotonic() + 60
+    while True:
+        info = cluster.job_info(job.job_id)
+        now = (info["JobState"], info.get("Reason", ""), info.get("Restarts", ""))
+        if not seen or seen[-1] != now:
+            seen.append(now)
+        if now[0] == "PENDING" and now[1] == "BeginTime" and not released:
+            # Slurm holds a requeued job for cred_expire (120 s); start it now instead, but not
+            # within the second in which slurmd revoked the old run's credential (done before
+            # the job turned PENDING): slurmd refuses a credential created in that same second
+            # ("Killing non-startable batch JobId=N: Job credential revoked", job FAILED).
+            time.sleep(max(0.0, int(time.time()) + 1.2 - time.time()))
+            cluster.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"])
+            released = True
+        if now[0] == "RUNNING" and now[2] == "1":
+            return seen
+        assert now[0] not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), f"{seen}\n{job.log()}"
+        assert time.monotonic() < deadline, f"not back to RUNNING after 60 s: {seen}\n{job.log()}"
+        time.sleep(0.1)
+
+
 # --- issue 3, test 4a: a few steps, rank-0 I/O ----------------------------------------------------
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
@@ -317,43 +360,11 @@ def test_usr2_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     job_id = job.submit(cluster)
     cluster.wait_state(job_id, {"RUNNING"}, timeout=30)
 
-    # Signal only once every rank is inside the step loop: the trainer's handlers are installed
-    # then (before that, USR2 would simply kill a rank, as it would on a real cluster).
-    deadline = time.monotonic() + 60
-    while True:
-        beats = job.heartbeats()
-        if len(beats) == WORLD and all(b["step"] >= 10 for b in beats.values()):
-            break
-        info = cluster.job_info(job_id)
-        assert info["JobState"] == "RUNNING", f"{info['JobState']}\n{job.log()}"
-        assert time.monotonic() < deadline, f"ranks not stepping after 60 s: {beats}\n{job.log()}"
-        time.sleep(0.05)
+    beats = wait_stepping(cluster, job, min_step=10)
     first_pids = {k: b["pid"] for k, b in beats.items()}
     signalled = time.time()
     cluster.signal(job_id, "USR2")  # scancel --signal=USR2 JOB: every step's processes
-
-    # REQUEUED/COMPLETING -> PENDING (held until BeginTime) -> RUNNING again, Restarts=1.
-    seen: list[tuple[str, str, str]] = []
-    released = False
-    deadline = time.monotonic() + 60
-    while True:
-        info = cluster.job_info(job_id)
-        now = (info["JobState"], info.get("Reason", ""), info.get("Restarts", ""))
-        if not seen or seen[-1] != now:
-            seen.append(now)
-        if now[0] == "PENDING" and now[1] == "BeginTime" and not released:
-            # Slurm holds a requeued job for cred_expire (120 s); start it now instead, but not
-            # within the second in which slurmd revoked the old run's credential (done before
-            # the job turned PENDING): slurmd refuses a credential created in that same second
-            # ("Killing non-startable batch JobId=N: Job credential revoked", job FAILED).
-            time.sleep(max(0.0, int(time.time()) + 1.2 - time.time()))
-            cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
-            released = True
-        if now[0] == "RUNNING" and now[2] == "1":
-            break
-        assert now[0] not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), f"{seen}\n{job.log()}"
-        assert time.monotonic() < deadline, f"not back to RUNNING after 60 s: {seen}\n{job.log()}"
-        time.sleep(0.1)
+    seen = follow_requeue(cluster, job)
     restarted = time.time()
     assert ("PENDING", "BeginTime", "1") in seen or ("PENDING", "None", "1") in seen, seen
 
@@ -402,3 +413,52 @@ def test_usr2_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
         seen_by_workers = {r["signals_to_handle"] for r in job.audit()}
         assert all("SIGUSR2" in (s or "").split(",") for s in seen_by_workers), seen_by_workers
         assert "User defined signal 2" not in log, log
+
+
+# --- issue 26: the same path under --strategy fsdp: every rank writes its shard, resume reshards nothing
+def test_fsdp_usr2_writes_a_sharded_checkpoint_requeues_and_resumes_where_it_would_have_ended(cluster, tmp_path):
+    """srun mode only (the signal and requeue path is the launcher's, tested above for both)."""
+    steps = 120
+    job = TrainJob(tmp_path, "srun")
+    job.render("--max-steps", str(steps), "--save-every", "0", "--strategy", "fsdp", create_args=("--requeue",))
+    t0 = time.monotonic()
+    job_id = job.submit(cluster)
+    # The uninterrupted run to compare with: the same 4 ranks, on this machine, meanwhile.
+    ref = tmp_path / "reference"
+    reference = subprocess.Popen([sys.executable, *TRAIN[1:], "--out-dir", str(ref), "--max-steps", str(steps), "--save-every", "0",
+                                  "--strategy", "fsdp", "--backend", "gloo", "--nproc-per-node", str(WORLD)],
+                                 env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
+    cluster.wait_state(job_id, {"RUNNING"}, timeout=30)
+    wait_stepping(cluster, job, min_step=5)
+    cluster.signal(job_id, "USR2")
+    follow_requeue(cluster, job)
+    state, code = cluster.wait(job_id, timeout=JOB_TIMEOUT)
+    log = job.log()
+    assert (state, code) == ("COMPLETED", 0), log
+    ref_out, _ = communicate_in_session(reference, 60)
+    assert reference.returncode == 0, ref_out[-3000:]
+    print(f"fsdp requeue job: {time.monotonic() - t0:.1f}s in all (reference run alongside)")
+
+    stopped = re.search(r"signal (\d+|on another rank): checkpoint written at step (\d+), stopping", log)
+    assert stopped, log
+    stop = int(stopped.group(2))
+    assert 5 <= stop < steps, log
+    shards = f"checkpoints/ckpt-{stop:09d}.dcp"
+    assert f"resumed from {job.run_dir / shards} at step {stop}" in log and log.count("resumed from") == 1, log
+    # Each of the 4 ranks, on both nodes, wrote its own shard of that checkpoint (into its
+    # temporary directory); the directory holds the 4 shards, DCP's index and meta.pt.
+    wrote = {(r["rank"], Path(p).name) for r in job.audit() for p in r["paths"]
+             if f".ckpt-{stop:09d}.dcp.tmp/" in p and p.endswith(".distcp")}
+    assert wrote == {(str(k), f"__{k}_0.distcp") for k in range(WORLD)}, wrote
+    assert sorted(p.name for p in (job.run_dir / shards).iterdir()) == sorted(
+        [".metadata", "meta.pt", *(f"__{k}_0.distcp" for k in range(WORLD))])
+    assert (job.run_dir / "checkpoints" / "latest").read_text().strip() == f"ckpt-{steps:09d}.dcp"
+    # Every step once, and the run ends exactly where the uninterrupted one does.
+    records = [r for r in job.metrics() if r["split"] == "train"]
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    expected = [json.loads(line) for line in (ref / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in records[-3:]] == [
+        (r["step"], r["loss"]) for r in expected if r["split"] == "train"][-3:]
+    assert [r["loss"] for r in job.metrics() if r["split"] == "val"] == [r["loss"] for r in expected if r["split"] == "val"]
+    assert cluster.wait_no_tasks(job_id, timeout=15) == []

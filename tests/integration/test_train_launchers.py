@@ -52,13 +52,13 @@ def run_ranks(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float 
     return results
 
 
-def check_run_dir(out: Path, world: int, steps: int = 6) -> None:
-    """What every successful run leaves: rank 0's metrics and checkpoint, every rank's last
-    heartbeat in one summary per node (one node here)."""
+def check_run_dir(out: Path, world: int, steps: int = 6, checkpoint: str = "ckpt-{:09d}.pt") -> None:
+    """What every successful run leaves: rank 0's metrics and checkpoint (a sharded one is a
+    `.dcp` directory), every rank's last heartbeat in one summary per node (one node here)."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["split"] == "train"] == list(range(3, steps + 1, 3))
     assert [r["split"] for r in rows].count("val") == 1
-    assert (out / "checkpoints" / "latest").read_text().strip() == f"ckpt-{steps:09d}.pt"
+    assert (out / "checkpoints" / "latest").read_text().strip() == checkpoint.format(steps)
     assert all(re.fullmatch(r"node-.+-\d+\.json", b.name) for b in (out / "heartbeats").iterdir())
     beats = read_heartbeats(out / "heartbeats")
     assert {r: (b["step"], b["status"]) for r, b in beats.items()} == {r: (steps, "done") for r in range(world)}
@@ -166,12 +166,14 @@ SLURMGEN = shutil.which("slurmgen", path=os.path.dirname(PY)) or shutil.which("s
 
 
 @pytest.mark.skipif(SLURMGEN is None, reason="the slurmgen console script is not installed")
-@pytest.mark.parametrize("per_node", [1, 2])
-def test_launch_multi_node_two_nodes(tmp_path, per_node):
-    """slurmgen create renders launch_multi_node.sh; two 'nodes' on this machine train together."""
-    scripts, out = tmp_path / "scripts", tmp_path / "run"
-    create = [SLURMGEN, "create", "--nodes", "2", "--gpus", str(per_node), "--backend", "gloo", "-o", str(scripts), "--",
-              "python", "-m", "slurmgen.train", "--out-dir", str(out), *RUN]
+@pytest.mark.parametrize("per_node,strategy", [(1, "ddp"), (2, "ddp"), (1, "fsdp")])
+def test_launch_multi_node_two_nodes(tmp_path, per_node, strategy):
+    """slurmgen create renders launch_multi_node.sh; two 'nodes' on this machine train together,
+    with the spec's strategy (exported as SLURMGEN_STRATEGY, the trainer's default)."""
+    scripts, out, spec = tmp_path / "scripts", tmp_path / "run", tmp_path / "job.yaml"
+    spec.write_text(f"strategy: {strategy}\n")
+    create = [SLURMGEN, "create", "--config", str(spec), "--nodes", "2", "--gpus", str(per_node), "--backend", "gloo",
+              "-o", str(scripts), "--", "python", "-m", "slurmgen.train", "--out-dir", str(out), *RUN]
     made = subprocess.run(create, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     env = clean_env(MASTER_PORT=str(free_port()), PATH=f"{os.path.dirname(PY)}:{os.environ['PATH']}",
@@ -179,7 +181,7 @@ def test_launch_multi_node_two_nodes(tmp_path, per_node):
     launch = str(scripts / "launch_multi_node.sh")
     results = run_ranks([[launch, "127.0.0.1", "2", str(per_node), str(node)] for node in (0, 1)], [env, env])
     assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] + r.stdout[-2000:] for r in results]
-    check_run_dir(out, 2 * per_node)
+    check_run_dir(out, 2 * per_node, checkpoint="ckpt-{:09d}.dcp" if strategy == "fsdp" else "ckpt-{:09d}.pt")
     rank0_log = next(p for p in (tmp_path / "logs").iterdir() if p.name.startswith("rank-0")).read_text()
     assert "launcher=env" in rank0_log and f"world_size={2 * per_node}" in rank0_log and "done: step 6" in rank0_log
 

@@ -67,13 +67,22 @@ def test_rank_env_is_the_torchrun_contract_plus_group():
     env = rank_env(config, "exp1", entry, "gn6")
     assert env == {"FOO": "bar", "RANK": "1", "LOCAL_RANK": "0", "NODE_RANK": "1", "WORLD_SIZE": "2",
                    "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "gn6", "MASTER_PORT": "29500",
-                   "SLURMGEN_BACKEND": "gloo", "SLURMGEN_GROUP": "exp1"}
+                   "SLURMGEN_BACKEND": "gloo", "SLURMGEN_STRATEGY": "ddp", "SLURMGEN_GROUP": "exp1"}
+
+
+def test_a_groups_strategy_reaches_every_rank_as_the_trainers_default():
+    """A group of the bundled trainer runs fsdp without every user writing the variable in env."""
+    config = GroupConfig(strategy="fsdp")
+    assert GroupConfig().strategy == "ddp"
+    entries = plan_ranks(config, [("gn6", 0), ("gn7", 0)])
+    assert {rank_env(config, "exp1", e, "gn6")["SLURMGEN_STRATEGY"] for e in entries} == {"fsdp"}
 
 
 @pytest.mark.parametrize("fields, where", [
     ({"env": {"RANK": "3"}}, "RANK"), ({"env": {"1X": "a"}}, "1X"), ({"cwd": "rel/dir"}, "cwd"),
     ({"master_port": 70000}, "master_port"), ({"master": "a b"}, "master"), ({"world_size": 0}, "world_size"),
     ({"backend": "mpi"}, "backend"), ({"bogus": 1}, "bogus"), ({"master_addr": "x;rm"}, "master_addr"),
+    ({"strategy": "zero3"}, "strategy"), ({"env": {"SLURMGEN_STRATEGY": "fsdp"}}, "SLURMGEN_STRATEGY"),
 ])
 def test_config_validation_names_the_field(fields, where):
     with pytest.raises(ValidationError) as e:

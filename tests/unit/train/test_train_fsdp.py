@@ -94,6 +94,38 @@ def run(rank, world, strategy, ckpt_dir, steps, save_at=None, resume=False, drop
     return full_weights(model), losses, start, warnings
 
 
+def write_while_training(rank, world, ckpt_dir):
+    """Checkpoint step 1 in the background and go on training at once; the checkpoint must
+    still hold step 1's weights. The copy goes into the same kept buffers each time."""
+    from slurmgen.train.ckpt_writer import buffers_for, snapshot
+
+    model, opt = build(rank, "fsdp")
+    train_step(model, opt, 0, rank, world)
+    state = sharded.app_state(model, opt)
+    kept = buffers_for(state)
+    again = snapshot(state, snapshot(state, kept))
+    reused = all(again["model"][k] is kept["model"][k] for k in kept["model"])
+    exact = all(torch.equal(again["model"][k].to_local(), v.to_local()) for k, v in state["model"].items())
+    writer = sharded.ShardedWriter(ckpt_dir, keep_last=3)
+    writer.prepare(model, opt)
+    at_submit = full_weights(model)
+    writer.submit(1, model, opt, {"world_size": world} if rank == 0 else None)
+    for step in (1, 2):  # changes every live shard while the write may still run
+        train_step(model, opt, step, rank, world)
+    writer.close()
+    return reused, exact, at_submit, full_weights(model)
+
+
+def test_a_background_sharded_write_holds_the_state_of_its_step_while_training_goes_on(tmp_path):
+    results = run_ranks(2, tmp_path / "ranks", write_while_training, str(tmp_path / "ck"))
+    saved = sharded.full_model_state(tmp_path / "ck" / sharded.checkpoint_name(1))
+    for reused, exact, at_submit, after in results:
+        assert reused and exact
+        assert saved.keys() == at_submit.keys() and all(torch.equal(saved[k], at_submit[k]) for k in saved)
+        assert not all(torch.equal(after[k], at_submit[k]) for k in saved)  # training did go on
+    assert (tmp_path / "ck" / "latest").read_text().strip() == sharded.checkpoint_name(1)
+
+
 def check_sharding(rank, world):
     ddp, _ = build(rank, "ddp")
     sharded_model, _ = build(rank, "fsdp")
