@@ -9,6 +9,10 @@ ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
 FINISHED_NAME = "slurmgen-{job_id}.finished"
 # Every rank's phases and step samples (contract/phases.py), appended by the ranks themselves.
 TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
+# The Python stacks of hung ranks, each appended by the watcher that killed it (contract/hangs.py).
+STACKS_NAME = "slurmgen-{job_id}.stacks.txt"
+# Prefix of torch's NCCL flight recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE): torch adds the rank.
+NCCL_TRACE_NAME = "slurmgen-{job_id}.nccl-trace-rank"
 
 
 def name_parts(name: str) -> tuple[str, str]:
