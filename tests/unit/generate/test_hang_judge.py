@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,6 +143,30 @@ def test_py_spys_dump_gives_the_main_threads_frames(tmp_path):
         'Thread 43 (idle): "Thread-1 (loader)"\n    wait (threading.py:327)\n'
         'Thread 42 (active): "MainThread"\n    step (/w/train.py:123)\n    main (/w/train.py:200)\n'
         '    <module> (/w/train.py:210)\n')
-    script = _functions() + f'\nstack_frames_of {tmp_path}/dump\nprintf "%s\\n" "${{stack_frames[@]}}"\n'
+    script = _functions() + f'\nstack_frames_of {tmp_path}/dump 42\nprintf "%s\\n" "${{stack_frames[@]}}"\n'
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["/w/train.py:123 step", "/w/train.py:200 main", "/w/train.py:210 <module>"]
+    (tmp_path / "dump").write_text('Thread 42 (idle)\n    step (/w/train.py:123)\nThread 43 (idle)\n    wait (t.py:3)\n')
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["/w/train.py:123 step"]  # unnamed: the thread whose id is the process id
+
+
+PLAIN = "import time\ndef stuck_here():\n    time.sleep(60)\nprint('up', flush=True)\nstuck_here()\n"
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed (optional)")
+def test_a_program_without_the_stack_signal_is_read_by_py_spy_even_stopped(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", PLAIN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGSTOP)
+        script = _functions() + f"""
+take_stack {tmp_path} 1 {proc.pid} '{{"rank": 1, "status": "running"}}'
+printf '%s\\n' "${{stack_frames[@]}}"
+"""
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+        assert out == ["<string>:3 stuck_here", "<string>:5 <module>"]
+    finally:
+        proc.kill()
+        proc.wait()
