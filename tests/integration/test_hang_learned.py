@@ -37,7 +37,8 @@ def _rank(job: str, rank: int) -> tuple[int, dict[str, str]] | None:
             env = dict(v.split("=", 1) for v in (entry / "environ").read_text(errors="replace").split("\0") if "=" in v)
         except OSError:
             continue
-        if b"slurmgen.train" in argv and env.get("SLURM_JOB_ID") == job and env.get("RANK") == str(rank):
+        python = os.path.basename(argv[0]).startswith(b"python")  # not the bash wrappers around it
+        if python and b"slurmgen.train" in argv and env.get("SLURM_JOB_ID") == job and env.get("RANK") == str(rank):
             return int(entry.name), env
     return None
 
@@ -97,6 +98,7 @@ def test_a_stopped_rank_is_caught_within_its_learned_timeout_with_its_stack(clus
     assert all(isinstance(f["line"], int) and f["file"].endswith(".py") for f in frames), frames
     assert (logs / f"slurmgen-{job}.stacks.txt").read_text().startswith(f"=== rank 3 on {end['node']}"), end
     text = sg(cluster, tmp_path, "status", job).stdout
+    print(*[line for line in text.splitlines() if "stuck in" in line], sep="\n")
     top = frames[0]
     assert f"rank 3 stuck in {Path(top['file']).name}:{top['line']} in {top['function']}()" in text, text
     assert cluster.wait_no_tasks(job, timeout=10) == []
