@@ -31,7 +31,7 @@ _VARS = (
         "k of the learned hang timeout, max(floor, k x p99 step time) (contract/hangs.py; default 3, 0: off).",
         user=True),
     Var("SLURMGEN_HANG_FLOOR", "the spec's hang_floor (observe reads it)",
-        "Seconds below which a learned hang timeout never goes (contract/hangs.py; default 10).", user=True),
+        "Seconds below which a learned hang timeout never goes (contract/hangs.py; default 30).", user=True),
     Var("SLURMGEN_PYSPY", "generated scripts' hang watchers",
         "0: never run py-spy on a hung rank whose program registered no stack signal (default: when installed).",
         user=True),

@@ -14,7 +14,7 @@ applies `beat_limit` to the beat it reads and never recomputes the statistic:
   checkpoint   checkpointing        never judged: its stall is the disk's, which earlier stalls
                                     do not bound (the final one waits for a whole write)
 
-timeout = period + max(floor, factor x p99(durations)): `period` because the writer rewrites its
+timeout = period + max(floor, factor x p99(recent durations), the longest one seen): `period` because the writer rewrites its
 file at most every --heartbeat-every seconds, so a watcher sees a beat that much later; `floor`
 so that a fast run is not judged on noise. A phase learns once it has `least` samples; the first
 step of a process (compilation, warm-up) is start-up, not a sample. factor 0 turns learning off.
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from slurmgen.contract import envvars
 
 DEFAULT_FACTOR = 3.0
-DEFAULT_FLOOR = 10.0
+DEFAULT_FLOOR = 30.0
 # Samples a phase needs before its timeout is learned, and how many recent ones count.
 LEAST_STEPS = 20
 LEAST_EVALS = 2
@@ -53,12 +53,15 @@ def p99(samples: Sequence[float]) -> float:
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def learned_timeout(samples: Sequence[float], factor: float, floor: float, period: float, least: int) -> float | None:
+def learned_timeout(samples: Sequence[float], factor: float, floor: float, period: float, least: int,
+                    longest: float = 0.0) -> float | None:
     """Seconds after a beat by which the next one is due, or None while too little is known (or
-    learning is off): period + max(floor, factor x p99(samples)), rounded up to the millisecond."""
+    learning is off): period + max(floor, factor x p99(samples), longest), rounded up to the
+    millisecond. `longest`: the longest duration this process ever saw, which the recent window
+    may have forgotten (a slow step at each epoch's start is this run's normal, not a hang)."""
     if factor <= 0 or len(samples) < max(1, least):
         return None
-    return math.ceil((period + max(floor, factor * p99(samples))) * 1000 - 1e-6) / 1000
+    return math.ceil((period + max(floor, factor * p99(samples), longest)) * 1000 - 1e-6) / 1000
 
 
 def beat_limit(beat: Mapping[str, object], fixed: float) -> float | None:

@@ -109,12 +109,14 @@ class _Learner:
         self.mark: tuple[int, float] | None = None  # the last step beat while running
         self.counts = False  # whether the step after the mark is a sample (not start-up)
         self.eval_start = 0.0
+        self.longest = {"running": 0.0, "evaluating": 0.0}  # the longest sample ever, per phase
 
     def observe(self, step: int, status: str, previous: str, now: float) -> None:
         if status == "evaluating" and previous != "evaluating":
             self.eval_start = now
         elif previous == "evaluating" and status != "evaluating" and self.eval_start:
             self.evals.append(now - self.eval_start)
+            self.longest["evaluating"] = max(self.longest["evaluating"], self.evals[-1])
         if status != "running":
             self.mark = None
             return
@@ -124,13 +126,16 @@ class _Learner:
         elif step > self.mark[0]:
             if self.counts:
                 self.steps.append((now - self.mark[1]) / (step - self.mark[0]))
+                self.longest["running"] = max(self.longest["running"], self.steps[-1])
             self.mark, self.counts = (step, now), True
 
     def timeout(self, status: str) -> float | None:
         if status == "running":
-            return hangs.learned_timeout(self.steps, self.factor, self.floor, self.period, hangs.LEAST_STEPS)
+            return hangs.learned_timeout(self.steps, self.factor, self.floor, self.period, hangs.LEAST_STEPS,
+                                         self.longest[status])
         if status == "evaluating":
-            return hangs.learned_timeout(self.evals, self.factor, self.floor, self.period, hangs.LEAST_EVALS)
+            return hangs.learned_timeout(self.evals, self.factor, self.floor, self.period, hangs.LEAST_EVALS,
+                                         self.longest[status])
         return None
 
 

@@ -19,6 +19,8 @@ def test_the_timeout_is_the_period_plus_k_times_p99_or_the_floor():
     assert hangs.learned_timeout(steps, factor=3, floor=10, period=1, least=20) == 11.0  # the floor
     assert hangs.learned_timeout(steps[:19], factor=3, floor=0.1, period=0.25, least=20) is None  # too few
     assert hangs.learned_timeout(steps, factor=0, floor=0.1, period=0.25, least=20) is None  # off
+    # a slow step the window forgot still counts: this run's normal
+    assert hangs.learned_timeout(steps, factor=3, floor=0.1, period=0.25, least=20, longest=4.0) == 4.25
 
 
 @pytest.mark.parametrize(("beat", "limit"), [
