@@ -22,7 +22,7 @@ LIMIT, DEFER = 4000, 1000
 
 
 def _functions() -> str:
-    return "\n".join(render_template(t) for t in ("heartbeat.sh.j2", "hang_judge.sh.j2", "hang_story.sh.j2"))
+    return "\n".join(render_template(t) for t in ("heartbeat.sh.j2", "hang_judge.sh.j2", "hang_stack.sh.j2", "hang_story.sh.j2"))
 
 
 def _beat(d: Path, rank: int, age_s: float, pid: int, step: int, status: str = "running") -> None:
