@@ -27,6 +27,14 @@ _VARS = (
         "Directory where each rank writes its heartbeat file (the heartbeat protocol); unset: no heartbeats."),
     Var("SLURMGEN_HEARTBEAT_BASE", "run_slurm.sh",
         "Per-attempt parent of the nodes' heartbeat directories in a Slurm job."),
+    Var("SLURMGEN_HANG_FACTOR", "the spec's hang_factor (observe reads it)",
+        "k of the learned hang timeout, max(floor, k x p99 step time) (contract/hangs.py; default 3, 0: off).",
+        user=True),
+    Var("SLURMGEN_HANG_FLOOR", "the spec's hang_floor (observe reads it)",
+        "Seconds below which a learned hang timeout never goes (contract/hangs.py; default 30).", user=True),
+    Var("SLURMGEN_PYSPY", "generated scripts' hang watchers",
+        "0: never run py-spy on a hung rank whose program registered no stack signal (default: when installed).",
+        user=True),
     Var("SLURMGEN_TIMELINE_FILE", "run_slurm.sh",
         "JSON Lines file where each rank appends its phases and step samples (contract/phases.py); unset: none."),
     Var("SLURMGEN_GROUP", "every launcher (tracking reads it)",
@@ -85,6 +93,9 @@ BACKEND = "SLURMGEN_BACKEND"
 HEARTBEAT_DIR = "SLURMGEN_HEARTBEAT_DIR"
 HEARTBEAT_BASE = "SLURMGEN_HEARTBEAT_BASE"
 TIMELINE_FILE = "SLURMGEN_TIMELINE_FILE"
+HANG_FACTOR = "SLURMGEN_HANG_FACTOR"
+HANG_FLOOR = "SLURMGEN_HANG_FLOOR"
+PYSPY = "SLURMGEN_PYSPY"
 GROUP = "SLURMGEN_GROUP"
 JOB_TYPE = "SLURMGEN_JOB_TYPE"
 RUN_NAME = "SLURMGEN_RUN_NAME"

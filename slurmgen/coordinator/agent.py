@@ -24,6 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
+from slurmgen.contract import hangs
 from slurmgen.coordinator.client import Client, ClientError
 from slurmgen.coordinator.models import AgentOrders, AgentReport
 from slurmgen.coordinator.procs import Procs, Slot
@@ -38,12 +39,15 @@ DEFAULT_SERVER_TIMEOUT = 10.0  # until the first answer says otherwise (serve's 
 
 
 def is_stale(beat: dict | None, now: float, timeout: float) -> bool:
-    """A trainer heartbeat is stale when it promised another beat ("running") and its `time`
-    is older than `timeout`. No file, or any other status, is never judged."""
-    if not beat or beat.get("status") != "running":
+    """A trainer heartbeat is stale when it is older than its limit by the watchers' one rule
+    (contract.hangs.beat_limit: `timeout` for a running rank, or the shorter one it learned from
+    its own step times; a learned one for an evaluation). No file, or a status not judged
+    (a checkpoint, an ended rank), is never stale."""
+    if not beat:
         return False
+    limit = hangs.beat_limit(beat, timeout)
     try:
-        return now - float(beat["time"]) > timeout
+        return limit is not None and now - float(beat["time"]) > limit
     except (KeyError, TypeError, ValueError):
         return False
 

@@ -51,6 +51,8 @@ def create(
     sweep_file: Path | None = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
     sweep_args: str | None = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
     heartbeat_timeout: str | None = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
+    hang_factor: str | None = typer.Option(None, "--hang-factor", metavar="K", help="With --heartbeat-timeout: a rank is also hung once silent for its heartbeat period + max(--hang-floor, K x its p99 step time) [default: 3; 0: the fixed timeout only]."),
+    hang_floor: str | None = typer.Option(None, "--hang-floor", metavar="S", help="Seconds below which the learned hang timeout never goes [default: 30]."),
     retries: str | None = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
     retry_on: str | None = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
     exclude_failed_node: bool | None = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),

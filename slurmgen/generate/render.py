@@ -16,9 +16,16 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract import envvars, exitcodes, ports
+from slurmgen.contract import envvars, exitcodes, hangs, ports
 from slurmgen.contract import grid as sweeps
-from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME, TIMELINE_NAME, name_parts
+from slurmgen.contract.files import (
+    ATTEMPTS_NAME,
+    FINISHED_NAME,
+    NCCL_TRACE_NAME,
+    STACKS_NAME,
+    TIMELINE_NAME,
+    name_parts,
+)
 from slurmgen.contract.node_events import EVENT_TAG
 from slurmgen.contract.version import VERSION as __version__
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
@@ -56,6 +63,8 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["sbatch"] = sbatch_value
 _ENV.filters["words"] = words
+# The hang watchers' stack request (contract/hangs.py), the same in every template that judges.
+_ENV.globals.update(stack_signal=hangs.STACK_SIGNAL, stack_wait_ms=round(hangs.STACK_WAIT * 1000))
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,11 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "attempts_name": name_parts(ATTEMPTS_NAME),
         "finished_name": name_parts(FINISHED_NAME),
         "timeline_name": name_parts(TIMELINE_NAME),
+        "stacks_name": name_parts(STACKS_NAME),
+        "nccl_trace_name": name_parts(NCCL_TRACE_NAME),
         "timeline_var": envvars.TIMELINE_FILE,
+        "hang_factor_var": envvars.HANG_FACTOR,
+        "hang_floor_var": envvars.HANG_FLOOR,
         "heartbeat_ms": heartbeat_ms,
         "defer_ms": hang_defer_ms(heartbeat_ms),
         "retries": spec.retries,

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from slurmgen.contract import envvars, exitcodes, ports
+from slurmgen.contract import envvars, exitcodes, hangs, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
 from slurmgen.generate import slurm_values
@@ -145,6 +145,12 @@ class JobSpec(BaseModel):
     # Jobs that heal (run_slurm.sh; see slurmgen/heal/).
     heartbeat_timeout: float | None = Field(
         None, gt=0, le=86_400, description="Stop the job step when a rank's heartbeat file is older than this many seconds.")
+    hang_factor: float = Field(
+        hangs.DEFAULT_FACTOR, ge=0, le=1000,
+        description="With heartbeat_timeout: each rank also learns a timeout from its own step times, its heartbeat period "
+                    "+ max(hang_floor, hang_factor x p99 step time), the fixed one staying the ceiling (0: off).")
+    hang_floor: float = Field(hangs.DEFAULT_FLOOR, ge=0, le=86_400,
+                              description="Seconds below which a learned hang timeout never goes.")
     retries: int = Field(0, ge=0, le=100, description="Requeue the job after a failure with a retry_on code, up to N times.")
     retry_on: list[int] = Field(default_factory=list, description="Exit codes that requeue the job, e.g. [1, 124, 143].")
     exclude_failed_node: bool = Field(False, description="Exclude the node where the failure started before requeueing.")
@@ -164,11 +170,12 @@ class JobSpec(BaseModel):
         return [as_written(item) for item in v] if isinstance(v, list) else as_written(v)
 
     @field_validator("nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "heartbeat_timeout", "retries",
-                     mode="before")
+                     "hang_factor", "hang_floor", mode="before")
     @classmethod
     def _number(cls, v: object, info: ValidationInfo) -> object:
         if isinstance(v, bool):
-            kind = "a number of seconds" if info.field_name == "heartbeat_timeout" else "a whole number"
+            kind = {"heartbeat_timeout": "a number of seconds", "hang_floor": "a number of seconds",
+                    "hang_factor": "a number"}.get(info.field_name or "", "a whole number")
             raise ValueError(f"expected {kind}, not true/false")
         return v
 

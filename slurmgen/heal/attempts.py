@@ -26,6 +26,10 @@ task that ended badly, which names no rank under torchrun):
              heartbeat for 10.4 s, its process is stopped); ranks 0-2 waited in a collective"
              (the node whose rank is stopped, or whose last beat is the oldest of all nodes,
              names it: see judge_node in templates/hang_judge.sh.j2)
+  stack      where the hung rank was stuck, or null: the innermost frames of its main thread,
+             innermost first, [{"file", "line", "function"}, ...], as the watcher took them
+             before it killed the rank (contract/hangs.py; the whole dump of every thread is in
+             LOG_DIR/slurmgen-<SLURM_JOB_ID>.stacks.txt)
   stage      "step" (the job step ran) or "preflight" (`slurmgen doctor` stopped the job)
   action     "finished" (exit 0, the finished marker was written), "requeue" (retry policy),
              "stop" (no retry: a code not in retry_on, or retries used up)
@@ -87,3 +91,14 @@ def cause(record: dict[str, Any]) -> str:
     if code is not None and record.get("verdict"):
         return f"{exitcodes.describe(int(code))}: {record['verdict']}"
     return verdict.summary(first_failure(record))
+
+
+def stuck(record: dict[str, Any], frames: int = 3) -> str | None:
+    """Where an "end" record's hung rank was stuck, for `slurmgen status`: 'rank 3 stuck in
+    time.py:12 in sleep() <- train.py:123 in step()' (innermost first), or None without a stack."""
+    stack = record.get("stack")
+    if not isinstance(stack, list) or not stack:
+        return None
+    where = " <- ".join(f"{Path(str(f.get('file', '?'))).name}:{f.get('line', '?')} in {f.get('function', '?')}()"
+                        for f in stack[:frames] if isinstance(f, dict))
+    return f"rank {record.get('hung_rank')} stuck in {where}"

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from slurmgen.contract import verdict
-from slurmgen.heal.attempts import cause
+from slurmgen.heal.attempts import cause, stuck
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, task_exits
@@ -223,8 +223,13 @@ def _step_end(step: Mapping[str, Any]) -> str:
 
 def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) -> list[str]:
     """One line per ended attempt of a job (or of one array task, under its row)."""
-    return [f"{indent}attempt {a.get('attempt')}: {cause(a)} -> {a.get('action')}"
-            for a in attempts or [] if a.get("event") == "end"]
+    lines = []
+    for a in attempts or []:
+        if a.get("event") == "end":
+            lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)} -> {a.get('action')}")
+            where = stuck(a)
+            lines += [f"{indent}  {where}"] if where else []
+    return lines
 
 
 def _eventful(attempts: Sequence[Mapping[str, Any]] | None) -> bool:

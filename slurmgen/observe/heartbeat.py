@@ -13,6 +13,11 @@ heartbeats (`Heartbeat`): each rank rewrites DIR/rank-NNNNN.json = {"rank", "ste
   another beat within --heartbeat-every (during a checkpoint every rank waits while rank 0
   copies the state and waits for the previous write, which is not a hang).
 
+Additive fields (contract/hangs.py): `timeout`, the seconds after `time` by which the next beat
+is due, learned from this rank's own step (or evaluation) times once it has enough of them;
+`stack`: true when the rank dumps its Python stack into DIR/stack-NNNNN.txt on
+contract.hangs.STACK_SIGNAL (faulthandler), which a watcher sends before it kills a hung rank.
+
 Besides the heartbeat file, a `Heartbeat` given a timeline writer (observe/record.py) records
 the phases it can see from the beats themselves: the first step, each checkpoint's stall (the
 time spent in "checkpointing"), the end, and a step sample at most once per period.
@@ -20,20 +25,23 @@ time spent in "checkpointing"), the end, and a step sample at most once per peri
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from slurmgen import atomic
-from slurmgen.contract import envvars, phases, states
+from slurmgen.contract import envvars, hangs, phases, states
 from slurmgen.observe.record import TimelineWriter
 
 # The heartbeat contract between a launcher (or watcher) and any program it starts: when the
@@ -87,6 +95,68 @@ def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, dict[str, An
     return found
 
 
+class _Learner:
+    """This rank's step and evaluation durations, and the timeout they give (contract/hangs.py).
+
+    A step sample is the time between two step beats while running, per step; the first step of
+    the process (start-up) and a step after a checkpoint or evaluation start afresh. An
+    evaluation sample is the time from entering "evaluating" to leaving it."""
+
+    def __init__(self, period: float, factor: float, floor: float):
+        self.period, self.factor, self.floor = period, factor, floor
+        self.steps: deque[float] = deque(maxlen=hangs.WINDOW)
+        self.evals: deque[float] = deque(maxlen=hangs.WINDOW)
+        self.mark: tuple[int, float] | None = None  # the last step beat while running
+        self.counts = False  # whether the step after the mark is a sample (not start-up)
+        self.eval_start = 0.0
+        self.longest = {"running": 0.0, "evaluating": 0.0}  # the longest sample ever, per phase
+
+    def observe(self, step: int, status: str, previous: str, now: float) -> None:
+        if status == "evaluating" and previous != "evaluating":
+            self.eval_start = now
+        elif previous == "evaluating" and status != "evaluating" and self.eval_start:
+            self.evals.append(now - self.eval_start)
+            self.longest["evaluating"] = max(self.longest["evaluating"], self.evals[-1])
+        if status != "running":
+            self.mark = None
+            return
+        if self.mark is None or previous != "running":
+            self.counts = self.mark is not None or previous in ("evaluating", "checkpointing")
+            self.mark = (step, now)
+        elif step > self.mark[0]:
+            if self.counts:
+                self.steps.append((now - self.mark[1]) / (step - self.mark[0]))
+                self.longest["running"] = max(self.longest["running"], self.steps[-1])
+            self.mark, self.counts = (step, now), True
+
+    def timeout(self, status: str) -> float | None:
+        if status == "running":
+            return hangs.learned_timeout(self.steps, self.factor, self.floor, self.period, hangs.LEAST_STEPS,
+                                         self.longest[status])
+        if status == "evaluating":
+            return hangs.learned_timeout(self.evals, self.factor, self.floor, self.period, hangs.LEAST_EVALS,
+                                         self.longest[status])
+        return None
+
+
+# The open stack file of this process: faulthandler writes into it from a signal handler, so it
+# must stay open for the life of the process.
+_stack_file: Any = None
+
+
+def register_stack(path: Path) -> bool:
+    """Dump every thread's Python stack into `path` on contract.hangs.STACK_SIGNAL (appending:
+    a watcher empties the file before it asks). False where it cannot (no such signal, no file)."""
+    global _stack_file
+    try:
+        f = open(path, "a")  # noqa: SIM115 - held open for the life of the process
+        faulthandler.register(signal.Signals[f"SIG{hangs.STACK_SIGNAL}"], file=f, all_threads=True, chain=True)
+    except (OSError, KeyError, ValueError, RuntimeError):
+        return False
+    _stack_file = f
+    return True
+
+
 class Heartbeat:
     """One small JSON file per rank; cheap enough to call every step (it throttles itself).
 
@@ -115,6 +185,8 @@ class Heartbeat:
         self.start_step: int | None = None
         self.first_done, self.ckpt_start, self.sampled, self.work = False, 0.0, 0.0, 0.0
         self.sampled_step = self.ckpt_step = 0
+        self.learn = _Learner(every, *hangs.settings(environ))
+        self.stack = False
 
     def beat(self, step: int, status: str = "running", force: bool = False, work: float | None = None) -> None:
         """`work`: seconds this rank spent working (not waiting for peers) in the step just done;
@@ -122,13 +194,21 @@ class Heartbeat:
         now = time.time()
         if self.timeline is not None:
             self._timeline(step, status, now, work)
+        self.learn.observe(step, status, self.status, now)
         if not force and status == self.status and now - self.last < self.every:
             return
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.last:
                 self.remove_stale()
-            record = {"rank": self.rank, "step": step, "time": now, "pid": self.pid, "host": self.host, "status": status}
+                self.stack = register_stack(self.path.parent / hangs.STACK_NAME.format(rank=self.rank))
+            record: dict[str, Any] = {"rank": self.rank, "step": step, "time": now, "pid": self.pid, "host": self.host,
+                                      "status": status}
+            timeout = self.learn.timeout(status)
+            if timeout is not None:
+                record["timeout"] = timeout
+            if self.stack:
+                record["stack"] = True
             atomic.write_text(self.path, json.dumps(record) + "\n", fsync=False)
         self.last, self.status = now, status
         if self.summary is not None and (status in FINAL_STATUSES or now - self.summarised >= SUMMARY_EVERY_BEATS * self.every):

@@ -169,3 +169,10 @@ def test_output_queue_is_bounded_and_counts_drops():
     out.give_back(lines, dropped)  # an undelivered heartbeat's lines come back first
     again, dropped = out.take(10)
     assert [ln.line for ln in again] == ["2", "3", "4"] and dropped == 2
+
+
+def test_a_learned_timeout_in_the_beat_shortens_the_agents_limit():
+    assert is_stale({"status": "running", "time": 198.0, "timeout": 1.5}, now=200.0, timeout=60)
+    assert not is_stale({"status": "running", "time": 199.0, "timeout": 1.5}, now=200.0, timeout=60)
+    assert is_stale({"status": "evaluating", "time": 190.0, "timeout": 5.0}, now=200.0, timeout=60)
+    assert not is_stale({"status": "evaluating", "time": 0.0}, now=200.0, timeout=60)

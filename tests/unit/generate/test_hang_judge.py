@@ -5,8 +5,11 @@ tests/integration/test_hang_blame.py (a SIGSTOPped rank of a real job)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +22,7 @@ LIMIT, DEFER = 4000, 1000
 
 
 def _functions() -> str:
-    return "\n".join(render_template(t) for t in ("heartbeat.sh.j2", "hang_judge.sh.j2", "hang_story.sh.j2"))
+    return "\n".join(render_template(t) for t in ("heartbeat.sh.j2", "hang_judge.sh.j2", "hang_stack.sh.j2", "hang_story.sh.j2"))
 
 
 def _beat(d: Path, rank: int, age_s: float, pid: int, step: int, status: str = "running") -> None:
@@ -87,3 +90,83 @@ def test_status_tells_the_verdict_and_an_older_record_as_before():
     verdict = "rank 3 on node2 stopped beating at step 220 (no heartbeat for 10.4 s); ranks 0-2 waited in a collective"
     assert cause({"exit_code": 124, "hung_rank": 3, "node": "node2", "verdict": verdict}) == f"hung: {verdict}"
     assert cause({"exit_code": 124, "hung_rank": 3, "node": "node2"}) == "hung (rank 3 on node2)"
+
+
+def test_a_learned_timeout_judges_a_rank_long_before_the_fixed_limit(tmp_path, sleeper):
+    """contract/hangs.py's rule in bash: the beat's own `timeout` when shorter than the limit."""
+    sleeper.send_signal(signal.SIGSTOP)
+    time.sleep(0.1)
+    _beat(tmp_path, 0, 1.0, sleeper.pid, 9)  # no timeout learned: the 4 s limit, not even quiet
+    record = json.loads((tmp_path / "rank-00000.json").read_text())
+    (tmp_path / "rank-00001.json").write_text(json.dumps({**record, "rank": 1, "timeout": 0.6}) + "\n")
+    (tmp_path / "rank-00002.json").write_text(json.dumps({**record, "rank": 2, "timeout": 0.6,
+                                                          "status": "checkpointing"}) + "\n")
+    assert _judge(tmp_path).splitlines() == [f"hung 1 9 {sleeper.pid} stopped", "quiet 1:9"]
+
+
+STACKED = """
+import os, time
+from slurmgen.observe.heartbeat import Heartbeat
+hb = Heartbeat(None, 3, 1.0, environ=os.environ, timeline=False)
+hb.beat(7)
+print("up", flush=True)
+def stuck_in_step():
+    time.sleep(60)
+stuck_in_step()
+"""
+
+
+def test_the_stack_of_a_stopped_rank_is_taken_before_it_is_killed(tmp_path):
+    env = {**os.environ, "SLURMGEN_HEARTBEAT_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-c", STACKED], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        time.sleep(0.3)  # into the sleep
+        proc.send_signal(signal.SIGSTOP)
+        beat = (tmp_path / "rank-00003.json").read_text().strip()
+        script = _functions() + f"""
+take_stack {tmp_path} 3 {proc.pid} '{beat}'
+echo "$stack_file"
+printf '%s\\n' "${{stack_frames[@]}}"
+"""
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+        assert out[0] == str(tmp_path / "stack-00003.txt")
+        assert out[1:] == ["<string>:8 stuck_in_step", "<string>:9 <module>"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_py_spys_dump_gives_the_main_threads_frames(tmp_path):
+    (tmp_path / "dump").write_text(
+        'Process 42: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n'
+        'Thread 43 (idle): "Thread-1 (loader)"\n    wait (threading.py:327)\n'
+        'Thread 42 (active): "MainThread"\n    step (/w/train.py:123)\n    main (/w/train.py:200)\n'
+        '    <module> (/w/train.py:210)\n')
+    script = _functions() + f'\nstack_frames_of {tmp_path}/dump 42\nprintf "%s\\n" "${{stack_frames[@]}}"\n'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["/w/train.py:123 step", "/w/train.py:200 main", "/w/train.py:210 <module>"]
+    (tmp_path / "dump").write_text('Thread 42 (idle)\n    step (/w/train.py:123)\nThread 43 (idle)\n    wait (t.py:3)\n')
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["/w/train.py:123 step"]  # unnamed: the thread whose id is the process id
+
+
+PLAIN = "import time\ndef stuck_here():\n    time.sleep(60)\nprint('up', flush=True)\nstuck_here()\n"
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed (optional)")
+def test_a_program_without_the_stack_signal_is_read_by_py_spy_even_stopped(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", PLAIN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGSTOP)
+        script = _functions() + f"""
+take_stack {tmp_path} 1 {proc.pid} '{{"rank": 1, "status": "running"}}'
+printf '%s\\n' "${{stack_frames[@]}}"
+"""
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+        assert out == ["<string>:3 stuck_here", "<string>:5 <module>"]
+    finally:
+        proc.kill()
+        proc.wait()

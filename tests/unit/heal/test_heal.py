@@ -15,7 +15,7 @@ import pytest
 from slurmgen.generate.output import write_files
 from slurmgen.generate.render import SLURM_SCRIPT, render
 from slurmgen.generate.specfile import build_spec
-from slurmgen.heal.attempts import attempts_path, cause, finished_path, read_attempts
+from slurmgen.heal.attempts import attempts_path, cause, finished_path, read_attempts, stuck
 
 FAKE_SRUN = textwrap.dedent("""\
     #!/usr/bin/env bash
@@ -172,3 +172,13 @@ def test_the_record_reader_skips_a_line_cut_by_a_kill(tmp_path):
     assert read_attempts(path) == lines
     assert cause(lines[1]) == "hung (rank 5 on n2)"
     assert cause({"exit_code": 3, "rank": None, "task": 1, "node": "n2"}) == "exit 3 (task 1 on n2)"
+
+
+def test_status_says_where_the_hung_rank_was_stuck():
+    end = {"event": "end", "exit_code": 124, "hung_rank": 3, "stack": [
+        {"file": "/usr/lib/python3.11/threading.py", "line": 327, "function": "wait"},
+        {"file": "/w/train.py", "line": 123, "function": "step"},
+        {"file": "/w/train.py", "line": 200, "function": "main"},
+        {"file": "/w/train.py", "line": 210, "function": "<module>"}]}
+    assert stuck(end) == "rank 3 stuck in threading.py:327 in wait() <- train.py:123 in step() <- train.py:200 in main()"
+    assert stuck({**end, "stack": None}) is None and stuck({"event": "end"}) is None
