@@ -36,6 +36,12 @@ def overall(tasks: Sequence[SlurmJob]) -> tuple[str, int | None]:
     return failed[0].state, exit_code(failed[0])
 
 
+def ended_at(tasks: Sequence[SlurmJob]) -> float | None:
+    """When the job (every task of an array) ended, by Slurm's EndTime; None while any runs."""
+    ends = [t.end_time for t in tasks]
+    return max(e for e in ends if e is not None) if tasks and all(e is not None for e in ends) else None
+
+
 def exit_code(job: SlurmJob) -> int | None:
     """The job's code as a shell reports it: its exit code, or 128 + the signal that ended it."""
     if job.exit_code:
