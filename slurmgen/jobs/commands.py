@@ -204,8 +204,8 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     if jobs and record.seq is not None:
-        end = ended_at(list(jobs.values()))
-        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if end else None)
+        known, end = ended_at(list(jobs.values()))
+        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if known else None)
     return view
 
 

@@ -60,7 +60,7 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records
         by_where.setdefault(r.remote, []).append(r)
     found: dict[int, tuple[list[SlurmJob], bool]] = {}
     seen: dict[int, tuple[str, int | None]] = {}
-    ended: dict[int, float] = {}
+    ended: dict[int, float | None] = {}
     for where, group in by_where.items():
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=False)
@@ -71,7 +71,8 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records
             found[r.seq] = (jobs, r.seq in reused)  # type: ignore[index]
             if jobs and r.seq is not None:
                 seen[r.seq] = overall(jobs) if r.info.get("array") else (jobs[0].state, exit_code(jobs[0]))
-                if (end := ended_at(jobs)) is not None:
+                known, end = ended_at(jobs)
+                if known:
                     ended[r.seq] = end
     registry.remember_states(seen, ended)
     return found

@@ -221,9 +221,10 @@ class Registry:
     def by_output_dir(self, output_dir: str) -> list[JobRecord]:
         return self._select("output_dir = ?", (output_dir,))
 
-    def remember_states(self, states: dict[int, tuple[str, int | None]], ended: dict[int, float] | None = None) -> None:
+    def remember_states(self, states: dict[int, tuple[str, int | None]], ended: dict[int, float | None] | None = None) -> None:
         """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction;
-        `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is known."""
+        `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is
+        known (None: it runs again, after a requeue)."""
         if not states and not ended:
             return
         self.db.execute("BEGIN")

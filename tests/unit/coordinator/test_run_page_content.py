@@ -183,3 +183,12 @@ def test_the_list_shows_a_page_of_runs_and_links_the_older_ones(served):
     last = client.get("/ui/runs?kind=launch&page=3").text
     assert last.count('data-kind="launch"') == 5 and ">run0<" in last and "older &rarr;" not in last
     assert len(client.get("/ui/live/runs?page=3").json()["fields"]) == 5
+
+
+def test_slurms_end_time_is_kept_and_a_requeue_clears_it():
+    from slurmgen.jobs.slurm import parse_scontrol
+    from slurmgen.jobs.view import ended_at
+
+    assert ended_at(parse_scontrol(scontrol_line("5", "FAILED", "75:0"))) == (True, datetime.fromisoformat(END).timestamp())
+    assert ended_at(parse_scontrol(scontrol_line("5", "RUNNING", "0:0"))) == (True, None)  # EndTime is then the limit's
+    assert ended_at(parse_scontrol(scontrol_line("5", "FAILED", "1:0", EndTime="Unknown"))) == (False, None)
