@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from slurmgen.contract.exitcodes import PREEMPTED as PREEMPTED_EXIT
+
 
 class State(str, Enum):
     IDLE = "idle"            # a coordinator group with nothing to run
@@ -54,9 +56,14 @@ SLURM_STATE = {
 }
 
 
-def from_slurm(word: str | None) -> State | None:
-    """The state a Slurm job state means; None for a word Slurm does not define (or none)."""
-    return SLURM_STATE.get((word or "").split(" ")[0].upper()) if word else None
+def from_slurm(word: str | None, exit_code: int | None = None) -> State | None:
+    """The state a Slurm job state means; None for a word Slurm does not define (or none).
+
+    Slurm calls every non-zero exit FAILED; a job that exited with the preemption code (the
+    program saved a checkpoint on the warning signal and stopped: "checkpoint and stop", or a
+    preemption without requeue) is PREEMPTED, resumable, not failed."""
+    state = SLURM_STATE.get((word or "").split(" ")[0].upper()) if word else None
+    return State.PREEMPTED if state is State.FAILED and exit_code == PREEMPTED_EXIT else state
 
 
 def from_heartbeat(word: str) -> State | None:

@@ -29,7 +29,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
-from slurmgen.jobs.view import job_view, overall, task_row
+from slurmgen.jobs.view import ended_at, job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
     from slurmgen.generate.render import Rendered
@@ -200,8 +200,9 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         view.update(_time_report(runner, record, attempts, with_timeline))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
-    if jobs:
-        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))})
+    if jobs and record.seq is not None:
+        known, end = ended_at(list(jobs.values()))
+        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if known else None)
     return view
 
 

@@ -19,7 +19,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.runs import list_rows
 from slurmgen.jobs.slurm import SlurmJob
-from slurmgen.jobs.view import exit_code, overall
+from slurmgen.jobs.view import ended_at, exit_code, overall
 
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
 
@@ -60,6 +60,7 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records
         by_where.setdefault(r.remote, []).append(r)
     found: dict[int, tuple[list[SlurmJob], bool]] = {}
     seen: dict[int, tuple[str, int | None]] = {}
+    ended: dict[int, float | None] = {}
     for where, group in by_where.items():
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=False)
@@ -70,7 +71,10 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records
             found[r.seq] = (jobs, r.seq in reused)  # type: ignore[index]
             if jobs and r.seq is not None:
                 seen[r.seq] = overall(jobs) if r.info.get("array") else (jobs[0].state, exit_code(jobs[0]))
-    registry.remember_states(seen)
+                known, end = ended_at(jobs)
+                if known:
+                    ended[r.seq] = end
+    registry.remember_states(seen, ended)
     return found
 
 
@@ -86,7 +90,7 @@ def _slurm_row(r: dict[str, Any], record: JobRecord, live: tuple[list[SlurmJob],
     array = bool(record.info.get("array"))
     state, code = overall(jobs) if array else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
     state = state or record.last_state or "UNKNOWN"
-    word = from_slurm(state)
+    word = from_slurm(state, code if jobs else record.last_exit)
     return {"job": record.job_id, "name": record.name, "state": state, "exit_code": code if jobs else record.last_exit,
             "live": bool(jobs), "tasks": len(jobs) if array else None, "remote": record.remote,
             "output_dir": record.output_dir, "submitted": record.submitted, "id_reused": reused,

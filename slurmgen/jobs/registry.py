@@ -175,7 +175,7 @@ class Registry:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'slurm', ?, ?, ?, ?, ?, ?, ?)",
             (record.job_id, record.name, record.output_dir, record.remote, submitted,
              record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True), record.cluster,
-             *_slurm_run_columns(record.job_id, record.last_state, record.info), submitted))
+             *_slurm_run_columns(record.job_id, record.last_state, record.info, record.last_exit), submitted))
         record.seq = cursor.lastrowid
 
     def add_many(self, records: Iterable[JobRecord]) -> None:
@@ -225,14 +225,18 @@ class Registry:
     def by_output_dir(self, output_dir: str) -> list[JobRecord]:
         return self._select("output_dir = ?", (output_dir,))
 
-    def remember_states(self, states: dict[int, tuple[str, int | None]]) -> None:
-        """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction."""
-        if not states:
+    def remember_states(self, states: dict[int, tuple[str, int | None]], ended: dict[int, float | None] | None = None) -> None:
+        """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction;
+        `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is
+        known (None: it runs again, after a requeue)."""
+        if not states and not ended:
             return
         with self.transaction():
             self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
                                 "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
-                                [(s, c, _state_word(s), seq, s, c) for seq, (s, c) in states.items()])
+                                [(s, c, _state_word(s, c), seq, s, c) for seq, (s, c) in states.items()])
+            self.db.executemany("UPDATE jobs SET ended = ? WHERE seq = ? AND ended IS NOT ?",
+                                [(t, seq, t) for seq, t in (ended or {}).items()])
 
     def update_info(self, record: JobRecord) -> None:
         """Write back `record.info` (e.g. the signals `cancel --signal` sent, which `status` explains)."""
@@ -305,20 +309,20 @@ def _add_run_model(db: sqlite3.Connection) -> None:
         if name not in have:
             db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
     db.execute(ATTEMPTS_TABLE)
-    rows = db.execute("SELECT seq, job_id, last_state, info FROM jobs WHERE started IS NULL").fetchall()
+    rows = db.execute("SELECT seq, job_id, last_state, info, last_exit FROM jobs WHERE started IS NULL").fetchall()
     db.executemany("UPDATE jobs SET started = submitted, state = ?, nodes = ?, ranks = ?, run_id = ?, "
-                   "record_dir = ?, logs = ? WHERE seq = ?", [(*_slurm_run_columns(job_id, last_state, json.loads(info)), seq)
-                                     for seq, job_id, last_state, info in rows])
+                   "record_dir = ?, logs = ? WHERE seq = ?", [(*_slurm_run_columns(job_id, last_state, json.loads(info), code), seq)
+                                     for seq, job_id, last_state, info, code in rows])
     for statement in filter(str.strip, RUN_INDEXES.split(";")):
         db.execute(statement)
 
 
-def _state_word(slurm_state: str | None) -> str | None:
-    state = from_slurm(slurm_state)
+def _state_word(slurm_state: str | None, exit_code: int | None = None) -> str | None:
+    state = from_slurm(slurm_state, exit_code)
     return state.value if state else None
 
 
-def _slurm_run_columns(job_id: str, last_state: str | None, info: dict[str, Any]) -> tuple:
+def _slurm_run_columns(job_id: str, last_state: str | None, info: dict[str, Any], last_exit: int | None = None) -> tuple:
     """(state, nodes, ranks, run_id, record_dir, logs) of a Slurm job: the run model's view of
     what it kept. run_id is the group run_slurm.sh gives the trainer's run records (slurm-<id>;
     each task of an array adds _N to it, so an array has no one record directory)."""
@@ -328,4 +332,4 @@ def _slurm_run_columns(job_id: str, last_state: str | None, info: dict[str, Any]
     run_id = f"slurm-{job_id}"
     records = (record_dir(info["workdir"], info.get("command") or [], run_id, f"runs/job-{job_id}")
                if info.get("workdir") and not info.get("array") else None)
-    return _state_word(last_state), nodes, ranks, run_id, records, json.dumps(logs)
+    return _state_word(last_state, last_exit), nodes, ranks, run_id, records, json.dumps(logs)

@@ -124,12 +124,7 @@ FROM jobs AS j {where} ORDER BY j.started DESC, j.seq DESC {limit}
 """
 
 
-def list_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = (),
-              limit: int | None = None, or_active: bool = False) -> list[dict[str, Any]]:
-    """The runs, newest first, as the list shows them: one SELECT (indexes on started, kind, state).
-
-    `or_active`: also the runs not yet ended whatever `states` says (their stored state may be
-    stale: `jobs` asks Slurm, then filters again)."""
+def _where(kinds: Sequence[str], states: Sequence[str], or_active: bool) -> tuple[str, list[str]]:
     where, args = [], []
     if kinds:
         where.append(f"j.kind IN ({', '.join('?' * len(kinds))})")
@@ -138,9 +133,26 @@ def list_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = 
         also = " OR j.state IS NULL OR j.state NOT IN ('succeeded', 'failed', 'preempted', 'stopped')" if or_active else ""
         where.append(f"(j.state IN ({', '.join('?' * len(states))}){also})")
         args += list(states)
-    sql = _LIST_SQL.format(where=("WHERE " + " AND ".join(where)) if where else "",
-                           limit=f"LIMIT {int(limit)}" if limit else "")
-    return _decoded(reg.db.execute(sql, args))
+    return ("WHERE " + " AND ".join(where)) if where else "", args
+
+
+def list_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = (),
+              limit: int | None = None, or_active: bool = False, offset: int = 0) -> list[dict[str, Any]]:
+    """The runs, newest first, as the list shows them: one SELECT (indexes on started, kind, state).
+
+    `or_active`: also the runs not yet ended whatever `states` says (their stored state may be
+    stale: `jobs` asks Slurm, then filters again). `offset` skips the newest ones (a page)."""
+    where, args = _where(kinds, states, or_active)
+    page = (f"LIMIT {int(limit)}" if limit else "") + (f" OFFSET {int(offset)}" if limit and offset else "")
+    return _decoded(reg.db.execute(_LIST_SQL.format(where=where, limit=page), args))
+
+
+def count_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = ()) -> tuple[int, int]:
+    """(runs, of them not ended) that `list_rows` would list without a limit: the page's count."""
+    where, args = _where(kinds, states, False)
+    row = reg.db.execute(f"SELECT COUNT(*), SUM(j.state IN ('pending', 'starting', 'running')) FROM jobs AS j {where}",
+                         args).fetchone()
+    return int(row[0] or 0), int(row[1] or 0)
 
 
 def get_row(reg: Registry, seq: int) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from slurmgen.contract import verdict
@@ -54,6 +55,7 @@ class SlurmJob:
     stdout: str | None = None
     workdir: str | None = None
     eligible: str | None = None      # EligibleTime, the controller's local time: when a pending job may start
+    end: str | None = None           # EndTime (the controller's local time): when it ended, once it has
     source: str = "scontrol"
 
     @property
@@ -66,6 +68,17 @@ class SlurmJob:
     @property
     def ended(self) -> bool:
         return self.state in TERMINAL
+
+    @property
+    def end_time(self) -> float | None:
+        """When an ended job ended, in seconds since the epoch (None while it runs: Slurm's
+        EndTime is then the limit's end; None too when Slurm gave none)."""
+        if not self.ended or not self.end:
+            return None
+        try:
+            return datetime.fromisoformat(self.end).timestamp()
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)
@@ -114,7 +127,7 @@ def parse_scontrol(text: str) -> list[SlurmJob]:
             array_task=_value(f.get("ArrayTaskId")), nodes=_value(f.get("NodeList")), elapsed=_value(f.get("RunTime")),
             limit=_value(f.get("TimeLimit")), restarts=int(restarts) if restarts.isdigit() else 0,
             exit_code=code, signal=sig, stdout=_value(f.get("StdOut")), workdir=_value(f.get("WorkDir")),
-            eligible=_value(f.get("EligibleTime")),
+            eligible=_value(f.get("EligibleTime")), end=_value(f.get("EndTime")),
         ))
     return jobs
 

@@ -36,6 +36,18 @@ def overall(tasks: Sequence[SlurmJob]) -> tuple[str, int | None]:
     return failed[0].state, exit_code(failed[0])
 
 
+def ended_at(tasks: Sequence[SlurmJob]) -> tuple[bool, float | None]:
+    """(known, when the job ended) by Slurm's EndTime, for the registry's end column: (True, t)
+    when every task ended; (True, None) while any runs (a requeued job has not ended, whatever
+    an earlier end said); (False, None) when it ended but Slurm gave no end time (keep what is kept)."""
+    if not tasks:
+        return False, None
+    if not all(t.ended for t in tasks):
+        return True, None
+    ends = [t.end_time for t in tasks]
+    return (True, max(e for e in ends if e is not None)) if all(e is not None for e in ends) else (False, None)
+
+
 def exit_code(job: SlurmJob) -> int | None:
     """The job's code as a shell reports it: its exit code, or 128 + the signal that ended it."""
     if job.exit_code:

@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 def mount(app: FastAPI) -> None:
     """Add the page's routes, static files and security headers to the coordinator's app."""
-    from . import auth, controls, live, routes, run_detail, runs_page, security, status_page
+    from . import auth, controls, curves, live, routes, run_detail, run_logs, runs_page, security, status_page
     from .render import STATIC
 
     app.state.sessions = security.Sessions()
@@ -29,6 +29,8 @@ def mount(app: FastAPI) -> None:
     app.include_router(live.router, include_in_schema=False)
     app.include_router(runs_page.router, include_in_schema=False)
     app.include_router(run_detail.router, include_in_schema=False)
+    app.include_router(curves.router, include_in_schema=False)
+    app.include_router(run_logs.router, include_in_schema=False)
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="web_static")
     app.add_middleware(auth.PageSecurityHeaders)
     status_page.watch(app)

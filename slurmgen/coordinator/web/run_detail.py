@@ -26,6 +26,7 @@ from slurmgen.jobs.runs import attempts_of, get_row
 from .auth import guarded, redirect_with
 from .controls import run_controls
 from .render import render, take_flash
+from .run_extras import extras
 from .runs_page import registry_path, run_view
 from .views import clock
 
@@ -35,7 +36,7 @@ ENDED_SLURM = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FA
                          "BOOT_FAIL", "DEADLINE"})
 
 
-def _runner(record: JobRecord) -> Any:
+def runner_for(record: JobRecord) -> Any:
     """Here, or the login node the job was submitted through (as `slurmgen status` does)."""
     from slurmgen.jobs.cli_shared import Runners
 
@@ -79,9 +80,9 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
     record = reg.by_seq(seq)
     if record is None:
         return {}
-    runner = _runner(record)
+    runner = runner_for(record)
     try:
-        view = status(runner, reg, record, None)
+        view = status(runner, reg, record, None, with_timeline=True)
         failure = view.get("first_failure") or {}
         view["pending"] = pending_text(view, None) if view.get("reason") else None
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
@@ -111,8 +112,10 @@ def read_run(path: Any, seq: int) -> dict[str, Any] | None:
         row = get_row(reg, seq) if slurm else row  # status() stored the state Slurm gave
         attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
         attempts += slurm.get("attempts") or []
-    return {"run": run_view(row, time.time()), "row": row, "attempts": attempts, "slurm": slurm,
-            "disabled": control(row["kind"], slurm), "controls": run_controls(row, slurm)}
+    now = time.time()
+    run = run_view(row, now)
+    return {"run": run, "row": row, "attempts": attempts, "slurm": slurm, "disabled": control(row["kind"], slurm),
+            "controls": run_controls(row, slurm), **extras(row, slurm, run, now)}
 
 
 @router.get("/ui/runs/{seq}", name="web_run")
@@ -137,7 +140,7 @@ def act(path: Any, seq: int, action: str) -> str:
         if record is None or row is None or row["kind"] != "slurm":
             return f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
         signal = (record.info.get("preempt_signal") or "USR2") if action == "checkpoint" else None
-        runner = _runner(record)
+        runner = runner_for(record)
         try:
             return str(cancel(runner, reg, record, None, signal)["said"])
         except SlurmgenError as exc:

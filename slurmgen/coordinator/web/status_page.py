@@ -18,11 +18,13 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import ENDED_WORDS
 from slurmgen.tracking.store import write_text_atomic
 
 from . import api, records, views
 from .render import environment
+from .timeline_svg import time_report
 
 POLL_SECONDS = 1.0
 WIDTH, HEIGHT, PAD = 560, 200, 36
@@ -47,15 +49,31 @@ def chart(curves: Mapping[str, tuple[list[int], list[float]]]) -> dict[str, Any]
             "x_range": (x0, x1), "y_range": (f"{y0:.4g}", f"{y1:.4g}")}
 
 
-def render_status(detail: Mapping[str, Any], ranks: list[Mapping[str, Any]], curves: Mapping[str, Any]) -> str:
+def render_status(detail: Mapping[str, Any], ranks: list[Mapping[str, Any]], curves: Mapping[str, Any],
+                  time_view: Mapping[str, Any] | None = None) -> str:
+    """The file; `time_view` is observe/report.analyse's (timeline, stragglers, goodput) when the
+    group's ranks wrote a timeline, drawn by the run page's own block (time_report.html)."""
     group = detail["group"]
     by_worker = {w["name"]: w for w in detail["workers"]}
     return environment.get_template("status.html").render(
         group=group, state=views.group_view(group, list(by_worker))["state"],
         rows=views.rank_rows(ranks, by_worker), attempts=views.attempts_view(detail["attempts"]),
         charts={metric: chart(series) for metric, series in curves.items()},
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), report=time_report(time_view or {}),
     )
+
+
+def group_time(folder: Path, name: str) -> dict[str, Any]:
+    """The time report of a group whose ranks appended a timeline (contract/phases.py) beside
+    its status.html, under the name a Slurm job's has (contract/files.py); {} without one."""
+    from slurmgen.observe.report import analyse
+
+    path = folder / TIMELINE_NAME.format(job_id=name)
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    return analyse(text, [], None, time.time())
 
 
 async def write_for(app: FastAPI, name: str) -> Path:
@@ -68,7 +86,8 @@ async def write_for(app: FastAPI, name: str) -> Path:
         state_dir = app.state.coordinator.store.path.parent
         target = records.status_dir(name, root, runs, state_dir) / "status.html"
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(target, render_status(detail, reply.body if reply.ok else [], records.curves_of(runs)))
+        write_text_atomic(target, render_status(detail, reply.body if reply.ok else [], records.curves_of(runs),
+                                                group_time(target.parent, name)))
         return target
 
     return await asyncio.to_thread(write)

@@ -228,8 +228,10 @@ class Page:
 
 @pytest.fixture
 def page(browser, request: pytest.FixtureRequest) -> Iterator[Page]:
-    """On the cluster's coordinator when the test asks for it, else on the local one."""
-    served = "cluster_coordinator" if "cluster_coordinator" in request.fixturenames else "coordinator"
+    """On the cluster's coordinator when the test asks for it, on a coordinator of the test's own
+    (a fixture named own_coordinator, e.g. with stand-in Slurm tools on its PATH), else on the local one."""
+    asked = [n for n in ("cluster_coordinator", "own_coordinator") if n in request.fixturenames]
+    served = asked[0] if asked else "coordinator"
     coordinator = request.getfixturevalue(served)
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     folder = ARTIFACTS / request.node.name

@@ -90,8 +90,8 @@ def test_live_json_needs_the_session_and_follows_the_filter(client, tmp_path):
 
 
 def test_no_registry_yet_is_an_empty_list_with_the_reason(tmp_path):
-    rows, error = runs_page.read_runs(tmp_path / "none.sqlite", [], [])
-    assert rows == [] and "no job registry" in error
+    rows, counts, error = runs_page.read_runs(tmp_path / "none.sqlite", [], [])
+    assert rows == [] and counts == {"total": 0, "active": 0} and "no job registry" in error
 
 
 @pytest.mark.parametrize("started, ended, now, text", [(None, None, 5, "—"), (0, 12, 99, "12 s"),

@@ -155,7 +155,7 @@
       const hint = document.createElement("p");
       hint.className = "hint";
       hint.id = "curves-empty";
-      hint.textContent = "No metrics in this attempt's run records yet.";
+      hint.textContent = data.why || "No metrics in this attempt's run records yet.";
       box.replaceChildren(hint);
       return;
     }

@@ -1,0 +1,26 @@
+"""What a run's page shows beyond the run model (run_detail.py): where its time went (the
+timeline, stragglers and goodput of `slurmgen status --timeline`), a Slurm job's nodes,
+requeues and array tasks, and its curves' address. Kept apart from run_detail.py so that the
+page's control and its content change in different files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slurmgen.contract.states import ACTIVE, State
+
+from .array_grid import slurm_facts
+from .timeline_svg import time_report
+
+LIVE = frozenset(s.value for s in ACTIVE | {State.PENDING})
+
+
+def extras(row: Mapping[str, Any], slurm: Mapping[str, Any], run: dict[str, Any], now: float) -> dict[str, Any]:
+    """{"time", "facts"} for run.html; an ended Slurm job whose end the registry does not know
+    (Slurm's controller forgot it before anyone looked) shows the elapsed time Slurm gives."""
+    facts = slurm_facts(slurm) if slurm else {"nodes": None, "requeued": 0, "elapsed": None, "tasks": []}
+    if run.get("elapsed") == "—" and facts["elapsed"]:
+        run["elapsed"] = facts["elapsed"]
+    active = (row.get("state") or "") in LIVE
+    return {"time": time_report(slurm, now if active else None) if slurm else None, "facts": facts}

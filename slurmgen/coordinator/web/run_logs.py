@@ -1,0 +1,78 @@
+"""A Slurm job's log on its run page, followed live: the newest lines first, then every line
+appended since, split by rank (jobs/logs.py: srun --label, torchrun's [rank R] tags).
+
+The page's script (static/app.js, the group page's log view) asks every half second for the
+lines after a byte offset, so a line reaches the page within about half a second of being
+written; only the bytes after the offset are read (the file is never read whole again). The
+first answer is the last LOG_FIRST lines of at most TAIL_BYTES of the file. A rank filter keeps
+that rank's lines only: the batch shell's and a torchrun agent's own lines carry no rank and
+are shown under "all ranks" alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.logs import Line, log_path, select_lines
+from slurmgen.jobs.registry import Registry
+
+from .auth import guarded
+from .run_detail import runner_for
+from .runs_page import registry_path
+
+router = APIRouter()
+LOG_FIRST = 500
+TAIL_BYTES = 512 * 1024
+
+
+def _row(line: Line) -> dict[str, Any]:
+    who = "batch" if line.task is None else f"node {line.task}"
+    return {"rank": line.rank, "worker": who, "text": line.text, "attempt": None}
+
+
+def _start(runner: Any, path: str) -> int:
+    """Where the first read starts: TAIL_BYTES before the end, when the file is here."""
+    if getattr(runner, "where", "") != "local":
+        return 0
+    try:
+        return max(0, os.path.getsize(path) - TAIL_BYTES)
+    except OSError:
+        return 0
+
+
+def read_lines(reg_path: Any, seq: int, after: int, rank: int | None) -> dict[str, Any]:
+    """{"lines", "next", "rank", "gap"}: complete lines after byte `after` (0: the newest ones)."""
+    with Registry.open(reg_path) as reg:
+        record = reg.by_seq(seq)
+    if record is None or "log_dir" not in record.info:
+        return {"lines": [], "next": after, "rank": rank, "gap": False}
+    runner = runner_for(record)
+    try:
+        path = log_path(record, "0" if record.info.get("array") else None)
+        offset = after or _start(runner, path)
+        data = runner.read(path, offset) or b""
+    except (OSError, SlurmgenError):
+        data, offset = b"", after
+    finally:
+        runner.close()
+    end = data.rfind(b"\n") + 1
+    text = data[:end].decode(errors="replace").splitlines()
+    if not after and offset:  # started inside the file: its first line may be cut
+        text = text[1:]
+    lines = select_lines(text, None, None if rank is None else {rank}, record.info.get("launcher") == "torchrun")
+    if not after:
+        lines = lines[-LOG_FIRST:]
+    return {"lines": [_row(line) for line in lines], "next": offset + end, "rank": rank, "gap": False}
+
+
+@router.get("/ui/live/runs/{seq}/logs", name="web_live_run_logs")
+@guarded("live")
+async def live_run_logs(request: Request, seq: int, after: int = 0, rank: int | None = None) -> Response:
+    body = await asyncio.to_thread(read_lines, registry_path(request.app), seq, max(0, after), rank)
+    return JSONResponse(body, headers={"cache-control": "no-store"})

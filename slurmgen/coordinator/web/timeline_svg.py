@@ -1,0 +1,131 @@
+"""Where a run's time went, shaped for the page and status.html: the per-rank timeline as SVG
+geometry, the straggler flags and the goodput figure with its breakdown (pure).
+
+The figures are observe/'s (`slurmgen status --timeline --json` prints the same dict); this
+module only places them: one bar per rank, a coloured segment per phase (from the allocation's
+start to the process start, imports, rendezvous, first step, then training up to the end), the
+checkpoint stalls over it, and the rank each phase waited for named beside the chart. The
+template (templates/time_report.html) draws the shapes as inline SVG with every name escaped by
+Jinja: no script, no library, so the same block works in a static status.html.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slurmgen.contract import phases
+
+WIDTH, LABEL, RIGHT, TOP, ROW = 900, 120, 24, 34, 18
+BAR = 12
+# A segment is named by the phase that ends it: "imports" is the time from the process start
+# to the imports being done. Before the process start: what the launcher did (Slurm's prolog,
+# srun, torchrun, ssh).
+SEGMENT = {phases.PROCESS: "launch", phases.IMPORTS: "imports", phases.RENDEZVOUS: "rendezvous",
+           phases.FIRST_STEP: "first step", phases.END: "training"}
+COLOUR = {"launch": "#94a3b8", "imports": "#f59e0b", "rendezvous": "#8b5cf6", "first step": "#0ea5e9",
+          "training": "#22c55e", "checkpoint": "#1e293b"}
+GOODPUT_PARTS = ("productive", "startup", "checkpoint", "lost", "restart", "other")
+GOODPUT_COLOUR = {"productive": "#22c55e", "startup": "#f59e0b", "checkpoint": "#1e293b", "lost": "#dc2626",
+                  "restart": "#8b5cf6", "other": "#94a3b8"}
+
+
+def _ticks(span: float, width: float) -> list[tuple[float, str]]:
+    """(x, label) of round tick values over 0..span seconds, about one per 90 px."""
+    raw = span / max(1.0, width / 90)
+    unit = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * unit for m in (1, 2, 5, 10) if m * unit >= raw)
+    count = int(span / step + 1e-9)
+    return [(i * step * width / span, f"{i * step:g}") for i in range(count + 1)]
+
+
+def _segments(rank: Mapping[str, Any], open_end: float | None) -> list[dict[str, Any]]:
+    """A rank's phases as [{"name", "from", "to"}] (seconds); a phase not recorded is skipped and
+    the next one starts where the last known one ended. A rank still training runs to `open_end`."""
+    out, last = [], 0.0
+    for p in phases.PHASES:
+        t = rank.get(p)
+        if t is None:
+            continue
+        out.append({"name": SEGMENT[p], "from": last, "to": max(last, float(t))})
+        last = max(last, float(t))
+    if rank.get(phases.END) is None and rank.get(phases.FIRST_STEP) is not None and open_end and open_end > last:
+        out.append({"name": "training", "from": last, "to": open_end, "open": True})
+    return out
+
+
+def _span(attempt: Mapping[str, Any], open_end: float | None) -> float:
+    times = [float(r[p]) for r in attempt["ranks"] for p in phases.PHASES if r.get(p) is not None]
+    times += [float(c["at"]) for r in attempt["ranks"] for c in r.get("checkpoint_list") or [] if c.get("at") is not None]
+    return max([1.0, *times, *([open_end] if open_end else [])])
+
+
+def attempt_chart(attempt: Mapping[str, Any], flagged: set[int], now: float | None = None) -> dict[str, Any]:
+    """One attempt's SVG: {"width", "height", "ticks", "rows": [{"label", "y", "flag", "rects"}],
+    "slowest": [{"phase", "rank", "at"}]}; x in pixels, every rect with a title for hovering."""
+    start, end = attempt.get("start"), attempt.get("end")
+    open_end = (end - start) if end and start else (now - start) if now and start else None
+    span = _span(attempt, open_end)
+    inner = WIDTH - LABEL - RIGHT
+    scale = inner / span
+    slow = {v["rank"]: p for p, v in (attempt.get("slowest") or {}).items() if p != phases.END}
+    rows = []
+    for i, r in enumerate(attempt["ranks"]):
+        y = TOP + i * ROW
+        rects = [{"x": LABEL + s["from"] * scale, "y": y, "w": max(1.0, (s["to"] - s["from"]) * scale), "h": BAR,
+                  "colour": COLOUR[s["name"]], "title": f"rank {r['rank']} {s['name']}: {s['from']:.2f}-{s['to']:.2f} s"
+                  + (" (still running)" if s.get("open") else "")} for s in _segments(r, open_end)]
+        rects += [{"x": LABEL + max(0.0, c["at"] - c["stall"]) * scale, "y": y + 2, "w": max(2.0, c["stall"] * scale),
+                   "h": BAR - 4, "colour": COLOUR["checkpoint"],
+                   "title": f"rank {r['rank']} checkpoint at step {c['step']}: {c['stall']:.2f} s stall"}
+                  for c in r.get("checkpoint_list") or [] if c.get("at") is not None]
+        label = f"rank {r['rank']}" + (f" {r['host']}" if r.get("host") else "")
+        rows.append({"label": label, "y": y, "text_y": y + BAR - 2, "flag": r["rank"] in flagged,
+                     "slowest": r["rank"] in slow, "rects": rects})
+    height = TOP + max(1, len(rows)) * ROW + 8
+    return {"attempt": attempt.get("attempt"), "width": WIDTH, "height": height, "label_x": LABEL - 6,
+            "ticks": [{"x": LABEL + x, "label": text} for x, text in _ticks(span, inner)], "rows": rows,
+            "axis_y": TOP - 8, "bottom": height - 6, "queued": attempt.get("queued"),
+            "slowest": [{"phase": SEGMENT[p], "rank": v["rank"], "at": v["at"]}
+                        for p, v in (attempt.get("slowest") or {}).items() if p in SEGMENT]}
+
+
+def goodput_view(g: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The goodput figure, its breakdown as rows (seconds, share of wall) and a stacked bar."""
+    if not g:
+        return None
+    wall = float(g.get("wall") or 0) or 1e-9
+    breakdown = g.get("breakdown") or {}
+    rows, x = [], 0.0
+    lost_steps = sum(int(s.get("steps") or 0) for s in g.get("lost_steps") or [])
+    for part in GOODPUT_PARTS:
+        seconds = float(breakdown.get(part) or 0)
+        share = seconds / wall
+        rows.append({"part": part, "seconds": f"{seconds:.1f}", "share": f"{100 * share:.1f}%", "colour": GOODPUT_COLOUR[part],
+                     "x": x, "w": share * (WIDTH - 2), "note": f"{lost_steps} steps done twice" if part == "lost" and lost_steps else ""})
+        x += share * (WIDTH - 2)
+    return {"figure": f"{100 * float(g['goodput']):.1f}%", "wall": f"{wall:.1f}", "rows": rows, "width": WIDTH,
+            "queue": None if g.get("queue") is None else f"{float(g['queue']):.1f}"}
+
+
+def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"rank": s["rank"], "attempt": s.get("attempt", 0), "ratio": s["ratio"], "steps": s["steps"],
+             "range": f"{s['from_step']}-{s['to_step']}"} for s in found]
+
+
+def time_report(view: Mapping[str, Any], now: float | None = None) -> dict[str, Any] | None:
+    """What the page shows of a run's `status` time report (observe/report.analyse: timeline,
+    stragglers, step_work, goodput); None when the run recorded no timeline."""
+    timeline = view.get("timeline") or {}
+    if not timeline.get("attempts") and not view.get("goodput"):
+        return None
+    found = view.get("stragglers") or []
+    attempts = timeline.get("attempts") or []
+    charts = []
+    for i, a in enumerate(attempts):
+        flagged = {s["rank"] for s in found if s.get("attempt", 0) == a.get("attempt")}
+        charts.append(attempt_chart(a, flagged, now if i == len(attempts) - 1 else None))
+    return {"charts": charts, "stragglers": straggler_rows(found), "goodput": goodput_view(view.get("goodput")),
+            "step_work": [{"rank": r, "seconds": f"{t:.3f}"} for r, t in (view.get("step_work") or {}).items()],
+            "legend": [{"name": n, "colour": c} for n, c in COLOUR.items()]}

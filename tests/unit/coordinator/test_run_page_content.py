@@ -1,0 +1,194 @@
+"""The run page's content (issues 22 and 23): a Slurm job's per-rank timeline as SVG, stragglers
+and goodput, its log followed by byte offset, its array tasks, its curves from its own records,
+and a "checkpoint and stop" exit shown as preempted with its elapsed time. Slurm is a pair of
+fake `scontrol`/`sacct` scripts printing what Slurm 22.05 prints; the registry, the files beside
+the logs and the run records are real."""
+
+from __future__ import annotations
+
+import json
+import stat
+from datetime import datetime
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from slurmgen import tracking  # noqa: E402
+from slurmgen.contract.files import TIMELINE_NAME  # noqa: E402
+from slurmgen.contract.grid import SWEEP_FILE, grid_jsonl  # noqa: E402
+from slurmgen.contract.states import State, from_slurm  # noqa: E402
+from slurmgen.coordinator.group_runs import GroupRuns  # noqa: E402
+from slurmgen.coordinator.server import create_app  # noqa: E402
+from slurmgen.coordinator.service import Coordinator  # noqa: E402
+from slurmgen.coordinator.store import Store  # noqa: E402
+from slurmgen.coordinator.web import status_page  # noqa: E402
+from slurmgen.jobs.registry import JobRecord, Registry  # noqa: E402
+from slurmgen.jobs.runs import Recorder, get_row  # noqa: E402
+
+TOKEN = "t0ken-for-run-page"
+HOSTILE = "<svg onload=alert(1)>"
+T0 = 1_790_000_000.0
+END = "2026-11-25T10:00:00"
+
+
+def scontrol_line(job: str, state: str, code: str, **extra: str) -> str:
+    fields = {"JobId": job, "JobName": "train", "JobState": state, "Reason": "None", "Restarts": "1", "ExitCode": code,
+              "RunTime": "00:02:05", "TimeLimit": "00:05:00", "StartTime": "2026-11-25T09:57:55", "EndTime": END,
+              "NodeList": "node[1-2]", **extra}
+    return " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def fake_slurm(tmp_path, monkeypatch, lines: list[str]) -> None:
+    """`scontrol show job -o ID` prints `lines`; `sacct` knows nothing more."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "out.txt").write_text("\n".join(lines) + "\n")
+    for name, body in (("scontrol", f"cat {bin_dir / 'out.txt'}"), ("sacct", "true")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755 | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+
+
+def timeline_events() -> list[dict]:
+    """3 ranks: rank 2 (on a host named like an HTML tag) is the slowest to import and works 4x
+    the others' time per step for 30 steps; a checkpoint at step 20; every rank ends preempted."""
+    out = []
+    for rank, host, work in ((0, "node1", 0.1), (1, "node1", 0.1), (2, HOSTILE, 0.4)):
+        late = 2.0 if rank == 2 else 0.0
+        for event, t, more in (("process", 1.0, {}), ("imports", 3.0 + late, {}), ("rendezvous", 6.0, {}),
+                               ("first_step", 7.0, {"step": 1}), ("checkpoint", 10.0, {"step": 20, "stall": 0.5}),
+                               ("steps", 12.0, {"step": 30, "work": 30 * work}), ("end", 13.0, {"status": "preempted"})):
+            out.append({"event": event, "rank": rank, "attempt": 0, "time": T0 + t, "host": host, "pid": 1, **more})
+    return out
+
+
+@pytest.fixture
+def served(tmp_path):
+    registry = tmp_path / "jobs.sqlite"
+    Registry.open(registry, create=True).close()
+    store = Store(tmp_path / "c.db")
+    coordinator = Coordinator(store, runs=GroupRuns(Recorder(registry)))
+    with TestClient(create_app(coordinator, TOKEN), base_url="http://testserver") as c:
+        c.post("/ui/login", data={"token": TOKEN}, headers={"Origin": "http://testserver"})
+        yield c, registry
+    store.close()
+
+
+def add_job(registry, tmp_path, job: str, **info) -> int:
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    base = {"nodes": 1, "gpus": 3, "log_dir": str(logs), "workdir": str(tmp_path), "launcher": "srun",
+            "command": ["python", "-m", "slurmgen.train", "--out-dir", "R"]}
+    with Registry.open(registry) as reg:
+        record = JobRecord(job, "train", str(tmp_path / "out"), T0 - 30, None, "RUNNING", None, {**base, **info})
+        reg.add(record)
+        return record.seq
+
+
+def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, tmp_path, monkeypatch):
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("77", "FAILED", "75:0")])
+    seq = add_job(registry, tmp_path, "77")
+    (tmp_path / "logs" / TIMELINE_NAME.format(job_id="77")).write_text("".join(json.dumps(e) + "\n" for e in timeline_events()))
+    html = client.get(f"/ui/runs/{seq}").text
+    # exit 75 after "checkpoint and stop": preempted, not failed; Slurm's word kept beside it
+    assert '<span class="state state-preempted">preempted</span> (Slurm: FAILED)' in html
+    assert "Stopped to checkpoint" in html and "First failure" not in html
+    assert "<dt>Elapsed</dt><dd>—" not in html and "<dt>Requeued</dt><dd>1&times;" in html
+    assert "<dt>Nodes</dt><dd>node[1-2]</dd>" in html
+    with Registry.open(registry) as reg:
+        row = get_row(reg, seq)
+    assert row["state"] == State.PREEMPTED.value and row["ended"] == datetime.fromisoformat(END).timestamp()
+    # the timeline: one SVG row per rank, the hostile host name escaped, rank 2 flagged and named slowest
+    svg = html.split('aria-label="per-rank timeline of attempt 0">')[1].split("</svg>")[0]
+    assert svg.count('<g class="rank-row') == 3 and HOSTILE not in html
+    assert "&#9873; rank 2 &lt;svg onload=alert(1)&gt;" in svg
+    assert "<title>rank 2 imports: 0.00-4.00 s</title>" in svg
+    assert "imports: rank 2 at 4.00 s" in html
+    assert "rank 2: 4.0&times; the median step work for 30 steps (1-30, attempt 0)" in html
+    assert 'id="goodput">Goodput <strong>' in html and 'data-part="checkpoint"><td>' in html
+
+
+def test_status_html_draws_the_same_time_report(tmp_path):
+    (tmp_path / TIMELINE_NAME.format(job_id="g")).write_text("".join(json.dumps(e) + "\n" for e in timeline_events()))
+    detail = {"group": {"name": "g", "state": "stopped", "attempt": 1, "reason": None, "config": {}}, "workers": [], "attempts": []}
+    html = status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "g"))
+    assert 'aria-label="per-rank timeline of attempt 0"' in html and "&#9873; rank 2" in html and HOSTILE not in html
+    assert "Goodput <strong>" in html
+    assert "per-rank timeline" not in status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "none"))
+
+
+def test_slurm_state_of_the_preemption_exit():
+    assert from_slurm("FAILED", 75) is State.PREEMPTED
+    assert from_slurm("FAILED", 1) is State.FAILED and from_slurm("COMPLETED", 0) is State.SUCCEEDED
+
+
+def test_log_follows_by_offset_and_the_rank_filter_keeps_one_rank(served, tmp_path, monkeypatch):
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("78", "RUNNING", "0:0")])
+    seq = add_job(registry, tmp_path, "78")
+    log = tmp_path / "logs" / "train-78.out"
+    log.write_text("batch starts\n0: step 1\n1: step 1\n2: step 1\n1: half a li")
+    first = client.get(f"/ui/live/runs/{seq}/logs").json()
+    assert [(x["rank"], x["text"]) for x in first["lines"]] == [(None, "batch starts"), (0, "step 1"), (1, "step 1"), (2, "step 1")]
+    with log.open("a") as f:
+        f.write("ne\n0: step 2\n")
+    more = client.get(f"/ui/live/runs/{seq}/logs", params={"after": first["next"]}).json()
+    assert [(x["rank"], x["text"]) for x in more["lines"]] == [(1, "half a line"), (0, "step 2")]
+    only = client.get(f"/ui/live/runs/{seq}/logs", params={"rank": 1}).json()
+    assert {x["rank"] for x in only["lines"]} == {1} and only["rank"] == 1
+    assert f'data-logs-url="/ui/live/runs/{seq}/logs"' in client.get(f"/ui/runs/{seq}").text
+
+
+def test_array_tasks_grid_and_the_sweeps_curves_in_one_chart(served, tmp_path, monkeypatch):
+    client, registry = served
+    lines = [scontrol_line(str(80 + t), state, code, ArrayJobId="80", ArrayTaskId=str(t), Restarts="0")
+             for t, state, code in ((0, "COMPLETED", "0:0"), (1, "FAILED", "75:0"), (2, "RUNNING", "0:0"))]
+    fake_slurm(tmp_path, monkeypatch, lines)
+    out = tmp_path / "out"
+    out.mkdir()
+    params = [{"lr": 0.1}, {"lr": 0.01}, {"lr": "<b>x</b>"}]
+    (out / SWEEP_FILE).write_text(grid_jsonl(params))
+    for task in range(len(params)):
+        environ = {"SLURM_ARRAY_JOB_ID": "80", "SLURMGEN_SWEEP_INDEX": str(task), "SLURMGEN_SWEEP_FILE": str(out / SWEEP_FILE)}
+        run = tracking.init(tmp_path / "R" / "tracking", group=f"slurm-80_{task}", name=f"t{task}", environ=environ)
+        for step in (1, 2, 3):
+            run.log("train", {"loss": 1.0 / (step + task)}, step=step)
+        run.finish()
+    seq = add_job(registry, tmp_path, "80", array=3, sweep_file=str(out / SWEEP_FILE))
+    html = client.get(f"/ui/runs/{seq}").text
+    cells = html.split('id="task-grid"')[1].split("</ul>")[0]
+    assert cells.count('class="task-cell') == 3 and "<b>x</b>" not in cells
+    assert 'data-task="1"' in cells and "task-preempted" in cells and "lr=0.01" in cells and "lr=&lt;b&gt;x&lt;/b&gt;" in cells
+    curves = client.get(f"/ui/live/runs/{seq}/metrics").json()
+    assert sorted(curves["metrics"]["loss"]) == ["train #0 lr=0.1", "train #1 lr=0.01", "train #2 lr=<b>x</b>"]
+    assert curves["metrics"]["loss"]["train #1 lr=0.01"] == [[1, 2, 3], [0.5, 1 / 3, 0.25]]
+
+
+def test_the_list_shows_a_page_of_runs_and_links_the_older_ones(served):
+    """1,000 rows took 0.6 s to render (benchmarks/bench_page.py): the list shows pages of 100."""
+    from slurmgen.coordinator.web.runs_page import PAGE
+    from slurmgen.jobs.runs import NewRun, add_run
+
+    client, registry = served
+    with Registry.open(registry) as reg:
+        for i in range(PAGE * 2 + 5):
+            add_run(reg, NewRun("launch", f"k{i}", f"run{i}", "/w", 1, 1), T0 + i)
+    first = client.get("/ui/runs?kind=launch").text
+    assert first.count('data-kind="launch"') == PAGE and ">run204<" in first and ">run104<" not in first
+    assert f"Runs 1–{PAGE} of {PAGE * 2 + 5} ({PAGE * 2 + 5} not ended)" in first
+    assert 'href="/ui/runs?kind=launch&amp;page=2">older' in first
+    last = client.get("/ui/runs?kind=launch&page=3").text
+    assert last.count('data-kind="launch"') == 5 and ">run0<" in last and "older &rarr;" not in last
+    assert len(client.get("/ui/live/runs?page=3").json()["fields"]) == 5
+
+
+def test_slurms_end_time_is_kept_and_a_requeue_clears_it():
+    from slurmgen.jobs.slurm import parse_scontrol
+    from slurmgen.jobs.view import ended_at
+
+    assert ended_at(parse_scontrol(scontrol_line("5", "FAILED", "75:0"))) == (True, datetime.fromisoformat(END).timestamp())
+    assert ended_at(parse_scontrol(scontrol_line("5", "RUNNING", "0:0"))) == (True, None)  # EndTime is then the limit's
+    assert ended_at(parse_scontrol(scontrol_line("5", "FAILED", "1:0", EndTime="Unknown"))) == (False, None)
