@@ -87,6 +87,6 @@ class GroupRuns:
         key = run_key(group, attempt["number"], restarts)
         row = self._row(key)
         self.recorder.ended(row, State(outcome.state), outcome.exit_code, first_failure(attempt, outcome))
-        envs = list(attempt["plan"]["env"].values())
+        envs = list(attempt.get("plan", {}).get("env", {}).values())  # a plan stored before timelines has none
         self.recorder.time_report(row, envs[0].get(envvars.TIMELINE_FILE) if envs else None)
         self.rows.pop(key, None)
