@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from slurmgen.contract import phases as _phases  # noqa: F401  (notes when slurmgen was imported: IMPORTED_AT)
 from slurmgen.contract.version import VERSION as __version__
 
 __all__ = ["__version__", "beat"]

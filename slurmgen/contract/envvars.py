@@ -35,8 +35,9 @@ _VARS = (
     Var("SLURMGEN_PYSPY", "generated scripts' hang watchers",
         "0: never run py-spy on a hung rank whose program registered no stack signal (default: when installed).",
         user=True),
-    Var("SLURMGEN_TIMELINE_FILE", "run_slurm.sh",
-        "JSON Lines file where each rank appends its phases and step samples (contract/phases.py); unset: none."),
+    Var("SLURMGEN_TIMELINE_FILE", "every launcher (run_slurm.sh, launch, launch_multi_node.sh, coordinator)",
+        "JSON Lines file where each rank (and its launcher) appends its phases and step samples "
+        "(contract/phases.py); unset: none."),
     Var("SLURMGEN_GROUP", "every launcher (tracking reads it)",
         "Run group of a job's run records (slurm-<id>, launch-<id>, the coordinator group's name).", user=True),
     Var("SLURMGEN_JOB_TYPE", "tracking", "Template of a run record's job type, e.g. node_{node}_rank_{rank}.", user=True),
@@ -44,7 +45,7 @@ _VARS = (
     Var("SLURMGEN_DESCRIPTION", "tracking", "Free text stored in the run record.", user=True),
     Var("SLURMGEN_TRACK", "train", "Which ranks keep run records: rank0, per-process or off.", user=True),
     Var("SLURMGEN_TRACKERS", "tracking", "Comma-separated tracker adapters to mirror run records to.", user=True),
-    Var("SLURMGEN_ATTEMPT", "launch, run_slurm.sh", "Number of this attempt of the job (restarts and requeues count)."),
+    Var("SLURMGEN_ATTEMPT", "launch, run_slurm.sh, coordinator", "Number of this attempt of the job (restarts and requeues count)."),
     Var("SLURMGEN_LAUNCH_ID", "launch", "Id of one `slurmgen launch` run, shared by all its nodes."),
     # The Slurm job's script and the trainer.
     Var("SLURMGEN_REQUEUE", "run_slurm.sh (train reads it)",

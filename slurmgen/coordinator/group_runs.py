@@ -11,9 +11,12 @@ every command), which is where `slurmgen jobs` on the server's machine looks.
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurmgen.contract import envvars
+from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import State
 from slurmgen.jobs.records import record_dir
 from slurmgen.jobs.runs import Failure, NewRun, Recorder
@@ -25,6 +28,16 @@ if TYPE_CHECKING:
 
 def run_key(group: str, number: int, restarts: int) -> str:
     return f"{group}.{number - restarts}"
+
+
+def timeline_env(config: GroupConfig, group: str, number: int, restarts: int) -> dict[str, str]:
+    """What every rank of an attempt is told besides the torchrun contract: its attempt number,
+    and (with a working directory, which the nodes share) the run's timeline file, named by
+    the run's key, where the agents write each rank's start and exit and the program its phases."""
+    env = {envvars.ATTEMPT: str(number)}
+    if config.cwd:
+        env[envvars.TIMELINE_FILE] = posixpath.join(config.cwd, TIMELINE_NAME.format(job_id=run_key(group, number, restarts)))
+    return env
 
 
 def first_failure(attempt: dict[str, Any], outcome: Outcome) -> Failure | None:
@@ -62,7 +75,8 @@ class GroupRuns:
                 # the coordinator keeps the recent lines of every rank; the agents keep whole files
                 logs=[{"node": "coordinator", "path": str(store_path), "group": group}],
                 info={"command": list(config.argv), "workers": [r.worker for r in ranks],
-                      "max_restarts": config.max_restarts}))
+                      "max_restarts": config.max_restarts,
+                      **({"timeline": t} if (t := timeline_env(config, group, number, 0).get(envvars.TIMELINE_FILE)) else {})}))
         self.recorder.attempt_started(self._row(key), number)
 
     def attempt_ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:
@@ -71,5 +85,8 @@ class GroupRuns:
 
     def ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:
         key = run_key(group, attempt["number"], restarts)
-        self.recorder.ended(self._row(key), State(outcome.state), outcome.exit_code, first_failure(attempt, outcome))
+        row = self._row(key)
+        self.recorder.ended(row, State(outcome.state), outcome.exit_code, first_failure(attempt, outcome))
+        envs = list(attempt.get("plan", {}).get("env", {}).values())  # a plan stored before timelines has none
+        self.recorder.time_report(row, envs[0].get(envvars.TIMELINE_FILE) if envs else None)
         self.rows.pop(key, None)

@@ -22,9 +22,11 @@ import threading
 import time
 from pathlib import Path
 
+from slurmgen.contract import phases
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import watchdog
 from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
+from slurmgen.observe.record import TimelineWriter
 from slurmgen.tracking.store import ANNOUNCE_FILE
 
 MAX_LINE = 4096
@@ -108,6 +110,17 @@ class Slot:
         self.kill_at: float | None = None
         self.hb_file: Path | None = None
         self.runs: list[str] = []
+        self.timeline: TimelineWriter | None = None  # the run's timeline, where the group has one
+
+    def started(self, at: float) -> None:
+        """The launcher's side of the timeline (contract/phases.py): the agent started the rank."""
+        if self.timeline is not None and self.proc is not None:
+            self.timeline.write(phases.PROCESS, at, pid=self.proc.pid, by=phases.BY_LAUNCHER)
+
+    def ended(self, code: int) -> None:
+        """...and saw it exit, whatever the program wrote itself."""
+        if self.timeline is not None:
+            self.timeline.write(phases.END, status="done" if code == 0 else "failed", code=code, by=phases.BY_LAUNCHER)
 
     @property
     def running(self) -> bool:
@@ -170,8 +183,10 @@ class Procs:
             env["OMP_NUM_THREADS"] = threads
         slot.order, slot.exit_code, slot.kill_at, slot.proc, slot.runs = order, None, None, None, []
         slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
+        slot.timeline = TimelineWriter.from_env(order.rank, env)
         log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too
+        at = time.time()
         try:
             slot.proc = subprocess.Popen(order.argv, cwd=order.cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -182,9 +197,11 @@ class Procs:
             log.close()
             self._line(order, message)
             slot.proc, slot.exit_code = None, 127
+            slot.ended(127)
             self.wake.set()
             return
         self._tell_watchdog("+", slot.proc.pid)
+        slot.started(at)
         threading.Thread(target=self._follow, args=(slot, slot.proc, order, log), daemon=True).start()
 
     def _line(self, order: StartOrder, text: str) -> None:
@@ -202,6 +219,7 @@ class Procs:
         self._tell_watchdog("-", proc.pid)
         reader.join(2)
         if slot.proc is proc:
+            slot.ended(code)
             slot.exit_code = code
         self.wake.set()
 

@@ -15,7 +15,7 @@ from typing import Any
 from slurmgen.coordinator import heartbeat as hb
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
-from slurmgen.coordinator.group_runs import GroupRuns
+from slurmgen.coordinator.group_runs import GroupRuns, timeline_env
 from slurmgen.coordinator.models import (
     AgentOrders,
     AgentReport,
@@ -241,7 +241,8 @@ class Coordinator:
                      now: float, restarts: int, reason: str | None = None) -> None:
         master = config.master or default_master(r.host for r in ranks)
         plan = {"ranks": {r.worker: r.rank for r in ranks},
-                "env": {r.worker: rank_env(config, name, r, master) for r in ranks},
+                "env": {r.worker: {**rank_env(config, name, r, master), **timeline_env(config, name, number, restarts)}
+                        for r in ranks},
                 "argv": config.argv, "cwd": config.cwd, "stop_grace": config.stop_grace,
                 "heartbeat_timeout": config.heartbeat_timeout}
         self.store.add_attempt(name, number, now, plan)

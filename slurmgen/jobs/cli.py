@@ -78,8 +78,14 @@ def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name o
     from slurmgen.jobs import commands
     from slurmgen.jobs.view import format_view
 
-    view = with_job(registry, job, remote, ssh_config, remote_setup,
-                     lambda reg, record, task, runner: commands.status(runner, reg, record, task, timeline))
+    view = _run_view(registry, job, timeline)
+    if view is None:
+        view = with_job(registry, job, remote, ssh_config, remote_setup,
+                         lambda reg, record, task, runner: commands.status(runner, reg, record, task, timeline))
+    elif not timeline and not as_json:
+        for line in commands.run_lines(view):
+            typer.echo(line)
+        return
     if timeline:
         _print_timeline(view, as_json)
         return
@@ -88,6 +94,27 @@ def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name o
         return
     for line in format_view(view, style):
         typer.echo(line)
+
+
+def _run_view(registry: Path | None, job: str | None, with_timeline: bool) -> dict[str, Any] | None:
+    """A run of `slurmgen launch` or a coordinator group named by its launch id, key (GROUP.N)
+    or run id, when no Slurm job answers to JOB; None otherwise."""
+    from slurmgen.jobs import commands
+    from slurmgen.jobs.registry import Registry
+    from slurmgen.jobs.resolve import find
+    from slurmgen.jobs.runs import find_by_ref
+
+    if job is None:
+        return None
+    with Registry.open(registry) as reg:
+        try:
+            find(reg, job)
+            return None
+        except SlurmgenError:
+            row = find_by_ref(reg, job)
+            if row is None:
+                raise
+        return commands.run_status(reg, row, with_timeline)
 
 
 def _print_timeline(view: dict, as_json: bool) -> None:

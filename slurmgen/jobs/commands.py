@@ -156,13 +156,24 @@ def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, 
     return parse_attempts(text) if text else []
 
 
-def _time_report(runner: Runner, record: JobRecord, attempts: list[dict[str, Any]], with_timeline: bool) -> dict[str, Any]:
+def _time_report(runner: Runner, record: JobRecord, attempts: list[dict[str, Any]]) -> dict[str, Any]:
     """Stragglers and goodput (and the per-rank timeline when asked) from the ranks' timeline
     file beside the logs (contract/phases.py) and the attempts record."""
     from slurmgen.observe.report import analyse
 
     text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / TIMELINE_NAME.format(job_id=record.job_id)))
-    found = analyse(text or "", attempts, record.submitted, time.time())
+    return analyse(text or "", attempts, record.submitted, time.time())
+
+
+def _kept_time_report(runner: Runner, registry: Registry, record: JobRecord, attempts: list[dict[str, Any]],
+                      with_timeline: bool) -> dict[str, Any]:
+    """The time report, its stragglers and goodput also written into the job's registry row (the
+    run record keeps them after the log directory is gone)."""
+    from slurmgen.jobs.runs import keep_time_report
+
+    found = _time_report(runner, record, attempts)
+    if record.seq is not None and (found.get("stragglers") or found.get("goodput")):
+        keep_time_report(registry, record.seq, found)
     if not with_timeline:
         found.pop("timeline", None)
     return found
@@ -197,13 +208,42 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     attempts = [] if is_array else _attempts(runner, record, record.job_id)
     view = job_view(record, snap, rows, attempts)
     if not is_array and record.info.get("log_dir"):
-        view.update(_time_report(runner, record, attempts, with_timeline))
+        view.update(_kept_time_report(runner, registry, record, attempts, with_timeline))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     if jobs and record.seq is not None:
         known, end = ended_at(list(jobs.values()))
         registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if known else None)
     return view
+
+
+def run_status(reg: Registry, row: dict[str, Any], with_timeline: bool) -> dict[str, Any]:
+    """`slurmgen status` of a launch or group run: its row, and where its time went from the
+    timeline file its row names (read on this machine; else what the launcher kept at its end)."""
+    from slurmgen.jobs.runs import attempts_of, time_report
+
+    view = {"job": row["job_id"], **{k: row[k] for k in ("kind", "name", "state", "run_id", "nodes", "ranks",
+                                                         "started", "ended", "failure")},
+            "exit_code": row["last_exit"], "attempts": attempts_of(reg, row["seq"])}
+    timeline = row["info"].get("timeline")
+    found = time_report(reg, row["seq"], timeline, time.time()) if timeline else {}
+    view.update({k: row["info"][k] for k in ("stragglers", "goodput") if k in row["info"]}, timeline_file=timeline)
+    view.update(found)
+    if not with_timeline:
+        view.pop("timeline", None)
+    return view
+
+
+def run_lines(view: dict[str, Any]) -> list[str]:
+    """The text of `slurmgen status` for a launch or group run."""
+    from slurmgen.observe.report import lines
+
+    code = "" if view["exit_code"] is None else f", exit code {view['exit_code']}"
+    out = [f"{view['kind']} {view['job']} ({view['name']}): {view['state']}{code}, {view['nodes']}x"
+           f"{(view['ranks'] or 0) // max(1, view['nodes'] or 1)}, {len(view['attempts'])} attempt(s), run id {view['run_id']}"]
+    if view.get("failure"):
+        out.append(f"  first failure: {view['failure'].get('cause')}")
+    return out + lines(view)
 
 
 def node_tasks(runner: Runner, record: JobRecord, task: str | None, node: str) -> set[int]:

@@ -115,6 +115,49 @@ def end_run(reg: Registry, run: int, state: State, code: int | None, failure: Fa
                    (state.value, state.value, code, now, json.dumps(failure.as_dict()) if failure else None, run))
 
 
+def keep_time_report(reg: Registry, run: int, report: dict[str, Any]) -> None:
+    """Write where the run's time went (its stragglers and goodput, observe/report.py) into its
+    row's info: the run record keeps them once the timeline file is gone or out of reach."""
+    row = reg.db.execute("SELECT info FROM jobs WHERE seq = ?", (run,)).fetchone()
+    if row is not None:
+        info = {**json.loads(row[0] or "{}"), **{k: report[k] for k in ("stragglers", "goodput") if k in report}}
+        reg.db.execute("UPDATE jobs SET info = ? WHERE seq = ?", (json.dumps(info, sort_keys=True), run))
+
+
+def time_report(reg: Registry, run: int, timeline: str, now: float) -> dict[str, Any]:
+    """Where a launch's or group's time went (observe/report.py: the per-rank timeline,
+    stragglers, goodput) from its timeline file and its attempts in the registry; {} when the
+    file cannot be read here."""
+    from slurmgen.observe.report import analyse
+
+    try:
+        text = Path(timeline).read_text(errors="replace")
+    except OSError:
+        return {}
+    row = reg.db.execute("SELECT submitted FROM jobs WHERE seq = ?", (run,)).fetchone()
+    return analyse(text, attempt_bounds(attempts_of(reg, run)), row[0] if row else None, now)
+
+
+def find_by_ref(reg: Registry, ref: str, kinds: Sequence[str] = ("launch", "group")) -> dict[str, Any] | None:
+    """The newest run of these kinds whose key (launch id, GROUP.N) or run id (SLURMGEN_GROUP)
+    is `ref`: one indexed lookup, never a walk through directories."""
+    marks = ", ".join("?" * len(kinds))
+    row = reg.db.execute(f"SELECT seq FROM jobs WHERE kind IN ({marks}) AND (job_id = ? OR run_id = ?) "
+                         "ORDER BY seq DESC LIMIT 1", (*kinds, ref, ref)).fetchone()
+    return get_row(reg, row[0]) if row else None
+
+
+def attempt_bounds(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run's attempts (attempts_of) in the attempts record's words (heal/attempts.py), which the
+    timeline and goodput take: each attempt's start and end, by the launcher's clock."""
+    out: list[dict[str, Any]] = []
+    for a in attempts:
+        out.append({"event": "start", "attempt": a["number"], "time": a["started"]})
+        if a.get("ended") is not None:
+            out.append({"event": "end", "attempt": a["number"], "time": a["ended"], "state": a["state"]})
+    return out
+
+
 _LIST_SQL = """
 SELECT j.seq, j.kind, j.job_id, j.name, j.state, j.last_state, j.last_exit, j.nodes, j.ranks, j.started, j.ended,
        j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster,
@@ -219,3 +262,9 @@ class Recorder:
 
     def find(self, kind: str, key: str) -> int | None:
         return self._write(lambda reg, now: find_run(reg, kind, key))
+
+    def time_report(self, run: int | None, timeline: str | None) -> None:
+        """At the run's end: its stragglers and goodput from its timeline file, when this machine
+        can read it (a file system the nodes share), kept in its row."""
+        if run is not None and timeline:
+            self._write(lambda reg, now: keep_time_report(reg, run, time_report(reg, run, timeline, now)))

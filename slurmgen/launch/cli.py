@@ -26,7 +26,7 @@ from slurmgen.cliopts import (
     ssh_port_option,
     ssh_user_option,
 )
-from slurmgen.contract import ports
+from slurmgen.contract import envvars, ports
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.errors import SlurmgenError
 
@@ -82,6 +82,11 @@ def launch(
     ))
     selected = select_hosts(_host_list(hosts, hostfile, spec.gpus), include, exclude)
     stdin_env = _stdin_env(env_file)
+    from slurmgen.launch.record import timeline_file
+
+    # Every rank's phases and its node's start and exit of it, in one file the run registry names.
+    stdin_env.setdefault(envvars.TIMELINE_FILE, timeline_file(workdir or os.getcwd(), spec.logs,
+                                                               stdin_env[envvars.LAUNCH_ID]))
     from slurmgen.launch.ssh.sshconfig import master_address  # the ssh config only: no paramiko
     from slurmgen.launch.ssh.target import SSHOptions
 
@@ -133,8 +138,8 @@ def _stdin_env(env_files: list[Path]) -> dict[str, str]:
         stdin_env.update(read_env_file(path))
     # One id for this launch, on every node and every restart: each rank's run record
     # (slurmgen.tracking) joins the same group without the ranks talking to each other.
-    stdin_env.setdefault("SLURMGEN_LAUNCH_ID", f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
-    stdin_env.setdefault("SLURMGEN_GROUP", f"launch-{stdin_env['SLURMGEN_LAUNCH_ID']}")
+    stdin_env.setdefault(envvars.LAUNCH_ID, f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
+    stdin_env.setdefault(envvars.GROUP, f"launch-{stdin_env[envvars.LAUNCH_ID]}")
     return stdin_env
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmgen.contract import envvars, exitcodes
+from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import State
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.records import record_dir
@@ -22,6 +23,12 @@ from slurmgen.jobs.runs import Failure, NewRun, Recorder
 
 if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan
+
+
+def timeline_file(workdir: str, log_dir: str, launch_id: str) -> str:
+    """Where a launch's ranks and nodes append its timeline: beside the per-rank logs, named by
+    the launch id, so `slurmgen status ID --timeline` reads the path from the registry's row."""
+    return posixpath.join(workdir, log_dir, TIMELINE_NAME.format(job_id=launch_id))
 
 
 def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None) -> NewRun:
@@ -35,7 +42,8 @@ def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | N
         record_dir=record_dir(plan.workdir, command, run_id) if run_id else None,
         logs=[{"node": n.host, "path": logs} for n in plan.nodes],
         info={"command": command, "hosts": [n.host for n in plan.nodes], "pid": os.getpid(),
-              "max_restarts": plan.max_restarts, **({"stop_file": str(stop_file)} if stop_file else {})})
+              "max_restarts": plan.max_restarts, **({"stop_file": str(stop_file)} if stop_file else {}),
+              **({"timeline": plan.env[envvars.TIMELINE_FILE]} if plan.env.get(envvars.TIMELINE_FILE) else {})})
 
 
 def outcome(code: int, interrupted: bool) -> State:
@@ -57,6 +65,7 @@ class LaunchRecord:
     run: int | None = None
     failure: Failure | None = None  # the first failure of the latest attempt
     stop_file: Path | None = None   # the launch's stop channel (None: the row could not be written)
+    timeline: str | None = None     # the run's timeline file (SLURMGEN_TIMELINE_FILE)
 
     @classmethod
     def start(cls, recorder: Recorder, plan: LaunchPlan, name: str, command: list[str]) -> LaunchRecord:
@@ -69,7 +78,8 @@ class LaunchRecord:
             except OSError:
                 stop_file = None
         run = recorder.started(new_run(plan, name, command, stop_file))
-        return cls(recorder, run, stop_file=stop_file if run is not None else None)
+        return cls(recorder, run, stop_file=stop_file if run is not None else None,
+                   timeline=plan.env.get(envvars.TIMELINE_FILE))
 
     def attempt_started(self, number: int) -> None:
         self.failure = None
@@ -85,3 +95,4 @@ class LaunchRecord:
         self.recorder.ended(self.run, outcome(code, interrupted), code, failure or (self.failure if code else None))
         if self.stop_file is not None:
             self.stop_file.unlink(missing_ok=True)
+        self.recorder.time_report(self.run, self.timeline)

@@ -62,6 +62,7 @@ class Beat:
             if self.hb.timeline is not None:
                 self.hb.timeline.started()
         self.step, self.last, self.failed, self.ended = -1, 0.0, False, False
+        self.said: set[str] = set()  # the phases the program named itself
 
     def __call__(self, step: int | None = None, loss: float | None = None, phase: str | None = None, **metrics: Any) -> None:
         hb = self.hb
@@ -72,6 +73,7 @@ class Beat:
             self.phase(phase, now)
         if step is not None:
             if hb.start_step is None:  # the program reports steps done: the first one is the first step
+                self.infer(now)
                 hb.start_step, hb.sampled, self.last = step - 1, now, now
             hb.beat(step, work=now - self.last if self.last else None)
             self.step, self.last = step, now
@@ -80,9 +82,22 @@ class Beat:
             with open(self.metrics, "a") as f:
                 f.write(json.dumps(record, default=float) + "\n")
 
+    def infer(self, now: float) -> None:
+        """The first step of a program that did not name its imports or rendezvous: imports when
+        it imported slurmgen, the rendezvous now at the latest (if torch.distributed is up)."""
+        tl = self.hb.timeline if self.hb is not None else None
+        if tl is None:
+            return
+        if phases.IMPORTS not in self.said:
+            tl.write(phases.IMPORTS, min(phases.IMPORTED_AT, now), inferred=True)
+        dist = sys.modules.get("torch.distributed")
+        if phases.RENDEZVOUS not in self.said and dist is not None and dist.is_available() and dist.is_initialized():
+            tl.write(phases.RENDEZVOUS, now, inferred=True)
+
     def phase(self, name: str, now: float) -> None:
         hb = self.hb
         assert hb is not None
+        self.said.add(name)
         if name in _STATUS:
             hb.beat(max(self.step, 0), status=_STATUS[name], force=True)
             self.last = 0.0  # the stall is not work of the next step

@@ -90,6 +90,18 @@ def all_attempts(grouped: Mapping[int, Mapping[int, Sequence[Mapping[str, Any]]]
     return [{"attempt": n, **s} for n, ranks in sorted(grouped.items()) for s in from_events(ranks, factor, min_steps)]
 
 
+def slowest_of(work: Sequence[float], factor: float = FACTOR) -> dict[str, Any] | None:
+    """{"rank", "ratio"}: the rank whose work per step (one value per rank, indexed by rank) is
+    over `factor` x the median of all ranks', over one window (the trainer's log line); else None."""
+    if len(work) < 2:
+        return None
+    median = statistics.median(work)
+    rank = max(range(len(work)), key=lambda r: work[r])
+    if median <= 0 or work[rank] <= factor * median:
+        return None
+    return {"rank": rank, "ratio": round(work[rank] / median, 2)}
+
+
 def summary(found: Iterable[Mapping[str, Any]]) -> str:
     return "; ".join(f"rank {s['rank']} {s['ratio']}x the median for {s['steps']} steps "
                      f"({s['from_step']}-{s['to_step']}, attempt {s.get('attempt', 0)})" for s in found)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from slurmgen.contract import envvars
+from slurmgen.observe import stragglers
 
 from . import checkpoint as ckpt
 from . import dist, fsdp
@@ -218,7 +219,7 @@ class Trainer:
         self.heartbeat.beat(self.step, force=True)
         try:
             while self.step < self.max_steps:
-                window.add(*self.train_step(ddp))
+                window.add(*self.train_step(ddp), work=self.work)
                 self.checkpoints.prepare(self.step)
                 self.heartbeat.beat(self.step, work=self.work)
                 progress.update(self.step)
@@ -278,16 +279,23 @@ class Trainer:
     def _log_train(self, window: _Window, progress: Progress) -> None:
         """The mean training loss since the last line, over all ranks (the one GPU sync of a
         logging step): a metrics record, the run record and the progress display."""
-        s, n, it = dist.all_reduce([window.loss.item(), float(window.steps), float(window.items)])
+        # Each rank's work per step at its own index (the others add 0): the same collective
+        # tells every rank who the straggler of this window is.
+        work = [0.0] * self.env.world_size
+        work[self.env.rank] = window.work / max(window.steps, 1)
+        s, n, it, *work = dist.all_reduce([window.loss.item(), float(window.steps), float(window.items), *work])
+        straggler = stragglers.slowest_of(work)
         now = time.time()
         self.train_loss = s / n
         lr = self.scheduler.get_last_lr()[0]
         rate = it / max(now - window.start, 1e-9)
         epoch = self.batches.position(self.step - 1)[0]
         self.metrics.write(step=self.step, epoch=epoch, split="train", loss=self.train_loss, lr=lr,
-                           tokens_per_sec=rate, wall_time=now - self._start, time=now)
+                           tokens_per_sec=rate, wall_time=now - self._start, time=now,
+                           **({"straggler": straggler} if straggler else {}))
         self.tracking.log("train", self.step, epoch, loss=self.train_loss, lr=lr, tokens_per_sec=rate)
-        progress.report(f"step {self.step}/{self.max_steps} loss {self.train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s",
+        slow = f"; straggler: rank {straggler['rank']} {straggler['ratio']}x the median work" if straggler else ""
+        progress.report(f"step {self.step}/{self.max_steps} loss {self.train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s{slow}",
                         {"loss": f"{self.train_loss:.4f}", "lr": f"{lr:.2g}"})
         window.reset()
 
@@ -355,9 +363,10 @@ class _Window:
         self.device = device
         self.reset()
 
-    def add(self, loss: torch.Tensor, items: int) -> None:
+    def add(self, loss: torch.Tensor, items: int, work: float = 0.0) -> None:
         self.loss, self.steps, self.items = self.loss + loss, self.steps + 1, self.items + items
+        self.work += work
 
     def reset(self) -> None:
-        self.loss, self.steps, self.items = torch.zeros((), device=self.device), 0, 0
+        self.loss, self.steps, self.items, self.work = torch.zeros((), device=self.device), 0, 0, 0.0
         self.start = time.time()

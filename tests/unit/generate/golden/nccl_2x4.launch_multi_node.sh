@@ -102,6 +102,22 @@ stop_grace=${SLURMGEN_STOP_GRACE:-30} fail_grace=${SLURMGEN_FAIL_GRACE:-2}
 [[ $fail_grace =~ ^[0-9]+$ ]] || die "SLURMGEN_FAIL_GRACE must be a whole number of seconds (got '$fail_grace')"
 stop_grace=$((10#$stop_grace)) fail_grace=$((10#$fail_grace))
 
+# --- the timeline (slurmgen/contract/phases.py): where a caller set SLURMGEN_TIMELINE_FILE
+# (`slurmgen launch` does; by hand: a file every node can append to), each rank's start and
+# exit are appended there by this script, whatever the program; the program's own phases
+# (slurmgen.beat, the bundled trainer) go to the same file, which the ranks inherit. ---
+timeline_file=${SLURMGEN_TIMELINE_FILE:-}
+timeline_attempt=${SLURMGEN_ATTEMPT:-0}
+[[ $timeline_attempt =~ ^[0-9]+$ ]] || timeline_attempt=0
+# One JSON line: EVENT RANK PID [", more": fields]; a line that cannot be written is lost, never the run.
+timeline() {
+  [[ -n $timeline_file ]] || return 0
+  local t=${EPOCHREALTIME:-}
+  [[ -n $t ]] || printf -v t '%(%s)T' -1
+  printf '{"event": "%s", "rank": %s, "attempt": %s, "time": %s, "host": "%s", "pid": %s, "by": "launcher"%s}\n' \
+    "$1" "$2" "$((10#$timeline_attempt))" "${t/,/.}" "$HOSTNAME" "$3" "${4:-}" >>"$timeline_file" 2>/dev/null || true
+}
+
 # --- the link between the nodes' launchers (see the top of this file) ---
 link=${SLURMGEN_LINK:-on}
 [[ $link == on || $link == off ]] || die "SLURMGEN_LINK must be on or off (got '$link')"
@@ -874,12 +890,17 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     export RANK=$rank LOCAL_RANK=$local_rank
     printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
       "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
+    timeline process "$rank" "$BASHPID"
     # tee and sed ignore INT/TERM: the process's last words still reach the log.
     "${cmd[@]}" 2>&1 3>&- | {
       trap '' INT TERM
       tee -a -- "$log_dir/rank-$rank.log" 2>&3 | sed -u "s/^/[rank $rank] /" 2>&3
     }
-    exit "${PIPESTATUS[0]}"
+    code=${PIPESTATUS[0]}
+    ended='done'
+    ((code == 0)) || ended=failed
+    timeline end "$rank" "$BASHPID" ", \"status\": \"$ended\", \"code\": $code"
+    exit "$code"
   ) &
   pids[local_rank]=$!
   link_tell rank "$!"

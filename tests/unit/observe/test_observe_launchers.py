@@ -1,0 +1,91 @@
+"""The timeline of a run that is not a Slurm job (issue 23): `slurmgen launch` on local 'hosts'
+(the real bootstrap and launch_multi_node.sh, no SSH) of a program patched with two lines of
+`slurmgen.beat`, restarted once after a failure; its registry row names the timeline file and
+keeps the stragglers and goodput, and `slurmgen status LAUNCH_ID --timeline --json` finds it."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from pathlib import Path
+
+from helpers import PY, local_connector, local_plan
+from helpers import run as run_cli
+
+from slurmgen.jobs.registry import Registry
+from slurmgen.jobs.runs import Recorder, find_by_ref
+from slurmgen.launch.record import LaunchRecord, timeline_file
+from slurmgen.launch.runner import Launcher
+from slurmgen.launch.ssh.connect import SSHOptions
+from slurmgen.observe import stragglers
+
+# No torch: the imports are inferred from `from slurmgen import beat`; rank 1 of attempt 1 fails.
+TWO_LINES = textwrap.dedent("""
+    import os, sys, time
+    from slurmgen import beat
+    for step in range(1, 31):
+        time.sleep(0.03 if os.environ["RANK"] == "1" else 0.002)
+        beat(step=step, loss=1.0 / step)
+        if step == 10 and os.environ["RANK"] == "1" and os.environ["SLURMGEN_ATTEMPT"] == "1":
+            sys.exit(7)
+""")
+
+
+def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases_found_by_its_id(tmp_path, capsys):
+    path = tmp_path / "jobs.sqlite"
+    plan = local_plan(tmp_path, [PY, "-c", TWO_LINES], slots=(1, 1), max_restarts=1)
+    tl = timeline_file(str(tmp_path), plan.log_dir, "L1")
+    plan.env.update({"SLURMGEN_LAUNCH_ID": "L1", "SLURMGEN_GROUP": "launch-L1", "SLURMGEN_TIMELINE_FILE": tl})
+    record = LaunchRecord.start(Recorder(path), plan, "exp", [PY, "-c", TWO_LINES])
+    made: dict = {}
+    launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
+                        connector=local_connector(made))
+    try:
+        code = launcher.run()
+    finally:
+        for conn in made.values():
+            for proc in conn.procs:
+                proc.kill()
+    record.ended(code, False)
+    assert code == 0, launcher.err.getvalue()
+
+    code, out, err = run_cli(capsys, "status", "--registry", str(path), "L1", "--timeline", "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    first, second = found["attempts"]
+    assert (first["attempt"], second["attempt"]) == (1, 2) and first["end"] is not None, found
+    assert [r["status"] for r in first["ranks"] if r["rank"] == 1] == ["failed"], first
+    said = [json.loads(x) for x in Path(tl).read_text().splitlines()]
+    assert {(x["attempt"], x["rank"], x["code"]) for x in said if x.get("by") == "launcher" and x["event"] == "end"} >= {
+        (1, 1, 7), (2, 0, 0), (2, 1, 0)}, said  # the launcher saw each exit, with its code
+    for r in second["ranks"]:
+        assert None not in (r["process"], r["imports"], r["first_step"], r["end"]), r
+        assert r["process"] <= r["imports"] <= r["first_step"] <= r["end"] and r["status"] == "done", r
+        assert r["last_step"] == 30, r
+    assert set(second["slowest"]) == {"process", "imports", "first_step", "end"}, second  # no torch: no rendezvous
+    assert second["slowest"]["end"]["rank"] == 1, second["slowest"]
+    assert [s["rank"] for s in found["stragglers"] if s["attempt"] == 2] == [1], found["stragglers"]
+    lost = found["goodput"]["lost_steps"]
+    # No checkpoint: every step of attempt 1 was done again (rank 0 had reached step 30).
+    assert [(x["attempt"], x["from_step"], x["to_step"]) for x in lost] == [(1, 0, 30)], found["goodput"]
+
+    with Registry.open(path) as reg:  # the run record keeps them once the file is gone
+        row = find_by_ref(reg, "launch-L1")
+        assert row is not None and row["info"]["timeline"] == tl
+        assert row["info"]["goodput"]["goodput"] > 0 and "stragglers" in row["info"], row["info"]
+    code, out, err = run_cli(capsys, "status", "--registry", str(path), "L1")
+    assert code == 0 and out.startswith("launch L1 (exp): succeeded, exit code 0, 2x1, 2 attempt(s)"), out + err
+    assert "goodput " in out, out
+
+
+def test_an_unknown_run_id_is_still_one_line_about_the_job(tmp_path, capsys):
+    Registry.open(tmp_path / "jobs.sqlite", create=True).close()
+    code, out, err = run_cli(capsys, "status", "--registry", str(tmp_path / "jobs.sqlite"), "nosuchrun")
+    assert code == 2 and "no registered job has the id, name or output dir 'nosuchrun'" in err, err
+
+
+def test_the_trainers_straggler_of_a_window_is_the_rank_over_the_factor_times_the_median():
+    assert stragglers.slowest_of([0.01, 0.05, 0.011, 0.012]) == {"rank": 1, "ratio": 4.35}
+    assert stragglers.slowest_of([0.01, 0.012, 0.011]) is None
+    assert stragglers.slowest_of([0.01]) is None and stragglers.slowest_of([0.0, 0.0]) is None
