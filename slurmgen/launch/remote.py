@@ -18,8 +18,9 @@ connection is lost) or stays silent for `silence` seconds (the launcher pings it
 keepalive interval; a partition drops packets and never ends it), the bootstrap sends TERM
 to the process loop, which stops every rank's process group, killing what is left after
 SLURMGEN_STOP_GRACE seconds. With a heartbeat
-timeout it sets SLURMGEN_HEARTBEAT_DIR to a directory of its own on the node and watches
-the files the ranks write there. Events come back on stderr (protocol.py).
+timeout it sets SLURMGEN_HEARTBEAT_DIR to a directory of its own on the node and reports the
+beats of quiet ranks there to the launcher, which judges the hang across nodes. Events come
+back on stderr (protocol.py).
 """
 
 from __future__ import annotations
@@ -59,18 +60,23 @@ def bootstrap() -> str:
     from slurmgen.generate.render import render_template
 
     return render_template(BOOTSTRAP_TEMPLATE, version=__version__, event_tag=EVENT_TAG, event_fd=EVENT_FD,
-                           payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END, exit_hung=exitcodes.HUNG,
+                           payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END,
                            bad_input=exitcodes.BAD_INPUT)
+
+
+def heartbeat_ms(plan: LaunchPlan) -> int:
+    """The hang limit in milliseconds (0: none): the nodes report quiet ranks past half of it,
+    the launcher judges with it."""
+    return int(round(plan.heartbeat_timeout * 1000)) if plan.heartbeat_timeout else 0
 
 
 def node_args(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> list[str]:
     """The bootstrap's key=value arguments for one node (no secrets: they are on a command line)."""
-    hb_ms = int(round(plan.heartbeat_timeout * 1000)) if plan.heartbeat_timeout else 0
     args = {
         "attempt": attempt, "workdir": plan.workdir, "master_addr": plan.master_addr,
         "master_port": plan.master_port, "nnodes": len(plan.nodes), "nproc": node.nproc,
         "node_rank": node.node_rank, "rank_offset": node.rank_offset, "world_size": plan.world_size,
-        "log_dir": plan.log_dir, "stop_grace": plan.stop_grace, "heartbeat_ms": hb_ms,
+        "log_dir": plan.log_dir, "stop_grace": plan.stop_grace, "heartbeat_ms": heartbeat_ms(plan),
         "silence": f"{lifeline_silence(keepalive):g}",
     }
     return [f"{k}={v}" for k, v in args.items()]
