@@ -292,7 +292,7 @@ def _judge_hang(s: AttemptState, at: float) -> Step:
     since it arrived. The launcher decides, so no node is spared: every one is stopped."""
     if not s.limits.heartbeat_ms:
         return s, []
-    beats = [replace(b, age_ms=b.age_ms + int((at - seen) * 1000))
+    beats = [replace(b, age_ms=b.age_ms + round((at - seen) * 1000))
              for host, (reported, seen) in s.beats.items() if host in s.pending for b in reported]
     found = hang.judge(beats, s.limits.heartbeat_ms)
     if found is None:
