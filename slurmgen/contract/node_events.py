@@ -24,7 +24,7 @@ Node -> launcher, on two streams of the same session:
                                              has none, STATE "stopped" when the rank's process
                                              is (SIGSTOP, a debugger), else "running". The
                                              launcher judges the hang across every node's
-                                             beats (slurmgen/contract/hang.py).
+                                             beats (slurmgen/contract/blame.py).
       slurmgen-event-1 error MESSAGE         the node could not start (bad payload, workdir...)
 
   Anything else arriving on stderr (bash's own complaint before the bootstrap runs, say) is
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurmgen.contract.hang import Beat
+from slurmgen.contract.blame import Beat
 
 PAYLOAD_MAGIC = "slurmgen-payload-1"
 # The payload's last line: seen only if every byte before it arrived.

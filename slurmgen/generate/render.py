@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract import envvars, exitcodes, hang, ports
+from slurmgen.contract import blame, envvars, exitcodes, ports
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME, TIMELINE_NAME, name_parts
 from slurmgen.contract.node_events import EVENT_TAG
@@ -155,7 +155,7 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "timeline_name": name_parts(TIMELINE_NAME),
         "timeline_var": envvars.TIMELINE_FILE,
         "heartbeat_ms": heartbeat_ms,
-        "defer_ms": hang.defer_ms(heartbeat_ms),
+        "defer_ms": blame.defer_ms(heartbeat_ms),
         "retries": spec.retries,
         "retry_codes": ShellCode(" ".join(str(code) for code in spec.retry_on)),
         "exclude_failed_node": spec.exclude_failed_node,

@@ -15,7 +15,7 @@ the input's time in `step`, so it is checked on every `ClockTick` however much o
   counted lost;
 - heartbeat: each node reports the beats of its quiet ranks (a `beats` event, read next to the
   files with the node's clock, templates/launch_bootstrap.sh.j2); every tick judges them across
-  all nodes by the contract's hang rule (slurmgen/contract/hang.py), each aged by the time
+  all nodes by the contract's hang rule (slurmgen/contract/blame.py), each aged by the time
   since its report, so the frozen rank is named and not a rank that waits for it elsewhere.
 
 The first failure decides the exit code and the verdict (slurmgen/contract/verdict.py: every
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurmgen.contract import exitcodes, hang, verdict
+from slurmgen.contract import blame, exitcodes, verdict
 from slurmgen.contract.node_events import NodeEvent
 from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
@@ -133,7 +133,7 @@ class AttemptState:
     signals: tuple[int, ...] = ()
     all_running: bool = False
     # host -> the beats of its quiet ranks in its last `beats` report, and when that arrived
-    beats: Mapping[str, tuple[tuple[hang.Beat, ...], float]] = field(default_factory=dict)
+    beats: Mapping[str, tuple[tuple[blame.Beat, ...], float]] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -294,10 +294,10 @@ def _judge_hang(s: AttemptState, at: float) -> Step:
         return s, []
     beats = [replace(b, age_ms=b.age_ms + round((at - seen) * 1000))
              for host, (reported, seen) in s.beats.items() if host in s.pending for b in reported]
-    found = hang.judge(beats, s.limits.heartbeat_ms)
+    found = blame.judge(beats, s.limits.heartbeat_ms)
     if found is None:
         return s, []
-    return _fail(s, found.node, "hung", exitcodes.HUNG, hang.story(found), at, rank=found.rank, spare=False)
+    return _fail(s, found.node, "hung", exitcodes.HUNG, blame.story(found), at, rank=found.rank, spare=False)
 
 
 def step(s: AttemptState, event: Input) -> Step:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.contract.hang import defer_ms as hang_defer_ms
+from slurmgen.contract.blame import defer_ms as hang_defer_ms
 from slurmgen.generate.render import render_template
 from slurmgen.heal.attempts import cause
 

@@ -6,7 +6,7 @@ import signal
 import pytest
 
 from slurmgen.contract import exitcodes
-from slurmgen.contract.hang import Beat
+from slurmgen.contract.blame import Beat
 from slurmgen.contract.node_events import NodeEvent, parse_event
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult

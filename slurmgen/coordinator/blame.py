@@ -3,7 +3,7 @@
 Each agent reports, per slot, the last trainer heartbeat of a rank silent for over half the
 limit (its age on the node's own clock, its step, whether the process is stopped). The server
 keeps the latest report of each worker and judges the attempt with the contract's hang rule
-(slurmgen/contract/hang.py) over all of them, each aged by the time since it arrived: one
+(slurmgen/contract/blame.py) over all of them, each aged by the time since it arrived: one
 agent alone would blame its own rank that waits in a collective for a rank frozen elsewhere.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from slurmgen.contract import hang
+from slurmgen.contract import blame as rule
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def judge(quiet: Mapping[str, Reported], ranks: Mapping[str, int], limit: float,
     """(worker, story) of the hung rank among the attempt's workers (`ranks`: worker -> rank),
     or None yet."""
     by_rank = {ranks[w]: w for w in ranks if w in quiet}
-    beats = [hang.Beat(ranks[w], round((q.age + now - q.at) * 1000), q.step, q.stopped, q.host)
+    beats = [rule.Beat(ranks[w], round((q.age + now - q.at) * 1000), q.step, q.stopped, q.host)
              for w, q in quiet.items() if w in ranks]
-    found = hang.judge(beats, int(limit * 1000))
-    return None if found is None else (by_rank[found.rank], hang.story(found))
+    found = rule.judge(beats, int(limit * 1000))
+    return None if found is None else (by_rank[found.rank], rule.story(found))

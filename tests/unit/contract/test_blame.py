@@ -1,4 +1,4 @@
-"""The hang rule (slurmgen/contract/hang.py) and its bash twin (judge_node in
+"""The hang rule (slurmgen/contract/blame.py) and its bash twin (judge_node in
 templates/hang_judge.sh.j2, hang_story.sh.j2) held to the same cases: the bash runs on real
 beat files and a really stopped process, the Python on the same beats."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.contract import hang
-from slurmgen.contract.hang import Beat
+from slurmgen.contract import blame
+from slurmgen.contract.blame import Beat
 from slurmgen.generate.render import render_template
 
 LIMIT, DEFER = 4000, 1000
@@ -57,7 +57,7 @@ echo "${{quiet_ranks[*]}}"
 
 
 def _python(beats: list[tuple]) -> tuple[str, tuple[int, ...]]:
-    found = hang.judge([Beat(r, a, s, stopped) for r, a, s, stopped in beats], LIMIT, DEFER)
+    found = blame.judge([Beat(r, a, s, stopped) for r, a, s, stopped in beats], LIMIT, DEFER)
     if found is None:
         return "-", tuple(r for r, a, _, _ in sorted(beats) if a * 2 > LIMIT)
     return f"{found.rank}{' ' + found.why if found.why else ''}", found.waiting
@@ -70,20 +70,20 @@ def test_bash_and_python_name_the_same_rank(tmp_path, sleepers, beats, verdict, 
 
 
 STORIES = [
-    (hang.Hang(3, "node2", 220, 10432, "stopped", (2, 0, 1)), "3 node2 220 10432 stopped 2 0 1",
+    (blame.Hang(3, "node2", 220, 10432, "stopped", (2, 0, 1)), "3 node2 220 10432 stopped 2 0 1",
      "rank 3 on node2 stopped beating at step 220 (no heartbeat for 10.4 s, its process is stopped); "
      "ranks 0-2 waited in a collective"),
-    (hang.Hang(5, "node 1", None, 4000, "", (4, 7, 8, 9)), "5 'node 1' '' 4000 '' 4 7 8 9",
+    (blame.Hang(5, "node 1", None, 4000, "", (4, 7, 8, 9)), "5 'node 1' '' 4000 '' 4 7 8 9",
      "rank 5 on node 1 stopped beating (no heartbeat for 4.0 s); ranks 4, 7-9 waited in a collective"),
-    (hang.Hang(1, "n", 3, 2500, "", (0,)), "1 n 3 2500 '' 0",
+    (blame.Hang(1, "n", 3, 2500, "", (0,)), "1 n 3 2500 '' 0",
      "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); rank 0 waited in a collective"),
-    (hang.Hang(1, "n", 3, 2500, "", ()), "1 n 3 2500 ''",
+    (blame.Hang(1, "n", 3, 2500, "", ()), "1 n 3 2500 ''",
      "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); the other ranks kept beating"),
 ]
 
 
 @pytest.mark.parametrize(("found", "args", "story"), STORIES)
 def test_bash_and_python_tell_the_same_story(found, args, story):
-    assert hang.story(found) == story
+    assert blame.story(found) == story
     script = render_template("hang_story.sh.j2") + f"\nset -eu\nhang_story {args}\necho \"$story\"\n"
     assert subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout == story + "\n"

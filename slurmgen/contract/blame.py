@@ -1,4 +1,4 @@
-"""The hang rule: which rank of a job is the hung one, judged across nodes. Pure, import-free.
+"""Hang blame: which rank of a job is the hung one, judged across nodes. Pure, import-free.
 
 When one rank freezes, every other rank blocks in the next collective and stops beating within
 about one beat of it, on every node: a judge that names its first stale rank blames a waiting
@@ -13,7 +13,7 @@ are the ones that waited. Python judges with it where it sees every node's beats
 of `slurmgen launch`, the coordinator's server); the Slurm watcher and launch_multi_node.sh
 judge each node with the same rule in bash (templates/hang_judge.sh.j2, `judge_node`, which
 orders its verdicts by the same deferral so the first to arrive is this one), and
-tests/unit/contract/test_hang.py holds both to the same cases. The story is hang_story.sh.j2's.
+tests/unit/contract/test_blame.py holds both to the same cases. The story is hang_story.sh.j2's.
 """
 
 from __future__ import annotations
