@@ -2,7 +2,7 @@
 
 The SSH command line is short, fixed and holds no secret:
 
-    exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"' \
+    exec bash --norc -c 'IFS= read -r -t 20 n && b=$(timeout 20 head -c "$n") && eval "$b"' \
         slurmgen-launch attempt=1 workdir=... ...
 
 Everything else arrives on the session's stdin (`payload`, framed as protocol.py says): the
@@ -49,8 +49,20 @@ BOOTSTRAP_TEMPLATE = "launch_bootstrap.sh.j2"
 # `exec` from the login shell keeps; without it the user's ~/.bashrc (conda or pyenv init,
 # often 0.1-1 s) would run twice per node. The login shell may be any shell: the line is
 # plain words and one single-quoted string. The bootstrap avoids programs where a builtin
-# does (each costs a few ms of a node's start-up).
-REMOTE_PREFIX = """exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"' slurmgen-launch"""
+# does (each costs a few ms of a node's start-up). Every read of stdin before the lifeline is
+# bounded by the lifeline's silence (SECONDS below, here and in the bootstrap): a node cut off
+# while the payload is on its way drops packets and never sees the end of its stdin, and would
+# wait forever; a bootstrap cut short by the bound is not run.
+REMOTE_TEMPLATE = ("""exec bash --norc -c 'IFS= read -r -t SECONDS n && b=$(timeout SECONDS head -c "$n") && """
+                   """eval "$b"' slurmgen-launch""")
+
+
+def remote_prefix(silence: float) -> str:
+    """The fixed start of the command line, waiting at most `silence` seconds for the bootstrap."""
+    return REMOTE_TEMPLATE.replace("SECONDS", f"{silence:g}")
+
+
+REMOTE_PREFIX = remote_prefix(lifeline_silence(KEEPALIVE_INTERVAL))
 
 
 @functools.cache
@@ -84,7 +96,8 @@ def node_args(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float =
 
 def remote_command(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> str:
     """The exact command line sent to the node's sshd."""
-    return REMOTE_PREFIX + " " + " ".join(shlex.quote(a) for a in node_args(plan, node, attempt, keepalive))
+    args = node_args(plan, node, attempt, keepalive)
+    return remote_prefix(lifeline_silence(keepalive)) + " " + " ".join(shlex.quote(a) for a in args)
 
 
 def env_text(env: dict[str, str], show_secrets: bool = True) -> str:

@@ -11,6 +11,7 @@ import os
 import textwrap
 import time
 
+import pytest
 from helpers import PY, LocalProcess, alive, local_plan
 
 from slurmgen.contract import exitcodes
@@ -229,6 +230,32 @@ def test_truncated_payload_is_refused(tmp_path):
     output_of(proc)
     assert proc.exit_status() == exitcodes.BAD_INPUT
     assert [e.kind for e in events_of(proc)] == ["error"]
+    assert not os.path.exists(tmp_path / "out" / "logs" / "rank-0.log")
+
+
+@pytest.mark.parametrize("cut", ["bootstrap", "payload"])
+def test_a_payload_that_stops_arriving_is_given_up_within_the_silence(tmp_path, cut):
+    """A node cut off mid-send: stdin stays open but nothing more comes (packets drop). The
+    node waits at most the lifeline's silence (1 s with a 0.25 s keepalive), runs nothing."""
+    plan = local_plan(tmp_path, ["true"], slots=(1,))
+    node = plan.nodes[0]
+    data = payload(plan, node)
+    keep = 300 if cut == "bootstrap" else len(data) - 200  # inside the bootstrap, or the node script
+    started = time.monotonic()
+    proc = LocalProcess(remote_command(plan, node, 1, keepalive=0.25), data[:keep])
+    try:
+        output_of(proc, timeout=10)
+        elapsed = time.monotonic() - started
+        status = proc.exit_status()
+        events = events_of(proc)
+    finally:
+        proc.close_stdin()
+    assert elapsed < 1 + 1.5, f"{elapsed:.1f}s"
+    if cut == "payload":
+        assert status == exitcodes.BAD_INPUT
+        assert events == [NodeEvent("error", message="the node script and environment did not arrive within 1s")]
+    else:
+        assert status != 0 and events == []  # no part of a bootstrap cut short is run
     assert not os.path.exists(tmp_path / "out" / "logs" / "rank-0.log")
 
 
