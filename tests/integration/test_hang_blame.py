@@ -11,6 +11,9 @@ nodes: a watcher that blames its own first stale rank names a waiting one.
   plus a few seconds of the freeze. Several runs, since the old judge was right by chance.
 - launch_multi_node.sh (two nodes on this machine, linked): node 1 names rank 3, node 0 hears it
   through the link; both exit HUNG within the limit plus a few seconds.
+- A coordinator group (agents on node1 and node2): the agents report quiet beats, the server
+  names rank 3 on node2 within the limit + 2 s. (`slurmgen launch`: test_ssh_launch.py,
+  test_frozen_rank_on_the_second_node_is_named_across_nodes.)
 - launch_multi_node.sh stopping a rank that ignores TERM: after the grace it is killed, and the
   log carries no copy of the launcher's own source.
 """
