@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("-k", default="frozen", help="pytest -k expression (default: every launcher)")
     args = parser.parse_args()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-k", args.k,
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-rf", "-p", "no:cacheprovider", "-k", args.k,
                            str(REPO / "tests" / "integration" / "test_hang_blame.py"),
                            str(REPO / "tests" / "integration" / "test_ssh_launch.py")],
                           env={**os.environ, "SLURMGEN_HANG_RUNS": str(args.runs)}, cwd=REPO,
@@ -44,6 +44,9 @@ def main() -> int:
     for name, times in found.items():
         print(f"{name}: {len(times)} runs named rank 3; freeze -> end {min(times):.2f}-{max(times):.2f} s, "
               f"median {statistics.median(times):.2f} s (timeout 4 s unless said)")
+    for line in proc.stdout.splitlines():  # a run that printed its time may still have failed an assertion
+        if line.startswith("FAILED "):
+            print(line)
     print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:])
     return proc.returncode
 
