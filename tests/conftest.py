@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def in_ci() -> bool:
@@ -60,9 +61,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from helpers import fault_matrix  # the fault suite is the table of docs/guides/faults.md
+
+    faults = {node for _, nodes in fault_matrix() for node in nodes}
     for item in items:
         if _is_integration_path(item.path):
             item.add_marker(pytest.mark.integration)
+        if f"{Path(item.path).resolve().relative_to(ROOT)}::{item.originalname}" in faults:
+            item.add_marker(pytest.mark.fault)
 
 
 def _skip_reason(longrepr: object) -> str:

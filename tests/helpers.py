@@ -586,3 +586,18 @@ def run_ranks(world: int, tmp: str | os.PathLike, fn, *args) -> list:
         errors = [torch.load(p, weights_only=False).get("error") for p in sorted(tmp.glob("result-*.pt"))]
         raise AssertionError("\n".join(e for e in errors if e) or "a rank died") from None
     return [torch.load(tmp / f"result-{r}.pt", weights_only=False)["ok"] for r in range(world)]
+
+
+# --- The fault matrix (docs/guides/faults.md) --------------------------------------------------
+FAULTS_DOC = Path(__file__).resolve().parents[1] / "docs" / "guides" / "faults.md"
+_NODE_ID = re.compile(r"`(tests/[\w/]+\.py::\w+)`")
+
+
+def fault_matrix(doc: Path = FAULTS_DOC) -> list[tuple[str, list[str]]]:
+    """Each row of the fault matrix: ("FAULT | LAUNCHER", the test node ids its last cell names)."""
+    rows = []
+    for line in doc.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0] not in ("Fault", "---"):
+            rows.append((f"{cells[0]} | {cells[1]}", _NODE_ID.findall(cells[5])))
+    return rows

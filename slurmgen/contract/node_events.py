@@ -1,4 +1,4 @@
-"""The wire between `slurmgen launch` and a node. Pure, import-free.
+"""The wire between `slurmgen launch` and a node. Pure (imports only the contract).
 
 Launcher -> node, on the SSH session's stdin: a length line and the bootstrap, then the
 payload (`PAYLOAD_MAGIC script_len env_len`, the node script, the environment, `PAYLOAD_END`);
@@ -18,6 +18,13 @@ Node -> launcher, on two streams of the same session:
       slurmgen-event-1 started
       slurmgen-event-1 exited RANK CODE      a rank ended with a non-zero code
       slurmgen-event-1 hung RANK MS          a rank's heartbeat is MS milliseconds old
+      slurmgen-event-1 beats R:STEP:MS:STATE[:LIMIT] ...   the ranks of the node silent for over half
+                                             the heartbeat timeout, every poll while there are
+                                             any (then once with none): STEP "-" when the beat
+                                             has none, STATE "stopped" when the rank's process
+                                             is (SIGSTOP, a debugger), else "running". The
+                                             launcher judges the hang across every node's
+                                             beats (slurmgen/contract/blame.py).
       slurmgen-event-1 error MESSAGE         the node could not start (bad payload, workdir...)
 
   Anything else arriving on stderr (bash's own complaint before the bootstrap runs, say) is
@@ -27,6 +34,8 @@ Node -> launcher, on two streams of the same session:
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from slurmgen.contract.blame import Beat
 
 PAYLOAD_MAGIC = "slurmgen-payload-1"
 # The payload's last line: seen only if every byte before it arrived.
@@ -50,12 +59,29 @@ def lifeline_silence(keepalive: float) -> float:
 
 @dataclass(frozen=True)
 class NodeEvent:
-    """One event line from a node: `started`, `exited` (rank, code), `hung` (rank, ms), `error` (message)."""
+    """One event line from a node: `started`, `exited` (rank, code), `hung` (rank, ms),
+    `beats` (its quiet ranks' beats), `error` (message)."""
 
     kind: str
     rank: int | None = None
     value: int | None = None
     message: str = ""
+    beats: tuple[Beat, ...] = ()
+
+
+def _beat(word: str) -> Beat | None:
+    """One `RANK:STEP:MS:STATE[:LIMIT_MS]` word of a beats event (None: malformed); LIMIT_MS is
+    the rank's own (learned) limit when it has one."""
+    parts = word.split(":")
+    if len(parts) not in (4, 5) or not (parts[0].isdigit() and parts[2].isdigit()) or parts[3] not in ("stopped", "running"):
+        return None
+    if len(parts) == 5 and not parts[4].isdigit():
+        return None
+    if not (parts[1].isdigit() or parts[1] == "-"):
+        return None
+    step = int(parts[1]) if parts[1] != "-" else None
+    limit = int(parts[4]) if len(parts) == 5 and int(parts[4]) > 0 else None
+    return Beat(int(parts[0]), int(parts[2]), step, parts[3] == "stopped", limit_ms=limit)
 
 
 def parse_event(line: str) -> NodeEvent | None:
@@ -68,6 +94,9 @@ def parse_event(line: str) -> NodeEvent | None:
         return NodeEvent("started")
     if kind == "error":
         return NodeEvent("error", message=args.strip() or "the node could not start")
+    if kind == "beats":
+        beats = [_beat(w) for w in args.split()]
+        return None if None in beats else NodeEvent("beats", beats=tuple(b for b in beats if b is not None))
     if kind in ("exited", "hung"):
         words = args.split()
         if len(words) == 2 and all(w.isdigit() for w in words):

@@ -7,8 +7,10 @@ a server restart costs nothing. But not forever: once the agent has not reached 
 for longer than the server's `--agent-timeout` (sent with every answer) plus a margin, the
 server has failed this node's groups and stopped or restarted their other ranks, so the ones
 here, cut off by a partition, only hold their GPUs: the agent stops them (`--cut-off-after`).
-It judges its ranks' trainer heartbeats itself (same clock as the writer) and reports a stale
-one as hung. No torch here: the agent is small and starts fast.
+It reads its ranks' trainer heartbeats itself (same clock as the writer) and reports each
+quiet one's age, step and whether its process is stopped; the server judges the hang across
+every agent's reports (blame.py), since this node alone would blame its own rank waiting in a
+collective for a rank frozen on another node. No torch here: the agent is small and starts fast.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from slurmgen.contract import hangs
 from slurmgen.coordinator.client import Client, ClientError
-from slurmgen.coordinator.models import AgentOrders, AgentReport
+from slurmgen.coordinator.models import AgentOrders, AgentReport, QuietBeat
 from slurmgen.coordinator.procs import Procs, Slot
 
 log = logging.getLogger("slurmgen.agent")
@@ -59,6 +61,34 @@ def _read_beat(path: Path | None) -> dict | None:
         return None
 
 
+def is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP: T, a debugger: t), from /proc/PID/stat."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(") ")[2][:1] in ("T", "t")
+
+
+def quiet_beat(beat: dict | None, now: float, timeout: float, pid: int | None) -> QuietBeat | None:
+    """The beat as the server judges it, once it says "running" and is older than half its
+    limit (contract.hangs.beat_limit, as is_stale; the ranks that wait are named as such);
+    None otherwise."""
+    if not beat or beat.get("status") != "running":
+        return None
+    limit = hangs.beat_limit(beat, timeout) or timeout
+    try:
+        age = now - float(beat["time"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if age * 2 <= limit:
+        return None
+    step = beat.get("step")
+    writer = beat.get("pid") if isinstance(beat.get("pid"), int) else pid
+    return QuietBeat(age=max(0.0, age), step=step if isinstance(step, int) else None,
+                     stopped=writer is not None and is_stopped(writer), limit=limit if limit < timeout else None)
+
+
 class WorkerAgent:
     def __init__(self, client: Client, workers: int, host: str | None = None,
                  state_dir: Path | None = None, interval: float = 1.0, grace: float = 10.0,
@@ -83,11 +113,17 @@ class WorkerAgent:
         return bool(slot.running and slot.order
                     and is_stale(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout))
 
+    def _quiet(self, slot: Slot, now: float) -> QuietBeat | None:
+        if not (slot.running and slot.order and slot.proc):
+            return None
+        return quiet_beat(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout, slot.proc.pid)
+
     def report(self) -> tuple[AgentReport, int]:
         lines, dropped = self.procs.output.take(LINES_PER_REPORT)
         now = time.time()
         return AgentReport(host=self.host, instance=self.instance, lines=lines, dropped=dropped,
-                           workers=[s.report(self._hung(s, now)) for s in self.procs.slots]), dropped
+                           workers=[s.report(self._hung(s, now), self._quiet(s, now))
+                                    for s in self.procs.slots]), dropped
 
     @property
     def cut_off_limit(self) -> float:

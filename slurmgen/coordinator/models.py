@@ -216,6 +216,16 @@ class ErrorOut(BaseModel):
 
 # --- agent protocol ---------------------------------------------------------------------------
 
+class QuietBeat(BaseModel):
+    """A rank's last trainer heartbeat, once it is older than half the hang limit."""
+
+    age: float = Field(ge=0, description="seconds since the beat, on the node's clock")
+    step: int | None = None
+    stopped: bool = Field(False, description="the rank's process is stopped (SIGSTOP, a debugger)")
+    limit: float | None = Field(None, gt=0, description="its own hang limit in seconds when it learned one "
+                                                         "(contract/hangs.py); None: the group's")
+
+
 class WorkerReport(BaseModel):
     """What one worker slot of an agent is doing; `attempt` names the group run it belongs to."""
 
@@ -226,6 +236,7 @@ class WorkerReport(BaseModel):
     pid: int | None = None
     exit_code: int | None = None
     hung: bool = Field(False, description="its trainer heartbeat went stale")
+    beat: QuietBeat | None = Field(None, description="its rank's heartbeat, when quiet for over half the limit")
     runs: list[str] = Field(default_factory=list, max_length=16,
                             description="run record directories the rank announced (tracking)")
 

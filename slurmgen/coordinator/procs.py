@@ -25,7 +25,7 @@ from pathlib import Path
 from slurmgen.contract import phases
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import watchdog
-from slurmgen.coordinator.models import ReportedLine, StartOrder, WorkerReport
+from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport
 from slurmgen.observe.record import TimelineWriter
 from slurmgen.tracking.store import ANNOUNCE_FILE
 
@@ -126,12 +126,12 @@ class Slot:
     def running(self) -> bool:
         return self.proc is not None and self.exit_code is None
 
-    def report(self, hung: bool = False) -> WorkerReport:
+    def report(self, hung: bool = False, beat: QuietBeat | None = None) -> WorkerReport:
         o = self.order
         state = "running" if self.running else ("exited" if o else "idle")
         return WorkerReport(id=self.idx, state=state, group=o.group if o else None,
                             attempt=o.attempt if o else None, pid=self.proc.pid if self.running else None,
-                            exit_code=self.exit_code, hung=hung, runs=self.announced_runs())
+                            exit_code=self.exit_code, hung=hung, beat=beat, runs=self.announced_runs())
 
     def announced_runs(self) -> list[str]:
         """The run record directory the rank announced beside its heartbeat (tracking's

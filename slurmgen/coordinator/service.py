@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from slurmgen.coordinator import blame
 from slurmgen.coordinator import heartbeat as hb
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
@@ -62,6 +63,8 @@ class Coordinator:
         self.seen: dict[str, tuple[float, str]] = {}
         self.boot = clock()
         self.changes = Changes()
+        # worker -> its rank's last quiet heartbeat, as its agent reported it (blame.py)
+        self.quiet: dict[str, blame.Reported] = {}
         # Set when the server begins to shut down: agents cannot reach it from then on, which
         # must not count as their silence.
         self.closing = False
@@ -262,6 +265,8 @@ class Coordinator:
 
     # --- judging attempts ---------------------------------------------------------------------
     def _judge(self, a: dict[str, Any], now: float, hung: set = frozenset()) -> None:
+        """The attempt's fate. A hang is the server's to judge across every agent's reports
+        (blame.py): `hung`, what one agent saw alone, only asks for a judgement."""
         ranks = a["plan"]["ranks"]
         rows = {w["name"]: w for w in self.store.workers(group=a["grp"]) if w["name"] in ranks}
         running = {n for n, w in rows.items() if w["state"] == "running"
@@ -269,7 +274,10 @@ class Coordinator:
         lost = {n: self._silent_for(w["host"], now) for n, w in rows.items()
                 if self._silent_for(w["host"], now) > self.agent_timeout}
         lost.update({n: float("inf") for n in ranks if n not in rows})
-        outcome = st.judge_attempt(a["state"], ranks, a["exit_codes"], running, set(hung), lost)
+        found = blame.judge({n: q for n, q in self.quiet.items() if n in running}, ranks,
+                            a["plan"]["heartbeat_timeout"], now)
+        stories = dict([found]) if found else {}
+        outcome = st.judge_attempt(a["state"], ranks, a["exit_codes"], running, set(stories), lost, stories)
         if outcome.state == a["state"]:
             return
         if outcome.ended:
@@ -318,9 +326,21 @@ class Coordinator:
                 raise Conflict(f"host {report.host!r} already has a live agent "
                                f"(heard {now - last:.1f} s ago); one agent per node")
             self.seen[report.host] = (now, report.instance)
-            decisions = hb.apply_report(report, self._known_for(report))
+            known = self._known_for(report)
+            self._note_quiet(report, known, now)
+            decisions = hb.apply_report(report, known)
             self._carry_out(decisions.actions, now)
             return decisions.orders.model_copy(update={"agent_timeout": self.agent_timeout})
+
+    def _note_quiet(self, report: AgentReport, known: hb.Known, now: float) -> None:
+        """Keep each reported slot's quiet beat (or forget it: its rank beats again)."""
+        for r in report.workers:
+            name = known.workers[r.id]["name"]
+            if r.beat is None or r.state != "running":
+                self.quiet.pop(name, None)
+            else:
+                self.quiet[name] = blame.Reported(report.host, r.beat.age, r.beat.step, r.beat.stopped, now,
+                                                   r.beat.limit)
 
     def _known_for(self, report: AgentReport) -> hb.Known:
         """Give every slot the agent reports for the first time its row, then read what a

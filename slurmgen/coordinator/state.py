@@ -58,16 +58,17 @@ class Outcome:
 
 
 def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int],
-                  running: set, hung: set, lost: Mapping[str, float]) -> Outcome:
+                  running: set, hung: set, lost: Mapping[str, float],
+                  stories: Mapping[str, str] | None = None) -> Outcome:
     """The attempt's state after new observations. `ranks` maps worker -> rank; `exits`
     holds the recorded exit codes in the order they arrived; `running`/`hung` are workers;
     `lost` maps each silent worker to the seconds since its agent was heard. Judged at every
     report, so what this report brought is seen at once: exits first (in their order), then
     stale heartbeats and silent agents in rank order, and the contract's verdict takes the
-    first failure of that list."""
+    first failure of that list. `stories` tells a hung worker's hang in words (blame.py)."""
     if state not in ("starting", "running"):
         return Outcome(state)
-    seen = verdict.decide(attempt_events(ranks, exits, hung, lost), expected=len(ranks))
+    seen = verdict.decide(attempt_events(ranks, exits, hung, lost, stories or {}), expected=len(ranks))
     if seen.first is not None:
         return Outcome("failed", seen.first.detail, seen.first.code)
     if seen.ended:
@@ -78,13 +79,13 @@ def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int]
 
 
 def attempt_events(ranks: Mapping[str, int], exits: Mapping[str, int], hung: set,
-                   lost: Mapping[str, float]) -> list[verdict.Event]:
+                   lost: Mapping[str, float], stories: Mapping[str, str]) -> list[verdict.Event]:
     """What the coordinator observed of one attempt, as verdict events, each worded as the
     coordinator reports it."""
     events = [verdict.exited(code, worker, ranks[worker], detail=f"rank {ranks[worker]} ({worker}) exited with "
                              f"code {code} ({exitcodes.describe(code)})") for worker, code in exits.items()]
     events += [verdict.failure(verdict.HUNG, worker, ranks[worker],
-                               f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale")
+                               stories.get(worker, f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale"))
                for worker in sorted(hung, key=ranks.__getitem__)]
     return events + [verdict.failure(verdict.LOST, worker, ranks[worker], f"rank {ranks[worker]} ({worker}): "
                                      f"its agent has been silent for {lost[worker]:.0f} s")

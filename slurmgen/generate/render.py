@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract import envvars, exitcodes, hangs, ports
+from slurmgen.contract import blame, envvars, exitcodes, hangs, ports
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.files import (
     ATTEMPTS_NAME,
@@ -153,15 +153,6 @@ def runs_python(spec: JobSpec) -> bool:
     return not apptainer and bool(_PYTHON.match(PurePosixPath(spec.command[0]).name))
 
 
-def hang_defer_ms(heartbeat_ms: int) -> int:
-    """How much longer than the limit a node's watcher waits before naming a quiet rank whose
-    process shows no sign of being stuck (judge_node in templates/hang_judge.sh.j2): long enough
-    for the node holding a stopped rank, or the rank whose last beat is older by up to a beat
-    period, to speak first; short enough that a job still ends soon after the limit. A quarter of
-    the limit, between 0.25 and 2 s (2 s covers the bundled trainer's 1 s beats plus a 0.5 s poll)."""
-    return max(250, min(2000, heartbeat_ms // 4))
-
-
 def _heal(spec: JobSpec) -> dict[str, object]:
     """What both scripts need for hang detection, and run_slurm.sh for the retry policy and the
     attempts record."""
@@ -177,7 +168,7 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "hang_factor_var": envvars.HANG_FACTOR,
         "hang_floor_var": envvars.HANG_FLOOR,
         "heartbeat_ms": heartbeat_ms,
-        "defer_ms": hang_defer_ms(heartbeat_ms),
+        "defer_ms": blame.defer_ms(heartbeat_ms),
         "retries": spec.retries,
         "retry_codes": ShellCode(" ".join(str(code) for code in spec.retry_on)),
         "exclude_failed_node": spec.exclude_failed_node,

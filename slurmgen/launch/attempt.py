@@ -13,8 +13,10 @@ the input's time in `step`, so it is checked on every `ClockTick` however much o
   which stops its own ranks; if it has not ended `stop_grace` seconds later its stdin is
   closed too, and any node still without an exit status `stop_wait` seconds after that is
   counted lost;
-- heartbeat: judged on the node, next to the files (templates/launch_bootstrap.sh.j2), and
-  arrives here as a `hung` event.
+- heartbeat: each node reports the beats of its quiet ranks (a `beats` event, read next to the
+  files with the node's clock, templates/launch_bootstrap.sh.j2); every tick judges them across
+  all nodes by the contract's hang rule (slurmgen/contract/blame.py), each aged by the time
+  since its report, so the frozen rank is named and not a rank that waits for it elsewhere.
 
 The first failure decides the exit code and the verdict (slurmgen/contract/verdict.py: every
 failure and signal is kept as a verdict event, and `decide` names the first); later ones are
@@ -25,10 +27,10 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurmgen.contract import exitcodes, verdict
+from slurmgen.contract import blame, exitcodes, verdict
 from slurmgen.contract.node_events import NodeEvent
 from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
@@ -113,6 +115,7 @@ class Limits:
     keepalive_count: int = 3
     stop_grace: float = 1.0
     stop_wait: float = 5.0
+    heartbeat_ms: int = 0  # the hang limit (0: ranks are not judged)
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ class AttemptState:
     signals: tuple[int, ...] = ()
     stop_reason: str = ""              # why the first signal came, when a person asked for the stop
     all_running: bool = False
+    # host -> the beats of its quiet ranks in its last `beats` report, and when that arrived
+    beats: Mapping[str, tuple[tuple[blame.Beat, ...], float]] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -145,6 +150,12 @@ class AttemptState:
         return str(first.node), first.detail
 
     @property
+    def first_rank(self) -> int | None:
+        """The rank the first failure names, where the launcher judged it (a hang)."""
+        first = verdict.decide(self.seen).first
+        return first.rank if first is not None else None
+
+    @property
     def code(self) -> int:
         """The attempt's exit code: the first failure's (128 + the signal's when a signal came
         first), else exitcodes.OK."""
@@ -155,7 +166,7 @@ class AttemptState:
         if self.signals and self.first is None:
             return self.stop_reason or f"interrupted by {signal.Signals(self.signals[0]).name}"
         if self.first is not None:
-            return f"{self.first[1]} on {self.first[0]}"
+            return _where(self.first[1], self.first[0])
         return "all ranks succeeded"
 
 
@@ -190,12 +201,21 @@ def _stop(s: AttemptState, reason: str, at: float, spare: str | None = None) -> 
 CAUSES = {"failed": verdict.EXITED, "hung": verdict.HUNG, "error": verdict.ERROR, "lost": verdict.LOST}
 
 
-def _fail(s: AttemptState, host: str, state: str, code: int, what: str, at: float) -> Step:
-    event = Event(CAUSES[state], code, host, detail=what)
+def _where(what: str, host: str) -> str:
+    """A failure's phrase and its host, unless the phrase names it (a hang story does)."""
+    return what if what.startswith("rank ") and f" on {host} " in what else f"{what} on {host}"
+
+
+def _fail(s: AttemptState, host: str, state: str, code: int, what: str, at: float,
+          rank: int | None = None, spare: bool | None = None) -> Step:
+    """Count a failure of `host`; the first one stops every node, sparing a node that stops
+    its own ranks (it saw the failure itself) until the stop grace."""
+    event = Event(CAUSES[state], code, host, rank, detail=what)
     s = replace(_node(s, host, state=state, code=code), seen=(*s.seen, event))
     if verdict.decide(s.seen).first is event:
         s = _node(s, host, note="first failure: " + what)
-        return _stop(s, f"{what} on {host}", at, spare=host if state in ("failed", "hung") else None)
+        spare = state in ("failed", "hung") if spare is None else spare
+        return _stop(s, _where(what, host), at, spare=host if spare else None)
     if not s.nodes[host].note:
         s = _node(s, host, note="after the first failure" if s.first else "while stopping")
     return s, []
@@ -212,6 +232,9 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
     if event.kind == "exited":
         return _fail(s, host, "failed", event.value or exitcodes.FAILED,
                      f"rank {event.rank} exited with code {event.value}", at)
+    if event.kind == "beats":
+        beats = tuple(replace(b, node=host) for b in event.beats)
+        return replace(s, beats={**s.beats, host: (beats, at)}), []
     if event.kind == "hung":
         return _fail(s, host, "hung", exitcodes.HUNG,
                      f"rank {event.rank} hung (no heartbeat for {(event.value or 0) / 1000:.1f} s)", at)
@@ -257,7 +280,8 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
             actions += [*more, Disconnect(host)]
     stop_at = s.stop_at
     if stop_at is None:
-        return s, actions
+        s, more = _judge_hang(s, at)
+        return s, actions + more
     if s.spared in s.pending and at >= stop_at + lim.stop_grace:
         actions.append(CloseStdin(s.spared))  # it did not stop by itself
         s = replace(s, spared=None)
@@ -266,6 +290,19 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
             s = _node(_end(s, host, at), host, state="lost", note="no exit status after the stop")
             actions.append(Disconnect(host))
     return s, actions
+
+
+def _judge_hang(s: AttemptState, at: float) -> Step:
+    """The contract's hang rule over every node's last report, each beat aged by the time
+    since it arrived. The launcher decides, so no node is spared: every one is stopped."""
+    if not s.limits.heartbeat_ms:
+        return s, []
+    beats = [replace(b, age_ms=b.age_ms + round((at - seen) * 1000))
+             for host, (reported, seen) in s.beats.items() if host in s.pending for b in reported]
+    found = blame.judge(beats, s.limits.heartbeat_ms)
+    if found is None:
+        return s, []
+    return _fail(s, found.node, "hung", exitcodes.HUNG, blame.story(found), at, rank=found.rank, spare=False)
 
 
 def step(s: AttemptState, event: Input) -> Step:

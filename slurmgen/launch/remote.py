@@ -2,7 +2,7 @@
 
 The SSH command line is short, fixed and holds no secret:
 
-    exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"' \
+    exec bash --norc -c 'IFS= read -r -t 20 n && b=$(timeout 20 head -c "$n") && eval "$b"' \
         slurmgen-launch attempt=1 workdir=... ...
 
 Everything else arrives on the session's stdin (`payload`, framed as protocol.py says): the
@@ -18,8 +18,9 @@ connection is lost) or stays silent for `silence` seconds (the launcher pings it
 keepalive interval; a partition drops packets and never ends it), the bootstrap sends TERM
 to the process loop, which stops every rank's process group, killing what is left after
 SLURMGEN_STOP_GRACE seconds. With a heartbeat
-timeout it sets SLURMGEN_HEARTBEAT_DIR to a directory of its own on the node and watches
-the files the ranks write there. Events come back on stderr (protocol.py).
+timeout it sets SLURMGEN_HEARTBEAT_DIR to a directory of its own on the node and reports the
+beats of quiet ranks there to the launcher, which judges the hang across nodes. Events come
+back on stderr (protocol.py).
 """
 
 from __future__ import annotations
@@ -48,8 +49,20 @@ BOOTSTRAP_TEMPLATE = "launch_bootstrap.sh.j2"
 # `exec` from the login shell keeps; without it the user's ~/.bashrc (conda or pyenv init,
 # often 0.1-1 s) would run twice per node. The login shell may be any shell: the line is
 # plain words and one single-quoted string. The bootstrap avoids programs where a builtin
-# does (each costs a few ms of a node's start-up).
-REMOTE_PREFIX = """exec bash --norc -c 'IFS= read -r n && eval "$(head -c "$n")"' slurmgen-launch"""
+# does (each costs a few ms of a node's start-up). Every read of stdin before the lifeline is
+# bounded by the lifeline's silence (SECONDS below, here and in the bootstrap): a node cut off
+# while the payload is on its way drops packets and never sees the end of its stdin, and would
+# wait forever; a bootstrap cut short by the bound is not run.
+REMOTE_TEMPLATE = ("""exec bash --norc -c 'IFS= read -r -t SECONDS n && b=$(timeout SECONDS head -c "$n") && """
+                   """eval "$b"' slurmgen-launch""")
+
+
+def remote_prefix(silence: float) -> str:
+    """The fixed start of the command line, waiting at most `silence` seconds for the bootstrap."""
+    return REMOTE_TEMPLATE.replace("SECONDS", f"{silence:g}")
+
+
+REMOTE_PREFIX = remote_prefix(lifeline_silence(KEEPALIVE_INTERVAL))
 
 
 @functools.cache
@@ -59,18 +72,23 @@ def bootstrap() -> str:
     from slurmgen.generate.render import render_template
 
     return render_template(BOOTSTRAP_TEMPLATE, version=__version__, event_tag=EVENT_TAG, event_fd=EVENT_FD,
-                           payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END, exit_hung=exitcodes.HUNG,
+                           payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END,
                            bad_input=exitcodes.BAD_INPUT)
+
+
+def heartbeat_ms(plan: LaunchPlan) -> int:
+    """The hang limit in milliseconds (0: none): the nodes report quiet ranks past half of it,
+    the launcher judges with it."""
+    return int(round(plan.heartbeat_timeout * 1000)) if plan.heartbeat_timeout else 0
 
 
 def node_args(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> list[str]:
     """The bootstrap's key=value arguments for one node (no secrets: they are on a command line)."""
-    hb_ms = int(round(plan.heartbeat_timeout * 1000)) if plan.heartbeat_timeout else 0
     args = {
         "attempt": attempt, "workdir": plan.workdir, "master_addr": plan.master_addr,
         "master_port": plan.master_port, "nnodes": len(plan.nodes), "nproc": node.nproc,
         "node_rank": node.node_rank, "rank_offset": node.rank_offset, "world_size": plan.world_size,
-        "log_dir": plan.log_dir, "stop_grace": plan.stop_grace, "heartbeat_ms": hb_ms,
+        "log_dir": plan.log_dir, "stop_grace": plan.stop_grace, "heartbeat_ms": heartbeat_ms(plan),
         "silence": f"{lifeline_silence(keepalive):g}",
     }
     return [f"{k}={v}" for k, v in args.items()]
@@ -78,7 +96,8 @@ def node_args(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float =
 
 def remote_command(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> str:
     """The exact command line sent to the node's sshd."""
-    return REMOTE_PREFIX + " " + " ".join(shlex.quote(a) for a in node_args(plan, node, attempt, keepalive))
+    args = node_args(plan, node, attempt, keepalive)
+    return remote_prefix(lifeline_silence(keepalive)) + " " + " ".join(shlex.quote(a) for a in args)
 
 
 def env_text(env: dict[str, str], show_secrets: bool = True) -> str:

@@ -36,7 +36,7 @@ from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
 from slurmgen.launch.record import LaunchRecord
-from slurmgen.launch.remote import payload, remote_command
+from slurmgen.launch.remote import heartbeat_ms, payload, remote_command
 from slurmgen.launch.ssh.connect import ConnectError, Connection, SSHOptions, connect_all
 
 STOP_WAIT_EXTRA = 5.0     # after a stop, wait this much beyond the grace for nodes to report
@@ -165,7 +165,7 @@ class Launcher:
         self.first_failure = None
         limits = machine.Limits(connect=self.opts.connect_timeout, keepalive=self.keepalive,
                                 keepalive_count=KEEPALIVE_COUNT, stop_grace=plan.stop_grace,
-                                stop_wait=STOP_WAIT_EXTRA)
+                                stop_wait=STOP_WAIT_EXTRA, heartbeat_ms=heartbeat_ms(plan))
         state = machine.initial([NodeResult(n.host, n.node_rank, n.ranks) for n in plan.nodes], attempt,
                                 time.monotonic(), self.t0, plan.world_size, limits)
         for node in plan.nodes:
@@ -245,7 +245,9 @@ class Launcher:
 def _failure(state: machine.AttemptState, item: machine.Input) -> Failure:
     """The first failure as the run registry keeps it: the rank a node reported, else none."""
     host, verdict = state.first or ("", "")
-    rank = item.event.rank if isinstance(item, machine.Reported) else None
+    rank = state.first_rank
+    if rank is None and isinstance(item, machine.Reported):
+        rank = item.event.rank
     return Failure(cause=verdict, rank=rank, node=host, code=state.code)
 
 

@@ -11,6 +11,9 @@ nodes: a watcher that blames its own first stale rank names a waiting one.
   plus a few seconds of the freeze. Several runs, since the old judge was right by chance.
 - launch_multi_node.sh (two nodes on this machine, linked): node 1 names rank 3, node 0 hears it
   through the link; both exit HUNG within the limit plus a few seconds.
+- A coordinator group (agents on node1 and node2): the agents report quiet beats, the server
+  names rank 3 on node2 within the limit + 2 s. (`slurmgen launch`: test_ssh_launch.py,
+  test_frozen_rank_on_the_second_node_is_named_across_nodes.)
 - launch_multi_node.sh stopping a rank that ignores TERM: after the grace it is killed, and the
   log carries no copy of the launcher's own source.
 """
@@ -201,3 +204,34 @@ def test_a_rank_killed_after_the_stop_grace_leaves_no_launcher_source_in_the_log
     assert [code for code, *_ in results][0] == exitcodes.TERMINATED, results
     for _, _, err, _ in results:
         assert "trap : INT TERM" not in err and "Killed" not in err, err
+
+
+@pytest.mark.parametrize("run", range(int(os.environ.get("SLURMGEN_HANG_RUNS", "1"))))
+def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path, run):
+    """A coordinator group of 2 x 2 (agents on node1 and node2): rank 3, on node2, SIGSTOPped.
+    The agents report quiet beats; the server names rank 3 on node2, not a rank that waits."""
+    from helpers import Coord, wait_for
+
+    program, shared = _program(tmp_path)
+    coord = Coord(cluster, tmp_path)
+    try:
+        coord.form_group()
+        coord.call("PUT", "/api/groups/exp1/config", json={
+            "master": "node1", "backend": "gloo", "argv": [sys.executable, str(program), str(shared)],
+            "stop_grace": 1, "heartbeat_timeout": LIMIT})
+        coord.call("POST", "/api/groups/exp1/start")
+        _wait_ready(shared, 90, alive=lambda: coord.group()["group"]["state"] in ("starting", "running"))
+        pid = _rank_pid(3, program, ("MASTER_ADDR", "node1"))
+        os.kill(pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        g = coord.wait({"failed", "succeeded"}, LIMIT + 10)
+        failed = time.monotonic()
+        gone = wait_for(lambda: not coord.rank_procs(str(program)), 10, "every rank to be stopped")
+    finally:
+        coord.close()
+    print(f"run {run}: frozen -> group failed {failed - frozen:.2f} s, ranks gone {gone - frozen:.2f} s "
+          f"(limit {LIMIT} s)")
+    assert (g["state"], g["exit_code"]) == ("failed", exitcodes.HUNG), g
+    assert g["reason"].startswith("rank 3 on node2 stopped beating at step "), g
+    assert g["reason"].endswith("its process is stopped); ranks 0-2 waited in a collective"), g
+    assert failed - frozen <= LIMIT + 2, g

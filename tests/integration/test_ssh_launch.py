@@ -288,10 +288,17 @@ def wait_until(predicate, timeout: float, what: str, run: Run | None = None):
     raise AssertionError(f"timed out waiting for {what}" + (f"\n{run.text()}" if run else ""))
 
 
-def test_hung_rank_is_caught_by_the_heartbeat_timeout(two_nodes, tmp_path):
-    c = two_nodes
+# Runs of the frozen-rank test (issue 24: 10 of 10 for the benchmark, benchmarks/bench_hang.py).
+HANG_RUNS = range(int(os.environ.get("SLURMGEN_HANG_RUNS", "1")))
+
+
+@pytest.mark.parametrize("run_no", HANG_RUNS)
+def test_frozen_rank_on_the_second_node_is_named_across_nodes(two_nodes, tmp_path, run_no):
+    """Rank 3 (node2) SIGSTOPped: ranks 0-2 block in the next collective and go quiet too; each
+    node judging alone blamed one of its own. The launcher judges every node's beats."""
+    c, limit = two_nodes, 3.0
     out = tmp_path / "run"
-    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--heartbeat-timeout", "3",
+    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--heartbeat-timeout", str(limit),
                "--", *trainer_args(out, "--max-steps", "1000000")])
     beats = wait_until(lambda: (lambda b: b if len(b) == 4 and all(x["status"] == "running" for x in b.values()) else None)(
         heartbeats(out)), 90, "4 running heartbeats", run)
@@ -300,14 +307,20 @@ def test_hung_rank_is_caught_by_the_heartbeat_timeout(two_nodes, tmp_path):
     os.kill(victim["pid"], signal.SIGSTOP)  # a rank that hangs: no progress, no heartbeat, no exit
     stopped = time.monotonic()
     try:
-        hung_at = run.wait_for(r"^\[node\d\] rank \d: no heartbeat for \d+ ms", timeout=30)
+        hung_at = run.wait_for(r"stopping all nodes: rank \d", timeout=30)
         code = run.finish(30)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim["pid"], signal.SIGKILL)
-    assert code == 124, run.text()
-    assert 2.5 <= hung_at - stopped < 3 + 3, f"{hung_at - stopped:.1f}s\n{run.text()}"
-    assert re.search(r"hung\s+124 .*first failure: rank \d hung \(no heartbeat for", run.err), run.err
+    ended = run.lines[-1][0] - stopped if run.lines else float("inf")
+    print(f"run {run_no}: frozen -> launch ended {ended:.2f} s (named after {hung_at - stopped:.2f} s, limit {limit:g} s)")
+    assert code == exitcodes.HUNG, run.text()
+    story = re.search(r"stopping all nodes: (rank 3 on node2 stopped beating at step \d+ \(no heartbeat for "
+                      r"[0-9.]+ s, its process is stopped\); ranks 0-2 waited in a collective)$", run.err, re.M)
+    assert story, run.err
+    assert re.search(r"hung\s+124 .*first failure: " + re.escape(story.group(1)), run.err), run.err
+    # Not before the limit, counted from the last beat (at most one 0.2 s beat period before the freeze).
+    assert limit - 0.2 <= hung_at - stopped and ended <= limit + 2, run.text()
     assert_nodes_clean(c)
 
 

@@ -90,6 +90,10 @@ def test_a_stale_trainer_heartbeat_is_reported_hung(tmp_path):
         assert json.loads(hb.read_text())["step"] == 5
         report, _ = agent.report()
         assert report.workers[0].hung and report.workers[0].state == "running"
+        quiet = report.workers[0].beat
+        assert quiet is not None and (quiet.step, quiet.stopped) == (5, False) and quiet.age > 99
+        os.kill(json.loads(hb.read_text())["pid"], signal.SIGSTOP)  # the server names a stopped rank first
+        wait_until(lambda: agent.report()[0].workers[0].beat.stopped)
     finally:
         agent.procs.stop_all(1)
 

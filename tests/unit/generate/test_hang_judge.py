@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.generate.render import hang_defer_ms, render_template
+from slurmgen.contract.blame import defer_ms as hang_defer_ms
+from slurmgen.generate.render import render_template
 from slurmgen.heal.attempts import cause
 
 LIMIT, DEFER = 4000, 1000

@@ -6,7 +6,8 @@ import signal
 import pytest
 
 from slurmgen.contract import exitcodes
-from slurmgen.contract.node_events import NodeEvent
+from slurmgen.contract.blame import Beat
+from slurmgen.contract.node_events import NodeEvent, parse_event
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
 
@@ -74,6 +75,40 @@ def test_hung_event_is_124_and_error_event_is_a_failed_start():
     s, actions = run(fresh(), *opened(), m.Reported("a", NodeEvent("error", message="no workdir"), 100.5))
     assert s.code == exitcodes.FAILED and s.nodes["a"].state == "error" and s.spared is None
     assert closed(actions) == ["a", "b", "c"]
+
+
+def test_beats_are_judged_across_nodes_and_every_node_is_stopped():
+    """a's rank 0 beat last longest ago (it waits in a collective); c's rank 2 is stopped."""
+    s, _ = run(fresh(limits=m.Limits(heartbeat_ms=4000)), *opened(), *started())
+    quiet_a = parse_event("slurmgen-event-1 beats 0:219:2100:running")
+    quiet_c = parse_event("slurmgen-event-1 beats 2:220:2000:stopped")
+    assert quiet_c is not None and quiet_c.beats == (Beat(2, 2000, 220, True),)
+    s, actions = run(s, m.Reported("a", quiet_a, 102.0), m.Reported("c", quiet_c, 102.0), m.ClockTick(103.9, {}))
+    assert actions == [] and s.stop_at is None  # rank 0 is 4.0 s old: not over the limit yet
+    s, actions = run(s, m.ClockTick(104.05, {}))
+    story = ("rank 2 on c stopped beating at step 220 (no heartbeat for 4.0 s, its process is stopped); "
+             "rank 0 waited in a collective")
+    assert said(actions) == [f"stopping all nodes: {story}"] and closed(actions) == ["a", "b", "c"]
+    assert (s.code, s.verdict, s.first_rank, s.nodes["c"].state) == (exitcodes.HUNG, story, 2, "hung")
+
+
+def test_a_rank_is_judged_by_the_limit_it_learned_when_its_node_reports_one():
+    """rank 1 learned 1 s from its own steps (the fifth field): named long before the fixed 60 s."""
+    s, _ = run(fresh(limits=m.Limits(heartbeat_ms=60000)), *opened(), *started())
+    quiet = parse_event("slurmgen-event-1 beats 1:40:600:stopped:1000")
+    assert quiet is not None and quiet.beats == (Beat(1, 600, 40, True, limit_ms=1000),)
+    assert parse_event("slurmgen-event-1 beats 1:40:600:stopped:x") is None
+    s, actions = run(s, m.Reported("b", quiet, 102.0), m.ClockTick(102.3, {}))
+    assert actions == [] and s.stop_at is None  # 0.9 s: under its own limit
+    s, actions = run(s, m.ClockTick(102.5, {}))
+    assert (s.code, s.first_rank) == (exitcodes.HUNG, 1) and closed(actions) == ["a", "b", "c"]
+
+
+def test_a_node_whose_ranks_beat_again_withdraws_its_report():
+    s, _ = run(fresh(limits=m.Limits(heartbeat_ms=4000)), *opened(), *started())
+    s, _ = run(s, m.Reported("a", parse_event("slurmgen-event-1 beats 0:5:3000:running"), 102.0),
+               m.Reported("a", parse_event("slurmgen-event-1 beats"), 102.5), m.ClockTick(110, {}))
+    assert s.stop_at is None and s.code == exitcodes.OK
 
 
 def test_later_failures_are_noted_but_the_first_decides():

@@ -61,23 +61,34 @@ def test_restarts_exhausted_report_the_last_failure(tmp_path):
     assert "(attempt 2 of 2)" in err
 
 
-def test_hung_rank_fails_the_job_with_124(tmp_path):
+def test_the_frozen_rank_is_named_across_nodes_not_the_one_that_waits(tmp_path):
+    """Rank 0 (on h0) stops beating first, as a rank blocked in a collective does; rank 1 (on
+    h1) beats a little longer, then freezes (SIGSTOP). A node judging alone named rank 0."""
     program = textwrap.dedent("""
-        import json, os, time
+        import json, os, signal, time
         rank = int(os.environ["RANK"]); hb = os.environ["SLURMGEN_HEARTBEAT_DIR"]
         print("PID", os.getpid(), flush=True)
-        start = time.time()
-        while True:
-            if rank != 1 or time.time() - start < 0.5:
-                with open(f"{hb}/.{rank}", "w") as f:
-                    f.write(json.dumps({"rank": rank, "time": time.time(), "status": "running"}) + "\\n")
-                os.replace(f"{hb}/.{rank}", f"{hb}/rank-{rank:05d}.json")
-            time.sleep(0.1)
+        start, step = time.time(), 0
+        while time.time() - start < (0.4 if rank == 0 else 0.5):
+            step += 1
+            with open(f"{hb}/.{rank}", "w") as f:
+                f.write(json.dumps({"rank": rank, "step": step, "time": time.time(), "pid": os.getpid(),
+                                    "status": "running"}) + "\\n")
+            os.replace(f"{hb}/.{rank}", f"{hb}/rank-{rank:05d}.json")
+            time.sleep(0.05)
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(60)
     """)
-    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1), heartbeat_timeout=1.0)
+    plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1), heartbeat_timeout=2.0)
+    started = time.monotonic()
     code, out, err = run(plan)
-    assert code == 124, err
-    assert "rank 1 hung (no heartbeat for" in err
+    elapsed = time.monotonic() - started
+    assert code == exitcodes.HUNG, err
+    assert "stopping all nodes: rank 1 on h1 stopped beating at step " in err, err
+    assert "its process is stopped); rank 0 waited in a collective" in err, err
+    assert "rank 1 on h1 stopped beating" in err.split("slurmgen launch: ")[-1]  # the summary's title
+    assert elapsed < 0.5 + 2 + 0.5 + 1 + 3, f"{elapsed:.1f}s"  # freeze, limit, poll, stop grace, start-up
     assert SURVIVORS == [] and pids(out)
 
 
