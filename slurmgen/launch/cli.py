@@ -82,7 +82,7 @@ def launch(
     ))
     selected = select_hosts(_host_list(hosts, hostfile, spec.gpus), include, exclude)
     stdin_env = _stdin_env(env_file)
-    from slurmgen.launch.record import timeline_file
+    from slurmgen.launch.remote import timeline_file
 
     # Every rank's phases and its node's start and exit of it, in one file the run registry names.
     stdin_env.setdefault(envvars.TIMELINE_FILE, timeline_file(workdir or os.getcwd(), spec.logs,

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmgen.contract import envvars, exitcodes
-from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import State
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.records import record_dir
@@ -23,12 +22,6 @@ from slurmgen.jobs.runs import Failure, NewRun, Recorder
 
 if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan
-
-
-def timeline_file(workdir: str, log_dir: str, launch_id: str) -> str:
-    """Where a launch's ranks and nodes append its timeline: beside the per-rank logs, named by
-    the launch id, so `slurmgen status ID --timeline` reads the path from the registry's row."""
-    return posixpath.join(workdir, log_dir, TIMELINE_NAME.format(job_id=launch_id))
 
 
 def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None) -> NewRun:

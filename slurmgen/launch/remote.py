@@ -26,10 +26,12 @@ back on stderr (protocol.py).
 from __future__ import annotations
 
 import functools
+import posixpath
 import shlex
 from typing import TYPE_CHECKING
 
 from slurmgen.contract import exitcodes
+from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.node_events import (
     EVENT_FD,
     EVENT_TAG,
@@ -112,3 +114,9 @@ def payload(plan: LaunchPlan, node: NodePlan) -> bytes:
     env = env_text(plan.node_env(node)).encode()
     header = f"{PAYLOAD_MAGIC} {len(script)} {len(env)}\n".encode()
     return f"{len(boot)}\n".encode() + boot + header + script + env + f"{PAYLOAD_END}\n".encode()
+
+
+def timeline_file(workdir: str, log_dir: str, launch_id: str) -> str:
+    """Where a launch's ranks and nodes append its timeline: beside the per-rank logs, named by
+    the launch id, so `slurmgen status ID --timeline` reads the path from the registry's row."""
+    return posixpath.join(workdir, log_dir, TIMELINE_NAME.format(job_id=launch_id))

@@ -15,7 +15,8 @@ from helpers import run as run_cli
 
 from slurmgen.jobs.registry import Registry
 from slurmgen.jobs.runs import Recorder, find_by_ref
-from slurmgen.launch.record import LaunchRecord, timeline_file
+from slurmgen.launch.record import LaunchRecord
+from slurmgen.launch.remote import timeline_file
 from slurmgen.launch.runner import Launcher
 from slurmgen.launch.ssh.connect import SSHOptions
 from slurmgen.observe import stragglers
