@@ -74,6 +74,9 @@ def launch(
 
     from slurmgen.generate.specfile import spec_from_sources
     from slurmgen.launch.plan import build_plan, select_hosts
+    from slurmgen.launch.remote import timeline_file
+    from slurmgen.launch.ssh.sshconfig import master_address  # the ssh config only: no paramiko
+    from slurmgen.launch.ssh.target import SSHOptions
 
     _check_flags(hosts, hostfile, port, connect_timeout, keepalive)
     spec = spec_from_sources(config, given_flags(
@@ -82,14 +85,9 @@ def launch(
     ))
     selected = select_hosts(_host_list(hosts, hostfile, spec.gpus), include, exclude)
     stdin_env = _stdin_env(env_file)
-    from slurmgen.launch.remote import timeline_file
-
     # Every rank's phases and its node's start and exit of it, in one file the run registry names.
     stdin_env.setdefault(envvars.TIMELINE_FILE, timeline_file(workdir or os.getcwd(), spec.logs,
                                                                stdin_env[envvars.LAUNCH_ID]))
-    from slurmgen.launch.ssh.sshconfig import master_address  # the ssh config only: no paramiko
-    from slurmgen.launch.ssh.target import SSHOptions
-
     opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
                       ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
     plan = build_plan(spec, selected, master=master, order=order, master_addr=lambda h: master_address(h, opts),
