@@ -17,6 +17,7 @@ import sys
 import typer
 
 from slurmgen import __version__
+from slurmgen.contract.exitcodes import INTERRUPTED
 from slurmgen.coordinator import cli as coordinator_cli
 from slurmgen.doctor import cli as doctor_cli
 from slurmgen.errors import SlurmgenError
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         typer.echo("slurmgen: aborted", err=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except Exception as exc:
         # Usage errors of Typer's command-line parser (a Click exception, which Typer
         # vendors in recent versions): recognised by their interface, printed on one line.

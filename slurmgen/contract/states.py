@@ -35,6 +35,7 @@ STOPPED_BY_USER = "stopped by user"
 
 ENDED = frozenset({State.SUCCEEDED, State.FAILED, State.PREEMPTED, State.STOPPED})
 ACTIVE = frozenset({State.STARTING, State.RUNNING})
+ACTIVE_WORDS = frozenset(s.value for s in ACTIVE)  # as ENDED_WORDS, for states held as plain strings
 ENDED_WORDS = frozenset(s.value for s in ENDED)  # for code that holds states as plain strings (SQLite, JSON)
 
 # The heartbeat protocol's `status` field (any program may write it; see train/logs.py).

@@ -16,6 +16,7 @@ import typer
 from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env, registry_option
 from slurmgen.contract import exitcodes, ports
 from slurmgen.contract.backends import BACKENDS
+from slurmgen.contract.states import ACTIVE_WORDS
 from slurmgen.contract.strategies import STRATEGIES
 from slurmgen.errors import SlurmgenError
 
@@ -235,7 +236,7 @@ def group_logs(name: str, rank: int | None = typer.Option(None, "--rank"),
         for ln in lines:
             typer.echo(f"[{ln.attempt}:{ln.rank}] {ln.line}")
         after = lines[-1].id if lines else after
-        if not follow or (not lines and client.group(name).group.state not in ("starting", "running")):
+        if not follow or (not lines and client.group(name).group.state not in ACTIVE_WORDS):
             return
         time.sleep(0.5 if not lines else 0)
 

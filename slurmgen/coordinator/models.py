@@ -28,7 +28,6 @@ RESERVED_ENV = (
 
 WorkerState = Literal["idle", "starting", "running", "exited", "lost"]
 GroupState = Literal["idle", "starting", "running", "succeeded", "failed", "stopped"]
-ACTIVE_GROUP_STATES = ("starting", "running")
 
 
 def check_name(value: str, what: str = "name") -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from slurmgen.contract import exitcodes, verdict
-from slurmgen.contract.states import ENDED_WORDS
+from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS
 
 Order = Literal["start", "stop"]
 RunKey = tuple  # (group, attempt)
@@ -66,7 +66,7 @@ def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int]
     report, so what this report brought is seen at once: exits first (in their order), then
     stale heartbeats and silent agents in rank order, and the contract's verdict takes the
     first failure of that list. `stories` tells a hung worker's hang in words (blame.py)."""
-    if state not in ("starting", "running"):
+    if state not in ACTIVE_WORDS:
         return Outcome(state)
     seen = verdict.decide(attempt_events(ranks, exits, hung, lost, stories or {}), expected=len(ranks))
     if seen.first is not None:
@@ -98,4 +98,4 @@ def next_after_failure(restarts_used: int, max_restarts: int) -> bool:
 
 
 def can_start(group_state: str) -> bool:
-    return group_state not in ("starting", "running")
+    return group_state not in ACTIVE_WORDS

@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from slurmgen.contract.states import ACTIVE_WORDS
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.registry import Registry
@@ -33,7 +34,6 @@ from .views import forget_refusal
 router = APIRouter()
 RUN_ACTIONS = {"slurm": ("requeue", "Requeue"), "launch": ("stop", "Stop launch")}
 BY_PAGE = "from the page"
-_ACTIVE_GROUP = ("starting", "running")
 
 
 # ---- what each button may do ------------------------------------------------------------------
@@ -56,7 +56,7 @@ def run_controls(row: Mapping[str, Any], slurm: Mapping[str, Any]) -> list[dict[
 
 def delete_refusal(group: Mapping[str, Any]) -> str | None:
     state = str(group.get("state") or "").split(" ")[0]
-    return f"the group is {state}: stop it before deleting it" if state in _ACTIVE_GROUP else None
+    return f"the group is {state}: stop it before deleting it" if state in ACTIVE_WORDS else None
 
 
 def config_view(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
+from slurmgen.contract.states import ACTIVE_WORDS
 from slurmgen.coordinator.models import GroupConfig, split_worker_name
 from slurmgen.coordinator.ranks import plan_ranks
 from slurmgen.errors import SlurmgenError
@@ -91,7 +92,7 @@ async def _wait_inactive(request: Request, name: str) -> None:
     deadline = loop.time() + RESTART_WAIT
     while loop.time() < deadline:
         group = await api.get(request.app, f"/api/groups/{name}")
-        if group["group"]["state"] not in ("starting", "running"):
+        if group["group"]["state"] not in ACTIVE_WORDS:
             return
         await asyncio.sleep(0.25)
 

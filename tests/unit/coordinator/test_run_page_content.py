@@ -96,6 +96,7 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
     # exit 75 after "checkpoint and stop": preempted, not failed; Slurm's word kept beside it
     assert '<span class="state state-preempted">preempted</span> (Slurm: FAILED)' in html
     assert "Stopped to checkpoint" in html and "First failure" not in html
+    assert "<p>checkpointed and asked to run again (Slurm: FAILED)" in html
     assert "<dt>Elapsed</dt><dd>—" not in html and "<dt>Requeued</dt><dd>1&times;" in html
     assert "<dt>Nodes</dt><dd>node[1-2]</dd>" in html
     with Registry.open(registry) as reg:
