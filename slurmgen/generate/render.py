@@ -220,10 +220,11 @@ def _sweep(spec: JobSpec) -> dict[str, object]:
 
 
 def _link_context() -> dict[str, object]:
-    """launch_multi_node.sh's link between nodes: the agent's code and the exit codes it uses."""
+    """launch_multi_node.sh's link between nodes: the agent's code, and the exit codes both scripts use."""
     return {
         "link_agent": ShellCode(nodelink.source().rstrip("\n")),
         "heredoc_end": nodelink.HEREDOC_END,
+        "failed": exitcodes.FAILED,
         "hung": exitcodes.HUNG,
         "bad_input": exitcodes.BAD_INPUT,
         "lost": exitcodes.LOST,
