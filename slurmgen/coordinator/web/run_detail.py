@@ -103,6 +103,14 @@ def control(kind: str, slurm: dict[str, Any]) -> dict[str, str | None]:
     return {"cancel": None, "checkpoint": None if state == "RUNNING" else f"the job is {state}, not running: nothing to save"}
 
 
+def own_status(reg: Registry, row: dict[str, Any]) -> dict[str, Any]:
+    """A launch's or group's `slurmgen status --timeline` (its timeline file, which its row
+    names, read where the nodes' file system is shared); {} when it recorded none."""
+    from slurmgen.jobs.commands import run_status
+
+    return run_status(reg, row, True) if (row.get("info") or {}).get("timeline") else {}
+
+
 def read_run(path: Any, seq: int) -> dict[str, Any] | None:
     with Registry.open(path) as reg:
         row = get_row(reg, seq)
@@ -110,12 +118,13 @@ def read_run(path: Any, seq: int) -> dict[str, Any] | None:
             return None
         slurm = slurm_status(reg, seq) if row["kind"] == "slurm" else {}
         row = get_row(reg, seq) if slurm else row  # status() stored the state Slurm gave
+        own = own_status(reg, row) if row["kind"] != "slurm" else {}
         attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
         attempts += slurm.get("attempts") or []
     now = time.time()
     run = run_view(row, now)
     return {"run": run, "row": row, "attempts": attempts, "slurm": slurm, "disabled": control(row["kind"], slurm),
-            "controls": run_controls(row, slurm), **extras(row, slurm, run, now)}
+            "controls": run_controls(row, slurm), **extras(row, slurm or own, run, now)}
 
 
 @router.get("/ui/runs/{seq}", name="web_run")

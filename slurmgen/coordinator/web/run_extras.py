@@ -16,11 +16,13 @@ from .timeline_svg import time_report
 LIVE = frozenset(s.value for s in ACTIVE | {State.PENDING})
 
 
-def extras(row: Mapping[str, Any], slurm: Mapping[str, Any], run: dict[str, Any], now: float) -> dict[str, Any]:
-    """{"time", "facts"} for run.html; an ended Slurm job whose end the registry does not know
-    (Slurm's controller forgot it before anyone looked) shows the elapsed time Slurm gives."""
+def extras(row: Mapping[str, Any], status: Mapping[str, Any], run: dict[str, Any], now: float) -> dict[str, Any]:
+    """{"time", "facts"} for run.html from the run's `slurmgen status` view (a Slurm job's, or a
+    launch's or group's own); an ended Slurm job whose end the registry does not know (Slurm's
+    controller forgot it before anyone looked) shows the elapsed time Slurm gives."""
+    slurm = status if row.get("kind") == "slurm" else {}
     facts = slurm_facts(slurm) if slurm else {"nodes": None, "requeued": 0, "elapsed": None, "tasks": []}
     if run.get("elapsed") == "—" and facts["elapsed"]:
         run["elapsed"] = facts["elapsed"]
     active = (row.get("state") or "") in LIVE
-    return {"time": time_report(slurm, now if active else None) if slurm else None, "facts": facts}
+    return {"time": time_report(status, now if active else None) if status else None, "facts": facts}

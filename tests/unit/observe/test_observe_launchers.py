@@ -78,6 +78,13 @@ def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases
     code, out, err = run_cli(capsys, "status", "--registry", str(path), "L1")
     assert code == 0 and out.startswith("launch L1 (exp): succeeded, exit code 0, 2x1, 2 attempt(s)"), out + err
     assert "goodput " in out, out
+    # The run's page draws the same report: a timeline per attempt, the straggler, goodput.
+    from slurmgen.coordinator.web.run_detail import read_run
+
+    page = read_run(path, row["seq"])
+    assert page is not None and page["time"] is not None, page
+    assert [c["attempt"] for c in page["time"]["charts"]] == [1, 2] and page["time"]["goodput"], page["time"]
+    assert any(r["flag"] for r in page["time"]["charts"][1]["rows"]), page["time"]["charts"][1]  # rank 1 straggled
 
 
 def test_an_unknown_run_id_is_still_one_line_about_the_job(tmp_path, capsys):
