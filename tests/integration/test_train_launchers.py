@@ -71,7 +71,8 @@ def check_only_rank0_talks(text: str, world: int) -> None:
     assert "terminate called" not in text
 
 
-@pytest.mark.parametrize("nproc,extra", [(2, ["--dtype", "float16"]), (4, ["--grad-accum", "2", "--batch-size", "4"])])
+@pytest.mark.parametrize("nproc,extra", [(2, ["--dtype", "float16"]), (4, ["--grad-accum", "2", "--batch-size", "4"]),
+                                         (2, ["--strategy", "fsdp"])])
 def test_torchrun(tmp_path, nproc, extra):
     out = tmp_path / "run"
     torchrun = [PY, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(free_port())]
@@ -79,7 +80,7 @@ def test_torchrun(tmp_path, nproc, extra):
     assert res.returncode == 0, res.stderr[-3000:]
     check_only_rank0_talks(res.stdout + res.stderr, nproc)
     assert "launcher=torchrun" in res.stderr
-    check_run_dir(out, nproc)
+    check_run_dir(out, nproc, checkpoint="ckpt-{:09d}.dcp" if "fsdp" in extra else "ckpt-{:09d}.pt")
 
 
 @pytest.mark.parametrize("nproc,extra", [(2, ["--dtype", "bfloat16"]), (4, ["--model", "gpt", "--n-layer", "1", "--n-embd", "16",

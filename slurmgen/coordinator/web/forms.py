@@ -16,14 +16,15 @@ from typing import Any
 
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
+from slurmgen.contract.strategies import DEFAULT_STRATEGY
 
-FIELDS = ("master", "world_size", "master_port", "backend", "command", "workdir", "env",
+FIELDS = ("master", "world_size", "master_port", "backend", "strategy", "command", "workdir", "env",
           "max_restarts", "heartbeat_timeout", "stop_grace")
 # Limits of a group's life, each its API field's name; empty: the server's default.
 LIMITS = ("max_restarts", "heartbeat_timeout", "stop_grace")
 # API field -> form field, for the server's messages.
 _API_FIELD = {"master": "master", "master_addr": "master", "world_size": "world_size",
-              "master_port": "master_port", "backend": "backend", "argv": "command",
+              "master_port": "master_port", "backend": "backend", "strategy": "strategy", "argv": "command",
               "cwd": "workdir", "env": "env", **{f: f for f in LIMITS}}
 GENERAL = "_"
 
@@ -44,6 +45,7 @@ def form_from_config(config: Mapping[str, Any]) -> dict[str, str]:
         "world_size": "" if config.get("world_size") is None else str(config["world_size"]),
         "master_port": str(config.get("master_port") or DEFAULT_MASTER_PORT),
         "backend": config.get("backend") or DEFAULT_BACKEND,
+        "strategy": config.get("strategy") or DEFAULT_STRATEGY,
         "command": shlex.join(config.get("argv") or []),
         "workdir": config.get("cwd") or "",
         "env": "\n".join(f"{k}={v}" for k, v in env.items()),
@@ -104,7 +106,7 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
     the master so the server refuses it with its hint), or any other address ranks dial."""
     errors: dict[str, str] = {}
     body: dict[str, Any] = {k: v for k, v in (saved or {}).items()
-                            if k not in ("master", "master_addr", "world_size", "master_port", "backend",
+                            if k not in ("master", "master_addr", "world_size", "master_port", "backend", "strategy",
                                          "argv", "cwd", "env", *LIMITS)}
     master = form.get("master", "").strip()
     body["master"], body["master_addr"] = None, None
@@ -116,6 +118,7 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
     port = _whole_number("master_port", form.get("master_port", ""), errors)
     body["master_port"] = DEFAULT_MASTER_PORT if port is None else port
     body["backend"] = form.get("backend", DEFAULT_BACKEND).strip() or DEFAULT_BACKEND
+    body["strategy"] = form.get("strategy", DEFAULT_STRATEGY).strip() or DEFAULT_STRATEGY
     try:
         body["argv"] = shlex.split(form.get("command", ""))
     except ValueError as exc:

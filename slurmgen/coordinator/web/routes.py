@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 from slurmgen.contract.states import ACTIVE_WORDS
+from slurmgen.contract.strategies import STRATEGIES
 from slurmgen.coordinator.models import GroupConfig, split_worker_name
 from slurmgen.coordinator.ranks import plan_ranks
 from slurmgen.errors import SlurmgenError
@@ -127,7 +128,8 @@ async def group_page(request: Request, name: str) -> Response:
 
 def _settings_context(group: dict[str, Any], form: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:
     return {"group": group, "form": form, "errors": errors, "nodes": group["nodes"],
-            "preview": preview_of(group, form), "backends": BACKENDS, "default_port": DEFAULT_MASTER_PORT}
+            "preview": preview_of(group, form), "backends": BACKENDS, "strategies": STRATEGIES,
+            "default_port": DEFAULT_MASTER_PORT}
 
 
 def preview_of(group: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:

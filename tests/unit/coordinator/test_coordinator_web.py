@@ -27,7 +27,7 @@ def test_form_round_trips_a_config_and_keeps_what_it_does_not_show():
     form = forms.form_from_config(saved)
     assert form["command"] == "python -c 'print('\"'\"'a b'\"'\"')'"
     body = forms.config_from_form(form, NODES, MEMBERS, saved)
-    assert body == {**saved, "master_addr": None}
+    assert body == {**saved, "master_addr": None, "strategy": "ddp"}  # the form shows the strategy: the default is saved
 
 
 @pytest.mark.parametrize("master, expected", [("gn6", ("gn6", None)), ("gn6-0", ("gn6-0", None)),

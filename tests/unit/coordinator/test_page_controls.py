@@ -163,6 +163,19 @@ def test_settings_form_sets_max_restarts_heartbeat_timeout_and_stop_grace(app):
     assert (config["max_restarts"], config["heartbeat_timeout"], config["stop_grace"]) == (3, 45.0, 2.5)
 
 
+def test_settings_form_sets_the_strategy_and_refuses_an_unknown_one(app):
+    assert api(app, "POST", "/api/groups", {"name": "exp1"}).status_code == 201
+    page = "/ui/groups/exp1/settings"
+    assert re.search(r'<option value="ddp" selected>ddp</option><option value="fsdp">fsdp</option>', app.get(page).text)
+    assert post(app, page, {"strategy": "fsdp"}, page) == "/ui/"
+    assert api(app, "GET", "/api/groups/exp1").json()["group"]["config"]["strategy"] == "fsdp"
+    assert '<option value="fsdp" selected>' in app.get(page).text
+    assert post(app, page, {"strategy": "<b>zero</b>"}, page) == page
+    html = app.get(page).text
+    assert "strategy" in html and "<b>zero</b>" not in html  # the server's refusal, escaped
+    assert api(app, "GET", "/api/groups/exp1").json()["group"]["config"]["strategy"] == "fsdp"
+
+
 def test_group_page_shows_command_and_env_escaped_and_deletes_an_idle_group(app):
     api(app, "POST", "/api/groups", {"name": "exp2"})
     api(app, "PATCH", "/api/groups/exp2/config", {"argv": ["python", "-c", HOSTILE], "env": {"NOTE": HOSTILE, "API_TOKEN": "s3cret"},
