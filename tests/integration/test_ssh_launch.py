@@ -87,7 +87,10 @@ def test_two_nodes_two_ranks_gloo_probe(two_nodes, tmp_path):
     assert "all 2 node(s) running 4 rank(s)" in run.err
     assert re.search(r"node1\s+0\s+0-1\s+ok\s+0", run.err) and re.search(r"node2\s+1\s+2-3\s+ok\s+0", run.err), run.err
     logs = tmp_path / "out" / "logs"
-    assert sorted(p.name for p in logs.iterdir()) == ["rank-0.log", "rank-1.log", "rank-2.log", "rank-3.log"]
+    # Per-rank logs, and the launch's timeline beside them (named by its launch id; the registry names it too).
+    names = sorted(p.name for p in logs.iterdir())
+    assert names[:4] == ["rank-0.log", "rank-1.log", "rank-2.log", "rank-3.log"], names
+    assert len(names) == 5 and re.fullmatch(r"slurmgen-[0-9]{8}-[0-9]{6}-[0-9a-f]+\.timeline\.jsonl", names[4]), names
     assert "SLURMGEN_PROBE" in (logs / "rank-3.log").read_text()
     assert_nodes_clean(c)
 
