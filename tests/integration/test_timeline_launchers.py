@@ -69,10 +69,12 @@ def test_nanogpt_by_hand_with_launch_multi_node(tmp_path):
         main(["create", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "-o", str(tmp_path / "o"), "--force",
               "--", PY, NANOGPT, str(ITERS)])
     tl = tmp_path / "timeline.jsonl"
-    env = {**os.environ, "MASTER_PORT": str(free_port()), "SLURMGEN_TIMELINE_FILE": str(tl)}
+    logs = tmp_path / "logs"  # the ranks' logs here, not under the working directory
+    env = {**os.environ, "MASTER_PORT": str(free_port()), "SLURMGEN_TIMELINE_FILE": str(tl), "SLURMGEN_LOG_DIR": str(logs)}
     procs = [subprocess.Popen([str(tmp_path / "o" / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(n)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
-    assert [p.wait(240) for p in procs] == [0, 0], [p.stderr.read() for p in procs]
+    codes = [p.wait(240) for p in procs]
+    assert codes == [0, 0], [p.stderr.read() for p in procs] + [f.read_text()[-1500:] for f in sorted(logs.glob("rank-*.log"))]
     found = analyse(tl.read_text(), [], None, time.time())
     assert_complete(found["timeline"], 4, 0)
     lines = [json.loads(x) for x in tl.read_text().splitlines()]
