@@ -328,12 +328,26 @@ def run_launcher(plan, env=None, connector=None, made=None):
             time.sleep(0.05)
         SURVIVORS.extend(p for p in pids(out.getvalue()) if alive(p))
     finally:
-        for conn in made.values():
-            for proc in conn.procs:
-                proc.kill()
+        kill_local_nodes(made)
         for p in SURVIVORS:
             os.kill(p, signal.SIGKILL)
     return code, out.getvalue(), err.getvalue()
+
+
+def kill_local_nodes(made: dict[str, LocalConnection]) -> None:
+    """Kill what every local "node" (local_connector) still runs: a failed test leaves no rank."""
+    for conn in made.values():
+        for proc in conn.procs:
+            proc.kill()
+
+
+def run_to_end(launcher, made: dict[str, LocalConnection]) -> int:
+    """`launcher.run()` of a Launcher built by the test over local nodes, which are killed
+    afterwards whatever happened."""
+    try:
+        return launcher.run()
+    finally:
+        kill_local_nodes(made)
 
 
 def pids(text):

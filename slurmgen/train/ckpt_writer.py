@@ -168,27 +168,23 @@ class Written:
     record: Any = None
 
 
-class CheckpointWriter:
-    """At most one job in flight in a background thread: a checkpoint write, or the
-    preparation of the copy buffers before the first one (or every write inline).
+class OneJobInFlight:
+    """What both checkpoint writers share (this module's and the sharded one): at most one job
+    in flight in a background thread, a checkpoint write or the preparation of the copy
+    buffers before the first one, and the CPU copy kept from one checkpoint to the next.
 
     The thread is started once, by the first job, and waits for the next one: handing it a
     job costs the loop a queue put (0.02-0.07 ms), where starting a thread per checkpoint cost
     it up to a scheduler tick on a busy machine (Thread.start waits until the new thread has
     run: median 0.1-3 ms, up to 7 ms, measured here). It is joined at interpreter exit, so a
     write in flight then is finished, not cut off.
-
-    `describe(step, path)`, if given, runs right after a write (in the writer's thread): work
-    that reads the finished file, such as hashing it for the run record, stays off the loop.
     """
 
-    def __init__(self, directory: str | Path, keep_last: int, background: bool = True,
-                 describe: Callable[[int, Path], Any] | None = None):
-        self.directory, self.keep_last, self.background = Path(directory), keep_last, background
-        self.describe = describe
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurmgen-checkpoint")
-        self._job: Future | None = None
-        self._buffers: Any = None
+    def __init__(self, background: bool, thread_name: str):
+        self.background = background
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._job: Future | None = None  # the write in flight, or the buffers being prepared
+        self._buffers: Any = None  # the kept CPU copy of the state
 
     @property
     def busy(self) -> bool:
@@ -204,16 +200,49 @@ class CheckpointWriter:
         """The job in flight has ended: `wait()` would return at once."""
         return self._job is not None and self._job.done()
 
-    def prepare(self, state: dict[str, Any]) -> None:
+    def _prepare_buffers(self, state: dict[str, Any]) -> None:
         """Allocate and fault in the copy buffers for a state shaped like `state`, in the
-        background, so that the first `submit()` only copies. Only the tensors' shapes,
-        dtypes and tying are read, so the caller may go on changing their values. Does
-        nothing unless `needs_buffers`."""
-        if self.needs_buffers:
-            self._job = self._pool.submit(self._prepare, state)
+        background, so that the first write only copies. Only the tensors' shapes, dtypes and
+        tying are read, so the caller may go on changing their values."""
+        self._job = self._pool.submit(self._fill_buffers, state)
 
-    def _prepare(self, state: dict[str, Any]) -> None:
+    def _fill_buffers(self, state: dict[str, Any]) -> None:
         self._buffers = buffers_for(state)
+
+    def _in_background(self, write: Callable[..., Written | None], step: int, state: dict[str, Any],
+                       *args: Any) -> None:
+        """Copy `state` into the kept buffers (the loop waits for this only) and hand
+        `write(step, copy, *args)` to the thread."""
+        self._buffers = snapshot(state, self._buffers)
+        self._job = self._pool.submit(write, step, self._buffers, *args)
+
+    def wait(self) -> Written | None:
+        """Block until the job in flight has ended; return the write it made durable (None if
+        there was none, or it was a preparation, or not rank 0's); raise what the job raised."""
+        if self._job is None:
+            return None
+        job, self._job = self._job, None
+        return job.result()
+
+
+class CheckpointWriter(OneJobInFlight):
+    """Single-file checkpoints (rank 0's), written in the background (or every write inline).
+
+    `describe(step, path)`, if given, runs right after a write (in the writer's thread): work
+    that reads the finished file, such as hashing it for the run record, stays off the loop.
+    """
+
+    def __init__(self, directory: str | Path, keep_last: int, background: bool = True,
+                 describe: Callable[[int, Path], Any] | None = None):
+        super().__init__(background, "slurmgen-checkpoint")
+        self.directory, self.keep_last = Path(directory), keep_last
+        self.describe = describe
+
+    def prepare(self, state: dict[str, Any]) -> None:
+        """The copy buffers for a state shaped like `state`, prepared in the background so
+        that the first `submit()` only copies. Does nothing unless `needs_buffers`."""
+        if self.needs_buffers:
+            self._prepare_buffers(state)
 
     def submit(self, step: int, state: dict[str, Any]) -> Written | None:
         """Write `state` as the checkpoint of `step`, in the background unless told otherwise.
@@ -223,18 +252,9 @@ class CheckpointWriter:
         previous = self.wait()
         if not self.background:
             return self._save(step, state)
-        self._buffers = snapshot(state, self._buffers)
-        self._job = self._pool.submit(self._save, step, self._buffers)
+        self._in_background(self._save, step, state)
         return previous
 
     def _save(self, step: int, state: dict[str, Any]) -> Written:
         path = ckpt.save(self.directory, step, state, self.keep_last)
         return Written(step, path, self.describe(step, path) if self.describe else None)
-
-    def wait(self) -> Written | None:
-        """Block until the job in flight has ended; return the write it made durable (None if
-        there was none, or it was a preparation); raise what the job raised."""
-        if self._job is None:
-            return None
-        job, self._job = self._job, None
-        return job.result()

@@ -51,7 +51,6 @@ import os
 import re
 import shutil
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ import torch.distributed as tdist
 from slurmgen import atomic
 
 from . import checkpoint as ckpt
-from .ckpt_writer import Written, buffers_for, snapshot
+from .ckpt_writer import OneJobInFlight, Written
 
 log = logging.getLogger("slurmgen.train")
 
@@ -165,7 +164,7 @@ class _Passthrough:
         pass
 
 
-class ShardedWriter:
+class ShardedWriter(OneJobInFlight):
     """Sharded checkpoints of one run; every rank makes the same calls in the same order.
 
     `background=False` writes inside `submit` (all steps of the protocol before it returns).
@@ -177,34 +176,16 @@ class ShardedWriter:
     writer process (its own GIL and allocator; the copy goes over in shared memory)."""
 
     def __init__(self, directory: str | Path, keep_last: int, background: bool = True, process: bool = False):
-        self.directory, self.keep_last = Path(directory), keep_last
-        self.background, self.process = background, process
+        super().__init__(background, "slurmgen-sharded-checkpoint")
+        self.directory, self.keep_last, self.process = Path(directory), keep_last, process
         # Collectives of a background save must not interleave with the training's: own group.
         self.group = tdist.new_group(backend="gloo") if tdist.is_initialized() else None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurmgen-sharded-checkpoint")
-        self._job: Future | None = None  # the write in flight, or the buffers being prepared
-        self._buffers: Any = None  # the kept CPU copy of this rank's shards
-
-    @property
-    def busy(self) -> bool:
-        return self._job is not None
-
-    @property
-    def needs_buffers(self) -> bool:
-        return self.background and self._buffers is None and self._job is None
-
-    def finished(self) -> bool:
-        return self._job is not None and self._job.done()
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Allocate the copy buffers in the background once the state has its final shapes
         (Adam's moments exist), so that the first checkpoint only copies."""
         if self.needs_buffers:
-            state = app_state(model, optimizer)
-            self._job = self._pool.submit(self._prepare, state)
-
-    def _prepare(self, state: dict[str, Any]) -> None:
-        self._buffers = buffers_for(state)
+            self._prepare_buffers(app_state(model, optimizer))
 
     def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                meta: dict[str, Any] | None) -> Written | None:
@@ -220,8 +201,7 @@ class ShardedWriter:
         state = app_state(model, optimizer)
         if not self.background:
             return self._write(step, state, blob)
-        self._buffers = snapshot(state, self._buffers)
-        self._job = self._pool.submit(self._write, step, self._buffers, blob)
+        self._in_background(self._write, step, state, blob)
         return previous
 
     def _write(self, step: int, state: dict[str, Any], blob: io.BytesIO | None) -> Written | None:
@@ -245,14 +225,6 @@ class ShardedWriter:
         else:
             dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=self.group is None)
         return self._finish(step)
-
-    def wait(self) -> Written | None:
-        """Block until the job in flight has ended; the write it made durable (rank 0's; None
-        elsewhere, or for a preparation); raise what it raised."""
-        if self._job is None:
-            return None
-        job, self._job = self._job, None
-        return job.result()
 
     def _finish(self, step: int) -> Written | None:
         if _rank() != 0:

@@ -10,7 +10,7 @@ import sqlite3
 import time
 
 import pytest
-from helpers import PY, SLEEPER, local_connector, local_plan
+from helpers import PY, SLEEPER, local_connector, local_plan, run_to_end
 from helpers import run as run_cli
 
 from slurmgen.contract.states import State
@@ -144,12 +144,7 @@ def test_a_failing_launch_is_recorded_running_at_start_then_with_its_verdict_per
     launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
                         connector=local_connector(made, {"FAIL_RANK": "1", "FAIL_CODE": "7", "FAIL_ATTEMPTS": "1,2",
                                                          "RUN_FOR": "30"}))
-    try:
-        code = launcher.run()
-    finally:
-        for conn in made.values():
-            for proc in conn.procs:
-                proc.kill()
+    code = run_to_end(launcher, made)
     err = launcher.err.getvalue()
     record.ended(code, False)
     assert code == 7, err

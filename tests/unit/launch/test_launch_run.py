@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from helpers import PY, SLEEPER, SURVIVORS, LocalConnection, LocalProcess, local_plan, pids
+from helpers import PY, SLEEPER, SURVIVORS, LocalConnection, LocalProcess, local_plan, pids, run_to_end
 from helpers import run_launcher as run
 
 from slurmgen.contract import exitcodes
@@ -240,12 +240,7 @@ def test_silent_host_is_lost_within_the_keepalive_window_while_another_floods(tm
     out, err = io.StringIO(), io.StringIO()
     launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, keepalive=0.2, connector=connector)
     started = time.monotonic()
-    try:
-        code = launcher.run()
-    finally:
-        for conn in made.values():
-            for proc in conn.procs:
-                proc.kill()
+    code = run_to_end(launcher, made)
     took = time.monotonic() - started
     assert code == exitcodes.LOST, err.getvalue()[-2000:]
     assert "no answer from h1 for 1s" in err.getvalue()

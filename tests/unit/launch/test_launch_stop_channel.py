@@ -10,7 +10,7 @@ import os
 import threading
 import time
 
-from helpers import PY, SLEEPER, alive, local_connector, local_plan, pids
+from helpers import PY, SLEEPER, alive, kill_local_nodes, local_connector, local_plan, pids
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.states import STOPPED_BY_USER, State
@@ -57,9 +57,7 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
         thread.join(10)
         record.ended(code, bool(launcher.signals) and launcher.first_failure is None)
     finally:
-        for conn in made.values():
-            for proc in conn.procs:
-                proc.kill()
+        kill_local_nodes(made)
     taken, said = asked["taken"], asked["said"]
     assert taken and said == f"launch L7: the launcher is stopping every rank on every node ({STOPPED_BY_USER})"
     assert code == exitcodes.TERMINATED, err.getvalue()

@@ -10,7 +10,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from helpers import PY, local_connector, local_plan
+from helpers import PY, local_connector, local_plan, run_to_end
 from helpers import run as run_cli
 
 from slurmgen.jobs.registry import Registry
@@ -42,12 +42,7 @@ def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases
     made: dict = {}
     launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
                         connector=local_connector(made))
-    try:
-        code = launcher.run()
-    finally:
-        for conn in made.values():
-            for proc in conn.procs:
-                proc.kill()
+    code = run_to_end(launcher, made)
     record.ended(code, False)
     assert code == 0, launcher.err.getvalue()
 
