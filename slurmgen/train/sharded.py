@@ -36,6 +36,18 @@ memory on each call, 190-270 ms, where copying the same shards into kept buffers
 and rank 0's `meta.pt` fsync and a barrier sat in front of it. The stall fell from 0.14-0.24x
 of a synchronous write (2 and 4 ranks) to the figures in docs/guides/trainer.md.
 
+Why DCP's plan is cached: before each write DCP has every rank make a plan of what it writes,
+gathers all plans on rank 0, which dedups them, builds the index and scatters the final plans
+back: pickled lists of every tensor slice, sent through the writer's gloo group. The plans are
+the same from one checkpoint of a run to the next, so `DefaultSavePlanner(enable_plan_caching=
+True)` keeps them (per process) and a rank whose plan did not change sends an empty one. Measured
+here in one process, the writes alternating (GPT 6x384 + AdamW, gloo, 2 busy cores): a
+synchronous sharded write with the kept plan took 0.59x (4 ranks) and 0.84-0.95x (2 ranks) of
+its time with a fresh plan per write. Most of the rest of a rank's write is DCP's own
+`torch.save` per tensor (0.7-1.2 ms each for the 230-330 small tensors of a rank here, 40-50%
+of the write) and the bytes; on one machine all ranks share one disk and here two cores, so
+writing in parallel buys little at 2 ranks.
+
 Loading reshards: DCP reads, for each rank, the slices of the saved tensors that overlap the
 rank's own shards, whatever world size (or strategy: DDP's whole tensors, FSDP's shards) wrote
 them. Model and optimizer go through `get_state_dict`/`set_state_dict`, which name parameters
@@ -210,6 +222,7 @@ class ShardedWriter(OneJobInFlight):
         Rank 0 prepares the temporary directory before it joins DCP's planning; the others
         write their files only once the plan comes back from rank 0, so after that."""
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
         tmp = self.directory / temporary_name(step)
         if blob is not None:
@@ -218,12 +231,15 @@ class ShardedWriter(OneJobInFlight):
             tmp.mkdir(exist_ok=True)  # another rank's DCP may have created it meanwhile
             (tmp / META).write_bytes(blob.getbuffer())
             atomic.fsync_path(tmp / META)
+        # The plan (which rank writes which slices where) is the same from one checkpoint to the
+        # next: DCP keeps it and the ranks send only what changed (see the module's docstring).
+        planner = DefaultSavePlanner(enable_plan_caching=True)
         if self.process:
             kind = dcp.state_dict_saver.AsyncCheckpointerType.PROCESS
             dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group, async_checkpointer_type=kind,
-                           async_stager=_Passthrough(), no_dist=self.group is None).result()
+                           async_stager=_Passthrough(), planner=planner, no_dist=self.group is None).result()
         else:
-            dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=self.group is None)
+            dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, planner=planner, no_dist=self.group is None)
         return self._finish(step)
 
     def _finish(self, step: int) -> Written | None:

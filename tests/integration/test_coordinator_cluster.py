@@ -20,6 +20,7 @@ from faults import cut_off
 from helpers import AGENT_TIMEOUT, Coord, wait_for
 
 from slurmgen.coordinator.agent import CUT_OFF_MARGIN
+from slurmgen.train import sharded
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
@@ -35,7 +36,7 @@ def coord(cluster, tmp_path):
         yield c
     finally:
         c.close()
-    assert not c.rank_procs("slurmgen-rank-marker") and not c.rank_procs("slurmgen.train.probe"), "ranks left behind"
+    assert not [p for m in ("slurmgen-rank-marker", "slurmgen.train") for p in c.rank_procs(m)], "ranks left behind"
 
 
 def test_coordinator_on_the_cluster(coord, cluster):
@@ -139,3 +140,33 @@ def test_a_cut_off_agent_stops_its_ranks_and_a_long_server_restart_keeps_them(co
     # Not before the cut-off (the last answer came at most a heartbeat interval before the cut).
     assert gone - cut > AGENT_TIMEOUT + CUT_OFF_MARGIN - 1.5, said
     assert "longer than the server's agent timeout (5 s) + 5 s: it has failed this node's groups; stopping 2 rank(s)" in said
+
+
+def test_a_group_with_strategy_fsdp_trains_writes_a_shard_per_rank_and_resumes(coord, tmp_path):
+    """The group's strategy setting (not the command) makes the bundled trainer shard: 4 ranks on
+    2 agents write one shard each; the group started again with more steps resumes from it."""
+    out = tmp_path / "run"
+    train = [PY, "-m", "slurmgen.train", "--out-dir", str(out), "--model", "mlp", "--mlp-hidden", "32",
+             "--synthetic-samples", "512", "--batch-size", "8", "--threads", "1", "--init-timeout", "30",
+             "--progress", "lines", "--log-every", "1", "--eval-iters", "2", "--save-every", "0"]
+    coord.form_group()
+    for steps in (4, 7):
+        coord.call("PUT", "/api/groups/exp1/config", json={"master": "node1", "backend": "gloo", "strategy": "fsdp",
+                                                           "cwd": str(tmp_path), "argv": [*train, "--max-steps", str(steps)],
+                                                           "stop_grace": 3})
+        coord.call("POST", "/api/groups/exp1/start")
+        g = coord.wait({"succeeded", "failed"}, 120)
+        assert g["state"] == "succeeded", coord.logs()
+    logs = coord.logs()
+    assert logs.count("world_size=4 ") == 2 and "launcher=env" in logs, logs
+    first = out / "checkpoints" / sharded.checkpoint_name(4)
+    assert f"resumed from {first} at step 4" in logs and "done: step 7," in logs, logs
+    # Both checkpoints are sharded, 4 ways, by fsdp: one shard file per rank, DCP's index, meta.pt.
+    for step in (4, 7):
+        path = out / "checkpoints" / sharded.checkpoint_name(step)
+        info = sharded.describe(path)
+        assert (info["complete"], info["step"], info["world_size"], info["strategy"]) == (True, step, 4, "fsdp"), info
+        assert sorted(info["files"]) == [".metadata", *(f"__{k}_0.distcp" for k in range(4)), "meta.pt"], info
+    assert (out / "checkpoints" / "latest").read_text().strip() == sharded.checkpoint_name(7)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["split"] == "train"] == list(range(1, 8))
