@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from slurmgen.contract.attempts import attempt_number
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
@@ -58,13 +59,14 @@ def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
 
 
 def slurm_attempts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause."""
+    """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause,
+    numbered as the file numbers them (contract/attempts.py), as the timeline is."""
     from slurmgen.heal.attempts import cause
 
     rows: list[dict[str, Any]] = []
     for r in records:
         if r.get("event") in ("start", "skipped") or not rows:
-            rows.append({"number": len(rows) + 1, "state": r.get("event"), "started": clock(r.get("time")), "ended": None,
+            rows.append({"number": attempt_number(r), "state": r.get("event"), "started": clock(r.get("time")), "ended": None,
                          "cause": None, "rank": None, "node": r.get("host"), "code": None})
         if r.get("event") == "end":
             rows[-1].update(state="ended", ended=clock(r.get("time")), cause=cause(r), rank=r.get("rank"),

@@ -60,7 +60,7 @@ def timeline_events() -> list[dict]:
         for event, t, more in (("process", 1.0, {}), ("imports", 3.0 + late, {}), ("rendezvous", 6.0, {}),
                                ("first_step", 7.0, {"step": 1}), ("checkpoint", 10.0, {"step": 20, "stall": 0.5}),
                                ("steps", 12.0, {"step": 30, "work": 30 * work}), ("end", 13.0, {"status": "preempted"})):
-            out.append({"event": event, "rank": rank, "attempt": 0, "time": T0 + t, "host": host, "pid": 1, **more})
+            out.append({"event": event, "rank": rank, "attempt": 1, "time": T0 + t, "host": host, "pid": 1, **more})
     return out
 
 
@@ -103,12 +103,12 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
         row = get_row(reg, seq)
     assert row["state"] == State.PREEMPTED.value and row["ended"] == datetime.fromisoformat(END).timestamp()
     # the timeline: one SVG row per rank, the hostile host name escaped, rank 2 flagged and named slowest
-    svg = html.split('aria-label="per-rank timeline of attempt 0">')[1].split("</svg>")[0]
+    svg = html.split('aria-label="per-rank timeline of attempt 1">')[1].split("</svg>")[0]
     assert svg.count('<g class="rank-row') == 3 and HOSTILE not in html
     assert "&#9873; rank 2 &lt;svg onload=alert(1)&gt;" in svg
     assert "<title>rank 2 imports: 0.00-4.00 s</title>" in svg
     assert "imports: rank 2 at 4.00 s" in html
-    assert "rank 2: 4.0&times; the median step work for 30 steps (1-30, attempt 0)" in html
+    assert "rank 2: 4.0&times; the median step work for 30 steps (1-30, attempt 1)" in html
     assert 'id="goodput">Goodput <strong>' in html and 'data-part="checkpoint"><td>' in html
 
 
@@ -116,7 +116,7 @@ def test_status_html_draws_the_same_time_report(tmp_path):
     (tmp_path / TIMELINE_NAME.format(job_id="g")).write_text("".join(json.dumps(e) + "\n" for e in timeline_events()))
     detail = {"group": {"name": "g", "state": "stopped", "attempt": 1, "reason": None, "config": {}}, "workers": [], "attempts": []}
     html = status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "g"))
-    assert 'aria-label="per-rank timeline of attempt 0"' in html and "&#9873; rank 2" in html and HOSTILE not in html
+    assert 'aria-label="per-rank timeline of attempt 1"' in html and "&#9873; rank 2" in html and HOSTILE not in html
     assert "Goodput <strong>" in html
     assert "per-rank timeline" not in status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "none"))
 

@@ -93,8 +93,9 @@ def test_a_matching_failure_requeues_and_excludes_its_node_until_retries_run_out
     # The requeued attempt fails the same way: the one retry is used up, so it stops.
     done, records, scontrol, _ = job([3, 3], restart=1, **spec)
     assert done.returncode == 3 and len(scontrol) == 3
+    # Attempts count from 1 (contract/attempts.py): Slurm's restart count 0 is attempt 1.
     assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [
-        ("start", 0, None), ("end", 0, "requeue"), ("start", 1, None), ("end", 1, "stop")]
+        ("start", 1, None), ("end", 1, "requeue"), ("start", 2, None), ("end", 2, "stop")]
 
 
 def test_without_the_earlier_attempts_in_the_record_the_restart_count_limits_retries(job, tmp_path):
