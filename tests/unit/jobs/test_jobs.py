@@ -752,10 +752,11 @@ def test_requeue_sends_scontrol_requeue_for_a_failed_job_only(tmp_path):
                             Result(1, "", "Requested operation is presently disabled for job 4\n"))
     with registry(tmp_path) as reg:
         reg.add(rec)
-        assert stopping.requeue(failed, reg, rec).startswith("requeued job 4 (it was FAILED)")
+        done, said = stopping.requeue(failed, reg, rec)
+        assert done and said.startswith("requeued job 4 (it was FAILED)")
         assert ["scontrol", "requeue", "4"] in failed.calls and reg.get("4").info["requeued"][0]["from"] == "FAILED"
-        assert stopping.requeue(running, reg, rec) == (
+        assert stopping.requeue(running, reg, rec) == (False,
             "job 4 was not requeued: the job is RUNNING, not ended: only a failed or preempted job is requeued")
         assert not [c for c in running.calls if c[:2] == ["scontrol", "requeue"]]
-        assert stopping.requeue(refused, reg, rec) == (
+        assert stopping.requeue(refused, reg, rec) == (False,
             "job 4 was not requeued: scontrol: Requested operation is presently disabled for job 4")
