@@ -143,6 +143,41 @@ def test_log_follows_by_offset_and_the_rank_filter_keeps_one_rank(served, tmp_pa
     assert f'data-logs-url="/ui/live/runs/{seq}/logs"' in client.get(f"/ui/runs/{seq}").text
 
 
+def test_an_array_jobs_log_is_the_chosen_tasks_and_the_page_offers_every_task(served, tmp_path, monkeypatch):
+    client, registry = served
+    lines = [scontrol_line(str(90 + t), state, "0:0", ArrayJobId="90", ArrayTaskId=str(t), Restarts="0")
+             for t, state in ((0, "COMPLETED"), (1, "RUNNING"), (2, "PENDING"))]
+    fake_slurm(tmp_path, monkeypatch, lines)
+    seq = add_job(registry, tmp_path, "90", array=3)
+    for task in (0, 1):
+        (tmp_path / "logs" / f"train-90_{task}.out").write_text(f"0: task {task} says {HOSTILE}\n")
+    first = client.get(f"/ui/live/runs/{seq}/logs").json()  # the first task's unless told
+    assert (first["task"], [x["text"] for x in first["lines"]]) == (0, [f"task 0 says {HOSTILE}"])
+    second = client.get(f"/ui/live/runs/{seq}/logs", params={"task": 1, "rank": 0}).json()
+    assert (second["task"], second["rank"], [x["text"] for x in second["lines"]]) == (1, 0, [f"task 1 says {HOSTILE}"])
+    assert client.get(f"/ui/live/runs/{seq}/logs", params={"task": 2}).json()["lines"] == []  # pending: no log yet
+    refused = client.get(f"/ui/live/runs/{seq}/logs", params={"task": 7})
+    assert (refused.status_code, refused.json()["detail"]) == (
+        422, "task: expected one of the tasks of array job 90 (0-2), got 7")
+    assert client.get(f"/ui/live/runs/{seq}/logs", params={"task": "x"}).status_code == 422
+    html = client.get(f"/ui/runs/{seq}").text
+    picker = html.split('<select id="task-filter">')[1].split("</select>")[0]
+    assert picker.count("<option") == 3 and '<option value="1">task 1 (running)</option>' in picker, picker
+    # A job that is no array offers no picker and refuses a task.
+    plain = add_job(registry, tmp_path, "91")
+    assert 'id="task-filter"' not in client.get(f"/ui/runs/{plain}").text
+    assert client.get(f"/ui/live/runs/{plain}/logs", params={"task": 0}).status_code == 422
+
+
+def test_array_task_ids_are_read_from_what_the_job_was_submitted_with():
+    from slurmgen.jobs.logs import array_tasks, tasks_text
+
+    assert array_tasks({"array": 4}) == [0, 1, 2, 3] and array_tasks({}) == []
+    assert array_tasks({"array": "0-6:3%2"}) == [0, 3, 6] and array_tasks({"array": "1,3,5-6"}) == [1, 3, 5, 6]
+    assert array_tasks({"array": "%4"}) == [] and array_tasks({"array": "a-b"}) == []
+    assert tasks_text([0, 1, 2, 3]) == "0-3" and tasks_text([1, 3, 5, 6]) == "1, 3, 5-6"
+
+
 def test_array_tasks_grid_and_the_sweeps_curves_in_one_chart(served, tmp_path, monkeypatch):
     client, registry = served
     lines = [scontrol_line(str(80 + t), state, code, ArrayJobId="80", ArrayTaskId=str(t), Restarts="0")
