@@ -202,6 +202,17 @@ def test_remote_status_shows_the_trainers_run_record_from_the_login_node(cluster
     assert not [n for n in view["notes"] if "run record" in n], view["notes"]
     text = sg(cluster, tmp_path, "status", job, *remote).stdout
     assert f"run: step 20, loss {run['loss']:.4g}, checkpoint {run['checkpoint']}" in text, text
+    # The run page's curves: read on the login node too, over the job's SSH connection (no server
+    # needed to check what /ui/live/runs/SEQ/metrics answers).
+    pytest.importorskip("fastapi")
+    from slurmgen.coordinator.web.curves import curves_for
+
+    with Registry.open(tmp_path / "jobs.sqlite") as reg:
+        seq = reg.get(job).seq
+    curves = curves_for(tmp_path / "jobs.sqlite", seq)
+    losses = list(curves["metrics"]["loss"].values())
+    assert curves["runs"] >= 1 and "read on node1" in curves["why"], curves
+    assert any(steps[-1] == 20 for steps, _ in losses), losses
 
 
 def until(get, done, timeout: float = 30):

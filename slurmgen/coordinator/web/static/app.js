@@ -165,6 +165,12 @@
       return;
     }
     box.replaceChildren();
+    if (data.why) {  // e.g. records read on a login node: only their last lines
+      const note = document.createElement("p");
+      note.className = "hint";
+      note.textContent = data.why;
+      box.append(note);
+    }
     const width = Math.max(280, Math.min(box.clientWidth || 600, 720));
     for (const name of names) {
       const kinds = Object.keys(data.metrics[name]);
