@@ -167,8 +167,8 @@ def test_other_codes_stop_and_a_finished_job_never_runs_again(job):
 
 def test_the_record_reader_skips_a_line_cut_by_a_kill(tmp_path):
     path = tmp_path / "a.jsonl"
-    lines = [{"event": "start", "job": "7", "attempt": 0},
-             {"event": "end", "job": "7", "attempt": 0, "exit_code": 124, "hung_rank": 5, "node": "n2"}]
+    lines = [{"event": "start", "job": "7", "attempt": 1},
+             {"event": "end", "job": "7", "attempt": 1, "exit_code": 124, "hung_rank": 5, "node": "n2"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"event": "sta')
     assert read_attempts(path) == lines
     assert cause(lines[1]) == "hung (rank 5 on n2)"
