@@ -25,7 +25,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
 
 from .auth import guarded, redirect_with
-from .controls import run_controls
+from .controls import DONE, NO_RUN, REFUSED, UNANSWERED, Outcome, run_controls
 from .render import render, take_flash
 from .run_extras import extras
 from .runs_page import registry_path, run_view
@@ -141,21 +141,25 @@ async def run_page(request: Request, seq: int) -> Response:
     return render(request, "run.html", {**data, "notice": take_flash(request).get("notice")})
 
 
-def act(path: Any, seq: int, action: str) -> str:
-    """Cancel or checkpoint-and-stop the Slurm job; what Slurm said, or why nothing was done."""
+def act(path: Any, seq: int, action: str) -> Outcome:
+    """Cancel or checkpoint-and-stop the Slurm job: (status, what Slurm said or why nothing was
+    done), in controls.py's statuses (an ended job is refused: Slurm was not asked to act)."""
     from slurmgen.jobs.stopping import cancel
 
     with Registry.open(path) as reg:
         record = reg.by_seq(seq)
         row = get_row(reg, seq)
-        if record is None or row is None or row["kind"] != "slurm":
-            return f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
+        if row is None:
+            return NO_RUN, f"there is no run {seq} in this machine's registry: nothing was sent"
+        if record is None or row["kind"] != "slurm":
+            return REFUSED, f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
         signal = (record.info.get("preempt_signal") or "USR2") if action == "checkpoint" else None
         runner = runner_for(record)
         try:
-            return str(cancel(runner, reg, record, None, signal)["said"])
+            done = cancel(runner, reg, record, None, signal)
+            return (REFUSED if done.get("already_ended") else DONE), str(done["said"])
         except SlurmgenError as exc:
-            return str(exc)
+            return UNANSWERED, str(exc)
         finally:
             runner.close()
 
@@ -165,5 +169,5 @@ def act(path: Any, seq: int, action: str) -> str:
 async def run_action(request: Request, seq: int, action: str) -> Response:
     if action not in ("cancel", "checkpoint"):
         return redirect_with(request, f"/ui/runs/{seq}", notice=f"Unknown action {action!r} (expected cancel or checkpoint).")
-    said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
+    _, said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
     return redirect_with(request, f"/ui/runs/{seq}", notice=said)

@@ -105,10 +105,11 @@ def test_requeue_a_failed_slurm_job_from_its_page(page, cluster_coordinator, clu
         cluster.cancel(job)
 
 
-def test_requeue_a_failed_slurm_job_through_the_json_api(cluster_coordinator, cluster, tmp_path):
-    """The page's requeue as JSON (run_api.py) against the real server and a real failed job:
-    requeued (back in squeue), then refused while it is queued again; the token and the field
-    checked first. No browser: the API is what a script would call."""
+def test_requeue_and_cancel_a_slurm_job_through_the_json_api(cluster_coordinator, cluster, tmp_path):
+    """The page's requeue and cancel as JSON (run_api.py) against the real server and a real failed
+    job: requeued (back in squeue), refused while it is queued again, cancelled (gone from squeue),
+    refused once ended; the token and the field checked first. No browser: the API is what a
+    script would call."""
     coordinator = cluster_coordinator
     argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
             "--gpus", "1", "--time", "5", "-o", "api-requeue", "--", "false"]
@@ -131,6 +132,11 @@ def test_requeue_a_failed_slurm_job_through_the_json_api(cluster_coordinator, cl
         assert squeue in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), squeue  # back in the queue
         status, body = coordinator.api("POST", path, {"action": "requeue"})  # Slurm holds it back a while
         assert status == 409 and f"job {job} was not requeued: the job is " in body["detail"], body
+        status, body = coordinator.api("POST", path, {"action": "cancel"})  # the queued job, cancelled
+        assert (status, body["said"]) == (200, f"job {job}: CANCELLED"), body
+        assert cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip() == ""
+        status, body = coordinator.api("POST", path, {"action": "cancel"})
+        assert status == 409 and body["detail"].startswith(f"job {job} had already ended: CANCELLED"), body
     finally:
         cluster.cancel(job)
 

@@ -179,12 +179,34 @@ def test_the_json_api_requeues_and_stops_by_the_pages_rules_with_clear_refusals(
     assert taken == [f"{STOPPED_BY_USER} through the API"]
 
 
+def test_the_json_api_cancels_and_checkpoints_a_slurm_job_only_while_it_runs(app, monkeypatch):
+    from slurmgen.jobs import stopping
+
+    slurm, live = int(seq_of(app, "4242")), int(seq_of(app, "L1"))
+    sent: list = []
+
+    def cancel(runner, reg, record, task, signal):
+        sent.append(signal)
+        return {"said": f"sent {signal} to 4242"} if signal else {"said": "job 4242: CANCELLED"}
+
+    monkeypatch.setattr(stopping, "cancel", cancel)
+    reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "checkpoint"})
+    assert (reply.status_code, reply.json()["said"]) == (200, "sent USR2 to 4242")  # the preemption signal
+    assert api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "cancel"}).json()["said"] == "job 4242: CANCELLED"
+    assert sent == ["USR2", None]
+    monkeypatch.setattr(stopping, "cancel", lambda *a: {"said": "job 4242 had already ended: FAILED", "already_ended": True})
+    reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "cancel"})
+    assert (reply.status_code, reply.json()["detail"]) == (409, "job 4242 had already ended: FAILED")
+    reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "cancel"})
+    assert reply.status_code == 409 and "not a Slurm job" in reply.json()["detail"]
+
+
 def test_the_json_api_names_the_bad_field_and_wants_the_token(app):
     live = int(seq_of(app, "L1"))
     bad = api(app, "POST", f"/api/runs/{live}/actions", {"action": HOSTILE})
     assert bad.status_code == 422
     (error,) = bad.json()["detail"]
-    assert error["loc"] == ["body", "action"] and "'requeue' or 'stop'" in error["msg"], error
+    assert error["loc"] == ["body", "action"] and "'requeue', 'stop', 'cancel' or 'checkpoint'" in error["msg"], error
     (error,) = api(app, "POST", f"/api/runs/{live}/actions", {"action": "stop", "force": True}).json()["detail"]
     assert error["loc"] == ["body", "force"], error
     (error,) = api(app, "POST", "/api/runs/L1/actions", {"action": "stop"}).json()["detail"]
