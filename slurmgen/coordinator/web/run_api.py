@@ -2,13 +2,13 @@
 a failed or preempted Slurm job, stop an SSH launch started on this machine, cancel a Slurm job,
 or "checkpoint and stop" it (the preemption signal, so the bundled trainer saves first).
 
-`POST /api/runs/{seq}/actions` with `{"action": "requeue" | "stop" | "cancel" | "checkpoint"}`, behind the API token as
-every /api/ path is (server.Gate answers 401 before the body is read). The rules are the page's,
-checked by the same functions: 200 with what was done; 404 for a run the registry does not
-hold; 409 with the reason when the rules refuse (a running or completed job is not requeued, a
-launch is stopped only where it was started, a Slurm job is not "stopped" but cancelled, an
-ended job is not cancelled again); 502
-when Slurm did not answer; 422 naming the field for a body or path that does not fit.
+`POST /api/runs/{seq}/actions` with `{"action": "requeue" | "stop" | "cancel" | "checkpoint"}`,
+behind the API token as every /api/ path is (server.Gate answers 401 before the body is read).
+The rules are the page's, checked by the same functions: 200 with what was done; 404 for a run
+the registry does not hold; 409 with the reason when the rules refuse (a running or completed
+job is not requeued, a launch is stopped only where it was started, a Slurm job is not
+"stopped" but cancelled, an ended job is not cancelled again); 502 when Slurm did not answer;
+422 naming the field for a body or path that does not fit.
 """
 
 from __future__ import annotations
