@@ -45,7 +45,7 @@ _VARS = (
     Var("SLURMGEN_DESCRIPTION", "tracking", "Free text stored in the run record.", user=True),
     Var("SLURMGEN_TRACK", "train", "Which ranks keep run records: rank0, per-process or off.", user=True),
     Var("SLURMGEN_TRACKERS", "tracking", "Comma-separated tracker adapters to mirror run records to.", user=True),
-    Var("SLURMGEN_ATTEMPT", "launch, run_slurm.sh, coordinator", "Number of this attempt of the job (restarts and requeues count)."),
+    Var("SLURMGEN_ATTEMPT", "launch, run_slurm.sh, coordinator", "Number of this attempt of the job, from 1 (restarts and requeues count; contract/attempts.py)."),
     Var("SLURMGEN_LAUNCH_ID", "launch", "Id of one `slurmgen launch` run, shared by all its nodes."),
     # The Slurm job's script and the trainer.
     Var("SLURMGEN_REQUEUE", "run_slurm.sh (train reads it)",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract import blame, envvars, exitcodes, hangs, ports
+from slurmgen.contract import attempts, blame, envvars, exitcodes, hangs, ports
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.files import (
     ATTEMPTS_NAME,
@@ -174,6 +174,7 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "exclude_failed_node": spec.exclude_failed_node,
         "ok": exitcodes.OK,
         "hung": exitcodes.HUNG,
+        "first_attempt": attempts.FIRST,
     }
 
 
@@ -223,6 +224,7 @@ def _link_context() -> dict[str, object]:
     """launch_multi_node.sh's link between nodes: the agent's code, and the exit codes both scripts use."""
     return {
         "link_agent": ShellCode(nodelink.source().rstrip("\n")),
+        "first_attempt": attempts.FIRST,
         "heredoc_end": nodelink.HEREDOC_END,
         "failed": exitcodes.FAILED,
         "hung": exitcodes.HUNG,

@@ -2,12 +2,13 @@
 
 `run_slurm.sh` appends to `LOG_DIR/slurmgen-<SLURM_JOB_ID>.attempts.jsonl` (bash, one
 `printf >>` per line, so lines from a requeued job's later attempts simply follow). An
-attempt is one run of the batch script; `attempt` is SLURM_RESTART_COUNT (0 for the first).
+attempt is one run of the batch script; `attempt` is SLURM_RESTART_COUNT + 1 (contract/attempts.py:
+attempts count from 1).
 Every line has:
 
   event      "start" | "end" | "skipped" (the job had already finished: nothing was run)
   job        the Slurm job id (a string, as Slurm prints it)
-  attempt    SLURM_RESTART_COUNT
+  attempt    SLURM_RESTART_COUNT + 1 (the first attempt is 1)
   time       seconds since the epoch on the batch node (float)
   host       the batch node
 
@@ -39,7 +40,7 @@ task that ended badly, which names no rank under torchrun):
 start of the same job id (a requeue by Slurm or by hand) exits 0 at once without running.
 An attempt killed outright (node failure, scancel, a requeue by the program itself after a
 preemption) leaves a "start" without an "end". Retries used = the "requeue" actions in the
-file (SLURM_RESTART_COUNT when the file lacks attempt 0, e.g. a log directory not shared).
+file (SLURM_RESTART_COUNT when the file lacks attempt 1, e.g. a log directory not shared).
 """
 
 from __future__ import annotations

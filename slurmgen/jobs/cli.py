@@ -149,12 +149,14 @@ def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output d
 def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, node: str | None,
                 follow: bool, tail: int | None, as_json: bool) -> None:
     from slurmgen.jobs import commands
-    from slurmgen.jobs.logs import check_rank, format_line, last, log_path, select_lines
+    from slurmgen.jobs.logs import array_tasks, check_rank, format_line, last, log_path, select_lines, tasks_text
     from slurmgen.jobs.logs import follow as follow_lines
     from slurmgen.jobs.logs import tail as tail_lines
 
     if record.info.get("array") and task is None:
-        raise SlurmgenError(f"job: {record.job_id} is an array; name one task as {record.job_id}_N")
+        known = array_tasks(record.info)
+        which = f" of {len(known)} tasks ({tasks_text(known)})" if known else ""
+        raise SlurmgenError(f"job: {record.job_id} is an array{which}; name one task as {record.job_id}_N")
     if rank is not None:
         check_rank(record, rank)
     torchrun = record.info.get("launcher") == "torchrun"

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord
@@ -41,6 +41,37 @@ def log_path(record: JobRecord, task: str | None) -> str:
     if record.info.get("array"):
         return str(PurePosixPath(log_dir) / f"{record.name}-{record.job_id}_{task if task is not None else 0}.out")
     return str(PurePosixPath(log_dir) / f"{record.name}-{record.job_id}.out")
+
+
+MAX_TASKS = 10_001  # Slurm's largest MaxArraySize default is 1001; a list this long is a mistake
+
+
+def array_tasks(info: Mapping[str, Any]) -> list[int]:
+    """The task ids of an array job, from what it was submitted with (jobs/commands.py keeps a
+    sweep's point count, or --array's own spec: "0-15%4", "1,3,5", "0-10:2"); [] when it is
+    no array, or a spec this does not read (then any task id is tried). `info`: the job's
+    registry record's (JobRecord.info, a run row's "info")."""
+    spec = info.get("array")
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return list(range(min(spec, MAX_TASKS)))
+    out: list[int] = []
+    for part in str(spec or "").split("%")[0].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if not m:
+            return []
+        out += range(int(m[1]), int(m[2] or m[1]) + 1, max(1, int(m[3] or 1)))
+    return sorted(set(out))[:MAX_TASKS]
+
+
+def tasks_text(tasks: Sequence[int]) -> str:
+    """"0-3", "1, 3, 5", "0-2, 7": task ids as a person reads them, runs joined."""
+    runs: list[list[int]] = []
+    for t in tasks:
+        if runs and t == runs[-1][-1] + 1:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def tasks_on_node(node_index: int, per_node: int, launcher: str) -> set[int]:

@@ -81,7 +81,7 @@ def summary(run: RunRecord, artifacts: Iterable[Any]) -> dict[str, Any]:
 
 def by_group(runner: Runner, workdir: str, command: Sequence[str], job_id: str, groups: set[str]) -> dict[str, dict[str, Any]]:
     """group -> summary of the newest run of each wanted group of job `job_id`, here or on the login node."""
-    found = _local(workdir, command) if runner.where == "local" else _remote(runner, workdir, command, job_id)
+    found = _local(workdir, command) if runner.where == "local" else remote_runs(runner, workdir, command, job_id)
     return {run.get("group"): summary(run, run.artifacts if artifacts is None else artifacts)
             for run, artifacts in found if run.get("group") in groups}
 
@@ -111,7 +111,9 @@ def remote_find_argv(workdir: str, command: Sequence[str], job_id: str) -> list[
     return ["sh", "-c", remote_find_script(), "sh", workdir, group_of(job_id, None), *root_names(command)]
 
 
-def _remote(runner: Runner, workdir: str, command: Sequence[str], job_id: str) -> list[tuple[RunRecord, list[Any] | None]]:
+def remote_runs(runner: Runner, workdir: str, command: Sequence[str], job_id: str) -> list[tuple[RunRecord, list[Any] | None]]:
+    """The job's run records on the login node (each with the last TAIL_LINES lines of its
+    metrics and artifacts), in one `sh -c` over the runner's connection; [] when it fails."""
     res = runner.run(remote_find_argv(workdir, command, job_id), timeout=60)
     return parse_found(res.out) if res.code == 0 else []
 

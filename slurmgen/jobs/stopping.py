@@ -124,20 +124,21 @@ def requeue_refusal(state: str | None) -> str | None:
     return f"the job is {state}, not ended: only a failed or preempted job is requeued"
 
 
-def requeue(runner: Runner, registry: Registry, record: JobRecord) -> str:
+def requeue(runner: Runner, registry: Registry, record: JobRecord) -> tuple[bool, str]:
     """`scontrol requeue` a failed or preempted job (every task of an array), after asking Slurm
-    for its state; what Slurm said, or why nothing was sent."""
+    for its state; (requeued, what Slurm said or why nothing was sent), as a launch's stop
+    request answers (launch_stop.request), so the page and the JSON API tell a refusal apart."""
     jobs, snap = _mine(runner, record, None, accounting=True)
     if snap.unanswered:
         raise SlurmgenError(f"requeue: {snap.unanswered}; nothing was requeued", exit_code=FAILED)
     state = overall(jobs)[0] if jobs else None
     refusal = requeue_refusal(state)
     if refusal:
-        return f"job {record.job_id} was not requeued: {refusal}"
+        return False, f"job {record.job_id} was not requeued: {refusal}"
     res = runner.run(["scontrol", "requeue", record.job_id], timeout=30)
     if res.code != 0:
         said = " ".join(res.err.split()) or f"exit code {res.code}"
-        return f"job {record.job_id} was not requeued: scontrol: {said}"
+        return False, f"job {record.job_id} was not requeued: scontrol: {said}"
     record.info.setdefault("requeued", []).append({"time": time.time(), "from": state})
     registry.update_info(record)
-    return f"requeued job {record.job_id} (it was {state}); Slurm starts it again when it is eligible"
+    return True, f"requeued job {record.job_id} (it was {state}); Slurm starts it again when it is eligible"

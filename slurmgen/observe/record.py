@@ -17,16 +17,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract import envvars, phases
+from slurmgen.contract import attempts, envvars, phases
 
 
 def attempt_of(environ: Mapping[str, str]) -> int:
-    """The attempt this process belongs to: the launcher's count, else Slurm's restarts."""
-    for name in (envvars.ATTEMPT, "SLURM_RESTART_COUNT"):
-        value = environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0
+    """The attempt this process belongs to (contract/attempts.py, counted from 1): the
+    launcher's count, else Slurm's restarts plus one, else the first."""
+    if environ.get(envvars.ATTEMPT, "").isdigit():
+        return int(environ[envvars.ATTEMPT])
+    restarts = environ.get("SLURM_RESTART_COUNT", "")
+    return attempts.from_restart_count(int(restarts)) if restarts.isdigit() else attempts.FIRST
 
 
 def process_start_time(stat_text: str | None = None, uptime_text: str | None = None, now: float | None = None) -> float | None:

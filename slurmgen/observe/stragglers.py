@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmgen.contract import phases
+from slurmgen.contract.attempts import attempt_number
 
 FACTOR = 1.5
 MIN_STEPS = 20
@@ -104,4 +105,4 @@ def slowest_of(work: Sequence[float], factor: float = FACTOR) -> dict[str, Any] 
 
 def summary(found: Iterable[Mapping[str, Any]]) -> str:
     return "; ".join(f"rank {s['rank']} {s['ratio']}x the median for {s['steps']} steps "
-                     f"({s['from_step']}-{s['to_step']}, attempt {s.get('attempt', 0)})" for s in found)
+                     f"({s['from_step']}-{s['to_step']}, attempt {attempt_number(s)})" for s in found)

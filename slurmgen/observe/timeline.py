@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmgen.contract import phases
+from slurmgen.contract.attempts import attempt_number
 
 Event = Mapping[str, Any]
 
@@ -22,7 +23,7 @@ def by_attempt(events: Iterable[Event]) -> dict[int, dict[int, list[Event]]]:
     out: dict[int, dict[int, list[Event]]] = {}
     for e in sorted(events, key=lambda e: e.get("time") or 0):
         if e.get("event") in phases.EVENTS and isinstance(e.get("rank"), int) and isinstance(e.get("time"), (int, float)):
-            out.setdefault(int(e.get("attempt") or 0), {}).setdefault(e["rank"], []).append(e)
+            out.setdefault(attempt_number(e), {}).setdefault(e["rank"], []).append(e)
     return out
 
 
@@ -31,7 +32,7 @@ def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
     for a in attempts:
         if a.get("event") in ("start", "end") and isinstance(a.get("time"), (int, float)):
-            out.setdefault(int(a.get("attempt") or 0), {})[a["event"]] = float(a["time"])
+            out.setdefault(attempt_number(a), {})[a["event"]] = float(a["time"])
     return out
 
 
@@ -62,13 +63,13 @@ def build(events: Iterable[Event], attempts: Sequence[Event] = (), submitted: fl
     "slowest": {phase: {"rank", "at"}}}]}; times in seconds since the attempt's allocation
     started (its first event when the attempts record is missing)."""
     grouped, bounds = by_attempt(events), attempt_bounds(attempts)
-    out = []
+    out: list[dict[str, Any]] = []  # the queue wait is the earliest attempt's, as goodput counts it
     for n in sorted(set(grouped) | set(bounds)):
         ranks = {r: rank_phases(evs) for r, evs in sorted(grouped.get(n, {}).items())}
         seen = [e["time"] for evs in grouped.get(n, {}).values() for e in evs]
         start = bounds.get(n, {}).get("start", min(seen) if seen else None)
         out.append({"attempt": n, "start": start, "end": bounds.get(n, {}).get("end"),
-                    "queued": None if submitted is None or start is None or n else round(start - submitted, 3),
+                    "queued": None if submitted is None or start is None or out else round(start - submitted, 3),
                     "ranks": [_relative(r, row, start) for r, row in ranks.items()],
                     "slowest": slowest(ranks, start)})
     return {"submitted": submitted, "attempts": out}

@@ -96,7 +96,7 @@ def test_a_stopped_rank_is_caught_within_its_learned_timeout_with_its_stack(clus
     frames = end["stack"]
     assert frames and all(set(f) == {"file", "line", "function"} for f in frames), end
     assert all(isinstance(f["line"], int) and f["file"].endswith(".py") for f in frames), frames
-    assert (logs / f"slurmgen-{job}.stacks.txt").read_text().startswith(f"=== rank 3 on {end['node']}"), end
+    assert (logs / f"slurmgen-{job}.stacks.txt").read_text().startswith(f"=== rank 3 on {end['node']}, attempt 1\n"), end
     text = sg(cluster, tmp_path, "status", job).stdout
     print(*[line for line in text.splitlines() if "stuck in" in line], sep="\n")
     top = frames[0]

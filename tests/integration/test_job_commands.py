@@ -22,6 +22,7 @@ import pytest
 from helpers import COMMAND, sg, status, wait_status
 
 import slurmgen
+from slurmgen.jobs.registry import Registry
 from slurmgen.train.logs import read_heartbeats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -70,6 +71,18 @@ def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
         assert [s.split("args ")[1] for s in said] == [f"--lr {params['lr']} --bs {params['bs']}"] * 2, lines
         ports |= {s.split("port ")[1].split()[0] for s in said}
     assert len(ports) == 4  # every task its own rendezvous
+    refused = sg(cluster, tmp_path, "logs", array, check=False)  # which task? the message lists them
+    assert refused.returncode == 2 and f"is an array of 4 tasks (0-3); name one task as {array}_N" in refused.stderr, refused
+    # The run page's log of an array job is the task picked (run_logs.read_lines, what the page polls).
+    pytest.importorskip("fastapi")
+    from slurmgen.coordinator.web.run_logs import read_lines
+
+    with Registry.open(tmp_path / "jobs.sqlite") as reg:
+        seq = reg.get(array).seq
+    for index in (0, 3):
+        page = read_lines(tmp_path / "jobs.sqlite", seq, 0, None, index)
+        said = [x["text"].split("args ")[1] for x in page["lines"] if x["rank"] is not None and "args " in x["text"]]
+        assert page["task"] == index and said == [f"--lr {['0.1', '0.01'][index // 2]} --bs {['8', '16'][index % 2]}"] * 2, page
 
     # 3. A failing rank: --wait returns its code; status names the task and the code.
     failed = sg(cluster, tmp_path, "submit", *base, "-o", "bad", "-e", "FAIL_CODE=3", "-e", "NAP=5", "--wait", *COMMAND,
@@ -189,6 +202,17 @@ def test_remote_status_shows_the_trainers_run_record_from_the_login_node(cluster
     assert not [n for n in view["notes"] if "run record" in n], view["notes"]
     text = sg(cluster, tmp_path, "status", job, *remote).stdout
     assert f"run: step 20, loss {run['loss']:.4g}, checkpoint {run['checkpoint']}" in text, text
+    # The run page's curves: read on the login node too, over the job's SSH connection (no server
+    # needed to check what /ui/live/runs/SEQ/metrics answers).
+    pytest.importorskip("fastapi")
+    from slurmgen.coordinator.web.curves import curves_for
+
+    with Registry.open(tmp_path / "jobs.sqlite") as reg:
+        seq = reg.get(job).seq
+    curves = curves_for(tmp_path / "jobs.sqlite", seq)
+    losses = list(curves["metrics"]["loss"].values())
+    assert curves["runs"] >= 1 and "read on node1" in curves["why"], curves
+    assert any(steps[-1] == 20 for steps, _ in losses), losses
 
 
 def until(get, done, timeout: float = 30):

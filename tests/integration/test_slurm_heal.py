@@ -136,7 +136,7 @@ def test_retry_requeues_once_without_the_failed_node_then_never_again(cluster, t
     records = read_attempts(attempts_path(out / "logs", job))
     ends = [r for r in records if r["event"] == "end"]
     assert [(r["attempt"], r["exit_code"], r["task"], r["action"]) for r in ends] == [
-        (0, 3, 1, "requeue"), (1, 0, None, "finished")], records
+        (1, 3, 1, "requeue"), (2, 0, None, "finished")], records  # restart counts 0 and 1: attempts 1 and 2
     assert ends[0]["exclude"] == info["ExcNodeList"] == ends[0]["node"]
     assert finished_path(out / "logs", job).exists()
 

@@ -41,4 +41,4 @@ def test_a_2x2_trainer_job_has_a_full_timeline_and_its_slow_rank_is_a_straggler(
     text = sg(cluster, tmp_path, "status", job).stdout
     assert "stragglers: rank 1 " in text and "goodput " in text, text
     table = sg(cluster, tmp_path, "status", job, "--timeline").stdout.splitlines()
-    assert table[0].startswith("attempt 0") and "rendezvous" in table[1] and table[-1].lstrip().startswith("slowest"), table
+    assert table[0].startswith("attempt 1") and "rendezvous" in table[1] and table[-1].lstrip().startswith("slowest"), table

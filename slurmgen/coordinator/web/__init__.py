@@ -18,13 +18,14 @@ from fastapi.staticfiles import StaticFiles
 
 def mount(app: FastAPI) -> None:
     """Add the page's routes, static files and security headers to the coordinator's app."""
-    from . import auth, controls, curves, live, routes, run_detail, run_logs, runs_page, security, status_page
+    from . import auth, controls, curves, live, routes, run_api, run_detail, run_logs, runs_page, security, status_page
     from .render import STATIC
 
     app.state.sessions = security.Sessions()
 
     app.include_router(auth.router, include_in_schema=False)
     app.include_router(controls.router, include_in_schema=False)  # before the catch-all action routes
+    app.include_router(run_api.router)  # JSON, behind the API token like every /api/ path
     app.include_router(routes.router, include_in_schema=False)
     app.include_router(live.router, include_in_schema=False)
     app.include_router(runs_page.router, include_in_schema=False)

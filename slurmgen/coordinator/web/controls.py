@@ -71,42 +71,57 @@ def config_view(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---- runs -------------------------------------------------------------------------------------
-def requeue_run(path: Any, seq: int) -> str:
+# What a run's control did, as the JSON API answers it: done, no such run, refused by the rules
+# (a running job is not requeued, a launch of another machine is not stopped) or its Slurm
+# unreachable. The page shows the text alone.
+DONE, NO_RUN, REFUSED, UNANSWERED = 200, 404, 409, 502
+Outcome = tuple[int, str]
+
+
+def requeue_run(path: Any, seq: int) -> Outcome:
     from slurmgen.jobs.cli import Runners
     from slurmgen.jobs.stopping import requeue
 
     with Registry.open(path) as reg:
-        record = reg.by_seq(seq)
+        row = get_row(reg, seq)
+        if row is None:
+            return NO_RUN, f"there is no run {seq} in this machine's registry: nothing was requeued"
+        record = reg.by_seq(seq) if row["kind"] == "slurm" else None
         if record is None:
-            return f"run {seq} is not a Slurm job of this machine's registry: nothing was requeued"
+            return REFUSED, f"run {seq} is {row['kind']!r}, not a Slurm job: only a Slurm job is requeued"
         # Here, or the login node the job was submitted through, as `slurmgen status` and `cancel` do.
         runner = Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
         try:
-            return requeue(runner, reg, record)
+            done, said = requeue(runner, reg, record)
+            return (DONE if done else REFUSED), said
         except SlurmgenError as exc:
-            return str(exc)
+            return UNANSWERED, str(exc)
         finally:
             runner.close()
 
 
-def stop_run(path: Any, seq: int) -> str:
+def stop_run(path: Any, seq: int, by: str = BY_PAGE) -> Outcome:
+    """Ask a launch's launcher to stop; `by` ends the cause it records ("stopped by user from the page")."""
     with Registry.open(path) as reg:
         row = get_row(reg, seq)
-    if row is None or row["kind"] != "launch":
-        return f"run {seq} is not an SSH launch of this machine's registry: nothing was stopped"
-    return launch_stop.request(row, BY_PAGE)[1]
+    if row is None:
+        return NO_RUN, f"there is no run {seq} in this machine's registry: nothing was stopped"
+    if row["kind"] != "launch":
+        return REFUSED, f"run {seq} is {row['kind']!r}, not an SSH launch: only a launch is stopped (cancel a Slurm job)"
+    taken, said = launch_stop.request(row, by)
+    return (DONE if taken else REFUSED), said
 
 
 @router.post("/ui/runs/{seq}/requeue", name="web_run_requeue")
 @guarded("post")
 async def requeue_action(request: Request, seq: int) -> Response:
-    return redirect_with(request, f"/ui/runs/{seq}", notice=await asyncio.to_thread(requeue_run, registry_path(request.app), seq))
+    return redirect_with(request, f"/ui/runs/{seq}", notice=(await asyncio.to_thread(requeue_run, registry_path(request.app), seq))[1])
 
 
 @router.post("/ui/runs/{seq}/stop", name="web_run_stop")
 @guarded("post")
 async def stop_action(request: Request, seq: int) -> Response:
-    return redirect_with(request, f"/ui/runs/{seq}", notice=await asyncio.to_thread(stop_run, registry_path(request.app), seq))
+    return redirect_with(request, f"/ui/runs/{seq}", notice=(await asyncio.to_thread(stop_run, registry_path(request.app), seq))[1])
 
 
 # ---- groups and workers -------------------------------------------------------------------------

@@ -5,8 +5,9 @@ A run whose registry row names its record directory (`record_dir`: a Slurm job o
 trainer, a launch) shows the runs in it. An array job is a sweep: each task's record carries
 `sweep: {"id": "slurm-<array id>", "task", "params"}`, so its page draws every task's curve of a
 metric in one chart, one series per task named by its task and parameters (the chart's legend).
-Records on another machine (a job submitted with --remote) are not read from here: the page
-says so rather than drawing nothing silently. The page's script (static/app.js) draws the
+Records on another machine (a job submitted with --remote) are read there, over the job's SSH
+connection, as `slurmgen status` and the run's log read them (the last lines of each metrics
+file, which the page says). The page's script (static/app.js) draws the
 answer of /ui/live/runs/SEQ/metrics with uPlot, steps on the x axis, as it does for a group.
 """
 
@@ -20,8 +21,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.records import record_dir
-from slurmgen.jobs.registry import Registry
+from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import get_row
 from slurmgen.tracking.plot import order, series
 from slurmgen.tracking.records import RunRecord, find_runs
@@ -43,11 +45,36 @@ def _under(path: str | None) -> list[RunRecord]:
     return list(find_runs(path)) if path and Path(path).is_dir() else []
 
 
-def run_records(row: Mapping[str, Any]) -> tuple[list[RunRecord], str | None]:
-    """(the run's records, why there are none when that has a reason worth saying)."""
+def _remote_records(row: Mapping[str, Any], record: JobRecord | None) -> tuple[list[RunRecord], str | None]:
+    """A job submitted with --remote: its records read on the login node, as `slurmgen status`
+    reads them and as its log is read (the job's SSH connection; the last TAIL_LINES metrics
+    lines of each record, so a long run's curve starts late)."""
+    from slurmgen.jobs.records import TAIL_LINES, remote_runs
+
+    from .run_detail import runner_for
+
+    info = row.get("info") or {}
+    if record is None:
+        return [], f"the run records are on {row['remote']}"
+    runner = runner_for(record)
+    try:
+        found = [run for run, _ in remote_runs(runner, info.get("workdir") or "", info.get("command") or [], row["job_id"])]
+    except (OSError, SlurmgenError) as exc:
+        return [], f"the run records on {row['remote']} could not be read: {exc}"
+    finally:
+        runner.close()
+    wanted = sweep_id(row)
+    runs = [r for r in found if wanted is None or (r.sweep or {}).get("id") == wanted]
+    note = f"read on {row['remote']} (at most the last {TAIL_LINES} metric lines of each record)" if runs else None
+    return sorted(runs, key=lambda r: (int((r.sweep or {}).get("task") or 0), str(r.dir))), note
+
+
+def run_records(row: Mapping[str, Any], record: JobRecord | None = None) -> tuple[list[RunRecord], str | None]:
+    """(the run's records, why there are none, or what to know of them, when worth saying).
+    `record`: the job's registry record, for a --remote job's connection."""
     info = row.get("info") or {}
     if row.get("remote"):
-        return [], f"the run records are on {row['remote']}; `slurmgen status` reads them there"
+        return _remote_records(row, record)
     wanted = sweep_id(row)
     if wanted is None:
         return _under(row.get("record_dir")), None
@@ -76,9 +103,10 @@ def curves_for(path: Any, seq: int) -> dict[str, Any]:
     """{"metrics": Curves, "why": text or None} for run SEQ of the registry at `path`."""
     with Registry.open(path) as reg:
         row = get_row(reg, seq)
+        record = reg.by_seq(seq) if row is not None and row.get("remote") else None
     if row is None:
         return {"metrics": {}, "why": f"there is no run {seq}"}
-    runs, why = run_records(row)
+    runs, why = run_records(row, record)
     metrics = sweep_curves(runs) if sweep_id(row) else records.curves_of(runs)
     return {"metrics": metrics, "why": why, "runs": len(runs)}
 

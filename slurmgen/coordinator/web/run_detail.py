@@ -19,12 +19,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from slurmgen.contract.attempts import attempt_number
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
 
 from .auth import guarded, redirect_with
-from .controls import run_controls
+from .controls import DONE, NO_RUN, REFUSED, UNANSWERED, Outcome, run_controls
 from .render import render, take_flash
 from .run_extras import extras
 from .runs_page import registry_path, run_view
@@ -58,13 +59,14 @@ def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
 
 
 def slurm_attempts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause."""
+    """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause,
+    numbered as the file numbers them (contract/attempts.py), as the timeline is."""
     from slurmgen.heal.attempts import cause
 
     rows: list[dict[str, Any]] = []
     for r in records:
         if r.get("event") in ("start", "skipped") or not rows:
-            rows.append({"number": len(rows) + 1, "state": r.get("event"), "started": clock(r.get("time")), "ended": None,
+            rows.append({"number": attempt_number(r), "state": r.get("event"), "started": clock(r.get("time")), "ended": None,
                          "cause": None, "rank": None, "node": r.get("host"), "code": None})
         if r.get("event") == "end":
             rows[-1].update(state="ended", ended=clock(r.get("time")), cause=cause(r), rank=r.get("rank"),
@@ -139,21 +141,25 @@ async def run_page(request: Request, seq: int) -> Response:
     return render(request, "run.html", {**data, "notice": take_flash(request).get("notice")})
 
 
-def act(path: Any, seq: int, action: str) -> str:
-    """Cancel or checkpoint-and-stop the Slurm job; what Slurm said, or why nothing was done."""
+def act(path: Any, seq: int, action: str) -> Outcome:
+    """Cancel or checkpoint-and-stop the Slurm job: (status, what Slurm said or why nothing was
+    done), in controls.py's statuses (an ended job is refused: Slurm was not asked to act)."""
     from slurmgen.jobs.stopping import cancel
 
     with Registry.open(path) as reg:
         record = reg.by_seq(seq)
         row = get_row(reg, seq)
-        if record is None or row is None or row["kind"] != "slurm":
-            return f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
+        if row is None:
+            return NO_RUN, f"there is no run {seq} in this machine's registry: nothing was sent"
+        if record is None or row["kind"] != "slurm":
+            return REFUSED, f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
         signal = (record.info.get("preempt_signal") or "USR2") if action == "checkpoint" else None
         runner = runner_for(record)
         try:
-            return str(cancel(runner, reg, record, None, signal)["said"])
+            done = cancel(runner, reg, record, None, signal)
+            return (REFUSED if done.get("already_ended") else DONE), str(done["said"])
         except SlurmgenError as exc:
-            return str(exc)
+            return UNANSWERED, str(exc)
         finally:
             runner.close()
 
@@ -163,5 +169,5 @@ def act(path: Any, seq: int, action: str) -> str:
 async def run_action(request: Request, seq: int, action: str) -> Response:
     if action not in ("cancel", "checkpoint"):
         return redirect_with(request, f"/ui/runs/{seq}", notice=f"Unknown action {action!r} (expected cancel or checkpoint).")
-    said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
+    _, said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
     return redirect_with(request, f"/ui/runs/{seq}", notice=said)

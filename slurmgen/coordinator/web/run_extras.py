@@ -5,10 +5,11 @@ page's control and its content change in different files."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurmgen.contract.states import ACTIVE, State
+from slurmgen.jobs.logs import array_tasks
 
 from .array_grid import slurm_facts
 from .timeline_svg import time_report
@@ -25,4 +26,15 @@ def extras(row: Mapping[str, Any], status: Mapping[str, Any], run: dict[str, Any
     if run.get("elapsed") == "—" and facts["elapsed"]:
         run["elapsed"] = facts["elapsed"]
     active = (row.get("state") or "") in LIVE
-    return {"time": time_report(status, now if active else None) if status else None, "facts": facts}
+    return {"time": time_report(status, now if active else None) if status else None, "facts": facts,
+            "log_tasks": log_tasks(row, facts["tasks"])}
+
+
+def log_tasks(row: Mapping[str, Any], cells: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The array tasks whose log the page offers ([]: no array): those Slurm listed, with their
+    state, else those the job was submitted with (Slurm has forgotten an old array)."""
+    if not (row.get("info") or {}).get("array"):
+        return []
+    if cells:
+        return [{"task": str(c["task"]), "label": f"task {c['task']} ({c['state']})"} for c in cells]
+    return [{"task": str(t), "label": f"task {t}"} for t in array_tasks(row.get("info") or {})]

@@ -6,7 +6,8 @@ lines after a byte offset, so a line reaches the page within about half a second
 written; only the bytes after the offset are read (the file is never read whole again). The
 first answer is the last LOG_FIRST lines of at most TAIL_BYTES of the file. A rank filter keeps
 that rank's lines only: the batch shell's and a torchrun agent's own lines carry no rank and
-are shown under "all ranks" alone.
+are shown under "all ranks" alone. An array job's log is one of its tasks' (`task`, the first
+by default): the page offers every task the array has.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.logs import Line, log_path, select_lines
-from slurmgen.jobs.registry import Registry
+from slurmgen.jobs.logs import Line, array_tasks, log_path, select_lines, tasks_text
+from slurmgen.jobs.registry import JobRecord, Registry
 
 from .auth import guarded
 from .run_detail import runner_for
@@ -46,15 +47,36 @@ def _start(runner: Any, path: str) -> int:
         return 0
 
 
-def read_lines(reg_path: Any, seq: int, after: int, rank: int | None) -> dict[str, Any]:
-    """{"lines", "next", "rank", "gap"}: complete lines after byte `after` (0: the newest ones)."""
+class BadTask(ValueError):
+    """The `task` asked for is not one of the job's array tasks (or the job is no array)."""
+
+
+def task_of(record: JobRecord, task: int | None) -> str | None:
+    """Which array task's log to read: the one asked for, else the first; None for a job that is
+    no array. An id outside the array is refused, naming the tasks there are."""
+    if not record.info.get("array"):
+        if task is not None:
+            raise BadTask(f"task: job {record.job_id} is not an array job (got {task})")
+        return None
+    known = array_tasks(record.info)
+    if task is None:
+        return str(known[0] if known else 0)
+    if known and task not in known:
+        raise BadTask(f"task: expected one of the tasks of array job {record.job_id} ({tasks_text(known)}), got {task}")
+    return str(task)
+
+
+def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int | None = None) -> dict[str, Any]:
+    """{"lines", "next", "rank", "task", "gap"}: complete lines after byte `after` (0: the newest
+    ones) of the job's log, or of one array task's (task_of)."""
     with Registry.open(reg_path) as reg:
         record = reg.by_seq(seq)
     if record is None or "log_dir" not in record.info:
-        return {"lines": [], "next": after, "rank": rank, "gap": False}
+        return {"lines": [], "next": after, "rank": rank, "task": task, "gap": False}
+    which = task_of(record, task)
     runner = runner_for(record)
     try:
-        path = log_path(record, "0" if record.info.get("array") else None)
+        path = log_path(record, which)
         offset = after or _start(runner, path)
         data = runner.read(path, offset) or b""
     except (OSError, SlurmgenError):
@@ -68,11 +90,16 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None) -> dict[st
     lines = select_lines(text, None, None if rank is None else {rank}, record.info.get("launcher") == "torchrun")
     if not after:
         lines = lines[-LOG_FIRST:]
-    return {"lines": [_row(line) for line in lines], "next": offset + end, "rank": rank, "gap": False}
+    return {"lines": [_row(line) for line in lines], "next": offset + end, "rank": rank,
+            "task": None if which is None else int(which), "gap": False}
 
 
 @router.get("/ui/live/runs/{seq}/logs", name="web_live_run_logs")
 @guarded("live")
-async def live_run_logs(request: Request, seq: int, after: int = 0, rank: int | None = None) -> Response:
-    body = await asyncio.to_thread(read_lines, registry_path(request.app), seq, max(0, after), rank)
+async def live_run_logs(request: Request, seq: int, after: int = 0, rank: int | None = None,
+                        task: int | None = None) -> Response:
+    try:
+        body = await asyncio.to_thread(read_lines, registry_path(request.app), seq, max(0, after), rank, task)
+    except BadTask as exc:
+        return JSONResponse({"detail": str(exc)}, status_code=422, headers={"cache-control": "no-store"})
     return JSONResponse(body, headers={"cache-control": "no-store"})

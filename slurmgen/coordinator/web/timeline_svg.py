@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurmgen.contract import phases
+from slurmgen.contract.attempts import attempt_number
 
 WIDTH, LABEL, RIGHT, TOP, ROW = 900, 120, 24, 34, 18
 BAR = 12
@@ -110,7 +111,7 @@ def goodput_view(g: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{"rank": s["rank"], "attempt": s.get("attempt", 0), "ratio": s["ratio"], "steps": s["steps"],
+    return [{"rank": s["rank"], "attempt": attempt_number(s), "ratio": s["ratio"], "steps": s["steps"],
              "range": f"{s['from_step']}-{s['to_step']}"} for s in found]
 
 
@@ -124,7 +125,7 @@ def time_report(view: Mapping[str, Any], now: float | None = None) -> dict[str, 
     attempts = timeline.get("attempts") or []
     charts = []
     for i, a in enumerate(attempts):
-        flagged = {s["rank"] for s in found if s.get("attempt", 0) == a.get("attempt")}
+        flagged = {s["rank"] for s in found if attempt_number(s) == a.get("attempt")}
         charts.append(attempt_chart(a, flagged, now if i == len(attempts) - 1 else None))
     return {"charts": charts, "stragglers": straggler_rows(found), "goodput": goodput_view(view.get("goodput")),
             "step_work": [{"rank": r, "seconds": f"{t:.3f}"} for r, t in (view.get("step_work") or {}).items()],

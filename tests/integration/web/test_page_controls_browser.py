@@ -105,6 +105,42 @@ def test_requeue_a_failed_slurm_job_from_its_page(page, cluster_coordinator, clu
         cluster.cancel(job)
 
 
+def test_requeue_and_cancel_a_slurm_job_through_the_json_api(cluster_coordinator, cluster, tmp_path):
+    """The page's requeue and cancel as JSON (run_api.py) against the real server and a real failed
+    job: requeued (back in squeue), refused while it is queued again, cancelled (gone from squeue),
+    refused once ended; the token and the field checked first. No browser: the API is what a
+    script would call."""
+    coordinator = cluster_coordinator
+    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
+            "--gpus", "1", "--time", "5", "-o", "api-requeue", "--", "false"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip()
+    try:
+        with Registry.open(_registry(coordinator)) as reg:
+            seq = next(r["seq"] for r in list_rows(reg, kinds=["slurm"], limit=50) if r["job_id"] == job)
+        path = f"/api/runs/{seq}/actions"
+        assert coordinator.api("POST", path, {"action": "requeue"}, token=None)[0] == 401
+        status, body = coordinator.api("POST", path, {"action": "restart"})
+        assert status == 422 and body["detail"][0]["loc"] == ["body", "action"], body
+        assert cluster.wait_state(job, {"FAILED", "COMPLETED"}, timeout=60) == "FAILED"
+        status, body = coordinator.api("POST", path, {"action": "stop"})
+        assert status == 409 and "not an SSH launch" in body["detail"], body
+        status, body = coordinator.api("POST", path, {"action": "requeue"})
+        assert (status, body["action"]) == (200, "requeue") and f"requeued job {job} (it was FAILED)" in body["said"], body
+        squeue = cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
+        assert squeue in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), squeue  # back in the queue
+        status, body = coordinator.api("POST", path, {"action": "requeue"})  # Slurm holds it back a while
+        assert status == 409 and f"job {job} was not requeued: the job is " in body["detail"], body
+        status, body = coordinator.api("POST", path, {"action": "cancel"})  # the queued job, cancelled
+        assert (status, body["said"]) == (200, f"job {job}: CANCELLED"), body
+        assert cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip() == ""
+        status, body = coordinator.api("POST", path, {"action": "cancel"})
+        assert status == 409 and body["detail"].startswith(f"job {job} had already ended: CANCELLED"), body
+    finally:
+        cluster.cancel(job)
+
+
 def test_group_limits_command_env_and_delete_from_the_page(page, cluster_coordinator):
     coordinator, p = cluster_coordinator, page
     assert coordinator.api("POST", "/api/groups", {"name": "ctl-<b>x"})[0] == 422  # names are a safe alphabet

@@ -37,7 +37,7 @@ def _trained(tmp_path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     env = {**os.environ, envvars.TIMELINE_FILE: str(logs / TIMELINE_NAME.format(job_id=JOB)), envvars.GROUP: f"slurm-{JOB}",
-           "SLURM_JOB_ID": JOB}
+           "SLURM_JOB_ID": JOB, "SLURM_RESTART_COUNT": "0"}
     proc = subprocess.run([sys.executable, *TRAIN[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (logs / f"train-{JOB}.out").write_text("".join(f"0: {line}\n" for line in (proc.stdout + proc.stderr).splitlines()))
@@ -79,6 +79,7 @@ def test_a_checkpointed_trainer_jobs_page(page, own_coordinator, tmp_path):
     elapsed = p.page.locator(".facts dt:text-is('Elapsed') + dd").inner_text()
     assert re.fullmatch(r"(\d+ min )?\d+ s", elapsed), elapsed  # Slurm's end time kept: not "—"
     timeline = p.page.locator("figure.timeline svg")
+    expect(timeline).to_have_attribute("aria-label", "per-rank timeline of attempt 1")  # Slurm's restart count 0
     expect(timeline.locator("g.rank-row")).to_have_count(1)
     assert timeline.locator("rect").count() >= 4  # launch, imports, rendezvous, first step, training, checkpoints
     expect(p.page.locator("#goodput")).to_contain_text("Goodput")

@@ -96,7 +96,7 @@ def test_requeue_is_offered_for_a_failed_job_only_and_posts_through_the_jobs_lay
     assert "disabled" not in button(app.get(f"/ui/runs/{seq}").text, "Requeue")
     assert app.post(f"/ui/runs/{seq}/requeue", headers=ORIGIN).status_code == 403  # no CSRF value
     asked = []
-    monkeypatch.setattr(stopping, "requeue", lambda runner, reg, record: asked.append(record.job_id) or f"requeued job {HOSTILE}")
+    monkeypatch.setattr(stopping, "requeue", lambda runner, reg, record: asked.append(record.job_id) or (True, f"requeued job {HOSTILE}"))
     assert post(app, f"/ui/runs/{seq}/requeue", page=f"/ui/runs/{seq}") == f"/ui/runs/{seq}"  # POST-redirect-GET
     assert asked == ["4242"]
     html = app.get(f"/ui/runs/{seq}").text
@@ -136,6 +136,86 @@ def test_stop_a_running_launch_through_its_channel_and_not_an_ended_one(app):
     assert "launch L1: the launcher is stopping every rank on every node" in app.get(f"/ui/runs/{live}").text
     assert post(app, f"/ui/runs/{old}/stop", page=f"/ui/runs/{old}") == f"/ui/runs/{old}"
     assert "launch L0 was not stopped: the launch has ended (failed)" in app.get(f"/ui/runs/{old}").text
+
+
+# ---- the same controls as JSON (run_api.py) ----------------------------------------------------
+def test_the_json_api_requeues_and_stops_by_the_pages_rules_with_clear_refusals(app, monkeypatch):
+    from slurmgen.jobs import stopping
+
+    slurm, live, old = (int(seq_of(app, key)) for key in ("4242", "L1", "L0"))
+    asked: list = []
+    monkeypatch.setattr(stopping, "requeue", lambda runner, reg, record: asked.append(record.job_id) or (True, "requeued job 4242"))
+    reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "requeue"})
+    assert (reply.status_code, reply.json()) == (200, {"run": slurm, "action": "requeue", "said": "requeued job 4242"})
+    assert asked == ["4242"]
+    refused = "job 4242 was not requeued: the job is RUNNING, not ended: only a failed or preempted job is requeued"
+    monkeypatch.setattr(stopping, "requeue", lambda runner, reg, record: (False, refused))
+    reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "requeue"})
+    assert (reply.status_code, reply.json()) == (409, {"detail": refused})
+    # Who may do what: a launch is not requeued, a Slurm job not "stopped", an ended launch not at all.
+    reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "requeue"})
+    assert (reply.status_code, reply.json()["detail"]) == (409, f"run {live} is 'launch', not a Slurm job: only a Slurm job is requeued")
+    assert api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "stop"}).status_code == 409
+    reply = api(app, "POST", f"/api/runs/{old}/actions", {"action": "stop"})
+    assert (reply.status_code, reply.json()["detail"]) == (409, "launch L0 was not stopped: the launch has ended (failed)")
+    reply = api(app, "POST", "/api/runs/999/actions", {"action": "stop"})
+    assert (reply.status_code, reply.json()["detail"]) == (404, "there is no run 999 in this machine's registry: nothing was stopped")
+    assert asked == ["4242"]  # no refused call reached Slurm
+    # A running launch is stopped through its channel, as the page's button does.
+    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
+        stop_file = launch_stop.stop_file(reg.path, "L1")
+    taken: list = []
+
+    def launcher() -> None:  # the launcher's loop, as launch/runner.py runs it
+        deadline = time.monotonic() + 5
+        while not taken and time.monotonic() < deadline:
+            taken.append(launch_stop.take(stop_file)) if stop_file.exists() else time.sleep(0.02)
+
+    thread = threading.Thread(target=launcher)
+    thread.start()
+    reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "stop"})
+    thread.join()
+    assert reply.status_code == 200 and reply.json()["said"].startswith("launch L1: the launcher is stopping every rank")
+    assert taken == [f"{STOPPED_BY_USER} through the API"]
+
+
+def test_the_json_api_cancels_and_checkpoints_a_slurm_job_only_while_it_runs(app, monkeypatch):
+    from slurmgen.jobs import stopping
+
+    slurm, live = int(seq_of(app, "4242")), int(seq_of(app, "L1"))
+    sent: list = []
+
+    def cancel(runner, reg, record, task, signal):
+        sent.append(signal)
+        return {"said": f"sent {signal} to 4242"} if signal else {"said": "job 4242: CANCELLED"}
+
+    monkeypatch.setattr(stopping, "cancel", cancel)
+    reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "checkpoint"})
+    assert (reply.status_code, reply.json()["said"]) == (200, "sent USR2 to 4242")  # the preemption signal
+    assert api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "cancel"}).json()["said"] == "job 4242: CANCELLED"
+    assert sent == ["USR2", None]
+    monkeypatch.setattr(stopping, "cancel", lambda *a: {"said": "job 4242 had already ended: FAILED", "already_ended": True})
+    reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "cancel"})
+    assert (reply.status_code, reply.json()["detail"]) == (409, "job 4242 had already ended: FAILED")
+    reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "cancel"})
+    assert reply.status_code == 409 and "not a Slurm job" in reply.json()["detail"]
+
+
+def test_the_json_api_names_the_bad_field_and_wants_the_token(app):
+    live = int(seq_of(app, "L1"))
+    bad = api(app, "POST", f"/api/runs/{live}/actions", {"action": HOSTILE})
+    assert bad.status_code == 422
+    (error,) = bad.json()["detail"]
+    assert error["loc"] == ["body", "action"] and "'requeue', 'stop', 'cancel' or 'checkpoint'" in error["msg"], error
+    (error,) = api(app, "POST", f"/api/runs/{live}/actions", {"action": "stop", "force": True}).json()["detail"]
+    assert error["loc"] == ["body", "force"], error
+    (error,) = api(app, "POST", "/api/runs/L1/actions", {"action": "stop"}).json()["detail"]
+    assert error["loc"] == ["path", "seq"], error
+    # The page's session cookie is no API token; a missing token is refused before the body is read.
+    assert app.post(f"/api/runs/{live}/actions", json={"action": "stop"}, headers=ORIGIN).status_code == 401
+    assert app.post(f"/api/runs/{live}/actions", content=b"{not json", headers=ORIGIN).status_code == 401
+    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
+        assert not launch_stop.stop_file(reg.path, "L1").exists()  # nothing was asked of the launcher
 
 
 # ---- groups and workers ------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def timeline_events() -> list[dict]:
         for event, t, more in (("process", 1.0, {}), ("imports", 3.0 + late, {}), ("rendezvous", 6.0, {}),
                                ("first_step", 7.0, {"step": 1}), ("checkpoint", 10.0, {"step": 20, "stall": 0.5}),
                                ("steps", 12.0, {"step": 30, "work": 30 * work}), ("end", 13.0, {"status": "preempted"})):
-            out.append({"event": event, "rank": rank, "attempt": 0, "time": T0 + t, "host": host, "pid": 1, **more})
+            out.append({"event": event, "rank": rank, "attempt": 1, "time": T0 + t, "host": host, "pid": 1, **more})
     return out
 
 
@@ -103,12 +103,12 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
         row = get_row(reg, seq)
     assert row["state"] == State.PREEMPTED.value and row["ended"] == datetime.fromisoformat(END).timestamp()
     # the timeline: one SVG row per rank, the hostile host name escaped, rank 2 flagged and named slowest
-    svg = html.split('aria-label="per-rank timeline of attempt 0">')[1].split("</svg>")[0]
+    svg = html.split('aria-label="per-rank timeline of attempt 1">')[1].split("</svg>")[0]
     assert svg.count('<g class="rank-row') == 3 and HOSTILE not in html
     assert "&#9873; rank 2 &lt;svg onload=alert(1)&gt;" in svg
     assert "<title>rank 2 imports: 0.00-4.00 s</title>" in svg
     assert "imports: rank 2 at 4.00 s" in html
-    assert "rank 2: 4.0&times; the median step work for 30 steps (1-30, attempt 0)" in html
+    assert "rank 2: 4.0&times; the median step work for 30 steps (1-30, attempt 1)" in html
     assert 'id="goodput">Goodput <strong>' in html and 'data-part="checkpoint"><td>' in html
 
 
@@ -116,7 +116,7 @@ def test_status_html_draws_the_same_time_report(tmp_path):
     (tmp_path / TIMELINE_NAME.format(job_id="g")).write_text("".join(json.dumps(e) + "\n" for e in timeline_events()))
     detail = {"group": {"name": "g", "state": "stopped", "attempt": 1, "reason": None, "config": {}}, "workers": [], "attempts": []}
     html = status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "g"))
-    assert 'aria-label="per-rank timeline of attempt 0"' in html and "&#9873; rank 2" in html and HOSTILE not in html
+    assert 'aria-label="per-rank timeline of attempt 1"' in html and "&#9873; rank 2" in html and HOSTILE not in html
     assert "Goodput <strong>" in html
     assert "per-rank timeline" not in status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "none"))
 
@@ -141,6 +141,41 @@ def test_log_follows_by_offset_and_the_rank_filter_keeps_one_rank(served, tmp_pa
     only = client.get(f"/ui/live/runs/{seq}/logs", params={"rank": 1}).json()
     assert {x["rank"] for x in only["lines"]} == {1} and only["rank"] == 1
     assert f'data-logs-url="/ui/live/runs/{seq}/logs"' in client.get(f"/ui/runs/{seq}").text
+
+
+def test_an_array_jobs_log_is_the_chosen_tasks_and_the_page_offers_every_task(served, tmp_path, monkeypatch):
+    client, registry = served
+    lines = [scontrol_line(str(90 + t), state, "0:0", ArrayJobId="90", ArrayTaskId=str(t), Restarts="0")
+             for t, state in ((0, "COMPLETED"), (1, "RUNNING"), (2, "PENDING"))]
+    fake_slurm(tmp_path, monkeypatch, lines)
+    seq = add_job(registry, tmp_path, "90", array=3)
+    for task in (0, 1):
+        (tmp_path / "logs" / f"train-90_{task}.out").write_text(f"0: task {task} says {HOSTILE}\n")
+    first = client.get(f"/ui/live/runs/{seq}/logs").json()  # the first task's unless told
+    assert (first["task"], [x["text"] for x in first["lines"]]) == (0, [f"task 0 says {HOSTILE}"])
+    second = client.get(f"/ui/live/runs/{seq}/logs", params={"task": 1, "rank": 0}).json()
+    assert (second["task"], second["rank"], [x["text"] for x in second["lines"]]) == (1, 0, [f"task 1 says {HOSTILE}"])
+    assert client.get(f"/ui/live/runs/{seq}/logs", params={"task": 2}).json()["lines"] == []  # pending: no log yet
+    refused = client.get(f"/ui/live/runs/{seq}/logs", params={"task": 7})
+    assert (refused.status_code, refused.json()["detail"]) == (
+        422, "task: expected one of the tasks of array job 90 (0-2), got 7")
+    assert client.get(f"/ui/live/runs/{seq}/logs", params={"task": "x"}).status_code == 422
+    html = client.get(f"/ui/runs/{seq}").text
+    picker = html.split('<select id="task-filter">')[1].split("</select>")[0]
+    assert picker.count("<option") == 3 and '<option value="1">task 1 (running)</option>' in picker, picker
+    # A job that is no array offers no picker and refuses a task.
+    plain = add_job(registry, tmp_path, "91")
+    assert 'id="task-filter"' not in client.get(f"/ui/runs/{plain}").text
+    assert client.get(f"/ui/live/runs/{plain}/logs", params={"task": 0}).status_code == 422
+
+
+def test_array_task_ids_are_read_from_what_the_job_was_submitted_with():
+    from slurmgen.jobs.logs import array_tasks, tasks_text
+
+    assert array_tasks({"array": 4}) == [0, 1, 2, 3] and array_tasks({}) == []
+    assert array_tasks({"array": "0-6:3%2"}) == [0, 3, 6] and array_tasks({"array": "1,3,5-6"}) == [1, 3, 5, 6]
+    assert array_tasks({"array": "%4"}) == [] and array_tasks({"array": "a-b"}) == []
+    assert tasks_text([0, 1, 2, 3]) == "0-3" and tasks_text([1, 3, 5, 6]) == "1, 3, 5-6"
 
 
 def test_array_tasks_grid_and_the_sweeps_curves_in_one_chart(served, tmp_path, monkeypatch):

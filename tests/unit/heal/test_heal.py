@@ -93,8 +93,9 @@ def test_a_matching_failure_requeues_and_excludes_its_node_until_retries_run_out
     # The requeued attempt fails the same way: the one retry is used up, so it stops.
     done, records, scontrol, _ = job([3, 3], restart=1, **spec)
     assert done.returncode == 3 and len(scontrol) == 3
+    # Attempts count from 1 (contract/attempts.py): Slurm's restart count 0 is attempt 1.
     assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [
-        ("start", 0, None), ("end", 0, "requeue"), ("start", 1, None), ("end", 1, "stop")]
+        ("start", 1, None), ("end", 1, "requeue"), ("start", 2, None), ("end", 2, "stop")]
 
 
 def test_without_the_earlier_attempts_in_the_record_the_restart_count_limits_retries(job, tmp_path):
@@ -166,8 +167,8 @@ def test_other_codes_stop_and_a_finished_job_never_runs_again(job):
 
 def test_the_record_reader_skips_a_line_cut_by_a_kill(tmp_path):
     path = tmp_path / "a.jsonl"
-    lines = [{"event": "start", "job": "7", "attempt": 0},
-             {"event": "end", "job": "7", "attempt": 0, "exit_code": 124, "hung_rank": 5, "node": "n2"}]
+    lines = [{"event": "start", "job": "7", "attempt": 1},
+             {"event": "end", "job": "7", "attempt": 1, "exit_code": 124, "hung_rank": 5, "node": "n2"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"event": "sta')
     assert read_attempts(path) == lines
     assert cause(lines[1]) == "hung (rank 5 on n2)"

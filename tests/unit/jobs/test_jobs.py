@@ -330,7 +330,7 @@ def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
     rec = record("7", tmp_path, name="fail")
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "slurmgen-7.attempts.jsonl").write_text(
-        '{"event": "start", "attempt": 0}\n{"event": "end", "attempt": 0, "exit_code": 3, "action": "stop"}\n{"cut')
+        '{"event": "start", "attempt": 1}\n{"event": "end", "attempt": 1, "exit_code": 3, "action": "stop"}\n{"cut')
     runner = FakeRunner(scontrol, {str(tmp_path / "logs" / "fail-7.out"): log,
                                    str(tmp_path / "logs" / "slurmgen-7.attempts.jsonl"):
                                    (tmp_path / "logs" / "slurmgen-7.attempts.jsonl").read_text()})
@@ -344,7 +344,7 @@ def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
     assert [a["event"] for a in view["attempts"]] == ["start", "end"]
     text = "\n".join(format_view(view))
     assert "failed: 7 FAILED (exit code 3) task 1 on node1: Exited with exit code 3" in text
-    assert "attempt 0: exit 3 -> stop" in text
+    assert "attempt 1: exit 3 -> stop" in text
 
 
 def test_status_names_the_failing_rank_from_its_note_not_the_nodes_agent(tmp_path):
@@ -371,8 +371,8 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
     # Task 1 runs as job 6 (its SLURM_JOB_ID names its attempts file); id 4 is the array's and, until
     # the last task starts, that of the tasks still pending: none of them has attempts yet.
     attempts = {str(tmp_path / "logs" / f"slurmgen-{i}.attempts.jsonl"):
-                f'{{"event": "end", "job": "{i}", "attempt": 0, "exit_code": 75, "action": "requeue"}}\n' for i in (4, 6)}
-    attempts[str(tmp_path / "logs" / "slurmgen-5.attempts.jsonl")] = '{"event": "end", "attempt": 0, "exit_code": 0, "action": "finished"}\n'
+                f'{{"event": "end", "job": "{i}", "attempt": 1, "exit_code": 75, "action": "requeue"}}\n' for i in (4, 6)}
+    attempts[str(tmp_path / "logs" / "slurmgen-5.attempts.jsonl")] = '{"event": "end", "attempt": 1, "exit_code": 0, "action": "finished"}\n'
     runner = FakeRunner((DATA / "scontrol_array.txt").read_text(), {rec.info["sweep_file"]: grid, **attempts})
     with registry(tmp_path) as reg:
         reg.add(rec)
@@ -385,7 +385,7 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
     assert view["tasks"][1]["run"]["loss"] == 0.25 and "run" not in view["tasks"][0]
     assert [len(t.get("attempts", [])) for t in view["tasks"]] == [1, 1, 0, 0] and "attempts" not in view
     text = "\n".join(format_view(view))
-    assert "4_1  RUNNING     loss 0.25  lr=1 bs=16\n              attempt 0: preempted -> requeue" in text, text
+    assert "4_1  RUNNING     loss 0.25  lr=1 bs=16\n              attempt 1: preempted -> requeue" in text, text
     assert text.count("attempt") == 1, text  # task 0 ran once and finished: nothing to say in the grid
 
 
@@ -408,9 +408,9 @@ def test_status_of_an_array_the_controller_forgot_shows_each_tasks_attempts(tmp_
     recorded = (DATA / "sacct_array.txt").read_text().partition("\n#STDERR\n")[0]
     rec = record("5", tmp_path, name="sweep", array=3)
     logs = tmp_path / "logs"
-    files = {str(logs / f"slurmgen-{i}.attempts.jsonl"): f'{{"event": "end", "job": "{i}", "attempt": 0, "exit_code": 0, '
+    files = {str(logs / f"slurmgen-{i}.attempts.jsonl"): f'{{"event": "end", "job": "{i}", "attempt": 1, "exit_code": 0, '
              f'"action": "finished"}}\n' for i in (5, 7)}
-    files[str(logs / "slurmgen-8.attempts.jsonl")] = ('{"event": "end", "job": "8", "attempt": 0, "exit_code": 2, "node": "node1", '
+    files[str(logs / "slurmgen-8.attempts.jsonl")] = ('{"event": "end", "job": "8", "attempt": 1, "exit_code": 2, "node": "node1", '
                                                      '"task": 0, "action": "stop"}\n')
     runner = FakeRunner("", files, sacct=recorded)  # scontrol lists nothing: only accounting knows array 5
     with registry(tmp_path) as reg:
@@ -421,7 +421,7 @@ def test_status_of_an_array_the_controller_forgot_shows_each_tasks_attempts(tmp_
         ("5_0", ["7"]), ("5_1", ["8"]), ("5_2", ["5"])]
     assert (one["job"], [a["exit_code"] for a in one["attempts"]]) == ("5_1", [2])
     text = "\n".join(format_view(view))
-    assert "5_1  FAILED     exit 2  loss -\n              attempt 0: bad input (task 0 on node1) -> stop" in text, text
+    assert "5_1  FAILED     exit 2  loss -\n              attempt 1: bad input (task 0 on node1) -> stop" in text, text
     assert text.count("attempt") == 1, text  # tasks 0 and 2 ran once and finished
 
 
@@ -752,10 +752,11 @@ def test_requeue_sends_scontrol_requeue_for_a_failed_job_only(tmp_path):
                             Result(1, "", "Requested operation is presently disabled for job 4\n"))
     with registry(tmp_path) as reg:
         reg.add(rec)
-        assert stopping.requeue(failed, reg, rec).startswith("requeued job 4 (it was FAILED)")
+        done, said = stopping.requeue(failed, reg, rec)
+        assert done and said.startswith("requeued job 4 (it was FAILED)")
         assert ["scontrol", "requeue", "4"] in failed.calls and reg.get("4").info["requeued"][0]["from"] == "FAILED"
-        assert stopping.requeue(running, reg, rec) == (
+        assert stopping.requeue(running, reg, rec) == (False,
             "job 4 was not requeued: the job is RUNNING, not ended: only a failed or preempted job is requeued")
         assert not [c for c in running.calls if c[:2] == ["scontrol", "requeue"]]
-        assert stopping.requeue(refused, reg, rec) == (
+        assert stopping.requeue(refused, reg, rec) == (False,
             "job 4 was not requeued: scontrol: Requested operation is presently disabled for job 4")

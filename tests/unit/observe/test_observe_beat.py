@@ -73,4 +73,6 @@ def test_process_start_is_read_back_through_the_uptime():
     hz = os.sysconf("SC_CLK_TCK")
     assert record.process_start_time(stat, "100.25 3.0", now=1000.0) == 1000.0 - (100.25 - 500 / hz)
     assert record.process_start_time("garbage", "1 1") is None
-    assert record.attempt_of({"SLURM_RESTART_COUNT": "2"}) == 2 and record.attempt_of({"SLURMGEN_ATTEMPT": "3"}) == 3
+    # Attempts count from 1 (contract/attempts.py): Slurm's second requeue is the third attempt.
+    assert record.attempt_of({"SLURM_RESTART_COUNT": "2"}) == 3 and record.attempt_of({"SLURMGEN_ATTEMPT": "3"}) == 3
+    assert record.attempt_of({}) == 1

@@ -12,11 +12,11 @@ from slurmgen.observe.timeline import format_timeline
 T0 = 1_000_000.0
 
 
-def ev(event, rank, t, attempt=0, **kw):
+def ev(event, rank, t, attempt=1, **kw):
     return {"event": event, "rank": rank, "attempt": attempt, "time": T0 + t, "host": f"n{rank // 2}", "pid": 1, **kw}
 
 
-def rank_events(rank, offset=0.0, attempt=0, t0=0.0, steps=(0, 100), ckpts=(), end="done"):
+def rank_events(rank, offset=0.0, attempt=1, t0=0.0, steps=(0, 100), ckpts=(), end="done"):
     """A rank's attempt: phases at t0 + 1, 2, 3 (+ offset); step first + k done at t0 + 2 + k."""
     first, last = steps
     out = [ev("process", rank, t0 + 0.5, attempt), ev("imports", rank, t0 + 1 + offset, attempt),
@@ -30,7 +30,7 @@ def rank_events(rank, offset=0.0, attempt=0, t0=0.0, steps=(0, 100), ckpts=(), e
 
 def test_the_timeline_has_every_phase_per_rank_since_the_allocation_and_names_the_slowest():
     events = [e for r in range(4) for e in rank_events(r, offset=2.0 if r == 3 else 0.0, ckpts=(50,))]
-    attempts = [{"event": "start", "attempt": 0, "time": T0}, {"event": "end", "attempt": 0, "time": T0 + 110}]
+    attempts = [{"event": "start", "attempt": 1, "time": T0}, {"event": "end", "attempt": 1, "time": T0 + 110}]
     view = timeline.build(events, attempts, submitted=T0 - 30)
     (a,) = view["attempts"]
     assert a["queued"] == 30 and a["start"] == T0 and a["end"] == T0 + 110
@@ -39,7 +39,7 @@ def test_the_timeline_has_every_phase_per_rank_since_the_allocation_and_names_th
     assert (r3["checkpoints"], r3["checkpoint_stall"], r3["status"], r3["last_step"]) == (1, 0.5, "done", 100)
     assert a["slowest"]["imports"] == {"rank": 3, "at": 3.0} and a["slowest"]["first_step"]["rank"] == 3
     text = format_timeline(view)
-    assert text[0].startswith("attempt 0 (seconds since the allocation started, queued 30.0s)")
+    assert text[0].startswith("attempt 1 (seconds since the allocation started, queued 30.0s)")
     assert text[-1].split()[:5] == ["slowest", "3", "3", "3", "3"], text  # process: the last of a tie
 
 
@@ -52,7 +52,7 @@ def test_a_missing_phase_is_a_dash_and_a_missing_attempts_record_starts_at_the_f
     assert format_timeline({"attempts": []})[0].startswith("no timeline recorded")
 
 
-def samples(rank, per_step, steps=100, every=10, attempt=0):
+def samples(rank, per_step, steps=100, every=10, attempt=1):
     """first_step at 1, a step sample every `every` steps with `per_step` seconds of work each."""
     out = [ev("first_step", rank, 0, attempt, step=1)]
     out += [ev("steps", rank, s, attempt, step=s, work=per_step * every) for s in range(every, steps + 1, every)]
@@ -94,18 +94,18 @@ def test_uneven_sample_windows_are_compared_step_by_step():
 
 
 def test_goodput_of_a_run_that_failed_once_and_resumed_from_its_checkpoint():
-    """Attempt 0: allocation at 0, first step at 3, a checkpoint at step 50 (t=52, 0.5 s stall),
-    dies at step 80 (t=82), ends at 90. Attempt 1: allocation at 100, resumes from step 50:
+    """Attempt 1: allocation at 0, first step at 3, a checkpoint at step 50 (t=52, 0.5 s stall),
+    dies at step 80 (t=82), ends at 90. Attempt 2: allocation at 100, resumes from step 50:
     first step (51) at 103, done at step 100 (t=152), ends at 155."""
     a0 = [e for r in range(2) for e in rank_events(r, steps=(0, 80), ckpts=(50,), end=None)]
-    a0 += [ev("steps", r, 82, 0, step=80, work=1) for r in range(2)]
-    a1 = [e for r in range(2) for e in rank_events(r, attempt=1, t0=100, steps=(50, 100))]
-    attempts = [{"event": "start", "attempt": 0, "time": T0}, {"event": "end", "attempt": 0, "time": T0 + 90},
-                {"event": "start", "attempt": 1, "time": T0 + 100}, {"event": "end", "attempt": 1, "time": T0 + 155}]
+    a0 += [ev("steps", r, 82, 1, step=80, work=1) for r in range(2)]
+    a1 = [e for r in range(2) for e in rank_events(r, attempt=2, t0=100, steps=(50, 100))]
+    attempts = [{"event": "start", "attempt": 1, "time": T0}, {"event": "end", "attempt": 1, "time": T0 + 90},
+                {"event": "start", "attempt": 2, "time": T0 + 100}, {"event": "end", "attempt": 2, "time": T0 + 155}]
     g = goodput.compute(a0 + a1, attempts, submitted=T0 - 20)
     b = g["breakdown"]
     assert g["wall"] == 155 and g["queue"] == 20
-    assert g["lost_steps"] == [{"attempt": 0, "from_step": 50, "to_step": 80, "steps": 30, "seconds": 30.0}]
+    assert g["lost_steps"] == [{"attempt": 1, "from_step": 50, "to_step": 80, "steps": 30, "seconds": 30.0}]
     assert (b["startup"], b["checkpoint"], b["lost"], b["restart"], b["other"]) == (6.0, 0.5, 30.0, 18.0, 3.0)
     assert b["productive"] == pytest.approx(155 - 6 - 0.5 - 30 - 18 - 3)
     assert g["goodput"] == pytest.approx(b["productive"] / 155, abs=1e-4)
@@ -115,7 +115,7 @@ def test_goodput_of_a_run_that_failed_once_and_resumed_from_its_checkpoint():
 
 def test_goodput_of_a_running_job_counts_to_now_and_of_a_job_that_never_stepped_is_unknown():
     events = rank_events(0, steps=(0, 10), end=None)
-    g = goodput.compute(events, [{"event": "start", "attempt": 0, "time": T0}], now=T0 + 20)
+    g = goodput.compute(events, [{"event": "start", "attempt": 1, "time": T0}], now=T0 + 20)
     assert g["wall"] == 20 and g["breakdown"]["startup"] == 3.0
     assert goodput.compute([ev("process", 0, 1), ev("imports", 0, 2)]) is None
 
@@ -127,5 +127,5 @@ def test_status_lines_come_from_the_files_text():
     found = analyse("\n".join(json.dumps(e) for e in events) + "\ncut sho", [], None, T0 + 200)
     assert [s["rank"] for s in found["stragglers"]] == [2] and found["step_work"]["2"] == pytest.approx(0.2)
     text = lines(found)
-    assert text[0].startswith("  stragglers: rank 2 20.0x the median for 100 steps (1-100, attempt 0)") and "goodput" in text[1]
+    assert text[0].startswith("  stragglers: rank 2 20.0x the median for 100 steps (1-100, attempt 1)") and "goodput" in text[1]
     assert analyse("", [], None, T0) == {}

@@ -89,11 +89,14 @@
     if (!section) return;
     const view = document.getElementById("log-view");
     const filter = document.getElementById("rank-filter");
+    const taskFilter = document.getElementById("task-filter");  // an array job's: which task's log
     const follow = document.getElementById("follow");
     let after = 0, generation = 0, lastAttempt = null;
-    filter.addEventListener("change", () => {
+    const restart = () => {
       generation += 1; after = 0; lastAttempt = null; view.replaceChildren();
-    });
+    };
+    filter.addEventListener("change", restart);
+    if (taskFilter) taskFilter.addEventListener("change", restart);
     function show(data) {
       const atBottom = view.scrollHeight - view.scrollTop - view.clientHeight < 4;
       if (data.gap) view.append(marker("log-gap", "… lines skipped (the rank's full log is on its node)"));
@@ -107,13 +110,15 @@
       if (data.lines.length && (follow.checked || atBottom)) view.scrollTop = view.scrollHeight;
     }
     async function tick() {
-      const mine = generation, wanted = filter.value;
+      const mine = generation, wanted = filter.value, task = taskFilter ? taskFilter.value : "";
       try {
         const params = new URLSearchParams({ after: String(after) });
         if (wanted !== "") params.set("rank", wanted);
+        if (task !== "") params.set("task", task);
         const data = await getJSON(section.getAttribute("data-logs-url") + "?" + params);
         const forRank = data.rank === null ? "" : String(data.rank);
-        if (mine === generation && forRank === filter.value) {
+        const forTask = data.task === null || data.task === undefined ? "" : String(data.task);
+        if (mine === generation && forRank === filter.value && (!taskFilter || forTask === taskFilter.value)) {
           show(data);
           after = data.next;
         }
@@ -160,6 +165,12 @@
       return;
     }
     box.replaceChildren();
+    if (data.why) {  // e.g. records read on a login node: only their last lines
+      const note = document.createElement("p");
+      note.className = "hint";
+      note.textContent = data.why;
+      box.append(note);
+    }
     const width = Math.max(280, Math.min(box.clientWidth || 600, 720));
     for (const name of names) {
       const kinds = Object.keys(data.metrics[name]);

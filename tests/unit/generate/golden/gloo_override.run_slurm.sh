@@ -18,7 +18,8 @@ if [[ -z ${SLURM_JOB_ID:-} ]]; then
 fi
 
 # --- attempts record and finished marker (the format: slurmgen/heal/attempts.py) ---
-attempt=${SLURM_RESTART_COUNT:-0}
+# Attempts count from 1 (slurmgen/contract/attempts.py); Slurm's restarts from 0.
+attempt=$((${SLURM_RESTART_COUNT:-0} + 1))
 log_dir=out/logs
 attempts_file=$log_dir/slurmgen-$SLURM_JOB_ID.attempts.jsonl
 finished_marker=$log_dir/slurmgen-$SLURM_JOB_ID.finished

@@ -20,7 +20,8 @@ if [[ -z ${SLURM_JOB_ID:-} ]]; then
 fi
 
 # --- attempts record and finished marker (the format: slurmgen/heal/attempts.py) ---
-attempt=${SLURM_RESTART_COUNT:-0}
+# Attempts count from 1 (slurmgen/contract/attempts.py); Slurm's restarts from 0.
+attempt=$((${SLURM_RESTART_COUNT:-0} + 1))
 log_dir="logs of 'run' \$1"
 attempts_file=$log_dir/slurmgen-$SLURM_JOB_ID.attempts.jsonl
 finished_marker=$log_dir/slurmgen-$SLURM_JOB_ID.finished
@@ -174,9 +175,9 @@ finish_attempt() {
     : >"$finished_marker" || echo "slurmgen: cannot write $finished_marker: a requeue would run this job again" >&2
   elif [[ " 1 124 143 " == *" $status "* ]]; then
     used=$(grep -c '"action": "requeue"' "$attempts_file" 2>/dev/null) || used=0
-    # A record that does not reach back to attempt 0 (a log directory the batch nodes do not
-    # share) cannot count; SLURM_RESTART_COUNT can, though preemption requeues count too.
-    grep -q '"attempt": 0,' "$attempts_file" 2>/dev/null || used=$attempt
+    # A record that does not reach back to the first attempt (a log directory the batch nodes do
+    # not share) cannot count; SLURM_RESTART_COUNT can, though preemption requeues count too.
+    grep -q '"attempt": 1,' "$attempts_file" 2>/dev/null || used=${SLURM_RESTART_COUNT:-0}
     if ((used < 2)); then
       action=requeue
       exclude=$node
@@ -527,7 +528,7 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
     take_stack "$dir" "$hung_rank" "$hung_pid" "$hung_text"
     for frame in "${stack_frames[@]}"; do echo "stack $hung_rank $frame"; done
     if [[ -n $stack_file ]]; then
-      { echo "=== rank $hung_rank on $SLURMD_NODENAME, attempt ${SLURM_RESTART_COUNT:-0}"; cat -- "$stack_file"; } >>"$stacks" 2>/dev/null
+      { echo "=== rank $hung_rank on $SLURMD_NODENAME, attempt $((${SLURM_RESTART_COUNT:-0} + 1))"; cat -- "$stack_file"; } >>"$stacks" 2>/dev/null
     fi
     kill -KILL "$hung_pid"
   done

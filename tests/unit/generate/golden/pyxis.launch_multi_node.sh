@@ -107,8 +107,8 @@ stop_grace=$((10#$stop_grace)) fail_grace=$((10#$fail_grace))
 # exit are appended there by this script, whatever the program; the program's own phases
 # (slurmgen.beat, the bundled trainer) go to the same file, which the ranks inherit. ---
 timeline_file=${SLURMGEN_TIMELINE_FILE:-}
-timeline_attempt=${SLURMGEN_ATTEMPT:-0}
-[[ $timeline_attempt =~ ^[0-9]+$ ]] || timeline_attempt=0
+timeline_attempt=${SLURMGEN_ATTEMPT:-1}  # a run by hand is its first (contract/attempts.py)
+[[ $timeline_attempt =~ ^[0-9]+$ ]] || timeline_attempt=1
 # One JSON line: EVENT RANK PID [", more": fields]; a line that cannot be written is lost, never the run.
 timeline() {
   [[ -n $timeline_file ]] || return 0
