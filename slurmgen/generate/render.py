@@ -28,6 +28,7 @@ from slurmgen.contract.files import (
 )
 from slurmgen.contract.node_events import EVENT_TAG
 from slurmgen.contract.version import VERSION as __version__
+from slurmgen.generate import template_cache
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
 
 if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it
@@ -65,6 +66,8 @@ _ENV.filters["sbatch"] = sbatch_value
 _ENV.filters["words"] = words
 # The hang watchers' stack request (contract/hangs.py), the same in every template that judges.
 _ENV.globals.update(stack_signal=hangs.STACK_SIGNAL, stack_wait_ms=round(hangs.STACK_WAIT * 1000))
+# Compiled once per user and kept (template_cache.py); each installation or checkout apart.
+template_cache.attach(_ENV, str(Path(__file__).resolve().parent))
 
 
 @dataclass(frozen=True)
