@@ -162,6 +162,28 @@ def test_cli_does_not_import_torch_or_paramiko(args):
     assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
 
 
+# What start-up may not cost (issue 21, "start-up stays lean"): the rank table and the help need
+# neither the spec's validators (pydantic) nor the templates (jinja2) nor YAML; nothing builds
+# typer's per-option pydantic adapters (typer 0.29+, ~60-100 ms a run: pyproject keeps typer below).
+ADAPTERS = ("typer._adapters", "pydantic.type_adapter")
+LEAN = [(["ranks", "--nodes", "2", "--gpus", "4"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
+        (["ranks", "--hosts", "a,b", "--json"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
+        (["--help"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
+        (["create", "--help"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
+        (["create", "--nodes", "2", "--gpus", "4", "--dry-run"], ADAPTERS)]
+
+
+@pytest.mark.parametrize(("args", "absent"), LEAN)
+def test_start_up_imports_only_what_the_command_needs(args, absent):
+    probe = ("import sys, runpy; absent = sys.argv[1].split(','); sys.argv = ['slurmgen', *sys.argv[2:]]\n"
+             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             "print('LOADED', [m for m in absent if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", probe, ",".join(absent), *args], capture_output=True, text=True,
+                            timeout=60, cwd=REPO)
+    assert "LOADED []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
+
+
 def test_nothing_imports_the_composition_root():
     """`cli.py` only composes each package's commands: a package that took a helper from it (as
     jobs and the coordinator once took `create` and `_parse_env`) closes an import cycle."""

@@ -87,11 +87,25 @@ def test_the_cache_is_the_users_own(environ, expected):
     assert (None if found is None else str(found)) == expected
 
 
-def test_create_reuses_the_compiled_templates_with_the_same_scripts(tmp_path):
+# `slurmgen ...` that reports on stderr how many templates Jinja compiled.
+COUNTING = ("import runpy, sys, jinja2\n"
+            "compile_ = jinja2.Environment.compile\n"
+            "def counted(self, *args, **kwargs):\n"
+            "    counted.n += 1\n"
+            "    return compile_(self, *args, **kwargs)\n"
+            "counted.n = 0\n"
+            "jinja2.Environment.compile = counted\n"
+            "sys.argv = ['slurmgen', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+            "finally:\n    print('COMPILED', counted.n, file=sys.stderr)\n")
+
+
+def test_create_compiles_its_templates_once_and_writes_the_same_scripts(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "slurmgen", "create", "--nodes", "2", "--gpus", "4", "--dry-run"]
+    argv = [sys.executable, "-c", COUNTING, "create", "--nodes", "2", "--gpus", "4", "--dry-run"]
     first = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=True)
     stored = sorted(p.name for p in (tmp_path / "cache" / "slurmgen" / "templates").iterdir())
     again = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=True)
+    assert "COMPILED 0" not in first.stderr and "COMPILED 0" in again.stderr, (first.stderr, again.stderr)
     assert stored and again.stdout == first.stdout
     assert sorted(p.name for p in (tmp_path / "cache" / "slurmgen" / "templates").iterdir()) == stored
