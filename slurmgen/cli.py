@@ -11,6 +11,7 @@ themselves, never at start-up. Nothing imports this module but `__main__` and th
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 
@@ -69,8 +70,27 @@ coordinator_cli.register(app)       # serve, agent, workers, group ...
 _RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what Rich reads as a style tag (rich.markup.escape)
 
 
-def command_tree():
-    """`app` as the Click command Typer builds, with every help text escaped as Rich markup.
+def _named_only(args: list[str]) -> typer.Typer:
+    """`app`, or, when `args` name one of its commands or groups right after the root's own
+    --verbose, an app of that one alone: Typer reads the signature of every command it builds,
+    and building all of them took 15-30 ms of every start-up for a command that runs one. The
+    root's help, --version, an unknown name (its "did you mean") and no command get all."""
+    name = next((arg for arg in args if arg not in ("-v", "--verbose")), None)
+    if name is None or name.startswith("-"):
+        return app
+    commands = [c for c in app.registered_commands
+                if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    alone = copy.copy(app)
+    alone.registered_commands, alone.registered_groups = commands, groups
+    return alone
+
+
+def command_tree(args: list[str] | None = None):
+    """`app` as the Click command Typer builds (only the command `args` name, see `_named_only`),
+    with every help text escaped as Rich markup.
 
     Typer renders help strings as Rich markup, which takes "[default: out]" for a style tag and
     drops it ("Where to write the scripts ."). Help here is plain text, so it is escaped once,
@@ -84,7 +104,7 @@ def command_tree():
         for sub in getattr(command, "commands", {}).values():
             whole(sub)
 
-    tree = typer.main.get_command(app)
+    tree = typer.main.get_command(app if args is None else _named_only(args))
     whole(tree)
     return tree
 
@@ -93,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; the single place that turns errors into exit codes and one-line messages."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        code = command_tree()(args=args, prog_name="slurmgen", standalone_mode=False)
+        code = command_tree(args)(args=args, prog_name="slurmgen", standalone_mode=False)
     except SlurmgenError as exc:
         if _state["verbose"]:
             raise

@@ -241,3 +241,20 @@ def test_create_notes_a_torchrun_agent_missing_here(tmp_path, capsys, monkeypatc
                                 f"({no_torch} -m torch.distributed.run would fail)\n"
     code, _, err = run(capsys, "create", "-o", str(tmp_path / "c"), "--launcher", "torchrun", "--", sys.executable, "x.py")
     assert code == 0 and err == ""  # this test's own Python has torch
+
+
+@pytest.mark.parametrize(("args", "built"), [
+    (["launch", "--dry-run", "--hosts", "a"], ["launch"]),
+    (["-v", "ranks", "--nodes", "2"], ["ranks"]),
+    (["group", "list"], ["group"]),
+    (["--help", "create"], None),  # the root's help lists every command
+    (["--version"], None),
+    (["crate"], None),             # "No such command 'crate'. Did you mean 'create'?" needs them all
+    ([], None),
+])
+def test_start_up_builds_only_the_command_it_runs(args, built):
+    from slurmgen.cli import app, command_tree
+
+    everything = list(command_tree().commands)
+    assert list(command_tree(args).commands) == (everything if built is None else built)
+    assert len(everything) == len(app.registered_commands) + len(app.registered_groups)
