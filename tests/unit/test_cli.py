@@ -166,11 +166,14 @@ def test_cli_does_not_import_torch_or_paramiko(args):
 # neither the spec's validators (pydantic) nor the templates (jinja2) nor YAML; nothing builds
 # typer's per-option pydantic adapters (typer 0.29+, ~60-100 ms a run: pyproject keeps typer below).
 ADAPTERS = ("typer._adapters", "pydantic.type_adapter")
-LEAN = [(["ranks", "--nodes", "2", "--gpus", "4"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
-        (["ranks", "--hosts", "a,b", "--json"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
+# A command imports only its own package's commands (the run records and the coordinator were ~25 ms).
+OTHER_PACKAGES = ("slurmgen.tracking", "slurmgen.coordinator.cli", "slurmgen.jobs.cli", "slurmgen.doctor.cli",
+                  "slurmgen.launch.cli")
+LEAN = [(["ranks", "--nodes", "2", "--gpus", "4"], ("pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+        (["ranks", "--hosts", "a,b", "--json"], ("pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
         (["--help"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
-        (["create", "--help"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
-        (["create", "--nodes", "2", "--gpus", "4", "--dry-run"], ADAPTERS)]
+        (["create", "--help"], ("pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+        (["create", "--nodes", "2", "--gpus", "4", "--dry-run"], (*ADAPTERS, *OTHER_PACKAGES))]
 
 
 @pytest.mark.parametrize(("args", "absent"), LEAN)
@@ -253,8 +256,23 @@ def test_create_notes_a_torchrun_agent_missing_here(tmp_path, capsys, monkeypatc
     ([], None),
 ])
 def test_start_up_builds_only_the_command_it_runs(args, built):
-    from slurmgen.cli import app, command_tree
+    from slurmgen.cli import PACKAGES, command_tree
 
     everything = list(command_tree().commands)
     assert list(command_tree(args).commands) == (everything if built is None else built)
-    assert len(everything) == len(app.registered_commands) + len(app.registered_groups)
+    assert sorted(everything) == sorted(name for _, _, names in PACKAGES for name in names)
+
+
+def test_each_package_adds_the_commands_the_root_knows_it_by():
+    """The root imports a package's commands only for the names it lists for that package."""
+    import importlib
+
+    import typer
+
+    from slurmgen.cli import PACKAGES
+
+    for module, register, names in PACKAGES:
+        app = typer.Typer()
+        getattr(importlib.import_module(module), register)(app)
+        added = [c.name or typer.main.get_command_name(c.callback.__name__) for c in app.registered_commands]
+        assert sorted(added + [g.name for g in app.registered_groups]) == sorted(names), module
