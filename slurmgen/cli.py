@@ -11,31 +11,17 @@ themselves, never at start-up. Nothing imports this module but `__main__` and th
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
+from collections.abc import Collection
 
 import typer
 
 from slurmgen import __version__
 from slurmgen.contract.exitcodes import INTERRUPTED
-from slurmgen.coordinator import cli as coordinator_cli
-from slurmgen.doctor import cli as doctor_cli
 from slurmgen.errors import SlurmgenError
-from slurmgen.generate import cli as generate_cli
-from slurmgen.jobs import cli as jobs_cli
-from slurmgen.launch import cli as launch_cli
-from slurmgen.tracking import cli as tracking_cli
-from slurmgen.train import ckpt_command
-from slurmgen.train import command as train_command
 
-app = typer.Typer(
-    name="slurmgen",
-    help="Multi-node PyTorch launching made boring and correct: sbatch scripts, a bare-metal launcher, a rank table.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
 _state = {"verbose": False}
 
 
@@ -45,7 +31,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks for errors."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
@@ -53,24 +38,73 @@ def _root(
     _state["verbose"] = verbose
 
 
-# The order `slurmgen --help` lists them in: make the scripts, run, look at runs; then Slurm's jobs,
-# the preflight check and the coordinator.
-generate_cli.register(app)          # create, ranks
-launch_cli.register(app)            # launch
-train_command.register(app)         # train
-ckpt_command.register(app)          # ckpt info, ckpt consolidate
-tracking_cli.register(app)          # runs, plot
-generate_cli.register_schema(app)   # schema
-jobs_cli.register(app)              # submit, jobs, status, logs, cancel
-doctor_cli.register(app)            # doctor
-coordinator_cli.register(app)       # serve, agent, workers, group ...
+# Each package's commands in the order `slurmgen --help` lists them (make the scripts, run, look at
+# runs; then Slurm's jobs, the preflight check and the coordinator): the module that owns them, its
+# function that adds them to the app, and their names, so that a command starts with its own
+# package's module alone (the others, tracking and the coordinator's above all, were ~25 ms of
+# every start-up). A test keeps the names equal to what each function adds.
+PACKAGES = (
+    ("slurmgen.generate.cli", "register", ("create", "ranks")),
+    ("slurmgen.launch.cli", "register", ("launch",)),
+    ("slurmgen.train.command", "register", ("train",)),
+    ("slurmgen.train.ckpt_command", "register", ("ckpt",)),
+    ("slurmgen.tracking.cli", "register", ("runs", "plot")),
+    ("slurmgen.generate.cli", "register_schema", ("schema",)),
+    ("slurmgen.jobs.cli", "register", ("submit", "jobs", "status", "logs", "cancel")),
+    ("slurmgen.doctor.cli", "register", ("doctor",)),
+    ("slurmgen.coordinator.cli", "register", ("serve", "agent", "workers", "group")),
+)
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The `slurmgen` app: every command, or only the command or group named `only`."""
+    built = typer.Typer(
+        name="slurmgen",
+        help="Multi-node PyTorch launching made boring and correct: sbatch scripts, a bare-metal launcher, a rank table.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    built.callback()(_root)
+    for module, register, names in PACKAGES:
+        if only is None or only in names:
+            getattr(importlib.import_module(module), register)(built)
+    if only is not None:
+        built.registered_commands = [c for c in built.registered_commands if _name(c) == only]
+        built.registered_groups = [g for g in built.registered_groups if g.name == only]
+    return built
+
+
+def _name(command: typer.models.CommandInfo) -> str:
+    return command.name or typer.main.get_command_name(command.callback.__name__)
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`, the whole command line (the docs and tests walk it), built when first asked for:
+    `main` builds only the command it runs."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()["app"] = whole = build_app()
+    return whole
 
 
 _RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what Rich reads as a style tag (rich.markup.escape)
 
 
-def command_tree():
-    """`app` as the Click command Typer builds, with every help text escaped as Rich markup.
+def named_command(args: Collection[str]) -> str | None:
+    """The command or group `args` run, when they name one right after the root's own --verbose:
+    then it alone is built (Typer reads the signature of every command it builds: all of them took
+    15-30 ms of every start-up). None for the root's help, --version, no command or an unknown
+    name (whose "did you mean" needs them all)."""
+    name = next((arg for arg in args if arg not in ("-v", "--verbose")), None)
+    known = {n for _, _, names in PACKAGES for n in names}
+    return name if name in known else None
+
+
+def command_tree(args: Collection[str] | None = None):
+    """The Click command Typer builds: the whole app, or for `args` only the command they run
+    (`named_command`), with every help text escaped as Rich markup.
 
     Typer renders help strings as Rich markup, which takes "[default: out]" for a style tag and
     drops it ("Where to write the scripts ."). Help here is plain text, so it is escaped once,
@@ -84,7 +118,8 @@ def command_tree():
         for sub in getattr(command, "commands", {}).values():
             whole(sub)
 
-    tree = typer.main.get_command(app)
+    only = None if args is None else named_command(args)
+    tree = typer.main.get_command(build_app(only) if only else sys.modules[__name__].app)
     whole(tree)
     return tree
 
@@ -93,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; the single place that turns errors into exit codes and one-line messages."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        code = command_tree()(args=args, prog_name="slurmgen", standalone_mode=False)
+        code = command_tree(args)(args=args, prog_name="slurmgen", standalone_mode=False)
     except SlurmgenError as exc:
         if _state["verbose"]:
             raise

@@ -28,6 +28,7 @@ from slurmgen.contract.files import (
 )
 from slurmgen.contract.node_events import EVENT_TAG
 from slurmgen.contract.version import VERSION as __version__
+from slurmgen.generate import template_cache
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
 
 if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_t
 SLURM_SCRIPT = "run_slurm.sh"
 LAUNCH_SCRIPT = "launch_multi_node.sh"
 SPEC_FILE = "job.yaml"
+_TEMPLATES = {SLURM_SCRIPT: "run_slurm.sh.j2", LAUNCH_SCRIPT: "launch_multi_node.sh.j2"}
 
 
 # A source checkout run without installing (`python -m slurmgen` in the repository) has the
@@ -65,6 +67,8 @@ _ENV.filters["sbatch"] = sbatch_value
 _ENV.filters["words"] = words
 # The hang watchers' stack request (contract/hangs.py), the same in every template that judges.
 _ENV.globals.update(stack_signal=hangs.STACK_SIGNAL, stack_wait_ms=round(hangs.STACK_WAIT * 1000))
+# Compiled once per user and kept (template_cache.py); each installation or checkout apart.
+template_cache.attach(_ENV, str(Path(__file__).resolve().parent))
 
 
 @dataclass(frozen=True)
@@ -240,14 +244,20 @@ def render_template(name: str, **values: object) -> str:
     return _ENV.get_template(name).render(values)
 
 
+def launch_script(spec: JobSpec) -> str:
+    """launch_multi_node.sh alone, as `render` writes it: what `slurmgen launch` sends to every
+    node (neither run_slurm.sh nor job.yaml, whose YAML writer is ~15 ms of imports)."""
+    return _ENV.get_template(_TEMPLATES[LAUNCH_SCRIPT]).render(context(spec))
+
+
 def render(spec: JobSpec) -> Rendered:
     """All files of a `create`: the two scripts, the resolved spec and, for a sweep, its grid."""
     from slurmgen.generate.specfile import dump_yaml
 
     ctx = context(spec)
     files = {
-        SLURM_SCRIPT: _ENV.get_template("run_slurm.sh.j2").render(ctx),
-        LAUNCH_SCRIPT: _ENV.get_template("launch_multi_node.sh.j2").render(ctx),
+        SLURM_SCRIPT: _ENV.get_template(_TEMPLATES[SLURM_SCRIPT]).render(ctx),
+        LAUNCH_SCRIPT: _ENV.get_template(_TEMPLATES[LAUNCH_SCRIPT]).render(ctx),
         SPEC_FILE: dump_yaml(spec),
     }
     if spec.sweep:

@@ -20,7 +20,7 @@ from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
 from slurmgen.generate import slurm_values
 from slurmgen.generate.hostlist import is_host_name
-from slurmgen.generate.yaml12 import as_written
+from slurmgen.generate.written import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 

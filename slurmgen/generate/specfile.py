@@ -14,13 +14,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from slurmgen.errors import SlurmgenError, show
-from slurmgen.generate import yaml12
 from slurmgen.generate.spec import JobSpec
 from slurmgen.generate.user_files import read_text
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
     """Read a job spec file: a non-empty YAML mapping, scalars read as YAML 1.2 (see yaml12)."""
+    from slurmgen.generate import yaml12  # PyYAML: only for a --config file and job.yaml
+
     data = yaml12.load(read_text(path, "config"), str(path), "config")
     if data is None:
         raise SlurmgenError(f"config: {path} holds no spec fields (it is empty or only comments)",
@@ -132,6 +133,8 @@ def spec_from_sources(config: Path | None, overrides: Mapping[str, Any]) -> JobS
 
 def dump_yaml(spec: JobSpec) -> str:
     """The resolved spec as YAML, ready for `--config` to reproduce the same scripts."""
+    from slurmgen.generate import yaml12
+
     header = (f"# slurmgen job spec, resolved (digest {spec.digest()}).\n"
               f"# Reproduce: slurmgen create --config {spec.output_dir.rstrip('/')}/job.yaml --force\n")
     return header + yaml12.dump(spec.resolved())

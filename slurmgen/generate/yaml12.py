@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from slurmgen.errors import SlurmgenError, show
+from slurmgen.generate.written import WrittenFloat, WrittenInt
 
 
 class Yaml12Loader(yaml.SafeLoader):
@@ -54,18 +55,6 @@ for _tag, _pattern, _first in _CORE:
     Yaml12Loader.add_implicit_resolver(_tag, re.compile(_pattern), _first)
 
 
-class WrittenInt(int):
-    """An integer that remembers how it was written, for fields that want the text."""
-
-    written: str
-
-
-class WrittenFloat(float):
-    """A float that remembers how it was written: `--lr 3e-4` stays "3e-4", not "0.0003"."""
-
-    written: str
-
-
 def _int_12(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     text = loader.construct_scalar(node)
     if text.startswith("0o"):
@@ -81,15 +70,6 @@ def _int_12(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
 def _float_12(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
     value = WrittenFloat(loader.construct_yaml_float(node))
     value.written = loader.construct_scalar(node)
-    return value
-
-
-def as_written(value: object) -> object:
-    """A number as the user wrote it (text), anything else unchanged; booleans stay booleans."""
-    if isinstance(value, (WrittenInt, WrittenFloat)):
-        return value.written
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
     return value
 
 

@@ -230,7 +230,7 @@ def build_plan(spec: JobSpec, hosts: Sequence[Host], *, master: str | None = Non
     ~/.ssh/config), else the master's name as given.
     """
     from slurmgen.contract.ports import DEFAULT_MASTER_PORT
-    from slurmgen.generate.render import LAUNCH_SCRIPT, render
+    from slurmgen.generate.render import launch_script
 
     if spec.container is not None and spec.container.runtime == "pyxis":
         raise SlurmgenError("container.runtime: pyxis needs Slurm's srun; use runtime apptainer with slurmgen launch")
@@ -251,7 +251,7 @@ def build_plan(spec: JobSpec, hosts: Sequence[Host], *, master: str | None = Non
         raise SlurmgenError(f"stop_grace: must be 0 or more seconds (got {stop_grace})")
     return LaunchPlan(
         nodes=nodes, world_size=world, master_addr=addr, master_port=spec.master_port or DEFAULT_MASTER_PORT,
-        workdir=workdir, log_dir=spec.logs, script=render(sized).files[LAUNCH_SCRIPT], env=dict(env or {}),
+        workdir=workdir, log_dir=spec.logs, script=launch_script(sized), env=dict(env or {}),
         stop_grace=stop_grace, heartbeat_timeout=heartbeat_timeout,
         max_restarts=max_restarts,
     )

@@ -162,6 +162,31 @@ def test_cli_does_not_import_torch_or_paramiko(args):
     assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
 
 
+# What start-up may not cost (issue 21, "start-up stays lean"): the rank table and the help need
+# neither the spec's validators (pydantic) nor the templates (jinja2) nor YAML; nothing builds
+# typer's per-option pydantic adapters (typer 0.29+, ~60-100 ms a run: pyproject keeps typer below).
+ADAPTERS = ("typer._adapters", "pydantic.type_adapter")
+# A command imports only its own package's commands (the run records and the coordinator were ~25 ms).
+OTHER_PACKAGES = ("slurmgen.tracking", "slurmgen.coordinator.cli", "slurmgen.jobs.cli", "slurmgen.doctor.cli",
+                  "slurmgen.launch.cli")
+LEAN = [(["ranks", "--nodes", "2", "--gpus", "4"], ("pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+        (["ranks", "--hosts", "a,b", "--json"], ("pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+        (["--help"], ("pydantic", "jinja2", "yaml", *ADAPTERS)),
+        (["create", "--help"], ("pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+        (["create", "--nodes", "2", "--gpus", "4", "--dry-run"], (*ADAPTERS, *OTHER_PACKAGES))]
+
+
+@pytest.mark.parametrize(("args", "absent"), LEAN)
+def test_start_up_imports_only_what_the_command_needs(args, absent):
+    probe = ("import sys, runpy; absent = sys.argv[1].split(','); sys.argv = ['slurmgen', *sys.argv[2:]]\n"
+             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             "print('LOADED', [m for m in absent if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", probe, ",".join(absent), *args], capture_output=True, text=True,
+                            timeout=60, cwd=REPO)
+    assert "LOADED []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
+
+
 def test_nothing_imports_the_composition_root():
     """`cli.py` only composes each package's commands: a package that took a helper from it (as
     jobs and the coordinator once took `create` and `_parse_env`) closes an import cycle."""
@@ -219,3 +244,35 @@ def test_create_notes_a_torchrun_agent_missing_here(tmp_path, capsys, monkeypatc
                                 f"({no_torch} -m torch.distributed.run would fail)\n"
     code, _, err = run(capsys, "create", "-o", str(tmp_path / "c"), "--launcher", "torchrun", "--", sys.executable, "x.py")
     assert code == 0 and err == ""  # this test's own Python has torch
+
+
+@pytest.mark.parametrize(("args", "built"), [
+    (["launch", "--dry-run", "--hosts", "a"], ["launch"]),
+    (["-v", "ranks", "--nodes", "2"], ["ranks"]),
+    (["group", "list"], ["group"]),
+    (["--help", "create"], None),  # the root's help lists every command
+    (["--version"], None),
+    (["crate"], None),             # "No such command 'crate'. Did you mean 'create'?" needs them all
+    ([], None),
+])
+def test_start_up_builds_only_the_command_it_runs(args, built):
+    from slurmgen.cli import PACKAGES, command_tree
+
+    everything = list(command_tree().commands)
+    assert list(command_tree(args).commands) == (everything if built is None else built)
+    assert sorted(everything) == sorted(name for _, _, names in PACKAGES for name in names)
+
+
+def test_each_package_adds_the_commands_the_root_knows_it_by():
+    """The root imports a package's commands only for the names it lists for that package."""
+    import importlib
+
+    import typer
+
+    from slurmgen.cli import PACKAGES
+
+    for module, register, names in PACKAGES:
+        app = typer.Typer()
+        getattr(importlib.import_module(module), register)(app)
+        added = [c.name or typer.main.get_command_name(c.callback.__name__) for c in app.registered_commands]
+        assert sorted(added + [g.name for g in app.registered_groups]) == sorted(names), module
