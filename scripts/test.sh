@@ -15,6 +15,8 @@ export PATH="$venv/bin:$PATH"
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/slurmgen-tests.XXXXXX")
 trap 'rm -rf -- "$scratch"' EXIT
 export TMPDIR=$scratch
+# ...and so do the caches they fill (slurmgen's compiled templates, chromium's): none is left in ~/.cache.
+export XDG_CACHE_HOME=$scratch/cache
 status=0
 "$venv/bin/python" -m pytest -ra --basetemp="$scratch/pytest" "$@" || status=$?
 exit "$status"
