@@ -63,6 +63,7 @@ import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ import torch.distributed as tdist
 from slurmgen import atomic
 
 from . import checkpoint as ckpt
-from .ckpt_writer import OneJobInFlight, Written
+from .ckpt_writer import OneJobInFlight, Written, copy_pairs, refill, snapshot
 
 log = logging.getLogger("slurmgen.train")
 
@@ -117,6 +118,24 @@ def app_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
     return {"model": model_sd, "optimizer": optim_sd}
+
+
+def state_identity(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    """Which tensor objects a state dict of `model` and `optimizer` would be made of: the
+    parameters, buffers and optimizer state entries, by object (no tensor is read). Training
+    updates them in place, so the identity stays; a load, a new parameter group or a state
+    entry created later changes it."""
+    return (tuple(map(id, model.parameters())), tuple(map(id, model.buffers())),
+            tuple((id(p), tuple((k, id(v)) for k, v in entries.items())) for p, entries in optimizer.state.items()))
+
+
+def param_groups(optimizer: torch.optim.Optimizer, names: list[list[str]]) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups as `get_state_dict` gives them (hyperparameters, the
+    parameters by path), taken now: a scheduler changes lr between checkpoints."""
+    groups = optimizer.state_dict()["param_groups"]
+    for group, params in zip(groups, names, strict=True):
+        group["params"] = list(params)
+    return groups
 
 
 def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -176,6 +195,18 @@ class _Passthrough:
         pass
 
 
+@dataclass(frozen=True)
+class _KeptState:
+    """The tensors of a state dict taken once (`sources`: the live parameters' and optimizer
+    state's local shards) and their places in the kept copy (`buffers`), valid while the state
+    has `identity`; `names`, each parameter group's parameters by path."""
+
+    identity: tuple
+    sources: list[torch.Tensor]
+    buffers: list[torch.Tensor]
+    names: list[list[str]]
+
+
 class ShardedWriter(OneJobInFlight):
     """Sharded checkpoints of one run; every rank makes the same calls in the same order.
 
@@ -192,12 +223,15 @@ class ShardedWriter(OneJobInFlight):
         self.directory, self.keep_last, self.process = Path(directory), keep_last, process
         # Collectives of a background save must not interleave with the training's: own group.
         self.group = tdist.new_group(backend="gloo") if tdist.is_initialized() else None
+        self._kept: _KeptState | None = None  # how to refill the kept copy without a state dict
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Allocate the copy buffers in the background once the state has its final shapes
         (Adam's moments exist), so that the first checkpoint only copies."""
         if self.needs_buffers:
-            self._prepare_buffers(app_state(model, optimizer))
+            state = app_state(model, optimizer)
+            identity = state_identity(model, optimizer)
+            self._prepare_buffers(state, lambda: self._keep(identity, state))
 
     def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                meta: dict[str, Any] | None) -> Written | None:
@@ -210,11 +244,32 @@ class ShardedWriter(OneJobInFlight):
         if _rank() == 0:  # pickled now: the meta's values may change as soon as we return
             blob = io.BytesIO()
             torch.save({**(meta or {}), "format": FORMAT, "step": step}, blob)
-        state = app_state(model, optimizer)
         if not self.background:
-            return self._write(step, state, blob)
-        self._in_background(self._write, step, state, blob)
+            return self._write(step, app_state(model, optimizer), blob)
+        self._stage(model, optimizer)
+        self._hand_over(self._write, step, blob)
         return previous
+
+    def _stage(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Fill the kept copy with the state of now: refill it from the tensors of the last state
+        dict if they are still the live ones (`state_identity`), else take a state dict and copy
+        it (`snapshot`), keeping how to refill it next time."""
+        identity, kept = state_identity(model, optimizer), self._kept
+        if kept is not None and kept.identity == identity:
+            refill(kept.sources, kept.buffers)
+            self._buffers["optimizer"]["param_groups"] = snapshot(param_groups(optimizer, kept.names))
+            return
+        state = app_state(model, optimizer)
+        self._buffers = snapshot(state, self._buffers)
+        self._keep(identity, state)
+
+    def _keep(self, identity: tuple, state: dict[str, Any]) -> None:
+        """Remember how to refill the kept copy from `state`'s tensors (see `_stage`); reads
+        only where the tensors are, so it may run in the writer's thread (after `prepare`)."""
+        tensors = {"model": state["model"], "optimizer": state["optimizer"]["state"]}
+        pairs = copy_pairs(tensors, {"model": self._buffers["model"], "optimizer": self._buffers["optimizer"]["state"]})
+        names = [group["params"] for group in state["optimizer"]["param_groups"]]
+        self._kept = _KeptState(identity, *pairs, names) if pairs is not None else None
 
     def _write(self, step: int, state: dict[str, Any], blob: io.BytesIO | None) -> Written | None:
         """All ranks (in the writer's thread unless inline): the protocol of the module's docstring.
