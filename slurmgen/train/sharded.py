@@ -22,9 +22,18 @@ checks every byte range `.metadata` refers to, and skipped by `find_latest` with
 naming it, as for single files.
 
 Asynchronous by default: `ShardedWriter.submit` waits for the previous checkpoint (at most one
-in flight), takes each rank's state dict and copies its local shards into CPU buffers kept from
-one checkpoint to the next (`ckpt_writer.snapshot`, DTensors keep their layout around the
-copy): that copy is the whole stall. One thread per writer, started once, does the rest on
+in flight) and copies each rank's local shards into CPU buffers kept from one checkpoint to
+the next (`ckpt_writer.snapshot`, DTensors keep their layout around the copy): that copy is
+the whole stall. No state dict is taken for it after the first: the state dict's tensors are
+the live parameters and optimizer state (views of their memory), which training updates in
+place, so while they are the same objects (`state_identity`: parameters, buffers, optimizer
+state entries by object; a load or a new state entry changes it) one `torch._foreach_copy_`
+from the tensors of the first state dict into the kept buffers refills the copy
+(`ckpt_writer.copy_pairs`, `refill`); only the parameter groups (lr, ...) are taken anew. The
+pairs are found with the buffers in `prepare`, so the first checkpoint refills too. Measured
+here in one process (2 ranks, 62 MB and 304 tensors per rank, load 9 on 2 cores): a stall of
+31 ms with `get_state_dict` and the copy by a walk over the state, 7-11 ms refilled; what
+remains is the bytes. One thread per writer, started once, does the rest on
 every rank: rank 0's temporary directory and `meta.pt` (pickled in `submit`, written and
 fsynced here), the DCP write, whose planning collectives run on a process group of the
 writer's own so they never interleave with the training's, and on rank 0 steps 2 and 3 as soon
@@ -73,7 +82,7 @@ import torch.distributed as tdist
 from slurmgen import atomic
 
 from . import checkpoint as ckpt
-from .ckpt_writer import OneJobInFlight, Written, copy_pairs, refill, snapshot
+from .ckpt_writer import OneJobInFlight, Written, copy_pairs, is_dtensor, refill, snapshot
 
 log = logging.getLogger("slurmgen.train")
 
@@ -176,6 +185,11 @@ def prune(directory: Path, keep_last: int, protect: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _storage(t: torch.Tensor) -> int:
+    """Where the memory of a tensor (a DTensor's local shard) starts: views of it share it."""
+    return (t.to_local() if is_dtensor(t) else t).untyped_storage().data_ptr()
+
+
 def _rank() -> int:
     return tdist.get_rank() if tdist.is_initialized() else 0
 
@@ -212,7 +226,8 @@ class ShardedWriter(OneJobInFlight):
 
     `background=False` writes inside `submit` (all steps of the protocol before it returns).
     Otherwise `submit` only copies the rank's shards into CPU buffers it keeps from one
-    checkpoint to the next (`snapshot`, as the single-file writer does) and hands the rest to
+    checkpoint to the next (`snapshot` the first time, as the single-file writer does, then
+    `refill` while the state's tensors are the same objects) and hands the rest to
     one thread per writer, started once: rank 0's temporary directory and `meta.pt`, the DCP
     write (its planning collectives on the writer's own process group) and, on rank 0, the
     rename, `latest` and pruning. `process=True` has that thread pass the copy to DCP's
@@ -231,7 +246,7 @@ class ShardedWriter(OneJobInFlight):
         if self.needs_buffers:
             state = app_state(model, optimizer)
             identity = state_identity(model, optimizer)
-            self._prepare_buffers(state, lambda: self._keep(identity, state))
+            self._prepare_buffers(state, lambda: self._keep(identity, state, model, optimizer))
 
     def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                meta: dict[str, Any] | None) -> Written | None:
@@ -261,15 +276,24 @@ class ShardedWriter(OneJobInFlight):
             return
         state = app_state(model, optimizer)
         self._buffers = snapshot(state, self._buffers)
-        self._keep(identity, state)
+        self._keep(identity, state, model, optimizer)
 
-    def _keep(self, identity: tuple, state: dict[str, Any]) -> None:
-        """Remember how to refill the kept copy from `state`'s tensors (see `_stage`); reads
-        only where the tensors are, so it may run in the writer's thread (after `prepare`)."""
+    def _keep(self, identity: tuple, state: dict[str, Any], model: torch.nn.Module,
+              optimizer: torch.optim.Optimizer) -> None:
+        """Remember how to refill the kept copy from `state`'s tensors (see `_stage`), if they
+        all live in the memory of `model`'s parameters and buffers and `optimizer`'s state (a
+        state dict hook that computed a tensor would make a refill stale: then none). Reads only
+        where the tensors are, so it may run in the writer's thread (after `prepare`)."""
         tensors = {"model": state["model"], "optimizer": state["optimizer"]["state"]}
         pairs = copy_pairs(tensors, {"model": self._buffers["model"], "optimizer": self._buffers["optimizer"]["state"]})
         names = [group["params"] for group in state["optimizer"]["param_groups"]]
-        self._kept = _KeptState(identity, *pairs, names) if pairs is not None else None
+        live = {_storage(t) for t in (*model.parameters(), *model.buffers(),
+                                      *(v for entries in optimizer.state.values() for v in entries.values()))
+                if isinstance(t, torch.Tensor)}
+        if pairs is None or any(_storage(t) not in live for t in pairs[0]):
+            self._kept = None
+        else:
+            self._kept = _KeptState(identity, *pairs, names)
 
     def _write(self, step: int, state: dict[str, Any], blob: io.BytesIO | None) -> Written | None:
         """All ranks (in the writer's thread unless inline): the protocol of the module's docstring.
