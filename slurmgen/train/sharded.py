@@ -138,6 +138,13 @@ def state_identity(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> 
             tuple((id(p), tuple((k, id(v)) for k, v in entries.items())) for p, entries in optimizer.state.items()))
 
 
+def live_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> set[int]:
+    """Where the memory of the model's parameters and buffers and the optimizer's state tensors
+    starts (`_storage`): a state dict's tensor outside it is not refilled by training."""
+    tensors = (*model.parameters(), *model.buffers(), *(v for entries in optimizer.state.values() for v in entries.values()))
+    return {_storage(t) for t in tensors if isinstance(t, torch.Tensor)}
+
+
 def param_groups(optimizer: torch.optim.Optimizer, names: list[list[str]]) -> list[dict[str, Any]]:
     """The optimizer's parameter groups as `get_state_dict` gives them (hyperparameters, the
     parameters by path), taken now: a scheduler changes lr between checkpoints."""
@@ -245,8 +252,8 @@ class ShardedWriter(OneJobInFlight):
         (Adam's moments exist), so that the first checkpoint only copies."""
         if self.needs_buffers:
             state = app_state(model, optimizer)
-            identity = state_identity(model, optimizer)
-            self._prepare_buffers(state, lambda: self._keep(identity, state, model, optimizer))
+            identity, live = state_identity(model, optimizer), live_memory(model, optimizer)
+            self._prepare_buffers(state, lambda: self._keep(identity, live, state))
 
     def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                meta: dict[str, Any] | None) -> Written | None:
@@ -276,20 +283,16 @@ class ShardedWriter(OneJobInFlight):
             return
         state = app_state(model, optimizer)
         self._buffers = snapshot(state, self._buffers)
-        self._keep(identity, state, model, optimizer)
+        self._keep(identity, live_memory(model, optimizer), state)
 
-    def _keep(self, identity: tuple, state: dict[str, Any], model: torch.nn.Module,
-              optimizer: torch.optim.Optimizer) -> None:
+    def _keep(self, identity: tuple, live: set[int], state: dict[str, Any]) -> None:
         """Remember how to refill the kept copy from `state`'s tensors (see `_stage`), if they
-        all live in the memory of `model`'s parameters and buffers and `optimizer`'s state (a
-        state dict hook that computed a tensor would make a refill stale: then none). Reads only
-        where the tensors are, so it may run in the writer's thread (after `prepare`)."""
+        all live in `live` memory (`live_memory`: a state dict hook that computed a tensor would
+        make a refill stale: then none). Reads only where `state`'s tensors are, not the model
+        or the optimizer, so it may run in the writer's thread (after `prepare`)."""
         tensors = {"model": state["model"], "optimizer": state["optimizer"]["state"]}
         pairs = copy_pairs(tensors, {"model": self._buffers["model"], "optimizer": self._buffers["optimizer"]["state"]})
         names = [group["params"] for group in state["optimizer"]["param_groups"]]
-        live = {_storage(t) for t in (*model.parameters(), *model.buffers(),
-                                      *(v for entries in optimizer.state.values() for v in entries.values()))
-                if isinstance(t, torch.Tensor)}
         if pairs is None or any(_storage(t) not in live for t in pairs[0]):
             self._kept = None
         else:
