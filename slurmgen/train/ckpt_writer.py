@@ -153,6 +153,44 @@ def snapshot(state: Any, into: Any = None) -> Any:
         return _map_tensors(state, into, copy)
 
 
+def copy_pairs(state: Any, staged: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """(sources, buffers): every tensor of `state` (a DTensor's local shard) and the buffer of
+    `staged = snapshot(state, ...)` its copy went into, each buffer once (tied weights share
+    one), empty ones left out; None if `state` holds anything but tensors in its containers.
+
+    While `state`'s tensors are the live ones, updated in place (parameters and optimizer state
+    are), `refill(sources, buffers)` leaves `staged` as a new snapshot would, in one call."""
+    sources: list[torch.Tensor] = []
+    buffers: list[torch.Tensor] = []
+    seen: set[int] = set()
+
+    def walk(value: Any, kept: Any) -> bool:
+        if is_dtensor(value):
+            return walk(value.to_local(), kept.to_local()) if is_dtensor(kept) else False
+        if isinstance(value, torch.Tensor):
+            if not isinstance(kept, torch.Tensor) or kept.shape != value.shape:
+                return False
+            if kept.numel() and kept.data_ptr() not in seen:
+                seen.add(kept.data_ptr())
+                sources.append(value.detach())
+                buffers.append(kept)
+            return True
+        if isinstance(value, dict) and isinstance(kept, dict) and value.keys() == kept.keys():
+            return all(walk(v, kept[k]) for k, v in value.items())
+        if isinstance(value, (list, tuple)) and isinstance(kept, (list, tuple)) and len(value) == len(kept):
+            return all(walk(v, k) for v, k in zip(value, kept))
+        return False
+
+    return (sources, buffers) if walk(state, staged) else None
+
+
+def refill(sources: list[torch.Tensor], buffers: list[torch.Tensor]) -> None:
+    """Copy every source into its buffer with one operator call, on one intra-op thread (see
+    `snapshot`): the per-tensor Python of a walk over the state is gone from the loop."""
+    with one_intra_op_thread():
+        torch._foreach_copy_(buffers, sources)
+
+
 def buffers_for(state: Any) -> Any:
     """Zero-filled CPU tensors in the layout `snapshot(state)` would produce, every page
     written once: `snapshot(state, into=buffers_for(state))` then only copies."""
@@ -200,20 +238,26 @@ class OneJobInFlight:
         """The job in flight has ended: `wait()` would return at once."""
         return self._job is not None and self._job.done()
 
-    def _prepare_buffers(self, state: dict[str, Any]) -> None:
+    def _prepare_buffers(self, state: dict[str, Any], then: Callable[[], None] | None = None) -> None:
         """Allocate and fault in the copy buffers for a state shaped like `state`, in the
-        background, so that the first write only copies. Only the tensors' shapes, dtypes and
-        tying are read, so the caller may go on changing their values."""
-        self._job = self._pool.submit(self._fill_buffers, state)
+        background, so that the first write only copies, then run `then` there. Only the
+        tensors' shapes, dtypes and tying are read, so the caller may go on changing their values."""
+        self._job = self._pool.submit(self._fill_buffers, state, then)
 
-    def _fill_buffers(self, state: dict[str, Any]) -> None:
+    def _fill_buffers(self, state: dict[str, Any], then: Callable[[], None] | None) -> None:
         self._buffers = buffers_for(state)
+        if then is not None:
+            then()
 
     def _in_background(self, write: Callable[..., Written | None], step: int, state: dict[str, Any],
                        *args: Any) -> None:
         """Copy `state` into the kept buffers (the loop waits for this only) and hand
         `write(step, copy, *args)` to the thread."""
         self._buffers = snapshot(state, self._buffers)
+        self._hand_over(write, step, *args)
+
+    def _hand_over(self, write: Callable[..., Written | None], step: int, *args: Any) -> None:
+        """Hand `write(step, kept copy, *args)` to the thread: the copy is complete."""
         self._job = self._pool.submit(write, step, self._buffers, *args)
 
     def wait(self) -> Written | None:

@@ -22,9 +22,18 @@ checks every byte range `.metadata` refers to, and skipped by `find_latest` with
 naming it, as for single files.
 
 Asynchronous by default: `ShardedWriter.submit` waits for the previous checkpoint (at most one
-in flight), takes each rank's state dict and copies its local shards into CPU buffers kept from
-one checkpoint to the next (`ckpt_writer.snapshot`, DTensors keep their layout around the
-copy): that copy is the whole stall. One thread per writer, started once, does the rest on
+in flight) and copies each rank's local shards into CPU buffers kept from one checkpoint to
+the next (`ckpt_writer.snapshot`, DTensors keep their layout around the copy): that copy is
+the whole stall. No state dict is taken for it after the first: the state dict's tensors are
+the live parameters and optimizer state (views of their memory), which training updates in
+place, so while they are the same objects (`state_identity`: parameters, buffers, optimizer
+state entries by object; a load or a new state entry changes it) one `torch._foreach_copy_`
+from the tensors of the first state dict into the kept buffers refills the copy
+(`ckpt_writer.copy_pairs`, `refill`); only the parameter groups (lr, ...) are taken anew. The
+pairs are found with the buffers in `prepare`, so the first checkpoint refills too. Measured
+here in one process (2 ranks, 62 MB and 304 tensors per rank, load 9 on 2 cores): a stall of
+31 ms with `get_state_dict` and the copy by a walk over the state, 7-11 ms refilled; what
+remains is the bytes. One thread per writer, started once, does the rest on
 every rank: rank 0's temporary directory and `meta.pt` (pickled in `submit`, written and
 fsynced here), the DCP write, whose planning collectives run on a process group of the
 writer's own so they never interleave with the training's, and on rank 0 steps 2 and 3 as soon
@@ -63,6 +72,7 @@ import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +82,7 @@ import torch.distributed as tdist
 from slurmgen import atomic
 
 from . import checkpoint as ckpt
-from .ckpt_writer import OneJobInFlight, Written
+from .ckpt_writer import OneJobInFlight, Written, copy_pairs, is_dtensor, refill, snapshot
 
 log = logging.getLogger("slurmgen.train")
 
@@ -119,6 +129,31 @@ def app_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[
     return {"model": model_sd, "optimizer": optim_sd}
 
 
+def state_identity(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    """Which tensor objects a state dict of `model` and `optimizer` would be made of: the
+    parameters, buffers and optimizer state entries, by object (no tensor is read). Training
+    updates them in place, so the identity stays; a load, a new parameter group or a state
+    entry created later changes it."""
+    return (tuple(map(id, model.parameters())), tuple(map(id, model.buffers())),
+            tuple((id(p), tuple((k, id(v)) for k, v in entries.items())) for p, entries in optimizer.state.items()))
+
+
+def live_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> set[int]:
+    """Where the memory of the model's parameters and buffers and the optimizer's state tensors
+    starts (`_storage`): a state dict's tensor outside it is not refilled by training."""
+    tensors = (*model.parameters(), *model.buffers(), *(v for entries in optimizer.state.values() for v in entries.values()))
+    return {_storage(t) for t in tensors if isinstance(t, torch.Tensor)}
+
+
+def param_groups(optimizer: torch.optim.Optimizer, names: list[list[str]]) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups as `get_state_dict` gives them (hyperparameters, the
+    parameters by path), taken now: a scheduler changes lr between checkpoints."""
+    groups = optimizer.state_dict()["param_groups"]
+    for group, params in zip(groups, names, strict=True):
+        group["params"] = list(params)
+    return groups
+
+
 def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
     """`meta.pt` of the checkpoint at `path` if every byte its index refers to is there; else a
     CheckpointError naming `path` and what is wrong."""
@@ -157,6 +192,11 @@ def prune(directory: Path, keep_last: int, protect: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _storage(t: torch.Tensor) -> int:
+    """Where the memory of a tensor (a DTensor's local shard) starts: views of it share it."""
+    return (t.to_local() if is_dtensor(t) else t).untyped_storage().data_ptr()
+
+
 def _rank() -> int:
     return tdist.get_rank() if tdist.is_initialized() else 0
 
@@ -176,12 +216,25 @@ class _Passthrough:
         pass
 
 
+@dataclass(frozen=True)
+class _KeptState:
+    """The tensors of a state dict taken once (`sources`: the live parameters' and optimizer
+    state's local shards) and their places in the kept copy (`buffers`), valid while the state
+    has `identity`; `names`, each parameter group's parameters by path."""
+
+    identity: tuple
+    sources: list[torch.Tensor]
+    buffers: list[torch.Tensor]
+    names: list[list[str]]
+
+
 class ShardedWriter(OneJobInFlight):
     """Sharded checkpoints of one run; every rank makes the same calls in the same order.
 
     `background=False` writes inside `submit` (all steps of the protocol before it returns).
     Otherwise `submit` only copies the rank's shards into CPU buffers it keeps from one
-    checkpoint to the next (`snapshot`, as the single-file writer does) and hands the rest to
+    checkpoint to the next (`snapshot` the first time, as the single-file writer does, then
+    `refill` while the state's tensors are the same objects) and hands the rest to
     one thread per writer, started once: rank 0's temporary directory and `meta.pt`, the DCP
     write (its planning collectives on the writer's own process group) and, on rank 0, the
     rename, `latest` and pruning. `process=True` has that thread pass the copy to DCP's
@@ -192,12 +245,15 @@ class ShardedWriter(OneJobInFlight):
         self.directory, self.keep_last, self.process = Path(directory), keep_last, process
         # Collectives of a background save must not interleave with the training's: own group.
         self.group = tdist.new_group(backend="gloo") if tdist.is_initialized() else None
+        self._kept: _KeptState | None = None  # how to refill the kept copy without a state dict
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Allocate the copy buffers in the background once the state has its final shapes
         (Adam's moments exist), so that the first checkpoint only copies."""
         if self.needs_buffers:
-            self._prepare_buffers(app_state(model, optimizer))
+            state = app_state(model, optimizer)
+            identity, live = state_identity(model, optimizer), live_memory(model, optimizer)
+            self._prepare_buffers(state, lambda: self._keep(identity, live, state))
 
     def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                meta: dict[str, Any] | None) -> Written | None:
@@ -210,11 +266,37 @@ class ShardedWriter(OneJobInFlight):
         if _rank() == 0:  # pickled now: the meta's values may change as soon as we return
             blob = io.BytesIO()
             torch.save({**(meta or {}), "format": FORMAT, "step": step}, blob)
-        state = app_state(model, optimizer)
         if not self.background:
-            return self._write(step, state, blob)
-        self._in_background(self._write, step, state, blob)
+            return self._write(step, app_state(model, optimizer), blob)
+        self._stage(model, optimizer)
+        self._hand_over(self._write, step, blob)
         return previous
+
+    def _stage(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Fill the kept copy with the state of now: refill it from the tensors of the last state
+        dict if they are still the live ones (`state_identity`), else take a state dict and copy
+        it (`snapshot`), keeping how to refill it next time."""
+        identity, kept = state_identity(model, optimizer), self._kept
+        if kept is not None and kept.identity == identity:
+            refill(kept.sources, kept.buffers)
+            self._buffers["optimizer"]["param_groups"] = snapshot(param_groups(optimizer, kept.names))
+            return
+        state = app_state(model, optimizer)
+        self._buffers = snapshot(state, self._buffers)
+        self._keep(identity, live_memory(model, optimizer), state)
+
+    def _keep(self, identity: tuple, live: set[int], state: dict[str, Any]) -> None:
+        """Remember how to refill the kept copy from `state`'s tensors (see `_stage`), if they
+        all live in `live` memory (`live_memory`: a state dict hook that computed a tensor would
+        make a refill stale: then none). Reads only where `state`'s tensors are, not the model
+        or the optimizer, so it may run in the writer's thread (after `prepare`)."""
+        tensors = {"model": state["model"], "optimizer": state["optimizer"]["state"]}
+        pairs = copy_pairs(tensors, {"model": self._buffers["model"], "optimizer": self._buffers["optimizer"]["state"]})
+        names = [group["params"] for group in state["optimizer"]["param_groups"]]
+        if pairs is None or any(_storage(t) not in live for t in pairs[0]):
+            self._kept = None
+        else:
+            self._kept = _KeptState(identity, *pairs, names)
 
     def _write(self, step: int, state: dict[str, Any], blob: io.BytesIO | None) -> Written | None:
         """All ranks (in the writer's thread unless inline): the protocol of the module's docstring.

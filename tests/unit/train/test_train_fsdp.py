@@ -18,6 +18,7 @@ from helpers import run as cli
 
 from slurmgen.train import checkpoint as ckpt
 from slurmgen.train import dist, fsdp, sharded
+from slurmgen.train.ckpt_writer import is_dtensor
 from slurmgen.train.models import GPT
 from slurmgen.train.optim import build_optimizer
 
@@ -124,6 +125,55 @@ def test_a_background_sharded_write_holds_the_state_of_its_step_while_training_g
         assert saved.keys() == at_submit.keys() and all(torch.equal(saved[k], at_submit[k]) for k in saved)
         assert not all(torch.equal(after[k], at_submit[k]) for k in saved)  # training did go on
     assert (tmp_path / "ck" / "latest").read_text().strip() == sharded.checkpoint_name(1)
+
+
+def leaves(state, path=""):
+    """{path: value} of every leaf of a state dict; a DTensor by its local shard, cloned."""
+    if is_dtensor(state):
+        return {path: state.to_local().clone()}
+    if isinstance(state, torch.Tensor):
+        return {path: state.clone()}
+    if isinstance(state, dict):
+        return {k: v for key, value in state.items() for k, v in leaves(value, f"{path}/{key}").items()}
+    if isinstance(state, (list, tuple)):
+        return {k: v for i, value in enumerate(state) for k, v in leaves(value, f"{path}/{i}").items()}
+    return {path: state}
+
+
+def refilled_checkpoints(rank, world, ckpt_dir):
+    """Three background checkpoints after `prepare` (the kept copy refilled, no state dict taken),
+    the lr halved between them; each one's state as read back, and the state at its submit."""
+    import torch.distributed.checkpoint as dcp
+
+    model, opt = build(rank, "fsdp")
+    train_step(model, opt, 0, rank, world)
+    writer = sharded.ShardedWriter(ckpt_dir, keep_last=3)
+    writer.prepare(model, opt)
+    at_submit = []
+    for step in (1, 2, 3):
+        at_submit.append(leaves(sharded.app_state(model, opt)))
+        writer.submit(step, model, opt, {"world_size": world} if rank == 0 else None)
+        train_step(model, opt, step, rank, world)  # in place, while the write may still run
+        for group in opt.param_groups:
+            group["lr"] *= 0.5
+    writer.close()
+    saved = []
+    for step in (1, 2, 3):
+        state = sharded.app_state(model, opt)
+        dcp.load(state, checkpoint_id=str(Path(ckpt_dir) / sharded.checkpoint_name(step)))
+        saved.append(leaves(state))
+    return at_submit, saved
+
+
+def test_background_sharded_checkpoints_from_the_kept_copy_hold_the_whole_state_of_their_step(tmp_path):
+    """Model, optimizer moments and step, and the lr of the moment: the kept copy is refilled
+    in place and its parameter groups taken anew, never a stale value."""
+    for at_submit, saved in run_ranks(2, tmp_path / "ranks", refilled_checkpoints, str(tmp_path / "ck")):
+        assert at_submit[0]["/optimizer/param_groups/0/lr"] != at_submit[1]["/optimizer/param_groups/0/lr"]
+        for expected, got in zip(at_submit, saved, strict=True):
+            assert got.keys() == expected.keys()
+            for k, v in expected.items():
+                assert torch.equal(got[k], v) if isinstance(v, torch.Tensor) else got[k] == v, k
 
 
 def check_sharding(rank, world):
