@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -41,8 +43,15 @@ def take(beat_file: Path, rank: int, pid: int) -> tuple[list[str], str]:
         beat, writer = "", None
     pid = writer if isinstance(writer, int) and writer > 0 else pid
     try:
-        done = subprocess.run(["bash", "-c", _script(), "slurmgen-stack", str(beat_file.parent), str(rank), str(pid), beat],
-                              capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = subprocess.Popen(["bash", "-c", _script(), "slurmgen-stack", str(beat_file.parent), str(rank), str(pid), beat],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", start_new_session=True)
+    except OSError:
         return [], ""
-    return done.stderr.splitlines(), done.stdout
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:  # its whole group: py-spy would hold the pipes open
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return [], ""
+    return err.splitlines(), out
