@@ -103,3 +103,13 @@ def story(hang: Hang) -> str:
     if waiting:
         return text + f"; rank {rank_list(waiting)} waited in a collective"
     return text + "; the other ranks kept beating"
+
+
+def stuck(frames: Iterable[str]) -> str:
+    """What a story adds once the hung rank's stack is known, from its innermost frame
+    ("FILE:LINE FUNCTION", as templates/hang_stack.sh.j2 gives them): "; stuck in
+    /x/train.py:123 in step()", as launch_multi_node.sh says it; "" without a frame."""
+    for frame in frames:
+        where, _, function = frame.rpartition(" ")
+        return f"; stuck in {where} in {function}()"
+    return ""

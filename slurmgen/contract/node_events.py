@@ -7,6 +7,10 @@ launcher writes `LIFELINE_PING` on it every keepalive interval, and a node that 
 for `lifeline_silence(keepalive)` seconds stops its ranks. A dropped network never closes
 the session (no FIN arrives), so the node must judge the silence itself; the launcher counts
 the host lost after the same silence, and both sides of a partition stop on their own.
+Once the launcher has judged a rank of the node hung it writes `STACK_ASK RANK` on it instead:
+the node takes that rank's Python stack (templates/hang_stack.sh.j2, the Slurm watcher's
+take_stack) and answers with a `stack` event; the launcher stops every node on the answer, or
+`STACK_ASK_WAIT` seconds after asking without one.
 
 Node -> launcher, on two streams of the same session:
 - stdout: everything the ranks and the node scripts print, shown to the user as is. Nothing
@@ -26,6 +30,11 @@ Node -> launcher, on two streams of the same session:
                                              launcher judges the hang across every node's
                                              beats (slurmgen/contract/blame.py).
       slurmgen-event-1 error MESSAGE         the node could not start (bad payload, workdir...)
+      slurmgen-event-1 stack RANK[\tFRAME...] the answer to STACK_ASK: the innermost frames of the
+                                             rank's main thread, innermost first, each
+                                             "FILE:LINE FUNCTION", tab-separated (none: no stack
+                                             could be taken); the whole dump is in the node's log
+                                             directory, stack-rank-RANK.txt
 
   Anything else arriving on stderr (bash's own complaint before the bootstrap runs, say) is
   shown as a node message.
@@ -36,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurmgen.contract.blame import Beat
+from slurmgen.contract.hangs import STACK_WAIT
 
 PAYLOAD_MAGIC = "slurmgen-payload-1"
 # The payload's last line: seen only if every byte before it arrived.
@@ -49,6 +59,10 @@ KEEPALIVE_INTERVAL = 5.0
 KEEPALIVE_COUNT = 3
 # One line, one byte: per node a byte every few seconds, next to the SSH keepalive's packet.
 LIFELINE_PING = b"\n"
+STACK_ASK = "stack"
+# How long the launcher waits for the stack it asked for before it stops every node anyway: the
+# node's own wait for the dump (contract/hangs.py STACK_WAIT) and a round trip.
+STACK_ASK_WAIT = STACK_WAIT + 0.5
 
 
 def lifeline_silence(keepalive: float) -> float:
@@ -60,13 +74,14 @@ def lifeline_silence(keepalive: float) -> float:
 @dataclass(frozen=True)
 class NodeEvent:
     """One event line from a node: `started`, `exited` (rank, code), `hung` (rank, ms),
-    `beats` (its quiet ranks' beats), `error` (message)."""
+    `beats` (its quiet ranks' beats), `stack` (rank, frames), `error` (message)."""
 
     kind: str
     rank: int | None = None
     value: int | None = None
     message: str = ""
     beats: tuple[Beat, ...] = ()
+    frames: tuple[str, ...] = ()  # `stack`: "FILE:LINE FUNCTION", innermost first
 
 
 def _beat(word: str) -> Beat | None:
@@ -97,6 +112,9 @@ def parse_event(line: str) -> NodeEvent | None:
     if kind == "beats":
         beats = [_beat(w) for w in args.split()]
         return None if None in beats else NodeEvent("beats", beats=tuple(b for b in beats if b is not None))
+    if kind == "stack":
+        rank, *frames = args.split("\t")
+        return NodeEvent("stack", int(rank), frames=tuple(f for f in frames if f)) if rank.isdigit() else None
     if kind in ("exited", "hung"):
         words = args.split()
         if len(words) == 2 and all(w.isdigit() for w in words):

@@ -179,6 +179,8 @@ class WorkerAgent:
     def apply(self, orders: AgentOrders) -> None:
         for stop in orders.stop:
             if stop.worker < len(self.procs.slots):
+                if stop.stack:
+                    self.procs.take_stack(stop.worker)
                 self.procs.stop(stop.worker, stop.grace)
         for start in orders.start:
             if start.worker < len(self.procs.slots):

@@ -83,6 +83,11 @@ class GroupRuns:
         row = self._row(run_key(group, attempt["number"], restarts))
         self.recorder.attempt_ended(row, attempt["number"], State(outcome.state), first_failure(attempt, outcome))
 
+    def retold(self, group: str, number: int, key_attempt: int, restarts: int, old: str, new: str) -> None:
+        """Attempt `number`'s failure in more words (where the hung rank was stuck); the run's key
+        from any attempt of it (`key_attempt` with the `restarts` before it)."""
+        self.recorder.retold(self._row(run_key(group, key_attempt, restarts)), number, old, new)
+
     def ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:
         key = run_key(group, attempt["number"], restarts)
         row = self._row(key)

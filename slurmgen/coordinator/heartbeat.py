@@ -30,6 +30,8 @@ class Known:
     # (group, attempt) -> the attempt (None: no such attempt), for every run a reported slot
     # runs or ran and every active attempt
     attempts: Mapping[st.RunKey, dict[str, Any] | None]
+    # (group, attempt) -> its worker judged hung, whose stack its agent takes before stopping it
+    stacks: Mapping[st.RunKey, str] = field(default_factory=dict)
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -150,4 +152,5 @@ def _order(orders: AgentOrders, known: Known, r: WorkerReport, name: str, run: s
             heartbeat_timeout=plan["heartbeat_timeout"]))
     elif order == "stop":
         ran = known.attempts.get(run) if run else None
-        orders.stop.append(StopOrder(worker=r.id, grace=ran["plan"]["stop_grace"] if ran else DEFAULT_GRACE))
+        orders.stop.append(StopOrder(worker=r.id, grace=ran["plan"]["stop_grace"] if ran else DEFAULT_GRACE,
+                                     stack=run is not None and known.stacks.get(run) == name))

@@ -238,6 +238,10 @@ class WorkerReport(BaseModel):
     beat: QuietBeat | None = Field(None, description="its rank's heartbeat, when quiet for over half the limit")
     runs: list[str] = Field(default_factory=list, max_length=16,
                             description="run record directories the rank announced (tracking)")
+    stack: list[str] | None = Field(None, max_length=16,
+                                    description="where its rank was stuck, once the server asked (StopOrder.stack): "
+                                                "the innermost frames of its main thread, 'FILE:LINE FUNCTION' "
+                                                "([]: none could be taken)")
 
 
 class ReportedLine(BaseModel):
@@ -273,6 +277,7 @@ class StartOrder(BaseModel):
 class StopOrder(BaseModel):
     worker: int
     grace: float
+    stack: bool = Field(False, description="take the rank's Python stack before stopping it: the server judged it hung")
 
 
 class Changed(BaseModel):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from slurmgen.contract import phases
 from slurmgen.contract.threads import default_omp_threads
-from slurmgen.coordinator import watchdog
+from slurmgen.coordinator import stacks, watchdog
 from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport
 from slurmgen.observe.record import TimelineWriter
 from slurmgen.tracking.store import ANNOUNCE_FILE
@@ -111,6 +111,7 @@ class Slot:
         self.hb_file: Path | None = None
         self.runs: list[str] = []
         self.timeline: TimelineWriter | None = None  # the run's timeline, where the group has one
+        self.stack: list[str] | None = None  # where its hung rank was stuck, once the server asked
 
     def started(self, at: float) -> None:
         """The launcher's side of the timeline (contract/phases.py): the agent started the rank."""
@@ -131,7 +132,8 @@ class Slot:
         state = "running" if self.running else ("exited" if o else "idle")
         return WorkerReport(id=self.idx, state=state, group=o.group if o else None,
                             attempt=o.attempt if o else None, pid=self.proc.pid if self.running else None,
-                            exit_code=self.exit_code, hung=hung, beat=beat, runs=self.announced_runs())
+                            exit_code=self.exit_code, hung=hung, beat=beat, runs=self.announced_runs(),
+                            stack=self.stack)
 
     def announced_runs(self) -> list[str]:
         """The run record directory the rank announced beside its heartbeat (tracking's
@@ -181,7 +183,7 @@ class Procs:
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:
             env["OMP_NUM_THREADS"] = threads
-        slot.order, slot.exit_code, slot.kill_at, slot.proc, slot.runs = order, None, None, None, []
+        slot.order, slot.exit_code, slot.kill_at, slot.proc, slot.runs, slot.stack = order, None, None, None, [], None
         slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
         slot.timeline = TimelineWriter.from_env(order.rank, env)
         log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
@@ -203,6 +205,18 @@ class Procs:
         self._tell_watchdog("+", slot.proc.pid)
         slot.started(at)
         threading.Thread(target=self._follow, args=(slot, slot.proc, order, log), daemon=True).start()
+
+    def take_stack(self, idx: int) -> None:
+        """The Python stack of the slot's rank, which the server judged hung, before it is stopped
+        (StopOrder.stack), once per run: its frames go into the slot's reports, the whole dump
+        into the rank's lines (the group's logs on the page and `slurmgen logs`)."""
+        slot = self.slots[idx]
+        if slot.stack is not None or not slot.running or slot.order is None or slot.hb_file is None or slot.proc is None:
+            return
+        frames, dump = stacks.take(slot.hb_file, slot.order.rank, slot.proc.pid)
+        slot.stack = frames
+        for text in dump.splitlines():
+            self._line(slot.order, text)
 
     def _line(self, order: StartOrder, text: str) -> None:
         self.output.put(ReportedLine(worker=order.worker, group=order.group, attempt=order.attempt,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from slurmgen.contract.blame import stuck
 from slurmgen.coordinator import blame
 from slurmgen.coordinator import heartbeat as hb
 from slurmgen.coordinator import state as st
@@ -65,6 +66,8 @@ class Coordinator:
         self.changes = Changes()
         # worker -> its rank's last quiet heartbeat, as its agent reported it (blame.py)
         self.quiet: dict[str, blame.Reported] = {}
+        # (group, attempt) -> its worker judged hung, until its agent reports the rank's stack
+        self.stacks: dict[st.RunKey, str] = {}
         # Set when the server begins to shut down: agents cannot reach it from then on, which
         # must not count as their silence.
         self.closing = False
@@ -281,6 +284,8 @@ class Coordinator:
         if outcome.state == a["state"]:
             return
         if outcome.ended:
+            if found and outcome.reason == found[1]:
+                self.stacks[(a["grp"], a["number"])] = found[0]  # its stop order asks for the stack
             self._end(a, outcome, now)
         else:
             self.store.update_attempt(a["grp"], a["number"], state=outcome.state)
@@ -328,6 +333,7 @@ class Coordinator:
             self.seen[report.host] = (now, report.instance)
             known = self._known_for(report)
             self._note_quiet(report, known, now)
+            self._note_stacks(report, known)
             decisions = hb.apply_report(report, known)
             self._carry_out(decisions.actions, now)
             return decisions.orders.model_copy(update={"agent_timeout": self.agent_timeout})
@@ -342,6 +348,26 @@ class Coordinator:
                 self.quiet[name] = blame.Reported(report.host, r.beat.age, r.beat.step, r.beat.stopped, now,
                                                    r.beat.limit)
 
+    def _note_stacks(self, report: AgentReport, known: hb.Known) -> None:
+        """The stack a hung worker's agent took: the attempt's reason (and its group's, and the
+        run registry's) says where the rank was stuck, as the other launchers' verdicts do."""
+        for r in report.workers:
+            run = (r.group or "", r.attempt or 0)
+            if r.stack is None or self.stacks.get(run) != known.workers[r.id]["name"]:
+                continue
+            del self.stacks[run]
+            a = self.store.attempt(*run)
+            if not r.stack or a is None or not a["reason"]:
+                continue
+            reason = a["reason"] + stuck(r.stack)
+            self.store.update_attempt(run[0], run[1], reason=reason)
+            g = self._group_row(run[0])
+            if g["attempt"] == run[1] and g["reason"] == a["reason"]:
+                self.store.update_group(run[0], reason=reason)
+            if self.runs:
+                self.runs.retold(run[0], run[1], g["attempt"], g["restarts"], a["reason"], reason)
+            self.changes.bump()
+
     def _known_for(self, report: AgentReport) -> hb.Known:
         """Give every slot the agent reports for the first time its row, then read what a
         decision on the report needs: the agent's workers and the attempts they touch."""
@@ -355,7 +381,7 @@ class Coordinator:
             if r.group is not None and (r.group, r.attempt) not in attempts:
                 attempts[(r.group, r.attempt)] = self.store.attempt(r.group, r.attempt)
         return hb.Known(workers={w["idx"]: w for w in self.store.workers(host=report.host)},
-                        active={a["grp"]: a for a in active}, attempts=attempts)
+                        active={a["grp"]: a for a in active}, attempts=attempts, stacks=dict(self.stacks))
 
     def _carry_out(self, actions: list[hb.Action], now: float) -> None:
         for action in actions:

@@ -68,7 +68,8 @@ def _job_line(row: dict[str, Any]) -> str:
     return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
 
 
-def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]."),
+def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]; "
+                                           "with --timeline also a timeline file (launch_multi_node.sh run by hand)."),
            registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
            ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt,
            timeline: bool = typer.Option(False, "--timeline", help="Each rank's start-up phases, checkpoints and end, "
@@ -78,6 +79,9 @@ def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name o
     from slurmgen.jobs import commands
     from slurmgen.jobs.view import format_view
 
+    if timeline and job is not None and Path(job).is_file():
+        _print_timeline(commands.file_status(Path(job)), as_json)
+        return
     view = _run_view(registry, job, timeline)
     if view is None:
         view = with_job(registry, job, remote, ssh_config, remote_setup,

@@ -13,7 +13,7 @@ import socket
 import tarfile
 import time
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from slurmgen.contract import envvars
@@ -215,6 +215,21 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         known, end = ended_at(list(jobs.values()))
         registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if known else None)
     return view
+
+
+def file_status(path: Path) -> dict[str, Any]:
+    """`slurmgen status FILE --timeline`: a timeline file read as it is, for a run no registry
+    row names (launch_multi_node.sh run by hand registers nothing: it runs on the nodes, each
+    node on its own, where the registry is out of reach; its ranks append to the file that
+    SLURMGEN_TIMELINE_FILE names). Goodput spans the file's first line to its last: nothing else
+    is known of the run (no submission, no end but what the ranks and launchers wrote)."""
+    from slurmgen.observe.report import analyse
+
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        raise SlurmgenError(f"status: cannot read the timeline file {str(path)!r}: {e.strerror or e}") from None
+    return {"job": str(path), **analyse(text, [], None, None)}
 
 
 def run_status(reg: Registry, row: dict[str, Any], with_timeline: bool) -> dict[str, Any]:

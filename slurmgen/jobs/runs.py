@@ -115,6 +115,17 @@ def end_run(reg: Registry, run: int, state: State, code: int | None, failure: Fa
                    (state.value, state.value, code, now, json.dumps(failure.as_dict()) if failure else None, run))
 
 
+def retell_cause(reg: Registry, run: int, number: int, old: str, new: str) -> None:
+    """A failure told again once more is known of it (where a hung rank was stuck, which a
+    coordinator's agent reports after the verdict): the attempt's words and, where they are
+    the same, the run's."""
+    reg.db.execute("UPDATE attempts SET cause = ? WHERE run = ? AND number = ? AND cause = ?", (new, run, number, old))
+    row = reg.db.execute("SELECT failure FROM jobs WHERE seq = ?", (run,)).fetchone()
+    failure = json.loads(row[0]) if row is not None and row[0] else None
+    if isinstance(failure, dict) and failure.get("cause") == old:
+        reg.db.execute("UPDATE jobs SET failure = ? WHERE seq = ?", (json.dumps({**failure, "cause": new}), run))
+
+
 def keep_time_report(reg: Registry, run: int, report: dict[str, Any]) -> None:
     """Write where the run's time went (its stragglers and goodput, observe/report.py) into its
     row's info: the run record keeps them once the timeline file is gone or out of reach."""
@@ -259,6 +270,10 @@ class Recorder:
     def ended(self, run: int | None, state: State, code: int | None, failure: Failure | None) -> None:
         if run is not None:
             self._write(lambda reg, now: end_run(reg, run, state, code, failure, now))
+
+    def retold(self, run: int | None, number: int, old: str, new: str) -> None:
+        if run is not None:
+            self._write(lambda reg, now: retell_cause(reg, run, number, old, new))
 
     def find(self, kind: str, key: str) -> int | None:
         return self._write(lambda reg, now: find_run(reg, kind, key))

@@ -16,7 +16,10 @@ the input's time in `step`, so it is checked on every `ClockTick` however much o
 - heartbeat: each node reports the beats of its quiet ranks (a `beats` event, read next to the
   files with the node's clock, templates/launch_bootstrap.sh.j2); every tick judges them across
   all nodes by the contract's hang rule (slurmgen/contract/blame.py), each aged by the time
-  since its report, so the frozen rank is named and not a rank that waits for it elsewhere.
+  since its report, so the frozen rank is named and not a rank that waits for it elsewhere;
+- stack: before it stops every node for a hang it asks the hung rank's node for that rank's
+  Python stack (`AskStack`) and stops on the answer (its innermost frame joins the verdict) or
+  `stack_wait` seconds later without one.
 
 The first failure decides the exit code and the verdict (slurmgen/contract/verdict.py: every
 failure and signal is kept as a verdict event, and `decide` names the first); later ones are
@@ -104,7 +107,15 @@ class DisconnectAll:
     pass
 
 
-Action = Say | CloseStdin | Disconnect | DisconnectAll
+@dataclass(frozen=True)
+class AskStack:
+    """Ask `host` for the Python stack of its hung `rank` (node_events.STACK_ASK)."""
+
+    host: str
+    rank: int
+
+
+Action = Say | CloseStdin | Disconnect | DisconnectAll | AskStack
 
 
 # ---- state -----------------------------------------------------------------------------------
@@ -116,6 +127,7 @@ class Limits:
     stop_grace: float = 1.0
     stop_wait: float = 5.0
     heartbeat_ms: int = 0  # the hang limit (0: ranks are not judged)
+    stack_wait: float = 0.0  # how long to wait for a hung rank's stack before stopping (0: no asking)
 
 
 @dataclass(frozen=True)
@@ -136,6 +148,7 @@ class AttemptState:
     all_running: bool = False
     # host -> the beats of its quiet ranks in its last `beats` report, and when that arrived
     beats: Mapping[str, tuple[tuple[blame.Beat, ...], float]] = field(default_factory=dict)
+    asked: tuple[str, int, float] | None = None  # (host, rank, until when): a hung rank's stack is awaited
 
     @property
     def done(self) -> bool:
@@ -209,16 +222,31 @@ def _where(what: str, host: str) -> str:
 def _fail(s: AttemptState, host: str, state: str, code: int, what: str, at: float,
           rank: int | None = None, spare: bool | None = None) -> Step:
     """Count a failure of `host`; the first one stops every node, sparing a node that stops
-    its own ranks (it saw the failure itself) until the stop grace."""
+    its own ranks (it saw the failure itself) until the stop grace. A hang the launcher judged
+    (`spare` False, a rank) first asks for the rank's stack, when the limits say so."""
     event = Event(CAUSES[state], code, host, rank, detail=what)
     s = replace(_node(s, host, state=state, code=code), seen=(*s.seen, event))
     if verdict.decide(s.seen).first is event:
         s = _node(s, host, note="first failure: " + what)
+        if spare is False and rank is not None and s.limits.stack_wait > 0:
+            return replace(s, asked=(host, rank, at + s.limits.stack_wait)), [AskStack(host, rank)]
         spare = state in ("failed", "hung") if spare is None else spare
         return _stop(s, _where(what, host), at, spare=host if spare else None)
     if not s.nodes[host].note:
         s = _node(s, host, note="after the first failure" if s.first else "while stopping")
     return s, []
+
+
+def _stack_told(s: AttemptState, frames: tuple[str, ...], at: float) -> Step:
+    """Stop every node now that the hung rank's stack came (`frames`, innermost first) or did
+    not in time (none): its innermost frame joins the verdict, as launch_multi_node.sh says it."""
+    first = verdict.decide(s.seen).first
+    if first is None or s.asked is None:
+        return replace(s, asked=None), []
+    told = replace(first, detail=first.detail + blame.stuck(frames))
+    s = replace(s, asked=None, seen=tuple(told if e is first else e for e in s.seen))
+    s = _node(s, str(first.node), note="first failure: " + told.detail)
+    return _stop(s, _where(told.detail, str(first.node)), at)
 
 
 def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
@@ -235,6 +263,9 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
     if event.kind == "beats":
         beats = tuple(replace(b, node=host) for b in event.beats)
         return replace(s, beats={**s.beats, host: (beats, at)}), []
+    if event.kind == "stack":
+        asked = s.asked is not None and s.asked[:2] == (host, event.rank)
+        return _stack_told(s, event.frames, at) if asked else (s, [])
     if event.kind == "hung":
         return _fail(s, host, "hung", exitcodes.HUNG,
                      f"rank {event.rank} hung (no heartbeat for {(event.value or 0) / 1000:.1f} s)", at)
@@ -280,7 +311,10 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
             actions += [*more, Disconnect(host)]
     stop_at = s.stop_at
     if stop_at is None:
-        s, more = _judge_hang(s, at)
+        if s.asked is not None:
+            s, more = _stack_told(s, (), at) if at >= s.asked[2] else (s, [])
+        else:
+            s, more = _judge_hang(s, at)
         return s, actions + more
     if s.spared in s.pending and at >= stop_at + lim.stop_grace:
         actions.append(CloseStdin(s.spared))  # it did not stop by itself

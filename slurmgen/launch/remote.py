@@ -38,6 +38,7 @@ from slurmgen.contract.node_events import (
     KEEPALIVE_INTERVAL,
     PAYLOAD_END,
     PAYLOAD_MAGIC,
+    STACK_ASK,
     lifeline_silence,
 )
 from slurmgen.generate.shell import quote
@@ -74,7 +75,7 @@ def bootstrap() -> str:
     from slurmgen.generate.render import render_template
 
     return render_template(BOOTSTRAP_TEMPLATE, version=__version__, event_tag=EVENT_TAG, event_fd=EVENT_FD,
-                           payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END,
+                           payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END, stack_ask=STACK_ASK,
                            bad_input=exitcodes.BAD_INPUT)
 
 

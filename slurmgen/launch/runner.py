@@ -9,7 +9,8 @@ that cannot start, a lost connection) or Ctrl-C / SIGTERM closes the stdin of ev
 session, and each node's bootstrap then stops its process groups (TERM, KILL after the stop
 grace). Until then a thread per node writes a keepalive line on that stdin (protocol.py): a
 node cut off from the launcher stops its own ranks when they stop arriving. The exit code is the first failing rank's (124 for a hung rank, 255 for a lost
-connection, 130/143 after Ctrl-C/SIGTERM). With --max-restarts the whole group starts again
+connection, 130/143 after Ctrl-C/SIGTERM). A hang the launcher judged first asks the rank's node
+for its Python stack (at most node_events.STACK_ASK_WAIT seconds) and then stops every node. With --max-restarts the whole group starts again
 after a failure. A stop request from the page or `slurmgen cancel` (a file the loop looks for on
 every pass: jobs/launch_stop.py) stops every node as SIGTERM does, with its own words
 ("stopped by user"): exit code 143, state stopped.
@@ -28,7 +29,14 @@ from dataclasses import dataclass
 from typing import IO, Protocol
 
 from slurmgen.contract import exitcodes
-from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, LIFELINE_PING, parse_event
+from slurmgen.contract.node_events import (
+    KEEPALIVE_COUNT,
+    KEEPALIVE_INTERVAL,
+    LIFELINE_PING,
+    STACK_ASK,
+    STACK_ASK_WAIT,
+    parse_event,
+)
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.runs import Failure
@@ -165,7 +173,7 @@ class Launcher:
         self.first_failure = None
         limits = machine.Limits(connect=self.opts.connect_timeout, keepalive=self.keepalive,
                                 keepalive_count=KEEPALIVE_COUNT, stop_grace=plan.stop_grace,
-                                stop_wait=STOP_WAIT_EXTRA, heartbeat_ms=heartbeat_ms(plan))
+                                stop_wait=STOP_WAIT_EXTRA, heartbeat_ms=heartbeat_ms(plan), stack_wait=STACK_ASK_WAIT)
         state = machine.initial([NodeResult(n.host, n.node_rank, n.ranks) for n in plan.nodes], attempt,
                                 time.monotonic(), self.t0, plan.world_size, limits)
         for node in plan.nodes:
@@ -200,7 +208,7 @@ class Launcher:
         """One step of the state machine, and its actions carried out."""
         before = state.first
         state, actions = machine.step(state, item)
-        if before is None and state.first is not None:
+        if state.first is not None and state.first != before:  # new, or a hang's stack came
             self.first_failure = _failure(state, item)
         for action in actions:
             if isinstance(action, machine.Say):
@@ -208,6 +216,9 @@ class Launcher:
             elif isinstance(action, machine.CloseStdin):
                 if action.host in procs:
                     procs[action.host].close_stdin()
+            elif isinstance(action, machine.AskStack):
+                if action.host in procs:
+                    procs[action.host].send(f"{STACK_ASK} {action.rank}\n".encode())
             elif isinstance(action, machine.Disconnect):
                 self.conns[action.host].close()
             else:

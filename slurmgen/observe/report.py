@@ -9,10 +9,11 @@ from slurmgen.jsonl import objects
 from slurmgen.observe import goodput, stragglers, timeline
 
 
-def analyse(timeline_text: str, attempts: Sequence[Mapping[str, Any]], submitted: float | None, now: float,
+def analyse(timeline_text: str, attempts: Sequence[Mapping[str, Any]], submitted: float | None, now: float | None,
             factor: float = stragglers.FACTOR, min_steps: int = stragglers.MIN_STEPS) -> dict[str, Any]:
     """{"timeline", "stragglers", "step_work", "goodput"} from the timeline file's text and the
-    attempts record; empty when the program recorded nothing."""
+    attempts record; empty when the program recorded nothing. `now` ends a run still going (None:
+    its last line does, for a file read with nothing else known of the run)."""
     events = list(objects(timeline_text.splitlines()))
     if not events:
         return {}

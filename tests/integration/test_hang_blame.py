@@ -36,9 +36,11 @@ from slurmgen.heal.attempts import attempts_path, read_attempts
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
-# argv: SHARED_DIR. After 50 steps each rank writes its host name to SHARED_DIR/ready-RANK.
+# argv: SHARED_DIR. After 50 steps each rank writes its host name to SHARED_DIR/ready-RANK. Like
+# the trainer it dumps its stack on SIGURG beside its heartbeat and says so ("stack": true), so
+# every path names where the frozen rank was stuck: in train_loop (or below it, in torch).
 PROGRAM = r'''
-import datetime, json, os, socket, sys, time
+import datetime, faulthandler, json, os, signal, socket, sys, time
 import torch
 import torch.distributed as dist
 shared = sys.argv[1]
@@ -47,21 +49,25 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
 beats = os.environ["SLURMGEN_HEARTBEAT_DIR"]
 os.makedirs(beats, exist_ok=True)
 path = os.path.join(beats, "rank-%05d.json" % rank)
-last, step, t = 0.0, 0, torch.ones(1)
-while True:
-    step += 1
-    time.sleep(0.02)
-    dist.all_reduce(t)
-    now = time.time()
-    if now - last >= 0.5:
-        with open(path + ".tmp", "w") as f:
-            f.write(json.dumps({"rank": rank, "step": step, "time": now, "pid": os.getpid(),
-                                "host": socket.gethostname(), "status": "running"}) + "\n")
-        os.replace(path + ".tmp", path)
-        last = now
-    if step == 50:
-        with open(os.path.join(shared, "ready-%d" % rank), "w") as f:
-            f.write(socket.gethostname())
+stack = open(os.path.join(beats, "stack-%05d.txt" % rank), "a")
+faulthandler.register(signal.SIGURG, file=stack, all_threads=True)
+def train_loop():
+    last, step, t = 0.0, 0, torch.ones(1)
+    while True:
+        step += 1
+        time.sleep(0.02)
+        dist.all_reduce(t)
+        now = time.time()
+        if now - last >= 0.5:
+            with open(path + ".tmp", "w") as f:
+                f.write(json.dumps({"rank": rank, "step": step, "time": now, "pid": os.getpid(), "stack": True,
+                                    "host": socket.gethostname(), "status": "running"}) + "\n")
+            os.replace(path + ".tmp", path)
+            last = now
+        if step == 50:
+            with open(os.path.join(shared, "ready-%d" % rank), "w") as f:
+                f.write(socket.gethostname())
+train_loop()
 '''
 LIMIT = 4.0
 # Each test runs this many times (the old judge was right by chance); more for a benchmark:
@@ -127,6 +133,9 @@ def test_slurm_names_the_frozen_rank_not_the_waiting_ones(cluster, tmp_path, run
     assert end["hung_step"] > 0 and "its process is stopped" in end["verdict"], end
     assert end["verdict"].endswith("; ranks 0-2 waited in a collective"), end
     assert f"slurmgen: {end['verdict']}" in log, log
+    stacks = (out / "logs" / f"slurmgen-{job}.stacks.txt").read_text()
+    assert stacks.startswith(f"=== rank 3 on {node2}") and " in train_loop\n" in stacks, stacks
+    assert end["stack"] and f"{end['stack'][0]['file']}\", line {end['stack'][0]['line']}" in stacks, end
     ended = end["time"] - frozen
     print(f"run {run}: frozen -> attempt ended {ended:.2f} s (limit {LIMIT} s)")
     assert ended <= LIMIT + SLACK, log
@@ -179,7 +188,8 @@ def test_launch_multi_node_names_the_frozen_rank_and_every_node_stops(tmp_path, 
     (code0, _, err0, end0), (code1, _, err1, end1) = results
     assert (code0, code1) == (exitcodes.HUNG, exitcodes.HUNG), err0[-3000:] + "\n---\n" + err1[-3000:]
     assert "hung: rank 3 on node 1 stopped beating at step " in err1, err1
-    assert "its process is stopped" in err1 and "rank 2 waited in a collective" in err1, err1
+    assert "its process is stopped" in err1 and "rank 2 waited in a collective; stuck in " in err1, err1
+    assert " in train_loop\n" in (out / "logs" / "stack-rank-3.txt").read_text()
     assert "first failure of the job: rank 3 on node 1 stopped beating (hung, code 124)" in err0, err0
     for err in (err0, err1):
         assert not any(f"hung: rank {r} " in err for r in (0, 1, 2)), err
@@ -209,7 +219,9 @@ def test_a_rank_killed_after_the_stop_grace_leaves_no_launcher_source_in_the_log
 @pytest.mark.parametrize("run", range(int(os.environ.get("SLURMGEN_HANG_RUNS", "1"))))
 def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path, run):
     """A coordinator group of 2 x 2 (agents on node1 and node2): rank 3, on node2, SIGSTOPped.
-    The agents report quiet beats; the server names rank 3 on node2, not a rank that waits."""
+    The agents report quiet beats; the server names rank 3 on node2, not a rank that waits, and
+    asks node2's agent for rank 3's stack before it is stopped: the reason says where it was
+    stuck, and the whole dump is in rank 3's lines."""
     from helpers import Coord, wait_for
 
     program, shared = _program(tmp_path)
@@ -227,11 +239,18 @@ def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path
         g = coord.wait({"failed", "succeeded"}, LIMIT + 10)
         failed = time.monotonic()
         gone = wait_for(lambda: not coord.rank_procs(str(program)), 10, "every rank to be stopped")
+        told = wait_for(lambda: "; stuck in " in coord.group()["group"]["reason"], 10, "where rank 3 was stuck")
+        g = coord.group()["group"]
+        dump = "\n".join(ln["line"] for ln in coord.call("GET", "/api/groups/exp1/logs?rank=3&limit=5000"))
     finally:
         coord.close()
-    print(f"run {run}: frozen -> group failed {failed - frozen:.2f} s, ranks gone {gone - frozen:.2f} s "
-          f"(limit {LIMIT} s)")
+    print(f"run {run}: frozen -> group failed {failed - frozen:.2f} s, ranks gone {gone - frozen:.2f} s, "
+          f"stack told {told - frozen:.2f} s (limit {LIMIT} s)")
     assert (g["state"], g["exit_code"]) == ("failed", exitcodes.HUNG), g
     assert g["reason"].startswith("rank 3 on node2 stopped beating at step "), g
-    assert g["reason"].endswith("its process is stopped); ranks 0-2 waited in a collective"), g
+    assert "its process is stopped); ranks 0-2 waited in a collective; stuck in " in g["reason"], g
+    where = g["reason"].rpartition("; stuck in ")[2]  # FILE:LINE in FUNCTION()
+    file, _, line = where.partition(" in ")[0].rpartition(":")
+    assert f'File "{file}", line {line} in {where.rpartition(" in ")[2][:-2]}' in dump, (where, dump)
+    assert " in train_loop" in dump, dump
     assert failed - frozen <= LIMIT + 2, g

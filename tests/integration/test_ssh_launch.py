@@ -28,7 +28,7 @@ from faults import cut_off
 from helpers import Run, assert_nodes_clean, base_args
 
 from slurmgen.contract import exitcodes
-from slurmgen.contract.node_events import lifeline_silence
+from slurmgen.contract.node_events import STACK_ASK_WAIT, lifeline_silence
 from slurmgen.train.logs import read_heartbeats
 
 pytestmark = pytest.mark.integration
@@ -298,7 +298,9 @@ HANG_RUNS = range(int(os.environ.get("SLURMGEN_HANG_RUNS", "1")))
 @pytest.mark.parametrize("run_no", HANG_RUNS)
 def test_frozen_rank_on_the_second_node_is_named_across_nodes(two_nodes, tmp_path, run_no):
     """Rank 3 (node2) SIGSTOPped: ranks 0-2 block in the next collective and go quiet too; each
-    node judging alone blamed one of its own. The launcher judges every node's beats."""
+    node judging alone blamed one of its own. The launcher judges every node's beats, then asks
+    node2 for rank 3's Python stack before it stops every node: the verdict says where rank 3 was
+    stuck, and the whole dump (the trainer's loop, `fit`, in it) is beside the rank logs."""
     c, limit = two_nodes, 3.0
     out = tmp_path / "run"
     run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--heartbeat-timeout", str(limit),
@@ -319,11 +321,20 @@ def test_frozen_rank_on_the_second_node_is_named_across_nodes(two_nodes, tmp_pat
     print(f"run {run_no}: frozen -> launch ended {ended:.2f} s (named after {hung_at - stopped:.2f} s, limit {limit:g} s)")
     assert code == exitcodes.HUNG, run.text()
     story = re.search(r"stopping all nodes: (rank 3 on node2 stopped beating at step \d+ \(no heartbeat for "
-                      r"[0-9.]+ s, its process is stopped\); ranks 0-2 waited in a collective)$", run.err, re.M)
+                      r"[0-9.]+ s, its process is stopped\); ranks 0-2 waited in a collective; "
+                      r"stuck in (/\S+\.py):(\d+) in (\S+)\(\))$", run.err, re.M)
     assert story, run.err
-    assert re.search(r"hung\s+124 .*first failure: " + re.escape(story.group(1)), run.err), run.err
-    # Not before the limit, counted from the last beat (at most one 0.2 s beat period before the freeze).
-    assert limit - 0.2 <= hung_at - stopped and ended <= limit + 2, run.text()
+    dumps = list(tmp_path.glob("**/stack-rank-3.txt"))
+    assert len(dumps) == 1, dumps
+    dump = dumps[0].read_text()
+    print(f"rank 3 stuck in {story[2]}:{story[3]} in {story[4]}()")
+    assert f'File "{story[2]}", line {story[3]} in {story[4]}' in dump, dump
+    assert re.search(r'File ".*/slurmgen/train/trainer\.py", line \d+ in fit$', dump, re.M), dump
+    table = " ".join(run.err.split())  # the summary wraps a long note
+    assert re.search(r"hung 124 .*first failure: " + re.escape(" ".join(story[1].split())), table), run.err
+    # Not before the limit, counted from the last beat (at most one 0.2 s beat period before the freeze);
+    # the stack may hold the stop up by at most STACK_ASK_WAIT.
+    assert limit - 0.2 <= hung_at - stopped and ended <= limit + 2 + STACK_ASK_WAIT, run.text()
     assert_nodes_clean(c)
 
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from slurmgen.coordinator.agent import WorkerAgent
 from slurmgen.coordinator.client import ClientError
@@ -256,3 +257,32 @@ def test_a_cut_off_limit_under_a_second_is_one_line_and_exit_2():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "slurmgen: error: cut_off_after: must be at least 1 second (got 0.5)"
+
+
+def test_the_stack_of_a_stopped_rank_is_taken_with_the_watchers_bash(tmp_path):
+    """coordinator/stacks.take runs hang_stack.sh.j2's take_stack on a real rank stopped in
+    frozen_here(): the writer named in its beat (not the pid given) is continued, dumps on
+    SIGURG, and its frames and dump come back."""
+    from slurmgen.coordinator import stacks
+
+    program = (
+        "import faulthandler, json, os, signal, sys\n"
+        "d = sys.argv[1]\n"
+        "faulthandler.register(signal.SIGURG, file=open(d + '/stack-00003.txt', 'a'), all_threads=True)\n"
+        "def frozen_here():\n"
+        "    open(d + '/rank-00003.json', 'w').write(json.dumps({'rank': 3, 'pid': os.getpid(), 'stack': True}) + '\\n')\n"
+        "    os.kill(os.getpid(), signal.SIGSTOP)\n"
+        "    signal.pause()\n"
+        "frozen_here()\n")
+    proc = subprocess.Popen([sys.executable, "-c", program, str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "rank-00003.json").exists() or Path(f"/proc/{proc.pid}/stat").read_text().split()[2] != "T":
+            assert time.monotonic() < deadline, "the rank never stopped"
+            time.sleep(0.02)
+        frames, dump = stacks.take(tmp_path / "rank-00003.json", 3, 1)
+        assert frames[0].endswith(" frozen_here") and frames[0].startswith("<string>:"), frames
+        assert 'File "<string>", line 6 in frozen_here' in dump, dump
+    finally:
+        proc.kill()
+        proc.wait()

@@ -309,3 +309,37 @@ def test_a_database_from_before_run_records_gets_the_column(tmp_path):
     store = Store(tmp_path / "old.db")
     assert store.attempt("g", 1)["runs"] == []
     store.close()
+
+
+def test_a_hung_rank_is_stopped_after_its_stack_and_the_reason_says_where_it_was_stuck(tmp_path):
+    """gn6-1 (rank 3) reports a stopped rank past the limit: the server names it, asks gn6's
+    agent for its stack with the stop order (and no one else's), and tells where it was stuck
+    once the agent reports the frames: the group, its attempt and the run registry's row."""
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.jobs.registry import Registry
+    from slurmgen.jobs.runs import Recorder, attempts_of, list_rows
+
+    store = Store(tmp_path / "c.db")
+    api = TestClient(create_app(Coordinator(store, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))), TOKEN))
+    setup_group(api, heartbeat_timeout=4.0)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    frozen = {**running("exp1", 1, 1)[0], "beat": {"age": 4.1, "step": 20, "stopped": True}}
+    beat(api, "gn6", *running("exp1", 1, 0), frozen)
+    g = group_state(api)
+    assert (g["state"], g["exit_code"]) == ("failed", 124) and g["reason"].startswith("rank 3 on gn6 stopped beating"), g
+    orders = beat(api, "gn6", *running("exp1", 1, 0), frozen)  # the orders that follow the verdict
+    assert [(s["worker"], s["stack"]) for s in orders["stop"]] == [(0, False), (1, True)]
+    assert [s["stack"] for s in beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]] == [False, False]
+    told = {**frozen, "stack": ["/x/train.py:12 train_loop", "/x/train.py:30 <module>"]}
+    beat(api, "gn7", *running("exp1", 1, 0), {**told, "id": 1, "pid": 101})  # gn7-1 was not asked
+    assert group_state(api)["reason"] == g["reason"]
+    beat(api, "gn6", *running("exp1", 1, 0), told)
+    assert group_state(api)["reason"] == g["reason"] + "; stuck in /x/train.py:12 in train_loop()"
+    attempt = api.get("/api/groups/exp1", headers=AUTH).json()["attempts"][0]
+    assert attempt["reason"].endswith("in train_loop()")
+    store.close()
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        (row,) = list_rows(reg)
+        assert row["failure"]["cause"] == attempt["reason"] and row["failure"]["code"] == 124, row
+        assert [a["cause"] for a in attempts_of(reg, row["seq"])] == [attempt["reason"]]

@@ -71,6 +71,18 @@ def test_a_stale_run_is_stopped_with_its_own_grace_else_the_default():
     assert [(s.worker, s.grace) for s in gone.orders.stop] == [(0, DEFAULT_GRACE)]
 
 
+def test_the_stop_order_of_the_worker_judged_hung_asks_for_its_stack():
+    """The server judged gn6-1 hung in attempt 1 (Known.stacks): its agent takes the rank's stack
+    before stopping it; gn6-0 of the same attempt, and gn6-1 in another attempt, are only stopped."""
+    old = attempt(number=1)
+    runs = [{"id": i, "state": "running", "group": "exp", "attempt": 1, "pid": 40 + i} for i in (0, 1)]
+    workers = [worker(i, state="running", run=("exp", 1)) for i in (0, 1)]
+    got = apply_report(report(*runs), Known(workers={w["idx"]: w for w in workers}, active={"exp": attempt(2)},
+                                            attempts={("exp", 1): old, ("exp", 2): attempt(2)},
+                                            stacks={("exp", 1): "gn6-1", ("exp", 7): "gn6-0"}))
+    assert [(s.worker, s.stack) for s in got.orders.stop] == [(0, False), (1, True)]
+
+
 def test_hung_and_newly_running_ranks_are_judged_and_lines_kept():
     w0 = worker(0, state="starting", run=("exp", 1))
     w1 = worker(1, state="running", run=("exp", 1))

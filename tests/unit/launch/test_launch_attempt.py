@@ -104,6 +104,44 @@ def test_a_rank_is_judged_by_the_limit_it_learned_when_its_node_reports_one():
     assert (s.code, s.first_rank) == (exitcodes.HUNG, 1) and closed(actions) == ["a", "b", "c"]
 
 
+def _hang_asked(stack_wait=1.5):
+    """Rank 2 on c judged hung at 104.05 with stack asking on: the state, and the actions then."""
+    s, _ = run(fresh(limits=m.Limits(heartbeat_ms=4000, stack_wait=stack_wait)), *opened(), *started())
+    return run(s, m.Reported("c", parse_event("slurmgen-event-1 beats 2:220:2000:stopped"), 102.0),
+               m.ClockTick(104.05, {}))
+
+
+def test_a_judged_hang_asks_the_node_for_the_rank_stack_and_stops_on_the_answer():
+    s, actions = _hang_asked()
+    assert actions == [m.AskStack("c", 2)] and s.stop_at is None and s.code == exitcodes.HUNG
+    s, actions = run(s, m.Reported("b", parse_event("slurmgen-event-1 stack 2\t/x/t.py:9 f"), 104.2),
+                     m.Reported("c", parse_event("slurmgen-event-1 stack 1"), 104.2), m.ClockTick(104.3, {}))
+    assert actions == [] and s.stop_at is None  # neither the asked node nor the asked rank
+    answer = parse_event("slurmgen-event-1 stack 2\t/x/my train.py:12 frozen_here\t/x/my train.py:30 <module>")
+    assert answer is not None and answer.frames == ("/x/my train.py:12 frozen_here", "/x/my train.py:30 <module>")
+    s, actions = run(s, m.Reported("c", answer, 104.6))
+    story = ("rank 2 on c stopped beating at step 220 (no heartbeat for 4.0 s, its process is stopped); "
+             "the other ranks kept beating; stuck in /x/my train.py:12 in frozen_here()")
+    assert said(actions) == [f"stopping all nodes: {story}"] and closed(actions) == ["a", "b", "c"]
+    assert (s.verdict, s.first_rank, s.stop_at, s.nodes["c"].note) == (story, 2, 104.6, f"first failure: {story}")
+
+
+def test_without_an_answer_every_node_is_stopped_when_the_wait_ends():
+    s, _ = _hang_asked()
+    s, actions = run(s, m.Reported("a", NodeEvent("exited", 0, 1), 104.5), m.ClockTick(105.5, {}))
+    assert closed(actions) == [] and s.verdict.startswith("rank 2 on c stopped")  # the hang came first
+    s, actions = run(s, m.ClockTick(105.56, {}))
+    assert closed(actions) == ["a", "b", "c"] and s.verdict.endswith("the other ranks kept beating"), s.verdict
+    s, actions = run(s, m.Reported("c", parse_event("slurmgen-event-1 stack 2"), 105.6))
+    assert actions == [] and s.verdict.endswith("kept beating")  # too late, and no frame anyway
+
+
+def test_a_signal_while_the_stack_is_awaited_stops_at_once():
+    s, _ = _hang_asked()
+    s, actions = run(s, m.Signalled(signal.SIGINT, 104.2))
+    assert closed(actions) == ["a", "b", "c"] and s.code == exitcodes.HUNG
+
+
 def test_a_node_whose_ranks_beat_again_withdraws_its_report():
     s, _ = run(fresh(limits=m.Limits(heartbeat_ms=4000)), *opened(), *started())
     s, _ = run(s, m.Reported("a", parse_event("slurmgen-event-1 beats 0:5:3000:running"), 102.0),

@@ -63,21 +63,27 @@ def test_restarts_exhausted_report_the_last_failure(tmp_path):
 
 def test_the_frozen_rank_is_named_across_nodes_not_the_one_that_waits(tmp_path):
     """Rank 0 (on h0) stops beating first, as a rank blocked in a collective does; rank 1 (on
-    h1) beats a little longer, then freezes (SIGSTOP). A node judging alone named rank 0."""
+    h1) beats a little longer, then freezes (SIGSTOP) in frozen_here(). A node judging alone
+    named rank 0. Rank 1 dumps its stack on SIGURG as the trainer does ("stack": true): the
+    launcher asks h1 for it before stopping, and the verdict says where rank 1 was stuck."""
     program = textwrap.dedent("""
-        import json, os, signal, time
+        import faulthandler, json, os, signal, time
         rank = int(os.environ["RANK"]); hb = os.environ["SLURMGEN_HEARTBEAT_DIR"]
         print("PID", os.getpid(), flush=True)
+        stack = open(f"{hb}/stack-{rank:05d}.txt", "a")
+        faulthandler.register(signal.SIGURG, file=stack, all_threads=True)
+        def frozen_here():
+            os.kill(os.getpid(), signal.SIGSTOP)
         start, step = time.time(), 0
         while time.time() - start < (0.4 if rank == 0 else 0.5):
             step += 1
             with open(f"{hb}/.{rank}", "w") as f:
                 f.write(json.dumps({"rank": rank, "step": step, "time": time.time(), "pid": os.getpid(),
-                                    "status": "running"}) + "\\n")
+                                    "status": "running", "stack": True}) + "\\n")
             os.replace(f"{hb}/.{rank}", f"{hb}/rank-{rank:05d}.json")
             time.sleep(0.05)
         if rank == 1:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            frozen_here()
         time.sleep(60)
     """)
     plan = local_plan(tmp_path, [PY, "-c", program], slots=(1, 1), heartbeat_timeout=2.0)
@@ -86,9 +92,12 @@ def test_the_frozen_rank_is_named_across_nodes_not_the_one_that_waits(tmp_path):
     elapsed = time.monotonic() - started
     assert code == exitcodes.HUNG, err
     assert "stopping all nodes: rank 1 on h1 stopped beating at step " in err, err
-    assert "its process is stopped); rank 0 waited in a collective" in err, err
+    assert "its process is stopped); rank 0 waited in a collective; stuck in <string>:8 in frozen_here()" in err, err
     assert "rank 1 on h1 stopped beating" in err.split("slurmgen launch: ")[-1]  # the summary's title
-    assert elapsed < 0.5 + 2 + 0.5 + 1 + 3, f"{elapsed:.1f}s"  # freeze, limit, poll, stop grace, start-up
+    dump = (tmp_path / plan.log_dir / "stack-rank-1.txt").read_text()
+    assert 'File "<string>", line 8 in frozen_here' in dump, dump
+    # freeze, limit, poll, the stack (about 0.1 s here), stop grace, start-up
+    assert elapsed < 0.5 + 2 + 0.5 + 0.5 + 1 + 3, f"{elapsed:.1f}s"
     assert SURVIVORS == [] and pids(out)
 
 

@@ -1,7 +1,8 @@
 """The timeline of a run that is not a Slurm job (issue 23): `slurmgen launch` on local 'hosts'
 (the real bootstrap and launch_multi_node.sh, no SSH) of a program patched with two lines of
 `slurmgen.beat`, restarted once after a failure; its registry row names the timeline file and
-keeps the stragglers and goodput, and `slurmgen status LAUNCH_ID --timeline --json` finds it."""
+keeps the stragglers and goodput, and `slurmgen status LAUNCH_ID --timeline --json` finds it
+(`slurmgen status FILE --timeline` reads the file itself, as for launch_multi_node.sh by hand)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,13 @@ def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases
     first, second = found["attempts"]
     assert (first["attempt"], second["attempt"]) == (1, 2) and first["end"] is not None, found
     assert [r["status"] for r in first["ranks"] if r["rank"] == 1] == ["failed"], first
+    code, out, err = run_cli(capsys, "status", tl, "--timeline", "--json")  # the file alone, as by hand
+    def ranks(view):  # the ranks' own words (the registry adds each attempt's bounds)
+        return [[(r["rank"], r["status"], r["last_step"]) for r in a["ranks"]] for a in view["attempts"]]
+
+    assert code == 0 and ranks(json.loads(out)) == ranks(found), out + err
+    code, out, err = run_cli(capsys, "status", tl, "--timeline")
+    assert code == 0 and out.startswith("attempt 1") and "slowest" in out, out + err
     said = [json.loads(x) for x in Path(tl).read_text().splitlines()]
     assert {(x["attempt"], x["rank"], x["code"]) for x in said if x.get("by") == "launcher" and x["event"] == "end"} >= {
         (1, 1, 7), (2, 0, 0), (2, 1, 0)}, said  # the launcher saw each exit, with its code
