@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import COMMAND, sg, status, wait_status
+from helpers import COMMAND, sg, status, wait_for, wait_status
 
 import slurmgen
 from slurmgen.jobs.registry import Registry
@@ -342,6 +342,10 @@ def test_a_requeued_job_says_when_it_may_start_again(cluster, tmp_path):
     cluster.run(["scontrol", "requeue", job])
     view = wait_status(cluster, tmp_path, job, {"PENDING"})
     try:
+        # For a moment after the requeue Slurm shows the job pending with no reason yet (seen once in
+        # CI): what is asserted is the view once slurmctld has set it.
+        wait_for(lambda: status(cluster, tmp_path, job)["reason"] is not None, 30, "a reason for the pending job")
+        view = status(cluster, tmp_path, job)
         eligible = cluster.job_info(job)["EligibleTime"]
         assert (view["reason"], view["restarts"], view["eligible"]) == ("BeginTime", 1, eligible), view
         line = next(x for x in sg(cluster, tmp_path, "status", job).stdout.splitlines() if x.startswith("  pending:"))
