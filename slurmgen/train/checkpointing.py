@@ -58,7 +58,8 @@ class Checkpointing:
                                        describe=lambda step, path: self.tracking().artifact(str(path), step))
         # --strategy fsdp: every rank writes its shard (sharded.py); its own process group, so
         # made on every rank here. Resuming reads either format under either strategy.
-        self.sharded = (sharded.ShardedWriter(self.directory, config.keep_last, background=config.checkpoint_async)
+        self.sharded = (sharded.ShardedWriter(self.directory, config.keep_last, background=config.checkpoint_async,
+                                              process=config.checkpoint_writer == "process")
                         if config.strategy == "fsdp" else None)
         self.last: str | None = None  # the last checkpoint written (durable) or resumed from
 
@@ -186,6 +187,11 @@ class Checkpointing:
         if self._writer.busy:
             self.heartbeat.beat(step, status="checkpointing", force=True)
             self._record(self._writer.wait())
+
+    def close(self) -> None:
+        """After `settle`: the writers end (a process writer's DCP process with them)."""
+        if self.sharded is not None:
+            self.sharded.close()
 
     def settle_after_failure(self) -> None:
         """A failing run still lets the write in flight finish: it may be the newest good state."""

@@ -53,7 +53,7 @@ exit codes: {EXIT_OK} done; {EXIT_FAILED} the run failed; {EXIT_USAGE} bad flags
 # The flags in --help order, by group; each is a field of TrainConfig or LaunchFlags, which
 # hold its help, form and default (flags.flag).
 LAYOUT = (
-    ("run", ("out_dir", "max_steps", "epochs", "seed", "resume", "save_every", "checkpoint_async", "keep_last",
+    ("run", ("out_dir", "max_steps", "epochs", "seed", "resume", "save_every", "checkpoint_async", "checkpoint_writer", "keep_last",
              "eval_every", "eval_iters", "log_every", "progress", "heartbeat_every")),
     ("optimisation", ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "dtype")),
     ("model and data", ("model", "n_layer", "n_head", "n_embd", "block_size", "mlp_in", "mlp_hidden", "mlp_classes",

@@ -28,6 +28,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
 TRACK_MODES = ("rank0", "per-process", "off")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
+# Where a sharded checkpoint is written while training goes on (train/sharded.py ShardedWriter).
+CHECKPOINT_WRITERS = ("thread", "process")
 DEFAULT_MAX_STEPS = 100
 SYNTHETIC_VOCAB, TOKEN_FILE_VOCAB = 256, 50304  # the latter GPT-2's, padded to a multiple of 64
 # Signals that may announce the end of a job (sbatch --signal), by their name without SIG.
@@ -132,6 +134,10 @@ class TrainConfig:
     checkpoint_async: bool = flag(True, "write checkpoints in a background thread: training waits only for a copy of "
                                   "the state to CPU memory, and for the previous write at the next checkpoint "
                                   "(default: on)", action="on_off")
+    checkpoint_writer: str = flag("thread", "with --strategy fsdp: where each rank's shard is written in the background; "
+                                  "process: DCP's writer process per rank, with its own GIL, for a Python-bound "
+                                  "loop whose steps slow down while a checkpoint is written (default: thread)",
+                                  choices=CHECKPOINT_WRITERS)
     resume: str = flag("auto", "auto: continue from the latest checkpoint in --out-dir if any (default); never; or a "
                        "checkpoint file or directory", metavar="auto|never|PATH")
     heartbeat_every: float = flag(1.0, f"seconds between heartbeat file updates {_DEFAULT}", type=number(0.01))
@@ -228,6 +234,11 @@ class TrainConfig:
         if self.dtype not in DTYPES:
             p.append(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
         p += strategy_problems(self.strategy, self.dtype)
+        if self.checkpoint_writer not in CHECKPOINT_WRITERS:
+            p.append(f"--checkpoint-writer must be {either(CHECKPOINT_WRITERS)} (got {self.checkpoint_writer!r})")
+        elif self.checkpoint_writer == "process" and (self.strategy != "fsdp" or not self.checkpoint_async):
+            p.append("--checkpoint-writer process needs --strategy fsdp and --checkpoint-async (the single-file "
+                     "checkpoint of ddp and a synchronous write have no writer process)")
         if self.progress not in PROGRESS_MODES:
             p.append(f"--progress must be {either(PROGRESS_MODES)} (got {self.progress!r})")
         if self.backend not in BACKENDS:

@@ -341,8 +341,25 @@ class ShardedWriter(OneJobInFlight):
         return Written(step, final)
 
     def close(self) -> None:
-        """Finish the write in flight; the writer's process group goes away with the world's."""
+        """Finish the write in flight; the writer's process group goes away with the world's.
+        DCP's writer process (`process=True`) is told to end: left to the rank's exit, it died on
+        the closed pipe with an EOFError traceback at the end of every successful run."""
         self.wait()
+        if self.process:
+            _end_writer_process()
+
+
+def _end_writer_process() -> None:
+    """DCP keeps its writer process for the life of the rank in a module global (torch 2.13:
+    `_async_process_executor._CHECKPOINT_PROCESS`), shared by every writer of the process and
+    made again by the next `async_save`. Its own `__del__` sends the process TERMINATE and joins
+    it (SIGTERM after 5 s); without that global (another torch) nothing is done."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    writer = getattr(executor, "_CHECKPOINT_PROCESS", None)
+    if writer is not None:
+        executor._CHECKPOINT_PROCESS = None
+        writer.__del__()
 
 
 def load_into(path: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -238,6 +238,7 @@ class Trainer:
                     break
             vote.settle()  # the last vote is still in flight: finish it before other collectives
             self.checkpoints.settle(self.step)  # durable before anything reports success, stops or requeues
+            self.checkpoints.close()
         except BaseException:
             self._failed()
             raise

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import wait_for
 
 from slurmgen.train import sharded
 
@@ -55,6 +56,35 @@ def test_fsdp_run_killed_after_a_checkpoint_resumes_bit_identical(tmp_path):
     assert [p.name for p in (tmp_path / "whole" / "checkpoints").iterdir() if p.name.endswith(".dcp")] != []
 
 
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds `marker` (what a run started, whatever its parent)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
+def test_the_process_writer_writes_the_same_checkpoints_and_leaves_no_process(tmp_path, monkeypatch):
+    marker = f"TEST_RUN_MARK={tmp_path}"
+    monkeypatch.setenv("TEST_RUN_MARK", str(tmp_path))  # inherited by the ranks and DCP's writer processes
+    code, log = train(tmp_path / "proc", "--strategy", "fsdp", "--checkpoint-writer", "process")
+    assert code == 0 and "Traceback" not in log, log[-3000:]
+    assert "Checkpoint background process is running" in log  # DCP's own writer process wrote them
+    # A writer process sees its rank's pipe close and ends: within seconds, not left behind.
+    wait_for(lambda: not processes_with(marker), 10, f"DCP's writer processes to end ({processes_with(marker)})")
+    code, log = train(tmp_path / "thread", "--strategy", "fsdp")
+    assert code == 0, log[-3000:]
+    for step in (4, 8):
+        info = sharded.describe(tmp_path / "proc" / "checkpoints" / sharded.checkpoint_name(step))
+        assert info["complete"] and info["world_size"] == 2, info
+    a, b = weights(tmp_path / "proc"), weights(tmp_path / "thread")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.parametrize("first,then", [("fsdp", ["--strategy", "fsdp", "--nproc-per-node", "3"]),
                                          ("ddp", ["--strategy", "fsdp"]), ("fsdp", ["--strategy", "ddp"])])
 def test_resume_on_another_world_size_or_strategy_continues_from_the_same_step(tmp_path, first, then):
@@ -71,7 +101,9 @@ def test_resume_on_another_world_size_or_strategy_continues_from_the_same_step(t
 
 def test_bad_strategy_values_are_one_line_and_exit_2(tmp_path):
     for extra, said in ((["--strategy", "zero3"], "--strategy"),
-                        (["--strategy", "fsdp", "--dtype", "float16"], "--dtype float16")):
+                        (["--strategy", "fsdp", "--dtype", "float16"], "--dtype float16"),
+                        (["--checkpoint-writer", "process"], "--checkpoint-writer process needs --strategy fsdp"),
+                        (["--strategy", "fsdp", "--checkpoint-writer", "fork"], "--checkpoint-writer")):
         p = subprocess.run([sys.executable, "-m", "slurmgen.train", *extra, "--out-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr
