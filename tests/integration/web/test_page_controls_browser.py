@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import Run, base_args
@@ -82,13 +83,18 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
             run.finish(10)
 
 
+def _submit_failing_job(coordinator, cluster, cwd: Path, out: str) -> str:
+    """`slurmgen submit` of a one-node job whose command fails, into the coordinator's registry."""
+    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
+            "--gpus", "1", "--time", "5", "-o", out, "--", "false"]
+    proc = subprocess.run(argv, cwd=cwd, env=cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
 def test_requeue_a_failed_slurm_job_from_its_page(page, cluster_coordinator, cluster, tmp_path):
     coordinator, p = cluster_coordinator, page
-    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
-            "--gpus", "1", "--time", "5", "-o", "page-requeue", "--", "false"]
-    proc = subprocess.run(argv, cwd=tmp_path, env=cluster.env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    job = proc.stdout.strip()
+    job = _submit_failing_job(coordinator, cluster, tmp_path, "page-requeue")
     try:
         assert cluster.wait_state(job, {"FAILED", "COMPLETED"}, timeout=60) == "FAILED"
         p.log_in(coordinator.token)
@@ -111,11 +117,7 @@ def test_requeue_and_cancel_a_slurm_job_through_the_json_api(cluster_coordinator
     refused once ended; the token and the field checked first. No browser: the API is what a
     script would call."""
     coordinator = cluster_coordinator
-    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
-            "--gpus", "1", "--time", "5", "-o", "api-requeue", "--", "false"]
-    proc = subprocess.run(argv, cwd=tmp_path, env=cluster.env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    job = proc.stdout.strip()
+    job = _submit_failing_job(coordinator, cluster, tmp_path, "api-requeue")
     try:
         with Registry.open(_registry(coordinator)) as reg:
             seq = next(r["seq"] for r in list_rows(reg, kinds=["slurm"], limit=50) if r["job_id"] == job)

@@ -112,6 +112,23 @@ def test_requeue_refusals_by_slurm_state():
     assert requeue_refusal(None).startswith("Slurm no longer knows the job")
 
 
+def launcher_taking_stops(app, key: str) -> tuple[threading.Thread, list]:
+    """A started thread that does what launch `key`'s launcher loop does (launch/runner.py): take
+    a stop order from its channel, within 5 s; what it took goes into the returned list."""
+    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
+        stop_file = launch_stop.stop_file(reg.path, key)
+    taken: list = []
+
+    def launcher() -> None:
+        deadline = time.monotonic() + 5
+        while not taken and time.monotonic() < deadline:
+            taken.append(launch_stop.take(stop_file)) if stop_file.exists() else time.sleep(0.02)
+
+    thread = threading.Thread(target=launcher)
+    thread.start()
+    return thread, taken
+
+
 # ---- stopping a launch -------------------------------------------------------------------------
 def test_stop_a_running_launch_through_its_channel_and_not_an_ended_one(app):
     live, old = seq_of(app, "L1"), seq_of(app, "L0")
@@ -119,17 +136,7 @@ def test_stop_a_running_launch_through_its_channel_and_not_an_ended_one(app):
     html = app.get(f"/ui/runs/{old}").text
     assert 'disabled title="the launch has ended (failed)"' in button(html, "Stop launch")
     assert "Requeue" not in html  # only a Slurm job's
-    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
-        stop_file = launch_stop.stop_file(reg.path, "L1")
-    taken: list = []
-
-    def launcher() -> None:  # the launcher's loop, as launch/runner.py runs it
-        deadline = time.monotonic() + 5
-        while not taken and time.monotonic() < deadline:
-            taken.append(launch_stop.take(stop_file)) if stop_file.exists() else time.sleep(0.02)
-
-    thread = threading.Thread(target=launcher)
-    thread.start()
+    thread, taken = launcher_taking_stops(app, "L1")
     assert post(app, f"/ui/runs/{live}/stop", page=f"/ui/runs/{live}") == f"/ui/runs/{live}"
     thread.join()
     assert taken == [f"{STOPPED_BY_USER} from the page"]
@@ -162,17 +169,7 @@ def test_the_json_api_requeues_and_stops_by_the_pages_rules_with_clear_refusals(
     assert (reply.status_code, reply.json()["detail"]) == (404, "there is no run 999 in this machine's registry: nothing was stopped")
     assert asked == ["4242"]  # no refused call reached Slurm
     # A running launch is stopped through its channel, as the page's button does.
-    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
-        stop_file = launch_stop.stop_file(reg.path, "L1")
-    taken: list = []
-
-    def launcher() -> None:  # the launcher's loop, as launch/runner.py runs it
-        deadline = time.monotonic() + 5
-        while not taken and time.monotonic() < deadline:
-            taken.append(launch_stop.take(stop_file)) if stop_file.exists() else time.sleep(0.02)
-
-    thread = threading.Thread(target=launcher)
-    thread.start()
+    thread, taken = launcher_taking_stops(app, "L1")
     reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "stop"})
     thread.join()
     assert reply.status_code == 200 and reply.json()["said"].startswith("launch L1: the launcher is stopping every rank")
