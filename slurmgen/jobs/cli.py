@@ -65,7 +65,8 @@ def _job_line(row: dict[str, Any]) -> str:
     seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
     state = style(f"{row['state']:<10}", row["state"])
     size = f"  {row['nodes']}x{row['ranks'] // row['nodes']}" if row["nodes"] and row["ranks"] else ""
-    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
+    again = f" attempt {row['attempts']}" if (row["attempts"] or 0) > 1 else ""  # restarted or requeued
+    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
 
 
 def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]; "

@@ -29,7 +29,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
-from slurmgen.jobs.view import ended_at, job_view, overall, task_row
+from slurmgen.jobs.view import attempt, ended_at, job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
     from slurmgen.generate.render import Rendered
@@ -213,7 +213,9 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     if jobs and record.seq is not None:
         known, end = ended_at(list(jobs.values()))
-        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if known else None)
+        number = attempt(list(jobs.values()))
+        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if known else None,
+                                 {record.seq: number} if number is not None else None)
     return view
 
 
