@@ -28,6 +28,7 @@ from slurmgen.jobs import commands, listing, stopping
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
+from slurmgen.jobs.runs import list_rows
 from slurmgen.jobs.view import format_view
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -440,7 +441,6 @@ def test_the_list_shows_each_slurm_jobs_attempt_as_slurm_last_gave_it(tmp_path):
     Slurm, so the page's list (one SELECT, never asking Slurm) and `jobs` show it, also once the
     controller has forgotten the job; with its end time, and exit 75 as preempted."""
     from slurmgen.coordinator.web.runs_page import run_view
-    from slurmgen.jobs.runs import list_rows
 
     array = (DATA / "scontrol_array.txt").read_text().replace("ArrayTaskId=1 ", "ArrayTaskId=1 Restarts=1 ", 1)
     array = re.sub(r"(ArrayTaskId=1 Restarts=1 .*?) Restarts=0", r"\1", array)  # task 1 (job 6) was requeued once
@@ -472,8 +472,13 @@ def test_wait_polls_until_the_end_and_returns_the_code(tmp_path):
         naps.append(seconds)
         runner.scontrol = answers[1]
     runner.scontrol = answers[0]
-    assert commands.wait(runner, record("1", tmp_path), sleep=nap) == ("FAILED", 3)
+    with registry(tmp_path) as reg:
+        reg.add(rec := record("1", tmp_path))
+        assert commands.wait(runner, rec, sleep=nap, registry=reg) == ("FAILED", 3)
     assert naps == [commands.POLL]
+    with reg_again(tmp_path) as reg:  # `submit --wait` keeps what the list shows: state, end, attempt
+        (row,) = list_rows(reg)
+    assert (row["state"], row["last_exit"], row["attempts"], row["ended"] is not None) == ("failed", 3, 1, True), row
 
 
 def test_submit_registers_what_sbatch_said(tmp_path):
