@@ -25,6 +25,7 @@ from slurmgen.generate import sweep_input
 from slurmgen.generate.render import SLURM_SCRIPT, render
 from slurmgen.generate.specfile import build_spec
 from slurmgen.jobs import commands, listing, stopping
+from slurmgen.jobs.cli_shared import Runners
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
@@ -436,7 +437,7 @@ def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path)
         assert reg.get("1").last_state == "RUNNING"
 
 
-def test_the_list_shows_each_slurm_jobs_attempt_as_slurm_last_gave_it(tmp_path):
+def test_the_list_shows_each_slurm_jobs_attempt_as_slurm_last_gave_it(tmp_path, monkeypatch, capsys):
     """A Slurm job's attempt (restart count + 1, once started) is kept in its row when `jobs` asks
     Slurm, so the page's list (one SELECT, never asking Slurm) and `jobs` show it, also once the
     controller has forgotten the job; with its end time, and exit 75 as preempted."""
@@ -461,6 +462,12 @@ def test_the_list_shows_each_slurm_jobs_attempt_as_slurm_last_gave_it(tmp_path):
         assert (views["7"]["state"], views["7"]["attempts"], views["7"]["ended"]) == ("preempted", 3, True), views["7"]
         forgotten = {r["job"]: r["attempts"] for r in listing.list_jobs(lambda *a: FakeRunner(""), reg, None)}
     assert forgotten == expected, forgotten
+    # `slurmgen jobs` says it too, and what Slurm's FAILED of exit 75 means.
+    monkeypatch.setattr(Runners, "__call__", lambda self, *a: FakeRunner(answer))
+    _, out, _ = run(capsys, "jobs", "--registry", str(tmp_path / "jobs.sqlite"))
+    lines = {line.split()[1]: line for line in out.splitlines()}
+    assert "  PENDING    attempt 2  " in lines["3"] and "attempt" not in lines["2"], out
+    assert "  FAILED     exit 75 (preempted: checkpointed, resumable) attempt 3  " in lines["7"], out
 
 
 def test_wait_polls_until_the_end_and_returns_the_code(tmp_path):
