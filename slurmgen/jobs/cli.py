@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from slurmgen.contract.states import State
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import submit_cli
 from slurmgen.jobs.cli_shared import (
@@ -63,9 +64,13 @@ def _job_line(row: dict[str, Any]) -> str:
     tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
     where = f" on {row['remote']}" if row["remote"] else ""
     seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
-    state = style(f"{row['state']:<10}", row["state"])
+    # Slurm says FAILED of a job that exited with the preemption code (checkpoint and stop): say what it means.
+    preempted = row["kind"] == "slurm" and row["run_state"] == State.PREEMPTED.value and not row["state"].startswith("PREEMPTED")
+    code += " (preempted: checkpointed, resumable)" if preempted else ""
+    state = style(f"{row['state']:<10}", State.PREEMPTED.value if preempted else row["state"])
     size = f"  {row['nodes']}x{row['ranks'] // row['nodes']}" if row["nodes"] and row["ranks"] else ""
-    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
+    again = f" attempt {row['attempts']}" if (row["attempts"] or 0) > 1 else ""  # restarted or requeued
+    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
 
 
 def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]; "

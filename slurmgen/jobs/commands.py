@@ -29,7 +29,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
-from slurmgen.jobs.view import ended_at, job_view, overall, task_row
+from slurmgen.jobs.view import attempt, ended_at, job_view, overall, task_row
 
 if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
     from slurmgen.generate.render import Rendered
@@ -99,8 +99,10 @@ def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str,
     return record
 
 
-def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep: Callable[[float], None] = time.sleep) -> tuple[str, int]:
-    """Poll until the job (every task of an array) has ended; its state and exit code."""
+def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep: Callable[[float], None] = time.sleep,
+         registry: Registry | None = None) -> tuple[str, int]:
+    """Poll until the job (every task of an array) has ended; its state and exit code, also kept
+    in `registry` (with its end time and attempt, see `remember`)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     unanswered_since = None
     while True:
@@ -108,6 +110,8 @@ def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep:
         jobs = all_tasks(snap, record)
         if jobs and all(j.ended for j in jobs):
             state, code = overall(jobs)
+            if registry is not None:
+                remember(registry, record, jobs, state, code)
             return state, code if code is not None else FAILED
         if not jobs and not snap.notes:
             raise SlurmgenError(f"wait: Slurm no longer knows job {record.job_id}", exit_code=FAILED)
@@ -211,10 +215,19 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         view.update(_kept_time_report(runner, registry, record, attempts, with_timeline))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
-    if jobs and record.seq is not None:
-        known, end = ended_at(list(jobs.values()))
-        registry.remember_states({record.seq: (view["state"], view.get("exit_code"))}, {record.seq: end} if known else None)
+    remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"))
     return view
+
+
+def remember(registry: Registry, record: JobRecord, jobs: list[SlurmJob], state: str, code: int | None) -> None:
+    """Keep what Slurm just said of the job in its row: state, exit code, end time and attempt,
+    which the list of runs shows without asking Slurm (`jobs` keeps them for many jobs at once)."""
+    if not jobs or record.seq is None:
+        return
+    known, end = ended_at(jobs)
+    number = attempt(jobs)
+    registry.remember_states({record.seq: (state, code)}, {record.seq: end} if known else None,
+                             {record.seq: number} if number is not None else None)
 
 
 def file_status(path: Path) -> dict[str, Any]:

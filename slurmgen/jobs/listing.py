@@ -19,7 +19,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.runs import list_rows
 from slurmgen.jobs.slurm import SlurmJob
-from slurmgen.jobs.view import ended_at, exit_code, overall
+from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
 
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
 
@@ -61,6 +61,7 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records
     found: dict[int, tuple[list[SlurmJob], bool]] = {}
     seen: dict[int, tuple[str, int | None]] = {}
     ended: dict[int, float | None] = {}
+    attempts: dict[int, int] = {}
     for where, group in by_where.items():
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=False)
@@ -74,7 +75,10 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records
                 known, end = ended_at(jobs)
                 if known:
                     ended[r.seq] = end
-    registry.remember_states(seen, ended)
+                number = attempt(jobs)
+                if number is not None:
+                    attempts[r.seq] = number
+    registry.remember_states(seen, ended, attempts)
     return found
 
 
@@ -91,10 +95,11 @@ def _slurm_row(r: dict[str, Any], record: JobRecord, live: tuple[list[SlurmJob],
     state, code = overall(jobs) if array else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
     state = state or record.last_state or "UNKNOWN"
     word = from_slurm(state, code if jobs else record.last_exit)
+    number = attempt(jobs)  # what Slurm says now (kept in the row by _slurm_states), else what was kept
     return {"job": record.job_id, "name": record.name, "state": state, "exit_code": code if jobs else record.last_exit,
             "live": bool(jobs), "tasks": len(jobs) if array else None, "remote": record.remote,
             "output_dir": record.output_dir, "submitted": record.submitted, "id_reused": reused,
-            **_common(r), "run_state": word.value if word else None}
+            **_common(r), "attempts": r["attempts"] if number is None else number, "run_state": word.value if word else None}
 
 
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:

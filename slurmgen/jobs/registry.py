@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 RUN_COLUMNS = (
     ("kind", "TEXT NOT NULL DEFAULT 'slurm'"), ("state", "TEXT"), ("nodes", "INTEGER"), ("ranks", "INTEGER"),
     ("started", "REAL"), ("ended", "REAL"), ("run_id", "TEXT"), ("record_dir", "TEXT"),
-    ("logs", "TEXT NOT NULL DEFAULT '[]'"), ("failure", "TEXT"),
+    ("logs", "TEXT NOT NULL DEFAULT '[]'"), ("failure", "TEXT"), ("attempt", "INTEGER"),
 )
 ATTEMPTS_TABLE = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -225,11 +225,13 @@ class Registry:
     def by_output_dir(self, output_dir: str) -> list[JobRecord]:
         return self._select("output_dir = ?", (output_dir,))
 
-    def remember_states(self, states: dict[int, tuple[str, int | None]], ended: dict[int, float | None] | None = None) -> None:
+    def remember_states(self, states: dict[int, tuple[str, int | None]], ended: dict[int, float | None] | None = None,
+                        attempts: dict[int, int] | None = None) -> None:
         """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction;
         `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is
-        known (None: it runs again, after a requeue)."""
-        if not states and not ended:
+        known (None: it runs again, after a requeue); `attempts`: the attempt Slurm says it is at
+        (view.attempt), which the list of runs shows without asking Slurm."""
+        if not states and not ended and not attempts:
             return
         with self.transaction():
             self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
@@ -237,6 +239,8 @@ class Registry:
                                 [(s, c, _state_word(s, c), seq, s, c) for seq, (s, c) in states.items()])
             self.db.executemany("UPDATE jobs SET ended = ? WHERE seq = ? AND ended IS NOT ?",
                                 [(t, seq, t) for seq, t in (ended or {}).items()])
+            self.db.executemany("UPDATE jobs SET attempt = ? WHERE seq = ? AND attempt IS NOT ?",
+                                [(n, seq, n) for seq, n in (attempts or {}).items()])
 
     def update_info(self, record: JobRecord) -> None:
         """Write back `record.info` (e.g. the signals `cancel --signal` sent, which `status` explains)."""
@@ -247,7 +251,8 @@ def _migrate(db: sqlite3.Connection) -> None:
 
     The first shape kept one row per job id (a reused id replaced the older job); the second
     numbered rows but had no cluster column; the third held Slurm jobs only, without the run
-    model's columns and attempts. Rows are renumbered in submission order. A new file takes the
+    model's columns and attempts; the fourth had no `attempt` column (a Slurm job's attempt,
+    left NULL until Slurm is next asked). Rows are renumbered in submission order. A new file takes the
     same path from an empty table of the third shape, so there is one way to the current shape."""
     if _current(db):
         return

@@ -6,7 +6,9 @@ ranks, when it started and ended, its exit code, its first failure (rank, node, 
 the id its run records carry (`run_id`: the SLURMGEN_GROUP every rank was given, so a record is
 found by id, never by walking directories; `record_dir` where that directory is known) and where
 its logs are. Its attempts (restarts of a launch or group) are rows of `attempts`, each with
-its state, cause and first failure.
+its state, cause and first failure. A Slurm job's attempts are in the attempts file its
+run_slurm.sh writes beside its logs; the row keeps only how many (`attempt`, from Slurm's restart
+count whenever `jobs` or `status` asks), so the list counts attempts of every kind in its SELECT.
 
 `list_rows` answers the list of runs in one SELECT over indexed columns (1,000 runs in a few
 milliseconds: tests/unit/jobs/test_runs.py measures it), newest first. `Recorder` is how a launcher
@@ -172,7 +174,7 @@ def attempt_bounds(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 _LIST_SQL = """
 SELECT j.seq, j.kind, j.job_id, j.name, j.state, j.last_state, j.last_exit, j.nodes, j.ranks, j.started, j.ended,
        j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster,
-       (SELECT COUNT(*) FROM attempts AS a WHERE a.run = j.seq) AS attempts,
+       COALESCE(j.attempt, (SELECT COUNT(*) FROM attempts AS a WHERE a.run = j.seq)) AS attempts,
        (SELECT a.cause FROM attempts AS a WHERE a.run = j.seq ORDER BY a.number DESC LIMIT 1) AS last_cause
 FROM jobs AS j {where} ORDER BY j.started DESC, j.seq DESC {limit}
 """

@@ -47,8 +47,7 @@ def submit(**kw: Any) -> None:
                 return
             if not as_json:
                 typer.echo(record.job_id)
-            state, code = commands.wait(runners(remote), record)
-            reg.remember_states({record.seq: (state, code)})
+            state, code = commands.wait(runners(remote), record, registry=reg)
         finally:
             runners.close()
     if as_json:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from slurmgen.contract import verdict
+from slurmgen.contract.attempts import from_restart_count
 from slurmgen.heal.attempts import cause, stuck
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
@@ -46,6 +47,15 @@ def ended_at(tasks: Sequence[SlurmJob]) -> tuple[bool, float | None]:
         return True, None
     ends = [t.end_time for t in tasks]
     return (True, max(e for e in ends if e is not None)) if all(e is not None for e in ends) else (False, None)
+
+
+def attempt(tasks: Sequence[SlurmJob]) -> int | None:
+    """The attempt the job is at (contract/attempts.py: Slurm's restart count + FIRST), for the
+    registry's list of runs; an array's is its furthest task's. None until a task has started: a
+    job pending since its submission has had no attempt, one pending after a requeue has its
+    next attempt waiting."""
+    started = [t.restarts for t in tasks if t.state != "PENDING" or t.restarts]
+    return from_restart_count(max(started)) if started else None
 
 
 def exit_code(job: SlurmJob) -> int | None:

@@ -335,10 +335,23 @@ def test_a_warning_signal_stops_a_no_requeue_trainer_and_kills_a_program_without
            "handle: killed by signal 12 (USR2) (exit code 140)" in text and "exited with code 140" not in text, text
 
 
+def listed_attempts(cluster, cwd: Path) -> tuple[list[tuple[str, int]], list[int]]:
+    """Each run's attempts as `slurmgen jobs --json` lists them, then as the page's list reads
+    them from the registry afterwards (runs_page.read_runs: what `jobs` kept, Slurm not asked)."""
+    pytest.importorskip("fastapi")
+    from slurmgen.coordinator.web.runs_page import read_runs
+
+    listed = [(r["job"], r["attempts"]) for r in json.loads(sg(cluster, cwd, "jobs", "--json").stdout)]
+    rows, _, error = read_runs(cwd / "jobs.sqlite", [], [])
+    assert error is None, error
+    return listed, [r["attempts"] for r in rows]
+
+
 def test_a_requeued_job_says_when_it_may_start_again(cluster, tmp_path):
     job = sg(cluster, tmp_path, "submit", "--nodes", "1", "--backend", "gloo", "--time", "5", "--requeue", "-o", "rq",
              "-e", "NAP=60", *COMMAND).stdout.strip()
     wait_status(cluster, tmp_path, job, {"RUNNING"})
+    assert listed_attempts(cluster, tmp_path) == ([(job, 1)], [1])
     cluster.run(["scontrol", "requeue", job])
     view = wait_status(cluster, tmp_path, job, {"PENDING"})
     try:
@@ -350,5 +363,8 @@ def test_a_requeued_job_says_when_it_may_start_again(cluster, tmp_path):
         assert (view["reason"], view["restarts"], view["eligible"]) == ("BeginTime", 1, eligible), view
         line = next(x for x in sg(cluster, tmp_path, "status", job).stdout.splitlines() if x.startswith("  pending:"))
         assert re.fullmatch(rf"  pending: requeued, eligible at {eligible[-8:]} \(in \d+ s\)", line), line
+        # Its second attempt waits: `slurmgen jobs` and the page's list (which never asks Slurm) say 2.
+        assert listed_attempts(cluster, tmp_path) == ([(job, 2)], [2])
+        assert f"{job}  PENDING    attempt 2  " in sg(cluster, tmp_path, "jobs").stdout
     finally:
         sg(cluster, tmp_path, "cancel", job)

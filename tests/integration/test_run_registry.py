@@ -44,6 +44,7 @@ def test_submit_launch_and_a_group_show_in_one_list(cluster, tmp_path, monkeypat
         ("slurm", "COMPLETED", "succeeded", 0)], rows
     failed, done, slurm = rows
     assert slurm["job"] == job and (slurm["nodes"], slurm["ranks"], slurm["run_id"]) == (2, 2, f"slurm-{job}")
+    assert slurm["attempts"] == 1, slurm  # it ran once (Slurm's restart count 0), as a launch's first attempt
     assert (failed["nodes"], failed["ranks"], failed["attempts"]) == (2, 4, 1)
     assert (failed["first_failure"]["rank"], failed["first_failure"]["node"], failed["first_failure"]["code"]) == (
         3, "node2", 3), failed

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Literal
+from enum import Enum
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -27,15 +27,28 @@ from .runs_page import registry_path
 
 router = APIRouter()
 BY_API = "through the API"  # the end of a stopped launch's cause: "stopped by user through the API"
-ACTIONS = {"requeue": requeue_run, "stop": functools.partial(stop_run, by=BY_API),
-           "cancel": functools.partial(act, action="cancel"), "checkpoint": functools.partial(act, action="checkpoint")}
+
+
+class Action(str, Enum):
+    """The actions the API takes, named once: the body's only accepted values (a 422 lists them
+    as pydantic lists a Literal's) and the keys of ACTIONS."""
+
+    REQUEUE = "requeue"
+    STOP = "stop"
+    CANCEL = "cancel"
+    CHECKPOINT = "checkpoint"
+
+
+ACTIONS = {Action.REQUEUE: requeue_run, Action.STOP: functools.partial(stop_run, by=BY_API),
+           Action.CANCEL: functools.partial(act, action=Action.CANCEL.value),
+           Action.CHECKPOINT: functools.partial(act, action=Action.CHECKPOINT.value)}
 
 
 class RunAction(BaseModel):
     """What to do to the run; nothing else is accepted (a misspelt field is named, not ignored)."""
 
     model_config = ConfigDict(extra="forbid")
-    action: Literal["requeue", "stop", "cancel", "checkpoint"]
+    action: Action
 
 
 @router.post("/api/runs/{seq}/actions", name="api_run_action")
@@ -43,4 +56,4 @@ async def run_action(request: Request, seq: int, body: RunAction) -> JSONRespons
     status, said = await asyncio.to_thread(ACTIONS[body.action], registry_path(request.app), seq)
     if status != DONE:
         return JSONResponse({"detail": said}, status_code=status)
-    return JSONResponse({"run": seq, "action": body.action, "said": said})
+    return JSONResponse({"run": seq, "action": body.action.value, "said": said})

@@ -138,7 +138,9 @@ async def run_page(request: Request, seq: int) -> Response:
         return redirect_with(request, "/ui/runs", notice=str(exc))
     if data is None:
         return redirect_with(request, "/ui/runs", notice=f"There is no run {seq} in this machine's registry.")
-    return render(request, "run.html", {**data, "notice": take_flash(request).get("notice")})
+    # `task`: the array task whose log the log view starts on (a task cell's link: its log).
+    return render(request, "run.html", {**data, "notice": take_flash(request).get("notice"),
+                                        "chosen_task": request.query_params.get("task")})
 
 
 def act(path: Any, seq: int, action: str) -> Outcome:

@@ -7,6 +7,7 @@ the logs and the run records are real."""
 from __future__ import annotations
 
 import json
+import re
 import stat
 from datetime import datetime
 
@@ -163,6 +164,15 @@ def test_an_array_jobs_log_is_the_chosen_tasks_and_the_page_offers_every_task(se
     html = client.get(f"/ui/runs/{seq}").text
     picker = html.split('<select id="task-filter">')[1].split("</select>")[0]
     assert picker.count("<option") == 3 and '<option value="1">task 1 (running)</option>' in picker, picker
+    # Each cell of the grid links to its task's log: the page with that task picked for the log view.
+    cells = html.split('id="task-grid"')[1].split("</ul>")[0]
+    links = re.findall(r'<a class="task-log" href="([^"]*)" aria-label="Log of task (\d)">log</a>', cells)
+    assert links == [(f"/ui/runs/{seq}?task={t}#logs", str(t)) for t in range(3)], cells
+    assert 'id="logs"' in html and "selected" not in picker  # unpicked: the first task's, as the log endpoint
+    picked = client.get(links[1][0].split("#")[0]).text.split('<select id="task-filter">')[1].split("</select>")[0]
+    assert '<option value="1" selected>task 1 (running)</option>' in picked and picked.count("selected") == 1, picked
+    odd = client.get(f"/ui/runs/{seq}", params={"task": HOSTILE}).text  # not a task: nothing picked, nothing echoed
+    assert odd.count(" selected>") == 0 and HOSTILE not in odd
     # A job that is no array offers no picker and refuses a task.
     plain = add_job(registry, tmp_path, "91")
     assert 'id="task-filter"' not in client.get(f"/ui/runs/{plain}").text

@@ -25,9 +25,11 @@ from slurmgen.generate import sweep_input
 from slurmgen.generate.render import SLURM_SCRIPT, render
 from slurmgen.generate.specfile import build_spec
 from slurmgen.jobs import commands, listing, stopping
+from slurmgen.jobs.cli_shared import Runners
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
+from slurmgen.jobs.runs import list_rows
 from slurmgen.jobs.view import format_view
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -435,6 +437,39 @@ def test_jobs_asks_slurm_once_for_a_thousand_jobs_and_remembers_states(tmp_path)
         assert reg.get("1").last_state == "RUNNING"
 
 
+def test_the_list_shows_each_slurm_jobs_attempt_as_slurm_last_gave_it(tmp_path, monkeypatch, capsys):
+    """A Slurm job's attempt (restart count + 1, once started) is kept in its row when `jobs` asks
+    Slurm, so the page's list (one SELECT, never asking Slurm) and `jobs` show it, also once the
+    controller has forgotten the job; with its end time, and exit 75 as preempted."""
+    from slurmgen.coordinator.web.runs_page import run_view
+
+    array = (DATA / "scontrol_array.txt").read_text().replace("ArrayTaskId=1 ", "ArrayTaskId=1 Restarts=1 ", 1)
+    array = re.sub(r"(ArrayTaskId=1 Restarts=1 .*?) Restarts=0", r"\1", array)  # task 1 (job 6) was requeued once
+    answer = "\n".join([scontrol_as("scontrol_pending_held.txt", "1"), scontrol_as("scontrol_running.txt", "2"),
+                        scontrol_as("scontrol_running.txt", "3", JobState="PENDING", Reason="BeginTime", Restarts="1"),
+                        scontrol_as("scontrol_completed.txt", "7", JobState="FAILED", ExitCode="75:0", Restarts="2"), array])
+    with registry(tmp_path) as reg:
+        reg.add_many([record(i, tmp_path) for i in ("1", "2", "3", "7")] + [record("4", tmp_path, 8.0, array=4)])
+        shown = {r["job"]: r["attempts"] for r in listing.list_jobs(lambda *a: FakeRunner(answer), reg, None)}
+    # Held since submission: no attempt yet; running: 1; pending after a requeue: its 2nd waits;
+    # ended after two requeues: 3; an array: its furthest task's.
+    expected = {"1": 0, "2": 1, "3": 2, "7": 3, "4": 2}
+    assert shown == expected, shown
+    with Registry.open(tmp_path / "jobs.sqlite") as reg:  # what the page reads, from the file
+        rows = list_rows(reg)
+        assert {r["job_id"]: r["attempts"] for r in rows} == expected
+        views = {r["job_id"]: run_view(r, 2e9) for r in rows}
+        assert (views["7"]["state"], views["7"]["attempts"], views["7"]["ended"]) == ("preempted", 3, True), views["7"]
+        forgotten = {r["job"]: r["attempts"] for r in listing.list_jobs(lambda *a: FakeRunner(""), reg, None)}
+    assert forgotten == expected, forgotten
+    # `slurmgen jobs` says it too, and what Slurm's FAILED of exit 75 means.
+    monkeypatch.setattr(Runners, "__call__", lambda self, *a: FakeRunner(answer))
+    _, out, _ = run(capsys, "jobs", "--registry", str(tmp_path / "jobs.sqlite"))
+    lines = {line.split()[1]: line for line in out.splitlines()}
+    assert "  PENDING    attempt 2  " in lines["3"] and "attempt" not in lines["2"], out
+    assert "  FAILED     exit 75 (preempted: checkpointed, resumable) attempt 3  " in lines["7"], out
+
+
 def test_wait_polls_until_the_end_and_returns_the_code(tmp_path):
     answers = [(DATA / "scontrol_running.txt").read_text(), (DATA / "scontrol_failed.txt").read_text().replace("JobId=7", "JobId=1")]
     runner = FakeRunner()
@@ -444,8 +479,13 @@ def test_wait_polls_until_the_end_and_returns_the_code(tmp_path):
         naps.append(seconds)
         runner.scontrol = answers[1]
     runner.scontrol = answers[0]
-    assert commands.wait(runner, record("1", tmp_path), sleep=nap) == ("FAILED", 3)
+    with registry(tmp_path) as reg:
+        reg.add(rec := record("1", tmp_path))
+        assert commands.wait(runner, rec, sleep=nap, registry=reg) == ("FAILED", 3)
     assert naps == [commands.POLL]
+    with reg_again(tmp_path) as reg:  # `submit --wait` keeps what the list shows: state, end, attempt
+        (row,) = list_rows(reg)
+    assert (row["state"], row["last_exit"], row["attempts"], row["ended"] is not None) == ("failed", 3, 1, True), row
 
 
 def test_submit_registers_what_sbatch_said(tmp_path):
