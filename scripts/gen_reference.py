@@ -109,9 +109,9 @@ def trainer_rows() -> list[str]:
 def spec_page() -> str:
     import json
 
-    from slurmgen.generate.spec import JobSpec
+    from slurmgen.generate.spec import json_schema
 
-    schema = JobSpec.model_json_schema()
+    schema = json_schema()
     lines = [HEADER + "# Job spec fields\n",
              "The fields of a job spec (YAML, or the flags of `slurmgen create`), from the spec's JSON schema "
              "(`slurmgen schema` prints it whole).\n",

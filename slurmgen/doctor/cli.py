@@ -40,19 +40,16 @@ def _job_hosts(variable: str = "SLURM_JOB_NODELIST") -> list[str]:
 def preempt_signal(config: Path | None, given: str | None) -> str:
     """The signal to check: --signal, else the spec's preempt_signal (--config), else the spec's
     default; the job's program is written to catch that one, so that one must arrive."""
-    from typing import get_args
+    from slurmgen.generate.spec import JobSpec, choices, default
 
-    from slurmgen.generate.spec import JobSpec
-
-    field = JobSpec.model_fields["preempt_signal"]
     if given is None:
         if config is None:
-            return str(field.default)
+            return str(default(JobSpec, "preempt_signal"))
         from slurmgen.generate.specfile import spec_from_sources
         return spec_from_sources(config, {}).preempt_signal
     name = given.upper().removeprefix("SIG")
-    if name not in get_args(field.annotation):
-        raise SlurmgenError(f"signal: expected {' or '.join(get_args(field.annotation))} (got {given!r})")
+    if name not in choices(JobSpec, "preempt_signal"):
+        raise SlurmgenError(f"signal: expected {' or '.join(choices(JobSpec, 'preempt_signal'))} (got {given!r})")
     return name
 
 

@@ -2,7 +2,7 @@
 
 `spec_from_create_flags` and `write_rendered` are also what `slurmgen submit` renders and writes
 with (it takes every flag of `create`), so the two commands cannot drift apart. Nothing heavy is
-imported before a command runs: the spec (pydantic), the templates (jinja2) and Rich only inside.
+imported before a command runs: the spec (msgspec), the templates (jinja2) and Rich only inside.
 """
 
 from __future__ import annotations
@@ -158,9 +158,9 @@ def ranks(
 
 def schema() -> None:
     """Print the JSON schema of the job spec (point your editor's YAML plugin at it)."""
-    from slurmgen.generate.spec import JobSpec
+    from slurmgen.generate.spec import json_schema
 
-    typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
+    typer.echo(json.dumps(json_schema(), indent=2))
 
 
 def register(app: typer.Typer) -> None:

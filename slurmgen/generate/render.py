@@ -31,7 +31,7 @@ from slurmgen.contract.version import VERSION as __version__
 from slurmgen.generate import template_cache
 from slurmgen.generate.shell import ShellCode, always_quoted, quote, sbatch_value, words
 
-if TYPE_CHECKING:  # the spec's pydantic model costs ~150 ms to import: render_template alone needs none of it
+if TYPE_CHECKING:  # render_template alone needs no spec (nor msgspec)
     from slurmgen.generate.spec import JobSpec
 
 SLURM_SCRIPT = "run_slurm.sh"

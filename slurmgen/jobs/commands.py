@@ -31,7 +31,7 @@ from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
 from slurmgen.jobs.view import attempt, ended_at, job_view, overall, task_row
 
-if TYPE_CHECKING:  # rendering (jinja2, pydantic) is loaded by submit only: status stays quick
+if TYPE_CHECKING:  # rendering (jinja2, msgspec) is loaded by submit only: status stays quick
     from slurmgen.generate.render import Rendered
 
 POLL = 0.25

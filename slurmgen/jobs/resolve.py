@@ -54,7 +54,7 @@ def find(registry: Registry, ref: str, note: Callable[[str], None] = _quiet) -> 
 
 def _by_dir(registry: Registry, ref: str) -> JobRecord:
     """The newest job submitted from output directory `ref` (no job has `ref` for its name)."""
-    from slurmgen.generate.render import SPEC_FILE  # only here: a lookup by id stays free of jinja2 and pydantic
+    from slurmgen.generate.render import SPEC_FILE  # only here: a lookup by id stays free of jinja2 and the spec
 
     nameless = "" if os.sep in ref else f"no registered job is named {ref!r}, and "
     if not (Path(ref) / SPEC_FILE).is_file():

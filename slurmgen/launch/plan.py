@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.hostlist import is_host_name
 from slurmgen.generate.spec import RESERVED_ENV
@@ -236,7 +238,7 @@ def build_plan(spec: JobSpec, hosts: Sequence[Host], *, master: str | None = Non
         raise SlurmgenError("container.runtime: pyxis needs Slurm's srun; use runtime apptainer with slurmgen launch")
     nodes = node_plans(hosts, master, order)
     world = sum(n.nproc for n in nodes)
-    sized = spec.model_copy(update={"nodes": len(nodes), "gpus": max(n.nproc for n in nodes)})
+    sized = msgspec.structs.replace(spec, nodes=len(nodes), gpus=max(n.nproc for n in nodes))
     if spec.master_addr:
         addr = spec.master_addr
     elif callable(master_addr):

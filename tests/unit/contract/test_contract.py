@@ -7,7 +7,7 @@ from pathlib import Path
 
 from slurmgen.contract import backends, envvars, ports, states, strategies
 from slurmgen.coordinator.models import GroupConfig
-from slurmgen.generate.spec import JobSpec
+from slurmgen.generate.spec import JobSpec, choices, default
 from slurmgen.train.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,17 +33,17 @@ def test_every_slurmgen_variable_used_anywhere_is_declared():
 
 
 def test_literal_choices_match_the_contract():
-    """pydantic and type checkers need literal types; they list exactly the contract's choices."""
-    assert typing.get_args(JobSpec.model_fields["backend"].annotation) == backends.BACKENDS
+    """Validators and type checkers need literal types; they list exactly the contract's choices."""
+    assert choices(JobSpec, "backend") == backends.BACKENDS
     assert typing.get_args(GroupConfig.model_fields["backend"].annotation) == backends.BACKENDS
-    assert typing.get_args(JobSpec.model_fields["strategy"].annotation) == strategies.STRATEGIES
+    assert choices(JobSpec, "strategy") == strategies.STRATEGIES
     assert typing.get_args(GroupConfig.model_fields["strategy"].annotation) == strategies.STRATEGIES
 
 
 def test_every_launcher_defaults_to_the_same_backend():
     """The coordinator said nccl where the spec and the trainer said auto: a CPU group then failed to start."""
-    assert JobSpec.model_fields["backend"].default == GroupConfig.model_fields["backend"].default == backends.DEFAULT_BACKEND
-    assert (JobSpec.model_fields["strategy"].default == GroupConfig.model_fields["strategy"].default
+    assert default(JobSpec, "backend") == GroupConfig.model_fields["backend"].default == backends.DEFAULT_BACKEND
+    assert (default(JobSpec, "strategy") == GroupConfig.model_fields["strategy"].default
             == TrainConfig().strategy == strategies.DEFAULT_STRATEGY)
 
 

@@ -120,6 +120,16 @@ def test_all_problems_reported_at_once():
     assert [line.split(":")[0] for line in lines] == ["nodes", "time", "backend", "tme"]
 
 
+def test_values_are_read_as_written_or_from_their_text():
+    """A quoted number is a number where one is expected; YAML 1.1's yes/no still mean a boolean (yaml12
+    reads them as text); a sweep keeps each value's own type, so `x: true` reaches the program as true."""
+    spec = build_spec({"nodes": "2", "exclusive": "yes", "requeue": "off", "heartbeat_timeout": "5"})
+    assert (spec.nodes, spec.exclusive, spec.requeue, spec.heartbeat_timeout) == (2, True, False, 5.0)
+    sweep = build_spec({"sweep": [{"lr": "3", "x": True, "n": 2, "f": 0.5}]}).sweep
+    assert sweep == [{"lr": "3", "x": True, "n": 2, "f": 0.5}]
+    assert [type(v) for v in sweep[0].values()] == [str, bool, int, float]
+
+
 def test_signal_lead_must_fit_in_time_limit():
     (line,) = problems({"requeue": True, "time": "1", "signal_lead": 120})
     assert "signal_lead" in line and "60s" in line
