@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -32,8 +33,27 @@ from .runs_page import registry_path
 from .views import forget_refusal
 
 router = APIRouter()
-RUN_ACTIONS = {"slurm": ("requeue", "Requeue"), "launch": ("stop", "Stop launch")}
 BY_PAGE = "from the page"
+
+
+class RunControl(str, Enum):
+    """What a user may do to a run, named once: the page's buttons and their paths
+    (/ui/runs/SEQ/WORD), the JSON API's accepted words (run_api.py) and the buttons' labels."""
+
+    REQUEUE = "requeue"
+    STOP = "stop"
+    CANCEL = "cancel"
+    CHECKPOINT = "checkpoint"
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+
+_LABELS = {RunControl.REQUEUE: "Requeue", RunControl.STOP: "Stop launch", RunControl.CANCEL: "Cancel",
+           RunControl.CHECKPOINT: "Checkpoint and stop"}
+RUN_ACTIONS = {"slurm": RunControl.REQUEUE, "launch": RunControl.STOP}  # beside a Slurm job's stops:
+SLURM_STOPS = (RunControl.CANCEL, RunControl.CHECKPOINT)                # run_detail.py
 
 
 # ---- what each button may do ------------------------------------------------------------------
@@ -45,13 +65,13 @@ def run_controls(row: Mapping[str, Any], slurm: Mapping[str, Any]) -> list[dict[
     kind = row.get("kind")
     if kind not in RUN_ACTIONS:
         return []
-    action, label = RUN_ACTIONS[kind]
+    action = RUN_ACTIONS[kind]
     if kind == "slurm":
         state = str(slurm.get("state") or "").split(" ")[0]
         why = requeue_refusal(state if slurm.get("state") and state != "UNKNOWN" else None)
     else:
         why = launch_stop.why_not(dict(row))
-    return [{"action": action, "label": label, "why": why}]
+    return [{"action": action.value, "label": action.label, "why": why}]
 
 
 def delete_refusal(group: Mapping[str, Any]) -> str | None:
@@ -112,13 +132,13 @@ def stop_run(path: Any, seq: int, by: str = BY_PAGE) -> Outcome:
     return (DONE if taken else REFUSED), said
 
 
-@router.post("/ui/runs/{seq}/requeue", name="web_run_requeue")
+@router.post(f"/ui/runs/{{seq}}/{RunControl.REQUEUE.value}", name="web_run_requeue")
 @guarded("post")
 async def requeue_action(request: Request, seq: int) -> Response:
     return redirect_with(request, f"/ui/runs/{seq}", notice=(await asyncio.to_thread(requeue_run, registry_path(request.app), seq))[1])
 
 
-@router.post("/ui/runs/{seq}/stop", name="web_run_stop")
+@router.post(f"/ui/runs/{{seq}}/{RunControl.STOP.value}", name="web_run_stop")
 @guarded("post")
 async def stop_action(request: Request, seq: int) -> Response:
     return redirect_with(request, f"/ui/runs/{seq}", notice=(await asyncio.to_thread(stop_run, registry_path(request.app), seq))[1])

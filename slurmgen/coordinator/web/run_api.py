@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from enum import Enum
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from .controls import DONE, requeue_run, stop_run
+from .controls import DONE, RunControl, requeue_run, stop_run
 from .run_detail import act
 from .runs_page import registry_path
 
@@ -29,26 +28,18 @@ router = APIRouter()
 BY_API = "through the API"  # the end of a stopped launch's cause: "stopped by user through the API"
 
 
-class Action(str, Enum):
-    """The actions the API takes, named once: the body's only accepted values (a 422 lists them
-    as pydantic lists a Literal's) and the keys of ACTIONS."""
-
-    REQUEUE = "requeue"
-    STOP = "stop"
-    CANCEL = "cancel"
-    CHECKPOINT = "checkpoint"
-
-
-ACTIONS = {Action.REQUEUE: requeue_run, Action.STOP: functools.partial(stop_run, by=BY_API),
-           Action.CANCEL: functools.partial(act, action=Action.CANCEL.value),
-           Action.CHECKPOINT: functools.partial(act, action=Action.CHECKPOINT.value)}
+# Every control of the page, by its one name (controls.RunControl: the body's only accepted words;
+# a 422 lists them).
+ACTIONS = {RunControl.REQUEUE: requeue_run, RunControl.STOP: functools.partial(stop_run, by=BY_API),
+           RunControl.CANCEL: functools.partial(act, action=RunControl.CANCEL.value),
+           RunControl.CHECKPOINT: functools.partial(act, action=RunControl.CHECKPOINT.value)}
 
 
 class RunAction(BaseModel):
     """What to do to the run; nothing else is accepted (a misspelt field is named, not ignored)."""
 
     model_config = ConfigDict(extra="forbid")
-    action: Action
+    action: RunControl
 
 
 @router.post("/api/runs/{seq}/actions", name="api_run_action")

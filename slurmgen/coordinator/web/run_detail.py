@@ -25,7 +25,7 @@ from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
 
 from .auth import guarded, redirect_with
-from .controls import DONE, NO_RUN, REFUSED, UNANSWERED, Outcome, run_controls
+from .controls import DONE, NO_RUN, REFUSED, SLURM_STOPS, UNANSWERED, Outcome, RunControl, run_controls
 from .render import render, take_flash
 from .run_extras import extras
 from .runs_page import registry_path, run_view
@@ -96,13 +96,14 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
 
 def control(kind: str, slurm: dict[str, Any]) -> dict[str, str | None]:
     """Why each button cannot apply (None: it can)."""
+    cancel, checkpoint = RunControl.CANCEL.value, RunControl.CHECKPOINT.value
     if kind != "slurm":
-        return {"cancel": "only a Slurm job can be cancelled here", "checkpoint": "only a Slurm job can be checkpointed here"}
+        return {cancel: "only a Slurm job can be cancelled here", checkpoint: "only a Slurm job can be checkpointed here"}
     state = str(slurm.get("state") or "").split(" ")[0]
     if state in ENDED_SLURM or not slurm:
         why = f"the job has ended ({state or 'unknown to Slurm'})"
-        return {"cancel": why, "checkpoint": why}
-    return {"cancel": None, "checkpoint": None if state == "RUNNING" else f"the job is {state}, not running: nothing to save"}
+        return {cancel: why, checkpoint: why}
+    return {cancel: None, checkpoint: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save"}
 
 
 def own_status(reg: Registry, row: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def read_run(path: Any, seq: int) -> dict[str, Any] | None:
     now = time.time()
     run = run_view(row, now)
     return {"run": run, "row": row, "attempts": attempts, "slurm": slurm, "disabled": control(row["kind"], slurm),
-            "controls": run_controls(row, slurm), **extras(row, slurm or own, run, now)}
+            "stops": [(c.value, c.label) for c in SLURM_STOPS], "controls": run_controls(row, slurm), **extras(row, slurm or own, run, now)}
 
 
 @router.get("/ui/runs/{seq}", name="web_run")
@@ -155,7 +156,7 @@ def act(path: Any, seq: int, action: str) -> Outcome:
             return NO_RUN, f"there is no run {seq} in this machine's registry: nothing was sent"
         if record is None or row["kind"] != "slurm":
             return REFUSED, f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
-        signal = (record.info.get("preempt_signal") or "USR2") if action == "checkpoint" else None
+        signal = (record.info.get("preempt_signal") or "USR2") if action == RunControl.CHECKPOINT else None
         runner = runner_for(record)
         try:
             done = cancel(runner, reg, record, None, signal)
@@ -169,7 +170,8 @@ def act(path: Any, seq: int, action: str) -> Outcome:
 @router.post("/ui/runs/{seq}/{action}", name="web_run_action")
 @guarded("post")
 async def run_action(request: Request, seq: int, action: str) -> Response:
-    if action not in ("cancel", "checkpoint"):
-        return redirect_with(request, f"/ui/runs/{seq}", notice=f"Unknown action {action!r} (expected cancel or checkpoint).")
+    if action not in {c.value for c in SLURM_STOPS}:
+        expected = " or ".join(c.value for c in SLURM_STOPS)
+        return redirect_with(request, f"/ui/runs/{seq}", notice=f"Unknown action {action!r} (expected {expected}).")
     _, said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
     return redirect_with(request, f"/ui/runs/{seq}", notice=said)
