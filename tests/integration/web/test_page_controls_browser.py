@@ -2,7 +2,7 @@
 launch` over the nodes' sshd stopped with its run page's "Stop launch" button (no process left
 on any node, exit 143, state stopped, "stopped by user"); a failed Slurm job requeued with
 "Requeue" (pending or running again in squeue); a group's limits set in the settings form, its
-command and env on its page, and its deletion."""
+command and env on its page, and its deletion; an array job's task grid and each task's log."""
 
 from __future__ import annotations
 
@@ -107,6 +107,35 @@ def test_requeue_a_failed_slurm_job_from_its_page(page, cluster_coordinator, clu
         assert squeue.stdout.strip() != "", "requeued: back in the queue"
         expect(p.page.get_by_role("button", name="Requeue")).to_be_disabled()  # no longer failed
         p.shot("run-page-slurm-requeued")
+    finally:
+        cluster.cancel(job)
+
+
+def test_an_array_jobs_grid_shows_each_task_and_links_to_its_log(page, cluster_coordinator, cluster, tmp_path):
+    """A sweep submitted with `slurmgen submit`: its run page shows one cell per task with the task's
+    parameters and state, and a task's "log" link opens the log view on that task's lines alone."""
+    coordinator, p = cluster_coordinator, page
+    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
+            "--gpus", "1", "--time", "5", "-o", "page-array", "--sweep", "lr=0.1,0.01,0.001", "--",
+            sys.executable, "-c", "import sys; print('params', *sys.argv[1:])"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip()
+    try:
+        for task in range(3):
+            assert cluster.wait_state(f"{job}_{task}", {"COMPLETED", "FAILED"}, timeout=60) == "COMPLETED"
+        p.log_in(coordinator.token)
+        _open_run(p, coordinator, "slurm", job)
+        cells = p.page.locator("#task-grid li.task-cell")
+        expect(cells).to_have_count(3)
+        expect(cells.nth(2)).to_contain_text("lr=0.001")
+        expect(cells.nth(2).locator(".state")).to_have_text("succeeded")
+        cells.nth(2).get_by_role("link", name="Log of task 2").click()
+        p.page.wait_for_url("**/ui/runs/*?task=2#logs")
+        expect(p.page.locator("#task-filter")).to_have_value("2")
+        expect(p.page.locator("#log-view")).to_contain_text("params --lr 0.001")
+        assert "--lr 0.1\n" not in p.page.locator("#log-view").inner_text() + "\n"  # task 0's line is not shown
+        p.shot("run-page-array-grid")
     finally:
         cluster.cancel(job)
 
