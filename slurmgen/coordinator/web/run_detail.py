@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -74,6 +75,16 @@ def slurm_attempts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def task_attempts(slurm: Mapping[str, Any], task: str | None) -> tuple[str | None, list[dict[str, Any]]]:
+    """An array job's attempts are its tasks' own (each task is requeued alone): those of the task
+    the page shows (?task=N, as its log view does; else the first). (None, []) for any other job."""
+    tasks = slurm.get("tasks") or []
+    if not tasks:
+        return None, []
+    shown = next((t for t in tasks if t["job"].split("_", 1)[-1] == task), tasks[0])
+    return shown["job"].split("_", 1)[-1], slurm_attempts(shown.get("attempts") or [])
+
+
 def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
     """`slurmgen status`'s view of the job, the pending text and the failed rank's log tail."""
     from slurmgen.jobs.commands import status
@@ -114,7 +125,7 @@ def own_status(reg: Registry, row: dict[str, Any]) -> dict[str, Any]:
     return run_status(reg, row, True) if (row.get("info") or {}).get("timeline") else {}
 
 
-def read_run(path: Any, seq: int) -> dict[str, Any] | None:
+def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | None:
     with Registry.open(path) as reg:
         row = get_row(reg, seq)
         if row is None:
@@ -124,9 +135,11 @@ def read_run(path: Any, seq: int) -> dict[str, Any] | None:
         own = own_status(reg, row) if row["kind"] != "slurm" else {}
         attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
         attempts += slurm.get("attempts") or []
+        attempts_task, of_task = task_attempts(slurm, task)
+        attempts += of_task
     now = time.time()
     run = run_view(row, now)
-    return {"run": run, "row": row, "attempts": attempts, "slurm": slurm, "disabled": control(row["kind"], slurm),
+    return {"run": run, "row": row, "attempts": attempts, "attempts_task": attempts_task, "slurm": slurm, "disabled": control(row["kind"], slurm),
             "stops": [(c.value, c.label) for c in SLURM_STOPS], "controls": run_controls(row, slurm), **extras(row, slurm or own, run, now)}
 
 
@@ -134,7 +147,7 @@ def read_run(path: Any, seq: int) -> dict[str, Any] | None:
 @guarded("page")
 async def run_page(request: Request, seq: int) -> Response:
     try:
-        data = await asyncio.to_thread(read_run, registry_path(request.app), seq)
+        data = await asyncio.to_thread(read_run, registry_path(request.app), seq, request.query_params.get("task"))
     except SlurmgenError as exc:
         return redirect_with(request, "/ui/runs", notice=str(exc))
     if data is None:

@@ -113,7 +113,8 @@ def test_requeue_a_failed_slurm_job_from_its_page(page, cluster_coordinator, clu
 
 def test_an_array_jobs_grid_shows_each_task_and_links_to_its_log(page, cluster_coordinator, cluster, tmp_path):
     """A sweep submitted with `slurmgen submit`: its run page shows one cell per task with the task's
-    parameters and state, and a task's "log" link opens the log view on that task's lines alone."""
+    parameters and state, and a task's "log" link opens the page on that task: the log view on its
+    lines alone, the attempts table on its attempts."""
     coordinator, p = cluster_coordinator, page
     argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
             "--gpus", "1", "--time", "5", "-o", "page-array", "--sweep", "lr=0.1,0.01,0.001", "--",
@@ -134,6 +135,8 @@ def test_an_array_jobs_grid_shows_each_task_and_links_to_its_log(page, cluster_c
         p.page.wait_for_url("**/ui/runs/*?task=2#logs")
         expect(p.page.locator("#task-filter")).to_have_value("2")
         expect(p.page.locator("#log-view")).to_contain_text("params --lr 0.001")
+        expect(p.page.locator("#attempts-title")).to_have_text("Attempts of array task 2")  # a task is requeued alone
+        expect(p.page.locator("section[aria-labelledby=attempts-title] tbody tr").first).to_contain_text("1")
         assert "--lr 0.1\n" not in p.page.locator("#log-view").inner_text() + "\n"  # task 0's line is not shown
         p.shot("run-page-array-grid")
     finally:
