@@ -152,6 +152,19 @@ def test_py_spys_dump_gives_the_main_threads_frames(tmp_path):
     assert out == ["/w/train.py:123 step"]  # unnamed: the thread whose id is the process id
 
 
+def test_a_dump_left_by_an_earlier_attempt_is_not_reported_as_this_hangs_stack(tmp_path):
+    """A rank that cannot be asked (no stack signal, no py-spy) has no stack, even where the same
+    rank of an earlier attempt left its dump in the same directory."""
+    (tmp_path / "stack-00001.txt").write_text('Current thread 0x1 (most recent call first):\n'
+                                                '  File "old.py", line 3 in earlier_hang\n')
+    script = _functions() + f"""
+SLURMGEN_PYSPY=0 take_stack {tmp_path} 1 {os.getpid()} '{{"rank": 1, "status": "running"}}'
+echo "file=$stack_file frames=${{#stack_frames[@]}}"
+"""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out == "file= frames=0\n"
+
+
 PLAIN = "import time\ndef stuck_here():\n    time.sleep(60)\nprint('up', flush=True)\nstuck_here()\n"
 
 

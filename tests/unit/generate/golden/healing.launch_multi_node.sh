@@ -363,6 +363,8 @@ take_stack() {
   elif [[ ${SLURMGEN_PYSPY:-1} != 0 ]] && command -v py-spy >/dev/null; then
     # --nonblocking: py-spy cannot suspend a process that is stopped already; it reads its memory.
     timeout 10 py-spy dump --nonblocking --pid "$3" >"$stack_file" 2>/dev/null
+  else
+    : >"$stack_file" 2>/dev/null # no way to take one: a dump left by an earlier attempt is not of this hang
   fi
   if [[ -s $stack_file ]]; then stack_frames_of "$stack_file" "$3"; else stack_file=; fi
 }
