@@ -80,7 +80,7 @@ def record_for(job_id: str, rendered: Rendered, workdir: str, remote: str | None
     info = {
         "cluster": remote or socket.gethostname(), "digest": spec.digest(), "command": list(spec.command),
         "nodes": spec.nodes, "gpus": spec.gpus, "launcher": spec.launcher, "workdir": workdir,
-        "log_dir": str(base / spec.logs), "array": n_points or (spec.array or None),
+        "log_dir": str(base / spec.logs), "array": n_points or (spec.array or None), "time_limit": spec.time,
         "sweep_file": str(base / spec.output_dir / sweeps.SWEEP_FILE) if n_points else None,
         "preempt_signal": spec.preempt_signal, "preempt_contract": spec.env.get(envvars.PREEMPT_CONTRACT) == "1", **extra,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,11 @@ class RunRecord:
         if self._metrics is None:
             self._metrics = list(store.iter_jsonl(self.dir / store.METRICS_FILE))
         return self._metrics
+
+    def tail(self, max_bytes: int) -> RunRecord:
+        """This run with only the metrics among the last `max_bytes` of its file: its latest values,
+        read cheaply (the runs list asks for them every few seconds)."""
+        return replace(self, _metrics=list(store.tail_jsonl(self.dir / store.METRICS_FILE, max_bytes)))
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:

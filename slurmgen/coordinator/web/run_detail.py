@@ -29,6 +29,7 @@ from .auth import guarded, redirect_with
 from .controls import DONE, NO_RUN, REFUSED, SLURM_STOPS, UNANSWERED, Outcome, RunControl, run_controls
 from .render import render, take_flash
 from .run_extras import extras
+from .run_records import runner_for
 from .runs_page import registry_path, run_view
 from .views import clock
 
@@ -36,13 +37,6 @@ router = APIRouter()
 LOG_LINES = 30  # lines of the failed rank's log shown under the first failure
 ENDED_SLURM = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                          "BOOT_FAIL", "DEADLINE"})
-
-
-def runner_for(record: JobRecord) -> Any:
-    """Here, or the login node the job was submitted through (as `slurmgen status` does)."""
-    from slurmgen.jobs.cli_shared import Runners
-
-    return Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
 
 
 def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:

@@ -24,7 +24,7 @@ from slurmgen.jobs.logs import Line, array_tasks, log_path, select_lines, tasks_
 from slurmgen.jobs.registry import JobRecord, Registry
 
 from .auth import guarded
-from .run_detail import runner_for
+from .run_records import runner_for
 from .runs_page import registry_path
 
 router = APIRouter()

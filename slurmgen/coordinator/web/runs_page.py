@@ -27,6 +27,7 @@ from slurmgen.jobs.runs import KINDS, check_kinds, check_states, count_rows, lis
 
 from .auth import guarded
 from .render import render
+from .run_records import last_loss
 from .views import clock
 
 router = APIRouter()
@@ -54,6 +55,18 @@ def elapsed(started: float | None, ended: float | None, now: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
+def with_limit(text: str, r: Mapping[str, Any]) -> str:
+    """Elapsed beside the time limit the job was submitted with: "12 min 05 s / 1 h 00 min"."""
+    from slurmgen.generate.slurm_values import time_limit_seconds
+
+    limit = (r.get("info") or {}).get("time_limit")
+    try:
+        seconds = time_limit_seconds(limit) if limit else None
+    except ValueError:
+        seconds = None
+    return f"{text} / {elapsed(0, seconds, 0)}" if seconds and text != "—" else text
+
+
 def outcome(r: Mapping[str, Any]) -> str:
     """Exit code and first failure in one cell: "1 — rank 3 on node2 exited 1 (cause)"."""
     f = r.get("failure")
@@ -78,7 +91,8 @@ def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
     unknown_end = r.get("ended") is None and state in ENDED
     return {"seq": r["seq"], "kind": r["kind"], "key": r["job_id"], "name": r["name"], "state": state,
             "shape": f"{r['nodes'] or '?'} x {r['ranks'] or '?'}", "started": clock(r.get("started")) or "—",
-            "elapsed": "—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), "attempts": r.get("attempts") or 0,
+            "elapsed": with_limit("—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), r),
+            "attempts": r.get("attempts") or 0,
             "outcome": outcome(r), "ended": r.get("ended") is not None}
 
 
@@ -131,7 +145,8 @@ async def runs_data(request: Request) -> dict[str, Any]:
     page = page_of(request)
     rows, counts, error = await asyncio.to_thread(read_runs, registry_path(request.app), kinds, states, page)
     now = time.time()
-    views = [run_view(r, now) for r in rows]
+    losses = await asyncio.to_thread(lambda: [last_loss(r) for r in rows])  # files: off the event loop
+    views = [{**run_view(r, now), "loss": loss} for r, loss in zip(rows, losses)]
     return {"runs": views, "shape": shape(views), "kinds": kinds, "states": states, "error": bad or error,
             "all_kinds": KINDS, "all_states": [s.value for s in State], "query": str(request.url.query),
             "pager": pager(request, page, counts)}
@@ -147,6 +162,6 @@ async def runs_page(request: Request) -> Response:
 @guarded("live")
 async def live_runs(request: Request) -> Response:
     data = await runs_data(request)
-    fields = [[["r", r["seq"], "elapsed"], r["elapsed"], ""] for r in data["runs"]]
+    fields = [[["r", r["seq"], key], r[key], ""] for r in data["runs"] for key in ("elapsed", "loss")]
     return JSONResponse({"shape": data["shape"], "fields": fields, "count": len(data["runs"])},
                         headers={"cache-control": "no-store"})

@@ -210,7 +210,33 @@ def test_array_tasks_grid_and_the_sweeps_curves_in_one_chart(served, tmp_path, m
     assert 'data-task="1"' in cells and "task-preempted" in cells and "lr=0.01" in cells and "lr=&lt;b&gt;x&lt;/b&gt;" in cells
     curves = client.get(f"/ui/live/runs/{seq}/metrics").json()
     assert sorted(curves["metrics"]["loss"]) == ["train #0 lr=0.1", "train #1 lr=0.01", "train #2 lr=<b>x</b>"]
+    listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
+    assert '<td class="run-loss"><span data-live=' in listed and ">0.2 (best of 3)</span>" in listed  # task 2's last, 1/5
     assert curves["metrics"]["loss"]["train #1 lr=0.01"] == [[1, 2, 3], [0.5, 1 / 3, 0.25]]
+
+
+def test_the_list_shows_a_runs_last_training_loss_read_from_its_records_tail(served, tmp_path):
+    """The last train loss of the run's own record (not val's), also when the metrics file is longer
+    than the tail the list reads; refreshed by the live JSON once LOSS_FRESH has passed."""
+    from slurmgen.coordinator.web import run_records
+    from slurmgen.jobs.runs import NewRun, add_run
+
+    client, registry = served
+    run = tracking.init(tmp_path / "L" / "tracking", group="launch-1", name="r0", environ={})
+    for step in range(1, 3001):  # ~300 KB: more than the 64 KB the list reads
+        run.log("train", {"loss": 10.0 / step}, step=step)
+    run.log("val", {"loss": 99.0}, step=3000)
+    with Registry.open(registry) as reg:
+        seq = add_run(reg, NewRun("launch", "L1", "lossy", "/w", 1, 1, record_dir=str(tmp_path / "L")), T0)
+    listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
+    assert ">0.003333</span>" in listed, listed
+    run.log("train", {"loss": 0.25}, step=3001)
+    run.finish()
+    live = {tuple(key): text for key, text, _ in client.get("/ui/live/runs").json()["fields"]}
+    assert live[("r", seq, "loss")] == "0.003333"  # kept: read again after LOSS_FRESH seconds
+    run_records._LOSSES.clear()
+    live = {tuple(key): text for key, text, _ in client.get("/ui/live/runs").json()["fields"]}
+    assert live[("r", seq, "loss")] == "0.25"
 
 
 def test_the_list_shows_a_page_of_runs_and_links_the_older_ones(served):
@@ -228,7 +254,7 @@ def test_the_list_shows_a_page_of_runs_and_links_the_older_ones(served):
     assert 'href="/ui/runs?kind=launch&amp;page=2">older' in first
     last = client.get("/ui/runs?kind=launch&page=3").text
     assert last.count('data-kind="launch"') == 5 and ">run0<" in last and "older &rarr;" not in last
-    assert len(client.get("/ui/live/runs?page=3").json()["fields"]) == 5
+    assert len({key[1] for key, _, _ in client.get("/ui/live/runs?page=3").json()["fields"]}) == 5  # its 5 runs
 
 
 def test_slurms_end_time_is_kept_and_a_requeue_clears_it():

@@ -27,7 +27,7 @@ def fill(path, now: float = 1_000_000.0) -> None:
     """A Slurm job (oldest), an SSH launch that failed on rank 3, a group named HOSTILE (newest)."""
     with Registry.open(path, create=True) as reg:
         reg.add(JobRecord("4242", "train-slurm", "/w/a", now - 300, None, "RUNNING", None,
-                          {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"]}))
+                          {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "60"}))
         launch = add_run(reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4), now - 200)
         start_attempt(reg, launch, 1, now - 200)
         end_run(reg, launch, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), now - 100)
@@ -59,7 +59,9 @@ def test_every_run_of_the_registry_newest_first_with_its_facts(client):
     row = re.search(r'<tr data-run="\d+" data-kind="launch">(.*?)</tr>', html, re.S).group(1)
     assert "failed" in row and "2 x 4" in row and "1 — rank 3 on node2 code 1 (rank 3 exited 1)" in row
     assert "1 min 40 s" in row  # ended: its elapsed time is fixed
-    assert '<td>2 x 4</td>' in re.search(r'data-kind="slurm">(.*?)</tr>', html, re.S).group(1)
+    slurm = re.search(r'data-kind="slurm">(.*?)</tr>', html, re.S).group(1)
+    assert '<td>2 x 4</td>' in slurm and " / 1 h 00 min</span>" in slurm  # elapsed / the limit it was submitted with
+    assert " / " not in re.search(r'<td>(?:<span[^>]*>)?([^<]*)</span></td>', row).group(1)  # a launch has no limit
     assert 'href="/ui/runs"' in client.get("/ui/").text  # linked from the groups page's header
 
 
