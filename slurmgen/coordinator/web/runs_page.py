@@ -92,7 +92,8 @@ def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
     return {"seq": r["seq"], "kind": r["kind"], "key": r["job_id"], "name": r["name"], "state": state,
             "shape": f"{r['nodes'] or '?'} x {r['ranks'] or '?'}", "started": clock(r.get("started")) or "—",
             "elapsed": with_limit("—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), r),
-            "attempts": r.get("attempts") or 0,
+            # A running job is on its first attempt at least, whether or not Slurm's count was kept yet.
+            "attempts": max(r.get("attempts") or 0, 1 if state == State.RUNNING.value else 0),
             "outcome": outcome(r), "ended": r.get("ended") is not None}
 
 

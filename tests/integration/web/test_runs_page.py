@@ -1,11 +1,15 @@
 """The runs list in a real Chromium against a real `slurmgen serve` (issue 22 part 2): the rows of
-its registry (a Slurm job, a failed SSH launch, a run with a hostile name), the filters, the
-escaping (no dialog: the fixture fails the test on one), and a new run appearing without a reload."""
+its registry (a Slurm job with its time limit, a failed SSH launch with its last loss, a run with a
+hostile name), the filters, the escaping (no dialog: the fixture fails the test on one), and a new
+run appearing without a reload."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from slurmgen import tracking
 from slurmgen.contract.states import State
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import Failure, NewRun, add_run, end_run, start_attempt
@@ -21,11 +25,15 @@ def _registry(coordinator):
     return Registry.open(coordinator.home / "state" / "slurmgen" / "jobs.sqlite", create=True)
 
 
-def _fill(coordinator, now: float) -> None:
+def _fill(coordinator, now: float, records) -> None:
+    run = tracking.init(records / "tracking", group="sweep-launch", name="r0", environ={})
+    for step in (1, 2, 3):
+        run.log("train", {"loss": 1.5 / step}, step=step)
+    run.finish()
     with _registry(coordinator) as reg:
         reg.add(JobRecord("4242", "train-slurm", "/w/a", now - 300, None, "RUNNING", None,
-                          {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"]}))
-        launch = add_run(reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4), now - 200)
+                          {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "1:00:00"}))
+        launch = add_run(reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4, record_dir=str(records)), now - 200)
         start_attempt(reg, launch, 1, now - 200)
         end_run(reg, launch, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), now - 100)
         hostile = add_run(reg, NewRun("launch", "20261125-2", HOSTILE, "/w", 1, 2), now - 50)
@@ -37,11 +45,11 @@ def _names(p) -> list[str]:
     return p.page.locator("#runs-table td.run-name").all_inner_texts()
 
 
-def test_runs_list_rows_filter_escaping_and_live_rows(page, coordinator):
+def test_runs_list_rows_filter_escaping_and_live_rows(page, coordinator, tmp_path):
     import time
 
     p = page
-    _fill(coordinator, time.time())
+    _fill(coordinator, time.time(), tmp_path / "records")
     p.log_in(coordinator.token)
     p.page.get_by_role("link", name="Runs", exact=True).click()
     p.page.wait_for_url(coordinator.url + "/ui/runs")
@@ -51,6 +59,10 @@ def test_runs_list_rows_filter_escaping_and_live_rows(page, coordinator):
     failed = p.page.locator("tr[data-kind=launch]", has_text="sweep-launch")
     expect(failed).to_contain_text("rank 3 on node2 code 1 (rank 3 exited 1)")
     expect(failed).to_contain_text("2 x 4")
+    expect(failed.locator("td.run-loss")).to_have_text("0.5")  # its last train loss, 1.5 / 3
+    slurm = p.page.locator("tr[data-kind=slurm] td")
+    expect(slurm.nth(6)).to_have_text(re.compile(r"^5 min 0\d s / 1 h 00 min$"))  # elapsed / its limit
+    expect(slurm.nth(7)).to_have_text("1")  # running: its first attempt, though no count was kept yet
     p.shot("runs-list")
 
     p.page.get_by_label("State").select_option("failed")
