@@ -13,6 +13,10 @@ TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
 # written by the page or `slurmgen cancel`, taken by the launcher (jobs/launch_stop.py).
 CONTROL_DIR = "control"
 LAUNCH_STOP_NAME = "launch-{launch_id}.stop"
+# Also beside the registry: every line the nodes of a `slurmgen launch` sent, as its launcher
+# showed them, for its run page (launch/record.py writes it; a rank's lines as srun labels them).
+LAUNCH_LOGS_DIR = "launch-logs"
+LAUNCH_LOG_NAME = "launch-{launch_id}.log"
 # The Python stacks of hung ranks, each appended by the watcher that killed it (contract/hangs.py).
 STACKS_NAME = "slurmgen-{job_id}.stacks.txt"
 # Prefix of torch's NCCL flight recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE): torch adds the rank.

@@ -36,6 +36,13 @@ class Prefixer:
         return f"{self._tag(host, None)} {_OWN_PREFIX.sub('', line)}"
 
 
+def log_line(host: str, line: str) -> str:
+    """A node line as the launch's log on the page keeps it: a rank's as srun --label writes it
+    (`3: text`, which jobs/logs.py splits by rank), the node's own as `[host] text`."""
+    m = RANK_LINE.match(line)
+    return f"{m.group(1)}: {m.group(2)}" if m else f"[{host}] {_OWN_PREFIX.sub('', line)}"
+
+
 class LineSplitter:
     """Bytes in, complete text lines out (a trailing partial line waits for more)."""
 

@@ -11,9 +11,10 @@ import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from slurmgen.contract import envvars, exitcodes
+from slurmgen.contract.files import LAUNCH_LOG_NAME, LAUNCH_LOGS_DIR
 from slurmgen.contract.states import State
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.records import record_dir
@@ -24,9 +25,11 @@ if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan
 
 
-def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None) -> NewRun:
+def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None,
+            log_file: Path | None = None) -> NewRun:
     """The run `plan` starts: keyed by its launch id, its run records by its group (SLURMGEN_GROUP);
-    `stop_file` is where the page or `slurmgen cancel` asks it to stop (jobs/launch_stop.py)."""
+    `stop_file` is where the page or `slurmgen cancel` asks it to stop (jobs/launch_stop.py),
+    `log_file` where the launcher keeps what the nodes sent (the page's log view)."""
     run_id = plan.env.get(envvars.GROUP) or None
     logs = posixpath.join(plan.workdir, plan.log_dir)
     return NewRun(
@@ -36,6 +39,7 @@ def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | N
         logs=[{"node": n.host, "path": logs} for n in plan.nodes],
         info={"command": command, "hosts": [n.host for n in plan.nodes], "pid": os.getpid(),
               "max_restarts": plan.max_restarts, **({"stop_file": str(stop_file)} if stop_file else {}),
+              **({"log_file": str(log_file)} if log_file else {}),
               **({"timeline": plan.env[envvars.TIMELINE_FILE]} if plan.env.get(envvars.TIMELINE_FILE) else {})})
 
 
@@ -59,10 +63,12 @@ class LaunchRecord:
     failure: Failure | None = None  # the first failure of the latest attempt
     stop_file: Path | None = None   # the launch's stop channel (None: the row could not be written)
     timeline: str | None = None     # the run's timeline file (SLURMGEN_TIMELINE_FILE)
+    log: IO[str] | None = None      # the nodes' lines, for the page (None: none kept)
 
     @classmethod
     def start(cls, recorder: Recorder, plan: LaunchPlan, name: str, command: list[str]) -> LaunchRecord:
-        """The row, and the stop channel beside the registry it names (none without a launch id)."""
+        """The row, and beside the registry it names the stop channel and the log (none without a
+        launch id)."""
         launch_id = plan.env.get(envvars.LAUNCH_ID)
         stop_file = launch_stop.stop_file(recorder.path or default_path(), launch_id) if launch_id else None
         if stop_file is not None:
@@ -70,12 +76,23 @@ class LaunchRecord:
                 launch_stop.prepare(stop_file)
             except OSError:
                 stop_file = None
-        run = recorder.started(new_run(plan, name, command, stop_file))
+        beside = (recorder.path or default_path()).parent
+        log_file = beside / LAUNCH_LOGS_DIR / LAUNCH_LOG_NAME.format(launch_id=launch_id) if launch_id else None
+        log = _private_log(log_file) if log_file else None
+        run = recorder.started(new_run(plan, name, command, stop_file, log_file if log else None))
         return cls(recorder, run, stop_file=stop_file if run is not None else None,
-                   timeline=plan.env.get(envvars.TIMELINE_FILE))
+                   timeline=plan.env.get(envvars.TIMELINE_FILE), log=log)
+
+    def log_line(self, text: str) -> None:
+        if self.log is not None:
+            try:
+                self.log.write(text + "\n")
+            except OSError:  # a full disk costs the page its log, never the launch
+                self.log = None
 
     def attempt_started(self, number: int) -> None:
         self.failure = None
+        self.log_line(f"slurmgen: ----- attempt {number} -----")
         self.recorder.attempt_started(self.run, number)
 
     def attempt_ended(self, number: int, code: int, interrupted: bool, failure: Failure | None) -> None:
@@ -88,4 +105,18 @@ class LaunchRecord:
         self.recorder.ended(self.run, outcome(code, interrupted), code, failure or (self.failure if code else None))
         if self.stop_file is not None:
             self.stop_file.unlink(missing_ok=True)
+        if self.log is not None:
+            self.log.close()
+            self.log = None
         self.recorder.time_report(self.run, self.timeline)
+
+
+def _private_log(path: Path) -> IO[str] | None:
+    """The launch's log, 0600 in a 0700 directory (rank output may hold secrets), line-buffered so
+    that the page follows it; None when it cannot be made (the launch goes on without it)."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        return None
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="replace")

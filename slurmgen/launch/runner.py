@@ -41,7 +41,7 @@ from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.runs import Failure
 from slurmgen.launch import attempt as machine
-from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, summary_table
+from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
 from slurmgen.launch.record import LaunchRecord
 from slurmgen.launch.remote import heartbeat_ms, payload, remote_command
@@ -110,6 +110,8 @@ class Launcher:
 
     def _show(self, host: str, line: str) -> None:
         print(self.prefixer.format(host, line), file=self.out, flush=True)
+        if self.record:
+            self.record.log_line(log_line(host, line))
 
     # ---- the whole run --------------------------------------------------------------------------
     def run(self) -> int:

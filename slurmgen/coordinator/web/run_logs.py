@@ -1,5 +1,7 @@
-"""A Slurm job's log on its run page, followed live: the newest lines first, then every line
-appended since, split by rank (jobs/logs.py: srun --label, torchrun's [rank R] tags).
+"""A Slurm job's or an SSH launch's log on its run page, followed live: the newest lines first,
+then every line appended since, split by rank (jobs/logs.py: srun --label, torchrun's [rank R]
+tags). A launch's log is the one its launcher keeps on this machine (launch/record.py: what every
+node sent, a rank's lines labelled as srun labels them, a line per attempt between them).
 
 The page's script (static/app.js, the group page's log view) asks every half second for the
 lines after a byte offset, so a line reaches the page within about half a second of being
@@ -22,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.logs import Line, array_tasks, log_path, select_lines, tasks_text
 from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.runs import get_row
 
 from .auth import guarded
 from .run_records import runner_for
@@ -66,17 +69,32 @@ def task_of(record: JobRecord, task: int | None) -> str | None:
     return str(task)
 
 
+def _log_of(reg_path: Any, seq: int, task: int | None) -> tuple[JobRecord | None, str | None, str] | None:
+    """(the Slurm job's record, the array task shown, the log's path) of run SEQ; a launch's log
+    has no record (it is on this machine) and no task; None: the run keeps no log here."""
+    with Registry.open(reg_path) as reg:
+        record = reg.by_seq(seq)
+        row = get_row(reg, seq) if record is None else None
+    if record is not None:
+        if "log_dir" not in record.info:
+            return None
+        which = task_of(record, task)
+        return record, which, log_path(record, which)
+    log_file = ((row or {}).get("info") or {}).get("log_file")
+    if log_file and task is not None:
+        raise BadTask(f"task: run {seq} is not an array job (got {task})")
+    return (None, None, log_file) if log_file else None
+
+
 def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int | None = None) -> dict[str, Any]:
     """{"lines", "next", "rank", "task", "gap"}: complete lines after byte `after` (0: the newest
     ones) of the job's log, or of one array task's (task_of)."""
-    with Registry.open(reg_path) as reg:
-        record = reg.by_seq(seq)
-    if record is None or "log_dir" not in record.info:
+    found = _log_of(reg_path, seq, task)
+    if found is None:
         return {"lines": [], "next": after, "rank": rank, "task": task, "gap": False}
-    which = task_of(record, task)
+    record, which, path = found
     runner = runner_for(record)
     try:
-        path = log_path(record, which)
         offset = after or _start(runner, path)
         data = runner.read(path, offset) or b""
     except (OSError, SlurmgenError):
@@ -87,7 +105,7 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int 
     text = data[:end].decode(errors="replace").splitlines()
     if not after and offset:  # started inside the file: its first line may be cut
         text = text[1:]
-    lines = select_lines(text, None, None if rank is None else {rank}, record.info.get("launcher") == "torchrun")
+    lines = select_lines(text, None, None if rank is None else {rank}, record is not None and record.info.get("launcher") == "torchrun")
     if not after:
         lines = lines[-LOG_FIRST:]
     return {"lines": [_row(line) for line in lines], "next": offset + end, "rank": rank,

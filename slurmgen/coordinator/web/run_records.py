@@ -30,10 +30,13 @@ _LOSSES: OrderedDict[tuple[Any, ...], tuple[float, str]] = OrderedDict()
 _LOSSES_KEPT = 4096
 
 
-def runner_for(record: JobRecord) -> Any:
-    """Here, or the login node the job was submitted through (as `slurmgen status` does)."""
+def runner_for(record: JobRecord | None) -> Any:
+    """Here, or the login node the job was submitted through (as `slurmgen status` does); None:
+    here (a run of this machine without a Slurm job, e.g. a launch's log)."""
     from slurmgen.jobs.cli_shared import Runners
 
+    if record is None:
+        return Runners(None, [])(None, None, None)
     return Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
 
 

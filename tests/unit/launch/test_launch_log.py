@@ -1,0 +1,63 @@
+"""A launch's log on this machine (launch/record.py), which its run page follows: every line the
+nodes sent, a rank's lines labelled with its rank, a line between attempts, private to its owner;
+the page's log reader splits it by rank like a Slurm job's."""
+
+from __future__ import annotations
+
+import io
+import stat
+import textwrap
+
+import pytest
+from helpers import PY, local_connector, local_plan, run_to_end
+
+from slurmgen.jobs.registry import Registry
+from slurmgen.jobs.runs import Recorder, find_by_ref
+from slurmgen.launch.record import LaunchRecord
+from slurmgen.launch.runner import Launcher
+from slurmgen.launch.ssh.connect import SSHOptions
+
+# Each rank says hello per attempt; rank 1 fails the first one once both have said it.
+HELLO = textwrap.dedent("""
+    import os, sys, time
+    print(f"hello from {os.environ['RANK']} in attempt {os.environ['SLURMGEN_ATTEMPT']}", flush=True)
+    if os.environ["RANK"] == "1" and os.environ["SLURMGEN_ATTEMPT"] == "1":
+        time.sleep(1)
+        sys.exit(3)
+""")
+
+
+def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(tmp_path):
+    path = tmp_path / "state" / "jobs.sqlite"
+    plan = local_plan(tmp_path, [PY, "-c", HELLO], slots=(1, 1), max_restarts=1)
+    plan.env.update({"SLURMGEN_LAUNCH_ID": "L7", "SLURMGEN_GROUP": "launch-L7"})
+    record = LaunchRecord.start(Recorder(path), plan, "exp", [PY, "-c", HELLO])
+    made: dict = {}
+    launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
+                        connector=local_connector(made))
+    code = run_to_end(launcher, made)
+    record.ended(code, False)
+    assert code == 0, launcher.err.getvalue()
+    with Registry.open(path) as reg:
+        row = find_by_ref(reg, "L7")
+    log = tmp_path / "state" / "launch-logs" / "launch-L7.log"
+    assert row is not None and row["info"]["log_file"] == str(log)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and stat.S_IMODE(log.parent.stat().st_mode) == 0o700
+    lines = log.read_text().splitlines()
+    marks = [i for i, line in enumerate(lines) if line.startswith("slurmgen: ----- attempt")]
+    assert [lines[i] for i in marks] == ["slurmgen: ----- attempt 1 -----", "slurmgen: ----- attempt 2 -----"]
+    first, second = lines[marks[0]:marks[1]], lines[marks[1]:]
+    assert {"0: hello from 0 in attempt 1", "1: hello from 1 in attempt 1"} <= set(first), first
+    assert {"0: hello from 0 in attempt 2", "1: hello from 1 in attempt 2"} <= set(second), second
+
+    pytest.importorskip("fastapi")
+    from slurmgen.coordinator.web.run_logs import BadTask, read_lines
+
+    rank1 = read_lines(path, row["seq"], 0, 1)
+    assert [(x["rank"], x["text"]) for x in rank1["lines"]] == [(1, "hello from 1 in attempt 1"),
+                                                                (1, "hello from 1 in attempt 2")]
+    every = [x["text"] for x in read_lines(path, row["seq"], 0, None)["lines"]]
+    assert "slurmgen: ----- attempt 2 -----" in every and every.index("hello from 0 in attempt 2") > \
+        every.index("slurmgen: ----- attempt 2 -----")
+    with pytest.raises(BadTask, match="not an array job"):
+        read_lines(path, row["seq"], 0, None, task=1)
