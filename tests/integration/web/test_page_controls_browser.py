@@ -23,6 +23,8 @@ expect = pytest.importorskip("playwright.sync_api", reason="the test extra insta
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 PROBE = [sys.executable, "-m", "slurmgen.train.probe", "--timeout", "60"]
+# Each rank says it is alive twice a second until stopped (its last argument: the test's marker).
+ALIVE = "import os, time\nwhile True:\n    print('alive', os.environ['RANK'], flush=True)\n    time.sleep(0.5)\n"
 
 
 def _registry(coordinator):
@@ -48,9 +50,9 @@ def _marked(cluster, marker: str) -> list:
 
 def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tmp_path):
     coordinator, p = cluster_coordinator, page
-    marker = f"--sleep 7{random.randint(100, 999)}"
+    marker = f"marker-7{random.randint(100, 999)}"
     run = Run([*base_args(cluster, tmp_path), "--registry", str(_registry(coordinator)), "--hosts", "node1,node2",
-               "--gpus", "2", "--", *PROBE, *marker.split()])
+               "--gpus", "2", "--", sys.executable, "-c", ALIVE, marker])
     try:
         run.wait_for(r"all 2 node\(s\) running", timeout=60)
         assert len(_marked(cluster, marker)) >= 4, "the 4 ranks run before the stop"
@@ -59,6 +61,9 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
         p.log_in(coordinator.token)
         _open_run(p, coordinator, "launch", launch_id)
         expect(p.page.get_by_role("button", name="Stop launch")).to_be_enabled()
+        p.page.get_by_label("Rank").select_option("3")  # the launch's log, kept by its launcher here
+        expect(p.page.locator("#log-view")).to_contain_text("alive 3")
+        assert set(p.page.locator("#log-view").inner_text().split("\n")) <= {"[rank 3] alive 3", ""}
         p.shot("run-page-launch-running")
         p.page.get_by_role("button", name="Stop launch").click()
         expect(p.page.locator(".notice")).to_contain_text(f"launch {launch_id}: the launcher is stopping every rank")
