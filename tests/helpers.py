@@ -350,6 +350,23 @@ def run_to_end(launcher, made: dict[str, LocalConnection]) -> int:
         kill_local_nodes(made)
 
 
+def recorded_launch(registry: Path, plan, program: str):
+    """`slurmgen launch` of `plan` (its env names the launch id) over local nodes, recorded into
+    `registry` as the CLI records it: (exit code, the Launcher, its out and err text)."""
+    from slurmgen.jobs.runs import Recorder
+    from slurmgen.launch.record import LaunchRecord
+    from slurmgen.launch.runner import Launcher
+    from slurmgen.launch.ssh.connect import SSHOptions
+
+    record = LaunchRecord.start(Recorder(registry), plan, "exp", [PY, "-c", program])
+    made: dict = {}
+    launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
+                        connector=local_connector(made))
+    code = run_to_end(launcher, made)
+    record.ended(code, False)
+    return code, launcher
+
+
 def pids(text):
     return [int(line.split("PID ")[1]) for line in text.splitlines() if "PID " in line]
 

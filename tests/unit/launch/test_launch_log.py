@@ -4,18 +4,14 @@ the page's log reader splits it by rank like a Slurm job's."""
 
 from __future__ import annotations
 
-import io
 import stat
 import textwrap
 
 import pytest
-from helpers import PY, local_connector, local_plan, run_to_end
+from helpers import PY, local_plan, recorded_launch
 
 from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import Recorder, find_by_ref
-from slurmgen.launch.record import LaunchRecord
-from slurmgen.launch.runner import Launcher
-from slurmgen.launch.ssh.connect import SSHOptions
+from slurmgen.jobs.runs import find_by_ref
 
 # Each rank says hello per attempt; rank 1 fails the first one once both have said it.
 HELLO = textwrap.dedent("""
@@ -31,12 +27,7 @@ def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(t
     path = tmp_path / "state" / "jobs.sqlite"
     plan = local_plan(tmp_path, [PY, "-c", HELLO], slots=(1, 1), max_restarts=1)
     plan.env.update({"SLURMGEN_LAUNCH_ID": "L7", "SLURMGEN_GROUP": "launch-L7"})
-    record = LaunchRecord.start(Recorder(path), plan, "exp", [PY, "-c", HELLO])
-    made: dict = {}
-    launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
-                        connector=local_connector(made))
-    code = run_to_end(launcher, made)
-    record.ended(code, False)
+    code, launcher = recorded_launch(path, plan, HELLO)
     assert code == 0, launcher.err.getvalue()
     with Registry.open(path) as reg:
         row = find_by_ref(reg, "L7")

@@ -6,20 +6,16 @@ keeps the stragglers and goodput, and `slurmgen status LAUNCH_ID --timeline --js
 
 from __future__ import annotations
 
-import io
 import json
 import textwrap
 from pathlib import Path
 
-from helpers import PY, local_connector, local_plan, run_to_end
+from helpers import PY, local_plan, recorded_launch
 from helpers import run as run_cli
 
 from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import Recorder, find_by_ref
-from slurmgen.launch.record import LaunchRecord
+from slurmgen.jobs.runs import find_by_ref
 from slurmgen.launch.remote import timeline_file
-from slurmgen.launch.runner import Launcher
-from slurmgen.launch.ssh.connect import SSHOptions
 from slurmgen.observe import stragglers
 
 # No torch: the imports are inferred from `from slurmgen import beat`; rank 1 of attempt 1 fails.
@@ -39,12 +35,7 @@ def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases
     plan = local_plan(tmp_path, [PY, "-c", TWO_LINES], slots=(1, 1), max_restarts=1)
     tl = timeline_file(str(tmp_path), plan.log_dir, "L1")
     plan.env.update({"SLURMGEN_LAUNCH_ID": "L1", "SLURMGEN_GROUP": "launch-L1", "SLURMGEN_TIMELINE_FILE": tl})
-    record = LaunchRecord.start(Recorder(path), plan, "exp", [PY, "-c", TWO_LINES])
-    made: dict = {}
-    launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
-                        connector=local_connector(made))
-    code = run_to_end(launcher, made)
-    record.ended(code, False)
+    code, launcher = recorded_launch(path, plan, TWO_LINES)
     assert code == 0, launcher.err.getvalue()
 
     code, out, err = run_cli(capsys, "status", "--registry", str(path), "L1", "--timeline", "--json")
