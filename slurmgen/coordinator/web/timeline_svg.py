@@ -115,6 +115,15 @@ def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
              "range": f"{s['from_step']}-{s['to_step']}"} for s in found]
 
 
+def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list[dict[str, Any]]:
+    """The rank table of an attempt: each rank's node, the status it ended with (running while the
+    attempt lasts; "—" when it ended without saying: killed), its last step and checkpoints."""
+    return [{"rank": r["rank"], "node": r.get("host") or "—",
+             "status": r.get("status") or ("running" if live else "—"),
+             "last_step": "—" if r.get("last_step") is None else r["last_step"],
+             "checkpoints": r.get("checkpoints") or 0, "straggler": r["rank"] in flagged} for r in attempt["ranks"]]
+
+
 def time_report(view: Mapping[str, Any], now: float | None = None) -> dict[str, Any] | None:
     """What the page shows of a run's `status` time report (observe/report.analyse: timeline,
     stragglers, step_work, goodput); None when the run recorded no timeline."""
@@ -123,10 +132,13 @@ def time_report(view: Mapping[str, Any], now: float | None = None) -> dict[str, 
         return None
     found = view.get("stragglers") or []
     attempts = timeline.get("attempts") or []
-    charts = []
+    charts, ranks = [], None
     for i, a in enumerate(attempts):
         flagged = {s["rank"] for s in found if attempt_number(s) == a.get("attempt")}
-        charts.append(attempt_chart(a, flagged, now if i == len(attempts) - 1 else None))
-    return {"charts": charts, "stragglers": straggler_rows(found), "goodput": goodput_view(view.get("goodput")),
+        last = i == len(attempts) - 1
+        charts.append(attempt_chart(a, flagged, now if last else None))
+        if last:
+            ranks = {"attempt": a.get("attempt"), "rows": rank_rows(a, flagged, now is not None and a.get("end") is None)}
+    return {"charts": charts, "ranks": ranks, "stragglers": straggler_rows(found), "goodput": goodput_view(view.get("goodput")),
             "step_work": [{"rank": r, "seconds": f"{t:.3f}"} for r, t in (view.get("step_work") or {}).items()],
             "legend": [{"name": n, "colour": c} for n, c in COLOUR.items()]}

@@ -111,6 +111,11 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
     assert "imports: rank 2 at 4.00 s" in html
     assert "rank 2: 4.0&times; the median step work for 30 steps (1-30, attempt 1)" in html
     assert 'id="goodput">Goodput <strong>' in html and 'data-part="checkpoint"><td>' in html
+    # the rank table of the last attempt: node, how each rank ended, its last step, its checkpoints
+    table = html.split('id="rank-table"')[1].split("</table>")[0]
+    assert '<h3 id="ranks-title">Ranks of attempt 1</h3>' in html and table.count("<tr data-rank=") == 3
+    assert ('<tr data-rank="2"><td>2 &#9873;</td><td>&lt;svg onload=alert(1)&gt;</td><td>preempted</td>'
+            '<td>30</td><td>1</td></tr>') in table
 
 
 def test_status_html_draws_the_same_time_report(tmp_path):
@@ -276,3 +281,13 @@ def test_an_array_jobs_attempts_are_those_of_the_task_shown():
     assert shown == "1" and [(r["number"], r["state"], r["code"]) for r in rows] == [(1, "ended", 143), (2, "start", None)]
     assert task_attempts({"tasks": tasks}, "<b>9")[0] == "0"  # no such task: the first, as the log view picks
     assert task_attempts({"state": "RUNNING"}, "1") == (None, [])  # not an array: the job's own attempts
+
+
+def test_a_rank_without_an_end_is_running_while_its_attempt_lasts_and_unsaid_after():
+    from slurmgen.coordinator.web.timeline_svg import rank_rows
+
+    attempt = {"ranks": [{"rank": 0, "host": "n1", "status": "done", "last_step": 9, "checkpoints": 2},
+                         {"rank": 1, "host": None, "status": None, "last_step": None}]}
+    assert [(r["node"], r["status"], r["last_step"], r["straggler"]) for r in rank_rows(attempt, {1}, True)] == [
+        ("n1", "done", 9, False), ("—", "running", "—", True)]
+    assert rank_rows(attempt, set(), False)[1]["status"] == "—"  # killed: it never said how it ended
