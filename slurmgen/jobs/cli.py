@@ -137,30 +137,75 @@ def _print_timeline(view: dict, as_json: bool) -> None:
         typer.echo(line)
 
 
-def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir."),
+def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch of this machine."),
          rank: int | None = typer.Option(None, "--rank", "-r", help="Only this rank's lines."),
          node: str | None = typer.Option(None, "--node", help="Only the ranks on this node (index or name)."),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
          tail: int | None = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
          registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
          ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
-    """The job's output, split by rank from srun's --label prefixes."""
+    """The job's output, split by rank from srun's --label prefixes (a launch's: as its launcher kept it here)."""
     if rank is not None and node is not None:
         raise SlurmgenError("logs: give --rank or --node, not both")
     if tail is not None and tail < 0:
         raise SlurmgenError(f"tail: must be 0 or more (got {tail})")
     if rank is not None and rank < 0:
         raise SlurmgenError(f"rank: must be 0 or more (got {rank})")
+    launch = _launch_row(registry, job)
+    if launch is not None:
+        _print_launch_log(registry, launch, rank, node, follow, tail, as_json)
+        return
     with_job(registry, job, remote, ssh_config, remote_setup,
               lambda reg, record, task, runner: _print_logs(runner, record, task, rank, node, follow, tail, as_json))
+
+
+def _launch_row(registry: Path | None, ref: str) -> dict[str, Any] | None:
+    """The SSH launch of this machine named `ref` (its launch id), when no Slurm job answers to it."""
+    from slurmgen.jobs.registry import Registry
+    from slurmgen.jobs.resolve import find
+    from slurmgen.jobs.runs import find_run, get_row
+
+    try:
+        with Registry.open(registry) as reg:
+            try:
+                find(reg, ref)
+                return None
+            except SlurmgenError:
+                seq = find_run(reg, "launch", ref)
+                return get_row(reg, seq) if seq is not None else None
+    except SlurmgenError:
+        return None  # no registry: the Slurm path says so in its own words
+
+
+def _print_launch_log(registry: Path | None, row: dict[str, Any], rank: int | None, node: str | None,
+                      follow: bool, tail: int | None, as_json: bool) -> None:
+    """A launch's log as its launcher kept it here (launch/record.py), split by rank as a Slurm job's."""
+    from slurmgen.contract.states import ENDED_WORDS
+    from slurmgen.jobs.registry import Registry
+    from slurmgen.jobs.runner import LocalRunner
+    from slurmgen.jobs.runs import get_row
+
+    if node is not None:
+        raise SlurmgenError(f"node: launch {row['job_id']} is read by rank (--rank), not by node")
+    if rank is not None and not 0 <= rank < (row["ranks"] or 0):
+        raise SlurmgenError(f"rank: launch {row['job_id']} has ranks 0-{(row['ranks'] or 1) - 1} (got {rank})")
+    path = (row.get("info") or {}).get("log_file")
+    if not path:
+        nodes = ", ".join(f"{x['node']}:{x['path']}" for x in row["logs"])
+        raise SlurmgenError(f"logs: launch {row['job_id']} kept no log on this machine (it started before slurmgen "
+                            "kept one)", hint=f"its nodes' logs: {nodes}")
+
+    def ended() -> bool:
+        with Registry.open(registry) as reg:
+            now = get_row(reg, row["seq"])
+        return now is None or now["state"] in ENDED_WORDS
+    _emit_log(LocalRunner(), path, ended, None, {rank} if rank is not None else None, False, follow, tail, as_json, "")
 
 
 def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, node: str | None,
                 follow: bool, tail: int | None, as_json: bool) -> None:
     from slurmgen.jobs import commands
-    from slurmgen.jobs.logs import array_tasks, check_rank, format_line, last, log_path, select_lines, tasks_text
-    from slurmgen.jobs.logs import follow as follow_lines
-    from slurmgen.jobs.logs import tail as tail_lines
+    from slurmgen.jobs.logs import array_tasks, check_rank, log_path, tasks_text
 
     if record.info.get("array") and task is None:
         known = array_tasks(record.info)
@@ -168,10 +213,26 @@ def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, no
         raise SlurmgenError(f"job: {record.job_id} is an array{which}; name one task as {record.job_id}_N")
     if rank is not None:
         check_rank(record, rank)
-    torchrun = record.info.get("launcher") == "torchrun"
     tasks = commands.node_tasks(runner, record, task, node) if node is not None else None
-    ranks = {rank} if rank is not None else None
-    path = log_path(record, task)
+
+    def ended() -> bool:
+        jobs = commands.all_tasks(commands.ask(runner, [record.job_id], accounting=False), record)
+        mine = [j for j in jobs if task is None or j.array_task == task]
+        return not mine or all(j.ended for j in mine)
+    _emit_log(runner, log_path(record, task), ended, tasks, {rank} if rank is not None else None,
+              record.info.get("launcher") == "torchrun", follow, tail, as_json,
+              f" on {record.remote}" if record.remote else "")
+
+
+def _emit_log(runner: Any, path: str, ended: Any, tasks: set[int] | None, ranks: set[int] | None, torchrun: bool,
+              follow: bool, tail: int | None, as_json: bool, where: str) -> None:
+    """Print a log's lines of `tasks` and `ranks` (None: all): the last `tail`, or with `follow`
+    like `tail -n N -f`, the last N already there (without --tail: all), then what follows until
+    `ended()`."""
+    from slurmgen.jobs.logs import follow as follow_lines
+    from slurmgen.jobs.logs import format_line, last, select_lines
+    from slurmgen.jobs.logs import tail as tail_lines
+
     colour = sys.stdout.isatty() and not as_json
 
     def emit(selected: list[Any]) -> None:
@@ -181,18 +242,13 @@ def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, no
 
     data = runner.read(path)
     if follow:
-        def ended() -> bool:
-            jobs = commands.all_tasks(commands.ask(runner, [record.job_id], accounting=False), record)
-            mine = [j for j in jobs if task is None or j.array_task == task]
-            return not mine or all(j.ended for j in mine)
-        # Like `tail -n N -f`: the last N lines already there (without --tail: all), then what follows.
         selected, offset = tail_lines(data, tasks, tail, ranks, torchrun)
         emit(selected)
         for line in follow_lines(lambda at: runner.read(path, at), ended, offset=offset):
             emit(select_lines([line], tasks, ranks, torchrun))
         return
     if data is None:
-        raise SlurmgenError(f"logs: no log yet at {path}" + (f" on {record.remote}" if record.remote else ""),
+        raise SlurmgenError(f"logs: no log yet at {path}{where}",
                             hint="a pending job has written nothing; `slurmgen status` says why it waits", exit_code=1)
     emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks, ranks, torchrun), tail))
 

@@ -1,6 +1,6 @@
 """A launch's log on this machine (launch/record.py), which its run page follows: every line the
 nodes sent, a rank's lines labelled with its rank, a line between attempts, private to its owner;
-the page's log reader splits it by rank like a Slurm job's."""
+the page's log reader and `slurmgen logs LAUNCH_ID` split it by rank like a Slurm job's."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 from helpers import PY, local_plan, recorded_launch
+from helpers import run as run_cli
 
 from slurmgen.jobs.registry import Registry
 from slurmgen.jobs.runs import find_by_ref
@@ -23,7 +24,7 @@ HELLO = textwrap.dedent("""
 """)
 
 
-def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(tmp_path):
+def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(tmp_path, capsys):
     path = tmp_path / "state" / "jobs.sqlite"
     plan = local_plan(tmp_path, [PY, "-c", HELLO], slots=(1, 1), max_restarts=1)
     plan.env.update({"SLURMGEN_LAUNCH_ID": "L7", "SLURMGEN_GROUP": "launch-L7"})
@@ -52,3 +53,12 @@ def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(t
         every.index("slurmgen: ----- attempt 2 -----")
     with pytest.raises(BadTask, match="not an array job"):
         read_lines(path, row["seq"], 0, None, task=1)
+
+    code, out, err = run_cli(capsys, "logs", "L7", "--registry", str(path), "--rank", "1")
+    assert (code, out) == (0, "[rank 1] hello from 1 in attempt 1\n[rank 1] hello from 1 in attempt 2\n"), err
+    code, out, err = run_cli(capsys, "logs", "L7", "--registry", str(path), "--rank", "0", "--tail", "1", "--json")
+    assert code == 0 and out == '{"rank": 0, "task": 0, "line": "hello from 0 in attempt 2"}\n', err
+    code, out, err = run_cli(capsys, "logs", "L7", "--registry", str(path), "--rank", "0", "--follow")
+    assert code == 0 and out.count("hello from 0") == 2, err  # the launch has ended: all, then done
+    code, out, err = run_cli(capsys, "logs", "L7", "--registry", str(path), "--rank", "2")
+    assert code == 2 and err.strip().endswith("rank: launch L7 has ranks 0-1 (got 2)"), err
