@@ -22,14 +22,17 @@ from slurmgen.jobs.registry import Registry
 from slurmgen.jobs.runs import Failure, NewRun, add_run, end_attempt, end_run, list_rows, start_attempt
 
 
-def fill(path: Path, runs: int) -> None:
-    """`runs` runs of the three kinds; every 20th still running."""
+def fill(path: Path, runs: int, records: Path | None = None, steps: int = 200) -> None:
+    """`runs` runs of the three kinds; every 20th still running. With `records`, each run has its
+    run record there (`steps` train losses, as the bundled trainer logs them), which the runs
+    list reads its last loss from."""
     failure = Failure("rank 3 exited with code 1", 3, "node2", 1)
     with Registry.open(path, create=True) as reg:
         reg.db.execute("BEGIN")
         for i in range(runs):
             kind = ("slurm", "launch", "group")[i % 3]
-            row = add_run(reg, NewRun(kind, f"k{i}", f"exp{i}", "/w", 2, 8, f"{kind}-k{i}",
+            where = str(_record(records / f"k{i}", steps)) if records else None
+            row = add_run(reg, NewRun(kind, f"k{i}", f"exp{i}", "/w", 2, 8, f"{kind}-k{i}", record_dir=where,
                                       logs=[{"node": "node1", "path": "/w/out/logs"}]), 1.0e9 + i)
             for n in (1, 2, 3):
                 start_attempt(reg, row, n, 1.0e9 + i)
@@ -38,6 +41,16 @@ def fill(path: Path, runs: int) -> None:
             if i % 20:
                 end_run(reg, row, State.FAILED, 1, failure, 1.0e9 + i + 3)
         reg.db.execute("COMMIT")
+
+
+def _record(where: Path, steps: int) -> Path:
+    from slurmgen import tracking
+
+    run = tracking.init(where / "tracking", group="bench", name="main", environ={})
+    for step in range(1, steps + 1):
+        run.log("train", {"loss": 10.0 / step, "lr": 1e-3, "tokens_per_sec": 1000.0}, step=step)
+    run.finish()
+    return where
 
 
 def median_time(work, repeat: int) -> float:

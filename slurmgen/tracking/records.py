@@ -8,11 +8,13 @@ skips what is broken, because the listing is most needed exactly when something 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from slurmgen.jsonl import objects
 
 from . import store
 
@@ -34,11 +36,6 @@ class RunRecord:
         if self._metrics is None:
             self._metrics = list(store.iter_jsonl(self.dir / store.METRICS_FILE))
         return self._metrics
-
-    def tail(self, max_bytes: int) -> RunRecord:
-        """This run with only the metrics among the last `max_bytes` of its file: its latest values,
-        read cheaply (the runs list asks for them every few seconds)."""
-        return replace(self, _metrics=list(store.tail_jsonl(self.dir / store.METRICS_FILE, max_bytes)))
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:
@@ -65,10 +62,15 @@ class RunRecord:
     def last(self, metric: str = "loss", types: tuple[str, ...] = ("train", "val", "test")) -> float | None:
         """The latest value of `metric`, preferring the first type in `types` that has one."""
         for kind in types:
-            for record in reversed(self.metrics):
-                if record.get("type") == kind and metric in (record.get("metrics") or {}):
-                    return record["metrics"][metric]
+            found = _latest(reversed(self.metrics), metric, kind)
+            if found is not None:
+                return found
         return None
+
+    def last_in_tail(self, metric: str, kind: str, max_bytes: int) -> float | None:
+        """The latest value of `metric` of type `kind` among the last `max_bytes` of the metrics file,
+        parsed from the end until found: the runs list asks for every run's every few seconds."""
+        return _latest(objects(reversed(store.tail_lines(self.dir / store.METRICS_FILE, max_bytes))), metric, kind)
 
     def duration(self) -> float | None:
         """Seconds spent running, summed over attempts (the time between attempts is not counted)."""
@@ -79,6 +81,14 @@ class RunRecord:
             if start is not None and end is not None and end >= start:
                 total, seen = total + end - start, True
         return total if seen else None
+
+
+def _latest(records: Iterable[dict[str, Any]], metric: str, kind: str) -> float | None:
+    """The first value of `metric` among `records` of type `kind` (given newest first)."""
+    for record in records:
+        if record.get("type") == kind and metric in (record.get("metrics") or {}):
+            return record["metrics"][metric]
+    return None
 
 
 def format_duration(seconds: float | None) -> str:

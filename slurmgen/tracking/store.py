@@ -77,18 +77,18 @@ def iter_jsonl(path: Path) -> Iterator[dict]:
         yield from objects(itertools.takewhile(lambda line: line.endswith("\n"), f))
 
 
-def tail_jsonl(path: Path, max_bytes: int) -> Iterator[dict]:
-    """The complete records among the last `max_bytes` of a JSONL file: a long run's latest lines
-    without reading all of it (the first line there, likely cut by the start, is skipped)."""
+def tail_lines(path: Path, max_bytes: int) -> list[str]:
+    """The complete lines among the last `max_bytes` of a JSONL file, oldest first: a long run's
+    latest records without reading all of it (the first line there, likely cut by the start, and
+    a last one without its newline are left out); [] when there is no file."""
     try:
-        f = open(path, "rb")  # noqa: SIM115  (closed by the `with f:` below, after the missing-file case)
+        with open(path, "rb") as f:
+            start = max(0, f.seek(0, 2) - max_bytes)
+            f.seek(start)
+            lines = f.read().decode("utf-8", errors="replace").splitlines(keepends=True)
     except FileNotFoundError:
-        return
-    with f:
-        start = max(0, f.seek(0, 2) - max_bytes)
-        f.seek(start)
-        lines = f.read().decode("utf-8", errors="replace").splitlines(keepends=True)
-    yield from objects(itertools.takewhile(lambda line: line.endswith("\n"), lines[1:] if start else lines))
+        return []
+    return list(itertools.takewhile(lambda line: line.endswith("\n"), lines[1:] if start else lines))
 
 
 def rewrite_jsonl(path: Path, records: Iterable[dict]) -> None:

@@ -88,7 +88,7 @@ def run_records(row: Mapping[str, Any], record: JobRecord | None = None) -> tupl
 def _loss_of(runs: list[RunRecord], sweep: bool) -> str:
     """The last training loss of a run's records: its first record's ("—": none logged), or a
     sweep's lowest over its tasks ("0.2 (best of 3)")."""
-    last = [(run, run.tail(LOSS_TAIL).last("loss", ("train",))) for run in runs]
+    last = [(run, run.last_in_tail("loss", "train", LOSS_TAIL)) for run in runs]
     values = [v for _, v in last if v is not None]
     if not values:
         return "—"
