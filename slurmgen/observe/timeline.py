@@ -39,7 +39,7 @@ def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, float]]:
 def rank_phases(events: Sequence[Event]) -> dict[str, Any]:
     """One rank's attempt: the first time of each phase, its checkpoints, its last step."""
     row: dict[str, Any] = {p: None for p in phases.PHASES}
-    row.update(checkpoints=[], last_step=None, last_time=None, status=None, host=None)
+    row.update(checkpoints=[], last_step=None, last_time=None, status=None, code=None, host=None)
     for e in events:
         name = e["event"]
         row["host"] = row["host"] or e.get("host")
@@ -53,6 +53,7 @@ def rank_phases(events: Sequence[Event]) -> dict[str, Any]:
             row[name] = e["time"]
         if name == phases.END:
             row["status"] = e.get("status")
+            row["code"] = e.get("code", row["code"])  # the launcher's end: the rank's exit code
         if isinstance(e.get("step"), int) and e["step"] >= (row["last_step"] or 0):
             row["last_step"], row["last_time"] = e["step"], e["time"]
     return row
@@ -82,7 +83,7 @@ def _since(t: float | None, origin: float | None) -> float | None:
 def _relative(rank: int, row: Mapping[str, Any], origin: float | None) -> dict[str, Any]:
     stalls = [c["stall"] for c in row["checkpoints"]]
     return {"rank": rank, "host": row["host"], **{p: _since(row[p], origin) for p in phases.PHASES},
-            "status": row["status"], "last_step": row["last_step"], "checkpoints": len(stalls),
+            "status": row["status"], "code": row["code"], "last_step": row["last_step"], "checkpoints": len(stalls),
             "checkpoint_stall": round(sum(stalls), 3),
             "checkpoint_list": [{"step": c["step"], "at": _since(c["time"], origin), "stall": round(c["stall"], 3)}
                                 for c in row["checkpoints"]]}

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from slurmgen.contract import phases
+from slurmgen.contract import exitcodes, phases
 from slurmgen.contract.attempts import attempt_number
 
 WIDTH, LABEL, RIGHT, TOP, ROW = 900, 120, 24, 34, 18
@@ -115,11 +115,22 @@ def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
              "range": f"{s['from_step']}-{s['to_step']}"} for s in found]
 
 
+def rank_status(r: Mapping[str, Any], live: bool) -> str:
+    """How a rank ended: its word ("done", "preempted"), a failure's code ("failed (exit 3)"), a
+    signal's name when one ended it ("terminated": stopped with the others, "killed by signal 9");
+    running while its attempt lasts; "—" when nothing says how it ended."""
+    code = r.get("code")
+    if code is not None and code > 128:
+        return exitcodes.describe(code)
+    if r.get("status") == "failed" and code:
+        return f"failed (exit {code})"
+    return r.get("status") or ("running" if live else "—")
+
+
 def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list[dict[str, Any]]:
-    """The rank table of an attempt: each rank's node, the status it ended with (running while the
-    attempt lasts; "—" when it ended without saying: killed), its last step and checkpoints."""
-    return [{"rank": r["rank"], "node": r.get("host") or "—",
-             "status": r.get("status") or ("running" if live else "—"),
+    """The rank table of an attempt: each rank's node, how it ended (rank_status), its last step
+    and checkpoints."""
+    return [{"rank": r["rank"], "node": r.get("host") or "—", "status": rank_status(r, live),
              "last_step": "—" if r.get("last_step") is None else r["last_step"],
              "checkpoints": r.get("checkpoints") or 0, "straggler": r["rank"] in flagged} for r in attempt["ranks"]]
 

@@ -61,7 +61,7 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
         p.log_in(coordinator.token)
         _open_run(p, coordinator, "launch", launch_id)
         expect(p.page.get_by_role("button", name="Stop launch")).to_be_enabled()
-        p.page.get_by_label("Rank").select_option("3")  # the launch's log, kept by its launcher here
+        p.page.get_by_label("Rank", exact=True).select_option("3")  # the launch's log, kept by its launcher here
         expect(p.page.locator("#log-view")).to_contain_text("alive 3")
         assert set(p.page.locator("#log-view").inner_text().split("\n")) <= {"[rank 3] alive 3", ""}
         p.shot("run-page-launch-running")

@@ -287,7 +287,9 @@ def test_a_rank_without_an_end_is_running_while_its_attempt_lasts_and_unsaid_aft
     from slurmgen.coordinator.web.timeline_svg import rank_rows
 
     attempt = {"ranks": [{"rank": 0, "host": "n1", "status": "done", "last_step": 9, "checkpoints": 2},
-                         {"rank": 1, "host": None, "status": None, "last_step": None}]}
+                         {"rank": 1, "host": None, "status": None, "last_step": None},
+                         {"rank": 2, "status": "failed", "code": 143}, {"rank": 3, "status": "failed", "code": 3}]}
     assert [(r["node"], r["status"], r["last_step"], r["straggler"]) for r in rank_rows(attempt, {1}, True)] == [
-        ("n1", "done", 9, False), ("—", "running", "—", True)]
+        ("n1", "done", 9, False), ("—", "running", "—", True), ("—", "terminated", "—", False),
+        ("—", "failed (exit 3)", "—", False)]
     assert rank_rows(attempt, set(), False)[1]["status"] == "—"  # killed: it never said how it ended
