@@ -36,9 +36,13 @@ class Prefixer:
         return f"{self._tag(host, None)} {_OWN_PREFIX.sub('', line)}"
 
 
+# A node's own line in the launch's log (log_line), which the page shows under the node's name.
+NODE_LINE = re.compile(r"^\[([^\]\s]+)\] (.*)$", re.DOTALL)
+
+
 def log_line(host: str, line: str) -> str:
     """A node line as the launch's log on the page keeps it: a rank's as srun --label writes it
-    (`3: text`, which jobs/logs.py splits by rank), the node's own as `[host] text`."""
+    (`3: text`, which jobs/logs.py splits by rank), the node's own as `[host] text` (NODE_LINE)."""
     m = RANK_LINE.match(line)
     return f"{m.group(1)}: {m.group(2)}" if m else f"[{host}] {_OWN_PREFIX.sub('', line)}"
 

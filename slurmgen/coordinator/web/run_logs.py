@@ -25,6 +25,7 @@ from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.logs import Line, array_tasks, log_path, select_lines, tasks_text
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import get_row
+from slurmgen.launch.display import NODE_LINE
 
 from .auth import guarded
 from .run_records import runner_for
@@ -35,9 +36,14 @@ LOG_FIRST = 500
 TAIL_BYTES = 512 * 1024
 
 
-def _row(line: Line) -> dict[str, Any]:
-    who = "batch" if line.task is None else f"node {line.task}"
-    return {"rank": line.rank, "worker": who, "text": line.text, "attempt": None}
+def _row(line: Line, launch: bool = False) -> dict[str, Any]:
+    """A line as the page shows it: a rank's under its rank; a Slurm job's batch shell as "batch", a
+    torchrun agent's as its node; a launch's node lines under the node's name, its own as "launch"."""
+    who, text = ("batch" if line.task is None else f"node {line.task}"), line.text
+    if launch and line.task is None:
+        node = NODE_LINE.match(text)
+        who, text = (node.group(1), node.group(2)) if node else ("launch", text)
+    return {"rank": line.rank, "worker": who, "text": text, "attempt": None}
 
 
 def _start(runner: Any, path: str) -> int:
@@ -108,7 +114,7 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int 
     lines = select_lines(text, None, None if rank is None else {rank}, record is not None and record.info.get("launcher") == "torchrun")
     if not after:
         lines = lines[-LOG_FIRST:]
-    return {"lines": [_row(line) for line in lines], "next": offset + end, "rank": rank,
+    return {"lines": [_row(line, record is None) for line in lines], "next": offset + end, "rank": rank,
             "task": None if which is None else int(which), "gap": False}
 
 

@@ -48,9 +48,12 @@ def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(t
     rank1 = read_lines(path, row["seq"], 0, 1)
     assert [(x["rank"], x["text"]) for x in rank1["lines"]] == [(1, "hello from 1 in attempt 1"),
                                                                 (1, "hello from 1 in attempt 2")]
-    every = [x["text"] for x in read_lines(path, row["seq"], 0, None)["lines"]]
+    rows = read_lines(path, row["seq"], 0, None)["lines"]
+    every = [x["text"] for x in rows]
     assert "slurmgen: ----- attempt 2 -----" in every and every.index("hello from 0 in attempt 2") > \
         every.index("slurmgen: ----- attempt 2 -----")
+    shown = {(x["worker"], x["text"].split(" ")[0]) for x in rows if x["rank"] is None}
+    assert {("launch", "slurmgen:"), ("h0", "node"), ("h1", "node")} <= shown, shown  # "[h1] node 1/2 started ..."
     with pytest.raises(BadTask, match="not an array job"):
         read_lines(path, row["seq"], 0, None, task=1)
 
