@@ -55,6 +55,9 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
                "--gpus", "2", "--", sys.executable, "-c", ALIVE, marker])
     try:
         run.wait_for(r"all 2 node\(s\) running", timeout=60)
+        deadline = time.monotonic() + 30  # started: a rank's shell may not have run its program yet
+        while len(_marked(cluster, marker)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(_marked(cluster, marker)) >= 4, "the 4 ranks run before the stop"
         with Registry.open(_registry(coordinator)) as reg:
             launch_id = list_rows(reg, kinds=["launch"], limit=1)[0]["job_id"]
