@@ -73,6 +73,9 @@ _VARS = (
     Var("SLURMGEN_LINK_TOKEN", "launch_multi_node.sh", "Shared secret of the node link; the same on every node.", user=True),
     Var("SLURMGEN_PYTHON", "launch_multi_node.sh", "Python 3.8+ that runs the node link agent.", user=True),
     Var("SLURMGEN_EVENT_FD", "launch", "File descriptor on which a node reports rank events to `slurmgen launch`."),
+    Var("SLURMGEN_STOP_FILE", "launch",
+        "A file the node bootstrap creates before it stops the node script by TERM, which a script "
+        "started a moment too late to catch the signal finds once its traps are set."),
     # Commands run by people.
     Var("SLURMGEN_REGISTRY", "jobs (submit, launch and serve record runs in it)",
         "The SQLite registry of runs (default ~/.local/state/slurmgen/jobs.sqlite).",

@@ -48,6 +48,10 @@ is_count() { [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= 1)); }
 event_fd=${SLURMGEN_EVENT_FD:-}
 unset SLURMGEN_EVENT_FD
 [[ -z $event_fd || $event_fd =~ ^[0-9]$ ]] || die "SLURMGEN_EVENT_FD must be a descriptor 0-9 (got '$event_fd')"
+# It stops this script by TERM after creating the file in SLURMGEN_STOP_FILE: a TERM that comes
+# while bash is still starting this script (between fork and exec) is lost, the file is not.
+stop_file=${SLURMGEN_STOP_FILE:-}
+unset SLURMGEN_STOP_FILE
 event() {
   if [[ -n $event_fd ]]; then printf '%s %s\n' slurmgen-event-1 "$*" >&"$event_fd"; fi
 }
@@ -191,6 +195,7 @@ pids=()
 signals=0 stop_name=''
 trap 'stop_name=${stop_name:-INT} signals=$((signals + 1)); echo >&"$wake"' INT
 trap 'stop_name=${stop_name:-TERM} signals=$((signals + 1)); echo >&"$wake"' TERM
+if [[ -n $stop_file && -e $stop_file ]]; then stop_name=TERM signals=1; fi # stopped before the trap was set
 # Send a signal to every process group still running; true if any was.
 signal_all() {
   local pid any=1
@@ -865,6 +870,7 @@ if [[ $link == on ]]; then
     exit "$((status == 0 ? 255 : status))"
   fi
 fi
+stop_if_signalled # a stop that came while this node was getting ready starts no rank
 run_note=:  # `slurmgen launch` numbers its attempts
 [[ -z ${SLURMGEN_ATTEMPT:-} ]] || run_note=" launch: attempt $SLURMGEN_ATTEMPT,"
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
