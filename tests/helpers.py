@@ -350,15 +350,16 @@ def run_to_end(launcher, made: dict[str, LocalConnection]) -> int:
         kill_local_nodes(made)
 
 
-def recorded_launch(registry: Path, plan, program: str):
+def recorded_launch(registry: Path, plan, program: str, **start):
     """`slurmgen launch` of `plan` (its env names the launch id) over local nodes, recorded into
-    `registry` as the CLI records it: (exit code, the Launcher, its out and err text)."""
+    `registry` as the CLI records it (`start`: more arguments of LaunchRecord.start): (exit code,
+    the Launcher)."""
     from slurmgen.jobs.runs import Recorder
     from slurmgen.launch.record import LaunchRecord
     from slurmgen.launch.runner import Launcher
     from slurmgen.launch.ssh.connect import SSHOptions
 
-    record = LaunchRecord.start(Recorder(registry), plan, "exp", [PY, "-c", program])
+    record = LaunchRecord.start(Recorder(registry), plan, "exp", [PY, "-c", program], **start)
     made: dict = {}
     launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
                         connector=local_connector(made))

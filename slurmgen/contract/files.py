@@ -17,6 +17,9 @@ LAUNCH_STOP_NAME = "launch-{launch_id}.stop"
 # showed them, for its run page (launch/record.py writes it; a rank's lines as srun labels them).
 LAUNCH_LOGS_DIR = "launch-logs"
 LAUNCH_LOG_NAME = "launch-{launch_id}.log"
+# It keeps at most this many bytes: a chatty run must not fill the disk that holds the registry
+# (whose last write, the verdict, would then fail). Each node keeps every rank's whole log.
+LAUNCH_LOG_LIMIT = 64 * 2**20
 # The Python stacks of hung ranks, each appended by the watcher that killed it (contract/hangs.py).
 STACKS_NAME = "slurmgen-{job_id}.stacks.txt"
 # Prefix of torch's NCCL flight recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE): torch adds the rank.

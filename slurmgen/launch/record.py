@@ -7,6 +7,7 @@ its outcome (exit code, first failure, signals) into the run model's words.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from slurmgen.contract import envvars, exitcodes
-from slurmgen.contract.files import LAUNCH_LOG_NAME, LAUNCH_LOGS_DIR
+from slurmgen.contract.files import LAUNCH_LOG_LIMIT, LAUNCH_LOG_NAME, LAUNCH_LOGS_DIR
 from slurmgen.contract.states import State
 from slurmgen.jobs import launch_stop
 from slurmgen.jobs.records import record_dir
@@ -64,31 +65,51 @@ class LaunchRecord:
     stop_file: Path | None = None   # the launch's stop channel (None: the row could not be written)
     timeline: str | None = None     # the run's timeline file (SLURMGEN_TIMELINE_FILE)
     log: IO[str] | None = None      # the nodes' lines, for the page (None: none kept)
+    log_room: int = LAUNCH_LOG_LIMIT  # bytes the log may still take
+    logs_at: str = ""               # where the nodes keep the rank logs (named when the log is full)
 
     @classmethod
-    def start(cls, recorder: Recorder, plan: LaunchPlan, name: str, command: list[str]) -> LaunchRecord:
+    def start(cls, recorder: Recorder, plan: LaunchPlan, name: str, command: list[str],
+              log_limit: int = LAUNCH_LOG_LIMIT) -> LaunchRecord:
         """The row, and beside the registry it names the stop channel and the log (none without a
         launch id)."""
         launch_id = plan.env.get(envvars.LAUNCH_ID)
-        stop_file = launch_stop.stop_file(recorder.path or default_path(), launch_id) if launch_id else None
+        registry = recorder.path or default_path()
+        stop_file = launch_stop.stop_file(registry, launch_id) if launch_id else None
         if stop_file is not None:
             try:
                 launch_stop.prepare(stop_file)
             except OSError:
                 stop_file = None
-        beside = (recorder.path or default_path()).parent
-        log_file = beside / LAUNCH_LOGS_DIR / LAUNCH_LOG_NAME.format(launch_id=launch_id) if launch_id else None
+        log_file = registry.parent / LAUNCH_LOGS_DIR / LAUNCH_LOG_NAME.format(launch_id=launch_id) if launch_id else None
         log = _private_log(log_file) if log_file else None
         run = recorder.started(new_run(plan, name, command, stop_file, log_file if log else None))
         return cls(recorder, run, stop_file=stop_file if run is not None else None,
-                   timeline=plan.env.get(envvars.TIMELINE_FILE), log=log)
+                   timeline=plan.env.get(envvars.TIMELINE_FILE), log=log, log_room=log_limit,
+                   logs_at=posixpath.join(plan.workdir, plan.log_dir))
 
     def log_line(self, text: str) -> None:
-        if self.log is not None:
-            try:
-                self.log.write(text + "\n")
-            except OSError:  # a full disk costs the page its log, never the launch
-                self.log = None
+        """One line into the launch's log while it has room; the line that would pass the limit is
+        replaced by one saying where the whole logs are, and the log ends there."""
+        if self.log is None:
+            return
+        line = text + "\n"
+        self.log_room -= len(line.encode("utf-8", "replace"))
+        if self.log_room < 0:
+            line = f"slurmgen: ----- this log stops here, at its limit; each node keeps its ranks' whole logs in {self.logs_at} -----\n"
+        try:
+            self.log.write(line)
+        except OSError:  # a full disk costs the page its log, never the launch
+            self._close_log()
+            return
+        if self.log_room < 0:
+            self._close_log()
+
+    def _close_log(self) -> None:
+        log, self.log = self.log, None
+        if log is not None:
+            with contextlib.suppress(OSError):  # the buffered rest did not fit either
+                log.close()
 
     def attempt_started(self, number: int) -> None:
         self.failure = None
@@ -105,9 +126,7 @@ class LaunchRecord:
         self.recorder.ended(self.run, outcome(code, interrupted), code, failure or (self.failure if code else None))
         if self.stop_file is not None:
             self.stop_file.unlink(missing_ok=True)
-        if self.log is not None:
-            self.log.close()
-            self.log = None
+        self._close_log()
         self.recorder.time_report(self.run, self.timeline)
 
 

@@ -65,3 +65,24 @@ def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(t
     assert code == 0 and out.count("hello from 0") == 2, err  # the launch has ended: all, then done
     code, out, err = run_cli(capsys, "logs", "L7", "--registry", str(path), "--rank", "2")
     assert code == 2 and err.strip().endswith("rank: launch L7 has ranks 0-1 (got 2)"), err
+
+
+# Rank 0 prints 200 lines of 100 bytes (about 20 KB with its label).
+CHATTY = "import sys\nfor i in range(200):\n    print(f'{i:04d} ' + 'x' * 95, flush=True)\n"
+
+
+def test_the_launch_log_stops_at_its_limit_with_a_line_naming_the_whole_logs_and_the_row_still_ends(tmp_path):
+    path = tmp_path / "state" / "jobs.sqlite"
+    plan = local_plan(tmp_path, [PY, "-c", CHATTY], slots=(1,))
+    plan.env.update({"SLURMGEN_LAUNCH_ID": "L8", "SLURMGEN_GROUP": "launch-L8"})
+    code, launcher = recorded_launch(path, plan, CHATTY, log_limit=4096)
+    assert code == 0, launcher.err.getvalue()
+    text = (tmp_path / "state" / "launch-logs" / "launch-L8.log").read_text()
+    *kept, last = text.splitlines()
+    assert last == ("slurmgen: ----- this log stops here, at its limit; each node keeps its ranks' whole logs in "
+                    f"{tmp_path / 'out' / 'logs'} -----")
+    assert len("\n".join(kept).encode()) <= 4096 and kept[-1].startswith("0: 00"), kept[-3:]
+    assert len((tmp_path / "out" / "logs" / "rank-0.log").read_text().splitlines()) == 201  # "=====" and all
+    with Registry.open(path) as reg:
+        row = find_by_ref(reg, "L8")
+    assert row is not None and row["state"] == "succeeded"
