@@ -350,6 +350,22 @@ def run_to_end(launcher, made: dict[str, LocalConnection]) -> int:
         kill_local_nodes(made)
 
 
+@contextlib.contextmanager
+def tmpfs(under: Path, size: str):
+    """A tmpfs of `size` (mount's spelling: "30m") at under/disk, unmounted afterwards (every
+    process the test started must be gone by then). Mounting needs root: the test skips without it
+    (under CI a skip fails, see conftest)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (the full disk) needs root")
+    mnt = under / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
 def recorded_launch(registry: Path, plan, program: str, **start):
     """`slurmgen launch` of `plan` (its env names the launch id) over local nodes, recorded into
     `registry` as the CLI records it (`start`: more arguments of LaunchRecord.start): (exit code,

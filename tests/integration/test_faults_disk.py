@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, communicate_in_session
+from helpers import clean_env, communicate_in_session, tmpfs
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.envvars import HEARTBEAT_DIR
@@ -37,16 +37,9 @@ ARGS = ["--model", "gpt", "--n-layer", "2", "--n-embd", "128", "--n-head", "2", 
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    """A 30 MB tmpfs, unmounted afterwards (every process the test started is gone by then)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs (the full disk) needs root")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mnt)], check=True)
-    try:
+    """A 30 MB tmpfs."""
+    with tmpfs(tmp_path, "30m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
 
 
 def start(out: Path, steps: int, **env: str) -> subprocess.Popen:

@@ -7,12 +7,10 @@ its row stayed "running" after it had ended well. Mounting needs root (under CI 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import PY, local_plan, recorded_launch
+from helpers import PY, local_plan, recorded_launch, tmpfs
 
 from slurmgen.jobs.registry import Registry
 from slurmgen.jobs.runs import find_by_ref
@@ -24,20 +22,14 @@ CHATTY = "import sys\nline = 'x' * 99 + '\\n'\nfor _ in range(30000):\n    sys.s
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs (the full disk) needs root")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
-    try:
+def disk(tmp_path: Path):
+    """A 1 MB tmpfs: the registry's disk."""
+    with tmpfs(tmp_path, "1m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
 
 
-def test_a_chatty_launch_cannot_fill_the_registry_s_disk_with_its_log(tmp_path, small_disk):
-    registry = small_disk / "jobs.sqlite"
+def test_a_chatty_launch_cannot_fill_the_registry_s_disk_with_its_log(tmp_path, disk):
+    registry = disk / "jobs.sqlite"
     plan = local_plan(tmp_path, [PY, "-c", CHATTY], slots=(1, 1))
     plan.env.update({"SLURMGEN_LAUNCH_ID": "L9", "SLURMGEN_GROUP": "launch-L9"})
     code, launcher = recorded_launch(registry, plan, CHATTY, log_limit=256 * 1024)
@@ -45,7 +37,7 @@ def test_a_chatty_launch_cannot_fill_the_registry_s_disk_with_its_log(tmp_path, 
     with Registry.open(registry) as reg:
         row = find_by_ref(reg, "L9")
     assert row is not None and (row["state"], row["last_exit"]) == ("succeeded", 0)
-    log = small_disk / "launch-logs" / "launch-L9.log"
+    log = disk / "launch-logs" / "launch-L9.log"
     assert 200 * 1024 < log.stat().st_size <= 256 * 1024 + 200
     assert log.read_text().splitlines()[-1].startswith("slurmgen: ----- this log stops here")
     for rank in (0, 1):  # the nodes' own logs have every line

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -81,8 +82,7 @@ def test_status_and_jobs_answer_at_once_while_the_controller_is_down(cluster, tm
     pid = _controller_pid(cluster)
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
     os.kill(pid, signal.SIGKILL)
-    _until("slurmctld to be gone", lambda: not Path(f"/proc/{pid}").exists() or
-           Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"))
+    _until("slurmctld to be gone", lambda: not alive(pid))
     try:
         text, took_text = sg(cluster, tmp_path, "status", job)
         view, took_json = sg(cluster, tmp_path, "status", job, "--json")

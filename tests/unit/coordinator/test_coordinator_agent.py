@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers import alive
+
 from slurmgen.coordinator.agent import WorkerAgent
 from slurmgen.coordinator.client import ClientError
 from slurmgen.coordinator.models import AgentOrders, StartOrder
@@ -29,15 +31,6 @@ def wait_until(check, timeout=10.0):
             return
         time.sleep(0.02)
     raise AssertionError("timed out")
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_ranks_run_report_and_stop_with_everything_they_forked(tmp_path):
