@@ -118,3 +118,31 @@ def test_slurmgen_cancel_of_a_launch_id_uses_the_channel(tmp_path, capsys):
     assert out == f"launch L9: the launcher is stopping every rank on every node ({STOPPED_BY_USER})\n"
     code, out, _ = run_cli(capsys, "cancel", "L8", "--registry", str(path))
     assert (code, out) == (1, "launch L8 was not stopped: the launch has ended (succeeded)\n")
+
+
+def test_the_launcher_never_takes_a_request_before_its_text(tmp_path):
+    """A launcher that looked between the stopper's create and write took an empty request and
+    recorded "a stop request" instead of who asked (seen once in a unit run on a loaded machine).
+    Here the launcher's side looks without pause while 100 requests are written."""
+    stop = launch_stop.stop_file(tmp_path / "jobs.sqlite", "L1")
+    launch_stop.prepare(stop)
+    row = {"kind": "launch", "job_id": "L1", "state": "running", "info": {"pid": os.getpid(), "stop_file": str(stop)}}
+    taken: list[str] = []
+    done = threading.Event()
+
+    def launcher() -> None:
+        while not done.is_set():
+            text = launch_stop.take(stop)
+            if text is not None:
+                taken.append(text)
+
+    thread = threading.Thread(target=launcher)
+    thread.start()
+    try:
+        for _ in range(100):
+            assert launch_stop.request(row, "with slurmgen cancel")[0]
+    finally:
+        done.set()
+        thread.join()
+    assert set(taken) == {f"{STOPPED_BY_USER} with slurmgen cancel"} and len(taken) == 100
+    assert list(stop.parent.iterdir()) == []  # no temporary file left
