@@ -66,15 +66,22 @@ def replace(path: Path, write: Callable[[Path], None], fsync: bool = True, fsync
         fsync_dir(path.parent)
 
 
-def write_text(path: Path, text: str, fsync: bool = True, in_place_when_full: bool = False) -> None:
-    """Replace `path` with `text` atomically (see `replace`).
+def write_text(path: Path, text: str, fsync: bool = True, in_place_when_full: bool = False,
+               mode: int | None = None) -> None:
+    """Replace `path` with `text` atomically (see `replace`), created with permissions `mode`
+    (None: the umask's), which the file has from its first byte.
 
     `in_place_when_full`: when the disk is full (ENOSPC), overwrite the existing file in place
     instead, if `text` fits in the blocks it already has (no new block is needed then). Not
     atomic, so only for a write that matters more than the risk of a torn file: a failed run's
     record saying "failed" on the disk that failed it, instead of "running" for good."""
+    def write(tmp: Path) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+
     try:
-        replace(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), fsync=fsync)
+        replace(path, write, fsync=fsync)
     except OSError as exc:
         if not (in_place_when_full and exc.errno == errno.ENOSPC and _overwrite_in_own_blocks(path, text.encode())):
             raise

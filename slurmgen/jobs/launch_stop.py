@@ -4,8 +4,8 @@ The channel is one file per launch, `control/launch-<LAUNCH_ID>.stop` beside the
 (contract/files.py), whose path the launcher records in its registry row (`info.stop_file`).
 A stopper creates the file (whole, by a rename: its text says who asked); the launcher's main
 loop, which already wakes every 0.1 s to tick its state machine, looks for it on each pass,
-removes it and stops every rank on every node exactly as on Ctrl-C (launch/runner.py). The stopper waits for the
-file to disappear: that is the launcher's acknowledgement.
+removes it and stops every rank on every node exactly as on Ctrl-C (launch/runner.py). The
+stopper waits for the file to disappear: that is the launcher's acknowledgement.
 
 Why a file rather than a signal, a unix socket or a localhost port:
 - a signal to the recorded pid could reach another process once the pid is reused, and
@@ -87,12 +87,6 @@ def why_not(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-
-
 def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool, str]:
     """Ask the launch's launcher to stop every rank; (taken, what happened), after up to `wait`
     seconds for the launcher to take the request. `by` ends the cause the launch records
@@ -102,7 +96,7 @@ def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool,
         return False, f"launch {row.get('job_id')} was not stopped: {reason}"
     path = Path(row["info"]["stop_file"])
     try:  # whole or not at all: a launcher that saw the file before its text would not say who asked
-        atomic.replace(path, lambda tmp: _write_private(tmp, f"{STOPPED_BY_USER} {by}\n"), fsync=False)
+        atomic.write_text(path, f"{STOPPED_BY_USER} {by}\n", fsync=False, mode=0o600)
     except OSError as exc:
         return False, f"launch {row.get('job_id')} was not stopped: cannot write {str(path)!r}: {exc.strerror}"
     deadline = time.monotonic() + wait

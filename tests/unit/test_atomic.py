@@ -38,6 +38,21 @@ def test_write_text_replaces_the_file(tmp_path: Path):
     assert os.listdir(tmp_path) == ["a"] and (tmp_path / "a").read_text() == "two"
 
 
+def test_write_text_with_a_mode_creates_the_file_private_from_its_first_byte(tmp_path: Path):
+    path = tmp_path / "stop"
+    atomic.write_text(path, "asked\n", fsync=False, mode=0o600)
+    assert path.read_text() == "asked\n" and path.stat().st_mode & 0o777 == 0o600
+    atomic.write_text(path, "again\n", fsync=False)  # no mode: the umask's, as before
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stop"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_remove_stale_takes_only_old_files_of_dead_writers_with_the_given_names(tmp_path: Path):
     old = time.time() - 3600
 

@@ -48,8 +48,9 @@ is_count() { [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= 1)); }
 event_fd=${SLURMGEN_EVENT_FD:-}
 unset SLURMGEN_EVENT_FD
 [[ -z $event_fd || $event_fd =~ ^[0-9]$ ]] || die "SLURMGEN_EVENT_FD must be a descriptor 0-9 (got '$event_fd')"
-# It stops this script by TERM after creating the file in SLURMGEN_STOP_FILE: a TERM that comes
-# while bash is still starting this script (between fork and exec) is lost, the file is not.
+# Its node bootstrap stops this script by TERM after creating the file in SLURMGEN_STOP_FILE: a
+# TERM that comes while bash is still starting this script (between fork and exec) is lost, the
+# file is not (looked for once the traps are set).
 stop_file=${SLURMGEN_STOP_FILE:-}
 unset SLURMGEN_STOP_FILE
 event() {
