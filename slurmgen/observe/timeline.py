@@ -3,7 +3,8 @@
 Inputs: the ranks' timeline events (contract/phases.py: process start, imports, rendezvous,
 first step, checkpoints, end), the attempts record of the batch script (heal/attempts.py:
 when each allocation started and ended) and the time the job was submitted (the registry).
-Output, per attempt: each rank's phases in seconds since the allocation started, its
+Output, per attempt: each rank's phases in seconds since the attempt started (a Slurm job's
+attempt starts with its allocation; a launch's or a group's, when its launcher started it), its
 checkpoints and their stall, and the slowest rank of each phase, the one everybody waited for.
 """
 
@@ -61,8 +62,8 @@ def rank_phases(events: Sequence[Event]) -> dict[str, Any]:
 
 def build(events: Iterable[Event], attempts: Sequence[Event] = (), submitted: float | None = None) -> dict[str, Any]:
     """The timeline: {"submitted", "attempts": [{"attempt", "start", "end", "ranks": [...],
-    "slowest": {phase: {"rank", "at"}}}]}; times in seconds since the attempt's allocation
-    started (its first event when the attempts record is missing)."""
+    "slowest": {phase: {"rank", "at"}}}]}; times in seconds since the attempt started (its
+    allocation, for a Slurm job; its first event when the attempts record is missing)."""
     grouped, bounds = by_attempt(events), attempt_bounds(attempts)
     out: list[dict[str, Any]] = []  # the queue wait is the earliest attempt's, as goodput counts it
     for n in sorted(set(grouped) | set(bounds)):
@@ -110,7 +111,7 @@ def format_timeline(view: Mapping[str, Any]) -> list[str]:
     heads = ["rank", "host", *phases.PHASES, "ckpts", "stall"]
     for a in view.get("attempts", []):
         queued = f", queued {a['queued']:.1f}s" if a.get("queued") is not None else ""
-        lines.append(f"attempt {a['attempt']} (seconds since the allocation started{queued}):")
+        lines.append(f"attempt {a['attempt']} (seconds since the attempt started{queued}):")
         rows = [[r["rank"], r["host"], *(r[p] for p in phases.PHASES), r["checkpoints"], r["checkpoint_stall"]]
                 for r in a["ranks"]]
         rows.append(["slowest", "", *(a["slowest"].get(p, {}).get("rank") for p in phases.PHASES), "", ""])

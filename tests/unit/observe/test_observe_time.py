@@ -39,7 +39,7 @@ def test_the_timeline_has_every_phase_per_rank_since_the_allocation_and_names_th
     assert (r3["checkpoints"], r3["checkpoint_stall"], r3["status"], r3["last_step"]) == (1, 0.5, "done", 100)
     assert a["slowest"]["imports"] == {"rank": 3, "at": 3.0} and a["slowest"]["first_step"]["rank"] == 3
     text = format_timeline(view)
-    assert text[0].startswith("attempt 1 (seconds since the allocation started, queued 30.0s)")
+    assert text[0].startswith("attempt 1 (seconds since the attempt started, queued 30.0s)")
     assert text[-1].split()[:5] == ["slowest", "3", "3", "3", "3"], text  # process: the last of a tie
 
 
