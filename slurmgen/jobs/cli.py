@@ -60,6 +60,8 @@ def jobs(registry: Path | None = RegistryOpt, limit: int | None = typer.Option(N
 
 
 def _job_line(row: dict[str, Any]) -> str:
+    from slurmgen.jobs.runs import size as run_size
+
     code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
     tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
     where = f" on {row['remote']}" if row["remote"] else ""
@@ -68,7 +70,8 @@ def _job_line(row: dict[str, Any]) -> str:
     preempted = row["kind"] == "slurm" and row["run_state"] == State.PREEMPTED.value and not row["state"].startswith("PREEMPTED")
     code += " (preempted: checkpointed, resumable)" if preempted else ""
     state = style(f"{row['state']:<10}", State.PREEMPTED.value if preempted else row["state"])
-    size = f"  {row['nodes']}x{row['ranks'] // row['nodes']}" if row["nodes"] and row["ranks"] else ""
+    shape = run_size(row["nodes"], row["ranks"])
+    size = f"  {shape}" if shape else ""
     again = f" attempt {row['attempts']}" if (row["attempts"] or 0) > 1 else ""  # restarted or requeued
     return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
 

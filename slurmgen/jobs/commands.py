@@ -264,11 +264,13 @@ def run_status(reg: Registry, row: dict[str, Any], with_timeline: bool) -> dict[
 
 def run_lines(view: dict[str, Any]) -> list[str]:
     """The text of `slurmgen status` for a launch or group run."""
+    from slurmgen.jobs.runs import size
     from slurmgen.observe.report import lines
 
     code = "" if view["exit_code"] is None else f", exit code {view['exit_code']}"
-    out = [f"{view['kind']} {view['job']} ({view['name']}): {view['state']}{code}, {view['nodes']}x"
-           f"{(view['ranks'] or 0) // max(1, view['nodes'] or 1)}, {len(view['attempts'])} attempt(s), run id {view['run_id']}"]
+    shape = size(view["nodes"], view["ranks"])
+    out = [f"{view['kind']} {view['job']} ({view['name']}): {view['state']}{code}, {shape or 'size unknown'}, "
+           f"{len(view['attempts'])} attempt(s), run id {view['run_id']}"]
     if view.get("failure"):
         out.append(f"  first failure: {view['failure'].get('cause')}")
     return out + lines(view)

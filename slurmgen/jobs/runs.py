@@ -64,6 +64,15 @@ class NewRun:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def size(nodes: int | None, ranks: int | None) -> str | None:
+    """A run's size as every view writes it: nodes x ranks per node, as a job is asked for ("2x4":
+    `--nodes 2 --gpus 4`, 8 ranks), or "3 nodes, 5 ranks" when the ranks do not split evenly (a
+    group over hosts of different slots); None when either is unknown. (The row keeps the total.)"""
+    if not nodes or not ranks:
+        return None
+    return f"{nodes}x{ranks // nodes}" if ranks % nodes == 0 else f"{nodes} nodes, {ranks} ranks"
+
+
 def check_kinds(kinds: Iterable[str]) -> list[str]:
     bad = [k for k in kinds if k not in KINDS]
     if bad:
@@ -140,15 +149,15 @@ def keep_time_report(reg: Registry, run: int, report: dict[str, Any]) -> None:
 def time_report(reg: Registry, run: int, timeline: str, now: float) -> dict[str, Any]:
     """Where a launch's or group's time went (observe/report.py: the per-rank timeline,
     stragglers, goodput) from its timeline file and its attempts in the registry; {} when the
-    file cannot be read here."""
+    file cannot be read here. Neither waits in a queue: the moments between the row and its first
+    attempt are the launcher's own start-up, not a queue wait, so no submission time is given."""
     from slurmgen.observe.report import analyse
 
     try:
         text = Path(timeline).read_text(errors="replace")
     except OSError:
         return {}
-    row = reg.db.execute("SELECT submitted FROM jobs WHERE seq = ?", (run,)).fetchone()
-    return analyse(text, attempt_bounds(attempts_of(reg, run)), row[0] if row else None, now)
+    return analyse(text, attempt_bounds(attempts_of(reg, run)), None, now)
 
 
 def find_by_ref(reg: Registry, ref: str, kinds: Sequence[str] = ("launch", "group")) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from slurmgen.contract.states import State
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import KINDS, check_kinds, check_states, count_rows, list_rows
+from slurmgen.jobs.runs import KINDS, check_kinds, check_states, count_rows, list_rows, size
 
 from .auth import guarded
 from .render import render
@@ -90,7 +90,7 @@ def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
     state = r.get("state") or r.get("last_state") or "unknown"
     unknown_end = r.get("ended") is None and state in ENDED
     return {"seq": r["seq"], "kind": r["kind"], "key": r["job_id"], "name": r["name"], "state": state,
-            "shape": f"{r['nodes'] or '?'} x {r['ranks'] or '?'}", "started": clock(r.get("started")) or "—",
+            "shape": size(r["nodes"], r["ranks"]) or "—", "started": clock(r.get("started")) or "—",
             "elapsed": with_limit("—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), r),
             # A running job is on its first attempt at least, whether or not Slurm's count was kept yet.
             "attempts": max(r.get("attempts") or 0, 1 if state == State.RUNNING.value else 0),

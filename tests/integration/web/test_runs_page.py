@@ -58,7 +58,7 @@ def test_runs_list_rows_filter_escaping_and_live_rows(page, coordinator, tmp_pat
     assert p.page.locator("#runs-table img").count() == 0
     failed = p.page.locator("tr[data-kind=launch]", has_text="sweep-launch")
     expect(failed).to_contain_text("rank 3 on node2 code 1 (rank 3 exited 1)")
-    expect(failed).to_contain_text("2 x 4")
+    expect(failed).to_contain_text("2x2")  # 2 nodes of 2 ranks: 4 ranks
     expect(failed.locator("td.run-loss")).to_have_text("0.5")  # its last train loss, 1.5 / 3
     slurm = p.page.locator("tr[data-kind=slurm] td")
     expect(slurm.nth(6)).to_have_text(re.compile(r"^5 min 0\d s / 1 h 00 min$"))  # elapsed / its limit

@@ -57,10 +57,10 @@ def test_every_run_of_the_registry_newest_first_with_its_facts(client):
     assert names(html) == ["&lt;img src=x onerror=alert(1)&gt;", "sweep-launch", "train-slurm"]
     assert HOSTILE not in html  # autoescaped: shown as text, never as an element
     row = re.search(r'<tr data-run="\d+" data-kind="launch">(.*?)</tr>', html, re.S).group(1)
-    assert "failed" in row and "2 x 4" in row and "1 — rank 3 on node2 code 1 (rank 3 exited 1)" in row
+    assert "failed" in row and "<td>2x2</td>" in row and "1 — rank 3 on node2 code 1 (rank 3 exited 1)" in row
     assert "1 min 40 s" in row  # ended: its elapsed time is fixed
     slurm = re.search(r'data-kind="slurm">(.*?)</tr>', html, re.S).group(1)
-    assert '<td>2 x 4</td>' in slurm and " / 1 h 00 min</span>" in slurm  # elapsed / the limit it was submitted with
+    assert '<td>2x2</td>' in slurm and " / 1 h 00 min</span>" in slurm  # elapsed / the limit it was submitted with
     assert " / " not in re.search(r'<td>(?:<span[^>]*>)?([^<]*)</span></td>', row).group(1)  # a launch has no limit
     assert 'href="/ui/runs"' in client.get("/ui/").text  # linked from the groups page's header
 

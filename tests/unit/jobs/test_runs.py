@@ -24,6 +24,7 @@ from slurmgen.jobs.runs import (
     end_attempt,
     end_run,
     list_rows,
+    size,
     start_attempt,
 )
 from slurmgen.launch.record import LaunchRecord
@@ -279,3 +280,10 @@ def test_a_restarted_server_finds_the_run_of_a_group_it_left_running(tmp_path):
         assert (row["job_id"], row["state"], row["last_exit"], row["failure"]["rank"], row["failure"]["node"]) == (
             "exp1.3", "failed", 9, 3, "gn7")
         assert [(a["number"], a["state"]) for a in attempts_of(reg, row["seq"])] == [(3, "failed")]
+
+
+@pytest.mark.parametrize("nodes, ranks, text", [(2, 8, "2x4"), (2, 4, "2x2"), (1, 1, "1x1"), (3, 5, "3 nodes, 5 ranks"),
+                                                (None, 4, None), (2, None, None), (0, 0, None)])
+def test_a_runs_size_is_nodes_by_ranks_per_node_in_every_view(nodes, ranks, text):
+    # The row keeps the total: a 2-node job of 4 GPUs each is 2x4 (8 ranks), never "2 x 8".
+    assert size(nodes, ranks) == text

@@ -43,6 +43,8 @@ def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases
     found = json.loads(out)
     first, second = found["attempts"]
     assert (first["attempt"], second["attempt"]) == (1, 2) and first["end"] is not None, found
+    # A launch waits in no queue: the launcher's start-up before its first attempt is not one.
+    assert first["queued"] is None and found["goodput"]["queue"] is None, (first, found["goodput"])
     assert [r["status"] for r in first["ranks"] if r["rank"] == 1] == ["failed"], first
     code, out, err = run_cli(capsys, "status", tl, "--timeline", "--json")  # the file alone, as by hand
     def ranks(view):  # the ranks' own words (the registry adds each attempt's bounds)
