@@ -98,6 +98,7 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
     assert '<span class="state state-preempted">preempted</span> (Slurm: FAILED)' in html
     assert "Stopped to checkpoint" in html and "First failure" not in html
     assert "<p>checkpointed and asked to run again (Slurm: FAILED)" in html
+    assert "log is not readable" not in html  # no rank failed: there is no rank's log to speak of
     assert "<dt>Elapsed</dt><dd>—" not in html and "<dt>Requeued</dt><dd>1&times;" in html
     assert "<dt>Nodes</dt><dd>node[1-2]</dd>" in html
     with Registry.open(registry) as reg:

@@ -141,8 +141,16 @@ def test_a_slurm_job_page_shows_pending_reason_failure_log_and_enables_what_appl
         "log_tail": ["Traceback (most recent call last):", HOSTILE]})
     html = client.get(f"/ui/runs/{seq}").text
     assert "FAILED, rank 1 on node2, exit code 3" in html and "Traceback (most recent call last):" in html
-    assert HOSTILE not in html
+    assert HOSTILE not in html and "not readable" not in html
     assert 'disabled title="the job has ended (FAILED)">Cancel' in html
+    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {  # the rank's log is on a node we cannot read
+        "state": "FAILED", "first_failure": {"state": "FAILED", "rank": 1, "node": "node2", "exit_code": 3, "what": None}, "log_tail": []})
+    assert "The rank's log is not readable from this machine." in client.get(f"/ui/runs/{seq}").text
+    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {  # no rank to blame (a lost node): no rank's log
+        "state": "NODE_FAIL", "first_failure": {"state": "NODE_FAIL", "rank": None, "node": "node2", "exit_code": None, "what": None},
+        "log_tail": []})
+    html = client.get(f"/ui/runs/{seq}").text
+    assert "NODE_FAIL on node2" in html and "not readable" not in html
 
 
 def test_an_unknown_run_goes_back_to_the_list_with_a_notice(client):
