@@ -11,6 +11,7 @@ import time
 import pytest
 
 expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
+from slurmgen.coordinator.web.live import LOG_FIRST  # noqa: E402  (the web stack: the test extra's too)
 
 # Rank 0 records a run (loss falling, a constant lr, one validation point), as a trainer would;
 # no --cwd: the record is found by what the rank announced, not by a search.
@@ -99,7 +100,10 @@ def test_rank_filter_never_shows_another_ranks_line(page, coordinator):
     """Switching from all ranks to rank 1 showed other ranks' lines when an answer for all
     ranks arrived after the switch. Each try holds that answer until after the switch."""
     p = page
-    _group(coordinator, "filter", [sys.executable, "-c", TALKER, "200", "60"])
+    # The view opens on the newest LOG_FIRST lines: the 4 ranks' bursts must fit in them. With 200
+    # lines a rank, a rank that printed its burst before the other three (600 lines after its LAST)
+    # never showed its LAST line: the wait for "r3 LAST" below failed 2 of 4 runs on a busy machine.
+    _group(coordinator, "filter", [sys.executable, "-c", TALKER, str(LOG_FIRST // 5), "60"])
     _start(coordinator, "filter")
     try:
         _switch_filter_under_a_held_answer(p, coordinator)
