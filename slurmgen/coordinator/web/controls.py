@@ -135,13 +135,15 @@ def stop_run(path: Any, seq: int, by: str = BY_PAGE) -> Outcome:
 @router.post(f"/ui/runs/{{seq}}/{RunControl.REQUEUE.value}", name="web_run_requeue")
 @guarded("post")
 async def requeue_action(request: Request, seq: int) -> Response:
-    return redirect_with(request, f"/ui/runs/{seq}", notice=(await asyncio.to_thread(requeue_run, registry_path(request.app), seq))[1])
+    status, said = await asyncio.to_thread(requeue_run, registry_path(request.app), seq)
+    return redirect_with(request, f"/ui/runs/{seq}", notice=said, done=status == DONE)
 
 
 @router.post(f"/ui/runs/{{seq}}/{RunControl.STOP.value}", name="web_run_stop")
 @guarded("post")
 async def stop_action(request: Request, seq: int) -> Response:
-    return redirect_with(request, f"/ui/runs/{seq}", notice=(await asyncio.to_thread(stop_run, registry_path(request.app), seq))[1])
+    status, said = await asyncio.to_thread(stop_run, registry_path(request.app), seq)
+    return redirect_with(request, f"/ui/runs/{seq}", notice=said, done=status == DONE)
 
 
 # ---- groups and workers -------------------------------------------------------------------------
@@ -157,7 +159,7 @@ async def delete_group(request: Request, name: str) -> Response:
     if not reply.ok:
         target = f"/ui/groups/{name}" if reply.status != 404 else "/ui/"
         return redirect_with(request, target, notice=f"Could not delete group {name!r}: {_refusal(reply)}")
-    return redirect_with(request, "/ui/", notice=f"Deleted group {name!r}; its workers are free.")
+    return redirect_with(request, "/ui/", notice=f"Deleted group {name!r}; its workers are free.", done=True)
 
 
 @router.post("/ui/workers/{name}/forget", name="web_worker_forget")
@@ -171,4 +173,4 @@ async def forget_worker(request: Request, name: str) -> Response:
     reply = await api.call(request.app, "DELETE", f"/api/workers/{name}")
     if not reply.ok:
         return redirect_with(request, "/ui/", notice=f"Could not forget worker {name!r}: {_refusal(reply)}")
-    return redirect_with(request, "/ui/", notice=f"Forgot worker {name!r}.")
+    return redirect_with(request, "/ui/", notice=f"Forgot worker {name!r}.", done=True)

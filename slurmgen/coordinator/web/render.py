@@ -44,6 +44,12 @@ def take_flash(request: Request) -> dict[str, Any]:
     return flash
 
 
+def flash_notice(flash: dict[str, Any]) -> dict[str, Any]:
+    """The notice a POST left (`redirect_with(..., notice=..., done=True)` when it reports what was
+    done, not a refusal) as the page templates take it (macros.html: notice_line)."""
+    return {"notice": flash.get("notice"), "notice_done": bool(flash.get("done"))}
+
+
 def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
     def url_for(route: str, **params: Any) -> str:
         return str(request.app.url_path_for(route, **params))

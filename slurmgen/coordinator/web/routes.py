@@ -26,7 +26,7 @@ from slurmgen.errors import SlurmgenError
 
 from . import api, controls, forms, views
 from .auth import form_data, form_list, guarded, redirect_with
-from .render import render, take_flash
+from .render import flash_notice, render, take_flash
 
 router = APIRouter()
 RESTART_WAIT = 30.0  # seconds a restart waits for the stopped attempt to end
@@ -40,7 +40,7 @@ async def overview_data(request: Request) -> dict[str, Any]:
 async def _overview_page(request: Request) -> Response:
     flash = take_flash(request)
     data = await overview_data(request)
-    return render(request, "overview.html", {**data, "notice": flash.get("notice"), "picked": set(flash.get("picked", []))})
+    return render(request, "overview.html", {**data, **flash_notice(flash), "picked": set(flash.get("picked", []))})
 
 
 def _refused(request: Request, notice: str, picked: list[str] | None = None) -> Response:
@@ -123,7 +123,7 @@ async def group_page(request: Request, name: str) -> Response:
                                           "attempts": views.attempts_view(detail["attempts"]),
                                           "settings": controls.config_view(group["config"]),
                                           "delete_why": controls.delete_refusal(group),
-                                          "notice": take_flash(request).get("notice")})
+                                          **flash_notice(take_flash(request))})
 
 
 def _settings_context(group: dict[str, Any], form: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:

@@ -21,13 +21,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
+from slurmgen.contract.states import ENDED, State, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
 
 from .auth import guarded, redirect_with
 from .controls import DONE, NO_RUN, REFUSED, SLURM_STOPS, UNANSWERED, Outcome, RunControl, run_controls
-from .render import render, take_flash
+from .render import flash_notice, render, take_flash
 from .run_extras import extras
 from .run_records import runner_for
 from .runs_page import registry_path, run_view
@@ -53,19 +54,31 @@ def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
     return [line.text for line in lines]
 
 
-def slurm_attempts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def slurm_attempts(records: list[dict[str, Any]], job: State | None = None) -> list[dict[str, Any]]:
     """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause,
-    numbered as the file numbers them (contract/attempts.py), as the timeline is."""
-    from slurmgen.heal.attempts import cause
+    numbered as the file numbers them (contract/attempts.py), as the timeline is.
+
+    Each row's state is a word of the run's vocabulary, as a launch's or group's attempts are: the
+    last attempt of a job that has ended (`job`) takes the job's state (a cancel is `stopped`,
+    though the script's end line saw only the 143 of its TERM); another attempt's comes from its
+    end line, or is `lost` when none was written (its node failed under it); the last one of a
+    job still live is `running` until it ends. A start skipped because the job had already
+    finished stays `skipped`."""
+    from slurmgen.heal.attempts import cause, end_state
 
     rows: list[dict[str, Any]] = []
     for r in records:
         if r.get("event") in ("start", "skipped") or not rows:
-            rows.append({"number": attempt_number(r), "state": r.get("event"), "started": clock(r.get("time")), "ended": None,
-                         "cause": None, "rank": None, "node": r.get("host"), "code": None})
+            rows.append({"number": attempt_number(r), "state": "skipped" if r.get("event") == "skipped" else State.LOST.value,
+                         "started": clock(r.get("time")), "ended": None, "cause": None, "rank": None,
+                         "node": r.get("host"), "code": None})
         if r.get("event") == "end":
-            rows[-1].update(state="ended", ended=clock(r.get("time")), cause=cause(r), rank=r.get("rank"),
+            rows[-1].update(state=end_state(r).value, ended=clock(r.get("time")), cause=cause(r), rank=r.get("rank"),
                             node=r.get("node") or rows[-1]["node"], code=r.get("exit_code"))
+    if rows and job in ENDED:
+        rows[-1]["state"] = job.value
+    elif rows and rows[-1]["ended"] is None and rows[-1]["state"] != "skipped":
+        rows[-1]["state"] = State.RUNNING.value
     return rows
 
 
@@ -76,7 +89,8 @@ def task_attempts(slurm: Mapping[str, Any], task: str | None) -> tuple[str | Non
     if not tasks:
         return None, []
     shown = next((t for t in tasks if t["job"].split("_", 1)[-1] == task), tasks[0])
-    return shown["job"].split("_", 1)[-1], slurm_attempts(shown.get("attempts") or [])
+    return shown["job"].split("_", 1)[-1], slurm_attempts(shown.get("attempts") or [],
+                                                          from_slurm(shown.get("state"), shown.get("exit_code")))
 
 
 def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
@@ -93,7 +107,7 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
         failure = view.get("first_failure") or {}
         view["pending"] = pending_text(view, None) if view.get("reason") else None
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
-        view["attempts"] = slurm_attempts(view.get("attempts") or [])
+        view["attempts"] = slurm_attempts(view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code")))
     finally:
         runner.close()
     return view
@@ -147,7 +161,7 @@ async def run_page(request: Request, seq: int) -> Response:
     if data is None:
         return redirect_with(request, "/ui/runs", notice=f"There is no run {seq} in this machine's registry.")
     # `task`: the array task whose log the log view starts on (a task cell's link: its log).
-    return render(request, "run.html", {**data, "notice": take_flash(request).get("notice"),
+    return render(request, "run.html", {**data, **flash_notice(take_flash(request)),
                                         "chosen_task": request.query_params.get("task")})
 
 
@@ -180,5 +194,5 @@ async def run_action(request: Request, seq: int, action: str) -> Response:
     if action not in {c.value for c in SLURM_STOPS}:
         expected = " or ".join(c.value for c in SLURM_STOPS)
         return redirect_with(request, f"/ui/runs/{seq}", notice=f"Unknown action {action!r} (expected {expected}).")
-    _, said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
-    return redirect_with(request, f"/ui/runs/{seq}", notice=said)
+    status, said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
+    return redirect_with(request, f"/ui/runs/{seq}", notice=said, done=status == DONE)

@@ -47,11 +47,15 @@ def test_cancel_a_slurm_job_from_its_page(page, cluster_coordinator, cluster, tm
         p.shot("run-page-running")
         p.page.get_by_role("button", name="Cancel").click()
         expect(p.page.locator(".notice")).to_contain_text(f"job {job}: CANCELLED", timeout=60_000)
+        expect(p.page.get_by_role("status")).to_contain_text(f"job {job}: CANCELLED")  # done, not an alert
         assert "/cancel" not in p.page.url  # POST-redirect-GET: the address is the run's page
         squeue = cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False)
         assert squeue.stdout.strip() == "", squeue.stdout
         expect(p.page.get_by_role("button", name="Cancel")).to_be_disabled()
         assert p.page.get_by_role("button", name="Cancel").get_attribute("title").startswith("the job has ended (CANCELLED")
+        # Stopped on request, in the run's words: not a "First failure", its attempt not "start".
+        expect(p.page.locator("#failure-title")).to_have_text("Stopped")
+        expect(p.page.locator("section[aria-labelledby=attempts-title] tbody tr td").nth(1)).to_have_text("stopped")
         p.shot("run-page-cancelled")
     finally:
         cluster.cancel(job)

@@ -264,7 +264,8 @@ def test_group_page_shows_command_and_env_escaped_and_deletes_an_idle_group(app)
     assert "<dt>Max restarts</dt><dd>2</dd>" in html
     assert "disabled" not in button(html, "Delete group")
     assert post(app, "/ui/groups/exp2/delete", page="/ui/groups/exp2") == "/ui/"
-    assert "Deleted group &#39;exp2&#39;" in app.get("/ui/").text
+    # What was done is a status line; a refusal an alert (styled apart: app.css .notice.done).
+    assert '<p class="notice done" role="status">Deleted group &#39;exp2&#39;' in app.get("/ui/").text
     assert api(app, "GET", "/api/groups/exp2").status_code == 404
 
 
@@ -277,7 +278,8 @@ def test_a_running_group_cannot_be_deleted_and_only_a_lost_worker_is_forgotten(a
     html = app.get("/ui/groups/exp3").text
     assert 'disabled title="the group is starting: stop it before deleting it"' in button(html, "Delete group")
     assert post(app, "/ui/groups/exp3/delete", page="/ui/groups/exp3") == "/ui/groups/exp3"  # posted anyway: the API's 409
-    assert "Could not delete group &#39;exp3&#39;: group &#39;exp3&#39; is starting; stop it first" in app.get("/ui/groups/exp3").text
+    assert ('<p class="notice" role="alert">Could not delete group &#39;exp3&#39;: group &#39;exp3&#39; is starting; stop it first'
+            in app.get("/ui/groups/exp3").text)
 
     api(app, "POST", "/api/groups/exp3/stop")
     register(app, "gn7", workers=1)
@@ -285,10 +287,10 @@ def test_a_running_group_cannot_be_deleted_and_only_a_lost_worker_is_forgotten(a
     assert 'disabled title="its agent still reports it (idle): only a lost worker can be forgotten"' in \
         re.search(r'<button [^>]*aria-label="Forget worker gn7-0"[^>]*>', html).group(0)
     assert post(app, "/ui/workers/gn7-0/forget") == "/ui/"
-    assert "Did not forget worker &#39;gn7-0&#39;: its agent still reports it" in app.get("/ui/").text
+    assert '<p class="notice" role="alert">Did not forget worker &#39;gn7-0&#39;: its agent still reports it' in app.get("/ui/").text
     app.now[0] += AGENT_TIMEOUT + 1  # every agent silent: its workers are lost
     html = app.get("/ui/").text
     assert "disabled" not in re.search(r'<button [^>]*aria-label="Forget worker gn7-0"[^>]*>', html).group(0)
     assert post(app, "/ui/workers/gn7-0/forget") == "/ui/"
-    assert "Forgot worker &#39;gn7-0&#39;." in app.get("/ui/").text
+    assert '<p class="notice done" role="status">Forgot worker &#39;gn7-0&#39;.' in app.get("/ui/").text
     assert [w["name"] for w in api(app, "GET", "/api/workers").json()] == ["gn6-0", "gn6-1"]

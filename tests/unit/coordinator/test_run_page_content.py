@@ -276,10 +276,13 @@ def test_an_array_jobs_attempts_are_those_of_the_task_shown():
     from slurmgen.coordinator.web.run_detail import task_attempts
 
     start = {"event": "start", "attempt": 1, "time": 1_700_000_000, "host": "n1"}
-    again = {"event": "end", "exit_code": 143, "signal": "TERM", "time": 1_700_000_010}
-    tasks = [{"job": "7_0", "attempts": [start]}, {"job": "7_1", "attempts": [start, again, {**start, "attempt": 2}]}]
+    again = {"event": "end", "exit_code": 143, "time": 1_700_000_010}
+    tasks = [{"job": "7_0", "state": "RUNNING", "attempts": [start]},
+             {"job": "7_1", "state": "RUNNING", "attempts": [start, again, {**start, "attempt": 2}]}]
     shown, rows = task_attempts({"tasks": tasks}, "1")
-    assert shown == "1" and [(r["number"], r["state"], r["code"]) for r in rows] == [(1, "ended", 143), (2, "start", None)]
+    assert shown == "1" and [(r["number"], r["state"], r["code"]) for r in rows] == [(1, "failed", 143), (2, "running", None)]
+    tasks[1]["state"] = "CANCELLED"  # the task's own state ends its last attempt
+    assert [r["state"] for r in task_attempts({"tasks": tasks}, "1")[1]] == ["failed", "stopped"]
     assert task_attempts({"tasks": tasks}, "<b>9")[0] == "0"  # no such task: the first, as the log view picks
     assert task_attempts({"state": "RUNNING"}, "1") == (None, [])  # not an array: the job's own attempts
 

@@ -168,8 +168,29 @@ def test_a_slurm_jobs_attempts_file_becomes_attempt_rows_with_causes():
         {"event": "end", "attempt": 2, "time": 160.0, "host": "node1", "exit_code": 3, "rank": 5, "node": "node2", "task": 5},
         {"event": "start", "attempt": 3, "time": 200.0, "host": "node1"}])
     assert [(r["number"], r["state"], r["rank"], r["node"], r["code"]) for r in rows] == [
-        (2, "ended", 5, "node2", 3), (3, "start", None, "node1", None)]
+        (2, "failed", 5, "node2", 3), (3, "running", None, "node1", None)]
     assert rows[0]["cause"] == "exit 3 (rank 5 on node2)" and rows[1]["ended"] is None
+
+
+def test_a_slurm_jobs_attempts_speak_the_runs_states_not_the_files_event_words():
+    from slurmgen.contract.states import State
+    from slurmgen.coordinator.web.run_detail import slurm_attempts
+
+    def start(n):
+        return {"event": "start", "attempt": n, "time": 100.0 * n, "host": "node1"}
+
+    def end(n, code):
+        return {"event": "end", "attempt": n, "time": 100.0 * n + 50, "exit_code": code}
+
+    # 1 checkpointed on the warning signal, 2 lost with its node (no end line), 3 failed, 4 done.
+    record = [start(1), end(1, 75), start(2), start(3), end(3, 1), start(4), end(4, 0)]
+    assert [r["state"] for r in slurm_attempts(record, State.SUCCEEDED)] == ["preempted", "lost", "failed", "succeeded"]
+    # A cancel ends the job with the 143 of its TERM: the job's own state names the last attempt.
+    assert [r["state"] for r in slurm_attempts([start(1), end(1, 143)], State.STOPPED)] == ["stopped"]
+    assert [r["state"] for r in slurm_attempts([start(1)], State.STOPPED)] == ["stopped"]  # killed before its end line
+    assert [r["state"] for r in slurm_attempts([start(1)], State.RUNNING)] == ["running"]
+    assert [r["state"] for r in slurm_attempts([start(1), end(1, 0), {**start(2), "event": "skipped"}], None)] == [
+        "succeeded", "skipped"]  # a requeue after the end ran nothing
 
 
 def test_an_ended_run_without_an_end_time_shows_no_growing_elapsed_time():
