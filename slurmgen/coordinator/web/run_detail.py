@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import ENDED, State, from_slurm
+from slurmgen.contract.states import ENDED, SLURM_STATE, State, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
@@ -36,8 +36,7 @@ from .views import clock
 
 router = APIRouter()
 LOG_LINES = 30  # lines of the failed rank's log shown under the first failure
-ENDED_SLURM = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                         "BOOT_FAIL", "DEADLINE"})
+ENDED_SLURM = frozenset(word for word, state in SLURM_STATE.items() if state in ENDED)  # COMPLETED, CANCELLED, ...
 
 
 def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from slurmgen.contract.states import State
+from slurmgen.contract.states import ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import Registry
 from slurmgen.jobs.runs import KINDS, check_kinds, check_states, count_rows, list_rows, size
@@ -81,7 +81,8 @@ def outcome(r: Mapping[str, Any]) -> str:
     return f"{code} — {text}" if code else text
 
 
-ENDED = frozenset({State.SUCCEEDED.value, State.FAILED.value, State.PREEMPTED.value, State.STOPPED.value, State.LOST.value})
+# A run's row that will not change: one that ended, or a launch whose launcher is gone (lost: jobs/listing.py).
+ENDED = ENDED_WORDS | {State.LOST.value}
 
 
 def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
