@@ -57,6 +57,12 @@ SLURM_STATE = {
 }
 
 
+# Slurm's words after which a job does not change again (a requeued job goes back to PENDING
+# first): those of an ended state, and two slurmgen gives no state of its own (a job held after a
+# special exit code; a federated sibling revoked because another cluster started the job).
+SLURM_ENDED = frozenset({w for w, s in SLURM_STATE.items() if s in ENDED} | {"SPECIAL_EXIT", "REVOKED"})
+
+
 def from_slurm(word: str | None, exit_code: int | None = None) -> State | None:
     """The state a Slurm job state means; None for a word Slurm does not define (or none).
 

@@ -21,10 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from slurmgen.contract import verdict
+from slurmgen.contract.states import SLURM_ENDED
 
-# After these a job does not change again (a requeued job goes back to PENDING first).
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                      "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
 JOB_ID = re.compile(r"^[1-9][0-9]*(_[0-9]+)?$")
 # Split before every " Key=" so values with spaces (Reason, Command) stay whole.
 _FIELD = re.compile(r" (?=[A-Za-z][A-Za-z0-9:/_]*=)")
@@ -67,7 +65,7 @@ class SlurmJob:
 
     @property
     def ended(self) -> bool:
-        return self.state in TERMINAL
+        return self.state in SLURM_ENDED
 
     @property
     def end_time(self) -> float | None:

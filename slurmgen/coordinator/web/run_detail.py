@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import ENDED, SLURM_STATE, State, from_slurm
+from slurmgen.contract.states import ENDED, SLURM_ENDED, State, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runs import attempts_of, get_row
@@ -36,7 +36,6 @@ from .views import clock
 
 router = APIRouter()
 LOG_LINES = 30  # lines of the failed rank's log shown under the first failure
-ENDED_SLURM = frozenset(word for word, state in SLURM_STATE.items() if state in ENDED)  # COMPLETED, CANCELLED, ...
 
 
 def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
@@ -118,7 +117,7 @@ def control(kind: str, slurm: dict[str, Any]) -> dict[str, str | None]:
     if kind != "slurm":
         return {cancel: "only a Slurm job can be cancelled here", checkpoint: "only a Slurm job can be checkpointed here"}
     state = str(slurm.get("state") or "").split(" ")[0]
-    if state in ENDED_SLURM or not slurm:
+    if state in SLURM_ENDED or not slurm:
         why = f"the job has ended ({state or 'unknown to Slurm'})"
         return {cancel: why, checkpoint: why}
     return {cancel: None, checkpoint: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save"}
