@@ -61,6 +61,8 @@ SLURM_STATE = {
 # first): those of an ended state, and two slurmgen gives no state of its own (a job held after a
 # special exit code; a federated sibling revoked because another cluster started the job).
 SLURM_ENDED = frozenset({w for w, s in SLURM_STATE.items() if s in ENDED} | {"SPECIAL_EXIT", "REVOKED"})
+# ...and those of a job still to run or running (held or requeued ones included).
+SLURM_LIVE = frozenset(w for w, s in SLURM_STATE.items() if s not in ENDED)
 
 
 def from_slurm(word: str | None, exit_code: int | None = None) -> State | None:

@@ -13,13 +13,12 @@ from typing import Any
 
 from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
+from slurmgen.contract.states import SLURM_LIVE
 from slurmgen.heal.attempts import cause, stuck
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, task_exits
 from slurmgen.observe.report import lines as time_lines
-
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
 
 def overall(tasks: Sequence[SlurmJob]) -> tuple[str, int | None]:
@@ -29,8 +28,8 @@ def overall(tasks: Sequence[SlurmJob]) -> tuple[str, int | None]:
     for wanted in ("RUNNING", "PENDING"):
         if any(t.state == wanted for t in tasks):
             return wanted, None
-    if any(t.state in ACTIVE for t in tasks):
-        return next(t.state for t in tasks if t.state in ACTIVE), None
+    if any(t.state in SLURM_LIVE for t in tasks):
+        return next(t.state for t in tasks if t.state in SLURM_LIVE), None
     failed = [t for t in tasks if t.state != "COMPLETED"]
     if not failed:
         return "COMPLETED", 0
@@ -66,7 +65,7 @@ def exit_code(job: SlurmJob) -> int | None:
         return 128 + job.signal
     if job.state == "COMPLETED":
         return 0
-    return None if job.state in ACTIVE or job.state == "UNKNOWN" else 1
+    return None if job.state in SLURM_LIVE or job.state == "UNKNOWN" else 1
 
 
 def task_row(key: str, job: SlurmJob | None, record: JobRecord, params: Mapping[str, Any] | None,
@@ -100,7 +99,7 @@ def job_view(record: JobRecord, snap: QueryResult, rows: list[dict[str, Any]], a
         fake = [SlurmJob(job_id=r["job"], state=r["state"], exit_code=r["exit_code"]) for r in rows]
         state, code = overall(fake)
         top = {"job": record.job_id, "state": state, "exit_code": code, "tasks": rows}
-    failed = [r for r in rows if r["state"] not in ACTIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
+    failed = [r for r in rows if r["state"] not in SLURM_LIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
     view = {
         **top, "name": record.name, "output_dir": record.output_dir, "remote": record.remote,
         "submitted": record.submitted, "command": info.get("command"), "notes": list(snap.notes),
@@ -130,7 +129,7 @@ def _signalled_by_user(record: JobRecord, view: Mapping[str, Any]) -> dict[str, 
     """The signal sent with `slurmgen cancel --signal` that ended the job: its exit code is
     128 + that signal, the shell's word for "killed by it", so the program had no handler."""
     code = view.get("exit_code")
-    if view.get("state") in ACTIVE or not isinstance(code, int) or code <= 128:
+    if view.get("state") in SLURM_LIVE or not isinstance(code, int) or code <= 128:
         return None
     task = view["job"].split("_", 1)[1] if "_" in str(view["job"]) else None
     for sent in reversed(record.info.get("signals") or []):

@@ -71,6 +71,15 @@ def test_array_tasks_and_the_pending_range():
     assert overall(done) == ("COMPLETED", 0) and sorted(j.array_task for j in done) == ["0", "1", "2", "3"]
 
 
+@pytest.mark.parametrize("word", ["REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SUSPENDED", "COMPLETING"])
+def test_a_held_requeued_or_stopped_task_is_still_going_not_a_failure(word):
+    # `scontrol requeuehold`, a federation's requeue, `scontrol suspend` or SIGSTOP: the job lives on.
+    from slurmgen.jobs.slurm import SlurmJob
+
+    tasks = [SlurmJob(job_id="9_0", state="COMPLETED", exit_code=0), SlurmJob(job_id="9_1", state=word, exit_code=0)]
+    assert overall(tasks) == (word, None) and exit_code(tasks[1]) is None
+
+
 def test_the_failing_task_comes_from_srun_in_the_log():
     log = recorded("log_fail.txt")
     (exit_,) = task_exits(log)
