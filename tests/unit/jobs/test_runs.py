@@ -287,3 +287,13 @@ def test_a_restarted_server_finds_the_run_of_a_group_it_left_running(tmp_path):
 def test_a_runs_size_is_nodes_by_ranks_per_node_in_every_view(nodes, ranks, text):
     # The row keeps the total: a 2-node job of 4 GPUs each is 2x4 (8 ranks), never "2 x 8".
     assert size(nodes, ranks) == text
+
+
+@pytest.mark.parametrize("word, expected", [("RUNNING", "cyan"), ("running", "cyan"), ("CANCELLED by 1000", "magenta"),
+                                            ("stopped", "magenta"), ("TIMEOUT", "red"), ("BOOT_FAIL", "red"),
+                                            ("COMPLETED", "green"), ("succeeded", "green"), ("REQUEUED", "yellow"),
+                                            ("PREEMPTED", "magenta"), ("UNKNOWN", None)])
+def test_a_state_is_coloured_by_what_it_means_whoever_said_it(word, expected):
+    from slurmgen.jobs.cli_shared import colour
+
+    assert colour(word) == expected  # Slurm's word through contract/states.from_slurm, a run's as it is
