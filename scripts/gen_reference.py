@@ -192,19 +192,24 @@ def constant_comments(source: str) -> dict[str, str]:
 
 
 def states_page() -> str:
-    from slurmgen.contract import states
+    from slurmgen.contract import exitcodes, states
 
     source = (REPO / "slurmgen" / "contract" / "states.py").read_text()
     comments = {m.split("=")[0].strip(): m.split("#", 1)[1].strip() for m in source.splitlines()
                 if m.startswith("    ") and "= \"" in m and "#" in m}
     lines = [HEADER + "# States\n", (ast.get_docstring(ast.parse(source)) or "") + "\n",
-             "| state | meaning | heartbeat `status` | run record `status` |", "|---|---|---|---|"]
+             "| state | meaning | heartbeat `status` | run record `status` | Slurm's job states |", "|---|---|---|---|---|"]
     for state in states.State:
         beat, record = states.HEARTBEAT_WORD.get(state, ""), states.RUN_RECORD_WORD.get(state, "")
+        slurm = ", ".join(f"`{w}`" for w, s in states.SLURM_STATE.items() if s is state)
         lines.append(f"| `{state.value}` | {cell(comments.get(state.name, ''))} | {f'`{beat}`' if beat else ''} "
-                     f"| {f'`{record}`' if record else ''} |")
+                     f"| {f'`{record}`' if record else ''} | {slurm} |")
     lines.append("\nEnded: " + ", ".join(f"`{s}`" for s in states.State if s in states.ENDED)
                  + "; active: " + ", ".join(f"`{s}`" for s in states.State if s in states.ACTIVE) + ".\n")
+    lines.append(f"Slurm says `FAILED` of every non-zero exit; a job that exited with {exitcodes.PREEMPTED} (it saved a "
+                 "checkpoint on the warning signal and stopped) is `preempted`. A job in "
+                 + " or ".join(f"`{w}`" for w in sorted(states.SLURM_ENDED - set(states.SLURM_STATE)))
+                 + " has ended too, with no state of its own; any word not listed is shown as Slurm gives it.\n")
     return "\n".join(lines)
 
 

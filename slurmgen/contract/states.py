@@ -18,7 +18,7 @@ class State(str, Enum):
     IDLE = "idle"            # a coordinator group with nothing to run
     PENDING = "pending"      # waiting for an allocation (Slurm) or to be started
     STARTING = "starting"    # processes being started, rendezvous not yet done
-    RUNNING = "running"
+    RUNNING = "running"      # its processes run (a Slurm job: allocated, its batch script started)
     SUCCEEDED = "succeeded"  # every rank exited 0
     FAILED = "failed"        # a rank failed, hung or its node was lost: the first failure says which
     PREEMPTED = "preempted"  # stopped by a signal after a checkpoint; resumable
