@@ -75,6 +75,12 @@ def from_slurm(word: str | None, exit_code: int | None = None) -> State | None:
     return State.PREEMPTED if state is State.FAILED and exit_code == PREEMPTED_EXIT else state
 
 
+def from_exit_code(code: int | None) -> State:
+    """What the exit code of a process or a run that ended means: 0 succeeded, the preemption
+    code preempted (checkpointed, resumable), any other code (or none) failed."""
+    return State.SUCCEEDED if code == 0 else State.PREEMPTED if code == PREEMPTED_EXIT else State.FAILED
+
+
 def from_heartbeat(word: str) -> State | None:
     """The state a heartbeat's status word means; None for a word the protocol does not define."""
     return _HEARTBEAT_STATE.get(word)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from slurmgen.contract import phases
+from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import stacks, watchdog
 from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport
@@ -121,7 +122,8 @@ class Slot:
     def ended(self, code: int) -> None:
         """...and saw it exit, whatever the program wrote itself."""
         if self.timeline is not None:
-            self.timeline.write(phases.END, status="done" if code == 0 else "failed", code=code, by=phases.BY_LAUNCHER)
+            status = HEARTBEAT_WORD[State.SUCCEEDED if code == 0 else State.FAILED]  # as launch_multi_node.sh's launcher says
+            self.timeline.write(phases.END, status=status, code=code, by=phases.BY_LAUNCHER)
 
     @property
     def running(self) -> bool:

@@ -50,7 +50,6 @@ from typing import Any
 
 from slurmgen.contract import exitcodes, verdict
 from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME
-from slurmgen.contract.states import State
 from slurmgen.contract.verdict import Event
 from slurmgen.jsonl import objects
 
@@ -74,14 +73,6 @@ def read_attempts(path: str | Path) -> list[dict[str, Any]]:
 def parse_attempts(text: str) -> list[dict[str, Any]]:
     """The records of an attempts file's text (read here, or over SSH by `slurmgen status`)."""
     return [record for record in objects(text.splitlines()) if record.get("event") in EVENTS]
-
-
-def end_state(record: dict[str, Any]) -> State:
-    """What an "end" line means in the run's vocabulary: exit 0 succeeded, the preemption code
-    preempted (checkpointed, resumable), any other code failed. (Who stopped it is not in the
-    line: the job's own state says a cancel; see coordinator/web/run_detail.slurm_attempts.)"""
-    code = record.get("exit_code")
-    return State.SUCCEEDED if code == exitcodes.OK else State.PREEMPTED if code == exitcodes.PREEMPTED else State.FAILED
 
 
 def first_failure(record: dict[str, Any]) -> Event:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.contract import envvars, phases
+from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.observe.heartbeat import Heartbeat
 
 # Seconds between heartbeat files (and step samples): the trainer's --heartbeat-every default.
@@ -110,7 +111,7 @@ class Beat:
         """At exit: the rank's last word (done, or failed after an uncaught exception)."""
         if self.hb is not None and not self.ended:
             self.ended = True
-            self.hb.beat(max(self.step, 0), status="failed" if self.failed else "done", force=True)
+            self.hb.beat(max(self.step, 0), status=HEARTBEAT_WORD[State.FAILED if self.failed else State.SUCCEEDED], force=True)
 
 
 def metrics_path(timeline: str) -> Path:

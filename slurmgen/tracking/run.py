@@ -26,8 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract import exitcodes
-from slurmgen.contract.states import RUN_RECORD_WORD
+from slurmgen.contract.states import RUN_RECORD_WORD, from_exit_code
 
 from . import store
 from .adapters import Adapter
@@ -37,7 +36,6 @@ from .values import METRIC_TYPES, check_choice, check_epoch, check_metrics, chec
 
 log = logging.getLogger("slurmgen.tracking")
 STATUSES = tuple(RUN_RECORD_WORD.values())  # running first, then the final ones
-EXIT_PREEMPTED = exitcodes.PREEMPTED  # the bundled trainer's "checkpointed, run me again"
 TOUCH_EVERY = 30.0  # seconds between refreshes of run.json's "updated" while logging
 
 
@@ -46,7 +44,8 @@ def now_iso() -> str:
 
 
 def status_for_exit_code(code: int | None) -> str:
-    return "finished" if code == 0 else "preempted" if code == EXIT_PREEMPTED else "failed"
+    """The run record's word for how a program that exited with `code` ended."""
+    return RUN_RECORD_WORD[from_exit_code(code)]
 
 
 class _Checks:

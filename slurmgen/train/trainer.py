@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from slurmgen.contract import envvars
+from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.observe import stragglers
 
 from . import checkpoint as ckpt
@@ -343,7 +344,7 @@ class Trainer:
         return self._result(EXIT_PREEMPTED, run_dir)
 
     def _done(self) -> TrainResult:
-        self.heartbeat.beat(self.step, status="done", force=True)
+        self.heartbeat.beat(self.step, status=HEARTBEAT_WORD[State.SUCCEEDED], force=True)
         dist.barrier()  # every rank's last beat is written: the node summary can be final
         self.heartbeat.finish(dist.barrier)
         log.info("done: step %d, train loss %s, val loss %s", self.step,

@@ -60,3 +60,18 @@ def test_outside_words_map_both_ways():
     assert states.from_heartbeat("done") is states.State.SUCCEEDED
     assert states.from_run_record("finished") is states.State.SUCCEEDED
     assert states.from_heartbeat("bogus") is None
+
+
+def test_an_exit_code_means_one_state_everywhere():
+    S = states.State
+    assert [states.from_exit_code(c) for c in (0, 75, 1, 124, 143, None)] == [S.SUCCEEDED, S.PREEMPTED] + [S.FAILED] * 4
+    # Every producer writes its format's word for it: a run record "finished", a heartbeat "done".
+    from slurmgen.tracking.run import status_for_exit_code
+
+    assert [status_for_exit_code(c) for c in (0, 75, 3)] == ["finished", "preempted", "failed"]
+
+
+def test_slurms_words_split_into_live_and_ended_and_keep_the_exit_75_rule():
+    assert states.SLURM_LIVE.isdisjoint(states.SLURM_ENDED)
+    assert set(states.SLURM_STATE) <= states.SLURM_LIVE | states.SLURM_ENDED
+    assert states.from_slurm("FAILED", 75) is states.State.PREEMPTED and states.from_slurm("CANCELLED by 0") is states.State.STOPPED
