@@ -1,4 +1,5 @@
-"""Flags that several packages' commands share, each spelled once: SSH, `--env`, coordinator access.
+"""Flags that several packages' commands share, each spelled once: SSH, `--env`, coordinator
+access; and the colour of a state in a terminal.
 
 Every package owns its commands (`generate/cli.py`, `launch/cli.py`, `jobs/cli.py`, ...) and
 takes from here what more than one of them offers, so `--env K=V` is parsed by one rule and
@@ -15,6 +16,7 @@ from typing import Any
 import typer
 
 from slurmgen.contract import ports
+from slurmgen.contract.states import State, from_run_record, from_slurm
 from slurmgen.errors import SlurmgenError
 
 ORDER_HELP = ("Node order after the master: alphabetical (gn39 before gn7, the product brief's rule) | "
@@ -31,6 +33,19 @@ REGISTRY_HELP = "Run registry file [default: $SLURMGEN_REGISTRY, else ~/.local/s
 
 def registry_option(help: str = REGISTRY_HELP) -> Any:
     return typer.Option(None, "--registry", help=help)
+
+
+STATE_COLOURS = {State.PENDING: "yellow", State.STARTING: "cyan", State.RUNNING: "cyan", State.SUCCEEDED: "green",
+                 State.FAILED: "red", State.LOST: "red", State.STOPPED: "magenta", State.PREEMPTED: "magenta"}
+_RUN_WORDS = {s.value: s for s in State}
+
+
+def colour(state: str) -> str | None:
+    """The terminal colour of what `state` means, whoever said it: a run's word ('stopped'), a run
+    record's ('finished') or Slurm's ('CANCELLED' is stopped too, 'TIMEOUT' failed), through the
+    contract's mappings: `slurmgen jobs`, `status` and `runs` colour a state alike."""
+    meaning = _RUN_WORDS.get(state) or from_run_record(state) or from_slurm(state)
+    return STATE_COLOURS.get(meaning) if meaning else None
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:

@@ -15,8 +15,7 @@ from typing import Any
 
 import typer
 
-from slurmgen.cliopts import registry_option, ssh_config_option
-from slurmgen.contract.states import State, from_slurm
+from slurmgen.cliopts import colour, registry_option, ssh_config_option
 from slurmgen.errors import SlurmgenError
 
 RegistryOpt = registry_option()
@@ -24,18 +23,6 @@ RemoteOpt = typer.Option(None, "--remote", help="Run Slurm's commands on this lo
 SshConfigOpt = ssh_config_option("ssh config file [default: ~/.ssh/config].")
 SetupOpt = typer.Option([], "--remote-setup", help="Shell line run first on the login node (module load slurm); repeatable.")
 JsonOpt = typer.Option(False, "--json", help="Print JSON.")
-
-STATE_COLOURS = {State.PENDING: "yellow", State.STARTING: "cyan", State.RUNNING: "cyan", State.SUCCEEDED: "green",
-                 State.FAILED: "red", State.LOST: "red", State.STOPPED: "magenta", State.PREEMPTED: "magenta"}
-_RUN_WORDS = {s.value: s for s in State}
-
-
-def colour(state: str) -> str | None:
-    """The colour of what `state` means: a run's word (launches, groups: 'stopped') or Slurm's
-    ('CANCELLED' is stopped too, 'TIMEOUT' failed), through the contract's one mapping."""
-    meaning = _RUN_WORDS.get(state) or from_slurm(state)
-    return STATE_COLOURS.get(meaning) if meaning else None
-
 
 def style(text: str, state: str) -> str:
     return typer.style(text, fg=colour(state)) if sys.stdout.isatty() else text

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from slurmgen.cliopts import colour
 from slurmgen.errors import SlurmgenError
 
 
@@ -45,7 +46,6 @@ def runs(
     from rich.markup import escape
     from rich.table import Table
 
-    colours = {"running": "cyan", "finished": "green", "failed": "red", "preempted": "yellow"}
     sweeps = any(row["sweep"] for row in rows)  # the task and params columns only when there is a sweep
     table = Table("name", "group", *(("task", "params") if sweeps else ()), "job type", "status", "steps", "last loss",
                   "duration", "restarts", box=None)
@@ -56,7 +56,7 @@ def runs(
         params = " ".join(f"{k}={v}" for k, v in (sweep.get("params") or {}).items())
         table.add_row(str(row["name"]), sweep.get("id") or str(row["group"]),
                       *((str(sweep.get("task", "")), escape(params)) if sweeps else ()), str(row["job_type"]),
-                      f"[{colours.get(status, 'white')}]{status}[/]", "-" if row["steps"] is None else str(row["steps"]),
+                      f"[{colour(status) or 'white'}]{status}[/]", "-" if row["steps"] is None else str(row["steps"]),
                       "-" if not isinstance(loss, (int, float)) else f"{loss:.4g}", format_duration(row["duration"]),
                       str(row["restarts"] or ""))
     # Piped or captured: no terminal width to fit, so never cut a group name to fit 80 columns.

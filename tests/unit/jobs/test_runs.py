@@ -292,8 +292,9 @@ def test_a_runs_size_is_nodes_by_ranks_per_node_in_every_view(nodes, ranks, text
 @pytest.mark.parametrize("word, expected", [("RUNNING", "cyan"), ("running", "cyan"), ("CANCELLED by 1000", "magenta"),
                                             ("stopped", "magenta"), ("TIMEOUT", "red"), ("BOOT_FAIL", "red"),
                                             ("COMPLETED", "green"), ("succeeded", "green"), ("REQUEUED", "yellow"),
-                                            ("PREEMPTED", "magenta"), ("UNKNOWN", None)])
+                                            ("PREEMPTED", "magenta"), ("finished", "green"), ("preempted", "magenta"),
+                                            ("UNKNOWN", None)])
 def test_a_state_is_coloured_by_what_it_means_whoever_said_it(word, expected):
-    from slurmgen.jobs.cli_shared import colour
+    from slurmgen.cliopts import colour
 
     assert colour(word) == expected  # Slurm's word through contract/states.from_slurm, a run's as it is
