@@ -16,7 +16,7 @@ import typer
 from slurmgen.cliopts import SERVER, TOKEN_FILE, parse_env, registry_option
 from slurmgen.contract import exitcodes, ports
 from slurmgen.contract.backends import BACKENDS
-from slurmgen.contract.states import ACTIVE_WORDS
+from slurmgen.contract.states import ACTIVE_WORDS, State
 from slurmgen.contract.strategies import STRATEGIES
 from slurmgen.errors import SlurmgenError
 
@@ -249,13 +249,14 @@ def group_wait(name: str, timeout: float = typer.Option(0, "--timeout", help="Se
     deadline = time.monotonic() + timeout if timeout else None
     while True:
         g = client.group(name).group
-        if g.state in ("succeeded", "failed", "stopped", "idle"):
+        if g.state not in ACTIVE_WORDS:  # a group ends succeeded, failed or stopped (or was never started: idle)
             break
         if deadline and time.monotonic() > deadline:
             raise SlurmgenError(f"group {name}: still {g.state} after {timeout:g} s", exit_code=exitcodes.HUNG)
         time.sleep(0.5)
     typer.echo(f"group {name}: {g.state}" + (f" - {g.reason}" if g.reason else ""))
-    code = {"succeeded": 0, "stopped": exitcodes.TERMINATED, "idle": 0}.get(g.state, g.exit_code or exitcodes.FAILED)
+    code = {State.SUCCEEDED: exitcodes.OK, State.STOPPED: exitcodes.TERMINATED, State.IDLE: exitcodes.OK}.get(
+        State(g.state), g.exit_code or exitcodes.FAILED)
     raise typer.Exit(code)
 
 

@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from helpers import AUTH, TOKEN, Clock, beat, running, setup_group
+from helpers import run as run_cli
 
+from slurmgen.contract import exitcodes  # noqa: E402
 from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
@@ -343,3 +345,21 @@ def test_a_hung_rank_is_stopped_after_its_stack_and_the_reason_says_where_it_was
         (row,) = list_rows(reg)
         assert row["failure"]["cause"] == attempt["reason"] and row["failure"]["code"] == 124, row
         assert [a["cause"] for a in attempts_of(reg, row["seq"])] == [attempt["reason"]]
+
+
+def test_cli_group_wait_exits_with_the_groups_code(api, monkeypatch, capsys):
+    from slurmgen.coordinator import client as client_module
+
+    setup_group(api)
+    api.headers["Authorization"] = f"Bearer {TOKEN}"
+    monkeypatch.setattr(client_module.httpx, "Client", lambda **kwargs: api)
+    monkeypatch.setenv("SLURMGEN_TOKEN", TOKEN)
+
+    def wait():
+        return run_cli(capsys, "group", "wait", "exp1", "--timeout", "0.2", "--server", "http://testserver")
+
+    assert wait()[:2] == (0, "group exp1: idle\n")  # never started: nothing to wait for
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
+    assert wait() == (exitcodes.HUNG, "", "slurmgen: error: group exp1: still starting after 0.2 s\n")
+    assert api.post("/api/groups/exp1/stop", headers=AUTH).status_code == 200
+    assert wait()[:2] == (exitcodes.TERMINATED, "group exp1: stopped - stopped on request\n")
