@@ -59,9 +59,9 @@ def slurm_attempts(records: list[dict[str, Any]], job: State | None = None) -> l
     Each row's state is a word of the run's vocabulary, as a launch's or group's attempts are: the
     last attempt of a job that has ended (`job`) takes the job's state (a cancel is `stopped`,
     though the script's end line saw only the 143 of its TERM); another attempt's comes from its
-    end line's exit code, or is `lost` when none was written (its node failed under it); the last one of a
-    job still live is `running` until it ends. A start skipped because the job had already
-    finished stays `skipped`."""
+    end line's exit code, or is `lost` when none was written (its node failed under it); the
+    last one of a job still live is `running` until it ends. A start skipped because the job had
+    already finished stays `skipped`."""
     from slurmgen.heal.attempts import cause
 
     rows: list[dict[str, Any]] = []
@@ -71,8 +71,8 @@ def slurm_attempts(records: list[dict[str, Any]], job: State | None = None) -> l
                          "started": clock(r.get("time")), "ended": None, "cause": None, "rank": None,
                          "node": r.get("host"), "code": None})
         if r.get("event") == "end":
-            rows[-1].update(state=from_exit_code(r.get("exit_code")).value, ended=clock(r.get("time")), cause=cause(r), rank=r.get("rank"),
-                            node=r.get("node") or rows[-1]["node"], code=r.get("exit_code"))
+            rows[-1].update(state=from_exit_code(r.get("exit_code")).value, ended=clock(r.get("time")), cause=cause(r),
+                            rank=r.get("rank"), node=r.get("node") or rows[-1]["node"], code=r.get("exit_code"))
     if rows and job in ENDED:
         rows[-1]["state"] = job.value
     elif rows and rows[-1]["ended"] is None and rows[-1]["state"] != "skipped":
