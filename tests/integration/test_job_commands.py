@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +29,15 @@ from slurmgen.train.logs import read_heartbeats
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def login_node(cluster, *exports: str) -> list[str]:
+    """The flags that make node1 the login node of `--remote`: its SSH session gets this session's
+    Slurm, venv and TMPDIR (which an SSH session does not carry: torch's caches of the jobs it
+    submits went to the node's /tmp and stayed there after the suite)."""
+    setup = [f"SLURM_CONF={cluster.slurm_conf}", f"PATH={Path(sys.executable).parent}:$PATH",
+             f"TMPDIR={tempfile.gettempdir()}", *exports]
+    return ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup", "export " + " ".join(setup)]
 
 
 def rank_lines(cluster, cwd: Path, job: str, rank: int, *extra: str, check: bool = True) -> list[str]:
@@ -116,8 +126,7 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
         subprocess.run([*git, *args], check=True, capture_output=True)
     (code / "marker.txt").write_text("dirty\n")
     remote_dir = tmp_path / "login"
-    remote = ["--remote", "node1", "--ssh-config", str(cluster.ssh_config),
-              "--remote-setup", f"export SLURM_CONF={cluster.slurm_conf} PATH={Path(sys.executable).parent}:$PATH"]
+    remote = login_node(cluster)
     submit = ["submit", "--nodes", "2", "--backend", "gloo", "--time", "5", *remote, "--remote-dir", str(remote_dir),
               "--code", str(code), "--hold", "--json", "--", "bash", "-c", 'echo "rank $RANK sees $(cat marker.txt)"']
     record = json.loads(sg(cluster, tmp_path, *submit).stdout)
@@ -190,8 +199,7 @@ def test_remote_status_shows_the_trainers_run_record_from_the_login_node(cluster
     code.mkdir()
     (code / "README").write_text("the trainer comes from the installed slurmgen\n")
     repo = Path(slurmgen.__file__).parents[1]  # this checkout's slurmgen, whatever PYTHONPATH the ssh session has
-    remote = ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup",
-              f"export SLURM_CONF={cluster.slurm_conf} PATH={Path(sys.executable).parent}:$PATH PYTHONPATH={repo}"]
+    remote = login_node(cluster, f"PYTHONPATH={repo}")
     job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", *remote,
              "--remote-dir", str(tmp_path / "login"), "--code", str(code), "--wait", "--",
              "python", "-m", "slurmgen.train", "--model", "mlp", "--max-steps", "20", "--out-dir", "runs/t").stdout.strip()
