@@ -11,7 +11,8 @@ does nothing else: no command line, no job.yaml writer, no work, so its ratio to
 lowest create could reach with everything around them rewritten. Prints the median of each and
 the ratios; the commands alternate round by round so that machine noise hits all of them alike.
 torchx is not a dependency of slurmgen (nor of its test extra: it pulls docker, fsspec and
-more); without it the torchx line is skipped with a note. To compare, install it beside slurmgen without letting it change torch:
+more); without it the torchx line is skipped with a note. To compare, install it beside
+slurmgen without letting it change torch:
 `pip install --no-deps torchx==0.7.0 pyre-extensions typing-inspect mypy-extensions
 docstring-parser tabulate` (the rest of what its dry run imports comes with slurmgen's extras).
 """

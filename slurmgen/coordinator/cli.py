@@ -255,8 +255,9 @@ def group_wait(name: str, timeout: float = typer.Option(0, "--timeout", help="Se
             raise SlurmgenError(f"group {name}: still {g.state} after {timeout:g} s", exit_code=exitcodes.HUNG)
         time.sleep(0.5)
     typer.echo(f"group {name}: {g.state}" + (f" - {g.reason}" if g.reason else ""))
+    # (State is a str: a word the server sends, known or not, looks itself up.)
     code = {State.SUCCEEDED: exitcodes.OK, State.STOPPED: exitcodes.TERMINATED, State.IDLE: exitcodes.OK}.get(
-        State(g.state), g.exit_code or exitcodes.FAILED)
+        g.state, g.exit_code or exitcodes.FAILED)
     raise typer.Exit(code)
 
 

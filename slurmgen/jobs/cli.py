@@ -60,7 +60,7 @@ def jobs(registry: Path | None = RegistryOpt, limit: int | None = typer.Option(N
 
 
 def _job_line(row: dict[str, Any]) -> str:
-    from slurmgen.jobs.runs import size as run_size
+    from slurmgen.jobs.runs import size
 
     code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
     tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
@@ -70,10 +70,9 @@ def _job_line(row: dict[str, Any]) -> str:
     preempted = row["kind"] == "slurm" and row["run_state"] == State.PREEMPTED.value and not row["state"].startswith("PREEMPTED")
     code += " (preempted: checkpointed, resumable)" if preempted else ""
     state = style(f"{row['state']:<10}", State.PREEMPTED.value if preempted else row["state"])
-    shape = run_size(row["nodes"], row["ranks"])
-    size = f"  {shape}" if shape else ""
+    shape = f"  {sized}" if (sized := size(row["nodes"], row["ranks"])) else ""
     again = f" attempt {row['attempts']}" if (row["attempts"] or 0) > 1 else ""  # restarted or requeued
-    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  {row['name']}{tasks}{where}{size}  {row['output_dir']}"
+    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  {row['name']}{tasks}{where}{shape}  {row['output_dir']}"
 
 
 def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]; "
