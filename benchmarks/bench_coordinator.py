@@ -34,11 +34,13 @@ from pathlib import Path
 import httpx
 
 PY = sys.executable
-RANK_CMD = ("import os, sys, time; d = sys.argv[1]; r = os.environ.get('RANK', sys.argv[2]);"
-            "open(f'{d}/up-{r}', 'w').write(repr(time.time()));"
-            "time.sleep(2 if r == '3' else float(sys.argv[3]));"
-            "open(f'{d}/crash-{r}', 'w').write(repr(time.time())) if r == '3' else None;"
-            "sys.exit(3 if r == '3' else 0)")
+RANK_CMD = (
+    "import os, sys, time; d = sys.argv[1]; r = os.environ.get('RANK', sys.argv[2]);"
+    "open(f'{d}/up-{r}', 'w').write(repr(time.time()));"
+    "time.sleep(2 if r == '3' else float(sys.argv[3]));"
+    "open(f'{d}/crash-{r}', 'w').write(repr(time.time())) if r == '3' else None;"
+    "sys.exit(3 if r == '3' else 0)"
+)
 
 
 def free_port() -> int:
@@ -66,9 +68,12 @@ class Stack:
         self.token = token
 
     def spawn(self, *args: str) -> subprocess.Popen:
-        p = subprocess.Popen([PY, "-m", "slurmgen", *args, "--token-file", str(self.tmp / "token")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env={**os.environ, "SLURMGEN_SERVER": getattr(self, "url", "")})
+        p = subprocess.Popen(
+            [PY, "-m", "slurmgen", *args, "--token-file", str(self.tmp / "token")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "SLURMGEN_SERVER": getattr(self, "url", "")},
+        )
         self.procs.append(p)
         return p
 
@@ -130,8 +135,10 @@ def start_and_crash(stack: Stack, repeat: int) -> None:
         while stack.http.get("/api/groups/exp1").json()["group"]["state"] in ("starting", "running"):
             time.sleep(0.05)
     s, b, c = statistics.median(starts), statistics.median(base), statistics.median(crashes)
-    print(f"start to all 4 ranks running (2 x 2): median {s:.3f} s; direct Popen of the same 4: {b:.3f} s "
-          f"(x{s / b:.1f}); runs {[round(x, 3) for x in starts]}")
+    print(
+        f"start to all 4 ranks running (2 x 2): median {s:.3f} s; direct Popen of the same 4: {b:.3f} s "
+        f"(x{s / b:.1f}); runs {[round(x, 3) for x in starts]}"
+    )
     print(f"crash to last worker gone: median {c:.3f} s (goal <= 2 s); runs {[round(x, 3) for x in crashes]}")
 
 
@@ -140,8 +147,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _agent_thread(url: str, token: str, host: str, workers: int, offset: float, warm: float, stop: float,
-                  out: list) -> None:
+def _agent_thread(
+    url: str, token: str, host: str, workers: int, offset: float, warm: float, stop: float, out: list
+) -> None:
     """One simulated agent: a keep-alive connection, a heartbeat a second (http.client: the
     load generator must cost less than the server it loads)."""
     import http.client
@@ -150,14 +158,19 @@ def _agent_thread(url: str, token: str, host: str, workers: int, offset: float, 
 
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-    body = json.dumps({"host": host, "instance": "bench",
-                       "workers": [{"id": w, "state": "idle"} for w in range(workers)]})
+    body = json.dumps(
+        {"host": host, "instance": "bench", "workers": [{"id": w, "state": "idle"} for w in range(workers)]}
+    )
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     time.sleep(offset)  # spread over the second, as real agents drift apart
     while time.time() < stop:
         t = time.time()
-        conn.request("POST" if host else "GET", "/api/agents/heartbeat" if host else "/api/health",
-                     body=body if host else None, headers=headers)
+        conn.request(
+            "POST" if host else "GET",
+            "/api/agents/heartbeat" if host else "/api/health",
+            body=body if host else None,
+            headers=headers,
+        )
         r = conn.getresponse()
         r.read()
         assert r.status == 200, r.status
@@ -166,14 +179,18 @@ def _agent_thread(url: str, token: str, host: str, workers: int, offset: float, 
         time.sleep(max(0.0, (1.0 if host else 0.1) - (time.time() - t)))
 
 
-def _load_child(url: str, token: str, first: int, count: int, workers: int, total: int, warm: float,
-                stop: float, queue) -> None:
+def _load_child(
+    url: str, token: str, first: int, count: int, workers: int, total: int, warm: float, stop: float, queue
+) -> None:
     import threading
 
     out: list = []
-    threads = [threading.Thread(target=_agent_thread, args=(url, token, f"sim{i:04d}", workers, i / total,
-                                                            warm, stop, out), daemon=True)
-               for i in range(first, first + count)]
+    threads = [
+        threading.Thread(
+            target=_agent_thread, args=(url, token, f"sim{i:04d}", workers, i / total, warm, stop, out), daemon=True
+        )
+        for i in range(first, first + count)
+    ]
     if first == 0:  # the baseline: /api/health ten times a second on the same server
         health: list = []
         threads.append(threading.Thread(target=_agent_thread, args=(url, token, "", 0, 0, warm, stop, health)))
@@ -191,9 +208,23 @@ def load(stack: Stack, agents: int, per_agent: int, seconds: float, procs: int =
     warm = time.time() + 3
     stop = warm + seconds
     share = -(-agents // procs)
-    children = [mp.get_context("fork").Process(target=_load_child, args=(
-        stack.url, stack.token, i * share, min(share, agents - i * share), per_agent, agents, warm, stop, queue))
-        for i in range(procs)]
+    children = [
+        mp.get_context("fork").Process(
+            target=_load_child,
+            args=(
+                stack.url,
+                stack.token,
+                i * share,
+                min(share, agents - i * share),
+                per_agent,
+                agents,
+                warm,
+                stop,
+                queue,
+            ),
+        )
+        for i in range(procs)
+    ]
     for c in children:
         c.start()
     time.sleep(max(0.0, warm - time.time()))
@@ -206,9 +237,11 @@ def load(stack: Stack, agents: int, per_agent: int, seconds: float, procs: int =
     health = next(h for _, h in results if h is not None)
     q = statistics.quantiles(latencies, n=100)
     h = statistics.quantiles(health, n=100)
-    print(f"{agents} agents x {per_agent} workers ({agents * per_agent} workers, {len(latencies) / seconds:.0f} "
-          f"heartbeats/s): p50 {q[49] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms; /api/health p99 "
-          f"{h[98] * 1000:.1f} ms (x{q[98] / h[98]:.1f}); server CPU {cpu:.2f} core (goal p99 < 100 ms, < 0.5 core)")
+    print(
+        f"{agents} agents x {per_agent} workers ({agents * per_agent} workers, {len(latencies) / seconds:.0f} "
+        f"heartbeats/s): p50 {q[49] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms; /api/health p99 "
+        f"{h[98] * 1000:.1f} ms (x{q[98] / h[98]:.1f}); server CPU {cpu:.2f} core (goal p99 < 100 ms, < 0.5 core)"
+    )
 
 
 def main() -> None:

@@ -63,7 +63,15 @@ def main() -> None:
     bindir = Path(sys.executable).parent
     commands = {
         "python -c pass": [sys.executable, "-c", "pass"],
-        "slurmgen create --nodes 2 --gpus 4": [str(bindir / "slurmgen"), "create", "--nodes", "2", "--gpus", "4", "--force"],
+        "slurmgen create --nodes 2 --gpus 4": [
+            str(bindir / "slurmgen"),
+            "create",
+            "--nodes",
+            "2",
+            "--gpus",
+            "4",
+            "--force",
+        ],
         FLOOR: [sys.executable, "-c", "import slurmgen.generate.spec, slurmgen.generate.render"],
     }
     torchrun = shutil.which("torchrun", path=str(bindir)) or shutil.which("torchrun")

@@ -86,9 +86,11 @@ def _write_times(model, opt, rank: int, world: int, tmp: str, rounds: int) -> di
         # a round spread 0.36-1.61 with them in flight, 0.27-0.63 without).
         both.wait()
         proc.wait()
-        for kind in (("sharded", "single") if r % 2 else ("single", "sharded")):
+        for kind in ("sharded", "single") if r % 2 else ("single", "sharded"):
             if kind == "sharded":
-                out[kind].append(_timed(lambda r=r: sync.submit(r, model, opt, {"world_size": world} if rank == 0 else None)))
+                out[kind].append(
+                    _timed(lambda r=r: sync.submit(r, model, opt, {"world_size": world} if rank == 0 else None))
+                )
             else:
                 out[kind].append(_timed(lambda r=r: single_file(r)))
         for writer, key in ((both, "stall"), (proc, "stall_process")):
@@ -119,7 +121,10 @@ def worker(rank: int, world: int, strategy: str, tmp: str, rounds: int, result: 
     model = fsdp.shard(model) if strategy == "fsdp" else torch.nn.parallel.DistributedDataParallel(model)
     opt = build_optimizer(inner, 1e-3, 0.1, (0.9, 0.95))
     _steps(model, opt, rank, 3)
-    entry = {"state_bytes": _local_bytes(inner, opt), "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    entry = {
+        "state_bytes": _local_bytes(inner, opt),
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
     if strategy == "fsdp":
         entry.update(_write_times(model, opt, rank, world, tmp, rounds))
     result[f"{strategy}-{rank}"] = entry
@@ -138,19 +143,29 @@ def fsdp_section(world: int, rounds: int, tmp_root: str) -> None:
     mb = 2**20
     ddp = [result[f"ddp-{r}"] for r in range(world)]
     fs = [result[f"fsdp-{r}"] for r in range(world)]
-    print(f"fsdp, {world} ranks gloo, GPT {GPT_SIZE['n_layer']}x{GPT_SIZE['n_embd']} (AdamW), "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores:")
-    print(f"  parameter+optimizer MB per rank: DDP {max(e['state_bytes'] for e in ddp) / mb:.1f}, "
-          f"FSDP {max(e['state_bytes'] for e in fs) / mb:.1f}  ratio FSDP/DDP "
-          f"{max(e['state_bytes'] for e in fs) / max(e['state_bytes'] for e in ddp):.3f}  (ideal {1 / world:.3f})")
-    print(f"  peak RSS MB per rank (max): DDP {max(e['peak_rss'] for e in ddp) / mb:.0f}, "
-          f"FSDP {max(e['peak_rss'] for e in fs) / mb:.0f}  (includes torch itself, ~300 MB)")
+    print(
+        f"fsdp, {world} ranks gloo, GPT {GPT_SIZE['n_layer']}x{GPT_SIZE['n_embd']} (AdamW), "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores:"
+    )
+    print(
+        f"  parameter+optimizer MB per rank: DDP {max(e['state_bytes'] for e in ddp) / mb:.1f}, "
+        f"FSDP {max(e['state_bytes'] for e in fs) / mb:.1f}  ratio FSDP/DDP "
+        f"{max(e['state_bytes'] for e in fs) / max(e['state_bytes'] for e in ddp):.3f}  (ideal {1 / world:.3f})"
+    )
+    print(
+        f"  peak RSS MB per rank (max): DDP {max(e['peak_rss'] for e in ddp) / mb:.0f}, "
+        f"FSDP {max(e['peak_rss'] for e in fs) / mb:.0f}  (includes torch itself, ~300 MB)"
+    )
     med = {k: statistics.median(fs[0][k]) for k in ("sharded", "single", "stall")}
-    print(f"  checkpoint write, {rounds} rounds (median): sharded {med['sharded']:.3f} s, "
-          f"rank-0 single file {med['single']:.3f} s  ratio sharded/single {med['sharded'] / med['single']:.2f}")
+    print(
+        f"  checkpoint write, {rounds} rounds (median): sharded {med['sharded']:.3f} s, "
+        f"rank-0 single file {med['single']:.3f} s  ratio sharded/single {med['sharded'] / med['single']:.2f}"
+    )
     for key, kind in (("stall", "thread"), ("stall_process", "process")):
         stalls = [max(fs[r][key][i] for r in range(world)) for i in range(rounds)]
         later = statistics.median(stalls[1:]) if rounds > 1 else stalls[0]
-        print(f"  async sharded stall, {kind} writer (slowest rank): first {stalls[0]:.4f} s (ratio "
-              f"{stalls[0] / med['sharded']:.3f}), later median {later:.4f} s (ratio {later / med['sharded']:.3f}; "
-              f"{', '.join(f'{v:.3f}' for v in stalls[1:])})  (target <= 0.1)")
+        print(
+            f"  async sharded stall, {kind} writer (slowest rank): first {stalls[0]:.4f} s (ratio "
+            f"{stalls[0] / med['sharded']:.3f}), later median {later:.4f} s (ratio {later / med['sharded']:.3f}; "
+            f"{', '.join(f'{v:.3f}' for v in stalls[1:])})  (target <= 0.1)"
+        )

@@ -30,20 +30,42 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("-k", default="frozen", help="pytest -k expression (default: every launcher)")
     args = parser.parse_args()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-rf", "-p", "no:cacheprovider", "-k", args.k,
-                           str(REPO / "tests" / "integration" / "test_hang_blame.py"),
-                           str(REPO / "tests" / "integration" / "test_ssh_launch.py")],
-                          env={**os.environ, "SLURMGEN_HANG_RUNS": str(args.runs)}, cwd=REPO,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-rf",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            args.k,
+            str(REPO / "tests" / "integration" / "test_hang_blame.py"),
+            str(REPO / "tests" / "integration" / "test_ssh_launch.py"),
+        ],
+        env={**os.environ, "SLURMGEN_HANG_RUNS": str(args.runs)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     found: dict[str, list[float]] = {}
-    names = {"attempt": "slurm", "both nodes": "launch_multi_node.sh", "launch": "slurmgen launch (timeout 3 s)",
-             "group": "coordinator group"}
-    for what, seconds in re.findall(r"run \d+: frozen -> (attempt|both nodes|launch|group) (?:ended|failed) ([0-9.]+) s",
-                                    proc.stdout):
+    names = {
+        "attempt": "slurm",
+        "both nodes": "launch_multi_node.sh",
+        "launch": "slurmgen launch (timeout 3 s)",
+        "group": "coordinator group",
+    }
+    for what, seconds in re.findall(
+        r"run \d+: frozen -> (attempt|both nodes|launch|group) (?:ended|failed) ([0-9.]+) s", proc.stdout
+    ):
         found.setdefault(names[what], []).append(float(seconds))
     for name, times in found.items():
-        print(f"{name}: {len(times)} runs named rank 3; freeze -> end {min(times):.2f}-{max(times):.2f} s, "
-              f"median {statistics.median(times):.2f} s (timeout 4 s unless said)")
+        print(
+            f"{name}: {len(times)} runs named rank 3; freeze -> end {min(times):.2f}-{max(times):.2f} s, "
+            f"median {statistics.median(times):.2f} s (timeout 4 s unless said)"
+        )
     for line in proc.stdout.splitlines():  # a run that printed its time may still have failed an assertion
         if line.startswith("FAILED "):
             print(line)

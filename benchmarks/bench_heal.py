@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench_launch import CLUSTER, PY, down, job_pids, up
 
-PROGRAM = r'''
+PROGRAM = r"""
 import json, os, socket, sys, time
 marker, mode, note = sys.argv[1], sys.argv[2], sys.argv[3]
 rank, beats = int(os.environ["RANK"]), os.environ.get("SLURMGEN_HEARTBEAT_DIR")
@@ -49,7 +49,7 @@ while time.time() - start < 60:
             time.sleep(600)
         sys.exit(1)
     time.sleep(0.05)
-'''
+"""
 
 HANG_TIMEOUT = 1.0
 PLAIN = """#!/bin/bash
@@ -82,8 +82,13 @@ def job_state(job: str) -> str:
 
 def one_run(script: Path, cwd: Path, marker: str, note: Path) -> float:
     """Seconds from the failure noted in `note` to the last process with `marker` gone."""
-    job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=cwd, capture_output=True, text=True,
-                         env=env(), check=True).stdout.strip().split(";")[0]
+    job = (
+        subprocess.run(
+            ["sbatch", "--parsable", str(script)], cwd=cwd, capture_output=True, text=True, env=env(), check=True
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
     deadline = time.time() + 60
     while not note.exists() or not note.read_text():
         if time.time() > deadline:
@@ -100,9 +105,32 @@ def one_run(script: Path, cwd: Path, marker: str, note: Path) -> float:
 
 
 def create(out: Path, program: Path, marker: str, mode: str, note: Path, *flags: str) -> Path:
-    subprocess.run([PY, "-m", "slurmgen", "create", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "-o", str(out),
-                    "--force", *flags, "--", "python", str(program), marker, mode, str(note)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "slurmgen",
+            "create",
+            "--nodes",
+            "2",
+            "--gpus",
+            "2",
+            "--backend",
+            "gloo",
+            "-o",
+            str(out),
+            "--force",
+            *flags,
+            "--",
+            "python",
+            str(program),
+            marker,
+            mode,
+            str(note),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out / "run_slurm.sh"
 
 
@@ -114,8 +142,11 @@ def main() -> None:
     args = parser.parse_args()
     if not args.reuse:
         up_when_free(2, args.wait)
-    samples: dict[str, list[float]] = {"plain srun --kill-on-bad-exit": [], "run_slurm.sh, rank exits 1": [],
-                                       "run_slurm.sh --heartbeat-timeout 1, rank hangs": []}
+    samples: dict[str, list[float]] = {
+        "plain srun --kill-on-bad-exit": [],
+        "run_slurm.sh, rank exits 1": [],
+        "run_slurm.sh --heartbeat-timeout 1, rank hangs": [],
+    }
     try:
         with tempfile.TemporaryDirectory(prefix="bench-heal-") as tmp:
             work = Path(tmp)
@@ -142,9 +173,13 @@ def main() -> None:
     print(f"\nfailure -> last process gone, 2 nodes x 2 ranks, median of {args.repeat} (min-max):")
     for name, values in samples.items():
         med = statistics.median(values)
-        extra = f"x{med / base:.2f} of plain" if "hangs" not in name else f"{med - HANG_TIMEOUT:.2f} s after the timeout"
+        extra = (
+            f"x{med / base:.2f} of plain" if "hangs" not in name else f"{med - HANG_TIMEOUT:.2f} s after the timeout"
+        )
         print(f"  {name:48s} {med:6.2f} s  ({min(values):.2f}-{max(values):.2f})  {extra}")
-    print(f"  (the hang case counts from the last beat: the {HANG_TIMEOUT:g} s timeout and up to 0.5 s of watcher poll)")
+    print(
+        f"  (the hang case counts from the last beat: the {HANG_TIMEOUT:g} s timeout and up to 0.5 s of watcher poll)"
+    )
 
 
 if __name__ == "__main__":

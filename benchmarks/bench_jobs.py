@@ -37,7 +37,9 @@ def up(nodes: int, wait: float = 1800) -> None:
     env = {**os.environ, "SLURMGEN_CLUSTER_OWNER": str(os.getpid())}
     deadline = time.monotonic() + wait
     while True:
-        proc = subprocess.run(["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env, capture_output=True, text=True
+        )
         if proc.returncode == 0:
             return
         if proc.returncode != 4 or time.monotonic() > deadline:
@@ -72,15 +74,22 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
             work = Path(tmp)
-            env = {**os.environ, "SLURM_CONF": str(CLUSTER / "etc" / "slurm.conf"),
-                   "SLURMGEN_REGISTRY": str(work / "jobs.sqlite"), "PATH": f"{Path(PY).parent}:{os.environ['PATH']}"}
+            env = {
+                **os.environ,
+                "SLURM_CONF": str(CLUSTER / "etc" / "slurm.conf"),
+                "SLURMGEN_REGISTRY": str(work / "jobs.sqlite"),
+                "PATH": f"{Path(PY).parent}:{os.environ['PATH']}",
+            }
             made += registered_jobs(work, env, args.jobs)
             compare_status(work, env, made, args.repeat)
             made += sweep_submit(work, env, args.jobs)
     finally:
         for i in range(0, len(made), 200):
-            subprocess.run(["scancel", *made[i:i + 200]], env={**os.environ, "SLURM_CONF": str(CLUSTER / "etc" / "slurm.conf")},
-                           capture_output=True)
+            subprocess.run(
+                ["scancel", *made[i : i + 200]],
+                env={**os.environ, "SLURM_CONF": str(CLUSTER / "etc" / "slurm.conf")},
+                capture_output=True,
+            )
         if not args.reuse:
             down()
 
@@ -92,15 +101,31 @@ def registered_jobs(work: Path, env: dict[str, str], count: int) -> list[str]:
     t0 = time.perf_counter()
     ids = []
     for _ in range(count):
-        out = subprocess.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"], env=env,
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         ids.append(out.strip().split(";")[0])
     print(f"submitted {count} held jobs in {time.perf_counter() - t0:.1f} s")
-    info = {"log_dir": str(work / "logs"), "workdir": str(work), "command": ["true"], "nodes": 1, "gpus": 1,
-            "launcher": "srun", "array": None}
+    info = {
+        "log_dir": str(work / "logs"),
+        "workdir": str(work),
+        "command": ["true"],
+        "nodes": 1,
+        "gpus": 1,
+        "launcher": "srun",
+        "array": None,
+    }
     with Registry.open(work / "jobs.sqlite", create=True) as reg:
-        reg.add_many([JobRecord(j, "wrap", str(work / "out"), time.time() + i * 1e-3, None, None, None, info)
-                      for i, j in enumerate(ids)])
+        reg.add_many(
+            [
+                JobRecord(j, "wrap", str(work / "out"), time.time() + i * 1e-3, None, None, None, info)
+                for i, j in enumerate(ids)
+            ]
+        )
     return ids
 
 
@@ -124,8 +149,10 @@ def compare_status(work: Path, env: dict[str, str], ids: list[str], repeat: int)
         print(f"{name:<28}{med:>10.3f}{med / base:>12.1f}")
     status = statistics.median(times["slurmgen status"])
     floor = statistics.median(times["slurmgen --version"])
-    print(f"target: slurmgen status < 1 s: {'met' if status < 1 else 'MISSED'} ({status:.3f} s, of which "
-          f"{status - floor:.3f} s beyond start-up)")
+    print(
+        f"target: slurmgen status < 1 s: {'met' if status < 1 else 'MISSED'} ({status:.3f} s, of which "
+        f"{status - floor:.3f} s beyond start-up)"
+    )
 
 
 def sweep_submit(work: Path, env: dict[str, str], points: int) -> list[str]:
@@ -145,9 +172,11 @@ def sweep_submit(work: Path, env: dict[str, str], points: int) -> list[str]:
         sys.exit(f"sweep submit failed: {proc.stderr}")
     calls = len(log.read_text().splitlines())
     script = (work / "sweep" / "run_slurm.sh").read_text()
-    print(f"\n{points}-point sweep: submitted in {elapsed:.2f} s with {calls} sbatch call(s); "
-          f"one script of {len(script) // 1024} KiB; target one call and < 2 s: "
-          f"{'met' if calls == 1 and elapsed < 2 else 'MISSED'}")
+    print(
+        f"\n{points}-point sweep: submitted in {elapsed:.2f} s with {calls} sbatch call(s); "
+        f"one script of {len(script) // 1024} KiB; target one call and < 2 s: "
+        f"{'met' if calls == 1 and elapsed < 2 else 'MISSED'}"
+    )
     return [proc.stdout.strip()]
 
 

@@ -51,12 +51,17 @@ PY = sys.executable
 
 def up(nodes: int, wait: float) -> None:
     """The cluster with `nodes` SSH-only nodes, waiting up to `wait` s for another owner."""
-    env = {**os.environ, "SLURMGEN_CLUSTER_OWNER": str(os.getpid()), "SLURMGEN_CLUSTER_SLURM_NODES": "0",
-           "SLURMGEN_CLUSTER_TIMEOUT": "60"}
+    env = {
+        **os.environ,
+        "SLURMGEN_CLUSTER_OWNER": str(os.getpid()),
+        "SLURMGEN_CLUSTER_SLURM_NODES": "0",
+        "SLURMGEN_CLUSTER_TIMEOUT": "60",
+    }
     deadline = time.monotonic() + wait
     while True:
-        proc = subprocess.run(["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env, capture_output=True, text=True
+        )
         if proc.returncode != 4:
             break
         if time.monotonic() > deadline:
@@ -116,17 +121,38 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> None:
         proc.communicate()
 
 
-def slurmgen_cmd(hosts: int, workdir: Path, port: int, rank_cmd: list[str], gpus: int = 1,
-                 user: str = "root") -> list[str]:
-    return [PY, "-m", "slurmgen", "launch", "--hosts", f"node[1-{hosts}]", "--gpus", str(gpus),
-            "--ssh-config", str(CLUSTER / "ssh/config"), "--user", user, "--workdir", str(workdir),
-            "--master-port", str(port), "--backend", "gloo", "--", *rank_cmd]
+def slurmgen_cmd(
+    hosts: int, workdir: Path, port: int, rank_cmd: list[str], gpus: int = 1, user: str = "root"
+) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "slurmgen",
+        "launch",
+        "--hosts",
+        f"node[1-{hosts}]",
+        "--gpus",
+        str(gpus),
+        "--ssh-config",
+        str(CLUSTER / "ssh/config"),
+        "--user",
+        user,
+        "--workdir",
+        str(workdir),
+        "--master-port",
+        str(port),
+        "--backend",
+        "gloo",
+        "--",
+        *rank_cmd,
+    ]
 
 
 def pdsh_cmd(hosts: int, script: Path, gpus: int = 1, user: str = "root") -> list[str]:
     # The same process loop, node rank from the host name (nodeK -> K-1).
-    remote = (f"cd {script.parent.parent} && NODE_RANK=$(( $(hostname | tr -dc 0-9) - 1 )) "
-              f"bash {script} node1 {hosts} {gpus}")
+    remote = (
+        f"cd {script.parent.parent} && NODE_RANK=$(( $(hostname | tr -dc 0-9) - 1 )) bash {script} node1 {hosts} {gpus}"
+    )
     return ["pdsh", "-R", "ssh", "-l", user, "-w", f"node[1-{hosts}]", remote]
 
 
@@ -136,8 +162,27 @@ def pdsh_env() -> dict[str, str]:
 
 def write_script(workdir: Path, rank_cmd: list[str], nodes: int, gpus: int) -> Path:
     out = workdir / f"out-{nodes}x{gpus}"
-    subprocess.run([PY, "-m", "slurmgen", "create", "--nodes", str(nodes), "--gpus", str(gpus), "--backend", "gloo",
-                    "-o", str(out), "--force", "--", *rank_cmd], check=True, capture_output=True)
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "slurmgen",
+            "create",
+            "--nodes",
+            str(nodes),
+            "--gpus",
+            str(gpus),
+            "--backend",
+            "gloo",
+            "-o",
+            str(out),
+            "--force",
+            "--",
+            *rank_cmd,
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out / "launch_multi_node.sh"
 
 
@@ -148,8 +193,11 @@ def lean_account(workdir: Path) -> Iterator[str]:
     unlocks the account for key logins (sshd refuses a locked one) without any password."""
     name = f"sgbench{os.getpid() % 100000}"
     home = workdir / "lean-home"
-    subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash", name],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash", name],
+        check=True,
+        capture_output=True,
+    )
     try:
         subprocess.run(["usermod", "-p", "*", name], check=True, capture_output=True)
         home.mkdir()
@@ -164,9 +212,14 @@ def lean_account(workdir: Path) -> Iterator[str]:
 def plain_ssh(hosts: int, user: str) -> float:
     """K parallel `ssh nodeK true` (OpenSSH, one process per host), until all have ended."""
     start = time.perf_counter()
-    procs = [subprocess.Popen(["ssh", "-F", str(CLUSTER / "ssh/config"), "-l", user, f"node{i}", "true"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for i in range(1, hosts + 1)]
+    procs = [
+        subprocess.Popen(
+            ["ssh", "-F", str(CLUSTER / "ssh/config"), "-l", user, f"node{i}", "true"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(1, hosts + 1)
+    ]
     for proc in procs:
         proc.wait()
     return time.perf_counter() - start
@@ -182,8 +235,9 @@ SLURMGEN, PDSH, SSH = "slurmgen launch", "pdsh + launch_multi_node.sh", "plain p
 DRY = "  of which: --dry-run (no SSH)"
 
 
-def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: bool,
-                  user: str) -> tuple[dict[str, dict[int, list[float]]], dict[int, list[float]]]:
+def bench_startup(
+    hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: bool, user: str
+) -> tuple[dict[str, dict[int, list[float]]], dict[int, list[float]]]:
     """Start-up times per launcher and host count, and slurmgen's CPU seconds per host."""
     rank_cmd = ["bash", "-c", "echo RANK_UP; sleep 1"]
     names = [SLURMGEN, DRY, *([PDSH] if have_pdsh else []), SSH]
@@ -197,8 +251,12 @@ def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: 
                 samples[SSH][hosts].append(took)
             before = children_cpu()
             start = time.perf_counter()
-            proc = subprocess.Popen(slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), rank_cmd, user=user),
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            proc = subprocess.Popen(
+                slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), rank_cmd, user=user),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
             took = wait_ranks_up(proc, hosts, start)
             finish(proc)
             if proc.returncode != 0:
@@ -215,8 +273,13 @@ def bench_startup(hosts_list: list[int], repeat: int, workdir: Path, have_pdsh: 
                 samples[DRY][hosts].append(time.perf_counter() - start)
             if have_pdsh:
                 start = time.perf_counter()
-                proc = subprocess.Popen(pdsh_cmd(hosts, scripts[hosts], user=user), stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True, env=pdsh_env())
+                proc = subprocess.Popen(
+                    pdsh_cmd(hosts, scripts[hosts], user=user),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    env=pdsh_env(),
+                )
                 took = wait_ranks_up(proc, hosts, start)
                 finish(proc)
                 if round_:
@@ -244,7 +307,7 @@ def crash_once(hosts: int, workdir: Path, tag: str) -> float:
     env = {**os.environ, "CRASH_RANK": str(hosts - 1), "CRASH_FILE": str(crash_file)}
     args = ["--env", f"CRASH_RANK={hosts - 1}", "--env", f"CRASH_FILE={crash_file}"]
     cmd = slurmgen_cmd(hosts, workdir, random.randint(21000, 28999), [PY, "-c", CRASHER, marker])
-    cmd[cmd.index("--"):cmd.index("--")] = args
+    cmd[cmd.index("--") : cmd.index("--")] = args
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     while not crash_file.exists() or not crash_file.read_text():
         if proc.poll() is not None:
@@ -287,34 +350,50 @@ def row(name: str, values: list[float], unit: str = "s", ratio: bool = True) -> 
     return f"{name:32}" + cells + (f"{values[-1] / values[0]:11.2f}x" if ratio else "")
 
 
-def report(startup: dict[str, dict[int, list[float]]], cpu: dict[int, list[float]], crash: dict[int, list[float]],
-           hosts_list: list[int], repeat: int) -> str:
+def report(
+    startup: dict[str, dict[int, list[float]]],
+    cpu: dict[int, list[float]],
+    crash: dict[int, list[float]],
+    hosts_list: list[int],
+    repeat: int,
+) -> str:
     med = {name: [statistics.median(per[h]) for h in hosts_list] for name, per in startup.items()}
     cpu_med = [statistics.median(cpu[h]) * 1000 for h in hosts_list]
     # CPU of each host beyond the first: what grows with the host count (flat = per host constant).
-    extra = [(c - cpu_med[0]) / (h - hosts_list[0]) if h > hosts_list[0] else float("nan")
-             for h, c in zip(hosts_list, cpu_med)]
+    extra = [
+        (c - cpu_med[0]) / (h - hosts_list[0]) if h > hosts_list[0] else float("nan")
+        for h, c in zip(hosts_list, cpu_med)
+    ]
     crash_med = [statistics.median(crash[h]) for h in hosts_list]
     last = f"{hosts_list[-1]}/{hosts_list[0]}"
-    lines = [f"start-up to all ranks running (median of {repeat}; one rank per host)",
-             f"{'':32}" + "".join(f"{str(h) + ' host(s)':>12}" for h in hosts_list) + f"{last:>12}"]
+    lines = [
+        f"start-up to all ranks running (median of {repeat}; one rank per host)",
+        f"{'':32}" + "".join(f"{str(h) + ' host(s)':>12}" for h in hosts_list) + f"{last:>12}",
+    ]
     lines += [row(name, values) for name, values in med.items()]
     lines.append(row("slurmgen launch / plain ssh", [s / f for s, f in zip(med[SLURMGEN], med[SSH])], "x"))
     lines.append(row("launcher CPU, total", cpu_med, "ms"))
     lines.append(row("launcher CPU per extra host", extra, "ms", ratio=False))
     lines.append(row("crash to all gone", crash_med))
     growth, ssh_growth = med[SLURMGEN][-1] / med[SLURMGEN][0], med[SSH][-1] / med[SSH][0]
-    lines += ["", "goals:",
-              f"  start-up growth {last}: slurmgen {growth:.2f}x vs plain ssh {ssh_growth:.2f}x: "
-              + ("met" if growth < ssh_growth else f"MISSED by {growth / ssh_growth:.2f}x")]
+    lines += [
+        "",
+        "goals:",
+        f"  start-up growth {last}: slurmgen {growth:.2f}x vs plain ssh {ssh_growth:.2f}x: "
+        + ("met" if growth < ssh_growth else f"MISSED by {growth / ssh_growth:.2f}x"),
+    ]
     if PDSH in med:
         worse = [h for h, s, p in zip(hosts_list, med[SLURMGEN], med[PDSH]) if s >= p]
         lines.append("  faster than pdsh at every size: " + ("met" if not worse else f"MISSED at {worse} hosts"))
-    lines.append(f"  crash to all gone at {hosts_list[-1]} hosts <= 2 s: {crash_med[-1]:.2f}s "
-                 + ("met" if crash_med[-1] <= 2 else "MISSED"))
+    lines.append(
+        f"  crash to all gone at {hosts_list[-1]} hosts <= 2 s: {crash_med[-1]:.2f}s "
+        + ("met" if crash_med[-1] <= 2 else "MISSED")
+    )
     if len(hosts_list) > 2:
-        lines.append(f"  launcher CPU per extra host: {extra[1]:.1f} ms up to {hosts_list[1]} hosts, "
-                     f"{extra[-1]:.1f} ms up to {hosts_list[-1]} (flat: no per-host cost that grows with the count)")
+        lines.append(
+            f"  launcher CPU per extra host: {extra[1]:.1f} ms up to {hosts_list[1]} hosts, "
+            f"{extra[-1]:.1f} ms up to {hosts_list[-1]} (flat: no per-host cost that grows with the count)"
+        )
     return "\n".join(lines)
 
 

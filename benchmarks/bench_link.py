@@ -59,8 +59,9 @@ def up(nodes: int, wait: float = 1800) -> None:
     env = {**os.environ, "SLURMGEN_CLUSTER_OWNER": str(os.getpid())}
     deadline = time.monotonic() + wait
     while True:
-        proc = subprocess.run(["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["bash", str(REPO / "scripts/cluster/up.sh"), str(nodes)], env=env, capture_output=True, text=True
+        )
         if proc.returncode == 0:
             return
         if proc.returncode != 4 or time.monotonic() > deadline:
@@ -75,22 +76,66 @@ def cmdline(pid: int) -> str:
         return "(gone)"
 
 
-def one_run(workdir: Path, nodes: int, index: int, link: bool,
-            late_after: float = 2) -> tuple[float, int, list[int | None], list[str]]:
+def one_run(
+    workdir: Path, nodes: int, index: int, link: bool, late_after: float = 2
+) -> tuple[float, int, list[int | None], list[str]]:
     """(seconds from the failure to the last process gone, or to 5 s with the link off;
     ranks of the other nodes still running then; the launchers' exit codes; what was still
     running `late_after` seconds after the failure)."""
     marker = f"slurmgen-bench-link-{os.getpid()}-{nodes}-{index}-{int(link)}"
     out = workdir / f"out-{nodes}-{index}-{int(link)}"
-    subprocess.run([PY, "-m", "slurmgen", "create", "--nodes", str(nodes), "--gpus", "2", "--backend", "gloo",
-                    "-o", str(out), "--force", "--", PY, "-c", CRASHER, marker], check=True, capture_output=True)
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "slurmgen",
+            "create",
+            "--nodes",
+            str(nodes),
+            "--gpus",
+            "2",
+            "--backend",
+            "gloo",
+            "-o",
+            str(out),
+            "--force",
+            "--",
+            PY,
+            "-c",
+            CRASHER,
+            marker,
+        ],
+        check=True,
+        capture_output=True,
+    )
     crash_file = out / "crashed"
-    env = {**os.environ, "CRASH_RANK": str(2 * nodes - 1), "CRASH_FILE": str(crash_file),
-           "MASTER_PORT": str(21000 + index * 2 + 100 * nodes), "SLURMGEN_LINK": "on" if link else "off"}
-    launchers = [subprocess.Popen(["ip", "netns", "exec", f"sg-node{k}", "bash", str(out / "launch_multi_node.sh"),
-                                   "node1", str(nodes), "2", str(k - 1)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-                 for k in range(1, nodes + 1)]
+    env = {
+        **os.environ,
+        "CRASH_RANK": str(2 * nodes - 1),
+        "CRASH_FILE": str(crash_file),
+        "MASTER_PORT": str(21000 + index * 2 + 100 * nodes),
+        "SLURMGEN_LINK": "on" if link else "off",
+    }
+    launchers = [
+        subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                f"sg-node{k}",
+                "bash",
+                str(out / "launch_multi_node.sh"),
+                "node1",
+                str(nodes),
+                "2",
+                str(k - 1),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        for k in range(1, nodes + 1)
+    ]
     try:
         while not crash_file.exists():
             if all(p.poll() is not None for p in launchers):
@@ -136,8 +181,11 @@ def main() -> None:
                 for n in times:
                     took, _, codes, late = one_run(workdir, n, i, link=True, late_after=args.late)
                     if late:
-                        print(f"{n} nodes, run {i}: {took:.2f}s; running {args.late} s after the failure:", *late,
-                              sep="\n  ")
+                        print(
+                            f"{n} nodes, run {i}: {took:.2f}s; running {args.late} s after the failure:",
+                            *late,
+                            sep="\n  ",
+                        )
                     if any(c in (0, None) for c in codes):
                         raise RuntimeError(f"{n} nodes: a launcher did not fail: {codes}")
                     times[n].append(took)
@@ -151,8 +199,10 @@ def main() -> None:
     print("all runs:", {n: [round(s, 2) for s in samples] for n, samples in times.items()})
     for n, samples in times.items():
         label = f"{n}" + (" (baseline: the node's own stop)" if n == 1 else "")
-        print(f"{n:>6}{statistics.median(samples):9.2f}s{max(samples):9.2f}s"
-              f"{statistics.median(samples) / base:17.2f}x   {label if n == 1 else ''}")
+        print(
+            f"{n:>6}{statistics.median(samples):9.2f}s{max(samples):9.2f}s"
+            f"{statistics.median(samples) / base:17.2f}x   {label if n == 1 else ''}"
+        )
     for n, left in off.items():
         print(f"SLURMGEN_LINK=off, {n} nodes: {left} of {2 * n - 2} other ranks still running 5 s after the failure")
 

@@ -92,8 +92,13 @@ def per_call(every: float, n: int = 200_000) -> tuple[float, float]:
     from slurmgen.observe.record import TimelineWriter
 
     with tempfile.TemporaryDirectory() as d:
-        hb = Heartbeat(None, 0, every, environ={"SLURMGEN_HEARTBEAT_DIR": d},
-                       timeline=TimelineWriter(str(Path(d) / "t.jsonl"), 0, 0))
+        hb = Heartbeat(
+            None,
+            0,
+            every,
+            environ={"SLURMGEN_HEARTBEAT_DIR": d},
+            timeline=TimelineWriter(str(Path(d) / "t.jsonl"), 0, 0),
+        )
         hb.beat(0, force=True)
         t0 = time.process_time()  # CPU time (user + system): what the ranks' steps share the cores with
         for step in range(1, n + 1):
@@ -109,10 +114,23 @@ def per_call(every: float, n: int = 200_000) -> tuple[float, float]:
 
 def run(ranks: int, steps: int, work: int, on: bool, every: float, d: Path, child: str = CHILD) -> float:
     """The median over ranks of the mean CPU time per step (s)."""
-    env = {**os.environ, "SLURMGEN_HEARTBEAT_DIR": str(d / "hb"), "SLURMGEN_TIMELINE_FILE": str(d / "timeline.jsonl"),
-           "PYTHONPATH": str(Path(__file__).parents[1]), "BENCH_DIR": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", child, str(steps), str(work), "1" if on else "0", str(every)],
-                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, text=True) for r in range(ranks)]
+    env = {
+        **os.environ,
+        "SLURMGEN_HEARTBEAT_DIR": str(d / "hb"),
+        "SLURMGEN_TIMELINE_FILE": str(d / "timeline.jsonl"),
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+        "BENCH_DIR": str(Path(__file__).parent),
+        "OMP_NUM_THREADS": "1",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", child, str(steps), str(work), "1" if on else "0", str(every)],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(ranks)
+    ]
     return statistics.median(float(p.communicate()[0]) for p in procs)
 
 
@@ -123,8 +141,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", type=int, default=20000)
     ap.add_argument("--every", type=float, default=1.0)
-    ap.add_argument("--step", choices=("gpt", "python"), default="gpt",
-                    help="gpt: the trainer benchmark's GPT step (torch); python: --work loop iterations")
+    ap.add_argument(
+        "--step",
+        choices=("gpt", "python"),
+        default="gpt",
+        help="gpt: the trainer benchmark's GPT step (torch); python: --work loop iterations",
+    )
     a = ap.parse_args()
     child = GPT_CHILD if a.step == "gpt" else CHILD
     us, write_us = per_call(a.every)
@@ -132,19 +154,25 @@ def main() -> None:
     # per period; with all ranks on `cores` cores that CPU time is shared like the steps'.
     cores = os.cpu_count() or 1
     share = a.ranks * write_us / a.every / 1e6 / cores
-    print(f"per call: {us:.2f} us per throttled beat, {write_us:.0f} us per beat that writes (file + timeline line); "
-          f"{a.ranks} ranks on {cores} cores writing every {a.every:g} s: {100 * share:.3f}% of the CPU, "
-          f"plus {us:.2f} us per step ({100 * us * 1e-6 / 0.1:.4f}% of a 100 ms step)")
+    print(
+        f"per call: {us:.2f} us per throttled beat, {write_us:.0f} us per beat that writes (file + timeline line); "
+        f"{a.ranks} ranks on {cores} cores writing every {a.every:g} s: {100 * share:.3f}% of the CPU, "
+        f"plus {us:.2f} us per step ({100 * us * 1e-6 / 0.1:.4f}% of a 100 ms step)"
+    )
     ratios = []
     with tempfile.TemporaryDirectory() as d:
         for i in range(a.rounds):
             modes = (False, True) if i % 2 == 0 else (True, False)
             t = {on: run(a.ranks, a.steps, a.work, on, a.every, Path(d), child) for on in modes}
             ratios.append(t[True] / t[False])
-            print(f"round {i}: step {t[False] * 1e3:.2f} ms without, {t[True] * 1e3:.2f} ms with: ratio {ratios[-1]:.4f}")
+            print(
+                f"round {i}: step {t[False] * 1e3:.2f} ms without, {t[True] * 1e3:.2f} ms with: ratio {ratios[-1]:.4f}"
+            )
         n = len(Path(d, "timeline.jsonl").read_text().splitlines())
-    print(f"{a.ranks} ranks, {a.step} step: median ratio with / without heartbeats+timeline {statistics.median(ratios):.4f} "
-          f"(target < 1.01); timeline lines {n}; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{a.ranks} ranks, {a.step} step: median ratio with / without heartbeats+timeline {statistics.median(ratios):.4f} "
+        f"(target < 1.01); timeline lines {n}; load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,10 @@ CLUSTER = REPO / "scripts" / "cluster"
 CLUSTER_LOCK = Path("/run/lock/slurmgen-cluster.lock")  # scripts/cluster/lib.sh SG_LOCK
 # The real job: rank 0 waits for the bench to start polling ($GO appears), then prints $LINES
 # lines 0.2-0.9 s apart, each with the time it was written; then every rank waits to be cancelled.
-JOB = ('if [[ $RANK == 0 ]]; then while [[ ! -e $GO ]]; do sleep 0.05; done; for i in $(seq "$LINES"); do '
-       'sleep 0.$((RANDOM % 8 + 2)); echo "line $i $(date +%s.%N)"; done; fi; sleep 600')
+JOB = (
+    'if [[ $RANK == 0 ]]; then while [[ ! -e $GO ]]; do sleep 0.05; done; for i in $(seq "$LINES"); do '
+    'sleep 0.$((RANDOM % 8 + 2)); echo "line $i $(date +%s.%N)"; done; fi; sleep 600'
+)
 
 
 def stand_in_slurm(bin_dir: Path) -> None:
@@ -79,9 +81,12 @@ def stand_in_slurm(bin_dir: Path) -> None:
     bin_dir.mkdir()
     running = (RECORDED / "scontrol_running.txt").read_text().split("#STDERR")[0].replace("JobId=1 ", "JobId=4242 ", 1)
     sacct = (RECORDED / "sacct_completed.txt").read_text().split("#STDERR")[0]
-    answers = {"scontrol": running, "sacct": sacct,
-               "squeue": "JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n"
-                         "  4242     debug train root  R 0:42     2 node[1-2]\n"}
+    answers = {
+        "scontrol": running,
+        "sacct": sacct,
+        "squeue": "JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n"
+        "  4242     debug train root  R 0:42     2 node[1-2]\n",
+    }
     for name, text in answers.items():
         (bin_dir / f"{name}.txt").write_text(text)
         (bin_dir / name).write_text(f"#!/bin/sh\nsleep 0.02\ncat '{bin_dir / name}.txt'\n")
@@ -90,8 +95,13 @@ def stand_in_slurm(bin_dir: Path) -> None:
 
 def serve(home: Path, registry: Path, env: dict) -> tuple[subprocess.Popen, str, str]:
     port = 20000 + random.randrange(20000)
-    proc = subprocess.Popen([sys.executable, "-m", "slurmgen", "serve", "--port", str(port), "--registry", str(registry)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slurmgen", "serve", "--port", str(port), "--registry", str(registry)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url, token_file = f"http://127.0.0.1:{port}", home / "config" / "slurmgen" / "token"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -141,6 +151,7 @@ def log_latency(opener, url: str, seq: int, lines: int, start_writing) -> list[f
 
 def write_lines(log: Path, lines: int) -> threading.Thread:
     """The stand-in job's rank 0: `lines` lines 0.2-0.9 s apart, as the real job's prints them."""
+
     def writer() -> None:
         for i in range(lines):
             time.sleep(random.uniform(0.2, 0.9))
@@ -158,8 +169,16 @@ def add_slurm_job(registry: Path, work: Path) -> tuple[int, Path]:
     log = work / "logs" / "train-4242.out"
     log.write_text("".join(f"{r}: step {s}\n" for s in range(2000) for r in range(2)))
     with Registry.open(registry) as reg:
-        record = JobRecord("4242", "train", str(work / "out"), time.time(), None, "RUNNING", None,
-                           {"nodes": 2, "gpus": 1, "log_dir": str(work / "logs"), "workdir": str(work), "command": ["true"]})
+        record = JobRecord(
+            "4242",
+            "train",
+            str(work / "out"),
+            time.time(),
+            None,
+            "RUNNING",
+            None,
+            {"nodes": 2, "gpus": 1, "log_dir": str(work / "logs"), "workdir": str(work), "command": ["true"]},
+        )
         reg.add(record)
     return int(record.seq or 0), log
 
@@ -168,15 +187,44 @@ def submit_job(registry: Path, work: Path, env: dict, lines: int) -> tuple[int, 
     """A real 2-node job (`slurmgen submit` into the bench's registry), running: (row, id, go file)."""
     work.mkdir(parents=True)
     go = work / "go"
-    submitted = subprocess.run([sys.executable, "-m", "slurmgen", "submit", "--registry", str(registry), "--nodes", "2",
-                                "--backend", "gloo", "--time", "10", "-o", "out", "-e", f"GO={go}", "-e", f"LINES={lines}",
-                                "--", "bash", "-c", JOB], cwd=work, env=env, capture_output=True, text=True)
+    submitted = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmgen",
+            "submit",
+            "--registry",
+            str(registry),
+            "--nodes",
+            "2",
+            "--backend",
+            "gloo",
+            "--time",
+            "10",
+            "-o",
+            "out",
+            "-e",
+            f"GO={go}",
+            "-e",
+            f"LINES={lines}",
+            "--",
+            "bash",
+            "-c",
+            JOB,
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if submitted.returncode != 0:
         raise SystemExit(f"slurmgen submit exited {submitted.returncode}: {submitted.stderr}")
     job = submitted.stdout.strip()
     deadline = time.monotonic() + 60
-    while "JobState=RUNNING" not in subprocess.run(["scontrol", "show", "job", "-o", job], env=env,
-                                                   capture_output=True, text=True).stdout:
+    while (
+        "JobState=RUNNING"
+        not in subprocess.run(["scontrol", "show", "job", "-o", job], env=env, capture_output=True, text=True).stdout
+    ):
         if time.monotonic() > deadline:
             raise SystemExit(f"job {job} did not start within 60 s")
         time.sleep(0.2)
@@ -186,7 +234,9 @@ def submit_job(registry: Path, work: Path, env: dict, lines: int) -> tuple[int, 
 
 
 def plain(argv: list[str], env: dict, repeat: int) -> float:
-    return median_ms(lambda: subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), repeat)
+    return median_ms(
+        lambda: subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), repeat
+    )
 
 
 def measure(args: argparse.Namespace, tmp: Path, env: dict) -> None:
@@ -205,23 +255,34 @@ def measure(args: argparse.Namespace, tmp: Path, env: dict) -> None:
         start_writing = lambda: writers.append(write_lines(log, args.lines))  # noqa: E731
     try:
         figures = over_http(args, tmp, registry, env, seq, start_writing)
-        slurm = {name: plain(argv, env, args.repeat) for name, argv in
-                 (("squeue", ["squeue"]), (f"scontrol show job -o {job}", ["scontrol", "show", "job", "-o", job]),
-                  (f"sacct -j {job}", ["sacct", "--parsable2", "--noheader", "-j", job]))}
+        slurm = {
+            name: plain(argv, env, args.repeat)
+            for name, argv in (
+                ("squeue", ["squeue"]),
+                (f"scontrol show job -o {job}", ["scontrol", "show", "job", "-o", job]),
+                (f"sacct -j {job}", ["sacct", "--parsable2", "--noheader", "-j", job]),
+            )
+        }
     finally:
         if args.real_slurm:
             subprocess.run(["scancel", job], env=env, check=False)
         for thread in [] if args.real_slurm else writers:
             thread.join()
     size, first, page, live, run, latency = figures
-    print(f"registry: {args.runs + 1} runs ({args.runs // 20 + 1} active); Slurm: "
-          f"{'real, job ' + job if args.real_slurm else 'stand-in scripts'}")
-    print(f"GET /ui/runs (newest page, {size // 1024} KiB):  {page:7.1f} ms (goal < 200 ms); "
-          f"the first, every last loss read: {first:.1f} ms")
+    print(
+        f"registry: {args.runs + 1} runs ({args.runs // 20 + 1} active); Slurm: "
+        f"{'real, job ' + job if args.real_slurm else 'stand-in scripts'}"
+    )
+    print(
+        f"GET /ui/runs (newest page, {size // 1024} KiB):  {page:7.1f} ms (goal < 200 ms); "
+        f"the first, every last loss read: {first:.1f} ms"
+    )
     print(f"GET /ui/live/runs (in-place refresh):  {live:7.1f} ms")
     print(f"GET /ui/runs/{seq} (Slurm job's page):  {run:7.1f} ms")
-    print(f"newest log line on the page: median {statistics.median(latency):.2f} s, max {latency[-1]:.2f} s "
-          f"over {len(latency)} lines (goal < 1 s)")
+    print(
+        f"newest log line on the page: median {statistics.median(latency):.2f} s, max {latency[-1]:.2f} s "
+        f"over {len(latency)} lines (goal < 1 s)"
+    )
     for name, ms in slurm.items():
         print(f"plain {name + ':':28} {ms:7.1f} ms")
 
@@ -252,13 +313,20 @@ def test_cluster(wait: float) -> Iterator[dict]:
     and owns the cluster (SLURMGEN_CLUSTER_OWNER: a test session's up.sh answers busy and waits).
     While another live session owns it, up.sh answers 4: the lock is let go and asked again."""
     state = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
-    scripts = {**os.environ, "SG_LOCKED": "1", "SLURMGEN_CLUSTER_DIR": str(state), "SLURMGEN_CLUSTER_OWNER": str(os.getpid())}
+    scripts = {
+        **os.environ,
+        "SG_LOCKED": "1",
+        "SLURMGEN_CLUSTER_DIR": str(state),
+        "SLURMGEN_CLUSTER_OWNER": str(os.getpid()),
+    }
     deadline = time.monotonic() + wait
     CLUSTER_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with CLUSTER_LOCK.open("a") as lock:
         while True:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            up = subprocess.run(["bash", str(CLUSTER / "up.sh"), "2"], env=scripts, capture_output=True, text=True, timeout=180)
+            up = subprocess.run(
+                ["bash", str(CLUSTER / "up.sh"), "2"], env=scripts, capture_output=True, text=True, timeout=180
+            )
             if up.returncode != 4 or time.monotonic() > deadline:
                 break
             fcntl.flock(lock, fcntl.LOCK_UN)  # another live session owns the cluster: let it finish
@@ -267,10 +335,15 @@ def test_cluster(wait: float) -> Iterator[dict]:
             raise SystemExit(f"scripts/cluster/up.sh 2 exited {up.returncode}:\n{up.stderr[-3000:]}")
         try:
             facts = json.loads((state / "cluster.json").read_text())
-            yield {**os.environ, "SLURM_CONF": facts["slurm_conf"],
-                   "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")}
+            yield {
+                **os.environ,
+                "SLURM_CONF": facts["slurm_conf"],
+                "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+            }
         finally:
-            down = subprocess.run(["bash", str(CLUSTER / "down.sh")], env=scripts, capture_output=True, text=True, timeout=120)
+            down = subprocess.run(
+                ["bash", str(CLUSTER / "down.sh")], env=scripts, capture_output=True, text=True, timeout=120
+            )
             if down.returncode != 0:
                 print(f"scripts/cluster/down.sh exited {down.returncode}:\n{down.stderr[-3000:]}", file=sys.stderr)
 

@@ -32,8 +32,21 @@ def fill(path: Path, runs: int, records: Path | None = None, steps: int = 200) -
         for i in range(runs):
             kind = ("slurm", "launch", "group")[i % 3]
             where = str(_record(records / f"k{i}", steps)) if records else None
-            row = add_run(reg, NewRun(kind, f"k{i}", f"exp{i}", "/w", 2, 8, f"{kind}-k{i}", record_dir=where,
-                                      logs=[{"node": "node1", "path": "/w/out/logs"}]), 1.0e9 + i)
+            row = add_run(
+                reg,
+                NewRun(
+                    kind,
+                    f"k{i}",
+                    f"exp{i}",
+                    "/w",
+                    2,
+                    8,
+                    f"{kind}-k{i}",
+                    record_dir=where,
+                    logs=[{"node": "node1", "path": "/w/out/logs"}],
+                ),
+                1.0e9 + i,
+            )
             for n in (1, 2, 3):
                 start_attempt(reg, row, n, 1.0e9 + i)
                 if i % 20 or n < 3:
@@ -73,8 +86,19 @@ def main() -> None:
         with Registry.open(path) as reg:
             rows = median_time(lambda: list_rows(reg), args.repeat)
             active = median_time(lambda: list_rows(reg, states=["running"]), args.repeat)
-        jobs = [sys.executable, "-m", "slurmgen", "jobs", "--registry", str(path), "--json", "--kind", "launch",
-                "--kind", "group"]
+        jobs = [
+            sys.executable,
+            "-m",
+            "slurmgen",
+            "jobs",
+            "--registry",
+            str(path),
+            "--json",
+            "--kind",
+            "launch",
+            "--kind",
+            "group",
+        ]
         cli = median_time(lambda: subprocess.run(jobs, check=True, stdout=subprocess.DEVNULL), args.repeat)
         floor = median_time(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.repeat)
     print(f"list_rows, {args.runs} runs x 3 attempts:     {rows * 1000:7.1f} ms (goal < 200 ms)")

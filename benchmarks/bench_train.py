@@ -55,8 +55,17 @@ SECTIONS = ("throughput", "checkpoints", "stall", "overlap", "scale", "fsdp")
 # The trainer before issue 16 (broadcast resume, per-rank heartbeats in the run directory,
 # polling start-up meeting, synchronous checkpoints): the "before" of the scale section.
 BEFORE = "3c2c8b1"
-MODEL = dict(model="gpt", n_layer=2, n_head=4, n_embd=128, block_size=64, vocab_size=256, synthetic_samples=8192,
-             batch_size=8, dropout=0.0)
+MODEL = dict(
+    model="gpt",
+    n_layer=2,
+    n_head=4,
+    n_embd=128,
+    block_size=64,
+    vocab_size=256,
+    synthetic_samples=8192,
+    batch_size=8,
+    dropout=0.0,
+)
 
 
 def hand_written_loop(model, data, steps: int, warmup: int, rank: int, world: int) -> float:
@@ -69,8 +78,9 @@ def hand_written_loop(model, data, steps: int, warmup: int, rank: int, world: in
     ddp = DDP(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95)
+    )
     g = torch.Generator().manual_seed(1000 + rank)
     t0 = 0.0
     for step in range(steps):
@@ -93,8 +103,17 @@ def trainer_run(model, data, env, steps: int, warmup: int, out: Path) -> float:
     from slurmgen.train.config import TrainConfig
     from slurmgen.train.trainer import Trainer
 
-    cfg = TrainConfig(out_dir=str(out), max_steps=steps, log_every=warmup, save_every=0, resume="never",
-                      progress="none", eval_every=0, warmup_steps=10, **MODEL).validate()
+    cfg = TrainConfig(
+        out_dir=str(out),
+        max_steps=steps,
+        log_every=warmup,
+        save_every=0,
+        resume="never",
+        progress="none",
+        eval_every=0,
+        warmup_steps=10,
+        **MODEL,
+    ).validate()
     Trainer(model, data, env, cfg).fit()
     if env.rank != 0:
         return 0.0
@@ -134,16 +153,31 @@ def throughput(args: argparse.Namespace) -> None:
     from slurmgen.train.spawn import child_env, free_port
 
     port = free_port()
-    cmd = [sys.executable, __file__, "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--rounds", str(args.rounds), "--tmp", args.tmp]
-    procs = [subprocess.Popen(cmd, env=child_env(os.environ, r, args.world, port), stdout=subprocess.PIPE, text=True)
-             for r in range(args.world)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--rounds",
+        str(args.rounds),
+        "--tmp",
+        args.tmp,
+    ]
+    procs = [
+        subprocess.Popen(cmd, env=child_env(os.environ, r, args.world, port), stdout=subprocess.PIPE, text=True)
+        for r in range(args.world)
+    ]
     outs = [p.communicate(timeout=900)[0] for p in procs]
     if any(p.returncode for p in procs):
         sys.exit(f"a worker failed: exit codes {[p.returncode for p in procs]}")
     result = json.loads(outs[0].strip().splitlines()[-1])
     hand, ours = statistics.median(result["hand"]), statistics.median(result["ours"])
-    print(f"throughput, {args.world} ranks gloo, GPT {MODEL['n_layer']}x{MODEL['n_embd']}, batch {MODEL['batch_size']}x{MODEL['block_size']}:")
+    print(
+        f"throughput, {args.world} ranks gloo, GPT {MODEL['n_layer']}x{MODEL['n_embd']}, batch {MODEL['batch_size']}x{MODEL['block_size']}:"
+    )
     print(f"  hand-written DDP loop  {hand:8.2f} steps/s   (rounds: {', '.join(f'{v:.2f}' for v in result['hand'])})")
     print(f"  slurmgen Trainer       {ours:8.2f} steps/s   (rounds: {', '.join(f'{v:.2f}' for v in result['ours'])})")
     print(f"  ratio trainer / hand-written: {ours / hand:.3f}   (target >= 0.97)")
@@ -155,8 +189,12 @@ def checkpoints(args: argparse.Namespace) -> None:
     from slurmgen.train import checkpoint as ckpt
 
     n = int(args.ckpt_mb * 2**20 / 4)
-    state = {"format": ckpt.FORMAT, "step": 1,
-             "model": {f"layer{i}.weight": torch.randn(n // 8) for i in range(8)}, "rng": [ckpt.capture_rng()]}
+    state = {
+        "format": ckpt.FORMAT,
+        "step": 1,
+        "model": {f"layer{i}.weight": torch.randn(n // 8) for i in range(8)},
+        "rng": [ckpt.capture_rng()],
+    }
     size_mb = sum(t.numel() * 4 for t in state["model"].values()) / 2**20
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         d, plain = Path(tmp) / "ckpt", Path(tmp) / "plain.pt"
@@ -188,10 +226,14 @@ def checkpoints(args: argparse.Namespace) -> None:
     print(f"checkpoint of {size_mb:.0f} MB, {args.rounds} rounds (median):")
     for k, v in med.items():
         print(f"  {k:26s} {v:7.3f} s  ({size_mb / v:6.0f} MB/s)")
-    print(f"  ratio save: slurmgen / torch.save {med['slurmgen save'] / med['torch.save']:.2f}, "
-          f"/ torch.save+fsync {med['slurmgen save'] / med['torch.save+fsync']:.2f}")
-    print(f"  ratio load: slurmgen / torch.load {med['slurmgen load'] / med['torch.load']:.2f}, "
-          f"/ torch.load(weights_only) {med['slurmgen load'] / med['torch.load(weights_only)']:.2f}")
+    print(
+        f"  ratio save: slurmgen / torch.save {med['slurmgen save'] / med['torch.save']:.2f}, "
+        f"/ torch.save+fsync {med['slurmgen save'] / med['torch.save+fsync']:.2f}"
+    )
+    print(
+        f"  ratio load: slurmgen / torch.load {med['slurmgen load'] / med['torch.load']:.2f}, "
+        f"/ torch.load(weights_only) {med['slurmgen load'] / med['torch.load(weights_only)']:.2f}"
+    )
 
 
 def stall(args: argparse.Namespace) -> None:
@@ -209,8 +251,10 @@ def stall(args: argparse.Namespace) -> None:
         state = {"format": ckpt.FORMAT, "step": 0, "model": {f"layer{i}.weight": torch.randn(n // 8) for i in range(8)}}
         load = os.getloadavg()
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-            writers = {"sync": CheckpointWriter(Path(tmp) / "sync", keep_last=1, background=False),
-                       "async": CheckpointWriter(Path(tmp) / "async", keep_last=1, background=True)}
+            writers = {
+                "sync": CheckpointWriter(Path(tmp) / "sync", keep_last=1, background=False),
+                "async": CheckpointWriter(Path(tmp) / "async", keep_last=1, background=True),
+            }
             # As the trainer does after its first optimizer step: the buffers are prepared in the
             # background while training goes on (polling finished() once a step), until the
             # first checkpoint --stall-first-after seconds later.
@@ -225,7 +269,7 @@ def stall(args: argparse.Namespace) -> None:
             stalls: dict[str, list[float]] = {k: [] for k in writers}
             written: list[float] = []
             for r in range(args.rounds + 1):  # round 0: the first checkpoint of each writer
-                for name in (("async", "sync") if r % 2 == 0 else ("sync", "async")):
+                for name in ("async", "sync") if r % 2 == 0 else ("sync", "async"):
                     train(state)
                     os.sync()
                     t0 = time.perf_counter()
@@ -236,16 +280,30 @@ def stall(args: argparse.Namespace) -> None:
                         written.append(time.perf_counter() - t0)
         sync, (first, *later) = statistics.median(stalls["sync"][1:]), stalls["async"]
         median, worst = statistics.median(later), max(later)
-        print(f"stall per checkpoint of {mb:.0f} MB, first + {args.rounds} rounds, ratios to the synchronous save (goal <= 0.1):")
-        print(f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
-              f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)")
+        print(
+            f"stall per checkpoint of {mb:.0f} MB, first + {args.rounds} rounds, ratios to the synchronous save (goal <= 0.1):"
+        )
+        print(
+            f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+            f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)"
+        )
         print(f"  synchronous save (write, fsync, rename, pointer), median   {sync:7.3f} s")
-        print(f"  asynchronous, first checkpoint ({args.stall_first_after:g} s after prepare)       "
-              f"{first:7.3f} s   ratio {first / sync:.3f}")
-        print(f"  asynchronous, later checkpoints: median                    {median:7.3f} s   ratio {median / sync:.3f}")
+        print(
+            f"  asynchronous, first checkpoint ({args.stall_first_after:g} s after prepare)       "
+            f"{first:7.3f} s   ratio {first / sync:.3f}"
+        )
+        print(
+            f"  asynchronous, later checkpoints: median                    {median:7.3f} s   ratio {median / sync:.3f}"
+        )
         print(f"  asynchronous, later checkpoints: max                       {worst:7.3f} s   ratio {worst / sync:.3f}")
-        print("  buffers prepared in the background in                      "
-              + (f"{ready:7.3f} s" if ready is not None else f"  > {args.stall_first_after:g} s (the first checkpoint waited)"))
+        print(
+            "  buffers prepared in the background in                      "
+            + (
+                f"{ready:7.3f} s"
+                if ready is not None
+                else f"  > {args.stall_first_after:g} s (the first checkpoint waited)"
+            )
+        )
         print(f"  asynchronous: until durable (copy + write), median         {statistics.median(written[1:]):7.3f} s")
 
 
@@ -292,8 +350,10 @@ def overlap(args: argparse.Namespace) -> None:
 
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        writers = {"sync": CheckpointWriter(Path(tmp) / "sync", keep_last=1, background=False),
-                   "async": CheckpointWriter(Path(tmp) / "async", keep_last=1, background=True)}
+        writers = {
+            "sync": CheckpointWriter(Path(tmp) / "sync", keep_last=1, background=False),
+            "async": CheckpointWriter(Path(tmp) / "async", keep_last=1, background=True),
+        }
         writers["async"].prepare(state)
         writers["async"].wait()
         extra: dict[str, list[float]] = {k: [] for k in writers}
@@ -304,7 +364,7 @@ def overlap(args: argparse.Namespace) -> None:
             plain = [segment(None, step)[0]]
             step += args.overlap_steps
         for r in range(args.rounds):
-            for name in (("async", "sync") if r % 2 == 0 else ("sync", "async")):
+            for name in ("async", "sync") if r % 2 == 0 else ("sync", "async"):
                 os.sync()
                 took, done, tail = segment(writers[name], step)
                 os.sync()
@@ -315,20 +375,32 @@ def overlap(args: argparse.Namespace) -> None:
                 if name == "async":
                     waited.append(tail)
     med = {k: statistics.median(v) for k, v in extra.items()}
-    print(f"extra loop time per checkpoint of {args.overlap_mb:.0f} MB (stall + slower steps while the write runs), "
-          f"{args.rounds} rounds, segments of {args.overlap_steps} steps:")
-    print(f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
-          f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)")
-    print(f"  segment without checkpoint, median                         {statistics.median(plain):7.3f} s "
-          f"({statistics.median(plain) / args.overlap_steps * 1e3:.1f} ms/step)")
+    print(
+        f"extra loop time per checkpoint of {args.overlap_mb:.0f} MB (stall + slower steps while the write runs), "
+        f"{args.rounds} rounds, segments of {args.overlap_steps} steps:"
+    )
+    print(
+        f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+        f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)"
+    )
+    print(
+        f"  segment without checkpoint, median                         {statistics.median(plain):7.3f} s "
+        f"({statistics.median(plain) / args.overlap_steps * 1e3:.1f} ms/step)"
+    )
     for name in writers:
-        print(f"  {name + ',':6s} extra per checkpoint: median                   {med[name]:7.3f} s   "
-              f"(rounds {min(extra[name]):.3f} to {max(extra[name]):.3f})")
+        print(
+            f"  {name + ',':6s} extra per checkpoint: median                   {med[name]:7.3f} s   "
+            f"(rounds {min(extra[name]):.3f} to {max(extra[name]):.3f})"
+        )
     print(f"  ratio async / sync (goal < 1: asynchronous costs less in all)  {med['async'] / med['sync']:.3f}")
-    print(f"  synchronous save, median {statistics.median(durable['sync']):.3f} s; background write durable after "
-          f"{statistics.median(durable['async']):.3f} s (median), max {max(durable['async']):.3f} s")
-    print(f"  background writes that outlasted their segment: {sum(t > 0.001 for t in waited)} of {len(waited)}"
-          + (f", waited up to {max(waited):.3f} s" if max(waited) > 0.001 else ""))
+    print(
+        f"  synchronous save, median {statistics.median(durable['sync']):.3f} s; background write durable after "
+        f"{statistics.median(durable['async']):.3f} s (median), max {max(durable['async']):.3f} s"
+    )
+    print(
+        f"  background writes that outlasted their segment: {sum(t > 0.001 for t in waited)} of {len(waited)}"
+        + (f", waited up to {max(waited):.3f} s" if max(waited) > 0.001 else "")
+    )
 
 
 def main() -> None:
@@ -342,20 +414,34 @@ def main() -> None:
     p.add_argument("--skip", choices=SECTIONS, action="append", default=[])
     p.add_argument("--only", choices=SECTIONS, action="append", default=[], help="run only these sections")
     p.add_argument("--stall-mb", type=float, nargs="+", default=[100, 1000])
-    p.add_argument("--stall-first-after", type=float, default=5.0,
-                   help="seconds of (simulated) training between preparing the buffers and the first checkpoint")
+    p.add_argument(
+        "--stall-first-after",
+        type=float,
+        default=5.0,
+        help="seconds of (simulated) training between preparing the buffers and the first checkpoint",
+    )
     p.add_argument("--overlap-mb", type=float, default=300, help="checkpoint size of the overlap section")
-    p.add_argument("--overlap-steps", type=int, default=200,
-                   help="steps per segment of the overlap section: enough for the background write to end within it")
-    p.add_argument("--before", default=BEFORE, help="git ref of the 'before' trainer for --only scale (default: %(default)s)")
+    p.add_argument(
+        "--overlap-steps",
+        type=int,
+        default=200,
+        help="steps per segment of the overlap section: enough for the background write to end within it",
+    )
+    p.add_argument(
+        "--before", default=BEFORE, help="git ref of the 'before' trainer for --only scale (default: %(default)s)"
+    )
     p.add_argument("--scale-world", type=int, default=32)
     p.add_argument("--scale-per-node", type=int, default=8)
     p.add_argument("--scale-steps", type=int, default=60)
     p.add_argument("--scale-resume-steps", type=int, default=10)
     p.add_argument("--scale-heartbeat", type=float, default=0.5, help="--heartbeat-every of the scale runs")
-    p.add_argument("--scale-phases", nargs="+", choices=("fresh", "resume", "resume-only", "resume-big"),
-                   default=["fresh", "resume", "resume-only", "resume-big"],
-                   help="fresh needs to come first (resume-big stands alone)")
+    p.add_argument(
+        "--scale-phases",
+        nargs="+",
+        choices=("fresh", "resume", "resume-only", "resume-big"),
+        default=["fresh", "resume", "resume-only", "resume-big"],
+        help="fresh needs to come first (resume-big stands alone)",
+    )
     p.add_argument("--scale-resume-mb", type=float, default=32, help="checkpoint size of the resume-big phase")
     p.add_argument("--scale-model", default="mlp")
     p.add_argument("--scale-model-args", default="--mlp-hidden 32 --synthetic-samples 4096 --batch-size 4")

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Installed through PYTHONPATH (sitecustomize): counts, per process, file operations that
 # create or rename something under $BENCH_HB_ROOT, with its time (written at once: ranks leave
 # by os._exit).
-AUDIT = r'''
+AUDIT = r"""
 import os, sys, time
 _root = os.environ.get("BENCH_HB_ROOT")
 if _root:
@@ -60,7 +60,7 @@ if _root:
             if isinstance(p, (str, bytes, os.PathLike)) and os.path.abspath(os.fsdecode(p)).startswith(_root):
                 os.write(_fd, b"%.3f\n" % time.time())
     sys.addaudithook(_hook)
-'''
+"""
 
 
 def export_tree(ref: str, into: Path) -> Path:
@@ -79,17 +79,48 @@ def run_ranks(src: Path, world: int, per_node: int, args: list[str], out: Path, 
     hooks.mkdir(parents=True, exist_ok=True)
     log.mkdir()
     (hooks / "sitecustomize.py").write_text(AUDIT)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RANK", "LOCAL_", "WORLD", "MASTER", "SLURMGEN"))}
-    base.update(PYTHONPATH=f"{hooks}:{src}", BENCH_HB_ROOT=str(out / "heartbeats"), BENCH_HB_LOG=str(log),
-                OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "slurmgen.train", "--out-dir", str(out), "--progress", "none", "--threads", "1",
-           "--backend", "gloo", "--init-timeout", "600", *args]
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM", "RANK", "LOCAL_", "WORLD", "MASTER", "SLURMGEN"))
+    }
+    base.update(
+        PYTHONPATH=f"{hooks}:{src}",
+        BENCH_HB_ROOT=str(out / "heartbeats"),
+        BENCH_HB_LOG=str(log),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "slurmgen.train",
+        "--out-dir",
+        str(out),
+        "--progress",
+        "none",
+        "--threads",
+        "1",
+        "--backend",
+        "gloo",
+        "--init-timeout",
+        "600",
+        *args,
+    ]
     t0 = time.time()
     procs, logs = [], []
     for r in range(world):
-        env = dict(base, RANK=str(r), LOCAL_RANK=str(r % per_node), WORLD_SIZE=str(world),
-                   LOCAL_WORLD_SIZE=str(per_node), NODE_RANK=str(r // per_node), GROUP_RANK=str(r // per_node),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env = dict(
+            base,
+            RANK=str(r),
+            LOCAL_RANK=str(r % per_node),
+            WORLD_SIZE=str(world),
+            LOCAL_WORLD_SIZE=str(per_node),
+            NODE_RANK=str(r // per_node),
+            GROUP_RANK=str(r // per_node),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
         logs.append(open(log / f"stderr-{r}.txt", "w+"))  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         # cwd: `python -m` puts it first on sys.path, where a checkout's slurmgen/ would win.
         procs.append(subprocess.Popen(cmd, env=env, cwd=scratch, stdout=subprocess.DEVNULL, stderr=logs[-1]))
@@ -101,7 +132,9 @@ def run_ranks(src: Path, world: int, per_node: int, args: list[str], out: Path, 
         peaks.append(usage.ru_maxrss)
     if any(p.returncode for p in procs):
         bad = next(i for i, p in enumerate(procs) if p.returncode)
-        raise SystemExit(f"rank {bad} exited with {procs[bad].returncode}:\n{(log / f'stderr-{bad}.txt').read_text()[-3000:]}")
+        raise SystemExit(
+            f"rank {bad} exited with {procs[bad].returncode}:\n{(log / f'stderr-{bad}.txt').read_text()[-3000:]}"
+        )
     wall = time.time() - t0
     for f in logs:
         f.close()
@@ -113,32 +146,53 @@ def run_ranks(src: Path, world: int, per_node: int, args: list[str], out: Path, 
     begin, end = train[0]["time"], train[-1]["time"]
     ops = sum(begin <= float(t) <= end for f in log.iterdir() if f.name.isdigit() for t in f.read_text().split())
     span = max(end - begin, 1e-9)
-    return {"first_step_s": train[0]["time"] - t0, "hwm_mb": [k / 1024 for k in peaks], "hb_ops_per_s": ops / span,
-            "steps": len(train), "train_s": span, "wall_s": wall}
+    return {
+        "first_step_s": train[0]["time"] - t0,
+        "hwm_mb": [k / 1024 for k in peaks],
+        "hb_ops_per_s": ops / span,
+        "steps": len(train),
+        "train_s": span,
+        "wall_s": wall,
+    }
 
 
 def scale(args, free_port) -> None:
     """Print start-up, resume, peak RSS and heartbeat file operations, before vs after."""
     model = ["--model", args.scale_model, *args.scale_model_args.split()]
     steps = args.scale_steps
-    first = [*model, "--max-steps", str(steps), "--save-every", "0", "--log-every", "1",
-             "--heartbeat-every", str(args.scale_heartbeat)]
+    first = [
+        *model,
+        "--max-steps",
+        str(steps),
+        "--save-every",
+        "0",
+        "--log-every",
+        "1",
+        "--heartbeat-every",
+        str(args.scale_heartbeat),
+    ]
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         scratch = Path(tmp)
         trees = {"before": export_tree(args.before, scratch / "before"), "after": REPO}
         results: dict[str, dict[str, dict]] = {k: {} for k in trees}
-        extras = {"fresh": [], "resume": ["--max-steps", str(steps + args.scale_resume_steps)],
-                  "resume-only": ["--max-steps", str(steps)]}  # resumes at or past the end: no step
+        extras = {
+            "fresh": [],
+            "resume": ["--max-steps", str(steps + args.scale_resume_steps)],
+            "resume-only": ["--max-steps", str(steps)],
+        }  # resumes at or past the end: no step
         for phase in (p for p in args.scale_phases if p != "resume-big"):
-            for name in (("before", "after") if phase != "resume" else ("after", "before")):
+            for name in ("before", "after") if phase != "resume" else ("after", "before"):
                 extra = extras[phase]
                 out = scratch / f"run-{name}"
-                results[name][phase] = run_ranks(trees[name], args.scale_world, args.scale_per_node, first + extra,
-                                                 out, scratch / phase, free_port())
+                results[name][phase] = run_ranks(
+                    trees[name], args.scale_world, args.scale_per_node, first + extra, out, scratch / phase, free_port()
+                )
         if "resume-big" in args.scale_phases:
             big = resume_big(args, trees, scratch, free_port)
-    print(f"coordination, {args.scale_world} ranks gloo ({args.scale_world // args.scale_per_node} 'nodes' of "
-          f"{args.scale_per_node}), {args.scale_model} {args.scale_model_args}; before = {args.before}, after = this checkout:")
+    print(
+        f"coordination, {args.scale_world} ranks gloo ({args.scale_world // args.scale_per_node} 'nodes' of "
+        f"{args.scale_per_node}), {args.scale_model} {args.scale_model_args}; before = {args.before}, after = this checkout:"
+    )
     for phase, label in (("fresh", "start-up to first step"), ("resume", "start-up to first step, resuming")):
         if phase not in args.scale_phases:
             continue
@@ -149,25 +203,33 @@ def scale(args, free_port) -> None:
             print_peaks(label, results["before"][phase]["hwm_mb"], results["after"][phase]["hwm_mb"])
     if "resume-big" in args.scale_phases:
         b, a = big["before"], big["after"]
-        print(f"  resume, no step, from a {a['ckpt_mb']:.0f} MB checkpoint (MLP, hidden {a['hidden']}; before "
-              f"{b['ckpt_mb']:.0f} MB):")
+        print(
+            f"  resume, no step, from a {a['ckpt_mb']:.0f} MB checkpoint (MLP, hidden {a['hidden']}; before "
+            f"{b['ckpt_mb']:.0f} MB):"
+        )
         print_peaks("", b["hwm_mb"], a["hwm_mb"])
-        print(f"  wall time, start to last rank gone: before {b['wall_s']:6.1f} s  after {a['wall_s']:6.1f} s  "
-              f"ratio {a['wall_s'] / b['wall_s']:.2f}")
+        print(
+            f"  wall time, start to last rank gone: before {b['wall_s']:6.1f} s  after {a['wall_s']:6.1f} s  "
+            f"ratio {a['wall_s'] / b['wall_s']:.2f}"
+        )
     if "fresh" not in args.scale_phases:
         return
     b, a = results["before"]["fresh"]["hb_ops_per_s"], results["after"]["fresh"]["hb_ops_per_s"]
-    print(f"  heartbeat file operations in the run directory: before {b:.1f}/s, after {a:.1f}/s "
-          f"(ratio {a / max(b, 1e-9):.3f}; --heartbeat-every {args.scale_heartbeat}; over "
-          f"{results['after']['fresh']['train_s']:.0f} s of training)")
+    print(
+        f"  heartbeat file operations in the run directory: before {b:.1f}/s, after {a:.1f}/s "
+        f"(ratio {a / max(b, 1e-9):.3f}; --heartbeat-every {args.scale_heartbeat}; over "
+        f"{results['after']['fresh']['train_s']:.0f} s of training)"
+    )
 
 
 def print_peaks(label: str, before: list[float], after: list[float]) -> None:
     """One line: peak RSS per rank (MB) before and after; rank 0 apart, it holds the state first."""
     b, a = statistics.median(before), statistics.median(after)
-    print(f"  peak RSS per rank{', ' if label else ''}{label:15s} before median {b:5.0f} MB (rank 0 {before[0]:.0f}, "
-          f"max {max(before):.0f})  after median {a:5.0f} MB (rank 0 {after[0]:.0f}, max {max(after):.0f})  "
-          f"ratio of medians {a / b:.2f}")
+    print(
+        f"  peak RSS per rank{', ' if label else ''}{label:15s} before median {b:5.0f} MB (rank 0 {before[0]:.0f}, "
+        f"max {max(before):.0f})  after median {a:5.0f} MB (rank 0 {after[0]:.0f}, max {max(after):.0f})  "
+        f"ratio of medians {a / b:.2f}"
+    )
 
 
 def resume_big(args, trees: dict[str, Path], scratch: Path, free_port) -> dict[str, dict]:
@@ -175,14 +237,31 @@ def resume_big(args, trees: dict[str, Path], scratch: Path, free_port) -> dict[s
     bytes a parameter) is about --scale-resume-mb MB, then a run that resumes from it with no
     step left: peak RSS per rank and wall time of that run."""
     hidden = round(math.sqrt(args.scale_resume_mb * 2**20 / 12))  # the hidden x hidden layer dominates
-    run = ["--model", "mlp", "--mlp-hidden", str(hidden), "--synthetic-samples", "4096", "--batch-size", "4",
-           "--max-steps", "1", "--save-every", "0", "--log-every", "1", "--heartbeat-every", str(args.scale_heartbeat)]
+    run = [
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        str(hidden),
+        "--synthetic-samples",
+        "4096",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "1",
+        "--save-every",
+        "0",
+        "--log-every",
+        "1",
+        "--heartbeat-every",
+        str(args.scale_heartbeat),
+    ]
     results = {}
     for name in ("before", "after"):
         out = scratch / f"big-{name}"
         run_ranks(trees[name], args.scale_world, args.scale_per_node, run, out, scratch / "big-make", free_port())
-        results[name] = run_ranks(trees[name], args.scale_world, args.scale_per_node, run, out, scratch / "big-resume",
-                                  free_port())
+        results[name] = run_ranks(
+            trees[name], args.scale_world, args.scale_per_node, run, out, scratch / "big-resume", free_port()
+        )
         size = sum(f.stat().st_size for f in (out / "checkpoints").glob("ckpt-*.pt"))
         results[name].update(ckpt_mb=size / 2**20, hidden=hidden)
     return results

@@ -64,8 +64,8 @@ def main(max_iters):
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for it in range(1, max_iters + 1):
         ix = torch.randint(len(data) - BLOCK - 1, (BATCH,))
-        x = torch.stack([data[i:i + BLOCK] for i in ix])
-        y = torch.stack([data[i + 1:i + BLOCK + 1] for i in ix])
+        x = torch.stack([data[i : i + BLOCK] for i in ix])
+        y = torch.stack([data[i + 1 : i + BLOCK + 1] for i in ix])
         loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()

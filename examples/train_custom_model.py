@@ -38,11 +38,25 @@ def main() -> None:
     args = p.parse_args()
     torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts rank 0's)
     model = nn.Sequential(nn.Linear(1, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
-    config = TrainConfig(out_dir=args.out_dir, max_steps=args.max_steps, batch_size=32, lr=1e-2, warmup_steps=20,
-                         weight_decay=0.0, eval_every=100, log_every=50, progress="lines")
+    config = TrainConfig(
+        out_dir=args.out_dir,
+        max_steps=args.max_steps,
+        batch_size=32,
+        lr=1e-2,
+        warmup_steps=20,
+        weight_decay=0.0,
+        eval_every=100,
+        log_every=50,
+        progress="lines",
+    )
     # The model returns predictions, so say how to turn them into a loss.
-    result = train_ddp(model=model, train_dataset=Sine(4096, seed=1), eval_dataset=Sine(512, seed=2),
-                       loss_fn=nn.functional.mse_loss, config=config)
+    result = train_ddp(
+        model=model,
+        train_dataset=Sine(4096, seed=1),
+        eval_dataset=Sine(512, seed=2),
+        loss_fn=nn.functional.mse_loss,
+        config=config,
+    )
     finish(result.exit_code)  # barrier, tear down the process group, exit with the run's code
 
 

@@ -60,8 +60,10 @@ def commands_page() -> str:
 
     from slurmgen.cli import app
 
-    lines = [HEADER + "# Commands and flags\n",
-             "Every command of `slurmgen`, with every flag, as `slurmgen COMMAND --help` lists it.\n"]
+    lines = [
+        HEADER + "# Commands and flags\n",
+        "Every command of `slurmgen`, with every flag, as `slurmgen COMMAND --help` lists it.\n",
+    ]
     for path, command in walk(typer.main.get_command(app)):
         title = " ".join(("slurmgen", *path))
         lines.append(f"{'##' if len(path) <= 1 else '###'} `{title}`\n")
@@ -79,8 +81,11 @@ def commands_page() -> str:
 
 def usage(command) -> str:
     """The usage line, from the parameters alone (Click's own asks a terminal-dependent context)."""
-    words = ["[OPTIONS]"] + [(p.metavar or p.name.upper()) + ("..." if p.nargs == -1 else "")
-                             for p in command.params if p.param_type_name == "argument"]
+    words = ["[OPTIONS]"] + [
+        (p.metavar or p.name.upper()) + ("..." if p.nargs == -1 else "")
+        for p in command.params
+        if p.param_type_name == "argument"
+    ]
     if hasattr(command, "commands"):
         words.append("COMMAND [ARGS]...")
     return " ".join(words)
@@ -112,13 +117,21 @@ def spec_page() -> str:
     from slurmgen.generate.spec import json_schema
 
     schema = json_schema()
-    lines = [HEADER + "# Job spec fields\n",
-             "The fields of a job spec (YAML, or the flags of `slurmgen create`), from the spec's JSON schema "
-             "(`slurmgen schema` prints it whole).\n",
-             "| field | type | default | meaning |", "|---|---|---|---|"]
+    lines = [
+        HEADER + "# Job spec fields\n",
+        "The fields of a job spec (YAML, or the flags of `slurmgen create`), from the spec's JSON schema "
+        "(`slurmgen schema` prints it whole).\n",
+        "| field | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
     for name, prop in schema["properties"].items():
-        default = f"`{json.dumps(prop['default'])}`" if "default" in prop else "required" \
-            if name in schema.get("required", ()) else ""
+        default = (
+            f"`{json.dumps(prop['default'])}`"
+            if "default" in prop
+            else "required"
+            if name in schema.get("required", ())
+            else ""
+        )
         lines.append(f"| `{name}` | {cell(type_of(prop))} | {cell(default)} | {cell(prop.get('description', ''))} |")
     return "\n".join(lines) + "\n"
 
@@ -145,11 +158,14 @@ def type_of(prop: dict) -> str:
 def envvars_page() -> str:
     from slurmgen.contract.envvars import VARS
 
-    lines = [HEADER + "# SLURMGEN_* environment variables\n",
-             "Every variable slurmgen reads or sets. *Owner* is the part that sets it or, for a setting "
-             "you give, the part that reads it. *Yours* marks the settings meant for people; the others "
-             "pass between slurmgen's own parts.\n",
-             "| variable | owner | yours | meaning |", "|---|---|---|---|"]
+    lines = [
+        HEADER + "# SLURMGEN_* environment variables\n",
+        "Every variable slurmgen reads or sets. *Owner* is the part that sets it or, for a setting "
+        "you give, the part that reads it. *Yours* marks the settings meant for people; the others "
+        "pass between slurmgen's own parts.\n",
+        "| variable | owner | yours | meaning |",
+        "|---|---|---|---|",
+    ]
     for var in sorted(VARS.values(), key=lambda v: v.name):
         lines.append(f"| `{var.name}` | {cell(var.owner)} | {'yes' if var.user else ''} | {cell(var.meaning)} |")
     return "\n".join(lines) + "\n"
@@ -160,13 +176,19 @@ def exitcodes_page() -> str:
 
     source = (REPO / "slurmgen" / "contract" / "exitcodes.py").read_text()
     comments = constant_comments(source)
-    lines = [HEADER + "# Exit codes\n", (ast.get_docstring(ast.parse(source)) or "") + "\n",
-             "| code | name | meaning |", "|---|---|---|"]
+    lines = [
+        HEADER + "# Exit codes\n",
+        (ast.get_docstring(ast.parse(source)) or "") + "\n",
+        "| code | name | meaning |",
+        "|---|---|---|",
+    ]
     for code, name in sorted(exitcodes.NAMES.items()):
         constant = next(k for k, v in vars(exitcodes).items() if k.isupper() and v == code and k != "NAMES")
         lines.append(f"| {code} | `{constant}` ({name}) | {cell(comments.get(constant, ''))} |")
-    lines.append("\nAny other code is a rank's own exit code, passed on unchanged; 129-159 read as "
-                 "\"killed by signal N-128\" (`exitcodes.describe`).\n")
+    lines.append(
+        "\nAny other code is a rank's own exit code, passed on unchanged; 129-159 read as "
+        '"killed by signal N-128" (`exitcodes.describe`).\n'
+    )
     return "\n".join(lines)
 
 
@@ -195,37 +217,60 @@ def states_page() -> str:
     from slurmgen.contract import exitcodes, states
 
     source = (REPO / "slurmgen" / "contract" / "states.py").read_text()
-    comments = {m.split("=")[0].strip(): m.split("#", 1)[1].strip() for m in source.splitlines()
-                if m.startswith("    ") and "= \"" in m and "#" in m}
-    lines = [HEADER + "# States\n", (ast.get_docstring(ast.parse(source)) or "") + "\n",
-             "| state | meaning | heartbeat `status` | run record `status` | Slurm's job states |", "|---|---|---|---|---|"]
+    comments = {
+        m.split("=")[0].strip(): m.split("#", 1)[1].strip()
+        for m in source.splitlines()
+        if m.startswith("    ") and '= "' in m and "#" in m
+    }
+    lines = [
+        HEADER + "# States\n",
+        (ast.get_docstring(ast.parse(source)) or "") + "\n",
+        "| state | meaning | heartbeat `status` | run record `status` | Slurm's job states |",
+        "|---|---|---|---|---|",
+    ]
     for state in states.State:
         beat, record = states.HEARTBEAT_WORD.get(state, ""), states.RUN_RECORD_WORD.get(state, "")
         slurm = ", ".join(f"`{w}`" for w, s in states.SLURM_STATE.items() if s is state)
-        lines.append(f"| `{state.value}` | {cell(comments.get(state.name, ''))} | {f'`{beat}`' if beat else ''} "
-                     f"| {f'`{record}`' if record else ''} | {slurm} |")
-    lines.append("\nEnded: " + ", ".join(f"`{s}`" for s in states.State if s in states.ENDED)
-                 + "; active: " + ", ".join(f"`{s}`" for s in states.State if s in states.ACTIVE) + ".\n")
-    lines.append(f"Slurm says `FAILED` of every non-zero exit; a job that exited with {exitcodes.PREEMPTED} (it saved a "
-                 "checkpoint on the warning signal and stopped) is `preempted`. A job in "
-                 + " or ".join(f"`{w}`" for w in sorted(states.SLURM_ENDED - set(states.SLURM_STATE)))
-                 + " has ended too, with no state of its own; any word not listed is shown as Slurm gives it.\n")
+        lines.append(
+            f"| `{state.value}` | {cell(comments.get(state.name, ''))} | {f'`{beat}`' if beat else ''} "
+            f"| {f'`{record}`' if record else ''} | {slurm} |"
+        )
+    lines.append(
+        "\nEnded: "
+        + ", ".join(f"`{s}`" for s in states.State if s in states.ENDED)
+        + "; active: "
+        + ", ".join(f"`{s}`" for s in states.State if s in states.ACTIVE)
+        + ".\n"
+    )
+    lines.append(
+        f"Slurm says `FAILED` of every non-zero exit; a job that exited with {exitcodes.PREEMPTED} (it saved a "
+        "checkpoint on the warning signal and stopped) is `preempted`. A job in "
+        + " or ".join(f"`{w}`" for w in sorted(states.SLURM_ENDED - set(states.SLURM_STATE)))
+        + " has ended too, with no state of its own; any word not listed is shown as Slurm gives it.\n"
+    )
     return "\n".join(lines)
 
 
 # ---- file formats ------------------------------------------------------------------------------
 def formats_page() -> str:
-    lines = [HEADER + "# File formats\n",
-             "The heartbeat files, metrics, run records and attempts records, as the modules that write "
-             "them define them.\n"]
+    lines = [
+        HEADER + "# File formats\n",
+        "The heartbeat files, metrics, run records and attempts records, as the modules that write them define them.\n",
+    ]
     for title, rel in FORMAT_MODULES:
         doc = ast.get_docstring(ast.parse((REPO / rel).read_text())) or ""
         lines += [f"## {title}\n", f"From `{rel}`:\n", "```text", doc, "```\n"]
     return "\n".join(lines)
 
 
-PAGES = {"commands.md": commands_page, "spec.md": spec_page, "envvars.md": envvars_page,
-         "exit-codes.md": exitcodes_page, "states.md": states_page, "formats.md": formats_page}
+PAGES = {
+    "commands.md": commands_page,
+    "spec.md": spec_page,
+    "envvars.md": envvars_page,
+    "exit-codes.md": exitcodes_page,
+    "states.md": states_page,
+    "formats.md": formats_page,
+}
 
 
 def render_all() -> dict[str, str]:
@@ -237,8 +282,9 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         stale = [n for n, text in pages.items() if not (OUT / n).is_file() or (OUT / n).read_text() != text]
         for name in stale:
-            print(f"gen_reference: docs/reference/{name} is stale: run python scripts/gen_reference.py",
-                  file=sys.stderr)
+            print(
+                f"gen_reference: docs/reference/{name} is stale: run python scripts/gen_reference.py", file=sys.stderr
+            )
         return 1 if stale else 0
     OUT.mkdir(parents=True, exist_ok=True)
     for name, text in pages.items():

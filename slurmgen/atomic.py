@@ -44,8 +44,13 @@ def fsync_dir(path: Path) -> None:
     fsync_path(path)
 
 
-def replace(path: Path, write: Callable[[Path], None], fsync: bool = True, fsync_dir_after: bool = False,
-            before_rename: Callable[[], None] | None = None) -> None:
+def replace(
+    path: Path,
+    write: Callable[[Path], None],
+    fsync: bool = True,
+    fsync_dir_after: bool = False,
+    before_rename: Callable[[], None] | None = None,
+) -> None:
     """Have `write(tmp)` create the temporary file by name, fsync it (if `fsync`), rename it over
     `path` (then fsync the directory if `fsync_dir_after`). On any failure, the temporary file
     is removed before the error goes on: a full disk must not leave files behind.
@@ -66,8 +71,9 @@ def replace(path: Path, write: Callable[[Path], None], fsync: bool = True, fsync
         fsync_dir(path.parent)
 
 
-def write_text(path: Path, text: str, fsync: bool = True, in_place_when_full: bool = False,
-               mode: int | None = None) -> None:
+def write_text(
+    path: Path, text: str, fsync: bool = True, in_place_when_full: bool = False, mode: int | None = None
+) -> None:
     """Replace `path` with `text` atomically (see `replace`), created with permissions `mode`
     (None: the umask's), which the file has from its first byte.
 
@@ -75,6 +81,7 @@ def write_text(path: Path, text: str, fsync: bool = True, in_place_when_full: bo
     instead, if `text` fits in the blocks it already has (no new block is needed then). Not
     atomic, so only for a write that matters more than the risk of a torn file: a failed run's
     record saying "failed" on the disk that failed it, instead of "running" for good."""
+
     def write(tmp: Path) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:

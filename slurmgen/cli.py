@@ -110,6 +110,7 @@ def command_tree(args: Collection[str] | None = None):
     drops it ("Where to write the scripts ."). Help here is plain text, so it is escaped once,
     here, for every command, group and parameter, rather than string by string. (Rich's own
     `escape`, with the same pattern, would cost every start-up 14 ms of imports.)"""
+
     def whole(command) -> None:
         for holder in (command, *command.params):
             for attr in ("help", "short_help", "epilog"):

@@ -19,12 +19,21 @@ from slurmgen.contract import ports
 from slurmgen.contract.states import State, from_run_record, from_slurm
 from slurmgen.errors import SlurmgenError
 
-ORDER_HELP = ("Node order after the master: alphabetical (gn39 before gn7, the product brief's rule) | "
-              "natural (gn7 before gn39, Slurm's order, which run_slurm.sh always uses).")
+ORDER_HELP = (
+    "Node order after the master: alphabetical (gn39 before gn7, the product brief's rule) | "
+    "natural (gn7 before gn39, Slurm's order, which run_slurm.sh always uses)."
+)
 
 # --server and --token-file of every command that talks to the coordinator.
-SERVER = typer.Option(None, "--server", envvar="SLURMGEN_SERVER", help=f"Coordinator URL [default: http://127.0.0.1:{ports.COORDINATOR_PORT}].")
-TOKEN_FILE = typer.Option(None, "--token-file", help="Token file [default: $SLURMGEN_TOKEN, else ~/.config/slurmgen/token].")
+SERVER = typer.Option(
+    None,
+    "--server",
+    envvar="SLURMGEN_SERVER",
+    help=f"Coordinator URL [default: http://127.0.0.1:{ports.COORDINATOR_PORT}].",
+)
+TOKEN_FILE = typer.Option(
+    None, "--token-file", help="Token file [default: $SLURMGEN_TOKEN, else ~/.config/slurmgen/token]."
+)
 
 
 # --registry of every command that reads or writes the run registry (jobs/registry.py).
@@ -35,8 +44,16 @@ def registry_option(help: str = REGISTRY_HELP) -> Any:
     return typer.Option(None, "--registry", help=help)
 
 
-STATE_COLOURS = {State.PENDING: "yellow", State.STARTING: "cyan", State.RUNNING: "cyan", State.SUCCEEDED: "green",
-                 State.FAILED: "red", State.LOST: "red", State.STOPPED: "magenta", State.PREEMPTED: "magenta"}
+STATE_COLOURS = {
+    State.PENDING: "yellow",
+    State.STARTING: "cyan",
+    State.RUNNING: "cyan",
+    State.SUCCEEDED: "green",
+    State.FAILED: "red",
+    State.LOST: "red",
+    State.STOPPED: "magenta",
+    State.PREEMPTED: "magenta",
+}
 _RUN_WORDS = {s.value: s for s in State}
 
 

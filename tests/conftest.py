@@ -35,8 +35,9 @@ def shellcheck() -> str:
     path = shutil.which("shellcheck")
     if path is None:
         if in_ci():
-            pytest.fail(f"shellcheck is not installed under CI={os.environ.get('CI')!r} "
-                        "(scripts/setup.sh --test installs it)")
+            pytest.fail(
+                f"shellcheck is not installed under CI={os.environ.get('CI')!r} (scripts/setup.sh --test installs it)"
+            )
         pytest.skip("shellcheck is not installed: run scripts/setup.sh --test")
     return path
 
@@ -129,5 +130,6 @@ def _private_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     file of their own (SLURMGEN_REGISTRY, which the programs they start inherit), never in the
     user's ~/.local/state. A test that wants another passes --registry or sets it itself."""
     monkeypatch.setenv("SLURMGEN_REGISTRY", str(tmp_path_factory.mktemp("registry") / "jobs.sqlite"))
+
 
 from helpers import fake_slurm  # noqa: E402, F401  (fixtures every test may ask for)

@@ -44,9 +44,46 @@ def run(capsys, *args):
 
 # --- Values awkward to quote ------------------------------------------------------------------
 ODD_ARGUMENTS = [
-    "~/data", "~", "~user/x", "~/a b", "trailing\\", "back\\slash", "\\\\", "it's\\", "\\'", "'\\''",
-    "a=b", "--lr=3e-4", "=", "==", "=x", "x,y", ",", "{a,b}", "a*b", "[0]=1", "!x", "a!", "#x", "a#b",
-    "%s", "-", "--", "@x", "^x", "x|y", "(x)", "<x", ";", "\t", " ", "é", "\\n", "$", "${x}", "?",
+    "~/data",
+    "~",
+    "~user/x",
+    "~/a b",
+    "trailing\\",
+    "back\\slash",
+    "\\\\",
+    "it's\\",
+    "\\'",
+    "'\\''",
+    "a=b",
+    "--lr=3e-4",
+    "=",
+    "==",
+    "=x",
+    "x,y",
+    ",",
+    "{a,b}",
+    "a*b",
+    "[0]=1",
+    "!x",
+    "a!",
+    "#x",
+    "a#b",
+    "%s",
+    "-",
+    "--",
+    "@x",
+    "^x",
+    "x|y",
+    "(x)",
+    "<x",
+    ";",
+    "\t",
+    " ",
+    "é",
+    "\\n",
+    "$",
+    "${x}",
+    "?",
 ]
 
 
@@ -55,7 +92,10 @@ def render_and_lint(out: Path, *args: str, command: list[str]) -> Path:
     """`slurmgen create ARGS -o OUT -- COMMAND`; every rendered script must pass shellcheck (issue 3, test 5)."""
     proc = subprocess.run(
         [sys.executable, "-m", "slurmgen", "create", *args, "-o", str(out), "--", *command],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, f"slurmgen create failed:\n{proc.stdout}\n{proc.stderr}"
     scripts = sorted(out.glob("*.sh"))
@@ -67,9 +107,21 @@ def render_and_lint(out: Path, *args: str, command: list[str]) -> Path:
 
 # --- Processes, ports and environments --------------------------------------------------------
 # Set by a launcher (or by a test's fault hook); a child must get only what the test gives it.
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
-               "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURMGEN_BACKEND", "SLURMGEN_REQUEUE", "SLURMGEN_TRAIN_SPAWNED",
-               "SLURMGEN_TRAIN_FAULT")
+LAUNCH_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURMGEN_BACKEND",
+    "SLURMGEN_REQUEUE",
+    "SLURMGEN_TRAIN_SPAWNED",
+    "SLURMGEN_TRAIN_FAULT",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -102,9 +154,14 @@ PY = sys.executable
 
 class LocalProcess:
     def __init__(self, command: str, stdin: bytes, env: dict[str, str] | None = None):
-        self.popen = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, start_new_session=True,
-                                      env={**os.environ, **(env or {})})
+        self.popen = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
         assert self.popen.stdin is not None
         self.popen.stdin.write(stdin)
         self.popen.stdin.flush()
@@ -183,8 +240,9 @@ def local_connector(made: dict[str, LocalConnection] | None = None, env: dict[st
 
 def local_plan(tmp_path: Path, command: list[str], slots=(2,), **kwargs):
     """A plan whose 'hosts' h0, h1, ... all run here, with the logs in tmp_path/out/logs."""
-    spec = build_spec({"command": command, "backend": "gloo", "log_dir": str(tmp_path / "out" / "logs"),
-                       **kwargs.pop("spec", {})})
+    spec = build_spec(
+        {"command": command, "backend": "gloo", "log_dir": str(tmp_path / "out" / "logs"), **kwargs.pop("spec", {})}
+    )
     hosts = [Host.with_count(f"h{i}", n) for i, n in enumerate(slots)]
     return build_plan(spec, hosts, master_addr="127.0.0.1", workdir=str(tmp_path), **kwargs)
 
@@ -202,17 +260,32 @@ def alive(pid: int) -> bool:
 
 # --- Generated scripts run for real (srun and scontrol stand-ins) -----------------------------
 HOSTILE = [
-    "it's", 'say "hi"', "$(touch /tmp/slurmgen-pwned)", "`touch /tmp/slurmgen-pwned`", "a b  c",
-    "line1\nline2", "# not a comment", "$HOME", "back\\slash", "semi;colon && true", "*", "", *ODD_ARGUMENTS,
+    "it's",
+    'say "hi"',
+    "$(touch /tmp/slurmgen-pwned)",
+    "`touch /tmp/slurmgen-pwned`",
+    "a b  c",
+    "line1\nline2",
+    "# not a comment",
+    "$HOME",
+    "back\\slash",
+    "semi;colon && true",
+    "*",
+    "",
+    *ODD_ARGUMENTS,
 ]
 
 
 # Prints its argv and selected environment as one JSON line.
 # One write per line: parallel tasks share a stdout, and print() under PYTHONUNBUFFERED writes
 # the text and its newline separately, so two reports could land on one line.
-REPORTER = ["python3", "-c", "import json,os,sys; sys.stdout.write('REPORT ' + json.dumps({'argv': sys.argv[1:], "
-            "'env': {k: os.environ.get(k) for k in ['HOSTILE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'WORLD_SIZE', "
-            "'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'SLURMGEN_BACKEND']}}) + '\\n')"]
+REPORTER = [
+    "python3",
+    "-c",
+    "import json,os,sys; sys.stdout.write('REPORT ' + json.dumps({'argv': sys.argv[1:], "
+    "'env': {k: os.environ.get(k) for k in ['HOSTILE', 'RANK', 'LOCAL_RANK', 'NODE_RANK', 'WORLD_SIZE', "
+    "'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'SLURMGEN_BACKEND']}}) + '\\n')",
+]
 
 
 def reports(text):
@@ -258,18 +331,27 @@ def fake_slurm(tmp_path):
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
 
     def run(out, hosts="localhost other", nodes=2, job_id="4242", env=None):
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_HOSTS": hosts,
-               "SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "whatever", "SLURM_JOB_NUM_NODES": str(nodes),
-               **(env or {})}
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "FAKE_HOSTS": hosts,
+            "SLURM_JOB_ID": job_id,
+            "SLURM_JOB_NODELIST": "whatever",
+            "SLURM_JOB_NUM_NODES": str(nodes),
+            **(env or {}),
+        }
         return subprocess.run(["bash", str(out / SLURM_SCRIPT)], capture_output=True, text=True, timeout=60, env=env)
+
     return run
 
 
 # --- The job commands against the test cluster ------------------------------------------------
 # Each rank says who it is and what it got; rank 1 exits with $FAIL_CODE when it is set (the
 # job's code is the first failing rank's even when srun kills the others: run_slurm.sh).
-SAY = ('echo "rank $RANK of $WORLD_SIZE on $(hostname) port $MASTER_PORT args $*"; sleep "${NAP:-0}"; '
-       'if [[ $RANK == 1 && -n ${FAIL_CODE:-} ]]; then exit "$FAIL_CODE"; fi')
+SAY = (
+    'echo "rank $RANK of $WORLD_SIZE on $(hostname) port $MASTER_PORT args $*"; sleep "${NAP:-0}"; '
+    'if [[ $RANK == 1 && -n ${FAIL_CODE:-} ]]; then exit "$FAIL_CODE"; fi'
+)
 COMMAND = ["--", "bash", "-c", SAY, "say"]
 
 
@@ -318,8 +400,9 @@ def run_launcher(plan, env=None, connector=None, made=None):
     (before the clean-up kill) are left in SURVIVORS."""
     out, err = io.StringIO(), io.StringIO()
     made = made if made is not None else {}
-    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False,
-                        connector=connector or local_connector(made, env))
+    launcher = Launcher(
+        plan, SSHOptions(), out=out, err=err, colour=False, connector=connector or local_connector(made, env)
+    )
     SURVIVORS.clear()
     try:
         code = launcher.run()
@@ -377,8 +460,15 @@ def recorded_launch(registry: Path, plan, program: str, **start):
 
     record = LaunchRecord.start(Recorder(registry), plan, "exp", [PY, "-c", program], **start)
     made: dict = {}
-    launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
-                        connector=local_connector(made))
+    launcher = Launcher(
+        plan,
+        SSHOptions(),
+        out=io.StringIO(),
+        err=io.StringIO(),
+        colour=False,
+        record=record,
+        connector=local_connector(made),
+    )
     code = run_to_end(launcher, made)
     record.ended(code, False)
     return code, launcher
@@ -395,22 +485,41 @@ def port() -> int:
 
 def base_args(cluster, workdir: Path) -> list[str]:
     # TMPDIR is not forwarded to remote ranks; without it torch's caches would land in /tmp.
-    return ["--ssh-config", str(cluster.ssh_config), "--workdir", str(workdir), "--master-port", str(port()),
-            "--backend", "gloo", "--connect-timeout", "5", "--env", f"TMPDIR={workdir}"]
+    return [
+        "--ssh-config",
+        str(cluster.ssh_config),
+        "--workdir",
+        str(workdir),
+        "--master-port",
+        str(port()),
+        "--backend",
+        "gloo",
+        "--connect-timeout",
+        "5",
+        "--env",
+        f"TMPDIR={workdir}",
+    ]
 
 
 class Run:
     """A `slurmgen launch` subprocess whose output is read live, line by line, with times."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None):
-        self.lines: list[tuple[float, str, str]] = []   # (time, stream, text)
+        self.lines: list[tuple[float, str, str]] = []  # (time, stream, text)
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen([PY, "-m", "slurmgen", "launch", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})},
-                                     start_new_session=True)  # no terminal: nothing may prompt
-        self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
-                        for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))]
+        self.proc = subprocess.Popen(
+            [PY, "-m", "slurmgen", "launch", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )  # no terminal: nothing may prompt
+        self.readers = [
+            threading.Thread(target=self._read, args=(s, n), daemon=True)
+            for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))
+        ]
         for r in self.readers:
             r.start()
 
@@ -478,10 +587,25 @@ class Coord:
 
     def start_server(self) -> subprocess.Popen:
         proc = subprocess.Popen(
-            [PY, "-m", "slurmgen", "serve", "--host", self.cluster.controller_ip, "--port", str(self.port),
-             "--db", str(self.tmp / "c.db"), "--token-file", str(self.tmp / "token"),
-             "--agent-timeout", str(AGENT_TIMEOUT)],
-            stdout=open(self.tmp / "serve.log", "a"), stderr=subprocess.STDOUT)  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
+            [
+                PY,
+                "-m",
+                "slurmgen",
+                "serve",
+                "--host",
+                self.cluster.controller_ip,
+                "--port",
+                str(self.port),
+                "--db",
+                str(self.tmp / "c.db"),
+                "--token-file",
+                str(self.tmp / "token"),
+                "--agent-timeout",
+                str(AGENT_TIMEOUT),
+            ],
+            stdout=open(self.tmp / "serve.log", "a"),  # noqa: SIM115  (the server's output, held past this line)
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -493,11 +617,32 @@ class Coord:
 
     def start_agent(self, node) -> subprocess.Popen:
         # nsenter execs the agent (no fork), so the Popen pid is the agent itself.
-        argv = ["nsenter", f"--net=/run/netns/{node.netns}", f"--uts=/proc/{node.slurmd_pid}/ns/uts", "--",
-                PY, "-m", "slurmgen", "agent", "--server", self.url, "--token-file", str(self.tmp / "token"),
-                "--workers", "2", "--state-dir", str(self.tmp / "agents"), "--grace", "3"]
-        return subprocess.Popen(argv, env=self.cluster.env(), stdout=open(self.tmp / f"agent-{node.name}.log", "a"),
-                                stderr=subprocess.STDOUT)
+        argv = [
+            "nsenter",
+            f"--net=/run/netns/{node.netns}",
+            f"--uts=/proc/{node.slurmd_pid}/ns/uts",
+            "--",
+            PY,
+            "-m",
+            "slurmgen",
+            "agent",
+            "--server",
+            self.url,
+            "--token-file",
+            str(self.tmp / "token"),
+            "--workers",
+            "2",
+            "--state-dir",
+            str(self.tmp / "agents"),
+            "--grace",
+            "3",
+        ]
+        return subprocess.Popen(
+            argv,
+            env=self.cluster.env(),
+            stdout=open(self.tmp / f"agent-{node.name}.log", "a"),
+            stderr=subprocess.STDOUT,
+        )
 
     def call(self, method, path, **kw):
         r = self.http.request(method, path, **kw)
@@ -531,8 +676,11 @@ class Coord:
         return names
 
     def run(self, *argv):
-        self.call("PUT", "/api/groups/exp1/config",
-                  json={"master": "node1", "backend": "gloo", "argv": list(argv), "stop_grace": 3})
+        self.call(
+            "PUT",
+            "/api/groups/exp1/config",
+            json={"master": "node1", "backend": "gloo", "argv": list(argv), "stop_grace": 3},
+        )
         return self.call("POST", "/api/groups/exp1/start")
 
     def close(self):
@@ -583,11 +731,13 @@ def setup_group(api, argv=("python", "train.py"), **config):
     beat(api, "gn6", 0, 1)
     beat(api, "gn7", 0, 1)
     assert api.post("/api/groups", headers=AUTH, json={"name": "exp1"}).status_code == 201
-    moved = api.post("/api/workers/move", headers=AUTH,
-                     json={"workers": ["gn6-0", "gn6-1", "gn7-0", "gn7-1"], "group": "exp1"})
+    moved = api.post(
+        "/api/workers/move", headers=AUTH, json={"workers": ["gn6-0", "gn6-1", "gn7-0", "gn7-1"], "group": "exp1"}
+    )
     assert moved.status_code == 200, moved.text
-    r = api.put("/api/groups/exp1/config", headers=AUTH,
-                json={"master": "gn7", "backend": "gloo", "argv": list(argv), **config})
+    r = api.put(
+        "/api/groups/exp1/config", headers=AUTH, json={"master": "gn7", "backend": "gloo", "argv": list(argv), **config}
+    )
     assert r.status_code == 200, r.text
 
 
@@ -602,9 +752,20 @@ GPT_SIZE = dict(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 # Ranks are forked from multiprocessing's fork server, which imports these once per session (and
 # ends with it): every run_ranks still gets new processes that have run nothing, without each one
 # importing torch, FSDP, DTensor and DCP again (3-4 s of CPU per rank, most of an FSDP test on 2 cores).
-RANK_PRELOAD = ["torch", "torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed.checkpoint",
-                "torch._dynamo", "fsspec", "slurmgen.train.fsdp", "slurmgen.train.sharded", "slurmgen.train.models",
-                "slurmgen.cli", "httpx", "pytest"]
+RANK_PRELOAD = [
+    "torch",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor",
+    "torch.distributed.checkpoint",
+    "torch._dynamo",
+    "fsspec",
+    "slurmgen.train.fsdp",
+    "slurmgen.train.sharded",
+    "slurmgen.train.models",
+    "slurmgen.cli",
+    "httpx",
+    "pytest",
+]
 
 
 def _entry(rank: int, world: int, tmp: str, environ: dict[str, str], fn, args) -> None:
@@ -638,8 +799,13 @@ def run_ranks(world: int, tmp: str | os.PathLike, fn, *args) -> list:
         stale.unlink(missing_ok=True)
     try:
         mp.set_forkserver_preload(RANK_PRELOAD)
-        mp.start_processes(_entry, args=(world, str(tmp), dict(os.environ), fn, args), nprocs=world, join=True,
-                           start_method="forkserver")
+        mp.start_processes(
+            _entry,
+            args=(world, str(tmp), dict(os.environ), fn, args),
+            nprocs=world,
+            join=True,
+            start_method="forkserver",
+        )
     except Exception:
         errors = [torch.load(p, weights_only=False).get("error") for p in sorted(tmp.glob("result-*.pt"))]
         raise AssertionError("\n".join(e for e in errors if e) or "a rank died") from None

@@ -43,7 +43,7 @@ class Hang:
     node: str
     step: int | None
     age_ms: int
-    why: str                 # STOPPED or ""
+    why: str  # STOPPED or ""
     waiting: tuple[int, ...]  # the other ranks silent for over half the limit
 
 

@@ -60,8 +60,10 @@ def has_placeholders(command: Sequence[str]) -> bool:
 def fill(command: Sequence[str], point: Mapping[str, Scalar], task: int) -> list[str]:
     """The command of array task `task`: each `{task}` and `{sweep.KEY}` replaced by its value
     (in one pass: a value that holds a placeholder is not filled again)."""
+
     def value(m: re.Match[str]) -> str:
         return str(task) if m.group(2) is None else _text(point[m.group(2)])
+
     return [PLACEHOLDER.sub(value, word) for word in command]
 
 
@@ -69,14 +71,18 @@ def placeholder_problem(command: Sequence[str], rows: Sequence[Mapping[str, Scal
     """Why `command`'s placeholders cannot be filled for `rows` (the sweep's points), or None."""
     found = [m for word in command for m in PLACEHOLDER.finditer(word)]
     if found and not rows:
-        return (f"command: {found[0].group(0)} is filled per task of a sweep, and this job has no sweep "
-                "(give --sweep or --sweep-file, or read SLURM_ARRAY_TASK_ID in the program)")
+        return (
+            f"command: {found[0].group(0)} is filled per task of a sweep, and this job has no sweep "
+            "(give --sweep or --sweep-file, or read SLURM_ARRAY_TASK_ID in the program)"
+        )
     for m in found:
         missing = [i for i, row in enumerate(rows) if m.group(2) is not None and m.group(2) not in row]
         if missing:
             names = ", ".join(dict.fromkeys(k for row in rows for k in row))
-            return (f"command: {m.group(0)} names no parameter of sweep point {missing[0]} "
-                    f"(expected {{task}} or {{sweep.KEY}} with KEY one of: {names})")
+            return (
+                f"command: {m.group(0)} names no parameter of sweep point {missing[0]} "
+                f"(expected {{task}} or {{sweep.KEY}} with KEY one of: {names})"
+            )
     return None
 
 

@@ -53,8 +53,9 @@ def p99(samples: Sequence[float]) -> float:
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def learned_timeout(samples: Sequence[float], factor: float, floor: float, period: float, least: int,
-                    longest: float = 0.0) -> float | None:
+def learned_timeout(
+    samples: Sequence[float], factor: float, floor: float, period: float, least: int, longest: float = 0.0
+) -> float | None:
     """Seconds after a beat by which the next one is due, or None while too little is known (or
     learning is off): period + max(floor, factor x p99(samples), longest), rounded up to the
     millisecond. `longest`: the longest duration this process ever saw, which the recent window
@@ -68,7 +69,9 @@ def beat_limit(beat: Mapping[str, object], fixed: float) -> float | None:
     """The watcher's rule: seconds a beat may age before its rank counts as hung, None when it is
     not judged (a checkpoint, an ended rank, an evaluation nothing was learned of)."""
     timeout = beat.get("timeout")
-    learned = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0 else None
+    learned = (
+        float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0 else None
+    )
     status = beat.get("status")
     if status == "running":
         return fixed if learned is None else min(fixed, learned)
@@ -80,10 +83,12 @@ def beat_limit(beat: Mapping[str, object], fixed: float) -> float | None:
 def settings(environ: Mapping[str, str]) -> tuple[float, float]:
     """(factor, floor) from the environment the launcher set, the defaults where unset or not a
     non-negative number (a rank must never fail over its heartbeat)."""
+
     def number(name: str, default: float) -> float:
         try:
             value = float(environ.get(name, ""))
         except ValueError:
             return default
         return value if math.isfinite(value) and value >= 0 else default
+
     return number(envvars.HANG_FACTOR, DEFAULT_FACTOR), number(envvars.HANG_FLOOR, DEFAULT_FLOOR)

@@ -88,7 +88,11 @@ def _beat(word: str) -> Beat | None:
     """One `RANK:STEP:MS:STATE[:LIMIT_MS]` word of a beats event (None: malformed); LIMIT_MS is
     the rank's own (learned) limit when it has one."""
     parts = word.split(":")
-    if len(parts) not in (4, 5) or not (parts[0].isdigit() and parts[2].isdigit()) or parts[3] not in ("stopped", "running"):
+    if (
+        len(parts) not in (4, 5)
+        or not (parts[0].isdigit() and parts[2].isdigit())
+        or parts[3] not in ("stopped", "running")
+    ):
         return None
     if len(parts) == 5 and not parts[4].isdigit():
         return None

@@ -15,15 +15,15 @@ from slurmgen.contract.exitcodes import PREEMPTED as PREEMPTED_EXIT
 
 
 class State(str, Enum):
-    IDLE = "idle"            # a coordinator group with nothing to run
-    PENDING = "pending"      # waiting for an allocation (Slurm) or to be started
-    STARTING = "starting"    # processes being started, rendezvous not yet done
-    RUNNING = "running"      # its processes run (a Slurm job: allocated, its batch script started)
+    IDLE = "idle"  # a coordinator group with nothing to run
+    PENDING = "pending"  # waiting for an allocation (Slurm) or to be started
+    STARTING = "starting"  # processes being started, rendezvous not yet done
+    RUNNING = "running"  # its processes run (a Slurm job: allocated, its batch script started)
     SUCCEEDED = "succeeded"  # every rank exited 0
-    FAILED = "failed"        # a rank failed, hung or its node was lost: the first failure says which
+    FAILED = "failed"  # a rank failed, hung or its node was lost: the first failure says which
     PREEMPTED = "preempted"  # stopped by a signal after a checkpoint; resumable
-    STOPPED = "stopped"      # stopped on request (cancel, stop)
-    LOST = "lost"            # a worker or node that stopped answering
+    STOPPED = "stopped"  # stopped on request (cancel, stop)
+    LOST = "lost"  # a worker or node that stopped answering
 
     def __str__(self) -> str:
         return self.value
@@ -39,21 +39,43 @@ ACTIVE_WORDS = frozenset(s.value for s in ACTIVE)  # as ENDED_WORDS, for states 
 ENDED_WORDS = frozenset(s.value for s in ENDED)  # for code that holds states as plain strings (SQLite, JSON)
 
 # The heartbeat protocol's `status` field (any program may write it; see train/logs.py).
-HEARTBEAT_WORD = {State.STARTING: "starting", State.RUNNING: "running", State.SUCCEEDED: "done",
-                  State.PREEMPTED: "preempted", State.FAILED: "failed"}
+HEARTBEAT_WORD = {
+    State.STARTING: "starting",
+    State.RUNNING: "running",
+    State.SUCCEEDED: "done",
+    State.PREEMPTED: "preempted",
+    State.FAILED: "failed",
+}
 # A run record's `status` (tracking/run.py; stored files of earlier versions say the same).
-RUN_RECORD_WORD = {State.RUNNING: "running", State.SUCCEEDED: "finished", State.FAILED: "failed",
-                   State.PREEMPTED: "preempted"}
+RUN_RECORD_WORD = {
+    State.RUNNING: "running",
+    State.SUCCEEDED: "finished",
+    State.FAILED: "failed",
+    State.PREEMPTED: "preempted",
+}
 
 
 # Slurm's job states (scontrol, sacct), by the first word: "CANCELLED by 1000" is CANCELLED.
 SLURM_STATE = {
-    "PENDING": State.PENDING, "REQUEUED": State.PENDING, "REQUEUE_HOLD": State.PENDING, "REQUEUE_FED": State.PENDING,
-    "CONFIGURING": State.STARTING, "RUNNING": State.RUNNING, "COMPLETING": State.RUNNING,
-    "RESIZING": State.RUNNING, "SUSPENDED": State.RUNNING, "STOPPED": State.RUNNING,
-    "COMPLETED": State.SUCCEEDED, "CANCELLED": State.STOPPED, "PREEMPTED": State.PREEMPTED,
-    "FAILED": State.FAILED, "TIMEOUT": State.FAILED, "NODE_FAIL": State.FAILED, "OUT_OF_MEMORY": State.FAILED,
-    "BOOT_FAIL": State.FAILED, "DEADLINE": State.FAILED,
+    "PENDING": State.PENDING,
+    "REQUEUED": State.PENDING,
+    "REQUEUE_HOLD": State.PENDING,
+    "REQUEUE_FED": State.PENDING,
+    "CONFIGURING": State.STARTING,
+    "RUNNING": State.RUNNING,
+    "COMPLETING": State.RUNNING,
+    "RESIZING": State.RUNNING,
+    "SUSPENDED": State.RUNNING,
+    "STOPPED": State.RUNNING,
+    "COMPLETED": State.SUCCEEDED,
+    "CANCELLED": State.STOPPED,
+    "PREEMPTED": State.PREEMPTED,
+    "FAILED": State.FAILED,
+    "TIMEOUT": State.FAILED,
+    "NODE_FAIL": State.FAILED,
+    "OUT_OF_MEMORY": State.FAILED,
+    "BOOT_FAIL": State.FAILED,
+    "DEADLINE": State.FAILED,
 }
 
 

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from slurmgen.contract import exitcodes
 
 # What an event is about (its cause).
-EXITED = "exited"        # a rank (or the program of a node, an srun task) ended; code 0 ends well
-HUNG = "hung"            # a rank's heartbeat went stale
-LOST = "lost"            # a node, its launcher or the connection to it is gone
+EXITED = "exited"  # a rank (or the program of a node, an srun task) ended; code 0 ends well
+HUNG = "hung"  # a rank's heartbeat went stale
+LOST = "lost"  # a node, its launcher or the connection to it is gone
 SIGNALLED = "signalled"  # the launcher got SIGINT or SIGTERM
-ABSENT = "absent"        # a node never showed up before the start timeout
-MISMATCH = "mismatch"    # a node was started with another shape of the job (another node count)
-ERROR = "error"          # a node could not start, or said something its launcher did not expect
+ABSENT = "absent"  # a node never showed up before the start timeout
+MISMATCH = "mismatch"  # a node was started with another shape of the job (another node count)
+ERROR = "error"  # a node could not start, or said something its launcher did not expect
 CAUSES = (EXITED, HUNG, LOST, SIGNALLED, ABSENT, MISMATCH, ERROR)
 
 # The exit code each cause gives when the event does not carry its own (an exit always does;
@@ -66,13 +66,15 @@ class Event:
         return self.cause != EXITED or self.code != exitcodes.OK
 
 
-def exited(code: int | None, node: str | None = None, rank: int | None = None,
-           task: int | None = None, detail: str = "") -> Event:
+def exited(
+    code: int | None, node: str | None = None, rank: int | None = None, task: int | None = None, detail: str = ""
+) -> Event:
     return Event(EXITED, code, node, rank, task, detail)
 
 
-def failure(cause: str, node: str | None = None, rank: int | None = None, detail: str = "",
-            code: int | None = None) -> Event:
+def failure(
+    cause: str, node: str | None = None, rank: int | None = None, detail: str = "", code: int | None = None
+) -> Event:
     """A failure of `cause` with the code of CODES unless it carries its own."""
     return Event(cause, CODES[cause] if code is None else code, node, rank, None, detail)
 

@@ -85,14 +85,25 @@ def quiet_beat(beat: dict | None, now: float, timeout: float, pid: int | None) -
         return None
     step = beat.get("step")
     writer = beat.get("pid") if isinstance(beat.get("pid"), int) else pid
-    return QuietBeat(age=max(0.0, age), step=step if isinstance(step, int) else None,
-                     stopped=writer is not None and is_stopped(writer), limit=limit if limit < timeout else None)
+    return QuietBeat(
+        age=max(0.0, age),
+        step=step if isinstance(step, int) else None,
+        stopped=writer is not None and is_stopped(writer),
+        limit=limit if limit < timeout else None,
+    )
 
 
 class WorkerAgent:
-    def __init__(self, client: Client, workers: int, host: str | None = None,
-                 state_dir: Path | None = None, interval: float = 1.0, grace: float = 10.0,
-                 cut_off_after: float | None = None):
+    def __init__(
+        self,
+        client: Client,
+        workers: int,
+        host: str | None = None,
+        state_dir: Path | None = None,
+        interval: float = 1.0,
+        grace: float = 10.0,
+        cut_off_after: float | None = None,
+    ):
         self.client = client
         self.host = host or socket.gethostname().split(".")[0]
         self.instance = uuid.uuid4().hex[:16]
@@ -110,8 +121,9 @@ class WorkerAgent:
         self.connected: bool | None = None
 
     def _hung(self, slot: Slot, now: float) -> bool:
-        return bool(slot.running and slot.order
-                    and is_stale(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout))
+        return bool(
+            slot.running and slot.order and is_stale(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout)
+        )
 
     def _quiet(self, slot: Slot, now: float) -> QuietBeat | None:
         if not (slot.running and slot.order and slot.proc):
@@ -121,9 +133,13 @@ class WorkerAgent:
     def report(self) -> tuple[AgentReport, int]:
         lines, dropped = self.procs.output.take(LINES_PER_REPORT)
         now = time.time()
-        return AgentReport(host=self.host, instance=self.instance, lines=lines, dropped=dropped,
-                           workers=[s.report(self._hung(s, now), self._quiet(s, now))
-                                    for s in self.procs.slots]), dropped
+        return AgentReport(
+            host=self.host,
+            instance=self.instance,
+            lines=lines,
+            dropped=dropped,
+            workers=[s.report(self._hung(s, now), self._quiet(s, now)) for s in self.procs.slots],
+        ), dropped
 
     @property
     def cut_off_limit(self) -> float:
@@ -149,16 +165,18 @@ class WorkerAgent:
             if e.status == 401 and self.connected is None:
                 raise  # a wrong token at start-up is a mistake to fix, not an outage to wait out
             if self.connected is not False:
-                log.warning("server unreachable or refusing (%s); ranks keep running for up to %g s, retrying",
-                            e, self.cut_off_limit)
+                log.warning(
+                    "server unreachable or refusing (%s); ranks keep running for up to %g s, retrying",
+                    e,
+                    self.cut_off_limit,
+                )
             self.connected = False
             self.stop_if_cut_off()
             return
         self.last_heard = time.monotonic()
         self.server_timeout = orders.agent_timeout or self.server_timeout
         if not self.connected:
-            log.info("connected to %s as %s with %d workers", self.client.base_url, self.host,
-                     len(self.procs.slots))
+            log.info("connected to %s as %s with %d workers", self.client.base_url, self.host, len(self.procs.slots))
         self.connected = True
         self.apply(orders)
 
@@ -169,10 +187,17 @@ class WorkerAgent:
         running = [s for s in self.procs.slots if s.running and s.kill_at is None]
         if not running or silent <= self.cut_off_limit:
             return
-        why = (f"--cut-off-after {self.cut_off_after:g} s" if self.cut_off_after is not None else
-               f"the server's agent timeout ({self.server_timeout:g} s) + {CUT_OFF_MARGIN:g} s")
-        log.warning("server unreachable for %.1f s, longer than %s: it has failed this node's groups; "
-                    "stopping %d rank(s)", silent, why, len(running))
+        why = (
+            f"--cut-off-after {self.cut_off_after:g} s"
+            if self.cut_off_after is not None
+            else f"the server's agent timeout ({self.server_timeout:g} s) + {CUT_OFF_MARGIN:g} s"
+        )
+        log.warning(
+            "server unreachable for %.1f s, longer than %s: it has failed this node's groups; stopping %d rank(s)",
+            silent,
+            why,
+            len(running),
+        )
         for slot in running:
             self.procs.stop(slot.idx, self.grace)
 
@@ -184,8 +209,14 @@ class WorkerAgent:
                 self.procs.stop(stop.worker, stop.grace)
         for start in orders.start:
             if start.worker < len(self.procs.slots):
-                log.info("starting %s-%d as rank %d of %s attempt %d", self.host, start.worker,
-                         start.rank, start.group, start.attempt)
+                log.info(
+                    "starting %s-%d as rank %d of %s attempt %d",
+                    self.host,
+                    start.worker,
+                    start.rank,
+                    start.group,
+                    start.attempt,
+                )
                 self.procs.start(start, self.hb_root)
 
     def watch_changes(self) -> None:
@@ -204,6 +235,7 @@ class WorkerAgent:
 
     def run(self) -> None:
         """Heartbeat until SIGTERM/SIGINT, then stop every rank (TERM, KILL after the grace)."""
+
         def on_signal(signum, frame):
             self.stopping = True
             self.wake.set()

@@ -31,8 +31,17 @@ def judge(quiet: Mapping[str, Reported], ranks: Mapping[str, int], limit: float,
     """(worker, story) of the hung rank among the attempt's workers (`ranks`: worker -> rank),
     or None yet."""
     by_rank = {ranks[w]: w for w in ranks if w in quiet}
-    beats = [rule.Beat(ranks[w], round((q.age + now - q.at) * 1000), q.step, q.stopped, q.host,
-                       round(q.limit * 1000) if q.limit else None)
-             for w, q in quiet.items() if w in ranks]
+    beats = [
+        rule.Beat(
+            ranks[w],
+            round((q.age + now - q.at) * 1000),
+            q.step,
+            q.stopped,
+            q.host,
+            round(q.limit * 1000) if q.limit else None,
+        )
+        for w, q in quiet.items()
+        if w in ranks
+    ]
     found = rule.judge(beats, int(limit * 1000))
     return None if found is None else (by_rank[found.rank], rule.story(found))

@@ -23,8 +23,9 @@ from slurmgen.errors import SlurmgenError
 JSON = typer.Option(False, "--json", help="Print JSON instead of text.")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
-group_app = typer.Typer(help="Groups of workers: create, move workers in, config, start, stop, watch.",
-                        no_args_is_help=True)
+group_app = typer.Typer(
+    help="Groups of workers: create, move workers in, config, start, stop, watch.", no_args_is_help=True
+)
 
 
 def _client(server: str | None, token_file: Path | None):
@@ -45,15 +46,23 @@ def url_of(host: str, port: int, *, tls: bool = False) -> str:
 
 
 def serve(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs TLS or a tunnel."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs TLS or a tunnel."
+    ),
     port: int = typer.Option(ports.COORDINATOR_PORT, "--port"),
-    db: Path | None = typer.Option(None, "--db", help="SQLite state [default: ~/.local/state/slurmgen/coordinator.db]."),
+    db: Path | None = typer.Option(
+        None, "--db", help="SQLite state [default: ~/.local/state/slurmgen/coordinator.db]."
+    ),
     token_file: Path | None = typer.Option(None, "--token-file", help="[default: ~/.config/slurmgen/token]"),
-    agent_timeout: float = typer.Option(10.0, "--agent-timeout", min=1, help="Seconds of agent silence before its workers count as lost."),
+    agent_timeout: float = typer.Option(
+        10.0, "--agent-timeout", min=1, help="Seconds of agent silence before its workers count as lost."
+    ),
     ssl_certfile: Path | None = typer.Option(None, "--ssl-certfile"),
     ssl_keyfile: Path | None = typer.Option(None, "--ssl-keyfile"),
-    registry: Path | None = registry_option("Run registry of this machine where each group's runs are recorded "
-                                               "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."),
+    registry: Path | None = registry_option(
+        "Run registry of this machine where each group's runs are recorded "
+        "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."
+    ),
 ) -> None:
     """Run the coordinator: JSON API (schema at /openapi.json, with the token) plus the web page.
 
@@ -70,18 +79,28 @@ def serve(
     token_path = token_file or default_token_file()
     token, created = load_or_create_token(token_path)
     if created:
-        typer.echo(f"slurmgen serve: new token (saved 0600 in {token_path}; agents and clients read it there):\n{token}")
+        typer.echo(
+            f"slurmgen serve: new token (saved 0600 in {token_path}; agents and clients read it there):\n{token}"
+        )
     if host not in LOOPBACK and not ssl_certfile:
-        typer.echo(f"slurmgen serve: warning: {host} is not loopback and the token travels in clear text. "
-                   f"Use --ssl-certfile/--ssl-keyfile (uvicorn's TLS), or keep 127.0.0.1 and tunnel: "
-                   f"ssh -L {port}:127.0.0.1:{port} THIS_HOST", err=True)
+        typer.echo(
+            f"slurmgen serve: warning: {host} is not loopback and the token travels in clear text. "
+            f"Use --ssl-certfile/--ssl-keyfile (uvicorn's TLS), or keep 127.0.0.1 and tunnel: "
+            f"ssh -L {port}:127.0.0.1:{port} THIS_HOST",
+            err=True,
+        )
     recorder = Recorder(registry)
     recorder.check()  # a registry that cannot be opened stops the server before it serves
     store = Store(db or default_db())
     typer.echo(f"slurmgen serve: {url_of(host, port, tls=bool(ssl_certfile))} (state {store.path})")
-    run(Coordinator(store, agent_timeout=agent_timeout, runs=GroupRuns(recorder)), token, host, port,
+    run(
+        Coordinator(store, agent_timeout=agent_timeout, runs=GroupRuns(recorder)),
+        token,
+        host,
+        port,
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-        ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+        ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
+    )
 
 
 def agent(
@@ -89,10 +108,18 @@ def agent(
     token_file: Path | None = TOKEN_FILE,
     workers: int = typer.Option(1, "--workers", min=1, max=4096, help="Worker slots on this node (usually GPUs)."),
     name: str | None = typer.Option(None, "--name", help="Node name [default: short host name]."),
-    state_dir: Path | None = typer.Option(None, "--state-dir", help="Per-rank logs and heartbeats [default: ~/.local/state/slurmgen/agent]."),
+    state_dir: Path | None = typer.Option(
+        None, "--state-dir", help="Per-rank logs and heartbeats [default: ~/.local/state/slurmgen/agent]."
+    ),
     interval: float = typer.Option(1.0, "--interval", min=0.1, max=5, help="Seconds between heartbeats."),
-    grace: float = typer.Option(10.0, "--grace", min=0, help="TERM-to-KILL seconds when the agent itself stops its ranks."),
-    cut_off_after: float | None = typer.Option(None, "--cut-off-after", help="Stop this node's ranks after the server has been unreachable this long [default: the server's --agent-timeout + 5]."),
+    grace: float = typer.Option(
+        10.0, "--grace", min=0, help="TERM-to-KILL seconds when the agent itself stops its ranks."
+    ),
+    cut_off_after: float | None = typer.Option(
+        None,
+        "--cut-off-after",
+        help="Stop this node's ranks after the server has been unreachable this long [default: the server's --agent-timeout + 5].",
+    ),
 ) -> None:
     """Run this node's agent: register its workers and run their ranks."""
     import logging
@@ -109,8 +136,15 @@ def agent(
         raise SlurmgenError(f"cut_off_after: must be at least 1 second (got {cut_off_after:g})")
     logging.basicConfig(level=logging.INFO, format="slurmgen agent: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
-    WorkerAgent(_client(server, token_file), workers, host=name, state_dir=state_dir,
-          interval=interval, grace=grace, cut_off_after=cut_off_after).run()
+    WorkerAgent(
+        _client(server, token_file),
+        workers,
+        host=name,
+        state_dir=state_dir,
+        interval=interval,
+        grace=grace,
+        cut_off_after=cut_off_after,
+    ).run()
 
 
 def workers(server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON) -> None:
@@ -148,9 +182,12 @@ def group_list(server: str | None = SERVER, token_file: Path | None = TOKEN_FILE
 
 
 @group_app.command("move")
-def group_move(workers: list[str] = typer.Argument(..., help="Worker names, e.g. gn6-0 gn6-1."),
-               to: str | None = typer.Option(None, "--to", help="Target group; omit to ungroup."),
-               server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
+def group_move(
+    workers: list[str] = typer.Argument(..., help="Worker names, e.g. gn6-0 gn6-1."),
+    to: str | None = typer.Option(None, "--to", help="Target group; omit to ungroup."),
+    server: str | None = SERVER,
+    token_file: Path | None = TOKEN_FILE,
+) -> None:
     """Move workers into a group (or out of theirs without --to)."""
     moved = _client(server, token_file).move(workers, to)
     typer.echo(f"moved {', '.join(w.name for w in moved)} to {to or '(no group)'}")
@@ -161,31 +198,53 @@ def group_config(
     name: str,
     command: list[str] | None = typer.Argument(None, help="The command every rank runs (after --)."),
     master: str | None = typer.Option(None, "--master", help="Master NODE name (e.g. gn6)."),
-    master_addr: str | None = typer.Option(None, "--master-addr", help="Address to reach the master at [default: its name]."),
+    master_addr: str | None = typer.Option(
+        None, "--master-addr", help="Address to reach the master at [default: its name]."
+    ),
     world_size: int | None = typer.Option(None, "--world-size", help="[default: the group's worker count]"),
     port: int | None = typer.Option(None, "--port", help=f"MASTER_PORT [default: {ports.DEFAULT_MASTER_PORT}]."),
     backend: str | None = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
-    strategy: str | None = typer.Option(None, "--strategy", help=" | ".join(STRATEGIES) + ": the bundled trainer's "
-                                        "--strategy default (SLURMGEN_STRATEGY)."),
+    strategy: str | None = typer.Option(
+        None,
+        "--strategy",
+        help=" | ".join(STRATEGIES) + ": the bundled trainer's --strategy default (SLURMGEN_STRATEGY).",
+    ),
     cwd: str | None = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
     env: list[str] | None = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
     max_restarts: int | None = typer.Option(None, "--max-restarts", help="Restart the whole group up to N times."),
-    heartbeat_timeout: float | None = typer.Option(None, "--heartbeat-timeout", help="Seconds before a trainer heartbeat is stale."),
+    heartbeat_timeout: float | None = typer.Option(
+        None, "--heartbeat-timeout", help="Seconds before a trainer heartbeat is stale."
+    ),
     stop_grace: float | None = typer.Option(None, "--stop-grace", help="Seconds from TERM to KILL."),
-    server: str | None = SERVER, token_file: Path | None = TOKEN_FILE,
+    server: str | None = SERVER,
+    token_file: Path | None = TOKEN_FILE,
 ) -> None:
     """Set a group's torch.distributed config and command; flags not given keep their value."""
-    given = {"master": master, "master_addr": master_addr, "world_size": world_size, "master_port": port,
-             "backend": backend, "strategy": strategy, "cwd": cwd, "argv": command or None,
-             "env": parse_env(env) if env else None, "max_restarts": max_restarts,
-             "heartbeat_timeout": heartbeat_timeout, "stop_grace": stop_grace}
+    given = {
+        "master": master,
+        "master_addr": master_addr,
+        "world_size": world_size,
+        "master_port": port,
+        "backend": backend,
+        "strategy": strategy,
+        "cwd": cwd,
+        "argv": command or None,
+        "env": parse_env(env) if env else None,
+        "max_restarts": max_restarts,
+        "heartbeat_timeout": heartbeat_timeout,
+        "stop_grace": stop_grace,
+    }
     g = _client(server, token_file).update_config(name, {k: v for k, v in given.items() if v is not None})
-    typer.echo(f"group {g.name}: master {g.config.master or '(first node)'}, world size "
-               f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}, strategy {g.config.strategy}")
+    typer.echo(
+        f"group {g.name}: master {g.config.master or '(first node)'}, world size "
+        f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}, strategy {g.config.strategy}"
+    )
 
 
 @group_app.command("ranks")
-def group_ranks(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON) -> None:
+def group_ranks(
+    name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON
+) -> None:
     """The rank each worker gets under the group's config."""
     rows = _client(server, token_file).ranks(name)
     if as_json:
@@ -210,25 +269,35 @@ def group_stop(name: str, server: str | None = SERVER, token_file: Path | None =
 
 
 @group_app.command("status")
-def group_status(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON) -> None:
+def group_status(
+    name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE, as_json: bool = JSON
+) -> None:
     """The group's state, its workers and its attempts."""
     d = _client(server, token_file).group(name)
     if as_json:
         return _print_json(d)
     g = d.group
-    typer.echo(f"group {g.name}: {g.state} attempt {g.attempt or '-'} restarts {g.restarts}"
-               + (f" - {g.reason}" if g.reason else ""))
+    typer.echo(
+        f"group {g.name}: {g.state} attempt {g.attempt or '-'} restarts {g.restarts}"
+        + (f" - {g.reason}" if g.reason else "")
+    )
     for w in sorted(d.workers, key=lambda w: (w.rank is None, w.rank, w.name)):
-        typer.echo(f"  {w.name:<20} rank {'-' if w.rank is None else w.rank:<4} {w.state}"
-                   + (f" exit {w.exit_code}" if w.state == "exited" else ""))
+        typer.echo(
+            f"  {w.name:<20} rank {'-' if w.rank is None else w.rank:<4} {w.state}"
+            + (f" exit {w.exit_code}" if w.state == "exited" else "")
+        )
 
 
 @group_app.command("logs")
-def group_logs(name: str, rank: int | None = typer.Option(None, "--rank"),
-               attempt: int | None = typer.Option(None, "--attempt"),
-               limit: int = typer.Option(500, "--limit", min=1, max=5000),
-               follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the group ends."),
-               server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
+def group_logs(
+    name: str,
+    rank: int | None = typer.Option(None, "--rank"),
+    attempt: int | None = typer.Option(None, "--attempt"),
+    limit: int = typer.Option(500, "--limit", min=1, max=5000),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the group ends."),
+    server: str | None = SERVER,
+    token_file: Path | None = TOKEN_FILE,
+) -> None:
     """Recent output lines of the group's ranks as [attempt:rank] line (full files stay on each node)."""
     client, after = _client(server, token_file), 0
     while True:
@@ -242,8 +311,12 @@ def group_logs(name: str, rank: int | None = typer.Option(None, "--rank"),
 
 
 @group_app.command("wait")
-def group_wait(name: str, timeout: float = typer.Option(0, "--timeout", help="Seconds; 0 waits forever."),
-               server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
+def group_wait(
+    name: str,
+    timeout: float = typer.Option(0, "--timeout", help="Seconds; 0 waits forever."),
+    server: str | None = SERVER,
+    token_file: Path | None = TOKEN_FILE,
+) -> None:
     """Wait until the group ends; exit with its exit code (0 succeeded, 143 stopped)."""
     client = _client(server, token_file)
     deadline = time.monotonic() + timeout if timeout else None
@@ -257,7 +330,8 @@ def group_wait(name: str, timeout: float = typer.Option(0, "--timeout", help="Se
     typer.echo(f"group {name}: {g.state}" + (f" - {g.reason}" if g.reason else ""))
     # (State is a str: a word the server sends, known or not, looks itself up.)
     code = {State.SUCCEEDED: exitcodes.OK, State.STOPPED: exitcodes.TERMINATED, State.IDLE: exitcodes.OK}.get(
-        g.state, g.exit_code or exitcodes.FAILED)
+        g.state, g.exit_code or exitcodes.FAILED
+    )
     raise typer.Exit(code)
 
 
@@ -266,4 +340,3 @@ def register(app: typer.Typer) -> None:
     app.command()(agent)
     app.command()(workers)
     app.add_typer(group_app, name="group")
-

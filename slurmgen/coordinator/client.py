@@ -41,16 +41,17 @@ def _problem(response: httpx.Response) -> str:
     except ValueError:
         detail = response.text[:200]
     if isinstance(detail, list):  # pydantic's 422: name each field and its value
-        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:]) or 'body'}: "
-                         f"{d.get('msg')} (got {d.get('input')!r})" for d in detail)
+        return "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', [])[1:]) or 'body'}: {d.get('msg')} (got {d.get('input')!r})"
+            for d in detail
+        )
     return str(detail)
 
 
 class Client:
     def __init__(self, base_url: str, token: str, timeout: float = 10.0):
         self.base_url, self.token, self.timeout = base_url.rstrip("/"), token, timeout
-        self.http = httpx.Client(base_url=self.base_url, timeout=timeout,
-                                 headers={"Authorization": f"Bearer {token}"})
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout, headers={"Authorization": f"Bearer {token}"})
 
     def close(self) -> None:
         self.http.close()
@@ -59,11 +60,16 @@ class Client:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as e:
-            raise ClientError(f"server: cannot reach {self.base_url}: {e}",
-                              hint="is `slurmgen serve` running there? (--server or $SLURMGEN_SERVER)") from None
+            raise ClientError(
+                f"server: cannot reach {self.base_url}: {e}",
+                hint="is `slurmgen serve` running there? (--server or $SLURMGEN_SERVER)",
+            ) from None
         if response.status_code == 401:
-            raise ClientError(f"server: {self.base_url} refused the token", 401,
-                              hint="use the token file the server wrote (--token-file or $SLURMGEN_TOKEN)")
+            raise ClientError(
+                f"server: {self.base_url} refused the token",
+                401,
+                hint="use the token file the server wrote (--token-file or $SLURMGEN_TOKEN)",
+            )
         if response.status_code >= 400:
             raise ClientError(_problem(response), response.status_code)
         return response.json() if response.content else None
@@ -72,8 +78,9 @@ class Client:
         return [WorkerOut(**w) for w in self._call("GET", "/api/workers")]
 
     def move(self, workers: list[str], group: str | None) -> list[WorkerOut]:
-        return [WorkerOut(**w) for w in self._call("POST", "/api/workers/move",
-                                                    json={"workers": workers, "group": group})]
+        return [
+            WorkerOut(**w) for w in self._call("POST", "/api/workers/move", json={"workers": workers, "group": group})
+        ]
 
     def forget(self, worker: str) -> None:
         self._call("DELETE", f"/api/workers/{worker}")
@@ -107,23 +114,40 @@ class Client:
     def stop(self, name: str) -> GroupOut:
         return GroupOut(**self._call("POST", f"/api/groups/{name}/stop"))
 
-    def logs(self, name: str, rank: int | None = None, attempt: int | None = None,
-             after: int = 0, limit: int = 500, tail: bool = False) -> list[LogLine]:
-        params = {k: v for k, v in {"rank": rank, "attempt": attempt, "after": after, "limit": limit,
-                                    "tail": tail}.items()
-                  if v is not None}
+    def logs(
+        self,
+        name: str,
+        rank: int | None = None,
+        attempt: int | None = None,
+        after: int = 0,
+        limit: int = 500,
+        tail: bool = False,
+    ) -> list[LogLine]:
+        params = {
+            k: v
+            for k, v in {"rank": rank, "attempt": attempt, "after": after, "limit": limit, "tail": tail}.items()
+            if v is not None
+        }
         return [LogLine(**ln) for ln in self._call("GET", f"/api/groups/{name}/logs", params=params)]
 
     def changes(self, since: int, timeout: float) -> int:
         """Block until the server's order version differs from `since` (or `timeout`)."""
-        return self._call("GET", "/api/agents/changes", params={"since": since, "timeout": timeout},
-                          timeout=timeout + 10)["version"]
+        return self._call(
+            "GET", "/api/agents/changes", params={"since": since, "timeout": timeout}, timeout=timeout + 10
+        )["version"]
 
     def heartbeat(self, report: AgentReport, timeout: float | None = None) -> AgentOrders:
         """Report and get orders; `timeout` (seconds) instead of the client's own, if given."""
         extra = {} if timeout is None else {"timeout": timeout}
-        return AgentOrders(**self._call("POST", "/api/agents/heartbeat", content=report.model_dump_json(),
-                                        headers={"Content-Type": "application/json"}, **extra))
+        return AgentOrders(
+            **self._call(
+                "POST",
+                "/api/agents/heartbeat",
+                content=report.model_dump_json(),
+                headers={"Content-Type": "application/json"},
+                **extra,
+            )
+        )
 
 
 __all__ = ["Client", "ClientError", "DEFAULT_SERVER", "GroupConfig"]

@@ -36,7 +36,9 @@ def timeline_env(config: GroupConfig, group: str, number: int, restarts: int) ->
     the run's key, where the agents write each rank's start and exit and the program its phases."""
     env = {envvars.ATTEMPT: str(number)}
     if config.cwd:
-        env[envvars.TIMELINE_FILE] = posixpath.join(config.cwd, TIMELINE_NAME.format(job_id=run_key(group, number, restarts)))
+        env[envvars.TIMELINE_FILE] = posixpath.join(
+            config.cwd, TIMELINE_NAME.format(job_id=run_key(group, number, restarts))
+        )
     return env
 
 
@@ -64,19 +66,36 @@ class GroupRuns:
             self.rows[key] = self.recorder.find("group", key)
         return self.rows[key]
 
-    def attempt_started(self, group: str, number: int, restarts: int, config: GroupConfig,
-                        ranks: list[RankOut], store_path: Path) -> None:
+    def attempt_started(
+        self, group: str, number: int, restarts: int, config: GroupConfig, ranks: list[RankOut], store_path: Path
+    ) -> None:
         key = run_key(group, number, restarts)
         if restarts == 0:
             cwd = config.cwd or ""
-            self.rows[key] = self.recorder.started(NewRun(
-                kind="group", key=key, name=group, workdir=cwd, nodes=len({r.host for r in ranks}), ranks=len(ranks),
-                run_id=group, record_dir=record_dir(cwd, config.argv, group) if cwd else None,
-                # the coordinator keeps the recent lines of every rank; the agents keep whole files
-                logs=[{"node": "coordinator", "path": str(store_path), "group": group}],
-                info={"command": list(config.argv), "workers": [r.worker for r in ranks],
-                      "max_restarts": config.max_restarts,
-                      **({"timeline": t} if (t := timeline_env(config, group, number, 0).get(envvars.TIMELINE_FILE)) else {})}))
+            self.rows[key] = self.recorder.started(
+                NewRun(
+                    kind="group",
+                    key=key,
+                    name=group,
+                    workdir=cwd,
+                    nodes=len({r.host for r in ranks}),
+                    ranks=len(ranks),
+                    run_id=group,
+                    record_dir=record_dir(cwd, config.argv, group) if cwd else None,
+                    # the coordinator keeps the recent lines of every rank; the agents keep whole files
+                    logs=[{"node": "coordinator", "path": str(store_path), "group": group}],
+                    info={
+                        "command": list(config.argv),
+                        "workers": [r.worker for r in ranks],
+                        "max_restarts": config.max_restarts,
+                        **(
+                            {"timeline": t}
+                            if (t := timeline_env(config, group, number, 0).get(envvars.TIMELINE_FILE))
+                            else {}
+                        ),
+                    },
+                )
+            )
         self.recorder.attempt_started(self._row(key), number)
 
     def attempt_ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:

@@ -104,19 +104,33 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
             touched.setdefault(wanted, set())
         finished = wanted is not None and name in codes.get(wanted, {})
         _order(orders, known, r, name, run, wanted, st.reconcile(r.state, run, wanted, finished))
-        values = {"state": st.worker_state(r.state, run, wanted, lost=False), "pid": r.pid,
-                  "exit_code": r.exit_code, "run_group": r.group, "run_attempt": r.attempt}
+        values = {
+            "state": st.worker_state(r.state, run, wanted, lost=False),
+            "pid": r.pid,
+            "exit_code": r.exit_code,
+            "run_group": r.group,
+            "run_attempt": r.attempt,
+        }
         if any(w[k] != v for k, v in values.items()):
             actions.append(UpdateWorker(name, values))
     if report.lines:
-        actions.append(KeepLines([(ln.group, ln.attempt, ln.rank, f"{report.host}-{ln.worker}", ln.time, ln.line)
-                                  for ln in report.lines]))
+        actions.append(
+            KeepLines(
+                [(ln.group, ln.attempt, ln.rank, f"{report.host}-{ln.worker}", ln.time, ln.line) for ln in report.lines]
+            )
+        )
     actions += [Judge(run, frozenset(hung)) for run, hung in touched.items()]
     return Decisions(orders, actions)
 
 
-def _record_exit(known: Known, codes: dict[st.RunKey, Mapping[str, int]], run: st.RunKey, name: str, code: int,
-                 touched: dict[st.RunKey, set[str]]) -> list[Action]:
+def _record_exit(
+    known: Known,
+    codes: dict[st.RunKey, Mapping[str, int]],
+    run: st.RunKey,
+    name: str,
+    code: int,
+    touched: dict[st.RunKey, set[str]],
+) -> list[Action]:
     """Keep the first exit code each rank of an attempt reports (also after the attempt
     ended, so an attempt shows how every rank went down). `codes` follows what is recorded."""
     a = known.attempts.get(run)
@@ -127,8 +141,9 @@ def _record_exit(known: Known, codes: dict[st.RunKey, Mapping[str, int]], run: s
     return [RecordExits(run, codes[run])]
 
 
-def _record_runs(known: Known, runs: dict[st.RunKey, tuple[str, ...]], run: st.RunKey,
-                 announced: list[str]) -> list[Action]:
+def _record_runs(
+    known: Known, runs: dict[st.RunKey, tuple[str, ...]], run: st.RunKey, announced: list[str]
+) -> list[Action]:
     """Add the run records a rank of `run` announced that the attempt does not list yet."""
     if known.attempts.get(run) is None:
         return []
@@ -139,18 +154,38 @@ def _record_runs(known: Known, runs: dict[st.RunKey, tuple[str, ...]], run: st.R
     return [RecordRuns(run, runs[run])]
 
 
-def _order(orders: AgentOrders, known: Known, r: WorkerReport, name: str, run: st.RunKey | None,
-           wanted: st.RunKey | None, order: st.Order | None) -> None:
+def _order(
+    orders: AgentOrders,
+    known: Known,
+    r: WorkerReport,
+    name: str,
+    run: st.RunKey | None,
+    wanted: st.RunKey | None,
+    order: st.Order | None,
+) -> None:
     """Spell out `reconcile`'s order for one slot: what to start with its rank's environment,
     or how long a stopping run gets (its own stop grace)."""
     if order == "start":
         assert wanted is not None  # reconcile starts only a wanted run
         plan = known.attempts[wanted]["plan"]
-        orders.start.append(StartOrder(
-            worker=r.id, group=wanted[0], attempt=wanted[1], rank=plan["ranks"][name],
-            argv=plan["argv"], env=plan["env"][name], cwd=plan["cwd"],
-            heartbeat_timeout=plan["heartbeat_timeout"]))
+        orders.start.append(
+            StartOrder(
+                worker=r.id,
+                group=wanted[0],
+                attempt=wanted[1],
+                rank=plan["ranks"][name],
+                argv=plan["argv"],
+                env=plan["env"][name],
+                cwd=plan["cwd"],
+                heartbeat_timeout=plan["heartbeat_timeout"],
+            )
+        )
     elif order == "stop":
         ran = known.attempts.get(run) if run else None
-        orders.stop.append(StopOrder(worker=r.id, grace=ran["plan"]["stop_grace"] if ran else DEFAULT_GRACE,
-                                     stack=run is not None and known.stacks.get(run) == name))
+        orders.stop.append(
+            StopOrder(
+                worker=r.id,
+                grace=ran["plan"]["stop_grace"] if ran else DEFAULT_GRACE,
+                stack=run is not None and known.stacks.get(run) == name,
+            )
+        )

@@ -22,8 +22,18 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # The variables the coordinator sets for every rank; a group's env may not override them.
 RESERVED_ENV = (
-    "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "SLURMGEN_BACKEND", envvars.STRATEGY, "SLURMGEN_GROUP", "SLURMGEN_HEARTBEAT_DIR",
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURMGEN_BACKEND",
+    envvars.STRATEGY,
+    "SLURMGEN_GROUP",
+    "SLURMGEN_HEARTBEAT_DIR",
 )
 
 WorkerState = Literal["idle", "starting", "running", "exited", "lost"]
@@ -32,8 +42,9 @@ GroupState = Literal["idle", "starting", "running", "succeeded", "failed", "stop
 
 def check_name(value: str, what: str = "name") -> str:
     if not NAME_RE.match(value):
-        raise ValueError(f"{what} {show(value)} must be 1-63 letters, digits, '.', '_' or '-', "
-                         f"starting with a letter or digit")
+        raise ValueError(
+            f"{what} {show(value)} must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     return value
 
 
@@ -77,20 +88,23 @@ class MoveRequest(_Request):
 class GroupConfig(_Request):
     """A group's torch.distributed config and command (the seed's 'PyTorch 配置')."""
 
-    master: str | None = Field(None, description="master node name (not a worker name); "
-                                  "default: the first node in alphabetical order")
+    master: str | None = Field(
+        None, description="master node name (not a worker name); default: the first node in alphabetical order"
+    )
     master_addr: str | None = Field(None, description="address ranks reach the master at; default: master")
     world_size: int | None = Field(None, ge=1, description="default: the group's worker count")
     master_port: int = Field(ports.DEFAULT_MASTER_PORT, ge=1, le=65535)
     backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
     strategy: Literal["ddp", "fsdp"] = Field(  # contract.strategies.STRATEGIES (a test keeps them equal)
-        DEFAULT_STRATEGY, description="the bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp or fsdp")
+        DEFAULT_STRATEGY, description="the bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp or fsdp"
+    )
     argv: list[str] = Field(default_factory=list, description="the command, an argv list (no shell)")
     cwd: str | None = Field(None, description="absolute working directory on every node")
     env: dict[str, str] = Field(default_factory=dict)
     max_restarts: int = Field(0, ge=0, le=1000)
-    heartbeat_timeout: float = Field(120.0, ge=1, description="seconds before a rank's trainer "
-                                     "heartbeat counts as stale (hung)")
+    heartbeat_timeout: float = Field(
+        120.0, ge=1, description="seconds before a rank's trainer heartbeat counts as stale (hung)"
+    )
     stop_grace: float = Field(10.0, ge=0, le=600, description="seconds between TERM and KILL")
 
     @field_validator("master")
@@ -166,8 +180,10 @@ class AttemptOut(BaseModel):
     reason: str | None = None
     exit_code: int | None = None
     exit_codes: dict[str, int] = Field(default_factory=dict, description="rank -> exit code")
-    runs: list[str] = Field(default_factory=list, description="run record directories its ranks "
-                            "announced (as their agents saw them), for its curves")
+    runs: list[str] = Field(
+        default_factory=list,
+        description="run record directories its ranks announced (as their agents saw them), for its curves",
+    )
 
 
 class GroupOut(BaseModel):
@@ -215,14 +231,18 @@ class ErrorOut(BaseModel):
 
 # --- agent protocol ---------------------------------------------------------------------------
 
+
 class QuietBeat(BaseModel):
     """A rank's last trainer heartbeat, once it is older than half the hang limit."""
 
     age: float = Field(ge=0, description="seconds since the beat, on the node's clock")
     step: int | None = None
     stopped: bool = Field(False, description="the rank's process is stopped (SIGSTOP, a debugger)")
-    limit: float | None = Field(None, gt=0, description="its own hang limit in seconds when it learned one "
-                                                         "(contract/hangs.py); None: the group's")
+    limit: float | None = Field(
+        None,
+        gt=0,
+        description="its own hang limit in seconds when it learned one (contract/hangs.py); None: the group's",
+    )
 
 
 class WorkerReport(BaseModel):
@@ -236,12 +256,16 @@ class WorkerReport(BaseModel):
     exit_code: int | None = None
     hung: bool = Field(False, description="its trainer heartbeat went stale")
     beat: QuietBeat | None = Field(None, description="its rank's heartbeat, when quiet for over half the limit")
-    runs: list[str] = Field(default_factory=list, max_length=16,
-                            description="run record directories the rank announced (tracking)")
-    stack: list[str] | None = Field(None, max_length=16,
-                                    description="where its rank was stuck, once the server asked (StopOrder.stack): "
-                                                "the innermost frames of its main thread, 'FILE:LINE FUNCTION' "
-                                                "([]: none could be taken)")
+    runs: list[str] = Field(
+        default_factory=list, max_length=16, description="run record directories the rank announced (tracking)"
+    )
+    stack: list[str] | None = Field(
+        None,
+        max_length=16,
+        description="where its rank was stuck, once the server asked (StopOrder.stack): "
+        "the innermost frames of its main thread, 'FILE:LINE FUNCTION' "
+        "([]: none could be taken)",
+    )
 
 
 class ReportedLine(BaseModel):

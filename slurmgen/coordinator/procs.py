@@ -97,7 +97,7 @@ class LineBuffer:
         with self.lock:
             room = max(0, self.limit - len(self.lines))
             self.dropped += dropped + max(0, len(lines) - room)
-            self.lines.extendleft(reversed(lines[len(lines) - room:] if room else []))
+            self.lines.extendleft(reversed(lines[len(lines) - room :] if room else []))
 
 
 class Slot:
@@ -122,7 +122,9 @@ class Slot:
     def ended(self, code: int) -> None:
         """...and saw it exit, whatever the program wrote itself."""
         if self.timeline is not None:
-            status = HEARTBEAT_WORD[State.SUCCEEDED if code == 0 else State.FAILED]  # as launch_multi_node.sh's launcher says
+            status = HEARTBEAT_WORD[
+                State.SUCCEEDED if code == 0 else State.FAILED
+            ]  # as launch_multi_node.sh's launcher says
             self.timeline.write(phases.END, status=status, code=code, by=phases.BY_LAUNCHER)
 
     @property
@@ -132,10 +134,18 @@ class Slot:
     def report(self, hung: bool = False, beat: QuietBeat | None = None) -> WorkerReport:
         o = self.order
         state = "running" if self.running else ("exited" if o else "idle")
-        return WorkerReport(id=self.idx, state=state, group=o.group if o else None,
-                            attempt=o.attempt if o else None, pid=self.proc.pid if self.running else None,
-                            exit_code=self.exit_code, hung=hung, beat=beat, runs=self.announced_runs(),
-                            stack=self.stack)
+        return WorkerReport(
+            id=self.idx,
+            state=state,
+            group=o.group if o else None,
+            attempt=o.attempt if o else None,
+            pid=self.proc.pid if self.running else None,
+            exit_code=self.exit_code,
+            hung=hung,
+            beat=beat,
+            runs=self.announced_runs(),
+            stack=self.stack,
+        )
 
     def announced_runs(self) -> list[str]:
         """The run record directory the rank announced beside its heartbeat (tracking's
@@ -162,8 +172,7 @@ class Procs:
         self.wake = wake
         self.output = LineBuffer()
         self.hook = _pdeathsig_hook()
-        self.watchdog = subprocess.Popen(WATCHDOG, stdin=subprocess.PIPE,
-                                         text=True, start_new_session=True)
+        self.watchdog = subprocess.Popen(WATCHDOG, stdin=subprocess.PIPE, text=True, start_new_session=True)
 
     def _tell_watchdog(self, sign: str, pgid: int) -> None:
         try:
@@ -192,9 +201,16 @@ class Procs:
         os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too
         at = time.time()
         try:
-            slot.proc = subprocess.Popen(order.argv, cwd=order.cwd, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=self.hook)
+            slot.proc = subprocess.Popen(
+                order.argv,
+                cwd=order.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=self.hook,
+            )
         except OSError as e:
             message = f"slurmgen agent: cannot start {order.argv[0]!r}: {e.strerror or e}"
             log.write(message.encode() + b"\n")
@@ -213,7 +229,13 @@ class Procs:
         (StopOrder.stack), once per run: its frames go into the slot's reports, the whole dump
         into the rank's lines (the group's logs on the page and `slurmgen logs`)."""
         slot = self.slots[idx]
-        if slot.stack is not None or not slot.running or slot.order is None or slot.hb_file is None or slot.proc is None:
+        if (
+            slot.stack is not None
+            or not slot.running
+            or slot.order is None
+            or slot.hb_file is None
+            or slot.proc is None
+        ):
             return
         frames, dump = stacks.take(slot.hb_file, slot.order.rank, slot.proc.pid)
         slot.stack = frames
@@ -221,8 +243,16 @@ class Procs:
             self._line(slot.order, text)
 
     def _line(self, order: StartOrder, text: str) -> None:
-        self.output.put(ReportedLine(worker=order.worker, group=order.group, attempt=order.attempt,
-                                     rank=order.rank, time=time.time(), line=text[:MAX_LINE]))
+        self.output.put(
+            ReportedLine(
+                worker=order.worker,
+                group=order.group,
+                attempt=order.attempt,
+                rank=order.rank,
+                time=time.time(),
+                line=text[:MAX_LINE],
+            )
+        )
 
     def _follow(self, slot: Slot, proc: subprocess.Popen, order: StartOrder, log) -> None:
         """Wait for the rank; then clear its process group (what it forked goes with it, and

@@ -26,13 +26,17 @@ def plan_ranks(config: GroupConfig, members: Iterable[tuple[str, int]]) -> list[
     for host, idx in members:
         by_host.setdefault(host, []).append(idx)
     if not by_host:
-        raise SlurmgenError("workers: the group has no workers",
-                            hint="move workers into it first (slurmgen group move ... --to GROUP)")
+        raise SlurmgenError(
+            "workers: the group has no workers", hint="move workers into it first (slurmgen group move ... --to GROUP)"
+        )
     master = config.master or default_master(by_host)
     if master not in by_host:
         worker_host = master.rpartition("-")[0]
-        hint = (f"master is a node name: give {show(worker_host)}, not the worker {show(master)}"
-                if worker_host in by_host else f"the group's nodes are {', '.join(sorted(by_host))}")
+        hint = (
+            f"master is a node name: give {show(worker_host)}, not the worker {show(master)}"
+            if worker_host in by_host
+            else f"the group's nodes are {', '.join(sorted(by_host))}"
+        )
         raise SlurmgenError(f"master: {show(master)} is not a node of this group", hint=hint)
     hosts = [Host(name, tuple(sorted(ids))) for name, ids in by_host.items()]
     table = rank_table(order_hosts(hosts, master, order="alphabetical"), config.world_size)

@@ -147,8 +147,14 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
         return c.stop(name)
 
     @r.get("/groups/{name}/logs", response_model=list[LogLine])
-    def logs(name: str, rank: int | None = None, attempt: int | None = None,
-             after: int = 0, limit: int = Query(500, ge=1, le=5000), tail: bool = False):
+    def logs(
+        name: str,
+        rank: int | None = None,
+        attempt: int | None = None,
+        after: int = 0,
+        limit: int = Query(500, ge=1, le=5000),
+        tail: bool = False,
+    ):
         """Lines with id > after, oldest first: the first `limit`, or with tail=true the last."""
         return c.logs(name, rank, attempt, after, limit, tail)
 
@@ -183,9 +189,15 @@ def create_app(coordinator: Coordinator, token: str) -> Gate:
         finally:
             task.cancel()
 
-    app = FastAPI(title="slurmgen coordinator", version=__version__, lifespan=lifespan,
-                  description="Worker groups across nodes: ranks, start, stop, fail as one.",
-                  docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="slurmgen coordinator",
+        version=__version__,
+        lifespan=lifespan,
+        description="Worker groups across nodes: ranks, start, stop, fail as one.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.coordinator = coordinator
     app.state.token = token
     require_token = make_token_check(token)
@@ -232,8 +244,14 @@ async def _invalid(request: Request, exc: Exception) -> JSONResponse:
         loc = tuple(e.get("loc", ()))
         if isinstance(exc, ValidationError):  # raised by a route on a merged body (PATCH)
             loc = ("body", *loc)
-        errors.append({"type": e.get("type"), "loc": list(loc), "msg": _clipped(str(e.get("msg", "")), 400),
-                       "input": _clipped(e.get("input"))})
+        errors.append(
+            {
+                "type": e.get("type"),
+                "loc": list(loc),
+                "msg": _clipped(str(e.get("msg", "")), 400),
+                "input": _clipped(e.get("input")),
+            }
+        )
     return JSONResponse({"detail": errors}, status_code=422)
 
 
@@ -321,10 +339,20 @@ def _replay(body: bytes, receive):
 
 async def _refuse(send, status: int, detail: str, extra: dict[str, str]) -> None:
     body = json.dumps({"detail": detail}).encode()
-    headers = {"content-type": "application/json", "content-length": str(len(body)), "cache-control": "no-store",
-               **{k.lower(): v for k, v in SECURITY_HEADERS.items()}, **extra}
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(k.encode(), v.encode()) for k, v in headers.items()]})
+    headers = {
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        "cache-control": "no-store",
+        **{k.lower(): v for k, v in SECURITY_HEADERS.items()},
+        **extra,
+    }
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -363,8 +391,15 @@ def run(coordinator: Coordinator, token: str, host: str, port: int, **tls: str |
             coordinator.changes.close()
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(create_app(coordinator, token), host=host, port=port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=2, **tls)
+    config = uvicorn.Config(
+        create_app(coordinator, token),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+        **tls,
+    )
     Server(config).run()
 
 

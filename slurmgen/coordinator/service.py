@@ -52,8 +52,13 @@ class Invalid(Exception):
 
 
 class Coordinator:
-    def __init__(self, store: Store, agent_timeout: float = DEFAULT_AGENT_TIMEOUT,
-                 clock: Callable[[], float] = time.time, runs: GroupRuns | None = None):
+    def __init__(
+        self,
+        store: Store,
+        agent_timeout: float = DEFAULT_AGENT_TIMEOUT,
+        clock: Callable[[], float] = time.time,
+        runs: GroupRuns | None = None,
+    ):
         self.store = store
         self.runs = runs  # the run registry of this machine (`slurmgen jobs` lists groups from it)
         self.agent_timeout = agent_timeout
@@ -83,11 +88,17 @@ class Coordinator:
         silent = self._silent_for(w["host"], now)
         plan = plans.get(w["grp"] or "")
         return WorkerOut(
-            name=w["name"], host=w["host"], id=w["idx"], group=w["grp"],
+            name=w["name"],
+            host=w["host"],
+            id=w["idx"],
+            group=w["grp"],
             state="lost" if silent > self.agent_timeout else w["state"],
-            exit_code=w["exit_code"], pid=w["pid"], attempt=w["run_attempt"],
+            exit_code=w["exit_code"],
+            pid=w["pid"],
+            attempt=w["run_attempt"],
             rank=plan["ranks"].get(w["name"]) if plan else None,
-            seen_ago=round(silent, 3) if w["host"] in self.seen else None)
+            seen_ago=round(silent, 3) if w["host"] in self.seen else None,
+        )
 
     def _plans(self) -> dict[str, dict]:
         plans = {}
@@ -109,9 +120,16 @@ class Coordinator:
         return g
 
     def _group_out(self, g: dict[str, Any], members: int) -> GroupOut:
-        return GroupOut(name=g["name"], state=g["state"], config=GroupConfig(**g["config"]),
-                        members=members, attempt=g["attempt"], restarts=g["restarts"],
-                        reason=g["reason"], exit_code=g["exit_code"])
+        return GroupOut(
+            name=g["name"],
+            state=g["state"],
+            config=GroupConfig(**g["config"]),
+            members=members,
+            attempt=g["attempt"],
+            restarts=g["restarts"],
+            reason=g["reason"],
+            exit_code=g["exit_code"],
+        )
 
     def groups(self) -> list[GroupOut]:
         with self._atomic():
@@ -127,13 +145,24 @@ class Coordinator:
             g = self._group_row(name)
             members = self.store.workers(group=name)
             plans = self._plans()
-            attempts = [AttemptOut(number=a["number"], state=a["state"], started=a["started"],
-                                   ended=a["ended"], reason=a["reason"], exit_code=a["exit_code"],
-                                   exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
-                                   runs=a["runs"])
-                        for a in self.store.attempts(name)]
-            return GroupDetail(group=self._group_out(g, len(members)), attempts=attempts,
-                               workers=[self._worker_out(w, now, plans) for w in members])
+            attempts = [
+                AttemptOut(
+                    number=a["number"],
+                    state=a["state"],
+                    started=a["started"],
+                    ended=a["ended"],
+                    reason=a["reason"],
+                    exit_code=a["exit_code"],
+                    exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
+                    runs=a["runs"],
+                )
+                for a in self.store.attempts(name)
+            ]
+            return GroupDetail(
+                group=self._group_out(g, len(members)),
+                attempts=attempts,
+                workers=[self._worker_out(w, now, plans) for w in members],
+            )
 
     def ranks(self, name: str) -> list[RankOut]:
         with self._atomic():
@@ -146,13 +175,17 @@ class Coordinator:
         except SlurmgenError as e:
             raise error(str(e)) from None
 
-    def logs(self, name: str, rank: int | None, attempt: int | None, after: int,
-             limit: int, tail: bool = False) -> list[LogLine]:
+    def logs(
+        self, name: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
+    ) -> list[LogLine]:
         with self._atomic():
             self._group_row(name)
-            return [LogLine(id=r["id"], attempt=r["attempt"], rank=r["rank"], worker=r["worker"],
-                            time=r["time"], line=r["line"])
-                    for r in self.store.lines(name, rank, attempt, after, limit, tail)]
+            return [
+                LogLine(
+                    id=r["id"], attempt=r["attempt"], rank=r["rank"], worker=r["worker"], time=r["time"], line=r["line"]
+                )
+                for r in self.store.lines(name, rank, attempt, after, limit, tail)
+            ]
 
     # --- changing groups and workers ---------------------------------------------------------
     def create_group(self, name: str) -> GroupOut:
@@ -243,27 +276,41 @@ class Coordinator:
             raise Conflict(f"worker {lost[0]!r} is lost (its agent is silent)")
         return ranks
 
-    def _new_attempt(self, name: str, number: int, config: GroupConfig, ranks: list[RankOut],
-                     now: float, restarts: int, reason: str | None = None) -> None:
+    def _new_attempt(
+        self,
+        name: str,
+        number: int,
+        config: GroupConfig,
+        ranks: list[RankOut],
+        now: float,
+        restarts: int,
+        reason: str | None = None,
+    ) -> None:
         master = config.master or default_master(r.host for r in ranks)
-        plan = {"ranks": {r.worker: r.rank for r in ranks},
-                "env": {r.worker: {**rank_env(config, name, r, master), **timeline_env(config, name, number, restarts)}
-                        for r in ranks},
-                "argv": config.argv, "cwd": config.cwd, "stop_grace": config.stop_grace,
-                "heartbeat_timeout": config.heartbeat_timeout}
+        plan = {
+            "ranks": {r.worker: r.rank for r in ranks},
+            "env": {
+                r.worker: {**rank_env(config, name, r, master), **timeline_env(config, name, number, restarts)}
+                for r in ranks
+            },
+            "argv": config.argv,
+            "cwd": config.cwd,
+            "stop_grace": config.stop_grace,
+            "heartbeat_timeout": config.heartbeat_timeout,
+        }
         self.store.add_attempt(name, number, now, plan)
         if self.runs:
             self.runs.attempt_started(name, number, restarts, config, ranks, self.store.path)
         self.changes.bump()
-        self.store.update_group(name, state="starting", attempt=number, restarts=restarts,
-                                reason=reason, exit_code=None)
+        self.store.update_group(
+            name, state="starting", attempt=number, restarts=restarts, reason=reason, exit_code=None
+        )
 
     def stop(self, name: str) -> GroupOut:
         with self._atomic() as now:
             g = self._group_row(name)
             if not st.can_start(g["state"]):
-                self._end(self.store.attempt(name, g["attempt"]),
-                          st.Outcome("stopped", "stopped on request"), now)
+                self._end(self.store.attempt(name, g["attempt"]), st.Outcome("stopped", "stopped on request"), now)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
     # --- judging attempts ---------------------------------------------------------------------
@@ -272,13 +319,20 @@ class Coordinator:
         (blame.py): `hung`, what one agent saw alone, only asks for a judgement."""
         ranks = a["plan"]["ranks"]
         rows = {w["name"]: w for w in self.store.workers(group=a["grp"]) if w["name"] in ranks}
-        running = {n for n, w in rows.items() if w["state"] == "running"
-                   and (w["run_group"], w["run_attempt"]) == (a["grp"], a["number"])}
-        lost = {n: self._silent_for(w["host"], now) for n, w in rows.items()
-                if self._silent_for(w["host"], now) > self.agent_timeout}
+        running = {
+            n
+            for n, w in rows.items()
+            if w["state"] == "running" and (w["run_group"], w["run_attempt"]) == (a["grp"], a["number"])
+        }
+        lost = {
+            n: self._silent_for(w["host"], now)
+            for n, w in rows.items()
+            if self._silent_for(w["host"], now) > self.agent_timeout
+        }
         lost.update({n: float("inf") for n in ranks if n not in rows})
-        found = blame.judge({n: q for n, q in self.quiet.items() if n in running}, ranks,
-                            a["plan"]["heartbeat_timeout"], now)
+        found = blame.judge(
+            {n: q for n, q in self.quiet.items() if n in running}, ranks, a["plan"]["heartbeat_timeout"], now
+        )
         stories = dict([found]) if found else {}
         outcome = st.judge_attempt(a["state"], ranks, a["exit_codes"], running, set(stories), lost, stories)
         if outcome.state == a["state"]:
@@ -293,8 +347,9 @@ class Coordinator:
 
     def _end(self, a: dict[str, Any], outcome: st.Outcome, now: float) -> None:
         name = a["grp"]
-        self.store.update_attempt(name, a["number"], state=outcome.state, ended=now,
-                                  reason=outcome.reason, exit_code=outcome.exit_code)
+        self.store.update_attempt(
+            name, a["number"], state=outcome.state, ended=now, reason=outcome.reason, exit_code=outcome.exit_code
+        )
         self.changes.bump()
         g = self._group_row(name)
         if self.runs:
@@ -306,10 +361,16 @@ class Coordinator:
             except Conflict as e:
                 outcome = st.Outcome("failed", f"{outcome.reason}; no restart: {e}", outcome.exit_code)
             else:
-                return self._new_attempt(name, a["number"] + 1, config, ranks, now, g["restarts"] + 1,
-                                         reason=f"restart {g['restarts'] + 1} after: {outcome.reason}")
-        self.store.update_group(name, state=outcome.state, reason=outcome.reason,
-                                exit_code=outcome.exit_code)
+                return self._new_attempt(
+                    name,
+                    a["number"] + 1,
+                    config,
+                    ranks,
+                    now,
+                    g["restarts"] + 1,
+                    reason=f"restart {g['restarts'] + 1} after: {outcome.reason}",
+                )
+        self.store.update_group(name, state=outcome.state, reason=outcome.reason, exit_code=outcome.exit_code)
         if self.runs:
             self.runs.ended(name, a, g["restarts"], outcome)
 
@@ -328,8 +389,9 @@ class Coordinator:
         with self._atomic() as now:
             last, instance = self.seen.get(report.host, (0.0, report.instance))
             if instance != report.instance and now - last <= self.agent_timeout:
-                raise Conflict(f"host {report.host!r} already has a live agent "
-                               f"(heard {now - last:.1f} s ago); one agent per node")
+                raise Conflict(
+                    f"host {report.host!r} already has a live agent (heard {now - last:.1f} s ago); one agent per node"
+                )
             self.seen[report.host] = (now, report.instance)
             known = self._known_for(report)
             self._note_quiet(report, known, now)
@@ -345,8 +407,9 @@ class Coordinator:
             if r.beat is None or r.state != "running":
                 self.quiet.pop(name, None)
             else:
-                self.quiet[name] = blame.Reported(report.host, r.beat.age, r.beat.step, r.beat.stopped, now,
-                                                   r.beat.limit)
+                self.quiet[name] = blame.Reported(
+                    report.host, r.beat.age, r.beat.step, r.beat.stopped, now, r.beat.limit
+                )
 
     def _note_stacks(self, report: AgentReport, known: hb.Known) -> None:
         """The stack a hung worker's agent took: the attempt's reason (and its group's, and the
@@ -380,8 +443,12 @@ class Coordinator:
         for r in report.workers:
             if r.group is not None and (r.group, r.attempt) not in attempts:
                 attempts[(r.group, r.attempt)] = self.store.attempt(r.group, r.attempt)
-        return hb.Known(workers={w["idx"]: w for w in self.store.workers(host=report.host)},
-                        active={a["grp"]: a for a in active}, attempts=attempts, stacks=dict(self.stacks))
+        return hb.Known(
+            workers={w["idx"]: w for w in self.store.workers(host=report.host)},
+            active={a["grp"]: a for a in active},
+            attempts=attempts,
+            stacks=dict(self.stacks),
+        )
 
     def _carry_out(self, actions: list[hb.Action], now: float) -> None:
         for action in actions:

@@ -30,7 +30,8 @@ def _script() -> str:
     return render_template("hang_stack.sh.j2") + (
         'take_stack "$@"\n'
         'if ((${#stack_frames[@]})); then printf "%s\\n" "${stack_frames[@]}" >&2; fi\n'
-        '[[ -z $stack_file ]] || cat -- "$stack_file"\n')
+        '[[ -z $stack_file ]] || cat -- "$stack_file"\n'
+    )
 
 
 def take(beat_file: Path, rank: int, pid: int) -> tuple[list[str], str]:
@@ -43,9 +44,15 @@ def take(beat_file: Path, rank: int, pid: int) -> tuple[list[str], str]:
         beat, writer = "", None
     pid = writer if isinstance(writer, int) and writer > 0 else pid
     try:
-        proc = subprocess.Popen(["bash", "-c", _script(), "slurmgen-stack", str(beat_file.parent), str(rank), str(pid), beat],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace", start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-c", _script(), "slurmgen-stack", str(beat_file.parent), str(rank), str(pid), beat],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
     except OSError:
         return [], ""
     try:

@@ -21,8 +21,7 @@ Order = Literal["start", "stop"]
 RunKey = tuple  # (group, attempt)
 
 
-def reconcile(reported: str, reported_run: RunKey | None, wanted: RunKey | None,
-              finished: bool) -> Order | None:
+def reconcile(reported: str, reported_run: RunKey | None, wanted: RunKey | None, finished: bool) -> Order | None:
     """The order for one slot: `reported` is idle|running|exited, `reported_run` the
     (group, attempt) it runs or ran, `wanted` the run it should be part of now (None: none),
     `finished` whether that run already has this slot's exit code recorded."""
@@ -33,8 +32,7 @@ def reconcile(reported: str, reported_run: RunKey | None, wanted: RunKey | None,
     return None
 
 
-def worker_state(reported: str, reported_run: RunKey | None, wanted: RunKey | None,
-                 lost: bool) -> str:
+def worker_state(reported: str, reported_run: RunKey | None, wanted: RunKey | None, lost: bool) -> str:
     """What people see for a worker: lost beats everything, a wanted slot not yet running
     is starting."""
     if lost:
@@ -57,9 +55,15 @@ class Outcome:
         return self.state in ENDED_WORDS
 
 
-def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int],
-                  running: set, hung: set, lost: Mapping[str, float],
-                  stories: Mapping[str, str] | None = None) -> Outcome:
+def judge_attempt(
+    state: str,
+    ranks: Mapping[str, int],
+    exits: Mapping[str, int],
+    running: set,
+    hung: set,
+    lost: Mapping[str, float],
+    stories: Mapping[str, str] | None = None,
+) -> Outcome:
     """The attempt's state after new observations. `ranks` maps worker -> rank; `exits`
     holds the recorded exit codes in the order they arrived; `running`/`hung` are workers;
     `lost` maps each silent worker to the seconds since its agent was heard. Judged at every
@@ -78,18 +82,38 @@ def judge_attempt(state: str, ranks: Mapping[str, int], exits: Mapping[str, int]
     return Outcome(state)
 
 
-def attempt_events(ranks: Mapping[str, int], exits: Mapping[str, int], hung: set,
-                   lost: Mapping[str, float], stories: Mapping[str, str]) -> list[verdict.Event]:
+def attempt_events(
+    ranks: Mapping[str, int], exits: Mapping[str, int], hung: set, lost: Mapping[str, float], stories: Mapping[str, str]
+) -> list[verdict.Event]:
     """What the coordinator observed of one attempt, as verdict events, each worded as the
     coordinator reports it."""
-    events = [verdict.exited(code, worker, ranks[worker], detail=f"rank {ranks[worker]} ({worker}) exited with "
-                             f"code {code} ({exitcodes.describe(code)})") for worker, code in exits.items()]
-    events += [verdict.failure(verdict.HUNG, worker, ranks[worker],
-                               stories.get(worker, f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale"))
-               for worker in sorted(hung, key=ranks.__getitem__)]
-    return events + [verdict.failure(verdict.LOST, worker, ranks[worker], f"rank {ranks[worker]} ({worker}): "
-                                     f"its agent has been silent for {lost[worker]:.0f} s")
-                     for worker in sorted(lost, key=ranks.__getitem__)]
+    events = [
+        verdict.exited(
+            code,
+            worker,
+            ranks[worker],
+            detail=f"rank {ranks[worker]} ({worker}) exited with code {code} ({exitcodes.describe(code)})",
+        )
+        for worker, code in exits.items()
+    ]
+    events += [
+        verdict.failure(
+            verdict.HUNG,
+            worker,
+            ranks[worker],
+            stories.get(worker, f"rank {ranks[worker]} ({worker}): trainer heartbeat went stale"),
+        )
+        for worker in sorted(hung, key=ranks.__getitem__)
+    ]
+    return events + [
+        verdict.failure(
+            verdict.LOST,
+            worker,
+            ranks[worker],
+            f"rank {ranks[worker]} ({worker}): its agent has been silent for {lost[worker]:.0f} s",
+        )
+        for worker in sorted(lost, key=ranks.__getitem__)
+    ]
 
 
 def next_after_failure(restarts_used: int, max_restarts: int) -> bool:

@@ -96,8 +96,9 @@ class Store:
         return self._one("SELECT * FROM workers WHERE name = ?", (name,))
 
     def add_worker(self, host: str, idx: int) -> None:
-        self.db.execute("INSERT OR IGNORE INTO workers (name, host, idx) VALUES (?, ?, ?)",
-                        (f"{host}-{idx}", host, idx))
+        self.db.execute(
+            "INSERT OR IGNORE INTO workers (name, host, idx) VALUES (?, ?, ?)", (f"{host}-{idx}", host, idx)
+        )
 
     def update_worker(self, name: str, **values: Any) -> None:
         self._update("workers", {"name": name}, **values)
@@ -124,8 +125,10 @@ class Store:
             self.db.execute(f"DELETE FROM {table} WHERE {column} = ?", (name,))
 
     def member_counts(self) -> dict[str, int]:
-        return {r["grp"]: r["n"] for r in self._rows(
-            "SELECT grp, COUNT(*) AS n FROM workers WHERE grp IS NOT NULL GROUP BY grp")}
+        return {
+            r["grp"]: r["n"]
+            for r in self._rows("SELECT grp, COUNT(*) AS n FROM workers WHERE grp IS NOT NULL GROUP BY grp")
+        }
 
     # --- attempts ---------------------------------------------------------------------------
     def attempts(self, group: str) -> list[dict[str, Any]]:
@@ -138,8 +141,10 @@ class Store:
         return self._rows("SELECT * FROM attempts WHERE state IN ('starting', 'running')")
 
     def add_attempt(self, group: str, number: int, started: float, plan: dict[str, Any]) -> None:
-        self.db.execute("INSERT INTO attempts (grp, number, state, started, plan) VALUES (?, ?, ?, ?, ?)",
-                        (group, number, "starting", started, json.dumps(plan)))
+        self.db.execute(
+            "INSERT INTO attempts (grp, number, state, started, plan) VALUES (?, ?, ?, ?, ?)",
+            (group, number, "starting", started, json.dumps(plan)),
+        )
 
     def update_attempt(self, group: str, number: int, **values: Any) -> None:
         self._update("attempts", {"grp": group, "number": number}, **values)
@@ -147,14 +152,17 @@ class Store:
     # --- output lines -----------------------------------------------------------------------
     def add_lines(self, rows: list[tuple[str, int, int, str, float, str]]) -> None:
         """rows: (group, attempt, rank, worker, time, line); keeps LOG_LINES_KEPT per group."""
-        self.db.executemany("INSERT INTO logs (grp, attempt, rank, worker, time, line) "
-                            "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        self.db.executemany("INSERT INTO logs (grp, attempt, rank, worker, time, line) VALUES (?, ?, ?, ?, ?, ?)", rows)
         for group in {r[0] for r in rows}:
-            self.db.execute("DELETE FROM logs WHERE grp = ? AND id <= (SELECT id FROM logs WHERE "
-                            "grp = ? ORDER BY id DESC LIMIT 1 OFFSET ?)", (group, group, LOG_LINES_KEPT))
+            self.db.execute(
+                "DELETE FROM logs WHERE grp = ? AND id <= (SELECT id FROM logs WHERE "
+                "grp = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (group, group, LOG_LINES_KEPT),
+            )
 
-    def lines(self, group: str, rank: int | None, attempt: int | None, after: int,
-              limit: int, tail: bool = False) -> list[dict[str, Any]]:
+    def lines(
+        self, group: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
+    ) -> list[dict[str, Any]]:
         """Lines after id `after`, oldest first: the first `limit` of them, or with `tail`
         the last `limit`."""
         sql, args = "SELECT * FROM logs WHERE grp = ? AND id > ?", [group, after]

@@ -35,11 +35,14 @@ def read_token(path: Path) -> str:
         mode = path.stat().st_mode
         text = path.read_text().strip()
     except OSError as e:
-        raise SlurmgenError(f"token file: cannot read {str(path)!r}: {e.strerror}",
-                            hint="start `slurmgen serve` once to create it, or pass --token-file") from None
+        raise SlurmgenError(
+            f"token file: cannot read {str(path)!r}: {e.strerror}",
+            hint="start `slurmgen serve` once to create it, or pass --token-file",
+        ) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise SlurmgenError(f"token file: {str(path)!r} is readable by others (mode {stat.S_IMODE(mode):o})",
-                            hint=f"chmod 600 {path}")
+        raise SlurmgenError(
+            f"token file: {str(path)!r} is readable by others (mode {stat.S_IMODE(mode):o})", hint=f"chmod 600 {path}"
+        )
     if not text:
         raise SlurmgenError(f"token file: {str(path)!r} is empty")
     return text

@@ -32,8 +32,10 @@ def _job_hosts(variable: str = "SLURM_JOB_NODELIST") -> list[str]:
     out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
     hosts = out.stdout.split()
     if not hosts:
-        raise SlurmgenError(f"doctor: cannot list the allocation's nodes: 'scontrol show hostnames {nodelist}' "
-                            f"gave nothing ({out.stderr.strip() or 'no output'})")
+        raise SlurmgenError(
+            f"doctor: cannot list the allocation's nodes: 'scontrol show hostnames {nodelist}' "
+            f"gave nothing ({out.stderr.strip() or 'no output'})"
+        )
     return hosts
 
 
@@ -46,6 +48,7 @@ def preempt_signal(config: Path | None, given: str | None) -> str:
         if config is None:
             return str(default(JobSpec, "preempt_signal"))
         from slurmgen.generate.specfile import spec_from_sources
+
         return spec_from_sources(config, {}).preempt_signal
     name = given.upper().removeprefix("SIG")
     if name not in choices(JobSpec, "preempt_signal"):
@@ -54,26 +57,61 @@ def preempt_signal(config: Path | None, given: str | None) -> str:
 
 
 def doctor(
-    hosts: str | None = typer.Option(None, "--hosts", "-H", help="Check these hosts over SSH (a Slurm hostlist: node[1-4])."),
+    hosts: str | None = typer.Option(
+        None, "--hosts", "-H", help="Check these hosts over SSH (a Slurm hostlist: node[1-4])."
+    ),
     hostfile: Path | None = typer.Option(None, "--hostfile", help="Check the hosts of a DeepSpeed host file over SSH."),
-    files: list[str] = typer.Option([], "--files", help="Hash these files or directories (default: the git-tracked files here); repeatable."),
+    files: list[str] = typer.Option(
+        [], "--files", help="Hash these files or directories (default: the git-tracked files here); repeatable."
+    ),
     directory: str = typer.Option(".", "--dir", help="The output directory whose free disk is checked."),
     min_free_gb: float = typer.Option(1.0, "--min-free-gb", help="Less free disk than this in --dir fails."),
-    master_addr: str | None = typer.Option(None, "--master-addr", help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host)."),
-    master_port: int | None = typer.Option(None, "--master-port", help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT})."),
-    port_timeout: float = typer.Option(10.0, "--port-timeout", envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT", help="Seconds every node has to reach MASTER_PORT."),
-    python: str | None = typer.Option(None, "--python", help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system)."),
+    master_addr: str | None = typer.Option(
+        None,
+        "--master-addr",
+        help="Rendezvous host to check (default: $MASTER_ADDR, the allocation's first node, or the first host).",
+    ),
+    master_port: int | None = typer.Option(
+        None,
+        "--master-port",
+        help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT}).",
+    ),
+    port_timeout: float = typer.Option(
+        10.0,
+        "--port-timeout",
+        envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT",
+        help="Seconds every node has to reach MASTER_PORT.",
+    ),
+    python: str | None = typer.Option(
+        None,
+        "--python",
+        help="The Python on the SSH hosts, with slurmgen (default: this one's path, as on a shared file system).",
+    ),
     workdir: str | None = typer.Option(None, "--workdir", help="Directory on the SSH hosts (default: this directory)."),
     user: str | None = ssh_user_option("SSH user."),
     port: int | None = ssh_port_option("SSH port."),
     identity: list[Path] = identity_option(),
     known_hosts: str | None = known_hosts_option("known_hosts file."),
     ssh_config: str | None = ssh_config_option("ssh config file."),
-    config: Path | None = typer.Option(None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."),
-    signal: str | None = typer.Option(None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."),
-    fabric: bool = typer.Option(False, "--fabric", help="Also check the network: the address each hostname resolves to, the route to the master, NCCL_*/GLOO_* agreement, InfiniBand/EFA, and a gloo all-reduce against raw TCP between the same nodes (uses MASTER_PORT+1)."),
-    fabric_mb: float = typer.Option(8.0, "--fabric-mb", help="Size of the --fabric all-reduce in MB (raw TCP sends 4 times as much per link)."),
-    min_share: float = typer.Option(MIN_SHARE, "--min-collective-share", help="--fabric fails when the all-reduce's bus bandwidth is less than this share of the slowest raw TCP link."),
+    config: Path | None = typer.Option(
+        None, "--config", help="The job's YAML spec: check the preemption signal it uses (preempt_signal)."
+    ),
+    signal: str | None = typer.Option(
+        None, "--signal", help="The preemption signal to check (default: the spec's with --config, else USR2)."
+    ),
+    fabric: bool = typer.Option(
+        False,
+        "--fabric",
+        help="Also check the network: the address each hostname resolves to, the route to the master, NCCL_*/GLOO_* agreement, InfiniBand/EFA, and a gloo all-reduce against raw TCP between the same nodes (uses MASTER_PORT+1).",
+    ),
+    fabric_mb: float = typer.Option(
+        8.0, "--fabric-mb", help="Size of the --fabric all-reduce in MB (raw TCP sends 4 times as much per link)."
+    ),
+    min_share: float = typer.Option(
+        MIN_SHARE,
+        "--min-collective-share",
+        help="--fabric fails when the all-reduce's bus bandwidth is less than this share of the slowest raw TCP link.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
 ) -> None:
     """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk; with --fabric the network."""
@@ -90,10 +128,18 @@ def doctor(
         from slurmgen.launch.ssh.connect import SSHOptions, master_address
 
         names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
-        ssh = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity),
-                         known_hosts=known_hosts, ssh_config=ssh_config)
-        opts = replace(opts, master_addr=master_addr or master_address(names[0], ssh),
-                       master_port=master_port or ports.DEFAULT_MASTER_PORT)
+        ssh = SSHOptions(
+            user=user,
+            port=port,
+            identities=tuple(str(p) for p in identity),
+            known_hosts=known_hosts,
+            ssh_config=ssh_config,
+        )
+        opts = replace(
+            opts,
+            master_addr=master_addr or master_address(names[0], ssh),
+            master_port=master_port or ports.DEFAULT_MASTER_PORT,
+        )
         rows = nodes.ssh_rows(opts, names, ssh, python or sys.executable, workdir or os.getcwd())
     elif os.environ.get("SLURM_JOB_ID"):
         found = _allocation_rows(opts)
@@ -105,9 +151,16 @@ def doctor(
     _report(rows, as_json, min_share)
 
 
-def _probe_options(files: list[str], directory: str, min_free_gb: float, master_addr: str | None,
-                   master_port: int | None, port_timeout: float, config: Path | None,
-                   signal: str | None) -> ProbeOptions:
+def _probe_options(
+    files: list[str],
+    directory: str,
+    min_free_gb: float,
+    master_addr: str | None,
+    master_port: int | None,
+    port_timeout: float,
+    config: Path | None,
+    signal: str | None,
+) -> ProbeOptions:
     """What every node checks, from the flags, else $MASTER_ADDR/$MASTER_PORT; where the rows
     come from may still fill in the rendezvous (SSH: the first host; Slurm: run_slurm.sh's)."""
     from slurmgen.doctor.probe import ProbeOptions
@@ -117,16 +170,23 @@ def _probe_options(files: list[str], directory: str, min_free_gb: float, master_
     if port_timeout <= 0:
         raise SlurmgenError(f"port_timeout: must be more than 0 seconds (got {port_timeout:g})")
     env_port = os.environ.get("MASTER_PORT", "")
-    return ProbeOptions(files=tuple(files), out_dir=directory, min_free_gb=min_free_gb,
-                        master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
-                        master_port=master_port or (int(env_port) if env_port.isdigit() else None),
-                        port_timeout=port_timeout, signal=preempt_signal(config, signal))
+    return ProbeOptions(
+        files=tuple(files),
+        out_dir=directory,
+        min_free_gb=min_free_gb,
+        master_addr=master_addr or os.environ.get("MASTER_ADDR") or None,
+        master_port=master_port or (int(env_port) if env_port.isdigit() else None),
+        port_timeout=port_timeout,
+        signal=preempt_signal(config, signal),
+    )
 
 
 def _with_fabric(opts: ProbeOptions, fabric_mb: float, min_share: float) -> ProbeOptions:
     """The network checks of --fabric, with their size; the share is judged by `_report`."""
     if not 0 < min_share <= 1:
-        raise SlurmgenError(f"min_collective_share: expected a share above 0 and at most 1, e.g. 0.1 (got {min_share:g})")
+        raise SlurmgenError(
+            f"min_collective_share: expected a share above 0 and at most 1, e.g. 0.1 (got {min_share:g})"
+        )
     if not 0 < fabric_mb <= 1024:
         raise SlurmgenError(f"fabric_mb: expected megabytes above 0 and at most 1024 (got {fabric_mb:g})")
     return replace(opts, fabric_mb=fabric_mb)
@@ -141,8 +201,13 @@ def _allocation_rows(opts: ProbeOptions) -> list[dict[str, Any]] | None:
     in_step = bool(os.environ.get("SLURM_STEP_ID"))
     names = _job_hosts("SLURM_STEP_NODELIST" if in_step else "SLURM_JOB_NODELIST")
     job = int(os.environ["SLURM_JOB_ID"])
-    opts = ProbeOptions(**{**opts.__dict__, "master_addr": opts.master_addr or names[0],
-                           "master_port": opts.master_port or ports.job_port(job)})
+    opts = ProbeOptions(
+        **{
+            **opts.__dict__,
+            "master_addr": opts.master_addr or names[0],
+            "master_port": opts.master_port or ports.job_port(job),
+        }
+    )
     return nodes.step_rows(opts, names) if in_step else nodes.allocation_rows(opts, names)
 
 

@@ -62,8 +62,7 @@ def _agreement(rows: Sequence[Mapping[str, Any]], check: str) -> tuple[dict[str,
     top = counts.most_common()
     majority = top[0][0] if top[0][1] > top[1][1] else None
     marks = {node: Mark(OK if _show(v) == majority else BAD, _show(v)) for node, v in values.items()}
-    groups = "; ".join(
-        f"{value} on {', '.join(n for n, v in values.items() if _show(v) == value)}" for value, _ in top)
+    groups = "; ".join(f"{value} on {', '.join(n for n, v in values.items() if _show(v) == value)}" for value, _ in top)
     return marks, f"{check} differs across nodes: {groups}"
 
 

@@ -79,9 +79,14 @@ def rdma() -> dict[str, Any]:
     devices = []
     for dev in sorted(SYS_RDMA.glob("*")) if SYS_RDMA.is_dir() else []:
         states = [p.read_text().split(":")[-1].strip() for p in dev.glob("ports/*/state") if p.is_file()]
-        driver = os.path.basename(os.path.realpath(dev / "device" / "driver")) if (dev / "device" / "driver").exists() else ""
-        devices.append({"name": dev.name, "efa": dev.name.startswith("efa") or driver == "efa",
-                        "active": "ACTIVE" in states})
+        driver = (
+            os.path.basename(os.path.realpath(dev / "device" / "driver"))
+            if (dev / "device" / "driver").exists()
+            else ""
+        )
+        devices.append(
+            {"name": dev.name, "efa": dev.name.startswith("efa") or driver == "efa", "active": "ACTIVE" in states}
+        )
     return {"devices": devices}
 
 
@@ -94,11 +99,16 @@ def facts(master_ip: str | None) -> dict[str, Any]:
         net = IPv4Interface(f"{iface['addr']}/{iface['prefix']}").network
         iface["reaches_master"] = bool(master_ip and ":" not in master_ip and ip_address(master_ip) in net)
     by_addr = {i["addr"]: i["name"] for i in ifaces}
-    return {"master": master_ip, "hostname": name, "resolves": hostname_addresses(name),
-            "resolves_ifaces": {a: by_addr.get(a) for a in hostname_addresses(name)},
-            "route": {"addr": source, "iface": by_addr.get(source or "")}, "interfaces": ifaces,
-            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
-            "rdma": rdma()}
+    return {
+        "master": master_ip,
+        "hostname": name,
+        "resolves": hostname_addresses(name),
+        "resolves_ifaces": {a: by_addr.get(a) for a in hostname_addresses(name)},
+        "route": {"addr": source, "iface": by_addr.get(source or "")},
+        "interfaces": ifaces,
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
+        "rdma": rdma(),
+    }
 
 
 def _can_bind(ip: str, port: int) -> bool:
@@ -151,7 +161,9 @@ def _tcp_ring(store: Any, rank: int, nodes: int, addr: str, nbytes: int, timeout
     reader.join(timeout)
     server.close()
     if result.get("error") or "seconds" not in result:
-        raise TimeoutError(f"no TCP block from the previous rank within {timeout:g} s: {result.get('error', 'timed out')}")
+        raise TimeoutError(
+            f"no TCP block from the previous rank within {timeout:g} s: {result.get('error', 'timed out')}"
+        )
     secs = result.get("seconds") or 0.0
     return {"bytes": result.get("bytes", 0), "gbps": round(result.get("bytes", 0) / secs / 1e9, 3) if secs else None}
 
@@ -161,8 +173,9 @@ def bandwidth(master_ip: str, port: int, nodes: int, mb: float, timeout: float, 
     import torch
     import torch.distributed as dist
 
-    store = dist.TCPStore(master_ip, port, nodes, _can_bind(master_ip, port), timedelta(seconds=timeout),
-                          wait_for_workers=False)
+    store = dist.TCPStore(
+        master_ip, port, nodes, _can_bind(master_ip, port), timedelta(seconds=timeout), wait_for_workers=False
+    )
     rank = store.add("slurmgen-fabric-rank", 1) - 1
     store.set(f"name/{rank}", node)
     nbytes = max(1, int(mb * (1 << 20)) >> 20) << 20
@@ -170,8 +183,13 @@ def bandwidth(master_ip: str, port: int, nodes: int, mb: float, timeout: float, 
     link = _tcp_ring(store, rank, nodes, addr, nbytes * TCP_FACTOR, timeout)
     link["from"] = store.get(f"name/{(rank - 1) % nodes}").decode()
     link["to"] = node
-    dist.init_process_group("gloo", store=dist.PrefixStore("allreduce", store), rank=rank, world_size=nodes,
-                            timeout=timedelta(seconds=timeout))
+    dist.init_process_group(
+        "gloo",
+        store=dist.PrefixStore("allreduce", store),
+        rank=rank,
+        world_size=nodes,
+        timeout=timedelta(seconds=timeout),
+    )
     try:
         data = torch.ones(nbytes // 4, dtype=torch.float32)
         dist.all_reduce(data)  # warm-up: gloo connects its pairs on first use
@@ -185,8 +203,13 @@ def bandwidth(master_ip: str, port: int, nodes: int, mb: float, timeout: float, 
     finally:
         dist.destroy_process_group()
     bus = 2 * (nodes - 1) / nodes * nbytes * ALLREDUCE_ITERS / seconds
-    return {"rank": rank, "nodes": nodes, "mb": nbytes >> 20, "tcp": link,
-            "allreduce": {"seconds": round(seconds, 4), "bus_gbps": round(bus / 1e9, 3), "correct": right}}
+    return {
+        "rank": rank,
+        "nodes": nodes,
+        "mb": nbytes >> 20,
+        "tcp": link,
+        "allreduce": {"seconds": round(seconds, 4), "bus_gbps": round(bus / 1e9, 3), "correct": right},
+    }
 
 
 def check(master_ip: str | None, port: int | None, nodes: int, mb: float, timeout: float, node: str) -> dict[str, Any]:

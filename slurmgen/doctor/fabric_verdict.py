@@ -87,7 +87,8 @@ def _hostname(node: str, fab: Mapping[str, Any], many: bool) -> tuple[Mark, str 
     return Mark(BAD, text), (
         f"fabric on {node}: its hostname {fab.get('hostname')} resolves to {loop[0]}, a loopback address (as "
         f"Debian's default /etc/hosts makes it), a known cause of failed multi-node rendezvous: map it to "
-        f"{route.get('addr') or 'its address'} in /etc/hosts, or set {fix}")
+        f"{route.get('addr') or 'its address'} in /etc/hosts, or set {fix}"
+    )
 
 
 def _route(node: str, fab: Mapping[str, Any]) -> tuple[Mark, str | None, list[str]]:
@@ -105,7 +106,8 @@ def _route(node: str, fab: Mapping[str, Any]) -> tuple[Mark, str | None, list[st
             warnings.append(
                 f"fabric on {node}: interface {other['name']} ({other['addr']}/{other['prefix']}) is not on the "
                 f"master's network and NCCL_SOCKET_IFNAME is unset: NCCL may pick it; set "
-                f"NCCL_SOCKET_IFNAME={iface} GLOO_SOCKET_IFNAME={iface} (the interface that routes to the master)")
+                f"NCCL_SOCKET_IFNAME={iface} GLOO_SOCKET_IFNAME={iface} (the interface that routes to the master)"
+            )
     return Mark(OK, f"{iface} {route['addr']}"), None, warnings
 
 
@@ -137,7 +139,8 @@ def _bandwidth(rows: Sequence[Mapping[str, Any]], min_share: float, found: Found
         found.problems.append(
             f"fabric: a gloo all-reduce across {n} nodes got {bus:g} GB/s bus bandwidth, {share:.0%} of the slowest "
             f"raw TCP link ({slowest['gbps']:g} GB/s, {slowest['from']} -> {slowest['to']}) measured in the same "
-            f"run; want at least {min_share:.0%} (--min-collective-share)")
+            f"run; want at least {min_share:.0%} (--min-collective-share)"
+        )
 
 
 def judge(rows: Sequence[Mapping[str, Any]], min_share: float = MIN_SHARE) -> Found:

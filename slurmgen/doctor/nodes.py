@@ -49,7 +49,7 @@ def _parse(line: str) -> dict[str, Any] | None:
     if not line.startswith(RESULT_PREFIX):
         return None
     try:
-        row = json.loads(line[len(RESULT_PREFIX):])
+        row = json.loads(line[len(RESULT_PREFIX) :])
     except ValueError:
         return None
     return row if isinstance(row, dict) and "node" in row else None
@@ -70,8 +70,18 @@ def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.exec
     """One probe per node of this allocation (an srun step); the signal goes to that step once all are ready."""
     n = len(hosts)
     opts = replace(opts, nodes=n, signal_wait=SIGNAL_WAIT)
-    argv = ["srun", "--overlap", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--export=ALL",
-            python, "-m", "slurmgen.doctor.probe", *probe_args(opts)]
+    argv = [
+        "srun",
+        "--overlap",
+        f"--ntasks={n}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        "--export=ALL",
+        python,
+        "-m",
+        "slurmgen.doctor.probe",
+        *probe_args(opts),
+    ]
     rows: list[dict[str, Any]] = []
     ready: set[str] = set()
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True) as proc:
@@ -81,7 +91,7 @@ def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.exec
         watchdog.start()
         for line in proc.stdout:
             if line.startswith(READY_PREFIX):
-                node, step = line[len(READY_PREFIX):].split()
+                node, step = line[len(READY_PREFIX) :].split()
                 ready.add(node)
                 if len(ready) == n:  # what Slurm does before the time limit: signal the step's tasks
                     subprocess.run(["scancel", f"--signal={opts.signal}", step], check=False, timeout=30)
@@ -98,7 +108,8 @@ def ssh_rows(opts: ProbeOptions, hosts: list[str], ssh_opts: Any, python: str, w
     from slurmgen.launch.ssh.connect import connect_all  # paramiko: only for --hosts
 
     command = f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m slurmgen.doctor.probe " + " ".join(
-        shlex.quote(a) for a in probe_args(replace(opts, nodes=len(hosts), signal_wait=0.0)))
+        shlex.quote(a) for a in probe_args(replace(opts, nodes=len(hosts), signal_wait=0.0))
+    )
     conns = connect_all(hosts, ssh_opts)
     rows: dict[str, dict[str, Any]] = {}
     tails: dict[str, str] = {}
@@ -159,6 +170,7 @@ def step_rows(opts: ProbeOptions, hosts: list[str]) -> list[dict[str, Any]] | No
         def signal_when_ready() -> None:
             if len(_wait_for(exchange, ".ready", tasks, deadline)) == tasks:
                 subprocess.run(["scancel", f"--signal={opts.signal}", step], check=False, timeout=30)
+
         threading.Thread(target=signal_when_ready, daemon=True).start()
     row = probe(opts, arrival)
     tmp = exchange / f".{row['node']}.tmp"

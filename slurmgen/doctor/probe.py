@@ -57,8 +57,13 @@ def node_name() -> str:
 
 def software() -> dict[str, Any]:
     """Python, torch, CUDA and NCCL versions, GPU count (None where torch is missing)."""
-    facts: dict[str, Any] = {"python": platform.python_version(), "torch": None, "cuda": None, "nccl": None,
-                             "gpus": None}
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": None,
+        "cuda": None,
+        "nccl": None,
+        "gpus": None,
+    }
     try:
         import torch
     except Exception:  # not installed, or broken: both mean "no torch" on this node
@@ -90,8 +95,13 @@ def _tree(paths: tuple[str, ...], skip: str) -> list[str]:
         if not os.path.isdir(path):
             raise FileNotFoundError(f"no such file or directory: {path}")
         for root, dirs, files in os.walk(path):
-            dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS
-                       and os.path.realpath(os.path.join(root, d)) != os.path.realpath(skip)]
+            dirs[:] = [
+                d
+                for d in dirs
+                if not d.startswith(".")
+                and d not in SKIP_DIRS
+                and os.path.realpath(os.path.join(root, d)) != os.path.realpath(skip)
+            ]
             found += [os.path.normpath(os.path.join(root, f)) for f in files]
             if len(found) > MAX_FILES:
                 raise ValueError(f"more than {MAX_FILES} files under {path}; name the ones that matter with --files")
@@ -197,8 +207,11 @@ def port_check(ip: str, port: int, nodes: int, timeout: float) -> dict[str, Any]
     error = _hello(ip, port, deadline)
     if server:
         server.join()
-    result: dict[str, Any] = {"ok": error is None, "listener": server is not None,
-                              "error": None if error is None else f"{ip}:{port} unreachable within {timeout:g} s: {error}"}
+    result: dict[str, Any] = {
+        "ok": error is None,
+        "listener": server is not None,
+        "error": None if error is None else f"{ip}:{port} unreachable within {timeout:g} s: {error}",
+    }
     if server:
         result["heard"] = sorted(heard)
     return result
@@ -253,8 +266,19 @@ def parse_args(argv: list[str]) -> ProbeOptions:
     p.add_argument("--fabric-mb", type=float, default=0.0)
     p.add_argument("--fabric-timeout", type=float, default=30.0)
     a = p.parse_args(argv)
-    return ProbeOptions(tuple(a.files), a.dir, a.min_free_gb, a.master_addr, a.master_port, a.nodes,
-                        a.port_timeout, a.signal, a.signal_wait, a.fabric_mb, a.fabric_timeout)
+    return ProbeOptions(
+        tuple(a.files),
+        a.dir,
+        a.min_free_gb,
+        a.master_addr,
+        a.master_port,
+        a.nodes,
+        a.port_timeout,
+        a.signal,
+        a.signal_wait,
+        a.fabric_mb,
+        a.fabric_timeout,
+    )
 
 
 def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> int:

@@ -18,13 +18,19 @@ from slurmgen.errors import SlurmgenError
 
 
 def create(
-    command: list[str] | None = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    command: list[str] | None = typer.Argument(
+        None, help="The program every process runs (after --). Default: python -m slurmgen.train."
+    ),
     config: Path | None = typer.Option(None, "--config", help="YAML job spec; flags given here override it."),
-    output_dir: str | None = typer.Option(None, "--output-dir", "-o", help="Where to write the scripts [default: out]."),
+    output_dir: str | None = typer.Option(
+        None, "--output-dir", "-o", help="Where to write the scripts [default: out]."
+    ),
     nodes: str | None = typer.Option(None, "--nodes", "-N", metavar="N", help="Number of nodes [default: 1]."),
     gpus: str | None = typer.Option(None, "--gpus", metavar="N", help="Processes (GPUs) per node [default: 1]."),
     gpu_request: str | None = typer.Option(None, "--gpu-request", help="auto | gpus-per-node | gres | none."),
-    time: str | None = typer.Option(None, "--time", "-t", help="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."),
+    time: str | None = typer.Option(
+        None, "--time", "-t", help="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."
+    ),
     partition: str | None = typer.Option(None, "--partition", "-p"),
     account: str | None = typer.Option(None, "--account", "-A"),
     qos: str | None = typer.Option(None, "--qos", "-q"),
@@ -34,29 +40,73 @@ def create(
     mem: str | None = typer.Option(None, "--mem", help="Memory per node, e.g. 64G."),
     job_name: str | None = typer.Option(None, "--job-name", "-J"),
     master_addr: str | None = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
-    master_port: str | None = typer.Option(None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."),
+    master_port: str | None = typer.Option(
+        None, "--master-port", metavar="N", help="Rendezvous port [default: from the job id]."
+    ),
     backend: str | None = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
-    launcher: str | None = typer.Option(None, "--launcher", help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself."),
+    launcher: str | None = typer.Option(
+        None,
+        "--launcher",
+        help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself.",
+    ),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
-    setup: list[str] = typer.Option([], "--setup", help="Shell line run before launch (module load, venv); repeatable."),
+    setup: list[str] = typer.Option(
+        [], "--setup", help="Shell line run before launch (module load, venv); repeatable."
+    ),
     sbatch: list[str] = typer.Option([], "--sbatch", help="Extra #SBATCH option, e.g. --mail-type=END; repeatable."),
     container_image: str | None = typer.Option(None, "--container-image", help="Run inside this container image."),
     container_runtime: str | None = typer.Option(None, "--container-runtime", help="pyxis | apptainer."),
     container_mount: list[str] = typer.Option([], "--container-mount", help="SRC:DST[:FLAGS]; repeatable."),
     log_dir: str | None = typer.Option(None, "--log-dir", help="Job logs [default: OUTPUT_DIR/logs]."),
-    requeue: bool | None = typer.Option(None, "--requeue/--no-requeue", help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit."),
-    signal_lead: str | None = typer.Option(None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."),
-    array: str | None = typer.Option(None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."),
-    sweep: list[str] = typer.Option([], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."),
-    sweep_file: Path | None = typer.Option(None, "--sweep-file", help="JSON lines, one object of parameters per array task."),
-    sweep_args: str | None = typer.Option(None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."),
-    heartbeat_timeout: str | None = typer.Option(None, "--heartbeat-timeout", metavar="S", help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged)."),
-    hang_factor: str | None = typer.Option(None, "--hang-factor", metavar="K", help="With --heartbeat-timeout: a rank is also hung once silent for its heartbeat period + max(--hang-floor, K x its p99 step time) [default: 3; 0: the fixed timeout only]."),
-    hang_floor: str | None = typer.Option(None, "--hang-floor", metavar="S", help="Seconds below which the learned hang timeout never goes [default: 30]."),
-    retries: str | None = typer.Option(None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."),
-    retry_on: str | None = typer.Option(None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."),
-    exclude_failed_node: bool | None = typer.Option(None, "--exclude-failed-node/--no-exclude-failed-node", help="Exclude the node where the failure started before requeueing."),
-    preflight: bool | None = typer.Option(None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."),
+    requeue: bool | None = typer.Option(
+        None,
+        "--requeue/--no-requeue",
+        help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit.",
+    ),
+    signal_lead: str | None = typer.Option(
+        None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."
+    ),
+    array: str | None = typer.Option(
+        None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."
+    ),
+    sweep: list[str] = typer.Option(
+        [], "--sweep", help="KEY=V1,V2,...: one array task per point of the grid; repeatable."
+    ),
+    sweep_file: Path | None = typer.Option(
+        None, "--sweep-file", help="JSON lines, one object of parameters per array task."
+    ),
+    sweep_args: str | None = typer.Option(
+        None, "--sweep-args", help="How each parameter reaches the command [default: '--{key} {value}']."
+    ),
+    heartbeat_timeout: str | None = typer.Option(
+        None,
+        "--heartbeat-timeout",
+        metavar="S",
+        help="Stop the job step when a rank's heartbeat file is S seconds old (ranks that write none are not judged).",
+    ),
+    hang_factor: str | None = typer.Option(
+        None,
+        "--hang-factor",
+        metavar="K",
+        help="With --heartbeat-timeout: a rank is also hung once silent for its heartbeat period + max(--hang-floor, K x its p99 step time) [default: 3; 0: the fixed timeout only].",
+    ),
+    hang_floor: str | None = typer.Option(
+        None, "--hang-floor", metavar="S", help="Seconds below which the learned hang timeout never goes [default: 30]."
+    ),
+    retries: str | None = typer.Option(
+        None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."
+    ),
+    retry_on: str | None = typer.Option(
+        None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."
+    ),
+    exclude_failed_node: bool | None = typer.Option(
+        None,
+        "--exclude-failed-node/--no-exclude-failed-node",
+        help="Exclude the node where the failure started before requeueing.",
+    ),
+    preflight: bool | None = typer.Option(
+        None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
@@ -68,8 +118,20 @@ def create(
     write_rendered(rendered, dry_run=dry_run, force=force)
 
 
-def spec_from_create_flags(*, command, config, env, setup, sbatch, container_image, container_runtime, container_mount,
-                           sweep, sweep_file, **fields):
+def spec_from_create_flags(
+    *,
+    command,
+    config,
+    env,
+    setup,
+    sbatch,
+    container_image,
+    container_runtime,
+    container_mount,
+    sweep,
+    sweep_file,
+    **fields,
+):
     """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it.
 
     Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
@@ -81,10 +143,18 @@ def spec_from_create_flags(*, command, config, env, setup, sbatch, container_ima
         raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
     points = sweep_input.read_file(sweep_file) if sweep_file is not None else sweep_input.parse_flag(sweep) or None
     container = given_flags(image=container_image, runtime=container_runtime, mounts=list(container_mount))
-    return spec_from_sources(config, given_flags(
-        command=command or None, env=parse_env(env), setup=list(setup), sbatch_extra=list(sbatch),
-        container=container or None, sweep=points, **fields,
-    ))
+    return spec_from_sources(
+        config,
+        given_flags(
+            command=command or None,
+            env=parse_env(env),
+            setup=list(setup),
+            sbatch_extra=list(sbatch),
+            container=container or None,
+            sweep=points,
+            **fields,
+        ),
+    )
 
 
 def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False) -> None:
@@ -113,7 +183,9 @@ def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False)
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
-    typer.echo(f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>")
+    typer.echo(
+        f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>"
+    )
 
 
 def ranks(
@@ -133,7 +205,9 @@ def ranks(
 
     given = [name for name, v in (("--hosts", hosts), ("--hostfile", hostfile), ("--nodes", nodes)) if v is not None]
     if len(given) != 1:
-        raise SlurmgenError(f"hosts: give exactly one of --hosts, --hostfile, --nodes (got {len(given)}: {', '.join(given) or 'none'})")
+        raise SlurmgenError(
+            f"hosts: give exactly one of --hosts, --hostfile, --nodes (got {len(given)}: {', '.join(given) or 'none'})"
+        )
     if gpus < 1:
         raise SlurmgenError(f"gpus: must be at least 1 (got {gpus})")
     if nodes is not None:
@@ -141,8 +215,11 @@ def ranks(
             raise SlurmgenError("master: --master needs named hosts (--hosts or --hostfile)")
         table = rank_table(anonymous_hosts(nodes, gpus), world_size)
     else:
-        host_list = (read_hostfile(hostfile, gpus) if hostfile is not None
-                     else [Host.with_count(h, gpus) for h in expand(hosts or "")])
+        host_list = (
+            read_hostfile(hostfile, gpus)
+            if hostfile is not None
+            else [Host.with_count(h, gpus) for h in expand(hosts or "")]
+        )
         table = rank_table(order_hosts(host_list, master, order), world_size)
     if as_json:
         typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))

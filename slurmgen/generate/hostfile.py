@@ -36,8 +36,10 @@ def parse_hostfile(text: str, default_slots: int, source: str = "hostfile") -> l
         mpich = split_slots_suffix(host)
         if mpich:
             if slots_text is not None:
-                raise SlurmgenError(f"{source}:{number}: slots given twice (got {show(line)})",
-                                    hint="use either 'HOST slots=N' or 'HOST:N'")
+                raise SlurmgenError(
+                    f"{source}:{number}: slots given twice (got {show(line)})",
+                    hint="use either 'HOST slots=N' or 'HOST:N'",
+                )
             host, slots_text = mpich[0], str(mpich[1])
         check_host_name(host, f"{source}:{number}")
         if slots_text is not None and not (slots_text.isdigit() and int(slots_text) >= 1):

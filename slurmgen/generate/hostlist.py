@@ -42,10 +42,11 @@ def check_host_name(name: str, field: str) -> str:
         raise SlurmgenError(
             f"{field}: {show(name)} is not a host name (it looks like MPICH's host:slots)",
             hint=f"give slots per host in a --hostfile ('{mpich['host']} slots={mpich['slots']}' "
-                 f"or '{name}' lines) or with --gpus",
+            f"or '{name}' lines) or with --gpus",
         )
-    raise SlurmgenError(f"{field}: {show(name)} is not a host name "
-                        "(expected letters, digits and _ . - only, or an IP address)")
+    raise SlurmgenError(
+        f"{field}: {show(name)} is not a host name (expected letters, digits and _ . - only, or an IP address)"
+    )
 
 
 def split_slots_suffix(entry: str) -> tuple[str, int] | None:

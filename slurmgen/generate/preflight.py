@@ -24,8 +24,10 @@ def torchrun_note(spec: JobSpec) -> str | None:
     if not runs_python(spec):
         if spec.container is not None or shutil.which("torchrun"):
             return None
-        return ("launcher torchrun: 'torchrun' is not on PATH here; the nodes need it there "
-                "(or make the program the venv's Python: -- /path/to/venv/bin/python train.py)")
+        return (
+            "launcher torchrun: 'torchrun' is not on PATH here; the nodes need it there "
+            "(or make the program the venv's Python: -- /path/to/venv/bin/python train.py)"
+        )
     program = spec.command[0]
     if spec.container is not None or "/" not in program or not Path(program).is_file():
         return None  # a bare name or a path on the nodes only: cannot be known here
@@ -33,4 +35,8 @@ def torchrun_note(spec: JobSpec) -> str | None:
         found = subprocess.run([program, "-c", _HAS_TORCH], capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return f"launcher torchrun: {program} could not be run here to look for torch"
-    return None if found else f"launcher torchrun: {program} has no torch here ({program} -m torch.distributed.run would fail)"
+    return (
+        None
+        if found
+        else f"launcher torchrun: {program} has no torch here ({program} -m torch.distributed.run would fail)"
+    )

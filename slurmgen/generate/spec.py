@@ -39,34 +39,78 @@ DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
 # (heartbeat directory, requeue, preemption signal) contradict the spec and quietly break hang
 # detection or the requeue. The spec's own fields set them.
 RESERVED_ENV = {
-    "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", envvars.BACKEND, envvars.HEARTBEAT_DIR, envvars.HEARTBEAT_BASE,
-    "SLURMGEN_REQUEUE", "SLURMGEN_PREEMPT_SIGNAL", "SLURMGEN_SWEEP_INDEX", "SLURMGEN_SWEEP_FILE",
-    "SLURMGEN_ATTEMPT", envvars.STRATEGY,
+    "RANK",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    envvars.BACKEND,
+    envvars.HEARTBEAT_DIR,
+    envvars.HEARTBEAT_BASE,
+    "SLURMGEN_REQUEUE",
+    "SLURMGEN_PREEMPT_SIGNAL",
+    "SLURMGEN_SWEEP_INDEX",
+    "SLURMGEN_SWEEP_FILE",
+    "SLURMGEN_ATTEMPT",
+    envvars.STRATEGY,
 }
 # Settings of launch_multi_node.sh, read from the environment it is started in before it exports
 # the spec's env (`slurmgen launch` sets some of them for every node): in the spec they would
 # either do nothing or silently override the launcher's.
 LAUNCH_SETTINGS_ENV = {
-    "SLURMGEN_LINK", "SLURMGEN_LINK_PORT", "SLURMGEN_LINK_TOKEN", "SLURMGEN_PYTHON", "SLURMGEN_START_TIMEOUT",
-    "SLURMGEN_RANK_OFFSET", "SLURMGEN_WORLD_SIZE", "SLURMGEN_LOG_DIR", "SLURMGEN_STOP_GRACE",
-    "SLURMGEN_FAIL_GRACE", "SLURMGEN_EVENT_FD",
+    "SLURMGEN_LINK",
+    "SLURMGEN_LINK_PORT",
+    "SLURMGEN_LINK_TOKEN",
+    "SLURMGEN_PYTHON",
+    "SLURMGEN_START_TIMEOUT",
+    "SLURMGEN_RANK_OFFSET",
+    "SLURMGEN_WORLD_SIZE",
+    "SLURMGEN_LOG_DIR",
+    "SLURMGEN_STOP_GRACE",
+    "SLURMGEN_FAIL_GRACE",
+    "SLURMGEN_EVENT_FD",
 }
 # sbatch options slurmgen writes itself, and the spec field to use instead.
 MANAGED_SBATCH = {
-    "--job-name": "job_name", "-J": "job_name", "--nodes": "nodes", "-N": "nodes",
-    "--ntasks-per-node": "gpus", "--ntasks": "nodes and gpus", "-n": "nodes and gpus",
-    "--gpus-per-node": "gpus and gpu_request", "--gres": "gpu_request",
-    "--cpus-per-task": "cpus_per_task", "-c": "cpus_per_task", "--mem": "mem",
-    "--time": "time", "-t": "time", "--partition": "partition", "-p": "partition",
-    "--account": "account", "-A": "account", "--qos": "qos", "-q": "qos",
-    "--constraint": "constraint", "-C": "constraint", "--exclusive": "exclusive",
-    "--output": "log_dir", "-o": "log_dir", "--error": "log_dir", "-e": "log_dir",
-    "--requeue": "requeue", "--no-requeue": "requeue", "--signal": "requeue, signal_lead and preempt_signal",
-    "--open-mode": "(always append)", "--array": "array or sweep", "-a": "array or sweep",
+    "--job-name": "job_name",
+    "-J": "job_name",
+    "--nodes": "nodes",
+    "-N": "nodes",
+    "--ntasks-per-node": "gpus",
+    "--ntasks": "nodes and gpus",
+    "-n": "nodes and gpus",
+    "--gpus-per-node": "gpus and gpu_request",
+    "--gres": "gpu_request",
+    "--cpus-per-task": "cpus_per_task",
+    "-c": "cpus_per_task",
+    "--mem": "mem",
+    "--time": "time",
+    "-t": "time",
+    "--partition": "partition",
+    "-p": "partition",
+    "--account": "account",
+    "-A": "account",
+    "--qos": "qos",
+    "-q": "qos",
+    "--constraint": "constraint",
+    "-C": "constraint",
+    "--exclusive": "exclusive",
+    "--output": "log_dir",
+    "-o": "log_dir",
+    "--error": "log_dir",
+    "-e": "log_dir",
+    "--requeue": "requeue",
+    "--no-requeue": "requeue",
+    "--signal": "requeue, signal_lead and preempt_signal",
+    "--open-mode": "(always append)",
+    "--array": "array or sweep",
+    "-a": "array or sweep",
 }
 
-_NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")        # partition, account, qos
+_NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")  # partition, account, qos
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -88,7 +132,9 @@ class Container(Struct, frozen=True, forbid_unknown_fields=True):
     """Run every process inside a container: pyxis (`srun --container-image`) or apptainer."""
 
     image: Annotated[str, Meta(description="Image reference, e.g. nvcr.io#nvidia/pytorch:24.05-py3 or a .sif file.")]
-    runtime: Annotated[Literal["pyxis", "apptainer"], Meta(description="pyxis (Slurm plugin) or apptainer exec.")] = "pyxis"
+    runtime: Annotated[Literal["pyxis", "apptainer"], Meta(description="pyxis (Slurm plugin) or apptainer exec.")] = (
+        "pyxis"
+    )
     mounts: Annotated[list[str], Meta(description="SRC:DST[:FLAGS] bind mounts.")] = msgspec.field(default_factory=list)
 
 
@@ -98,8 +144,10 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
     job_name: Annotated[str, Meta(description="Slurm job name (%x in log names).")] = "slurmgen"
     nodes: Annotated[int, Meta(ge=1, le=100_000, description="Number of nodes.")] = 1
     gpus: Annotated[int, Meta(ge=1, le=1024, description="Processes per node, one per GPU.")] = 1
-    gpu_request: Annotated[Literal["auto", "gpus-per-node", "gres", "none"], Meta(
-        description="How GPUs are asked for; auto = none for backend gloo, else --gpus-per-node.")] = "auto"
+    gpu_request: Annotated[
+        Literal["auto", "gpus-per-node", "gres", "none"],
+        Meta(description="How GPUs are asked for; auto = none for backend gloo, else --gpus-per-node."),
+    ] = "auto"
     cpus_per_task: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(description="CPUs per process.")] = None
     mem: Annotated[str | None, Meta(description="Memory per node, e.g. 64G (0 = all).")] = None
     time: Annotated[str | None, Meta(description="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.")] = None
@@ -108,58 +156,97 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
     qos: str | None = None
     constraint: Annotated[str | None, Meta(description="Node features, e.g. a100&ib.")] = None
     exclusive: Annotated[bool, Meta(description="Ask for whole nodes.")] = False
-    sbatch_extra: Annotated[list[str], Meta(description="Extra #SBATCH options, e.g. --mail-type=END.")] = \
+    sbatch_extra: Annotated[list[str], Meta(description="Extra #SBATCH options, e.g. --mail-type=END.")] = (
         msgspec.field(default_factory=list)
-    setup: Annotated[list[str], Meta(description="Shell lines run before launching (module load, venv).")] = \
+    )
+    setup: Annotated[list[str], Meta(description="Shell lines run before launching (module load, venv).")] = (
         msgspec.field(default_factory=list)
-    env: Annotated[dict[str, str], Meta(description="Environment for every process (NCCL_* ...).")] = \
-        msgspec.field(default_factory=dict)
+    )
+    env: Annotated[dict[str, str], Meta(description="Environment for every process (NCCL_* ...).")] = msgspec.field(
+        default_factory=dict
+    )
     master_addr: Annotated[str | None, Meta(description="Rendezvous host; default: the job's first node.")] = None
     master_port: Annotated[Port | None, Meta(description=f"Rendezvous port; default {ports.JOB_PORT_RULE}.")] = None
     backend: Literal["auto", "nccl", "gloo"] = DEFAULT_BACKEND  # contract.backends.BACKENDS (a test keeps them equal)
-    strategy: Annotated[Literal["ddp", "fsdp"], Meta(  # contract.strategies.STRATEGIES (a test keeps them equal)
-        description="The bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp, a whole model per rank; "
-                    "fsdp, FSDP2 with sharded checkpoints, for models whose training state does not fit one GPU.")] = \
-        DEFAULT_STRATEGY
-    launcher: Annotated[Literal["srun", "torchrun"], Meta(
-        description="run_slurm.sh only: srun (one task per process) or torchrun (one per node).")] = "srun"
+    strategy: Annotated[
+        Literal["ddp", "fsdp"],
+        Meta(  # contract.strategies.STRATEGIES (a test keeps them equal)
+            description="The bundled trainer's --strategy default (SLURMGEN_STRATEGY): ddp, a whole model per rank; "
+            "fsdp, FSDP2 with sharded checkpoints, for models whose training state does not fit one GPU."
+        ),
+    ] = DEFAULT_STRATEGY
+    launcher: Annotated[
+        Literal["srun", "torchrun"],
+        Meta(description="run_slurm.sh only: srun (one task per process) or torchrun (one per node)."),
+    ] = "srun"
     container: Container | None = None
     output_dir: Annotated[str, Meta(description="Where the scripts and job.yaml are written.")] = "out"
     log_dir: Annotated[str | None, Meta(description="Job logs; default OUTPUT_DIR/logs.")] = None
-    requeue: Annotated[bool | None, Meta(
-        description="true: checkpoint and requeue on the time-limit warning (preempt_signal, sent signal_lead seconds "
-                    "before the end); false: never requeued, by Slurm or the trainer (--no-requeue); unset: the "
-                    "cluster's default (JobRequeue) decides.")] = None
-    signal_lead: Annotated[int, Meta(ge=1, le=65535,
-                                     description="Seconds before the time limit that preempt_signal arrives.")] = 120
-    preempt_signal: Annotated[Literal["USR2", "USR1"], Meta(
-        description="The signal Slurm sends before the time limit (USR2: NCCL may use USR1); the trainer is told.")] = "USR2"
-    command: Annotated[list[str], Meta(
-        description="The program every process runs; in a sweep, {task} and {sweep.KEY} in it are filled per array "
-                    "task.")] = msgspec.field(default_factory=lambda: list(DEFAULT_COMMAND))
-    array: Annotated[str | None, Meta(
-        description="sbatch --array, e.g. 0-15%4; with a sweep only %N (a cap on tasks at once).")] = None
-    sweep: Annotated[dict[str, list[SweepValue]] | list[dict[str, SweepValue]] | None, Meta(
-        description="Parameters: a grid {key: [values]} or a list of points; one array task per point.")] = None
-    sweep_args: Annotated[str | None, Meta(
-        description="How each parameter is appended to the command, default '--{key} {value}'; {key} and {value} are "
-                    "replaced per word.")] = None
+    requeue: Annotated[
+        bool | None,
+        Meta(
+            description="true: checkpoint and requeue on the time-limit warning (preempt_signal, sent signal_lead seconds "
+            "before the end); false: never requeued, by Slurm or the trainer (--no-requeue); unset: the "
+            "cluster's default (JobRequeue) decides."
+        ),
+    ] = None
+    signal_lead: Annotated[
+        int, Meta(ge=1, le=65535, description="Seconds before the time limit that preempt_signal arrives.")
+    ] = 120
+    preempt_signal: Annotated[
+        Literal["USR2", "USR1"],
+        Meta(
+            description="The signal Slurm sends before the time limit (USR2: NCCL may use USR1); the trainer is told."
+        ),
+    ] = "USR2"
+    command: Annotated[
+        list[str],
+        Meta(
+            description="The program every process runs; in a sweep, {task} and {sweep.KEY} in it are filled per array "
+            "task."
+        ),
+    ] = msgspec.field(default_factory=lambda: list(DEFAULT_COMMAND))
+    array: Annotated[
+        str | None, Meta(description="sbatch --array, e.g. 0-15%4; with a sweep only %N (a cap on tasks at once).")
+    ] = None
+    sweep: Annotated[
+        dict[str, list[SweepValue]] | list[dict[str, SweepValue]] | None,
+        Meta(description="Parameters: a grid {key: [values]} or a list of points; one array task per point."),
+    ] = None
+    sweep_args: Annotated[
+        str | None,
+        Meta(
+            description="How each parameter is appended to the command, default '--{key} {value}'; {key} and {value} are "
+            "replaced per word."
+        ),
+    ] = None
     # Jobs that heal (run_slurm.sh; see slurmgen/heal/).
-    heartbeat_timeout: Annotated[Annotated[float, Meta(gt=0, le=86_400)] | None, Meta(
-        description="Stop the job step when a rank's heartbeat file is older than this many seconds.")] = None
-    hang_factor: Annotated[float, Meta(
-        ge=0, le=1000,
-        description="With heartbeat_timeout: each rank also learns a timeout from its own step times, its heartbeat "
-                    "period + max(hang_floor, hang_factor x p99 step time), the fixed one staying the ceiling (0: "
-                    "off).")] = hangs.DEFAULT_FACTOR
-    hang_floor: Annotated[float, Meta(ge=0, le=86_400, description="Seconds below which a learned hang timeout never "
-                                                                   "goes.")] = hangs.DEFAULT_FLOOR
-    retries: Annotated[int, Meta(ge=0, le=100, description="Requeue the job after a failure with a retry_on code, up "
-                                                           "to N times.")] = 0
-    retry_on: Annotated[list[int], Meta(description="Exit codes that requeue the job, e.g. [1, 124, 143].")] = \
+    heartbeat_timeout: Annotated[
+        Annotated[float, Meta(gt=0, le=86_400)] | None,
+        Meta(description="Stop the job step when a rank's heartbeat file is older than this many seconds."),
+    ] = None
+    hang_factor: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=1000,
+            description="With heartbeat_timeout: each rank also learns a timeout from its own step times, its heartbeat "
+            "period + max(hang_floor, hang_factor x p99 step time), the fixed one staying the ceiling (0: "
+            "off).",
+        ),
+    ] = hangs.DEFAULT_FACTOR
+    hang_floor: Annotated[
+        float, Meta(ge=0, le=86_400, description="Seconds below which a learned hang timeout never goes.")
+    ] = hangs.DEFAULT_FLOOR
+    retries: Annotated[
+        int, Meta(ge=0, le=100, description="Requeue the job after a failure with a retry_on code, up to N times.")
+    ] = 0
+    retry_on: Annotated[list[int], Meta(description="Exit codes that requeue the job, e.g. [1, 124, 143].")] = (
         msgspec.field(default_factory=list)
-    exclude_failed_node: Annotated[bool, Meta(
-        description="Exclude the node where the failure started before requeueing.")] = False
+    )
+    exclude_failed_node: Annotated[
+        bool, Meta(description="Exclude the node where the failure started before requeueing.")
+    ] = False
     preflight: Annotated[bool, Meta(description="Run `slurmgen doctor` on every node before the job step.")] = False
 
     # ---- derived values, computed, never stored ----
@@ -199,8 +286,11 @@ def json_schema() -> dict:
             if "enum" in prop:
                 prop["enum"] = list(choices(model, name))
             prop.get("anyOf", []).sort(key=lambda option: option.get("type") == "null")
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **definitions.pop("JobSpec"),
-            "$defs": definitions}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **definitions.pop("JobSpec"),
+        "$defs": definitions,
+    }
 
 
 @cache
@@ -246,27 +336,33 @@ RULES: dict[type[Struct], Rules] = {Container: Rules(), JobSpec: Rules()}
 
 def before(model: type[Struct], *names: str) -> Callable[[Rule], Rule]:
     """Register a rule that takes the value as written and returns it ready for the field's type."""
+
     def register(rule: Rule) -> Rule:
         for name in names:
             RULES[model].before[name].append(rule)
         return rule
+
     return register
 
 
 def after(model: type[Struct], *names: str) -> Callable[[Rule], Rule]:
     """Register a rule that checks a value of the field's type and returns it (or a cleaned copy)."""
+
     def register(rule: Rule) -> Rule:
         for name in names:
             RULES[model].after[name].append(rule)
         return rule
+
     return register
 
 
 def across(model: type[Struct]) -> Callable[[Callable[[Any], None]], Callable[[Any], None]]:
     """Register a rule over several fields of a struct whose every field is valid."""
+
     def register(rule: Callable[[Any], None]) -> Callable[[Any], None]:
         RULES[model].across.append(rule)
         return rule
+
     return register
 
 
@@ -289,8 +385,9 @@ def _mounts(v: list[str]) -> list[str]:
 
 # Strict types, as the user wrote them: a number where text is expected is that text
 # (`job_name: 2024`, `--lr 3e-4` in a command); a boolean is never a number, nor the reverse.
-before(JobSpec, "job_name", "partition", "account", "qos", "constraint", "master_addr", "output_dir",
-       "log_dir")(as_written)
+before(JobSpec, "job_name", "partition", "account", "qos", "constraint", "master_addr", "output_dir", "log_dir")(
+    as_written
+)
 
 
 @before(JobSpec, "command")
@@ -306,8 +403,9 @@ def _command(v: object) -> object:
         if not v[0].strip():
             raise ValueError("the program (first word) must not be empty, e.g. [python, train.py]")
         if v[0].startswith("-"):
-            raise ValueError(f"the first word is the program to run, not an option (got {v[0]!r}); "
-                             "e.g. python train.py --lr 3e-4")
+            raise ValueError(
+                f"the first word is the program to run, not an option (got {v[0]!r}); e.g. python train.py --lr 3e-4"
+            )
     return v
 
 
@@ -321,17 +419,22 @@ def _no_boolean(kind: str) -> Rule:
         if isinstance(v, bool):
             raise ValueError(f"expected {kind}, not true/false")
         return v
+
     return number
 
 
-before(JobSpec, "nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "retries")(_no_boolean("a whole number"))
+before(JobSpec, "nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "retries")(
+    _no_boolean("a whole number")
+)
 before(JobSpec, "heartbeat_timeout", "hang_floor")(_no_boolean("a number of seconds"))
 before(JobSpec, "hang_factor")(_no_boolean("a number"))
 
 
 # YAML 1.2 (yaml12) reads `exclusive: yes` as text; the words YAML 1.1 and the shell use still mean a boolean.
-_BOOLEAN_WORDS = {**dict.fromkeys(("true", "t", "yes", "y", "on", "1"), True),
-                  **dict.fromkeys(("false", "f", "no", "n", "off", "0"), False)}
+_BOOLEAN_WORDS = {
+    **dict.fromkeys(("true", "t", "yes", "y", "on", "1"), True),
+    **dict.fromkeys(("false", "f", "no", "n", "off", "0"), False),
+}
 
 
 @before(JobSpec, "exclusive", "requeue", "exclude_failed_node", "preflight")
@@ -409,8 +512,10 @@ def _env(v: object) -> object:
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by the launch scripts; use the spec's fields instead")
             if key in LAUNCH_SETTINGS_ENV:
-                raise ValueError(f"{key} is a setting of launch_multi_node.sh, read from the environment "
-                                 "it is started in; export it there instead")
+                raise ValueError(
+                    f"{key} is a setting of launch_multi_node.sh, read from the environment "
+                    "it is started in; export it there instead"
+                )
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise ValueError(f"{key}: give a string or a number (got {value!r}); quote 'true' to pass the word")
         return {k: str(as_written(val)) for k, val in v.items()}
@@ -475,10 +580,14 @@ def _array_with_sweep(spec: JobSpec) -> None:
     from slurmgen.contract.grid import LIMIT
 
     if spec.sweep is not None and spec.array is not None and not LIMIT.match(spec.array):
-        raise ValueError(f"array: with a sweep, give only %N to cap the tasks running at once; the indices come from "
-                         f"the sweep (got {spec.array!r})")
+        raise ValueError(
+            f"array: with a sweep, give only %N to cap the tasks running at once; the indices come from "
+            f"the sweep (got {spec.array!r})"
+        )
     if spec.sweep is None and spec.array is not None and LIMIT.match(spec.array):
-        raise ValueError(f"array: {spec.array!r} caps a sweep's tasks; without a sweep give indices, e.g. 0-15{spec.array}")
+        raise ValueError(
+            f"array: {spec.array!r} caps a sweep's tasks; without a sweep give indices, e.g. 0-15{spec.array}"
+        )
 
 
 @across(JobSpec)

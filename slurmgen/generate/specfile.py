@@ -25,11 +25,14 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
     data = yaml12.load(read_text(path, "config"), str(path), "config")
     if data is None:
-        raise SlurmgenError(f"config: {path} holds no spec fields (it is empty or only comments)",
-                            hint="give at least nodes: and gpus:, or leave out --config for the defaults")
+        raise SlurmgenError(
+            f"config: {path} holds no spec fields (it is empty or only comments)",
+            hint="give at least nodes: and gpus:, or leave out --config for the defaults",
+        )
     if not isinstance(data, dict):
-        raise SlurmgenError(f"config: {path} must hold a mapping of spec fields, like 'nodes: 2' "
-                            f"(got a {type(data).__name__})")
+        raise SlurmgenError(
+            f"config: {path} must hold a mapping of spec fields, like 'nodes: 2' (got a {type(data).__name__})"
+        )
     return data
 
 
@@ -46,21 +49,39 @@ def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, An
 
 # Names people bring from sbatch, torchrun or other launchers, and the field they mean.
 SYNONYMS = {
-    "gpus_per_node": "gpus", "ntasks_per_node": "gpus", "nproc_per_node": "gpus", "procs_per_node": "gpus",
-    "num_nodes": "nodes", "nnodes": "nodes", "name": "job_name", "time_limit": "time",
-    "output": "log_dir", "gres": "gpu_request", "port": "master_port", "master": "master_addr",
-    "image": "container", "environment": "env", "cmd": "command",
+    "gpus_per_node": "gpus",
+    "ntasks_per_node": "gpus",
+    "nproc_per_node": "gpus",
+    "procs_per_node": "gpus",
+    "num_nodes": "nodes",
+    "nnodes": "nodes",
+    "name": "job_name",
+    "time_limit": "time",
+    "output": "log_dir",
+    "gres": "gpu_request",
+    "port": "master_port",
+    "master": "master_addr",
+    "image": "container",
+    "environment": "env",
+    "cmd": "command",
 }
 
 
 # The expected form, by the type msgspec names in its message and, where a field needs an example, by field.
-_EXPECTED = {"int": "a whole number", "bool": "true or false", "str": "text", "object": "a mapping",
-             "array": "a list", "float": "a number"}
+_EXPECTED = {
+    "int": "a whole number",
+    "bool": "true or false",
+    "str": "text",
+    "object": "a mapping",
+    "array": "a list",
+    "float": "a number",
+}
 _EXPECTED_FOR = {
     "env": "a mapping of NAME: value, e.g. env: {NCCL_DEBUG: INFO}",
     "container": "a mapping, e.g. container: {image: torch.sif, runtime: apptainer}",
     "command": "a list of words or one string, e.g. [python, train.py]",
-    "setup": "a list of shell lines", "sbatch_extra": "a list of options, e.g. [--mail-type=END]",
+    "setup": "a list of shell lines",
+    "sbatch_extra": "a list of options, e.g. [--mail-type=END]",
     "container.mounts": "a list of SRC:DST[:FLAGS]",
     "sweep": "a grid {key: [values]} or a list of points [{key: value}], each value text, a number or true/false",
 }
@@ -207,6 +228,8 @@ def dump_yaml(spec: JobSpec) -> str:
     """The resolved spec as YAML, ready for `--config` to reproduce the same scripts."""
     from slurmgen.generate import yaml12
 
-    header = (f"# slurmgen job spec, resolved (digest {spec.digest()}).\n"
-              f"# Reproduce: slurmgen create --config {spec.output_dir.rstrip('/')}/job.yaml --force\n")
+    header = (
+        f"# slurmgen job spec, resolved (digest {spec.digest()}).\n"
+        f"# Reproduce: slurmgen create --config {spec.output_dir.rstrip('/')}/job.yaml --force\n"
+    )
     return header + yaml12.dump(spec.resolved())

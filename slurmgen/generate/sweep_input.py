@@ -44,7 +44,9 @@ def read_file(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise SlurmgenError(f"sweep_file: {path}:{number}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict) or not row:
-            raise SlurmgenError(f"sweep_file: {path}:{number}: expected a JSON object of parameters (got {line.strip()[:60]!r})")
+            raise SlurmgenError(
+                f"sweep_file: {path}:{number}: expected a JSON object of parameters (got {line.strip()[:60]!r})"
+            )
         rows.append(row)
     if not rows:
         raise SlurmgenError(f"sweep_file: {path} holds no points")

@@ -44,18 +44,35 @@ def _private(path: Path) -> bool:
         info = path.lstat()
     except OSError:
         return False
-    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    return (
+        stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
 
 
 def _settings(env: jinja2.Environment) -> str:
     """The environment's settings that shape the compiled code (filters and globals are looked
     up when a template runs, so they are not among them)."""
-    return repr((env.block_start_string, env.block_end_string, env.variable_start_string, env.variable_end_string,
-                 env.comment_start_string, env.comment_end_string, env.line_statement_prefix,
-                 env.line_comment_prefix, env.trim_blocks, env.lstrip_blocks, env.newline_sequence,
-                 env.keep_trailing_newline, env.optimized, env.autoescape, env.finalize is not None,
-                 sorted(env.extensions), env.is_async))
+    return repr(
+        (
+            env.block_start_string,
+            env.block_end_string,
+            env.variable_start_string,
+            env.variable_end_string,
+            env.comment_start_string,
+            env.comment_end_string,
+            env.line_statement_prefix,
+            env.line_comment_prefix,
+            env.trim_blocks,
+            env.lstrip_blocks,
+            env.newline_sequence,
+            env.keep_trailing_newline,
+            env.optimized,
+            env.autoescape,
+            env.finalize is not None,
+            sorted(env.extensions),
+            env.is_async,
+        )
+    )
 
 
 class TemplateCodeCache(jinja2.FileSystemBytecodeCache):

@@ -66,8 +66,9 @@ def order_hosts(hosts: Sequence[Host], master: str | None = None, order: str = "
     names = [h.name for h in hosts]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise SlurmgenError(f"hosts: {show(dupes[0])} is listed more than once",
-                            hint="give each host once, with its slot count")
+        raise SlurmgenError(
+            f"hosts: {show(dupes[0])} is listed more than once", hint="give each host once, with its slot count"
+        )
     master = master if master is not None else hosts[0].name
     if master not in names:
         raise SlurmgenError(f"master: {show(master)} is not one of the hosts {names}")
@@ -104,9 +105,17 @@ def rank_table(ordered: Sequence[Host], world_size: int | None = None) -> list[R
     table: list[RankEntry] = []
     for node_rank, (name, slots) in enumerate(plan):
         for local_rank, slot in enumerate(slots):
-            table.append(RankEntry(host=name, rank=len(table), local_rank=local_rank,
-                                   node_rank=node_rank, local_world_size=len(slots),
-                                   world_size=wanted, slot=slot))
+            table.append(
+                RankEntry(
+                    host=name,
+                    rank=len(table),
+                    local_rank=local_rank,
+                    node_rank=node_rank,
+                    local_world_size=len(slots),
+                    world_size=wanted,
+                    slot=slot,
+                )
+            )
     return table
 
 
@@ -129,7 +138,9 @@ def summary(table: Sequence[RankEntry], most: int = 4) -> str:
     nodes: dict[int, list[int]] = {}
     for e in table:
         nodes.setdefault(e.node_rank, []).append(e.rank)
-    parts = [f"node {n}: ranks {r[0]}-{r[-1]}" if len(r) > 1 else f"node {n}: rank {r[0]}"
-             for n, r in list(nodes.items())[:most]]
+    parts = [
+        f"node {n}: ranks {r[0]}-{r[-1]}" if len(r) > 1 else f"node {n}: rank {r[0]}"
+        for n, r in list(nodes.items())[:most]
+    ]
     more = "; ..." if len(nodes) > most else ""
     return f"WORLD_SIZE {len(table)}; " + "; ".join(parts) + more

@@ -25,5 +25,6 @@ def read_text(path: Path, what: str) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise SlurmgenError(f"{what}: {path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})",
-                            hint="save the file as UTF-8") from None
+        raise SlurmgenError(
+            f"{what}: {path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x})", hint="save the file as UTF-8"
+        ) from None

@@ -79,9 +79,13 @@ def first_failure(record: dict[str, Any]) -> Event:
     """An "end" record's first failure (as run_slurm.sh's `first_failure` decided it) as the
     contract's verdict event: hung when a rank's heartbeat went stale, else an exit."""
     code, hung = record.get("exit_code"), record.get("hung_rank")
-    return Event(verdict.HUNG if hung is not None else verdict.EXITED, None if code is None else int(code),
-                 node=record.get("node"), rank=hung if hung is not None else record.get("rank"),
-                 task=record.get("task"))
+    return Event(
+        verdict.HUNG if hung is not None else verdict.EXITED,
+        None if code is None else int(code),
+        node=record.get("node"),
+        rank=hung if hung is not None else record.get("rank"),
+        task=record.get("task"),
+    )
 
 
 def cause(record: dict[str, Any]) -> str:
@@ -100,6 +104,9 @@ def stuck(record: dict[str, Any], frames: int = 3) -> str | None:
     stack = record.get("stack")
     if not isinstance(stack, list) or not stack:
         return None
-    where = " <- ".join(f"{Path(str(f.get('file', '?'))).name}:{f.get('line', '?')} in {f.get('function', '?')}()"
-                        for f in stack[:frames] if isinstance(f, dict))
+    where = " <- ".join(
+        f"{Path(str(f.get('file', '?'))).name}:{f.get('line', '?')} in {f.get('function', '?')}()"
+        for f in stack[:frames]
+        if isinstance(f, dict)
+    )
     return f"rank {record.get('hung_rank')} stuck in {where}"

@@ -31,11 +31,18 @@ from slurmgen.jobs.cli_shared import (
 )
 
 
-def jobs(registry: Path | None = RegistryOpt, limit: int | None = typer.Option(None, "--limit", "-n", help="Only the newest N."),
-         kind: list[str] = typer.Option([], "--kind", help="Only runs of this kind: slurm, launch or group; repeatable."),
-         state: list[str] = typer.Option([], "--state", help="Only runs in this state (running, failed, succeeded, ...); repeatable."),
-         remote: str | None = RemoteOpt, ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt,
-         as_json: bool = JsonOpt) -> None:
+def jobs(
+    registry: Path | None = RegistryOpt,
+    limit: int | None = typer.Option(None, "--limit", "-n", help="Only the newest N."),
+    kind: list[str] = typer.Option([], "--kind", help="Only runs of this kind: slurm, launch or group; repeatable."),
+    state: list[str] = typer.Option(
+        [], "--state", help="Only runs in this state (running, failed, succeeded, ...); repeatable."
+    ),
+    remote: str | None = RemoteOpt,
+    ssh_config: str | None = SshConfigOpt,
+    remote_setup: list[str] = SetupOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """List every run (Slurm jobs, launches, groups), newest first, with its kind and current state."""
     from slurmgen.jobs.listing import list_jobs
     from slurmgen.jobs.registry import Registry
@@ -47,9 +54,17 @@ def jobs(registry: Path | None = RegistryOpt, limit: int | None = typer.Option(N
     with Registry.open(registry) as reg:
         runners = Runners(ssh_config, list(remote_setup))
         try:
-            rows = list_jobs(runners, reg, limit, only=remote, kinds=kinds, states=states,
-                             note=lambda text: typer.echo(f"slurmgen: warning: {text}; states are the last ones "
-                                                          "slurmgen saw", err=True))
+            rows = list_jobs(
+                runners,
+                reg,
+                limit,
+                only=remote,
+                kinds=kinds,
+                states=states,
+                note=lambda text: typer.echo(
+                    f"slurmgen: warning: {text}; states are the last ones slurmgen saw", err=True
+                ),
+            )
         finally:
             runners.close()
     if as_json:
@@ -67,7 +82,11 @@ def _job_line(row: dict[str, Any]) -> str:
     where = f" on {row['remote']}" if row["remote"] else ""
     seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
     # Slurm says FAILED of a job that exited with the preemption code (checkpoint and stop): say what it means.
-    preempted = row["kind"] == "slurm" and row["run_state"] == State.PREEMPTED.value and not row["state"].startswith("PREEMPTED")
+    preempted = (
+        row["kind"] == "slurm"
+        and row["run_state"] == State.PREEMPTED.value
+        and not row["state"].startswith("PREEMPTED")
+    )
     code += " (preempted: checkpointed, resumable)" if preempted else ""
     state = style(f"{row['state']:<10}", State.PREEMPTED.value if preempted else row["state"])
     shape = f"  {sized}" if (sized := size(row["nodes"], row["ranks"])) else ""
@@ -75,12 +94,23 @@ def _job_line(row: dict[str, Any]) -> str:
     return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  {row['name']}{tasks}{where}{shape}  {row['output_dir']}"
 
 
-def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name or output dir [default: the newest job]; "
-                                           "with --timeline also a timeline file (launch_multi_node.sh run by hand)."),
-           registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
-           ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt,
-           timeline: bool = typer.Option(False, "--timeline", help="Each rank's start-up phases, checkpoints and end, "
-                                         "per attempt, with the slowest rank of each phase.")) -> None:
+def status(
+    job: str | None = typer.Argument(
+        None,
+        help="Job id, ID_N, job name or output dir [default: the newest job]; "
+        "with --timeline also a timeline file (launch_multi_node.sh run by hand).",
+    ),
+    registry: Path | None = RegistryOpt,
+    remote: str | None = RemoteOpt,
+    ssh_config: str | None = SshConfigOpt,
+    remote_setup: list[str] = SetupOpt,
+    as_json: bool = JsonOpt,
+    timeline: bool = typer.Option(
+        False,
+        "--timeline",
+        help="Each rank's start-up phases, checkpoints and end, per attempt, with the slowest rank of each phase.",
+    ),
+) -> None:
     """One job: state, pending reason, nodes, time, requeues, failing tasks, run record, stragglers, goodput;
     a sweep's grid."""
     from slurmgen.jobs import commands
@@ -91,8 +121,14 @@ def status(job: str | None = typer.Argument(None, help="Job id, ID_N, job name o
         return
     view = _run_view(registry, job, timeline)
     if view is None:
-        view = with_job(registry, job, remote, ssh_config, remote_setup,
-                         lambda reg, record, task, runner: commands.status(runner, reg, record, task, timeline))
+        view = with_job(
+            registry,
+            job,
+            remote,
+            ssh_config,
+            remote_setup,
+            lambda reg, record, task, runner: commands.status(runner, reg, record, task, timeline),
+        )
     elif not timeline and not as_json:
         for line in commands.run_lines(view):
             typer.echo(line)
@@ -133,19 +169,28 @@ def _print_timeline(view: dict, as_json: bool) -> None:
 
     found = view.get("timeline") or {"attempts": []}
     if as_json:
-        echo_json({"job": view["job"], **found, "stragglers": view.get("stragglers", []), "goodput": view.get("goodput")})
+        echo_json(
+            {"job": view["job"], **found, "stragglers": view.get("stragglers", []), "goodput": view.get("goodput")}
+        )
         return
     for line in format_timeline(found):
         typer.echo(line)
 
 
-def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch of this machine."),
-         rank: int | None = typer.Option(None, "--rank", "-r", help="Only this rank's lines."),
-         node: str | None = typer.Option(None, "--node", help="Only the ranks on this node (index or name)."),
-         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
-         tail: int | None = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
-         registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
-         ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
+def logs(
+    job: str = typer.Argument(
+        ..., help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch of this machine."
+    ),
+    rank: int | None = typer.Option(None, "--rank", "-r", help="Only this rank's lines."),
+    node: str | None = typer.Option(None, "--node", help="Only the ranks on this node (index or name)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    tail: int | None = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
+    registry: Path | None = RegistryOpt,
+    remote: str | None = RemoteOpt,
+    ssh_config: str | None = SshConfigOpt,
+    remote_setup: list[str] = SetupOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """The job's output, split by rank from srun's --label prefixes (a launch's: as its launcher kept it here)."""
     if rank is not None and node is not None:
         raise SlurmgenError("logs: give --rank or --node, not both")
@@ -157,8 +202,14 @@ def logs(job: str = typer.Argument(..., help="Job id, ID_N, job name or output d
     if launch is not None:
         _print_launch_log(registry, launch, rank, node, follow, tail, as_json)
         return
-    with_job(registry, job, remote, ssh_config, remote_setup,
-              lambda reg, record, task, runner: _print_logs(runner, record, task, rank, node, follow, tail, as_json))
+    with_job(
+        registry,
+        job,
+        remote,
+        ssh_config,
+        remote_setup,
+        lambda reg, record, task, runner: _print_logs(runner, record, task, rank, node, follow, tail, as_json),
+    )
 
 
 def _launch_row(registry: Path | None, ref: str) -> dict[str, Any] | None:
@@ -179,8 +230,15 @@ def _launch_row(registry: Path | None, ref: str) -> dict[str, Any] | None:
         return None  # no registry: the Slurm path says so in its own words
 
 
-def _print_launch_log(registry: Path | None, row: dict[str, Any], rank: int | None, node: str | None,
-                      follow: bool, tail: int | None, as_json: bool) -> None:
+def _print_launch_log(
+    registry: Path | None,
+    row: dict[str, Any],
+    rank: int | None,
+    node: str | None,
+    follow: bool,
+    tail: int | None,
+    as_json: bool,
+) -> None:
     """A launch's log as its launcher kept it here (launch/record.py), split by rank as a Slurm job's."""
     from slurmgen.contract.states import ENDED_WORDS
     from slurmgen.jobs.registry import Registry
@@ -194,18 +252,29 @@ def _print_launch_log(registry: Path | None, row: dict[str, Any], rank: int | No
     path = (row.get("info") or {}).get("log_file")
     if not path:
         nodes = ", ".join(f"{x['node']}:{x['path']}" for x in row["logs"])
-        raise SlurmgenError(f"logs: launch {row['job_id']} kept no log on this machine (it started before slurmgen "
-                            "kept one)", hint=f"its nodes' logs: {nodes}")
+        raise SlurmgenError(
+            f"logs: launch {row['job_id']} kept no log on this machine (it started before slurmgen kept one)",
+            hint=f"its nodes' logs: {nodes}",
+        )
 
     def ended() -> bool:
         with Registry.open(registry) as reg:
             now = get_row(reg, row["seq"])
         return now is None or now["state"] in ENDED_WORDS
+
     _emit_log(LocalRunner(), path, ended, None, {rank} if rank is not None else None, False, follow, tail, as_json, "")
 
 
-def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, node: str | None,
-                follow: bool, tail: int | None, as_json: bool) -> None:
+def _print_logs(
+    runner: Any,
+    record: Any,
+    task: str | None,
+    rank: int | None,
+    node: str | None,
+    follow: bool,
+    tail: int | None,
+    as_json: bool,
+) -> None:
     from slurmgen.jobs import commands
     from slurmgen.jobs.logs import array_tasks, check_rank, log_path, tasks_text
 
@@ -221,13 +290,33 @@ def _print_logs(runner: Any, record: Any, task: str | None, rank: int | None, no
         jobs = commands.all_tasks(commands.ask(runner, [record.job_id], accounting=False), record)
         mine = [j for j in jobs if task is None or j.array_task == task]
         return not mine or all(j.ended for j in mine)
-    _emit_log(runner, log_path(record, task), ended, tasks, {rank} if rank is not None else None,
-              record.info.get("launcher") == "torchrun", follow, tail, as_json,
-              f" on {record.remote}" if record.remote else "")
+
+    _emit_log(
+        runner,
+        log_path(record, task),
+        ended,
+        tasks,
+        {rank} if rank is not None else None,
+        record.info.get("launcher") == "torchrun",
+        follow,
+        tail,
+        as_json,
+        f" on {record.remote}" if record.remote else "",
+    )
 
 
-def _emit_log(runner: Any, path: str, ended: Any, tasks: set[int] | None, ranks: set[int] | None, torchrun: bool,
-              follow: bool, tail: int | None, as_json: bool, where: str) -> None:
+def _emit_log(
+    runner: Any,
+    path: str,
+    ended: Any,
+    tasks: set[int] | None,
+    ranks: set[int] | None,
+    torchrun: bool,
+    follow: bool,
+    tail: int | None,
+    as_json: bool,
+    where: str,
+) -> None:
     """Print a log's lines of `tasks` and `ranks` (None: all): the last `tail`, or with `follow`
     like `tail -n N -f`, the last N already there (without --tail: all), then what follows until
     `ended()`."""
@@ -239,8 +328,11 @@ def _emit_log(runner: Any, path: str, ended: Any, tasks: set[int] | None, ranks:
 
     def emit(selected: list[Any]) -> None:
         for line in selected:
-            typer.echo(json.dumps({"rank": line.rank, "task": line.task, "line": line.text}) if as_json
-                       else format_line(line, colour))
+            typer.echo(
+                json.dumps({"rank": line.rank, "task": line.task, "line": line.text})
+                if as_json
+                else format_line(line, colour)
+            )
 
     data = runner.read(path)
     if follow:
@@ -250,15 +342,30 @@ def _emit_log(runner: Any, path: str, ended: Any, tasks: set[int] | None, ranks:
             emit(select_lines([line], tasks, ranks, torchrun))
         return
     if data is None:
-        raise SlurmgenError(f"logs: no log yet at {path}{where}",
-                            hint="a pending job has written nothing; `slurmgen status` says why it waits", exit_code=1)
+        raise SlurmgenError(
+            f"logs: no log yet at {path}{where}",
+            hint="a pending job has written nothing; `slurmgen status` says why it waits",
+            exit_code=1,
+        )
     emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks, ranks, torchrun), tail))
 
 
-def cancel(job: str = typer.Argument(..., help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch running from this machine."),
-           signal: str | None = typer.Option(None, "--signal", "-s", help="Send this signal instead (USR2, the preempt_signal default: the trainer checkpoints and stops)."),
-           registry: Path | None = RegistryOpt, remote: str | None = RemoteOpt,
-           ssh_config: str | None = SshConfigOpt, remote_setup: list[str] = SetupOpt, as_json: bool = JsonOpt) -> None:
+def cancel(
+    job: str = typer.Argument(
+        ..., help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch running from this machine."
+    ),
+    signal: str | None = typer.Option(
+        None,
+        "--signal",
+        "-s",
+        help="Send this signal instead (USR2, the preempt_signal default: the trainer checkpoints and stops).",
+    ),
+    registry: Path | None = RegistryOpt,
+    remote: str | None = RemoteOpt,
+    ssh_config: str | None = SshConfigOpt,
+    remote_setup: list[str] = SetupOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """Cancel the job (scancel) and wait until Slurm says it ended; or only send it a signal. An SSH
     launch of this machine (its launch id) is asked to stop every rank, as Ctrl-C would."""
     import re

@@ -21,8 +21,11 @@ from slurmgen.errors import SlurmgenError
 RegistryOpt = registry_option()
 RemoteOpt = typer.Option(None, "--remote", help="Run Slurm's commands on this login node (a host of ~/.ssh/config).")
 SshConfigOpt = ssh_config_option("ssh config file [default: ~/.ssh/config].")
-SetupOpt = typer.Option([], "--remote-setup", help="Shell line run first on the login node (module load slurm); repeatable.")
+SetupOpt = typer.Option(
+    [], "--remote-setup", help="Shell line run first on the login node (module load slurm); repeatable."
+)
 JsonOpt = typer.Option(False, "--json", help="Print JSON.")
+
 
 def style(text: str, state: str) -> str:
     return typer.style(text, fg=colour(state)) if sys.stdout.isatty() else text
@@ -58,8 +61,14 @@ class Runners:
             runner.close()
 
 
-def with_job(registry: Path | None, job: str | None, remote: str | None, ssh_config: str | None,
-              setup: list[str], work: Callable[..., Any]) -> Any:
+def with_job(
+    registry: Path | None,
+    job: str | None,
+    remote: str | None,
+    ssh_config: str | None,
+    setup: list[str],
+    work: Callable[..., Any],
+) -> Any:
     """Open the registry, find JOB (default: the newest), open its runner, run `work`."""
     from slurmgen.jobs.registry import Registry
     from slurmgen.jobs.resolve import find
@@ -77,7 +86,11 @@ def with_job(registry: Path | None, job: str | None, remote: str | None, ssh_con
             record, task = find(reg, job, note)
         runners = Runners(ssh_config, list(setup), remote)
         try:
-            return work(reg, record, task, runners(record.remote, record.info.get("remote_setup"),
-                                                   record.info.get("ssh_config")))
+            return work(
+                reg,
+                record,
+                task,
+                runners(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config")),
+            )
         finally:
             runners.close()

@@ -36,13 +36,17 @@ if TYPE_CHECKING:  # rendering (jinja2, msgspec) is loaded by submit only: statu
 
 POLL = 0.25
 UNANSWERED = 30.0  # seconds of failing scontrol calls that `wait` rides out
-DEPENDENCY = re.compile(r"^([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton)([,?]([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton))*$")
+DEPENDENCY = re.compile(
+    r"^([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton)([,?]([a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)+|singleton))*$"
+)
 _PARSABLE = re.compile(r"^([1-9][0-9]*)(;\S+)?$")
 
 
 def sbatch_args(dependency: str | None, hold: bool) -> list[str]:
     if dependency is not None and not DEPENDENCY.match(dependency):
-        raise SlurmgenError(f"dependency: expected sbatch's form TYPE:ID[:ID...], e.g. afterok:1234 (got {dependency!r})")
+        raise SlurmgenError(
+            f"dependency: expected sbatch's form TYPE:ID[:ID...], e.g. afterok:1234 (got {dependency!r})"
+        )
     return ["--parsable", *([f"--dependency={dependency}"] if dependency else []), *(["--hold"] if hold else [])]
 
 
@@ -52,8 +56,9 @@ def job_id_from(result_out: str, result_err: str, code: int) -> str:
     m = _PARSABLE.match(line)
     if code != 0 or not m:
         said = [x.strip() for x in result_err.splitlines() if x.strip()]  # the last line is the verdict
-        raise SlurmgenError(f"sbatch: {(said[-1].removeprefix('sbatch: ') if said else line) or f'exit code {code}'}",
-                            exit_code=FAILED)
+        raise SlurmgenError(
+            f"sbatch: {(said[-1].removeprefix('sbatch: ') if said else line) or f'exit code {code}'}", exit_code=FAILED
+        )
     return m.group(1)
 
 
@@ -61,7 +66,9 @@ def job_tar(rendered: Rendered, extra: dict[str, bytes]) -> bytes:
     """The rendered files under OUTPUT_DIR plus `extra`, as a tar for the remote job dir."""
     out = PurePosixPath(rendered.spec.output_dir)
     if out.is_absolute() or ".." in out.parts or (rendered.spec.log_dir or "").startswith("/"):
-        raise SlurmgenError(f"output_dir: with --remote give a path inside the job's directory (got {rendered.spec.output_dir!r})")
+        raise SlurmgenError(
+            f"output_dir: with --remote give a path inside the job's directory (got {rendered.spec.output_dir!r})"
+        )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         files = {str(out / name): text.encode() for name, text in rendered.files.items()} | extra
@@ -78,17 +85,33 @@ def record_for(job_id: str, rendered: Rendered, workdir: str, remote: str | None
     base = PurePosixPath(workdir)
     n_points = len(sweeps.points(spec.sweep))
     info = {
-        "cluster": remote or socket.gethostname(), "digest": spec.digest(), "command": list(spec.command),
-        "nodes": spec.nodes, "gpus": spec.gpus, "launcher": spec.launcher, "workdir": workdir,
-        "log_dir": str(base / spec.logs), "array": n_points or (spec.array or None), "time_limit": spec.time,
+        "cluster": remote or socket.gethostname(),
+        "digest": spec.digest(),
+        "command": list(spec.command),
+        "nodes": spec.nodes,
+        "gpus": spec.gpus,
+        "launcher": spec.launcher,
+        "workdir": workdir,
+        "log_dir": str(base / spec.logs),
+        "array": n_points or (spec.array or None),
+        "time_limit": spec.time,
         "sweep_file": str(base / spec.output_dir / sweeps.SWEEP_FILE) if n_points else None,
-        "preempt_signal": spec.preempt_signal, "preempt_contract": spec.env.get(envvars.PREEMPT_CONTRACT) == "1", **extra,
+        "preempt_signal": spec.preempt_signal,
+        "preempt_contract": spec.env.get(envvars.PREEMPT_CONTRACT) == "1",
+        **extra,
     }
     return JobRecord(job_id, spec.job_name, str(base / spec.output_dir), time.time(), remote, "PENDING", None, info)
 
 
-def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str, args: list[str],
-           remote: str | None, extra: dict[str, Any]) -> JobRecord:
+def submit(
+    runner: Runner,
+    registry: Registry,
+    rendered: Rendered,
+    workdir: str,
+    args: list[str],
+    remote: str | None,
+    extra: dict[str, Any],
+) -> JobRecord:
     """sbatch the rendered script from `workdir` and register the job."""
     from slurmgen.generate.render import SLURM_SCRIPT
 
@@ -99,8 +122,13 @@ def submit(runner: Runner, registry: Registry, rendered: Rendered, workdir: str,
     return record
 
 
-def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep: Callable[[float], None] = time.sleep,
-         registry: Registry | None = None) -> tuple[str, int]:
+def wait(
+    runner: Runner,
+    record: JobRecord,
+    timeout: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    registry: Registry | None = None,
+) -> tuple[str, int]:
     """Poll until the job (every task of an array) has ended; its state and exit code, also kept
     in `registry` (with its end time and attempt, see `remember`)."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -120,7 +148,9 @@ def wait(runner: Runner, record: JobRecord, timeout: float | None = None, sleep:
         if unanswered_since is not None and time.monotonic() - unanswered_since > UNANSWERED:
             raise SlurmgenError(f"wait: job {record.job_id}: {snap.notes[0]}", exit_code=FAILED)
         if deadline is not None and time.monotonic() > deadline:
-            raise SlurmgenError(f"wait: job {record.job_id} still {overall(jobs)[0]} after {timeout:g}s", exit_code=FAILED)
+            raise SlurmgenError(
+                f"wait: job {record.job_id} still {overall(jobs)[0]} after {timeout:g}s", exit_code=FAILED
+            )
         sleep(POLL)
 
 
@@ -132,8 +162,18 @@ def all_tasks(snap: QueryResult, record: JobRecord) -> list[SlurmJob]:
     out: list[SlurmJob] = []
     for job in snap.tasks_of(record.job_id):
         if job.array_task and not job.array_task.isdigit():
-            out += [SlurmJob(job_id=job.job_id, name=job.name, state=job.state, reason=job.reason, array_job_id=record.job_id,
-                             array_task=t, limit=job.limit) for t in expand_tasks(job.array_task)]
+            out += [
+                SlurmJob(
+                    job_id=job.job_id,
+                    name=job.name,
+                    state=job.state,
+                    reason=job.reason,
+                    array_job_id=record.job_id,
+                    array_task=t,
+                    limit=job.limit,
+                )
+                for t in expand_tasks(job.array_task)
+            ]
         else:
             out.append(job)
     return out
@@ -169,8 +209,9 @@ def _time_report(runner: Runner, record: JobRecord, attempts: list[dict[str, Any
     return analyse(text or "", attempts, record.submitted, time.time())
 
 
-def _kept_time_report(runner: Runner, registry: Registry, record: JobRecord, attempts: list[dict[str, Any]],
-                      with_timeline: bool) -> dict[str, Any]:
+def _kept_time_report(
+    runner: Runner, registry: Registry, record: JobRecord, attempts: list[dict[str, Any]], with_timeline: bool
+) -> dict[str, Any]:
     """The time report, its stragglers and goodput also written into the job's registry row (the
     run record keeps them after the log directory is gone)."""
     from slurmgen.jobs.runs import keep_time_report
@@ -183,8 +224,9 @@ def _kept_time_report(runner: Runner, registry: Registry, record: JobRecord, att
     return found
 
 
-def status(runner: Runner, registry: Registry, record: JobRecord, task: str | None,
-           with_timeline: bool = False) -> dict[str, Any]:
+def status(
+    runner: Runner, registry: Registry, record: JobRecord, task: str | None, with_timeline: bool = False
+) -> dict[str, Any]:
     """Everything `slurmgen status JOB` shows, as one dict."""
     reused = reused_note(registry, record)
     snap = QueryResult(notes=[reused]) if reused else ask(runner, [record.job_id], steps=True)
@@ -206,7 +248,9 @@ def status(runner: Runner, registry: Registry, record: JobRecord, task: str | No
         # A log is read only where it can explain something: a task that failed.
         failed = job is not None and job.ended and job.state != "COMPLETED"
         log = _read_text(runner, log_path(record, t)) if failed or not is_array else None
-        rows.append(task_row(key, job, record, params.get(t) if is_array else None, log, runs.get(group_of(record.job_id, t))))
+        rows.append(
+            task_row(key, job, record, params.get(t) if is_array else None, log, runs.get(group_of(record.job_id, t)))
+        )
         if is_array and job is not None and job.job_id.isdigit() and (job.state != "PENDING" or job.restarts):
             rows[-1]["attempts"] = _attempts(runner, record, job.job_id)
     attempts = [] if is_array else _attempts(runner, record, record.job_id)
@@ -226,8 +270,11 @@ def remember(registry: Registry, record: JobRecord, jobs: list[SlurmJob], state:
         return
     known, end = ended_at(jobs)
     number = attempt(jobs)
-    registry.remember_states({record.seq: (state, code)}, {record.seq: end} if known else None,
-                             {record.seq: number} if number is not None else None)
+    registry.remember_states(
+        {record.seq: (state, code)},
+        {record.seq: end} if known else None,
+        {record.seq: number} if number is not None else None,
+    )
 
 
 def file_status(path: Path) -> dict[str, Any]:
@@ -250,9 +297,12 @@ def run_status(reg: Registry, row: dict[str, Any], with_timeline: bool) -> dict[
     timeline file its row names (read on this machine; else what the launcher kept at its end)."""
     from slurmgen.jobs.runs import attempts_of, time_report
 
-    view = {"job": row["job_id"], **{k: row[k] for k in ("kind", "name", "state", "run_id", "nodes", "ranks",
-                                                         "started", "ended", "failure")},
-            "exit_code": row["last_exit"], "attempts": attempts_of(reg, row["seq"])}
+    view = {
+        "job": row["job_id"],
+        **{k: row[k] for k in ("kind", "name", "state", "run_id", "nodes", "ranks", "started", "ended", "failure")},
+        "exit_code": row["last_exit"],
+        "attempts": attempts_of(reg, row["seq"]),
+    }
     timeline = row["info"].get("timeline")
     found = time_report(reg, row["seq"], timeline, time.time()) if timeline else {}
     view.update({k: row["info"][k] for k in ("stragglers", "goodput") if k in row["info"]}, timeline_file=timeline)
@@ -269,8 +319,10 @@ def run_lines(view: dict[str, Any]) -> list[str]:
 
     code = "" if view["exit_code"] is None else f", exit code {view['exit_code']}"
     shape = size(view["nodes"], view["ranks"])
-    out = [f"{view['kind']} {view['job']} ({view['name']}): {view['state']}{code}, {shape or 'size unknown'}, "
-           f"{len(view['attempts'])} attempt(s), run id {view['run_id']}"]
+    out = [
+        f"{view['kind']} {view['job']} ({view['name']}): {view['state']}{code}, {shape or 'size unknown'}, "
+        f"{len(view['attempts'])} attempt(s), run id {view['run_id']}"
+    ]
     if view.get("failure"):
         out.append(f"  first failure: {view['failure'].get('cause')}")
     return out + lines(view)
@@ -287,7 +339,9 @@ def node_tasks(runner: Runner, record: JobRecord, task: str | None, node: str) -
         job = ask(runner, [record.job_id]).jobs.get(f"{record.job_id}_{task}" if task is not None else record.job_id)
         names = expand(job.nodes) if job and job.nodes else []
         if node not in names:
-            raise SlurmgenError(f"node: {node!r} is not a node of job {record.job_id} (its nodes: {', '.join(names) or 'unknown'})")
+            raise SlurmgenError(
+                f"node: {node!r} is not a node of job {record.job_id} (its nodes: {', '.join(names) or 'unknown'})"
+            )
         index = names.index(node)
     if not 0 <= index < count:
         raise SlurmgenError(f"node: job {record.job_id} has nodes 0-{count - 1} (got {node})")

@@ -31,7 +31,7 @@ from slurmgen import atomic
 from slurmgen.contract.files import CONTROL_DIR, LAUNCH_STOP_NAME
 from slurmgen.contract.states import ENDED_WORDS, STOPPED_BY_USER
 
-ACK_WAIT = 3.0   # seconds a stopper waits for the launcher to take the request (it looks every 0.1 s)
+ACK_WAIT = 3.0  # seconds a stopper waits for the launcher to take the request (it looks every 0.1 s)
 POLL = 0.05
 
 
@@ -102,7 +102,9 @@ def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool,
     deadline = time.monotonic() + wait
     while path.exists():
         if time.monotonic() > deadline:
-            return False, (f"launch {row.get('job_id')}: its launcher (pid {row['info'].get('pid')}) did not take the "
-                           f"stop request within {wait:g} s; it stays asked in {str(path)!r}")
+            return False, (
+                f"launch {row.get('job_id')}: its launcher (pid {row['info'].get('pid')}) did not take the "
+                f"stop request within {wait:g} s; it stays asked in {str(path)!r}"
+            )
         time.sleep(POLL)
     return True, f"launch {row.get('job_id')}: the launcher is stopping every rank on every node ({STOPPED_BY_USER})"

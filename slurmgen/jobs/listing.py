@@ -24,9 +24,15 @@ from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
 
 
-def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int | None,
-              only: str | None = None, kinds: Sequence[str] = (), states: Sequence[str] = (),
-              note: Callable[[str], None] = lambda text: None) -> list[dict[str, Any]]:
+def list_jobs(
+    runner_for: Callable[..., Runner],
+    registry: Registry,
+    limit: int | None,
+    only: str | None = None,
+    kinds: Sequence[str] = (),
+    states: Sequence[str] = (),
+    note: Callable[[str], None] = lambda text: None,
+) -> list[dict[str, Any]]:
     """Every run in the registry (Slurm jobs, launches, groups), newest first, with its state.
 
     The registry answers in one SELECT (runs.list_rows); a Slurm job's state comes from Slurm
@@ -47,12 +53,22 @@ def list_jobs(runner_for: Callable[..., Runner], registry: Registry, limit: int 
 
 
 def _as_record(row: dict[str, Any]) -> JobRecord:
-    return JobRecord(row["job_id"], row["name"], row["output_dir"], row["submitted"], row["remote"],
-                     row["last_state"], row["last_exit"], row["info"], row["seq"])
+    return JobRecord(
+        row["job_id"],
+        row["name"],
+        row["output_dir"],
+        row["submitted"],
+        row["remote"],
+        row["last_state"],
+        row["last_exit"],
+        row["info"],
+        row["seq"],
+    )
 
 
-def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records: list[JobRecord],
-                  note: Callable[[str], None]) -> dict[int, tuple[list[SlurmJob], bool]]:
+def _slurm_states(
+    runner_for: Callable[..., Runner], registry: Registry, records: list[JobRecord], note: Callable[[str], None]
+) -> dict[int, tuple[list[SlurmJob], bool]]:
     """seq -> (Slurm's lines for the job, whether its id now names a later job); the states seen are kept."""
     reused = registry.superseded()  # Slurm's answer for a reused id is about the newest job only
     by_where: dict[str | None, list[JobRecord]] = {}
@@ -84,9 +100,18 @@ def _slurm_states(runner_for: Callable[..., Runner], registry: Registry, records
 
 def _common(r: dict[str, Any]) -> dict[str, Any]:
     """The run model's fields, the same for every kind."""
-    return {"kind": r["kind"], "nodes": r["nodes"], "ranks": r["ranks"], "started": r["started"], "ended": r["ended"],
-            "attempts": r["attempts"], "first_failure": r["failure"], "run_id": r["run_id"],
-            "record_dir": r["record_dir"], "logs": r["logs"]}
+    return {
+        "kind": r["kind"],
+        "nodes": r["nodes"],
+        "ranks": r["ranks"],
+        "started": r["started"],
+        "ended": r["ended"],
+        "attempts": r["attempts"],
+        "first_failure": r["failure"],
+        "run_id": r["run_id"],
+        "record_dir": r["record_dir"],
+        "logs": r["logs"],
+    }
 
 
 def _slurm_row(r: dict[str, Any], record: JobRecord, live: tuple[list[SlurmJob], bool] | None) -> dict[str, Any]:
@@ -96,10 +121,21 @@ def _slurm_row(r: dict[str, Any], record: JobRecord, live: tuple[list[SlurmJob],
     state = state or record.last_state or "UNKNOWN"
     word = from_slurm(state, code if jobs else record.last_exit)
     number = attempt(jobs)  # what Slurm says now (kept in the row by _slurm_states), else what was kept
-    return {"job": record.job_id, "name": record.name, "state": state, "exit_code": code if jobs else record.last_exit,
-            "live": bool(jobs), "tasks": len(jobs) if array else None, "remote": record.remote,
-            "output_dir": record.output_dir, "submitted": record.submitted, "id_reused": reused,
-            **_common(r), "attempts": r["attempts"] if number is None else number, "run_state": word.value if word else None}
+    return {
+        "job": record.job_id,
+        "name": record.name,
+        "state": state,
+        "exit_code": code if jobs else record.last_exit,
+        "live": bool(jobs),
+        "tasks": len(jobs) if array else None,
+        "remote": record.remote,
+        "output_dir": record.output_dir,
+        "submitted": record.submitted,
+        "id_reused": reused,
+        **_common(r),
+        "attempts": r["attempts"] if number is None else number,
+        "run_state": word.value if word else None,
+    }
 
 
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
@@ -107,12 +143,28 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     process is gone without a verdict (killed -9, the machine rebooted) is shown lost."""
     state = r["state"]
     pid = r["info"].get("pid")
-    if (r["kind"] == "launch" and state in ACTIVE_WORDS and r["cluster"] == socket.gethostname()
-            and isinstance(pid, int) and not _alive(pid)):
+    if (
+        r["kind"] == "launch"
+        and state in ACTIVE_WORDS
+        and r["cluster"] == socket.gethostname()
+        and isinstance(pid, int)
+        and not _alive(pid)
+    ):
         state = State.LOST.value
-    return {"job": r["job_id"], "name": r["name"], "state": state, "exit_code": r["last_exit"], "live": True,
-            "tasks": None, "remote": r["remote"], "output_dir": r["output_dir"], "submitted": r["submitted"],
-            "id_reused": False, **_common(r), "run_state": state}
+    return {
+        "job": r["job_id"],
+        "name": r["name"],
+        "state": state,
+        "exit_code": r["last_exit"],
+        "live": True,
+        "tasks": None,
+        "remote": r["remote"],
+        "output_dir": r["output_dir"],
+        "submitted": r["submitted"],
+        "id_reused": False,
+        **_common(r),
+        "run_state": state,
+    }
 
 
 def _alive(pid: int) -> bool:

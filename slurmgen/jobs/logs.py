@@ -64,7 +64,7 @@ def array_tasks(info: Mapping[str, Any]) -> list[int]:
 
 
 def tasks_text(tasks: Sequence[int]) -> str:
-    """"0-3", "1, 3, 5", "0-2, 7": task ids as a person reads them, runs joined."""
+    """ "0-3", "1, 3, 5", "0-2, 7": task ids as a person reads them, runs joined."""
     runs: list[list[int]] = []
     for t in tasks:
         if runs and t == runs[-1][-1] + 1:
@@ -97,8 +97,9 @@ def split_line(line: str, torchrun: bool = False) -> Line:
     return Line(task, int(tagged.group(1)), tagged.group(2)) if tagged else Line(task, None, text)
 
 
-def select_lines(lines: Sequence[str], tasks: set[int] | None, ranks: set[int] | None = None,
-                 torchrun: bool = False) -> list[Line]:
+def select_lines(
+    lines: Sequence[str], tasks: set[int] | None, ranks: set[int] | None = None, torchrun: bool = False
+) -> list[Line]:
     """The lines of `tasks` and of `ranks` when given (None: all, batch lines too)."""
     out = []
     for raw in lines:
@@ -118,8 +119,9 @@ def format_line(line: Line, colour: bool) -> str:
     return f"{label} {line.text}"
 
 
-def tail(data: bytes | None, tasks: set[int] | None, count: int | None, ranks: set[int] | None = None,
-         torchrun: bool = False) -> tuple[list[Line], int]:
+def tail(
+    data: bytes | None, tasks: set[int] | None, count: int | None, ranks: set[int] | None = None, torchrun: bool = False
+) -> tuple[list[Line], int]:
     """The last `count` selected complete lines of `data` (all when None), and the offset after them.
 
     A last line without its newline yet is left for `follow`, which prints it once complete."""
@@ -130,11 +132,15 @@ def tail(data: bytes | None, tasks: set[int] | None, count: int | None, ranks: s
 
 def last(lines: list[Line], count: int | None) -> list[Line]:
     """The last `count` lines (`--tail N`; 0 gives none), or all when `count` is None."""
-    return lines if count is None else lines[len(lines) - count:] if count else []
+    return lines if count is None else lines[len(lines) - count :] if count else []
 
 
-def follow(read: Callable[[int], bytes | None], ended: Callable[[], bool], sleep: Callable[[float], None] = time.sleep,
-           offset: int = 0) -> Iterator[str]:
+def follow(
+    read: Callable[[int], bytes | None],
+    ended: Callable[[], bool],
+    sleep: Callable[[float], None] = time.sleep,
+    offset: int = 0,
+) -> Iterator[str]:
     """Complete lines appended from `offset` on, until the job has ended and nothing more comes."""
     pending = b""
     while True:

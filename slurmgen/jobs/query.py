@@ -74,8 +74,11 @@ def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, step
     if not wanted:
         return snap
     texts, errors = [], []
-    for argv in ([["scontrol", "show", "job", "-o"]] if len(wanted) > MANY
-                 else [["scontrol", "show", "job", "-o", job] for job in wanted]):
+    for argv in (
+        [["scontrol", "show", "job", "-o"]]
+        if len(wanted) > MANY
+        else [["scontrol", "show", "job", "-o", job] for job in wanted]
+    ):
         res = bounded(runner, argv)
         if res is None:  # down: the other ids would wait as long, for nothing
             snap.unanswered = unanswered("scontrol")
@@ -96,8 +99,10 @@ def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, step
     # A silent controller: accounting lags it (a job running for seconds may still be PENDING
     # there) and its steps are not worth a second wait; the registry's last word stands.
     if asked and accounting and not snap.unanswered:
-        res = bounded(runner, ["sacct", "--parsable2", "--noheader", "--duplicates", "-o", ",".join(SACCT_FIELDS),
-                               "-j", ",".join(asked)])
+        res = bounded(
+            runner,
+            ["sacct", "--parsable2", "--noheader", "--duplicates", "-o", ",".join(SACCT_FIELDS), "-j", ",".join(asked)],
+        )
         if res is None:
             snap.notes.append(unanswered("sacct"))
         elif res.code == 0:
@@ -107,6 +112,8 @@ def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, step
                     snap.add(job)
             snap.steps.update(job_steps)
         elif missing:
-            snap.notes.append(f"sacct: {res.err.strip() or 'failed'}; showing the last state slurmgen saw for "
-                              f"{len(missing)} job(s) the controller no longer knows")
+            snap.notes.append(
+                f"sacct: {res.err.strip() or 'failed'}; showing the last state slurmgen saw for "
+                f"{len(missing)} job(s) the controller no longer knows"
+            )
     return snap

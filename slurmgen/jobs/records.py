@@ -58,7 +58,8 @@ def is_trainer(command: Sequence[str]) -> bool:
     """Is this the bundled trainer (`python -m slurmgen.train`, `slurmgen train`)?"""
     words = [str(w) for w in command]
     return any(a == "-m" and b == "slurmgen.train" for a, b in zip(words, words[1:])) or any(
-        Path(a).name == "slurmgen" and b == "train" for a, b in zip(words, words[1:]))
+        Path(a).name == "slurmgen" and b == "train" for a, b in zip(words, words[1:])
+    )
 
 
 def record_dir(workdir: str, command: Sequence[str], run_id: str, default_out: str = "runs/train") -> str | None:
@@ -75,15 +76,25 @@ def summary(run: RunRecord, artifacts: Iterable[Any]) -> dict[str, Any]:
     """{step, loss, checkpoint, status, dir} of one run: what `slurmgen status` shows of it."""
     saved = [a for a in artifacts if isinstance(a, dict) and a.get("type") in ("checkpoint", "model")]
     files = (saved[-1].get("files") or [{}]) if saved else [{}]
-    return {"step": run.steps, "loss": run.last("loss"), "status": run.get("status"), "dir": str(run.dir),
-            "checkpoint": files[0].get("path") or (saved[-1].get("name") if saved else None)}
+    return {
+        "step": run.steps,
+        "loss": run.last("loss"),
+        "status": run.get("status"),
+        "dir": str(run.dir),
+        "checkpoint": files[0].get("path") or (saved[-1].get("name") if saved else None),
+    }
 
 
-def by_group(runner: Runner, workdir: str, command: Sequence[str], job_id: str, groups: set[str]) -> dict[str, dict[str, Any]]:
+def by_group(
+    runner: Runner, workdir: str, command: Sequence[str], job_id: str, groups: set[str]
+) -> dict[str, dict[str, Any]]:
     """group -> summary of the newest run of each wanted group of job `job_id`, here or on the login node."""
     found = _local(workdir, command) if runner.where == "local" else remote_runs(runner, workdir, command, job_id)
-    return {run.get("group"): summary(run, run.artifacts if artifacts is None else artifacts)
-            for run, artifacts in found if run.get("group") in groups}
+    return {
+        run.get("group"): summary(run, run.artifacts if artifacts is None else artifacts)
+        for run, artifacts in found
+        if run.get("group") in groups
+    }
 
 
 def _local(workdir: str, command: Sequence[str]) -> Iterable[tuple[RunRecord, None]]:
@@ -111,7 +122,9 @@ def remote_find_argv(workdir: str, command: Sequence[str], job_id: str) -> list[
     return ["sh", "-c", remote_find_script(), "sh", workdir, group_of(job_id, None), *root_names(command)]
 
 
-def remote_runs(runner: Runner, workdir: str, command: Sequence[str], job_id: str) -> list[tuple[RunRecord, list[Any] | None]]:
+def remote_runs(
+    runner: Runner, workdir: str, command: Sequence[str], job_id: str
+) -> list[tuple[RunRecord, list[Any] | None]]:
     """The job's run records on the login node (each with the last TAIL_LINES lines of its
     metrics and artifacts), in one `sh -c` over the runner's connection; [] when it fails."""
     res = runner.run(remote_find_argv(workdir, command, job_id), timeout=60)
@@ -142,5 +155,3 @@ def parse_found(text: str) -> list[tuple[RunRecord, list[Any] | None]]:
             metrics, artifacts = (list(objects(run.get(kind, []))) for kind in ("metrics", "artifacts"))
             runs.append((RunRecord(Path(run["dir"]), meta, metrics), artifacts))
     return runs
-
-

@@ -50,9 +50,17 @@ CREATE TABLE IF NOT EXISTS jobs (
 # The run model's columns (runs.py), added in place to files of earlier shapes: every row is a
 # run of some kind; `state` is a contract/states.py word whatever `last_state` (Slurm's) says.
 RUN_COLUMNS = (
-    ("kind", "TEXT NOT NULL DEFAULT 'slurm'"), ("state", "TEXT"), ("nodes", "INTEGER"), ("ranks", "INTEGER"),
-    ("started", "REAL"), ("ended", "REAL"), ("run_id", "TEXT"), ("record_dir", "TEXT"),
-    ("logs", "TEXT NOT NULL DEFAULT '[]'"), ("failure", "TEXT"), ("attempt", "INTEGER"),
+    ("kind", "TEXT NOT NULL DEFAULT 'slurm'"),
+    ("state", "TEXT"),
+    ("nodes", "INTEGER"),
+    ("ranks", "INTEGER"),
+    ("started", "REAL"),
+    ("ended", "REAL"),
+    ("run_id", "TEXT"),
+    ("record_dir", "TEXT"),
+    ("logs", "TEXT NOT NULL DEFAULT '[]'"),
+    ("failure", "TEXT"),
+    ("attempt", "INTEGER"),
 )
 ATTEMPTS_TABLE = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -111,8 +119,16 @@ class JobRecord:
         return self.remote or self.info.get("cluster") or ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "name": self.name, "output_dir": self.output_dir, "remote": self.remote,
-                "submitted": self.submitted, "last_state": self.last_state, "last_exit": self.last_exit, **self.info}
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "output_dir": self.output_dir,
+            "remote": self.remote,
+            "submitted": self.submitted,
+            "last_state": self.last_state,
+            "last_exit": self.last_exit,
+            **self.info,
+        }
 
 
 class Registry:
@@ -125,8 +141,10 @@ class Registry:
     def open(cls, path: Path | None = None, *, create: bool = False) -> Registry:
         path = Path(path) if path is not None else default_path()
         if not path.exists() and not create:
-            raise SlurmgenError(f"registry: no job registry at {str(path)!r} yet",
-                                hint="submit a job with `slurmgen submit` first, or pass --registry FILE")
+            raise SlurmgenError(
+                f"registry: no job registry at {str(path)!r} yet",
+                hint="submit a job with `slurmgen submit` first, or pass --registry FILE",
+            )
         if path.is_dir():
             raise SlurmgenError(f"registry: {str(path)!r} is a directory, not a registry file")
         try:
@@ -141,14 +159,18 @@ class Registry:
             # Reading the schema fails on a file that is not SQLite, before anything is written.
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if tables and "jobs" not in tables:
-                raise SlurmgenError(f"registry: {str(path)!r} is a SQLite database but not a slurmgen registry (no jobs table)")
+                raise SlurmgenError(
+                    f"registry: {str(path)!r} is a SQLite database but not a slurmgen registry (no jobs table)"
+                )
             if "jobs" not in tables:
                 db.executescript(JOBS_TABLE + ";" + INDEXES)
             _migrate(db)
         except sqlite3.DatabaseError as exc:
             db.close()
-            raise SlurmgenError(f"registry: {str(path)!r} is not a job registry ({exc})",
-                                hint="pass --registry with another file; this one was left as it is") from None
+            raise SlurmgenError(
+                f"registry: {str(path)!r} is not a job registry ({exc})",
+                hint="pass --registry with another file; this one was left as it is",
+            ) from None
         except BaseException:
             db.close()
             raise
@@ -173,9 +195,20 @@ class Registry:
         cursor = self.db.execute(
             f"INSERT INTO jobs ({_COLUMNS}, cluster, kind, state, nodes, ranks, run_id, record_dir, logs, started) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'slurm', ?, ?, ?, ?, ?, ?, ?)",
-            (record.job_id, record.name, record.output_dir, record.remote, submitted,
-             record.last_state, record.last_exit, json.dumps(record.info, sort_keys=True), record.cluster,
-             *_slurm_run_columns(record.job_id, record.last_state, record.info, record.last_exit), submitted))
+            (
+                record.job_id,
+                record.name,
+                record.output_dir,
+                record.remote,
+                submitted,
+                record.last_state,
+                record.last_exit,
+                json.dumps(record.info, sort_keys=True),
+                record.cluster,
+                *_slurm_run_columns(record.job_id, record.last_state, record.info, record.last_exit),
+                submitted,
+            ),
+        )
         record.seq = cursor.lastrowid
 
     def add_many(self, records: Iterable[JobRecord]) -> None:
@@ -190,8 +223,10 @@ class Registry:
 
     def _select(self, where: str = "", args: tuple = (), limit: int | None = None) -> list[JobRecord]:
         # The Slurm lifecycle's lookups: runs of the other kinds have no Slurm job behind them.
-        sql = (f"SELECT seq, {_COLUMNS} FROM jobs WHERE kind = 'slurm' {'AND ' + where if where else ''} "
-               "ORDER BY seq DESC" + (f" LIMIT {int(limit)}" if limit else ""))
+        sql = (
+            f"SELECT seq, {_COLUMNS} FROM jobs WHERE kind = 'slurm' {'AND ' + where if where else ''} "
+            "ORDER BY seq DESC" + (f" LIMIT {int(limit)}" if limit else "")
+        )
         return [self._record(r) for r in self.db.execute(sql, args)]
 
     def all(self, limit: int | None = None) -> list[JobRecord]:
@@ -214,10 +249,13 @@ class Registry:
         """Rows whose cluster later gave their id to another job: row -> the newest such row.
 
         Slurm answers for an id with its newest job, so these rows keep their last seen state."""
-        return dict(self.db.execute(
-            "SELECT a.seq, MAX(b.seq) FROM jobs AS a JOIN jobs AS b "
-            "ON b.cluster = a.cluster AND b.job_id = a.job_id AND b.seq > a.seq "
-            "WHERE a.kind = 'slurm' AND b.kind = 'slurm' GROUP BY a.seq"))
+        return dict(
+            self.db.execute(
+                "SELECT a.seq, MAX(b.seq) FROM jobs AS a JOIN jobs AS b "
+                "ON b.cluster = a.cluster AND b.job_id = a.job_id AND b.seq > a.seq "
+                "WHERE a.kind = 'slurm' AND b.kind = 'slurm' GROUP BY a.seq"
+            )
+        )
 
     def by_name(self, name: str) -> list[JobRecord]:
         return self._select("name = ?", (name,))
@@ -225,8 +263,12 @@ class Registry:
     def by_output_dir(self, output_dir: str) -> list[JobRecord]:
         return self._select("output_dir = ?", (output_dir,))
 
-    def remember_states(self, states: dict[int, tuple[str, int | None]], ended: dict[int, float | None] | None = None,
-                        attempts: dict[int, int] | None = None) -> None:
+    def remember_states(
+        self,
+        states: dict[int, tuple[str, int | None]],
+        ended: dict[int, float | None] | None = None,
+        attempts: dict[int, int] | None = None,
+    ) -> None:
         """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction;
         `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is
         known (None: it runs again, after a requeue); `attempts`: the attempt Slurm says it is at
@@ -234,17 +276,24 @@ class Registry:
         if not states and not ended and not attempts:
             return
         with self.transaction():
-            self.db.executemany("UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
-                                "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
-                                [(s, c, _state_word(s, c), seq, s, c) for seq, (s, c) in states.items()])
-            self.db.executemany("UPDATE jobs SET ended = ? WHERE seq = ? AND ended IS NOT ?",
-                                [(t, seq, t) for seq, t in (ended or {}).items()])
-            self.db.executemany("UPDATE jobs SET attempt = ? WHERE seq = ? AND attempt IS NOT ?",
-                                [(n, seq, n) for seq, n in (attempts or {}).items()])
+            self.db.executemany(
+                "UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
+                "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
+                [(s, c, _state_word(s, c), seq, s, c) for seq, (s, c) in states.items()],
+            )
+            self.db.executemany(
+                "UPDATE jobs SET ended = ? WHERE seq = ? AND ended IS NOT ?",
+                [(t, seq, t) for seq, t in (ended or {}).items()],
+            )
+            self.db.executemany(
+                "UPDATE jobs SET attempt = ? WHERE seq = ? AND attempt IS NOT ?",
+                [(n, seq, n) for seq, n in (attempts or {}).items()],
+            )
 
     def update_info(self, record: JobRecord) -> None:
         """Write back `record.info` (e.g. the signals `cancel --signal` sent, which `status` explains)."""
         self.db.execute("UPDATE jobs SET info = ? WHERE seq = ?", (json.dumps(record.info, sort_keys=True), record.seq))
+
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Bring a registry of an earlier shape to this one in one transaction, keeping every row.
@@ -295,14 +344,18 @@ def _add_cluster(db: sqlite3.Connection) -> None:
         for index in ("jobs_name", "jobs_output_dir"):  # they moved with the table; the new one gets its own
             db.execute(f"DROP INDEX IF EXISTS {index}")
         db.execute(JOBS_TABLE)
-        db.execute(f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM jobs_by_id "
-                   "ORDER BY submitted, CAST(job_id AS INTEGER)")
+        db.execute(
+            f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM jobs_by_id "
+            "ORDER BY submitted, CAST(job_id AS INTEGER)"
+        )
         db.execute("DROP TABLE jobs_by_id")
     else:
         db.execute("ALTER TABLE jobs ADD COLUMN cluster TEXT NOT NULL DEFAULT ''")
     rows = db.execute("SELECT seq, remote, info FROM jobs").fetchall()
-    db.executemany("UPDATE jobs SET cluster = ? WHERE seq = ?",
-                   [(remote or json.loads(info).get("cluster") or "", seq) for seq, remote, info in rows])
+    db.executemany(
+        "UPDATE jobs SET cluster = ? WHERE seq = ?",
+        [(remote or json.loads(info).get("cluster") or "", seq) for seq, remote, info in rows],
+    )
     for statement in filter(str.strip, INDEXES.split(";")):
         db.execute(statement)
 
@@ -315,9 +368,14 @@ def _add_run_model(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
     db.execute(ATTEMPTS_TABLE)
     rows = db.execute("SELECT seq, job_id, last_state, info, last_exit FROM jobs WHERE started IS NULL").fetchall()
-    db.executemany("UPDATE jobs SET started = submitted, state = ?, nodes = ?, ranks = ?, run_id = ?, "
-                   "record_dir = ?, logs = ? WHERE seq = ?", [(*_slurm_run_columns(job_id, last_state, json.loads(info), code), seq)
-                                     for seq, job_id, last_state, info, code in rows])
+    db.executemany(
+        "UPDATE jobs SET started = submitted, state = ?, nodes = ?, ranks = ?, run_id = ?, "
+        "record_dir = ?, logs = ? WHERE seq = ?",
+        [
+            (*_slurm_run_columns(job_id, last_state, json.loads(info), code), seq)
+            for seq, job_id, last_state, info, code in rows
+        ],
+    )
     for statement in filter(str.strip, RUN_INDEXES.split(";")):
         db.execute(statement)
 
@@ -327,7 +385,9 @@ def _state_word(slurm_state: str | None, exit_code: int | None = None) -> str | 
     return state.value if state else None
 
 
-def _slurm_run_columns(job_id: str, last_state: str | None, info: dict[str, Any], last_exit: int | None = None) -> tuple:
+def _slurm_run_columns(
+    job_id: str, last_state: str | None, info: dict[str, Any], last_exit: int | None = None
+) -> tuple:
     """(state, nodes, ranks, run_id, record_dir, logs) of a Slurm job: the run model's view of
     what it kept. run_id is the group run_slurm.sh gives the trainer's run records (slurm-<id>;
     each task of an array adds _N to it, so an array has no one record directory)."""
@@ -335,6 +395,9 @@ def _slurm_run_columns(job_id: str, last_state: str | None, info: dict[str, Any]
     ranks = nodes * (info.get("gpus") or 1) if isinstance(nodes, int) else None
     logs = [{"node": info.get("cluster") or "", "path": info["log_dir"]}] if info.get("log_dir") else []
     run_id = f"slurm-{job_id}"
-    records = (record_dir(info["workdir"], info.get("command") or [], run_id, f"runs/job-{job_id}")
-               if info.get("workdir") and not info.get("array") else None)
+    records = (
+        record_dir(info["workdir"], info.get("command") or [], run_id, f"runs/job-{job_id}")
+        if info.get("workdir") and not info.get("array")
+        else None
+    )
     return _state_word(last_state, last_exit), nodes, ranks, run_id, records, json.dumps(logs)

@@ -85,17 +85,27 @@ def ship(runner: RemoteRunner, snap: CodeSnapshot, remote_dir: str, job_files: b
     uploaded = False
     if runner.run(["test", "-d", snap_dir]).code != 0:
         tmp = f"{snap_dir}.part-{secrets.token_hex(4)}"
-        res = runner.run_shell(f"mkdir -p {_q(tmp)} && tar -xf - -C {_q(tmp)} && "
-                               f"{{ mv -T {_q(tmp)} {_q(snap_dir)} 2>/dev/null || rm -rf {_q(tmp)}; }}", stdin=snap.tar,
-                               timeout=600)
+        res = runner.run_shell(
+            f"mkdir -p {_q(tmp)} && tar -xf - -C {_q(tmp)} && "
+            f"{{ mv -T {_q(tmp)} {_q(snap_dir)} 2>/dev/null || rm -rf {_q(tmp)}; }}",
+            stdin=snap.tar,
+            timeout=600,
+        )
         if res.code != 0:
-            raise SlurmgenError(f"remote: cannot unpack the code snapshot into {snap_dir} on {runner.where}: {res.err.strip()}",
-                                exit_code=FAILED)
+            raise SlurmgenError(
+                f"remote: cannot unpack the code snapshot into {snap_dir} on {runner.where}: {res.err.strip()}",
+                exit_code=FAILED,
+            )
         uploaded = True
     job_dir = f"{remote_dir.rstrip('/')}/jobs/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    res = runner.run_shell(f"mkdir -p {_q(job_dir)} && cp -al {_q(snap_dir)}/. {_q(job_dir)}/ && "
-                           f"tar -xf - -C {_q(job_dir)} && cd {_q(job_dir)} && pwd -P", stdin=job_files, timeout=120)
+    res = runner.run_shell(
+        f"mkdir -p {_q(job_dir)} && cp -al {_q(snap_dir)}/. {_q(job_dir)}/ && "
+        f"tar -xf - -C {_q(job_dir)} && cd {_q(job_dir)} && pwd -P",
+        stdin=job_files,
+        timeout=120,
+    )
     if res.code != 0 or not res.out.strip():
-        raise SlurmgenError(f"remote: cannot make the job directory {job_dir} on {runner.where}: {res.err.strip()}",
-                            exit_code=FAILED)
+        raise SlurmgenError(
+            f"remote: cannot make the job directory {job_dir} on {runner.where}: {res.err.strip()}", exit_code=FAILED
+        )
     return res.out.strip().splitlines()[-1], uploaded

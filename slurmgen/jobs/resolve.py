@@ -27,29 +27,39 @@ def find(registry: Registry, ref: str, note: Callable[[str], None] = _quiet) -> 
     """The newest registered job `ref` names, and the array task index if it names one."""
     if _ID_LIKE.match(ref):
         if not valid_job_id(ref):
-            raise SlurmgenError(f"job: {ref!r} is not a job id (expected a number like 1234, or 1234_5 for an array task)")
+            raise SlurmgenError(
+                f"job: {ref!r} is not a job id (expected a number like 1234, or 1234_5 for an array task)"
+            )
         job_id, _, task = ref.partition("_")
         found = registry.with_id(job_id)
         if not found:
-            raise SlurmgenError(f"job: {ref} is not in the registry {str(registry.path)!r}",
-                                hint="`slurmgen jobs` lists the registered jobs")
+            raise SlurmgenError(
+                f"job: {ref} is not in the registry {str(registry.path)!r}",
+                hint="`slurmgen jobs` lists the registered jobs",
+            )
         record = found[0]
         if task and not record.info.get("array"):
             raise SlurmgenError(f"job: {job_id} is not an array job, so {ref!r} names no task of it")
         if len(found) > 1:
-            note(f"{len(found)} registered jobs have the id {job_id}; this is the newest, {describe(record)}; "
-                 f"older: {'; '.join(describe(r) for r in found[1:])}")
+            note(
+                f"{len(found)} registered jobs have the id {job_id}; this is the newest, {describe(record)}; "
+                f"older: {'; '.join(describe(r) for r in found[1:])}"
+            )
         return record, task or None
     named = [] if os.sep in ref else registry.by_name(ref)
     if named:
         if Path(ref).is_dir():
-            note(f"{ref!r} is the name of job {named[0].job_id}, which is meant; for a job submitted from "
-                 f"the directory {ref!r}, give it as .{os.sep}{ref}")
+            note(
+                f"{ref!r} is the name of job {named[0].job_id}, which is meant; for a job submitted from "
+                f"the directory {ref!r}, give it as .{os.sep}{ref}"
+            )
         return named[0], None
     if Path(ref).is_dir():
         return _by_dir(registry, ref), None
-    raise SlurmgenError(f"job: no registered job has the id, name or output dir {ref!r}",
-                        hint="`slurmgen jobs` lists the registered jobs")
+    raise SlurmgenError(
+        f"job: no registered job has the id, name or output dir {ref!r}",
+        hint="`slurmgen jobs` lists the registered jobs",
+    )
 
 
 def _by_dir(registry: Registry, ref: str) -> JobRecord:
@@ -58,12 +68,16 @@ def _by_dir(registry: Registry, ref: str) -> JobRecord:
 
     nameless = "" if os.sep in ref else f"no registered job is named {ref!r}, and "
     if not (Path(ref) / SPEC_FILE).is_file():
-        raise SlurmgenError(f"job: {nameless}directory {ref!r} holds no {SPEC_FILE}; it is not a slurmgen output dir",
-                            hint="`slurmgen jobs` lists the registered jobs")
+        raise SlurmgenError(
+            f"job: {nameless}directory {ref!r} holds no {SPEC_FILE}; it is not a slurmgen output dir",
+            hint="`slurmgen jobs` lists the registered jobs",
+        )
     found = registry.by_output_dir(str(Path(ref).resolve()))
     if not found:
-        raise SlurmgenError(f"job: {nameless}no job was submitted from directory {ref!r}",
-                            hint="`slurmgen jobs` lists the registered jobs")
+        raise SlurmgenError(
+            f"job: {nameless}no job was submitted from directory {ref!r}",
+            hint="`slurmgen jobs` lists the registered jobs",
+        )
     return found[0]
 
 
@@ -72,8 +86,10 @@ def reused_note(registry: Registry, record: JobRecord) -> str | None:
     newer = registry.superseded().get(record.seq) if record.seq is not None else None
     if newer is None:
         return None
-    return (f"the id {record.job_id} now names a later job, {describe(registry.by_seq(newer))}: what Slurm says "
-            f"of {record.job_id} is about that one, so this is the last state seen of {describe(record)}")
+    return (
+        f"the id {record.job_id} now names a later job, {describe(registry.by_seq(newer))}: what Slurm says "
+        f"of {record.job_id} is about that one, so this is the last state seen of {describe(record)}"
+    )
 
 
 def describe(record: JobRecord) -> str:

@@ -37,7 +37,9 @@ class Result:
 class Runner(Protocol):
     where: str
 
-    def run(self, argv: Sequence[str], *, cwd: str | None = None, stdin: bytes = b"", timeout: float = 60) -> Result: ...
+    def run(
+        self, argv: Sequence[str], *, cwd: str | None = None, stdin: bytes = b"", timeout: float = 60
+    ) -> Result: ...
 
     def read(self, path: str, offset: int = 0) -> bytes | None: ...
 
@@ -60,8 +62,11 @@ class LocalRunner:
         try:
             proc = subprocess.run(list(argv), cwd=cwd, input=stdin, capture_output=True, timeout=timeout)
         except FileNotFoundError:
-            raise SlurmgenError(f"slurm: {argv[0]} is not installed here", hint="run on a login node, or use --remote LOGIN",
-                                exit_code=FAILED) from None
+            raise SlurmgenError(
+                f"slurm: {argv[0]} is not installed here",
+                hint="run on a login node, or use --remote LOGIN",
+                exit_code=FAILED,
+            ) from None
         except subprocess.TimeoutExpired:
             raise Unanswered(argv, timeout) from None
         return Result(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))

@@ -53,7 +53,7 @@ class NewRun:
     """What a launcher knows of a run when it starts it."""
 
     kind: str
-    key: str                # unique per kind and machine: the launch id, GROUP.FIRST_ATTEMPT
+    key: str  # unique per kind and machine: the launch id, GROUP.FIRST_ATTEMPT
     name: str
     workdir: str
     nodes: int
@@ -93,37 +93,61 @@ def add_run(reg: Registry, run: NewRun, now: float) -> int:
     cursor = reg.db.execute(
         "INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, info, cluster, kind, state, "
         "nodes, ranks, started, run_id, record_dir, logs) VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (run.key, run.name, run.workdir, now, State.RUNNING.value, json.dumps(run.info, sort_keys=True),
-         socket.gethostname(), run.kind, State.RUNNING.value, run.nodes, run.ranks, now, run.run_id,
-         run.record_dir, json.dumps(list(run.logs))))
+        (
+            run.key,
+            run.name,
+            run.workdir,
+            now,
+            State.RUNNING.value,
+            json.dumps(run.info, sort_keys=True),
+            socket.gethostname(),
+            run.kind,
+            State.RUNNING.value,
+            run.nodes,
+            run.ranks,
+            now,
+            run.run_id,
+            run.record_dir,
+            json.dumps(list(run.logs)),
+        ),
+    )
     return int(cursor.lastrowid)
 
 
 def find_run(reg: Registry, kind: str, key: str) -> int | None:
     """The newest run of this kind with this key recorded on this machine."""
-    row = reg.db.execute("SELECT seq FROM jobs WHERE kind = ? AND job_id = ? AND cluster = ? ORDER BY seq DESC LIMIT 1",
-                         (kind, key, socket.gethostname())).fetchone()
+    row = reg.db.execute(
+        "SELECT seq FROM jobs WHERE kind = ? AND job_id = ? AND cluster = ? ORDER BY seq DESC LIMIT 1",
+        (kind, key, socket.gethostname()),
+    ).fetchone()
     return row[0] if row else None
 
 
 def start_attempt(reg: Registry, run: int, number: int, now: float) -> None:
-    reg.db.execute("INSERT OR REPLACE INTO attempts (run, number, state, started) VALUES (?, ?, ?, ?)",
-                   (run, number, State.RUNNING.value, now))
-    reg.db.execute("UPDATE jobs SET state = ?, last_state = ? WHERE seq = ?",
-                   (State.RUNNING.value, State.RUNNING.value, run))
+    reg.db.execute(
+        "INSERT OR REPLACE INTO attempts (run, number, state, started) VALUES (?, ?, ?, ?)",
+        (run, number, State.RUNNING.value, now),
+    )
+    reg.db.execute(
+        "UPDATE jobs SET state = ?, last_state = ? WHERE seq = ?", (State.RUNNING.value, State.RUNNING.value, run)
+    )
 
 
 def end_attempt(reg: Registry, run: int, number: int, state: State, failure: Failure | None, now: float) -> None:
     f = failure or Failure(cause="")
-    reg.db.execute("UPDATE attempts SET state = ?, ended = ?, cause = ?, rank = ?, node = ?, code = ? "
-                   "WHERE run = ? AND number = ?",
-                   (state.value, now, f.cause or None, f.rank, f.node, f.code, run, number))
+    reg.db.execute(
+        "UPDATE attempts SET state = ?, ended = ?, cause = ?, rank = ?, node = ?, code = ? "
+        "WHERE run = ? AND number = ?",
+        (state.value, now, f.cause or None, f.rank, f.node, f.code, run, number),
+    )
 
 
 def end_run(reg: Registry, run: int, state: State, code: int | None, failure: Failure | None, now: float) -> None:
     """The run's verdict: its state, exit code and first failure (None: it did not fail)."""
-    reg.db.execute("UPDATE jobs SET state = ?, last_state = ?, last_exit = ?, ended = ?, failure = ? WHERE seq = ?",
-                   (state.value, state.value, code, now, json.dumps(failure.as_dict()) if failure else None, run))
+    reg.db.execute(
+        "UPDATE jobs SET state = ?, last_state = ?, last_exit = ?, ended = ?, failure = ? WHERE seq = ?",
+        (state.value, state.value, code, now, json.dumps(failure.as_dict()) if failure else None, run),
+    )
 
 
 def retell_cause(reg: Registry, run: int, number: int, old: str, new: str) -> None:
@@ -164,8 +188,10 @@ def find_by_ref(reg: Registry, ref: str, kinds: Sequence[str] = ("launch", "grou
     """The newest run of these kinds whose key (launch id, GROUP.N) or run id (SLURMGEN_GROUP)
     is `ref`: one indexed lookup, never a walk through directories."""
     marks = ", ".join("?" * len(kinds))
-    row = reg.db.execute(f"SELECT seq FROM jobs WHERE kind IN ({marks}) AND (job_id = ? OR run_id = ?) "
-                         "ORDER BY seq DESC LIMIT 1", (*kinds, ref, ref)).fetchone()
+    row = reg.db.execute(
+        f"SELECT seq FROM jobs WHERE kind IN ({marks}) AND (job_id = ? OR run_id = ?) ORDER BY seq DESC LIMIT 1",
+        (*kinds, ref, ref),
+    ).fetchone()
     return get_row(reg, row[0]) if row else None
 
 
@@ -195,14 +221,22 @@ def _where(kinds: Sequence[str], states: Sequence[str], or_active: bool) -> tupl
         where.append(f"j.kind IN ({', '.join('?' * len(kinds))})")
         args += list(kinds)
     if states:
-        also = " OR j.state IS NULL OR j.state NOT IN ('succeeded', 'failed', 'preempted', 'stopped')" if or_active else ""
+        also = (
+            " OR j.state IS NULL OR j.state NOT IN ('succeeded', 'failed', 'preempted', 'stopped')" if or_active else ""
+        )
         where.append(f"(j.state IN ({', '.join('?' * len(states))}){also})")
         args += list(states)
     return ("WHERE " + " AND ".join(where)) if where else "", args
 
 
-def list_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = (),
-              limit: int | None = None, or_active: bool = False, offset: int = 0) -> list[dict[str, Any]]:
+def list_rows(
+    reg: Registry,
+    kinds: Sequence[str] = (),
+    states: Sequence[str] = (),
+    limit: int | None = None,
+    or_active: bool = False,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
     """The runs, newest first, as the list shows them: one SELECT (indexes on started, kind, state).
 
     `or_active`: also the runs not yet ended whatever `states` says (their stored state may be
@@ -215,8 +249,9 @@ def list_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = 
 def count_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] = ()) -> tuple[int, int]:
     """(runs, of them not ended) that `list_rows` would list without a limit: the page's count."""
     where, args = _where(kinds, states, False)
-    row = reg.db.execute(f"SELECT COUNT(*), SUM(j.state IN ('pending', 'starting', 'running')) FROM jobs AS j {where}",
-                         args).fetchone()
+    row = reg.db.execute(
+        f"SELECT COUNT(*), SUM(j.state IN ('pending', 'starting', 'running')) FROM jobs AS j {where}", args
+    ).fetchone()
     return int(row[0] or 0), int(row[1] or 0)
 
 
@@ -239,8 +274,10 @@ def _decoded(cursor: Any) -> list[dict[str, Any]]:
 
 
 def attempts_of(reg: Registry, run: int) -> list[dict[str, Any]]:
-    cursor = reg.db.execute("SELECT number, state, started, ended, cause, rank, node, code FROM attempts "
-                            "WHERE run = ? ORDER BY number", (run,))
+    cursor = reg.db.execute(
+        "SELECT number, state, started, ended, cause, rank, node, code FROM attempts WHERE run = ? ORDER BY number",
+        (run,),
+    )
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, values)) for values in cursor]
 

@@ -29,8 +29,10 @@ _FIELD = re.compile(r" (?=[A-Za-z][A-Za-z0-9:/_]*=)")
 _TASK_ERROR = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[0-9,\-]+): (?P<what>.+)$")
 _LABEL = re.compile(r"^ *(\d+): ?(.*)$")
 # run_slurm.sh's rank wrapper (older scripts wrote no task).
-_RANK_NOTE = re.compile(r"slurmgen-exit: rank (?P<rank>\d+) on (?P<node>\S+)(?: \(task (?P<task>\d+|null)\))? "
-                        r"exited with code (?P<code>\d+) at (?P<time>[\d.]+)")
+_RANK_NOTE = re.compile(
+    r"slurmgen-exit: rank (?P<rank>\d+) on (?P<node>\S+)(?: \(task (?P<task>\d+|null)\))? "
+    r"exited with code (?P<code>\d+) at (?P<time>[\d.]+)"
+)
 _NULL = {"", "(null)", "None", "Unknown", "N/A"}
 
 
@@ -38,12 +40,12 @@ _NULL = {"", "(null)", "None", "Unknown", "N/A"}
 class SlurmJob:
     """One job, or one array task, as Slurm reports it."""
 
-    job_id: str                      # the job's own id (an array task has one too)
+    job_id: str  # the job's own id (an array task has one too)
     name: str = ""
     state: str = "UNKNOWN"
-    reason: str | None = None        # why it is pending (or why it ended, e.g. NonZeroExitCode)
+    reason: str | None = None  # why it is pending (or why it ended, e.g. NonZeroExitCode)
     array_job_id: str | None = None
-    array_task: str | None = None    # "3", or "2-3%2" for the tasks not started yet
+    array_task: str | None = None  # "3", or "2-3%2" for the tasks not started yet
     nodes: str | None = None
     elapsed: str | None = None
     limit: str | None = None
@@ -52,8 +54,8 @@ class SlurmJob:
     signal: int | None = None
     stdout: str | None = None
     workdir: str | None = None
-    eligible: str | None = None      # EligibleTime, the controller's local time: when a pending job may start
-    end: str | None = None           # EndTime (the controller's local time): when it ended, once it has
+    eligible: str | None = None  # EligibleTime, the controller's local time: when a pending job may start
+    end: str | None = None  # EndTime (the controller's local time): when it ended, once it has
     source: str = "scontrol"
 
     @property
@@ -119,14 +121,26 @@ def parse_scontrol(text: str) -> list[SlurmJob]:
         f = fields(line)
         code, sig = _exit(f.get("ExitCode"))
         restarts = f.get("Restarts", "0")
-        jobs.append(SlurmJob(
-            job_id=f["JobId"], name=f.get("JobName", ""), state=f.get("JobState", "UNKNOWN").split()[0],
-            reason=_value(f.get("Reason")), array_job_id=_value(f.get("ArrayJobId")),
-            array_task=_value(f.get("ArrayTaskId")), nodes=_value(f.get("NodeList")), elapsed=_value(f.get("RunTime")),
-            limit=_value(f.get("TimeLimit")), restarts=int(restarts) if restarts.isdigit() else 0,
-            exit_code=code, signal=sig, stdout=_value(f.get("StdOut")), workdir=_value(f.get("WorkDir")),
-            eligible=_value(f.get("EligibleTime")), end=_value(f.get("EndTime")),
-        ))
+        jobs.append(
+            SlurmJob(
+                job_id=f["JobId"],
+                name=f.get("JobName", ""),
+                state=f.get("JobState", "UNKNOWN").split()[0],
+                reason=_value(f.get("Reason")),
+                array_job_id=_value(f.get("ArrayJobId")),
+                array_task=_value(f.get("ArrayTaskId")),
+                nodes=_value(f.get("NodeList")),
+                elapsed=_value(f.get("RunTime")),
+                limit=_value(f.get("TimeLimit")),
+                restarts=int(restarts) if restarts.isdigit() else 0,
+                exit_code=code,
+                signal=sig,
+                stdout=_value(f.get("StdOut")),
+                workdir=_value(f.get("WorkDir")),
+                eligible=_value(f.get("EligibleTime")),
+                end=_value(f.get("EndTime")),
+            )
+        )
     return jobs
 
 
@@ -157,10 +171,21 @@ def parse_sacct(text: str) -> tuple[list[SlurmJob], dict[str, list[tuple[str, st
         array_job, _, task = job.partition("_")
         earlier = jobs.get(job)
         steps.pop(job, None)
-        jobs[job] = SlurmJob(job_id=f["JobIDRaw"], name=f["JobName"], state=state, array_job_id=array_job if task else None,
-                             array_task=task or None, nodes=_value(f["NodeList"]), elapsed=_value(f["Elapsed"]),
-                             limit=_value(f["Timelimit"]), restarts=earlier.restarts + 1 if earlier else 0,
-                             exit_code=code, signal=sig, workdir=_value(f["WorkDir"]), source="sacct")
+        jobs[job] = SlurmJob(
+            job_id=f["JobIDRaw"],
+            name=f["JobName"],
+            state=state,
+            array_job_id=array_job if task else None,
+            array_task=task or None,
+            nodes=_value(f["NodeList"]),
+            elapsed=_value(f["Elapsed"]),
+            limit=_value(f["Timelimit"]),
+            restarts=earlier.restarts + 1 if earlier else 0,
+            exit_code=code,
+            signal=sig,
+            workdir=_value(f["WorkDir"]),
+            source="sacct",
+        )
     return list(jobs.values()), steps
 
 
@@ -192,8 +217,12 @@ def first_rank_exit(log_text: str) -> dict[str, Any] | None:
     `first_failure` does. Under torchrun srun's own lines (task_exits) name only a node's agent;
     this names the rank."""
     notes = sorted(_RANK_NOTE.finditer(log_text), key=lambda m: float(m["time"]))
-    events = [verdict.exited(int(m["code"]), m["node"], int(m["rank"]),
-                             int(m["task"]) if m["task"] and m["task"].isdigit() else None) for m in notes]
+    events = [
+        verdict.exited(
+            int(m["code"]), m["node"], int(m["rank"]), int(m["task"]) if m["task"] and m["task"].isdigit() else None
+        )
+        for m in notes
+    ]
     first = verdict.decide(events).first
     if first is None:
         return None
@@ -226,7 +255,13 @@ class QueryResult:
     def tasks_of(self, array_job_id: str) -> list[SlurmJob]:
         """Every task line of an array, by task index (a pending range sorts last)."""
         found = {j.key: j for j in self.jobs.values() if j.array_job_id == array_job_id}
-        return sorted(found.values(), key=lambda j: (not (j.array_task or "").isdigit(), int(j.array_task) if (j.array_task or "").isdigit() else 0))
+        return sorted(
+            found.values(),
+            key=lambda j: (
+                not (j.array_task or "").isdigit(),
+                int(j.array_task) if (j.array_task or "").isdigit() else 0,
+            ),
+        )
 
 
 def expand_tasks(text: str) -> list[str]:

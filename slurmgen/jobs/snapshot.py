@@ -76,8 +76,10 @@ def take(code: Path, *, whole_dir: bool) -> CodeSnapshot:
         raise SlurmgenError(f"code: {str(code)!r} is not a directory")
     names, in_git = _files(code)
     if not in_git and not whole_dir:
-        raise SlurmgenError(f"code: {str(code.resolve())!r} is not in a git work tree, so what to ship is unclear",
-                            hint="pass --code DIR to ship everything under DIR")
+        raise SlurmgenError(
+            f"code: {str(code.resolve())!r} is not in a git work tree, so what to ship is unclear",
+            hint="pass --code DIR to ship everything under DIR",
+        )
     tar = pack(code, names)
     commit, dirty, diff = None, False, ""
     head = _git(code, "rev-parse", "HEAD") if in_git else None

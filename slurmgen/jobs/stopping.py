@@ -47,9 +47,11 @@ def signal_warning(record: JobRecord, signal: str) -> str | None:
     if label not in signals.WARNINGS or handles(record, signal):
         return None
     words = " ".join(record.info.get("command") or []) or "its program"
-    return (f"job {record.job_id} runs `{words}`, which did not declare that it handles {label} (the bundled trainer does, "
-            f"for its preempt_signal; others: env {envvars.PREEMPT_CONTRACT}=1): without a handler it dies of it, "
-            f"exit code {128 + num}")
+    return (
+        f"job {record.job_id} runs `{words}`, which did not declare that it handles {label} (the bundled trainer does, "
+        f"for its preempt_signal; others: env {envvars.PREEMPT_CONTRACT}=1): without a handler it dies of it, "
+        f"exit code {128 + num}"
+    )
 
 
 def _mine(runner: Runner, record: JobRecord, task: str | None, accounting: bool) -> tuple[list[SlurmJob], QueryResult]:
@@ -57,8 +59,15 @@ def _mine(runner: Runner, record: JobRecord, task: str | None, accounting: bool)
     return [j for j in all_tasks(snap, record) if task is None or j.array_task == task], snap
 
 
-def cancel(runner: Runner, registry: Registry, record: JobRecord, task: str | None, signal: str | None,
-           timeout: float = CANCEL_WAIT, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def cancel(
+    runner: Runner,
+    registry: Registry,
+    record: JobRecord,
+    task: str | None,
+    signal: str | None,
+    timeout: float = CANCEL_WAIT,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
     """scancel the job (or one array task); without a signal, wait until Slurm says it ended.
 
     A job that had already ended is left alone and said so, with its state: scancel on it
@@ -84,8 +93,15 @@ def cancel(runner: Runner, registry: Registry, record: JobRecord, task: str | No
     return _until_ended(runner, record, task, target, max((j.restarts for j in before), default=0), timeout, sleep)
 
 
-def _until_ended(runner: Runner, record: JobRecord, task: str | None, target: str, restarts: int,
-                 timeout: float, sleep: Callable[[float], None]) -> dict[str, Any]:
+def _until_ended(
+    runner: Runner,
+    record: JobRecord,
+    task: str | None,
+    target: str,
+    restarts: int,
+    timeout: float,
+    sleep: Callable[[float], None],
+) -> dict[str, Any]:
     """Poll after scancel: the final state, or why there is none yet."""
     deadline = time.monotonic() + timeout
     while True:
@@ -93,18 +109,33 @@ def _until_ended(runner: Runner, record: JobRecord, task: str | None, target: st
         if not jobs:  # forgotten at once (MinJobAge 0?): ask accounting for the final state
             jobs, _ = _mine(runner, record, task, accounting=True)
             if not jobs:
-                return {"job": target, "state": "UNKNOWN", "exit_code": None, "ended": True,
-                        "said": f"job {target}: ended (Slurm no longer knows its final state)"}
+                return {
+                    "job": target,
+                    "state": "UNKNOWN",
+                    "exit_code": None,
+                    "ended": True,
+                    "said": f"job {target}: ended (Slurm no longer knows its final state)",
+                }
         state, code = overall(jobs)
         if all(j.ended for j in jobs):
             return {"job": target, "state": state, "exit_code": code, "ended": True, "said": f"job {target}: {state}"}
         if state == "PENDING" and max(j.restarts for j in jobs) > restarts:
-            return {"job": target, "state": state, "exit_code": None, "ended": False,
-                    "said": f"job {target}: requeued instead of ending (PENDING); scancel it again"}
+            return {
+                "job": target,
+                "state": state,
+                "exit_code": None,
+                "ended": False,
+                "said": f"job {target}: requeued instead of ending (PENDING); scancel it again",
+            }
         if time.monotonic() > deadline:
-            return {"job": target, "state": state, "exit_code": None, "ended": False,
-                    "said": f"job {target}: still {state} {timeout:g} s after scancel (Slurm's KillWait gives the "
-                            f"processes time to stop); `slurmgen status {target}` tells when it has ended"}
+            return {
+                "job": target,
+                "state": state,
+                "exit_code": None,
+                "ended": False,
+                "said": f"job {target}: still {state} {timeout:g} s after scancel (Slurm's KillWait gives the "
+                f"processes time to stop); `slurmgen status {target}` tells when it has ended",
+            }
         sleep(POLL)
 
 

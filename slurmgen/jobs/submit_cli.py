@@ -64,33 +64,61 @@ def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: di
 
     snap = take(Path(kw["code"] or "."), whole_dir=kw["code"] is not None)
     facts = {"dir": None, "digest": snap.digest, "files": snap.files, "commit": snap.commit, "dirty": snap.dirty}
-    extra = {".slurmgen/snapshot.json": json.dumps(facts, indent=2).encode(), ".slurmgen/diff.patch": snap.diff.encode()}
+    extra = {
+        ".slurmgen/snapshot.json": json.dumps(facts, indent=2).encode(),
+        ".slurmgen/diff.patch": snap.diff.encode(),
+    }
     job_dir, uploaded = ship(runner, snap, kw["remote_dir"] or DEFAULT_REMOTE_DIR, commands.job_tar(rendered, extra))
     runner.run(["mkdir", "-p", rendered.spec.logs], cwd=job_dir)
     facts.update(dir=job_dir, uploaded=uploaded, diff=snap.diff)
-    return commands.submit(runner, reg, rendered, job_dir, args, runner.where,
-                           {"snapshot": facts, "remote_setup": list(kw["remote_setup"]),
-                            "ssh_config": os.path.abspath(kw["ssh_config"]) if kw["ssh_config"] else None})
+    return commands.submit(
+        runner,
+        reg,
+        rendered,
+        job_dir,
+        args,
+        runner.where,
+        {
+            "snapshot": facts,
+            "remote_setup": list(kw["remote_setup"]),
+            "ssh_config": os.path.abspath(kw["ssh_config"]) if kw["ssh_config"] else None,
+        },
+    )
 
 
 def _signature() -> inspect.Signature:
     """create's parameters followed by submit's own: one definition of the shared flags."""
     own = [
         ("registry", Path | None, RegistryOpt),
-        ("dependency", str | None, typer.Option(None, "--dependency", "-d", help="sbatch --dependency, e.g. afterok:1234.")),
+        (
+            "dependency",
+            str | None,
+            typer.Option(None, "--dependency", "-d", help="sbatch --dependency, e.g. afterok:1234."),
+        ),
         ("hold", bool, typer.Option(False, "--hold", help="Submit held; `scontrol release ID` starts it.")),
         ("wait", bool, typer.Option(False, "--wait", "-W", help="Block until the job ends; exit with its code.")),
         ("remote", str | None, RemoteOpt),
-        ("remote_dir", str | None, typer.Option(None, "--remote-dir", help="Where snapshots and job dirs live on the login node [default: ~/.slurmgen].")),
-        ("code", Path | None, typer.Option(None, "--code", help="Ship this directory instead of the working tree (with --remote).")),
+        (
+            "remote_dir",
+            str | None,
+            typer.Option(
+                None, "--remote-dir", help="Where snapshots and job dirs live on the login node [default: ~/.slurmgen]."
+            ),
+        ),
+        (
+            "code",
+            Path | None,
+            typer.Option(None, "--code", help="Ship this directory instead of the working tree (with --remote)."),
+        ),
         ("ssh_config", str | None, SshConfigOpt),
         ("remote_setup", list[str], SetupOpt),
         ("as_json", bool, JsonOpt),
     ]
     hints = typing.get_type_hints(create)
     params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(create).parameters.values()]
-    return inspect.Signature([*params, *(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
-                                         for n, a, d in own)])
+    return inspect.Signature(
+        [*params, *(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in own)]
+    )
 
 
 _CREATE_PARAMS: set[str] = set()
@@ -102,9 +130,23 @@ _CREATE_PARAMS: set[str] = set()
 def register(app: typer.Typer) -> None:
     """Add `submit` to the `slurmgen` app, with create's flags followed by its own."""
     signature = _signature()
-    _CREATE_PARAMS.update(name for name in signature.parameters if name not in
-                          {"registry", "dependency", "hold", "wait", "remote", "remote_dir", "code", "ssh_config",
-                           "remote_setup", "as_json"})
+    _CREATE_PARAMS.update(
+        name
+        for name in signature.parameters
+        if name
+        not in {
+            "registry",
+            "dependency",
+            "hold",
+            "wait",
+            "remote",
+            "remote_dir",
+            "code",
+            "ssh_config",
+            "remote_setup",
+            "as_json",
+        }
+    )
     submit.__signature__ = signature  # type: ignore[attr-defined]
     submit.__annotations__ = {name: p.annotation for name, p in signature.parameters.items()}
     app.command(context_settings={"allow_interspersed_args": False})(submit)

@@ -68,16 +68,26 @@ def exit_code(job: SlurmJob) -> int | None:
     return None if job.state in SLURM_LIVE or job.state == "UNKNOWN" else 1
 
 
-def task_row(key: str, job: SlurmJob | None, record: JobRecord, params: Mapping[str, Any] | None,
-             log_text: str | None, run: Mapping[str, Any] | None) -> dict[str, Any]:
+def task_row(
+    key: str,
+    job: SlurmJob | None,
+    record: JobRecord,
+    params: Mapping[str, Any] | None,
+    log_text: str | None,
+    run: Mapping[str, Any] | None,
+) -> dict[str, Any]:
     """One job or array task: what Slurm says, the failing tasks from its log, its run record."""
     state = job.state if job else (record.last_state or "UNKNOWN")
     row: dict[str, Any] = {
-        "job": key, "state": state, "source": job.source if job else "registry (last seen)",
+        "job": key,
+        "state": state,
+        "source": job.source if job else "registry (last seen)",
         "reason": job.reason if job and state == "PENDING" else None,
         "eligible": job.eligible if job and state == "PENDING" and job.reason == "BeginTime" else None,
-        "nodes": job.nodes if job else None, "elapsed": job.elapsed if job else None,
-        "limit": job.limit if job else None, "restarts": job.restarts if job else 0,
+        "nodes": job.nodes if job else None,
+        "elapsed": job.elapsed if job else None,
+        "limit": job.limit if job else None,
+        "restarts": job.restarts if job else 0,
         "exit_code": exit_code(job) if job else record.last_exit,
     }
     failures: list[TaskExit] = task_exits(log_text) if log_text else []
@@ -90,7 +100,9 @@ def task_row(key: str, job: SlurmJob | None, record: JobRecord, params: Mapping[
     return row
 
 
-def job_view(record: JobRecord, snap: QueryResult, rows: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> dict[str, Any]:
+def job_view(
+    record: JobRecord, snap: QueryResult, rows: list[dict[str, Any]], attempts: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The whole status of a registered job; `rows` has one entry, or one per array task."""
     info = record.info
     if len(rows) == 1 and not info.get("array"):
@@ -101,8 +113,13 @@ def job_view(record: JobRecord, snap: QueryResult, rows: list[dict[str, Any]], a
         top = {"job": record.job_id, "state": state, "exit_code": code, "tasks": rows}
     failed = [r for r in rows if r["state"] not in SLURM_LIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
     view = {
-        **top, "name": record.name, "output_dir": record.output_dir, "remote": record.remote,
-        "submitted": record.submitted, "command": info.get("command"), "notes": list(snap.notes),
+        **top,
+        "name": record.name,
+        "output_dir": record.output_dir,
+        "remote": record.remote,
+        "submitted": record.submitted,
+        "command": info.get("command"),
+        "notes": list(snap.notes),
         "first_failure": _first_failure(failed),
     }
     if snap.unanswered:
@@ -117,8 +134,10 @@ def job_view(record: JobRecord, snap: QueryResult, rows: list[dict[str, Any]], a
     if steps:
         # parse_sacct gives a step ended by signal N (sacct's 0:N) as 128 + N; sacct itself never
         # shows an exit code above 127 (it writes 128 + N as N), so above 128 it was a signal.
-        view["steps"] = [{"step": s, "state": st, "exit_code": c, **({"signal": c - 128} if c and c > 128 else {})}
-                         for s, st, c in steps]
+        view["steps"] = [
+            {"step": s, "state": st, "exit_code": c, **({"signal": c - 128} if c and c > 128 else {})}
+            for s, st, c in steps
+        ]
     signalled = _signalled_by_user(record, view)
     if signalled:
         view["signalled"] = signalled
@@ -136,9 +155,13 @@ def _signalled_by_user(record: JobRecord, view: Mapping[str, Any]) -> dict[str, 
         num = signals.number(str(sent.get("signal")))
         if num is not None and code == 128 + num and sent.get("task") in (None, task):
             label = signals.name(num) or str(num)
-            return {"signal": label, "time": sent.get("time"), "exit_code": code,
-                    "what": f"signalled by the user ({label}, slurmgen cancel --signal), which the program did not "
-                            f"handle: {signals.killed_by(num)} (exit code {code})"}
+            return {
+                "signal": label,
+                "time": sent.get("time"),
+                "exit_code": code,
+                "what": f"signalled by the user ({label}, slurmgen cancel --signal), which the program did not "
+                f"handle: {signals.killed_by(num)} (exit code {code})",
+            }
     return None
 
 
@@ -150,19 +173,37 @@ def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     row = failed[0]
     first = verdict.decide(_failure_events(row)).first
-    return {"job": row["job"], "state": row["state"], "exit_code": row["exit_code"],
-            "node": first.node if first else None, "task": first.task if first else None,
-            "rank": first.rank if first else None, "what": first.detail if first else None}
+    return {
+        "job": row["job"],
+        "state": row["state"],
+        "exit_code": row["exit_code"],
+        "node": first.node if first else None,
+        "task": first.task if first else None,
+        "rank": first.rank if first else None,
+        "what": first.detail if first else None,
+    }
 
 
 def _failure_events(row: Mapping[str, Any]) -> list[verdict.Event]:
     """A failed row's failures as verdict events: the rank's note, then srun's failed tasks."""
     note = row.get("first_rank_exit")
-    events = [verdict.exited(note["exit_code"], note["node"], note["rank"], note["task"],
-                             f"rank {note['rank']} exited with code {note['exit_code']}")] if note else []
+    events = (
+        [
+            verdict.exited(
+                note["exit_code"],
+                note["node"],
+                note["rank"],
+                note["task"],
+                f"rank {note['rank']} exited with code {note['exit_code']}",
+            )
+        ]
+        if note
+        else []
+    )
     # srun names only tasks that failed; one ended by a signal carries no code, still a failure.
-    return events + [verdict.exited(t.get("code"), t["node"], None, t["tasks"][0], t["what"])
-                     for t in row.get("failed_tasks") or []]
+    return events + [
+        verdict.exited(t.get("code"), t["node"], None, t["tasks"][0], t["what"]) for t in row.get("failed_tasks") or []
+    ]
 
 
 def _fmt_loss(run: Mapping[str, Any] | None) -> str:
@@ -170,14 +211,19 @@ def _fmt_loss(run: Mapping[str, Any] | None) -> str:
     return f"{loss:.4g}" if isinstance(loss, (int, float)) else "-"
 
 
-def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lambda text, state: text,
-                now: float | None = None) -> list[str]:
+def format_view(
+    view: Mapping[str, Any], style: Callable[[str, str], str] = lambda text, state: text, now: float | None = None
+) -> list[str]:
     """The text form of `job_view`, one line per fact; `style` colours a state."""
-    lines = [f"job {view['job']} ({view['name']}): {style(view['state'], view['state'])}"
-             + (f", exit code {view['exit_code']}" if view.get("exit_code") is not None else "")]
+    lines = [
+        f"job {view['job']} ({view['name']}): {style(view['state'], view['state'])}"
+        + (f", exit code {view['exit_code']}" if view.get("exit_code") is not None else "")
+    ]
     if view.get("unanswered"):  # first: every Slurm fact below is missing or old
         last_seen = str(view.get("source", "")).startswith("registry")
-        lines.append(f"  slurm: {view['unanswered']}" + ("; the state is the last one slurmgen saw" if last_seen else ""))
+        lines.append(
+            f"  slurm: {view['unanswered']}" + ("; the state is the last one slurmgen saw" if last_seen else "")
+        )
     if view.get("reason"):
         lines.append(f"  pending: {pending_text(view, now)}")
     for label, key in (("nodes", "nodes"), ("elapsed", "elapsed"), ("limit", "limit"), ("requeued", "restarts")):
@@ -186,7 +232,9 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
     lines.append(f"  output: {view['output_dir']}" + (f" on {view['remote']}" if view.get("remote") else ""))
     snap = view.get("snapshot")
     if snap:
-        lines.append(f"  code: {snap.get('dir')} (commit {snap.get('commit') or 'none'}{', dirty' if snap.get('dirty') else ''})")
+        lines.append(
+            f"  code: {snap.get('dir')} (commit {snap.get('commit') or 'none'}{', dirty' if snap.get('dirty') else ''})"
+        )
     failure = view.get("first_failure")
     if view.get("signalled"):  # no rank to blame: every rank the signal reached died of it
         lines.append(f"  failed: {view['job']} {view['state']}, {view['signalled']['what']}")
@@ -196,12 +244,16 @@ def format_view(view: Mapping[str, Any], style: Callable[[str, str], str] = lamb
     for task in view.get("tasks") or []:
         params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
         code = "" if task.get("exit_code") is None else f" exit {task['exit_code']}"
-        lines.append(f"  {task['job']:>10}  {style(task['state'], task['state']):<10}{code}  loss {_fmt_loss(task.get('run'))}  {params}".rstrip())
+        lines.append(
+            f"  {task['job']:>10}  {style(task['state'], task['state']):<10}{code}  loss {_fmt_loss(task.get('run'))}  {params}".rstrip()
+        )
         if _eventful(task.get("attempts")):  # a grid of a hundred tasks that simply finished stays a grid
             lines += _attempt_lines(task.get("attempts"), " " * 14)
     run = view.get("run")
     if run:
-        lines.append(f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})")
+        lines.append(
+            f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})"
+        )
     for step in view.get("steps") or []:
         lines.append(f"  step {step['step']}: {step['state']} {_step_end(step)}")
     lines += _attempt_lines(view.get("attempts"), "  ")

@@ -137,14 +137,14 @@ class AttemptState:
     launched_at: float
     world_size: int
     limits: Limits
-    nodes: Mapping[str, NodeResult]    # in node-rank order
-    pending: frozenset[str]            # hosts without a final state yet
+    nodes: Mapping[str, NodeResult]  # in node-rank order
+    pending: frozenset[str]  # hosts without a final state yet
     opened: frozenset[str] = frozenset()
     seen: tuple[Event, ...] = ()  # every failure and signal, in order (`verdict` is a property here)
     stop_at: float | None = None
-    spared: str | None = None          # the failed node, stopping its own ranks
+    spared: str | None = None  # the failed node, stopping its own ranks
     signals: tuple[int, ...] = ()
-    stop_reason: str = ""              # why the first signal came, when a person asked for the stop
+    stop_reason: str = ""  # why the first signal came, when a person asked for the stop
     all_running: bool = False
     # host -> the beats of its quiet ranks in its last `beats` report, and when that arrived
     beats: Mapping[str, tuple[tuple[blame.Beat, ...], float]] = field(default_factory=dict)
@@ -183,10 +183,12 @@ class AttemptState:
         return "all ranks succeeded"
 
 
-def initial(nodes: list[NodeResult], attempt: int, at: float, launched_at: float, world_size: int,
-            limits: Limits) -> AttemptState:
-    return AttemptState(attempt, at, launched_at, world_size, limits, {n.host: n for n in nodes},
-                        frozenset(n.host for n in nodes))
+def initial(
+    nodes: list[NodeResult], attempt: int, at: float, launched_at: float, world_size: int, limits: Limits
+) -> AttemptState:
+    return AttemptState(
+        attempt, at, launched_at, world_size, limits, {n.host: n for n in nodes}, frozenset(n.host for n in nodes)
+    )
 
 
 Step = tuple[AttemptState, list[Action]]
@@ -219,8 +221,16 @@ def _where(what: str, host: str) -> str:
     return what if what.startswith("rank ") and f" on {host} " in what else f"{what} on {host}"
 
 
-def _fail(s: AttemptState, host: str, state: str, code: int, what: str, at: float,
-          rank: int | None = None, spare: bool | None = None) -> Step:
+def _fail(
+    s: AttemptState,
+    host: str,
+    state: str,
+    code: int,
+    what: str,
+    at: float,
+    rank: int | None = None,
+    spare: bool | None = None,
+) -> Step:
     """Count a failure of `host`; the first one stops every node, sparing a node that stops
     its own ranks (it saw the failure itself) until the stop grace. A hang the launcher judged
     (`spare` False, a rank) first asks for the rank's stack, when the limits say so."""
@@ -254,12 +264,16 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
         s = _node(s, host, state="running", started=at)
         if s.all_running or any(n.state != "running" for n in s.nodes.values()):
             return s, []
-        return replace(s, all_running=True), [Say(
-            f"all {len(s.nodes)} node(s) running {s.world_size} rank(s) {at - s.started_at:.2f}s after the start "
-            f"of attempt {s.attempt} ({at - s.launched_at:.2f}s after launch)")]
+        return replace(s, all_running=True), [
+            Say(
+                f"all {len(s.nodes)} node(s) running {s.world_size} rank(s) {at - s.started_at:.2f}s after the start "
+                f"of attempt {s.attempt} ({at - s.launched_at:.2f}s after launch)"
+            )
+        ]
     if event.kind == "exited":
-        return _fail(s, host, "failed", event.value or exitcodes.FAILED,
-                     f"rank {event.rank} exited with code {event.value}", at)
+        return _fail(
+            s, host, "failed", event.value or exitcodes.FAILED, f"rank {event.rank} exited with code {event.value}", at
+        )
     if event.kind == "beats":
         beats = tuple(replace(b, node=host) for b in event.beats)
         return replace(s, beats={**s.beats, host: (beats, at)}), []
@@ -267,8 +281,14 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
         asked = s.asked is not None and s.asked[:2] == (host, event.rank)
         return _stack_told(s, event.frames, at) if asked else (s, [])
     if event.kind == "hung":
-        return _fail(s, host, "hung", exitcodes.HUNG,
-                     f"rank {event.rank} hung (no heartbeat for {(event.value or 0) / 1000:.1f} s)", at)
+        return _fail(
+            s,
+            host,
+            "hung",
+            exitcodes.HUNG,
+            f"rank {event.rank} hung (no heartbeat for {(event.value or 0) / 1000:.1f} s)",
+            at,
+        )
     return _fail(s, host, "error", exitcodes.FAILED, event.message, at)
 
 
@@ -290,8 +310,12 @@ def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:
 def _signalled(s: AttemptState, signum: int, at: float, reason: str = "") -> Step:
     """Ctrl-C, SIGTERM or a person's stop request (`reason`, given as a SIGTERM): every node
     stops; a second one closes every connection at once."""
-    s = replace(s, signals=(*s.signals, signum), seen=(*s.seen, verdict.signalled(signum, reason)),
-                stop_reason=s.stop_reason or (reason if not s.signals else ""))
+    s = replace(
+        s,
+        signals=(*s.signals, signum),
+        seen=(*s.seen, verdict.signalled(signum, reason)),
+        stop_reason=s.stop_reason or (reason if not s.signals else ""),
+    )
     name = reason or f"got {signal.Signals(signum).name}"
     if len(s.signals) > 1:
         return s, [Say(f"{name} again: closing every connection now"), DisconnectAll()]
@@ -303,11 +327,14 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
     for host in [h for h in s.nodes if h in s.pending]:
         if overdue.get(host, 0.0) > lim.keepalive * lim.keepalive_count:
             silent = lim.keepalive * (lim.keepalive_count + 1)
-            s, more = _fail(_end(s, host, at), host, "lost", exitcodes.LOST, f"no answer from {host} for {silent:.0f}s", at)
+            s, more = _fail(
+                _end(s, host, at), host, "lost", exitcodes.LOST, f"no answer from {host} for {silent:.0f}s", at
+            )
             actions += [*more, Disconnect(host)]
         elif host not in s.opened and at - s.started_at > lim.connect:
-            s, more = _fail(_end(s, host, at), host, "error", exitcodes.FAILED,
-                            f"no session on {host} within {lim.connect:g}s", at)
+            s, more = _fail(
+                _end(s, host, at), host, "error", exitcodes.FAILED, f"no session on {host} within {lim.connect:g}s", at
+            )
             actions += [*more, Disconnect(host)]
     stop_at = s.stop_at
     if stop_at is None:
@@ -331,8 +358,12 @@ def _judge_hang(s: AttemptState, at: float) -> Step:
     since it arrived. The launcher decides, so no node is spared: every one is stopped."""
     if not s.limits.heartbeat_ms:
         return s, []
-    beats = [replace(b, age_ms=b.age_ms + round((at - seen) * 1000))
-             for host, (reported, seen) in s.beats.items() if host in s.pending for b in reported]
+    beats = [
+        replace(b, age_ms=b.age_ms + round((at - seen) * 1000))
+        for host, (reported, seen) in s.beats.items()
+        if host in s.pending
+        for b in reported
+    ]
     found = blame.judge(beats, s.limits.heartbeat_ms)
     if found is None:
         return s, []

@@ -37,37 +37,71 @@ if TYPE_CHECKING:
 
 
 def launch(
-    command: list[str] | None = typer.Argument(None, help="The program every process runs (after --). Default: python -m slurmgen.train."),
+    command: list[str] | None = typer.Argument(
+        None, help="The program every process runs (after --). Default: python -m slurmgen.train."
+    ),
     hosts: str | None = typer.Option(None, "--hosts", "-H", help="Hosts, a Slurm hostlist: node1,node2 or gpu[01-04]."),
     hostfile: Path | None = typer.Option(None, "--hostfile", help="DeepSpeed host file: 'host slots=N' lines."),
-    include: str | None = typer.Option(None, "--include", help="Only these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
-    exclude: str | None = typer.Option(None, "--exclude", help="Not these hosts/slots, DeepSpeed syntax: node1:0,1@node2."),
-    gpus: str | None = typer.Option(None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."),
-    config: Path | None = typer.Option(None, "--config", help="YAML job spec (as for create); flags given here override it."),
+    include: str | None = typer.Option(
+        None, "--include", help="Only these hosts/slots, DeepSpeed syntax: node1:0,1@node2."
+    ),
+    exclude: str | None = typer.Option(
+        None, "--exclude", help="Not these hosts/slots, DeepSpeed syntax: node1:0,1@node2."
+    ),
+    gpus: str | None = typer.Option(
+        None, "--gpus", metavar="N", help="Processes per host without slots= (default: 1)."
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="YAML job spec (as for create); flags given here override it."
+    ),
     master: str | None = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
     order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
-    master_addr: str | None = typer.Option(None, "--master-addr", help="Rendezvous address (default: the master's HostName)."),
-    master_port: str | None = typer.Option(None, "--master-port", metavar="N", help=f"Rendezvous port (default: {ports.DEFAULT_MASTER_PORT})."),
+    master_addr: str | None = typer.Option(
+        None, "--master-addr", help="Rendezvous address (default: the master's HostName)."
+    ),
+    master_port: str | None = typer.Option(
+        None, "--master-port", metavar="N", help=f"Rendezvous port (default: {ports.DEFAULT_MASTER_PORT})."
+    ),
     backend: str | None = typer.Option(None, "--backend", help=" | ".join(BACKENDS) + "."),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
-    env_file: list[Path] = typer.Option([], "--env-file", help="KEY=VALUE lines (like .deepspeed_env), sent on stdin; repeatable."),
-    setup: list[str] = typer.Option([], "--setup", help="Shell line run on each node before launch (venv, modules); repeatable."),
+    env_file: list[Path] = typer.Option(
+        [], "--env-file", help="KEY=VALUE lines (like .deepspeed_env), sent on stdin; repeatable."
+    ),
+    setup: list[str] = typer.Option(
+        [], "--setup", help="Shell line run on each node before launch (venv, modules); repeatable."
+    ),
     workdir: str | None = typer.Option(None, "--workdir", help="Directory on every node (default: this directory)."),
-    log_dir: str | None = typer.Option(None, "--log-dir", help="Per-rank logs on each node, relative to --workdir (default: out/logs)."),
+    log_dir: str | None = typer.Option(
+        None, "--log-dir", help="Per-rank logs on each node, relative to --workdir (default: out/logs)."
+    ),
     user: str | None = ssh_user_option(),
     port: int | None = ssh_port_option(),
     identity: list[Path] = identity_option(),
     known_hosts: str | None = known_hosts_option(),
     ssh_config: str | None = ssh_config_option(),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to wait for each host."),
-    accept_new_host_keys: bool = typer.Option(False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."),
-    max_restarts: int = typer.Option(0, "--max-restarts", help="Start the whole group again after a failure, up to N times."),
-    heartbeat_timeout: float | None = typer.Option(None, "--heartbeat-timeout", help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged."),
-    keepalive: float = typer.Option(5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."),
+    accept_new_host_keys: bool = typer.Option(
+        False, "--accept-new-host-keys", help="Trust and record keys of hosts not in known_hosts (never changed keys)."
+    ),
+    max_restarts: int = typer.Option(
+        0, "--max-restarts", help="Start the whole group again after a failure, up to N times."
+    ),
+    heartbeat_timeout: float | None = typer.Option(
+        None,
+        "--heartbeat-timeout",
+        help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged.",
+    ),
+    keepalive: float = typer.Option(
+        5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."
+    ),
     stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."),
-    registry: Path | None = registry_option("Run registry where the launch is recorded (`slurmgen jobs` lists it) "
-                                               "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print, per host, exactly what would run; connect to nothing."
+    ),
+    registry: Path | None = registry_option(
+        "Run registry where the launch is recorded (`slurmgen jobs` lists it) "
+        "[default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."
+    ),
 ) -> None:
     """Start the job on every host over SSH; the first failure anywhere stops all of them."""
     import os
@@ -79,36 +113,66 @@ def launch(
     from slurmgen.launch.ssh.target import SSHOptions
 
     _check_flags(hosts, hostfile, port, connect_timeout, keepalive)
-    spec = spec_from_sources(config, given_flags(
-        command=command or None, gpus=gpus, master_addr=master_addr, master_port=master_port, backend=backend,
-        env=parse_env(env), setup=list(setup), log_dir=log_dir,
-    ))
+    spec = spec_from_sources(
+        config,
+        given_flags(
+            command=command or None,
+            gpus=gpus,
+            master_addr=master_addr,
+            master_port=master_port,
+            backend=backend,
+            env=parse_env(env),
+            setup=list(setup),
+            log_dir=log_dir,
+        ),
+    )
     selected = select_hosts(_host_list(hosts, hostfile, spec.gpus), include, exclude)
     stdin_env = _stdin_env(env_file)
     # Every rank's phases and its node's start and exit of it, in one file the run registry names.
-    stdin_env.setdefault(envvars.TIMELINE_FILE, timeline_file(workdir or os.getcwd(), spec.logs,
-                                                               stdin_env[envvars.LAUNCH_ID]))
-    opts = SSHOptions(user=user, port=port, identities=tuple(str(p) for p in identity), known_hosts=known_hosts,
-                      ssh_config=ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
-    plan = build_plan(spec, selected, master=master, order=order, master_addr=lambda h: master_address(h, opts),
-                      workdir=workdir or os.getcwd(), env=stdin_env, stop_grace=stop_grace,
-                      heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
-                      max_restarts=max_restarts)
+    stdin_env.setdefault(
+        envvars.TIMELINE_FILE, timeline_file(workdir or os.getcwd(), spec.logs, stdin_env[envvars.LAUNCH_ID])
+    )
+    opts = SSHOptions(
+        user=user,
+        port=port,
+        identities=tuple(str(p) for p in identity),
+        known_hosts=known_hosts,
+        ssh_config=ssh_config,
+        connect_timeout=connect_timeout,
+        accept_new_host_keys=accept_new_host_keys,
+    )
+    plan = build_plan(
+        spec,
+        selected,
+        master=master,
+        order=order,
+        master_addr=lambda h: master_address(h, opts),
+        workdir=workdir or os.getcwd(),
+        env=stdin_env,
+        stop_grace=stop_grace,
+        heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
+        max_restarts=max_restarts,
+    )
     _start(plan, opts, keepalive, dry_run, (registry, spec.job_name, list(spec.command)))
 
 
-def _check_flags(hosts: str | None, hostfile: Path | None, port: int | None, connect_timeout: float,
-                 keepalive: float) -> None:
+def _check_flags(
+    hosts: str | None, hostfile: Path | None, port: int | None, connect_timeout: float, keepalive: float
+) -> None:
     """The flags that need no spec: one source of hosts, and SSH numbers in range."""
     if (hosts is None) == (hostfile is None):
         raise SlurmgenError(f"hosts: give exactly one of --hosts and --hostfile (got {'both' if hosts else 'neither'})")
     # Checked here rather than by typer's min/max, whose message leaves out the bad value
     # (max_restarts, heartbeat_timeout and stop_grace are checked with the plan).
-    ssh_problems = [f"{name}: must be {rule} (got {value:g})" for name, value, ok, rule in (
-        ("port", 22 if port is None else port, port is None or 1 <= port <= 65535, "a port number 1-65535"),
-        ("connect_timeout", connect_timeout, connect_timeout > 0, "more than 0 seconds"),
-        ("keepalive", keepalive, keepalive > 0, "more than 0 seconds"),
-    ) if not ok]
+    ssh_problems = [
+        f"{name}: must be {rule} (got {value:g})"
+        for name, value, ok, rule in (
+            ("port", 22 if port is None else port, port is None or 1 <= port <= 65535, "a port number 1-65535"),
+            ("connect_timeout", connect_timeout, connect_timeout > 0, "more than 0 seconds"),
+            ("keepalive", keepalive, keepalive > 0, "more than 0 seconds"),
+        )
+        if not ok
+    ]
     if ssh_problems:
         raise SlurmgenError(*ssh_problems)
 
@@ -119,8 +183,11 @@ def _host_list(hosts: str | None, hostfile: Path | None, gpus: int) -> list[Host
     from slurmgen.generate.hostlist import expand
     from slurmgen.generate.topology import Host
 
-    return (read_hostfile(hostfile, gpus) if hostfile is not None
-            else [Host.with_count(h, gpus) for h in expand(hosts or "")])
+    return (
+        read_hostfile(hostfile, gpus)
+        if hostfile is not None
+        else [Host.with_count(h, gpus) for h in expand(hosts or "")]
+    )
 
 
 def _stdin_env(env_files: list[Path]) -> dict[str, str]:
@@ -141,8 +208,9 @@ def _stdin_env(env_files: list[Path]) -> dict[str, str]:
     return stdin_env
 
 
-def _start(plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool,
-           run: tuple[Path | None, str, list[str]]) -> None:
+def _start(
+    plan: LaunchPlan, opts: SSHOptions, keepalive: float, dry_run: bool, run: tuple[Path | None, str, list[str]]
+) -> None:
     """Print what would run (--dry-run), or record the run (registry, name, command), run it
     and leave with the job's exit code. A registry that cannot be opened stops us first."""
     if dry_run:  # neither paramiko nor the registry: see launch/preview.py

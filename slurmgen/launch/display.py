@@ -70,7 +70,7 @@ class NodeResult:
     host: str
     node_rank: int
     ranks: str
-    state: str = "not started"   # running, ok, failed, hung, stopped, lost, error
+    state: str = "not started"  # running, ok, failed, hung, stopped, lost, error
     code: int | None = None
     started: float | None = None
     ended: float | None = None
@@ -89,13 +89,37 @@ def summary_table(results: list[NodeResult], attempt: int, attempts: int, verdic
     from rich.table import Table
 
     title = f"slurmgen launch: {verdict}" + (f" (attempt {attempt} of {attempts})" if attempts > 1 else "")
-    table = Table("host", "node", "ranks", "state", "exit code", "duration", "note", title=title,
-                  title_justify="left", box=None, pad_edge=False)
+    table = Table(
+        "host",
+        "node",
+        "ranks",
+        "state",
+        "exit code",
+        "duration",
+        "note",
+        title=title,
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     for r in results:
-        style = {"ok": "green", "failed": "bold red", "hung": "bold red", "lost": "bold red",
-                 "error": "bold red", "stopped": "yellow"}.get(r.state, "")
-        table.add_row(r.host, str(r.node_rank), r.ranks, f"[{style}]{r.state}[/]" if style else r.state,
-                      "-" if r.code is None else str(r.code), r.duration, r.note)
+        style = {
+            "ok": "green",
+            "failed": "bold red",
+            "hung": "bold red",
+            "lost": "bold red",
+            "error": "bold red",
+            "stopped": "yellow",
+        }.get(r.state, "")
+        table.add_row(
+            r.host,
+            str(r.node_rank),
+            r.ranks,
+            f"[{style}]{r.state}[/]" if style else r.state,
+            "-" if r.code is None else str(r.code),
+            r.duration,
+            r.note,
+        )
     out = io.StringIO()
     Console(file=out, force_terminal=colour, no_color=not colour, width=200, soft_wrap=True).print(table)
     return out.getvalue()

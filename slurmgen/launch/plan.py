@@ -38,24 +38,59 @@ if TYPE_CHECKING:
 # leave every other local rank of every node without a GPU) and its cache paths (HF_HOME,
 # TORCH_HOME). Each node gets its own device list from its slots (`LaunchPlan.node_env`).
 FORWARDED_ENV = (
-    "NCCL_*", "GLOO_*", "UCX_*", "FI_*",
-    "TORCH_NCCL_*", "TORCH_DISTRIBUTED_DEBUG", "TORCH_CPP_LOG_LEVEL", "TORCH_SHOW_CPP_STACKTRACES", "TORCH_LOGS",
-    "CUDA_LAUNCH_BLOCKING", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER",
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-    "HF_TOKEN", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_VERBOSITY",
-    "WANDB_API_KEY", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_TAGS",
-    "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
-    "MLFLOW_EXPERIMENT_NAME", "SWANLAB_API_KEY", "SWANLAB_PROJECT", "SWANLAB_WORKSPACE", "SWANLAB_MODE",
+    "NCCL_*",
+    "GLOO_*",
+    "UCX_*",
+    "FI_*",
+    "TORCH_NCCL_*",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "TORCH_CPP_LOG_LEVEL",
+    "TORCH_SHOW_CPP_STACKTRACES",
+    "TORCH_LOGS",
+    "CUDA_LAUNCH_BLOCKING",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "PYTHONFAULTHANDLER",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "HF_TOKEN",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TRANSFORMERS_VERBOSITY",
+    "WANDB_API_KEY",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    "WANDB_MODE",
+    "WANDB_BASE_URL",
+    "WANDB_TAGS",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_EXPERIMENT_NAME",
+    "SWANLAB_API_KEY",
+    "SWANLAB_PROJECT",
+    "SWANLAB_WORKSPACE",
+    "SWANLAB_MODE",
     # run records (slurmgen.tracking): names and trackers chosen where the job is launched
-    "SLURMGEN_GROUP", "SLURMGEN_JOB_TYPE", "SLURMGEN_RUN_NAME", "SLURMGEN_DESCRIPTION", "SLURMGEN_TRACK",
+    "SLURMGEN_GROUP",
+    "SLURMGEN_JOB_TYPE",
+    "SLURMGEN_RUN_NAME",
+    "SLURMGEN_DESCRIPTION",
+    "SLURMGEN_TRACK",
     "SLURMGEN_TRACKERS",
 )
 # Values of names like these are never printed (dry run, errors).
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 # Set by `slurmgen launch` itself for every node; users cannot override them.
 LAUNCHER_ENV = RESERVED_ENV | {
-    "SLURMGEN_RANK_OFFSET", "SLURMGEN_WORLD_SIZE", "SLURMGEN_LOG_DIR", "SLURMGEN_STOP_GRACE",
-    "SLURMGEN_FAIL_GRACE", "SLURMGEN_EVENT_FD",
+    "SLURMGEN_RANK_OFFSET",
+    "SLURMGEN_WORLD_SIZE",
+    "SLURMGEN_LOG_DIR",
+    "SLURMGEN_STOP_GRACE",
+    "SLURMGEN_FAIL_GRACE",
+    "SLURMGEN_EVENT_FD",
 }
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -74,8 +109,9 @@ def parse_filter(text: str, flag: str) -> dict[str, tuple[int, ...] | None]:
         if sep:
             items = [s.strip() for s in slots_text.split(",")]
             if not items or not all(s.isdigit() for s in items):
-                raise SlurmgenError(f"{flag}: slots of {name} must be whole numbers separated by commas "
-                                    f"(got {show(slots_text)})")
+                raise SlurmgenError(
+                    f"{flag}: slots of {name} must be whole numbers separated by commas (got {show(slots_text)})"
+                )
             slots = tuple(sorted({int(s) for s in items}))
         if name in result:
             raise SlurmgenError(f"{flag}: host {show(name)} is named twice in {show(text)}")
@@ -120,8 +156,11 @@ def select_hosts(hosts: Sequence[Host], include: str | None = None, exclude: str
 # ---- environment ------------------------------------------------------------------------------
 def forwarded_env(environ: Mapping[str, str], patterns: Sequence[str] = FORWARDED_ENV) -> dict[str, str]:
     """The variables of `environ` whose names match one of `patterns` (and are not the launcher's)."""
-    return {k: v for k, v in sorted(environ.items())
-            if any(fnmatch.fnmatchcase(k, p) for p in patterns) and k not in LAUNCHER_ENV and _ENV_KEY.match(k)}
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if any(fnmatch.fnmatchcase(k, p) for p in patterns) and k not in LAUNCHER_ENV and _ENV_KEY.match(k)
+    }
 
 
 def parse_env_file(text: str, source: str) -> dict[str, str]:
@@ -133,7 +172,7 @@ def parse_env_file(text: str, source: str) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].lstrip()
+            line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         key = key.strip()
         if not sep or not _ENV_KEY.match(key):
@@ -193,8 +232,8 @@ class LaunchPlan:
     master_port: int
     workdir: str
     log_dir: str
-    script: str                      # the rendered launch_multi_node.sh
-    env: dict[str, str] = field(default_factory=dict)   # forwarded + env files, sent on stdin
+    script: str  # the rendered launch_multi_node.sh
+    env: dict[str, str] = field(default_factory=dict)  # forwarded + env files, sent on stdin
     stop_grace: int = 1
     heartbeat_timeout: float | None = None
     max_restarts: int = 0
@@ -221,10 +260,19 @@ def node_plans(hosts: Sequence[Host], master: str | None = None, order: str = "a
     return tuple(nodes)
 
 
-def build_plan(spec: JobSpec, hosts: Sequence[Host], *, master: str | None = None, order: str = "alphabetical",
-               master_addr: str | Callable[[str], str] | None = None, workdir: str = ".",
-               env: Mapping[str, str] | None = None, stop_grace: int = 1, heartbeat_timeout: float | None = None,
-               max_restarts: int = 0) -> LaunchPlan:
+def build_plan(
+    spec: JobSpec,
+    hosts: Sequence[Host],
+    *,
+    master: str | None = None,
+    order: str = "alphabetical",
+    master_addr: str | Callable[[str], str] | None = None,
+    workdir: str = ".",
+    env: Mapping[str, str] | None = None,
+    stop_grace: int = 1,
+    heartbeat_timeout: float | None = None,
+    max_restarts: int = 0,
+) -> LaunchPlan:
     """The plan for `hosts` (already filtered) running `spec`'s command.
 
     `master_addr`: the address every rank uses for rank 0; the spec's master_addr wins, else
@@ -252,8 +300,15 @@ def build_plan(spec: JobSpec, hosts: Sequence[Host], *, master: str | None = Non
     if stop_grace < 0:
         raise SlurmgenError(f"stop_grace: must be 0 or more seconds (got {stop_grace})")
     return LaunchPlan(
-        nodes=nodes, world_size=world, master_addr=addr, master_port=spec.master_port or DEFAULT_MASTER_PORT,
-        workdir=workdir, log_dir=spec.logs, script=launch_script(sized), env=dict(env or {}),
-        stop_grace=stop_grace, heartbeat_timeout=heartbeat_timeout,
+        nodes=nodes,
+        world_size=world,
+        master_addr=addr,
+        master_port=spec.master_port or DEFAULT_MASTER_PORT,
+        workdir=workdir,
+        log_dir=spec.logs,
+        script=launch_script(sized),
+        env=dict(env or {}),
+        stop_grace=stop_grace,
+        heartbeat_timeout=heartbeat_timeout,
         max_restarts=max_restarts,
     )

@@ -18,19 +18,29 @@ def dry_run_text(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIV
     """Per host exactly what would run: the SSH target, the command line, the environment
     sent on stdin (secret-looking values hidden), then the bootstrap and node script."""
     targets = describe_targets([n.host for n in plan.nodes], opts)
-    lines = [f"# slurmgen launch --dry-run: {len(plan.nodes)} node(s), {plan.world_size} rank(s), "
-             f"master {plan.master_addr}:{plan.master_port}, working directory {plan.workdir}",
-             "# Each host runs the command line below over SSH; its stdin then carries the bootstrap,",
-             "# the node script and the environment shown, and stays open as the node's lifeline",
-             f"# (a keepalive line every {keepalive:g}s; silence=S: a node that hears none for S seconds stops).", ""]
+    lines = [
+        f"# slurmgen launch --dry-run: {len(plan.nodes)} node(s), {plan.world_size} rank(s), "
+        f"master {plan.master_addr}:{plan.master_port}, working directory {plan.workdir}",
+        "# Each host runs the command line below over SSH; its stdin then carries the bootstrap,",
+        "# the node script and the environment shown, and stays open as the node's lifeline",
+        f"# (a keepalive line every {keepalive:g}s; silence=S: a node that hears none for S seconds stops).",
+        "",
+    ]
     for node in plan.nodes:
-        lines += [f"# ===== {node.host} ({targets[node.host]}): node rank {node.node_rank}, ranks {node.ranks} =====",
-                  remote_command(plan, node, 1, keepalive), "# environment (on stdin):"]
+        lines += [
+            f"# ===== {node.host} ({targets[node.host]}): node rank {node.node_rank}, ranks {node.ranks} =====",
+            remote_command(plan, node, 1, keepalive),
+            "# environment (on stdin):",
+        ]
         env = env_text(plan.node_env(node), show_secrets=False).rstrip("\n")
         lines += [env] if env else ["# (none beyond the node script's own)"]
         lines.append("")
     boot = bootstrap()
-    lines += [f"# ===== bootstrap (on stdin, {len(boot.encode())} bytes) =====", boot.rstrip("\n"), "",
-              f"# ===== launch_multi_node.sh (on stdin, {len(plan.script.encode())} bytes) =====",
-              plan.script.rstrip("\n")]
+    lines += [
+        f"# ===== bootstrap (on stdin, {len(boot.encode())} bytes) =====",
+        boot.rstrip("\n"),
+        "",
+        f"# ===== launch_multi_node.sh (on stdin, {len(plan.script.encode())} bytes) =====",
+        plan.script.rstrip("\n"),
+    ]
     return "\n".join(lines) + "\n"

@@ -26,22 +26,34 @@ if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan
 
 
-def new_run(plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None,
-            log_file: Path | None = None) -> NewRun:
+def new_run(
+    plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None, log_file: Path | None = None
+) -> NewRun:
     """The run `plan` starts: keyed by its launch id, its run records by its group (SLURMGEN_GROUP);
     `stop_file` is where the page or `slurmgen cancel` asks it to stop (jobs/launch_stop.py),
     `log_file` where the launcher keeps what the nodes sent (the page's log view)."""
     run_id = plan.env.get(envvars.GROUP) or None
     logs = posixpath.join(plan.workdir, plan.log_dir)
     return NewRun(
-        kind="launch", key=plan.env.get(envvars.LAUNCH_ID) or run_id or "", name=name, workdir=plan.workdir,
-        nodes=len(plan.nodes), ranks=plan.world_size, run_id=run_id,
+        kind="launch",
+        key=plan.env.get(envvars.LAUNCH_ID) or run_id or "",
+        name=name,
+        workdir=plan.workdir,
+        nodes=len(plan.nodes),
+        ranks=plan.world_size,
+        run_id=run_id,
         record_dir=record_dir(plan.workdir, command, run_id) if run_id else None,
         logs=[{"node": n.host, "path": logs} for n in plan.nodes],
-        info={"command": command, "hosts": [n.host for n in plan.nodes], "pid": os.getpid(),
-              "max_restarts": plan.max_restarts, **({"stop_file": str(stop_file)} if stop_file else {}),
-              **({"log_file": str(log_file)} if log_file else {}),
-              **({"timeline": plan.env[envvars.TIMELINE_FILE]} if plan.env.get(envvars.TIMELINE_FILE) else {})})
+        info={
+            "command": command,
+            "hosts": [n.host for n in plan.nodes],
+            "pid": os.getpid(),
+            "max_restarts": plan.max_restarts,
+            **({"stop_file": str(stop_file)} if stop_file else {}),
+            **({"log_file": str(log_file)} if log_file else {}),
+            **({"timeline": plan.env[envvars.TIMELINE_FILE]} if plan.env.get(envvars.TIMELINE_FILE) else {}),
+        },
+    )
 
 
 def outcome(code: int, interrupted: bool) -> State:
@@ -62,15 +74,16 @@ class LaunchRecord:
     recorder: Recorder
     run: int | None = None
     failure: Failure | None = None  # the first failure of the latest attempt
-    stop_file: Path | None = None   # the launch's stop channel (None: the row could not be written)
-    timeline: str | None = None     # the run's timeline file (SLURMGEN_TIMELINE_FILE)
-    log: IO[str] | None = None      # the nodes' lines, for the page (None: none kept)
+    stop_file: Path | None = None  # the launch's stop channel (None: the row could not be written)
+    timeline: str | None = None  # the run's timeline file (SLURMGEN_TIMELINE_FILE)
+    log: IO[str] | None = None  # the nodes' lines, for the page (None: none kept)
     log_room: int = LAUNCH_LOG_LIMIT  # bytes the log may still take
-    logs_at: str = ""               # where the nodes keep the rank logs (named when the log is full)
+    logs_at: str = ""  # where the nodes keep the rank logs (named when the log is full)
 
     @classmethod
-    def start(cls, recorder: Recorder, plan: LaunchPlan, name: str, command: list[str],
-              log_limit: int = LAUNCH_LOG_LIMIT) -> LaunchRecord:
+    def start(
+        cls, recorder: Recorder, plan: LaunchPlan, name: str, command: list[str], log_limit: int = LAUNCH_LOG_LIMIT
+    ) -> LaunchRecord:
         """The row, and beside the registry it names the stop channel and the log (none without a
         launch id)."""
         launch_id = plan.env.get(envvars.LAUNCH_ID)
@@ -81,12 +94,20 @@ class LaunchRecord:
                 launch_stop.prepare(stop_file)
             except OSError:
                 stop_file = None
-        log_file = registry.parent / LAUNCH_LOGS_DIR / LAUNCH_LOG_NAME.format(launch_id=launch_id) if launch_id else None
+        log_file = (
+            registry.parent / LAUNCH_LOGS_DIR / LAUNCH_LOG_NAME.format(launch_id=launch_id) if launch_id else None
+        )
         log = _private_log(log_file) if log_file else None
         run = recorder.started(new_run(plan, name, command, stop_file, log_file if log else None))
-        return cls(recorder, run, stop_file=stop_file if run is not None else None,
-                   timeline=plan.env.get(envvars.TIMELINE_FILE), log=log, log_room=log_limit,
-                   logs_at=posixpath.join(plan.workdir, plan.log_dir))
+        return cls(
+            recorder,
+            run,
+            stop_file=stop_file if run is not None else None,
+            timeline=plan.env.get(envvars.TIMELINE_FILE),
+            log=log,
+            log_room=log_limit,
+            logs_at=posixpath.join(plan.workdir, plan.log_dir),
+        )
 
     def log_line(self, text: str) -> None:
         """One line into the launch's log while it has room; the line that would pass the limit is

@@ -56,8 +56,10 @@ BOOTSTRAP_TEMPLATE = "launch_bootstrap.sh.j2"
 # bounded by the lifeline's silence (SECONDS below, here and in the bootstrap): a node cut off
 # while the payload is on its way drops packets and never sees the end of its stdin, and would
 # wait forever; a bootstrap cut short by the bound is not run.
-REMOTE_TEMPLATE = ("""exec bash --norc -c 'IFS= read -r -t SECONDS n && b=$(timeout SECONDS head -c "$n") && """
-                   """eval "$b"' slurmgen-launch""")
+REMOTE_TEMPLATE = (
+    """exec bash --norc -c 'IFS= read -r -t SECONDS n && b=$(timeout SECONDS head -c "$n") && """
+    """eval "$b"' slurmgen-launch"""
+)
 
 
 def remote_prefix(silence: float) -> str:
@@ -74,9 +76,16 @@ def bootstrap() -> str:
     from slurmgen.contract.version import VERSION as __version__
     from slurmgen.generate.render import render_template
 
-    return render_template(BOOTSTRAP_TEMPLATE, version=__version__, event_tag=EVENT_TAG, event_fd=EVENT_FD,
-                           payload_magic=PAYLOAD_MAGIC, payload_end=PAYLOAD_END, stack_ask=STACK_ASK,
-                           bad_input=exitcodes.BAD_INPUT)
+    return render_template(
+        BOOTSTRAP_TEMPLATE,
+        version=__version__,
+        event_tag=EVENT_TAG,
+        event_fd=EVENT_FD,
+        payload_magic=PAYLOAD_MAGIC,
+        payload_end=PAYLOAD_END,
+        stack_ask=STACK_ASK,
+        bad_input=exitcodes.BAD_INPUT,
+    )
 
 
 def heartbeat_ms(plan: LaunchPlan) -> int:
@@ -88,10 +97,18 @@ def heartbeat_ms(plan: LaunchPlan) -> int:
 def node_args(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float = KEEPALIVE_INTERVAL) -> list[str]:
     """The bootstrap's key=value arguments for one node (no secrets: they are on a command line)."""
     args = {
-        "attempt": attempt, "workdir": plan.workdir, "master_addr": plan.master_addr,
-        "master_port": plan.master_port, "nnodes": len(plan.nodes), "nproc": node.nproc,
-        "node_rank": node.node_rank, "rank_offset": node.rank_offset, "world_size": plan.world_size,
-        "log_dir": plan.log_dir, "stop_grace": plan.stop_grace, "heartbeat_ms": heartbeat_ms(plan),
+        "attempt": attempt,
+        "workdir": plan.workdir,
+        "master_addr": plan.master_addr,
+        "master_port": plan.master_port,
+        "nnodes": len(plan.nodes),
+        "nproc": node.nproc,
+        "node_rank": node.node_rank,
+        "rank_offset": node.rank_offset,
+        "world_size": plan.world_size,
+        "log_dir": plan.log_dir,
+        "stop_grace": plan.stop_grace,
+        "heartbeat_ms": heartbeat_ms(plan),
         "silence": f"{lifeline_silence(keepalive):g}",
     }
     return [f"{k}={v}" for k, v in args.items()]

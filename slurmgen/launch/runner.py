@@ -47,9 +47,9 @@ from slurmgen.launch.record import LaunchRecord
 from slurmgen.launch.remote import heartbeat_ms, payload, remote_command
 from slurmgen.launch.ssh.connect import ConnectError, Connection, SSHOptions, connect_all
 
-STOP_WAIT_EXTRA = 5.0     # after a stop, wait this much beyond the grace for nodes to report
-PASS_SECONDS = 0.1        # the longest a loop pass waits for input before ticking anyway
-BATCH = 512               # inputs handled per pass at most, so ticks keep coming under a flood
+STOP_WAIT_EXTRA = 5.0  # after a stop, wait this much beyond the grace for nodes to report
+PASS_SECONDS = 0.1  # the longest a loop pass waits for input before ticking anyway
+BATCH = 512  # inputs handled per pass at most, so ticks keep coming under a flood
 
 
 class NodeProcess(Protocol):
@@ -87,9 +87,17 @@ Queued = NodeOutput | Opened | machine.Input
 
 
 class Launcher:
-    def __init__(self, plan: LaunchPlan, opts: SSHOptions, out: IO[str] | None = None, err: IO[str] | None = None,
-                 colour: bool | None = None, keepalive: float = KEEPALIVE_INTERVAL,
-                 connector: Callable[..., dict[str, Connection]] = connect_all, record: LaunchRecord | None = None):
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        opts: SSHOptions,
+        out: IO[str] | None = None,
+        err: IO[str] | None = None,
+        colour: bool | None = None,
+        keepalive: float = KEEPALIVE_INTERVAL,
+        connector: Callable[..., dict[str, Connection]] = connect_all,
+        record: LaunchRecord | None = None,
+    ):
         self.plan, self.opts, self.connector, self.record = plan, opts, connector, record
         self.first_failure: Failure | None = None  # of the current attempt, for the run registry
         self.out = out or sys.stdout
@@ -101,7 +109,7 @@ class Launcher:
         self.keepalive = keepalive
         self.conns: dict[str, Connection] = {}
         self.signals: list[tuple[int, str]] = []  # (signal, a stop request's words or "")
-        self.stop_reason = ""                     # the first stop request's words, for the registry
+        self.stop_reason = ""  # the first stop request's words, for the registry
         self.t0 = time.monotonic()
 
     # ---- output ---------------------------------------------------------------------------------
@@ -130,8 +138,9 @@ class Launcher:
                 code, results, verdict = self._attempt(attempt)
                 if self.record:
                     stopped = Failure(cause=self.stop_reason) if self.stop_reason else None
-                    self.record.attempt_ended(attempt, code, bool(self.signals) and self.first_failure is None,
-                                              self.first_failure or stopped)
+                    self.record.attempt_ended(
+                        attempt, code, bool(self.signals) and self.first_failure is None, self.first_failure or stopped
+                    )
                 if code == 0 or self.signals or attempt == attempts:
                     break
                 self.say(f"attempt {attempt} of {attempts} failed ({verdict}); starting all nodes again")
@@ -173,14 +182,27 @@ class Launcher:
         inputs: queue.Queue[Queued] = queue.Queue()
         procs: dict[str, NodeProcess] = {}
         self.first_failure = None
-        limits = machine.Limits(connect=self.opts.connect_timeout, keepalive=self.keepalive,
-                                keepalive_count=KEEPALIVE_COUNT, stop_grace=plan.stop_grace,
-                                stop_wait=STOP_WAIT_EXTRA, heartbeat_ms=heartbeat_ms(plan), stack_wait=STACK_ASK_WAIT)
-        state = machine.initial([NodeResult(n.host, n.node_rank, n.ranks) for n in plan.nodes], attempt,
-                                time.monotonic(), self.t0, plan.world_size, limits)
+        limits = machine.Limits(
+            connect=self.opts.connect_timeout,
+            keepalive=self.keepalive,
+            keepalive_count=KEEPALIVE_COUNT,
+            stop_grace=plan.stop_grace,
+            stop_wait=STOP_WAIT_EXTRA,
+            heartbeat_ms=heartbeat_ms(plan),
+            stack_wait=STACK_ASK_WAIT,
+        )
+        state = machine.initial(
+            [NodeResult(n.host, n.node_rank, n.ranks) for n in plan.nodes],
+            attempt,
+            time.monotonic(),
+            self.t0,
+            plan.world_size,
+            limits,
+        )
         for node in plan.nodes:
-            threading.Thread(target=self._node_thread, args=(node, attempt, inputs), daemon=True,
-                             name=f"node-{node.host}").start()
+            threading.Thread(
+                target=self._node_thread, args=(node, attempt, inputs), daemon=True, name=f"node-{node.host}"
+            ).start()
         handled_signals = 0
         while not state.done:
             batch: list[Queued] = []
@@ -206,7 +228,9 @@ class Launcher:
             state = self._apply(state, machine.ClockTick(time.monotonic(), overdue), procs)
         return state.code, list(state.nodes.values()), state.verdict
 
-    def _apply(self, state: machine.AttemptState, item: machine.Input, procs: dict[str, NodeProcess]) -> machine.AttemptState:
+    def _apply(
+        self, state: machine.AttemptState, item: machine.Input, procs: dict[str, NodeProcess]
+    ) -> machine.AttemptState:
         """One step of the state machine, and its actions carried out."""
         before = state.first
         state, actions = machine.step(state, item)
@@ -232,9 +256,12 @@ class Launcher:
         """Start the node's session; read its output here and its events in a second thread."""
         host = node.host
         try:
-            proc = self.conns[host].start(remote_command(self.plan, node, attempt, self.keepalive),
-                                          payload(self.plan, node), timeout=self.opts.connect_timeout,
-                                          separate_stderr=True)
+            proc = self.conns[host].start(
+                remote_command(self.plan, node, attempt, self.keepalive),
+                payload(self.plan, node),
+                timeout=self.opts.connect_timeout,
+                separate_stderr=True,
+            )
         except ConnectError as exc:
             inputs.put(machine.StartFailed(host, exc.message, time.monotonic()))
             return
@@ -242,8 +269,9 @@ class Launcher:
         events = threading.Thread(target=_read_events, args=(host, proc, inputs), daemon=True, name=f"events-{host}")
         events.start()
         ended = threading.Event()
-        threading.Thread(target=_keep_lifeline, args=(proc, self.keepalive, ended), daemon=True,
-                         name=f"lifeline-{host}").start()
+        threading.Thread(
+            target=_keep_lifeline, args=(proc, self.keepalive, ended), daemon=True, name=f"lifeline-{host}"
+        ).start()
         for line in _lines(proc.read):
             inputs.put(NodeOutput(host, line))
         events.join()
@@ -292,8 +320,9 @@ def _read_events(host: str, proc: NodeProcess, inputs: queue.Queue) -> None:
         inputs.put(NodeOutput(host, line) if event is None else machine.Reported(host, event, time.monotonic()))
 
 
-def launch(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL,
-           record: LaunchRecord | None = None) -> int:
+def launch(
+    plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL, record: LaunchRecord | None = None
+) -> int:
     """Run the plan; the exit code of the job (see the module docstring). `record` (the run
     registry's row) gets the verdict however the launch ends."""
     launcher = Launcher(plan, opts, keepalive=keepalive, record=record)

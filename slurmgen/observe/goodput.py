@@ -28,8 +28,13 @@ Event = Mapping[str, Any]
 def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
     """One attempt's facts: first step (all ranks), last step and its time, checkpoints."""
     firsts = [e for evs in ranks.values() for e in evs if e["event"] == phases.FIRST_STEP]
-    stepped = [e for evs in ranks.values() for e in evs if isinstance(e.get("step"), int)
-               and e["event"] in (phases.FIRST_STEP, phases.STEPS, phases.CHECKPOINT, phases.END)]
+    stepped = [
+        e
+        for evs in ranks.values()
+        for e in evs
+        if isinstance(e.get("step"), int)
+        and e["event"] in (phases.FIRST_STEP, phases.STEPS, phases.CHECKPOINT, phases.END)
+    ]
     stalls: dict[int, dict[str, float]] = {}  # step -> the slowest rank's stall (its own stalls at that step added)
     for evs in ranks.values():
         mine: dict[int, dict[str, float]] = {}
@@ -41,14 +46,20 @@ def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
                 stalls[step] = c
     last = max(stepped, key=lambda e: (e["step"], e["time"])) if stepped else None
     every = [e["time"] for evs in ranks.values() for e in evs]
-    return {"first": max(e["time"] for e in firsts) if firsts else None,
-            "resumed_from": min(e["step"] for e in firsts) - 1 if firsts else None,
-            "last_step": last["step"] if last else None, "last_time": last["time"] if last else None,
-            "checkpoints": stalls, "began": min(every) if every else None, "seen": max(every) if every else None}
+    return {
+        "first": max(e["time"] for e in firsts) if firsts else None,
+        "resumed_from": min(e["step"] for e in firsts) - 1 if firsts else None,
+        "last_step": last["step"] if last else None,
+        "last_time": last["time"] if last else None,
+        "checkpoints": stalls,
+        "began": min(every) if every else None,
+        "seen": max(every) if every else None,
+    }
 
 
-def compute(events: Sequence[Event], attempts: Sequence[Event] = (), submitted: float | None = None,
-            now: float | None = None) -> dict[str, Any] | None:
+def compute(
+    events: Sequence[Event], attempts: Sequence[Event] = (), submitted: float | None = None, now: float | None = None
+) -> dict[str, Any] | None:
     """{"goodput", "wall", "breakdown": {...}, "lost_steps": [...]}; None with no step recorded."""
     grouped, bounds = by_attempt(events), attempt_bounds(attempts)
     numbers = sorted(set(grouped) | set(bounds))
@@ -74,22 +85,36 @@ def compute(events: Sequence[Event], attempts: Sequence[Event] = (), submitted: 
         since = ckpt["time"] if ckpt is not None else f["first"]
         lost = max(0.0, f["last_time"] - since)
         parts["lost"] += lost
-        lost_steps.append({"attempt": n, "from_step": redo_from, "to_step": f["last_step"],
-                           "steps": max(0, f["last_step"] - (redo_from or 0)), "seconds": round(lost, 3)})
+        lost_steps.append(
+            {
+                "attempt": n,
+                "from_step": redo_from,
+                "to_step": f["last_step"],
+                "steps": max(0, f["last_step"] - (redo_from or 0)),
+                "seconds": round(lost, 3),
+            }
+        )
         parts["restart"] += max(0.0, start[numbers[i + 1]] - f["last_time"])
     wall = max(1e-9, end[numbers[-1]] - start[numbers[0]])
     productive = max(0.0, wall - sum(parts.values()))
     queue = None if submitted is None else round(start[numbers[0]] - submitted, 3)
-    return {"goodput": round(productive / wall, 4), "wall": round(wall, 3), "queue": queue,
-            "breakdown": {"productive": round(productive, 3), **{k: round(v, 3) for k, v in parts.items()}},
-            "lost_steps": lost_steps}
+    return {
+        "goodput": round(productive / wall, 4),
+        "wall": round(wall, 3),
+        "queue": queue,
+        "breakdown": {"productive": round(productive, 3), **{k: round(v, 3) for k, v in parts.items()}},
+        "lost_steps": lost_steps,
+    }
 
 
 def summary(g: Mapping[str, Any]) -> str:
     """'goodput 83.2% of 412s (startup 31s, checkpoint 4s, lost 22s over 40 steps, ...)'."""
     b = g["breakdown"]
     lost = sum(x["steps"] for x in g["lost_steps"])
-    rest = ", ".join(f"{k} {v:.1f}s" + (f" over {lost} steps" if k == "lost" and lost else "")
-                     for k, v in b.items() if k != "productive" and v)
+    rest = ", ".join(
+        f"{k} {v:.1f}s" + (f" over {lost} steps" if k == "lost" and lost else "")
+        for k, v in b.items()
+        if k != "productive" and v
+    )
     queue = f"; queued {g['queue']:.1f}s before" if g.get("queue") is not None else ""
     return f"goodput {100 * g['goodput']:.1f}% of {g['wall']:.1f}s" + (f" ({rest})" if rest else "") + queue

@@ -59,8 +59,16 @@ def node_local_dir(out_dir: str | os.PathLike[str], node_rank: int, environ: Map
     (/dev/shm) when there is one, in a directory that only this run on this node uses."""
     shm = Path("/dev/shm")
     base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
-    run = "|".join([str(Path(out_dir).absolute()), environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_RESTART_COUNT", ""),
-                    environ.get("MASTER_ADDR", ""), environ.get("MASTER_PORT", ""), str(node_rank)])
+    run = "|".join(
+        [
+            str(Path(out_dir).absolute()),
+            environ.get("SLURM_JOB_ID", ""),
+            environ.get("SLURM_RESTART_COUNT", ""),
+            environ.get("MASTER_ADDR", ""),
+            environ.get("MASTER_PORT", ""),
+            str(node_rank),
+        ]
+    )
     return base / f"slurmgen-heartbeats-{os.getuid()}-{hashlib.sha256(run.encode()).hexdigest()[:16]}"
 
 
@@ -131,11 +139,13 @@ class _Learner:
 
     def timeout(self, status: str) -> float | None:
         if status == "running":
-            return hangs.learned_timeout(self.steps, self.factor, self.floor, self.period, hangs.LEAST_STEPS,
-                                         self.longest[status])
+            return hangs.learned_timeout(
+                self.steps, self.factor, self.floor, self.period, hangs.LEAST_STEPS, self.longest[status]
+            )
         if status == "evaluating":
-            return hangs.learned_timeout(self.evals, self.factor, self.floor, self.period, hangs.LEAST_EVALS,
-                                         self.longest[status])
+            return hangs.learned_timeout(
+                self.evals, self.factor, self.floor, self.period, hangs.LEAST_EVALS, self.longest[status]
+            )
         return None
 
 
@@ -164,9 +174,16 @@ class Heartbeat:
     files only where a launcher named a directory. `timeline` (default: from the environment)
     receives the phases the beats show: first step, checkpoint stalls, the end, step samples."""
 
-    def __init__(self, out_dir: str | os.PathLike[str] | None, rank: int, every: float, local_rank: int = 0,
-                 node_rank: int = 0, environ: Mapping[str, str] = os.environ,
-                 timeline: TimelineWriter | None | bool = True):
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str] | None,
+        rank: int,
+        every: float,
+        local_rank: int = 0,
+        node_rank: int = 0,
+        environ: Mapping[str, str] = os.environ,
+        timeline: TimelineWriter | None | bool = True,
+    ):
         chosen = environ.get(envvars.HEARTBEAT_DIR)
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.dir = Path(chosen) if chosen else None if out_dir is None else node_local_dir(out_dir, node_rank, environ)
@@ -202,8 +219,14 @@ class Heartbeat:
             if not self.last:
                 self.remove_stale()
                 self.stack = register_stack(self.path.parent / hangs.STACK_NAME.format(rank=self.rank))
-            record: dict[str, Any] = {"rank": self.rank, "step": step, "time": now, "pid": self.pid, "host": self.host,
-                                      "status": status}
+            record: dict[str, Any] = {
+                "rank": self.rank,
+                "step": step,
+                "time": now,
+                "pid": self.pid,
+                "host": self.host,
+                "status": status,
+            }
             timeout = self.learn.timeout(status)
             if timeout is not None:
                 record["timeout"] = timeout
@@ -211,7 +234,9 @@ class Heartbeat:
                 record["stack"] = True
             atomic.write_text(self.path, json.dumps(record) + "\n", fsync=False)
         self.last, self.status = now, status
-        if self.summary is not None and (status in FINAL_STATUSES or now - self.summarised >= SUMMARY_EVERY_BEATS * self.every):
+        if self.summary is not None and (
+            status in FINAL_STATUSES or now - self.summarised >= SUMMARY_EVERY_BEATS * self.every
+        ):
             if not self.summarised and self.dir is not None:  # the first beat of a node leader
                 remove_stale_node_dirs(self.dir, now)
             self.summarise(now)
@@ -232,7 +257,11 @@ class Heartbeat:
         elif self.status == "checkpointing" and status != "checkpointing":
             tl.write(phases.CHECKPOINT, now, step=self.ckpt_step, stall=round(now - self.ckpt_start, 6))
         final = status in FINAL_STATUSES and status != self.status
-        if self.first_done and step > self.sampled_step and (final or status == "running" and now - self.sampled >= self.every):
+        if (
+            self.first_done
+            and step > self.sampled_step
+            and (final or status == "running" and now - self.sampled >= self.every)
+        ):
             tl.write(phases.STEPS, now, step=step, work=round(self.work, 6))  # the last sample too: short runs get one
             self.sampled, self.sampled_step, self.work = now, step, 0.0
         if final:
@@ -253,7 +282,9 @@ class Heartbeat:
         now = time.time() if now is None else now
         ranks = sorted(read_heartbeats(self.dir).values(), key=lambda r: r["rank"])
         self.summary.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(self.summary, json.dumps({"host": self.host, "time": now, "ranks": ranks}) + "\n", fsync=False)
+        atomic.write_text(
+            self.summary, json.dumps({"host": self.host, "time": now, "ranks": ranks}) + "\n", fsync=False
+        )
         self.summarised = now
 
     def finish(self, barrier: Callable[[], None] = lambda: None) -> None:

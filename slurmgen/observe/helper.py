@@ -65,7 +65,9 @@ class Beat:
         self.step, self.last, self.failed, self.ended = -1, 0.0, False, False
         self.said: set[str] = set()  # the phases the program named itself
 
-    def __call__(self, step: int | None = None, loss: float | None = None, phase: str | None = None, **metrics: Any) -> None:
+    def __call__(
+        self, step: int | None = None, loss: float | None = None, phase: str | None = None, **metrics: Any
+    ) -> None:
         hb = self.hb
         if hb is None:
             return
@@ -79,7 +81,13 @@ class Beat:
             hb.beat(step, work=now - self.last if self.last else None)
             self.step, self.last = step, now
         if self.metrics is not None and (loss is not None or metrics):
-            record = {"step": self.step, "split": "train", **({"loss": loss} if loss is not None else {}), **metrics, "time": now}
+            record = {
+                "step": self.step,
+                "split": "train",
+                **({"loss": loss} if loss is not None else {}),
+                **metrics,
+                "time": now,
+            }
             with open(self.metrics, "a") as f:
                 f.write(json.dumps(record, default=float) + "\n")
 
@@ -111,13 +119,17 @@ class Beat:
         """At exit: the rank's last word (done, or failed after an uncaught exception)."""
         if self.hb is not None and not self.ended:
             self.ended = True
-            self.hb.beat(max(self.step, 0), status=HEARTBEAT_WORD[State.FAILED if self.failed else State.SUCCEEDED], force=True)
+            self.hb.beat(
+                max(self.step, 0), status=HEARTBEAT_WORD[State.FAILED if self.failed else State.SUCCEEDED], force=True
+            )
 
 
 def metrics_path(timeline: str) -> Path:
     """slurmgen-123.timeline.jsonl -> slurmgen-123.metrics.jsonl: the job's own file."""
     path = Path(timeline)
-    return path.with_name(path.name.replace("timeline", "metrics") if "timeline" in path.name else path.name + ".metrics")
+    return path.with_name(
+        path.name.replace("timeline", "metrics") if "timeline" in path.name else path.name + ".metrics"
+    )
 
 
 _state: Beat | None = None

@@ -29,7 +29,9 @@ def attempt_of(environ: Mapping[str, str]) -> int:
     return attempts.from_restart_count(int(restarts)) if restarts.isdigit() else attempts.FIRST
 
 
-def process_start_time(stat_text: str | None = None, uptime_text: str | None = None, now: float | None = None) -> float | None:
+def process_start_time(
+    stat_text: str | None = None, uptime_text: str | None = None, now: float | None = None
+) -> float | None:
     """When the OS started this process (what its launcher did), from /proc; None elsewhere.
     Measured back from now through the uptime (1/100 s), not from the boot time /proc/stat
     gives (whole seconds)."""
@@ -57,8 +59,15 @@ class TimelineWriter:
         return cls(path, rank, attempt_of(environ)) if path else None
 
     def write(self, event: str, when: float | None = None, **fields: Any) -> None:
-        record = {"event": event, "rank": self.rank, "attempt": self.attempt, "time": time.time() if when is None else when,
-                  "host": self.host, "pid": self.pid, **fields}
+        record = {
+            "event": event,
+            "rank": self.rank,
+            "attempt": self.attempt,
+            "time": time.time() if when is None else when,
+            "host": self.host,
+            "pid": self.pid,
+            **fields,
+        }
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:

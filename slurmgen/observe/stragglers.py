@@ -45,7 +45,9 @@ def _value(ws: Sequence[Window], step: int) -> float | None:
     return None
 
 
-def find(per_rank: Mapping[int, Sequence[Window]], factor: float = FACTOR, min_steps: int = MIN_STEPS) -> list[dict[str, Any]]:
+def find(
+    per_rank: Mapping[int, Sequence[Window]], factor: float = FACTOR, min_steps: int = MIN_STEPS
+) -> list[dict[str, Any]]:
     """The stragglers among ranks' windows: [{"rank", "steps", "from_step", "to_step", "ratio"}],
     each rank's longest run of steps above factor x the median of all ranks at that step."""
     bounds = sorted({b for ws in per_rank.values() for first, last, _ in ws for b in (first, last + 1)})
@@ -63,13 +65,19 @@ def find(per_rank: Mapping[int, Sequence[Window]], factor: float = FACTOR, min_s
             run[1] += hi - lo
             run[2] += (v / median if median > 0 else float("inf")) * (hi - lo)
             if run[1] >= min_steps and run[1] > best.get(r, {}).get("steps", 0):
-                best[r] = {"rank": r, "steps": run[1], "from_step": run[0], "to_step": hi - 1,
-                           "ratio": round(run[2] / run[1], 2)}
+                best[r] = {
+                    "rank": r,
+                    "steps": run[1],
+                    "from_step": run[0],
+                    "to_step": hi - 1,
+                    "ratio": round(run[2] / run[1], 2),
+                }
     return [best[r] for r in sorted(best)]
 
 
-def from_events(by_rank: Mapping[int, Sequence[Mapping[str, Any]]], factor: float = FACTOR,
-                min_steps: int = MIN_STEPS) -> list[dict[str, Any]]:
+def from_events(
+    by_rank: Mapping[int, Sequence[Mapping[str, Any]]], factor: float = FACTOR, min_steps: int = MIN_STEPS
+) -> list[dict[str, Any]]:
     """The stragglers of one attempt, from its events grouped by rank (timeline.by_attempt)."""
     return find({r: windows(evs) for r, evs in by_rank.items()}, factor, min_steps)
 
@@ -85,8 +93,9 @@ def step_times(by_rank: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[int, 
     return out
 
 
-def all_attempts(grouped: Mapping[int, Mapping[int, Sequence[Mapping[str, Any]]]], factor: float = FACTOR,
-                 min_steps: int = MIN_STEPS) -> list[dict[str, Any]]:
+def all_attempts(
+    grouped: Mapping[int, Mapping[int, Sequence[Mapping[str, Any]]]], factor: float = FACTOR, min_steps: int = MIN_STEPS
+) -> list[dict[str, Any]]:
     """Every attempt's stragglers, each marked with its attempt."""
     return [{"attempt": n, **s} for n, ranks in sorted(grouped.items()) for s in from_events(ranks, factor, min_steps)]
 
@@ -104,5 +113,8 @@ def slowest_of(work: Sequence[float], factor: float = FACTOR) -> dict[str, Any] 
 
 
 def summary(found: Iterable[Mapping[str, Any]]) -> str:
-    return "; ".join(f"rank {s['rank']} {s['ratio']}x the median for {s['steps']} steps "
-                     f"({s['from_step']}-{s['to_step']}, attempt {attempt_number(s)})" for s in found)
+    return "; ".join(
+        f"rank {s['rank']} {s['ratio']}x the median for {s['steps']} steps "
+        f"({s['from_step']}-{s['to_step']}, attempt {attempt_number(s)})"
+        for s in found
+    )

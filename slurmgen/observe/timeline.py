@@ -23,7 +23,11 @@ def by_attempt(events: Iterable[Event]) -> dict[int, dict[int, list[Event]]]:
     """Events grouped by attempt, then rank, in time order; unknown words are skipped."""
     out: dict[int, dict[int, list[Event]]] = {}
     for e in sorted(events, key=lambda e: e.get("time") or 0):
-        if e.get("event") in phases.EVENTS and isinstance(e.get("rank"), int) and isinstance(e.get("time"), (int, float)):
+        if (
+            e.get("event") in phases.EVENTS
+            and isinstance(e.get("rank"), int)
+            and isinstance(e.get("time"), (int, float))
+        ):
             out.setdefault(attempt_number(e), {}).setdefault(e["rank"], []).append(e)
     return out
 
@@ -49,7 +53,9 @@ def rank_phases(events: Sequence[Event]) -> dict[str, Any]:
             if same:
                 same[0]["stall"] += float(e.get("stall") or 0)
             else:
-                row["checkpoints"].append({"step": e.get("step"), "time": e["time"], "stall": float(e.get("stall") or 0)})
+                row["checkpoints"].append(
+                    {"step": e.get("step"), "time": e["time"], "stall": float(e.get("stall") or 0)}
+                )
         elif name in phases.PHASES and row[name] is None:
             row[name] = e["time"]
         if name == phases.END:
@@ -70,10 +76,16 @@ def build(events: Iterable[Event], attempts: Sequence[Event] = (), submitted: fl
         ranks = {r: rank_phases(evs) for r, evs in sorted(grouped.get(n, {}).items())}
         seen = [e["time"] for evs in grouped.get(n, {}).values() for e in evs]
         start = bounds.get(n, {}).get("start", min(seen) if seen else None)
-        out.append({"attempt": n, "start": start, "end": bounds.get(n, {}).get("end"),
-                    "queued": None if submitted is None or start is None or out else round(start - submitted, 3),
-                    "ranks": [_relative(r, row, start) for r, row in ranks.items()],
-                    "slowest": slowest(ranks, start)})
+        out.append(
+            {
+                "attempt": n,
+                "start": start,
+                "end": bounds.get(n, {}).get("end"),
+                "queued": None if submitted is None or start is None or out else round(start - submitted, 3),
+                "ranks": [_relative(r, row, start) for r, row in ranks.items()],
+                "slowest": slowest(ranks, start),
+            }
+        )
     return {"submitted": submitted, "attempts": out}
 
 
@@ -83,11 +95,20 @@ def _since(t: float | None, origin: float | None) -> float | None:
 
 def _relative(rank: int, row: Mapping[str, Any], origin: float | None) -> dict[str, Any]:
     stalls = [c["stall"] for c in row["checkpoints"]]
-    return {"rank": rank, "host": row["host"], **{p: _since(row[p], origin) for p in phases.PHASES},
-            "status": row["status"], "code": row["code"], "last_step": row["last_step"], "checkpoints": len(stalls),
-            "checkpoint_stall": round(sum(stalls), 3),
-            "checkpoint_list": [{"step": c["step"], "at": _since(c["time"], origin), "stall": round(c["stall"], 3)}
-                                for c in row["checkpoints"]]}
+    return {
+        "rank": rank,
+        "host": row["host"],
+        **{p: _since(row[p], origin) for p in phases.PHASES},
+        "status": row["status"],
+        "code": row["code"],
+        "last_step": row["last_step"],
+        "checkpoints": len(stalls),
+        "checkpoint_stall": round(sum(stalls), 3),
+        "checkpoint_list": [
+            {"step": c["step"], "at": _since(c["time"], origin), "stall": round(c["stall"], 3)}
+            for c in row["checkpoints"]
+        ],
+    }
 
 
 def slowest(ranks: Mapping[int, Mapping[str, Any]], origin: float | None) -> dict[str, dict[str, Any]]:
@@ -112,11 +133,15 @@ def format_timeline(view: Mapping[str, Any]) -> list[str]:
     for a in view.get("attempts", []):
         queued = f", queued {a['queued']:.1f}s" if a.get("queued") is not None else ""
         lines.append(f"attempt {a['attempt']} (seconds since the attempt started{queued}):")
-        rows = [[r["rank"], r["host"], *(r[p] for p in phases.PHASES), r["checkpoints"], r["checkpoint_stall"]]
-                for r in a["ranks"]]
+        rows = [
+            [r["rank"], r["host"], *(r[p] for p in phases.PHASES), r["checkpoints"], r["checkpoint_stall"]]
+            for r in a["ranks"]
+        ]
         rows.append(["slowest", "", *(a["slowest"].get(p, {}).get("rank") for p in phases.PHASES), "", ""])
         table = [heads] + [[_cell(c) for c in row] for row in rows]
         widths = [max(len(row[i]) for row in table) for i in range(len(heads))]
-        lines += ["  " + "  ".join(c.rjust(w) if i != 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-                  for row in table]
+        lines += [
+            "  " + "  ".join(c.rjust(w) if i != 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            for row in table
+        ]
     return lines or ["no timeline recorded (the program wrote no phases: see `slurmgen.beat`)"]

@@ -37,9 +37,26 @@ from .start import init as _init
 from .values import ARTIFACT_TYPES, METRIC_TYPES
 
 __all__ = [
-    "ARTIFACT_TYPES", "METRIC_TYPES", "STATUSES", "Artifact", "ArtifactFileError", "MetricValueError", "NoOpRun",
-    "Place", "Run", "RunStateError", "TrackerUnavailableError", "TrackingError", "UnknownTypeError",
-    "create_artifact", "finish", "init", "log", "run", "sha256_of", "status_for_exit_code",
+    "ARTIFACT_TYPES",
+    "METRIC_TYPES",
+    "STATUSES",
+    "Artifact",
+    "ArtifactFileError",
+    "MetricValueError",
+    "NoOpRun",
+    "Place",
+    "Run",
+    "RunStateError",
+    "TrackerUnavailableError",
+    "TrackingError",
+    "UnknownTypeError",
+    "create_artifact",
+    "finish",
+    "init",
+    "log",
+    "run",
+    "sha256_of",
+    "status_for_exit_code",
 ]
 
 run: Run | NoOpRun | None = None  # the run of the last init(), for the module-level shortcuts

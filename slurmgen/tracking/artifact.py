@@ -35,8 +35,15 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
 class Artifact:
     """A named, typed set of files. `add_file` hashes at once; marking it records it in a run."""
 
-    def __init__(self, name: str, type: str, description: str | None = None, metadata: dict | None = None,
-                 *, hash_files: bool = True):
+    def __init__(
+        self,
+        name: str,
+        type: str,
+        description: str | None = None,
+        metadata: dict | None = None,
+        *,
+        hash_files: bool = True,
+    ):
         self.name = check_name("artifact name", name)
         self.type = check_choice("artifact type", type, ARTIFACT_TYPES)
         if description is not None and not isinstance(description, str):

@@ -18,7 +18,9 @@ from slurmgen.errors import SlurmgenError
 
 
 def runs(
-    directory: Path = typer.Argument(Path("runs"), metavar="[DIR]", help="Where to look for run records (searched recursively)."),
+    directory: Path = typer.Argument(
+        Path("runs"), metavar="[DIR]", help="Where to look for run records (searched recursively)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """List the run records under DIR: name, group, status, steps, last loss, duration.
@@ -28,14 +30,29 @@ def runs(
     from slurmgen.tracking.records import find_runs, format_duration, sweeps_together
 
     if not directory.is_dir():
-        raise SlurmgenError(f"runs: no such directory: {str(directory)!r}", hint="pass the directory that holds the runs, e.g. runs/")
+        raise SlurmgenError(
+            f"runs: no such directory: {str(directory)!r}", hint="pass the directory that holds the runs, e.g. runs/"
+        )
     damaged: list[str] = []
     found = sweeps_together(list(find_runs(directory, damaged)))
     for problem in damaged:  # what can be read is listed all the same
         typer.echo(f"slurmgen: warning: skipped a damaged run record: {problem}", err=True)
-    rows = [{"id": r.get("id"), "name": r.get("name"), "group": r.get("group"), "job_type": r.get("job_type"),
-             "status": r.get("status"), "steps": r.steps, "last_loss": r.last("loss"), "duration": r.duration(),
-             "restarts": r.get("restart_count", 0), "sweep": r.sweep, "dir": str(r.dir)} for r in found]
+    rows = [
+        {
+            "id": r.get("id"),
+            "name": r.get("name"),
+            "group": r.get("group"),
+            "job_type": r.get("job_type"),
+            "status": r.get("status"),
+            "steps": r.steps,
+            "last_loss": r.last("loss"),
+            "duration": r.duration(),
+            "restarts": r.get("restart_count", 0),
+            "sweep": r.sweep,
+            "dir": str(r.dir),
+        }
+        for r in found
+    ]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -47,25 +64,45 @@ def runs(
     from rich.table import Table
 
     sweeps = any(row["sweep"] for row in rows)  # the task and params columns only when there is a sweep
-    table = Table("name", "group", *(("task", "params") if sweeps else ()), "job type", "status", "steps", "last loss",
-                  "duration", "restarts", box=None)
+    table = Table(
+        "name",
+        "group",
+        *(("task", "params") if sweeps else ()),
+        "job type",
+        "status",
+        "steps",
+        "last loss",
+        "duration",
+        "restarts",
+        box=None,
+    )
     for row in rows:
         loss = row["last_loss"]
         status = str(row["status"])
         sweep = row["sweep"] or {}
         params = " ".join(f"{k}={v}" for k, v in (sweep.get("params") or {}).items())
-        table.add_row(str(row["name"]), sweep.get("id") or str(row["group"]),
-                      *((str(sweep.get("task", "")), escape(params)) if sweeps else ()), str(row["job_type"]),
-                      f"[{colour(status) or 'white'}]{status}[/]", "-" if row["steps"] is None else str(row["steps"]),
-                      "-" if not isinstance(loss, (int, float)) else f"{loss:.4g}", format_duration(row["duration"]),
-                      str(row["restarts"] or ""))
+        table.add_row(
+            str(row["name"]),
+            sweep.get("id") or str(row["group"]),
+            *((str(sweep.get("task", "")), escape(params)) if sweeps else ()),
+            str(row["job_type"]),
+            f"[{colour(status) or 'white'}]{status}[/]",
+            "-" if row["steps"] is None else str(row["steps"]),
+            "-" if not isinstance(loss, (int, float)) else f"{loss:.4g}",
+            format_duration(row["duration"]),
+            str(row["restarts"] or ""),
+        )
     # Piped or captured: no terminal width to fit, so never cut a group name to fit 80 columns.
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table)
 
 
 def plot(
-    run: str = typer.Argument(..., help="The run: its directory, or its id, name or group under --dir; or a sweep's id."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="PNG file to write [default: RUN_DIR/metrics.png]."),
+    run: str = typer.Argument(
+        ..., help="The run: its directory, or its id, name or group under --dir; or a sweep's id."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="PNG file to write [default: RUN_DIR/metrics.png]."
+    ),
     directory: Path = typer.Option(Path("runs"), "--dir", help="Where to look up RUN by id, name, group or sweep."),
     metric: list[str] = typer.Option([], "--metric", "-m", help="Only this metric; repeatable [default: all]."),
 ) -> None:
@@ -74,7 +111,9 @@ def plot(
     try:
         import matplotlib  # noqa: F401  (only to say clearly that it is missing)
     except ImportError:
-        raise SlurmgenError("plot: needs matplotlib, which is not installed", hint="pip install 'slurmgen[plot]'") from None
+        raise SlurmgenError(
+            "plot: needs matplotlib, which is not installed", hint="pip install 'slurmgen[plot]'"
+        ) from None
     import os
 
     from slurmgen.tracking.plot import plot_run, plot_sweep

@@ -82,10 +82,13 @@ def place_from_env(environ: Mapping[str, str]) -> Place:
         m = re.match(r"\s*(\d+)", environ.get("SLURM_NTASKS_PER_NODE", ""))
         local_world = int(m.group(1)) if m else world
     return Place(
-        rank=rank or 0, local_rank=_int(environ, "LOCAL_RANK", "SLURM_LOCALID", default=0) or 0,
+        rank=rank or 0,
+        local_rank=_int(environ, "LOCAL_RANK", "SLURM_LOCALID", default=0) or 0,
         node_rank=_int(environ, "NODE_RANK", "GROUP_RANK", "SLURM_NODEID", default=0) or 0,
-        world_size=world or 1, local_world_size=local_world or 1,
-        master_addr=environ.get("MASTER_ADDR") or None, master_port=_int(environ, "MASTER_PORT"),
+        world_size=world or 1,
+        local_world_size=local_world or 1,
+        master_addr=environ.get("MASTER_ADDR") or None,
+        master_port=_int(environ, "MASTER_PORT"),
         backend=environ.get("SLURMGEN_BACKEND") or None,
     )
 
@@ -117,13 +120,18 @@ def job_type_for(mode: str, place: Place, template: str | None) -> tuple[str, bo
         if mode == "rank0":
             return "main", False
         template = DEFAULT_JOB_TYPE
-    fields = {"rank": place.rank, "local_rank": place.local_rank, "node": place.node_rank,
-              "role": "main" if place.rank == 0 else "worker"}
+    fields = {
+        "rank": place.rank,
+        "local_rank": place.local_rank,
+        "node": place.node_rank,
+        "role": "main" if place.rank == 0 else "worker",
+    }
     try:
         value = template.format(**fields)
     except (KeyError, IndexError, ValueError) as exc:
-        raise TrackingError("job_type", f"unknown placeholder {exc} (use {{rank}}, {{local_rank}}, {{node}}, {{role}})",
-                            template) from None
+        raise TrackingError(
+            "job_type", f"unknown placeholder {exc} (use {{rank}}, {{local_rank}}, {{node}}, {{role}})", template
+        ) from None
     return value, template == DEFAULT_JOB_TYPE
 
 

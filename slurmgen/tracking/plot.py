@@ -37,14 +37,14 @@ def smooth(values: list[float]) -> list[float]:
     out, avg = [], 0.0
     for i, v in enumerate(values, start=1):
         avg = weight * avg + (1 - weight) * v
-        out.append(avg / (1 - weight ** i))
+        out.append(avg / (1 - weight**i))
     return out
 
 
 def series(run: RunRecord) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """metric -> type -> (steps, values), each type sorted by step; non-finite values skipped."""
     out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
-    for record in sorted(run.metrics, key=lambda r: (r.get("step") or 0)):
+    for record in sorted(run.metrics, key=lambda r: r.get("step") or 0):
         kind, step = record.get("type"), record.get("step")
         for name, value in (record.get("metrics") or {}).items():
             if isinstance(value, (int, float)) and math.isfinite(value) and isinstance(step, int):
@@ -64,26 +64,44 @@ def plot_run(run: RunRecord, out: str | Path, metrics: Sequence[str] | None = No
     data = series(run)
     names = _wanted(data, metrics, f"run {run.get('id')!r}")
     fig, axes = _figure(len(names))
-    restarts = [(a.get("attempt"), a.get("resumed_at_step")) for a in run.get("attempts") or []
-                if (a.get("attempt") or 1) > 1 and isinstance(a.get("resumed_at_step"), int)]
+    restarts = [
+        (a.get("attempt"), a.get("resumed_at_step"))
+        for a in run.get("attempts") or []
+        if (a.get("attempt") or 1) > 1 and isinstance(a.get("resumed_at_step"), int)
+    ]
     for ax, name in zip(axes.flat, names):
         for kind in ("train", "val", "test"):
             if kind in data[name]:
                 _curve(ax, name, kind, *data[name][kind], COLOURS[kind], kind)
         for attempt, step in restarts:
             ax.axvline(step, color="#888888", linestyle="--", linewidth=1)
-            ax.annotate(f"restart {attempt - 1}", (step, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
-                        textcoords="offset points", fontsize=7, color="#666666")
+            ax.annotate(
+                f"restart {attempt - 1}",
+                (step, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, -12),
+                textcoords="offset points",
+                fontsize=7,
+                color="#666666",
+            )
         _finish(ax, name, [v for xs_ys in data[name].values() for v in xs_ys[1]])
     status = run.get("status", "?")
     restarts_text = f", {run.get('restart_count')} restart(s)" if run.get("restart_count") else ""
-    return _save(fig, axes, len(names), str(run.get("name")),
-                 f"{run.get('group')} / {run.get('job_type')}  ·  {status}  ·  "
-                 f"{run.steps if run.steps is not None else 0} steps  ·  {format_duration(run.duration())}{restarts_text}",
-                 out, dpi)
+    return _save(
+        fig,
+        axes,
+        len(names),
+        str(run.get("name")),
+        f"{run.get('group')} / {run.get('job_type')}  ·  {status}  ·  "
+        f"{run.steps if run.steps is not None else 0} steps  ·  {format_duration(run.duration())}{restarts_text}",
+        out,
+        dpi,
+    )
 
 
-def plot_sweep(runs: Sequence[RunRecord], out: str | Path, metrics: Sequence[str] | None = None, dpi: int = 110) -> Path:
+def plot_sweep(
+    runs: Sequence[RunRecord], out: str | Path, metrics: Sequence[str] | None = None, dpi: int = 110
+) -> Path:
     """The tasks of one sweep in one PNG: a panel per metric, a colour per task, labelled with its
     parameters (train solid, val dashed), so that the settings can be compared at a glance."""
     sweep = runs[0].sweep or {}
@@ -101,17 +119,41 @@ def plot_sweep(runs: Sequence[RunRecord], out: str | Path, metrics: Sequence[str
             colour = TASK_COLOURS[i % len(TASK_COLOURS)]
             for kind in ("train", "val", "test"):
                 if kind in data.get(name, {}):
-                    _curve(ax, name, kind, *data[name][kind], colour, label if kind == "train" or "train" not in data[name]
-                           else f"{label} {kind}", dashed=kind != "train")
+                    _curve(
+                        ax,
+                        name,
+                        kind,
+                        *data[name][kind],
+                        colour,
+                        label if kind == "train" or "train" not in data[name] else f"{label} {kind}",
+                        dashed=kind != "train",
+                    )
                     values += data[name][kind][1]
         _finish(ax, name, values)
     states = ", ".join(f"{n} {s}" for s, n in Counter(str(r.get("status", "?")) for r in runs).items())
-    return _save(fig, axes, len(names), f"sweep {sweep.get('id')}",
-                 f"{len(runs)} runs  ·  {states}  ·  train solid, val dashed", out, dpi)
+    return _save(
+        fig,
+        axes,
+        len(names),
+        f"sweep {sweep.get('id')}",
+        f"{len(runs)} runs  ·  {states}  ·  train solid, val dashed",
+        out,
+        dpi,
+    )
 
 
-TASK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-                "#17becf")
+TASK_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 def _task_label(run: RunRecord, runs: Sequence[RunRecord]) -> str:
@@ -142,7 +184,9 @@ def _figure(panels: int):
     return plt.subplots(rows, cols, figsize=(6.4 * cols, 3.6 * rows + 0.7), squeeze=False)
 
 
-def _curve(ax, name: str, kind: str, xs: list[int], ys: list[float], colour: str, label: str, dashed: bool = False) -> None:
+def _curve(
+    ax, name: str, kind: str, xs: list[int], ys: list[float], colour: str, label: str, dashed: bool = False
+) -> None:
     """One curve with its last value in the legend; a noisy train curve faint, its trend drawn over it."""
     style = dict(color=colour, label=f"{label}  (last {_fmt(ys[-1])})", linewidth=1.8)
     if dashed:

@@ -77,7 +77,9 @@ class RunRecord:
         total, seen = 0.0, False
         for attempt in self.meta.get("attempts") or []:
             start = _time(attempt.get("start"))
-            end = _time(attempt.get("end")) or (_time(self.meta.get("updated")) if attempt is self.meta["attempts"][-1] else None)
+            end = _time(attempt.get("end")) or (
+                _time(self.meta.get("updated")) if attempt is self.meta["attempts"][-1] else None
+            )
             if start is not None and end is not None and end >= start:
                 total, seen = total + end - start, True
         return total if seen else None
@@ -149,8 +151,11 @@ def find_runs(root: str | os.PathLike[str], damaged: list[str] | None = None) ->
                 yield record
             dirnames[:] = []  # a run holds no runs
             continue
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
-                             and len(here.parts) - base_depth < MAX_DEPTH)
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in SKIP_DIRS and not d.startswith(".") and len(here.parts) - base_depth < MAX_DEPTH
+        )
 
 
 def sweeps_together(runs: list[RunRecord]) -> list[RunRecord]:
@@ -164,6 +169,7 @@ def sweeps_together(runs: list[RunRecord]) -> list[RunRecord]:
     def place(item: tuple[int, RunRecord]) -> tuple[int, int, int]:
         i, run = item
         return (first[run.sweep["id"]], _task(run), i) if run.sweep else (i, -1, i)
+
     return [run for _, run in sorted(enumerate(runs), key=place)]
 
 
@@ -195,7 +201,11 @@ def resolve_runs(spec: str, root: str | os.PathLike[str] = "runs", damaged: list
         if len(hits) > 1:
             ids = ", ".join(str(r.get("id")) for r in hits[:6])
             sweeps = {r.sweep["id"] if r.sweep else None for r in hits}
-            one = f", or the id of their sweep ({sweeps.pop()}) to compare them" if len(sweeps) == 1 and None not in sweeps else ""
+            one = (
+                f", or the id of their sweep ({sweeps.pop()}) to compare them"
+                if len(sweeps) == 1 and None not in sweeps
+                else ""
+            )
             raise LookupError(f"{spec!r} matches {len(hits)} runs by {key} ({ids}): give a run directory or id{one}")
     tasks = sweep_runs(runs, spec)
     if tasks:

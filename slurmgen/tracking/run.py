@@ -52,8 +52,12 @@ class _Checks:
     """Argument checks shared by Run and NoOpRun, so a bad call fails on every rank alike."""
 
     def _check_log(self, type: object, metrics: object, step: object, epoch: object):
-        return (check_choice("type", type, METRIC_TYPES), check_metrics(metrics), check_step("step", step),
-                check_epoch(epoch))
+        return (
+            check_choice("type", type, METRIC_TYPES),
+            check_metrics(metrics),
+            check_step("step", step),
+            check_epoch(epoch),
+        )
 
     @staticmethod
     def _check_artifact(artifact: object, how: str) -> Artifact:
@@ -72,7 +76,9 @@ class NoOpRun(_Checks):
     def log(self, type: str, metrics: Mapping[str, Any], step: int | None = None, epoch: float | None = None) -> None:
         self._check_log(type, metrics, step, epoch)
 
-    def create_artifact(self, name: str, type: str, description: str | None = None, metadata: dict | None = None) -> Artifact:
+    def create_artifact(
+        self, name: str, type: str, description: str | None = None, metadata: dict | None = None
+    ) -> Artifact:
         return Artifact(name, type, description, metadata, hash_files=False)
 
     def mark_output(self, artifact: Artifact) -> None:
@@ -96,8 +102,15 @@ class Run(_Checks):
 
     recording = True
 
-    def __init__(self, run_dir: Path, root: Path, meta: dict[str, Any], floor: dict[str, int], last_step: int,
-                 adapters: list[Adapter]):
+    def __init__(
+        self,
+        run_dir: Path,
+        root: Path,
+        meta: dict[str, Any],
+        floor: dict[str, int],
+        last_step: int,
+        adapters: list[Adapter],
+    ):
         self.dir, self.root, self.meta = run_dir, root, meta
         self._floor = floor  # per type: the highest step that earlier attempts recorded
         self._high: dict[str, int] = {}  # per type: the highest step this attempt recorded
@@ -125,8 +138,11 @@ class Run(_Checks):
         if step is None:
             step = self._last_step + 1
         if step <= self._floor.get(type, -1) or step < self._high.get(type, -1):
-            self._warn_once(f"dup-{type}", f"{type} step {step} is not after step "
-                            f"{max(self._floor.get(type, -1), self._high.get(type, -1))} already recorded: dropped")
+            self._warn_once(
+                f"dup-{type}",
+                f"{type} step {step} is not after step "
+                f"{max(self._floor.get(type, -1), self._high.get(type, -1))} already recorded: dropped",
+            )
             return
         record: dict[str, Any] = {"type": type, "step": step}
         if epoch is not None:
@@ -142,7 +158,9 @@ class Run(_Checks):
         if time.monotonic() - self._touched > TOUCH_EVERY:
             self._save()
 
-    def create_artifact(self, name: str, type: str, description: str | None = None, metadata: dict | None = None) -> Artifact:
+    def create_artifact(
+        self, name: str, type: str, description: str | None = None, metadata: dict | None = None
+    ) -> Artifact:
         return Artifact(name, type, description, metadata)
 
     def mark_output(self, artifact: Artifact) -> None:
@@ -215,8 +233,13 @@ class Run(_Checks):
                 getattr(adapter, hook)(*args)
             except Exception as exc:  # a mirror must not stop training: switch it off, say so once
                 self._adapters.remove(adapter)
-                log.warning("slurmgen.tracking: %s adapter failed in %s (%s: %s); it is off for the rest of this run",
-                            adapter.name, hook, type(exc).__name__, exc)
+                log.warning(
+                    "slurmgen.tracking: %s adapter failed in %s (%s: %s); it is off for the rest of this run",
+                    adapter.name,
+                    hook,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def __repr__(self) -> str:
         return f"Run({self.id!r}, status={self.status!r}, dir={str(self.dir)!r})"

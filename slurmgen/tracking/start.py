@@ -51,11 +51,23 @@ def _tags(tags: Iterable[str] | str | None) -> list[str]:
     return [check_name("tags", t) for t in tags]
 
 
-def init(dir: str | os.PathLike[str] = "runs", *, name: str | None = None, group: str | None = None,
-         job_type: str | None = None, description: str | None = None, tags: Iterable[str] | str | None = None,
-         config: object = None, mode: str = "rank0", id: str | None = None, resume_step: int | None = None,
-         trackers: str | Iterable[str] | None = None, place: Place | Mapping[str, Any] | None = None,
-         hosts: Iterable[str] | None = None, environ: Mapping[str, str] | None = None) -> Run | NoOpRun:
+def init(
+    dir: str | os.PathLike[str] = "runs",
+    *,
+    name: str | None = None,
+    group: str | None = None,
+    job_type: str | None = None,
+    description: str | None = None,
+    tags: Iterable[str] | str | None = None,
+    config: object = None,
+    mode: str = "rank0",
+    id: str | None = None,
+    resume_step: int | None = None,
+    trackers: str | Iterable[str] | None = None,
+    place: Place | Mapping[str, Any] | None = None,
+    hosts: Iterable[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Run | NoOpRun:
     """Start (or continue) this process's run under `dir` and return it.
 
     mode: "rank0" (only rank 0 records; other ranks get a NoOpRun) or "per-process".
@@ -78,8 +90,11 @@ def init(dir: str | os.PathLike[str] = "runs", *, name: str | None = None, group
     flat = flatten(config) if config is not None else None
     group = _text("group", group, environ.get("SLURMGEN_GROUP"))
     template = _text("job_type", job_type, environ.get("SLURMGEN_JOB_TYPE"))
-    labels = _Labels(_text("name", name, environ.get("SLURMGEN_RUN_NAME")),
-                     _text("description", description, environ.get("SLURMGEN_DESCRIPTION")), tag_list)
+    labels = _Labels(
+        _text("name", name, environ.get("SLURMGEN_RUN_NAME")),
+        _text("description", description, environ.get("SLURMGEN_DESCRIPTION")),
+        tag_list,
+    )
     if id is not None:
         check_name("id", id)
     if mode == "rank0" and where.rank != 0:
@@ -105,8 +120,9 @@ def _announce(run_dir: Path, run_id: str, rank: int, environ: Mapping[str, str])
     if not beside:
         return
     with contextlib.suppress(OSError):
-        store.write_json_atomic(Path(beside) / store.ANNOUNCE_FILE.format(rank=rank),
-                                {"dir": str(run_dir.resolve()), "id": run_id})
+        store.write_json_atomic(
+            Path(beside) / store.ANNOUNCE_FILE.format(rank=rank), {"dir": str(run_dir.resolve()), "id": run_id}
+        )
 
 
 # ---- identity: which run this process writes -----------------------------------------------
@@ -126,8 +142,15 @@ class _Identity:
     slurm: dict[str, str]
 
 
-def _identity(root: Path, id: str | None, group: str | None, template: str | None, mode: str, where: Place,
-              environ: Mapping[str, str]) -> _Identity:
+def _identity(
+    root: Path,
+    id: str | None,
+    group: str | None,
+    template: str | None,
+    mode: str,
+    where: Place,
+    environ: Mapping[str, str],
+) -> _Identity:
     host, pid = system.hostname(), os.getpid()
     group = group or default_group(environ, where, host, pid)
     job_type, is_default = job_type_for(mode, where, template)
@@ -171,16 +194,26 @@ def _metadata(who: _Identity, labels: _Labels, resume_step: int | None, environ:
     attempt = _attempt(start, who, environ, resume_step)
     if not existing:
         meta = {
-            "format": store.FORMAT, "id": f"{slug(who.group)}/{who.run_dir.name}",
-            "name": labels.name or _default_name(environ, who.group), "description": labels.description or "",
-            "group": who.group, "job_type": who.job_type, "tags": labels.tags, "mode": who.mode,
-            "status": "running", "start": start, "end": None, "updated": start, "restart_count": 0,
+            "format": store.FORMAT,
+            "id": f"{slug(who.group)}/{who.run_dir.name}",
+            "name": labels.name or _default_name(environ, who.group),
+            "description": labels.description or "",
+            "group": who.group,
+            "job_type": who.job_type,
+            "tags": labels.tags,
+            "mode": who.mode,
+            "status": "running",
+            "start": start,
+            "end": None,
+            "updated": start,
+            "restart_count": 0,
             "attempts": [attempt],
         }
         return _Record(meta, [], continued=False)
     meta = _previous(meta_path)
-    records = [r for r in store.iter_jsonl(who.run_dir / store.METRICS_FILE)
-               if resume_step is None or _step(r) <= resume_step]
+    records = [
+        r for r in store.iter_jsonl(who.run_dir / store.METRICS_FILE) if resume_step is None or _step(r) <= resume_step
+    ]
     attempt["attempt"] = len(meta["attempts"]) + 1
     meta["attempts"].append(attempt)
     meta["restart_count"] = len(meta["attempts"]) - 1
@@ -194,8 +227,14 @@ def _metadata(who: _Identity, labels: _Labels, resume_step: int | None, environ:
 
 def _attempt(start: str, who: _Identity, environ: Mapping[str, str], resume_step: int | None) -> dict[str, Any]:
     """This attempt's entry in run.json's `attempts`: where it runs and what started it."""
-    attempt: dict[str, Any] = {"attempt": 1, "start": start, "end": None, "status": "running",
-                               "host": who.host, "pid": who.pid}
+    attempt: dict[str, Any] = {
+        "attempt": 1,
+        "start": start,
+        "end": None,
+        "status": "running",
+        "host": who.host,
+        "pid": who.pid,
+    }
     if who.slurm.get("job_id"):
         attempt["slurm_job_id"] = who.slurm["job_id"]
     if environ.get("SLURMGEN_LAUNCH_ID"):
@@ -205,8 +244,9 @@ def _attempt(start: str, who: _Identity, environ: Mapping[str, str], resume_step
     return attempt
 
 
-def _this_attempt(record: _Record, who: _Identity, where: Place, hosts: Iterable[str] | None,
-                  environ: Mapping[str, str]) -> tuple[dict[str, int], int]:
+def _this_attempt(
+    record: _Record, who: _Identity, where: Place, hosts: Iterable[str] | None, environ: Mapping[str, str]
+) -> tuple[dict[str, int], int]:
     """Set what is true of the run as this attempt starts (running again, the steps and summary
     its kept records add up to, the world, code and versions it runs with). Returns each record
     type's last step and the last step overall, from which the run refuses to log backwards."""
@@ -218,10 +258,16 @@ def _this_attempt(record: _Record, who: _Identity, where: Place, hosts: Iterable
     last_step = max(floor.values(), default=-1)
     meta = record.meta
     meta.update(
-        status="running", end=None, steps=last_step if last_step >= 0 else None, summary=summary,
+        status="running",
+        end=None,
+        steps=last_step if last_step >= 0 else None,
+        summary=summary,
         world={k: v for k, v in where.as_dict().items() if v is not None},
-        hosts=sorted(set(hosts)) if hosts else [who.host], slurm=who.slurm,
-        git=system.git_info(), versions=system.versions(), command=system.command(),
+        hosts=sorted(set(hosts)) if hosts else [who.host],
+        slurm=who.slurm,
+        git=system.git_info(),
+        versions=system.versions(),
+        command=system.command(),
     )
     sweep = system.sweep_info(environ)
     if sweep:
@@ -245,8 +291,9 @@ def _start_adapters(names: tuple[str, ...], who: _Identity, meta: dict[str, Any]
             raise
         except Exception as exc:
             first_line = (str(exc).strip().splitlines() or [""])[0][:300]
-            raise TrackingError("tracker", f"{adapter.name} could not start: {type(exc).__name__}: {first_line}",
-                                adapter.name) from exc
+            raise TrackingError(
+                "tracker", f"{adapter.name} could not start: {type(exc).__name__}: {first_line}", adapter.name
+            ) from exc
         if state:
             meta["adapters"][adapter.name] = state
     return adapters
@@ -272,8 +319,9 @@ def _previous(path: Path) -> dict[str, Any]:
     try:
         meta = store.read_json(path)
     except ValueError as exc:
-        raise TrackingError("run.json", f"cannot continue the run in {path.parent}: not valid JSON ({exc})",
-                            str(path), has_value=False) from None
+        raise TrackingError(
+            "run.json", f"cannot continue the run in {path.parent}: not valid JSON ({exc})", str(path), has_value=False
+        ) from None
     attempts = meta.setdefault("attempts", [])
     if attempts and attempts[-1].get("status") == "running":
         attempts[-1].update(status="lost", end=meta.get("updated"))

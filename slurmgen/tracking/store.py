@@ -116,8 +116,12 @@ class JsonlAppender:
 
 
 def _yaml_key(key: str) -> str:
-    plain = key and (key[0].isalpha() or key[0] == "_") and all(c.isalnum() or c in "._-/" for c in key) and key.lower() not in (
-        "true", "false", "null", "yes", "no", "on", "off", "y", "n", "~")
+    plain = (
+        key
+        and (key[0].isalpha() or key[0] == "_")
+        and all(c.isalnum() or c in "._-/" for c in key)
+        and key.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "y", "n", "~")
+    )
     return key if plain else json.dumps(key)
 
 

@@ -17,9 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 SLURM_VARS = {
-    "job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
-    "job_name": "SLURM_JOB_NAME", "nodelist": "SLURM_JOB_NODELIST", "partition": "SLURM_JOB_PARTITION",
-    "restart_count": "SLURM_RESTART_COUNT", "step_id": "SLURM_STEP_ID",
+    "job_id": "SLURM_JOB_ID",
+    "array_job_id": "SLURM_ARRAY_JOB_ID",
+    "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "job_name": "SLURM_JOB_NAME",
+    "nodelist": "SLURM_JOB_NODELIST",
+    "partition": "SLURM_JOB_PARTITION",
+    "restart_count": "SLURM_RESTART_COUNT",
+    "step_id": "SLURM_STEP_ID",
 }
 
 
@@ -38,10 +43,12 @@ def versions() -> dict[str, str | None]:
 
 def git_info(cwd: str | None = None, timeout: float = 5.0) -> dict[str, object] | None:
     """{'commit': sha, 'dirty': bool} of the working tree at `cwd`, or None when there is none."""
+
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None

@@ -55,10 +55,15 @@ def setup(config: TrainConfig, flags: LaunchFlags | None = None, environ: Mappin
     return env
 
 
-def train_ddp(model: nn.Module, train_dataset: Any, eval_dataset: Any = None,
-              config: TrainConfig | Mapping[str, Any] | None = None,
-              loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, shard_units: fsdp.Units = None,
-              **overrides: Any) -> TrainResult:
+def train_ddp(
+    model: nn.Module,
+    train_dataset: Any,
+    eval_dataset: Any = None,
+    config: TrainConfig | Mapping[str, Any] | None = None,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    shard_units: fsdp.Units = None,
+    **overrides: Any,
+) -> TrainResult:
     """Train `model` with DDP, or FSDP2 with `strategy="fsdp"`, on whatever launcher started
     this process.
 
@@ -77,8 +82,9 @@ def train_ddp(model: nn.Module, train_dataset: Any, eval_dataset: Any = None,
     base = config.to_dict() if isinstance(config, TrainConfig) else dict(config)
     cfg = TrainConfig.from_dict({**base, **overrides})
     env = setup(cfg)
-    return Trainer(model, train_dataset, env, cfg, eval_dataset=eval_dataset, loss_fn=loss_fn,
-                   shard_units=shard_units).fit()
+    return Trainer(
+        model, train_dataset, env, cfg, eval_dataset=eval_dataset, loss_fn=loss_fn, shard_units=shard_units
+    ).fit()
 
 
 def finish(code: int = 0) -> NoReturn:

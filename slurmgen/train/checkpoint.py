@@ -173,9 +173,15 @@ class DiskFull(CheckpointError):
 
     def __init__(self, directory: Path, step: int, need: int, free: int):
         previous = list_checkpoints(directory)
-        intact = f"the previous checkpoint (step {previous[-1][0]}) is intact" if previous else "there is no previous checkpoint"
-        super().__init__(f"checkpoint step {step}: no space left on {directory} (needs ~{need / 1e6:.1f} MB, "
-                         f"{free / 1e6:.1f} MB free); {intact}")
+        intact = (
+            f"the previous checkpoint (step {previous[-1][0]}) is intact"
+            if previous
+            else "there is no previous checkpoint"
+        )
+        super().__init__(
+            f"checkpoint step {step}: no space left on {directory} (needs ~{need / 1e6:.1f} MB, "
+            f"{free / 1e6:.1f} MB free); {intact}"
+        )
 
 
 @contextmanager
@@ -229,8 +235,10 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     except Exception as exc:  # truncated, not a zip/pickle at all, foreign objects, I/O error ...
         text = str(exc).strip()
         if isinstance(exc, pickle.UnpicklingError) and "Unsupported global" in text:
-            raise CheckpointError(f"{path} is not a slurmgen.train checkpoint: it holds objects other than "
-                                  "tensors and plain values, which are not loaded") from None
+            raise CheckpointError(
+                f"{path} is not a slurmgen.train checkpoint: it holds objects other than "
+                "tensors and plain values, which are not loaded"
+            ) from None
         # torch wraps any unpickling failure in its advice; keep only what went wrong.
         text = text.split("WeightsUnpickler error:", 1)[-1].strip()
         reason = (text.splitlines() or [type(exc).__name__])[0][:120]
@@ -277,12 +285,14 @@ def find_latest(directory: str | os.PathLike[str], listing=None, loader=None) ->
             skipped.append(exc)
             continue
         if skipped:
-            log.warning("resuming from %s, the newest good checkpoint: skipped %s", path,
-                        "; ".join(str(e) for e in skipped))
+            log.warning(
+                "resuming from %s, the newest good checkpoint: skipped %s", path, "; ".join(str(e) for e in skipped)
+            )
         return path, state
     if skipped:
-        log.warning("no checkpoint in %s can be loaded, starting from step 0: %s", directory,
-                    "; ".join(str(e) for e in skipped))
+        log.warning(
+            "no checkpoint in %s can be loaded, starting from step 0: %s", directory, "; ".join(str(e) for e in skipped)
+        )
     return None
 
 

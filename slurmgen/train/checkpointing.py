@@ -49,18 +49,39 @@ class Checkpointing:
     `tracking` returns the run record of the moment: it is opened only after `resume()` has
     said which run this one continues, and every durable checkpoint enters it."""
 
-    def __init__(self, config: TrainConfig, env: DistEnv, heartbeat: Heartbeat, batches: ShardedBatches,
-                 model: nn.Module, optimizer: Any, scheduler: Any, scaler: Any, tracking: Callable[[], Tracking]):
+    def __init__(
+        self,
+        config: TrainConfig,
+        env: DistEnv,
+        heartbeat: Heartbeat,
+        batches: ShardedBatches,
+        model: nn.Module,
+        optimizer: Any,
+        scheduler: Any,
+        scaler: Any,
+        tracking: Callable[[], Tracking],
+    ):
         self.cfg, self.env, self.heartbeat, self.batches, self.tracking = config, env, heartbeat, batches, tracking
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.directory = Path(config.out_dir) / "checkpoints"
-        self.writer = CheckpointWriter(self.directory, config.keep_last, background=config.checkpoint_async,
-                                       describe=lambda step, path: self.tracking().artifact(str(path), step))
+        self.writer = CheckpointWriter(
+            self.directory,
+            config.keep_last,
+            background=config.checkpoint_async,
+            describe=lambda step, path: self.tracking().artifact(str(path), step),
+        )
         # --strategy fsdp: every rank writes its shard (sharded.py); its own process group, so
         # made on every rank here. Resuming reads either format under either strategy.
-        self.sharded = (sharded.ShardedWriter(self.directory, config.keep_last, background=config.checkpoint_async,
-                                              process=config.checkpoint_writer == "process")
-                        if config.strategy == "fsdp" else None)
+        self.sharded = (
+            sharded.ShardedWriter(
+                self.directory,
+                config.keep_last,
+                background=config.checkpoint_async,
+                process=config.checkpoint_writer == "process",
+            )
+            if config.strategy == "fsdp"
+            else None
+        )
         self.last: str | None = None  # the last checkpoint written (durable) or resumed from
 
     def remove_stale(self) -> None:
@@ -93,8 +114,11 @@ class Checkpointing:
         if len(rngs) == self.env.world_size:
             ckpt.restore_rng(rngs[self.env.rank])
         else:
-            log.warning("checkpoint from %d processes, now %d: random streams and data order differ from an uninterrupted run",
-                        len(rngs), self.env.world_size)
+            log.warning(
+                "checkpoint from %d processes, now %d: random streams and data order differ from an uninterrupted run",
+                len(rngs),
+                self.env.world_size,
+            )
         return Resumed(where, int(state["step"]), state.get("tracking"))
 
     def _sharded_choice(self) -> str | None:
@@ -126,11 +150,22 @@ class Checkpointing:
         """What the checkpoint of `step` holds; its tensors are the live ones (the writer copies them)."""
         epoch, in_epoch = self.batches.position(step)
         return {
-            "format": ckpt.FORMAT, "step": step, "epoch": epoch,
-            "data_position": {"epoch": epoch, "step_in_epoch": in_epoch, "steps_per_epoch": self.batches.steps_per_epoch},
-            "world_size": self.env.world_size, "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(), "rng": rngs, "config": self.cfg.to_dict(), "time": time.time(),
+            "format": ckpt.FORMAT,
+            "step": step,
+            "epoch": epoch,
+            "data_position": {
+                "epoch": epoch,
+                "step_in_epoch": in_epoch,
+                "steps_per_epoch": self.batches.steps_per_epoch,
+            },
+            "world_size": self.env.world_size,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rngs,
+            "config": self.cfg.to_dict(),
+            "time": time.time(),
             "tracking": self.tracking().state(),
         }
 

@@ -14,8 +14,9 @@ import typer
 
 from slurmgen.errors import SlurmgenError
 
-ckpt_app = typer.Typer(help="Look at a training run's checkpoints: what they hold, one full state dict from shards.",
-                       no_args_is_help=True)
+ckpt_app = typer.Typer(
+    help="Look at a training run's checkpoints: what they hold, one full state dict from shards.", no_args_is_help=True
+)
 
 
 def _size(n: int) -> str:
@@ -28,8 +29,10 @@ def _size(n: int) -> str:
 
 def _run_dir(run_dir: Path) -> Path:
     if not run_dir.is_dir():
-        raise SlurmgenError(f"ckpt: RUN_DIR {str(run_dir)!r} is not a directory",
-                            hint="pass the trainer's --out-dir (it holds checkpoints/) or its checkpoints/ directory")
+        raise SlurmgenError(
+            f"ckpt: RUN_DIR {str(run_dir)!r} is not a directory",
+            hint="pass the trainer's --out-dir (it holds checkpoints/) or its checkpoints/ directory",
+        )
     return run_dir
 
 
@@ -54,8 +57,10 @@ def info(
         if not row["complete"]:
             typer.echo(f"  {row['name']}  INCOMPLETE: {row['problem']}")
         else:
-            typer.echo(f"  {row['name']}  step {row['step']}  {row['format']}  {row['world_size']} processes  "
-                       f"{row['strategy']}  complete")
+            typer.echo(
+                f"  {row['name']}  step {row['step']}  {row['format']}  {row['world_size']} processes  "
+                f"{row['strategy']}  complete"
+            )
         for name, size in row["files"].items():
             typer.echo(f"      {name}  {_size(size)}")
 
@@ -63,7 +68,9 @@ def info(
 @ckpt_app.command()
 def consolidate(
     run_dir: Path = typer.Argument(..., help="The run's directory (the trainer's --out-dir) or its checkpoints/."),
-    out: Path | None = typer.Option(None, "--out", help="Where to write the state dict [default: RUN_DIR/model-STEP.pt]."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Where to write the state dict [default: RUN_DIR/model-STEP.pt]."
+    ),
 ) -> None:
     """One full model state dict file (torch.save) from the newest good checkpoint, sharded or not.
 

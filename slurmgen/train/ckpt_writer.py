@@ -72,13 +72,25 @@ def _map_tensors(state: Any, old: Any, fill: Callable[[torch.Tensor, torch.Tenso
         if is_dtensor(value):
             return _map_dtensor(value, old, memo, walk)
         if isinstance(value, torch.Tensor):
-            key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
-                   tuple(value.stride()), value.dtype, value.device)
+            key = (
+                value.untyped_storage().data_ptr(),
+                value.storage_offset(),
+                tuple(value.shape),
+                tuple(value.stride()),
+                value.dtype,
+                value.device,
+            )
             if key in memo:
                 return memo[key]
             t = value.detach()
-            fits = (isinstance(old, torch.Tensor) and not is_dtensor(old) and old.shape == t.shape and old.dtype == t.dtype
-                    and old.device.type == "cpu" and _address(old) not in filled)
+            fits = (
+                isinstance(old, torch.Tensor)
+                and not is_dtensor(old)
+                and old.shape == t.shape
+                and old.dtype == t.dtype
+                and old.device.type == "cpu"
+                and _address(old) not in filled
+            )
             out = memo[key] = fill(t, old if fits else None)
             filled.add(_address(out))
             return out
@@ -111,8 +123,13 @@ def _map_dtensor(value: Any, old: Any, memo: dict[tuple, Any], walk: Callable[[A
     key = ("dtensor", id(value))  # the same DTensor twice (tied weights) gives one result
     if key in memo:
         return memo[key]
-    same = (is_dtensor(old) and old.device_mesh == value.device_mesh and old.placements == value.placements
-            and old.shape == value.shape and old.stride() == value.stride())
+    same = (
+        is_dtensor(old)
+        and old.device_mesh == value.device_mesh
+        and old.placements == value.placements
+        and old.shape == value.shape
+        and old.stride() == value.stride()
+    )
     old_local = old.to_local() if same else None
     local = walk(value.to_local(), old_local)
     if old_local is not None and local.data_ptr() == old_local.data_ptr() and local.shape == old_local.shape:
@@ -120,8 +137,9 @@ def _map_dtensor(value: Any, old: Any, memo: dict[tuple, Any], walk: Callable[[A
     else:
         from torch.distributed.tensor import DTensor
 
-        out = DTensor.from_local(local, value.device_mesh, value.placements, run_check=False,
-                                 shape=value.shape, stride=value.stride())
+        out = DTensor.from_local(
+            local, value.device_mesh, value.placements, run_check=False, shape=value.shape, stride=value.stride()
+        )
     memo[key] = out
     return out
 
@@ -146,6 +164,7 @@ def snapshot(state: Any, into: Any = None) -> Any:
     Tensors are copied into the matching tensor of `into` (a previous snapshot, or
     `buffers_for(state)`) when it fits, else into new memory, on one intra-op thread (see
     the module's docstring: a copy that needs all cores at once waits for a busy one)."""
+
     def copy(t: torch.Tensor, buffer: torch.Tensor | None) -> torch.Tensor:
         return (buffer if buffer is not None else torch.empty_like(t, device="cpu")).copy_(t)
 
@@ -249,8 +268,9 @@ class OneJobInFlight:
         if then is not None:
             then()
 
-    def _in_background(self, write: Callable[..., Written | None], step: int, state: dict[str, Any],
-                       *args: Any) -> None:
+    def _in_background(
+        self, write: Callable[..., Written | None], step: int, state: dict[str, Any], *args: Any
+    ) -> None:
         """Copy `state` into the kept buffers (the loop waits for this only) and hand
         `write(step, copy, *args)` to the thread."""
         self._buffers = snapshot(state, self._buffers)
@@ -276,8 +296,13 @@ class CheckpointWriter(OneJobInFlight):
     that reads the finished file, such as hashing it for the run record, stays off the loop.
     """
 
-    def __init__(self, directory: str | Path, keep_last: int, background: bool = True,
-                 describe: Callable[[int, Path], Any] | None = None):
+    def __init__(
+        self,
+        directory: str | Path,
+        keep_last: int,
+        background: bool = True,
+        describe: Callable[[int, Path], Any] | None = None,
+    ):
         super().__init__(background, "slurmgen-checkpoint")
         self.directory, self.keep_last = Path(directory), keep_last
         self.describe = describe

@@ -53,13 +53,65 @@ exit codes: {EXIT_OK} done; {EXIT_FAILED} the run failed; {EXIT_USAGE} bad flags
 # The flags in --help order, by group; each is a field of TrainConfig or LaunchFlags, which
 # hold its help, form and default (flags.flag).
 LAYOUT = (
-    ("run", ("out_dir", "max_steps", "epochs", "seed", "resume", "save_every", "checkpoint_async", "checkpoint_writer", "keep_last",
-             "eval_every", "eval_iters", "log_every", "progress", "heartbeat_every")),
-    ("optimisation", ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "dtype")),
-    ("model and data", ("model", "n_layer", "n_head", "n_embd", "block_size", "mlp_in", "mlp_hidden", "mlp_classes",
-                        "vocab_size", "dropout", "train_data", "val_data", "synthetic_samples")),
-    ("distributed", ("strategy", "backend", "nproc_per_node", "rank", "world_size", "local_rank", "master_addr", "master_port",
-                     "init_timeout", "tf32", "threads", "requeue", "preempt_signal")),
+    (
+        "run",
+        (
+            "out_dir",
+            "max_steps",
+            "epochs",
+            "seed",
+            "resume",
+            "save_every",
+            "checkpoint_async",
+            "checkpoint_writer",
+            "keep_last",
+            "eval_every",
+            "eval_iters",
+            "log_every",
+            "progress",
+            "heartbeat_every",
+        ),
+    ),
+    (
+        "optimisation",
+        ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "dtype"),
+    ),
+    (
+        "model and data",
+        (
+            "model",
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "block_size",
+            "mlp_in",
+            "mlp_hidden",
+            "mlp_classes",
+            "vocab_size",
+            "dropout",
+            "train_data",
+            "val_data",
+            "synthetic_samples",
+        ),
+    ),
+    (
+        "distributed",
+        (
+            "strategy",
+            "backend",
+            "nproc_per_node",
+            "rank",
+            "world_size",
+            "local_rank",
+            "master_addr",
+            "master_port",
+            "init_timeout",
+            "tf32",
+            "threads",
+            "requeue",
+            "preempt_signal",
+        ),
+    ),
     ("run record (slurmgen runs / slurmgen plot read it)", ("track", "tracker", "track_dir")),
 )
 
@@ -80,8 +132,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     """The parser, from the fields' declarations; defaults that the environment sets come from `environ`."""
-    p = _Parser(prog=PROG, description="Train a model with DDP on whatever launcher started this process.",
-                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(
+        prog=PROG,
+        description="Train a model with DDP on whatever launcher started this process.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     fields = flag_fields()
     for title, names in LAYOUT:
         group = p.add_argument_group(title)
@@ -157,8 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _error(str(exc))
             return EXIT_USAGE
         if outer.world_size > 1:
-            _error(f"--nproc-per-node {nproc} cannot be used when {outer.launcher} already started "
-                   f"{outer.world_size} processes: drop one of the two")
+            _error(
+                f"--nproc-per-node {nproc} cannot be used when {outer.launcher} already started "
+                f"{outer.world_size} processes: drop one of the two"
+            )
             return EXIT_USAGE
         from .spawn import spawn
 

@@ -28,11 +28,18 @@ def check(version: str, cuda: bool) -> tuple[str | None, str | None]:
     """(error, warning) about running on torch `version`; both None when it is a tested one."""
     v = _parse(version)
     if v[:2] < MINIMUM:
-        return (f"torch {version} is too old for slurmgen.train: it needs torch >= {'.'.join(map(str, MINIMUM))} "
-                f"(tested: {'.'.join(map(str, TESTED))}): pip install 'slurmgen[train]'"), None
+        return (
+            f"torch {version} is too old for slurmgen.train: it needs torch >= {'.'.join(map(str, MINIMUM))} "
+            f"(tested: {'.'.join(map(str, TESTED))}): pip install 'slurmgen[train]'"
+        ), None
     if cuda and DEVICE_ID_HANG[0] <= v < DEVICE_ID_HANG[1]:
-        return None, (f"torch {version} may hang in init_process_group(device_id=...) (pytorch/pytorch#153960): "
-                      "use torch 2.7.1 or later")
+        return None, (
+            f"torch {version} may hang in init_process_group(device_id=...) (pytorch/pytorch#153960): "
+            "use torch 2.7.1 or later"
+        )
     if v[:2] < TESTED:
-        return None, f"torch {version} is older than the tested {'.'.join(map(str, TESTED))}: it should work, but CI does not run it"
+        return (
+            None,
+            f"torch {version} is older than the tested {'.'.join(map(str, TESTED))}: it should work, but CI does not run it",
+        )
     return None, None

@@ -22,7 +22,12 @@ from slurmgen.contract.strategies import DEFAULT_STRATEGY, STRATEGIES
 from .flags import count, either, flag, from_env, number, truthy
 
 # EXIT_PREEMPTED: the run stopped on a preemption signal after writing a checkpoint.
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = exitcodes.OK, exitcodes.FAILED, exitcodes.BAD_INPUT, exitcodes.PREEMPTED
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PREEMPTED = (
+    exitcodes.OK,
+    exitcodes.FAILED,
+    exitcodes.BAD_INPUT,
+    exitcodes.PREEMPTED,
+)
 
 DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
@@ -43,8 +48,10 @@ def strategy_problems(strategy: str, dtype: str) -> list[str]:
     if strategy not in STRATEGIES:
         return [f"--strategy must be {either(STRATEGIES)} (got {strategy!r})"]
     if strategy == "fsdp" and dtype == "float16":
-        return ["--dtype float16 needs a gradient scaler that agrees across shards, not done for --strategy fsdp: "
-                "use bfloat16 or float32"]
+        return [
+            "--dtype float16 needs a gradient scaler that agrees across shards, not done for --strategy fsdp: "
+            "use bfloat16 or float32"
+        ]
     return []
 
 
@@ -87,16 +94,23 @@ _DEFAULT = "(default %(default)s)"
 class TrainConfig:
     """Every knob of a training run. Field `x_y` is flag `--x-y` (those declared with `flag`)."""
 
-    out_dir: str = flag("runs/train", "run directory (default: runs/job-$SLURM_JOB_ID under Slurm, runs/job-<array job "
-                        "id>_<task> in an array task, else %(default)s)", env=default_out_dir)
+    out_dir: str = flag(
+        "runs/train",
+        "run directory (default: runs/job-$SLURM_JOB_ID under Slurm, runs/job-<array job "
+        "id>_<task> in an array task, else %(default)s)",
+        env=default_out_dir,
+    )
     # model
     model: str = flag("gpt", f"bundled model {_DEFAULT}", choices=MODELS)
     n_layer: int = flag(2, f"GPT layers {_DEFAULT}", type=count(1))
     n_head: int = flag(2, f"GPT attention heads {_DEFAULT}", type=count(1))
     n_embd: int = flag(64, f"GPT width {_DEFAULT}", type=count(1))
     block_size: int = flag(64, f"GPT context length {_DEFAULT}", type=count(1))
-    vocab_size: int | None = flag(None, f"GPT vocabulary (default {SYNTHETIC_VOCAB} synthetic, {TOKEN_FILE_VOCAB} with "
-                                  "--train-data)", type=count(2))
+    vocab_size: int | None = flag(
+        None,
+        f"GPT vocabulary (default {SYNTHETIC_VOCAB} synthetic, {TOKEN_FILE_VOCAB} with --train-data)",
+        type=count(2),
+    )
     dropout: float = flag(0.0, f"dropout probability {_DEFAULT}", type=number(0.0))
     mlp_in: int = flag(32, f"MLP inputs {_DEFAULT}", type=count(1))
     mlp_hidden: int = flag(128, f"MLP width {_DEFAULT}", type=count(1))
@@ -107,8 +121,9 @@ class TrainConfig:
     synthetic_samples: int = flag(4096, f"size of the synthetic training set {_DEFAULT}", type=count(1))
     # optimisation
     batch_size: int = flag(8, f"samples per process per micro-step {_DEFAULT}", type=count(1))
-    grad_accum: int = flag(1, f"micro-steps per optimizer step; gradients sync on the last only {_DEFAULT}",
-                           type=count(1))
+    grad_accum: int = flag(
+        1, f"micro-steps per optimizer step; gradients sync on the last only {_DEFAULT}", type=count(1)
+    )
     lr: float = flag(1e-3, f"peak learning rate of AdamW {_DEFAULT}", type=number(0.0))
     min_lr: float | None = flag(None, "final learning rate of the cosine decay (default: lr/10)", type=number(0.0))
     warmup_steps: int = flag(10, f"linear warm-up steps {_DEFAULT}", type=count(0))
@@ -117,54 +132,94 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = flag(1.0, f"clip the gradient norm, 0: off {_DEFAULT}", type=number(0.0))
     dtype: str = flag("float32", f"autocast dtype; float16 uses a GradScaler {_DEFAULT}", choices=DTYPES)
-    strategy: str = flag(DEFAULT_STRATEGY, f"ddp: a whole model per rank; fsdp: FSDP2, parameters, gradients and optimizer "
-                         f"state sharded, sharded checkpoints (default: ${envvars.STRATEGY}, else {DEFAULT_STRATEGY})",
-                         choices=STRATEGIES, env=from_env(envvars.STRATEGY))
-    max_steps: int | None = flag(None, f"optimizer steps to train (default {DEFAULT_MAX_STEPS} unless --epochs)",
-                                 type=count(1))
+    strategy: str = flag(
+        DEFAULT_STRATEGY,
+        f"ddp: a whole model per rank; fsdp: FSDP2, parameters, gradients and optimizer "
+        f"state sharded, sharded checkpoints (default: ${envvars.STRATEGY}, else {DEFAULT_STRATEGY})",
+        choices=STRATEGIES,
+        env=from_env(envvars.STRATEGY),
+    )
+    max_steps: int | None = flag(
+        None, f"optimizer steps to train (default {DEFAULT_MAX_STEPS} unless --epochs)", type=count(1)
+    )
     epochs: int | None = flag(None, "passes over the training set (instead of --max-steps)", type=count(1))
     seed: int = flag(1337, f"seed of data order, init and dropout {_DEFAULT}", type=count(0))
     # evaluation, logging, checkpoints
     eval_every: int = flag(0, f"evaluate every N steps, 0: only at the end {_DEFAULT}", type=count(0))
     eval_iters: int = flag(10, f"batches per rank per evaluation {_DEFAULT}", type=count(1))
     log_every: int = flag(10, f"progress line and metrics record every N steps {_DEFAULT}", type=count(1))
-    save_every: int = flag(100, f"checkpoint every N steps, 0: only at the end and on preemption {_DEFAULT}",
-                           type=count(0))
+    save_every: int = flag(
+        100, f"checkpoint every N steps, 0: only at the end and on preemption {_DEFAULT}", type=count(0)
+    )
     keep_last: int = flag(3, f"checkpoints to keep {_DEFAULT}", type=count(1))
-    checkpoint_async: bool = flag(True, "write checkpoints in a background thread: training waits only for a copy of "
-                                  "the state to CPU memory, and for the previous write at the next checkpoint "
-                                  "(default: on)", action="on_off")
-    checkpoint_writer: str = flag("thread", "with --strategy fsdp: where each rank's shard is written in the background; "
-                                  "process: DCP's writer process per rank, with its own GIL, for a Python-bound "
-                                  "loop whose steps slow down while a checkpoint is written (default: thread)",
-                                  choices=CHECKPOINT_WRITERS)
-    resume: str = flag("auto", "auto: continue from the latest checkpoint in --out-dir if any (default); never; or a "
-                       "checkpoint file or directory", metavar="auto|never|PATH")
+    checkpoint_async: bool = flag(
+        True,
+        "write checkpoints in a background thread: training waits only for a copy of "
+        "the state to CPU memory, and for the previous write at the next checkpoint "
+        "(default: on)",
+        action="on_off",
+    )
+    checkpoint_writer: str = flag(
+        "thread",
+        "with --strategy fsdp: where each rank's shard is written in the background; "
+        "process: DCP's writer process per rank, with its own GIL, for a Python-bound "
+        "loop whose steps slow down while a checkpoint is written (default: thread)",
+        choices=CHECKPOINT_WRITERS,
+    )
+    resume: str = flag(
+        "auto",
+        "auto: continue from the latest checkpoint in --out-dir if any (default); never; or a "
+        "checkpoint file or directory",
+        metavar="auto|never|PATH",
+    )
     heartbeat_every: float = flag(1.0, f"seconds between heartbeat file updates {_DEFAULT}", type=number(0.01))
-    progress: str = flag("auto", "rank 0's progress display; auto: a bar on a terminal, lines otherwise",
-                         choices=PROGRESS_MODES)
+    progress: str = flag(
+        "auto", "rank 0's progress display; auto: a bar on a terminal, lines otherwise", choices=PROGRESS_MODES
+    )
     # runtime
-    backend: str = flag(DEFAULT_BACKEND, f"auto: nccl with CUDA, else gloo (default: ${envvars.BACKEND}, else "
-                        f"{DEFAULT_BACKEND})", choices=BACKENDS, env=from_env(envvars.BACKEND))
+    backend: str = flag(
+        DEFAULT_BACKEND,
+        f"auto: nccl with CUDA, else gloo (default: ${envvars.BACKEND}, else {DEFAULT_BACKEND})",
+        choices=BACKENDS,
+        env=from_env(envvars.BACKEND),
+    )
     init_timeout: float = flag(120.0, f"seconds to wait for all ranks to meet {_DEFAULT}", type=number(0.1))
     tf32: bool = flag(False, "allow TF32 matmuls on Ampere+ GPUs", action="store_true")
     # 0: cores / local processes, when OMP_NUM_THREADS is unset
     threads: int = flag(0, "CPU threads per process, 0: cores / local processes", type=count(0))
-    requeue: bool | None = flag(None, "after the --preempt-signal under Slurm, run `scontrol requeue $SLURM_JOB_ID` "
-                                f"(never after TERM; default: ${envvars.REQUEUE}, else only if the job was submitted "
-                                "requeueable, as `scontrol show job` tells)", action="on_off",
-                                env=from_env(envvars.REQUEUE, _requeue_from_env))
-    preempt_signal: str = flag("USR2", f"besides TERM, the signal that means: checkpoint, stop with exit {EXIT_PREEMPTED} "
-                               f"(and requeue); match sbatch --signal (default: ${envvars.PREEMPT_SIGNAL}, which "
-                               "generated scripts set, else %(default)s)", type=signal_name, choices=PREEMPT_SIGNALS,
-                               env=from_env(envvars.PREEMPT_SIGNAL, signal_name))
+    requeue: bool | None = flag(
+        None,
+        "after the --preempt-signal under Slurm, run `scontrol requeue $SLURM_JOB_ID` "
+        f"(never after TERM; default: ${envvars.REQUEUE}, else only if the job was submitted "
+        "requeueable, as `scontrol show job` tells)",
+        action="on_off",
+        env=from_env(envvars.REQUEUE, _requeue_from_env),
+    )
+    preempt_signal: str = flag(
+        "USR2",
+        f"besides TERM, the signal that means: checkpoint, stop with exit {EXIT_PREEMPTED} "
+        f"(and requeue); match sbatch --signal (default: ${envvars.PREEMPT_SIGNAL}, which "
+        "generated scripts set, else %(default)s)",
+        type=signal_name,
+        choices=PREEMPT_SIGNALS,
+        env=from_env(envvars.PREEMPT_SIGNAL, signal_name),
+    )
     # run record (slurmgen.tracking)
-    track: str = flag("rank0", "rank0: one run, written by rank 0; per-process: one run per process in one group; "
-                      f"off (default: ${envvars.TRACK}, else %(default)s)", choices=TRACK_MODES,
-                      env=from_env(envvars.TRACK))
-    tracker: str = flag("", "also send the run to: tensorboard,wandb,mlflow,swanlab (offline by default; each needs "
-                        "its extra, e.g. pip install 'slurmgen[wandb]'; default: "
-                        f"${envvars.TRACKERS})", metavar="LIST", env=from_env(envvars.TRACKERS))
+    track: str = flag(
+        "rank0",
+        "rank0: one run, written by rank 0; per-process: one run per process in one group; "
+        f"off (default: ${envvars.TRACK}, else %(default)s)",
+        choices=TRACK_MODES,
+        env=from_env(envvars.TRACK),
+    )
+    tracker: str = flag(
+        "",
+        "also send the run to: tensorboard,wandb,mlflow,swanlab (offline by default; each needs "
+        "its extra, e.g. pip install 'slurmgen[wandb]'; default: "
+        f"${envvars.TRACKERS})",
+        metavar="LIST",
+        env=from_env(envvars.TRACKERS),
+    )
     track_dir: str | None = flag(None, "where run records go (default: OUT_DIR/tracking)")
     extra: Mapping[str, Any] = field(default_factory=dict)  # free-form, saved with checkpoints
 
@@ -208,8 +263,20 @@ class TrainConfig:
             if value is None or value < low:
                 p.append(f"--{name.replace('_', '-')} must be at least {low} (got {value})")
 
-        for name in ("n_layer", "n_head", "n_embd", "block_size", "mlp_in", "mlp_hidden",
-                     "synthetic_samples", "batch_size", "grad_accum", "keep_last", "eval_iters", "log_every"):
+        for name in (
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "block_size",
+            "mlp_in",
+            "mlp_hidden",
+            "synthetic_samples",
+            "batch_size",
+            "grad_accum",
+            "keep_last",
+            "eval_iters",
+            "log_every",
+        ):
             at_least(name, getattr(self, name), 1)
         at_least("mlp_classes", self.mlp_classes, 2)
         at_least("vocab_size", self.vocab_size, 2, allow_none=True)
@@ -219,7 +286,9 @@ class TrainConfig:
             at_least(name, getattr(self, name), 0)
         at_least("min_lr", self.min_lr, 0, allow_none=True)
         if self.heartbeat_every <= 0 or self.init_timeout <= 0:
-            p.append(f"--heartbeat-every and --init-timeout must be positive (got {self.heartbeat_every}, {self.init_timeout})")
+            p.append(
+                f"--heartbeat-every and --init-timeout must be positive (got {self.heartbeat_every}, {self.init_timeout})"
+            )
         if not 0 <= self.dropout < 1:
             p.append(f"--dropout must be in [0, 1) (got {self.dropout})")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
@@ -237,8 +306,10 @@ class TrainConfig:
         if self.checkpoint_writer not in CHECKPOINT_WRITERS:
             p.append(f"--checkpoint-writer must be {either(CHECKPOINT_WRITERS)} (got {self.checkpoint_writer!r})")
         elif self.checkpoint_writer == "process" and (self.strategy != "fsdp" or not self.checkpoint_async):
-            p.append("--checkpoint-writer process needs --strategy fsdp and --checkpoint-async (the single-file "
-                     "checkpoint of ddp and a synchronous write have no writer process)")
+            p.append(
+                "--checkpoint-writer process needs --strategy fsdp and --checkpoint-async (the single-file "
+                "checkpoint of ddp and a synchronous write have no writer process)"
+            )
         if self.progress not in PROGRESS_MODES:
             p.append(f"--progress must be {either(PROGRESS_MODES)} (got {self.progress!r})")
         if self.backend not in BACKENDS:

@@ -63,7 +63,9 @@ def _resolve(addr: str) -> None:
     try:
         socket.getaddrinfo(addr, None)
     except socket.gaierror as exc:
-        raise DistSetupError(f"cannot resolve MASTER_ADDR={addr} ({exc.strerror}): check the name or give an IP address") from None
+        raise DistSetupError(
+            f"cannot resolve MASTER_ADDR={addr} ({exc.strerror}): check the name or give an IP address"
+        ) from None
 
 
 def wait_for_port(addr: str, port: int, timeout: float) -> None:
@@ -91,7 +93,9 @@ def _store(env: DistEnv, timeout: float) -> dist.Store:
         except Exception as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if "in use" in msg.lower():
-                raise DistSetupError(f"MASTER_PORT {env.master_port} is already in use on this host: pick another port") from None
+                raise DistSetupError(
+                    f"MASTER_PORT {env.master_port} is already in use on this host: pick another port"
+                ) from None
             raise DistSetupError(f"rank 0 could not host the store on port {env.master_port}: {msg}") from None
     wait_for_port(env.master_addr, env.master_port, timeout)
     try:
@@ -114,7 +118,9 @@ def _meet(store: dist.Store, env: DistEnv, timeout: float) -> None:
         try:
             store.wait(["slurmgen/world/0"], timedelta(seconds=timeout))
         except Exception:
-            raise DistSetupError(f"rank 0 did not check in at {env.master_addr}:{env.master_port} within {timeout:g} s") from None
+            raise DistSetupError(
+                f"rank 0 did not check in at {env.master_addr}:{env.master_port} within {timeout:g} s"
+            ) from None
         theirs = int(store.get("slurmgen/world/0"))
         if theirs != env.world_size:
             raise DistSetupError(
@@ -149,7 +155,9 @@ def init(env: DistEnv, timeout: float) -> None:
         try:
             dist.init_process_group(init_method="env://", **kwargs)
         except Exception as exc:
-            raise DistSetupError(f"joining torchrun's process group at {env.master_addr}:{env.master_port} failed: {exc}") from None
+            raise DistSetupError(
+                f"joining torchrun's process group at {env.master_addr}:{env.master_port} failed: {exc}"
+            ) from None
     else:
         store = _store(env, timeout)
         _meet(store, env, timeout)
@@ -177,7 +185,7 @@ def all_reduce(values: list[float], op: str = "sum") -> list[float]:
 
 
 class Vote:
-    """"What is the highest flag any rank raised?", agreed on by all ranks one call late.
+    """ "What is the highest flag any rank raised?", agreed on by all ranks one call late.
 
     Each call starts an asynchronous MAX all-reduce of this rank's flag (0 for none; the
     preemption levels of preempt.py) and returns the result of the previous call's, which has

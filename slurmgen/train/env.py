@@ -113,8 +113,7 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
         counts += [int(m.group(1))] * int(m.group(2) or 1)
     if not 0 <= node_id < len(counts):
         raise EnvError(
-            f"SLURM_NODEID={node_id} but SLURM_STEP_TASKS_PER_NODE={tasks_per_node!r} "
-            f"lists {len(counts)} nodes"
+            f"SLURM_NODEID={node_id} but SLURM_STEP_TASKS_PER_NODE={tasks_per_node!r} lists {len(counts)} nodes"
         )
     return counts[node_id]
 
@@ -236,8 +235,9 @@ def _env_contract(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
         raise EnvError(f"MASTER_ADDR is not set but WORLD_SIZE={world} needs a master to meet at")
     if world > 1 and port is None:
         raise EnvError(f"MASTER_PORT is not set but WORLD_SIZE={world} needs a master to meet at")
-    return _Found(launcher, rank, world, local_rank, local_world, node_rank,
-                  addr or "127.0.0.1", port or DEFAULT_MASTER_PORT)
+    return _Found(
+        launcher, rank, world, local_rank, local_world, node_rank, addr or "127.0.0.1", port or DEFAULT_MASTER_PORT
+    )
 
 
 def _srun(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
@@ -273,8 +273,10 @@ def _single(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
     note = ""
     tasks = env.get("SLURM_NTASKS", "").strip()
     if env.get("SLURM_PROCID", "").strip() and tasks not in ("", "1"):
-        note = (f"started in the batch script of a job with SLURM_NTASKS={tasks}, not by srun: running ONE "
-                "process; start the trainer with srun (or a slurmgen script) to use every task")
+        note = (
+            f"started in the batch script of a job with SLURM_NTASKS={tasks}, not by srun: running ONE "
+            "process; start the trainer with srun (or a slurmgen script) to use every task"
+        )
     addr = flags.master_addr or env.get("MASTER_ADDR") or "127.0.0.1"
     port = flags.master_port or _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT)
     assert port is not None  # for type checkers

@@ -144,8 +144,9 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
-def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict[str, Any],
-                    optim_state: dict[str, Any]) -> None:
+def load_full_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict[str, Any], optim_state: dict[str, Any]
+) -> None:
     """Whole (unsharded) model and optimizer states, as a DDP run's single-file checkpoint holds
     them, into a sharded model: each rank keeps its shard of every tensor.
 
@@ -160,5 +161,10 @@ def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_st
         "state": {ordered[i]: s for i, s in optim_state["state"].items()},
         "param_groups": [{**g, "params": [ordered[i] for i in g["params"]]} for g in optim_state["param_groups"]],
     }
-    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=by_name,
-                   options=StateDictOptions(full_state_dict=True))
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=model_state,
+        optim_state_dict=by_name,
+        options=StateDictOptions(full_state_dict=True),
+    )

@@ -25,7 +25,9 @@ def lr_at(step: int, lr: float, min_lr: float, warmup: int, total: int) -> float
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
-def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float]
+) -> torch.optim.Optimizer:
     """AdamW; biases, norms and other 1-d parameters get no weight decay (as in nanoGPT)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]

@@ -70,14 +70,18 @@ def _job_requeueable(exe: str, job: str, timeout: float) -> bool | None:
     return None if done.returncode != 0 or m is None else m.group(1) == "1"
 
 
-def after_preemption(voted: int, flag: PreemptFlag, environ: Mapping[str, str], wanted: bool | None) -> tuple[bool, str]:
+def after_preemption(
+    voted: int, flag: PreemptFlag, environ: Mapping[str, str], wanted: bool | None
+) -> tuple[bool, str]:
     """Rank 0's last act of a preempted run: requeue for the warning signal only.
 
     `voted` is the ranks' agreed level; `flag` is this rank's own, read now, so that a TERM
     that came after the vote (scancel during the checkpoint) still cancels the requeue."""
     if max(voted, flag.level) >= STOP:
-        return False, ("SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing; "
-                       "where preemption requeues, Slurm does it; run the same command again to resume")
+        return False, (
+            "SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing; "
+            "where preemption requeues, Slurm does it; run the same command again to resume"
+        )
     return request_requeue(environ, wanted)
 
 
@@ -90,7 +94,10 @@ def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: fl
     person can restart the run, which resumes from the checkpoint just written.
     """
     if wanted is False:
-        return False, "requeue is off (--no-requeue, or SLURMGEN_REQUEUE=0 from a spec with requeue: false): restart the run to resume"
+        return (
+            False,
+            "requeue is off (--no-requeue, or SLURMGEN_REQUEUE=0 from a spec with requeue: false): restart the run to resume",
+        )
     job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job:
         return False, "not a Slurm job (SLURM_JOB_ID unset): not requeueing; restart the run to resume"

@@ -35,10 +35,15 @@ def read_identity(env: dict[str, str]) -> dict[str, object]:
     if missing:
         raise SystemExit(f"probe: not started by a launcher: {', '.join(missing)} unset")
     return {
-        "rank": int(env["RANK"]), "local_rank": int(env["LOCAL_RANK"]), "node_rank": int(node_rank),
-        "world_size": int(env["WORLD_SIZE"]), "local_world_size": int(env["LOCAL_WORLD_SIZE"]),
-        "master_addr": env["MASTER_ADDR"], "master_port": int(env["MASTER_PORT"]),
-        "host": socket.gethostname(), "pid": os.getpid(),
+        "rank": int(env["RANK"]),
+        "local_rank": int(env["LOCAL_RANK"]),
+        "node_rank": int(node_rank),
+        "world_size": int(env["WORLD_SIZE"]),
+        "local_world_size": int(env["LOCAL_WORLD_SIZE"]),
+        "master_addr": env["MASTER_ADDR"],
+        "master_port": int(env["MASTER_PORT"]),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
     }
 
 
@@ -68,10 +73,10 @@ def table_problems(identities: list[dict[str, object]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m slurmgen.train.probe", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", default=os.environ.get("SLURMGEN_BACKEND", "auto"),
-                        choices=BACKENDS)
+    parser = argparse.ArgumentParser(
+        prog="python -m slurmgen.train.probe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--backend", default=os.environ.get("SLURMGEN_BACKEND", "auto"), choices=BACKENDS)
     parser.add_argument("--fail-rank", type=int, default=None, help="this rank exits after joining")
     parser.add_argument("--fail-code", type=int, default=1, help="the exit code of --fail-rank (default 1)")
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before the collectives")

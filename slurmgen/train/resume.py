@@ -55,7 +55,10 @@ def load(resume: str, ckpt_dir: Path, env: DistEnv) -> tuple[str, dict[str, Any]
             unreadable = 1.0
     if dist.all_reduce([unreadable], op="max")[0]:
         if env.is_main:
-            log.warning("%s is not readable on every node (not on shared storage?): sending it from rank 0, "
-                        "a full copy per rank", where)
+            log.warning(
+                "%s is not readable on every node (not on shared storage?): sending it from rank 0, "
+                "a full copy per rank",
+                where,
+            )
         state = dist.broadcast_from_main(state if env.is_main else None)
     return where, state

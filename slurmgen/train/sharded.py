@@ -134,14 +134,21 @@ def state_identity(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> 
     parameters, buffers and optimizer state entries, by object (no tensor is read). Training
     updates them in place, so the identity stays; a load, a new parameter group or a state
     entry created later changes it."""
-    return (tuple(map(id, model.parameters())), tuple(map(id, model.buffers())),
-            tuple((id(p), tuple((k, id(v)) for k, v in entries.items())) for p, entries in optimizer.state.items()))
+    return (
+        tuple(map(id, model.parameters())),
+        tuple(map(id, model.buffers())),
+        tuple((id(p), tuple((k, id(v)) for k, v in entries.items())) for p, entries in optimizer.state.items()),
+    )
 
 
 def live_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> set[int]:
     """Where the memory of the model's parameters and buffers and the optimizer's state tensors
     starts (`_storage`): a state dict's tensor outside it is not refilled by training."""
-    tensors = (*model.parameters(), *model.buffers(), *(v for entries in optimizer.state.values() for v in entries.values()))
+    tensors = (
+        *model.parameters(),
+        *model.buffers(),
+        *(v for entries in optimizer.state.values() for v in entries.values()),
+    )
     return {_storage(t) for t in tensors if isinstance(t, torch.Tensor)}
 
 
@@ -255,8 +262,9 @@ class ShardedWriter(OneJobInFlight):
             identity, live = state_identity(model, optimizer), live_memory(model, optimizer)
             self._prepare_buffers(state, lambda: self._keep(identity, live, state))
 
-    def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               meta: dict[str, Any] | None) -> Written | None:
+    def submit(
+        self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any] | None
+    ) -> Written | None:
         """Checkpoint `step`: `meta` (rank 0's; others pass None) beside every rank's shards.
 
         Returns the previous write if it had not been collected yet; writing inline, this one.
@@ -318,10 +326,19 @@ class ShardedWriter(OneJobInFlight):
         planner = DefaultSavePlanner(enable_plan_caching=True)
         if self.process:
             kind = dcp.state_dict_saver.AsyncCheckpointerType.PROCESS
-            dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group, async_checkpointer_type=kind,
-                           async_stager=_Passthrough(), planner=planner, no_dist=self.group is None).result()
+            dcp.async_save(
+                state,
+                checkpoint_id=str(tmp),
+                process_group=self.group,
+                async_checkpointer_type=kind,
+                async_stager=_Passthrough(),
+                planner=planner,
+                no_dist=self.group is None,
+            ).result()
         else:
-            dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, planner=planner, no_dist=self.group is None)
+            dcp.save(
+                state, checkpoint_id=str(tmp), process_group=self.group, planner=planner, no_dist=self.group is None
+            )
         return self._finish(step)
 
     def _finish(self, step: int) -> Written | None:
@@ -362,8 +379,9 @@ def _end_writer_process() -> None:
         writer.__del__()
 
 
-def load_into(path: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-              group=None) -> None:
+def load_into(
+    path: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer, group=None
+) -> None:
     """All ranks: model and optimizer from the sharded checkpoint at `path`, resharded onto
     this world's layout (any world size, DDP or FSDP)."""
     import torch.distributed.checkpoint as dcp
@@ -374,8 +392,9 @@ def load_into(path: str | os.PathLike[str], model: torch.nn.Module, optimizer: t
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
-def resume(directory: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-           world_size: int) -> tuple[Path, dict[str, Any]] | None:
+def resume(
+    directory: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer, world_size: int
+) -> tuple[Path, dict[str, Any]] | None:
     """All ranks: load the newest good sharded checkpoint in `directory` into model and
     optimizer; (path, meta) or None. Rank 0 chooses, the path is broadcast; a different world
     size than the one that wrote it is resharded, with a warning."""
@@ -391,14 +410,20 @@ def resume(directory: str | os.PathLike[str], model: torch.nn.Module, optimizer:
     return Path(where), load(where, model, optimizer, world_size)
 
 
-def load(where: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-         world_size: int) -> dict[str, Any]:
+def load(
+    where: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch.optim.Optimizer, world_size: int
+) -> dict[str, Any]:
     """All ranks: model and optimizer from the sharded checkpoint `where`; its meta. A damaged
     one is a CheckpointError naming it; another world size is resharded, with a warning."""
     meta = verify(where)
     if meta["world_size"] != world_size and _rank() == 0:
-        log.warning("%s was written by %d processes, now %d: resharding it; random streams and data order "
-                    "differ from an uninterrupted run", where, meta["world_size"], world_size)
+        log.warning(
+            "%s was written by %d processes, now %d: resharding it; random streams and data order "
+            "differ from an uninterrupted run",
+            where,
+            meta["world_size"],
+            world_size,
+        )
     started = time.time()
     load_into(where, model, optimizer)
     log.info("loaded sharded checkpoint %s (step %d) in %.2f s", where, meta["step"], time.time() - started)
@@ -406,6 +431,7 @@ def load(where: str | os.PathLike[str], model: torch.nn.Module, optimizer: torch
 
 
 # --- looking at a run's checkpoints from outside a run (`slurmgen ckpt`) -------------------------
+
 
 def checkpoints_dir(run_dir: str | os.PathLike[str]) -> Path:
     """A run's checkpoint directory, given the run directory or the checkpoint directory."""
@@ -423,8 +449,14 @@ def describe(path: Path) -> dict[str, Any]:
     except ckpt.CheckpointError as exc:
         return {**info, "complete": False, "problem": str(exc)}
     fmt = f"sharded ({FORMAT})" if path.is_dir() else f"single file ({ckpt.FORMAT})"
-    return {**info, "complete": True, "step": int(meta["step"]), "world_size": meta.get("world_size"),
-            "format": fmt, "strategy": meta.get("strategy", "ddp")}
+    return {
+        **info,
+        "complete": True,
+        "step": int(meta["step"]),
+        "world_size": meta.get("world_size"),
+        "format": fmt,
+        "strategy": meta.get("strategy", "ddp"),
+    }
 
 
 def all_checkpoints(run_dir: str | os.PathLike[str]) -> tuple[Path, list[Path], str | None]:
@@ -453,6 +485,10 @@ def full_model_state(path: Path) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     state: dict[str, Any] = {}
-    _load_state_dict(state, storage_reader=FileSystemReader(str(path)), planner=_EmptyStateDictLoadPlanner(keys={"model"}),
-                     no_dist=True)
+    _load_state_dict(
+        state,
+        storage_reader=FileSystemReader(str(path)),
+        planner=_EmptyStateDictLoadPlanner(keys={"model"}),
+        no_dist=True,
+    )
     return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}

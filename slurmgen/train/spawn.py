@@ -39,9 +39,15 @@ def child_env(base: Mapping[str, str], rank: int, nproc: int, port: int) -> dict
     """The torchrun contract for local rank `rank` of `nproc` on this one machine."""
     env = dict(base)
     env.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), NODE_RANK="0", GROUP_RANK="0",
-        WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), SLURMGEN_TRAIN_SPAWNED="1",
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        NODE_RANK="0",
+        GROUP_RANK="0",
+        WORLD_SIZE=str(nproc),
+        LOCAL_WORLD_SIZE=str(nproc),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        SLURMGEN_TRAIN_SPAWNED="1",
     )
     env.pop("TORCHELASTIC_RUN_ID", None)
     return env
@@ -59,8 +65,11 @@ def spawn(nproc: int, argv: Sequence[str], environ: Mapping[str, str] | None = N
     port = int(base["MASTER_PORT"]) if base.get("MASTER_PORT") else free_port()
     cmd = [sys.executable, "-m", "slurmgen.train", *argv]
     procs = [
-        subprocess.Popen(cmd, env=child_env(base, r, nproc, port),
-                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        subprocess.Popen(
+            cmd,
+            env=child_env(base, r, nproc, port),
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
         for r in range(nproc)
     ]
 

@@ -42,13 +42,30 @@ class Tracking:
         hosts = dist.gather_to_main(host, env.rank) if env.distributed else [host]
         from slurmgen import tracking
 
-        place = {k: getattr(env, k) for k in ("rank", "local_rank", "node_rank", "world_size", "local_world_size",
-                                             "master_addr", "master_port", "backend")}
+        place = {
+            k: getattr(env, k)
+            for k in (
+                "rank",
+                "local_rank",
+                "node_rank",
+                "world_size",
+                "local_world_size",
+                "master_addr",
+                "master_port",
+                "backend",
+            )
+        }
         try:
             run = tracking.init(
-                cfg.track_dir or Path(cfg.out_dir) / "tracking", mode=cfg.track, config=cfg.to_dict(), place=place,
-                group=(resumed or {}).get("group"), name=os.environ.get("SLURMGEN_RUN_NAME") or Path(cfg.out_dir).name,
-                resume_step=step, trackers=cfg.tracker or None, hosts=hosts if env.is_main else [host],
+                cfg.track_dir or Path(cfg.out_dir) / "tracking",
+                mode=cfg.track,
+                config=cfg.to_dict(),
+                place=place,
+                group=(resumed or {}).get("group"),
+                name=os.environ.get("SLURMGEN_RUN_NAME") or Path(cfg.out_dir).name,
+                resume_step=step,
+                trackers=cfg.tracker or None,
+                hosts=hosts if env.is_main else [host],
             )
         except tracking.TrackingError as exc:  # e.g. a bad SLURMGEN_JOB_TYPE: one line, exit 2
             raise ConfigError([f"run record: {exc}"]) from None

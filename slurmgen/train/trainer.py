@@ -81,9 +81,16 @@ def slow_for(rank: int, environ: Any) -> float:
 class Trainer:
     """Train `model` on `train_dataset` in the process group described by `env`."""
 
-    def __init__(self, model: nn.Module, train_dataset: Any, env: DistEnv, config: TrainConfig,
-                 eval_dataset: Any = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
-                 shard_units: fsdp.Units = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        train_dataset: Any,
+        env: DistEnv,
+        config: TrainConfig,
+        eval_dataset: Any = None,
+        loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+        shard_units: fsdp.Units = None,
+    ):
         self.cfg, self.env, self.loss_fn = config, env, loss_fn
         self.model = model.to(env.device)
         # FSDP2 before the optimizer exists: sharding replaces the parameters by DTensor ones.
@@ -93,17 +100,31 @@ class Trainer:
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.out = Path(config.out_dir)
         self.device_type = "cuda" if env.device.startswith("cuda") else "cpu"
-        self.batches = ShardedBatches(train_dataset, env.world_size, env.rank, config.batch_size, config.grad_accum, config.seed)
+        self.batches = ShardedBatches(
+            train_dataset, env.world_size, env.rank, config.batch_size, config.grad_accum, config.seed
+        )
         self.max_steps = config.max_steps or (
-            config.epochs * self.batches.steps_per_epoch if config.epochs else DEFAULT_MAX_STEPS)
+            config.epochs * self.batches.steps_per_epoch if config.epochs else DEFAULT_MAX_STEPS
+        )
         self.optimizer = build_optimizer(self.model, config.lr, config.weight_decay, (config.beta1, config.beta2))
-        self.scheduler = build_scheduler(self.optimizer, config.lr, config.effective_min_lr, config.warmup_steps, self.max_steps)
+        self.scheduler = build_scheduler(
+            self.optimizer, config.lr, config.effective_min_lr, config.warmup_steps, self.max_steps
+        )
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=config.dtype == "float16")
         self.metrics = Metrics(self.out, enabled=env.is_main)
         self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every, env.local_rank, env.node_rank)
         self.tracking = Tracking()  # inert until fit() knows which run this one is (after a resume)
-        self.checkpoints = Checkpointing(config, env, self.heartbeat, self.batches, self.model, self.optimizer,
-                                         self.scheduler, self.scaler, tracking=lambda: self.tracking)
+        self.checkpoints = Checkpointing(
+            config,
+            env,
+            self.heartbeat,
+            self.batches,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.scaler,
+            tracking=lambda: self.tracking,
+        )
         self.step, self.train_loss, self.val_loss, self._start = 0, None, None, time.time()
         self.work, self.slow = 0.0, slow_for(env.rank, os.environ)
         self._rng_seed()
@@ -271,10 +292,17 @@ class Trainer:
         if env.distributed and not self.sharded and 0 < self.step < self.max_steps:
             self._settle_buckets(ddp)
         first_items = _items(self.batches.batch(0, 0)[0])
-        log.info("global batch: %d samples (%d per process x %d accumulation x %d processes), %d items per step; "
-                 "%d steps, %d per epoch", cfg.batch_size * cfg.grad_accum * env.world_size, cfg.batch_size,
-                 cfg.grad_accum, env.world_size, first_items * cfg.grad_accum * env.world_size,
-                 self.max_steps, self.batches.steps_per_epoch)
+        log.info(
+            "global batch: %d samples (%d per process x %d accumulation x %d processes), %d items per step; "
+            "%d steps, %d per epoch",
+            cfg.batch_size * cfg.grad_accum * env.world_size,
+            cfg.batch_size,
+            cfg.grad_accum,
+            env.world_size,
+            first_items * cfg.grad_accum * env.world_size,
+            self.max_steps,
+            self.batches.steps_per_epoch,
+        )
         self._start = time.time()
         return ddp
 
@@ -292,13 +320,23 @@ class Trainer:
         lr = self.scheduler.get_last_lr()[0]
         rate = it / max(now - window.start, 1e-9)
         epoch = self.batches.position(self.step - 1)[0]
-        self.metrics.write(step=self.step, epoch=epoch, split="train", loss=self.train_loss, lr=lr,
-                           tokens_per_sec=rate, wall_time=now - self._start, time=now,
-                           **({"straggler": straggler} if straggler else {}))
+        self.metrics.write(
+            step=self.step,
+            epoch=epoch,
+            split="train",
+            loss=self.train_loss,
+            lr=lr,
+            tokens_per_sec=rate,
+            wall_time=now - self._start,
+            time=now,
+            **({"straggler": straggler} if straggler else {}),
+        )
         self.tracking.log("train", self.step, epoch, loss=self.train_loss, lr=lr, tokens_per_sec=rate)
         slow = f"; straggler: rank {straggler['rank']} {straggler['ratio']}x the median work" if straggler else ""
-        progress.report(f"step {self.step}/{self.max_steps} loss {self.train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s{slow}",
-                        {"loss": f"{self.train_loss:.4f}", "lr": f"{lr:.2g}"})
+        progress.report(
+            f"step {self.step}/{self.max_steps} loss {self.train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s{slow}",
+            {"loss": f"{self.train_loss:.4f}", "lr": f"{lr:.2g}"},
+        )
         window.reset()
 
     def _log_eval(self, progress: Progress) -> None:
@@ -307,8 +345,15 @@ class Trainer:
         if self.val_loss is None:
             return
         now, epoch = time.time(), self.batches.position(self.step - 1)[0]
-        self.metrics.write(step=self.step, epoch=epoch, split="val", loss=self.val_loss,
-                           lr=self.scheduler.get_last_lr()[0], wall_time=now - self._start, time=now)
+        self.metrics.write(
+            step=self.step,
+            epoch=epoch,
+            split="val",
+            loss=self.val_loss,
+            lr=self.scheduler.get_last_lr()[0],
+            wall_time=now - self._start,
+            time=now,
+        )
         self.tracking.log("val", self.step, epoch, loss=self.val_loss)
         progress.report(f"step {self.step} val loss {self.val_loss:.4f}", {"val": f"{self.val_loss:.4f}"})
 
@@ -318,11 +363,13 @@ class Trainer:
         Each write is best effort and guarded on its own: the disk that failed the run may fail
         these too (ENOSPC), and one of them failing must neither skip the others (the run
         record left "running") nor replace the run's own error."""
-        steps = (("checkpoint write in flight", self.checkpoints.settle_after_failure),
-                 # a launcher can tell failed from hung
-                 ("heartbeat", lambda: self.heartbeat.beat(self.step, status="failed", force=True)),
-                 ("node summary", self.heartbeat.finish),  # says "failed"; no peer to wait for
-                 ("run record", lambda: self.tracking.finish(EXIT_FAILED)))
+        steps = (
+            ("checkpoint write in flight", self.checkpoints.settle_after_failure),
+            # a launcher can tell failed from hung
+            ("heartbeat", lambda: self.heartbeat.beat(self.step, status="failed", force=True)),
+            ("node summary", self.heartbeat.finish),  # says "failed"; no peer to wait for
+            ("run record", lambda: self.tracking.finish(EXIT_FAILED)),
+        )
         for what, write in steps:
             try:
                 write()
@@ -347,9 +394,12 @@ class Trainer:
         self.heartbeat.beat(self.step, status=HEARTBEAT_WORD[State.SUCCEEDED], force=True)
         dist.barrier()  # every rank's last beat is written: the node summary can be final
         self.heartbeat.finish(dist.barrier)
-        log.info("done: step %d, train loss %s, val loss %s", self.step,
-                 f"{self.train_loss:.4f}" if self.train_loss is not None else "-",
-                 f"{self.val_loss:.4f}" if self.val_loss is not None else "-")
+        log.info(
+            "done: step %d, train loss %s, val loss %s",
+            self.step,
+            f"{self.train_loss:.4f}" if self.train_loss is not None else "-",
+            f"{self.val_loss:.4f}" if self.val_loss is not None else "-",
+        )
         self.tracking.checkpoint(self.checkpoints.last, self.step, kind="model")
         return self._result(EXIT_OK, self.tracking.finish(EXIT_OK))
 

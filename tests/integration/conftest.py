@@ -193,8 +193,7 @@ class Cluster:
         )
         if check and proc.returncode != 0:
             raise AssertionError(
-                f"{' '.join(argv)} exited {proc.returncode}\n"
-                f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+                f"{' '.join(argv)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
             )
         return proc
 
@@ -206,9 +205,7 @@ class Cluster:
         args: Sequence[str] = (),
     ) -> str:
         """sbatch --parsable the script from ``cwd``; return the job id."""
-        proc = self.run(
-            ["sbatch", "--parsable", *args, str(script_path)], cwd=cwd, env=env, timeout=30
-        )
+        proc = self.run(["sbatch", "--parsable", *args, str(script_path)], cwd=cwd, env=env, timeout=30)
         job_id = proc.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise AssertionError(f"sbatch printed no job id: {proc.stdout!r} {proc.stderr!r}")
@@ -275,9 +272,7 @@ class Cluster:
             if state in states:
                 return state
             if state in TERMINAL_STATES or time.monotonic() >= deadline:
-                raise AssertionError(
-                    f"job {job_id} is {state}, waited for {sorted(states)}\n{self.output_tail(info)}"
-                )
+                raise AssertionError(f"job {job_id} is {state}, waited for {sorted(states)}\n{self.output_tail(info)}")
             time.sleep(POLL)
 
     # --- inside the nodes -------------------------------------------------------------------
@@ -310,9 +305,7 @@ class Cluster:
             timeout=timeout,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(
-                f"on {n.name}: {' '.join(argv)} exited {proc.returncode}\n{proc.stderr}"
-            )
+            raise AssertionError(f"on {n.name}: {' '.join(argv)} exited {proc.returncode}\n{proc.stderr}")
         return proc
 
     def pids_on(self, node: str | Node) -> list[Proc]:
@@ -321,9 +314,7 @@ class Cluster:
         That is: slurmstepd, job tasks, ssh sessions and whatever they started.
         """
         n = self.node(node)
-        out = subprocess.run(
-            ["ip", "netns", "pids", n.netns], capture_output=True, text=True, timeout=10
-        ).stdout
+        out = subprocess.run(["ip", "netns", "pids", n.netns], capture_output=True, text=True, timeout=10).stdout
         procs = []
         for word in out.split():
             pid = int(word)
@@ -398,7 +389,10 @@ def unavailable_reason() -> str | None:
         return f"the test cluster needs Linux (this is {sys.platform})"
     if os.geteuid() != 0:
         return "the test cluster needs root (network namespaces, slurmd, sshd); run as uid 0"
-    needed = {**REQUIRED_COMMANDS, **(ACCOUNTING_COMMANDS if os.environ.get("SLURMGEN_CLUSTER_ACCOUNTING") != "0" else {})}
+    needed = {
+        **REQUIRED_COMMANDS,
+        **(ACCOUNTING_COMMANDS if os.environ.get("SLURMGEN_CLUSTER_ACCOUNTING") != "0" else {}),
+    }
     missing = [f"{cmd} ({pkg})" for cmd, pkg in needed.items() if not shutil.which(cmd)]
     if missing:
         return (

@@ -22,8 +22,14 @@ table inet {TABLE} {{
 
 
 def _nft(netns: str, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "netns", "exec", netns, "nft", *args], input=stdin, capture_output=True,
-                          text=True, timeout=10, check=check)
+    return subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=check,
+    )
 
 
 @contextlib.contextmanager

@@ -15,10 +15,24 @@ from slurmgen.train.data import build_datasets
 from slurmgen.train.models import build_model
 
 out_dir, params_file = sys.argv[1:3]
-cfg = TrainConfig(out_dir=out_dir, model="mlp", mlp_in=8, mlp_hidden=16, mlp_classes=4, synthetic_samples=256,
-                  dropout=0.2, max_steps=8, save_every=4, keep_last=2, log_every=4, eval_every=0, warmup_steps=2,
-                  progress="none",
-                  backend="gloo", threads=1).validate()
+cfg = TrainConfig(
+    out_dir=out_dir,
+    model="mlp",
+    mlp_in=8,
+    mlp_hidden=16,
+    mlp_classes=4,
+    synthetic_samples=256,
+    dropout=0.2,
+    max_steps=8,
+    save_every=4,
+    keep_last=2,
+    log_every=4,
+    eval_every=0,
+    warmup_steps=2,
+    progress="none",
+    backend="gloo",
+    threads=1,
+).validate()
 torch.manual_seed(cfg.seed)
 model = build_model(cfg)
 train, val = build_datasets(cfg)

@@ -75,9 +75,7 @@ def test_fake_gpus_are_schedulable(cluster):
         pytest.skip("cluster declared fewer than 2 GPUs per node")
     n = len(cluster.nodes)
     for flag in ("--gpus-per-node=2", "--gres=gpu:2"):
-        proc = cluster.run(
-            ["srun", f"-N{n}", "--ntasks-per-node=2", flag, "hostname"], timeout=60
-        )
+        proc = cluster.run(["srun", f"-N{n}", "--ntasks-per-node=2", flag, "hostname"], timeout=60)
         assert sorted(proc.stdout.split()) == sorted(cluster.node_names * 2)
 
 
@@ -149,9 +147,7 @@ def test_scancel_leaves_no_task_on_any_node(cluster, tmp_path: Path):
     n = len(cluster.nodes)
     script = tmp_path / "sleep.sh"
     script.write_text(
-        "#!/bin/bash\n"
-        f"#SBATCH -N{n} --ntasks-per-node=2 -o out.txt\n"
-        "srun --kill-on-bad-exit=1 sleep 300\n"
+        f"#!/bin/bash\n#SBATCH -N{n} --ntasks-per-node=2 -o out.txt\nsrun --kill-on-bad-exit=1 sleep 300\n"
     )
     job = cluster.submit(script, cwd=tmp_path)
     cluster.wait_state(job, {"RUNNING"}, timeout=30)

@@ -53,17 +53,25 @@ def test_coordinator_on_the_cluster(coord, cluster):
     coord.run(PY, "-m", "slurmgen.train.probe", "--backend", "gloo", "--timeout", "60")
     g = coord.wait({"succeeded", "failed"}, 120)
     assert g["state"] == "succeeded", coord.logs()
-    probes = [json.loads(ln["line"].split(" ", 1)[1]) for ln in coord.call("GET", "/api/groups/exp1/logs")
-              if ln["line"].startswith("SLURMGEN_PROBE ")]
+    probes = [
+        json.loads(ln["line"].split(" ", 1)[1])
+        for ln in coord.call("GET", "/api/groups/exp1/logs")
+        if ln["line"].startswith("SLURMGEN_PROBE ")
+    ]
     assert sorted((p["rank"], p["host"], p["local_rank"], p["node_rank"]) for p in probes) == [
-        (0, "node1", 0, 0), (1, "node1", 1, 0), (2, "node2", 0, 1), (3, "node2", 1, 1)]
+        (0, "node1", 0, 0),
+        (1, "node1", 1, 0),
+        (2, "node2", 0, 1),
+        (3, "node2", 1, 1),
+    ]
     assert all(p["problems"] == [] and p["sum"] == p["expected_sum"] for p in probes)
     assert all(p["master_addr"] == "node1" and p["master_port"] == 29500 for p in probes)
     assert coord.call("POST", "/api/groups/exp1/stop")["state"] == "succeeded"  # stopping a finished group: no-op
 
     # 2. One rank fails: the group fails with its code and every rank is gone.
-    coord.run(PY, "-m", "slurmgen.train.probe", "--backend", "gloo", "--fail-rank", "2", "--sleep", "1",
-              "--timeout", "60")
+    coord.run(
+        PY, "-m", "slurmgen.train.probe", "--backend", "gloo", "--fail-rank", "2", "--sleep", "1", "--timeout", "60"
+    )
     g = coord.wait({"succeeded", "failed"}, 120)
     assert (g["state"], g["exit_code"]) == ("failed", 1) and "rank 2 (node2-0)" in g["reason"], g
     wait_for(lambda: not coord.rank_procs("slurmgen.train.probe"), 10, "probe ranks to be gone")
@@ -88,8 +96,11 @@ def test_coordinator_on_the_cluster(coord, cluster):
     killed = time.monotonic()
     coord.agents["node2"].kill()
     coord.agents["node2"].wait()
-    gone = wait_for(lambda: not [p for p in coord.rank_procs("slurmgen-rank-marker") if p.node == "node2"], 5,
-                    "node2's ranks to die with their agent")
+    gone = wait_for(
+        lambda: not [p for p in coord.rank_procs("slurmgen-rank-marker") if p.node == "node2"],
+        5,
+        "node2's ranks to die with their agent",
+    )
     g = coord.wait({"failed"}, AGENT_TIMEOUT + 2)
     failed = time.monotonic()
     assert g["exit_code"] == 255 and "node2" in g["reason"], g
@@ -115,8 +126,14 @@ def test_a_cut_off_agent_stops_its_ranks_and_a_long_server_restart_keeps_them(co
     away = time.monotonic() - stopped
     assert away < AGENT_TIMEOUT + CUT_OFF_MARGIN - 2, f"the restart took {away:.1f} s: not a short one"
     # Re-attached: every agent has reported to the new server (the rows alone predate it).
-    wait_for(lambda: all(w["state"] == "running" and w["seen_ago"] is not None and w["seen_ago"] < 2
-                         for w in coord.group()["workers"]), 10, "re-attach")
+    wait_for(
+        lambda: all(
+            w["state"] == "running" and w["seen_ago"] is not None and w["seen_ago"] < 2
+            for w in coord.group()["workers"]
+        ),
+        10,
+        "re-attach",
+    )
     assert coord.group()["group"]["state"] == "running"
     assert {p.pid for p in coord.rank_procs("slurmgen-rank-marker")} == before
     print(f"server away {away:.1f} s: ranks kept")
@@ -139,21 +156,57 @@ def test_a_cut_off_agent_stops_its_ranks_and_a_long_server_restart_keeps_them(co
     said = (coord.tmp / "agent-node2.log").read_text()
     # Not before the cut-off (the last answer came at most a heartbeat interval before the cut).
     assert gone - cut > AGENT_TIMEOUT + CUT_OFF_MARGIN - 1.5, said
-    assert "longer than the server's agent timeout (5 s) + 5 s: it has failed this node's groups; stopping 2 rank(s)" in said
+    assert (
+        "longer than the server's agent timeout (5 s) + 5 s: it has failed this node's groups; stopping 2 rank(s)"
+        in said
+    )
 
 
 def test_a_group_with_strategy_fsdp_trains_writes_a_shard_per_rank_and_resumes(coord, tmp_path):
     """The group's strategy setting (not the command) makes the bundled trainer shard: 4 ranks on
     2 agents write one shard each; the group started again with more steps resumes from it."""
     out = tmp_path / "run"
-    train = [PY, "-m", "slurmgen.train", "--out-dir", str(out), "--model", "mlp", "--mlp-hidden", "32",
-             "--synthetic-samples", "512", "--batch-size", "8", "--threads", "1", "--init-timeout", "30",
-             "--progress", "lines", "--log-every", "1", "--eval-iters", "2", "--save-every", "0"]
+    train = [
+        PY,
+        "-m",
+        "slurmgen.train",
+        "--out-dir",
+        str(out),
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "32",
+        "--synthetic-samples",
+        "512",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--init-timeout",
+        "30",
+        "--progress",
+        "lines",
+        "--log-every",
+        "1",
+        "--eval-iters",
+        "2",
+        "--save-every",
+        "0",
+    ]
     coord.form_group()
     for steps in (4, 7):
-        coord.call("PUT", "/api/groups/exp1/config", json={"master": "node1", "backend": "gloo", "strategy": "fsdp",
-                                                           "cwd": str(tmp_path), "argv": [*train, "--max-steps", str(steps)],
-                                                           "stop_grace": 3})
+        coord.call(
+            "PUT",
+            "/api/groups/exp1/config",
+            json={
+                "master": "node1",
+                "backend": "gloo",
+                "strategy": "fsdp",
+                "cwd": str(tmp_path),
+                "argv": [*train, "--max-steps", str(steps)],
+                "stop_grace": 3,
+            },
+        )
         coord.call("POST", "/api/groups/exp1/start")
         g = coord.wait({"succeeded", "failed"}, 120)
         assert g["state"] == "succeeded", coord.logs()

@@ -30,9 +30,11 @@ TABLE = "slurmgen_doctor_test"
 
 
 def _block_port(cluster, node: str, port: int) -> None:
-    for argv in (["add", "table", "inet", TABLE],
-                 ["add", "chain", "inet", TABLE, "out", "{ type filter hook output priority 0 ; }"],
-                 ["add", "rule", "inet", TABLE, "out", "tcp", "dport", str(port), "drop"]):
+    for argv in (
+        ["add", "table", "inet", TABLE],
+        ["add", "chain", "inet", TABLE, "out", "{ type filter hook output priority 0 ; }"],
+        ["add", "rule", "inet", TABLE, "out", "tcp", "dport", str(port), "drop"],
+    ):
         cluster.run_on(node, ["nft", *argv], check=True)
 
 
@@ -41,8 +43,19 @@ def test_preflight_names_a_blocked_port_and_a_different_file(cluster, tmp_path):
     work.mkdir()
     (work / "train.py").write_text("print('THE PROGRAM RAN')\n")
     (work / "node-name").symlink_to("/proc/sys/kernel/hostname")
-    out = render_and_lint(work / "out", "--nodes", "2", "--gpus", "1", "--backend", "gloo", "--preflight",
-                          "--master-port", str(PORT), command=["python", "train.py"])
+    out = render_and_lint(
+        work / "out",
+        "--nodes",
+        "2",
+        "--gpus",
+        "1",
+        "--backend",
+        "gloo",
+        "--preflight",
+        "--master-port",
+        str(PORT),
+        command=["python", "train.py"],
+    )
     node1, node2 = cluster.node_names[:2]
     _block_port(cluster, node2, PORT)
     try:
@@ -70,11 +83,30 @@ def test_preflight_names_a_blocked_port_and_a_different_file(cluster, tmp_path):
 
 def test_doctor_over_ssh_passes_when_all_agree(cluster, tmp_path):
     (tmp_path / "train.py").write_text("print('same everywhere')\n")
-    args = ["--hosts", ",".join(cluster.node_names[:2]), "--ssh-config", str(cluster.ssh_config),
-            "--workdir", str(tmp_path), "--files", "train.py",  # --python: this venv's, by default
-            "--master-port", str(PORT), "--port-timeout", "5", "--json"]
-    proc = subprocess.run([sys.executable, "-m", "slurmgen", "doctor", *args], capture_output=True, text=True,
-                          timeout=60, env=cluster.env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    args = [
+        "--hosts",
+        ",".join(cluster.node_names[:2]),
+        "--ssh-config",
+        str(cluster.ssh_config),
+        "--workdir",
+        str(tmp_path),
+        "--files",
+        "train.py",  # --python: this venv's, by default
+        "--master-port",
+        str(PORT),
+        "--port-timeout",
+        "5",
+        "--json",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmgen", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cluster.env(),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["problems"] == []
@@ -87,8 +119,22 @@ def test_doctor_over_ssh_passes_when_all_agree(cluster, tmp_path):
 def test_srun_doctor_reports_every_node_from_task_0(cluster, tmp_path):
     (tmp_path / "train.py").write_text("print('same everywhere')\n")
     (tmp_path / "job.yaml").write_text("preempt_signal: USR1\n")
-    argv = ["srun", "--nodes=2", "--ntasks-per-node=2", sys.executable, "-m", "slurmgen", "doctor",
-            "--dir", str(tmp_path), "--files", "train.py", "--config", "job.yaml", "--json"]
+    argv = [
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=2",
+        sys.executable,
+        "-m",
+        "slurmgen",
+        "doctor",
+        "--dir",
+        str(tmp_path),
+        "--files",
+        "train.py",
+        "--config",
+        "job.yaml",
+        "--json",
+    ]
     proc = cluster.run(argv, cwd=tmp_path, check=False, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)  # task 0 alone printed
@@ -116,22 +162,46 @@ def _python_with_loopback_hostname(tmp_path, node: str) -> str:
     wrapper.write_text(
         "#!/bin/sh\n"
         f'if [ "$(hostname)" = {node} ]; then\n'
-        f"  exec unshare --mount --propagation private sh -c 'mount --bind \"$0\" /etc/hosts && exec \"$@\"' "
-        f"{hosts} {sys.executable} \"$@\"\n"
+        f'  exec unshare --mount --propagation private sh -c \'mount --bind "$0" /etc/hosts && exec "$@"\' '
+        f'{hosts} {sys.executable} "$@"\n'
         "fi\n"
-        f'exec {sys.executable} "$@"\n')
+        f'exec {sys.executable} "$@"\n'
+    )
     wrapper.chmod(0o755)
     return str(wrapper)
 
 
 def _fabric_doctor(cluster, tmp_path, *extra: str) -> tuple[int, dict, str]:
-    args = ["--hosts", ",".join(cluster.node_names[:2]), "--ssh-config", str(cluster.ssh_config),
-            "--workdir", str(tmp_path), "--files", "train.py", "--master-port", str(FABRIC_PORT),
-            "--port-timeout", "5", "--fabric", "--json", *extra]
+    args = [
+        "--hosts",
+        ",".join(cluster.node_names[:2]),
+        "--ssh-config",
+        str(cluster.ssh_config),
+        "--workdir",
+        str(tmp_path),
+        "--files",
+        "train.py",
+        "--master-port",
+        str(FABRIC_PORT),
+        "--port-timeout",
+        "5",
+        "--fabric",
+        "--json",
+        *extra,
+    ]
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slurmgen", "doctor", *args], capture_output=True, text=True,
-                          timeout=90, env=cluster.env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
-    print(f"doctor --fabric took {time.monotonic() - started:.1f} s; exit {proc.returncode}; stderr {proc.stderr[-2000:]}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmgen", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=cluster.env(),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    print(
+        f"doctor --fabric took {time.monotonic() - started:.1f} s; exit {proc.returncode}; stderr {proc.stderr[-2000:]}"
+    )
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
@@ -151,11 +221,16 @@ def test_fabric_names_a_loopback_hostname_and_an_interface_off_the_masters_netwo
     assert routes[node2]["addr"] == cluster.node(node2).ip, routes
     # Then node2's name resolves to loopback for its probe, and node1 has an extra interface.
     # A veth pair with both ends inside node1 (this kernel has no dummy interfaces): nothing behind it.
-    for argv in (["ip", "link", "add", DUMMY, "type", "veth", "peer", "name", f"{DUMMY}p"],
-                 ["ip", "addr", "add", f"{DUMMY_ADDR}/24", "dev", DUMMY], ["ip", "link", "set", DUMMY, "up"]):
+    for argv in (
+        ["ip", "link", "add", DUMMY, "type", "veth", "peer", "name", f"{DUMMY}p"],
+        ["ip", "addr", "add", f"{DUMMY_ADDR}/24", "dev", DUMMY],
+        ["ip", "link", "set", DUMMY, "up"],
+    ):
         cluster.run_on(node1, argv, check=True)
     try:
-        code, report, err = _fabric_doctor(cluster, tmp_path, "--python", _python_with_loopback_hostname(tmp_path, node2))
+        code, report, err = _fabric_doctor(
+            cluster, tmp_path, "--python", _python_with_loopback_hostname(tmp_path, node2)
+        )
     finally:
         cluster.run_on(node1, ["ip", "link", "del", DUMMY], check=True)
     iface1, iface2 = routes[node1]["iface"], routes[node2]["iface"]
@@ -163,11 +238,13 @@ def test_fabric_names_a_loopback_hostname_and_an_interface_off_the_masters_netwo
     assert report["problems"] == [
         f"fabric on {node2}: its hostname {node2} resolves to 127.0.1.1, a loopback address (as Debian's default "
         f"/etc/hosts makes it), a known cause of failed multi-node rendezvous: map it to {cluster.node(node2).ip} "
-        f"in /etc/hosts, or set GLOO_SOCKET_IFNAME={iface2} NCCL_SOCKET_IFNAME={iface2}"], report["problems"]
+        f"in /etc/hosts, or set GLOO_SOCKET_IFNAME={iface2} NCCL_SOCKET_IFNAME={iface2}"
+    ], report["problems"]
     assert report["warnings"] == [
         f"fabric on {node1}: interface {DUMMY} ({DUMMY_ADDR}/24) is not on the master's network and "
         f"NCCL_SOCKET_IFNAME is unset: NCCL may pick it; set NCCL_SOCKET_IFNAME={iface1} "
-        f"GLOO_SOCKET_IFNAME={iface1} (the interface that routes to the master)"], report["warnings"]
+        f"GLOO_SOCKET_IFNAME={iface1} (the interface that routes to the master)"
+    ], report["warnings"]
     assert f"slurmgen: warning: doctor: fabric on {node1}: interface {DUMMY}" in err, err
     # The loopback name is a misconfiguration, not a hang: the measurement still ran (gloo, note 24).
     assert all(r["fabric"]["bandwidth"]["allreduce"]["correct"] for r in report["rows"]), report["rows"]
@@ -178,12 +255,27 @@ def test_fabric_names_a_loopback_hostname_and_an_interface_off_the_masters_netwo
 @pytest.mark.timeout(400)
 def test_srun_doctor_fabric_measures_across_the_steps_nodes(cluster, tmp_path):
     (tmp_path / "train.py").write_text("print('same everywhere')\n")
-    argv = ["srun", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-m", "slurmgen", "doctor",
-            "--dir", str(tmp_path), "--files", "train.py", "--fabric", "--json"]
+    argv = [
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        sys.executable,
+        "-m",
+        "slurmgen",
+        "doctor",
+        "--dir",
+        str(tmp_path),
+        "--files",
+        "train.py",
+        "--fabric",
+        "--json",
+    ]
     proc = cluster.run(argv, cwd=tmp_path, check=False, timeout=90)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["problems"] == [] and report["warnings"] == [], report
     bands = [r["fabric"]["bandwidth"] for r in report["rows"]]
     assert sorted(b["rank"] for b in bands) == [0, 1] and all(b["allreduce"]["correct"] for b in bands), bands
-    assert [r["fabric"]["route"]["addr"] for r in report["rows"]] == [cluster.node(n).ip for n in cluster.node_names[:2]]
+    assert [r["fabric"]["route"]["addr"] for r in report["rows"]] == [
+        cluster.node(n).ip for n in cluster.node_names[:2]
+    ]

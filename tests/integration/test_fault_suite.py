@@ -22,7 +22,9 @@ from slurmgen.contract import exitcodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-SLEEPER = "import os, sys, time; open(os.path.join(os.environ['UP_DIR'], 'up-' + os.environ['RANK']), 'w'); time.sleep(120)"
+SLEEPER = (
+    "import os, sys, time; open(os.path.join(os.environ['UP_DIR'], 'up-' + os.environ['RANK']), 'w'); time.sleep(120)"
+)
 LINK_SILENCE = 10.0  # the node link gives a silent node up after this (slurmgen/nodelink/agent.py)
 BOUND = LINK_SILENCE + 2 + 3  # + the fail grace + slack
 
@@ -31,22 +33,41 @@ def test_launch_multi_node_nodes_cut_apart_both_stop_naming_the_lost_node(cluste
     if len(cluster.nodes) < 2:
         pytest.skip("needs 2 nodes")
     marker = f"slurmgen-fault-{tmp_path.name}"
-    out = render_and_lint(tmp_path / "out", "--backend", "gloo", "--nodes", "2", "--gpus", "2",
-                          command=["python3", "-c", SLEEPER, marker])
+    out = render_and_lint(
+        tmp_path / "out", "--backend", "gloo", "--nodes", "2", "--gpus", "2", command=["python3", "-c", SLEEPER, marker]
+    )
     node1, node2 = cluster.nodes[:2]
     env = cluster.env({"MASTER_PORT": str(free_port()), "UP_DIR": str(tmp_path)})
-    procs = [subprocess.Popen(["nsenter", f"--net=/run/netns/{n.netns}", f"--uts=/proc/{n.slurmd_pid}/ns/uts", "--",
-                               str(out / "launch_multi_node.sh"), node1.ip, "2", "2", str(i)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"node{i}.err", "w"),  # noqa: SIM115
-                              start_new_session=True) for i, n in enumerate((node1, node2))]
+    procs = [
+        subprocess.Popen(
+            [
+                "nsenter",
+                f"--net=/run/netns/{n.netns}",
+                f"--uts=/proc/{n.slurmd_pid}/ns/uts",
+                "--",
+                str(out / "launch_multi_node.sh"),
+                node1.ip,
+                "2",
+                "2",
+                str(i),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / f"node{i}.err", "w"),  # noqa: SIM115
+            start_new_session=True,
+        )
+        for i, n in enumerate((node1, node2))
+    ]
     try:
         wait_for(lambda: len(list(tmp_path.glob("up-*"))) == 4, 30, "4 ranks up")
         with cut_off(node2.netns):
             cut = time.monotonic()
             ended = [None, None]
             while None in ended and time.monotonic() < cut + BOUND + 5:
-                ended = [e if e is not None or p.poll() is None else time.monotonic() - cut
-                         for e, p in zip(ended, procs, strict=True)]
+                ended = [
+                    e if e is not None or p.poll() is None else time.monotonic() - cut
+                    for e, p in zip(ended, procs, strict=True)
+                ]
                 time.sleep(0.05)
             left = [p for n in (node1, node2) for p in cluster.pids_on(n) if marker in p.cmdline]
     finally:
@@ -56,8 +77,12 @@ def test_launch_multi_node_nodes_cut_apart_both_stop_naming_the_lost_node(cluste
                     os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     err = [(tmp_path / f"node{i}.err").read_text() for i in (0, 1)]
-    print("nodes cut apart: " + ", ".join(f"node {i} ended after {e:.2f} s" if e is not None else f"node {i} still ran"
-                                          for i, e in enumerate(ended)))
+    print(
+        "nodes cut apart: "
+        + ", ".join(
+            f"node {i} ended after {e:.2f} s" if e is not None else f"node {i} still ran" for i, e in enumerate(ended)
+        )
+    )
     assert [p.returncode for p in procs] == [exitcodes.LOST, exitcodes.LOST], err
     assert all(e is not None and e <= BOUND for e in ended), (ended, err)
     assert "node 1 was lost" in err[0], err[0]

@@ -30,9 +30,32 @@ torch = pytest.importorskip("torch", reason="torch is not installed: run scripts
 from slurmgen.train import checkpoint as ckpt  # noqa: E402
 
 # About 5 MB a checkpoint: one fits in the 30 MB disk beside the filler, a second does not.
-ARGS = ["--model", "gpt", "--n-layer", "2", "--n-embd", "128", "--n-head", "2", "--block-size", "16",
-        "--synthetic-samples", "512", "--batch-size", "4", "--progress", "lines", "--log-every", "5",
-        "--nproc-per-node", "2", "--keep-last", "1", "--save-every", "5"]
+ARGS = [
+    "--model",
+    "gpt",
+    "--n-layer",
+    "2",
+    "--n-embd",
+    "128",
+    "--n-head",
+    "2",
+    "--block-size",
+    "16",
+    "--synthetic-samples",
+    "512",
+    "--batch-size",
+    "4",
+    "--progress",
+    "lines",
+    "--log-every",
+    "5",
+    "--nproc-per-node",
+    "2",
+    "--keep-last",
+    "1",
+    "--save-every",
+    "5",
+]
 
 
 @pytest.fixture
@@ -43,9 +66,14 @@ def small_disk(tmp_path: Path):
 
 
 def start(out: Path, steps: int, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "slurmgen.train", *ARGS, "--max-steps", str(steps), "--out-dir", str(out)],
-                            env=clean_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "slurmgen.train", *ARGS, "--max-steps", str(steps), "--out-dir", str(out)],
+        env=clean_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finish(p: subprocess.Popen, timeout: float = 180) -> tuple[int, str]:

@@ -39,7 +39,7 @@ pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.s
 # argv: SHARED_DIR. After 50 steps each rank writes its host name to SHARED_DIR/ready-RANK. Like
 # the trainer it dumps its stack on SIGURG beside its heartbeat and says so ("stack": true), so
 # every path names where the frozen rank was stuck: in train_loop (or below it, in torch).
-PROGRAM = r'''
+PROGRAM = r"""
 import datetime, faulthandler, json, os, signal, socket, sys, time
 import torch
 import torch.distributed as dist
@@ -68,7 +68,7 @@ def train_loop():
             with open(os.path.join(shared, "ready-%d" % rank), "w") as f:
                 f.write(socket.gethostname())
 train_loop()
-'''
+"""
 LIMIT = 4.0
 # Each test runs this many times (the old judge was right by chance); more for a benchmark:
 # SLURMGEN_HANG_RUNS=10 bash scripts/test.sh tests/integration/test_hang_blame.py -s -k frozen
@@ -114,8 +114,20 @@ def _rank_pid(rank: int, program: Path, marker: tuple[str, str]) -> int:
 @pytest.mark.parametrize("run", RUNS)
 def test_slurm_names_the_frozen_rank_not_the_waiting_ones(cluster, tmp_path, run):
     program, shared = _program(tmp_path)
-    out = render_and_lint(tmp_path / "out", "--backend", "gloo", "--time", "5", "--nodes", "2", "--gpus", "2",
-                          "--heartbeat-timeout", str(LIMIT), command=["python", str(program), str(shared)])
+    out = render_and_lint(
+        tmp_path / "out",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+        "--heartbeat-timeout",
+        str(LIMIT),
+        command=["python", str(program), str(shared)],
+    )
     job = cluster.submit(out / "run_slurm.sh", cwd=out)
     cluster.wait_state(job, {"RUNNING"}, timeout=60)
     _wait_ready(shared, 90, alive=lambda: cluster.job_info(job)["JobState"] == "RUNNING")
@@ -135,7 +147,7 @@ def test_slurm_names_the_frozen_rank_not_the_waiting_ones(cluster, tmp_path, run
     assert f"slurmgen: {end['verdict']}" in log, log
     stacks = (out / "logs" / f"slurmgen-{job}.stacks.txt").read_text()
     assert stacks.startswith(f"=== rank 3 on {node2}") and " in train_loop\n" in stacks, stacks
-    assert end["stack"] and f"{end['stack'][0]['file']}\", line {end['stack'][0]['line']}" in stacks, end
+    assert end["stack"] and f'{end["stack"][0]["file"]}", line {end["stack"][0]["line"]}' in stacks, end
     ended = end["time"] - frozen
     print(f"run {run}: frozen -> attempt ended {ended:.2f} s (limit {LIMIT} s)")
     assert ended <= LIMIT + SLACK, log
@@ -151,10 +163,17 @@ def _start_nodes(out: Path, env: dict[str, str] | None = None) -> tuple[list[sub
     port = free_port()
     path = f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"
     env = {**os.environ, "PATH": path, "MASTER_PORT": str(port), **(env or {})}
-    return [subprocess.Popen([str(out / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(node)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             start_new_session=True)
-            for node in (0, 1)], port
+    return [
+        subprocess.Popen(
+            [str(out / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(node)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        for node in (0, 1)
+    ], port
 
 
 def _finish(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, str, str, float]]:
@@ -201,7 +220,9 @@ def test_launch_multi_node_names_the_frozen_rank_and_every_node_stops(tmp_path, 
 
 
 def test_a_rank_killed_after_the_stop_grace_leaves_no_launcher_source_in_the_log(tmp_path):
-    ignore_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    ignore_term = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    )
     out = _create(tmp_path / "out", "python", "-c", ignore_term, limit=None)
     procs, _ = _start_nodes(out, env={"SLURMGEN_STOP_GRACE": "1"})
     deadline = time.monotonic() + 30
@@ -228,9 +249,17 @@ def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path
     coord = Coord(cluster, tmp_path)
     try:
         coord.form_group()
-        coord.call("PUT", "/api/groups/exp1/config", json={
-            "master": "node1", "backend": "gloo", "argv": [sys.executable, str(program), str(shared)],
-            "stop_grace": 1, "heartbeat_timeout": LIMIT})
+        coord.call(
+            "PUT",
+            "/api/groups/exp1/config",
+            json={
+                "master": "node1",
+                "backend": "gloo",
+                "argv": [sys.executable, str(program), str(shared)],
+                "stop_grace": 1,
+                "heartbeat_timeout": LIMIT,
+            },
+        )
         coord.call("POST", "/api/groups/exp1/start")
         _wait_ready(shared, 90, alive=lambda: coord.group()["group"]["state"] in ("starting", "running"))
         pid = _rank_pid(3, program, ("MASTER_ADDR", "node1"))
@@ -244,8 +273,10 @@ def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path
         dump = "\n".join(ln["line"] for ln in coord.call("GET", "/api/groups/exp1/logs?rank=3&limit=5000"))
     finally:
         coord.close()
-    print(f"run {run}: frozen -> group failed {failed - frozen:.2f} s, ranks gone {gone - frozen:.2f} s, "
-          f"stack told {told - frozen:.2f} s (limit {LIMIT} s)")
+    print(
+        f"run {run}: frozen -> group failed {failed - frozen:.2f} s, ranks gone {gone - frozen:.2f} s, "
+        f"stack told {told - frozen:.2f} s (limit {LIMIT} s)"
+    )
     assert (g["state"], g["exit_code"]) == ("failed", exitcodes.HUNG), g
     assert g["reason"].startswith("rank 3 on node2 stopped beating at step "), g
     assert "its process is stopped); ranks 0-2 waited in a collective; stuck in " in g["reason"], g

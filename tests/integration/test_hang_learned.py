@@ -25,8 +25,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 FIXED, EVERY, FLOOR, POLL = 60.0, 0.2, 0.3, 0.5
-TRAIN = ["--", "python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--max-steps", "5000",
-         "--log-every", "1000", "--heartbeat-every", str(EVERY), "--out-dir", "R"]
+TRAIN = [
+    "--",
+    "python",
+    "-m",
+    "slurmgen.train",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--max-steps",
+    "5000",
+    "--log-every",
+    "1000",
+    "--heartbeat-every",
+    str(EVERY),
+    "--out-dir",
+    "R",
+]
 
 
 def _rank(job: str, rank: int) -> tuple[int, dict[str, str]] | None:
@@ -61,9 +77,28 @@ def _learned_beat(job: str, rank: int, timeout: float) -> tuple[int, dict]:
 
 
 def test_a_stopped_rank_is_caught_within_its_learned_timeout_with_its_stack(cluster, tmp_path):
-    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "5",
-             "-o", "hl", "--heartbeat-timeout", str(FIXED), "--hang-floor", str(FLOOR),
-             "-e", "SLURMGEN_TRAIN_SLOW=0:0.2", *TRAIN).stdout.strip()
+    job = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "-o",
+        "hl",
+        "--heartbeat-timeout",
+        str(FIXED),
+        "--hang-floor",
+        str(FLOOR),
+        "-e",
+        "SLURMGEN_TRAIN_SLOW=0:0.2",
+        *TRAIN,
+    ).stdout.strip()
     try:
         pid, beat = _learned_beat(job, 3, 120)
         assert beat["stack"] is True and beat["status"] == "running", beat
@@ -84,8 +119,10 @@ def test_a_stopped_rank_is_caught_within_its_learned_timeout_with_its_stack(clus
     age, limit = int(verdict[1]) / 1000, int(verdict[2]) / 1000
     end = read_attempts(attempts_path(logs, job))[-1]
     ended = end["time"] - frozen
-    print(f"learned timeout {learned:.3f} s (p99 step ~{p99:.3f} s, fixed {FIXED:.0f} s); detected with no heartbeat "
-          f"for {age:.3f} s; frozen -> attempt ended {ended:.2f} s")
+    print(
+        f"learned timeout {learned:.3f} s (p99 step ~{p99:.3f} s, fixed {FIXED:.0f} s); detected with no heartbeat "
+        f"for {age:.3f} s; frozen -> attempt ended {ended:.2f} s"
+    )
     # Its own learned limit, not the fixed one; caught within it plus a poll (the beat it had
     # published may be up to one beat older than the one the watcher judged).
     assert limit <= learned + 0.2 * learned and limit < FIXED, (limit, learned)
@@ -96,7 +133,9 @@ def test_a_stopped_rank_is_caught_within_its_learned_timeout_with_its_stack(clus
     frames = end["stack"]
     assert frames and all(set(f) == {"file", "line", "function"} for f in frames), end
     assert all(isinstance(f["line"], int) and f["file"].endswith(".py") for f in frames), frames
-    assert (logs / f"slurmgen-{job}.stacks.txt").read_text().startswith(f"=== rank 3 on {end['node']}, attempt 1\n"), end
+    assert (logs / f"slurmgen-{job}.stacks.txt").read_text().startswith(f"=== rank 3 on {end['node']}, attempt 1\n"), (
+        end
+    )
     text = sg(cluster, tmp_path, "status", job).stdout
     print(*[line for line in text.splitlines() if "stuck in" in line], sep="\n")
     top = frames[0]

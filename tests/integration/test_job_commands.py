@@ -35,8 +35,12 @@ def login_node(cluster, *exports: str) -> list[str]:
     """The flags that make node1 the login node of `--remote`: its SSH session gets this session's
     Slurm, venv and TMPDIR (which an SSH session does not carry: torch's caches of the jobs it
     submits went to the node's /tmp and stayed there after the suite)."""
-    setup = [f"SLURM_CONF={cluster.slurm_conf}", f"PATH={Path(sys.executable).parent}:$PATH",
-             f"TMPDIR={tempfile.gettempdir()}", *exports]
+    setup = [
+        f"SLURM_CONF={cluster.slurm_conf}",
+        f"PATH={Path(sys.executable).parent}:$PATH",
+        f"TMPDIR={tempfile.gettempdir()}",
+        *exports,
+    ]
     return ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup", "export " + " ".join(setup)]
 
 
@@ -47,17 +51,25 @@ def rank_lines(cluster, cwd: Path, job: str, rank: int, *extra: str, check: bool
 def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
     base = ["--nodes", "2", "--backend", "gloo", "--time", "5"]
     # 1. A 2x2 job, held: PENDING (held) -> released -> RUNNING -> COMPLETED.
-    job = sg(cluster, tmp_path, "submit", *base, "--gpus", "2", "-o", "one", "--hold", "-e", "NAP=2", *COMMAND).stdout.strip()
+    job = sg(
+        cluster, tmp_path, "submit", *base, "--gpus", "2", "-o", "one", "--hold", "-e", "NAP=2", *COMMAND
+    ).stdout.strip()
     view = status(cluster, tmp_path, job)
     assert (view["state"], view["reason"]) == ("PENDING", "JobHeldUser"), view
     cluster.run(["scontrol", "release", job])
     assert wait_status(cluster, tmp_path, job, {"RUNNING", "COMPLETED"})["state"] == "RUNNING"
-    follow = subprocess.Popen([sys.executable, "-m", "slurmgen", "logs", job, "--follow", "--registry",
-                               str(tmp_path / "jobs.sqlite")], cwd=tmp_path, env=cluster.env(), stdout=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "slurmgen", "logs", job, "--follow", "--registry", str(tmp_path / "jobs.sqlite")],
+        cwd=tmp_path,
+        env=cluster.env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     view = wait_status(cluster, tmp_path, job, {"COMPLETED"})
     followed, _ = follow.communicate(timeout=30)  # ends by itself once the job has ended
-    assert follow.returncode == 0 and sorted(line.split("]")[0] for line in followed.splitlines()
-                                             if line.startswith("[rank")) == [f"[rank {r}" for r in range(4)], followed
+    assert follow.returncode == 0 and sorted(
+        line.split("]")[0] for line in followed.splitlines() if line.startswith("[rank")
+    ) == [f"[rank {r}" for r in range(4)], followed
     assert view["exit_code"] == 0 and view["nodes"] == "node[1-2]" and view["limit"] == "00:05:00", view
     for rank in range(4):  # the split log holds exactly what each rank printed
         lines = rank_lines(cluster, tmp_path, job, rank)
@@ -66,8 +78,22 @@ def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
     assert sorted(line.split()[1] for line in node2.splitlines()) == ["2]", "3]"], node2
 
     # 2. A 2x2 sweep of 2-node tasks: one array job, one sbatch, each task's ranks get its row.
-    sweep = sg(cluster, tmp_path, "submit", *base, "-o", "grid", "--sweep", "lr=0.1,0.01", "--sweep", "bs=8,16",
-               "--array", "%4", "--wait", *COMMAND)
+    sweep = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        *base,
+        "-o",
+        "grid",
+        "--sweep",
+        "lr=0.1,0.01",
+        "--sweep",
+        "bs=8,16",
+        "--array",
+        "%4",
+        "--wait",
+        *COMMAND,
+    )
     array = sweep.stdout.strip()
     view = status(cluster, tmp_path, array)
     assert view["state"] == "COMPLETED" and len(view["tasks"]) == 4, view
@@ -75,14 +101,18 @@ def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
     for task in view["tasks"]:
         index = int(task["job"].split("_")[1])
         params = task["params"]
-        assert params == {"lr": ["0.1", "0.01"][index // 2], "bs": ["8", "16"][index % 2]} and task["state"] == "COMPLETED"
+        assert (
+            params == {"lr": ["0.1", "0.01"][index // 2], "bs": ["8", "16"][index % 2]} and task["state"] == "COMPLETED"
+        )
         lines = sg(cluster, tmp_path, "logs", task["job"]).stdout.splitlines()
         said = sorted(line for line in lines if line.startswith("[rank"))
         assert [s.split("args ")[1] for s in said] == [f"--lr {params['lr']} --bs {params['bs']}"] * 2, lines
         ports |= {s.split("port ")[1].split()[0] for s in said}
     assert len(ports) == 4  # every task its own rendezvous
     refused = sg(cluster, tmp_path, "logs", array, check=False)  # which task? the message lists them
-    assert refused.returncode == 2 and f"is an array of 4 tasks (0-3); name one task as {array}_N" in refused.stderr, refused
+    assert refused.returncode == 2 and f"is an array of 4 tasks (0-3); name one task as {array}_N" in refused.stderr, (
+        refused
+    )
     # The run page's log of an array job is the task picked (run_logs.read_lines, what the page polls).
     pytest.importorskip("fastapi")
     from slurmgen.coordinator.web.run_logs import read_lines
@@ -92,11 +122,26 @@ def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
     for index in (0, 3):
         page = read_lines(tmp_path / "jobs.sqlite", seq, 0, None, index)
         said = [x["text"].split("args ")[1] for x in page["lines"] if x["rank"] is not None and "args " in x["text"]]
-        assert page["task"] == index and said == [f"--lr {['0.1', '0.01'][index // 2]} --bs {['8', '16'][index % 2]}"] * 2, page
+        assert (
+            page["task"] == index and said == [f"--lr {['0.1', '0.01'][index // 2]} --bs {['8', '16'][index % 2]}"] * 2
+        ), page
 
     # 3. A failing rank: --wait returns its code; status names the task and the code.
-    failed = sg(cluster, tmp_path, "submit", *base, "-o", "bad", "-e", "FAIL_CODE=3", "-e", "NAP=5", "--wait", *COMMAND,
-                check=False)  # rank 0 is still running when rank 1 fails: srun kills it
+    failed = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        *base,
+        "-o",
+        "bad",
+        "-e",
+        "FAIL_CODE=3",
+        "-e",
+        "NAP=5",
+        "--wait",
+        *COMMAND,
+        check=False,
+    )  # rank 0 is still running when rank 1 fails: srun kills it
     assert failed.returncode == 3, failed.stderr
     view = status(cluster, tmp_path, failed.stdout.strip())
     assert view["state"] == "FAILED" and view["exit_code"] == 3, view
@@ -111,7 +156,11 @@ def test_submit_status_logs_cancel_and_a_sweep(cluster, tmp_path):
     assert status(cluster, tmp_path, long)["state"] == "CANCELLED"
     listed = json.loads(sg(cluster, tmp_path, "jobs", "--json").stdout)
     assert [(r["job"], r["state"]) for r in listed] == [
-        (long, "CANCELLED"), (failed.stdout.strip(), "FAILED"), (array, "COMPLETED"), (job, "COMPLETED")]
+        (long, "CANCELLED"),
+        (failed.stdout.strip(), "FAILED"),
+        (array, "COMPLETED"),
+        (job, "COMPLETED"),
+    ]
 
 
 def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
@@ -127,8 +176,26 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
     (code / "marker.txt").write_text("dirty\n")
     remote_dir = tmp_path / "login"
     remote = login_node(cluster)
-    submit = ["submit", "--nodes", "2", "--backend", "gloo", "--time", "5", *remote, "--remote-dir", str(remote_dir),
-              "--code", str(code), "--hold", "--json", "--", "bash", "-c", 'echo "rank $RANK sees $(cat marker.txt)"']
+    submit = [
+        "submit",
+        "--nodes",
+        "2",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        *remote,
+        "--remote-dir",
+        str(remote_dir),
+        "--code",
+        str(code),
+        "--hold",
+        "--json",
+        "--",
+        "bash",
+        "-c",
+        'echo "rank $RANK sees $(cat marker.txt)"',
+    ]
     record = json.loads(sg(cluster, tmp_path, *submit).stdout)
     snap = record["snapshot"]
     assert (snap["dirty"], snap["uploaded"], "+dirty" in snap["diff"], len(snap["commit"])) == (True, True, True, 40)
@@ -148,30 +215,46 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
     assert rank_lines(cluster, tmp_path, record["job_id"], 1, *remote) == ["[rank 1] rank 1 sees dirty"]
     listed = json.loads(sg(cluster, tmp_path, "jobs", "--json", *remote).stdout)
     assert [(r["job"], r["state"], r["remote"]) for r in listed] == [
-        (again["job_id"], "CANCELLED", "node1"), (record["job_id"], "COMPLETED", "node1")]
+        (again["job_id"], "CANCELLED", "node1"),
+        (record["job_id"], "COMPLETED", "node1"),
+    ]
 
 
 def test_a_trainer_sweep_reads_as_one_in_status_runs_plot_and_logs(cluster, tmp_path):
     """examples/sweep_2x2.yaml as a new user runs it: four 2-node trainer tasks in one array."""
     shutil.copy(EXAMPLES / "sweep_2x2.yaml", tmp_path)
-    array = sg(cluster, tmp_path, "submit", "--config", "sweep_2x2.yaml", "--time", "5", "--array", "%4", "--wait").stdout.strip()
+    array = sg(
+        cluster, tmp_path, "submit", "--config", "sweep_2x2.yaml", "--time", "5", "--array", "%4", "--wait"
+    ).stdout.strip()
     view = status(cluster, tmp_path, array)
-    assert view["state"] == "COMPLETED" and [t["job"] for t in view["tasks"]] == [f"{array}_{i}" for i in range(4)], view
+    assert view["state"] == "COMPLETED" and [t["job"] for t in view["tasks"]] == [f"{array}_{i}" for i in range(4)], (
+        view
+    )
     for task in view["tasks"]:
         assert task["run"]["step"] == 50 and task["run"]["status"] == "finished" and task["run"]["loss"] > 0, task
         assert [(a["event"], a.get("action")) for a in task["attempts"]] == [("start", None), ("end", "finished")], task
     text = sg(cluster, tmp_path, "status", array).stdout
-    assert f"{array}_1  COMPLETED  exit 0  loss " in text and "lr=0.001 batch-size=16 out-dir=runs/lr-sweep/1" in text, text
+    assert (
+        f"{array}_1  COMPLETED  exit 0  loss " in text and "lr=0.001 batch-size=16 out-dir=runs/lr-sweep/1" in text
+    ), text
     assert "attempt" not in text, text  # each task ran once and finished: the JSON has it, the grid stays short
 
     rows = json.loads(sg(cluster, tmp_path, "runs", "--json").stdout)
     assert [(r["sweep"]["id"], r["sweep"]["task"], r["sweep"]["params"]["batch-size"], r["steps"]) for r in rows] == [
-        (f"slurm-{array}", i, [8, 16][i % 2], 50) for i in range(4)], rows
+        (f"slurm-{array}", i, [8, 16][i % 2], 50) for i in range(4)
+    ], rows
     table = sg(cluster, tmp_path, "runs").stdout.splitlines()
     assert table[0].split()[:4] == ["name", "group", "task", "params"], table
     assert [line.split()[1:6] for line in table[1:]] == [
-        [f"slurm-{array}", str(i), f"lr={[0.001, 0.0003][i // 2]}", f"batch-size={[8, 16][i % 2]}", f"out-dir=runs/lr-sweep/{i}"]
-        for i in range(4)], table
+        [
+            f"slurm-{array}",
+            str(i),
+            f"lr={[0.001, 0.0003][i // 2]}",
+            f"batch-size={[8, 16][i % 2]}",
+            f"out-dir=runs/lr-sweep/{i}",
+        ]
+        for i in range(4)
+    ], table
     if importlib.util.find_spec("matplotlib"):
         assert sg(cluster, tmp_path, "plot", f"slurm-{array}").stdout == f"wrote runs/lr-sweep/slurm-{array}.png\n"
 
@@ -184,8 +267,25 @@ def test_a_trainer_sweep_reads_as_one_in_status_runs_plot_and_logs(cluster, tmp_
 
 def test_logs_follow_with_tail_starts_from_the_last_lines(cluster, tmp_path):
     say = 'for i in 1 2 3; do echo "$RANK line $i"; done; sleep 3; echo "$RANK end"'
-    job = sg(cluster, tmp_path, "submit", "--nodes", "1", "--gpus", "2", "--backend", "gloo", "--time", "5", "-o", "tf",
-             "--", "bash", "-c", say).stdout.strip()
+    job = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "1",
+        "--gpus",
+        "2",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "-o",
+        "tf",
+        "--",
+        "bash",
+        "-c",
+        say,
+    ).stdout.strip()
     deadline = time.monotonic() + 60
     while len(rank_lines(cluster, tmp_path, job, 1, check=False)) < 3:  # the job has written its first lines
         assert time.monotonic() < deadline, "the job never wrote its lines"
@@ -200,9 +300,33 @@ def test_remote_status_shows_the_trainers_run_record_from_the_login_node(cluster
     (code / "README").write_text("the trainer comes from the installed slurmgen\n")
     repo = Path(slurmgen.__file__).parents[1]  # this checkout's slurmgen, whatever PYTHONPATH the ssh session has
     remote = login_node(cluster, f"PYTHONPATH={repo}")
-    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", *remote,
-             "--remote-dir", str(tmp_path / "login"), "--code", str(code), "--wait", "--",
-             "python", "-m", "slurmgen.train", "--model", "mlp", "--max-steps", "20", "--out-dir", "runs/t").stdout.strip()
+    job = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "2",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        *remote,
+        "--remote-dir",
+        str(tmp_path / "login"),
+        "--code",
+        str(code),
+        "--wait",
+        "--",
+        "python",
+        "-m",
+        "slurmgen.train",
+        "--model",
+        "mlp",
+        "--max-steps",
+        "20",
+        "--out-dir",
+        "runs/t",
+    ).stdout.strip()
     view = status(cluster, tmp_path, job, *remote)
     run = view["run"]
     assert (view["state"], run["step"], run["status"]) == ("COMPLETED", 20, "finished") and run["loss"] > 0, view
@@ -237,6 +361,7 @@ def until(get, done, timeout: float = 30):
 def settled_steps(cluster, cwd: Path, job: str) -> dict:
     """`status --json` once sacct has the job's batch step and every step has ended (slurmdbd
     hears of the end a moment after the controller)."""
+
     def settled(view: dict) -> bool:
         steps = view.get("steps") or []
         return any(s["step"] == "batch" for s in steps) and all(s["state"] not in {"RUNNING", "PENDING"} for s in steps)
@@ -248,8 +373,24 @@ def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_job
     if not cluster.accounting:
         pytest.skip("the test cluster runs without accounting (SLURMGEN_CLUSTER_ACCOUNTING=0)")
     # 1. Rank 1 of a 2-node job exits 3: the batch step keeps that code, step 0 ended badly too.
-    failed = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "-o", "bad",
-                "-e", "FAIL_CODE=3", "--wait", *COMMAND, check=False)
+    failed = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "2",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "-o",
+        "bad",
+        "-e",
+        "FAIL_CODE=3",
+        "--wait",
+        *COMMAND,
+        check=False,
+    )
     assert failed.returncode == 3, failed.stderr
     job = failed.stdout.strip()
     view = settled_steps(cluster, tmp_path, job)
@@ -260,13 +401,35 @@ def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_job
     assert "  step batch: FAILED exit code 3" in sg(cluster, tmp_path, "status", job).stdout.splitlines()
 
     # 2. A sweep: accounting has every array task, and one task's status shows its own steps.
-    array = sg(cluster, tmp_path, "submit", "--nodes", "1", "--backend", "gloo", "--time", "5", "-o", "grid",
-               "--sweep", "lr=0.1,0.01", "--wait", *COMMAND).stdout.strip()
+    array = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "1",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "-o",
+        "grid",
+        "--sweep",
+        "lr=0.1,0.01",
+        "--wait",
+        *COMMAND,
+    ).stdout.strip()
     view = settled_steps(cluster, tmp_path, f"{array}_1")
-    assert [(s["step"], s["state"], s["exit_code"]) for s in view["steps"]] == [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0)]
+    assert [(s["step"], s["state"], s["exit_code"]) for s in view["steps"]] == [
+        ("batch", "COMPLETED", 0),
+        ("0", "COMPLETED", 0),
+    ]
     # Each task's end reaches slurmdbd on its own, a moment after the controller's.
-    until(lambda: sorted(cluster.run(["sacct", "--parsable2", "--noheader", "-X", "-o", "JobID,State", "-j", array]).stdout.split()),
-          lambda listed: listed == [f"{array}_0|COMPLETED", f"{array}_1|COMPLETED"])
+    until(
+        lambda: sorted(
+            cluster.run(["sacct", "--parsable2", "--noheader", "-X", "-o", "JobID,State", "-j", array]).stdout.split()
+        ),
+        lambda listed: listed == [f"{array}_0|COMPLETED", f"{array}_1|COMPLETED"],
+    )
 
     # 3. A job the controller has forgotten (what scontrol says after MinJobAge, 300 s here: too
     # long to wait, so scontrol is asked about an id nobody has) comes from sacct alone.
@@ -279,25 +442,51 @@ def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_job
 
     monkeypatch.setenv("SLURM_CONF", str(cluster.slurm_conf))
     snap = ask(Forgetful(), [job])
-    assert (snap.jobs[job].state, snap.jobs[job].source, snap.jobs[job].exit_code, snap.notes) == ("FAILED", "sacct", 3, [])
+    assert (snap.jobs[job].state, snap.jobs[job].source, snap.jobs[job].exit_code, snap.notes) == (
+        "FAILED",
+        "sacct",
+        3,
+        [],
+    )
     assert [s for s, _, _ in snap.steps[job]] == ["batch", "0"]
 
 
 # --- cancel and signals (issue 20) ---------------------------------------------------------------
-TRAIN = ["--", "python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--max-steps", "100000",
-         "--save-every", "0", "--log-every", "1000", "--heartbeat-every", "0.2", "--out-dir", "R"]
+TRAIN = [
+    "--",
+    "python",
+    "-m",
+    "slurmgen.train",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--max-steps",
+    "100000",
+    "--save-every",
+    "0",
+    "--log-every",
+    "1000",
+    "--heartbeat-every",
+    "0.2",
+    "--out-dir",
+    "R",
+]
 
 
 def training(cluster, cwd: Path, job: str, out: Path, min_step: int = 3) -> None:
     """Until rank 0 of the running trainer has beaten past `min_step` (its node summary in OUT/heartbeats)."""
     wait_status(cluster, cwd, job, {"RUNNING"})
-    until(lambda: read_heartbeats(out / "heartbeats").get(0, {}).get("step", 0), lambda step: step >= min_step, timeout=60)
+    until(
+        lambda: read_heartbeats(out / "heartbeats").get(0, {}).get("step", 0), lambda step: step >= min_step, timeout=60
+    )
 
 
 def test_cancel_ends_a_requeueable_trainer_job_and_a_second_cancel_says_it_had_ended(cluster, tmp_path):
     """scancel's TERM is not the time-limit warning: the trainer checkpoints and does not requeue."""
-    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "--requeue", "-o", "tr",
-             *TRAIN).stdout.strip()
+    job = sg(
+        cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "--requeue", "-o", "tr", *TRAIN
+    ).stdout.strip()
     training(cluster, tmp_path, job, tmp_path / "R")
     done = sg(cluster, tmp_path, "cancel", job)
     assert done.stdout.strip() == f"job {job}: CANCELLED", done.stdout + done.stderr
@@ -328,19 +517,30 @@ def test_a_warning_signal_stops_a_no_requeue_trainer_and_kills_a_program_without
     time.sleep(2)
     info = cluster.job_info(trainer)
     assert (view["state"], view["exit_code"], info["JobState"], info["Restarts"], info["Requeue"]) == (
-        "FAILED", 75, "FAILED", "0", "0"), (view, info)
+        "FAILED",
+        75,
+        "FAILED",
+        "0",
+        "0",
+    ), (view, info)
     log = next((tmp_path / "tr" / "logs").glob("*.out")).read_text()
     assert "requeue is off" in log and "asked Slurm to requeue" not in log, log[-3000:]
 
     # A program without a handler: warned before, and status says what happened instead of blaming a rank.
     sent = sg(cluster, tmp_path, "cancel", plain, "--signal", "USR2")
     assert sent.stdout.strip() == f"sent USR2 to {plain}", sent.stdout
-    assert sent.stderr.startswith(f"slurmgen: warning: job {plain} runs `bash -c ") and "exit code 140" in sent.stderr, sent.stderr
+    assert (
+        sent.stderr.startswith(f"slurmgen: warning: job {plain} runs `bash -c ") and "exit code 140" in sent.stderr
+    ), sent.stderr
     view = wait_status(cluster, tmp_path, plain, {"FAILED", "COMPLETED", "CANCELLED"})
     assert (view["state"], view["exit_code"], view["signalled"]["signal"]) == ("FAILED", 140, "USR2"), view
     text = sg(cluster, tmp_path, "status", plain).stdout
-    assert f"failed: {plain} FAILED, signalled by the user (USR2, slurmgen cancel --signal), which the program did not " \
-           "handle: killed by signal 12 (USR2) (exit code 140)" in text and "exited with code 140" not in text, text
+    assert (
+        f"failed: {plain} FAILED, signalled by the user (USR2, slurmgen cancel --signal), which the program did not "
+        "handle: killed by signal 12 (USR2) (exit code 140)"
+        in text
+        and "exited with code 140" not in text
+    ), text
 
 
 def listed_attempts(cluster, cwd: Path) -> tuple[list[tuple[str, int]], list[int]]:
@@ -356,8 +556,23 @@ def listed_attempts(cluster, cwd: Path) -> tuple[list[tuple[str, int]], list[int
 
 
 def test_a_requeued_job_says_when_it_may_start_again(cluster, tmp_path):
-    job = sg(cluster, tmp_path, "submit", "--nodes", "1", "--backend", "gloo", "--time", "5", "--requeue", "-o", "rq",
-             "-e", "NAP=60", *COMMAND).stdout.strip()
+    job = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "1",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "--requeue",
+        "-o",
+        "rq",
+        "-e",
+        "NAP=60",
+        *COMMAND,
+    ).stdout.strip()
     wait_status(cluster, tmp_path, job, {"RUNNING"})
     assert listed_attempts(cluster, tmp_path) == ([(job, 1)], [1])
     cluster.run(["scontrol", "requeue", job])

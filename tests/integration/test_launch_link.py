@@ -46,8 +46,25 @@ def job(tmp_path):
     marker = f"slurmgen-link-test-{os.getpid()}-{tmp_path.name}"
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        main(["create", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "-o", str(out), "--force",
-              "--", "python3", "-c", PROGRAM, marker])
+        main(
+            [
+                "create",
+                "--nodes",
+                "2",
+                "--gpus",
+                "2",
+                "--backend",
+                "gloo",
+                "-o",
+                str(out),
+                "--force",
+                "--",
+                "python3",
+                "-c",
+                PROGRAM,
+                marker,
+            ]
+        )
     assert exit_info.value.code == 0
     port = free_port()
     started: list[subprocess.Popen] = []
@@ -56,9 +73,11 @@ def job(tmp_path):
         log = tmp_path / f"node{node}"
         proc = subprocess.Popen(
             [str(out / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(node)],
-            stdout=open(f"{log}.out", "w"), stderr=open(f"{log}.err", "w"), start_new_session=True,  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
-            env=clean_env(MASTER_PORT=str(port), UP_DIR=str(tmp_path), FAIL_FILE=str(tmp_path / "failed"),
-                          **env))
+            stdout=open(f"{log}.out", "w"),  # noqa: SIM115  (the child's output, held past this line)
+            stderr=open(f"{log}.err", "w"),  # noqa: SIM115
+            start_new_session=True,
+            env=clean_env(MASTER_PORT=str(port), UP_DIR=str(tmp_path), FAIL_FILE=str(tmp_path / "failed"), **env),
+        )
         started.append(proc)
         return proc
 
@@ -117,10 +136,15 @@ def exits(procs: list[subprocess.Popen], marker: str, timeout: float = 30) -> tu
             if ended[i] is None and proc.poll() is not None:
                 ended[i] = time.time()
         time.sleep(0.01)
-    assert all(t is not None for t in ended), ("a launcher did not exit", [proc.poll() for proc in procs],
-                                               subprocess.run(["ps", "-o", "pid,pgid,sid,stat,args", "-s",
-                                                               ",".join(str(proc.pid) for proc in procs)],
-                                                              capture_output=True, text=True).stdout)
+    assert all(t is not None for t in ended), (
+        "a launcher did not exit",
+        [proc.poll() for proc in procs],
+        subprocess.run(
+            ["ps", "-o", "pid,pgid,sid,stat,args", "-s", ",".join(str(proc.pid) for proc in procs)],
+            capture_output=True,
+            text=True,
+        ).stdout,
+    )
     wait_for(lambda: not ranks(marker), timeout, "the ranks to be gone")
     return ended, time.time()  # type: ignore[return-value]
 
@@ -136,8 +160,10 @@ def test_a_failing_rank_stops_every_node_and_is_named(job, tmp_path):
     assert [p.returncode for p in procs] == [1, 1], [stderr(tmp_path, n) for n in (0, 1)]
     assert max(ended) - failed < DEADLINE and gone - failed < DEADLINE + 0.1, (failed, ended, gone)
     for node in (0, 1):
-        assert f"first failure of the job: rank 3 on node 1 exited with code 1; stopping the ranks on node {node}" \
+        assert (
+            f"first failure of the job: rank 3 on node 1 exited with code 1; stopping the ranks on node {node}"
             in stderr(tmp_path, node)
+        )
 
 
 @pytest.mark.parametrize("killed_node", [1, 0])
@@ -182,7 +208,11 @@ def agent_of(launcher: subprocess.Popen) -> int:
     for entry in Path("/proc").iterdir():
         try:
             stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if entry.name.isdigit() and int(stat[1]) == launcher.pid and b"class Master" in (entry / "cmdline").read_bytes():
+            if (
+                entry.name.isdigit()
+                and int(stat[1]) == launcher.pid
+                and b"class Master" in (entry / "cmdline").read_bytes()
+            ):
                 return int(entry.name)
         except (OSError, IndexError, ValueError):
             pass

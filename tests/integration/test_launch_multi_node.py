@@ -20,8 +20,22 @@ PROBE = ["python", "-m", "slurmgen.train.probe", "--timeout", "60"]
 
 def create(out: Path, *command: str, gpus=2):
     with pytest.raises(SystemExit) as exit_info:
-        main(["create", "--nodes", "2", "--gpus", str(gpus), "--backend", "gloo", "-o", str(out), "--force",
-              "--", *command])
+        main(
+            [
+                "create",
+                "--nodes",
+                "2",
+                "--gpus",
+                str(gpus),
+                "--backend",
+                "gloo",
+                "-o",
+                str(out),
+                "--force",
+                "--",
+                *command,
+            ]
+        )
     assert exit_info.value.code == 0
 
 
@@ -30,10 +44,17 @@ def start_nodes(out: Path, gpus=2, env=None):
     # `python` in the generated command must be this interpreter, with torch and slurmgen.
     path = f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"
     env = {**os.environ, "PATH": path, "MASTER_PORT": str(port), **(env or {})}
-    return [subprocess.Popen([str(out / "launch_multi_node.sh"), "127.0.0.1", "2", str(gpus), str(node)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             start_new_session=True)
-            for node in (0, 1)]
+    return [
+        subprocess.Popen(
+            [str(out / "launch_multi_node.sh"), "127.0.0.1", "2", str(gpus), str(node)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        for node in (0, 1)
+    ]
 
 
 def finish(procs, timeout=90):

@@ -21,10 +21,38 @@ def test_the_trainer_on_gloo_records_every_phase_and_its_slow_rank_is_a_straggle
     tl = tmp_path / "slurmgen-1.timeline.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMGEN_")}
     env.update(SLURMGEN_TIMELINE_FILE=str(tl), SLURMGEN_TRAIN_SLOW="1:0.04")
-    done = subprocess.run([sys.executable, "-m", "slurmgen.train", "--nproc-per-node", "2", "--backend", "gloo", "--model", "mlp",
-                    "--mlp-hidden", "16", "--max-steps", "50", "--save-every", "25", "--log-every", "25",
-                    "--heartbeat-every", "0.2", "--progress", "lines", "--out-dir", str(tmp_path / "R")],
-                   env=env, check=True, timeout=150, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmgen.train",
+            "--nproc-per-node",
+            "2",
+            "--backend",
+            "gloo",
+            "--model",
+            "mlp",
+            "--mlp-hidden",
+            "16",
+            "--max-steps",
+            "50",
+            "--save-every",
+            "25",
+            "--log-every",
+            "25",
+            "--heartbeat-every",
+            "0.2",
+            "--progress",
+            "lines",
+            "--out-dir",
+            str(tmp_path / "R"),
+        ],
+        env=env,
+        check=True,
+        timeout=150,
+        capture_output=True,
+        text=True,
+    )
     found = analyse(tl.read_text(), [], None, time.time())
     (attempt,) = found["timeline"]["attempts"]
     assert [r["rank"] for r in attempt["ranks"]] == [0, 1]

@@ -29,25 +29,43 @@ def test_submit_launch_and_a_group_show_in_one_list(cluster, tmp_path, monkeypat
     registry = tmp_path / "jobs.sqlite"
     monkeypatch.setenv("SLURMGEN_REGISTRY", str(registry))  # for launch and serve; sg passes --registry too
 
-    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "-o", "one",
-             "--wait", *COMMAND).stdout.strip()
-    ok = Run([*base_args(cluster, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--",
-              "bash", "-c", "echo rank $RANK"])
+    job = sg(
+        cluster, tmp_path, "submit", "--nodes", "2", "--backend", "gloo", "--time", "5", "-o", "one", "--wait", *COMMAND
+    ).stdout.strip()
+    ok = Run(
+        [*base_args(cluster, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--", "bash", "-c", "echo rank $RANK"]
+    )
     assert ok.finish(120) == 0, ok.text()
-    bad = Run([*base_args(cluster, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--",
-               "bash", "-c", 'if [[ $RANK == 3 ]]; then exit 3; fi; sleep 30'])
+    bad = Run(
+        [
+            *base_args(cluster, tmp_path),
+            "--hosts",
+            "node1,node2",
+            "--gpus",
+            "2",
+            "--",
+            "bash",
+            "-c",
+            "if [[ $RANK == 3 ]]; then exit 3; fi; sleep 30",
+        ]
+    )
     assert bad.finish(120) == 3, bad.text()
 
     rows = listed(cluster, tmp_path)
     assert [(r["kind"], r["state"], r["run_state"], r["exit_code"]) for r in rows] == [
-        ("launch", "failed", "failed", 3), ("launch", "succeeded", "succeeded", 0),
-        ("slurm", "COMPLETED", "succeeded", 0)], rows
+        ("launch", "failed", "failed", 3),
+        ("launch", "succeeded", "succeeded", 0),
+        ("slurm", "COMPLETED", "succeeded", 0),
+    ], rows
     failed, done, slurm = rows
     assert slurm["job"] == job and (slurm["nodes"], slurm["ranks"], slurm["run_id"]) == (2, 2, f"slurm-{job}")
     assert slurm["attempts"] == 1, slurm  # it ran once (Slurm's restart count 0), as a launch's first attempt
     assert (failed["nodes"], failed["ranks"], failed["attempts"]) == (2, 4, 1)
     assert (failed["first_failure"]["rank"], failed["first_failure"]["node"], failed["first_failure"]["code"]) == (
-        3, "node2", 3), failed
+        3,
+        "node2",
+        3,
+    ), failed
     assert done["run_id"] == f"launch-{done['job']}" and done["ended"] >= done["started"]
     assert [log["node"] for log in done["logs"]] == ["node1", "node2"]
     assert [r["kind"] for r in listed(cluster, tmp_path, "--kind", "launch", "--state", "failed")] == ["launch"]
@@ -56,7 +74,8 @@ def test_submit_launch_and_a_group_show_in_one_list(cluster, tmp_path, monkeypat
     _a_group_runs_and_fails(cluster, tmp_path)
     rows = listed(cluster, tmp_path, "--kind", "group")
     assert [(r["name"], r["state"], r["exit_code"], r["nodes"], r["ranks"]) for r in rows] == [
-        ("exp1", "failed", 4, 2, 4)], rows
+        ("exp1", "failed", 4, 2, 4)
+    ], rows
     assert (rows[0]["first_failure"]["rank"], rows[0]["first_failure"]["code"]) == (2, 4), rows
     text = sg(cluster, tmp_path, "jobs").stdout.splitlines()
     assert [line.split()[0] for line in text] == ["group", "launch", "launch", "slurm"], text

@@ -52,8 +52,9 @@ def _restart(cluster, argv: list[str]) -> None:
     """slurmctld again, as up.sh starts it but without -c (keep the jobs), until all answer."""
     log = cluster.state_dir / "log" / "slurmctld.out"
     with open(log, "ab") as out:
-        subprocess.Popen([a for a in argv if a != "-c"], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                         start_new_session=True)
+        subprocess.Popen(
+            [a for a in argv if a != "-c"], stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
 
     def answers() -> bool:
         return "is UP" in cluster.run(["scontrol", "ping"], check=False, timeout=20).stdout
@@ -61,19 +62,39 @@ def _restart(cluster, argv: list[str]) -> None:
     def nodes_back() -> bool:
         out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False, timeout=20).stdout.split("\n")
         states = dict(line.split() for line in out if line.strip())
-        return set(states) >= set(cluster.node_names) and all(not s.endswith("*") and s not in ("down", "unk")
-                                                              for s in states.values())
+        return set(states) >= set(cluster.node_names) and all(
+            not s.endswith("*") and s not in ("down", "unk") for s in states.values()
+        )
+
     _until("slurmctld to answer again", answers)
     _until("every node to answer the restarted controller", nodes_back)
 
 
 def test_status_and_jobs_answer_at_once_while_the_controller_is_down(cluster, tmp_path):
-    proc, _ = sg(cluster, tmp_path, "submit", "--nodes", "1", "--gpus", "1", "--backend", "gloo", "--time", "5",
-                 "-o", "out", "--", "sleep", "300")
+    proc, _ = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "1",
+        "--gpus",
+        "1",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "-o",
+        "out",
+        "--",
+        "sleep",
+        "300",
+    )
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip()
-    _until("the job to run", lambda: json.loads(sg(cluster, tmp_path, "status", job, "--json")[0].stdout)["state"]
-           == "RUNNING")
+    _until(
+        "the job to run",
+        lambda: json.loads(sg(cluster, tmp_path, "status", job, "--json")[0].stdout)["state"] == "RUNNING",
+    )
     # Killed before it saved the job as running, the restarted controller would requeue it and
     # the nodes would keep its orphan: wait for the save (job_state is rewritten on a change).
     running_at = time.time()
@@ -87,8 +108,10 @@ def test_status_and_jobs_answer_at_once_while_the_controller_is_down(cluster, tm
         text, took_text = sg(cluster, tmp_path, "status", job)
         view, took_json = sg(cluster, tmp_path, "status", job, "--json")
         listed, took_jobs = sg(cluster, tmp_path, "jobs")
-        print(f"while slurmctld is down: status {took_text:.2f} s, status --json {took_json:.2f} s, "
-              f"jobs {took_jobs:.2f} s")
+        print(
+            f"while slurmctld is down: status {took_text:.2f} s, status --json {took_json:.2f} s, "
+            f"jobs {took_jobs:.2f} s"
+        )
     finally:
         _restart(cluster, argv)
     try:
@@ -101,9 +124,14 @@ def test_status_and_jobs_answer_at_once_while_the_controller_is_down(cluster, tm
         assert text.stdout.count("does not answer") == 1, text.stdout
         report = json.loads(view.stdout)
         assert took_json < BOUND and (report["state"], report["source"], report["unanswered"]) == (
-            "RUNNING", "registry (last seen)", said), report
+            "RUNNING",
+            "registry (last seen)",
+            said,
+        ), report
         assert listed.returncode == 0 and took_jobs < BOUND, (took_jobs, listed.stderr)
-        assert listed.stderr.strip() == f"slurmgen: warning: {said}; states are the last ones slurmgen saw", listed.stderr
+        assert listed.stderr.strip() == f"slurmgen: warning: {said}; states are the last ones slurmgen saw", (
+            listed.stderr
+        )
         # `jobs` lists every run with its kind first (slurm, launch, group).
         assert listed.stdout.split()[:3] == ["slurm", job, "RUNNING"] and "(last seen)" in listed.stdout, listed.stdout
         # Restarted without -c, the controller knows the job again (killed moments after the job
@@ -113,6 +141,9 @@ def test_status_and_jobs_answer_at_once_while_the_controller_is_down(cluster, tm
     finally:  # whatever failed above, the job must not outlive the test (the next ones check the nodes)
         cluster.cancel(job)
     assert cluster.wait(job, timeout=60)[0] == "CANCELLED"
-    _until("the nodes to be idle for the next test", lambda: set(
-        cluster.run(["sinfo", "-h", "-N", "-o", "%t"], timeout=20).stdout.split()) == {"idle"}, timeout=30,
-        show=lambda: cluster.run(["sinfo", "-N", "-o", "%N %t %E"], timeout=20).stdout)
+    _until(
+        "the nodes to be idle for the next test",
+        lambda: set(cluster.run(["sinfo", "-h", "-N", "-o", "%t"], timeout=20).stdout.split()) == {"idle"},
+        timeout=30,
+        show=lambda: cluster.run(["sinfo", "-N", "-o", "%N %t %E"], timeout=20).stdout,
+    )

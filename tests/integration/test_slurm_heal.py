@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 # hang: every rank beats every 0.1 s; rank 3 stops after 1 s, notes when, and sleeps on.
 # fail-once: in the first attempt rank 1 exits 3 after 0.3 s; otherwise every rank exits 0.
 # rank3-fails: rank 3 exits 5 after 0.3 s; the others wait to be stopped.
-PROGRAM = r'''
+PROGRAM = r"""
 import json, os, socket, sys, time
 mode, shared = sys.argv[1], sys.argv[2]
 rank, restart = int(os.environ["RANK"]), int(os.environ.get("SLURM_RESTART_COUNT") or 0)
@@ -68,7 +68,7 @@ elif mode == "rank3-fails":
     if rank == 3:
         sys.exit(5)
     time.sleep(60)
-'''
+"""
 HEARTBEAT_TIMEOUT = 2.0
 
 
@@ -77,8 +77,15 @@ def _job(cluster, tmp_path: Path, mode: str, *create_args: str) -> tuple[Path, P
     shared.mkdir()
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
-    out = render_and_lint(tmp_path / "out", "--backend", "gloo", "--time", "5", *create_args,
-                          command=["python", str(program), mode, str(shared)])
+    out = render_and_lint(
+        tmp_path / "out",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        *create_args,
+        command=["python", str(program), mode, str(shared)],
+    )
     return out, shared, cluster.submit(out / "run_slurm.sh", cwd=out)
 
 
@@ -100,8 +107,9 @@ def _release_when_held(cluster, job: str, restarts: str, timeout: float = 40) ->
 
 
 def test_a_rank_without_heartbeat_stops_the_step_and_is_named(cluster, tmp_path):
-    out, shared, job = _job(cluster, tmp_path, "hang", "--nodes", "2", "--gpus", "2",
-                            "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT))
+    out, shared, job = _job(
+        cluster, tmp_path, "hang", "--nodes", "2", "--gpus", "2", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT)
+    )
     state, code = cluster.wait(job, timeout=60)
     log = _log(out, job)
     assert (state, code) == ("FAILED", exitcodes.HUNG), log
@@ -121,8 +129,20 @@ def test_a_rank_without_heartbeat_stops_the_step_and_is_named(cluster, tmp_path)
 
 
 def test_retry_requeues_once_without_the_failed_node_then_never_again(cluster, tmp_path):
-    out, shared, job = _job(cluster, tmp_path, "fail-once", "--nodes", "1", "--gpus", "2",
-                            "--retries", "1", "--retry-on", "3", "--exclude-failed-node")
+    out, shared, job = _job(
+        cluster,
+        tmp_path,
+        "fail-once",
+        "--nodes",
+        "1",
+        "--gpus",
+        "2",
+        "--retries",
+        "1",
+        "--retry-on",
+        "3",
+        "--exclude-failed-node",
+    )
     _release_when_held(cluster, job, restarts="1")
     state, code = cluster.wait(job, timeout=60)
     log = _log(out, job)
@@ -136,7 +156,9 @@ def test_retry_requeues_once_without_the_failed_node_then_never_again(cluster, t
     records = read_attempts(attempts_path(out / "logs", job))
     ends = [r for r in records if r["event"] == "end"]
     assert [(r["attempt"], r["exit_code"], r["task"], r["action"]) for r in ends] == [
-        (1, 3, 1, "requeue"), (2, 0, None, "finished")], records  # restart counts 0 and 1: attempts 1 and 2
+        (1, 3, 1, "requeue"),
+        (2, 0, None, "finished"),
+    ], records  # restart counts 0 and 1: attempts 1 and 2
     assert ends[0]["exclude"] == info["ExcNodeList"] == ends[0]["node"]
     assert finished_path(out / "logs", job).exists()
 
@@ -155,8 +177,9 @@ def test_under_torchrun_the_record_names_the_failing_rank_and_its_node(cluster, 
     state, code = cluster.wait(job, timeout=90)
     log = _log(out, job)
     assert (state, code) == ("FAILED", 5), log
-    (host,) = [h for _, rank, h in (line.split() for line in (shared / "starts.txt").read_text().splitlines())
-               if rank == "3"]
+    (host,) = [
+        h for _, rank, h in (line.split() for line in (shared / "starts.txt").read_text().splitlines()) if rank == "3"
+    ]
     (_, end) = read_attempts(attempts_path(out / "logs", job))
     assert (end["exit_code"], end["rank"], end["node"], end["hung_rank"]) == (5, 3, host, None), end
     # The agent's task: one per node, in the order of the job's nodes.

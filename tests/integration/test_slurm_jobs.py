@@ -110,9 +110,7 @@ def test_two_by_two(cluster, tmp_path, launcher):
     else:
         # c10d hands out group ranks in order of arrival: rank 0 may be on either node, and
         # torchrun points the workers at whichever agent hosts the store; it is a node of ours.
-        assert recs[0]["master_addr"] in run.hosts + [
-            cluster.node(h).ip for h in run.hosts
-        ], recs[0]
+        assert recs[0]["master_addr"] in run.hosts + [cluster.node(h).ip for h in run.hosts], recs[0]
 
 
 # --- issue 3, test 2: shapes and overrides ---------------------------------------------------

@@ -320,9 +320,7 @@ def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
     hosts = hostnames(cluster, job.job_id)
 
     # What rank 0 detected and did.
-    detected = re.search(
-        r"world_size=(\d+) local_world_size=(\d+) .*backend=(\w+) device=cpu launcher=(\w+)", log
-    )
+    detected = re.search(r"world_size=(\d+) local_world_size=(\d+) .*backend=(\w+) device=cpu launcher=(\w+)", log)
     assert detected, log
     # In srun mode the script exports RANK & co. from SLURM_PROCID inside each task: the trainer
     # may call that "env" or "srun"; either way not torchrun.
@@ -334,7 +332,8 @@ def test_trainer_runs_and_only_rank0_writes(cluster, tmp_path, launcher):
     # The run directory holds exactly this: checkpoints every 10 steps, one metrics file, a
     # heartbeat summary per node, no temporaries.
     assert job.files(but="heartbeats/") == sorted(
-        [ckpt(10), ckpt(20), ckpt(30), "checkpoints/latest", "metrics.jsonl"] + tracking_files(job.job_id))
+        [ckpt(10), ckpt(20), ckpt(30), "checkpoints/latest", "metrics.jsonl"] + tracking_files(job.job_id)
+    )
     check_heartbeat_files(job, hosts)
     assert (job.run_dir / "checkpoints" / "latest").read_text().strip() == Path(ckpt(steps)).name
     # One train record per step (four writers would repeat each), a val record at the end.
@@ -394,7 +393,8 @@ def test_usr2_checkpoints_requeues_and_resumes(cluster, tmp_path, launcher):
     assert log.count("resumed from") == 1, log
     assert f"done: step {steps}," in log, log
     assert job.files(but="heartbeats/") == sorted(
-        [ckpt(stop), ckpt(steps), "checkpoints/latest", "metrics.jsonl"] + tracking_files(job_id))
+        [ckpt(stop), ckpt(steps), "checkpoints/latest", "metrics.jsonl"] + tracking_files(job_id)
+    )
     check_heartbeat_files(job, hostnames(cluster, job_id))
     # The requeued job continued the same run record: restart count 1, status finished.
     record = json.loads((job.run_dir / tracking_files(job_id)[-1]).read_text())
@@ -425,10 +425,29 @@ def start_uninterrupted(out: Path, request) -> subprocess.Popen:
     """The run to compare with: the same 4 ranks, uninterrupted, on this machine (the trainer's
     own spawn: the model and the data order do not depend on the launcher). Its session is
     killed at the test's end whatever happens."""
-    proc = subprocess.Popen([sys.executable, *TRAIN[1:], "--out-dir", str(out), "--max-steps", str(FSDP_STEPS),
-                             "--save-every", "0", "--strategy", "fsdp", "--backend", "gloo", "--nproc-per-node", str(WORLD)],
-                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            *TRAIN[1:],
+            "--out-dir",
+            str(out),
+            "--max-steps",
+            str(FSDP_STEPS),
+            "--save-every",
+            "0",
+            "--strategy",
+            "fsdp",
+            "--backend",
+            "gloo",
+            "--nproc-per-node",
+            str(WORLD),
+        ],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
     def stop() -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -441,7 +460,8 @@ def start_uninterrupted(out: Path, request) -> subprocess.Popen:
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_fsdp_usr2_writes_a_sharded_checkpoint_requeues_and_resumes_where_it_would_have_ended(
-        cluster, tmp_path, launcher, request):
+    cluster, tmp_path, launcher, request
+):
     """Both launcher modes: under torchrun the ranks' RANK, the shards' file names and the
     resume's world size come from torchrun's rendezvous, not from srun's task ids. The
     comparison with an uninterrupted run (started alongside, it doubles the load of the 2
@@ -472,11 +492,16 @@ def test_fsdp_usr2_writes_a_sharded_checkpoint_requeues_and_resumes_where_it_wou
     assert f"resumed from {job.run_dir / shards} at step {stop}" in log and log.count("resumed from") == 1, log
     # Each of the 4 ranks, on both nodes, wrote its own shard of that checkpoint (into its
     # temporary directory); the directory holds the 4 shards, DCP's index and meta.pt.
-    wrote = {(r["rank"], Path(p).name) for r in job.audit() for p in r["paths"]
-             if f".ckpt-{stop:09d}.dcp.tmp/" in p and p.endswith(".distcp")}
+    wrote = {
+        (r["rank"], Path(p).name)
+        for r in job.audit()
+        for p in r["paths"]
+        if f".ckpt-{stop:09d}.dcp.tmp/" in p and p.endswith(".distcp")
+    }
     assert wrote == {(str(k), f"__{k}_0.distcp") for k in range(WORLD)}, wrote
     assert sorted(p.name for p in (job.run_dir / shards).iterdir()) == sorted(
-        [".metadata", "meta.pt", *(f"__{k}_0.distcp" for k in range(WORLD))])
+        [".metadata", "meta.pt", *(f"__{k}_0.distcp" for k in range(WORLD))]
+    )
     assert (job.run_dir / "checkpoints" / "latest").read_text().strip() == f"ckpt-{steps:09d}.dcp"
     # Every step once, and the run ends exactly where the uninterrupted one does.
     records = [r for r in job.metrics() if r["split"] == "train"]
@@ -488,5 +513,8 @@ def test_fsdp_usr2_writes_a_sharded_checkpoint_requeues_and_resumes_where_it_wou
     assert reference.returncode == 0, ref_out[-3000:]
     expected = [json.loads(line) for line in (tmp_path / "reference" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["loss"]) for r in records[-3:]] == [
-        (r["step"], r["loss"]) for r in expected if r["split"] == "train"][-3:]
-    assert [r["loss"] for r in job.metrics() if r["split"] == "val"] == [r["loss"] for r in expected if r["split"] == "val"]
+        (r["step"], r["loss"]) for r in expected if r["split"] == "train"
+    ][-3:]
+    assert [r["loss"] for r in job.metrics() if r["split"] == "val"] == [
+        r["loss"] for r in expected if r["split"] == "val"
+    ]

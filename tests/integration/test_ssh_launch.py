@@ -80,9 +80,14 @@ def test_two_nodes_two_ranks_gloo_probe(two_nodes, tmp_path):
     assert run.proc.returncode == 0, run.text()
     rows = probe_rows(run.out)
     assert sorted(rank for _, rank, _ in rows) == [0, 1, 2, 3], run.text()
-    assert {(tag, rank, r["host"], r["rank"], r["local_rank"], r["node_rank"], r["world_size"]) for tag, rank, r in rows} == {
-        ("node1", 0, "node1", 0, 0, 0, 4), ("node1", 1, "node1", 1, 1, 0, 4),
-        ("node2", 2, "node2", 2, 0, 1, 4), ("node2", 3, "node2", 3, 1, 1, 4)}
+    assert {
+        (tag, rank, r["host"], r["rank"], r["local_rank"], r["node_rank"], r["world_size"]) for tag, rank, r in rows
+    } == {
+        ("node1", 0, "node1", 0, 0, 0, 4),
+        ("node1", 1, "node1", 1, 1, 0, 4),
+        ("node2", 2, "node2", 2, 0, 1, 4),
+        ("node2", 3, "node2", 3, 1, 1, 4),
+    }
     assert all(r["problems"] == [] and r["sum"] == 10 and r["master_addr"] == "node1" for _, _, r in rows)
     assert "all 2 node(s) running 4 rank(s)" in run.err
     assert re.search(r"node1\s+0\s+0-1\s+ok\s+0", run.err) and re.search(r"node2\s+1\s+2-3\s+ok\s+0", run.err), run.err
@@ -101,15 +106,28 @@ def test_uneven_slots_from_a_hostfile_master_first(two_nodes, tmp_path):
     run = launch(two_nodes, tmp_path, "--hostfile", str(hostfile), "--master", "node2", "--", *PROBE)
     assert run.proc.returncode == 0, run.text()
     rows = probe_rows(run.out)
-    assert sorted((r["rank"], r["host"], r["local_rank"], r["node_rank"], r["local_world_size"]) for _, _, r in rows) == [
-        (0, "node2", 0, 0, 3), (1, "node2", 1, 0, 3), (2, "node2", 2, 0, 3), (3, "node1", 0, 1, 1)]
+    assert sorted(
+        (r["rank"], r["host"], r["local_rank"], r["node_rank"], r["local_world_size"]) for _, _, r in rows
+    ) == [(0, "node2", 0, 0, 3), (1, "node2", 1, 0, 3), (2, "node2", 2, 0, 3), (3, "node1", 0, 1, 1)]
     assert all(r["problems"] == [] and r["world_size"] == 4 and r["master_addr"] == "node2" for _, _, r in rows)
 
 
 def test_include_picks_slots_and_sets_the_gpu_list(two_nodes, tmp_path):
     show = "import os; print('CVD', os.environ['RANK'], os.environ.get('CUDA_VISIBLE_DEVICES'))"
-    run = launch(two_nodes, tmp_path, "--hosts", "node1,node2", "--gpus", "4", "--include", "node1:1,3@node2:2",
-                 "--", PY, "-c", show)
+    run = launch(
+        two_nodes,
+        tmp_path,
+        "--hosts",
+        "node1,node2",
+        "--gpus",
+        "4",
+        "--include",
+        "node1:1,3@node2:2",
+        "--",
+        PY,
+        "-c",
+        show,
+    )
     assert run.proc.returncode == 0, run.text()
     assert sorted(re.findall(r"\] CVD (\d) (\S+)", run.out)) == [("0", "1,3"), ("1", "1,3"), ("2", "2")]
 
@@ -187,8 +205,10 @@ def test_a_node_cut_off_stops_its_own_ranks_while_the_partition_lasts(two_nodes,
         for p in c.pids_on(node2):  # only after a failure: the node ends its session itself
             if p.cmdline.startswith("sshd:"):
                 os.kill(p.pid, signal.SIGKILL)
-    print(f"{program}: cut-off node2 clean {gone_at - cut:.2f}s after the cut; launcher gave up after "
-          f"{lost_at - cut:.2f}s")
+    print(
+        f"{program}: cut-off node2 clean {gone_at - cut:.2f}s after the cut; launcher gave up after "
+        f"{lost_at - cut:.2f}s"
+    )
     assert "slurmgen_test_cut" in still_cut  # the node was still cut off when its job was gone
     assert gone_at - cut < silence + grace + 2.0, f"{gone_at - cut:.2f}s\n{run.text()}"
     assert code == exitcodes.LOST, run.text()
@@ -197,18 +217,21 @@ def test_a_node_cut_off_stops_its_own_ranks_while_the_partition_lasts(two_nodes,
 
 
 def _nft_tables(netns: str) -> str:
-    return subprocess.run(["ip", "netns", "exec", netns, "nft", "list", "tables"], capture_output=True, text=True,
-                          timeout=10).stdout
+    return subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", "list", "tables"], capture_output=True, text=True, timeout=10
+    ).stdout
 
 
 def test_events_survive_a_rank_dying_mid_line_and_a_silent_host_amid_a_flood(two_nodes, tmp_path):
     c = two_nodes
     # 1. node2's rank prints a line that looks like an event, then dies mid-line: its own verdict.
-    mid_line = ("import os, sys, time\n"
-                "if os.environ['RANK'] == '1':\n"
-                "    print('slurmgen-event-1 exited 0 9', flush=True); time.sleep(1)\n"
-                "    sys.stdout.write('progress 50%'); sys.stdout.flush(); sys.exit(3)\n"
-                f"time.sleep(6{random.randint(100, 999)})\n")
+    mid_line = (
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    print('slurmgen-event-1 exited 0 9', flush=True); time.sleep(1)\n"
+        "    sys.stdout.write('progress 50%'); sys.stdout.flush(); sys.exit(3)\n"
+        f"time.sleep(6{random.randint(100, 999)})\n"
+    )
     run = launch(c, tmp_path, "--hosts", "node1,node2", "--gpus", "1", "--", PY, "-c", mid_line, timeout=60)
     assert run.proc.returncode == 3, run.text()
     assert "stopping all nodes: rank 1 exited with code 3 on node2" in run.err
@@ -218,8 +241,22 @@ def test_events_survive_a_rank_dying_mid_line_and_a_silent_host_amid_a_flood(two
     # lost within the keepalive window (1 s x 4), though output never stops arriving.
     marker = f"--sleep 7{random.randint(100, 999)}"
     flood = "import os, sys, time\nwhile os.environ['RANK'] == '0': print('x' * 60, flush=True); time.sleep(0.002)\n"
-    run = Run([*base_args(c, tmp_path), "--keepalive", "1", "--hosts", "node1,node2", "--gpus", "1", "--",
-               PY, "-c", flood + "time.sleep(60)", *marker.split()])
+    run = Run(
+        [
+            *base_args(c, tmp_path),
+            "--keepalive",
+            "1",
+            "--hosts",
+            "node1,node2",
+            "--gpus",
+            "1",
+            "--",
+            PY,
+            "-c",
+            flood + "time.sleep(60)",
+            *marker.split(),
+        ]
+    )
     run.wait_for(r"all 2 node\(s\) running", timeout=60)
     sessions = [p for p in c.pids_on(c.node("node2")) if p.cmdline.startswith("sshd:")]
     assert sessions
@@ -260,8 +297,24 @@ def test_ctrl_c_or_sigterm_stops_every_node_within_2s(two_nodes, tmp_path, sig, 
 
 
 def trainer_args(out: Path, *extra: str) -> list[str]:
-    return [PY, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256",
-            "--progress", "lines", "--heartbeat-every", "0.2", "--out-dir", str(out), *extra]
+    return [
+        PY,
+        "-m",
+        "slurmgen.train",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "16",
+        "--synthetic-samples",
+        "256",
+        "--progress",
+        "lines",
+        "--heartbeat-every",
+        "0.2",
+        "--out-dir",
+        str(out),
+        *extra,
+    ]
 
 
 def heartbeats(out: Path) -> dict[int, dict]:
@@ -269,7 +322,10 @@ def heartbeats(out: Path) -> dict[int, dict]:
     node-local directory the bootstrap made (the nodes share this machine's /tmp), told apart
     from other runs' by the writer's command line."""
     beats = {}
-    for f in [*(out / "heartbeats").glob("rank-*.json"), *Path("/tmp").glob("slurmgen-launch.*/heartbeats/rank-*.json")]:
+    for f in [
+        *(out / "heartbeats").glob("rank-*.json"),
+        *Path("/tmp").glob("slurmgen-launch.*/heartbeats/rank-*.json"),
+    ]:
         try:
             beat = json.loads(f.read_text())
             if str(out) in Path(f"/proc/{beat['pid']}/cmdline").read_bytes().decode(errors="replace"):
@@ -303,10 +359,27 @@ def test_frozen_rank_on_the_second_node_is_named_across_nodes(two_nodes, tmp_pat
     stuck, and the whole dump (the trainer's loop, `fit`, in it) is beside the rank logs."""
     c, limit = two_nodes, 3.0
     out = tmp_path / "run"
-    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "2", "--heartbeat-timeout", str(limit),
-               "--", *trainer_args(out, "--max-steps", "1000000")])
-    beats = wait_until(lambda: (lambda b: b if len(b) == 4 and all(x["status"] == "running" for x in b.values()) else None)(
-        heartbeats(out)), 90, "4 running heartbeats", run)
+    run = Run(
+        [
+            *base_args(c, tmp_path),
+            "--hosts",
+            "node1,node2",
+            "--gpus",
+            "2",
+            "--heartbeat-timeout",
+            str(limit),
+            "--",
+            *trainer_args(out, "--max-steps", "1000000"),
+        ]
+    )
+    beats = wait_until(
+        lambda: (lambda b: b if len(b) == 4 and all(x["status"] == "running" for x in b.values()) else None)(
+            heartbeats(out)
+        ),
+        90,
+        "4 running heartbeats",
+        run,
+    )
     victim = beats[3]
     assert victim["host"] == "node2"
     os.kill(victim["pid"], signal.SIGSTOP)  # a rank that hangs: no progress, no heartbeat, no exit
@@ -318,11 +391,17 @@ def test_frozen_rank_on_the_second_node_is_named_across_nodes(two_nodes, tmp_pat
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim["pid"], signal.SIGKILL)
     ended = run.lines[-1][0] - stopped if run.lines else float("inf")
-    print(f"run {run_no}: frozen -> launch ended {ended:.2f} s (named after {hung_at - stopped:.2f} s, limit {limit:g} s)")
+    print(
+        f"run {run_no}: frozen -> launch ended {ended:.2f} s (named after {hung_at - stopped:.2f} s, limit {limit:g} s)"
+    )
     assert code == exitcodes.HUNG, run.text()
-    story = re.search(r"stopping all nodes: (rank 3 on node2 stopped beating at step \d+ \(no heartbeat for "
-                      r"[0-9.]+ s, its process is stopped\); ranks 0-2 waited in a collective; "
-                      r"stuck in (/\S+\.py):(\d+) in (\S+)\(\))$", run.err, re.M)
+    story = re.search(
+        r"stopping all nodes: (rank 3 on node2 stopped beating at step \d+ \(no heartbeat for "
+        r"[0-9.]+ s, its process is stopped\); ranks 0-2 waited in a collective; "
+        r"stuck in (/\S+\.py):(\d+) in (\S+)\(\))$",
+        run.err,
+        re.M,
+    )
     assert story, run.err
     dumps = list(tmp_path.glob("**/stack-rank-3.txt"))
     assert len(dumps) == 1, dumps
@@ -341,20 +420,36 @@ def test_frozen_rank_on_the_second_node_is_named_across_nodes(two_nodes, tmp_pat
 def test_restart_resumes_the_trainer_from_its_checkpoint(two_nodes, tmp_path):
     c = two_nodes
     out = tmp_path / "run"
-    run = Run([*base_args(c, tmp_path), "--hosts", "node1,node2", "--gpus", "1", "--max-restarts", "1",
-               "--", *trainer_args(out, "--max-steps", "250", "--save-every", "20", "--log-every", "25")])
+    run = Run(
+        [
+            *base_args(c, tmp_path),
+            "--hosts",
+            "node1,node2",
+            "--gpus",
+            "1",
+            "--max-restarts",
+            "1",
+            "--",
+            *trainer_args(out, "--max-steps", "250", "--save-every", "20", "--log-every", "25"),
+        ]
+    )
     wait_until(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint", run)
     # No --heartbeat-timeout: the trainer's own node summaries in the run directory.
     victim = wait_until(lambda: read_heartbeats(out / "heartbeats").get(1), 30, "rank 1's heartbeat", run)
     os.kill(victim["pid"], signal.SIGKILL)  # rank 1 on node2 crashes mid-run
     code = run.finish(240)
     assert code == 0, run.text()
-    assert re.search(r"attempt 1 of 2 failed \(rank 1 exited with code 137 on node2\); starting all nodes again", run.err)
+    assert re.search(
+        r"attempt 1 of 2 failed \(rank 1 exited with code 137 on node2\); starting all nodes again", run.err
+    )
     m = re.search(r"resumed from \S+ckpt-0*(\d+)\.pt at step (\d+)", run.out)
     assert m and int(m.group(2)) >= 20, run.text()
     assert "done: step 250" in run.out
     log = (tmp_path / "out" / "logs" / "rank-1.log").read_text()
-    assert "===== slurmgen launch: attempt 1, node 1 (node2)" in log and "===== slurmgen launch: attempt 2, node 1 (node2)" in log
+    assert (
+        "===== slurmgen launch: attempt 1, node 1 (node2)" in log
+        and "===== slurmgen launch: attempt 2, node 1 (node2)" in log
+    )
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(m["step"] for m in metrics) == 250
     assert_nodes_clean(c)
@@ -371,7 +466,9 @@ def test_unknown_host_key_is_refused_and_accepted_only_with_the_opt_in(two_nodes
     assert len(lines) == 2, run.err
     for node in ("node1", "node2"):
         line = next(ln for ln in lines if f"error: {node}:" in ln)
-        assert re.search(rf"host key ssh-ed25519 SHA256:\S+ of {node} is not in {re.escape(str(known))}; refusing", line)
+        assert re.search(
+            rf"host key ssh-ed25519 SHA256:\S+ of {node} is not in {re.escape(str(known))}; refusing", line
+        )
         assert "--accept-new-host-keys" in line and "ssh-keyscan" in line
     assert not known.exists()
 
@@ -391,11 +488,15 @@ def test_changed_host_key_is_refused_even_with_the_opt_in(two_nodes, tmp_path):
     pinned = {line.split()[0].split(",")[0]: line.split(None, 1)[1] for line in c.known_hosts.read_text().splitlines()}
     forged = tmp_path / "known_hosts"
     forged.write_text(f"node1 {pinned['node2']}\nnode2 {pinned['node2']}")  # node1 "changed" its key
-    run = launch(c, tmp_path, "--hosts", "node1,node2", "--known-hosts", str(forged), "--accept-new-host-keys",
-                 "--", "true")
+    run = launch(
+        c, tmp_path, "--hosts", "node1,node2", "--known-hosts", str(forged), "--accept-new-host-keys", "--", "true"
+    )
     assert run.proc.returncode == 1, run.text()
-    assert re.search(r"error: node1: host key of node1 has CHANGED: the server offers ssh-ed25519 SHA256:\S+, "
-                     r"known_hosts has ssh-ed25519 SHA256:\S+; refusing \(hint: .*ssh-keygen -R", run.err), run.err
+    assert re.search(
+        r"error: node1: host key of node1 has CHANGED: the server offers ssh-ed25519 SHA256:\S+, "
+        r"known_hosts has ssh-ed25519 SHA256:\S+; refusing \(hint: .*ssh-keygen -R",
+        run.err,
+    ), run.err
     assert "node2:" not in run.err.replace("node2 ", "")  # node2 itself was fine
 
 
@@ -414,8 +515,9 @@ def test_silent_host_fails_within_the_connect_timeout(two_nodes, tmp_path):
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         cfg = tmp_path / "ssh_config"
-        cfg.write_text(f"Host quiet\n  HostName 127.0.0.1\n  Port {silent.getsockname()[1]}\n"
-                       + two_nodes.ssh_config.read_text())
+        cfg.write_text(
+            f"Host quiet\n  HostName 127.0.0.1\n  Port {silent.getsockname()[1]}\n" + two_nodes.ssh_config.read_text()
+        )
         start = time.monotonic()
         run = Run(["--ssh-config", str(cfg), "--hosts", "node1,quiet", "--connect-timeout", "1.5", "--", "true"])
         code = run.finish(30)
@@ -431,33 +533,69 @@ def test_unreachable_address_times_out_within_the_connect_timeout(two_nodes, tmp
     # address 203.0.113.2 is pinned to a MAC nobody has, so SYNs go out one end, arrive at the
     # other and are dropped there. Nothing leaves the namespace; nothing ever answers.
     ns, a, b = f"sgt-unreach-{os.getpid()}", "sgtua0", "sgtub0"
-    steps = [["ip", "netns", "add", ns],
-             ["ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b],
-             ["ip", "-n", ns, "addr", "add", "203.0.113.1/24", "dev", a],
-             ["ip", "-n", ns, "link", "set", a, "up"], ["ip", "-n", ns, "link", "set", b, "up"],
-             ["ip", "-n", ns, "neigh", "add", "203.0.113.2", "lladdr", "02:00:00:00:00:02", "dev", a, "nud", "permanent"]]
+    steps = [
+        ["ip", "netns", "add", ns],
+        ["ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b],
+        ["ip", "-n", ns, "addr", "add", "203.0.113.1/24", "dev", a],
+        ["ip", "-n", ns, "link", "set", a, "up"],
+        ["ip", "-n", ns, "link", "set", b, "up"],
+        ["ip", "-n", ns, "neigh", "add", "203.0.113.2", "lladdr", "02:00:00:00:00:02", "dev", a, "nud", "permanent"],
+    ]
     try:
         for step in steps:
             subprocess.run(step, check=True, capture_output=True)
         start = time.monotonic()
-        proc = subprocess.run(["ip", "netns", "exec", ns, PY, "-m", "slurmgen", "launch", "--hosts", "203.0.113.2",
-                               "--known-hosts", str(tmp_path / "kh"), "--ssh-config", os.devnull,
-                               "--connect-timeout", "2", "--", "true"],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                PY,
+                "-m",
+                "slurmgen",
+                "launch",
+                "--hosts",
+                "203.0.113.2",
+                "--known-hosts",
+                str(tmp_path / "kh"),
+                "--ssh-config",
+                os.devnull,
+                "--connect-timeout",
+                "2",
+                "--",
+                "true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         elapsed = time.monotonic() - start
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
     assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.strip() == ("slurmgen: error: 203.0.113.2: no answer from 203.0.113.2:22 within 2 s (hint: is "
-                                   "the host up and reachable from here? (--connect-timeout to wait longer))"), proc.stderr
+    assert proc.stderr.strip() == (
+        "slurmgen: error: 203.0.113.2: no answer from 203.0.113.2:22 within 2 s (hint: is "
+        "the host up and reachable from here? (--connect-timeout to wait longer))"
+    ), proc.stderr
     assert elapsed < 2 + 3, f"{elapsed:.1f}s"
 
 
 # ---- authentication and ssh config ----------------------------------------------------------------------
 def test_flags_without_ssh_config_and_agent_authentication(two_nodes, tmp_path):
     c = two_nodes
-    flags = ["--user", "root", "--known-hosts", str(c.known_hosts), "--workdir", str(tmp_path),
-             "--ssh-config", str(tmp_path / "empty_config"), "--hosts", "node1,node2"]
+    flags = [
+        "--user",
+        "root",
+        "--known-hosts",
+        str(c.known_hosts),
+        "--workdir",
+        str(tmp_path),
+        "--ssh-config",
+        str(tmp_path / "empty_config"),
+        "--hosts",
+        "node1,node2",
+    ]
     (tmp_path / "empty_config").write_text("")
     run = Run([*flags, "--identity", str(c.ssh_key), "--", "hostname"])
     assert run.finish(60) == 0, run.text()
@@ -467,13 +605,17 @@ def test_flags_without_ssh_config_and_agent_authentication(two_nodes, tmp_path):
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(sock.exists, 10, "ssh-agent's socket")
-        subprocess.run(["ssh-add", str(c.ssh_key)], env={**os.environ, "SSH_AUTH_SOCK": str(sock)}, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["ssh-add", str(c.ssh_key)], env={**os.environ, "SSH_AUTH_SOCK": str(sock)}, check=True, capture_output=True
+        )
         run = Run([*flags, "--", "hostname"], env={"SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)})
         assert run.finish(60) == 0, run.text()
         run = Run([*flags, "--", "hostname"], env={"SSH_AUTH_SOCK": "", "HOME": str(tmp_path)})
         assert run.finish(60) == 1
-        assert "error: node1: authentication as 'root' failed at node1:22 (key files: none given; ssh-agent: no)" in run.err, run.err
+        assert (
+            "error: node1: authentication as 'root' failed at node1:22 (key files: none given; ssh-agent: no)"
+            in run.err
+        ), run.err
     finally:
         agent.terminate()
         agent.wait(10)
@@ -518,12 +660,26 @@ def test_encrypted_key_is_asked_for_once_on_a_terminal_or_taken_from_the_agent(t
     key = tmp_path / "encrypted_key"
     shutil.copy(c.ssh_key, key)
     key.chmod(0o600)
-    subprocess.run(["ssh-keygen", "-q", "-p", "-f", str(key), "-P", "", "-N", passphrase], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-p", "-f", str(key), "-P", "", "-N", passphrase], check=True, capture_output=True
+    )
     (tmp_path / "empty_config").write_text("")
-    flags = ["--user", "root", "--known-hosts", str(c.known_hosts), "--workdir", str(tmp_path),
-             "--ssh-config", str(tmp_path / "empty_config"), "--hosts", "node1,node2", "--identity", str(key),
-             "--", "hostname"]
+    flags = [
+        "--user",
+        "root",
+        "--known-hosts",
+        str(c.known_hosts),
+        "--workdir",
+        str(tmp_path),
+        "--ssh-config",
+        str(tmp_path / "empty_config"),
+        "--hosts",
+        "node1,node2",
+        "--identity",
+        str(key),
+        "--",
+        "hostname",
+    ]
     no_agent = {"SSH_AUTH_SOCK": "", "HOME": str(tmp_path)}
 
     # On a terminal: asked once for both hosts; a wrong answer is asked again; never echoed.
@@ -540,9 +696,11 @@ def test_encrypted_key_is_asked_for_once_on_a_terminal_or_taken_from_the_agent(t
     assert run.err.splitlines() == [
         f"slurmgen: error: {host}: authentication as 'root' failed at {host}:22 (key files: {key} (encrypted and "
         f"not in ssh-agent: ssh-add {key}, or run from a terminal to be asked for its passphrase); ssh-agent: no) "
-        "(hint: check --user and --identity, the keys in your ssh-agent, or ~/.ssh/config)" for host in ("node1", "node2")]
+        "(hint: check --user and --identity, the keys in your ssh-agent, or ~/.ssh/config)"
+        for host in ("node1", "node2")
+    ]
     # ... and a second key that works still gets in.
-    run = Run([*flags[:flags.index("--")], "--identity", str(c.ssh_key), "--", "hostname"], env=no_agent)
+    run = Run([*flags[: flags.index("--")], "--identity", str(c.ssh_key), "--", "hostname"], env=no_agent)
     assert run.finish(60) == 0, run.text()
 
     # Held by ssh-agent (added with its passphrase through SSH_ASKPASS): used from there.
@@ -553,15 +711,34 @@ def test_encrypted_key_is_asked_for_once_on_a_terminal_or_taken_from_the_agent(t
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(sock.exists, 10, "ssh-agent's socket")
-        subprocess.run(["ssh-add", str(key)], check=True, capture_output=True, start_new_session=True,
-                       env={**os.environ, "SSH_AUTH_SOCK": str(sock), "SSH_ASKPASS": str(askpass),
-                            "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"})
+        subprocess.run(
+            ["ssh-add", str(key)],
+            check=True,
+            capture_output=True,
+            start_new_session=True,
+            env={
+                **os.environ,
+                "SSH_AUTH_SOCK": str(sock),
+                "SSH_ASKPASS": str(askpass),
+                "SSH_ASKPASS_REQUIRE": "force",
+                "DISPLAY": ":0",
+            },
+        )
         # Eight connections at once (four aliases per node) sign through the agent together:
         # each must talk to the agent over its own socket.
         aliases = [f"n{i}{x}" for i in (1, 2) for x in "abcd"]
         (tmp_path / "aliases").write_text("".join(f"Host {a}\n  HostName node{a[1]}\n" for a in aliases))
-        eight = [*flags[:flags.index("--ssh-config")], "--ssh-config", str(tmp_path / "aliases"),
-                 "--hosts", ",".join(aliases), "--identity", str(key), "--", "hostname"]
+        eight = [
+            *flags[: flags.index("--ssh-config")],
+            "--ssh-config",
+            str(tmp_path / "aliases"),
+            "--hosts",
+            ",".join(aliases),
+            "--identity",
+            str(key),
+            "--",
+            "hostname",
+        ]
         run = Run(eight, env={"SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)})
         assert run.finish(60) == 0, run.text()
         assert sorted(re.findall(r"^\[(n\d\w)/\d\] (node\d)$", run.out, re.M)) == [(a, f"node{a[1]}") for a in aliases]
@@ -569,15 +746,28 @@ def test_encrypted_key_is_asked_for_once_on_a_terminal_or_taken_from_the_agent(t
         agent.terminate()
         agent.wait(10)
 
+
 def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
     c = two_nodes
     cfg = tmp_path / "ssh_config"
-    cfg.write_text("Host behind\n  HostName node2\n  ProxyJump node1\n"
-                   "Host twohops\n  HostName node1\n  ProxyJump node1,node2\n"
-                   "Host broken\n  HostName node2\n  ProxyJump node1:2\n"
-                   "Host behind2\n  HostName node2\n  ProxyJump node1\n" + c.ssh_config.read_text())
-    flags = ["--ssh-config", str(cfg), "--workdir", str(tmp_path), "--user", "root", "--identity", str(c.ssh_key),
-             "--known-hosts", str(c.known_hosts)]
+    cfg.write_text(
+        "Host behind\n  HostName node2\n  ProxyJump node1\n"
+        "Host twohops\n  HostName node1\n  ProxyJump node1,node2\n"
+        "Host broken\n  HostName node2\n  ProxyJump node1:2\n"
+        "Host behind2\n  HostName node2\n  ProxyJump node1\n" + c.ssh_config.read_text()
+    )
+    flags = [
+        "--ssh-config",
+        str(cfg),
+        "--workdir",
+        str(tmp_path),
+        "--user",
+        "root",
+        "--identity",
+        str(c.ssh_key),
+        "--known-hosts",
+        str(c.known_hosts),
+    ]
     show = ["bash", "-c", 'echo "CONN $(hostname) $SSH_CONNECTION"']
     for alias, lands_on, comes_from in (("behind", "node2", "node1"), ("twohops", "node1", "node2")):
         run = Run([*flags, "--hosts", alias, "--", *show])
@@ -590,8 +780,12 @@ def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
     # Two targets behind the same jump host: one connection to it, a channel per target.
     run = Run([*flags, "--hosts", "behind,behind2", "--", "sleep", "3"])
     run.wait_for(r"all 2 node\(s\) running", timeout=60)
-    ss = subprocess.run(["ip", "netns", "exec", c.node("node1").netns, "ss", "-Htn", "state", "established",
-                         "( sport = :22 )"], capture_output=True, text=True, timeout=10)
+    ss = subprocess.run(
+        ["ip", "netns", "exec", c.node("node1").netns, "ss", "-Htn", "state", "established", "( sport = :22 )"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert run.finish(60) == 0, run.text()
     assert len(ss.stdout.splitlines()) == 1, ss.stdout
 
@@ -599,11 +793,25 @@ def test_proxy_jump_one_and_two_hops_and_a_broken_jump(two_nodes, tmp_path):
 def test_proxy_command_connects_fails_in_one_line_and_its_end_is_a_lost_connection(two_nodes, tmp_path):
     c = two_nodes
     cfg = tmp_path / "ssh_config"
-    cfg.write_text(f"Host viacmd\n  HostName node2\n  ProxyCommand exec ssh -F {c.ssh_config} -W %h:%p node1\n"
-                   "Host badcmd\n  HostName node2\n  ProxyCommand echo 'no route via the bastion' >&2; exit 3\n"
-                   + c.ssh_config.read_text())
-    flags = ["--ssh-config", str(cfg), "--workdir", str(tmp_path), "--user", "root", "--identity", str(c.ssh_key),
-             "--known-hosts", str(c.known_hosts), "--connect-timeout", "5"]
+    cfg.write_text(
+        f"Host viacmd\n  HostName node2\n  ProxyCommand exec ssh -F {c.ssh_config} -W %h:%p node1\n"
+        "Host badcmd\n  HostName node2\n  ProxyCommand echo 'no route via the bastion' >&2; exit 3\n"
+        + c.ssh_config.read_text()
+    )
+    flags = [
+        "--ssh-config",
+        str(cfg),
+        "--workdir",
+        str(tmp_path),
+        "--user",
+        "root",
+        "--identity",
+        str(c.ssh_key),
+        "--known-hosts",
+        str(c.known_hosts),
+        "--connect-timeout",
+        "5",
+    ]
     run = Run([*flags, "--hosts", "viacmd", "--", "bash", "-c", 'echo "CONN $(hostname) $SSH_CONNECTION"'])
     assert run.finish(60) == 0, run.text()
     m = re.search(r"^\[viacmd/0\] CONN (\S+) (\S+) ", run.out, re.M)
@@ -613,8 +821,10 @@ def test_proxy_command_connects_fails_in_one_line_and_its_end_is_a_lost_connecti
     run = Run([*flags, "--hosts", "badcmd", "--", "true"])
     assert run.finish(60) == 1
     assert time.monotonic() - started < 4, "a proxy that ended at once must not cost the connect timeout"
-    assert ("error: badcmd: ProxyCommand \"echo 'no route via the bastion' >&2; exit 3\" ended without an SSH "
-            "connection to node2:22; it said: no route via the bastion") in run.err, run.err
+    assert (
+        "error: badcmd: ProxyCommand \"echo 'no route via the bastion' >&2; exit 3\" ended without an SSH "
+        "connection to node2:22; it said: no route via the bastion"
+    ) in run.err, run.err
 
     # The proxy dies mid-run: the launcher sees the connection end, node2's ranks are stopped.
     marker = f"sleep 5{random.randint(100, 999)}"

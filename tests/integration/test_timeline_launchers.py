@@ -42,8 +42,26 @@ def assert_complete(found: dict, ranks: int, attempt: int) -> None:
 
 
 def test_nanogpt_2x2_under_slurm(cluster, tmp_path):
-    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "5",
-             "-o", "ng", "--wait", "--", "python", NANOGPT, str(ITERS)).stdout.strip()
+    job = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "-o",
+        "ng",
+        "--wait",
+        "--",
+        "python",
+        NANOGPT,
+        str(ITERS),
+    ).stdout.strip()
     found = json.loads(sg(cluster, tmp_path, "status", job, "--timeline", "--json").stdout)
     assert_complete(found, 4, 1)  # Slurm's restart count 0 is attempt 1 (contract/attempts.py)
     assert 0 < found["goodput"]["goodput"] < 1 and found["goodput"]["breakdown"]["startup"] > 0, found["goodput"]
@@ -53,9 +71,29 @@ def test_nanogpt_over_slurmgen_launch(cluster, tmp_path):
     if len(cluster.nodes) < 2:
         pytest.skip("needs 2 nodes")
     reg = tmp_path / "jobs.sqlite"
-    proc = subprocess.run([PY, "-m", "slurmgen", "launch", *base_args(cluster, tmp_path), "--registry", str(reg),
-                           "--hosts", "node1,node2", "--gpus", "2", "--", PY, NANOGPT, str(ITERS)],
-                          capture_output=True, text=True, timeout=240, env={**os.environ, **cluster.env()})
+    proc = subprocess.run(
+        [
+            PY,
+            "-m",
+            "slurmgen",
+            "launch",
+            *base_args(cluster, tmp_path),
+            "--registry",
+            str(reg),
+            "--hosts",
+            "node1,node2",
+            "--gpus",
+            "2",
+            "--",
+            PY,
+            NANOGPT,
+            str(ITERS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **cluster.env()},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = json.loads(sg(cluster, tmp_path, "jobs", "--json").stdout)
     found = json.loads(sg(cluster, tmp_path, "status", row["job"], "--timeline", "--json").stdout)
@@ -67,15 +105,46 @@ def test_nanogpt_over_slurmgen_launch(cluster, tmp_path):
 
 def test_nanogpt_by_hand_with_launch_multi_node(tmp_path):
     with pytest.raises(SystemExit):
-        main(["create", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "-o", str(tmp_path / "o"), "--force",
-              "--", PY, NANOGPT, str(ITERS)])
+        main(
+            [
+                "create",
+                "--nodes",
+                "2",
+                "--gpus",
+                "2",
+                "--backend",
+                "gloo",
+                "-o",
+                str(tmp_path / "o"),
+                "--force",
+                "--",
+                PY,
+                NANOGPT,
+                str(ITERS),
+            ]
+        )
     tl = tmp_path / "timeline.jsonl"
     logs = tmp_path / "logs"  # the ranks' logs here, not under the working directory
-    env = {**os.environ, "MASTER_PORT": str(free_port()), "SLURMGEN_TIMELINE_FILE": str(tl), "SLURMGEN_LOG_DIR": str(logs)}
-    procs = [subprocess.Popen([str(tmp_path / "o" / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(n)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
+    env = {
+        **os.environ,
+        "MASTER_PORT": str(free_port()),
+        "SLURMGEN_TIMELINE_FILE": str(tl),
+        "SLURMGEN_LOG_DIR": str(logs),
+    }
+    procs = [
+        subprocess.Popen(
+            [str(tmp_path / "o" / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(n)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
     codes = [p.wait(240) for p in procs]
-    assert codes == [0, 0], [p.stderr.read() for p in procs] + [f.read_text()[-1500:] for f in sorted(logs.glob("rank-*.log"))]
+    assert codes == [0, 0], [p.stderr.read() for p in procs] + [
+        f.read_text()[-1500:] for f in sorted(logs.glob("rank-*.log"))
+    ]
     found = analyse(tl.read_text(), [], None, time.time())
     assert_complete(found["timeline"], 4, 1)  # no launcher numbered it: the first attempt
     lines = [json.loads(x) for x in tl.read_text().splitlines()]
@@ -88,15 +157,29 @@ def test_nanogpt_as_a_coordinator_group(cluster, tmp_path, monkeypatch):
     coord = Coord(cluster, tmp_path)
     try:
         coord.form_group()
-        coord.call("PUT", "/api/groups/exp1/config", json={"master": "node1", "backend": "gloo", "cwd": str(tmp_path),
-                                                           "argv": [PY, NANOGPT, str(ITERS)], "stop_grace": 3})
+        coord.call(
+            "PUT",
+            "/api/groups/exp1/config",
+            json={
+                "master": "node1",
+                "backend": "gloo",
+                "cwd": str(tmp_path),
+                "argv": [PY, NANOGPT, str(ITERS)],
+                "stop_grace": 3,
+            },
+        )
         coord.call("POST", "/api/groups/exp1/start")
         g = coord.wait({"succeeded", "failed"}, 240)
         assert g["state"] == "succeeded", coord.logs()
     finally:
         coord.close()
     wait_for(lambda: reg.exists(), 5, "the registry")
-    proc = subprocess.run([PY, "-m", "slurmgen", "status", "--registry", str(reg), "exp1", "--timeline", "--json"],
-                          capture_output=True, text=True, env=cluster.env(), timeout=60)
+    proc = subprocess.run(
+        [PY, "-m", "slurmgen", "status", "--registry", str(reg), "exp1", "--timeline", "--json"],
+        capture_output=True,
+        text=True,
+        env=cluster.env(),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert_complete(json.loads(proc.stdout), 4, 1)

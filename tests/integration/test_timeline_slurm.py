@@ -13,13 +13,48 @@ from slurmgen.contract import phases
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-TRAIN = ["--", "python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--max-steps", "60",
-         "--save-every", "30", "--log-every", "1000", "--heartbeat-every", "0.2", "--out-dir", "R"]
+TRAIN = [
+    "--",
+    "python",
+    "-m",
+    "slurmgen.train",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--max-steps",
+    "60",
+    "--save-every",
+    "30",
+    "--log-every",
+    "1000",
+    "--heartbeat-every",
+    "0.2",
+    "--out-dir",
+    "R",
+]
 
 
 def test_a_2x2_trainer_job_has_a_full_timeline_and_its_slow_rank_is_a_straggler(cluster, tmp_path):
-    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "5",
-             "-o", "tl", "-e", "SLURMGEN_TRAIN_SLOW=1:0.05", "--wait", *TRAIN).stdout.strip()
+    job = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "-o",
+        "tl",
+        "-e",
+        "SLURMGEN_TRAIN_SLOW=1:0.05",
+        "--wait",
+        *TRAIN,
+    ).stdout.strip()
     found = json.loads(sg(cluster, tmp_path, "status", job, "--timeline", "--json").stdout)
     (attempt,) = found["attempts"]
     assert attempt["start"] is not None and attempt["end"] is not None, attempt
@@ -41,4 +76,6 @@ def test_a_2x2_trainer_job_has_a_full_timeline_and_its_slow_rank_is_a_straggler(
     text = sg(cluster, tmp_path, "status", job).stdout
     assert "stragglers: rank 1 " in text and "goodput " in text, text
     table = sg(cluster, tmp_path, "status", job, "--timeline").stdout.splitlines()
-    assert table[0].startswith("attempt 1") and "rendezvous" in table[1] and table[-1].lstrip().startswith("slowest"), table
+    assert table[0].startswith("attempt 1") and "rendezvous" in table[1] and table[-1].lstrip().startswith("slowest"), (
+        table
+    )

@@ -23,27 +23,83 @@ from slurmgen.tracking.records import find_runs
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
-TRAIN = ["python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-in", "8", "--mlp-hidden", "16", "--mlp-classes", "4",
-         "--synthetic-samples", "512", "--batch-size", "4", "--log-every", "1", "--eval-every", "3", "--eval-iters", "2",
-         "--progress", "lines", "--init-timeout", "60", "--heartbeat-every", "0.2"]
+TRAIN = [
+    "python",
+    "-m",
+    "slurmgen.train",
+    "--model",
+    "mlp",
+    "--mlp-in",
+    "8",
+    "--mlp-hidden",
+    "16",
+    "--mlp-classes",
+    "4",
+    "--synthetic-samples",
+    "512",
+    "--batch-size",
+    "4",
+    "--log-every",
+    "1",
+    "--eval-every",
+    "3",
+    "--eval-iters",
+    "2",
+    "--progress",
+    "lines",
+    "--init-timeout",
+    "60",
+    "--heartbeat-every",
+    "0.2",
+]
 
 
 def create(out: Path, *args: str) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["create", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "-o", str(out), "--force", "--",
-              *TRAIN, *args])
+        main(
+            [
+                "create",
+                "--nodes",
+                "2",
+                "--gpus",
+                "2",
+                "--backend",
+                "gloo",
+                "-o",
+                str(out),
+                "--force",
+                "--",
+                *TRAIN,
+                *args,
+            ]
+        )
     assert info.value.code == 0
 
 
 def start(out: Path, port: int) -> list[subprocess.Popen]:
     """Both nodes at once, as two people would type it on two machines."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "SLURMGEN_", "WANDB_", "MLFLOW_", "SWANLAB_")) and k != "TORCHELASTIC_RUN_ID"}
-    env.update(PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", MASTER_PORT=str(port),
-               PYTHONUNBUFFERED="1", SLURMGEN_STOP_GRACE="5")
-    return [subprocess.Popen([str(out / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(node)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-            for node in (0, 1)]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "SLURMGEN_", "WANDB_", "MLFLOW_", "SWANLAB_")) and k != "TORCHELASTIC_RUN_ID"
+    }
+    env.update(
+        PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        MASTER_PORT=str(port),
+        PYTHONUNBUFFERED="1",
+        SLURMGEN_STOP_GRACE="5",
+    )
+    return [
+        subprocess.Popen(
+            [str(out / "launch_multi_node.sh"), "127.0.0.1", "2", "2", str(node)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for node in (0, 1)
+    ]
 
 
 def wait(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[int, str]]:
@@ -98,11 +154,21 @@ def test_per_process_mode_writes_four_runs_in_one_group(tmp_path):
     run_ok(out)
     runs = list(find_runs(tmp_path))
     assert len(runs) == 4 and len({r.get("group") for r in runs}) == 1
-    assert sorted(r.get("job_type") for r in runs) == ["node_0_rank_0", "node_0_rank_1", "node_1_rank_2", "node_1_rank_3"]
+    assert sorted(r.get("job_type") for r in runs) == [
+        "node_0_rank_0",
+        "node_0_rank_1",
+        "node_1_rank_2",
+        "node_1_rank_3",
+    ]
     assert sorted(r.get("world")["rank"] for r in runs) == [0, 1, 2, 3]
     assert {r.get("world")["node_rank"] for r in runs if r.get("world")["rank"] >= 2} == {1}
     for run in runs:
-        assert run.get("status") == "finished" and [m["step"] for m in run.metrics if m["type"] == "train"] == [1, 2, 3, 4]
+        assert run.get("status") == "finished" and [m["step"] for m in run.metrics if m["type"] == "train"] == [
+            1,
+            2,
+            3,
+            4,
+        ]
     # only the main run holds the checkpoint (rank 0 writes it); every run has the same global loss
     assert sorted(len(r.artifacts) for r in runs) == [0, 0, 0, 2]
     assert len({r.last("loss") for r in runs}) == 1

@@ -26,19 +26,42 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 PY = sys.executable
-RUN = ["--model", "mlp", "--max-steps", "6", "--log-every", "3", "--progress", "lines", "--eval-iters", "2",
-       "--mlp-hidden", "16", "--synthetic-samples", "256", "--init-timeout", "30"]
+RUN = [
+    "--model",
+    "mlp",
+    "--max-steps",
+    "6",
+    "--log-every",
+    "3",
+    "--progress",
+    "lines",
+    "--eval-iters",
+    "2",
+    "--mlp-hidden",
+    "16",
+    "--synthetic-samples",
+    "256",
+    "--init-timeout",
+    "30",
+]
+
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """Run a launcher in its own session; kill the whole session if it outlives the timeout."""
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     out, err = communicate_in_session(p, timeout)
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def run_ranks(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float = 120) -> list[subprocess.CompletedProcess]:
-    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-             for c, e in zip(cmds, envs)]
+def run_ranks(
+    cmds: list[list[str]], envs: list[dict[str, str]], timeout: float = 120
+) -> list[subprocess.CompletedProcess]:
+    procs = [
+        subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        for c, e in zip(cmds, envs)
+    ]
     results = []
     try:
         for c, p in zip(cmds, procs):
@@ -71,23 +94,31 @@ def check_only_rank0_talks(text: str, world: int) -> None:
     assert "terminate called" not in text
 
 
-@pytest.mark.parametrize("nproc,extra", [(2, ["--dtype", "float16"]), (4, ["--grad-accum", "2", "--batch-size", "4"]),
-                                         (2, ["--strategy", "fsdp"])])
+@pytest.mark.parametrize(
+    "nproc,extra",
+    [(2, ["--dtype", "float16"]), (4, ["--grad-accum", "2", "--batch-size", "4"]), (2, ["--strategy", "fsdp"])],
+)
 def test_torchrun(tmp_path, nproc, extra):
     out = tmp_path / "run"
     torchrun = [PY, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(free_port())]
-    res = run(torchrun + ["-m", "slurmgen.train", "--out-dir", str(out), *RUN, *extra], clean_env(SLURMGEN_BACKEND="gloo"))
+    res = run(
+        torchrun + ["-m", "slurmgen.train", "--out-dir", str(out), *RUN, *extra], clean_env(SLURMGEN_BACKEND="gloo")
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     check_only_rank0_talks(res.stdout + res.stderr, nproc)
     assert "launcher=torchrun" in res.stderr
     check_run_dir(out, nproc, checkpoint="ckpt-{:09d}.dcp" if "fsdp" in extra else "ckpt-{:09d}.pt")
 
 
-@pytest.mark.parametrize("nproc,extra", [(2, ["--dtype", "bfloat16"]), (4, ["--model", "gpt", "--n-layer", "1", "--n-embd", "16",
-                                                                             "--block-size", "16"])])
+@pytest.mark.parametrize(
+    "nproc,extra",
+    [(2, ["--dtype", "bfloat16"]), (4, ["--model", "gpt", "--n-layer", "1", "--n-embd", "16", "--block-size", "16"])],
+)
 def test_own_spawn(tmp_path, nproc, extra):
     out = tmp_path / "run"
-    res = run([PY, "-m", "slurmgen.train", "--nproc-per-node", str(nproc), "--out-dir", str(out), *RUN, *extra], clean_env())
+    res = run(
+        [PY, "-m", "slurmgen.train", "--nproc-per-node", str(nproc), "--out-dir", str(out), *RUN, *extra], clean_env()
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     check_only_rank0_talks(res.stdout + res.stderr, nproc)
     assert "launcher=spawn" in res.stderr
@@ -117,14 +148,41 @@ runpy.run_module("slurmgen.train", run_name="__main__", alter_sys=True)
 
 def test_manual_flags_and_only_rank0_writes(tmp_path):
     out, port = tmp_path / "run", free_port()
-    cmds = [[PY, "-c", AUDIT, str(tmp_path / f"writes-{r}.txt"), "--rank", str(r), "--world-size", "2",
-             "--master-addr", "127.0.0.1", "--master-port", str(port), "--backend", "gloo", "--out-dir", str(out),
-             "--save-every", "2", "--keep-last", "2", *RUN] for r in (0, 1)]
+    cmds = [
+        [
+            PY,
+            "-c",
+            AUDIT,
+            str(tmp_path / f"writes-{r}.txt"),
+            "--rank",
+            str(r),
+            "--world-size",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--backend",
+            "gloo",
+            "--out-dir",
+            str(out),
+            "--save-every",
+            "2",
+            "--keep-last",
+            "2",
+            *RUN,
+        ]
+        for r in (0, 1)
+    ]
     results = run_ranks(cmds, [clean_env(), clean_env()])
     assert [r.returncode for r in results] == [0, 0], results[0].stderr[-2000:] + results[1].stderr[-2000:]
     assert "launcher=manual" in results[0].stderr and results[1].stderr.strip() == ""
     check_run_dir(out, 2)
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["ckpt-000000004.pt", "ckpt-000000006.pt", "latest"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "ckpt-000000004.pt",
+        "ckpt-000000006.pt",
+        "latest",
+    ]
     inside = lambda r: {Path(p) for p in (tmp_path / f"writes-{r}.txt").read_text().split() if p.startswith(str(out))}
     rank1 = {p.relative_to(out).as_posix() for p in inside(1)}
     # Started by hand, each rank counts as the first of its node: rank 1 writes a node summary
@@ -142,8 +200,14 @@ def test_plain_srun_environment(tmp_path):
     job id is chosen to land on a free port."""
     port = _free_port_in_job_range()
     out = tmp_path / "run"
-    slurm = dict(SLURM_NTASKS="2", SLURM_NODEID="0", SLURM_STEP_TASKS_PER_NODE="2", SLURM_JOB_NODELIST="localhost",
-                 SLURM_JOB_ID=str(port - 20000), SLURM_STEP_ID="0")
+    slurm = dict(
+        SLURM_NTASKS="2",
+        SLURM_NODEID="0",
+        SLURM_STEP_TASKS_PER_NODE="2",
+        SLURM_JOB_NODELIST="localhost",
+        SLURM_JOB_ID=str(port - 20000),
+        SLURM_STEP_ID="0",
+    )
     envs = [clean_env(**slurm, SLURM_PROCID=str(r), SLURM_LOCALID=str(r)) for r in (0, 1)]
     cmd = [PY, "-m", "slurmgen.train", "--out-dir", str(out), *RUN]
     results = run_ranks([cmd, cmd], envs)
@@ -173,12 +237,34 @@ def test_launch_multi_node_two_nodes(tmp_path, per_node, strategy):
     with the spec's strategy (exported as SLURMGEN_STRATEGY, the trainer's default)."""
     scripts, out, spec = tmp_path / "scripts", tmp_path / "run", tmp_path / "job.yaml"
     spec.write_text(f"strategy: {strategy}\n")
-    create = [SLURMGEN, "create", "--config", str(spec), "--nodes", "2", "--gpus", str(per_node), "--backend", "gloo",
-              "-o", str(scripts), "--", "python", "-m", "slurmgen.train", "--out-dir", str(out), *RUN]
+    create = [
+        SLURMGEN,
+        "create",
+        "--config",
+        str(spec),
+        "--nodes",
+        "2",
+        "--gpus",
+        str(per_node),
+        "--backend",
+        "gloo",
+        "-o",
+        str(scripts),
+        "--",
+        "python",
+        "-m",
+        "slurmgen.train",
+        "--out-dir",
+        str(out),
+        *RUN,
+    ]
     made = subprocess.run(create, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    env = clean_env(MASTER_PORT=str(free_port()), PATH=f"{os.path.dirname(PY)}:{os.environ['PATH']}",
-                    SLURMGEN_LOG_DIR=str(tmp_path / "logs"))
+    env = clean_env(
+        MASTER_PORT=str(free_port()),
+        PATH=f"{os.path.dirname(PY)}:{os.environ['PATH']}",
+        SLURMGEN_LOG_DIR=str(tmp_path / "logs"),
+    )
     launch = str(scripts / "launch_multi_node.sh")
     results = run_ranks([[launch, "127.0.0.1", "2", str(per_node), str(node)] for node in (0, 1)], [env, env])
     assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] + r.stdout[-2000:] for r in results]

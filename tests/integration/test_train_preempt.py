@@ -19,13 +19,35 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 PY = sys.executable
-LONG = ["--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256", "--max-steps", "100000", "--save-every", "0",
-        "--log-every", "1000", "--progress", "lines", "--heartbeat-every", "0.05"]
+LONG = [
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--synthetic-samples",
+    "256",
+    "--max-steps",
+    "100000",
+    "--save-every",
+    "0",
+    "--log-every",
+    "1000",
+    "--progress",
+    "lines",
+    "--heartbeat-every",
+    "0.05",
+]
 
 
 def start(args: list[str], env: dict[str, str], module: str = "slurmgen.train") -> subprocess.Popen:
-    return subprocess.Popen([PY, "-m", module, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(
+        [PY, "-m", module, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finish(p: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
@@ -66,8 +88,22 @@ def test_usr2_on_one_rank_checkpoints_all_and_exits_75_then_resumes(tmp_path):
     assert (out / "checkpoints" / "latest").read_text().strip() == f"ckpt-{step:09d}.pt"
     assert f"checkpoint written at step {step}" in log and "not a Slurm job" in log and "Traceback" not in log
     nothing_left(str(out))
-    code, log = finish(start(["--nproc-per-node", "2", "--out-dir", str(out), *LONG[:-8], "--max-steps", str(step + 3),
-                              "--progress", "lines"], clean_env()))
+    code, log = finish(
+        start(
+            [
+                "--nproc-per-node",
+                "2",
+                "--out-dir",
+                str(out),
+                *LONG[:-8],
+                "--max-steps",
+                str(step + 3),
+                "--progress",
+                "lines",
+            ],
+            clean_env(),
+        )
+    )
     assert code == 0 and f"at step {step}" in log and f"done: step {step + 3}" in log, log[-3000:]
 
 
@@ -109,7 +145,9 @@ def test_sigterm_under_slurm_checkpoints_and_never_requeues(tmp_path, requeue):
     p.send_signal(signal.SIGTERM)
     code, log = finish(p)
     assert code == 75 and "checkpoint written at step" in log, log[-3000:]
-    assert not calls.exists() and "SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing" in log
+    assert (
+        not calls.exists() and "SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing" in log
+    )
 
 
 def test_requeue_without_scontrol_says_so_and_exits_75(tmp_path):
@@ -136,23 +174,56 @@ def test_a_dead_rank_takes_the_job_down_fast(tmp_path):
 def test_unreachable_master_is_named_within_the_timeout(tmp_path):
     port = free_port()
     t0 = time.monotonic()
-    code, log = finish(start(["--rank", "1", "--world-size", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                              "--init-timeout", "2", "--out-dir", str(tmp_path)], clean_env()))
+    code, log = finish(
+        start(
+            [
+                "--rank",
+                "1",
+                "--world-size",
+                "2",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "--init-timeout",
+                "2",
+                "--out-dir",
+                str(tmp_path),
+            ],
+            clean_env(),
+        )
+    )
     assert code == 1 and time.monotonic() - t0 < 20
     assert log.strip().splitlines() == [
         f"slurmgen train: error: cannot reach the master at 127.0.0.1:{port} within 2 s (Connection refused): is rank 0 "
-        "running, and do MASTER_ADDR and MASTER_PORT point to it? (--init-timeout to wait longer)"]
+        "running, and do MASTER_ADDR and MASTER_PORT point to it? (--init-timeout to wait longer)"
+    ]
 
 
 def test_unresolvable_master_fails_at_once(tmp_path):
-    code, log = finish(start(["--out-dir", str(tmp_path)], clean_env(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2",
-                                                                     MASTER_ADDR="no-such-host.invalid", MASTER_PORT="29999")))
+    code, log = finish(
+        start(
+            ["--out-dir", str(tmp_path)],
+            clean_env(
+                RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", MASTER_ADDR="no-such-host.invalid", MASTER_PORT="29999"
+            ),
+        )
+    )
     assert code == 1 and "cannot resolve MASTER_ADDR=no-such-host.invalid" in log and "Traceback" not in log
 
 
 def test_inconsistent_world_size_fails_on_every_rank(tmp_path):
     port = free_port()
-    common = ["--master-addr", "127.0.0.1", "--master-port", str(port), "--init-timeout", "3", "--out-dir", str(tmp_path)]
+    common = [
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--init-timeout",
+        "3",
+        "--out-dir",
+        str(tmp_path),
+    ]
     r0 = start(["--rank", "0", "--world-size", "2", *common], clean_env())
     r1 = start(["--rank", "1", "--world-size", "3", *common], clean_env())
     (c0, log0), (c1, log1) = finish(r0), finish(r1)

@@ -36,8 +36,14 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     # Killed runs cannot remove their node-local heartbeat directory: keep it under tmp_path.
     out = Path(args[args.index("--out-dir") + 1])
     env = {**env, HEARTBEAT_DIR_ENV: str(out.parent / f"{out.name}-heartbeats")}
-    return subprocess.Popen([PY, "-m", "slurmgen.train", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [PY, "-m", "slurmgen.train", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def kill_session(p: subprocess.Popen) -> None:
@@ -65,9 +71,36 @@ def final_state(out: Path, step: int) -> dict:
     return ckpt.load(out / "checkpoints" / ckpt.checkpoint_name(step))
 
 
-GPT = ["--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--dropout", "0.1",
-       "--synthetic-samples", "512", "--batch-size", "4", "--max-steps", "30", "--eval-every", "10", "--eval-iters", "2",
-       "--log-every", "10", "--progress", "lines", "--nproc-per-node", "2"]
+GPT = [
+    "--model",
+    "gpt",
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "16",
+    "--dropout",
+    "0.1",
+    "--synthetic-samples",
+    "512",
+    "--batch-size",
+    "4",
+    "--max-steps",
+    "30",
+    "--eval-every",
+    "10",
+    "--eval-iters",
+    "2",
+    "--log-every",
+    "10",
+    "--progress",
+    "lines",
+    "--nproc-per-node",
+    "2",
+]
 
 
 def test_exact_resume_after_kill_9(tmp_path):
@@ -102,8 +135,24 @@ def test_exact_resume_after_kill_9(tmp_path):
 def test_kill_9_inside_a_checkpoint_write(tmp_path, point, no_launcher):
     """SIGKILL between any two steps of save(): `latest` loads, and the next run resumes from it."""
     out = tmp_path / "run"
-    args = ["--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256", "--max-steps", "6", "--save-every", "2",
-            "--keep-last", "1", "--progress", "none", "--out-dir", str(out)]
+    args = [
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "16",
+        "--synthetic-samples",
+        "256",
+        "--max-steps",
+        "6",
+        "--save-every",
+        "2",
+        "--keep-last",
+        "1",
+        "--progress",
+        "none",
+        "--out-dir",
+        str(out),
+    ]
     code, log = finish(start(args, clean_env(SLURMGEN_TRAIN_FAULT=f"{point}@4")), timeout=60)
     assert code == -signal.SIGKILL, log[-2000:]
     path, state = ckpt.find_latest(out / "checkpoints")
@@ -120,8 +169,24 @@ def test_random_kill_9_while_saving_every_step(tmp_path, no_launcher):
     """A ~13 MB checkpoint every step, so most of the time is spent writing: kill -9 at random
     moments, and every time the latest checkpoint still loads and the run continues from it."""
     out = tmp_path / "run"
-    args = ["--model", "mlp", "--mlp-hidden", "1024", "--synthetic-samples", "4096", "--max-steps", "400",
-            "--save-every", "1", "--keep-last", "2", "--progress", "none", "--out-dir", str(out)]
+    args = [
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "1024",
+        "--synthetic-samples",
+        "4096",
+        "--max-steps",
+        "400",
+        "--save-every",
+        "1",
+        "--keep-last",
+        "2",
+        "--progress",
+        "none",
+        "--out-dir",
+        str(out),
+    ]
     rng, seen = random.Random(), []
     for _ in range(3):
         p = start(args, clean_env())

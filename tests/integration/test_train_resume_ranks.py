@@ -23,10 +23,42 @@ from slurmgen.train import checkpoint as ckpt  # noqa: E402
 
 # A small MLP with dropout (so the random streams matter too) and gradient accumulation (DDP's
 # no_sync steps), two checkpoints: 3 and 6.
-MLP = ["--model", "mlp", "--mlp-in", "8", "--mlp-hidden", "16", "--mlp-classes", "4", "--dropout", "0.2",
-       "--synthetic-samples", "256", "--batch-size", "4", "--max-steps", "6", "--save-every", "3", "--keep-last", "2",
-       "--grad-accum", "2", "--warmup-steps", "2", "--eval-every", "0", "--log-every", "3", "--progress", "none",
-       "--backend", "gloo", "--threads", "1"]
+MLP = [
+    "--model",
+    "mlp",
+    "--mlp-in",
+    "8",
+    "--mlp-hidden",
+    "16",
+    "--mlp-classes",
+    "4",
+    "--dropout",
+    "0.2",
+    "--synthetic-samples",
+    "256",
+    "--batch-size",
+    "4",
+    "--max-steps",
+    "6",
+    "--save-every",
+    "3",
+    "--keep-last",
+    "2",
+    "--grad-accum",
+    "2",
+    "--warmup-steps",
+    "2",
+    "--eval-every",
+    "0",
+    "--log-every",
+    "3",
+    "--progress",
+    "none",
+    "--backend",
+    "gloo",
+    "--threads",
+    "1",
+]
 # The fewest that show it. Before the fix 4 failed the same way (a last-bit difference after
 # the resume); 2 passed, since a sum of two has no order.
 RANKS = 3
@@ -35,9 +67,14 @@ RANKS = 3
 def run(out: Path) -> str:
     """One run of the trainer on RANKS local gloo processes; its log."""
     env = clean_env(**{HEARTBEAT_DIR_ENV: str(out.parent / f"{out.name}-heartbeats")})
-    p = subprocess.Popen([sys.executable, "-m", "slurmgen.train", *MLP, "--nproc-per-node", str(RANKS),
-                          "--out-dir", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "slurmgen.train", *MLP, "--nproc-per-node", str(RANKS), "--out-dir", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     log, _ = communicate_in_session(p, timeout=120)
     assert p.returncode == 0, log[-3000:]
     return log

@@ -43,12 +43,23 @@ def run_ranks(tmp_path: Path, name: str, prefixes: list[list[str]]) -> list[tupl
     """Start rank r as PREFIXES[r] + the driver, each on a 'node' of its own; (exit code, log) per rank."""
     port, procs = free_port(), []
     for r, prefix in enumerate(prefixes):
-        env = clean_env(RANK=str(r), LOCAL_RANK="0", WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE="1", NODE_RANK=str(r),
-                        GROUP_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                        **{HEARTBEAT_DIR_ENV: str(tmp_path / f"heartbeats-{name}-{r}")})
+        env = clean_env(
+            RANK=str(r),
+            LOCAL_RANK="0",
+            WORLD_SIZE=str(WORLD),
+            LOCAL_WORLD_SIZE="1",
+            NODE_RANK=str(r),
+            GROUP_RANK=str(r),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            **{HEARTBEAT_DIR_ENV: str(tmp_path / f"heartbeats-{name}-{r}")},
+        )
         cmd = [*prefix, sys.executable, DRIVER, str(tmp_path / "run"), str(tmp_path / f"params-{name}-{r}.pt")]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            )
+        )
     results = []
     for p in procs:
         out, _ = communicate_in_session(p, timeout=120)
@@ -81,11 +92,15 @@ def test_resume_from_a_checkpoint_only_rank_0_can_read(tmp_path):
     damaged = tmp_path / "damaged.pt"
     damaged.write_bytes(step4.read_bytes()[:1000])
 
-    results = run_ranks(tmp_path, "unshared", [
-        [],
-        [*prefix, "sh", "-c", MASK, "mask", str(run)],
-        [*prefix, "sh", "-c", MASK_WITH_COPY, "mask", str(ckpt_dir), str(damaged), step4.name],
-    ])
+    results = run_ranks(
+        tmp_path,
+        "unshared",
+        [
+            [],
+            [*prefix, "sh", "-c", MASK, "mask", str(run)],
+            [*prefix, "sh", "-c", MASK_WITH_COPY, "mask", str(ckpt_dir), str(damaged), step4.name],
+        ],
+    )
     for code, out in results:
         assert code == 0, out[-3000:]
     logs = [out for _, out in results]

@@ -17,7 +17,9 @@ from slurmgen.train.logs import read_heartbeats
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
-RUN = "--model mlp --mlp-hidden 16 --synthetic-samples 256 --max-steps 6 --log-every 3 --progress lines --init-timeout 30"
+RUN = (
+    "--model mlp --mlp-hidden 16 --synthetic-samples 256 --max-steps 6 --log-every 3 --progress lines --init-timeout 30"
+)
 
 
 def test_plain_srun_across_two_nodes(cluster, tmp_path):
@@ -30,8 +32,11 @@ unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK
 python -m slurmgen.train {RUN} --max-steps 1 --out-dir {out}/batch
 srun --kill-on-bad-exit=1 python -m slurmgen.train {RUN} --out-dir {out}/srun
 """)
-    job = cluster.submit(script, cwd=tmp_path, args=["-N", "2", "--ntasks-per-node", "1", "-t", "3",
-                                                      "-o", str(tmp_path / "slurm-%j.out")])
+    job = cluster.submit(
+        script,
+        cwd=tmp_path,
+        args=["-N", "2", "--ntasks-per-node", "1", "-t", "3", "-o", str(tmp_path / "slurm-%j.out")],
+    )
     state, code = cluster.wait(job, timeout=120)
     log = (tmp_path / f"slurm-{job}.out").read_text()
     assert (state, code) == ("COMPLETED", 0), log[-4000:]

@@ -54,10 +54,13 @@ def module_name(path: Path, root: Path) -> str:
 
 def is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
-def import_nodes(nodes: Iterable[ast.AST], type_only: bool = False) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+def import_nodes(
+    nodes: Iterable[ast.AST], type_only: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Every import statement anywhere under `nodes`, with whether it sits under TYPE_CHECKING."""
     for node in nodes:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -148,7 +151,7 @@ def cycles(modules: dict[str, Module], with_types: bool = False) -> list[frozens
 
 # ---- long functions --------------------------------------------------------------------------
 def function_lengths(modules: dict[str, Module], root: Path = PACKAGE) -> dict[str, int]:
-    """"path:Qualified.name" -> lines from `def` to the last line (decorators not counted; a
+    """ "path:Qualified.name" -> lines from `def` to the last line (decorators not counted; a
     nested function counts in its parent too)."""
     lengths = {}
 
@@ -177,7 +180,7 @@ def is_private(name: str) -> bool:
 
 
 def private_reaches(modules: dict[str, Module]) -> set[str]:
-    """"importer -> provider._name" for each private name a module takes from another: imported
+    """ "importer -> provider._name" for each private name a module takes from another: imported
     by name, read from an imported module or class, or read from a parameter annotated with a
     class of another module (`c: "Coordinator"` ... `c._judge(...)`)."""
     found = set()
@@ -196,8 +199,7 @@ def private_reaches(modules: dict[str, Module]) -> set[str]:
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
     a = fn.args
-    return [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []),
-            *([a.kwarg] if a.kwarg else [])]
+    return [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []), *([a.kwarg] if a.kwarg else [])]
 
 
 def _annotation_target(annotation: ast.expr | None, m: Module) -> str | None:
@@ -214,8 +216,12 @@ def _annotation_target(annotation: ast.expr | None, m: Module) -> str | None:
 def _attribute_reaches(m: Module, fn: ast.AST, names: dict[str, str], modules: dict[str, Module]) -> set[str]:
     found = set()
     for node in ast.walk(fn):
-        if (isinstance(node, ast.Attribute) and is_private(node.attr) and isinstance(node.value, ast.Name)
-                and node.value.id in names):
+        if (
+            isinstance(node, ast.Attribute)
+            and is_private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in names
+        ):
             target = names[node.value.id]
             owner = target if target in modules else target.rpartition(".")[0]
             if owner in modules and owner != m.name:
@@ -230,12 +236,24 @@ def _attribute_reaches(m: Module, fn: ast.AST, names: dict[str, str], modules: d
 # the feature packages on those; the CLI root composes them and nothing imports it.
 LAYERS: dict[str, int] = {
     "slurmgen.contract": 0,
-    "slurmgen.errors": 1, "slurmgen.jsonl": 1, "slurmgen.atomic": 1, "slurmgen.nodelink": 1,
-    "slurmgen.generate": 2, "slurmgen.cliopts": 2,
-    "slurmgen.heal": 3, "slurmgen.tracking": 3, "slurmgen.train": 3, "slurmgen.launch": 3,
-    "slurmgen.jobs": 3, "slurmgen.doctor": 3, "slurmgen.coordinator": 3, "slurmgen.observe": 3,
+    "slurmgen.errors": 1,
+    "slurmgen.jsonl": 1,
+    "slurmgen.atomic": 1,
+    "slurmgen.nodelink": 1,
+    "slurmgen.generate": 2,
+    "slurmgen.cliopts": 2,
+    "slurmgen.heal": 3,
+    "slurmgen.tracking": 3,
+    "slurmgen.train": 3,
+    "slurmgen.launch": 3,
+    "slurmgen.jobs": 3,
+    "slurmgen.doctor": 3,
+    "slurmgen.coordinator": 3,
+    "slurmgen.observe": 3,
     # The package's face: `slurmgen.beat` for any program (observe/), `__version__` (contract).
-    "slurmgen": 4, "slurmgen.cli": 4, "slurmgen.__main__": 4,
+    "slurmgen": 4,
+    "slurmgen.cli": 4,
+    "slurmgen.__main__": 4,
 }
 
 
@@ -249,8 +267,12 @@ def layer_of(module: str) -> int:
 
 
 def upward_imports(modules: dict[str, Module]) -> set[str]:
-    return {f"{m.name} -> {target}" for m in modules.values() for target in m.imports | m.type_imports
-            if layer_of(target) > layer_of(m.name)}
+    return {
+        f"{m.name} -> {target}"
+        for m in modules.values()
+        for target in m.imports | m.type_imports
+        if layer_of(target) > layer_of(m.name)
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -323,14 +345,16 @@ def test_the_checks_see_the_old_heartbeat_service_tie(tmp_path):
         "    def _judge(self):\n        pass\n\n"
         "    def heartbeat(self):\n"
         "        from pkg.sub.heartbeat import apply_report\n"
-        "        return apply_report(self)\n")
+        "        return apply_report(self)\n"
+    )
     heartbeat = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from .service import Coordinator\n\n"
         "def apply_report(c: 'Coordinator'):\n"
         "    c._judge()\n"
         "    return long()\n\n"
-        "def long():\n" + "    x = 1\n" * MAX_LINES)
+        "def long():\n" + "    x = 1\n" * MAX_LINES
+    )
     (pkg / "sub" / "heartbeat.py").write_text(heartbeat)
     modules = read_package(pkg)
     assert modules["pkg.sub.service"].imports == {"pkg.sub.heartbeat"}

@@ -62,9 +62,11 @@ def test_remove_stale_takes_only_old_files_of_dead_writers_with_the_given_names(
         return tmp_path / name
 
     stale = leftover(f".rank-00000.json.tmp.{NOT_A_PID}")
-    kept = [leftover(f".rank-00000.json.tmp.{os.getpid()}"),  # a live writer
-            leftover(f".rank-00000.json.tmp.{NOT_A_PID - 1}", mtime=time.time()),  # fresh
-            leftover(f".rank-00001.json.tmp.{NOT_A_PID}")]  # another name
+    kept = [
+        leftover(f".rank-00000.json.tmp.{os.getpid()}"),  # a live writer
+        leftover(f".rank-00000.json.tmp.{NOT_A_PID - 1}", mtime=time.time()),  # fresh
+        leftover(f".rank-00001.json.tmp.{NOT_A_PID}"),
+    ]  # another name
     assert atomic.remove_stale(tmp_path, ["rank-00000.json"]) == [stale]
     assert all(p.exists() for p in kept)
 

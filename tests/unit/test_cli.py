@@ -33,8 +33,23 @@ def test_config_file_with_flags_over_it_and_reproduction(tmp_path, capsys):
     config = tmp_path / "job.yaml"
     config.write_text("nodes: 4\ngpus: 2\npartition: gpu\nenv:\n  A: '1'\n  B: '2'\n")
     out_dir = tmp_path / "o"
-    code, _, err = run(capsys, "create", "--config", str(config), "--nodes", "2", "-e", "B=3", "-o", str(out_dir),
-                       "--", "python", "train.py", "--lr", "3e-4")
+    code, _, err = run(
+        capsys,
+        "create",
+        "--config",
+        str(config),
+        "--nodes",
+        "2",
+        "-e",
+        "B=3",
+        "-o",
+        str(out_dir),
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "3e-4",
+    )
     assert code == 0, err
     resolved = yaml.safe_load((out_dir / "job.yaml").read_text())
     assert (resolved["nodes"], resolved["gpus"], resolved["partition"]) == (2, 2, "gpu")
@@ -65,21 +80,33 @@ def test_existing_files_need_force(tmp_path, capsys):
     assert "#SBATCH --nodes=3" in (out_dir / "run_slurm.sh").read_text()
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--nodes", "0"], "slurmgen: error: nodes: expected a number greater than or equal to 1 (got '0')"),
-    (["--nodes", "abc"], "slurmgen: error: nodes: expected a whole number (got 'abc')"),
-    (["--time", "1:99:00"], "slurmgen: error: time: minutes must be 0-59 (got '1:99:00')"),
-    (["--backend", "mpi"], "slurmgen: error: backend: expected 'auto', 'nccl' or 'gloo' (got 'mpi')"),
-    (["--env", "NOEQUALS"], "slurmgen: error: env: expected KEY=VALUE (got 'NOEQUALS')"),
-    (["--env", "RANK=1"], "slurmgen: error: env: RANK is set by the launch scripts"),
-    (["--env", "SLURMGEN_HEARTBEAT_DIR=/tmp/b"], "slurmgen: error: env: SLURMGEN_HEARTBEAT_DIR is set by the launch scripts"),
-    (["--nodez", "2"], "slurmgen: error: No such option: --nodez"),
-    (["--master-port", "80"], "slurmgen: error: master_port: expected a number greater than or equal to 1024 (got '80')"),
-    (["--", "", "train.py"], "slurmgen: error: command: the program (first word) must not be empty"),
-    (["--", "--lr", "3e-4"], "slurmgen: error: command: the first word is the program to run, not an option (got '--lr')"),
-    (["--config", "/nonexistent.yaml"], "slurmgen: error: config: cannot read '/nonexistent.yaml'"),
-    (["--sbatch", "--nodes=4"], "slurmgen: error: sbatch_extra: --nodes is written by slurmgen; set nodes instead"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--nodes", "0"], "slurmgen: error: nodes: expected a number greater than or equal to 1 (got '0')"),
+        (["--nodes", "abc"], "slurmgen: error: nodes: expected a whole number (got 'abc')"),
+        (["--time", "1:99:00"], "slurmgen: error: time: minutes must be 0-59 (got '1:99:00')"),
+        (["--backend", "mpi"], "slurmgen: error: backend: expected 'auto', 'nccl' or 'gloo' (got 'mpi')"),
+        (["--env", "NOEQUALS"], "slurmgen: error: env: expected KEY=VALUE (got 'NOEQUALS')"),
+        (["--env", "RANK=1"], "slurmgen: error: env: RANK is set by the launch scripts"),
+        (
+            ["--env", "SLURMGEN_HEARTBEAT_DIR=/tmp/b"],
+            "slurmgen: error: env: SLURMGEN_HEARTBEAT_DIR is set by the launch scripts",
+        ),
+        (["--nodez", "2"], "slurmgen: error: No such option: --nodez"),
+        (
+            ["--master-port", "80"],
+            "slurmgen: error: master_port: expected a number greater than or equal to 1024 (got '80')",
+        ),
+        (["--", "", "train.py"], "slurmgen: error: command: the program (first word) must not be empty"),
+        (
+            ["--", "--lr", "3e-4"],
+            "slurmgen: error: command: the first word is the program to run, not an option (got '--lr')",
+        ),
+        (["--config", "/nonexistent.yaml"], "slurmgen: error: config: cannot read '/nonexistent.yaml'"),
+        (["--sbatch", "--nodes=4"], "slurmgen: error: sbatch_extra: --nodes is written by slurmgen; set nodes instead"),
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, args, expected):
     out_dir = tmp_path / "o"
     code, out, err = run(capsys, "create", "-o", str(out_dir), *args)
@@ -113,7 +140,11 @@ def test_ranks_text_and_json(tmp_path, capsys):
     hostfile.write_text("b slots=1\na slots=3\n")
     code, out, _ = run(capsys, "ranks", "--hostfile", str(hostfile), "--json")
     assert [(r["host"], r["rank"], r["local_world_size"]) for r in json.loads(out)] == [
-        ("b", 0, 1), ("a", 1, 3), ("a", 2, 3), ("a", 3, 3)]
+        ("b", 0, 1),
+        ("a", 1, 3),
+        ("a", 2, 3),
+        ("a", 3, 3),
+    ]
     code, out, _ = run(capsys, "ranks", "--nodes", "2", "--gpus", "3", "--json")
     assert [r["node_rank"] for r in json.loads(out)] == [0, 0, 0, 1, 1, 1]
 
@@ -126,16 +157,22 @@ def test_ranks_order_alphabetical_by_default_natural_on_request(capsys):
     assert code == 0 and [r["host"] for r in json.loads(out)] == ["gn6", "gn7", "gn39", "gn40"]
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--hosts", "a,b", "--order", "random"], "order: expected natural or alphabetical (got 'random')"),
-    (["--hosts", "gn1;gn2"], "hosts: 'gn1;gn2' is not a host name (expected letters, digits and _ . - only"),
-    (["--hosts", "gn1:4,gn2:4"], "hosts: 'gn1:4' is not a host name (it looks like MPICH's host:slots) "
-                                 "(hint: give slots per host in a --hostfile"),
-    (["--hosts", "a,b", "--world-size", "5"], "5 processes asked for, but the hosts offer only 2"),
-    (["--hosts", "a,b", "--master", "c"], "master: 'c' is not one of the hosts"),
-    (["--hosts", "a", "--nodes", "2"], "give exactly one of --hosts, --hostfile, --nodes"),
-    (["--hosts", "gpu[1-"], "hostlist: unmatched '['"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--hosts", "a,b", "--order", "random"], "order: expected natural or alphabetical (got 'random')"),
+        (["--hosts", "gn1;gn2"], "hosts: 'gn1;gn2' is not a host name (expected letters, digits and _ . - only"),
+        (
+            ["--hosts", "gn1:4,gn2:4"],
+            "hosts: 'gn1:4' is not a host name (it looks like MPICH's host:slots) "
+            "(hint: give slots per host in a --hostfile",
+        ),
+        (["--hosts", "a,b", "--world-size", "5"], "5 processes asked for, but the hosts offer only 2"),
+        (["--hosts", "a,b", "--master", "c"], "master: 'c' is not one of the hosts"),
+        (["--hosts", "a", "--nodes", "2"], "give exactly one of --hosts, --hostfile, --nodes"),
+        (["--hosts", "gpu[1-"], "hostlist: unmatched '['"),
+    ],
+)
 def test_ranks_errors(capsys, args, words):
     code, _, err = run(capsys, "ranks", *args)
     assert code == 2 and words in err and err.count("\n") == 1
@@ -147,18 +184,31 @@ def test_schema_is_json_schema(capsys):
     assert code == 0 and schema["additionalProperties"] is False and "nodes" in schema["properties"]
 
 
-@pytest.mark.parametrize("args", [["--help"], ["create", "--help"], ["create", "--dry-run"], ["runs", "--help"],
-                                  ["plot", "--help"], ["submit", "--help"], ["status", "--registry", "/nonexistent"],
-                                  ["doctor", "--help"], ["group", "--help"], ["serve", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["create", "--help"],
+        ["create", "--dry-run"],
+        ["runs", "--help"],
+        ["plot", "--help"],
+        ["submit", "--help"],
+        ["status", "--registry", "/nonexistent"],
+        ["doctor", "--help"],
+        ["group", "--help"],
+        ["serve", "--help"],
+    ],
+)
 def test_cli_does_not_import_torch_or_paramiko(args):
-    probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
-             "except SystemExit:\n    pass\n"
-             "heavy = [m for m in ('torch', 'paramiko', 'numpy', 'matplotlib', 'fastapi', 'starlette', 'uvicorn',\n"
-             "                     'httpx') if m in sys.modules]\n"
-             "print('HEAVY', heavy)")
-    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
-                            cwd=REPO)
+    probe = (
+        "import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'paramiko', 'numpy', 'matplotlib', 'fastapi', 'starlette', 'uvicorn',\n"
+        "                     'httpx') if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
 
 
@@ -168,23 +218,33 @@ def test_cli_does_not_import_torch_or_paramiko(args):
 # ~60-100 ms a run: pyproject keeps typer below).
 ADAPTERS = ("typer._adapters", "pydantic.type_adapter")
 # A command imports only its own package's commands (the run records and the coordinator were ~25 ms).
-OTHER_PACKAGES = ("slurmgen.tracking", "slurmgen.coordinator.cli", "slurmgen.jobs.cli", "slurmgen.doctor.cli",
-                  "slurmgen.launch.cli")
-LEAN = [(["ranks", "--nodes", "2", "--gpus", "4"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
-        (["ranks", "--hosts", "a,b", "--json"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
-        (["--help"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS)),
-        (["create", "--help"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
-        (["create", "--nodes", "2", "--gpus", "4", "--dry-run"], ("pydantic", *ADAPTERS, *OTHER_PACKAGES))]
+OTHER_PACKAGES = (
+    "slurmgen.tracking",
+    "slurmgen.coordinator.cli",
+    "slurmgen.jobs.cli",
+    "slurmgen.doctor.cli",
+    "slurmgen.launch.cli",
+)
+LEAN = [
+    (["ranks", "--nodes", "2", "--gpus", "4"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+    (["ranks", "--hosts", "a,b", "--json"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+    (["--help"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS)),
+    (["create", "--help"], ("msgspec", "pydantic", "jinja2", "yaml", *ADAPTERS, *OTHER_PACKAGES)),
+    (["create", "--nodes", "2", "--gpus", "4", "--dry-run"], ("pydantic", *ADAPTERS, *OTHER_PACKAGES)),
+]
 
 
 @pytest.mark.parametrize(("args", "absent"), LEAN)
 def test_start_up_imports_only_what_the_command_needs(args, absent):
-    probe = ("import sys, runpy; absent = sys.argv[1].split(','); sys.argv = ['slurmgen', *sys.argv[2:]]\n"
-             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
-             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-             "print('LOADED', [m for m in absent if m in sys.modules])")
-    result = subprocess.run([sys.executable, "-c", probe, ",".join(absent), *args], capture_output=True, text=True,
-                            timeout=60, cwd=REPO)
+    probe = (
+        "import sys, runpy; absent = sys.argv[1].split(','); sys.argv = ['slurmgen', *sys.argv[2:]]\n"
+        "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print('LOADED', [m for m in absent if m in sys.modules])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, ",".join(absent), *args], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert "LOADED []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
 
 
@@ -196,9 +256,13 @@ def test_nothing_imports_the_composition_root():
     importers = []
     for path in sorted((REPO / "slurmgen").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-                     if isinstance(node, ast.ImportFrom) and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             if "slurmgen.cli" in names:
                 importers.append(str(path.relative_to(REPO)))
     assert importers == ["slurmgen/__main__.py"]
@@ -210,22 +274,26 @@ def test_python_dash_m_and_version():
 
 
 def test_train_passes_flags_through_to_the_trainer():
-    helped = subprocess.run([sys.executable, "-m", "slurmgen", "train", "--help"], capture_output=True, text=True,
-                            timeout=60)
+    helped = subprocess.run(
+        [sys.executable, "-m", "slurmgen", "train", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert helped.returncode == 0 and "usage: slurmgen train" in helped.stdout and "--max-steps" in helped.stdout
-    bad = subprocess.run([sys.executable, "-m", "slurmgen", "train", "--max-steps", "x"], capture_output=True,
-                         text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "slurmgen", "train", "--max-steps", "x"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "--max-steps" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_runs_from_a_source_checkout_without_installing(tmp_path):
     # As `python -m slurmgen` in a fresh clone: the installed (editable) finder is taken away,
     # so `slurmgen.templates` does not exist and the top-level templates/ must be found.
-    probe = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
-             f"sys.path.insert(0, {str(REPO)!r}); import runpy, importlib.util\n"
-             "assert importlib.util.find_spec('slurmgen.templates') is None\n"
-             "sys.argv = ['slurmgen', 'create', '--dry-run', '--nodes', '2']\n"
-             "runpy.run_module('slurmgen', run_name='__main__')")
+    probe = (
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        f"sys.path.insert(0, {str(REPO)!r}); import runpy, importlib.util\n"
+        "assert importlib.util.find_spec('slurmgen.templates') is None\n"
+        "sys.argv = ['slurmgen', 'create', '--dry-run', '--nodes', '2']\n"
+        "runpy.run_module('slurmgen', run_name='__main__')"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "#SBATCH --nodes=2" in result.stdout
@@ -234,28 +302,41 @@ def test_runs_from_a_source_checkout_without_installing(tmp_path):
 def test_create_notes_a_torchrun_agent_missing_here(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no torchrun on it
     code, _, err = run(capsys, "create", "-o", str(tmp_path / "a"), "--launcher", "torchrun", "--", "./train.sh")
-    assert code == 0 and err == ("slurmgen: note: launcher torchrun: 'torchrun' is not on PATH here; the nodes "
-                                 "need it there (or make the program the venv's Python: -- /path/to/venv/bin/python "
-                                 "train.py)\n")
+    assert code == 0 and err == (
+        "slurmgen: note: launcher torchrun: 'torchrun' is not on PATH here; the nodes "
+        "need it there (or make the program the venv's Python: -- /path/to/venv/bin/python "
+        "train.py)\n"
+    )
     no_torch = tmp_path / "python"
     no_torch.write_text("#!/bin/sh\nexit 1\n")  # stands for an interpreter without torch
     no_torch.chmod(0o755)
-    code, _, err = run(capsys, "create", "-o", str(tmp_path / "b"), "--launcher", "torchrun", "--", str(no_torch), "x.py")
-    assert code == 0 and err == f"slurmgen: note: launcher torchrun: {no_torch} has no torch here " \
-                                f"({no_torch} -m torch.distributed.run would fail)\n"
-    code, _, err = run(capsys, "create", "-o", str(tmp_path / "c"), "--launcher", "torchrun", "--", sys.executable, "x.py")
+    code, _, err = run(
+        capsys, "create", "-o", str(tmp_path / "b"), "--launcher", "torchrun", "--", str(no_torch), "x.py"
+    )
+    assert (
+        code == 0
+        and err
+        == f"slurmgen: note: launcher torchrun: {no_torch} has no torch here "
+        f"({no_torch} -m torch.distributed.run would fail)\n"
+    )
+    code, _, err = run(
+        capsys, "create", "-o", str(tmp_path / "c"), "--launcher", "torchrun", "--", sys.executable, "x.py"
+    )
     assert code == 0 and err == ""  # this test's own Python has torch
 
 
-@pytest.mark.parametrize(("args", "built"), [
-    (["launch", "--dry-run", "--hosts", "a"], ["launch"]),
-    (["-v", "ranks", "--nodes", "2"], ["ranks"]),
-    (["group", "list"], ["group"]),
-    (["--help", "create"], None),  # the root's help lists every command
-    (["--version"], None),
-    (["crate"], None),             # "No such command 'crate'. Did you mean 'create'?" needs them all
-    ([], None),
-])
+@pytest.mark.parametrize(
+    ("args", "built"),
+    [
+        (["launch", "--dry-run", "--hosts", "a"], ["launch"]),
+        (["-v", "ranks", "--nodes", "2"], ["ranks"]),
+        (["group", "list"], ["group"]),
+        (["--help", "create"], None),  # the root's help lists every command
+        (["--version"], None),
+        (["crate"], None),  # "No such command 'crate'. Did you mean 'create'?" needs them all
+        ([], None),
+    ],
+)
 def test_start_up_builds_only_the_command_it_runs(args, built):
     from slurmgen.cli import PACKAGES, command_tree
 

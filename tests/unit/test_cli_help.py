@@ -54,8 +54,17 @@ def test_every_help_text_is_shown_whole(capsys, monkeypatch, path):
 
 
 def test_the_walk_reaches_the_commands_the_issue_names():
-    assert {("create",), ("submit",), ("ranks",), ("plot",), ("serve",), ("agent",), ("workers",), ("group", "logs"),
-            ("train",)} <= set(PATHS)
+    assert {
+        ("create",),
+        ("submit",),
+        ("ranks",),
+        ("plot",),
+        ("serve",),
+        ("agent",),
+        ("workers",),
+        ("group", "logs"),
+        ("train",),
+    } <= set(PATHS)
 
 
 def test_create_help_says_where_the_scripts_go_by_default(capsys, monkeypatch):

@@ -57,7 +57,7 @@ def blocks(page: Path) -> list[Block]:
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
         above = lines[i - 1].strip() if i and lines[i - 1].strip().startswith("<!--") else None
-        found.append(Block(page, i + 1, m.group(1), "\n".join(lines[i + 1:end]) + "\n", above))
+        found.append(Block(page, i + 1, m.group(1), "\n".join(lines[i + 1 : end]) + "\n", above))
         i = end + 1
     return found
 
@@ -82,11 +82,21 @@ def test_every_shell_block_is_bash_and_every_marker_says_what_it_needs():
 def test_shell_example_runs(block, tmp_path):
     (tmp_path / "examples").symlink_to(REPO / "examples")
     (tmp_path / "home").mkdir()
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "HOME": str(tmp_path / "home"), "COLUMNS": "120"}
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(tmp_path / "home"),
+        "COLUMNS": "120",
+    }
     env.pop("SLURMGEN_REGISTRY", None)
-    proc = subprocess.run(["bash", "-c", "set -e -o pipefail\n" + block.text], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        ["bash", "-c", "set -e -o pipefail\n" + block.text],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, f"{block.id} exited {proc.returncode}:\n{block.text}\n{proc.stdout}\n{proc.stderr}"
 
 
@@ -104,9 +114,12 @@ def reference() -> dict[str, str]:
 
 
 def test_the_committed_reference_is_current(reference):
-    stale = [name for name, text in reference.items()
-             if not (REPO / "docs" / "reference" / name).is_file()
-             or (REPO / "docs" / "reference" / name).read_text() != text]
+    stale = [
+        name
+        for name, text in reference.items()
+        if not (REPO / "docs" / "reference" / name).is_file()
+        or (REPO / "docs" / "reference" / name).read_text() != text
+    ]
     assert not stale, f"docs/reference/{stale} is stale: run python scripts/gen_reference.py and commit"
 
 
@@ -133,8 +146,23 @@ def test_the_site_builds_in_strict_mode_and_loads_nothing_from_elsewhere(tmp_pat
     # Not -q: mkdocs counts warnings through its log, and -q drops them before they are counted,
     # so a broken link would pass.
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(REPO / "mkdocs.yml"),
-                           "-d", str(tmp_path / "site")], capture_output=True, text=True, env=env, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(REPO / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     pages = list((tmp_path / "site").rglob("*.html"))
     assert len(pages) >= 20

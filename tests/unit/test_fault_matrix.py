@@ -23,9 +23,12 @@ def test_every_row_names_a_test_that_exists():
     assert len(rows) >= 15, rows
     missing = [fault for fault, nodes in rows if not nodes]
     assert not missing, f"rows that name no test: {missing}"
-    absent = [node for _, nodes in rows for node in nodes
-              if not (ROOT / node.split("::")[0]).is_file()
-              or node.split("::")[1] not in _defined(ROOT / node.split("::")[0])]
+    absent = [
+        node
+        for _, nodes in rows
+        for node in nodes
+        if not (ROOT / node.split("::")[0]).is_file() or node.split("::")[1] not in _defined(ROOT / node.split("::")[0])
+    ]
     assert not absent, f"the fault matrix names tests that do not exist: {absent}"
 
 
@@ -34,7 +37,11 @@ def test_the_fault_marker_selects_what_the_matrix_names():
     imports torch: too slow here); the hook is the same for every file."""
     named = {node for _, nodes in fault_matrix() for node in nodes}
     path = "tests/unit/launch/test_launch_remote.py"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "fault", "-p", "no:cacheprovider",
-                           path], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "fault", "-p", "no:cacheprovider", path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     collected = {line.split("[")[0] for line in proc.stdout.splitlines() if "::" in line}
     assert collected == {n for n in named if n.startswith(path)} != set(), proc.stdout + proc.stderr

@@ -28,8 +28,9 @@ def test_the_python_code_has_no_unused_or_undefined_names():
         if os.environ.get("CI"):
             pytest.fail("ruff is not installed (the test extra has it: scripts/setup.sh --test)")
         pytest.skip("ruff is not installed")
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], capture_output=True,
-                            text=True, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "."], capture_output=True, text=True, cwd=REPO
+    )
     assert result.returncode == 0, result.stdout[-4000:]
 
 
@@ -42,8 +43,9 @@ def test_the_core_layers_type_check():
         if os.environ.get("CI"):
             pytest.fail("mypy is not installed (the test extra has it: scripts/setup.sh --test)")
         pytest.skip("mypy is not installed")
-    result = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], capture_output=True, text=True,
-                            cwd=REPO, timeout=240)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental"], capture_output=True, text=True, cwd=REPO, timeout=240
+    )
     assert result.returncode == 0, result.stdout[-4000:]
 
 
@@ -55,7 +57,12 @@ def test_no_test_module_imports_another():
     offenders = []
     for path in sorted((REPO / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             offenders += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.startswith("test_")]
     assert offenders == []

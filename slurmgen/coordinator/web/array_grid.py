@@ -26,11 +26,19 @@ def task_cells(view: Mapping[str, Any]) -> list[dict[str, Any]]:
     cells = []
     for t in view.get("tasks") or []:
         loss = (t.get("run") or {}).get("loss")
-        cells.append({"task": str(t["job"]).rpartition("_")[2], "job": t["job"], "slurm": t.get("state") or "UNKNOWN",
-                      "state": _word(t.get("state"), t.get("exit_code")), "exit_code": t.get("exit_code"),
-                      "params": [f"{k}={v}" for k, v in (t.get("params") or {}).items()], "nodes": t.get("nodes"),
-                      "restarts": t.get("restarts") or 0,
-                      "loss": f"{loss:.4g}" if isinstance(loss, (int, float)) else None})
+        cells.append(
+            {
+                "task": str(t["job"]).rpartition("_")[2],
+                "job": t["job"],
+                "slurm": t.get("state") or "UNKNOWN",
+                "state": _word(t.get("state"), t.get("exit_code")),
+                "exit_code": t.get("exit_code"),
+                "params": [f"{k}={v}" for k, v in (t.get("params") or {}).items()],
+                "nodes": t.get("nodes"),
+                "restarts": t.get("restarts") or 0,
+                "loss": f"{loss:.4g}" if isinstance(loss, (int, float)) else None,
+            }
+        )
     return cells
 
 
@@ -39,7 +47,15 @@ def slurm_facts(view: Mapping[str, Any]) -> dict[str, Any]:
     tasks = view.get("tasks") or []
     if tasks:
         nodes = sorted({t["nodes"] for t in tasks if t.get("nodes")})
-        return {"nodes": ", ".join(nodes) or None, "requeued": sum(int(t.get("restarts") or 0) for t in tasks),
-                "elapsed": None, "tasks": task_cells(view)}
-    return {"nodes": view.get("nodes"), "requeued": int(view.get("restarts") or 0), "elapsed": view.get("elapsed"),
-            "tasks": []}
+        return {
+            "nodes": ", ".join(nodes) or None,
+            "requeued": sum(int(t.get("restarts") or 0) for t in tasks),
+            "elapsed": None,
+            "tasks": task_cells(view),
+        }
+    return {
+        "nodes": view.get("nodes"),
+        "requeued": int(view.get("restarts") or 0),
+        "elapsed": view.get("elapsed"),
+        "tasks": [],
+    }

@@ -62,11 +62,17 @@ def guarded(kind: str) -> Callable[[Callable[..., Awaitable[Response]]], Callabl
                     return RedirectResponse(f"/ui/login?next={quote(request.url.path)}", status_code=303)
                 return JSONResponse({"detail": "log in first (no valid session)"}, status_code=401)
             if kind == "post":
-                presented = request.headers.get(security.CSRF_HEADER) or (await form_data(request)).get(security.CSRF_FIELD)
+                presented = request.headers.get(security.CSRF_HEADER) or (await form_data(request)).get(
+                    security.CSRF_FIELD
+                )
                 if not security.same_origin(request.headers, own_origin(request)) or not session.csrf_ok(presented):
-                    return JSONResponse({"detail": "cross-site request refused (bad CSRF value or Origin)"}, status_code=403)
+                    return JSONResponse(
+                        {"detail": "cross-site request refused (bad CSRF value or Origin)"}, status_code=403
+                    )
             return await handler(request, *args, **kwargs)
+
         return guard
+
     return wrap
 
 
@@ -88,8 +94,15 @@ async def login(request: Request) -> Response:
         return RedirectResponse(f"/ui/login?failed=1&next={quote(target)}", status_code=303)
     cookie, _ = request.app.state.sessions.create()
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(security.SESSION_COOKIE, cookie, max_age=int(request.app.state.sessions.lifetime),
-                        httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/")
+    response.set_cookie(
+        security.SESSION_COOKIE,
+        cookie,
+        max_age=int(request.app.state.sessions.lifetime),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 

@@ -50,10 +50,14 @@ class RunControl(str, Enum):
         return _LABELS[self]
 
 
-_LABELS = {RunControl.REQUEUE: "Requeue", RunControl.STOP: "Stop launch", RunControl.CANCEL: "Cancel",
-           RunControl.CHECKPOINT: "Checkpoint and stop"}
+_LABELS = {
+    RunControl.REQUEUE: "Requeue",
+    RunControl.STOP: "Stop launch",
+    RunControl.CANCEL: "Cancel",
+    RunControl.CHECKPOINT: "Checkpoint and stop",
+}
 RUN_ACTIONS = {"slurm": RunControl.REQUEUE, "launch": RunControl.STOP}  # beside a Slurm job's stops:
-SLURM_STOPS = (RunControl.CANCEL, RunControl.CHECKPOINT)                # run_detail.py
+SLURM_STOPS = (RunControl.CANCEL, RunControl.CHECKPOINT)  # run_detail.py
 
 
 # ---- what each button may do ------------------------------------------------------------------
@@ -84,10 +88,15 @@ def config_view(config: Mapping[str, Any]) -> dict[str, Any]:
     `slurmgen launch --dry-run` hides them) and limits, as the group page shows them."""
     from slurmgen.launch.plan import masked
 
-    return {"command": shlex.join(config.get("argv") or []) or None, "cwd": config.get("cwd"),
-            "env": [(k, masked(k, str(v))) for k, v in sorted((config.get("env") or {}).items())],
-            **{k: f"{config[k]:g}" if isinstance(config.get(k), (int, float)) else "—"
-               for k in ("max_restarts", "heartbeat_timeout", "stop_grace")}}
+    return {
+        "command": shlex.join(config.get("argv") or []) or None,
+        "cwd": config.get("cwd"),
+        "env": [(k, masked(k, str(v))) for k, v in sorted((config.get("env") or {}).items())],
+        **{
+            k: f"{config[k]:g}" if isinstance(config.get(k), (int, float)) else "—"
+            for k in ("max_restarts", "heartbeat_timeout", "stop_grace")
+        },
+    }
 
 
 # ---- runs -------------------------------------------------------------------------------------
@@ -127,7 +136,10 @@ def stop_run(path: Any, seq: int, by: str = BY_PAGE) -> Outcome:
     if row is None:
         return NO_RUN, f"there is no run {seq} in this machine's registry: nothing was stopped"
     if row["kind"] != "launch":
-        return REFUSED, f"run {seq} is {row['kind']!r}, not an SSH launch: only a launch is stopped (cancel a Slurm job)"
+        return (
+            REFUSED,
+            f"run {seq} is {row['kind']!r}, not an SSH launch: only a launch is stopped (cancel a Slurm job)",
+        )
     taken, said = launch_stop.request(row, by)
     return (DONE if taken else REFUSED), said
 

@@ -18,14 +18,34 @@ from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
 
-FIELDS = ("master", "world_size", "master_port", "backend", "strategy", "command", "workdir", "env",
-          "max_restarts", "heartbeat_timeout", "stop_grace")
+FIELDS = (
+    "master",
+    "world_size",
+    "master_port",
+    "backend",
+    "strategy",
+    "command",
+    "workdir",
+    "env",
+    "max_restarts",
+    "heartbeat_timeout",
+    "stop_grace",
+)
 # Limits of a group's life, each its API field's name; empty: the server's default.
 LIMITS = ("max_restarts", "heartbeat_timeout", "stop_grace")
 # API field -> form field, for the server's messages.
-_API_FIELD = {"master": "master", "master_addr": "master", "world_size": "world_size",
-              "master_port": "master_port", "backend": "backend", "strategy": "strategy", "argv": "command",
-              "cwd": "workdir", "env": "env", **{f: f for f in LIMITS}}
+_API_FIELD = {
+    "master": "master",
+    "master_addr": "master",
+    "world_size": "world_size",
+    "master_port": "master_port",
+    "backend": "backend",
+    "strategy": "strategy",
+    "argv": "command",
+    "cwd": "workdir",
+    "env": "env",
+    **{f: f for f in LIMITS},
+}
 GENERAL = "_"
 
 
@@ -79,10 +99,21 @@ def _in_range(field: str, value: float | None, text: str, errors: dict[str, str]
 
     if value is None:
         return None
-    bounds = {name: getattr(m, name) for m in GroupConfig.model_fields[field].metadata for name in ("ge", "le") if hasattr(m, name)}
+    bounds = {
+        name: getattr(m, name)
+        for m in GroupConfig.model_fields[field].metadata
+        for name in ("ge", "le")
+        if hasattr(m, name)
+    }
     lo, hi = bounds.get("ge"), bounds.get("le")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        expected = f"{lo:g} to {hi:g}" if lo is not None and hi is not None else f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+        expected = (
+            f"{lo:g} to {hi:g}"
+            if lo is not None and hi is not None
+            else f"at least {lo:g}"
+            if lo is not None
+            else f"at most {hi:g}"
+        )
         errors[field] = f"{field}: expected {expected} (got {text.strip()!r})"
         return None
     return value
@@ -99,15 +130,30 @@ def _whole_number(field: str, text: str, errors: dict[str, str]) -> int | None:
         return None
 
 
-def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Iterable[str],
-                     saved: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def config_from_form(
+    form: Mapping[str, str], nodes: Iterable[str], members: Iterable[str], saved: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The config body for a posted form; keeps the saved settings the form does not show.
     The master field is a node of the group (rank order starts there), a worker name (sent as
     the master so the server refuses it with its hint), or any other address ranks dial."""
     errors: dict[str, str] = {}
-    body: dict[str, Any] = {k: v for k, v in (saved or {}).items()
-                            if k not in ("master", "master_addr", "world_size", "master_port", "backend", "strategy",
-                                         "argv", "cwd", "env", *LIMITS)}
+    body: dict[str, Any] = {
+        k: v
+        for k, v in (saved or {}).items()
+        if k
+        not in (
+            "master",
+            "master_addr",
+            "world_size",
+            "master_port",
+            "backend",
+            "strategy",
+            "argv",
+            "cwd",
+            "env",
+            *LIMITS,
+        )
+    }
     master = form.get("master", "").strip()
     body["master"], body["master_addr"] = None, None
     if master in set(nodes) or master in set(members):
@@ -134,8 +180,10 @@ def config_from_form(form: Mapping[str, str], nodes: Iterable[str], members: Ite
             break
         env[key.strip()] = value
     body["env"] = env
-    limits = {"max_restarts": _whole_number("max_restarts", form.get("max_restarts", ""), errors),
-              **{f: _seconds(f, form.get(f, ""), errors) for f in ("heartbeat_timeout", "stop_grace")}}
+    limits = {
+        "max_restarts": _whole_number("max_restarts", form.get("max_restarts", ""), errors),
+        **{f: _seconds(f, form.get(f, ""), errors) for f in ("heartbeat_timeout", "stop_grace")},
+    }
     limits = {f: _in_range(f, v, form.get(f, ""), errors) for f, v in limits.items()}
     body.update({f: v for f, v in limits.items() if v is not None})  # empty: the server's default
     if errors:
@@ -155,7 +203,11 @@ def errors_from_response(status: int, payload: Any) -> dict[str, str]:
     errors: dict[str, str] = {}
     if isinstance(detail, list):
         for entry in detail:
-            loc = [str(part) for part in (entry.get("loc") or []) if not str(part).isdigit()] if isinstance(entry, Mapping) else []
+            loc = (
+                [str(part) for part in (entry.get("loc") or []) if not str(part).isdigit()]
+                if isinstance(entry, Mapping)
+                else []
+            )
             field = next((_API_FIELD[p] for p in reversed(loc) if p in _API_FIELD), GENERAL)
             errors.setdefault(field, _message(entry) if isinstance(entry, Mapping) else str(entry))
         return errors or {GENERAL: f"the server refused the settings (HTTP {status})"}

@@ -44,10 +44,24 @@ async def live_logs(request: Request, name: str, after: int = 0, rank: int | Non
     reply = await api.call(request.app, "GET", f"/api/groups/{name}/logs", params=params)
     if not reply.ok:
         return _no_store(reply.body, reply.status)
-    lines = [{"id": line["id"], "rank": line.get("rank"), "worker": line.get("worker"), "text": line["line"],
-              "attempt": line.get("attempt")} for line in reply.body]
-    return _no_store({"lines": lines, "next": max([after] + [line["id"] for line in lines]), "rank": rank,
-                      "gap": after > 0 and len(lines) == limit})
+    lines = [
+        {
+            "id": line["id"],
+            "rank": line.get("rank"),
+            "worker": line.get("worker"),
+            "text": line["line"],
+            "attempt": line.get("attempt"),
+        }
+        for line in reply.body
+    ]
+    return _no_store(
+        {
+            "lines": lines,
+            "next": max([after] + [line["id"] for line in lines]),
+            "rank": rank,
+            "gap": after > 0 and len(lines) == limit,
+        }
+    )
 
 
 @router.get("/ui/live/groups/{name}/metrics", name="web_live_metrics")

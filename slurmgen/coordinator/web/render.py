@@ -58,7 +58,7 @@ def render(request: Request, name: str, context: dict[str, Any], status: int = 2
         return url_for("web_static", path=path)
 
     session = session_of(request)
-    html = environment.get_template(name).render({"url_for": url_for, "static": static,
-                                                  "csrf": session.csrf if session else None,
-                                                  "notice": None, **context})
+    html = environment.get_template(name).render(
+        {"url_for": url_for, "static": static, "csrf": session.csrf if session else None, "notice": None, **context}
+    )
     return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})

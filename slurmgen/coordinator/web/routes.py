@@ -117,19 +117,37 @@ async def group_page(request: Request, name: str) -> Response:
     group = next(g for g in data["groups"] if g["name"] == name)
     ranks = await api.call(request.app, "GET", f"/api/groups/{name}/ranks")
     by_worker = {w["name"]: w for w in detail["workers"]}
-    preview = {"rows": views.rank_rows(ranks.body, by_worker) if ranks.ok else [],
-               "error": None if ranks.ok else _refusal(ranks), "live": True}
-    return render(request, "group.html", {"group": group, "ranks": preview, "shape": data["shape"],
-                                          "attempts": views.attempts_view(detail["attempts"]),
-                                          "settings": controls.config_view(group["config"]),
-                                          "delete_why": controls.delete_refusal(group),
-                                          **flash_notice(take_flash(request))})
+    preview = {
+        "rows": views.rank_rows(ranks.body, by_worker) if ranks.ok else [],
+        "error": None if ranks.ok else _refusal(ranks),
+        "live": True,
+    }
+    return render(
+        request,
+        "group.html",
+        {
+            "group": group,
+            "ranks": preview,
+            "shape": data["shape"],
+            "attempts": views.attempts_view(detail["attempts"]),
+            "settings": controls.config_view(group["config"]),
+            "delete_why": controls.delete_refusal(group),
+            **flash_notice(take_flash(request)),
+        },
+    )
 
 
 def _settings_context(group: dict[str, Any], form: dict[str, str], errors: dict[str, str]) -> dict[str, Any]:
-    return {"group": group, "form": form, "errors": errors, "nodes": group["nodes"],
-            "preview": preview_of(group, form), "backends": BACKENDS, "strategies": STRATEGIES,
-            "default_port": DEFAULT_MASTER_PORT}
+    return {
+        "group": group,
+        "form": form,
+        "errors": errors,
+        "nodes": group["nodes"],
+        "preview": preview_of(group, form),
+        "backends": BACKENDS,
+        "strategies": STRATEGIES,
+        "default_port": DEFAULT_MASTER_PORT,
+    }
 
 
 def preview_of(group: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:

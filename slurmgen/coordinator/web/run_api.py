@@ -30,9 +30,12 @@ BY_API = "through the API"  # the end of a stopped launch's cause: "stopped by u
 
 # Every control of the page, by its one name (controls.RunControl: the body's only accepted words;
 # a 422 lists them).
-ACTIONS = {RunControl.REQUEUE: requeue_run, RunControl.STOP: functools.partial(stop_run, by=BY_API),
-           RunControl.CANCEL: functools.partial(act, action=RunControl.CANCEL.value),
-           RunControl.CHECKPOINT: functools.partial(act, action=RunControl.CHECKPOINT.value)}
+ACTIONS = {
+    RunControl.REQUEUE: requeue_run,
+    RunControl.STOP: functools.partial(stop_run, by=BY_API),
+    RunControl.CANCEL: functools.partial(act, action=RunControl.CANCEL.value),
+    RunControl.CHECKPOINT: functools.partial(act, action=RunControl.CHECKPOINT.value),
+}
 
 
 class RunAction(BaseModel):

@@ -67,12 +67,27 @@ def slurm_attempts(records: list[dict[str, Any]], job: State | None = None) -> l
     rows: list[dict[str, Any]] = []
     for r in records:
         if r.get("event") in ("start", "skipped") or not rows:
-            rows.append({"number": attempt_number(r), "state": "skipped" if r.get("event") == "skipped" else State.LOST.value,
-                         "started": clock(r.get("time")), "ended": None, "cause": None, "rank": None,
-                         "node": r.get("host"), "code": None})
+            rows.append(
+                {
+                    "number": attempt_number(r),
+                    "state": "skipped" if r.get("event") == "skipped" else State.LOST.value,
+                    "started": clock(r.get("time")),
+                    "ended": None,
+                    "cause": None,
+                    "rank": None,
+                    "node": r.get("host"),
+                    "code": None,
+                }
+            )
         if r.get("event") == "end":
-            rows[-1].update(state=from_exit_code(r.get("exit_code")).value, ended=clock(r.get("time")), cause=cause(r),
-                            rank=r.get("rank"), node=r.get("node") or rows[-1]["node"], code=r.get("exit_code"))
+            rows[-1].update(
+                state=from_exit_code(r.get("exit_code")).value,
+                ended=clock(r.get("time")),
+                cause=cause(r),
+                rank=r.get("rank"),
+                node=r.get("node") or rows[-1]["node"],
+                code=r.get("exit_code"),
+            )
     if rows and job in ENDED:
         rows[-1]["state"] = job.value
     elif rows and rows[-1]["ended"] is None and rows[-1]["state"] != "skipped":
@@ -87,8 +102,9 @@ def task_attempts(slurm: Mapping[str, Any], task: str | None) -> tuple[str | Non
     if not tasks:
         return None, []
     shown = next((t for t in tasks if t["job"].split("_", 1)[-1] == task), tasks[0])
-    return shown["job"].split("_", 1)[-1], slurm_attempts(shown.get("attempts") or [],
-                                                          from_slurm(shown.get("state"), shown.get("exit_code")))
+    return shown["job"].split("_", 1)[-1], slurm_attempts(
+        shown.get("attempts") or [], from_slurm(shown.get("state"), shown.get("exit_code"))
+    )
 
 
 def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
@@ -105,7 +121,9 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
         failure = view.get("first_failure") or {}
         view["pending"] = pending_text(view, None) if view.get("reason") else None
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
-        view["attempts"] = slurm_attempts(view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code")))
+        view["attempts"] = slurm_attempts(
+            view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code"))
+        )
     finally:
         runner.close()
     return view
@@ -115,12 +133,18 @@ def control(kind: str, slurm: dict[str, Any]) -> dict[str, str | None]:
     """Why each button cannot apply (None: it can)."""
     cancel, checkpoint = RunControl.CANCEL.value, RunControl.CHECKPOINT.value
     if kind != "slurm":
-        return {cancel: "only a Slurm job can be cancelled here", checkpoint: "only a Slurm job can be checkpointed here"}
+        return {
+            cancel: "only a Slurm job can be cancelled here",
+            checkpoint: "only a Slurm job can be checkpointed here",
+        }
     state = str(slurm.get("state") or "").split(" ")[0]
     if state in SLURM_ENDED or not slurm:
         why = f"the job has ended ({state or 'unknown to Slurm'})"
         return {cancel: why, checkpoint: why}
-    return {cancel: None, checkpoint: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save"}
+    return {
+        cancel: None,
+        checkpoint: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save",
+    }
 
 
 def own_status(reg: Registry, row: dict[str, Any]) -> dict[str, Any]:
@@ -145,8 +169,17 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         attempts += of_task
     now = time.time()
     run = run_view(row, now)
-    return {"run": run, "row": row, "attempts": attempts, "attempts_task": attempts_task, "slurm": slurm, "disabled": control(row["kind"], slurm),
-            "stops": [(c.value, c.label) for c in SLURM_STOPS], "controls": run_controls(row, slurm), **extras(row, slurm or own, run, now)}
+    return {
+        "run": run,
+        "row": row,
+        "attempts": attempts,
+        "attempts_task": attempts_task,
+        "slurm": slurm,
+        "disabled": control(row["kind"], slurm),
+        "stops": [(c.value, c.label) for c in SLURM_STOPS],
+        "controls": run_controls(row, slurm),
+        **extras(row, slurm or own, run, now),
+    }
 
 
 @router.get("/ui/runs/{seq}", name="web_run")
@@ -159,8 +192,11 @@ async def run_page(request: Request, seq: int) -> Response:
     if data is None:
         return redirect_with(request, "/ui/runs", notice=f"There is no run {seq} in this machine's registry.")
     # `task`: the array task whose log the log view starts on (a task cell's link: its log).
-    return render(request, "run.html", {**data, **flash_notice(take_flash(request)),
-                                        "chosen_task": request.query_params.get("task")})
+    return render(
+        request,
+        "run.html",
+        {**data, **flash_notice(take_flash(request)), "chosen_task": request.query_params.get("task")},
+    )
 
 
 def act(path: Any, seq: int, action: str) -> Outcome:

@@ -26,8 +26,11 @@ def extras(row: Mapping[str, Any], status: Mapping[str, Any], run: dict[str, Any
     if run.get("elapsed") == "—" and facts["elapsed"]:
         run["elapsed"] = facts["elapsed"]
     active = (row.get("state") or "") in LIVE
-    return {"time": time_report(status, now if active else None) if status else None, "facts": facts,
-            "log_tasks": log_tasks(row, facts["tasks"])}
+    return {
+        "time": time_report(status, now if active else None) if status else None,
+        "facts": facts,
+        "log_tasks": log_tasks(row, facts["tasks"]),
+    }
 
 
 def log_tasks(row: Mapping[str, Any], cells: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:

@@ -111,17 +111,25 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int 
     text = data[:end].decode(errors="replace").splitlines()
     if not after and offset:  # started inside the file: its first line may be cut
         text = text[1:]
-    lines = select_lines(text, None, None if rank is None else {rank}, record is not None and record.info.get("launcher") == "torchrun")
+    lines = select_lines(
+        text, None, None if rank is None else {rank}, record is not None and record.info.get("launcher") == "torchrun"
+    )
     if not after:
         lines = lines[-LOG_FIRST:]
-    return {"lines": [_row(line, record is None) for line in lines], "next": offset + end, "rank": rank,
-            "task": None if which is None else int(which), "gap": False}
+    return {
+        "lines": [_row(line, record is None) for line in lines],
+        "next": offset + end,
+        "rank": rank,
+        "task": None if which is None else int(which),
+        "gap": False,
+    }
 
 
 @router.get("/ui/live/runs/{seq}/logs", name="web_live_run_logs")
 @guarded("live")
-async def live_run_logs(request: Request, seq: int, after: int = 0, rank: int | None = None,
-                        task: int | None = None) -> Response:
+async def live_run_logs(
+    request: Request, seq: int, after: int = 0, rank: int | None = None, task: int | None = None
+) -> Response:
     try:
         body = await asyncio.to_thread(read_lines, registry_path(request.app), seq, max(0, after), rank, task)
     except BadTask as exc:

@@ -60,7 +60,9 @@ def _remote_records(row: Mapping[str, Any], record: JobRecord | None) -> tuple[l
         return [], f"the run records are on {row['remote']}"
     runner = runner_for(record)
     try:
-        found = [run for run, _ in remote_runs(runner, info.get("workdir") or "", info.get("command") or [], row["job_id"])]
+        found = [
+            run for run, _ in remote_runs(runner, info.get("workdir") or "", info.get("command") or [], row["job_id"])
+        ]
     except (OSError, SlurmgenError) as exc:
         return [], f"the run records on {row['remote']} could not be read: {exc}"
     finally:

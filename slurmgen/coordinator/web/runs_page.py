@@ -44,7 +44,7 @@ def registry_path(app: Any) -> Any:
 
 
 def elapsed(started: float | None, ended: float | None, now: float) -> str:
-    """"1 h 02 min", "3 min 05 s", "12 s": how long the run ran (ran so far, if not ended)."""
+    """ "1 h 02 min", "3 min 05 s", "12 s": how long the run ran (ran so far, if not ended)."""
     if started is None:
         return "—"
     seconds = int(max(0.0, (ended if ended is not None else now) - started))
@@ -73,9 +73,15 @@ def outcome(r: Mapping[str, Any]) -> str:
     code = "" if r.get("last_exit") is None else str(r["last_exit"])
     if not f:
         return code or "—"
-    where = " ".join(p for p in (f"rank {f['rank']}" if f.get("rank") is not None else "",
-                                 f"on {f['node']}" if f.get("node") else "",
-                                 f"code {f['code']}" if f.get("code") is not None else "") if p)
+    where = " ".join(
+        p
+        for p in (
+            f"rank {f['rank']}" if f.get("rank") is not None else "",
+            f"on {f['node']}" if f.get("node") else "",
+            f"code {f['code']}" if f.get("code") is not None else "",
+        )
+        if p
+    )
     cause = f.get("cause") or ""
     text = f"{where} ({cause})" if where and cause else where or cause
     return f"{code} — {text}" if code else text
@@ -90,21 +96,35 @@ def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
     keeps the state Slurm last gave, not when it ended) shows no elapsed time rather than a growing one."""
     state = r.get("state") or r.get("last_state") or "unknown"
     unknown_end = r.get("ended") is None and state in ENDED
-    return {"seq": r["seq"], "kind": r["kind"], "key": r["job_id"], "name": r["name"], "state": state,
-            "shape": size(r["nodes"], r["ranks"]) or "—", "started": clock(r.get("started")) or "—",
-            "elapsed": with_limit("—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), r),
-            # A running job is on its first attempt at least, whether or not Slurm's count was kept yet.
-            "attempts": max(r.get("attempts") or 0, 1 if state == State.RUNNING.value else 0),
-            "outcome": outcome(r), "ended": r.get("ended") is not None}
+    return {
+        "seq": r["seq"],
+        "kind": r["kind"],
+        "key": r["job_id"],
+        "name": r["name"],
+        "state": state,
+        "shape": size(r["nodes"], r["ranks"]) or "—",
+        "started": clock(r.get("started")) or "—",
+        "elapsed": with_limit("—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), r),
+        # A running job is on its first attempt at least, whether or not Slurm's count was kept yet.
+        "attempts": max(r.get("attempts") or 0, 1 if state == State.RUNNING.value else 0),
+        "outcome": outcome(r),
+        "ended": r.get("ended") is not None,
+    }
 
 
-def read_runs(path: Any, kinds: list[str], states: list[str], page: int = 1) -> tuple[list[dict[str, Any]], dict[str, int], str | None]:
+def read_runs(
+    path: Any, kinds: list[str], states: list[str], page: int = 1
+) -> tuple[list[dict[str, Any]], dict[str, int], str | None]:
     """(rows of the page, {"total", "active"}, None), or ([], zeros, why) when the registry
     cannot be read (none yet: an empty list)."""
     try:
         with Registry.open(path) as reg:
             total, active = count_rows(reg, kinds, states)
-            return list_rows(reg, kinds, states, PAGE, offset=(page - 1) * PAGE), {"total": total, "active": active}, None
+            return (
+                list_rows(reg, kinds, states, PAGE, offset=(page - 1) * PAGE),
+                {"total": total, "active": active},
+                None,
+            )
     except SlurmgenError as exc:
         return [], {"total": 0, "active": 0}, str(exc)
 
@@ -132,14 +152,20 @@ def page_of(request: Request) -> int:
 
 
 def pager(request: Request, page: int, counts: dict[str, int]) -> dict[str, Any]:
-    """"Runs 101-200 of 1,001" and the links to the newer and older pages (the filter kept)."""
+    """ "Runs 101-200 of 1,001" and the links to the newer and older pages (the filter kept)."""
+
     def link(n: int) -> str:
         return str(request.url.include_query_params(page=n).query)
 
     first = (page - 1) * PAGE + 1
     last = min(counts["total"], page * PAGE)
-    return {"first": first, "last": last, **counts, "newer": link(page - 1) if page > 1 else None,
-            "older": link(page + 1) if last < counts["total"] else None}
+    return {
+        "first": first,
+        "last": last,
+        **counts,
+        "newer": link(page - 1) if page > 1 else None,
+        "older": link(page + 1) if last < counts["total"] else None,
+    }
 
 
 async def runs_data(request: Request) -> dict[str, Any]:
@@ -149,9 +175,17 @@ async def runs_data(request: Request) -> dict[str, Any]:
     now = time.time()
     losses = await asyncio.to_thread(lambda: [last_loss(r) for r in rows])  # files: off the event loop
     views = [{**run_view(r, now), "loss": loss} for r, loss in zip(rows, losses)]
-    return {"runs": views, "shape": shape(views), "kinds": kinds, "states": states, "error": bad or error,
-            "all_kinds": KINDS, "all_states": [s.value for s in State], "query": str(request.url.query),
-            "pager": pager(request, page, counts)}
+    return {
+        "runs": views,
+        "shape": shape(views),
+        "kinds": kinds,
+        "states": states,
+        "error": bad or error,
+        "all_kinds": KINDS,
+        "all_states": [s.value for s in State],
+        "query": str(request.url.query),
+        "pager": pager(request, page, counts),
+    }
 
 
 @router.get("/ui/runs", name="web_runs")
@@ -165,5 +199,6 @@ async def runs_page(request: Request) -> Response:
 async def live_runs(request: Request) -> Response:
     data = await runs_data(request)
     fields = [[["r", r["seq"], key], r[key], ""] for r in data["runs"] for key in ("elapsed", "loss")]
-    return JSONResponse({"shape": data["shape"], "fields": fields, "count": len(data["runs"])},
-                        headers={"cache-control": "no-store"})
+    return JSONResponse(
+        {"shape": data["shape"], "fields": fields, "count": len(data["runs"])}, headers={"cache-control": "no-store"}
+    )

@@ -43,23 +43,38 @@ def chart(curves: Mapping[str, tuple[list[int], list[float]]]) -> dict[str, Any]
     sy = (HEIGHT - 2 * PAD) / ((y1 - y0) or 1)
     lines = []
     for i, (label, (steps, values)) in enumerate(curves.items()):
-        points = " ".join(f"{PAD + (x - x0) * sx:.1f},{HEIGHT - PAD - (y - y0) * sy:.1f}" for x, y in zip(steps, values))
+        points = " ".join(
+            f"{PAD + (x - x0) * sx:.1f},{HEIGHT - PAD - (y - y0) * sy:.1f}" for x, y in zip(steps, values)
+        )
         lines.append({"label": label, "points": points, "colour": COLOURS[i % len(COLOURS)]})
-    return {"lines": lines, "width": WIDTH, "height": HEIGHT, "pad": PAD,
-            "x_range": (x0, x1), "y_range": (f"{y0:.4g}", f"{y1:.4g}")}
+    return {
+        "lines": lines,
+        "width": WIDTH,
+        "height": HEIGHT,
+        "pad": PAD,
+        "x_range": (x0, x1),
+        "y_range": (f"{y0:.4g}", f"{y1:.4g}"),
+    }
 
 
-def render_status(detail: Mapping[str, Any], ranks: list[Mapping[str, Any]], curves: Mapping[str, Any],
-                  time_view: Mapping[str, Any] | None = None) -> str:
+def render_status(
+    detail: Mapping[str, Any],
+    ranks: list[Mapping[str, Any]],
+    curves: Mapping[str, Any],
+    time_view: Mapping[str, Any] | None = None,
+) -> str:
     """The file; `time_view` is observe/report.analyse's (timeline, stragglers, goodput) when the
     group's ranks wrote a timeline, drawn by the run page's own block (time_report.html)."""
     group = detail["group"]
     by_worker = {w["name"]: w for w in detail["workers"]}
     return environment.get_template("status.html").render(
-        group=group, state=views.group_view(group, list(by_worker))["state"],
-        rows=views.rank_rows(ranks, by_worker), attempts=views.attempts_view(detail["attempts"]),
+        group=group,
+        state=views.group_view(group, list(by_worker))["state"],
+        rows=views.rank_rows(ranks, by_worker),
+        attempts=views.attempts_view(detail["attempts"]),
         charts={metric: chart(series) for metric, series in curves.items()},
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), report=time_report(time_view or {}),
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        report=time_report(time_view or {}),
     )
 
 
@@ -86,8 +101,12 @@ async def write_for(app: FastAPI, name: str) -> Path:
         state_dir = app.state.coordinator.store.path.parent
         target = records.status_dir(name, root, runs, state_dir) / "status.html"
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(target, render_status(detail, reply.body if reply.ok else [], records.curves_of(runs),
-                                                group_time(target.parent, name)))
+        write_text_atomic(
+            target,
+            render_status(
+                detail, reply.body if reply.ok else [], records.curves_of(runs), group_time(target.parent, name)
+            ),
+        )
         return target
 
     return await asyncio.to_thread(write)

@@ -23,13 +23,30 @@ BAR = 12
 # A segment is named by the phase that ends it: "imports" is the time from the process start
 # to the imports being done. Before the process start: what the launcher did (Slurm's prolog,
 # srun, torchrun, ssh).
-SEGMENT = {phases.PROCESS: "launch", phases.IMPORTS: "imports", phases.RENDEZVOUS: "rendezvous",
-           phases.FIRST_STEP: "first step", phases.END: "training"}
-COLOUR = {"launch": "#94a3b8", "imports": "#f59e0b", "rendezvous": "#8b5cf6", "first step": "#0ea5e9",
-          "training": "#22c55e", "checkpoint": "#1e293b"}
+SEGMENT = {
+    phases.PROCESS: "launch",
+    phases.IMPORTS: "imports",
+    phases.RENDEZVOUS: "rendezvous",
+    phases.FIRST_STEP: "first step",
+    phases.END: "training",
+}
+COLOUR = {
+    "launch": "#94a3b8",
+    "imports": "#f59e0b",
+    "rendezvous": "#8b5cf6",
+    "first step": "#0ea5e9",
+    "training": "#22c55e",
+    "checkpoint": "#1e293b",
+}
 GOODPUT_PARTS = ("productive", "startup", "checkpoint", "lost", "restart", "other")
-GOODPUT_COLOUR = {"productive": "#22c55e", "startup": "#f59e0b", "checkpoint": "#1e293b", "lost": "#dc2626",
-                  "restart": "#8b5cf6", "other": "#94a3b8"}
+GOODPUT_COLOUR = {
+    "productive": "#22c55e",
+    "startup": "#f59e0b",
+    "checkpoint": "#1e293b",
+    "lost": "#dc2626",
+    "restart": "#8b5cf6",
+    "other": "#94a3b8",
+}
 
 
 def _ticks(span: float, width: float) -> list[tuple[float, str]]:
@@ -58,7 +75,9 @@ def _segments(rank: Mapping[str, Any], open_end: float | None) -> list[dict[str,
 
 def _span(attempt: Mapping[str, Any], open_end: float | None) -> float:
     times = [float(r[p]) for r in attempt["ranks"] for p in phases.PHASES if r.get(p) is not None]
-    times += [float(c["at"]) for r in attempt["ranks"] for c in r.get("checkpoint_list") or [] if c.get("at") is not None]
+    times += [
+        float(c["at"]) for r in attempt["ranks"] for c in r.get("checkpoint_list") or [] if c.get("at") is not None
+    ]
     return max([1.0, *times, *([open_end] if open_end else [])])
 
 
@@ -74,22 +93,58 @@ def attempt_chart(attempt: Mapping[str, Any], flagged: set[int], now: float | No
     rows = []
     for i, r in enumerate(attempt["ranks"]):
         y = TOP + i * ROW
-        rects = [{"x": LABEL + s["from"] * scale, "y": y, "w": max(1.0, (s["to"] - s["from"]) * scale), "h": BAR,
-                  "colour": COLOUR[s["name"]], "title": f"rank {r['rank']} {s['name']}: {s['from']:.2f}-{s['to']:.2f} s"
-                  + (" (still running)" if s.get("open") else "")} for s in _segments(r, open_end)]
-        rects += [{"x": LABEL + max(0.0, c["at"] - c["stall"]) * scale, "y": y + 2, "w": max(2.0, c["stall"] * scale),
-                   "h": BAR - 4, "colour": COLOUR["checkpoint"],
-                   "title": f"rank {r['rank']} checkpoint at step {c['step']}: {c['stall']:.2f} s stall"}
-                  for c in r.get("checkpoint_list") or [] if c.get("at") is not None]
+        rects = [
+            {
+                "x": LABEL + s["from"] * scale,
+                "y": y,
+                "w": max(1.0, (s["to"] - s["from"]) * scale),
+                "h": BAR,
+                "colour": COLOUR[s["name"]],
+                "title": f"rank {r['rank']} {s['name']}: {s['from']:.2f}-{s['to']:.2f} s"
+                + (" (still running)" if s.get("open") else ""),
+            }
+            for s in _segments(r, open_end)
+        ]
+        rects += [
+            {
+                "x": LABEL + max(0.0, c["at"] - c["stall"]) * scale,
+                "y": y + 2,
+                "w": max(2.0, c["stall"] * scale),
+                "h": BAR - 4,
+                "colour": COLOUR["checkpoint"],
+                "title": f"rank {r['rank']} checkpoint at step {c['step']}: {c['stall']:.2f} s stall",
+            }
+            for c in r.get("checkpoint_list") or []
+            if c.get("at") is not None
+        ]
         label = f"rank {r['rank']}" + (f" {r['host']}" if r.get("host") else "")
-        rows.append({"label": label, "y": y, "text_y": y + BAR - 2, "flag": r["rank"] in flagged,
-                     "slowest": r["rank"] in slow, "rects": rects})
+        rows.append(
+            {
+                "label": label,
+                "y": y,
+                "text_y": y + BAR - 2,
+                "flag": r["rank"] in flagged,
+                "slowest": r["rank"] in slow,
+                "rects": rects,
+            }
+        )
     height = TOP + max(1, len(rows)) * ROW + 8
-    return {"attempt": attempt.get("attempt"), "width": WIDTH, "height": height, "label_x": LABEL - 6,
-            "ticks": [{"x": LABEL + x, "label": text} for x, text in _ticks(span, inner)], "rows": rows,
-            "axis_y": TOP - 8, "bottom": height - 6, "queued": attempt.get("queued"),
-            "slowest": [{"phase": SEGMENT[p], "rank": v["rank"], "at": v["at"]}
-                        for p, v in (attempt.get("slowest") or {}).items() if p in SEGMENT]}
+    return {
+        "attempt": attempt.get("attempt"),
+        "width": WIDTH,
+        "height": height,
+        "label_x": LABEL - 6,
+        "ticks": [{"x": LABEL + x, "label": text} for x, text in _ticks(span, inner)],
+        "rows": rows,
+        "axis_y": TOP - 8,
+        "bottom": height - 6,
+        "queued": attempt.get("queued"),
+        "slowest": [
+            {"phase": SEGMENT[p], "rank": v["rank"], "at": v["at"]}
+            for p, v in (attempt.get("slowest") or {}).items()
+            if p in SEGMENT
+        ],
+    }
 
 
 def goodput_view(g: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -103,16 +158,38 @@ def goodput_view(g: Mapping[str, Any] | None) -> dict[str, Any] | None:
     for part in GOODPUT_PARTS:
         seconds = float(breakdown.get(part) or 0)
         share = seconds / wall
-        rows.append({"part": part, "seconds": f"{seconds:.1f}", "share": f"{100 * share:.1f}%", "colour": GOODPUT_COLOUR[part],
-                     "x": x, "w": share * (WIDTH - 2), "note": f"{lost_steps} steps done twice" if part == "lost" and lost_steps else ""})
+        rows.append(
+            {
+                "part": part,
+                "seconds": f"{seconds:.1f}",
+                "share": f"{100 * share:.1f}%",
+                "colour": GOODPUT_COLOUR[part],
+                "x": x,
+                "w": share * (WIDTH - 2),
+                "note": f"{lost_steps} steps done twice" if part == "lost" and lost_steps else "",
+            }
+        )
         x += share * (WIDTH - 2)
-    return {"figure": f"{100 * float(g['goodput']):.1f}%", "wall": f"{wall:.1f}", "rows": rows, "width": WIDTH,
-            "queue": None if g.get("queue") is None else f"{float(g['queue']):.1f}"}
+    return {
+        "figure": f"{100 * float(g['goodput']):.1f}%",
+        "wall": f"{wall:.1f}",
+        "rows": rows,
+        "width": WIDTH,
+        "queue": None if g.get("queue") is None else f"{float(g['queue']):.1f}",
+    }
 
 
 def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{"rank": s["rank"], "attempt": attempt_number(s), "ratio": s["ratio"], "steps": s["steps"],
-             "range": f"{s['from_step']}-{s['to_step']}"} for s in found]
+    return [
+        {
+            "rank": s["rank"],
+            "attempt": attempt_number(s),
+            "ratio": s["ratio"],
+            "steps": s["steps"],
+            "range": f"{s['from_step']}-{s['to_step']}",
+        }
+        for s in found
+    ]
 
 
 def rank_status(r: Mapping[str, Any], live: bool) -> str:
@@ -130,9 +207,17 @@ def rank_status(r: Mapping[str, Any], live: bool) -> str:
 def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list[dict[str, Any]]:
     """The rank table of an attempt: each rank's node, how it ended (rank_status), its last step
     and checkpoints."""
-    return [{"rank": r["rank"], "node": r.get("host") or "—", "status": rank_status(r, live),
-             "last_step": "—" if r.get("last_step") is None else r["last_step"],
-             "checkpoints": r.get("checkpoints") or 0, "straggler": r["rank"] in flagged} for r in attempt["ranks"]]
+    return [
+        {
+            "rank": r["rank"],
+            "node": r.get("host") or "—",
+            "status": rank_status(r, live),
+            "last_step": "—" if r.get("last_step") is None else r["last_step"],
+            "checkpoints": r.get("checkpoints") or 0,
+            "straggler": r["rank"] in flagged,
+        }
+        for r in attempt["ranks"]
+    ]
 
 
 def time_report(view: Mapping[str, Any], now: float | None = None) -> dict[str, Any] | None:
@@ -149,7 +234,15 @@ def time_report(view: Mapping[str, Any], now: float | None = None) -> dict[str, 
         last = i == len(attempts) - 1
         charts.append(attempt_chart(a, flagged, now if last else None))
         if last:
-            ranks = {"attempt": a.get("attempt"), "rows": rank_rows(a, flagged, now is not None and a.get("end") is None)}
-    return {"charts": charts, "ranks": ranks, "stragglers": straggler_rows(found), "goodput": goodput_view(view.get("goodput")),
-            "step_work": [{"rank": r, "seconds": f"{t:.3f}"} for r, t in (view.get("step_work") or {}).items()],
-            "legend": [{"name": n, "colour": c} for n, c in COLOUR.items()]}
+            ranks = {
+                "attempt": a.get("attempt"),
+                "rows": rank_rows(a, flagged, now is not None and a.get("end") is None),
+            }
+    return {
+        "charts": charts,
+        "ranks": ranks,
+        "stragglers": straggler_rows(found),
+        "goodput": goodput_view(view.get("goodput")),
+        "step_work": [{"rank": r, "seconds": f"{t:.3f}"} for r, t in (view.get("step_work") or {}).items()],
+        "legend": [{"name": n, "colour": c} for n, c in COLOUR.items()],
+    }

@@ -30,7 +30,13 @@ def heartbeat(seen_ago: float | None, state: str) -> tuple[str, str]:
     """(text, css class) for the time since a worker's agent last reported."""
     if seen_ago is None:
         return "never", "hb-dead"
-    cls = "hb-dead" if state == "lost" or seen_ago >= HEARTBEAT_DEAD else "hb-late" if seen_ago >= HEARTBEAT_LATE else "hb-fresh"
+    cls = (
+        "hb-dead"
+        if state == "lost" or seen_ago >= HEARTBEAT_DEAD
+        else "hb-late"
+        if seen_ago >= HEARTBEAT_LATE
+        else "hb-fresh"
+    )
     return f"{seen_ago:.0f} s ago", cls
 
 
@@ -42,7 +48,11 @@ def state_class(state: str | None) -> str:
 
 
 def worker_state(w: Mapping[str, Any]) -> str:
-    return f"exited {w['exit_code']}" if w.get("state") == "exited" and w.get("exit_code") is not None else w.get("state", "idle")
+    return (
+        f"exited {w['exit_code']}"
+        if w.get("state") == "exited" and w.get("exit_code") is not None
+        else w.get("state", "idle")
+    )
 
 
 def _text(value: Any) -> str:
@@ -68,11 +78,18 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     if g.get("exit_code") not in (None, 0) and state == "failed":
         state = f"failed {g['exit_code']}"
     return {
-        "name": g["name"], "dom_id": dom_id("g", g["name"]), "state": state,
+        "name": g["name"],
+        "dom_id": dom_id("g", g["name"]),
+        "state": state,
         "world_size": config.get("world_size") or g.get("members", len(members)),
-        "master": master, "port": config.get("master_port", DEFAULT_MASTER_PORT), "backend": config.get("backend", DEFAULT_BACKEND),
-        "attempt": attempt_text(g, config), "reason": g.get("reason"),
-        "workers": members, "nodes": nodes, "config": config,
+        "master": master,
+        "port": config.get("master_port", DEFAULT_MASTER_PORT),
+        "backend": config.get("backend", DEFAULT_BACKEND),
+        "attempt": attempt_text(g, config),
+        "reason": g.get("reason"),
+        "workers": members,
+        "nodes": nodes,
+        "config": config,
     }
 
 
@@ -88,9 +105,17 @@ def worker_view(w: Mapping[str, Any]) -> dict[str, Any]:
     state = worker_state(w)
     hb_text, hb_class = heartbeat(w.get("seen_ago"), w.get("state", "idle"))
     return {
-        "name": w["name"], "dom_id": dom_id("w", w["name"]), "node": w.get("host", ""), "group": w.get("group"),
-        "state": state, "heartbeat": hb_text, "heartbeat_class": hb_class, "pid": w.get("pid"),
-        "exit_code": w.get("exit_code"), "rank": w.get("rank"), "forget_why": forget_refusal(w),
+        "name": w["name"],
+        "dom_id": dom_id("w", w["name"]),
+        "node": w.get("host", ""),
+        "group": w.get("group"),
+        "state": state,
+        "heartbeat": hb_text,
+        "heartbeat_class": hb_class,
+        "pid": w.get("pid"),
+        "exit_code": w.get("exit_code"),
+        "rank": w.get("rank"),
+        "forget_why": forget_refusal(w),
     }
 
 
@@ -136,18 +161,34 @@ def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
     out = []
     for a in sorted(attempts, key=lambda a: a["number"], reverse=True):
         codes = a.get("exit_codes") or {}
-        out.append({
-            "number": a["number"], "started": clock(a.get("started")), "ended": clock(a.get("ended")),
-            "state": a.get("state", ""), "cause": a.get("reason"),
-            "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
-        })
+        out.append(
+            {
+                "number": a["number"],
+                "started": clock(a.get("started")),
+                "ended": clock(a.get("ended")),
+                "state": a.get("state", ""),
+                "cause": a.get("reason"),
+                "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
+            }
+        )
     return out
 
 
-def rank_rows(ranks: Iterable[Mapping[str, Any]], workers: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+def rank_rows(
+    ranks: Iterable[Mapping[str, Any]], workers: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     rows = []
     for r in sorted(ranks, key=lambda r: r["rank"]):
         w = (workers or {}).get(r["worker"], {})
-        rows.append({"worker": r["worker"], "node": r.get("host", ""), "rank": r["rank"], "local_rank": r["local_rank"],
-                     "node_rank": r["node_rank"], "state": worker_state(w) if w else "idle", "exit_code": w.get("exit_code")})
+        rows.append(
+            {
+                "worker": r["worker"],
+                "node": r.get("host", ""),
+                "rank": r["rank"],
+                "local_rank": r["local_rank"],
+                "node_rank": r["node_rank"],
+                "state": worker_state(w) if w else "idle",
+                "exit_code": w.get("exit_code"),
+            }
+        )
     return rows

@@ -39,8 +39,19 @@ from slurmgen.launch.ssh.lean import paramiko
 from slurmgen.launch.ssh.sshconfig import describe_targets, load_config, master_address, resolve
 from slurmgen.launch.ssh.target import ConnectError, SSHOptions, Target, parse_jump
 
-__all__ = ["ConnectError", "Connection", "RemoteProcess", "SSHOptions", "Target", "connect", "connect_all",
-           "describe_targets", "load_config", "master_address", "resolve"]
+__all__ = [
+    "ConnectError",
+    "Connection",
+    "RemoteProcess",
+    "SSHOptions",
+    "Target",
+    "connect",
+    "connect_all",
+    "describe_targets",
+    "load_config",
+    "master_address",
+    "resolve",
+]
 
 # paramiko logs a transport's failure from its own thread; Python's last-resort handler would
 # print it as a stray line ("Exception (client): ...") next to our one clear line per host.
@@ -154,6 +165,7 @@ class Connection:
     def start_keepalive(self, interval: float) -> None:
         """Ask the server for a reply every `interval` seconds (like ServerAliveInterval);
         `silent_for()` then tells how long an answer has been outstanding."""
+
         def ping() -> None:
             time.sleep(interval)  # not during start-up: the first answer is due after one interval
             while self.is_active():
@@ -196,8 +208,13 @@ class Connection:
             self.jump.close()
 
 
-def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Unlocked], timeout: float,
-                  sock: paramiko.Channel | _ProxyCommand | None) -> None:
+def _authenticate(
+    client: paramiko.SSHClient,
+    target: Target,
+    keys: dict[str, Unlocked],
+    timeout: float,
+    sock: paramiko.Channel | _ProxyCommand | None,
+) -> None:
     """client.connect with the target's key files: plain ones by path, unlocked ones (see
     keys.py) as keys; paramiko takes one such key, so any further one is offered after."""
     existing = [p for p in target.identities if os.path.isfile(p)]
@@ -216,9 +233,20 @@ def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Un
         if key is not None:
             unlocked.append(key)
     try:
-        client.connect(target.hostname, port=target.port, username=target.user, pkey=unlocked[0] if unlocked else None,
-                       key_filename=plain or None, allow_agent=not only, look_for_keys=not only, timeout=timeout,
-                       banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout, sock=sock)
+        client.connect(
+            target.hostname,
+            port=target.port,
+            username=target.user,
+            pkey=unlocked[0] if unlocked else None,
+            key_filename=plain or None,
+            allow_agent=not only,
+            look_for_keys=not only,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            channel_timeout=timeout,
+            sock=sock,
+        )
     except paramiko.AuthenticationException:
         transport = client.get_transport()
         for key in unlocked[1:]:
@@ -233,9 +261,15 @@ def _authenticate(client: paramiko.SSHClient, target: Target, keys: dict[str, Un
             agent.close()  # only signing during authentication used it
 
 
-def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
-            notify: Callable[[str], None] = lambda msg: None, depth: int = 0,
-            keys: dict[str, Unlocked] | None = None, jumps: JumpPool[Connection] | None = None) -> Connection:
+def connect(
+    target: Target,
+    opts: SSHOptions,
+    config: paramiko.SSHConfig,
+    notify: Callable[[str], None] = lambda msg: None,
+    depth: int = 0,
+    keys: dict[str, Unlocked] | None = None,
+    jumps: JumpPool[Connection] | None = None,
+) -> Connection:
     """Connect and authenticate, or raise ConnectError. Jump hosts come from `jumps` when
     given, so targets connected with the same pool share them."""
     jumps = jumps if jumps is not None else JumpPool()
@@ -254,16 +288,25 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
             # `ProxyJump a,b`: reach b through a, then the target through b (as ssh -J does).
             hops = [h.strip() for h in target.proxy_jump.split(",") if h.strip()]
             host, user, port = parse_jump(hops[-1])
-            jump_opts = SSHOptions(user=user, port=port, known_hosts=opts.known_hosts, connect_timeout=timeout,
-                                   accept_new_host_keys=opts.accept_new_host_keys, identities=opts.identities)
+            jump_opts = SSHOptions(
+                user=user,
+                port=port,
+                known_hosts=opts.known_hosts,
+                connect_timeout=timeout,
+                accept_new_host_keys=opts.accept_new_host_keys,
+                identities=opts.identities,
+            )
             jump_target = replace(resolve(host, jump_opts, config), proxy_jump=",".join(hops[:-1]) or None)
             try:
-                jump = jumps.get((jump_target, jump_opts),
-                                 lambda: connect(jump_target, jump_opts, config, notify, depth + 1, keys, jumps))
+                jump = jumps.get(
+                    (jump_target, jump_opts),
+                    lambda: connect(jump_target, jump_opts, config, notify, depth + 1, keys, jumps),
+                )
             except ConnectError as exc:
                 raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
             sock = jump.client.get_transport().open_channel(
-                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
+                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout
+            )
         elif target.proxy_command:
             # Through a shell, as ssh runs it (pipes, redirections and `exec` work).
             sock = _ProxyCommand(f"/bin/sh -c {shlex.quote(target.proxy_command)}")
@@ -279,26 +322,37 @@ def connect(target: Target, opts: SSHOptions, config: paramiko.SSHConfig,
             raise
         err = explain(target, exc, timeout, keys)
         if jump is not None and not isinstance(exc, ConnectError) and isinstance(exc, paramiko.ChannelException):
-            err = ConnectError(target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}")
-        elif isinstance(sock, _ProxyCommand) and (isinstance(exc, (paramiko.ProxyCommandFailure, EOFError))
-                                                  or "greeting" in err.message):
+            err = ConnectError(
+                target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}"
+            )
+        elif isinstance(sock, _ProxyCommand) and (
+            isinstance(exc, (paramiko.ProxyCommandFailure, EOFError)) or "greeting" in err.message
+        ):
             said = sock.last_words()
-            err = ConnectError(target.alias, f"ProxyCommand {target.proxy_command!r} ended without an SSH connection "
-                               f"to {target.hostname}:{target.port}" + (f"; it said: {said}" if said else ""),
-                               hint="check ProxyCommand in your ssh config; run it by hand to see what it does")
+            err = ConnectError(
+                target.alias,
+                f"ProxyCommand {target.proxy_command!r} ended without an SSH connection "
+                f"to {target.hostname}:{target.port}" + (f"; it said: {said}" if said else ""),
+                hint="check ProxyCommand in your ssh config; run it by hand to see what it does",
+            )
         if isinstance(sock, _ProxyCommand):
             sock.close()  # stops the command; the client does so only once connected
         raise err from None
 
 
-def connect_all(aliases: Sequence[str], opts: SSHOptions, notify: Callable[[str], None] = lambda msg: None,
-                config: paramiko.SSHConfig | None = None) -> dict[str, Connection]:
+def connect_all(
+    aliases: Sequence[str],
+    opts: SSHOptions,
+    notify: Callable[[str], None] = lambda msg: None,
+    config: paramiko.SSHConfig | None = None,
+) -> dict[str, Connection]:
     """Connect to every host at once; all of them, or a SlurmgenError naming each failure."""
     config = config if config is not None else load_config(opts.ssh_config)
     targets = [resolve(a, opts, config) for a in aliases]
     # Jump hosts take --identity too (see connect); their IdentityFile lines are not asked for.
-    keys = unlock_all([p for t in targets for p in t.identities] + [os.path.expanduser(p) for p in opts.identities],
-                      terminal_prompt())
+    keys = unlock_all(
+        [p for t in targets for p in t.identities] + [os.path.expanduser(p) for p in opts.identities], terminal_prompt()
+    )
     results: dict[str, Connection] = {}
     errors: list[ConnectError] = []
     with ThreadPoolExecutor(max_workers=min(64, len(targets)) or 1, thread_name_prefix="ssh-connect") as pool:

@@ -30,9 +30,11 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         if not self.accept_new:
             port = f"-p {t.port} " if t.port != 22 else ""
             raise ConnectError(
-                t.alias, f"host key {fingerprint(key)} of {hostname} is not in {', '.join(t.known_hosts)}; refusing",
+                t.alias,
+                f"host key {fingerprint(key)} of {hostname} is not in {', '.join(t.known_hosts)}; refusing",
                 hint=f"check the fingerprint with the host's owner, then add it (ssh-keyscan {port}{t.hostname} "
-                     f">> {store}), or pass --accept-new-host-keys to trust hosts seen for the first time")
+                f">> {store}), or pass --accept-new-host-keys to trust hosts seen for the first time",
+            )
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         with _KNOWN_HOSTS_LOCK:
             path = Path(store)

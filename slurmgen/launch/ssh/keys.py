@@ -99,7 +99,7 @@ def public_blob(path: str) -> str | None:
         data = base64.b64decode(body)
         if not data.startswith(OPENSSH_MAGIC):
             return None
-        msg = paramiko.Message(data[len(OPENSSH_MAGIC):])
+        msg = paramiko.Message(data[len(OPENSSH_MAGIC) :])
         msg.get_string(), msg.get_string(), msg.get_string()  # cipher, kdf, kdf options
         if msg.get_int() < 1:
             return None
@@ -144,8 +144,9 @@ def unlock(path: str, prompt: Prompt | None, agent: Sequence[paramiko.PKey]) -> 
     if blob is not None and any(key.get_base64() == blob for key in agent):
         return FromAgent(blob)
     if prompt is None:
-        return Unusable(f"encrypted and not in ssh-agent: ssh-add {path}, or run from a terminal "
-                        "to be asked for its passphrase")
+        return Unusable(
+            f"encrypted and not in ssh-agent: ssh-add {path}, or run from a terminal to be asked for its passphrase"
+        )
     for _ in range(TRIES):
         passphrase = prompt(f"Enter passphrase for key '{path}': ")
         try:
@@ -155,8 +156,9 @@ def unlock(path: str, prompt: Prompt | None, agent: Sequence[paramiko.PKey]) -> 
     raise SlurmgenError(f"identity: wrong passphrase for key file {path} ({TRIES} tries)")
 
 
-def unlock_all(paths: Iterable[str], prompt: Prompt | None = None,
-               agent: Sequence[paramiko.PKey] | None = None) -> dict[str, Unlocked]:
+def unlock_all(
+    paths: Iterable[str], prompt: Prompt | None = None, agent: Sequence[paramiko.PKey] | None = None
+) -> dict[str, Unlocked]:
     """path -> what to do with it, for each key file among `paths` that paramiko cannot
     simply read (each asked for once)."""
     paths = [p for p in dict.fromkeys(paths) if os.path.isfile(p) and p not in _UNLOCKED]

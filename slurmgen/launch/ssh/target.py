@@ -41,10 +41,10 @@ class Target:
     user: str
     identities: tuple[str, ...]
     identities_only: bool
-    known_hosts: tuple[str, ...]          # user files; new keys go to the first
-    global_known_hosts: tuple[str, ...]   # read only
+    known_hosts: tuple[str, ...]  # user files; new keys go to the first
+    global_known_hosts: tuple[str, ...]  # read only
     proxy_jump: str | None
-    proxy_command: str | None = None     # tokens (%h %p %r) already expanded; ProxyJump wins
+    proxy_command: str | None = None  # tokens (%h %p %r) already expanded; ProxyJump wins
 
     @property
     def key_name(self) -> str:
@@ -52,8 +52,13 @@ class Target:
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
     def describe(self) -> str:
-        via = (f" via {self.proxy_jump}" if self.proxy_jump else
-               f" via ProxyCommand {self.proxy_command!r}" if self.proxy_command else "")
+        via = (
+            f" via {self.proxy_jump}"
+            if self.proxy_jump
+            else f" via ProxyCommand {self.proxy_command!r}"
+            if self.proxy_command
+            else ""
+        )
         return f"{self.user}@{self.hostname}:{self.port}{via}"
 
 
@@ -84,8 +89,11 @@ def target_from(alias: str, opts: SSHOptions, found: Mapping[str, object]) -> Ta
         raise SlurmgenError(f"ssh_config: Port of host {alias} must be a number (got {port_text!r})") from None
     jump = found.get("proxyjump")
     command = found.get("proxycommand")
-    known = (os.path.expanduser(opts.known_hosts),) if opts.known_hosts else (
-        _files(found.get("userknownhostsfile")) or (os.path.expanduser(DEFAULT_KNOWN_HOSTS),))
+    known = (
+        (os.path.expanduser(opts.known_hosts),)
+        if opts.known_hosts
+        else (_files(found.get("userknownhostsfile")) or (os.path.expanduser(DEFAULT_KNOWN_HOSTS),))
+    )
     return Target(
         alias=alias,
         hostname=str(found.get("hostname", alias)),
@@ -94,7 +102,9 @@ def target_from(alias: str, opts: SSHOptions, found: Mapping[str, object]) -> Ta
         identities=tuple(os.path.expanduser(p) for p in opts.identities) + _files(found.get("identityfile")),
         identities_only=str(found.get("identitiesonly", "no")).lower() == "yes",
         known_hosts=known,
-        global_known_hosts=() if opts.known_hosts else (_files(found.get("globalknownhostsfile")) or GLOBAL_KNOWN_HOSTS),
+        global_known_hosts=()
+        if opts.known_hosts
+        else (_files(found.get("globalknownhostsfile")) or GLOBAL_KNOWN_HOSTS),
         proxy_jump=None if jump is None or str(jump).lower() == "none" else str(jump),
         proxy_command=None if command is None or str(command).lower() == "none" else str(command),
     )

@@ -42,7 +42,9 @@ class Adapter:
     def __init__(self, run_dir, root):
         self.run_dir, self.root = run_dir, root
 
-    def start(self, info: dict[str, Any], hparams: dict[str, Any], state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def start(
+        self, info: dict[str, Any], hparams: dict[str, Any], state: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
         return None
 
     def log(self, type: str, step: int, epoch: float | int | None, metrics: dict[str, float | int]) -> None:
@@ -60,8 +62,10 @@ class Adapter:
             return importlib.import_module(module)
         except ImportError as exc:
             raise TrackerUnavailableError(
-                "tracker", f"needs the {module} package ({exc.msg}); install it with: pip install 'slurmgen[{self.extra}]'",
-                self.name) from None
+                "tracker",
+                f"needs the {module} package ({exc.msg}); install it with: pip install 'slurmgen[{self.extra}]'",
+                self.name,
+            ) from None
 
 
 def parse_trackers(value: str | Iterable[str] | None) -> tuple[str, ...]:

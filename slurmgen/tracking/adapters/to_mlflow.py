@@ -32,8 +32,11 @@ class MlflowAdapter(Adapter):
         from mlflow.tracking import MlflowClient
 
         self._metric = Metric
-        uri = (state or {}).get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or \
-            f"file:{(self.root / 'mlruns').absolute()}"
+        uri = (
+            (state or {}).get("tracking_uri")
+            or os.environ.get("MLFLOW_TRACKING_URI")
+            or f"file:{(self.root / 'mlruns').absolute()}"
+        )
         if uri.startswith("file:"):
             # MLflow 3 keeps its file store in "maintenance mode" behind this switch; it is the one
             # backend that needs no server and no database, and takes concurrent writers (ranks).
@@ -53,8 +56,13 @@ class MlflowAdapter(Adapter):
                     experiment_id = client.get_experiment_by_name(experiment_name).experiment_id
             else:
                 experiment_id = experiment.experiment_id
-            tags = {"slurmgen.id": info["id"], "slurmgen.group": info["group"], "slurmgen.job_type": info["job_type"],
-                    "slurmgen.dir": str(self.run_dir.absolute()), "slurmgen.restart_count": str(info["restart_count"])}
+            tags = {
+                "slurmgen.id": info["id"],
+                "slurmgen.group": info["group"],
+                "slurmgen.job_type": info["job_type"],
+                "slurmgen.dir": str(self.run_dir.absolute()),
+                "slurmgen.restart_count": str(info["restart_count"]),
+            }
             if info.get("description"):
                 tags["mlflow.note.content"] = info["description"]
             for tag in info.get("tags") or []:
@@ -62,8 +70,10 @@ class MlflowAdapter(Adapter):
             self.run_id = client.create_run(experiment_id, run_name=info["name"], tags=tags).info.run_id
             params = [Param(k[:250], str(v)[:6000]) for k, v in hparams.items()]
             for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
-                client.log_batch(self.run_id, params=params[i:i + 100])
-            client.log_batch(self.run_id, tags=[RunTag("slurmgen.git_commit", str((info.get("git") or {}).get("commit")))])
+                client.log_batch(self.run_id, params=params[i : i + 100])
+            client.log_batch(
+                self.run_id, tags=[RunTag("slurmgen.git_commit", str((info.get("git") or {}).get("commit")))]
+            )
         return {"run_id": self.run_id, "tracking_uri": uri, "experiment": experiment_name}
 
     def log(self, type: str, step: int, epoch, metrics: dict[str, float | int]) -> None:

@@ -18,8 +18,11 @@ from typing import Any
 from . import Adapter
 
 STATE = {"finished": "success", "failed": "crashed", "preempted": "aborted"}
-SETTINGS = {"interactive": False, "terminal": {"proxy_type": "none"},
-            "probe": {"hardware": False, "requirements": False, "monitor": False, "git": False, "runtime": False}}
+SETTINGS = {
+    "interactive": False,
+    "terminal": {"proxy_type": "none"},
+    "probe": {"hardware": False, "requirements": False, "monitor": False, "git": False, "runtime": False},
+}
 
 
 class SwanLabAdapter(Adapter):
@@ -30,11 +33,19 @@ class SwanLabAdapter(Adapter):
         mode = os.environ.get("SWANLAB_MODE", "offline")
         run_id = (state or {}).get("id") or re.sub(r"[^A-Za-z0-9]+", "_", info["id"]).strip("_")[:64]
         self._run = swanlab.init(
-            mode=mode, log_dir=str(self.run_dir / "swanlog"), project=os.environ.get("SWANLAB_PROJECT", "slurmgen"),
-            name=info["name"], description=info.get("description") or None, group=info["group"],
-            job_type=info["job_type"], tags=info.get("tags") or None,
-            config={**hparams, "slurmgen/restart_count": info["restart_count"]}, id=run_id, resume="allow",
-            reinit=True, settings=SETTINGS,
+            mode=mode,
+            log_dir=str(self.run_dir / "swanlog"),
+            project=os.environ.get("SWANLAB_PROJECT", "slurmgen"),
+            name=info["name"],
+            description=info.get("description") or None,
+            group=info["group"],
+            job_type=info["job_type"],
+            tags=info.get("tags") or None,
+            config={**hparams, "slurmgen/restart_count": info["restart_count"]},
+            id=run_id,
+            resume="allow",
+            reinit=True,
+            settings=SETTINGS,
         )
         return {"id": run_id, "mode": mode, "dir": str(self.run_dir / "swanlog")}
 

@@ -36,8 +36,11 @@ class TensorBoardAdapter(Adapter):
 
         meta = self._summary.Value().metadata
         meta.plugin_data.plugin_name = "text"
-        tensor = tensor_pb2.TensorProto(dtype=7, string_val=[text.encode()],  # 7: DT_STRING
-                                        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[]))
+        tensor = tensor_pb2.TensorProto(
+            dtype=7,
+            string_val=[text.encode()],  # 7: DT_STRING
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[]),
+        )
         value = self._summary.Value(tag=tag, metadata=meta, tensor=tensor)
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=self._summary(value=[value])))
 

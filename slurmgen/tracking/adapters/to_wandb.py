@@ -38,13 +38,23 @@ class WandbAdapter(Adapter):
         mode = os.environ.get("WANDB_MODE", "offline")
         if mode in ("offline", "disabled"):
             os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
-        settings = wandb.Settings(mode=mode, silent=True, console="off", x_disable_stats=True,
-                                  x_disable_machine_info=True)
+        settings = wandb.Settings(
+            mode=mode, silent=True, console="off", x_disable_stats=True, x_disable_machine_info=True
+        )
         run_id = (state or {}).get("id") or wandb_id(info["id"])
         self._run = wandb.init(
-            dir=str(self.run_dir), project=os.environ.get("WANDB_PROJECT", "slurmgen"), id=run_id, resume="allow",
-            name=info["name"], group=info["group"], job_type=info["job_type"], tags=info.get("tags") or None,
-            notes=info.get("description") or None, config=hparams, reinit="create_new", settings=settings,
+            dir=str(self.run_dir),
+            project=os.environ.get("WANDB_PROJECT", "slurmgen"),
+            id=run_id,
+            resume="allow",
+            name=info["name"],
+            group=info["group"],
+            job_type=info["job_type"],
+            tags=info.get("tags") or None,
+            notes=info.get("description") or None,
+            config=hparams,
+            reinit="create_new",
+            settings=settings,
         )
         self._run.config.update({"slurmgen/restart_count": info["restart_count"]}, allow_val_change=True)
         return {"id": run_id, "mode": mode, "dir": str(self.run_dir / "wandb")}
@@ -58,12 +68,16 @@ class WandbAdapter(Adapter):
     def artifact(self, record: dict[str, Any]) -> None:
         if record["role"] == "input":  # use_artifact needs a server; the inputs go into the config instead
             files = [{k: f.get(k) for k in ("name", "path", "sha256", "size")} for f in record["files"]]
-            self._run.config.update({f"inputs/{record['name']}": {"type": record["type"], "files": files}},
-                                    allow_val_change=True)
+            self._run.config.update(
+                {f"inputs/{record['name']}": {"type": record["type"], "files": files}}, allow_val_change=True
+            )
             return
-        art = self._wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]+", "-", record["name"]), type=record["type"],
-                                   description=record.get("description"),
-                                   metadata={**(record.get("metadata") or {}), "files": record["files"]})
+        art = self._wandb.Artifact(
+            re.sub(r"[^A-Za-z0-9_.-]+", "-", record["name"]),
+            type=record["type"],
+            description=record.get("description"),
+            metadata={**(record.get("metadata") or {}), "files": record["files"]},
+        )
         for entry in record["files"]:
             art.add_reference(f"file://{entry['path']}", name=entry["name"], checksum=False)
         self._run.log_artifact(art)

@@ -41,8 +41,17 @@ ARTIFACTS = REPO / "test-artifacts" / "web"
 AGENT_HOSTS = ("127.0.0.1", "localhost")
 WORKERS_PER_AGENT = 2
 START_TIMEOUT = 20.0
-BROWSER_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions"]
+BROWSER_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+]
 
 
 def _stop(proc: subprocess.Popen, grace: float = 5.0) -> None:
@@ -116,16 +125,39 @@ def _serve(home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]]
         time.sleep(0.1)
     coord.token = token_file.read_text().strip()
     for name, prefix in agents:
-        coord.procs.append(_spawn(prefix + slurmgen + ["agent", "--server", url, "--token-file", str(token_file),
-                                                       "--workers", str(WORKERS_PER_AGENT), "--name", name, "--grace", "3"],
-                                  env, home / f"agent-{name}.log"))
+        coord.procs.append(
+            _spawn(
+                prefix
+                + slurmgen
+                + [
+                    "agent",
+                    "--server",
+                    url,
+                    "--token-file",
+                    str(token_file),
+                    "--workers",
+                    str(WORKERS_PER_AGENT),
+                    "--name",
+                    name,
+                    "--grace",
+                    "3",
+                ],
+                env,
+                home / f"agent-{name}.log",
+            )
+        )
     coord.wait_workers(WORKERS_PER_AGENT * len(agents))
     return coord
 
 
 def _home_env(home: Path, base: dict) -> dict:
-    env = {**base, "XDG_CONFIG_HOME": str(home / "config"), "XDG_STATE_HOME": str(home / "state"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **base,
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("SLURMGEN_TOKEN", None)
     return env
 
@@ -155,9 +187,11 @@ def serve(tmp_path: Path) -> Iterator[object]:
     tmp_path) and local agents by name; everything is stopped when the test ends."""
     pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
     with contextlib.ExitStack() as stack:
+
         def start(agents: tuple[str, ...] = ()) -> Coordinator:
             env = _home_env(tmp_path, dict(os.environ))
             return stack.enter_context(_served(tmp_path, env, "127.0.0.1", [(host, []) for host in agents]))
+
         yield start
 
 
@@ -166,8 +200,10 @@ def cluster_coordinator(cluster, tmp_path_factory: pytest.TempPathFactory) -> It
     """The server in the root namespace, one agent inside each test-cluster node."""
     pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
     home = tmp_path_factory.mktemp("coordinator-cluster")
-    agents = [(n.name, ["nsenter", f"--net=/run/netns/{n.netns}", f"--uts=/proc/{n.slurmd_pid}/ns/uts", "--"])
-              for n in cluster.nodes]
+    agents = [
+        (n.name, ["nsenter", f"--net=/run/netns/{n.netns}", f"--uts=/proc/{n.slurmd_pid}/ns/uts", "--"])
+        for n in cluster.nodes
+    ]
     with _served(home, _home_env(home, cluster.env()), cluster.controller_ip, agents) as coord:
         yield coord
 
@@ -240,7 +276,9 @@ def page(browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     p = Page(context.new_page(), coordinator.url, folder)
     p.page.set_default_timeout(10_000)
     p.page.on("dialog", lambda d: (p.dialogs.append(d.message), d.dismiss()))
-    p.page.on("console", lambda m: p.console_errors.append(m.text) if m.type == "error" and not _http_status(m.text) else None)
+    p.page.on(
+        "console", lambda m: p.console_errors.append(m.text) if m.type == "error" and not _http_status(m.text) else None
+    )
     p.page.on("pageerror", lambda e: p.console_errors.append(str(e)))
     p.page.on("request", lambda r: None if r.url.startswith(coordinator.url + "/") else p.foreign.append(r.url))
     try:

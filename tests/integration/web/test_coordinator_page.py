@@ -82,8 +82,17 @@ def test_seed_workflow_from_the_page_on_the_cluster(page, cluster_coordinator, t
 
     first_node = sorted({n.rpartition("-")[0] for n in names})[0]
     (tmp_path / "probe_recording.py").write_text(PROBE_RECORDING)
-    _save_settings(p, **{"Master address": first_node, "World size": "4", "Master port": "29500", "Backend": "gloo",
-                         "Command": "python probe_recording.py", "Working directory": str(tmp_path)})
+    _save_settings(
+        p,
+        **{
+            "Master address": first_node,
+            "World size": "4",
+            "Master port": "29500",
+            "Backend": "gloo",
+            "Command": "python probe_recording.py",
+            "Working directory": str(tmp_path),
+        },
+    )
     p.page.wait_for_url(coordinator.url + "/ui/")
     card = _card(p, "exp1")
     expect(card).to_contain_text("gloo")
@@ -127,8 +136,15 @@ def test_failing_worker_fails_the_group_with_its_code(page, coordinator, tmp_pat
     _tick_and_move(p, names, "crash")
     _card(p, "crash").get_by_role("link", name="Settings of group crash").click()
     code = "import os, sys, time; print(sys.argv[1], flush=True); time.sleep(0.5); os.environ['RANK'] == '1' and sys.exit(3); time.sleep(60)"
-    _save_settings(p, **{"Backend": "gloo", "Command": f"python -c \"{code}\" '{HOSTILE}'",
-                         "Environment (one KEY=VALUE a line)": f"NOTE={HOSTILE}", "Working directory": str(tmp_path)})
+    _save_settings(
+        p,
+        **{
+            "Backend": "gloo",
+            "Command": f"python -c \"{code}\" '{HOSTILE}'",
+            "Environment (one KEY=VALUE a line)": f"NOTE={HOSTILE}",
+            "Working directory": str(tmp_path),
+        },
+    )
     p.page.wait_for_url(coordinator.url + "/ui/")
     _card(p, "crash").get_by_role("button", name="Start group crash", exact=True).click()
     expect(_card(p, "crash").locator(".state")).to_have_text("failed 3", timeout=20_000)
@@ -174,8 +190,9 @@ def test_without_a_session_the_page_asks_for_the_token(page, coordinator):
     p.shot("login-refused")
     assert coordinator.api("GET", "/api/groups", token=None)[0] == 401
     assert coordinator.api("GET", "/api/groups", token="wrong")[0] == 401
-    forged = urllib.request.Request(coordinator.url + "/ui/groups", data=b"name=forged", method="POST",
-                                    headers={"Origin": "http://evil.example"})
+    forged = urllib.request.Request(
+        coordinator.url + "/ui/groups", data=b"name=forged", method="POST", headers={"Origin": "http://evil.example"}
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(forged, timeout=10)
     assert refused.value.code in (401, 403)

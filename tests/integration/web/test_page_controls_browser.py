@@ -51,8 +51,22 @@ def _marked(cluster, marker: str) -> list:
 def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tmp_path):
     coordinator, p = cluster_coordinator, page
     marker = f"marker-7{random.randint(100, 999)}"
-    run = Run([*base_args(cluster, tmp_path), "--registry", str(_registry(coordinator)), "--hosts", "node1,node2",
-               "--gpus", "2", "--", sys.executable, "-c", ALIVE, marker])
+    run = Run(
+        [
+            *base_args(cluster, tmp_path),
+            "--registry",
+            str(_registry(coordinator)),
+            "--hosts",
+            "node1,node2",
+            "--gpus",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            ALIVE,
+            marker,
+        ]
+    )
     try:
         run.wait_for(r"all 2 node\(s\) running", timeout=60)
         deadline = time.monotonic() + 30  # started: a rank's shell may not have run its program yet
@@ -93,8 +107,24 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
 
 def _submit_failing_job(coordinator, cluster, cwd: Path, out: str) -> str:
     """`slurmgen submit` of a one-node job whose command fails, into the coordinator's registry."""
-    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
-            "--gpus", "1", "--time", "5", "-o", out, "--", "false"]
+    argv = [
+        sys.executable,
+        "-m",
+        "slurmgen",
+        "submit",
+        "--registry",
+        str(_registry(coordinator)),
+        "--nodes",
+        "1",
+        "--gpus",
+        "1",
+        "--time",
+        "5",
+        "-o",
+        out,
+        "--",
+        "false",
+    ]
     proc = subprocess.run(argv, cwd=cwd, env=cluster.env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
@@ -124,9 +154,28 @@ def test_an_array_jobs_grid_shows_each_task_and_links_to_its_log(page, cluster_c
     parameters and state, and a task's "log" link opens the page on that task: the log view on its
     lines alone, the attempts table on its attempts."""
     coordinator, p = cluster_coordinator, page
-    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator)), "--nodes", "1",
-            "--gpus", "1", "--time", "5", "-o", "page-array", "--sweep", "lr=0.1,0.01,0.001", "--",
-            sys.executable, "-c", "import sys; print('params', *sys.argv[1:])"]
+    argv = [
+        sys.executable,
+        "-m",
+        "slurmgen",
+        "submit",
+        "--registry",
+        str(_registry(coordinator)),
+        "--nodes",
+        "1",
+        "--gpus",
+        "1",
+        "--time",
+        "5",
+        "-o",
+        "page-array",
+        "--sweep",
+        "lr=0.1,0.01,0.001",
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; print('params', *sys.argv[1:])",
+    ]
     proc = subprocess.run(argv, cwd=tmp_path, env=cluster.env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip()
@@ -169,7 +218,9 @@ def test_requeue_and_cancel_a_slurm_job_through_the_json_api(cluster_coordinator
         status, body = coordinator.api("POST", path, {"action": "stop"})
         assert status == 409 and "not an SSH launch" in body["detail"], body
         status, body = coordinator.api("POST", path, {"action": "requeue"})
-        assert (status, body["action"]) == (200, "requeue") and f"requeued job {job} (it was FAILED)" in body["said"], body
+        assert (status, body["action"]) == (200, "requeue") and f"requeued job {job} (it was FAILED)" in body["said"], (
+            body
+        )
         squeue = cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
         assert squeue in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), squeue  # back in the queue
         status, body = coordinator.api("POST", path, {"action": "requeue"})  # Slurm holds it back a while
@@ -187,15 +238,23 @@ def test_group_limits_command_env_and_delete_from_the_page(page, cluster_coordin
     coordinator, p = cluster_coordinator, page
     assert coordinator.api("POST", "/api/groups", {"name": "ctl-<b>x"})[0] == 422  # names are a safe alphabet
     assert coordinator.api("POST", "/api/groups", {"name": "ctl1"})[0] == 201
-    coordinator.api("PATCH", "/api/groups/ctl1/config", {"argv": ["python", "-c", "print('<b>hi</b>')"],
-                                                         "env": {"NOTE": "<script>alert(1)</script>", "HF_TOKEN": "s3cret"}})
+    coordinator.api(
+        "PATCH",
+        "/api/groups/ctl1/config",
+        {
+            "argv": ["python", "-c", "print('<b>hi</b>')"],
+            "env": {"NOTE": "<script>alert(1)</script>", "HF_TOKEN": "s3cret"},
+        },
+    )
     p.log_in(coordinator.token)
     p.page.goto(coordinator.url + "/ui/groups/ctl1/settings")
     p.page.get_by_label("Max restarts").fill("2")
     p.page.get_by_label("Heartbeat timeout (s)").fill("0.5")
     p.page.get_by_label("Stop grace (s)").fill("3")
     p.page.get_by_role("button", name="Save settings").click()
-    expect(p.page.locator("#heartbeat_timeout-error")).to_have_text("heartbeat_timeout: expected at least 1 (got '0.5')")
+    expect(p.page.locator("#heartbeat_timeout-error")).to_have_text(
+        "heartbeat_timeout: expected at least 1 (got '0.5')"
+    )
     p.shot("settings-limits-refused")
     p.page.get_by_label("Heartbeat timeout (s)").fill("45")
     p.page.get_by_role("button", name="Save settings").click()

@@ -146,7 +146,13 @@ def test_log_view_opens_on_the_newest_line_with_a_separator_per_attempt(page, co
     _command(coordinator, "logs", [sys.executable, "-c", TALKER, "1500", "60"])
     _start(coordinator, "logs")
     deadline = time.monotonic() + 30
-    while sum(" LAST" in ln["line"] for ln in coordinator.api("GET", "/api/groups/logs/logs?attempt=2&tail=true&limit=5000")[1]) < 4:
+    while (
+        sum(
+            " LAST" in ln["line"]
+            for ln in coordinator.api("GET", "/api/groups/logs/logs?attempt=2&tail=true&limit=5000")[1]
+        )
+        < 4
+    ):
         assert time.monotonic() < deadline, "the ranks' lines did not arrive"
         time.sleep(0.3)
     p.log_in(coordinator.token)

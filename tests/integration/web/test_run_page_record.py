@@ -26,19 +26,45 @@ expect = pytest.importorskip("playwright.sync_api", reason="the test extra insta
 pytestmark = [pytest.mark.timeout(240)]
 
 JOB = "9301"
-TRAIN = ["python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--max-steps", "120",
-         "--save-every", "60", "--log-every", "10", "--heartbeat-every", "0.2", "--out-dir", "R"]
-SCONTROL = (f"JobId={JOB} JobName=train JobState=FAILED Reason=NonZeroExitCode Restarts=0 ExitCode=75:0 RunTime=00:00:20 "
-            "TimeLimit=00:05:00 EndTime={end} NodeList=node1")
+TRAIN = [
+    "python",
+    "-m",
+    "slurmgen.train",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--max-steps",
+    "120",
+    "--save-every",
+    "60",
+    "--log-every",
+    "10",
+    "--heartbeat-every",
+    "0.2",
+    "--out-dir",
+    "R",
+]
+SCONTROL = (
+    f"JobId={JOB} JobName=train JobState=FAILED Reason=NonZeroExitCode Restarts=0 ExitCode=75:0 RunTime=00:00:20 "
+    "TimeLimit=00:05:00 EndTime={end} NodeList=node1"
+)
 
 
 def _trained(tmp_path) -> None:
     """The trainer's own run here, as rank 0 of job JOB: its record, timeline and log."""
     logs = tmp_path / "logs"
     logs.mkdir()
-    env = {**os.environ, envvars.TIMELINE_FILE: str(logs / TIMELINE_NAME.format(job_id=JOB)), envvars.GROUP: f"slurm-{JOB}",
-           "SLURM_JOB_ID": JOB, "SLURM_RESTART_COUNT": "0"}
-    proc = subprocess.run([sys.executable, *TRAIN[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    env = {
+        **os.environ,
+        envvars.TIMELINE_FILE: str(logs / TIMELINE_NAME.format(job_id=JOB)),
+        envvars.GROUP: f"slurm-{JOB}",
+        "SLURM_JOB_ID": JOB,
+        "SLURM_RESTART_COUNT": "0",
+    }
+    proc = subprocess.run(
+        [sys.executable, *TRAIN[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (logs / f"train-{JOB}.out").write_text("".join(f"0: {line}\n" for line in (proc.stdout + proc.stderr).splitlines()))
 
@@ -68,9 +94,23 @@ def test_a_checkpointed_trainer_jobs_page(page, own_coordinator, tmp_path):
     coordinator, p = own_coordinator, page
     with Registry.open(coordinator.env["SLURMGEN_REGISTRY"], create=True) as reg:  # the tests' own (tests/conftest.py)
         submitted = float((tmp_path / "submitted").read_text())
-        record = JobRecord(JOB, "train", str(tmp_path / "out"), submitted, None, "RUNNING", None,
-                           {"nodes": 1, "gpus": 1, "log_dir": str(tmp_path / "logs"), "workdir": str(tmp_path),
-                            "launcher": "srun", "command": TRAIN})
+        record = JobRecord(
+            JOB,
+            "train",
+            str(tmp_path / "out"),
+            submitted,
+            None,
+            "RUNNING",
+            None,
+            {
+                "nodes": 1,
+                "gpus": 1,
+                "log_dir": str(tmp_path / "logs"),
+                "workdir": str(tmp_path),
+                "launcher": "srun",
+                "command": TRAIN,
+            },
+        )
         reg.add(record)
     p.log_in(coordinator.token)
     p.page.goto(f"{coordinator.url}/ui/runs/{record.seq}")

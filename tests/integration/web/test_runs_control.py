@@ -16,14 +16,46 @@ expect = pytest.importorskip("playwright.sync_api", reason="the test extra insta
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-TRAIN = ["python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--max-steps", "100000",
-         "--save-every", "0", "--log-every", "1000", "--heartbeat-every", "0.2", "--out-dir", "R"]
+TRAIN = [
+    "python",
+    "-m",
+    "slurmgen.train",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--max-steps",
+    "100000",
+    "--save-every",
+    "0",
+    "--log-every",
+    "1000",
+    "--heartbeat-every",
+    "0.2",
+    "--out-dir",
+    "R",
+]
 
 
 def _submit(coordinator, cluster, cwd, *args: str) -> str:
     registry = coordinator.home / "state" / "slurmgen" / "jobs.sqlite"  # what `slurmgen serve` reads
-    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(registry), "--nodes", "2", "--gpus", "1",
-            "--backend", "gloo", "--time", "5", *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "slurmgen",
+        "submit",
+        "--registry",
+        str(registry),
+        "--nodes",
+        "2",
+        "--gpus",
+        "1",
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        *args,
+    ]
     proc = subprocess.run(argv, cwd=cwd, env=cluster.env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
@@ -52,7 +84,11 @@ def test_cancel_a_slurm_job_from_its_page(page, cluster_coordinator, cluster, tm
         squeue = cluster.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False)
         assert squeue.stdout.strip() == "", squeue.stdout
         expect(p.page.get_by_role("button", name="Cancel")).to_be_disabled()
-        assert p.page.get_by_role("button", name="Cancel").get_attribute("title").startswith("the job has ended (CANCELLED")
+        assert (
+            p.page.get_by_role("button", name="Cancel")
+            .get_attribute("title")
+            .startswith("the job has ended (CANCELLED")
+        )
         # Stopped on request, in the run's words: not a "First failure", its attempt not "start".
         expect(p.page.locator("#failure-title")).to_have_text("Stopped")
         expect(p.page.locator("section[aria-labelledby=attempts-title] tbody tr td").nth(1)).to_have_text("stopped")

@@ -31,9 +31,21 @@ def _fill(coordinator, now: float, records) -> None:
         run.log("train", {"loss": 1.5 / step}, step=step)
     run.finish()
     with _registry(coordinator) as reg:
-        reg.add(JobRecord("4242", "train-slurm", "/w/a", now - 300, None, "RUNNING", None,
-                          {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "1:00:00"}))
-        launch = add_run(reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4, record_dir=str(records)), now - 200)
+        reg.add(
+            JobRecord(
+                "4242",
+                "train-slurm",
+                "/w/a",
+                now - 300,
+                None,
+                "RUNNING",
+                None,
+                {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "1:00:00"},
+            )
+        )
+        launch = add_run(
+            reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4, record_dir=str(records)), now - 200
+        )
         start_attempt(reg, launch, 1, now - 200)
         end_run(reg, launch, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), now - 100)
         hostile = add_run(reg, NewRun("launch", "20261125-2", HOSTILE, "/w", 1, 2), now - 50)

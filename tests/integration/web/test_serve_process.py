@@ -28,8 +28,10 @@ def _post_big(url: str, path: str, chunked: bool) -> bytes:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as s:
         length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {BIG}"
-        s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
-                  f"{length}\r\n\r\n".encode())
+        s.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            f"{length}\r\n\r\n".encode()
+        )
         block = b"token=" + b"a" * (CHUNK - 6)
         try:
             for _ in range(BIG // CHUNK):
@@ -51,8 +53,10 @@ def test_a_huge_unauthenticated_post_is_refused_in_bounded_memory(serve, chunked
     before = _rss_mb(server.pid)
     answer = _post_big(coord.url, "/ui/login", chunked)
     after = _rss_mb(server.pid)
-    print(f"RSS of slurmgen serve: {before:.1f} MB before, {after:.1f} MB after a 200 MB POST "
-          f"({'chunked' if chunked else 'Content-Length'}); answer {answer[:12]!r}")
+    print(
+        f"RSS of slurmgen serve: {before:.1f} MB before, {after:.1f} MB after a 200 MB POST "
+        f"({'chunked' if chunked else 'Content-Length'}); answer {answer[:12]!r}"
+    )
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert after - before < 20, f"{before:.1f} MB -> {after:.1f} MB"
     assert coord.api("GET", "/api/health", token=None)[0] == 200, "still serving"
@@ -80,8 +84,12 @@ def test_rank_logs_on_a_real_agent_are_private(serve):
     workers = [w["name"] for w in coord.wait_workers(2)]
     assert coord.api("POST", "/api/groups", {"name": "private"})[0] == 201
     assert coord.api("POST", "/api/workers/move", {"workers": workers, "group": "private"})[0] == 200
-    assert coord.api("PUT", "/api/groups/private/config",
-                     {"backend": "gloo", "argv": [sys.executable, "-c", "print('secret')"]})[0] == 200
+    assert (
+        coord.api(
+            "PUT", "/api/groups/private/config", {"backend": "gloo", "argv": [sys.executable, "-c", "print('secret')"]}
+        )[0]
+        == 200
+    )
     assert coord.api("POST", "/api/groups/private/start")[0] == 200
     logs = home / "state" / "slurmgen" / "agent" / "127.0.0.1" / "logs"
     deadline = time.monotonic() + 20
@@ -93,4 +101,3 @@ def test_rank_logs_on_a_real_agent_are_private(serve):
         assert f.stat().st_mode & 0o777 == 0o600, f
     for d in (files[0].parent, files[0].parent.parent, logs):
         assert d.stat().st_mode & 0o777 == 0o700, d
-

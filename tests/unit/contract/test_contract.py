@@ -16,8 +16,13 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_the_contract_imports_nothing_of_slurmgen_but_itself():
     for path in (ROOT / "slurmgen" / "contract").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 assert not name.startswith("slurmgen") or name.startswith("slurmgen.contract"), (path.name, name)
 
@@ -43,8 +48,12 @@ def test_literal_choices_match_the_contract():
 def test_every_launcher_defaults_to_the_same_backend():
     """The coordinator said nccl where the spec and the trainer said auto: a CPU group then failed to start."""
     assert default(JobSpec, "backend") == GroupConfig.model_fields["backend"].default == backends.DEFAULT_BACKEND
-    assert (default(JobSpec, "strategy") == GroupConfig.model_fields["strategy"].default
-            == TrainConfig().strategy == strategies.DEFAULT_STRATEGY)
+    assert (
+        default(JobSpec, "strategy")
+        == GroupConfig.model_fields["strategy"].default
+        == TrainConfig().strategy
+        == strategies.DEFAULT_STRATEGY
+    )
 
 
 def test_job_port_is_stable_in_range_and_said_as_computed():
@@ -54,7 +63,10 @@ def test_job_port_is_stable_in_range_and_said_as_computed():
 
 
 def test_outside_words_map_both_ways():
-    for word_of, back in ((states.HEARTBEAT_WORD, states.from_heartbeat), (states.RUN_RECORD_WORD, states.from_run_record)):
+    for word_of, back in (
+        (states.HEARTBEAT_WORD, states.from_heartbeat),
+        (states.RUN_RECORD_WORD, states.from_run_record),
+    ):
         assert len(set(word_of.values())) == len(word_of)
         assert all(back(word) is state for state, word in word_of.items())
     assert states.from_heartbeat("done") is states.State.SUCCEEDED
@@ -74,4 +86,7 @@ def test_an_exit_code_means_one_state_everywhere():
 def test_slurms_words_split_into_live_and_ended_and_keep_the_exit_75_rule():
     assert states.SLURM_LIVE.isdisjoint(states.SLURM_ENDED)
     assert set(states.SLURM_STATE) <= states.SLURM_LIVE | states.SLURM_ENDED
-    assert states.from_slurm("FAILED", 75) is states.State.PREEMPTED and states.from_slurm("CANCELLED by 0") is states.State.STOPPED
+    assert (
+        states.from_slurm("FAILED", 75) is states.State.PREEMPTED
+        and states.from_slurm("CANCELLED by 0") is states.State.STOPPED
+    )

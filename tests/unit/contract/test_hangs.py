@@ -23,16 +23,19 @@ def test_the_timeout_is_the_period_plus_k_times_p99_or_the_floor():
     assert hangs.learned_timeout(steps, factor=3, floor=0.1, period=0.25, least=20, longest=4.0) == 4.25
 
 
-@pytest.mark.parametrize(("beat", "limit"), [
-    ({"status": "running"}, 60.0),  # start-up: nothing learned, the fixed one
-    ({"status": "running", "timeout": 0.85}, 0.85),  # a step: learned
-    ({"status": "running", "timeout": 600}, 60.0),  # the fixed one stays the ceiling
-    ({"status": "running", "timeout": True}, 60.0),  # not a number: ignored
-    ({"status": "evaluating"}, None),  # an evaluation nothing was learned of: not judged, as before
-    ({"status": "evaluating", "timeout": 90.5}, 90.5),  # learned from earlier evaluations
-    ({"status": "checkpointing", "timeout": 5}, None),  # the disk's time: never judged
-    ({"status": "done"}, None),
-])
+@pytest.mark.parametrize(
+    ("beat", "limit"),
+    [
+        ({"status": "running"}, 60.0),  # start-up: nothing learned, the fixed one
+        ({"status": "running", "timeout": 0.85}, 0.85),  # a step: learned
+        ({"status": "running", "timeout": 600}, 60.0),  # the fixed one stays the ceiling
+        ({"status": "running", "timeout": True}, 60.0),  # not a number: ignored
+        ({"status": "evaluating"}, None),  # an evaluation nothing was learned of: not judged, as before
+        ({"status": "evaluating", "timeout": 90.5}, 90.5),  # learned from earlier evaluations
+        ({"status": "checkpointing", "timeout": 5}, None),  # the disk's time: never judged
+        ({"status": "done"}, None),
+    ],
+)
 def test_the_watchers_rule(beat, limit):
     assert hangs.beat_limit({"time": 1.0, **beat}, fixed=60.0) == limit
 
@@ -40,8 +43,10 @@ def test_the_watchers_rule(beat, limit):
 def test_settings_come_from_the_environment_with_sane_defaults():
     assert hangs.settings({}) == (hangs.DEFAULT_FACTOR, hangs.DEFAULT_FLOOR)
     assert hangs.settings({envvars.HANG_FACTOR: "2.5", envvars.HANG_FLOOR: "0.5"}) == (2.5, 0.5)
-    assert hangs.settings({envvars.HANG_FACTOR: "x", envvars.HANG_FLOOR: "-1"}) == (hangs.DEFAULT_FACTOR,
-                                                                                    hangs.DEFAULT_FLOOR)
+    assert hangs.settings({envvars.HANG_FACTOR: "x", envvars.HANG_FLOOR: "-1"}) == (
+        hangs.DEFAULT_FACTOR,
+        hangs.DEFAULT_FLOOR,
+    )
 
 
 def test_the_stack_signal_is_neither_preemption_signal():

@@ -26,28 +26,35 @@ ABSENT = verdict.failure(verdict.ABSENT, "c")
 SRUN = verdict.exited(None, "node2", task=1, detail="Killed by signal 9")  # srun names no code
 
 
-@pytest.mark.parametrize("events, expected, first, code", [
-    ([], 0, None, exitcodes.OK),                          # nothing failed: success
-    ([], 3, None, None),                                  # nobody ended yet: undecided
-    ([OK0, OK1], 3, None, None),                          # not everyone ended yet
-    ([OK0, OK1, OK2], 3, None, exitcodes.OK),             # every party ended well
-    ([EXIT3], 3, EXIT3, 3),
-    ([OK0, EXIT3, OK2], 3, EXIT3, 3),                     # clean exits do not count as failures
-    ([EXIT3, EXIT7], 3, EXIT3, 3),                        # the first failure wins...
-    ([EXIT7, EXIT3], 3, EXIT7, 7),                        # ...whichever it is
-    ([HANG, EXIT3], 3, HANG, exitcodes.HUNG),             # a stale heartbeat before any exit
-    ([LOSS, HANG], 3, LOSS, exitcodes.LOST),
-    ([INT, EXIT3], 0, INT, exitcodes.INTERRUPTED),        # a rank failing while stopping is not the cause
-    ([EXIT3, INT], 0, EXIT3, 3),                          # a signal after the first failure changes nothing
-    ([TERM, INT], 0, TERM, exitcodes.TERMINATED),         # the first signal names the code
-    ([OK0, OK1, OK2, EXIT3], 3, EXIT3, 3),                # a failure after every clean exit still fails
-    ([ABSENT], 3, ABSENT, exitcodes.HUNG),                # a node that never showed up: as timeout(1)
-    ([verdict.failure(verdict.MISMATCH, "b")], 2, verdict.failure(verdict.MISMATCH, "b"), exitcodes.BAD_INPUT),
-    ([verdict.failure(verdict.ERROR, "b", detail="no session")], 0,
-     verdict.failure(verdict.ERROR, "b", detail="no session"), exitcodes.FAILED),
-    ([SRUN, EXIT3], 0, SRUN, None),                       # a failure without a code is still a failure
-    ([verdict.exited(255, "a")], 0, verdict.exited(255, "a"), 255),  # an exit keeps its own code
-])
+@pytest.mark.parametrize(
+    "events, expected, first, code",
+    [
+        ([], 0, None, exitcodes.OK),  # nothing failed: success
+        ([], 3, None, None),  # nobody ended yet: undecided
+        ([OK0, OK1], 3, None, None),  # not everyone ended yet
+        ([OK0, OK1, OK2], 3, None, exitcodes.OK),  # every party ended well
+        ([EXIT3], 3, EXIT3, 3),
+        ([OK0, EXIT3, OK2], 3, EXIT3, 3),  # clean exits do not count as failures
+        ([EXIT3, EXIT7], 3, EXIT3, 3),  # the first failure wins...
+        ([EXIT7, EXIT3], 3, EXIT7, 7),  # ...whichever it is
+        ([HANG, EXIT3], 3, HANG, exitcodes.HUNG),  # a stale heartbeat before any exit
+        ([LOSS, HANG], 3, LOSS, exitcodes.LOST),
+        ([INT, EXIT3], 0, INT, exitcodes.INTERRUPTED),  # a rank failing while stopping is not the cause
+        ([EXIT3, INT], 0, EXIT3, 3),  # a signal after the first failure changes nothing
+        ([TERM, INT], 0, TERM, exitcodes.TERMINATED),  # the first signal names the code
+        ([OK0, OK1, OK2, EXIT3], 3, EXIT3, 3),  # a failure after every clean exit still fails
+        ([ABSENT], 3, ABSENT, exitcodes.HUNG),  # a node that never showed up: as timeout(1)
+        ([verdict.failure(verdict.MISMATCH, "b")], 2, verdict.failure(verdict.MISMATCH, "b"), exitcodes.BAD_INPUT),
+        (
+            [verdict.failure(verdict.ERROR, "b", detail="no session")],
+            0,
+            verdict.failure(verdict.ERROR, "b", detail="no session"),
+            exitcodes.FAILED,
+        ),
+        ([SRUN, EXIT3], 0, SRUN, None),  # a failure without a code is still a failure
+        ([verdict.exited(255, "a")], 0, verdict.exited(255, "a"), 255),  # an exit keeps its own code
+    ],
+)
 def test_the_first_failure_wins_with_its_code(events, expected, first, code):
     seen = decide(events, expected)
     assert (seen.first, seen.code) == (first, code)
@@ -78,23 +85,31 @@ def test_the_verdict_is_the_first_failure_of_any_sequence():
                     assert seen.code == (exitcodes.OK if len(events) >= expected else None), events
 
 
-@pytest.mark.parametrize("event, text", [
-    (verdict.failure(verdict.HUNG, "n2", 3), "hung (rank 3 on n2)"),
-    (verdict.exited(3, "gpu07", 0), "exit 3 (rank 0 on gpu07)"),
-    (verdict.exited(3, "n2", task=1), "exit 3 (task 1 on n2)"),
-    (verdict.exited(3, "n2"), "exit 3 (n2)"),
-    (verdict.exited(3), "exit 3"),
-    (verdict.exited(137, "n1", 2), "killed by signal 9 (rank 2 on n1)"),
-    (verdict.exited(None, "n1", 2), "unknown"),
-])
+@pytest.mark.parametrize(
+    "event, text",
+    [
+        (verdict.failure(verdict.HUNG, "n2", 3), "hung (rank 3 on n2)"),
+        (verdict.exited(3, "gpu07", 0), "exit 3 (rank 0 on gpu07)"),
+        (verdict.exited(3, "n2", task=1), "exit 3 (task 1 on n2)"),
+        (verdict.exited(3, "n2"), "exit 3 (n2)"),
+        (verdict.exited(3), "exit 3"),
+        (verdict.exited(137, "n1", 2), "killed by signal 9 (rank 2 on n1)"),
+        (verdict.exited(None, "n1", 2), "unknown"),
+    ],
+)
 def test_summary(event, text):
     assert verdict.summary(event) == text
 
 
 # ---- the node link's copy of the rule --------------------------------------------------------
 # The agent's words for what failed (its wire protocol) -> the verdict's causes.
-KINDS = {"rank": verdict.EXITED, "signal": verdict.SIGNALLED, "lost": verdict.LOST,
-         "absent": verdict.ABSENT, "nnodes": verdict.MISMATCH}
+KINDS = {
+    "rank": verdict.EXITED,
+    "signal": verdict.SIGNALLED,
+    "lost": verdict.LOST,
+    "absent": verdict.ABSENT,
+    "nnodes": verdict.MISMATCH,
+}
 
 
 def test_the_agent_gives_each_kind_the_verdict_s_code():
@@ -123,10 +138,16 @@ def master_steps(events: list, nnodes: int):
 
 # (A launcher says `failed RANK CODE` only for a code other than 0: launch_multi_node.sh.j2.)
 LINK_ALPHABET = [
-    agent.Done(0), agent.Done(1), agent.Done(2),
-    agent.Failed(1, "3", 7, "rank"), agent.Failed(0, "0", 1, "rank"), agent.Failed(2, "5", 137, "rank"),
-    agent.Failed(0, "-", exitcodes.INTERRUPTED, "signal"), agent.Failed(2, "-", exitcodes.LOST, "lost"),
-    agent.Failed("1,2", "-", exitcodes.HUNG, "absent"), agent.Failed(1, "-", exitcodes.BAD_INPUT, "nnodes"),
+    agent.Done(0),
+    agent.Done(1),
+    agent.Done(2),
+    agent.Failed(1, "3", 7, "rank"),
+    agent.Failed(0, "0", 1, "rank"),
+    agent.Failed(2, "5", 137, "rank"),
+    agent.Failed(0, "-", exitcodes.INTERRUPTED, "signal"),
+    agent.Failed(2, "-", exitcodes.LOST, "lost"),
+    agent.Failed("1,2", "-", exitcodes.HUNG, "absent"),
+    agent.Failed(1, "-", exitcodes.BAD_INPUT, "nnodes"),
 ]
 
 

@@ -20,8 +20,16 @@ from slurmgen.coordinator.models import AgentOrders, StartOrder
 
 
 def order(worker, argv, rank=0, timeout=60.0):
-    return StartOrder(worker=worker, group="g", attempt=1, rank=rank, argv=argv, cwd=None,
-                      env={"RANK": str(rank)}, heartbeat_timeout=timeout)
+    return StartOrder(
+        worker=worker,
+        group="g",
+        attempt=1,
+        rank=rank,
+        argv=argv,
+        cwd=None,
+        env={"RANK": str(rank)},
+        heartbeat_timeout=timeout,
+    )
 
 
 def wait_until(check, timeout=10.0):
@@ -37,12 +45,15 @@ def test_ranks_run_report_and_stop_with_everything_they_forked(tmp_path):
     agent = WorkerAgent(client=None, workers=2, host="gn6", state_dir=tmp_path)
     try:
         child = tmp_path / "child.pid"
-        script = ("import subprocess, sys, time; print('hello', flush=True);"
-                  f"p = subprocess.Popen(['sleep', '60']); open({str(child)!r}, 'w').write(str(p.pid));"
-                  "time.sleep(60)")
+        script = (
+            "import subprocess, sys, time; print('hello', flush=True);"
+            f"p = subprocess.Popen(['sleep', '60']); open({str(child)!r}, 'w').write(str(p.pid));"
+            "time.sleep(60)"
+        )
         agent.procs.start(order(0, [sys.executable, "-c", script]), agent.hb_root)
-        agent.procs.start(order(1, [sys.executable, "-c", "import sys; print('bye'); sys.exit(3)"], rank=1),
-                          agent.hb_root)
+        agent.procs.start(
+            order(1, [sys.executable, "-c", "import sys; print('bye'); sys.exit(3)"], rank=1), agent.hb_root
+        )
         agent.procs.start(order(0, ["false"]), agent.hb_root)  # already running: ignored
         wait_until(lambda: child.exists() and child.read_text() and agent.procs.slots[1].exit_code is not None)
         report, _ = agent.report()
@@ -74,10 +85,12 @@ def test_a_command_that_cannot_start_exits_127_with_a_line(tmp_path):
 def test_a_stale_trainer_heartbeat_is_reported_hung(tmp_path):
     agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path)
     try:
-        beat = ("import json, os, time; d = os.environ['SLURMGEN_HEARTBEAT_DIR'];"
-                "open(d + '/rank-00000.json', 'w').write(json.dumps({'rank': 0, 'step': 5, 'status': 'running',"
-                "'time': time.time() - 100, 'pid': os.getpid(), 'host': 'gn6'}));"
-                "time.sleep(60)")
+        beat = (
+            "import json, os, time; d = os.environ['SLURMGEN_HEARTBEAT_DIR'];"
+            "open(d + '/rank-00000.json', 'w').write(json.dumps({'rank': 0, 'step': 5, 'status': 'running',"
+            "'time': time.time() - 100, 'pid': os.getpid(), 'host': 'gn6'}));"
+            "time.sleep(60)"
+        )
         agent.procs.start(order(0, [sys.executable, "-c", beat], timeout=30), agent.hb_root)
         hb = agent.procs.slots[0].hb_file
         wait_until(lambda: hb.exists() and hb.read_text())
@@ -120,7 +133,9 @@ def test_what_a_rank_forked_dies_with_a_killed_agent(tmp_path):
         agent.kill()
         agent.wait()
     try:
-        wait_until(lambda: not alive(grandchild), timeout=10)  # the watchdog acts at once; a loaded machine may take seconds to schedule it
+        wait_until(
+            lambda: not alive(grandchild), timeout=10
+        )  # the watchdog acts at once; a loaded machine may take seconds to schedule it
     finally:
         if alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
@@ -131,8 +146,9 @@ def test_the_watchdog_kills_the_groups_still_listed_when_its_input_ends():
 
     kept, cleared = (subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(2))
     try:
-        watchdog = subprocess.run(WATCHDOG, input=f"+{kept.pid}\n+{cleared.pid}\n-{cleared.pid}\n", text=True,
-                                  timeout=10)
+        watchdog = subprocess.run(
+            WATCHDOG, input=f"+{kept.pid}\n+{cleared.pid}\n-{cleared.pid}\n", text=True, timeout=10
+        )
         assert watchdog.returncode == 0
         assert kept.wait(3) == -signal.SIGKILL
         assert cleared.poll() is None
@@ -157,16 +173,24 @@ def test_rank_logs_are_private_whatever_the_umask(tmp_path):
         os.umask(old)
     log = tmp_path / "gn6/logs/g/attempt-1/rank-0.log"
     assert log.read_text() == "secret\n" and log.stat().st_mode & 0o777 == 0o600
-    for d in (log.parent, log.parent.parent, tmp_path / "gn6/logs", tmp_path / "gn6/heartbeats", tmp_path / "gn6/heartbeats/g-1"):
+    for d in (
+        log.parent,
+        log.parent.parent,
+        tmp_path / "gn6/logs",
+        tmp_path / "gn6/heartbeats",
+        tmp_path / "gn6/heartbeats/g-1",
+    ):
         assert d.stat().st_mode & 0o777 == 0o700, d
 
 
 def test_a_rank_that_records_a_run_is_reported_with_it(tmp_path):
     """The rank's run record is named by the rank itself (beside its heartbeat), not searched for."""
     agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path / "agent")
-    script = ("import sys; from slurmgen import tracking; "
-              "run = tracking.init(sys.argv[1], group='exp1', place={'rank': 0, 'world_size': 1}); "
-              "run.log(type='train', metrics={'loss': 1.0}, step=1); run.finish()")
+    script = (
+        "import sys; from slurmgen import tracking; "
+        "run = tracking.init(sys.argv[1], group='exp1', place={'rank': 0, 'world_size': 1}); "
+        "run.log(type='train', metrics={'loss': 1.0}, step=1); run.finish()"
+    )
     try:
         agent.procs.start(order(0, [sys.executable, "-c", script, str(tmp_path / "out")]), agent.hb_root)
         wait_until(lambda: agent.procs.slots[0].exit_code is not None)
@@ -208,7 +232,10 @@ def test_the_cut_off_limit_is_the_servers_agent_timeout_plus_a_margin_unless_giv
         assert agent.cut_off_limit == 10.0 + 5.0  # serve's default until the server says
         agent.beat()
         assert agent.cut_off_limit == 30.0 + 5.0
-        assert WorkerAgent(client=server, workers=1, host="gn6", state_dir=tmp_path / "b", cut_off_after=7).cut_off_limit == 7
+        assert (
+            WorkerAgent(client=server, workers=1, host="gn6", state_dir=tmp_path / "b", cut_off_after=7).cut_off_limit
+            == 7
+        )
     finally:
         agent.procs.stop_all(1)
 
@@ -246,8 +273,12 @@ def test_a_cut_off_agent_stops_its_ranks_and_a_short_outage_keeps_them(tmp_path)
 
 
 def test_a_cut_off_limit_under_a_second_is_one_line_and_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "slurmgen", "agent", "--cut-off-after", "0.5"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmgen", "agent", "--cut-off-after", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "slurmgen: error: cut_off_after: must be at least 1 second (got 0.5)"
 
@@ -266,11 +297,14 @@ def test_the_stack_of_a_stopped_rank_is_taken_with_the_watchers_bash(tmp_path):
         "    open(d + '/rank-00003.json', 'w').write(json.dumps({'rank': 3, 'pid': os.getpid(), 'stack': True}) + '\\n')\n"
         "    os.kill(os.getpid(), signal.SIGSTOP)\n"
         "    signal.pause()\n"
-        "frozen_here()\n")
+        "frozen_here()\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", program, str(tmp_path)])
     try:
         deadline = time.monotonic() + 10
-        while not (tmp_path / "rank-00003.json").exists() or Path(f"/proc/{proc.pid}/stat").read_text().split()[2] != "T":
+        while (
+            not (tmp_path / "rank-00003.json").exists() or Path(f"/proc/{proc.pid}/stat").read_text().split()[2] != "T"
+        ):
             assert time.monotonic() < deadline, "the rank never stopped"
             time.sleep(0.02)
         frames, dump = stacks.take(tmp_path / "rank-00003.json", 3, 1)

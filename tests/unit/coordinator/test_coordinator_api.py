@@ -37,8 +37,14 @@ def test_no_or_wrong_token_is_401_and_changes_nothing(api):
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
         assert api.post("/api/groups", headers=headers, json={"name": "x"}).status_code == 401
         assert api.get("/api/workers", headers=headers).status_code == 401
-        assert api.post("/api/agents/heartbeat", headers=headers,
-                        json={"host": "gn6", "instance": "i", "workers": [{"id": 0, "state": "idle"}]}).status_code == 401
+        assert (
+            api.post(
+                "/api/agents/heartbeat",
+                headers=headers,
+                json={"host": "gn6", "instance": "i", "workers": [{"id": 0, "state": "idle"}]},
+            ).status_code
+            == 401
+        )
     assert api.get("/api/groups", headers=AUTH).json() == []
     assert api.get("/api/workers", headers=AUTH).json() == []
     assert api.get("/api/health").status_code == 200
@@ -73,7 +79,9 @@ def test_start_runs_ranks_and_fails_as_one(api):
 
     orders = beat(api, "gn7", 0, 1)
     assert [(o["worker"], o["rank"], o["env"]["NODE_RANK"], o["env"]["MASTER_ADDR"]) for o in orders["start"]] == [
-        (0, 0, "0", "gn7"), (1, 1, "0", "gn7")]
+        (0, 0, "0", "gn7"),
+        (1, 1, "0", "gn7"),
+    ]
     assert orders["start"][0]["env"]["SLURMGEN_GROUP"] == "exp1"
     beat(api, "gn6", 0, 1)
     beat(api, "gn7", *running("exp1", 1, 0, 1))
@@ -81,8 +89,12 @@ def test_start_runs_ranks_and_fails_as_one(api):
     assert group_state(api)["state"] == "running"
 
     # gn6-1 (rank 3) exits 3: the group fails with that code, everyone else is told to stop.
-    beat(api, "gn6", running("exp1", 1, 0)[0], {"id": 1, "state": "exited", "group": "exp1", "attempt": 1,
-                                                "exit_code": 3})
+    beat(
+        api,
+        "gn6",
+        running("exp1", 1, 0)[0],
+        {"id": 1, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 3},
+    )
     g = group_state(api)
     assert (g["state"], g["exit_code"]) == ("failed", 3) and "rank 3 (gn6-1)" in g["reason"]
     assert [s["worker"] for s in beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]] == [0, 1]
@@ -96,8 +108,9 @@ def test_max_restarts_starts_a_fresh_attempt_after_the_old_ranks_are_gone(api):
     setup_group(api, max_restarts=1)
     api.post("/api/groups/exp1/start", headers=AUTH)
     beat(api, "gn7", *running("exp1", 1, 0, 1))
-    beat(api, "gn6", *running("exp1", 1, 0), {"id": 1, "state": "exited", "group": "exp1", "attempt": 1,
-                                             "exit_code": 1})
+    beat(
+        api, "gn6", *running("exp1", 1, 0), {"id": 1, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 1}
+    )
     g = group_state(api)
     assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1)
     orders = beat(api, "gn7", *running("exp1", 1, 0, 1))
@@ -128,14 +141,20 @@ def test_stop_and_logs(api):
     setup_group(api)
     api.post("/api/groups/exp1/start", headers=AUTH)
     line = {"worker": 0, "group": "exp1", "attempt": 1, "rank": 0, "time": 1.0, "line": "hello"}
-    r = api.post("/api/agents/heartbeat", headers=AUTH,
-                 json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": [line]})
+    r = api.post(
+        "/api/agents/heartbeat",
+        headers=AUTH,
+        json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": [line]},
+    )
     assert r.status_code == 200
     logs = api.get("/api/groups/exp1/logs", headers=AUTH, params={"rank": 0}).json()
     assert [(ln["worker"], ln["line"]) for ln in logs] == [("gn7-0", "hello")]
     more = [{**line, "line": f"l{i}"} for i in range(5)]
-    api.post("/api/agents/heartbeat", headers=AUTH,
-             json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": more})
+    api.post(
+        "/api/agents/heartbeat",
+        headers=AUTH,
+        json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": more},
+    )
     tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True}).json()
     assert [ln["line"] for ln in tail] == ["l3", "l4"]
     after = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "after": logs[0]["id"]}).json()
@@ -146,8 +165,11 @@ def test_stop_and_logs(api):
 
 def test_second_live_agent_for_a_host_is_refused(api):
     beat(api, "gn6", 0)
-    r = api.post("/api/agents/heartbeat", headers=AUTH,
-                 json={"host": "gn6", "instance": "other", "workers": [{"id": 0, "state": "idle"}]})
+    r = api.post(
+        "/api/agents/heartbeat",
+        headers=AUTH,
+        json={"host": "gn6", "instance": "other", "workers": [{"id": 0, "state": "idle"}]},
+    )
     assert r.status_code == 409 and "one agent per node" in r.json()["detail"]
 
 
@@ -179,7 +201,12 @@ def test_patch_changes_only_the_fields_given_and_put_replaces(api):
     assert r.status_code == 200, r.text
     config = r.json()["config"]
     assert (config["world_size"], config["env"], config["master"], config["argv"], config["max_restarts"]) == (
-        2, {"A": "1"}, "gn7", ["python", "train.py"], 2)
+        2,
+        {"A": "1"},
+        "gn7",
+        ["python", "train.py"],
+        2,
+    )
     r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": None, "master_port": None})
     assert (r.json()["config"]["world_size"], r.json()["config"]["master_port"]) == (None, 29500), "null: the default"
     r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"world_size": 0, "nonsense": 1})
@@ -208,8 +235,11 @@ def test_cli_group_config_sends_only_the_flags_given(api, monkeypatch):
 
     monkeypatch.setattr(api, "request", recording)
     monkeypatch.setattr(client_module.httpx, "Client", lambda **kwargs: api)
-    result = CliRunner().invoke(app, ["group", "config", "exp1", "--world-size", "2", "--server", "http://testserver"],
-                                env={"SLURMGEN_TOKEN": TOKEN})
+    result = CliRunner().invoke(
+        app,
+        ["group", "config", "exp1", "--world-size", "2", "--server", "http://testserver"],
+        env={"SLURMGEN_TOKEN": TOKEN},
+    )
     assert result.exit_code == 0, result.output
     assert sent == [("PATCH", "/api/groups/exp1/config", {"world_size": 2})]
     config = api.get("/api/groups/exp1", headers=AUTH).json()["group"]["config"]
@@ -220,7 +250,10 @@ def test_no_token_is_401_before_the_body_is_parsed(api):
     """Malformed JSON without a token got 422 (the body parsed first)."""
     junk = {"Content-Type": "application/json"}
     assert api.post("/api/groups", content=b"{not json", headers=junk).status_code == 401
-    assert api.post("/api/groups", content=b"{not json", headers={**junk, "Authorization": "Bearer wrong"}).status_code == 401
+    assert (
+        api.post("/api/groups", content=b"{not json", headers={**junk, "Authorization": "Bearer wrong"}).status_code
+        == 401
+    )
     assert api.post("/api/groups", content=b"{not json", headers={**junk, **AUTH}).status_code == 422
     assert api.get("/api/health").status_code == 200
 
@@ -229,15 +262,23 @@ def test_bodies_over_the_limit_get_413_before_parsing(api):
     from slurmgen.coordinator import server
 
     big = b"x" * (server.PAGE_BODY_LIMIT + 1)
-    assert api.post("/ui/login", content=big, headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code == 413
+    assert (
+        api.post("/ui/login", content=big, headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code
+        == 413
+    )
 
     def chunks():  # no Content-Length: counted as it streams in
         for _ in range(40):
             yield b"y" * 65536
 
-    assert api.post("/api/groups", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}).status_code == 413
+    assert (
+        api.post("/api/groups", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}).status_code
+        == 413
+    )
     huge = b'{"name": "' + b"a" * server.API_BODY_LIMIT + b'"}'
-    assert api.post("/api/groups", content=huge, headers={**AUTH, "Content-Type": "application/json"}).status_code == 413
+    assert (
+        api.post("/api/groups", content=huge, headers={**AUTH, "Content-Type": "application/json"}).status_code == 413
+    )
 
 
 def test_a_refused_value_is_not_echoed_whole(api):
@@ -302,10 +343,12 @@ def test_a_database_from_before_run_records_gets_the_column(tmp_path):
     import sqlite3
 
     old = sqlite3.connect(tmp_path / "old.db")
-    old.executescript("CREATE TABLE attempts (grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, "
-                      "started REAL NOT NULL, ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL, "
-                      "exit_codes TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (grp, number));"
-                      "INSERT INTO attempts (grp, number, state, started, plan) VALUES ('g', 1, 'failed', 1.0, '{}');")
+    old.executescript(
+        "CREATE TABLE attempts (grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, "
+        "started REAL NOT NULL, ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL, "
+        "exit_codes TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (grp, number));"
+        "INSERT INTO attempts (grp, number, state, started, plan) VALUES ('g', 1, 'failed', 1.0, '{}');"
+    )
     old.commit()
     old.close()
     store = Store(tmp_path / "old.db")
@@ -322,14 +365,18 @@ def test_a_hung_rank_is_stopped_after_its_stack_and_the_reason_says_where_it_was
     from slurmgen.jobs.runs import Recorder, attempts_of, list_rows
 
     store = Store(tmp_path / "c.db")
-    api = TestClient(create_app(Coordinator(store, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))), TOKEN))
+    api = TestClient(
+        create_app(Coordinator(store, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))), TOKEN)
+    )
     setup_group(api, heartbeat_timeout=4.0)
     api.post("/api/groups/exp1/start", headers=AUTH)
     beat(api, "gn7", *running("exp1", 1, 0, 1))
     frozen = {**running("exp1", 1, 1)[0], "beat": {"age": 4.1, "step": 20, "stopped": True}}
     beat(api, "gn6", *running("exp1", 1, 0), frozen)
     g = group_state(api)
-    assert (g["state"], g["exit_code"]) == ("failed", 124) and g["reason"].startswith("rank 3 on gn6 stopped beating"), g
+    assert (g["state"], g["exit_code"]) == ("failed", 124) and g["reason"].startswith(
+        "rank 3 on gn6 stopped beating"
+    ), g
     orders = beat(api, "gn6", *running("exp1", 1, 0), frozen)  # the orders that follow the verdict
     assert [(s["worker"], s["stack"]) for s in orders["stop"]] == [(0, False), (1, True)]
     assert [s["stack"] for s in beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]] == [False, False]

@@ -32,7 +32,11 @@ def test_seed_table_two_workers_on_two_nodes():
 def test_uneven_workers_and_numeric_ids():
     plan = plan_ranks(GroupConfig(master="b"), [("a", 10), ("a", 2), ("b", 0), ("a", 1)])
     assert [(r.worker, r.rank, r.local_rank, r.node_rank, r.local_world_size) for r in plan] == [
-        ("b-0", 0, 0, 0, 1), ("a-1", 1, 0, 1, 3), ("a-2", 2, 1, 1, 3), ("a-10", 3, 2, 1, 3)]
+        ("b-0", 0, 0, 0, 1),
+        ("a-1", 1, 0, 1, 3),
+        ("a-2", 2, 1, 1, 3),
+        ("a-10", 3, 2, 1, 3),
+    ]
 
 
 def test_world_size_smaller_takes_first_ranks_and_drops_empty_nodes():
@@ -45,11 +49,14 @@ def test_default_world_size_and_master():
     assert [r.worker for r in plan] == ["gn6-0", "gn7-0"] and plan[0].world_size == 2
 
 
-@pytest.mark.parametrize("config, words", [
-    (GroupConfig(master="gn6", world_size=5), ["5", "4"]),
-    (GroupConfig(master="gn6-0"), ["master", "'gn6-0'", "give 'gn6'"]),
-    (GroupConfig(master="gn9"), ["master", "'gn9'", "gn6, gn7"]),
-])
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        (GroupConfig(master="gn6", world_size=5), ["5", "4"]),
+        (GroupConfig(master="gn6-0"), ["master", "'gn6-0'", "give 'gn6'"]),
+        (GroupConfig(master="gn9"), ["master", "'gn9'", "gn6, gn7"]),
+    ],
+)
 def test_bad_plans_name_the_problem(config, words):
     with pytest.raises(SlurmgenError) as e:
         plan_ranks(config, [("gn6", 0), ("gn6", 1), ("gn7", 0), ("gn7", 1)])
@@ -65,9 +72,19 @@ def test_rank_env_is_the_torchrun_contract_plus_group():
     config = GroupConfig(master="gn6", backend="gloo", env={"FOO": "bar"})
     entry = plan_ranks(config, [("gn6", 0), ("gn7", 0)])[1]
     env = rank_env(config, "exp1", entry, "gn6")
-    assert env == {"FOO": "bar", "RANK": "1", "LOCAL_RANK": "0", "NODE_RANK": "1", "WORLD_SIZE": "2",
-                   "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "gn6", "MASTER_PORT": "29500",
-                   "SLURMGEN_BACKEND": "gloo", "SLURMGEN_STRATEGY": "ddp", "SLURMGEN_GROUP": "exp1"}
+    assert env == {
+        "FOO": "bar",
+        "RANK": "1",
+        "LOCAL_RANK": "0",
+        "NODE_RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "gn6",
+        "MASTER_PORT": "29500",
+        "SLURMGEN_BACKEND": "gloo",
+        "SLURMGEN_STRATEGY": "ddp",
+        "SLURMGEN_GROUP": "exp1",
+    }
 
 
 def test_a_groups_strategy_reaches_every_rank_as_the_trainers_default():
@@ -78,12 +95,22 @@ def test_a_groups_strategy_reaches_every_rank_as_the_trainers_default():
     assert {rank_env(config, "exp1", e, "gn6")["SLURMGEN_STRATEGY"] for e in entries} == {"fsdp"}
 
 
-@pytest.mark.parametrize("fields, where", [
-    ({"env": {"RANK": "3"}}, "RANK"), ({"env": {"1X": "a"}}, "1X"), ({"cwd": "rel/dir"}, "cwd"),
-    ({"master_port": 70000}, "master_port"), ({"master": "a b"}, "master"), ({"world_size": 0}, "world_size"),
-    ({"backend": "mpi"}, "backend"), ({"bogus": 1}, "bogus"), ({"master_addr": "x;rm"}, "master_addr"),
-    ({"strategy": "zero3"}, "strategy"), ({"env": {"SLURMGEN_STRATEGY": "fsdp"}}, "SLURMGEN_STRATEGY"),
-])
+@pytest.mark.parametrize(
+    "fields, where",
+    [
+        ({"env": {"RANK": "3"}}, "RANK"),
+        ({"env": {"1X": "a"}}, "1X"),
+        ({"cwd": "rel/dir"}, "cwd"),
+        ({"master_port": 70000}, "master_port"),
+        ({"master": "a b"}, "master"),
+        ({"world_size": 0}, "world_size"),
+        ({"backend": "mpi"}, "backend"),
+        ({"bogus": 1}, "bogus"),
+        ({"master_addr": "x;rm"}, "master_addr"),
+        ({"strategy": "zero3"}, "strategy"),
+        ({"env": {"SLURMGEN_STRATEGY": "fsdp"}}, "SLURMGEN_STRATEGY"),
+    ],
+)
 def test_config_validation_names_the_field(fields, where):
     with pytest.raises(ValidationError) as e:
         GroupConfig(**fields)
@@ -104,16 +131,19 @@ def test_hyphenated_host_names_split_at_the_last_dash():
 RUN = ("exp1", 2)
 
 
-@pytest.mark.parametrize("reported, run, wanted, finished, order", [
-    ("idle", None, RUN, False, "start"),
-    ("idle", None, None, False, None),
-    ("running", RUN, RUN, False, None),
-    ("running", ("exp1", 1), RUN, False, "stop"),     # the old attempt goes before the new one
-    ("running", RUN, None, False, "stop"),            # the group was stopped or failed
-    ("exited", ("exp1", 1), RUN, False, "start"),     # a restart
-    ("exited", RUN, RUN, True, None),                 # ran and reported: never twice
-    ("idle", None, RUN, True, None),                  # a restarted agent does not rerun a done rank
-])
+@pytest.mark.parametrize(
+    "reported, run, wanted, finished, order",
+    [
+        ("idle", None, RUN, False, "start"),
+        ("idle", None, None, False, None),
+        ("running", RUN, RUN, False, None),
+        ("running", ("exp1", 1), RUN, False, "stop"),  # the old attempt goes before the new one
+        ("running", RUN, None, False, "stop"),  # the group was stopped or failed
+        ("exited", ("exp1", 1), RUN, False, "start"),  # a restart
+        ("exited", RUN, RUN, True, None),  # ran and reported: never twice
+        ("idle", None, RUN, True, None),  # a restarted agent does not rerun a done rank
+    ],
+)
 def test_reconcile(reported, run, wanted, finished, order):
     assert reconcile(reported, run, wanted, finished) == order
 
@@ -128,15 +158,18 @@ def test_worker_state():
 RANKS = {"a-0": 0, "a-1": 1, "b-0": 2}
 
 
-@pytest.mark.parametrize("state, exits, running, hung, lost, expect", [
-    ("starting", {}, {"a-0", "a-1"}, set(), {}, ("starting", None)),
-    ("starting", {}, {"a-0", "a-1", "b-0"}, set(), {}, ("running", None)),
-    ("running", {"a-1": 0, "b-0": 3, "a-0": 1}, set(), set(), {}, ("failed", 3)),   # first cause wins
-    ("running", {}, set(RANKS), {"b-0"}, {}, ("failed", 124)),
-    ("running", {}, set(RANKS), set(), {"b-0": 11.0}, ("failed", 255)),
-    ("running", {"a-0": 0, "a-1": 0, "b-0": 0}, set(), set(), {}, ("succeeded", 0)),
-    ("failed", {"a-0": 1}, set(), set(), {}, ("failed", None)),                    # judged once
-])
+@pytest.mark.parametrize(
+    "state, exits, running, hung, lost, expect",
+    [
+        ("starting", {}, {"a-0", "a-1"}, set(), {}, ("starting", None)),
+        ("starting", {}, {"a-0", "a-1", "b-0"}, set(), {}, ("running", None)),
+        ("running", {"a-1": 0, "b-0": 3, "a-0": 1}, set(), set(), {}, ("failed", 3)),  # first cause wins
+        ("running", {}, set(RANKS), {"b-0"}, {}, ("failed", 124)),
+        ("running", {}, set(RANKS), set(), {"b-0": 11.0}, ("failed", 255)),
+        ("running", {"a-0": 0, "a-1": 0, "b-0": 0}, set(), set(), {}, ("succeeded", 0)),
+        ("failed", {"a-0": 1}, set(), set(), {}, ("failed", None)),  # judged once
+    ],
+)
 def test_judge_attempt(state, exits, running, hung, lost, expect):
     outcome = judge_attempt(state, RANKS, exits, running, hung, lost)
     assert (outcome.state, outcome.exit_code) == expect

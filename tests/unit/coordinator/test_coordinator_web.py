@@ -22,16 +22,30 @@ NODES, MEMBERS = ["gn6", "gn7"], ["gn6-0", "gn6-1", "gn7-0", "gn7-1"]
 
 
 def test_form_round_trips_a_config_and_keeps_what_it_does_not_show():
-    saved = {"master": "gn7", "world_size": 3, "master_port": 29511, "backend": "gloo", "argv": ["python", "-c", "print('a b')"],
-             "cwd": "/work", "env": {"A": "1=2", "B": HOSTILE}, "max_restarts": 2}
+    saved = {
+        "master": "gn7",
+        "world_size": 3,
+        "master_port": 29511,
+        "backend": "gloo",
+        "argv": ["python", "-c", "print('a b')"],
+        "cwd": "/work",
+        "env": {"A": "1=2", "B": HOSTILE},
+        "max_restarts": 2,
+    }
     form = forms.form_from_config(saved)
     assert form["command"] == "python -c 'print('\"'\"'a b'\"'\"')'"
     body = forms.config_from_form(form, NODES, MEMBERS, saved)
-    assert body == {**saved, "master_addr": None, "strategy": "ddp"}  # the form shows the strategy: the default is saved
+    assert body == {
+        **saved,
+        "master_addr": None,
+        "strategy": "ddp",
+    }  # the form shows the strategy: the default is saved
 
 
-@pytest.mark.parametrize("master, expected", [("gn6", ("gn6", None)), ("gn6-0", ("gn6-0", None)),
-                                              ("10.0.0.5", (None, "10.0.0.5")), ("", (None, None))])
+@pytest.mark.parametrize(
+    "master, expected",
+    [("gn6", ("gn6", None)), ("gn6-0", ("gn6-0", None)), ("10.0.0.5", (None, "10.0.0.5")), ("", (None, None))],
+)
 def test_master_field_is_a_node_a_worker_for_the_server_to_refuse_or_an_address(master, expected):
     body = forms.config_from_form({"master": master}, NODES, MEMBERS)
     assert (body["master"], body["master_addr"]) == expected
@@ -47,24 +61,53 @@ def test_form_errors_name_field_and_value():
 
 
 def test_server_errors_land_next_to_their_field():
-    pydantic_422 = {"detail": [{"loc": ["body", "env"], "msg": "Value error, env key 'RANK' is set by the coordinator"},
-                               {"loc": ["body", "argv", 0], "msg": "bad"}]}
-    assert forms.errors_from_response(422, pydantic_422) == {"env": "env key 'RANK' is set by the coordinator", "command": "bad"}
-    assert forms.errors_from_response(422, {"detail": "world_size: 9 processes asked for"}) == {"world_size": "world_size: 9 processes asked for"}
+    pydantic_422 = {
+        "detail": [
+            {"loc": ["body", "env"], "msg": "Value error, env key 'RANK' is set by the coordinator"},
+            {"loc": ["body", "argv", 0], "msg": "bad"},
+        ]
+    }
+    assert forms.errors_from_response(422, pydantic_422) == {
+        "env": "env key 'RANK' is set by the coordinator",
+        "command": "bad",
+    }
+    assert forms.errors_from_response(422, {"detail": "world_size: 9 processes asked for"}) == {
+        "world_size": "world_size: 9 processes asked for"
+    }
     assert forms.errors_from_response(409, {"detail": "group exp1 is running"}) == {"_": "group exp1 is running"}
 
 
-@pytest.mark.parametrize("age, state, cls", [(0.4, "idle", "hb-fresh"), (6, "running", "hb-late"), (20, "running", "hb-dead"),
-                                             (1, "lost", "hb-dead"), (None, "idle", "hb-dead")])
+@pytest.mark.parametrize(
+    "age, state, cls",
+    [
+        (0.4, "idle", "hb-fresh"),
+        (6, "running", "hb-late"),
+        (20, "running", "hb-dead"),
+        (1, "lost", "hb-dead"),
+        (None, "idle", "hb-dead"),
+    ],
+)
 def test_heartbeat_turns_amber_then_red(age, state, cls):
     assert views.heartbeat(age, state)[1] == cls
 
 
 def test_overview_values_and_shape():
-    groups = [{"name": "exp1", "state": "failed", "exit_code": 3, "attempt": 2, "restarts": 1, "members": 2,
-               "config": {"max_restarts": 2, "backend": "gloo", "master_port": 29500}, "reason": "rank 1 exited 3"}]
-    workers = [{"name": "gn7-0", "host": "gn7", "group": "exp1", "state": "exited", "exit_code": 3, "seen_ago": 0.5},
-               {"name": "gn6-0", "host": "gn6", "group": "exp1", "state": "idle", "seen_ago": 7.0}]
+    groups = [
+        {
+            "name": "exp1",
+            "state": "failed",
+            "exit_code": 3,
+            "attempt": 2,
+            "restarts": 1,
+            "members": 2,
+            "config": {"max_restarts": 2, "backend": "gloo", "master_port": 29500},
+            "reason": "rank 1 exited 3",
+        }
+    ]
+    workers = [
+        {"name": "gn7-0", "host": "gn7", "group": "exp1", "state": "exited", "exit_code": 3, "seen_ago": 0.5},
+        {"name": "gn6-0", "host": "gn6", "group": "exp1", "state": "idle", "seen_ago": 7.0},
+    ]
     view = views.overview(groups, workers)
     g = view["groups"][0]
     assert (g["state"], g["attempt"], g["master"], g["world_size"]) == ("failed 3", "2 (restart 1 of 2)", "gn6", 2)
@@ -113,9 +156,13 @@ def test_chart_scales_every_series_into_the_box():
 
 
 def test_status_html_escapes_and_draws():
-    detail = {"group": {"name": "exp1", "state": "failed", "exit_code": 3, "attempt": 1, "reason": HOSTILE, "config": {}},
-              "workers": [{"name": "gn6-0", "host": "gn6", "state": "exited", "exit_code": 3}],
-              "attempts": [{"number": 1, "state": "failed", "started": 1.0, "ended": 2.0, "reason": HOSTILE, "exit_codes": {"0": 3}}]}
+    detail = {
+        "group": {"name": "exp1", "state": "failed", "exit_code": 3, "attempt": 1, "reason": HOSTILE, "config": {}},
+        "workers": [{"name": "gn6-0", "host": "gn6", "state": "exited", "exit_code": 3}],
+        "attempts": [
+            {"number": 1, "state": "failed", "started": 1.0, "ended": 2.0, "reason": HOSTILE, "exit_codes": {"0": 3}}
+        ],
+    }
     ranks = [{"worker": "gn6-0", "host": "gn6", "rank": 0, "local_rank": 0, "node_rank": 0}]
     html = status_page.render_status(detail, ranks, {"loss": {"train": ([1, 2], [2.0, 1.0])}})
     assert HOSTILE not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
@@ -141,7 +188,12 @@ def test_page_needs_a_session_and_posts_need_csrf_and_same_origin(client):
     assert client.post("/ui/login", data={"token": "nope"}).status_code == 401
     csrf = _log_in(client)
     assert client.post("/ui/groups", data={"name": "a"}).status_code == 403
-    assert client.post("/ui/groups", data={"name": "a", "csrf": csrf}, headers={"Origin": "http://evil.example"}).status_code == 403
+    assert (
+        client.post(
+            "/ui/groups", data={"name": "a", "csrf": csrf}, headers={"Origin": "http://evil.example"}
+        ).status_code
+        == 403
+    )
     assert client.post("/ui/groups", data={"name": "a", "csrf": csrf}, follow_redirects=False).status_code == 303
     assert [g["name"] for g in client.get("/api/groups", headers={"Authorization": f"Bearer {TOKEN}"}).json()] == ["a"]
     page = client.get("/ui/")
@@ -228,13 +280,18 @@ def test_every_form_post_redirects_to_a_page(client):
     assert client.post("/ui/login", data={"token": "nope"}, follow_redirects=False).status_code == 303
     csrf = _log_in(client)
     assert client.get("/ui/login", follow_redirects=False).headers["location"] == "/ui/", "logged in: no login form"
-    posts = [("/ui/groups", {"name": "bad name"}, "/ui/"), ("/ui/groups", {"name": "exp1"}, "/ui/"),
-             ("/ui/groups", {"name": "exp1"}, "/ui/"), ("/ui/move", {}, "/ui/"),
-             ("/ui/move", {"worker": "gn6-0", "to": "exp1"}, "/ui/"),
-             ("/ui/groups/exp1/start", {}, "/ui/"), ("/ui/groups/exp1/jump", {}, "/ui/"),
-             ("/ui/groups/nope/settings", {"world_size": "2"}, "/ui/"),
-             ("/ui/groups/exp1/settings", {"world_size": "four"}, "/ui/groups/exp1/settings"),
-             ("/ui/groups/exp1/settings", {"workdir": "relative"}, "/ui/groups/exp1/settings")]
+    posts = [
+        ("/ui/groups", {"name": "bad name"}, "/ui/"),
+        ("/ui/groups", {"name": "exp1"}, "/ui/"),
+        ("/ui/groups", {"name": "exp1"}, "/ui/"),
+        ("/ui/move", {}, "/ui/"),
+        ("/ui/move", {"worker": "gn6-0", "to": "exp1"}, "/ui/"),
+        ("/ui/groups/exp1/start", {}, "/ui/"),
+        ("/ui/groups/exp1/jump", {}, "/ui/"),
+        ("/ui/groups/nope/settings", {"world_size": "2"}, "/ui/"),
+        ("/ui/groups/exp1/settings", {"world_size": "four"}, "/ui/groups/exp1/settings"),
+        ("/ui/groups/exp1/settings", {"workdir": "relative"}, "/ui/groups/exp1/settings"),
+    ]
     for path, form, target in posts:
         reply = client.post(path, data={**form, "csrf": csrf}, follow_redirects=False)
         assert (reply.status_code, reply.headers.get("location")) == (303, target), (path, form, reply.text[:200])

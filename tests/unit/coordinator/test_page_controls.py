@@ -37,15 +37,24 @@ def app(tmp_path):
     registry = tmp_path / "state" / "jobs.sqlite"
     stop_file = launch_stop.stop_file(registry, "L1")
     with Registry.open(registry, create=True) as reg:
-        reg.add(JobRecord("4242", "train-slurm", "/w/a", 100.0, None, "FAILED", 1, {"nodes": 1, "gpus": 1, "command": ["true"]}))
-        add_run(reg, NewRun("launch", "L1", "live-launch", "/w", 2, 4,
-                            info={"pid": os.getpid(), "stop_file": str(stop_file)}), time.time())
+        reg.add(
+            JobRecord(
+                "4242", "train-slurm", "/w/a", 100.0, None, "FAILED", 1, {"nodes": 1, "gpus": 1, "command": ["true"]}
+            )
+        )
+        add_run(
+            reg,
+            NewRun("launch", "L1", "live-launch", "/w", 2, 4, info={"pid": os.getpid(), "stop_file": str(stop_file)}),
+            time.time(),
+        )
         ended = add_run(reg, NewRun("launch", "L0", "old-launch", "/w", 2, 4, info={"pid": 1, "stop_file": "/x"}), 50.0)
         end_run(reg, ended, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), 60.0)
     launch_stop.prepare(stop_file)
     now = [1000.0]
     store = Store(tmp_path / "c.db")
-    coordinator = Coordinator(store, agent_timeout=AGENT_TIMEOUT, clock=lambda: now[0], runs=GroupRuns(Recorder(registry)))
+    coordinator = Coordinator(
+        store, agent_timeout=AGENT_TIMEOUT, clock=lambda: now[0], runs=GroupRuns(Recorder(registry))
+    )
     with TestClient(create_app(coordinator, TOKEN), base_url="http://testserver") as client:
         client.post("/ui/login", data={"token": TOKEN}, headers=ORIGIN)
         client.now = now
@@ -63,8 +72,9 @@ def csrf(html: str) -> str:
 
 def post(client, path: str, data: dict | None = None, page: str = "/ui/"):
     """A form's POST as the browser sends it; the 303's target."""
-    reply = client.post(path, data={"csrf": csrf(client.get(page).text), **(data or {})}, headers=ORIGIN,
-                        follow_redirects=False)
+    reply = client.post(
+        path, data={"csrf": csrf(client.get(page).text), **(data or {})}, headers=ORIGIN, follow_redirects=False
+    )
     assert reply.status_code == 303, reply.text
     return reply.headers["location"]
 
@@ -96,7 +106,11 @@ def test_requeue_is_offered_for_a_failed_job_only_and_posts_through_the_jobs_lay
     assert "disabled" not in button(app.get(f"/ui/runs/{seq}").text, "Requeue")
     assert app.post(f"/ui/runs/{seq}/requeue", headers=ORIGIN).status_code == 403  # no CSRF value
     asked = []
-    monkeypatch.setattr(stopping, "requeue", lambda runner, reg, record: asked.append(record.job_id) or (True, f"requeued job {HOSTILE}"))
+    monkeypatch.setattr(
+        stopping,
+        "requeue",
+        lambda runner, reg, record: asked.append(record.job_id) or (True, f"requeued job {HOSTILE}"),
+    )
     assert post(app, f"/ui/runs/{seq}/requeue", page=f"/ui/runs/{seq}") == f"/ui/runs/{seq}"  # POST-redirect-GET
     assert asked == ["4242"]
     html = app.get(f"/ui/runs/{seq}").text
@@ -106,8 +120,15 @@ def test_requeue_is_offered_for_a_failed_job_only_and_posts_through_the_jobs_lay
 def test_requeue_refusals_by_slurm_state():
     from slurmgen.jobs.stopping import requeue_refusal
 
-    assert requeue_refusal("FAILED") is None and requeue_refusal("PREEMPTED") is None and requeue_refusal("NODE_FAIL") is None
-    assert requeue_refusal("COMPLETED") == "the job is COMPLETED: only a failed or preempted job is requeued (submit it again)"
+    assert (
+        requeue_refusal("FAILED") is None
+        and requeue_refusal("PREEMPTED") is None
+        and requeue_refusal("NODE_FAIL") is None
+    )
+    assert (
+        requeue_refusal("COMPLETED")
+        == "the job is COMPLETED: only a failed or preempted job is requeued (submit it again)"
+    )
     assert requeue_refusal("PENDING") == "the job is PENDING, not ended: only a failed or preempted job is requeued"
     assert requeue_refusal(None).startswith("Slurm no longer knows the job")
 
@@ -151,7 +172,9 @@ def test_the_json_api_requeues_and_stops_by_the_pages_rules_with_clear_refusals(
 
     slurm, live, old = (int(seq_of(app, key)) for key in ("4242", "L1", "L0"))
     asked: list = []
-    monkeypatch.setattr(stopping, "requeue", lambda runner, reg, record: asked.append(record.job_id) or (True, "requeued job 4242"))
+    monkeypatch.setattr(
+        stopping, "requeue", lambda runner, reg, record: asked.append(record.job_id) or (True, "requeued job 4242")
+    )
     reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "requeue"})
     assert (reply.status_code, reply.json()) == (200, {"run": slurm, "action": "requeue", "said": "requeued job 4242"})
     assert asked == ["4242"]
@@ -161,18 +184,29 @@ def test_the_json_api_requeues_and_stops_by_the_pages_rules_with_clear_refusals(
     assert (reply.status_code, reply.json()) == (409, {"detail": refused})
     # Who may do what: a launch is not requeued, a Slurm job not "stopped", an ended launch not at all.
     reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "requeue"})
-    assert (reply.status_code, reply.json()["detail"]) == (409, f"run {live} is 'launch', not a Slurm job: only a Slurm job is requeued")
+    assert (reply.status_code, reply.json()["detail"]) == (
+        409,
+        f"run {live} is 'launch', not a Slurm job: only a Slurm job is requeued",
+    )
     assert api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "stop"}).status_code == 409
     reply = api(app, "POST", f"/api/runs/{old}/actions", {"action": "stop"})
-    assert (reply.status_code, reply.json()["detail"]) == (409, "launch L0 was not stopped: the launch has ended (failed)")
+    assert (reply.status_code, reply.json()["detail"]) == (
+        409,
+        "launch L0 was not stopped: the launch has ended (failed)",
+    )
     reply = api(app, "POST", "/api/runs/999/actions", {"action": "stop"})
-    assert (reply.status_code, reply.json()["detail"]) == (404, "there is no run 999 in this machine's registry: nothing was stopped")
+    assert (reply.status_code, reply.json()["detail"]) == (
+        404,
+        "there is no run 999 in this machine's registry: nothing was stopped",
+    )
     assert asked == ["4242"]  # no refused call reached Slurm
     # A running launch is stopped through its channel, as the page's button does.
     thread, taken = launcher_taking_stops(app, "L1")
     reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "stop"})
     thread.join()
-    assert reply.status_code == 200 and reply.json()["said"].startswith("launch L1: the launcher is stopping every rank")
+    assert reply.status_code == 200 and reply.json()["said"].startswith(
+        "launch L1: the launcher is stopping every rank"
+    )
     assert taken == [f"{STOPPED_BY_USER} through the API"]
 
 
@@ -191,7 +225,9 @@ def test_the_json_api_cancels_and_checkpoints_a_slurm_job_only_while_it_runs(app
     assert (reply.status_code, reply.json()["said"]) == (200, "sent USR2 to 4242")  # the preemption signal
     assert api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "cancel"}).json()["said"] == "job 4242: CANCELLED"
     assert sent == ["USR2", None]
-    monkeypatch.setattr(stopping, "cancel", lambda *a: {"said": "job 4242 had already ended: FAILED", "already_ended": True})
+    monkeypatch.setattr(
+        stopping, "cancel", lambda *a: {"said": "job 4242 had already ended: FAILED", "already_ended": True}
+    )
     reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "cancel"})
     assert (reply.status_code, reply.json()["detail"]) == (409, "job 4242 had already ended: FAILED")
     reply = api(app, "POST", f"/api/runs/{live}/actions", {"action": "cancel"})
@@ -233,7 +269,10 @@ def test_settings_form_sets_max_restarts_heartbeat_timeout_and_stop_grace(app):
     assert re.search(r'id="max_restarts" [^>]*value="3"', html), "the refused form keeps what was typed"
     post(app, page, {"max_restarts": "1001", "heartbeat_timeout": "0.5", "stop_grace": "5"}, page)
     html = app.get(page).text  # the bounds are GroupConfig's, told before the server is asked
-    assert '<p id="heartbeat_timeout-error" class="field-error" role="alert">heartbeat_timeout: expected at least 1 (got &#39;0.5&#39;)' in html
+    assert (
+        '<p id="heartbeat_timeout-error" class="field-error" role="alert">heartbeat_timeout: expected at least 1 (got &#39;0.5&#39;)'
+        in html
+    )
     assert "max_restarts: expected 0 to 1000 (got &#39;1001&#39;)" in html
     assert post(app, page, {"max_restarts": "3", "heartbeat_timeout": "45", "stop_grace": "2.5"}, page) == "/ui/"
     config = api(app, "GET", "/api/groups/exp1").json()["group"]["config"]
@@ -255,8 +294,12 @@ def test_settings_form_sets_the_strategy_and_refuses_an_unknown_one(app):
 
 def test_group_page_shows_command_and_env_escaped_and_deletes_an_idle_group(app):
     api(app, "POST", "/api/groups", {"name": "exp2"})
-    api(app, "PATCH", "/api/groups/exp2/config", {"argv": ["python", "-c", HOSTILE], "env": {"NOTE": HOSTILE, "API_TOKEN": "s3cret"},
-                                                  "max_restarts": 2})
+    api(
+        app,
+        "PATCH",
+        "/api/groups/exp2/config",
+        {"argv": ["python", "-c", HOSTILE], "env": {"NOTE": HOSTILE, "API_TOKEN": "s3cret"}, "max_restarts": 2},
+    )
     html = app.get("/ui/groups/exp2").text
     assert "<code>python -c &#39;&lt;img src=x onerror=alert(1)&gt;&#39;</code>" in html
     assert "<code>NOTE=&lt;img src=x onerror=alert(1)&gt;</code>" in html and HOSTILE not in html
@@ -277,17 +320,25 @@ def test_a_running_group_cannot_be_deleted_and_only_a_lost_worker_is_forgotten(a
     assert api(app, "POST", "/api/groups/exp3/start").status_code == 200
     html = app.get("/ui/groups/exp3").text
     assert 'disabled title="the group is starting: stop it before deleting it"' in button(html, "Delete group")
-    assert post(app, "/ui/groups/exp3/delete", page="/ui/groups/exp3") == "/ui/groups/exp3"  # posted anyway: the API's 409
-    assert ('<p class="notice" role="alert">Could not delete group &#39;exp3&#39;: group &#39;exp3&#39; is starting; stop it first'
-            in app.get("/ui/groups/exp3").text)
+    assert (
+        post(app, "/ui/groups/exp3/delete", page="/ui/groups/exp3") == "/ui/groups/exp3"
+    )  # posted anyway: the API's 409
+    assert (
+        '<p class="notice" role="alert">Could not delete group &#39;exp3&#39;: group &#39;exp3&#39; is starting; stop it first'
+        in app.get("/ui/groups/exp3").text
+    )
 
     api(app, "POST", "/api/groups/exp3/stop")
     register(app, "gn7", workers=1)
     html = app.get("/ui/").text
-    assert 'disabled title="its agent still reports it (idle): only a lost worker can be forgotten"' in \
-        re.search(r'<button [^>]*aria-label="Forget worker gn7-0"[^>]*>', html).group(0)
+    assert 'disabled title="its agent still reports it (idle): only a lost worker can be forgotten"' in re.search(
+        r'<button [^>]*aria-label="Forget worker gn7-0"[^>]*>', html
+    ).group(0)
     assert post(app, "/ui/workers/gn7-0/forget") == "/ui/"
-    assert '<p class="notice" role="alert">Did not forget worker &#39;gn7-0&#39;: its agent still reports it' in app.get("/ui/").text
+    assert (
+        '<p class="notice" role="alert">Did not forget worker &#39;gn7-0&#39;: its agent still reports it'
+        in app.get("/ui/").text
+    )
     app.now[0] += AGENT_TIMEOUT + 1  # every agent silent: its workers are lost
     html = app.get("/ui/").text
     assert "disabled" not in re.search(r'<button [^>]*aria-label="Forget worker gn7-0"[^>]*>', html).group(0)

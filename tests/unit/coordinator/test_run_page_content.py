@@ -35,9 +35,20 @@ END = "2026-11-25T10:00:00"
 
 
 def scontrol_line(job: str, state: str, code: str, **extra: str) -> str:
-    fields = {"JobId": job, "JobName": "train", "JobState": state, "Reason": "None", "Restarts": "1", "ExitCode": code,
-              "RunTime": "00:02:05", "TimeLimit": "00:05:00", "StartTime": "2026-11-25T09:57:55", "EndTime": END,
-              "NodeList": "node[1-2]", **extra}
+    fields = {
+        "JobId": job,
+        "JobName": "train",
+        "JobState": state,
+        "Reason": "None",
+        "Restarts": "1",
+        "ExitCode": code,
+        "RunTime": "00:02:05",
+        "TimeLimit": "00:05:00",
+        "StartTime": "2026-11-25T09:57:55",
+        "EndTime": END,
+        "NodeList": "node[1-2]",
+        **extra,
+    }
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
@@ -58,9 +69,15 @@ def timeline_events() -> list[dict]:
     out = []
     for rank, host, work in ((0, "node1", 0.1), (1, "node1", 0.1), (2, HOSTILE, 0.4)):
         late = 2.0 if rank == 2 else 0.0
-        for event, t, more in (("process", 1.0, {}), ("imports", 3.0 + late, {}), ("rendezvous", 6.0, {}),
-                               ("first_step", 7.0, {"step": 1}), ("checkpoint", 10.0, {"step": 20, "stall": 0.5}),
-                               ("steps", 12.0, {"step": 30, "work": 30 * work}), ("end", 13.0, {"status": "preempted"})):
+        for event, t, more in (
+            ("process", 1.0, {}),
+            ("imports", 3.0 + late, {}),
+            ("rendezvous", 6.0, {}),
+            ("first_step", 7.0, {"step": 1}),
+            ("checkpoint", 10.0, {"step": 20, "stall": 0.5}),
+            ("steps", 12.0, {"step": 30, "work": 30 * work}),
+            ("end", 13.0, {"status": "preempted"}),
+        ):
             out.append({"event": event, "rank": rank, "attempt": 1, "time": T0 + t, "host": host, "pid": 1, **more})
     return out
 
@@ -80,8 +97,14 @@ def served(tmp_path):
 def add_job(registry, tmp_path, job: str, **info) -> int:
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
-    base = {"nodes": 1, "gpus": 3, "log_dir": str(logs), "workdir": str(tmp_path), "launcher": "srun",
-            "command": ["python", "-m", "slurmgen.train", "--out-dir", "R"]}
+    base = {
+        "nodes": 1,
+        "gpus": 3,
+        "log_dir": str(logs),
+        "workdir": str(tmp_path),
+        "launcher": "srun",
+        "command": ["python", "-m", "slurmgen.train", "--out-dir", "R"],
+    }
     with Registry.open(registry) as reg:
         record = JobRecord(job, "train", str(tmp_path / "out"), T0 - 30, None, "RUNNING", None, {**base, **info})
         reg.add(record)
@@ -92,7 +115,9 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
     client, registry = served
     fake_slurm(tmp_path, monkeypatch, [scontrol_line("77", "FAILED", "75:0")])
     seq = add_job(registry, tmp_path, "77")
-    (tmp_path / "logs" / TIMELINE_NAME.format(job_id="77")).write_text("".join(json.dumps(e) + "\n" for e in timeline_events()))
+    (tmp_path / "logs" / TIMELINE_NAME.format(job_id="77")).write_text(
+        "".join(json.dumps(e) + "\n" for e in timeline_events())
+    )
     html = client.get(f"/ui/runs/{seq}").text
     # exit 75 after "checkpoint and stop": preempted, not failed; Slurm's word kept beside it
     assert '<span class="state state-preempted">preempted</span> (Slurm: FAILED)' in html
@@ -115,17 +140,25 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
     # the rank table of the last attempt: node, how each rank ended, its last step, its checkpoints
     table = html.split('id="rank-table"')[1].split("</table>")[0]
     assert '<h3 id="ranks-title">Ranks of attempt 1</h3>' in html and table.count("<tr data-rank=") == 3
-    assert ('<tr data-rank="2"><td>2 &#9873;</td><td>&lt;svg onload=alert(1)&gt;</td><td>preempted</td>'
-            '<td>30</td><td>1</td></tr>') in table
+    assert (
+        '<tr data-rank="2"><td>2 &#9873;</td><td>&lt;svg onload=alert(1)&gt;</td><td>preempted</td>'
+        "<td>30</td><td>1</td></tr>"
+    ) in table
 
 
 def test_status_html_draws_the_same_time_report(tmp_path):
     (tmp_path / TIMELINE_NAME.format(job_id="g")).write_text("".join(json.dumps(e) + "\n" for e in timeline_events()))
-    detail = {"group": {"name": "g", "state": "stopped", "attempt": 1, "reason": None, "config": {}}, "workers": [], "attempts": []}
+    detail = {
+        "group": {"name": "g", "state": "stopped", "attempt": 1, "reason": None, "config": {}},
+        "workers": [],
+        "attempts": [],
+    }
     html = status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "g"))
     assert 'aria-label="per-rank timeline of attempt 1"' in html and "&#9873; rank 2" in html and HOSTILE not in html
     assert "Goodput <strong>" in html
-    assert "per-rank timeline" not in status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "none"))
+    assert "per-rank timeline" not in status_page.render_status(
+        detail, [], {}, status_page.group_time(tmp_path, "none")
+    )
 
 
 def test_slurm_state_of_the_preemption_exit():
@@ -140,7 +173,12 @@ def test_log_follows_by_offset_and_the_rank_filter_keeps_one_rank(served, tmp_pa
     log = tmp_path / "logs" / "train-78.out"
     log.write_text("batch starts\n0: step 1\n1: step 1\n2: step 1\n1: half a li")
     first = client.get(f"/ui/live/runs/{seq}/logs").json()
-    assert [(x["rank"], x["text"]) for x in first["lines"]] == [(None, "batch starts"), (0, "step 1"), (1, "step 1"), (2, "step 1")]
+    assert [(x["rank"], x["text"]) for x in first["lines"]] == [
+        (None, "batch starts"),
+        (0, "step 1"),
+        (1, "step 1"),
+        (2, "step 1"),
+    ]
     with log.open("a") as f:
         f.write("ne\n0: step 2\n")
     more = client.get(f"/ui/live/runs/{seq}/logs", params={"after": first["next"]}).json()
@@ -152,8 +190,10 @@ def test_log_follows_by_offset_and_the_rank_filter_keeps_one_rank(served, tmp_pa
 
 def test_an_array_jobs_log_is_the_chosen_tasks_and_the_page_offers_every_task(served, tmp_path, monkeypatch):
     client, registry = served
-    lines = [scontrol_line(str(90 + t), state, "0:0", ArrayJobId="90", ArrayTaskId=str(t), Restarts="0")
-             for t, state in ((0, "COMPLETED"), (1, "RUNNING"), (2, "PENDING"))]
+    lines = [
+        scontrol_line(str(90 + t), state, "0:0", ArrayJobId="90", ArrayTaskId=str(t), Restarts="0")
+        for t, state in ((0, "COMPLETED"), (1, "RUNNING"), (2, "PENDING"))
+    ]
     fake_slurm(tmp_path, monkeypatch, lines)
     seq = add_job(registry, tmp_path, "90", array=3)
     for task in (0, 1):
@@ -165,7 +205,9 @@ def test_an_array_jobs_log_is_the_chosen_tasks_and_the_page_offers_every_task(se
     assert client.get(f"/ui/live/runs/{seq}/logs", params={"task": 2}).json()["lines"] == []  # pending: no log yet
     refused = client.get(f"/ui/live/runs/{seq}/logs", params={"task": 7})
     assert (refused.status_code, refused.json()["detail"]) == (
-        422, "task: expected one of the tasks of array job 90 (0-2), got 7")
+        422,
+        "task: expected one of the tasks of array job 90 (0-2), got 7",
+    )
     assert client.get(f"/ui/live/runs/{seq}/logs", params={"task": "x"}).status_code == 422
     html = client.get(f"/ui/runs/{seq}").text
     picker = html.split('<select id="task-filter">')[1].split("</select>")[0]
@@ -196,15 +238,21 @@ def test_array_task_ids_are_read_from_what_the_job_was_submitted_with():
 
 def test_array_tasks_grid_and_the_sweeps_curves_in_one_chart(served, tmp_path, monkeypatch):
     client, registry = served
-    lines = [scontrol_line(str(80 + t), state, code, ArrayJobId="80", ArrayTaskId=str(t), Restarts="0")
-             for t, state, code in ((0, "COMPLETED", "0:0"), (1, "FAILED", "75:0"), (2, "RUNNING", "0:0"))]
+    lines = [
+        scontrol_line(str(80 + t), state, code, ArrayJobId="80", ArrayTaskId=str(t), Restarts="0")
+        for t, state, code in ((0, "COMPLETED", "0:0"), (1, "FAILED", "75:0"), (2, "RUNNING", "0:0"))
+    ]
     fake_slurm(tmp_path, monkeypatch, lines)
     out = tmp_path / "out"
     out.mkdir()
     params = [{"lr": 0.1}, {"lr": 0.01}, {"lr": "<b>x</b>"}]
     (out / SWEEP_FILE).write_text(grid_jsonl(params))
     for task in range(len(params)):
-        environ = {"SLURM_ARRAY_JOB_ID": "80", "SLURMGEN_SWEEP_INDEX": str(task), "SLURMGEN_SWEEP_FILE": str(out / SWEEP_FILE)}
+        environ = {
+            "SLURM_ARRAY_JOB_ID": "80",
+            "SLURMGEN_SWEEP_INDEX": str(task),
+            "SLURMGEN_SWEEP_FILE": str(out / SWEEP_FILE),
+        }
         run = tracking.init(tmp_path / "R" / "tracking", group=f"slurm-80_{task}", name=f"t{task}", environ=environ)
         for step in (1, 2, 3):
             run.log("train", {"loss": 1.0 / (step + task)}, step=step)
@@ -213,11 +261,18 @@ def test_array_tasks_grid_and_the_sweeps_curves_in_one_chart(served, tmp_path, m
     html = client.get(f"/ui/runs/{seq}").text
     cells = html.split('id="task-grid"')[1].split("</ul>")[0]
     assert cells.count('class="task-cell') == 3 and "<b>x</b>" not in cells
-    assert 'data-task="1"' in cells and "task-preempted" in cells and "lr=0.01" in cells and "lr=&lt;b&gt;x&lt;/b&gt;" in cells
+    assert (
+        'data-task="1"' in cells
+        and "task-preempted" in cells
+        and "lr=0.01" in cells
+        and "lr=&lt;b&gt;x&lt;/b&gt;" in cells
+    )
     curves = client.get(f"/ui/live/runs/{seq}/metrics").json()
     assert sorted(curves["metrics"]["loss"]) == ["train #0 lr=0.1", "train #1 lr=0.01", "train #2 lr=<b>x</b>"]
     listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
-    assert '<td class="run-loss"><span data-live=' in listed and ">0.2 (best of 3)</span>" in listed  # task 2's last, 1/5
+    assert (
+        '<td class="run-loss"><span data-live=' in listed and ">0.2 (best of 3)</span>" in listed
+    )  # task 2's last, 1/5
     assert curves["metrics"]["loss"]["train #1 lr=0.01"] == [[1, 2, 3], [0.5, 1 / 3, 0.25]]
 
 
@@ -267,7 +322,10 @@ def test_slurms_end_time_is_kept_and_a_requeue_clears_it():
     from slurmgen.jobs.slurm import parse_scontrol
     from slurmgen.jobs.view import ended_at
 
-    assert ended_at(parse_scontrol(scontrol_line("5", "FAILED", "75:0"))) == (True, datetime.fromisoformat(END).timestamp())
+    assert ended_at(parse_scontrol(scontrol_line("5", "FAILED", "75:0"))) == (
+        True,
+        datetime.fromisoformat(END).timestamp(),
+    )
     assert ended_at(parse_scontrol(scontrol_line("5", "RUNNING", "0:0"))) == (True, None)  # EndTime is then the limit's
     assert ended_at(parse_scontrol(scontrol_line("5", "FAILED", "1:0", EndTime="Unknown"))) == (False, None)
 
@@ -277,10 +335,15 @@ def test_an_array_jobs_attempts_are_those_of_the_task_shown():
 
     start = {"event": "start", "attempt": 1, "time": 1_700_000_000, "host": "n1"}
     again = {"event": "end", "exit_code": 143, "time": 1_700_000_010}
-    tasks = [{"job": "7_0", "state": "RUNNING", "attempts": [start]},
-             {"job": "7_1", "state": "RUNNING", "attempts": [start, again, {**start, "attempt": 2}]}]
+    tasks = [
+        {"job": "7_0", "state": "RUNNING", "attempts": [start]},
+        {"job": "7_1", "state": "RUNNING", "attempts": [start, again, {**start, "attempt": 2}]},
+    ]
     shown, rows = task_attempts({"tasks": tasks}, "1")
-    assert shown == "1" and [(r["number"], r["state"], r["code"]) for r in rows] == [(1, "failed", 143), (2, "running", None)]
+    assert shown == "1" and [(r["number"], r["state"], r["code"]) for r in rows] == [
+        (1, "failed", 143),
+        (2, "running", None),
+    ]
     tasks[1]["state"] = "CANCELLED"  # the task's own state ends its last attempt
     assert [r["state"] for r in task_attempts({"tasks": tasks}, "1")[1]] == ["failed", "stopped"]
     assert task_attempts({"tasks": tasks}, "<b>9")[0] == "0"  # no such task: the first, as the log view picks
@@ -290,10 +353,18 @@ def test_an_array_jobs_attempts_are_those_of_the_task_shown():
 def test_a_rank_without_an_end_is_running_while_its_attempt_lasts_and_unsaid_after():
     from slurmgen.coordinator.web.timeline_svg import rank_rows
 
-    attempt = {"ranks": [{"rank": 0, "host": "n1", "status": "done", "last_step": 9, "checkpoints": 2},
-                         {"rank": 1, "host": None, "status": None, "last_step": None},
-                         {"rank": 2, "status": "failed", "code": 143}, {"rank": 3, "status": "failed", "code": 3}]}
+    attempt = {
+        "ranks": [
+            {"rank": 0, "host": "n1", "status": "done", "last_step": 9, "checkpoints": 2},
+            {"rank": 1, "host": None, "status": None, "last_step": None},
+            {"rank": 2, "status": "failed", "code": 143},
+            {"rank": 3, "status": "failed", "code": 3},
+        ]
+    }
     assert [(r["node"], r["status"], r["last_step"], r["straggler"]) for r in rank_rows(attempt, {1}, True)] == [
-        ("n1", "done", 9, False), ("—", "running", "—", True), ("—", "terminated", "—", False),
-        ("—", "failed (exit 3)", "—", False)]
+        ("n1", "done", 9, False),
+        ("—", "running", "—", True),
+        ("—", "terminated", "—", False),
+        ("—", "failed (exit 3)", "—", False),
+    ]
     assert rank_rows(attempt, set(), False)[1]["status"] == "—"  # killed: it never said how it ended

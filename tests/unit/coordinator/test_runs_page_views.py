@@ -26,8 +26,18 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 def fill(path, now: float = 1_000_000.0) -> None:
     """A Slurm job (oldest), an SSH launch that failed on rank 3, a group named HOSTILE (newest)."""
     with Registry.open(path, create=True) as reg:
-        reg.add(JobRecord("4242", "train-slurm", "/w/a", now - 300, None, "RUNNING", None,
-                          {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "60"}))
+        reg.add(
+            JobRecord(
+                "4242",
+                "train-slurm",
+                "/w/a",
+                now - 300,
+                None,
+                "RUNNING",
+                None,
+                {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "60"},
+            )
+        )
         launch = add_run(reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4), now - 200)
         start_attempt(reg, launch, 1, now - 200)
         end_run(reg, launch, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), now - 100)
@@ -60,14 +70,20 @@ def test_every_run_of_the_registry_newest_first_with_its_facts(client):
     assert "failed" in row and "<td>2x2</td>" in row and "1 — rank 3 on node2 code 1 (rank 3 exited 1)" in row
     assert "1 min 40 s" in row  # ended: its elapsed time is fixed
     slurm = re.search(r'data-kind="slurm">(.*?)</tr>', html, re.S).group(1)
-    assert '<td>2x2</td>' in slurm and " / 1 h 00 min</span>" in slurm  # elapsed / the limit it was submitted with
-    assert " / " not in re.search(r'<td>(?:<span[^>]*>)?([^<]*)</span></td>', row).group(1)  # a launch has no limit
+    assert "<td>2x2</td>" in slurm and " / 1 h 00 min</span>" in slurm  # elapsed / the limit it was submitted with
+    assert " / " not in re.search(r"<td>(?:<span[^>]*>)?([^<]*)</span></td>", row).group(1)  # a launch has no limit
     assert 'href="/ui/runs"' in client.get("/ui/").text  # linked from the groups page's header
 
 
-@pytest.mark.parametrize("query, expected", [("kind=slurm", ["train-slurm"]), ("state=failed", ["sweep-launch"]),
-                                             ("kind=group&state=running", ["&lt;img src=x onerror=alert(1)&gt;"]),
-                                             ("kind=launch&state=running", [])])
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("kind=slurm", ["train-slurm"]),
+        ("state=failed", ["sweep-launch"]),
+        ("kind=group&state=running", ["&lt;img src=x onerror=alert(1)&gt;"]),
+        ("kind=launch&state=running", []),
+    ],
+)
 def test_filters_by_kind_and_state(client, query, expected):
     assert names(client.get(f"/ui/runs?{query}").text) == expected
 
@@ -96,8 +112,10 @@ def test_no_registry_yet_is_an_empty_list_with_the_reason(tmp_path):
     assert rows == [] and counts == {"total": 0, "active": 0} and "no job registry" in error
 
 
-@pytest.mark.parametrize("started, ended, now, text", [(None, None, 5, "—"), (0, 12, 99, "12 s"),
-                                                       (0, None, 185, "3 min 05 s"), (0, None, 3720, "1 h 02 min")])
+@pytest.mark.parametrize(
+    "started, ended, now, text",
+    [(None, None, 5, "—"), (0, 12, 99, "12 s"), (0, None, 185, "3 min 05 s"), (0, None, 3720, "1 h 02 min")],
+)
 def test_elapsed(started, ended, now, text):
     assert runs_page.elapsed(started, ended, now) == text
 
@@ -110,12 +128,15 @@ def test_a_launch_page_shows_its_attempts_and_failure_and_disables_slurm_control
     seq = _seq(client, "launch")
     html = client.get(f"/ui/runs/{seq}").text
     assert "sweep-launch" in html and "1 — rank 3 on node2 code 1 (rank 3 exited 1)" in html
-    assert re.search(r'<button type="submit" disabled title="only a Slurm job can be cancelled here">Cancel</button>', html)
+    assert re.search(
+        r'<button type="submit" disabled title="only a Slurm job can be cancelled here">Cancel</button>', html
+    )
     assert 'title="only a Slurm job can be checkpointed here">Checkpoint and stop' in html
     # a POST anyway (no JavaScript needed to bypass a disabled button) is refused, after a redirect
     csrf = re.search(r'name="csrf" value="([A-Za-z0-9_-]+)"', html).group(1)
-    reply = client.post(f"/ui/runs/{seq}/cancel", data={"csrf": csrf}, headers={"Origin": "http://testserver"},
-                        follow_redirects=False)
+    reply = client.post(
+        f"/ui/runs/{seq}/cancel", data={"csrf": csrf}, headers={"Origin": "http://testserver"}, follow_redirects=False
+    )
     assert reply.status_code == 303 and reply.headers["location"] == f"/ui/runs/{seq}"
     assert "is not a Slurm job of this machine&#39;s registry: nothing was sent" in client.get(f"/ui/runs/{seq}").text
 
@@ -130,25 +151,51 @@ def test_a_slurm_job_page_shows_pending_reason_failure_log_and_enables_what_appl
     from slurmgen.coordinator.web import run_detail
 
     seq = _seq(client, "slurm")
-    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {
-        "state": "PENDING", "pending": "requeued, eligible at 15:00:00 (in 30 s)", "first_failure": None})
+    monkeypatch.setattr(
+        run_detail,
+        "slurm_status",
+        lambda reg, s: {
+            "state": "PENDING",
+            "pending": "requeued, eligible at 15:00:00 (in 30 s)",
+            "first_failure": None,
+        },
+    )
     html = client.get(f"/ui/runs/{seq}").text
     assert "requeued, eligible at 15:00:00 (in 30 s)" in html and "(Slurm: PENDING)" in html
     assert '<button type="submit">Cancel</button>' in html
     assert 'title="the job is PENDING, not running: nothing to save">Checkpoint and stop' in html
-    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {
-        "state": "FAILED", "first_failure": {"state": "FAILED", "rank": 1, "node": "node2", "exit_code": 3, "what": HOSTILE},
-        "log_tail": ["Traceback (most recent call last):", HOSTILE]})
+    monkeypatch.setattr(
+        run_detail,
+        "slurm_status",
+        lambda reg, s: {
+            "state": "FAILED",
+            "first_failure": {"state": "FAILED", "rank": 1, "node": "node2", "exit_code": 3, "what": HOSTILE},
+            "log_tail": ["Traceback (most recent call last):", HOSTILE],
+        },
+    )
     html = client.get(f"/ui/runs/{seq}").text
     assert "FAILED, rank 1 on node2, exit code 3" in html and "Traceback (most recent call last):" in html
     assert HOSTILE not in html and "not readable" not in html
     assert 'disabled title="the job has ended (FAILED)">Cancel' in html
-    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {  # the rank's log is on a node we cannot read
-        "state": "FAILED", "first_failure": {"state": "FAILED", "rank": 1, "node": "node2", "exit_code": 3, "what": None}, "log_tail": []})
+    monkeypatch.setattr(
+        run_detail,
+        "slurm_status",
+        lambda reg, s: {  # the rank's log is on a node we cannot read
+            "state": "FAILED",
+            "first_failure": {"state": "FAILED", "rank": 1, "node": "node2", "exit_code": 3, "what": None},
+            "log_tail": [],
+        },
+    )
     assert "The rank's log is not readable from this machine." in client.get(f"/ui/runs/{seq}").text
-    monkeypatch.setattr(run_detail, "slurm_status", lambda reg, s: {  # no rank to blame (a lost node): no rank's log
-        "state": "NODE_FAIL", "first_failure": {"state": "NODE_FAIL", "rank": None, "node": "node2", "exit_code": None, "what": None},
-        "log_tail": []})
+    monkeypatch.setattr(
+        run_detail,
+        "slurm_status",
+        lambda reg, s: {  # no rank to blame (a lost node): no rank's log
+            "state": "NODE_FAIL",
+            "first_failure": {"state": "NODE_FAIL", "rank": None, "node": "node2", "exit_code": None, "what": None},
+            "log_tail": [],
+        },
+    )
     html = client.get(f"/ui/runs/{seq}").text
     assert "NODE_FAIL on node2" in html and "not readable" not in html
 
@@ -163,12 +210,26 @@ def test_a_slurm_jobs_attempts_file_becomes_attempt_rows_with_causes():
 
     # Numbered as the file numbers them, as the timeline does (contract/attempts.py: from 1); here
     # the record of attempt 1 was lost with a log directory the batch nodes do not share.
-    rows = run_detail.slurm_attempts([
-        {"event": "start", "attempt": 2, "time": 100.0, "host": "node1"},
-        {"event": "end", "attempt": 2, "time": 160.0, "host": "node1", "exit_code": 3, "rank": 5, "node": "node2", "task": 5},
-        {"event": "start", "attempt": 3, "time": 200.0, "host": "node1"}])
+    rows = run_detail.slurm_attempts(
+        [
+            {"event": "start", "attempt": 2, "time": 100.0, "host": "node1"},
+            {
+                "event": "end",
+                "attempt": 2,
+                "time": 160.0,
+                "host": "node1",
+                "exit_code": 3,
+                "rank": 5,
+                "node": "node2",
+                "task": 5,
+            },
+            {"event": "start", "attempt": 3, "time": 200.0, "host": "node1"},
+        ]
+    )
     assert [(r["number"], r["state"], r["rank"], r["node"], r["code"]) for r in rows] == [
-        (2, "failed", 5, "node2", 3), (3, "running", None, "node1", None)]
+        (2, "failed", 5, "node2", 3),
+        (3, "running", None, "node1", None),
+    ]
     assert rows[0]["cause"] == "exit 3 (rank 5 on node2)" and rows[1]["ended"] is None
 
 
@@ -190,12 +251,26 @@ def test_a_slurm_jobs_attempts_speak_the_runs_states_not_the_files_event_words()
     assert [r["state"] for r in slurm_attempts([start(1)], State.STOPPED)] == ["stopped"]  # killed before its end line
     assert [r["state"] for r in slurm_attempts([start(1)], State.RUNNING)] == ["running"]
     assert [r["state"] for r in slurm_attempts([start(1), end(1, 0), {**start(2), "event": "skipped"}], None)] == [
-        "succeeded", "skipped"]  # a requeue after the end ran nothing
+        "succeeded",
+        "skipped",
+    ]  # a requeue after the end ran nothing
 
 
 def test_an_ended_run_without_an_end_time_shows_no_growing_elapsed_time():
-    row = {"seq": 1, "kind": "slurm", "job_id": "7", "name": "j", "state": "stopped", "nodes": 1, "ranks": 1,
-           "started": 0.0, "ended": None, "attempts": 0, "failure": None, "last_exit": 143}
+    row = {
+        "seq": 1,
+        "kind": "slurm",
+        "job_id": "7",
+        "name": "j",
+        "state": "stopped",
+        "nodes": 1,
+        "ranks": 1,
+        "started": 0.0,
+        "ended": None,
+        "attempts": 0,
+        "failure": None,
+        "last_exit": 143,
+    }
     assert runs_page.run_view(row, 500.0)["elapsed"] == "—"
     assert runs_page.run_view({**row, "state": "running"}, 500.0)["elapsed"] == "8 min 20 s"
 

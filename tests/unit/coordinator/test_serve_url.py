@@ -32,9 +32,26 @@ def _free_ipv6_port() -> int:
 
 def test_serve_on_all_ipv6_addresses_prints_a_url_that_answers(tmp_path):
     port = _free_ipv6_port()
-    proc = subprocess.Popen([sys.executable, "-m", "slurmgen", "serve", "--host", "::", "--port", str(port),
-                             "--db", str(tmp_path / "c.db"), "--token-file", str(tmp_path / "token")],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "slurmgen",
+            "serve",
+            "--host",
+            "::",
+            "--port",
+            str(port),
+            "--db",
+            str(tmp_path / "c.db"),
+            "--token-file",
+            str(tmp_path / "token"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     try:
         lines = [proc.stdout.readline() for _ in range(3)]  # new token (2 lines), then the URL
         url = lines[2].split()[2]

@@ -16,10 +16,19 @@ from slurmgen.errors import SlurmgenError
 
 
 def row(node, **over):
-    base = {"node": node, "python": "3.11.7", "torch": "2.13.0", "cuda": "12.4", "nccl": "2.21.5", "gpus": 8,
-            "files": {"hash": "aaaa", "count": 3}, "master": {"addr": "n1", "ip": "10.0.0.1", "error": None},
-            "port": {"ok": True, "listener": node == "n1", "error": None},
-            "disk": {"ok": True, "free_gb": 900.0, "error": None}, "signal": {"ok": True, "name": "USR2", "error": None}}
+    base = {
+        "node": node,
+        "python": "3.11.7",
+        "torch": "2.13.0",
+        "cuda": "12.4",
+        "nccl": "2.21.5",
+        "gpus": 8,
+        "files": {"hash": "aaaa", "count": 3},
+        "master": {"addr": "n1", "ip": "10.0.0.1", "error": None},
+        "port": {"ok": True, "listener": node == "n1", "error": None},
+        "disk": {"ok": True, "free_gb": 900.0, "error": None},
+        "signal": {"ok": True, "name": "USR2", "error": None},
+    }
     return {**base, **over}
 
 
@@ -32,8 +41,10 @@ def test_nodes_that_agree_pass():
 
 def test_the_odd_node_out_is_marked_and_named():
     verdict = compare([row("n1"), row("n2", torch="2.12.0", files={"hash": "bbbb"}), row("n3")])
-    assert verdict.problems == ["torch differs across nodes: 2.13.0 on n1, n3; 2.12.0 on n2",
-                                "files differs across nodes: aaaa on n1, n3; bbbb on n2"]
+    assert verdict.problems == [
+        "torch differs across nodes: 2.13.0 on n1, n3; 2.12.0 on n2",
+        "files differs across nodes: aaaa on n1, n3; bbbb on n2",
+    ]
     assert [verdict.marks[n]["torch"].state for n in ("n1", "n2", "n3")] == [OK, BAD, OK]
     assert (verdict.marks["n2"]["files"].state, verdict.marks["n2"]["files"].text) == (BAD, "bbbb")
 
@@ -47,11 +58,15 @@ def test_a_tie_marks_every_side_and_a_missing_torch_differs():
 
 def test_per_node_checks_fail_alone_and_absent_ones_are_not_applicable():
     blocked = {"ok": False, "listener": False, "error": "10.0.0.1:29500 unreachable within 3 s: timed out"}
-    rows = [row("n1", signal=None), row("n2", port=blocked, signal=None, disk={"ok": False, "free_gb": 0.2,
-                                                                          "error": "0.2 GB free in out, want 1"})]
+    rows = [
+        row("n1", signal=None),
+        row("n2", port=blocked, signal=None, disk={"ok": False, "free_gb": 0.2, "error": "0.2 GB free in out, want 1"}),
+    ]
     verdict = compare(rows)
-    assert verdict.problems == ["port on n2: 10.0.0.1:29500 unreachable within 3 s: timed out",
-                                "disk on n2: 0.2 GB free in out, want 1"]
+    assert verdict.problems == [
+        "port on n2: 10.0.0.1:29500 unreachable within 3 s: timed out",
+        "disk on n2: 0.2 GB free in out, want 1",
+    ]
     assert (verdict.marks["n2"]["port"].state, verdict.marks["n1"]["port"].state) == (BAD, OK)
     assert verdict.marks["n1"]["signal"].state == NA
 
@@ -86,8 +101,7 @@ def test_tree_hash_follows_content_and_names(tmp_path, monkeypatch):
 def test_port_check_between_two_probes_and_against_a_stranger():
     port = free_port()
     results = []
-    probes = [threading.Thread(target=lambda: results.append(port_check("127.0.0.1", port, 2, 5.0)))
-              for _ in range(2)]
+    probes = [threading.Thread(target=lambda: results.append(port_check("127.0.0.1", port, 2, 5.0))) for _ in range(2)]
     for t in probes:
         t.start()
     for t in probes:
@@ -104,19 +118,31 @@ def test_port_check_between_two_probes_and_against_a_stranger():
 
 
 def test_probe_arguments_round_trip():
-    opts = ProbeOptions(files=("a", "b c"), out_dir="out", min_free_gb=2.5, master_addr="n1", master_port=29500,
-                        nodes=4, port_timeout=3.0, signal="USR1", signal_wait=5.0)
+    opts = ProbeOptions(
+        files=("a", "b c"),
+        out_dir="out",
+        min_free_gb=2.5,
+        master_addr="n1",
+        master_port=29500,
+        nodes=4,
+        port_timeout=3.0,
+        signal="USR1",
+        signal_wait=5.0,
+    )
     assert parse_args(probe_args(opts)) == opts
     assert parse_args(probe_args(ProbeOptions())) == ProbeOptions()
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--hosts", "a", "--hostfile", "h"], "give one of --hosts and --hostfile"),
-    (["--master-port", "70000"], "master_port: must be a port number 1-65535 (got 70000)"),
-    (["--port-timeout", "0"], "port_timeout: must be more than 0 seconds (got 0)"),
-    (["--signal", "TERM"], "signal: expected USR2 or USR1 (got 'TERM')"),
-    (["--config", "/nonexistent.yaml"], "config: cannot read '/nonexistent.yaml'"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--hosts", "a", "--hostfile", "h"], "give one of --hosts and --hostfile"),
+        (["--master-port", "70000"], "master_port: must be a port number 1-65535 (got 70000)"),
+        (["--port-timeout", "0"], "port_timeout: must be more than 0 seconds (got 0)"),
+        (["--signal", "TERM"], "signal: expected USR2 or USR1 (got 'TERM')"),
+        (["--config", "/nonexistent.yaml"], "config: cannot read '/nonexistent.yaml'"),
+    ],
+)
 def test_doctor_rejects_bad_flags(capsys, args, words):
     code, _, err = run(capsys, "doctor", *args)
     assert code == 2 and words in err

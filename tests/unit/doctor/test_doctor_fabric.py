@@ -11,14 +11,29 @@ from slurmgen.doctor.fabric_verdict import transport
 
 
 def fab(node: str, ip: str, *, resolves=None, env=None, devices=(), extra=(), bus=0.4, tcp=0.6, ok=True, **over):
-    ifaces = [{"name": "lo", "addr": "127.0.0.1", "prefix": 8, "reaches_master": False},
-              {"name": "eth0", "addr": ip, "prefix": 24, "reaches_master": True}, *extra]
+    ifaces = [
+        {"name": "lo", "addr": "127.0.0.1", "prefix": 8, "reaches_master": False},
+        {"name": "eth0", "addr": ip, "prefix": 24, "reaches_master": True},
+        *extra,
+    ]
     peer = "n2" if node == "n1" else "n1"
-    band = {"rank": 0 if node == "n1" else 1, "nodes": 2, "mb": 8,
-            "tcp": {"bytes": 1, "gbps": tcp, "from": peer, "to": node},
-            "allreduce": {"seconds": 0.1, "bus_gbps": bus, "correct": ok}}
-    facts = {"master": "10.0.0.1", "hostname": node, "resolves": resolves or [ip], "route": {"addr": ip, "iface": "eth0"},
-             "interfaces": ifaces, "env": env or {}, "rdma": {"devices": list(devices)}, "bandwidth": band}
+    band = {
+        "rank": 0 if node == "n1" else 1,
+        "nodes": 2,
+        "mb": 8,
+        "tcp": {"bytes": 1, "gbps": tcp, "from": peer, "to": node},
+        "allreduce": {"seconds": 0.1, "bus_gbps": bus, "correct": ok},
+    }
+    facts = {
+        "master": "10.0.0.1",
+        "hostname": node,
+        "resolves": resolves or [ip],
+        "route": {"addr": ip, "iface": "eth0"},
+        "interfaces": ifaces,
+        "env": env or {},
+        "rdma": {"devices": list(devices)},
+        "bandwidth": band,
+    }
     return {"node": node, "fabric": {**facts, **over}}
 
 
@@ -41,7 +56,8 @@ def test_a_hostname_on_loopback_names_the_interface_to_set_and_set_ones_pass():
     assert verdict.problems == [
         "fabric on n2: its hostname n2 resolves to 127.0.1.1, a loopback address (as Debian's default /etc/hosts "
         "makes it), a known cause of failed multi-node rendezvous: map it to 10.0.0.2 in /etc/hosts, or set "
-        "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0"]
+        "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0"
+    ]
     assert (verdict.marks["n2"]["hostname"].state, verdict.marks["n1"]["hostname"].state) == (BAD, OK)
     both = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
     fixed = compare([fab("n1", "10.0.0.1", env=both), fab("n2", "10.0.0.2", resolves=["127.0.1.1"], env=both)])
@@ -55,7 +71,8 @@ def test_an_interface_off_the_masters_network_is_a_warning_until_nccl_is_told():
     verdict = compare([fab("n1", "10.0.0.1", extra=extra), fab("n2", "10.0.0.2")])
     assert verdict.ok and verdict.warnings == [
         "fabric on n1: interface ib9 (192.168.5.1/16) is not on the master's network and NCCL_SOCKET_IFNAME is unset: "
-        "NCCL may pick it; set NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 (the interface that routes to the master)"]
+        "NCCL may pick it; set NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 (the interface that routes to the master)"
+    ]
     env = {"NCCL_SOCKET_IFNAME": "eth0"}
     assert compare([fab("n1", "10.0.0.1", extra=extra, env=env), fab("n2", "10.0.0.2", env=env)]).warnings == []
 
@@ -63,17 +80,22 @@ def test_an_interface_off_the_masters_network_is_a_warning_until_nccl_is_told():
 def test_settings_and_transports_must_agree_across_nodes():
     ib = [{"name": "mlx5_0", "efa": False, "active": True}]
     verdict = compare([fab("n1", "10.0.0.1", env={"NCCL_DEBUG": "INFO"}, devices=ib), fab("n2", "10.0.0.2")])
-    assert verdict.problems == ["fabric: net_env differs across nodes: NCCL_DEBUG=INFO on n1; unset on n2",
-                                "fabric: rdma differs across nodes: IB mlx5_0 on n1; socket on n2"]
+    assert verdict.problems == [
+        "fabric: net_env differs across nodes: NCCL_DEBUG=INFO on n1; unset on n2",
+        "fabric: rdma differs across nodes: IB mlx5_0 on n1; socket on n2",
+    ]
     assert verdict.marks["n1"]["rdma"].state == BAD
 
 
-@pytest.mark.parametrize("devices, env, said", [
-    ([], {}, "socket"),
-    ([{"name": "mlx5_0", "efa": False, "active": False}], {}, "socket (IB mlx5_0 down)"),
-    ([{"name": "mlx5_0", "efa": False, "active": True}], {"NCCL_IB_DISABLE": "1"}, "socket (NCCL_IB_DISABLE=1)"),
-    ([{"name": "efa_0", "efa": True, "active": True}], {}, "EFA efa_0 (with aws-ofi-nccl)"),
-])
+@pytest.mark.parametrize(
+    "devices, env, said",
+    [
+        ([], {}, "socket"),
+        ([{"name": "mlx5_0", "efa": False, "active": False}], {}, "socket (IB mlx5_0 down)"),
+        ([{"name": "mlx5_0", "efa": False, "active": True}], {"NCCL_IB_DISABLE": "1"}, "socket (NCCL_IB_DISABLE=1)"),
+        ([{"name": "efa_0", "efa": True, "active": True}], {}, "EFA efa_0 (with aws-ofi-nccl)"),
+    ],
+)
 def test_the_transport_nccl_would_use(devices, env, said):
     assert transport({"rdma": {"devices": devices}, "env": env}) == said
 
@@ -83,7 +105,8 @@ def test_a_collective_under_its_share_of_raw_tcp_fails_naming_the_link():
     verdict = compare(rows)
     assert verdict.problems == [
         "fabric: a gloo all-reduce across 2 nodes got 0.02 GB/s bus bandwidth, 3% of the slowest raw TCP link "
-        "(0.6 GB/s, n1 -> n2) measured in the same run; want at least 5% (--min-collective-share)"]
+        "(0.6 GB/s, n1 -> n2) measured in the same run; want at least 5% (--min-collective-share)"
+    ]
     assert {verdict.marks[n]["allreduce"].state for n in ("n1", "n2")} == {BAD}
     assert compare(rows, min_share=0.02).ok
 

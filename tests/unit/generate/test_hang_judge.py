@@ -23,7 +23,9 @@ LIMIT, DEFER = 4000, 1000
 
 
 def _functions() -> str:
-    return "\n".join(render_template(t) for t in ("heartbeat.sh.j2", "hang_judge.sh.j2", "hang_stack.sh.j2", "hang_story.sh.j2"))
+    return "\n".join(
+        render_template(t) for t in ("heartbeat.sh.j2", "hang_judge.sh.j2", "hang_stack.sh.j2", "hang_story.sh.j2")
+    )
 
 
 def _beat(d: Path, rank: int, age_s: float, pid: int, step: int, status: str = "running") -> None:
@@ -32,11 +34,14 @@ def _beat(d: Path, rank: int, age_s: float, pid: int, step: int, status: str = "
 
 
 def _judge(d: Path) -> str:
-    script = _functions() + f"""
+    script = (
+        _functions()
+        + f"""
 now_ms now
 if judge_node {d} {LIMIT} {DEFER} "$now"; then echo "hung $hung_rank $hung_step $hung_pid ${{hung_why:-oldest}}"; fi
 echo "quiet ${{quiet_ranks[*]}}"
 """
+    )
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
 
 
@@ -68,17 +73,30 @@ def test_without_a_sign_the_oldest_is_named_only_after_the_deferral(tmp_path, sl
     assert _judge(tmp_path).splitlines() == [f"hung 1 8 {sleeper.pid} oldest", "quiet 1:8 3:8"]
 
 
-@pytest.mark.parametrize(("args", "story"), [
-    ("3 node2 220 10432 stopped 2 0 1",
-     "rank 3 on node2 stopped beating at step 220 (no heartbeat for 10.4 s, its process is stopped); "
-     "ranks 0-2 waited in a collective"),
-    ("5 'node 1' '' 4000 '' 4 7 8 9", "rank 5 on node 1 stopped beating (no heartbeat for 4.0 s); "
-                                      "ranks 4, 7-9 waited in a collective"),
-    ("1 n 3 2500 '' 0", "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); rank 0 waited in a collective"),
-    ("1 n 3 2500 ''", "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); the other ranks kept beating"),
-])
+@pytest.mark.parametrize(
+    ("args", "story"),
+    [
+        (
+            "3 node2 220 10432 stopped 2 0 1",
+            "rank 3 on node2 stopped beating at step 220 (no heartbeat for 10.4 s, its process is stopped); "
+            "ranks 0-2 waited in a collective",
+        ),
+        (
+            "5 'node 1' '' 4000 '' 4 7 8 9",
+            "rank 5 on node 1 stopped beating (no heartbeat for 4.0 s); ranks 4, 7-9 waited in a collective",
+        ),
+        (
+            "1 n 3 2500 '' 0",
+            "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); rank 0 waited in a collective",
+        ),
+        (
+            "1 n 3 2500 ''",
+            "rank 1 on n stopped beating at step 3 (no heartbeat for 2.5 s); the other ranks kept beating",
+        ),
+    ],
+)
 def test_the_story_names_the_hung_rank_and_the_ranks_that_waited(args, story):
-    script = render_template("hang_story.sh.j2") + f"\nset -eu\nhang_story {args}\necho \"$story\"\n"
+    script = render_template("hang_story.sh.j2") + f'\nset -eu\nhang_story {args}\necho "$story"\n'
     assert subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout == story + "\n"
 
 
@@ -100,8 +118,9 @@ def test_a_learned_timeout_judges_a_rank_long_before_the_fixed_limit(tmp_path, s
     _beat(tmp_path, 0, 1.0, sleeper.pid, 9)  # no timeout learned: the 4 s limit, not even quiet
     record = json.loads((tmp_path / "rank-00000.json").read_text())
     (tmp_path / "rank-00001.json").write_text(json.dumps({**record, "rank": 1, "timeout": 0.6}) + "\n")
-    (tmp_path / "rank-00002.json").write_text(json.dumps({**record, "rank": 2, "timeout": 0.6,
-                                                          "status": "checkpointing"}) + "\n")
+    (tmp_path / "rank-00002.json").write_text(
+        json.dumps({**record, "rank": 2, "timeout": 0.6, "status": "checkpointing"}) + "\n"
+    )
     assert _judge(tmp_path).splitlines() == [f"hung 1 9 {sleeper.pid} stopped", "quiet 1:9"]
 
 
@@ -125,11 +144,14 @@ def test_the_stack_of_a_stopped_rank_is_taken_before_it_is_killed(tmp_path):
         time.sleep(0.3)  # into the sleep
         proc.send_signal(signal.SIGSTOP)
         beat = (tmp_path / "rank-00003.json").read_text().strip()
-        script = _functions() + f"""
+        script = (
+            _functions()
+            + f"""
 take_stack {tmp_path} 3 {proc.pid} '{beat}'
 echo "$stack_file"
 printf '%s\\n' "${{stack_frames[@]}}"
 """
+        )
         out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
         assert out[0] == str(tmp_path / "stack-00003.txt")
         assert out[1:] == ["<string>:8 stuck_in_step", "<string>:9 <module>"]
@@ -140,14 +162,17 @@ printf '%s\\n' "${{stack_frames[@]}}"
 
 def test_py_spys_dump_gives_the_main_threads_frames(tmp_path):
     (tmp_path / "dump").write_text(
-        'Process 42: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n'
+        "Process 42: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
         'Thread 43 (idle): "Thread-1 (loader)"\n    wait (threading.py:327)\n'
         'Thread 42 (active): "MainThread"\n    step (/w/train.py:123)\n    main (/w/train.py:200)\n'
-        '    <module> (/w/train.py:210)\n')
+        "    <module> (/w/train.py:210)\n"
+    )
     script = _functions() + f'\nstack_frames_of {tmp_path}/dump 42\nprintf "%s\\n" "${{stack_frames[@]}}"\n'
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["/w/train.py:123 step", "/w/train.py:200 main", "/w/train.py:210 <module>"]
-    (tmp_path / "dump").write_text('Thread 42 (idle)\n    step (/w/train.py:123)\nThread 43 (idle)\n    wait (t.py:3)\n')
+    (tmp_path / "dump").write_text(
+        "Thread 42 (idle)\n    step (/w/train.py:123)\nThread 43 (idle)\n    wait (t.py:3)\n"
+    )
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["/w/train.py:123 step"]  # unnamed: the thread whose id is the process id
 
@@ -155,12 +180,16 @@ def test_py_spys_dump_gives_the_main_threads_frames(tmp_path):
 def test_a_dump_left_by_an_earlier_attempt_is_not_reported_as_this_hangs_stack(tmp_path):
     """A rank that cannot be asked (no stack signal, no py-spy) has no stack, even where the same
     rank of an earlier attempt left its dump in the same directory."""
-    (tmp_path / "stack-00001.txt").write_text('Current thread 0x1 (most recent call first):\n'
-                                                '  File "old.py", line 3 in earlier_hang\n')
-    script = _functions() + f"""
+    (tmp_path / "stack-00001.txt").write_text(
+        'Current thread 0x1 (most recent call first):\n  File "old.py", line 3 in earlier_hang\n'
+    )
+    script = (
+        _functions()
+        + f"""
 SLURMGEN_PYSPY=0 take_stack {tmp_path} 1 {os.getpid()} '{{"rank": 1, "status": "running"}}'
 echo "file=$stack_file frames=${{#stack_frames[@]}}"
 """
+    )
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert out == "file= frames=0\n"
 
@@ -175,10 +204,13 @@ def test_a_program_without_the_stack_signal_is_read_by_py_spy_even_stopped(tmp_p
         assert proc.stdout.readline() == "up\n"
         time.sleep(0.3)
         proc.send_signal(signal.SIGSTOP)
-        script = _functions() + f"""
+        script = (
+            _functions()
+            + f"""
 take_stack {tmp_path} 1 {proc.pid} '{{"rank": 1, "status": "running"}}'
 printf '%s\\n' "${{stack_frames[@]}}"
 """
+        )
         out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
         assert out == ["<string>:3 stuck_here", "<string>:5 <module>"]
     finally:

@@ -18,15 +18,25 @@ def test_nccl_jobs_keep_the_flight_recorders_dump_beside_their_logs():
 
 
 def test_the_flight_recorder_prefix_is_absolute_and_a_users_setting_wins(tmp_path):
-    script = render_template("nccl_trace.sh.j2") + """
+    script = (
+        render_template("nccl_trace.sh.j2")
+        + """
 nccl_trace logs/slurmgen-7.nccl-trace-rank
 echo "$TORCH_NCCL_TRACE_BUFFER_SIZE $TORCH_NCCL_DUMP_ON_TIMEOUT $TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 """
-    run = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True,
-                         env={"PATH": "/usr/bin:/bin"})
+    )
+    run = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}
+    )
     assert run.stdout.split() == ["2000", "1", f"{tmp_path}/logs/slurmgen-7.nccl-trace-rank"]
-    run = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True,
-                         env={"PATH": "/usr/bin:/bin", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/mine/x"})
+    run = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/mine/x"},
+    )
     assert run.stdout.split()[2] == "/mine/x"
 
 

@@ -17,41 +17,101 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 GOLDEN_SPECS = {
     "default": {},
-    "nccl_2x4": {"nodes": 2, "gpus": 4, "backend": "nccl", "time": "2-00:00:00", "partition": "gpu",
-                 "account": "proj1", "cpus_per_task": 8, "mem": "480G", "exclusive": True,
-                 "env": {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5"}, "setup": ["module load cuda/12.4"],
-                 "requeue": True, "signal_lead": 300, "sbatch_extra": ["--mail-type=END,FAIL"]},
-    "torchrun_gres": {"nodes": 3, "gpus": 2, "launcher": "torchrun", "gpu_request": "gres",
-                      "cpus_per_task": 4, "master_port": 29400},
-    "gloo_override": {"nodes": 2, "gpus": 2, "backend": "gloo", "master_addr": "10.0.0.1", "master_port": 23456,
-                      "command": ["python", "-m", "slurmgen.train.probe"]},
-    "pyxis": {"nodes": 2, "gpus": 8, "container": {"image": "nvcr.io#nvidia/pytorch:24.05-py3",
-                                                    "mounts": ["/data:/data:ro", "/scratch:/scratch"]}},
-    "apptainer_torchrun": {"launcher": "torchrun", "container": {"image": "/images/torch.sif",
-                                                                 "runtime": "apptainer", "mounts": ["/data:/data"]}},
-    "healing": {"nodes": 4, "gpus": 8, "heartbeat_timeout": 300, "retries": 2, "retry_on": "1,124,143",
-                "exclude_failed_node": True, "preflight": True, "log_dir": "logs of 'run' $1"},
+    "nccl_2x4": {
+        "nodes": 2,
+        "gpus": 4,
+        "backend": "nccl",
+        "time": "2-00:00:00",
+        "partition": "gpu",
+        "account": "proj1",
+        "cpus_per_task": 8,
+        "mem": "480G",
+        "exclusive": True,
+        "env": {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5"},
+        "setup": ["module load cuda/12.4"],
+        "requeue": True,
+        "signal_lead": 300,
+        "sbatch_extra": ["--mail-type=END,FAIL"],
+    },
+    "torchrun_gres": {
+        "nodes": 3,
+        "gpus": 2,
+        "launcher": "torchrun",
+        "gpu_request": "gres",
+        "cpus_per_task": 4,
+        "master_port": 29400,
+    },
+    "gloo_override": {
+        "nodes": 2,
+        "gpus": 2,
+        "backend": "gloo",
+        "master_addr": "10.0.0.1",
+        "master_port": 23456,
+        "command": ["python", "-m", "slurmgen.train.probe"],
+    },
+    "pyxis": {
+        "nodes": 2,
+        "gpus": 8,
+        "container": {"image": "nvcr.io#nvidia/pytorch:24.05-py3", "mounts": ["/data:/data:ro", "/scratch:/scratch"]},
+    },
+    "apptainer_torchrun": {
+        "launcher": "torchrun",
+        "container": {"image": "/images/torch.sif", "runtime": "apptainer", "mounts": ["/data:/data"]},
+    },
+    "healing": {
+        "nodes": 4,
+        "gpus": 8,
+        "heartbeat_timeout": 300,
+        "retries": 2,
+        "retry_on": "1,124,143",
+        "exclude_failed_node": True,
+        "preflight": True,
+        "log_dir": "logs of 'run' $1",
+    },
 }
 
 
 def _matrix():
     """At least 30 distinct configurations crossing every switch that changes the text."""
-    containers = [None, {"image": "nvcr.io#nvidia/pytorch:24.05-py3", "mounts": ["/d:/d"]},
-                  {"image": "img.sif", "runtime": "apptainer", "mounts": ["/d:/d"]}]
-    for i, (launcher, backend, gpu_request, container, requeue, master) in enumerate(itertools.product(
-            ["srun", "torchrun"], ["auto", "gloo"], ["auto", "gres"], containers, [False, True], [None, "10.1.2.3"])):
-        yield f"m{i:02d}", {
-            "nodes": 1 + i % 4, "gpus": 1 + i % 8, "launcher": launcher, "backend": backend,
-            "gpu_request": gpu_request, "container": container, "requeue": requeue, "master_addr": master,
-            "time": "1-00" if requeue else None, "setup": ["source venv/bin/activate"] if i % 3 == 0 else [],
-            "env": {"NCCL_DEBUG": "INFO", "WEIRD": "it's $(x) `y` \"z\" # w\nv", "HOME_DATA": "~/data", "BS": "a\\"}
-            if i % 2 else {},
-            "job_name": "job 'q' $(x) #1" if i % 5 == 0 else "run",
-            "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #", *ODD_ARGUMENTS] if i % 2
-            else ["python", "-m", "x"],
-            "heartbeat_timeout": 2.5 if i % 4 == 1 else None, "preflight": i % 4 == 3,
-            **({"retries": 1 + i % 3, "retry_on": [1, 124], "exclude_failed_node": i % 2 == 0} if i % 3 == 2 else {}),
-        }
+    containers = [
+        None,
+        {"image": "nvcr.io#nvidia/pytorch:24.05-py3", "mounts": ["/d:/d"]},
+        {"image": "img.sif", "runtime": "apptainer", "mounts": ["/d:/d"]},
+    ]
+    for i, (launcher, backend, gpu_request, container, requeue, master) in enumerate(
+        itertools.product(
+            ["srun", "torchrun"], ["auto", "gloo"], ["auto", "gres"], containers, [False, True], [None, "10.1.2.3"]
+        )
+    ):
+        yield (
+            f"m{i:02d}",
+            {
+                "nodes": 1 + i % 4,
+                "gpus": 1 + i % 8,
+                "launcher": launcher,
+                "backend": backend,
+                "gpu_request": gpu_request,
+                "container": container,
+                "requeue": requeue,
+                "master_addr": master,
+                "time": "1-00" if requeue else None,
+                "setup": ["source venv/bin/activate"] if i % 3 == 0 else [],
+                "env": {"NCCL_DEBUG": "INFO", "WEIRD": 'it\'s $(x) `y` "z" # w\nv', "HOME_DATA": "~/data", "BS": "a\\"}
+                if i % 2
+                else {},
+                "job_name": "job 'q' $(x) #1" if i % 5 == 0 else "run",
+                "command": ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #", *ODD_ARGUMENTS]
+                if i % 2
+                else ["python", "-m", "x"],
+                "heartbeat_timeout": 2.5 if i % 4 == 1 else None,
+                "preflight": i % 4 == 3,
+                **(
+                    {"retries": 1 + i % 3, "retry_on": [1, 124], "exclude_failed_node": i % 2 == 0}
+                    if i % 3 == 2
+                    else {}
+                ),
+            },
+        )
 
 
 MATRIX = dict(_matrix())
@@ -77,8 +137,10 @@ def test_golden(name):
 def rendered_matrix(tmp_path_factory):
     root = tmp_path_factory.mktemp("matrix")
     paths = []
-    specs = {name: build_spec({k: v for k, v in values.items() if v is not None})
-             for name, values in {**MATRIX, **GOLDEN_SPECS}.items()}
+    specs = {
+        name: build_spec({k: v for k, v in values.items() if v is not None})
+        for name, values in {**MATRIX, **GOLDEN_SPECS}.items()
+    }
     specs.update({f"example_{p.stem}": spec_from_sources(p, {}) for p in EXAMPLES.glob("*.yaml")})
     for name, spec in specs.items():
         files = render(spec).files
@@ -117,9 +179,11 @@ def test_shellcheck_clean(rendered_matrix, shellcheck):
     scripts = distinct(rendered_matrix)
     parts = len(os.sched_getaffinity(0))
     size = -(-len(scripts) // parts)
-    shares = [scripts[i:i + size] for i in range(0, len(scripts), size)]
-    procs = [subprocess.Popen([shellcheck, "--severity=style", *map(str, share)], stdout=subprocess.PIPE, text=True)
-             for share in shares]
+    shares = [scripts[i : i + size] for i in range(0, len(scripts), size)]
+    procs = [
+        subprocess.Popen([shellcheck, "--severity=style", *map(str, share)], stdout=subprocess.PIPE, text=True)
+        for share in shares
+    ]
     for proc in procs:
         out, _ = proc.communicate()
         assert proc.returncode == 0, out[-5000:]
@@ -129,11 +193,21 @@ def test_sbatch_header_matches_spec():
     text = render(build_spec(GOLDEN_SPECS["nccl_2x4"])).files[SLURM_SCRIPT]
     header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
     assert header == [
-        "#SBATCH --job-name=slurmgen", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
-        "#SBATCH --cpus-per-task=8", "#SBATCH --gpus-per-node=4", "#SBATCH --mem=480G",
-        "#SBATCH --time=2-00:00:00", "#SBATCH --partition=gpu", "#SBATCH --account=proj1",
-        "#SBATCH --output=out/logs/%x-%j.out", "#SBATCH --open-mode=append", "#SBATCH --exclusive",
-        "#SBATCH --requeue", "#SBATCH --signal=USR2@300", "#SBATCH --mail-type=END,FAIL",
+        "#SBATCH --job-name=slurmgen",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --mem=480G",
+        "#SBATCH --time=2-00:00:00",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=proj1",
+        "#SBATCH --output=out/logs/%x-%j.out",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --exclusive",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=USR2@300",
+        "#SBATCH --mail-type=END,FAIL",
     ]
 
 
@@ -157,15 +231,18 @@ def test_the_preempt_signal_reaches_sbatch_torchrun_and_the_trainer_alike():
     assert "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1" in text
 
 
-@pytest.mark.parametrize("fields, sbatch, trainer", [
-    ({"requeue": False}, "#SBATCH --no-requeue", "export SLURMGEN_REQUEUE=0"),
-    ({"requeue": True}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=1"),
-    # Retries need a requeueable job for their own `scontrol requeue`; the trainer still must not requeue.
-    ({"requeue": False, "retries": 2, "retry_on": [1]}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=0"),
-    # Unset: the cluster's JobRequeue decides (PreemptMode=REQUEUE still brings the job back), and the
-    # trainer requeues after the warning only if `scontrol show job` says the job is requeueable.
-    ({}, None, "unset SLURMGEN_REQUEUE"),
-])
+@pytest.mark.parametrize(
+    "fields, sbatch, trainer",
+    [
+        ({"requeue": False}, "#SBATCH --no-requeue", "export SLURMGEN_REQUEUE=0"),
+        ({"requeue": True}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=1"),
+        # Retries need a requeueable job for their own `scontrol requeue`; the trainer still must not requeue.
+        ({"requeue": False, "retries": 2, "retry_on": [1]}, "#SBATCH --requeue", "export SLURMGEN_REQUEUE=0"),
+        # Unset: the cluster's JobRequeue decides (PreemptMode=REQUEUE still brings the job back), and the
+        # trainer requeues after the warning only if `scontrol show job` says the job is requeueable.
+        ({}, None, "unset SLURMGEN_REQUEUE"),
+    ],
+)
 def test_the_specs_requeue_reaches_sbatch_and_the_trainer(fields, sbatch, trainer):
     text = render(build_spec(fields)).files[SLURM_SCRIPT]
     header = [line for line in text.splitlines() if "requeue" in line and line.startswith("#SBATCH")]
@@ -185,12 +262,15 @@ def test_torchrun_passes_the_requeue_warning_to_workers():
     assert "TORCHELASTIC" not in render(build_spec({"launcher": "srun", "requeue": True})).files[SLURM_SCRIPT]
 
 
-@pytest.mark.parametrize("command, container, agent", [
-    (["/opt/venv/bin/python", "train.py"], None, '"$1" -m torch.distributed.run'),
-    (["python3.11", "-m", "pkg"], None, '"$1" -m torch.distributed.run'),
-    (["./train.sh"], None, "torchrun"),
-    (["python", "train.py"], {"image": "t.sif", "runtime": "apptainer"}, "torchrun"),  # python is in the image
-])
+@pytest.mark.parametrize(
+    "command, container, agent",
+    [
+        (["/opt/venv/bin/python", "train.py"], None, '"$1" -m torch.distributed.run'),
+        (["python3.11", "-m", "pkg"], None, '"$1" -m torch.distributed.run'),
+        (["./train.sh"], None, "torchrun"),
+        (["python", "train.py"], {"image": "t.sif", "runtime": "apptainer"}, "torchrun"),  # python is in the image
+    ],
+)
 def test_torchrun_mode_runs_the_programs_own_python(command, container, agent):
     spec = build_spec({"launcher": "torchrun", "command": command, "container": container})
     assert f"  exec {agent} --nnodes=" in render(spec).files[SLURM_SCRIPT]

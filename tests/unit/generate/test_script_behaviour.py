@@ -28,10 +28,20 @@ def no_pwn():
 
 
 def test_hostile_values_reach_the_program_literally_launch(tmp_path):
-    out = write(tmp_path, command=[*REPORTER, *HOSTILE], env={"HOSTILE": "\n".join(HOSTILE)}, backend="gloo",
-                job_name="job 'x' $(y)")
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "MASTER_PORT": "29999"})
+    out = write(
+        tmp_path,
+        command=[*REPORTER, *HOSTILE],
+        env={"HOSTILE": "\n".join(HOSTILE)},
+        backend="gloo",
+        job_name="job 'x' $(y)",
+    )
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MASTER_PORT": "29999"},
+    )
     assert result.returncode == 0, result.stderr
     (report,) = reports(result.stdout)
     assert report["argv"] == HOSTILE
@@ -43,37 +53,57 @@ def test_hostile_values_reach_the_program_literally_launch(tmp_path):
 def test_launch_sets_the_contract_for_each_rank(tmp_path):
     out = write(tmp_path, command=REPORTER)
     # One node of three, alone: no link to a master that is not there (test_launch_link.py has it).
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "10.9.8.7", "3", "2", "2"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "MASTER_PORT": "24567", "SLURMGEN_LINK": "off"})
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "10.9.8.7", "3", "2", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MASTER_PORT": "24567", "SLURMGEN_LINK": "off"},
+    )
     assert result.returncode == 0, result.stderr
     envs = sorted((r["env"] for r in reports(result.stdout)), key=lambda e: int(e["RANK"]))
     assert [(e["RANK"], e["LOCAL_RANK"], e["NODE_RANK"]) for e in envs] == [("4", "0", "2"), ("5", "1", "2")]
     assert {(e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {
-        ("6", "2", "10.9.8.7", "24567")}
+        ("6", "2", "10.9.8.7", "24567")
+    }
     assert "[rank 4] REPORT" in result.stdout and "[rank 5] REPORT" in result.stdout
 
 
-@pytest.mark.parametrize("args, env, words", [
-    (["127.0.0.1", "2"], {}, "expected <master_addr> <nnodes> <procs_per_node> [node_rank], got 2"),
-    (["127.0.0.1", "x", "2"], {}, "nnodes must be a whole number >= 1 (got 'x')"),
-    (["127.0.0.1", "2", "0"], {}, "procs_per_node must be a whole number >= 1 (got '0')"),
-    (["127.0.0.1", "2", "2", "2"], {}, "node_rank must be below nnodes=2 (got 2)"),
-    (["127.0.0.1", "2", "2", "-1"], {}, "node_rank must be a whole number (got '-1')"),
-    (["203.0.113.9", "2", "2"], {}, "node_rank not given and master '203.0.113.9' is not this host"),
-    (["bad host", "2", "2", "0"], {}, "master_addr must be a host name or IP address"),
-    (["127.0.0.1", "2", "2", "0"], {"MASTER_PORT": "99999"}, "MASTER_PORT must be a port number 1-65535 (got '99999')"),
-    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK": "yes"}, "SLURMGEN_LINK must be on or off (got 'yes')"),
-    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK_PORT": "0"}, "SLURMGEN_LINK_PORT must be a port number 1-65535"),
-    (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_START_TIMEOUT": "5m"},
-     "SLURMGEN_START_TIMEOUT must be a number of seconds (got '5m')"),
-    (["127.0.0.1", "1", "1"], {"SLURMGEN_STOP_GRACE": "2.5"},
-     "SLURMGEN_STOP_GRACE must be a whole number of seconds (got '2.5')"),
-])
+@pytest.mark.parametrize(
+    "args, env, words",
+    [
+        (["127.0.0.1", "2"], {}, "expected <master_addr> <nnodes> <procs_per_node> [node_rank], got 2"),
+        (["127.0.0.1", "x", "2"], {}, "nnodes must be a whole number >= 1 (got 'x')"),
+        (["127.0.0.1", "2", "0"], {}, "procs_per_node must be a whole number >= 1 (got '0')"),
+        (["127.0.0.1", "2", "2", "2"], {}, "node_rank must be below nnodes=2 (got 2)"),
+        (["127.0.0.1", "2", "2", "-1"], {}, "node_rank must be a whole number (got '-1')"),
+        (["203.0.113.9", "2", "2"], {}, "node_rank not given and master '203.0.113.9' is not this host"),
+        (["bad host", "2", "2", "0"], {}, "master_addr must be a host name or IP address"),
+        (
+            ["127.0.0.1", "2", "2", "0"],
+            {"MASTER_PORT": "99999"},
+            "MASTER_PORT must be a port number 1-65535 (got '99999')",
+        ),
+        (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK": "yes"}, "SLURMGEN_LINK must be on or off (got 'yes')"),
+        (["127.0.0.1", "2", "2", "0"], {"SLURMGEN_LINK_PORT": "0"}, "SLURMGEN_LINK_PORT must be a port number 1-65535"),
+        (
+            ["127.0.0.1", "2", "2", "0"],
+            {"SLURMGEN_START_TIMEOUT": "5m"},
+            "SLURMGEN_START_TIMEOUT must be a number of seconds (got '5m')",
+        ),
+        (
+            ["127.0.0.1", "1", "1"],
+            {"SLURMGEN_STOP_GRACE": "2.5"},
+            "SLURMGEN_STOP_GRACE must be a whole number of seconds (got '2.5')",
+        ),
+    ],
+)
 def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
     out = write(tmp_path, command=REPORTER)
     clean = {k: v for k, v in os.environ.items() if k not in ("NODE_RANK", "MASTER_PORT")}
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), *args], capture_output=True, text=True, timeout=30,
-                            env={**clean, **env})
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), *args], capture_output=True, text=True, timeout=30, env={**clean, **env}
+    )
     assert result.returncode == 2
     assert words in result.stderr and result.stderr.count("\n") == 1
     assert "REPORT" not in result.stdout
@@ -81,8 +111,13 @@ def test_launch_rejects_bad_arguments(tmp_path, args, env, words):
 
 def test_launch_starts_no_rank_when_the_link_between_nodes_cannot_start(tmp_path):
     out = write(tmp_path, command=REPORTER)
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "2", "1", "0"], capture_output=True, text=True,
-                            timeout=30, env={**os.environ, "SLURMGEN_PYTHON": "false"})
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "2", "1", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SLURMGEN_PYTHON": "false"},
+    )
     assert result.returncode == 1
     assert "the link between the nodes did not start ('false' ended with code 1); no rank was started" in result.stderr
     assert "REPORT" not in result.stdout
@@ -92,24 +127,38 @@ def test_a_link_agent_that_says_linked_in_pieces_is_heard(tmp_path):
     # The launcher waits for `linked` in 0.1 s slices; a slice that ends mid-line has consumed
     # its piece (seen once under load: "ked", then the agent was killed and no rank started).
     agent = tmp_path / "agent"
-    agent.write_text("#!/bin/bash\nprintf lin; sleep 0.35; printf 'ked\\n'\n"
-                     "while read -r line; do [[ $line == done ]] && exit 0; done\nexit 9\n")
+    agent.write_text(
+        "#!/bin/bash\nprintf lin; sleep 0.35; printf 'ked\\n'\n"
+        "while read -r line; do [[ $line == done ]] && exit 0; done\nexit 9\n"
+    )
     agent.chmod(0o755)
     out = write(tmp_path, command=REPORTER)
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "2", "1", "0"], capture_output=True, text=True,
-                            timeout=30, env={**os.environ, "SLURMGEN_PYTHON": str(agent)})
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "2", "1", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SLURMGEN_PYTHON": str(agent)},
+    )
     assert result.returncode == 0, result.stderr
     assert reports(result.stdout)[0]["env"]["RANK"] == "0"
 
 
 def test_launch_node_rank_from_environment_and_master_detection(tmp_path):
     out = write(tmp_path, command=REPORTER)
-    for args, env, node_rank in ((["203.0.113.9", "2", "1"], {"NODE_RANK": "1"}, "1"),
-                                 (["127.0.0.1", "2", "1"], {}, "0"),
-                                 ([os.uname().nodename, "2", "1"], {}, "0")):
+    for args, env, node_rank in (
+        (["203.0.113.9", "2", "1"], {"NODE_RANK": "1"}, "1"),
+        (["127.0.0.1", "2", "1"], {}, "0"),
+        ([os.uname().nodename, "2", "1"], {}, "0"),
+    ):
         clean = {k: v for k, v in os.environ.items() if k != "NODE_RANK"}
-        result = subprocess.run([str(out / LAUNCH_SCRIPT), *args], capture_output=True, text=True, timeout=30,
-                                env={**clean, **env, "SLURMGEN_LINK": "off"})
+        result = subprocess.run(
+            [str(out / LAUNCH_SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**clean, **env, "SLURMGEN_LINK": "off"},
+        )
         assert result.returncode == 0, result.stderr
         assert reports(result.stdout)[0]["env"]["NODE_RANK"] == node_rank
 
@@ -123,8 +172,9 @@ def test_launch_first_failure_stops_the_rest_and_keeps_its_code(tmp_path):
         print("pid", os.getpid(), flush=True); time.sleep(60)
     """)
     out = write(tmp_path, command=["python3", "-c", program])
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 7
     assert "rank 1 (local rank 1) exited with code 7" in result.stderr
     assert "Terminated" not in result.stderr + result.stdout  # bash's notice for the stopped rank 0
@@ -136,8 +186,9 @@ def test_launch_first_failure_stops_the_rest_and_keeps_its_code(tmp_path):
 
 def test_a_command_that_is_not_found_says_so_in_the_output_and_the_log(tmp_path):
     out = write(tmp_path, command=["no-such-program-slurmgen"])
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 127
     assert "[rank 0] " in result.stdout and "no-such-program-slurmgen: command not found" in result.stdout
     assert "no-such-program-slurmgen: command not found" in (out / "logs" / "rank-0.log").read_text()
@@ -146,8 +197,9 @@ def test_a_command_that_is_not_found_says_so_in_the_output_and_the_log(tmp_path)
 def test_launch_forwards_term_and_reports_the_signal(tmp_path):
     program = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('graceful', flush=True), sys.exit(0))); print('ready', flush=True); time.sleep(60)"
     out = write(tmp_path, command=["python3", "-u", "-c", program])
-    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         seen = 0
         while seen < 2:
@@ -171,8 +223,13 @@ def test_term_while_ranks_are_starting_leaves_none_behind(tmp_path):
     def ranks():
         return subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True, text=True).stdout.split()
 
-    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "16"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_STOP_GRACE": "2"})
+    proc = subprocess.Popen(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "16"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SLURMGEN_STOP_GRACE": "2"},
+    )
     try:
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
         deadline = time.monotonic() + 20
@@ -204,13 +261,23 @@ def test_a_stop_that_came_before_the_traps_starts_no_rank(tmp_path):
     out = write(tmp_path, command=["echo", "started"])
     stop = tmp_path / "stop"
     stop.touch()
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], capture_output=True, text=True,
-                            timeout=30, env={**os.environ, "SLURMGEN_STOP_FILE": str(stop)})
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SLURMGEN_STOP_FILE": str(stop)},
+    )
     assert result.returncode == 143, result.stderr
     assert "got SIGTERM" in result.stderr and "started" not in result.stdout, (result.stdout, result.stderr)
     assert not (out / "logs" / "rank-0.log").exists()
-    result = subprocess.run([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], capture_output=True, text=True,
-                            timeout=30, env={**os.environ, "SLURMGEN_STOP_FILE": str(tmp_path / "none")})
+    result = subprocess.run(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "SLURMGEN_STOP_FILE": str(tmp_path / "none")},
+    )
     assert "started" in result.stdout  # no file: the script runs
 
 
@@ -250,10 +317,17 @@ def _said_stopping(proc):
 
 def _stubborn_ranks(tmp_path):
     """The launcher with 2 ranks that ignore TERM (a stop waits out its 30 s grace), both up."""
-    program = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    program = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    )
     out = write(tmp_path, command=["python3", "-c", program])
-    proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_STOP_GRACE": "30"})
+    proc = subprocess.Popen(
+        [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SLURMGEN_STOP_GRACE": "30"},
+    )
     try:
         _started(proc, 2)
     except BaseException:
@@ -308,15 +382,33 @@ def test_int_and_term_that_land_together_both_count(tmp_path):
         proc.kill()
     assert proc.returncode == 130 and "got SIGINT, stopping" in stderr, stderr
 
+
 def test_a_suite_started_in_the_background_still_interrupts_its_scripts(tmp_path):
     # `scripts/test.sh &` in a script starts pytest with SIGINT ignored; the scripts it starts
     # inherited that, and bash cannot trap a signal ignored on entry: the INT of the test above
     # went unseen (after a fixed sleep, the burst's first TERM decided: 143). tests/conftest.py
     # restores the default.
     test = f"{Path(__file__).name}::test_a_burst_of_signals_exits_with_the_first_ones_code[2-130]"
-    result = subprocess.run(["bash", "-c", '"$@" & wait "$!"', "bash", sys.executable, "-m", "pytest", "-q",
-                             "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'pt'}", test],
-                            cwd=Path(__file__).parent, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            "bash",
+            "-c",
+            '"$@" & wait "$!"',
+            "bash",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={tmp_path / 'pt'}",
+            test,
+        ],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
 
@@ -327,8 +419,13 @@ def test_python_output_is_not_held_back_and_each_run_is_marked_in_the_logs(tmp_p
     out = write(tmp_path, command=["python3", "-c", program])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     for _ in range(2):
-        proc = subprocess.Popen([str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             _started(proc, 1)  # within the test's timeout, long before the program exits
             proc.terminate()
@@ -353,16 +450,20 @@ def test_slurm_script_ranks_and_hostile_values(tmp_path, fake_slurm):
     ids = sorted((int(r["env"]["RANK"]), int(r["env"]["NODE_RANK"]), int(r["env"]["LOCAL_RANK"])) for r in rows)
     assert ids == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     assert {(r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"], r["env"]["WORLD_SIZE"]) for r in rows} == {
-        ("localhost", str(20000 + 4242 % 10000), "4")}
+        ("localhost", str(20000 + 4242 % 10000), "4")
+    }
 
 
-@pytest.mark.parametrize("spec_env, task, group", [
-    ({}, None, "slurm-4242"),
-    ({}, "3", "slurm-4240_3"),
-    # A group of the user's own is per task in an array, or the tasks would write one run.
-    ({"SLURMGEN_GROUP": "exp"}, "3", "exp_3"),
-    ({"SLURMGEN_GROUP": "exp"}, None, "exp"),
-])
+@pytest.mark.parametrize(
+    "spec_env, task, group",
+    [
+        ({}, None, "slurm-4242"),
+        ({}, "3", "slurm-4240_3"),
+        # A group of the user's own is per task in an array, or the tasks would write one run.
+        ({"SLURMGEN_GROUP": "exp"}, "3", "exp_3"),
+        ({"SLURMGEN_GROUP": "exp"}, None, "exp"),
+    ],
+)
 def test_each_job_and_array_task_has_a_group_of_its_own(tmp_path, fake_slurm, spec_env, task, group):
     out = write(tmp_path, nodes=1, gpus=1, env=spec_env, command=["bash", "-c", 'echo "GROUP=$SLURMGEN_GROUP"'])
     array = {"SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": task} if task else {}
@@ -373,7 +474,9 @@ def test_each_job_and_array_task_has_a_group_of_its_own(tmp_path, fake_slurm, sp
 
 def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slurm):
     # rank 3 fails first with 9, rank 0 later with 5; the stand-in srun returns the last code.
-    out = write(tmp_path, nodes=2, gpus=2, command=["bash", "-c", 'case $RANK in 3) exit 9 ;; 0) sleep 1; exit 5 ;; esac'])
+    out = write(
+        tmp_path, nodes=2, gpus=2, command=["bash", "-c", "case $RANK in 3) exit 9 ;; 0) sleep 1; exit 5 ;; esac"]
+    )
     result = fake_slurm(out, nodes=2)
     assert result.returncode == 9, result.stderr
     last = result.stderr.strip().splitlines()[-1]
@@ -417,10 +520,10 @@ def test_slurm_script_accepts_a_bare_ip_master_without_a_name(tmp_path, fake_slu
 
 STEP_ERRORS = {  # srun's stderr as run_slurm.sh keeps it: ranks' notes (labelled) and srun's own reports
     "notes out of order": "0: hi\n0: slurmgen-exit: rank 0 on gn1 (task 0) exited with code 1 at 100.9\n"
-                          "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 100.25\n"
-                          "srun: error: gn2: task 1: Exited with exit code 1\n",
+    "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 100.25\n"
+    "srun: error: gn2: task 1: Exited with exit code 1\n",
     "a report before a note": "srun: error: gn1: task 0: Killed\n"
-                              "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 7.5\n",
+    "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 7.5\n",
     "reports only": "srun: error: gn2: tasks 1-2: Exited with exit code 7\nsrun: error: gn1: task 0: Killed\n",
     "killed first": "srun: error: gn1: task 0: Killed\nsrun: error: gn2: task 1: Exited with exit code 7\n",
     "nothing": "0: all well\n",
@@ -438,15 +541,21 @@ def test_the_scripts_first_failure_is_the_verdicts(tmp_path, launcher, case):
     from slurmgen.jobs.slurm import first_rank_exit, task_exits
 
     script = render(build_spec({"launcher": launcher})).files[SLURM_SCRIPT]
-    function = script[script.index("first_failure() {"):]
-    function = function[:function.index("\n}\n") + 3]
+    function = script[script.index("first_failure() {") :]
+    function = function[: function.index("\n}\n") + 3]
     (tmp_path / "step").write_text(STEP_ERRORS[case])
-    result = subprocess.run(["bash", "-c", f"set -euo pipefail\n{function}\nstep_errors=$1\nfirst_failure",
-                             "-", str(tmp_path / "step")], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\n{function}\nstep_errors=$1\nfirst_failure", "-", str(tmp_path / "step")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     note = first_rank_exit(STEP_ERRORS[case])
     events = [verdict.exited(note["exit_code"], note["node"], note["rank"], note["task"])] if note else []
-    events += [verdict.exited(t.code, t.node, t.tasks[0] if launcher == "srun" else None, t.tasks[0])
-               for t in task_exits(STEP_ERRORS[case])]
+    events += [
+        verdict.exited(t.code, t.node, t.tasks[0] if launcher == "srun" else None, t.tasks[0])
+        for t in task_exits(STEP_ERRORS[case])
+    ]
     first = verdict.decide(events).first
     if first is None:
         assert result.returncode != 0 and result.stdout == "", result

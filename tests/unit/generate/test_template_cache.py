@@ -75,29 +75,34 @@ def test_damaged_or_unwritable_caches_only_cost_the_compilation(tmp_path):
     assert not _cached(cache, env, "{{ x }}")
 
 
-@pytest.mark.parametrize(("environ", "expected"), [
-    ({"XDG_CACHE_HOME": "/c", "HOME": "/h"}, "/c/slurmgen/templates"),
-    ({"XDG_CACHE_HOME": "", "HOME": "/h"}, "/h/.cache/slurmgen/templates"),
-    ({"XDG_CACHE_HOME": "relative", "HOME": "/h"}, "/h/.cache/slurmgen/templates"),  # XDG: ignored
-    ({}, None),
-    ({"HOME": "relative"}, None),
-])
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"XDG_CACHE_HOME": "/c", "HOME": "/h"}, "/c/slurmgen/templates"),
+        ({"XDG_CACHE_HOME": "", "HOME": "/h"}, "/h/.cache/slurmgen/templates"),
+        ({"XDG_CACHE_HOME": "relative", "HOME": "/h"}, "/h/.cache/slurmgen/templates"),  # XDG: ignored
+        ({}, None),
+        ({"HOME": "relative"}, None),
+    ],
+)
 def test_the_cache_is_the_users_own(environ, expected):
     found = cache_dir(environ)
     assert (None if found is None else str(found)) == expected
 
 
 # `slurmgen ...` that reports on stderr how many templates Jinja compiled.
-COUNTING = ("import runpy, sys, jinja2\n"
-            "compile_ = jinja2.Environment.compile\n"
-            "def counted(self, *args, **kwargs):\n"
-            "    counted.n += 1\n"
-            "    return compile_(self, *args, **kwargs)\n"
-            "counted.n = 0\n"
-            "jinja2.Environment.compile = counted\n"
-            "sys.argv = ['slurmgen', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
-            "finally:\n    print('COMPILED', counted.n, file=sys.stderr)\n")
+COUNTING = (
+    "import runpy, sys, jinja2\n"
+    "compile_ = jinja2.Environment.compile\n"
+    "def counted(self, *args, **kwargs):\n"
+    "    counted.n += 1\n"
+    "    return compile_(self, *args, **kwargs)\n"
+    "counted.n = 0\n"
+    "jinja2.Environment.compile = counted\n"
+    "sys.argv = ['slurmgen', *sys.argv[1:]]\n"
+    "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+    "finally:\n    print('COMPILED', counted.n, file=sys.stderr)\n"
+)
 
 
 def test_create_compiles_its_templates_once_and_writes_the_same_scripts(tmp_path):

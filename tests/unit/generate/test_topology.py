@@ -31,17 +31,21 @@ def check_invariants(table):
 # The two tables of the product brief (shared/seeds/002_*.txt, "Rank 分配规则"): the master node
 # first, the other nodes in alphabetical order of their names, workers by numeric id.
 SEED_TABLES = [
-    ({"gn6": 1, "gn39": 1, "gn40": 1, "gn7": 1}, "gn6",
-     [("gn6", 0, 0, 0), ("gn39", 1, 0, 1), ("gn40", 2, 0, 2), ("gn7", 3, 0, 3)]),
-    ({"gn6": 2, "gn7": 2}, "gn6",
-     [("gn6", 0, 0, 0), ("gn6", 1, 1, 0), ("gn7", 2, 0, 1), ("gn7", 3, 1, 1)]),
+    (
+        {"gn6": 1, "gn39": 1, "gn40": 1, "gn7": 1},
+        "gn6",
+        [("gn6", 0, 0, 0), ("gn39", 1, 0, 1), ("gn40", 2, 0, 2), ("gn7", 3, 0, 3)],
+    ),
+    ({"gn6": 2, "gn7": 2}, "gn6", [("gn6", 0, 0, 0), ("gn6", 1, 1, 0), ("gn7", 2, 0, 1), ("gn7", 3, 1, 1)]),
 ]
 
 
 @pytest.mark.parametrize("slots, master, expected", SEED_TABLES)
 def test_the_briefs_tables_in_alphabetical_order(slots, master, expected):
     for given in (list(slots), list(reversed(slots))):  # whatever order the hosts come in
-        table = rank_table(order_hosts([Host.with_count(n, slots[n]) for n in given], master=master, order="alphabetical"))
+        table = rank_table(
+            order_hosts([Host.with_count(n, slots[n]) for n in given], master=master, order="alphabetical")
+        )
         assert [(e.host, e.rank, e.local_rank, e.node_rank) for e in table] == expected
         check_invariants(table)
 
@@ -50,10 +54,14 @@ def test_master_first_then_natural_order():
     hosts = [Host.with_count(n, 2) for n in ["gn10", "gn2", "gn7", "gn1"]]
     table = rank_table(order_hosts(hosts, master="gn7", order="natural"))
     assert [(e.host, e.rank, e.local_rank, e.node_rank) for e in table] == [
-        ("gn7", 0, 0, 0), ("gn7", 1, 1, 0),
-        ("gn1", 2, 0, 1), ("gn1", 3, 1, 1),
-        ("gn2", 4, 0, 2), ("gn2", 5, 1, 2),
-        ("gn10", 6, 0, 3), ("gn10", 7, 1, 3),
+        ("gn7", 0, 0, 0),
+        ("gn7", 1, 1, 0),
+        ("gn1", 2, 0, 1),
+        ("gn1", 3, 1, 1),
+        ("gn2", 4, 0, 2),
+        ("gn2", 5, 1, 2),
+        ("gn10", 6, 0, 3),
+        ("gn10", 7, 1, 3),
     ]
 
 
@@ -65,7 +73,13 @@ def test_master_defaults_to_first_host_given():
 def test_uneven_slots_offset_ranks():
     table = rank_table(order_hosts([Host.with_count("m", 3), Host.with_count("w1", 1), Host.with_count("w2", 2)]))
     assert [(e.host, e.rank, e.local_world_size) for e in table] == [
-        ("m", 0, 3), ("m", 1, 3), ("m", 2, 3), ("w1", 3, 1), ("w2", 4, 2), ("w2", 5, 2)]
+        ("m", 0, 3),
+        ("m", 1, 3),
+        ("m", 2, 3),
+        ("w1", 3, 1),
+        ("w2", 4, 2),
+        ("w2", 5, 2),
+    ]
     check_invariants(table)
 
 
@@ -77,7 +91,10 @@ def test_workers_ordered_by_numeric_id():
 def test_world_size_truncates_and_drops_empty_nodes():
     table = rank_table(order_hosts([Host.with_count("a", 2), Host.with_count("b", 2), Host.with_count("c", 2)]), 3)
     assert [(e.host, e.node_rank, e.local_world_size, e.world_size) for e in table] == [
-        ("a", 0, 2, 3), ("a", 0, 2, 3), ("b", 1, 1, 3)]
+        ("a", 0, 2, 3),
+        ("a", 0, 2, 3),
+        ("b", 1, 1, 3),
+    ]
 
 
 def test_world_size_too_large_names_both_numbers():
@@ -86,11 +103,14 @@ def test_world_size_too_large_names_both_numbers():
     assert "5" in str(err.value) and "4" in str(err.value)
 
 
-@pytest.mark.parametrize("hosts, master, words", [
-    ([Host.with_count("a", 1), Host.with_count("a", 1)], None, "more than once"),
-    ([Host.with_count("a", 1)], "zz", "not one of the hosts"),
-    ([], None, "no hosts"),
-])
+@pytest.mark.parametrize(
+    "hosts, master, words",
+    [
+        ([Host.with_count("a", 1), Host.with_count("a", 1)], None, "more than once"),
+        ([Host.with_count("a", 1)], "zz", "not one of the hosts"),
+        ([], None, "no hosts"),
+    ],
+)
 def test_bad_host_sets(hosts, master, words):
     with pytest.raises(SlurmgenError) as err:
         order_hosts(hosts, master)
@@ -123,12 +143,15 @@ def test_hostfile_deepspeed_format():
     assert [(h.name, len(h.slots)) for h in hosts] == [("worker-1", 4), ("worker-2", 2), ("worker-3", 8)]
 
 
-@pytest.mark.parametrize("text, words", [
-    ("a slots=0\n", "slots must be"),
-    ("a slots=x\n", "slots must be"),
-    ("a b c\n", "expected 'HOST slots=N'"),
-    ("# only comments\n", "no hosts"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("a slots=0\n", "slots must be"),
+        ("a slots=x\n", "slots must be"),
+        ("a b c\n", "expected 'HOST slots=N'"),
+        ("# only comments\n", "no hosts"),
+    ],
+)
 def test_hostfile_errors_name_the_line(text, words):
     with pytest.raises(SlurmgenError) as err:
         parse_hostfile(text, 1, source="hosts.txt")

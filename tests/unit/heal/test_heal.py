@@ -65,18 +65,31 @@ def job(tmp_path):
     runs = tmp_path / "runs"
 
     def run(code_by_attempt, restart=0, program=None, batch_env=None, **spec):
-        program = program or ["bash", "-c", f'echo run >>{runs}; codes=({" ".join(map(str, code_by_attempt))}); '
-                                            'exit "${codes[${SLURM_RESTART_COUNT:-0}]}"']
+        program = program or [
+            "bash",
+            "-c",
+            f"echo run >>{runs}; codes=({' '.join(map(str, code_by_attempt))}); "
+            'exit "${codes[${SLURM_RESTART_COUNT:-0}]}"',
+        ]
         built = build_spec({"output_dir": str(tmp_path / "out"), "command": program, **spec})
         write_files(Path(built.output_dir), render(built).files, force=True, extra_dirs=[Path(built.logs)])
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(calls),
-               "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu07", "SLURM_JOB_NUM_NODES": "1",
-               "SLURM_RESTART_COUNT": str(restart), **(batch_env or {})}
-        done = subprocess.run(["bash", str(Path(built.output_dir) / SLURM_SCRIPT)], capture_output=True, text=True,
-                              timeout=60, env=env)
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "SCONTROL_LOG": str(calls),
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NODELIST": "gpu07",
+            "SLURM_JOB_NUM_NODES": "1",
+            "SLURM_RESTART_COUNT": str(restart),
+            **(batch_env or {}),
+        }
+        done = subprocess.run(
+            ["bash", str(Path(built.output_dir) / SLURM_SCRIPT)], capture_output=True, text=True, timeout=60, env=env
+        )
         log = Path(built.logs)
         scontrol = [c for c in (calls.read_text().splitlines() if calls.exists() else []) if "hostnames" not in c]
         return done, read_attempts(attempts_path(log, "4242")), scontrol, finished_path(log, "4242")
+
     run.runs = runs
     return run
 
@@ -88,14 +101,25 @@ def test_a_matching_failure_requeues_and_excludes_its_node_until_retries_run_out
     assert scontrol == ["requeue 4242", "show job -o 4242", "update JobId=4242 ExcNodeList=gpu01,gpu07"]
     end = records[-1]
     assert (end["event"], end["exit_code"], end["rank"], end["node"], end["task"], end["action"], end["exclude"]) == (
-        "end", 3, 0, "gpu07", 0, "requeue", "gpu07")
+        "end",
+        3,
+        0,
+        "gpu07",
+        0,
+        "requeue",
+        "gpu07",
+    )
     assert cause(end) == "exit 3 (rank 0 on gpu07)"
     # The requeued attempt fails the same way: the one retry is used up, so it stops.
     done, records, scontrol, _ = job([3, 3], restart=1, **spec)
     assert done.returncode == 3 and len(scontrol) == 3
     # Attempts count from 1 (contract/attempts.py): Slurm's restart count 0 is attempt 1.
     assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [
-        ("start", 1, None), ("end", 1, "requeue"), ("start", 2, None), ("end", 2, "stop")]
+        ("start", 1, None),
+        ("end", 1, "requeue"),
+        ("start", 2, None),
+        ("end", 2, "stop"),
+    ]
 
 
 def test_without_the_earlier_attempts_in_the_record_the_restart_count_limits_retries(job, tmp_path):
@@ -107,31 +131,52 @@ def test_without_the_earlier_attempts_in_the_record_the_restart_count_limits_ret
 
 def test_under_torchrun_the_record_names_the_failing_rank_not_the_nodes_agent(job):
     # Worker rank 1 exits 3; the agent (task 0) exits 1, and srun reports only the agent.
-    done, records, scontrol, _ = job([], program=["bash", "-c", "((RANK != 1)) || exit 3"], launcher="torchrun",
-                                     gpus=2, retries=1, retry_on="3", exclude_failed_node=True)
+    done, records, scontrol, _ = job(
+        [],
+        program=["bash", "-c", "((RANK != 1)) || exit 3"],
+        launcher="torchrun",
+        gpus=2,
+        retries=1,
+        retry_on="3",
+        exclude_failed_node=True,
+    )
     end = records[-1]
     assert (end["exit_code"], end["rank"], end["node"], end["task"], end["action"], end["exclude"]) == (
-        3, 1, "gpu07", 0, "requeue", "gpu07"), done.stderr
+        3,
+        1,
+        "gpu07",
+        0,
+        "requeue",
+        "gpu07",
+    ), done.stderr
     assert scontrol[-1] == "update JobId=4242 ExcNodeList=gpu01,gpu07" and done.returncode == 3
     done, records, _, _ = job([], program=["bash", "-c", "((RANK != 1)) || exit 3"], launcher="torchrun", gpus=2)
     assert done.returncode == 3 and done.stderr.splitlines()[-1] == (
-        "slurmgen: rank 1 on gpu07 exited with code 3 first; the job exits with it (the step's code was 1)")
+        "slurmgen: rank 1 on gpu07 exited with code 3 first; the job exits with it (the step's code was 1)"
+    )
 
 
 def test_without_a_note_srun_s_report_is_the_answer(job):
     # The rank's wrapper is killed before it could write a note: srun's line names the task.
-    killed = {"program": ["bash", "-c", "kill -KILL $PPID"], "retries": 1, "retry_on": "137",
-              "exclude_failed_node": True}
+    killed = {
+        "program": ["bash", "-c", "kill -KILL $PPID"],
+        "retries": 1,
+        "retry_on": "137",
+        "exclude_failed_node": True,
+    }
     done, records, scontrol, _ = job([], **killed)
     assert done.returncode == 137 and "slurmgen-exit" not in done.stderr, done.stderr
     end = records[-1]
     assert (end["exit_code"], end["rank"], end["node"], end["task"], end["exclude"]) == (137, 0, "gpu07", 0, "gpu07")
     done, _, _, _ = job([], restart=1, **killed)  # the retry used up: the job stops, saying why
-    assert done.stderr.splitlines()[-1] == ("slurmgen: task 0 on gpu07 ended first, by a signal (srun's report "
-                                            "above); the job exits with the step's code 137")
+    assert done.stderr.splitlines()[-1] == (
+        "slurmgen: task 0 on gpu07 ended first, by a signal (srun's report "
+        "above); the job exits with the step's code 137"
+    )
     # A torchrun agent that fails by itself (its rendezvous, say) names its node and task, no rank.
-    done, records, _, _ = job([], program=["bash", "-c", "exit 0"], launcher="torchrun",
-                              env={"FAKE_AGENT_FAILS": "rendezvous timed out"})
+    done, records, _, _ = job(
+        [], program=["bash", "-c", "exit 0"], launcher="torchrun", env={"FAKE_AGENT_FAILS": "rendezvous timed out"}
+    )
     end = records[-1]
     assert (done.returncode, end["exit_code"], end["rank"], end["node"], end["task"]) == (1, 1, None, "gpu07", 0)
     assert "slurmgen: task 0 on gpu07 exited with code 1 first (srun's report" in done.stderr.splitlines()[-1]
@@ -142,9 +187,13 @@ def test_the_record_parses_whatever_the_node_names_hold(job, node):
     """Quotes, backslashes and control characters become JSON escapes, and a name that only looks
     like a number (a leading 0) stays a string: every line parses, to the names themselves."""
     host, nodes = 'batch "1"\\\n\tend\x01', node + ",gpu[08-09]\nx"
-    done, records, scontrol, _ = job([3, 3], retries=1, retry_on="3", exclude_failed_node=True,
-                                     batch_env={"SLURMD_NODENAME": host, "SLURM_JOB_NODELIST": nodes,
-                                                "FAKE_NODE": node})
+    done, records, scontrol, _ = job(
+        [3, 3],
+        retries=1,
+        retry_on="3",
+        exclude_failed_node=True,
+        batch_env={"SLURMD_NODENAME": host, "SLURM_JOB_NODELIST": nodes, "FAKE_NODE": node},
+    )
     assert done.returncode == 3, done.stderr
     assert [(r["event"], r["host"]) for r in records] == [("start", host), ("end", host)]
     assert records[0]["nodes"] == nodes
@@ -167,8 +216,10 @@ def test_other_codes_stop_and_a_finished_job_never_runs_again(job):
 
 def test_the_record_reader_skips_a_line_cut_by_a_kill(tmp_path):
     path = tmp_path / "a.jsonl"
-    lines = [{"event": "start", "job": "7", "attempt": 1},
-             {"event": "end", "job": "7", "attempt": 1, "exit_code": 124, "hung_rank": 5, "node": "n2"}]
+    lines = [
+        {"event": "start", "job": "7", "attempt": 1},
+        {"event": "end", "job": "7", "attempt": 1, "exit_code": 124, "hung_rank": 5, "node": "n2"},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"event": "sta')
     assert read_attempts(path) == lines
     assert cause(lines[1]) == "hung (rank 5 on n2)"
@@ -176,10 +227,18 @@ def test_the_record_reader_skips_a_line_cut_by_a_kill(tmp_path):
 
 
 def test_status_says_where_the_hung_rank_was_stuck():
-    end = {"event": "end", "exit_code": 124, "hung_rank": 3, "stack": [
-        {"file": "/usr/lib/python3.11/threading.py", "line": 327, "function": "wait"},
-        {"file": "/w/train.py", "line": 123, "function": "step"},
-        {"file": "/w/train.py", "line": 200, "function": "main"},
-        {"file": "/w/train.py", "line": 210, "function": "<module>"}]}
-    assert stuck(end) == "rank 3 stuck in threading.py:327 in wait() <- train.py:123 in step() <- train.py:200 in main()"
+    end = {
+        "event": "end",
+        "exit_code": 124,
+        "hung_rank": 3,
+        "stack": [
+            {"file": "/usr/lib/python3.11/threading.py", "line": 327, "function": "wait"},
+            {"file": "/w/train.py", "line": 123, "function": "step"},
+            {"file": "/w/train.py", "line": 200, "function": "main"},
+            {"file": "/w/train.py", "line": 210, "function": "<module>"},
+        ],
+    }
+    assert (
+        stuck(end) == "rank 3 stuck in threading.py:327 in wait() <- train.py:123 in step() <- train.py:200 in main()"
+    )
     assert stuck({**end, "stack": None}) is None and stuck({"event": "end"}) is None

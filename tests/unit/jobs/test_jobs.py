@@ -48,7 +48,11 @@ class FakeRunner:
         if argv[:3] == ["scontrol", "show", "job"]:
             return Result(0, self.scontrol, "")
         if argv[0] == "sacct":
-            return Result(0, self.sacct, "") if self.sacct is not None else Result(1, "", "Slurm accounting storage is disabled\n")
+            return (
+                Result(0, self.sacct, "")
+                if self.sacct is not None
+                else Result(1, "", "Slurm accounting storage is disabled\n")
+            )
         if argv[0] == "sbatch":
             return Result(0, "77\n", "")
         raise AssertionError(f"unexpected command {argv}")
@@ -66,10 +70,25 @@ def registry(tmp_path: Path) -> Registry:
 
 
 def record(job_id: str, tmp_path: Path, submitted: float | None = None, **info) -> JobRecord:
-    base = {"log_dir": str(tmp_path / "logs"), "workdir": str(tmp_path), "command": ["x"], "nodes": 2, "gpus": 2,
-            "launcher": "srun", "array": None}
-    return JobRecord(job_id, info.pop("name", "rec"), str(tmp_path / "out"), submitted or float(job_id), None, None, None,
-                     {**base, **info})
+    base = {
+        "log_dir": str(tmp_path / "logs"),
+        "workdir": str(tmp_path),
+        "command": ["x"],
+        "nodes": 2,
+        "gpus": 2,
+        "launcher": "srun",
+        "array": None,
+    }
+    return JobRecord(
+        job_id,
+        info.pop("name", "rec"),
+        str(tmp_path / "out"),
+        submitted or float(job_id),
+        None,
+        None,
+        None,
+        {**base, **info},
+    )
 
 
 # --- sweeps -------------------------------------------------------------------------------------
@@ -81,9 +100,16 @@ def test_a_grid_expands_first_key_slowest_and_words_keep_spaces():
     assert sweep.array_option(1000, "%8") == "0-999%8"
 
 
-@pytest.mark.parametrize("flag, words", [(["lr"], "expected KEY=V1,V2"), (["lr="], "expected KEY=V1,V2"),
-                                         (["lr=1,,2"], "expected KEY=V1,V2"), (["lr=1", "lr=2"], "lr is given twice"),
-                                         (["a b=1"], "expected KEY=V1,V2")])
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        (["lr"], "expected KEY=V1,V2"),
+        (["lr="], "expected KEY=V1,V2"),
+        (["lr=1,,2"], "expected KEY=V1,V2"),
+        (["lr=1", "lr=2"], "lr is given twice"),
+        (["a b=1"], "expected KEY=V1,V2"),
+    ],
+)
 def test_bad_sweep_flags(flag, words):
     with pytest.raises(SlurmgenError, match=words):
         sweep_input.parse_flag(flag)
@@ -102,8 +128,16 @@ def test_sweep_file_errors_name_the_line(tmp_path):
 
 
 def test_a_sweep_renders_one_array_script_whose_tasks_get_their_row(tmp_path):
-    spec = build_spec({"output_dir": str(tmp_path / "out"), "nodes": 2, "array": "%3", "backend": "gloo",
-                       "sweep": [{"lr": "it's $(x)", "bs": 8}, {"lr": "0.1", "bs": 16}], "command": ["printf", "<%s>"]})
+    spec = build_spec(
+        {
+            "output_dir": str(tmp_path / "out"),
+            "nodes": 2,
+            "array": "%3",
+            "backend": "gloo",
+            "sweep": [{"lr": "it's $(x)", "bs": 8}, {"lr": "0.1", "bs": 16}],
+            "command": ["printf", "<%s>"],
+        }
+    )
     files = render(spec).files
     script = files[SLURM_SCRIPT]
     assert "#SBATCH --array=0-1%3" in script and "#SBATCH --output=" in script and "%x-%A_%a.out" in script
@@ -115,33 +149,50 @@ def test_a_sweep_renders_one_array_script_whose_tasks_get_their_row(tmp_path):
     # Real bash, with a stand-in srun that runs the task once: task 0 gets row 0, literally.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text('#!/usr/bin/env bash\nwhile [[ $1 == -* ]]; do shift; done\n'
-                                  'SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NTASKS=1 "$@"\n')
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/env bash\nwhile [[ $1 == -* ]]; do shift; done\n"
+        'SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NTASKS=1 "$@"\n'
+    )
     (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\necho localhost\n")
     for f in bin_dir.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "x"}
-    ran = subprocess.run(["bash", str(out / SLURM_SCRIPT)], env={**env, "SLURM_ARRAY_TASK_ID": "0"},
-                         capture_output=True, text=True, timeout=30)
+    ran = subprocess.run(
+        ["bash", str(out / SLURM_SCRIPT)],
+        env={**env, "SLURM_ARRAY_TASK_ID": "0"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert ran.stdout.endswith("<--lr><it's $(x)><--bs><8>"), ran.stdout + ran.stderr
-    bad = subprocess.run(["bash", str(out / SLURM_SCRIPT)], env={**env, "SLURM_ARRAY_TASK_ID": "5"},
-                         capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        ["bash", str(out / SLURM_SCRIPT)],
+        env={**env, "SLURM_ARRAY_TASK_ID": "5"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode == 1 and "this sweep has 2 points (array tasks 0-1); got task '5'" in bad.stderr
 
 
 def test_an_array_without_a_sweep_passes_through():
     script = render(build_spec({"array": "0-15%4"})).files[SLURM_SCRIPT]
-    assert "#SBATCH --array=0-15%4" in script and "%x-%A_%a.out" in script and "case ${SLURM_ARRAY_TASK_ID" not in script
+    assert (
+        "#SBATCH --array=0-15%4" in script and "%x-%A_%a.out" in script and "case ${SLURM_ARRAY_TASK_ID" not in script
+    )
 
 
-@pytest.mark.parametrize("values, words", [
-    ({"sweep": {"lr": []}}, "sweep: every parameter needs at least one value"),
-    ({"sweep": {"lr": [1]}, "array": "0-3"}, "with a sweep, give only %N"),
-    ({"array": "%4"}, "caps a sweep's tasks"),
-    ({"array": "0-3;rm"}, "array: expected sbatch's --array form"),
-    ({"sweep": {"lr": [1]}, "sweep_args": "--{key}"}, "sweep_args: must contain {value}"),
-    ({"sbatch_extra": ["--array=0-3"]}, "--array is written by slurmgen"),
-])
+@pytest.mark.parametrize(
+    "values, words",
+    [
+        ({"sweep": {"lr": []}}, "sweep: every parameter needs at least one value"),
+        ({"sweep": {"lr": [1]}, "array": "0-3"}, "with a sweep, give only %N"),
+        ({"array": "%4"}, "caps a sweep's tasks"),
+        ({"array": "0-3;rm"}, "array: expected sbatch's --array form"),
+        ({"sweep": {"lr": [1]}, "sweep_args": "--{key}"}, "sweep_args: must contain {value}"),
+        ({"sbatch_extra": ["--array=0-3"]}, "--array is written by slurmgen"),
+    ],
+)
 def test_bad_sweep_specs(values, words):
     with pytest.raises(SlurmgenError) as info:
         build_spec(values)
@@ -151,7 +202,11 @@ def test_bad_sweep_specs(values, words):
 # --- registry -----------------------------------------------------------------------------------
 def test_registry_round_trip_and_last_states(tmp_path):
     with registry(tmp_path) as reg:
-        old, new, other = record("5", tmp_path), record("5", tmp_path, 50.0, nodes=4), record("6", tmp_path, name="other")
+        old, new, other = (
+            record("5", tmp_path),
+            record("5", tmp_path, 50.0, nodes=4),
+            record("6", tmp_path, name="other"),
+        )
         reg.add_many([old, new, other])  # a reset cluster hands out 5 again: the newest 5 is the one meant
         reg.remember_states({new.seq: ("FAILED", 3)})
     with Registry.open(tmp_path / "jobs.sqlite") as reg:
@@ -201,18 +256,24 @@ def test_a_registry_of_an_older_shape_is_migrated_keeping_every_row(tmp_path, sc
     path = tmp_path / "jobs.sqlite"
     db = sqlite3.connect(path)
     db.executescript(schema)
-    rows = [("12", "late", "/w/a", None, 300.0, "RUNNING", None, '{"cluster": "here", "nodes": 2}'),
-            ("7", "early", "/w/b", "login1", 100.0, "COMPLETED", 0, '{"cluster": "login1", "nodes": 1}'),
-            ("9", "mid", "/w/c", None, 200.0, "FAILED", 3, '{"nodes": 4}')]
-    db.executemany("INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   rows if schema == FIRST_SCHEMA else sorted(rows, key=lambda r: r[4]))  # numbered rows: in submit order
+    rows = [
+        ("12", "late", "/w/a", None, 300.0, "RUNNING", None, '{"cluster": "here", "nodes": 2}'),
+        ("7", "early", "/w/b", "login1", 100.0, "COMPLETED", 0, '{"cluster": "login1", "nodes": 1}'),
+        ("9", "mid", "/w/c", None, 200.0, "FAILED", 3, '{"nodes": 4}'),
+    ]
+    db.executemany(
+        "INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows if schema == FIRST_SCHEMA else sorted(rows, key=lambda r: r[4]),
+    )  # numbered rows: in submit order
     db.commit()
     db.close()
     with Registry.open(path) as reg:  # a reading command: migrated in place
         assert [(r.job_id, r.name, r.last_state, r.last_exit, r.cluster, r.info["nodes"]) for r in reg.all()] == [
-            ("12", "late", "RUNNING", None, "here", 2), ("9", "mid", "FAILED", 3, "", 4),
-            ("7", "early", "COMPLETED", 0, "login1", 1)]
+            ("12", "late", "RUNNING", None, "here", 2),
+            ("9", "mid", "FAILED", 3, "", 4),
+            ("7", "early", "COMPLETED", 0, "login1", 1),
+        ]
         reused = record("12", tmp_path, 400.0, name="again", cluster="here")
         reg.add(reused)  # the cluster was reset and hands out 12 again: both are kept
         assert [r.name for r in reg.with_id("12")] == ["again", "late"] and reg.get("12").name == "again"
@@ -240,10 +301,16 @@ def test_a_reused_id_keeps_the_older_job_and_its_last_state(tmp_path):
         runner = FakeRunner(scontrol)
         rows = listing.list_jobs(lambda *a: runner, reg, None)
         # Slurm's 5 is the newer job: its state is not written over the older one's.
-        assert [(r.name, r.last_state) for r in reg.all()] == [("second", "RUNNING"), ("elsewhere", "RUNNING"),
-                                                                ("first", "COMPLETED")]
+        assert [(r.name, r.last_state) for r in reg.all()] == [
+            ("second", "RUNNING"),
+            ("elsewhere", "RUNNING"),
+            ("first", "COMPLETED"),
+        ]
         assert [(r["name"], r["state"], r["live"], r["id_reused"]) for r in rows] == [
-            ("second", "RUNNING", True, False), ("elsewhere", "RUNNING", True, False), ("first", "COMPLETED", False, True)]
+            ("second", "RUNNING", True, False),
+            ("elsewhere", "RUNNING", True, False),
+            ("first", "COMPLETED", False, True),
+        ]
         assert set(reg.superseded()) == {first.seq}
         runner = FakeRunner(scontrol)
         view = commands.status(runner, reg, reg.by_seq(first.seq), None)
@@ -262,7 +329,9 @@ def test_a_bare_reused_id_means_the_newest_job_and_a_note_names_the_older(tmp_pa
     code, out, err = run(capsys, "logs", "5", "--registry", str(path))
     assert (code, out) == (0, "[rank 0] new run\n"), err
     assert err.startswith("slurmgen: note: 3 registered jobs have the id 5; this is the newest, 'second' submitted ")
-    assert "older: 'elsewhere' submitted" in err and " on c2 " in err and "; 'first' submitted" in err and " on c1 " in err
+    assert (
+        "older: 'elsewhere' submitted" in err and " on c2 " in err and "; 'first' submitted" in err and " on c1 " in err
+    )
     code, out, err = run(capsys, "logs", "first", "--registry", str(path))  # the older one, by its name
     assert (code, out, err) == (0, "[rank 0] old run\n", "")
 
@@ -294,8 +363,14 @@ def test_find_by_id_task_name_and_dir(tmp_path, monkeypatch):
         reg.add(record("8", tmp_path, array=4))
         assert find(reg, "8_3") == (reg.get("8"), "3")
         assert find(reg, "rec")[0].job_id == "8" and find(reg, "out")[0].job_id == "8"
-        for ref, words in [("0", "not a job id"), ("5_", "not a job id"), ("5_3", "5 is not an array job"), ("9", "not in the registry"),
-                           ("nope", "no registered job"), (str(tmp_path), "holds no job.yaml")]:
+        for ref, words in [
+            ("0", "not a job id"),
+            ("5_", "not a job id"),
+            ("5_3", "5 is not an array job"),
+            ("9", "not in the registry"),
+            ("nope", "no registered job"),
+            (str(tmp_path), "holds no job.yaml"),
+        ]:
             with pytest.raises(SlurmgenError, match=words):
                 find(reg, ref)
 
@@ -313,15 +388,20 @@ def test_a_folder_named_like_a_job_does_not_hide_the_job(tmp_path, monkeypatch, 
     with Registry.open(path) as reg:
         notes: list[str] = []
         assert find(reg, "bt", notes.append)[0].job_id == "5"
-        assert notes == ["'bt' is the name of job 5, which is meant; for a job submitted from the directory 'bt', "
-                         "give it as ./bt"]
+        assert notes == [
+            "'bt' is the name of job 5, which is meant; for a job submitted from the directory 'bt', give it as ./bt"
+        ]
         with pytest.raises(SlurmgenError, match=r"directory './bt' holds no job.yaml"):
             find(reg, "./bt")  # a path: the directory only
         (tmp_path / "other").mkdir()
-        with pytest.raises(SlurmgenError, match=r"no registered job is named 'other', and directory 'other' holds no job"):
+        with pytest.raises(
+            SlurmgenError, match=r"no registered job is named 'other', and directory 'other' holds no job"
+        ):
             find(reg, "other")
         (tmp_path / "other" / "job.yaml").write_text("nodes: 1\n")
-        with pytest.raises(SlurmgenError, match=r"no registered job is named 'other', and no job was submitted from dir"):
+        with pytest.raises(
+            SlurmgenError, match=r"no registered job is named 'other', and no job was submitted from dir"
+        ):
             find(reg, "other")
 
 
@@ -332,17 +412,31 @@ def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
     rec = record("7", tmp_path, name="fail")
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "slurmgen-7.attempts.jsonl").write_text(
-        '{"event": "start", "attempt": 1}\n{"event": "end", "attempt": 1, "exit_code": 3, "action": "stop"}\n{"cut')
-    runner = FakeRunner(scontrol, {str(tmp_path / "logs" / "fail-7.out"): log,
-                                   str(tmp_path / "logs" / "slurmgen-7.attempts.jsonl"):
-                                   (tmp_path / "logs" / "slurmgen-7.attempts.jsonl").read_text()})
+        '{"event": "start", "attempt": 1}\n{"event": "end", "attempt": 1, "exit_code": 3, "action": "stop"}\n{"cut'
+    )
+    runner = FakeRunner(
+        scontrol,
+        {
+            str(tmp_path / "logs" / "fail-7.out"): log,
+            str(tmp_path / "logs" / "slurmgen-7.attempts.jsonl"): (
+                tmp_path / "logs" / "slurmgen-7.attempts.jsonl"
+            ).read_text(),
+        },
+    )
     with registry(tmp_path) as reg:
         reg.add(rec)
         view = commands.status(runner, reg, rec, None)
         assert reg.get("7").last_state == "FAILED"
     assert (view["state"], view["exit_code"], view["nodes"]) == ("FAILED", 3, "node[1-2]")
-    assert view["first_failure"] == {"job": "7", "state": "FAILED", "exit_code": 3, "node": "node1", "task": 1,
-                                     "rank": None, "what": "Exited with exit code 3"}
+    assert view["first_failure"] == {
+        "job": "7",
+        "state": "FAILED",
+        "exit_code": 3,
+        "node": "node1",
+        "task": 1,
+        "rank": None,
+        "what": "Exited with exit code 3",
+    }
     assert [a["event"] for a in view["attempts"]] == ["start", "end"]
     text = "\n".join(format_view(view))
     assert "failed: 7 FAILED (exit code 3) task 1 on node1: Exited with exit code 3" in text
@@ -351,15 +445,24 @@ def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
 
 def test_status_names_the_failing_rank_from_its_note_not_the_nodes_agent(tmp_path):
     # torchrun: srun reports node1's agent (task 0); rank 1's own note says what failed first.
-    log = ("0: slurmgen-exit: rank 1 on node1 (task 0) exited with code 3 at 1763900000.5\n"
-           "srun: error: node1: task 0: Exited with exit code 1\n")
+    log = (
+        "0: slurmgen-exit: rank 1 on node1 (task 0) exited with code 3 at 1763900000.5\n"
+        "srun: error: node1: task 0: Exited with exit code 1\n"
+    )
     rec = record("7", tmp_path, name="fail")
     runner = FakeRunner((DATA / "scontrol_failed.txt").read_text(), {str(tmp_path / "logs" / "fail-7.out"): log})
     with registry(tmp_path) as reg:
         reg.add(rec)
         view = commands.status(runner, reg, rec, None)
-    assert view["first_failure"] == {"job": "7", "state": "FAILED", "exit_code": 3, "node": "node1", "task": 0,
-                                     "rank": 1, "what": "rank 1 exited with code 3"}
+    assert view["first_failure"] == {
+        "job": "7",
+        "state": "FAILED",
+        "exit_code": 3,
+        "node": "node1",
+        "task": 0,
+        "rank": 1,
+        "what": "rank 1 exited with code 3",
+    }
 
 
 def test_status_of_a_sweep_shows_the_grid(tmp_path):
@@ -372,17 +475,26 @@ def test_status_of_a_sweep_shows_the_grid(tmp_path):
     rec = record("4", tmp_path, array=4, sweep_file=str(tmp_path / "out" / "sweep.jsonl"))
     # Task 1 runs as job 6 (its SLURM_JOB_ID names its attempts file); id 4 is the array's and, until
     # the last task starts, that of the tasks still pending: none of them has attempts yet.
-    attempts = {str(tmp_path / "logs" / f"slurmgen-{i}.attempts.jsonl"):
-                f'{{"event": "end", "job": "{i}", "attempt": 1, "exit_code": 75, "action": "requeue"}}\n' for i in (4, 6)}
-    attempts[str(tmp_path / "logs" / "slurmgen-5.attempts.jsonl")] = '{"event": "end", "attempt": 1, "exit_code": 0, "action": "finished"}\n'
+    attempts = {
+        str(
+            tmp_path / "logs" / f"slurmgen-{i}.attempts.jsonl"
+        ): f'{{"event": "end", "job": "{i}", "attempt": 1, "exit_code": 75, "action": "requeue"}}\n'
+        for i in (4, 6)
+    }
+    attempts[str(tmp_path / "logs" / "slurmgen-5.attempts.jsonl")] = (
+        '{"event": "end", "attempt": 1, "exit_code": 0, "action": "finished"}\n'
+    )
     runner = FakeRunner((DATA / "scontrol_array.txt").read_text(), {rec.info["sweep_file"]: grid, **attempts})
     with registry(tmp_path) as reg:
         reg.add(rec)
         view = commands.status(runner, reg, rec, None)
     assert view["state"] == "RUNNING"
     assert [(t["job"], t["state"], t["params"]) for t in view["tasks"]] == [
-        ("4_0", "RUNNING", {"lr": 1, "bs": 8}), ("4_1", "RUNNING", {"lr": 1, "bs": 16}),
-        ("4_2", "PENDING", {"lr": 2, "bs": 8}), ("4_3", "PENDING", {"lr": 2, "bs": 16})]
+        ("4_0", "RUNNING", {"lr": 1, "bs": 8}),
+        ("4_1", "RUNNING", {"lr": 1, "bs": 16}),
+        ("4_2", "PENDING", {"lr": 2, "bs": 8}),
+        ("4_3", "PENDING", {"lr": 2, "bs": 16}),
+    ]
     assert view["tasks"][2]["reason"] == "JobArrayTaskLimit"
     assert view["tasks"][1]["run"]["loss"] == 0.25 and "run" not in view["tasks"][0]
     assert [len(t.get("attempts", [])) for t in view["tasks"]] == [1, 1, 0, 0] and "attempts" not in view
@@ -399,7 +511,10 @@ def test_status_of_an_array_task_the_controller_forgot_shows_its_steps(tmp_path)
         reg.add(rec)
         view = commands.status(runner, reg, rec, "1")
     assert (view["job"], view["state"], view["exit_code"], view["source"]) == ("5_1", "FAILED", 2, "sacct")
-    assert view["steps"] == [{"step": "batch", "state": "FAILED", "exit_code": 2}, {"step": "0", "state": "FAILED", "exit_code": 2}]
+    assert view["steps"] == [
+        {"step": "batch", "state": "FAILED", "exit_code": 2},
+        {"step": "0", "state": "FAILED", "exit_code": 2},
+    ]
     assert [c[0] for c in runner.calls] == ["scontrol", "sacct"] and view["notes"] == []
     assert "step 0: FAILED exit code 2" in "\n".join(format_view(view))
 
@@ -410,17 +525,24 @@ def test_status_of_an_array_the_controller_forgot_shows_each_tasks_attempts(tmp_
     recorded = (DATA / "sacct_array.txt").read_text().partition("\n#STDERR\n")[0]
     rec = record("5", tmp_path, name="sweep", array=3)
     logs = tmp_path / "logs"
-    files = {str(logs / f"slurmgen-{i}.attempts.jsonl"): f'{{"event": "end", "job": "{i}", "attempt": 1, "exit_code": 0, '
-             f'"action": "finished"}}\n' for i in (5, 7)}
-    files[str(logs / "slurmgen-8.attempts.jsonl")] = ('{"event": "end", "job": "8", "attempt": 1, "exit_code": 2, "node": "node1", '
-                                                     '"task": 0, "action": "stop"}\n')
+    files = {
+        str(logs / f"slurmgen-{i}.attempts.jsonl"): f'{{"event": "end", "job": "{i}", "attempt": 1, "exit_code": 0, '
+        f'"action": "finished"}}\n'
+        for i in (5, 7)
+    }
+    files[str(logs / "slurmgen-8.attempts.jsonl")] = (
+        '{"event": "end", "job": "8", "attempt": 1, "exit_code": 2, "node": "node1", "task": 0, "action": "stop"}\n'
+    )
     runner = FakeRunner("", files, sacct=recorded)  # scontrol lists nothing: only accounting knows array 5
     with registry(tmp_path) as reg:
         reg.add(rec)
         view = commands.status(runner, reg, rec, None)
         one = commands.status(runner, reg, rec, "1")
     assert [(t["job"], [a["job"] for a in t.get("attempts", [])]) for t in view["tasks"]] == [
-        ("5_0", ["7"]), ("5_1", ["8"]), ("5_2", ["5"])]
+        ("5_0", ["7"]),
+        ("5_1", ["8"]),
+        ("5_2", ["5"]),
+    ]
     assert (one["job"], [a["exit_code"] for a in one["attempts"]]) == ("5_1", [2])
     text = "\n".join(format_view(view))
     assert "5_1  FAILED     exit 2  loss -\n              attempt 1: bad input (task 0 on node1) -> stop" in text, text
@@ -445,9 +567,15 @@ def test_the_list_shows_each_slurm_jobs_attempt_as_slurm_last_gave_it(tmp_path, 
 
     array = (DATA / "scontrol_array.txt").read_text().replace("ArrayTaskId=1 ", "ArrayTaskId=1 Restarts=1 ", 1)
     array = re.sub(r"(ArrayTaskId=1 Restarts=1 .*?) Restarts=0", r"\1", array)  # task 1 (job 6) was requeued once
-    answer = "\n".join([scontrol_as("scontrol_pending_held.txt", "1"), scontrol_as("scontrol_running.txt", "2"),
-                        scontrol_as("scontrol_running.txt", "3", JobState="PENDING", Reason="BeginTime", Restarts="1"),
-                        scontrol_as("scontrol_completed.txt", "7", JobState="FAILED", ExitCode="75:0", Restarts="2"), array])
+    answer = "\n".join(
+        [
+            scontrol_as("scontrol_pending_held.txt", "1"),
+            scontrol_as("scontrol_running.txt", "2"),
+            scontrol_as("scontrol_running.txt", "3", JobState="PENDING", Reason="BeginTime", Restarts="1"),
+            scontrol_as("scontrol_completed.txt", "7", JobState="FAILED", ExitCode="75:0", Restarts="2"),
+            array,
+        ]
+    )
     with registry(tmp_path) as reg:
         reg.add_many([record(i, tmp_path) for i in ("1", "2", "3", "7")] + [record("4", tmp_path, 8.0, array=4)])
         shown = {r["job"]: r["attempts"] for r in listing.list_jobs(lambda *a: FakeRunner(answer), reg, None)}
@@ -471,13 +599,17 @@ def test_the_list_shows_each_slurm_jobs_attempt_as_slurm_last_gave_it(tmp_path, 
 
 
 def test_wait_polls_until_the_end_and_returns_the_code(tmp_path):
-    answers = [(DATA / "scontrol_running.txt").read_text(), (DATA / "scontrol_failed.txt").read_text().replace("JobId=7", "JobId=1")]
+    answers = [
+        (DATA / "scontrol_running.txt").read_text(),
+        (DATA / "scontrol_failed.txt").read_text().replace("JobId=7", "JobId=1"),
+    ]
     runner = FakeRunner()
     naps = []
 
     def nap(seconds):
         naps.append(seconds)
         runner.scontrol = answers[1]
+
     runner.scontrol = answers[0]
     with registry(tmp_path) as reg:
         reg.add(rec := record("1", tmp_path))
@@ -501,16 +633,19 @@ def test_submit_registers_what_sbatch_said(tmp_path):
 
 
 # --- the command line: bad input is one line, exit 2, registry untouched ---------------------------
-@pytest.mark.parametrize("args, words", [
-    (["status", "12.5"], "job: '12.5' is not a job id"),
-    (["logs", "0"], "job: '0' is not a job id"),
-    (["cancel", "999"], "job: 999 is not in the registry"),
-    (["status", "nosuchjob"], "no registered job has the id, name or output dir 'nosuchjob'"),
-    (["cancel", "5", "--signal", "USR1;x"], "signal: expected a signal name or number"),
-    (["logs", "5", "--rank", "1", "--node", "0"], "give --rank or --node, not both"),
-    # A rank the job does not have printed nothing and exited 0: name the ranks it has.
-    (["logs", "5", "--rank", "7"], "rank: job 5 has ranks 0-3 (got 7)"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["status", "12.5"], "job: '12.5' is not a job id"),
+        (["logs", "0"], "job: '0' is not a job id"),
+        (["cancel", "999"], "job: 999 is not in the registry"),
+        (["status", "nosuchjob"], "no registered job has the id, name or output dir 'nosuchjob'"),
+        (["cancel", "5", "--signal", "USR1;x"], "signal: expected a signal name or number"),
+        (["logs", "5", "--rank", "1", "--node", "0"], "give --rank or --node, not both"),
+        # A rank the job does not have printed nothing and exited 0: name the ranks it has.
+        (["logs", "5", "--rank", "7"], "rank: job 5 has ranks 0-3 (got 7)"),
+    ],
+)
 def test_bad_job_references(capsys, tmp_path, args, words):
     path = tmp_path / "jobs.sqlite"
     with Registry.open(path, create=True) as reg:
@@ -534,9 +669,11 @@ def test_a_registry_that_is_not_a_database_is_refused_untouched(capsys, tmp_path
 
 def test_submit_refuses_bad_input_before_writing_or_submitting(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for args, words in [(["--dependency", "afterok:12;rm"], "dependency: expected sbatch's form"),
-                        (["--sweep", "lr=1", "--sweep-file", "p.jsonl"], "give --sweep or --sweep-file, not both"),
-                        (["--nodes", "0"], "nodes:")]:
+    for args, words in [
+        (["--dependency", "afterok:12;rm"], "dependency: expected sbatch's form"),
+        (["--sweep", "lr=1", "--sweep-file", "p.jsonl"], "give --sweep or --sweep-file, not both"),
+        (["--nodes", "0"], "nodes:"),
+    ]:
         code, _, err = run(capsys, "submit", "--registry", "r.sqlite", *args)
         assert code == 2 and words in err and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
@@ -546,7 +683,6 @@ def test_create_dry_run_shows_the_sweep_grid(capsys):
     code, out, _ = run(capsys, "create", "--dry-run", "--sweep", "lr=1,2", "--sweep-args", "{key}={value}")
     assert code == 0 and "#SBATCH --array=0-1" in out and "0) cmd+=(lr=1) ;;" in out
     assert '{"task": 1, "params": {"lr": "2"}}' in out
-
 
 
 # --- code snapshots for --remote ------------------------------------------------------------------
@@ -588,6 +724,7 @@ def test_logs_follow_with_tail_prints_the_last_lines_of_a_rank_then_follows(tmp_
             runner.files[path] += " short\n1: d1\n0: d0\n"
             return Result(0, next(states), "")
         return FakeRunner.run(runner, argv, **kw)
+
     runner.run = scontrol_then_grow
     _print_logs(runner, rec, None, 1, None, True, 2, False)
     assert capsys.readouterr().out.splitlines() == ["[rank 1] b1", "[rank 1] c1", "[rank 1] cut short", "[rank 1] d1"]
@@ -630,8 +767,13 @@ def test_run_records_on_a_login_node_read_the_same_as_here(tmp_path):
     there = by_group(login, str(tmp_path / "work"), command, "7", wanted)
     assert login.calls == [["sh", "-c"]]  # one command over the connection, whatever the number of runs
     assert sorted(there) == ["slurm-7", "slurm-7_1"] and there == {k: v for k, v in here.items() if k != "slurm-70"}
-    assert there["slurm-7_1"] == {"step": 30, "loss": 1 / 30, "status": "finished", "checkpoint": str(ckpt),
-                                  "dir": str(tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main")}
+    assert there["slurm-7_1"] == {
+        "step": 30,
+        "loss": 1 / 30,
+        "status": "finished",
+        "checkpoint": str(ckpt),
+        "dir": str(tmp_path / "work" / "out dir" / "tracking" / "slurm-7_1" / "main"),
+    }
     assert by_group(login, str(tmp_path / "nowhere"), command, "7", wanted) == {}
 
 
@@ -641,6 +783,7 @@ def test_wait_rides_out_a_failing_scontrol_call(tmp_path):
 
     def flaky(argv, **kw):
         return next(answers, None) or FakeRunner.run(runner, argv, **kw)
+
     runner.run = flaky
     assert commands.wait(runner, record("1", tmp_path), sleep=lambda s: None) == ("FAILED", 3)
 
@@ -670,11 +813,14 @@ def scontrol_as(name: str, job_id: str, **fields: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("scontrol, sacct, said", [
-    (scontrol_as("scontrol_completed.txt", "4"), None, "job 4 had already ended: COMPLETED, exit code 0"),
-    # Forgotten by the controller, no accounting: the registry's last state, never "CANCELLED".
-    ("", None, "job 4 had already ended: Slurm no longer knows it; last seen COMPLETED, exit code 0"),
-])
+@pytest.mark.parametrize(
+    "scontrol, sacct, said",
+    [
+        (scontrol_as("scontrol_completed.txt", "4"), None, "job 4 had already ended: COMPLETED, exit code 0"),
+        # Forgotten by the controller, no accounting: the registry's last state, never "CANCELLED".
+        ("", None, "job 4 had already ended: Slurm no longer knows it; last seen COMPLETED, exit code 0"),
+    ],
+)
 def test_cancel_leaves_an_ended_job_alone_and_says_how_it_ended(tmp_path, scontrol, sacct, said):
     rec = record("4", tmp_path)
     runner = CancelRunner([scontrol], sacct=sacct)
@@ -700,16 +846,19 @@ def test_cancel_waits_for_the_end_and_tells_a_requeue_from_an_end(tmp_path):
     assert (again["state"], again["ended"]) == ("PENDING", False) and "requeued instead of ending" in again["said"]
 
 
-@pytest.mark.parametrize("command, info, signal, warned", [
-    (["bash", "-c", "sleep 60"], {}, "USR2", True),
-    (["bash", "-c", "sleep 60"], {}, "12", True),
-    (["bash", "-c", "sleep 60"], {}, "TERM", False),  # meant to stop it
-    (["python", "-m", "slurmgen.train", "--max-steps", "9"], {}, "USR2", False),
-    (["python", "-m", "slurmgen.train"], {}, "SIGUSR1", True),  # not its preempt_signal: it dies of it
-    (["python", "-m", "slurmgen.train"], {"preempt_signal": "USR1"}, "SIGUSR1", False),
-    (["/venv/bin/slurmgen", "train"], {}, "USR2", False),
-    (["python", "mine.py"], {"preempt_contract": True}, "USR2", False),
-])
+@pytest.mark.parametrize(
+    "command, info, signal, warned",
+    [
+        (["bash", "-c", "sleep 60"], {}, "USR2", True),
+        (["bash", "-c", "sleep 60"], {}, "12", True),
+        (["bash", "-c", "sleep 60"], {}, "TERM", False),  # meant to stop it
+        (["python", "-m", "slurmgen.train", "--max-steps", "9"], {}, "USR2", False),
+        (["python", "-m", "slurmgen.train"], {}, "SIGUSR1", True),  # not its preempt_signal: it dies of it
+        (["python", "-m", "slurmgen.train"], {"preempt_signal": "USR1"}, "SIGUSR1", False),
+        (["/venv/bin/slurmgen", "train"], {}, "USR2", False),
+        (["python", "mine.py"], {"preempt_contract": True}, "USR2", False),
+    ],
+)
 def test_cancel_signal_warns_when_the_program_may_die_of_it(tmp_path, command, info, signal, warned):
     warning = stopping.signal_warning(record("4", tmp_path, command=command, **info), signal)
     assert (warning is not None) == warned, warning
@@ -719,10 +868,14 @@ def test_cancel_signal_warns_when_the_program_may_die_of_it(tmp_path, command, i
 
 def test_status_says_the_user_signalled_a_program_that_had_no_handler(tmp_path):
     # scancel --signal=USR2 on `bash -c 'sleep 60'`: every rank died of it, 128 + 12.
-    log = ("0: slurmgen-exit: rank 0 on node1 (task 0) exited with code 140 at 1763900000.5\n"
-           "1: slurmgen-exit: rank 1 on node2 (task 1) exited with code 140 at 1763900000.6\n")
+    log = (
+        "0: slurmgen-exit: rank 0 on node1 (task 0) exited with code 140 at 1763900000.5\n"
+        "1: slurmgen-exit: rank 1 on node2 (task 1) exited with code 140 at 1763900000.6\n"
+    )
     rec = record("7", tmp_path, name="fail", command=["bash", "-c", "sleep 60"])
-    runner = CancelRunner([scontrol_as("scontrol_running.txt", "7"), scontrol_as("scontrol_failed.txt", "7", ExitCode="140:0")])
+    runner = CancelRunner(
+        [scontrol_as("scontrol_running.txt", "7"), scontrol_as("scontrol_failed.txt", "7", ExitCode="140:0")]
+    )
     runner.files = {str(tmp_path / "logs" / "fail-7.out"): log}
     with registry(tmp_path) as reg:
         reg.add(rec)
@@ -731,14 +884,18 @@ def test_status_says_the_user_signalled_a_program_that_had_no_handler(tmp_path):
         view = commands.status(runner, reg, rec, None)
     assert view["signalled"]["signal"] == "USR2" and view["signalled"]["exit_code"] == 140
     text = "\n".join(format_view(view))
-    assert ("failed: 7 FAILED, signalled by the user (USR2, slurmgen cancel --signal), which the program did not "
-            "handle: killed by signal 12 (USR2) (exit code 140)") in text
+    assert (
+        "failed: 7 FAILED, signalled by the user (USR2, slurmgen cancel --signal), which the program did not "
+        "handle: killed by signal 12 (USR2) (exit code 140)"
+    ) in text
     assert "rank 0 exited" not in text, text
 
 
 def test_steps_ended_by_a_signal_say_so():
-    recorded = "9|9|j|CANCELLED by 0|0:0|00:00:01|00:05:00|node1|/w\n9.batch|9.batch|batch|CANCELLED|0:15|00:00:01||node1|\n" \
-               "9.0|9.0|bash|FAILED|15:0|00:00:01||node1|\n9.1|9.1|bash|FAILED|3:0|00:00:01||node1|\n"
+    recorded = (
+        "9|9|j|CANCELLED by 0|0:0|00:00:01|00:05:00|node1|/w\n9.batch|9.batch|batch|CANCELLED|0:15|00:00:01||node1|\n"
+        "9.0|9.0|bash|FAILED|15:0|00:00:01||node1|\n9.1|9.1|bash|FAILED|3:0|00:00:01||node1|\n"
+    )
     from slurmgen.jobs.slurm import QueryResult, parse_sacct
     from slurmgen.jobs.view import job_view
 
@@ -753,8 +910,14 @@ def test_steps_ended_by_a_signal_say_so():
 
 
 def test_pending_after_a_requeue_says_when_it_becomes_eligible(tmp_path):
-    line = scontrol_as("scontrol_running.txt", "4", JobState="PENDING", Reason="BeginTime", Restarts="1",
-                       EligibleTime="2026-11-23T12:27:21")
+    line = scontrol_as(
+        "scontrol_running.txt",
+        "4",
+        JobState="PENDING",
+        Reason="BeginTime",
+        Restarts="1",
+        EligibleTime="2026-11-23T12:27:21",
+    )
     rec = record("4", tmp_path)
     with registry(tmp_path) as reg:
         reg.add(rec)
@@ -762,8 +925,10 @@ def test_pending_after_a_requeue_says_when_it_becomes_eligible(tmp_path):
     now = datetime.fromisoformat("2026-11-23T12:25:44").timestamp()
     assert view["eligible"] == "2026-11-23T12:27:21"
     assert "  pending: requeued, eligible at 12:27:21 (in 97 s)" in format_view(view, now=now)
-    assert "  pending: JobHeldUser" in format_view(commands.status(
-        CancelRunner([scontrol_as("scontrol_pending_held.txt", "4")]), reg_again(tmp_path), rec, None), now=now)
+    assert "  pending: JobHeldUser" in format_view(
+        commands.status(CancelRunner([scontrol_as("scontrol_pending_held.txt", "4")]), reg_again(tmp_path), rec, None),
+        now=now,
+    )
 
 
 def reg_again(tmp_path: Path) -> Registry:
@@ -788,15 +953,21 @@ def test_requeue_sends_scontrol_requeue_for_a_failed_job_only(tmp_path):
     rec = record("4", tmp_path)
     failed = RequeueRunner([scontrol_as("scontrol_running.txt", "4", JobState="FAILED")])
     running = RequeueRunner([scontrol_as("scontrol_running.txt", "4")])
-    refused = RequeueRunner([scontrol_as("scontrol_running.txt", "4", JobState="PREEMPTED")],
-                            Result(1, "", "Requested operation is presently disabled for job 4\n"))
+    refused = RequeueRunner(
+        [scontrol_as("scontrol_running.txt", "4", JobState="PREEMPTED")],
+        Result(1, "", "Requested operation is presently disabled for job 4\n"),
+    )
     with registry(tmp_path) as reg:
         reg.add(rec)
         done, said = stopping.requeue(failed, reg, rec)
         assert done and said.startswith("requeued job 4 (it was FAILED)")
         assert ["scontrol", "requeue", "4"] in failed.calls and reg.get("4").info["requeued"][0]["from"] == "FAILED"
-        assert stopping.requeue(running, reg, rec) == (False,
-            "job 4 was not requeued: the job is RUNNING, not ended: only a failed or preempted job is requeued")
+        assert stopping.requeue(running, reg, rec) == (
+            False,
+            "job 4 was not requeued: the job is RUNNING, not ended: only a failed or preempted job is requeued",
+        )
         assert not [c for c in running.calls if c[:2] == ["scontrol", "requeue"]]
-        assert stopping.requeue(refused, reg, rec) == (False,
-            "job 4 was not requeued: scontrol: Requested operation is presently disabled for job 4")
+        assert stopping.requeue(refused, reg, rec) == (
+            False,
+            "job 4 was not requeued: scontrol: Requested operation is presently disabled for job 4",
+        )

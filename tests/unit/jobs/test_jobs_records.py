@@ -21,13 +21,14 @@ def test_the_login_node_find_lints_as_sh_whatever_it_prunes(tmp_path, shellcheck
     for script, shell in itertools.product(scripts, ("sh", "bash")):
         done = subprocess.run([shell, "-n", str(script)], capture_output=True, text=True)
         assert done.returncode == 0, f"{shell} -n {script.name}: {done.stderr}"
-    lint = subprocess.run([shellcheck, "--shell=sh", "--severity=style", *map(str, scripts)],
-                          capture_output=True, text=True)
+    lint = subprocess.run(
+        [shellcheck, "--shell=sh", "--severity=style", *map(str, scripts)], capture_output=True, text=True
+    )
     assert lint.returncode == 0, lint.stdout
 
 
 def test_the_login_node_find_takes_awkward_directory_names_literally(tmp_path):
-    odd = "it's \"$x\" \\ *; $(false)"
+    odd = 'it\'s "$x" \\ *; $(false)'
     work = tmp_path / odd
     for group, root in (("slurm-7", odd), ("slurm-7_1", "runs"), ("slurm-7", f"{odd}/checkpoints")):
         run = tracking.init(str(work / root / "tracking"), group=group)

@@ -40,7 +40,14 @@ def answer(name: str) -> tuple[str, str, int]:
 
 def test_running_job():
     (job,) = parse_scontrol(recorded("scontrol_running.txt"))
-    assert (job.key, job.name, job.state, job.reason, job.nodes, job.limit) == ("1", "rec", "RUNNING", None, "node[1-2]", "00:05:00")
+    assert (job.key, job.name, job.state, job.reason, job.nodes, job.limit) == (
+        "1",
+        "rec",
+        "RUNNING",
+        None,
+        "node[1-2]",
+        "00:05:00",
+    )
     assert (job.restarts, job.exit_code, job.ended) == (0, 0, False)
     assert job.stdout.endswith("/rec-1.out") and job.workdir.endswith("test_record0")
 
@@ -58,8 +65,11 @@ def test_pending_reasons_and_end_states():
 
 def test_array_tasks_and_the_pending_range():
     jobs = parse_scontrol(recorded("scontrol_array.txt"))
-    assert [(j.key, j.job_id, j.state) for j in jobs] == [("4_2-3%2", "4", "PENDING"), ("4_1", "6", "RUNNING"),
-                                                          ("4_0", "5", "RUNNING")]
+    assert [(j.key, j.job_id, j.state) for j in jobs] == [
+        ("4_2-3%2", "4", "PENDING"),
+        ("4_1", "6", "RUNNING"),
+        ("4_0", "5", "RUNNING"),
+    ]
     assert jobs[0].reason == "JobArrayTaskLimit"
     snap = QueryResult()
     for j in jobs:
@@ -91,12 +101,18 @@ def test_the_failing_task_comes_from_srun_in_the_log():
 def test_the_rank_that_failed_first_comes_from_the_rank_notes():
     # torchrun: srun names only the nodes' agents (tasks 1 and 0); the notes name the ranks, and
     # the earliest note wins whatever order srun relayed them in. Older scripts wrote no task.
-    log = ("0: slurmgen-exit: rank 0 on gn1 (task 0) exited with code 1 at 100.9\n"
-           "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 100.25\n"
-           "srun: error: gn2: task 1: Exited with exit code 1\n")
+    log = (
+        "0: slurmgen-exit: rank 0 on gn1 (task 0) exited with code 1 at 100.9\n"
+        "1: slurmgen-exit: rank 3 on gn2 (task 1) exited with code 5 at 100.25\n"
+        "srun: error: gn2: task 1: Exited with exit code 1\n"
+    )
     assert first_rank_exit(log) == {"rank": 3, "node": "gn2", "task": 1, "exit_code": 5}
     assert first_rank_exit("2: slurmgen-exit: rank 2 on gn1 exited with code 9 at 5.5\n") == {
-        "rank": 2, "node": "gn1", "task": None, "exit_code": 9}
+        "rank": 2,
+        "node": "gn1",
+        "task": None,
+        "exit_code": 9,
+    }
     assert first_rank_exit(recorded("log_fail.txt")) is None
 
 
@@ -114,12 +130,23 @@ def test_label_prefixes_split_ranks():
 def test_torchrun_logs_name_the_node_for_the_agent_and_the_rank_for_each_worker():
     """Under torchrun srun's label is the node's agent: `[rank 1] RANK=3` was shown for rank 3's
     line. Each worker's own `[rank R] ` tag (run_slurm.sh) names the rank; untagged lines, the node."""
-    log = [" 0: [rank 0] RANK=0", " 1: [rank 3] RANK=3", " 1: W1125 torchrun says", " 1: [rank 2] RANK=2",
-           "slurmgen: job 5", " 0: [rank 1] [rank 9] printed by the program"]
+    log = [
+        " 0: [rank 0] RANK=0",
+        " 1: [rank 3] RANK=3",
+        " 1: W1125 torchrun says",
+        " 1: [rank 2] RANK=2",
+        "slurmgen: job 5",
+        " 0: [rank 1] [rank 9] printed by the program",
+    ]
     lines = select_lines(log, None, torchrun=True)
     assert [format_line(line, colour=False) for line in lines] == [
-        "[rank 0] RANK=0", "[rank 3] RANK=3", "[node 1] W1125 torchrun says", "[rank 2] RANK=2",
-        "slurmgen: job 5", "[rank 1] [rank 9] printed by the program"]
+        "[rank 0] RANK=0",
+        "[rank 3] RANK=3",
+        "[node 1] W1125 torchrun says",
+        "[rank 2] RANK=2",
+        "slurmgen: job 5",
+        "[rank 1] [rank 9] printed by the program",
+    ]
     assert select_lines(log, None, {3}, torchrun=True) == [(1, 3, "RANK=3")]
     assert [line.text for line in select_lines(log, {1}, torchrun=True)] == ["RANK=3", "W1125 torchrun says", "RANK=2"]
 
@@ -131,14 +158,26 @@ def sacct(name: str):
 def test_sacct_completed_and_failed_jobs_with_their_steps():
     (done,), steps = sacct("sacct_completed.txt")
     assert (done.key, done.job_id, done.name, done.state, done.nodes, done.limit, done.workdir, done.source) == (
-        "1", "1", "done", "COMPLETED", "node[1-2]", "00:05:00", "/tmp/h-rawid.F28n/rec/work", "sacct")
+        "1",
+        "1",
+        "done",
+        "COMPLETED",
+        "node[1-2]",
+        "00:05:00",
+        "/tmp/h-rawid.F28n/rec/work",
+        "sacct",
+    )
     assert steps == {"1": [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0), ("1", "COMPLETED", 0)]}
     (plain,), steps = sacct("sacct_failed_no_kill.txt")
     assert (plain.state, exit_code(plain), steps) == ("FAILED", 7, {"3": [("batch", "FAILED", 7), ("0", "FAILED", 7)]})
     # srun --kill-on-bad-exit: the failing task's own code is gone from sacct; the step it
     # cancelled says 0:15, which reads as a shell would say it.
     (killed,), steps = sacct("sacct_failed.txt")
-    assert (killed.state, exit_code(killed), steps["2"]) == ("FAILED", 15, [("batch", "FAILED", 15), ("0", "CANCELLED", 143)])
+    assert (killed.state, exit_code(killed), steps["2"]) == (
+        "FAILED",
+        15,
+        [("batch", "FAILED", 15), ("0", "CANCELLED", 143)],
+    )
     # A slurmgen job keeps the first failing rank's code in its batch step.
     (job,), steps = sacct("sacct_slurmgen_failed.txt")
     assert (exit_code(job), steps["9"]) == (3, [("batch", "FAILED", 3), ("0", "FAILED", 15)])
@@ -153,7 +192,10 @@ def test_sacct_cancelled_array_and_several_jobs():
     tasks, steps = sacct("sacct_array.txt")
     # Each task's own id (JobIDRaw) is its own: the last task got the array's id, the others new ones.
     assert [(t.key, t.job_id, t.array_job_id, t.array_task, t.state, exit_code(t)) for t in tasks] == [
-        ("5_0", "7", "5", "0", "COMPLETED", 0), ("5_1", "8", "5", "1", "FAILED", 2), ("5_2", "5", "5", "2", "COMPLETED", 0)]
+        ("5_0", "7", "5", "0", "COMPLETED", 0),
+        ("5_1", "8", "5", "1", "FAILED", 2),
+        ("5_2", "5", "5", "2", "COMPLETED", 0),
+    ]
     assert steps["5_1"] == [("batch", "FAILED", 2), ("0", "FAILED", 2)] and overall(tasks) == ("FAILED", 2)
     jobs, steps = sacct("sacct_several.txt")
     assert [j.key for j in jobs] == ["1", "5_0", "5_1", "5_2"] and sorted(steps) == ["1", "5_0", "5_1", "5_2"]
@@ -162,12 +204,30 @@ def test_sacct_cancelled_array_and_several_jobs():
 
 def test_sacct_requeued_job_is_its_last_run():
     (job,), steps = sacct("sacct_requeued.txt")
-    assert (job.key, job.job_id, job.state, job.restarts, job.nodes, job.elapsed) == ("6", "6", "COMPLETED", 1, "node1", "00:00:04")
+    assert (job.key, job.job_id, job.state, job.restarts, job.nodes, job.elapsed) == (
+        "6",
+        "6",
+        "COMPLETED",
+        1,
+        "node1",
+        "00:00:04",
+    )
     assert steps == {"6": [("batch", "COMPLETED", 0), ("0", "COMPLETED", 0)]}  # not the cancelled first run's
 
 
-@pytest.mark.parametrize("text, ok", [("1", True), ("1234_5", True), ("0", False), ("12_", False), ("1_2_3", False),
-                                      ("-3", False), ("12.0", False), ("", False)])
+@pytest.mark.parametrize(
+    "text, ok",
+    [
+        ("1", True),
+        ("1234_5", True),
+        ("0", False),
+        ("12_", False),
+        ("1_2_3", False),
+        ("-3", False),
+        ("12.0", False),
+        ("", False),
+    ],
+)
 def test_job_ids(text, ok):
     assert valid_job_id(text) is ok
 
@@ -184,6 +244,7 @@ def test_follow_reads_to_the_end_after_the_job_ended():
     def read(offset):
         read_at.append(offset)
         return chunks.pop(0) if chunks else b""
+
     lines = list(follow(read, lambda: next(states), sleep=lambda s: None))
     assert lines == ["0: a", "1: b", "0: last"] and read_at == [0, 9, 10, 10]
 
@@ -210,8 +271,10 @@ def test_a_job_the_controller_forgot_without_accounting_gets_a_clear_note():
     runner = Recorded({"scontrol": "scontrol_bad.txt", "sacct": "sacct_disabled.txt"})
     snap = ask(runner, ["999999"])
     assert snap.jobs == {} and runner.calls == ["scontrol", "sacct"]
-    assert snap.notes == ["sacct: Slurm accounting storage is disabled; showing the last state slurmgen saw for "
-                          "1 job(s) the controller no longer knows"]
+    assert snap.notes == [
+        "sacct: Slurm accounting storage is disabled; showing the last state slurmgen saw for "
+        "1 job(s) the controller no longer knows"
+    ]
     known = ask(Recorded({"scontrol": "scontrol_completed.txt"}), ["1"])
     assert known.jobs["1"].state == "COMPLETED" and known.notes == []
 
@@ -267,7 +330,10 @@ def test_a_silent_controller_is_asked_twice_within_the_bound_and_named_once(tmp_
     took = time.monotonic() - started
     # One scontrol, asked twice (a second id would wait as long): 2 x 0.8 s, not 3 x 18 s.
     assert calls.read_text().split() == ["scontrol", "scontrol"] and took < 2.4, took
-    assert snap.jobs == {} and snap.unanswered == "the Slurm controller does not answer (scontrol: no answer within 0.8 s, 2 tries)"
+    assert (
+        snap.jobs == {}
+        and snap.unanswered == "the Slurm controller does not answer (scontrol: no answer within 0.8 s, 2 tries)"
+    )
     assert snap.notes == [snap.unanswered]
 
 
@@ -281,7 +347,9 @@ def test_the_slurm_timeout_is_a_setting_and_a_bad_one_is_one_line(tmp_path, monk
     snap = ask(LocalRunner(), ["5"], steps=True)  # sacct is not asked: it lags the controller
     assert snap.notes == ["the Slurm controller does not answer (scontrol: no answer within 0.2 s, 2 tries)"]
     monkeypatch.setenv("SLURMGEN_SLURM_TIMEOUT", "soon")
-    with pytest.raises(SlurmgenError, match=r"^SLURMGEN_SLURM_TIMEOUT: expected seconds, a number above 0 \(got 'soon'\)$"):
+    with pytest.raises(
+        SlurmgenError, match=r"^SLURMGEN_SLURM_TIMEOUT: expected seconds, a number above 0 \(got 'soon'\)$"
+    ):
         ask(LocalRunner(), ["5"])
 
 

@@ -44,27 +44,49 @@ CREATE INDEX jobs_output_dir ON jobs (output_dir);
 
 
 def new_run(kind: str = "launch", key: str = "20261125-1", name: str = "exp", **kw) -> NewRun:
-    return NewRun(kind=kind, key=key, name=name, workdir="/w", nodes=2, ranks=4, run_id=f"{kind}-{key}",
-                  logs=[{"node": "n1", "path": "/w/out/logs"}], **kw)
+    return NewRun(
+        kind=kind,
+        key=key,
+        name=name,
+        workdir="/w",
+        nodes=2,
+        ranks=4,
+        run_id=f"{kind}-{key}",
+        logs=[{"node": "n1", "path": "/w/out/logs"}],
+        **kw,
+    )
 
 
 def test_a_registry_of_the_slurm_only_shape_is_migrated_in_place(tmp_path):
     path = tmp_path / "jobs.sqlite"
     db = sqlite3.connect(path)
     db.executescript(THIRD_SCHEMA)
-    info = {"cluster": "here", "nodes": 2, "gpus": 4, "workdir": "/w", "log_dir": "/w/logs",
-            "command": ["python", "-m", "slurmgen.train", "--out-dir", "runs/a"]}
-    db.executemany("INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info, cluster) "
-                   "VALUES (?, ?, ?, NULL, ?, ?, ?, ?, 'here')",
-                   [("7", "early", "/w/a", 100.0, "COMPLETED", 0, json.dumps(info)),
-                    ("9", "late", "/w/b", 200.0, "CANCELLED", 143, json.dumps({**info, "command": ["true"]}))])
+    info = {
+        "cluster": "here",
+        "nodes": 2,
+        "gpus": 4,
+        "workdir": "/w",
+        "log_dir": "/w/logs",
+        "command": ["python", "-m", "slurmgen.train", "--out-dir", "runs/a"],
+    }
+    db.executemany(
+        "INSERT INTO jobs (job_id, name, output_dir, remote, submitted, last_state, last_exit, info, cluster) "
+        "VALUES (?, ?, ?, NULL, ?, ?, ?, ?, 'here')",
+        [
+            ("7", "early", "/w/a", 100.0, "COMPLETED", 0, json.dumps(info)),
+            ("9", "late", "/w/b", 200.0, "CANCELLED", 143, json.dumps({**info, "command": ["true"]})),
+        ],
+    )
     db.commit()
     db.close()
     with Registry.open(path) as reg:  # a reading command migrates it
         rows = list_rows(reg)
-        assert [(r["job_id"], r["kind"], r["state"], r["last_state"], r["nodes"], r["ranks"], r["started"])
-                for r in rows] == [("9", "slurm", "stopped", "CANCELLED", 2, 8, 200.0),
-                                   ("7", "slurm", "succeeded", "COMPLETED", 2, 8, 100.0)]
+        assert [
+            (r["job_id"], r["kind"], r["state"], r["last_state"], r["nodes"], r["ranks"], r["started"]) for r in rows
+        ] == [
+            ("9", "slurm", "stopped", "CANCELLED", 2, 8, 200.0),
+            ("7", "slurm", "succeeded", "COMPLETED", 2, 8, 100.0),
+        ]
         assert rows[1]["run_id"] == "slurm-7" and rows[1]["record_dir"] == "/w/runs/a/tracking/slurm-7"
         assert rows[0]["record_dir"] is None  # not the bundled trainer: its records are its own business
         assert rows[1]["logs"] == [{"node": "here", "path": "/w/logs"}]
@@ -86,10 +108,21 @@ def test_runs_of_every_kind_list_newest_first_and_filter_by_kind_and_state(tmp_p
         start_attempt(reg, group, 1, 300.0)
         rows = list_rows(reg)
         assert [(r["kind"], r["job_id"], r["state"], r["attempts"]) for r in rows] == [
-            ("group", "exp1.1", "running", 1), ("launch", "20261125-1", "succeeded", 2), ("slurm", "5", "running", 0)]
+            ("group", "exp1.1", "running", 1),
+            ("launch", "20261125-1", "succeeded", 2),
+            ("slurm", "5", "running", 0),
+        ]
         assert rows[1]["last_cause"] is None and rows[1]["ended"] == 220.0 and rows[1]["last_exit"] == 0
-        assert attempts_of(reg, launch)[0] == {"number": 1, "state": "failed", "started": 200.0, "ended": 210.0,
-                                               "cause": "rank 3 exited with code 7", "rank": 3, "node": "n2", "code": 7}
+        assert attempts_of(reg, launch)[0] == {
+            "number": 1,
+            "state": "failed",
+            "started": 200.0,
+            "ended": 210.0,
+            "cause": "rank 3 exited with code 7",
+            "rank": 3,
+            "node": "n2",
+            "code": 7,
+        }
         assert [r["kind"] for r in list_rows(reg, kinds=["launch", "group"])] == ["group", "launch"]
         assert [r["kind"] for r in list_rows(reg, states=["running"])] == ["group", "slurm"]
         assert [r["kind"] for r in list_rows(reg, limit=1)] == ["group"]
@@ -120,8 +153,12 @@ def test_the_list_of_1000_runs_is_one_indexed_select_well_under_200_ms(tmp_path)
         print(f"list_rows of 1000 runs x 3 attempts: best {min(took) * 1000:.1f} ms")
         plan = " ".join(r[3] for r in reg.db.execute("EXPLAIN QUERY PLAN SELECT seq FROM jobs ORDER BY started DESC"))
         assert "jobs_started" in plan and "TEMP B-TREE" not in plan, plan
-        plan = " ".join(r[3] for r in reg.db.execute(
-            "EXPLAIN QUERY PLAN SELECT seq FROM jobs WHERE kind = 'launch' ORDER BY started DESC"))
+        plan = " ".join(
+            r[3]
+            for r in reg.db.execute(
+                "EXPLAIN QUERY PLAN SELECT seq FROM jobs WHERE kind = 'launch' ORDER BY started DESC"
+            )
+        )
         assert "jobs_kind_started" in plan and "TEMP B-TREE" not in plan, plan
         active = list_rows(reg, states=["running"])  # the 50 not yet ended (every 20th)
         assert [r["job_id"] for r in active] == [f"k{i}" for i in range(980, -1, -20)]
@@ -137,23 +174,40 @@ def test_a_failing_launch_is_recorded_running_at_start_then_with_its_verdict_per
     plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1)
     plan.env.update({"SLURMGEN_LAUNCH_ID": "L1", "SLURMGEN_GROUP": "launch-L1"})
     record = LaunchRecord.start(Recorder(path), plan, "exp", [PY, "-c", SLEEPER])
-    (row, attempts), = launch_rows(path)
-    assert (row["state"], row["nodes"], row["ranks"], row["run_id"], row["job_id"]) == ("running", 2, 2, "launch-L1", "L1")
+    ((row, attempts),) = launch_rows(path)
+    assert (row["state"], row["nodes"], row["ranks"], row["run_id"], row["job_id"]) == (
+        "running",
+        2,
+        2,
+        "launch-L1",
+        "L1",
+    )
     assert [log["node"] for log in row["logs"]] == ["h0", "h1"]
 
     made: dict = {}
-    launcher = Launcher(plan, SSHOptions(), out=io.StringIO(), err=io.StringIO(), colour=False, record=record,
-                        connector=local_connector(made, {"FAIL_RANK": "1", "FAIL_CODE": "7", "FAIL_ATTEMPTS": "1,2",
-                                                         "RUN_FOR": "30"}))
+    launcher = Launcher(
+        plan,
+        SSHOptions(),
+        out=io.StringIO(),
+        err=io.StringIO(),
+        colour=False,
+        record=record,
+        connector=local_connector(made, {"FAIL_RANK": "1", "FAIL_CODE": "7", "FAIL_ATTEMPTS": "1,2", "RUN_FOR": "30"}),
+    )
     code = run_to_end(launcher, made)
     err = launcher.err.getvalue()
     record.ended(code, False)
     assert code == 7, err
-    (row, attempts), = launch_rows(path)
+    ((row, attempts),) = launch_rows(path)
     assert (row["state"], row["last_exit"], row["failure"]) == (
-        "failed", 7, {"rank": 1, "node": "h1", "code": 7, "cause": "rank 1 exited with code 7"})
+        "failed",
+        7,
+        {"rank": 1, "node": "h1", "code": 7, "cause": "rank 1 exited with code 7"},
+    )
     assert [(a["number"], a["state"], a["rank"], a["node"], a["code"]) for a in attempts] == [
-        (1, "failed", 1, "h1", 7), (2, "failed", 1, "h1", 7)]
+        (1, "failed", 1, "h1", 7),
+        (2, "failed", 1, "h1", 7),
+    ]
     assert row["ended"] >= row["started"]
 
 
@@ -176,7 +230,7 @@ def test_a_launch_that_cannot_connect_is_recorded_failed_with_the_reason(tmp_pat
             runner.launch(plan, SSHOptions(), record=record)
     finally:
         runner.Launcher.__init__ = real
-    (row, attempts), = launch_rows(path)
+    ((row, attempts),) = launch_rows(path)
     assert (row["state"], row["last_exit"], attempts) == ("failed", 1, [])
     assert "connection refused" in row["failure"]["cause"]
 
@@ -199,7 +253,13 @@ def test_a_coordinator_group_records_one_run_whose_restarts_are_its_attempts(tmp
     with Registry.open(path) as reg:
         (row,) = list_rows(reg)
         assert (row["kind"], row["name"], row["state"], row["nodes"], row["ranks"], row["run_id"]) == (
-            "group", "exp1", "running", 2, 4, "exp1")
+            "group",
+            "exp1",
+            "running",
+            2,
+            4,
+            "exp1",
+        )
     exited = {"id": 1, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 3}
     beat(api, "gn7", *running("exp1", 1, 0, 1))
     beat(api, "gn6", *running("exp1", 1, 0), exited)  # rank 3 fails: attempt 2 starts
@@ -213,26 +273,38 @@ def test_a_coordinator_group_records_one_run_whose_restarts_are_its_attempts(tmp
         assert (row["state"], row["last_exit"], row["attempts"]) == ("failed", 5, 2), row
         assert row["failure"] == {"rank": 3, "node": "gn6", "code": 5, "cause": row["failure"]["cause"]}
         assert [(a["number"], a["state"], a["rank"], a["code"]) for a in attempts_of(reg, row["seq"])] == [
-            (1, "failed", 3, 3), (2, "failed", 3, 5)]
+            (1, "failed", 3, 3),
+            (2, "failed", 3, 5),
+        ]
 
 
 def test_jobs_lists_every_kind_and_filters_with_one_clear_line_for_bad_values(tmp_path, capsys):
     path = tmp_path / "jobs.sqlite"
     with Registry.open(path, create=True) as reg:
-        end_run(reg, add_run(reg, new_run(), 100.0), State.FAILED, 7, Failure("rank 1 exited with code 7", 1, "n2", 7),
-                110.0)
+        end_run(
+            reg,
+            add_run(reg, new_run(), 100.0),
+            State.FAILED,
+            7,
+            Failure("rank 1 exited with code 7", 1, "n2", 7),
+            110.0,
+        )
         add_run(reg, new_run("group", "exp1.1", "exp1"), 200.0)
     code, out, err = run_cli(capsys, "jobs", "--registry", str(path), "--json")
     rows = json.loads(out)
     assert code == 0 and [(r["kind"], r["job"], r["state"], r["exit_code"]) for r in rows] == [
-        ("group", "exp1.1", "running", None), ("launch", "20261125-1", "failed", 7)]
+        ("group", "exp1.1", "running", None),
+        ("launch", "20261125-1", "failed", 7),
+    ]
     assert rows[1]["first_failure"]["node"] == "n2" and rows[1]["nodes"] == 2 and rows[1]["ranks"] == 4
     code, out, _ = run_cli(capsys, "jobs", "--registry", str(path), "--kind", "launch")
     assert code == 0 and out.startswith("launch ") and "2x2" in out and len(out.splitlines()) == 1
     code, out, _ = run_cli(capsys, "jobs", "--registry", str(path), "--state", "running", "--json")
     assert [r["kind"] for r in json.loads(out)] == ["group"]
-    for flag, value, words in (("--kind", "ssh", "kind: expected one of slurm, launch, group (got 'ssh')"),
-                               ("--state", "RUNNING", "state: expected one of idle, pending")):
+    for flag, value, words in (
+        ("--kind", "ssh", "kind: expected one of slurm, launch, group (got 'ssh')"),
+        ("--state", "RUNNING", "state: expected one of idle, pending"),
+    ):
         code, out, err = run_cli(capsys, "jobs", "--registry", str(path), flag, value)
         assert code == 2 and words in err and "Traceback" not in err
 
@@ -256,8 +328,9 @@ def test_a_registry_that_cannot_be_written_never_stops_a_run_but_stops_a_launch_
     assert recorder.started(new_run()) is None
     recorder.attempt_started(None, 1)
     recorder.ended(7, State.FAILED, 1, None)  # a row that does not exist: nothing raised
-    code, out, err = run_cli(capsys, "launch", "--hosts", "h0", "--master-addr", "127.0.0.1",
-                             "--registry", str(tmp_path), "--", "true")
+    code, out, err = run_cli(
+        capsys, "launch", "--hosts", "h0", "--master-addr", "127.0.0.1", "--registry", str(tmp_path), "--", "true"
+    )
     assert code == 2 and "registry:" in err and "is a directory" in err and "Traceback" not in err
 
 
@@ -267,9 +340,19 @@ def test_a_restarted_server_finds_the_run_of_a_group_it_left_running(tmp_path):
     from slurmgen.coordinator.state import Outcome
 
     path = tmp_path / "jobs.sqlite"
-    ranks = [RankOut(worker=f"gn{h}-{i}", host=f"gn{h}", rank=2 * (h - 6) + i, local_rank=i, node_rank=h - 6,
-                     local_world_size=2, world_size=4)
-             for h in (6, 7) for i in (0, 1)]
+    ranks = [
+        RankOut(
+            worker=f"gn{h}-{i}",
+            host=f"gn{h}",
+            rank=2 * (h - 6) + i,
+            local_rank=i,
+            node_rank=h - 6,
+            local_world_size=2,
+            world_size=4,
+        )
+        for h in (6, 7)
+        for i in (0, 1)
+    ]
     GroupRuns(Recorder(path)).attempt_started("exp1", 3, 0, GroupConfig(argv=["true"]), ranks, tmp_path / "c.db")
     attempt = {"number": 3, "plan": {"ranks": {r.worker: r.rank for r in ranks}}, "exit_codes": {"gn7-1": 9}}
     again = GroupRuns(Recorder(path))  # a new server process: nothing in memory
@@ -278,22 +361,50 @@ def test_a_restarted_server_finds_the_run_of_a_group_it_left_running(tmp_path):
     with Registry.open(path) as reg:
         (row,) = list_rows(reg)
         assert (row["job_id"], row["state"], row["last_exit"], row["failure"]["rank"], row["failure"]["node"]) == (
-            "exp1.3", "failed", 9, 3, "gn7")
+            "exp1.3",
+            "failed",
+            9,
+            3,
+            "gn7",
+        )
         assert [(a["number"], a["state"]) for a in attempts_of(reg, row["seq"])] == [(3, "failed")]
 
 
-@pytest.mark.parametrize("nodes, ranks, text", [(2, 8, "2x4"), (2, 4, "2x2"), (1, 1, "1x1"), (3, 5, "3 nodes, 5 ranks"),
-                                                (None, 4, None), (2, None, None), (0, 0, None)])
+@pytest.mark.parametrize(
+    "nodes, ranks, text",
+    [
+        (2, 8, "2x4"),
+        (2, 4, "2x2"),
+        (1, 1, "1x1"),
+        (3, 5, "3 nodes, 5 ranks"),
+        (None, 4, None),
+        (2, None, None),
+        (0, 0, None),
+    ],
+)
 def test_a_runs_size_is_nodes_by_ranks_per_node_in_every_view(nodes, ranks, text):
     # The row keeps the total: a 2-node job of 4 GPUs each is 2x4 (8 ranks), never "2 x 8".
     assert size(nodes, ranks) == text
 
 
-@pytest.mark.parametrize("word, expected", [("RUNNING", "cyan"), ("running", "cyan"), ("CANCELLED by 1000", "magenta"),
-                                            ("stopped", "magenta"), ("TIMEOUT", "red"), ("BOOT_FAIL", "red"),
-                                            ("COMPLETED", "green"), ("succeeded", "green"), ("REQUEUED", "yellow"),
-                                            ("PREEMPTED", "magenta"), ("finished", "green"), ("preempted", "magenta"),
-                                            ("UNKNOWN", None)])
+@pytest.mark.parametrize(
+    "word, expected",
+    [
+        ("RUNNING", "cyan"),
+        ("running", "cyan"),
+        ("CANCELLED by 1000", "magenta"),
+        ("stopped", "magenta"),
+        ("TIMEOUT", "red"),
+        ("BOOT_FAIL", "red"),
+        ("COMPLETED", "green"),
+        ("succeeded", "green"),
+        ("REQUEUED", "yellow"),
+        ("PREEMPTED", "magenta"),
+        ("finished", "green"),
+        ("preempted", "magenta"),
+        ("UNKNOWN", None),
+    ],
+)
 def test_a_state_is_coloured_by_what_it_means_whoever_said_it(word, expected):
     from slurmgen.cliopts import colour
 

@@ -63,8 +63,11 @@ def test_rank_exit_event_stops_the_others_and_spares_the_failed_node():
     s, actions = run(s, m.SessionEnded("a", 143, 102.3), m.SessionEnded("c", 130, 102.3), m.SessionEnded("b", 3, 102.4))
     assert s.done and actions == []
     states = {h: (n.state, n.code, n.note) for h, n in s.nodes.items()}
-    assert states == {"a": ("stopped", 143, "stopped by slurmgen"), "c": ("stopped", 130, "stopped by slurmgen"),
-                      "b": ("failed", 3, "first failure: rank 1 exited with code 3")}
+    assert states == {
+        "a": ("stopped", 143, "stopped by slurmgen"),
+        "c": ("stopped", 130, "stopped by slurmgen"),
+        "b": ("failed", 3, "first failure: rank 1 exited with code 3"),
+    }
     assert s.verdict == "rank 1 exited with code 3 on b"
 
 
@@ -86,8 +89,10 @@ def test_beats_are_judged_across_nodes_and_every_node_is_stopped():
     s, actions = run(s, m.Reported("a", quiet_a, 102.0), m.Reported("c", quiet_c, 102.0), m.ClockTick(103.9, {}))
     assert actions == [] and s.stop_at is None  # rank 0 is 4.0 s old: not over the limit yet
     s, actions = run(s, m.ClockTick(104.05, {}))
-    story = ("rank 2 on c stopped beating at step 220 (no heartbeat for 4.0 s, its process is stopped); "
-             "rank 0 waited in a collective")
+    story = (
+        "rank 2 on c stopped beating at step 220 (no heartbeat for 4.0 s, its process is stopped); "
+        "rank 0 waited in a collective"
+    )
     assert said(actions) == [f"stopping all nodes: {story}"] and closed(actions) == ["a", "b", "c"]
     assert (s.code, s.verdict, s.first_rank, s.nodes["c"].state) == (exitcodes.HUNG, story, 2, "hung")
 
@@ -107,21 +112,28 @@ def test_a_rank_is_judged_by_the_limit_it_learned_when_its_node_reports_one():
 def _hang_asked(stack_wait=1.5):
     """Rank 2 on c judged hung at 104.05 with stack asking on: the state, and the actions then."""
     s, _ = run(fresh(limits=m.Limits(heartbeat_ms=4000, stack_wait=stack_wait)), *opened(), *started())
-    return run(s, m.Reported("c", parse_event("slurmgen-event-1 beats 2:220:2000:stopped"), 102.0),
-               m.ClockTick(104.05, {}))
+    return run(
+        s, m.Reported("c", parse_event("slurmgen-event-1 beats 2:220:2000:stopped"), 102.0), m.ClockTick(104.05, {})
+    )
 
 
 def test_a_judged_hang_asks_the_node_for_the_rank_stack_and_stops_on_the_answer():
     s, actions = _hang_asked()
     assert actions == [m.AskStack("c", 2)] and s.stop_at is None and s.code == exitcodes.HUNG
-    s, actions = run(s, m.Reported("b", parse_event("slurmgen-event-1 stack 2\t/x/t.py:9 f"), 104.2),
-                     m.Reported("c", parse_event("slurmgen-event-1 stack 1"), 104.2), m.ClockTick(104.3, {}))
+    s, actions = run(
+        s,
+        m.Reported("b", parse_event("slurmgen-event-1 stack 2\t/x/t.py:9 f"), 104.2),
+        m.Reported("c", parse_event("slurmgen-event-1 stack 1"), 104.2),
+        m.ClockTick(104.3, {}),
+    )
     assert actions == [] and s.stop_at is None  # neither the asked node nor the asked rank
     answer = parse_event("slurmgen-event-1 stack 2\t/x/my train.py:12 frozen_here\t/x/my train.py:30 <module>")
     assert answer is not None and answer.frames == ("/x/my train.py:12 frozen_here", "/x/my train.py:30 <module>")
     s, actions = run(s, m.Reported("c", answer, 104.6))
-    story = ("rank 2 on c stopped beating at step 220 (no heartbeat for 4.0 s, its process is stopped); "
-             "the other ranks kept beating; stuck in /x/my train.py:12 in frozen_here()")
+    story = (
+        "rank 2 on c stopped beating at step 220 (no heartbeat for 4.0 s, its process is stopped); "
+        "the other ranks kept beating; stuck in /x/my train.py:12 in frozen_here()"
+    )
     assert said(actions) == [f"stopping all nodes: {story}"] and closed(actions) == ["a", "b", "c"]
     assert (s.verdict, s.first_rank, s.stop_at, s.nodes["c"].note) == (story, 2, 104.6, f"first failure: {story}")
 
@@ -144,14 +156,24 @@ def test_a_signal_while_the_stack_is_awaited_stops_at_once():
 
 def test_a_node_whose_ranks_beat_again_withdraws_its_report():
     s, _ = run(fresh(limits=m.Limits(heartbeat_ms=4000)), *opened(), *started())
-    s, _ = run(s, m.Reported("a", parse_event("slurmgen-event-1 beats 0:5:3000:running"), 102.0),
-               m.Reported("a", parse_event("slurmgen-event-1 beats"), 102.5), m.ClockTick(110, {}))
+    s, _ = run(
+        s,
+        m.Reported("a", parse_event("slurmgen-event-1 beats 0:5:3000:running"), 102.0),
+        m.Reported("a", parse_event("slurmgen-event-1 beats"), 102.5),
+        m.ClockTick(110, {}),
+    )
     assert s.stop_at is None and s.code == exitcodes.OK
 
 
 def test_later_failures_are_noted_but_the_first_decides():
-    s, _ = run(fresh(), *opened(), *started(), m.Reported("a", NodeEvent("exited", 0, 5), 102),
-               m.Reported("c", NodeEvent("exited", 2, 9), 102.1), m.SessionEnded("b", None, 102.2))
+    s, _ = run(
+        fresh(),
+        *opened(),
+        *started(),
+        m.Reported("a", NodeEvent("exited", 0, 5), 102),
+        m.Reported("c", NodeEvent("exited", 2, 9), 102.1),
+        m.SessionEnded("b", None, 102.2),
+    )
     assert s.code == 5 and s.first[0] == "a"
     assert (s.nodes["c"].state, s.nodes["c"].code, s.nodes["c"].note) == ("failed", 9, "after the first failure")
     assert (s.nodes["b"].state, s.nodes["b"].code) == ("lost", exitcodes.LOST)
@@ -195,8 +217,13 @@ def test_exit_status_cases():
 
 
 def test_lost_session_of_a_node_that_already_failed_keeps_its_code():
-    s, _ = run(fresh(), *opened(), *started(), m.Reported("a", NodeEvent("exited", 0, 3), 102),
-               m.SessionEnded("a", None, 102.1))
+    s, _ = run(
+        fresh(),
+        *opened(),
+        *started(),
+        m.Reported("a", NodeEvent("exited", 0, 3), 102),
+        m.SessionEnded("a", None, 102.1),
+    )
     assert (s.nodes["a"].state, s.nodes["a"].code) == ("failed", 3) and s.code == 3
 
 
@@ -212,8 +239,12 @@ def test_start_failure_and_late_session():
 
 def test_inputs_for_finished_hosts_change_nothing():
     s, _ = run(fresh(), *opened(), m.SessionEnded("a", 0, 101))
-    for late in (m.SessionEnded("a", None, 102), m.Reported("a", NodeEvent("exited", 0, 1), 102),
-                 m.SessionOpened("a", 102), m.StartFailed("a", "x", 102)):
+    for late in (
+        m.SessionEnded("a", None, 102),
+        m.Reported("a", NodeEvent("exited", 0, 1), 102),
+        m.SessionOpened("a", 102),
+        m.StartFailed("a", "x", 102),
+    ):
         assert m.step(s, late) == (s, [])
 
 
@@ -248,7 +279,9 @@ def test_stop_grace_then_stop_wait_deadlines():
     s, actions = run(s, m.ClockTick(108.0, {}))  # grace + wait after the stop: the rest are lost
     assert s.done and [a for a in actions if isinstance(a, m.Disconnect)] == [m.Disconnect("b"), m.Disconnect("c")]
     assert [(s.nodes[h].state, s.nodes[h].note) for h in ("b", "c")] == [
-        ("lost", "no exit status after the stop"), ("lost", "no exit status after the stop")]
+        ("lost", "no exit status after the stop"),
+        ("lost", "no exit status after the stop"),
+    ]
     assert s.code == 3  # the first failure still decides
 
 
@@ -257,13 +290,17 @@ def test_deadlines_met_in_the_same_tick():
     s, _ = run(fresh(), m.SessionOpened("a", 100.1), m.SessionOpened("b", 100.1))
     s, actions = run(s, m.ClockTick(120.5, {"a": 16.0, "b": 16.0}))
     assert s.first == ("a", "no answer from a for 20s")
-    assert {h: s.nodes[h].note for h in HOSTS} == {"a": "first failure: no answer from a for 20s",
-                                                   "b": "after the first failure", "c": "after the first failure"}
+    assert {h: s.nodes[h].note for h in HOSTS} == {
+        "a": "first failure: no answer from a for 20s",
+        "b": "after the first failure",
+        "c": "after the first failure",
+    }
     assert s.done and {a.host for a in actions if isinstance(a, m.Disconnect)} == set(HOSTS)
 
 
-@pytest.mark.parametrize("keepalive, count, overdue, lost", [(1.0, 3, 3.01, True), (1.0, 3, 2.99, False),
-                                                             (0.5, 2, 1.01, True)])
+@pytest.mark.parametrize(
+    "keepalive, count, overdue, lost", [(1.0, 3, 3.01, True), (1.0, 3, 2.99, False), (0.5, 2, 1.01, True)]
+)
 def test_keepalive_limit_follows_the_settings(keepalive, count, overdue, lost):
     limits = m.Limits(connect=10, keepalive=keepalive, keepalive_count=count, stop_grace=1, stop_wait=5)
     s, _ = run(fresh(("a",), limits), m.SessionOpened("a", 100.1), m.ClockTick(104, {"a": overdue}))

@@ -11,28 +11,34 @@ from helpers import run
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("args, words", [
-    ([], "hosts: give exactly one of --hosts and --hostfile (got neither)"),
-    (["--hosts", "a", "--hostfile", "f"], "hosts: give exactly one of --hosts and --hostfile (got both)"),
-    (["--hosts", "a[1-"], "hostlist: unmatched '['"),
-    (["--hosts", "a,b", "--include", "c"], "include: host 'c' is not one of the hosts ['a', 'b']"),
-    (["--hosts", "a,b", "--exclude", "a:x"], "exclude: slots of a must be whole numbers"),
-    (["--hosts", "a,b", "--master", "z"], "master: 'z' is not one of the hosts"),
-    (["--hosts", "a,a"], "hosts: 'a' is listed more than once"),
-    (["--hosts", "a", "--env", "RANK=1"], "env: RANK is set by the launch scripts"),
-    (["--hosts", "a", "--env", "SLURMGEN_HEARTBEAT_DIR=/b"], "env: SLURMGEN_HEARTBEAT_DIR is set by the launch scripts"),
-    (["--hosts", "a", "--env", "NOVALUE"], "env: expected KEY=VALUE (got 'NOVALUE')"),
-    (["--hosts", "a", "--gpus", "0"], "gpus:"),
-    (["--hosts", "a", "--port", "70000"], "port: must be a port number 1-65535 (got 70000)"),
-    (["--hosts", "a", "--port", "0"], "port: must be a port number 1-65535 (got 0)"),
-    (["--hosts", "a", "--max-restarts", "-1"], "max_restarts: must be 0 or more (got -1)"),
-    (["--hosts", "a", "--connect-timeout", "0"], "connect_timeout: must be more than 0 seconds (got 0)"),
-    (["--hosts", "a", "--keepalive", "0"], "keepalive: must be more than 0 seconds (got 0)"),
-    (["--hosts", "a", "--heartbeat-timeout", "-2.5"], "heartbeat_timeout: must be more than 0 seconds (got -2.5)"),
-    (["--hosts", "a", "--stop-grace", "-1"], "stop_grace: must be 0 or more seconds (got -1)"),
-    (["--hosts", "a", "--env-file", "/nonexistent/env"], "env_file: cannot read '/nonexistent/env'"),
-    (["--hostfile", "/nonexistent/hosts"], "hostfile: cannot read '/nonexistent/hosts'"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ([], "hosts: give exactly one of --hosts and --hostfile (got neither)"),
+        (["--hosts", "a", "--hostfile", "f"], "hosts: give exactly one of --hosts and --hostfile (got both)"),
+        (["--hosts", "a[1-"], "hostlist: unmatched '['"),
+        (["--hosts", "a,b", "--include", "c"], "include: host 'c' is not one of the hosts ['a', 'b']"),
+        (["--hosts", "a,b", "--exclude", "a:x"], "exclude: slots of a must be whole numbers"),
+        (["--hosts", "a,b", "--master", "z"], "master: 'z' is not one of the hosts"),
+        (["--hosts", "a,a"], "hosts: 'a' is listed more than once"),
+        (["--hosts", "a", "--env", "RANK=1"], "env: RANK is set by the launch scripts"),
+        (
+            ["--hosts", "a", "--env", "SLURMGEN_HEARTBEAT_DIR=/b"],
+            "env: SLURMGEN_HEARTBEAT_DIR is set by the launch scripts",
+        ),
+        (["--hosts", "a", "--env", "NOVALUE"], "env: expected KEY=VALUE (got 'NOVALUE')"),
+        (["--hosts", "a", "--gpus", "0"], "gpus:"),
+        (["--hosts", "a", "--port", "70000"], "port: must be a port number 1-65535 (got 70000)"),
+        (["--hosts", "a", "--port", "0"], "port: must be a port number 1-65535 (got 0)"),
+        (["--hosts", "a", "--max-restarts", "-1"], "max_restarts: must be 0 or more (got -1)"),
+        (["--hosts", "a", "--connect-timeout", "0"], "connect_timeout: must be more than 0 seconds (got 0)"),
+        (["--hosts", "a", "--keepalive", "0"], "keepalive: must be more than 0 seconds (got 0)"),
+        (["--hosts", "a", "--heartbeat-timeout", "-2.5"], "heartbeat_timeout: must be more than 0 seconds (got -2.5)"),
+        (["--hosts", "a", "--stop-grace", "-1"], "stop_grace: must be 0 or more seconds (got -1)"),
+        (["--hosts", "a", "--env-file", "/nonexistent/env"], "env_file: cannot read '/nonexistent/env'"),
+        (["--hostfile", "/nonexistent/hosts"], "hostfile: cannot read '/nonexistent/hosts'"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, args, words):
     code, out, err = run(capsys, "launch", "--dry-run", *args, "--", "true")
     assert code == 2, err
@@ -56,9 +62,28 @@ def test_dry_run_shows_each_host_hides_secrets_and_connects_to_nothing(capsys, t
     envfile.write_text("HF_TOKEN=hf_s3cret\nMY_SETTING=7\n")
     sshcfg = tmp_path / "ssh_config"
     sshcfg.write_text("Host node-a\n  HostName 192.0.2.10\n  User alice\n  Port 2222\n")
-    code, out, err = run(capsys, "launch", "--dry-run", "--hostfile", str(hostfile), "--include", "node-a@node-b:0,2",
-                         "--env-file", str(envfile), "--ssh-config", str(sshcfg), "--workdir", "/srv/job",
-                         "-e", "VISIBLE=yes", "--", "python", "train.py", "--lr", "3e-4")
+    code, out, err = run(
+        capsys,
+        "launch",
+        "--dry-run",
+        "--hostfile",
+        str(hostfile),
+        "--include",
+        "node-a@node-b:0,2",
+        "--env-file",
+        str(envfile),
+        "--ssh-config",
+        str(sshcfg),
+        "--workdir",
+        "/srv/job",
+        "-e",
+        "VISIBLE=yes",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "3e-4",
+    )
     assert code == 0, err
     assert "# ===== node-a (alice@192.0.2.10:2222): node rank 0, ranks 0-1 =====" in out
     assert "# ===== node-b (" in out and "node rank 1, ranks 2-3 =====" in out
@@ -73,28 +98,45 @@ def test_dry_run_shows_each_host_hides_secrets_and_connects_to_nothing(capsys, t
 
 @pytest.mark.parametrize("args", [["launch", "--help"], ["create", "--dry-run"], ["ranks", "--hosts", "a,b"]])
 def test_only_launch_itself_imports_paramiko(args):
-    probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
-             "except SystemExit:\n    pass\n"
-             "print('HEAVY', [m for m in ('torch', 'paramiko') if m in sys.modules])")
+    probe = (
+        "import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('HEAVY', [m for m in ('torch', 'paramiko') if m in sys.modules])"
+    )
     result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
 
 
 # ... nor YAML (flags alone: no --config, no job.yaml) nor pydantic (~90 ms; the spec is msgspec's).
-DRY_RUN_SKIPS = ("torch", "paramiko", "cryptography", "invoke", "sqlite3", "slurmgen.launch.ssh.connect",
-                 "slurmgen.launch.runner", "slurmgen.jobs.registry", "yaml", "typer._adapters",
-                 "pydantic", "slurmgen.tracking", "slurmgen.coordinator.cli", "slurmgen.jobs.cli")
+DRY_RUN_SKIPS = (
+    "torch",
+    "paramiko",
+    "cryptography",
+    "invoke",
+    "sqlite3",
+    "slurmgen.launch.ssh.connect",
+    "slurmgen.launch.runner",
+    "slurmgen.jobs.registry",
+    "yaml",
+    "typer._adapters",
+    "pydantic",
+    "slurmgen.tracking",
+    "slurmgen.coordinator.cli",
+    "slurmgen.jobs.cli",
+)
 
 
 def test_a_dry_run_imports_no_ssh_stack_and_no_registry(tmp_path):
     # `launch --dry-run` connects to nothing and records nothing: paramiko (with cryptography)
     # and the run registry were most of its start-up before it printed a line.
     (tmp_path / "none").write_text("Host node-a\n  HostName 192.0.2.10\n  User alice\n")
-    probe = ("import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
-             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-             f"print('HEAVY', [m for m in {DRY_RUN_SKIPS!r} if m in sys.modules])")
+    probe = (
+        "import sys, runpy; sys.argv = ['slurmgen', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('slurmgen', run_name='__main__')\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        f"print('HEAVY', [m for m in {DRY_RUN_SKIPS!r} if m in sys.modules])"
+    )
     args = ["launch", "--dry-run", "--hosts", "node-a", "--ssh-config", str(tmp_path / "none"), "--", "python", "x.py"]
     result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert "# ===== node-a (alice@192.0.2.10:22): node rank 0, ranks 0 =====" in result.stdout, result.stderr[-2000:]
@@ -103,14 +145,40 @@ def test_a_dry_run_imports_no_ssh_stack_and_no_registry(tmp_path):
 
 def test_same_yaml_spec_as_create(capsys, tmp_path):
     config = tmp_path / "job.yaml"
-    config.write_text("gpus: 3\nbackend: gloo\nmaster_port: 31337\nenv:\n  NCCL_DEBUG: WARN\n"
-                      "setup: ['source /opt/venv/bin/activate']\ncommand: python train.py --epochs 2\n")
-    code, out, err = run(capsys, "launch", "--dry-run", "--config", str(config), "--hosts", "x1,x2",
-                         "--ssh-config", str(tmp_path / "none"), "--max-restarts", "2", "--heartbeat-timeout", "30")
+    config.write_text(
+        "gpus: 3\nbackend: gloo\nmaster_port: 31337\nenv:\n  NCCL_DEBUG: WARN\n"
+        "setup: ['source /opt/venv/bin/activate']\ncommand: python train.py --epochs 2\n"
+    )
+    code, out, err = run(
+        capsys,
+        "launch",
+        "--dry-run",
+        "--config",
+        str(config),
+        "--hosts",
+        "x1,x2",
+        "--ssh-config",
+        str(tmp_path / "none"),
+        "--max-restarts",
+        "2",
+        "--heartbeat-timeout",
+        "30",
+    )
     assert code == 2 and "ssh_config: cannot read" in err  # an explicit config file must exist
     (tmp_path / "none").write_text("")
-    code, out, err = run(capsys, "launch", "--dry-run", "--config", str(config), "--hosts", "x1,x2",
-                         "--ssh-config", str(tmp_path / "none"), "--heartbeat-timeout", "30")
+    code, out, err = run(
+        capsys,
+        "launch",
+        "--dry-run",
+        "--config",
+        str(config),
+        "--hosts",
+        "x1,x2",
+        "--ssh-config",
+        str(tmp_path / "none"),
+        "--heartbeat-timeout",
+        "30",
+    )
     assert code == 0, err
     assert "6 rank(s), master x1:31337" in out and "nproc=3" in out and "heartbeat_ms=30000" in out
     assert " heartbeat_dir=" not in out and "SLURMGEN_HEARTBEAT_DIR=$heartbeat_dir" in out  # the node's own directory

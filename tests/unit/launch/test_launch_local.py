@@ -5,7 +5,3 @@ pipe stdin, keep stderr, the event channel, apart from stdout) minus the network
 """
 
 from __future__ import annotations
-
-
-
-

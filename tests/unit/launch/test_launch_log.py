@@ -38,7 +38,7 @@ def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(t
     lines = log.read_text().splitlines()
     marks = [i for i, line in enumerate(lines) if line.startswith("slurmgen: ----- attempt")]
     assert [lines[i] for i in marks] == ["slurmgen: ----- attempt 1 -----", "slurmgen: ----- attempt 2 -----"]
-    first, second = lines[marks[0]:marks[1]], lines[marks[1]:]
+    first, second = lines[marks[0] : marks[1]], lines[marks[1] :]
     assert {"0: hello from 0 in attempt 1", "1: hello from 1 in attempt 1"} <= set(first), first
     assert {"0: hello from 0 in attempt 2", "1: hello from 1 in attempt 2"} <= set(second), second
 
@@ -46,12 +46,15 @@ def test_a_launch_keeps_its_nodes_lines_for_its_page_split_by_rank_and_attempt(t
     from slurmgen.coordinator.web.run_logs import BadTask, read_lines
 
     rank1 = read_lines(path, row["seq"], 0, 1)
-    assert [(x["rank"], x["text"]) for x in rank1["lines"]] == [(1, "hello from 1 in attempt 1"),
-                                                                (1, "hello from 1 in attempt 2")]
+    assert [(x["rank"], x["text"]) for x in rank1["lines"]] == [
+        (1, "hello from 1 in attempt 1"),
+        (1, "hello from 1 in attempt 2"),
+    ]
     rows = read_lines(path, row["seq"], 0, None)["lines"]
     every = [x["text"] for x in rows]
-    assert "slurmgen: ----- attempt 2 -----" in every and every.index("hello from 0 in attempt 2") > \
-        every.index("slurmgen: ----- attempt 2 -----")
+    assert "slurmgen: ----- attempt 2 -----" in every and every.index("hello from 0 in attempt 2") > every.index(
+        "slurmgen: ----- attempt 2 -----"
+    )
     shown = {(x["worker"], x["text"].split(" ")[0]) for x in rows if x["rank"] is None}
     assert {("launch", "slurmgen:"), ("h0", "node"), ("h1", "node")} <= shown, shown  # "[h1] node 1/2 started ..."
     with pytest.raises(BadTask, match="not an array job"):
@@ -79,8 +82,10 @@ def test_the_launch_log_stops_at_its_limit_with_a_line_naming_the_whole_logs_and
     assert code == 0, launcher.err.getvalue()
     text = (tmp_path / "state" / "launch-logs" / "launch-L8.log").read_text()
     *kept, last = text.splitlines()
-    assert last == ("slurmgen: ----- this log stops here, at its limit; each node keeps its ranks' whole logs in "
-                    f"{tmp_path / 'out' / 'logs'} -----")
+    assert last == (
+        "slurmgen: ----- this log stops here, at its limit; each node keeps its ranks' whole logs in "
+        f"{tmp_path / 'out' / 'logs'} -----"
+    )
     assert len("\n".join(kept).encode()) <= 4096 and kept[-1].startswith("0: 00"), kept[-3:]
     assert len((tmp_path / "out" / "logs" / "rank-0.log").read_text().splitlines()) == 201  # "=====" and all
     with Registry.open(path) as reg:

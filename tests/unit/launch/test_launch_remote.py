@@ -18,9 +18,11 @@ from slurmgen.contract import exitcodes
 from slurmgen.contract.node_events import NodeEvent, parse_event
 from slurmgen.launch.remote import payload, remote_command
 
-REPORT = ("import json, os; print('REPORT ' + json.dumps({k: os.environ.get(k) for k in ["
-          "'RANK', 'LOCAL_RANK', 'NODE_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', "
-          "'SLURMGEN_ATTEMPT', 'FROM_STDIN', 'CUDA_VISIBLE_DEVICES']} | {'cwd': os.getcwd()}))")
+REPORT = (
+    "import json, os; print('REPORT ' + json.dumps({k: os.environ.get(k) for k in ["
+    "'RANK', 'LOCAL_RANK', 'NODE_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', "
+    "'SLURMGEN_ATTEMPT', 'FROM_STDIN', 'CUDA_VISIBLE_DEVICES']} | {'cwd': os.getcwd()}))"
+)
 
 
 def start(plan, node_index=0, attempt=1):
@@ -79,9 +81,19 @@ def test_uneven_node_gets_offset_ranks_environment_workdir_and_logs(tmp_path):
     assert proc.exit_status() == 0, text
     rows = [json.loads(line.split("REPORT ", 1)[1]) for line in text.splitlines() if "REPORT " in line]
     assert sorted((int(r["RANK"]), int(r["LOCAL_RANK"])) for r in rows) == [(2, 0), (3, 1), (4, 2)]
-    assert {(r["NODE_RANK"], r["WORLD_SIZE"], r["LOCAL_WORLD_SIZE"], r["MASTER_ADDR"], r["MASTER_PORT"],
-             r["SLURMGEN_ATTEMPT"], r["FROM_STDIN"], r["cwd"]) for r in rows} == {
-        ("1", "5", "3", "127.0.0.1", "29500", "2", "it's $secret", str(tmp_path))}
+    assert {
+        (
+            r["NODE_RANK"],
+            r["WORLD_SIZE"],
+            r["LOCAL_WORLD_SIZE"],
+            r["MASTER_ADDR"],
+            r["MASTER_PORT"],
+            r["SLURMGEN_ATTEMPT"],
+            r["FROM_STDIN"],
+            r["cwd"],
+        )
+        for r in rows
+    } == {("1", "5", "3", "127.0.0.1", "29500", "2", "it's $secret", str(tmp_path))}
     assert rows[0]["CUDA_VISIBLE_DEVICES"] is None
     assert "started ranks 2-4 of 5" in text
     log = (tmp_path / "out" / "logs" / "rank-4.log").read_text()
@@ -210,8 +222,9 @@ def test_finished_ranks_and_other_statuses_are_not_judged(tmp_path):
 
 
 def test_no_heartbeat_dir_without_a_heartbeat_timeout(tmp_path):
-    plan = local_plan(tmp_path, [PY, "-c", "import os; print('HB', os.environ.get('SLURMGEN_HEARTBEAT_DIR'))"],
-                      slots=(1,))
+    plan = local_plan(
+        tmp_path, [PY, "-c", "import os; print('HB', os.environ.get('SLURMGEN_HEARTBEAT_DIR'))"], slots=(1,)
+    )
     proc = start(plan)
     assert "HB None" in output_of(proc)
     assert proc.exit_status() == 0
@@ -223,8 +236,13 @@ def test_missing_workdir_is_one_error_event(tmp_path):
     proc = start(plan)
     output_of(proc)
     assert proc.exit_status() == exitcodes.BAD_INPUT
-    assert events_of(proc) == [NodeEvent("error", message=f"working directory '{tmp_path / 'nope'}' does not exist "
-                                                            "on " + os.uname().nodename + " (see --workdir)")]
+    assert events_of(proc) == [
+        NodeEvent(
+            "error",
+            message=f"working directory '{tmp_path / 'nope'}' does not exist "
+            "on " + os.uname().nodename + " (see --workdir)",
+        )
+    ]
 
 
 def test_truncated_payload_is_refused(tmp_path):
@@ -295,8 +313,11 @@ def test_users_bashrc_runs_once_per_node_not_again_in_the_bootstrap(tmp_path):
     (home / ".bashrc").write_text(f'echo "$$" >>{tmp_path / "rc-runs"}\n')
     plan = local_plan(tmp_path, ["bash", "-c", "echo RANK_UP"], slots=(1,))
     node = plan.nodes[0]
-    proc = LocalProcess(remote_command(plan, node, 1), payload(plan, node),
-                        env={"HOME": str(home), "SHLVL": "0", "SSH_CLIENT": "10.0.0.1 50000 22"})
+    proc = LocalProcess(
+        remote_command(plan, node, 1),
+        payload(plan, node),
+        env={"HOME": str(home), "SHLVL": "0", "SSH_CLIENT": "10.0.0.1 50000 22"},
+    )
     assert "RANK_UP" in output_of(proc)
     assert proc.exit_status() == 0
     assert len((tmp_path / "rc-runs").read_text().split()) == 1

@@ -26,7 +26,7 @@ def test_success_streams_prefixed_lines_and_summarises(tmp_path):
     assert "[h1] node 1/2 started ranks 2-2 of 3" in out
     assert "all 2 node(s) running 3 rank(s)" in err
     assert "all ranks succeeded" in err
-    table = err[err.index("slurmgen launch: all ranks succeeded"):]
+    table = err[err.index("slurmgen launch: all ranks succeeded") :]
     assert "h0" in table and "0-1" in table and " ok " in table
 
 
@@ -51,7 +51,10 @@ def test_restart_runs_the_whole_group_again_and_numbers_attempts(tmp_path):
     assert "attempt 2 of 3 failed" in err and "attempt 3 of 3" in err
     log = (tmp_path / "out" / "logs" / "rank-1.log").read_text()
     assert [line.split(",")[0] for line in log.splitlines() if line.startswith("=====")] == [
-        "===== slurmgen launch: attempt 1", "===== slurmgen launch: attempt 2", "===== slurmgen launch: attempt 3"]
+        "===== slurmgen launch: attempt 1",
+        "===== slurmgen launch: attempt 2",
+        "===== slurmgen launch: attempt 3",
+    ]
 
 
 def test_restarts_exhausted_report_the_last_failure(tmp_path):
@@ -126,8 +129,10 @@ class LosingProcess(LocalProcess):
 
     def __init__(self, command, stdin, env=None):
         super().__init__(command, stdin, env)
-        self.relays = [subprocess.Popen(["cat"], stdin=stream, stdout=subprocess.PIPE)
-                       for stream in (self.popen.stdout, self.popen.stderr)]
+        self.relays = [
+            subprocess.Popen(["cat"], stdin=stream, stdout=subprocess.PIPE)
+            for stream in (self.popen.stdout, self.popen.stderr)
+        ]
         self.popen.stdout.close()
         self.popen.stderr.close()
         threading.Timer(1.0, self.lose).start()
@@ -156,8 +161,10 @@ class LosingConnection(LocalConnection):
         return proc
 
 
-@pytest.mark.parametrize("cls, expected, words", [(BrokenConnection, 1, "channel refused"),
-                                                   (LosingConnection, exitcodes.LOST, "lost the connection to h1")])
+@pytest.mark.parametrize(
+    "cls, expected, words",
+    [(BrokenConnection, 1, "channel refused"), (LosingConnection, exitcodes.LOST, "lost the connection to h1")],
+)
 def test_a_node_that_cannot_start_or_is_lost_stops_the_others(tmp_path, cls, expected, words):
     made = {}
 

@@ -28,7 +28,12 @@ Host *
 def test_config_fills_what_flags_leave_open():
     t = resolve("gpu1", SSHOptions(), CONFIG)
     assert (t.hostname, t.user, t.port, t.identities_only, t.proxy_jump) == (
-        "gpu1.cluster.example", "alice", 2200, True, "bob@bastion:2222")
+        "gpu1.cluster.example",
+        "alice",
+        2200,
+        True,
+        "bob@bastion:2222",
+    )
     assert t.identities[0].endswith("/.ssh/id_gpu") and t.identities[1].endswith("/.ssh/id_default")
     assert t.known_hosts[0] == "/etc/cluster_known_hosts" and t.known_hosts[1].endswith("/.ssh/known_hosts2")
     assert t.key_name == "[gpu1.cluster.example]:2200"
@@ -49,15 +54,18 @@ def test_unknown_host_defaults():
 def test_proxy_command_is_expanded_and_none_turns_it_off():
     config = paramiko.SSHConfig.from_text(
         "Host off\n  ProxyCommand none\nHost inner*\n  HostName %h.lan\n  User carol\n  Port 2022\n"
-        "  ProxyCommand ssh -W %h:%p -l %r gateway\n")
+        "  ProxyCommand ssh -W %h:%p -l %r gateway\n"
+    )
     t = resolve("inner1", SSHOptions(), config)
     assert t.proxy_command == "ssh -W inner1.lan:2022 -l carol gateway" and t.proxy_jump is None
     assert t.describe() == "carol@inner1.lan:2022 via ProxyCommand 'ssh -W inner1.lan:2022 -l carol gateway'"
     assert resolve("off", SSHOptions(), config).proxy_command is None
 
 
-@pytest.mark.parametrize("spec, parsed", [("bastion", ("bastion", None, None)), ("bob@bastion:2222", ("bastion", "bob", 2222)),
-                                          ("j1:22", ("j1", None, 22))])
+@pytest.mark.parametrize(
+    "spec, parsed",
+    [("bastion", ("bastion", None, None)), ("bob@bastion:2222", ("bastion", "bob", 2222)), ("j1:22", ("j1", None, 22))],
+)
 def test_proxy_jump_spec(spec, parsed):
     assert parse_jump(spec) == parsed
 
@@ -65,14 +73,25 @@ def test_proxy_jump_spec(spec, parsed):
 TARGET = Target("n1", "n1.example", 22, "root", (), False, ("/kh",), (), None)
 
 
-@pytest.mark.parametrize("exc, words", [
-    (socket.gaierror(-2, "Name or service not known"), "n1: cannot resolve host name 'n1.example'"),
-    (TimeoutError("timed out"), "n1: no answer from n1.example:22 within 3 s"),
-    (paramiko.ssh_exception.NoValidConnectionsError({("1.2.3.4", 22): OSError(errno.ECONNREFUSED, "refused")}),
-     "n1: connection refused by n1.example:22"),
-    (paramiko.AuthenticationException("Authentication failed."), "n1: authentication as 'root' failed at n1.example:22"),
-    (paramiko.SSHException("Error reading SSH protocol banner"), "n1: n1.example:22 sent no SSH greeting within 3 s"),
-])
+@pytest.mark.parametrize(
+    "exc, words",
+    [
+        (socket.gaierror(-2, "Name or service not known"), "n1: cannot resolve host name 'n1.example'"),
+        (TimeoutError("timed out"), "n1: no answer from n1.example:22 within 3 s"),
+        (
+            paramiko.ssh_exception.NoValidConnectionsError({("1.2.3.4", 22): OSError(errno.ECONNREFUSED, "refused")}),
+            "n1: connection refused by n1.example:22",
+        ),
+        (
+            paramiko.AuthenticationException("Authentication failed."),
+            "n1: authentication as 'root' failed at n1.example:22",
+        ),
+        (
+            paramiko.SSHException("Error reading SSH protocol banner"),
+            "n1: n1.example:22 sent no SSH greeting within 3 s",
+        ),
+    ],
+)
 def test_errors_become_one_line_naming_the_host(exc, words):
     assert explain(TARGET, exc, 3).line().startswith(words)
 
@@ -150,7 +169,9 @@ def test_paramiko_comes_without_invoke_unless_a_config_has_match_exec(tmp_path):
 
     cfg = tmp_path / "config"
     cfg.write_text('Match exec "test -n x"\n  User bob\nHost x\n  Port 2\n')
-    code = ("import sys; from slurmgen.launch.ssh.connect import load_config; before = 'invoke' in sys.modules; "
-            f"found = load_config({str(cfg)!r}).lookup('x'); print(before, 'invoke' in sys.modules, found['user'])")
+    code = (
+        "import sys; from slurmgen.launch.ssh.connect import load_config; before = 'invoke' in sys.modules; "
+        f"found = load_config({str(cfg)!r}).lookup('x'); print(before, 'invoke' in sys.modules, found['user'])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True", "bob"]

@@ -40,8 +40,15 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
 
     made: dict = {}
     out, err = io.StringIO(), io.StringIO()
-    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, record=record,
-                        connector=local_connector(made, {"RUN_FOR": "60"}))
+    launcher = Launcher(
+        plan,
+        SSHOptions(),
+        out=out,
+        err=err,
+        colour=False,
+        record=record,
+        connector=local_connector(made, {"RUN_FOR": "60"}),
+    )
     asked: dict = {}
 
     def stopper() -> None:  # the page's side, while the launcher runs in this (the main) thread
@@ -66,27 +73,46 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
     assert not any(alive(p) for p in pids(out.getvalue()))
     assert len(made["h0"].procs) == 1, "a stop is not a failure: no restart"
     row, attempts = _row(path)
-    assert (row["state"], row["last_exit"], row["failure"]["cause"]) == ("stopped", 143, f"{STOPPED_BY_USER} from a test")
+    assert (row["state"], row["last_exit"], row["failure"]["cause"]) == (
+        "stopped",
+        143,
+        f"{STOPPED_BY_USER} from a test",
+    )
     assert [(a["state"], a["cause"]) for a in attempts] == [("stopped", f"{STOPPED_BY_USER} from a test")]
     assert not os.path.exists(row["info"]["stop_file"])
     assert launch_stop.why_not(row) == "the launch has ended (stopped)"
 
 
 def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
-    mine = {"kind": "launch", "job_id": "L1", "state": "running", "cluster": os.uname().nodename,
-            "info": {"pid": os.getpid(), "stop_file": str(tmp_path / "control" / "launch-L1.stop")}}
+    mine = {
+        "kind": "launch",
+        "job_id": "L1",
+        "state": "running",
+        "cluster": os.uname().nodename,
+        "info": {"pid": os.getpid(), "stop_file": str(tmp_path / "control" / "launch-L1.stop")},
+    }
     assert launch_stop.why_not({**mine, "kind": "slurm"}) == "only an SSH launch has a launcher to stop"
-    assert launch_stop.why_not({**mine, "cluster": "elsewhere"}) == "the launch was started on elsewhere, not on this machine"
-    assert launch_stop.why_not({**mine, "info": {"pid": os.getpid()}}).startswith("this launch was started by a slurmgen without")
+    assert (
+        launch_stop.why_not({**mine, "cluster": "elsewhere"})
+        == "the launch was started on elsewhere, not on this machine"
+    )
+    assert launch_stop.why_not({**mine, "info": {"pid": os.getpid()}}).startswith(
+        "this launch was started by a slurmgen without"
+    )
     dead = os.fork()
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    assert launch_stop.why_not({**mine, "info": {**mine["info"], "pid": dead}}) == f"its launcher (pid {dead}) is no longer running"
+    assert (
+        launch_stop.why_not({**mine, "info": {**mine["info"], "pid": dead}})
+        == f"its launcher (pid {dead}) is no longer running"
+    )
     # a launcher that never takes the request (hung, or gone without a trace): the stopper says so
     (tmp_path / "control").mkdir()
     taken, said = launch_stop.request(mine, "from a test", wait=0.2)
-    assert not taken and said.startswith(f"launch L1: its launcher (pid {os.getpid()}) did not take the stop request within 0.2 s")
+    assert not taken and said.startswith(
+        f"launch L1: its launcher (pid {os.getpid()}) did not take the stop request within 0.2 s"
+    )
     assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_USER} from a test"
     assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") is None  # taken once
 
@@ -101,7 +127,9 @@ def test_slurmgen_cancel_of_a_launch_id_uses_the_channel(tmp_path, capsys):
     launch_stop.prepare(stop)
     with Registry.open(path, create=True) as reg:
         add_run(reg, NewRun("launch", "L9", "exp", "/w", 1, 1, info={"pid": os.getpid(), "stop_file": str(stop)}), 1.0)
-        ended = add_run(reg, NewRun("launch", "L8", "exp", "/w", 1, 1, info={"pid": os.getpid(), "stop_file": str(stop)}), 1.0)
+        ended = add_run(
+            reg, NewRun("launch", "L8", "exp", "/w", 1, 1, info={"pid": os.getpid(), "stop_file": str(stop)}), 1.0
+        )
         end_run(reg, ended, State.SUCCEEDED, 0, None, 2.0)
     taken: list = []
 

@@ -21,8 +21,9 @@ PASSPHRASE = "correct horse $(battery) 'staple'"
 
 
 def keygen(path, passphrase="", kind="ed25519", pem=False):
-    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", passphrase, "-f", str(path), *(["-m", "PEM"] if pem else [])],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", kind, "-N", passphrase, "-f", str(path), *(["-m", "PEM"] if pem else [])], check=True
+    )
     return str(path)
 
 
@@ -61,7 +62,8 @@ def test_three_wrong_passphrases_stop_with_one_line(tmp_path):
 def test_without_a_terminal_an_encrypted_key_is_skipped_with_the_fix_kept_for_the_error(tmp_path):
     path = keygen(tmp_path / "enc", PASSPHRASE)
     assert unlock(path, None, []) == Unusable(
-        f"encrypted and not in ssh-agent: ssh-add {path}, or run from a terminal to be asked for its passphrase")
+        f"encrypted and not in ssh-agent: ssh-add {path}, or run from a terminal to be asked for its passphrase"
+    )
 
 
 def test_key_held_by_the_agent_is_used_from_there_without_asking(tmp_path):
@@ -88,7 +90,8 @@ def test_a_file_that_is_no_private_key_is_skipped_with_a_hint(tmp_path):
     path = keygen(tmp_path / "k")
     prompt = Prompt()
     assert unlock(path + ".pub", prompt, []) == Unusable(
-        "not a private key slurmgen can read: give the private key, not its .pub")
+        "not a private key slurmgen can read: give the private key, not its .pub"
+    )
     assert prompt.asked == []
 
 

@@ -22,9 +22,24 @@ from slurmgen.nodelink import agent
 
 def start(port: int, node: int, nnodes: int = 2, token: str = "secret", start_timeout: float = 5):
     return subprocess.Popen(
-        [sys.executable, "-m", "slurmgen.nodelink.agent", "me", "127.0.0.1", str(port), str(node), str(nnodes),
-         str(start_timeout), "10", "1"],
-        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "SLURMGEN_LINK_TOKEN": token})
+        [
+            sys.executable,
+            "-m",
+            "slurmgen.nodelink.agent",
+            "me",
+            "127.0.0.1",
+            str(port),
+            str(node),
+            str(nnodes),
+            str(start_timeout),
+            "10",
+            "1",
+        ],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SLURMGEN_LINK_TOKEN": token},
+    )
 
 
 def finish(proc: subprocess.Popen, say: str = "") -> tuple[int, str]:
@@ -90,11 +105,15 @@ def test_a_failure_names_its_rank_on_every_node():
     master = start(port, 0)
     worker = start(port, 1)
     code, err = finish(worker, "rank 999999\nfailed 3 7\n")
-    assert (code, err.strip()) == (7, "me: first failure of the job: rank 3 on node 1 exited with code 7; "
-                                      "stopping the ranks on node 1")
+    assert (code, err.strip()) == (
+        7,
+        "me: first failure of the job: rank 3 on node 1 exited with code 7; stopping the ranks on node 1",
+    )
     code, err = finish(master)
-    assert (code, err.strip()) == (7, "me: first failure of the job: rank 3 on node 1 exited with code 7; "
-                                      "stopping the ranks on node 0")
+    assert (code, err.strip()) == (
+        7,
+        "me: first failure of the job: rank 3 on node 1 exited with code 7; stopping the ranks on node 0",
+    )
 
 
 def test_a_hung_rank_is_told_as_hung_on_every_node():
@@ -127,8 +146,11 @@ def unstarted_agent(role: str) -> agent.Agent:
     """Node 0's or node 1's agent of a 2-node job (link timeout 10 s), its loop not running:
     the test drives its clock with tick()."""
     port = free_port()
-    return (agent.Master("me", 2, "t", 1, "127.0.0.1", port, 300, 10) if role == "master"
-            else agent.Worker("me", 1, 2, "t", 1, "127.0.0.1", port, 300, 10))
+    return (
+        agent.Master("me", 2, "t", 1, "127.0.0.1", port, 300, 10)
+        if role == "master"
+        else agent.Worker("me", 1, 2, "t", 1, "127.0.0.1", port, 300, 10)
+    )
 
 
 @pytest.mark.parametrize("role", ["master", "worker"])

@@ -52,7 +52,7 @@ def test_a_worker_done_before_the_start_timeout_waits_for_the_bye_after_it():
 
 def test_a_worker_whose_master_goes_away():
     starting = Link(1, 2)
-    assert run(starting, MasterGone(ready=False)) == (starting, [])   # not linked yet: try again
+    assert run(starting, MasterGone(ready=False)) == (starting, [])  # not linked yet: try again
     assert run(starting, MasterGone(ready=True))[1] == [Finish(exitcodes.LOST, LOST_CAUSE)]
     done, _ = run(starting, Done(1))
     assert run(done, MasterGone(ready=True))[1] == [Finish(0, None)]  # its job here was over

@@ -34,8 +34,10 @@ if os.environ.get("CRASH"):
 
 def run(tmp_path, ranks, extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMGEN_")}
-    procs = [subprocess.Popen([sys.executable, "-c", PROGRAM], env={**env, "RANK": str(r), **(extra or {})})
-             for r in range(ranks)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", PROGRAM], env={**env, "RANK": str(r), **(extra or {})})
+        for r in range(ranks)
+    ]
     codes = [p.wait(timeout=60) for p in procs]
     assert codes == [1 if (extra or {}).get("CRASH") else 0] * ranks
 
@@ -45,12 +47,18 @@ def test_two_lines_give_a_program_heartbeats_a_timeline_metrics_and_straggler_de
     tl.parent.mkdir()
     run(tmp_path, 3, {"SLURMGEN_HEARTBEAT_DIR": str(tmp_path / "hb"), "SLURMGEN_TIMELINE_FILE": str(tl)})
     beats = read_heartbeats(tmp_path / "hb")
-    assert {r: (b["step"], b["status"]) for r, b in beats.items()} == {0: (60, "done"), 1: (60, "done"), 2: (60, "done")}
+    assert {r: (b["step"], b["status"]) for r, b in beats.items()} == {
+        0: (60, "done"),
+        1: (60, "done"),
+        2: (60, "done"),
+    }
     found = analyse(tl.read_text(), [], None, time.time())
     (attempt,) = found["timeline"]["attempts"]
     for r in attempt["ranks"]:
         assert None not in (r["process"], r["imports"], r["rendezvous"], r["first_step"], r["end"]), r
-        assert (r["checkpoint_list"][0]["step"], r["status"], r["last_step"]) == (30, "done", 60) and r["checkpoint_stall"] >= 0.05, r
+        assert (r["checkpoint_list"][0]["step"], r["status"], r["last_step"]) == (30, "done", 60) and r[
+            "checkpoint_stall"
+        ] >= 0.05, r
     assert [s["rank"] for s in found["stragglers"]] == [1], found["stragglers"]
     rows = [json.loads(line) for line in (tmp_path / "logs" / "slurmgen-7.metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 61)) and rows[-1]["loss"] == 1 / 60  # rank 0's only

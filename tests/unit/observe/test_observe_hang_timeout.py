@@ -32,6 +32,7 @@ def test_start_up_has_no_timeout_then_steps_learn_one(tmp_path, monkeypatch):
     def beat(step, status="running"):  # 1 s between calls
         now[0] += 1
         real_beat(step, status)
+
     hb.beat = beat
     hb.beat(0)
     hb.beat(1)  # the first step: start-up, not a sample

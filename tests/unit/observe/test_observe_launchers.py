@@ -47,6 +47,7 @@ def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases
     assert first["queued"] is None and found["goodput"]["queue"] is None, (first, found["goodput"])
     assert [r["status"] for r in first["ranks"] if r["rank"] == 1] == ["failed"], first
     code, out, err = run_cli(capsys, "status", tl, "--timeline", "--json")  # the file alone, as by hand
+
     def ranks(view):  # the ranks' own words (the registry adds each attempt's bounds)
         return [[(r["rank"], r["status"], r["last_step"]) for r in a["ranks"]] for a in view["attempts"]]
 
@@ -54,8 +55,9 @@ def test_a_restarted_launch_has_each_attempts_timeline_with_the_launchers_phases
     code, out, err = run_cli(capsys, "status", tl, "--timeline")
     assert code == 0 and out.startswith("attempt 1") and "slowest" in out, out + err
     said = [json.loads(x) for x in Path(tl).read_text().splitlines()]
-    assert {(x["attempt"], x["rank"], x["code"]) for x in said if x.get("by") == "launcher" and x["event"] == "end"} >= {
-        (1, 1, 7), (2, 0, 0), (2, 1, 0)}, said  # the launcher saw each exit, with its code
+    assert {
+        (x["attempt"], x["rank"], x["code"]) for x in said if x.get("by") == "launcher" and x["event"] == "end"
+    } >= {(1, 1, 7), (2, 0, 0), (2, 1, 0)}, said  # the launcher saw each exit, with its code
     for r in second["ranks"]:
         assert None not in (r["process"], r["imports"], r["first_step"], r["end"]), r
         assert r["process"] <= r["imports"] <= r["first_step"] <= r["end"] and r["status"] == "done", r

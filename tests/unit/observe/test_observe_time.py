@@ -19,8 +19,12 @@ def ev(event, rank, t, attempt=1, **kw):
 def rank_events(rank, offset=0.0, attempt=1, t0=0.0, steps=(0, 100), ckpts=(), end="done"):
     """A rank's attempt: phases at t0 + 1, 2, 3 (+ offset); step first + k done at t0 + 2 + k."""
     first, last = steps
-    out = [ev("process", rank, t0 + 0.5, attempt), ev("imports", rank, t0 + 1 + offset, attempt),
-           ev("rendezvous", rank, t0 + 2 + offset, attempt), ev("first_step", rank, t0 + 3 + offset, attempt, step=first + 1)]
+    out = [
+        ev("process", rank, t0 + 0.5, attempt),
+        ev("imports", rank, t0 + 1 + offset, attempt),
+        ev("rendezvous", rank, t0 + 2 + offset, attempt),
+        ev("first_step", rank, t0 + 3 + offset, attempt, step=first + 1),
+    ]
     for s in ckpts:
         out.append(ev("checkpoint", rank, t0 + 2 + (s - first), attempt, step=s, stall=0.5))
     if end:
@@ -59,12 +63,15 @@ def samples(rank, per_step, steps=100, every=10, attempt=1):
     return out
 
 
-@pytest.mark.parametrize("slow, factor, min_steps, flagged", [
-    (0.10, 1.5, 20, True),    # 10x slower for all 100 steps
-    (0.014, 1.5, 20, False),  # 1.4x: under the factor
-    (0.10, 1.5, 101, False),  # slower, but for fewer steps than asked
-    (0.02, 1.9, 20, True),    # 2x against a factor of 1.9
-])
+@pytest.mark.parametrize(
+    "slow, factor, min_steps, flagged",
+    [
+        (0.10, 1.5, 20, True),  # 10x slower for all 100 steps
+        (0.014, 1.5, 20, False),  # 1.4x: under the factor
+        (0.10, 1.5, 101, False),  # slower, but for fewer steps than asked
+        (0.02, 1.9, 20, True),  # 2x against a factor of 1.9
+    ],
+)
 def test_a_rank_slower_than_the_median_by_the_factor_for_enough_steps_is_a_straggler(slow, factor, min_steps, flagged):
     by_rank = {r: samples(r, slow if r == 1 else 0.01) for r in range(4)}
     found = stragglers.from_events(by_rank, factor, min_steps)
@@ -100,8 +107,12 @@ def test_goodput_of_a_run_that_failed_once_and_resumed_from_its_checkpoint():
     a0 = [e for r in range(2) for e in rank_events(r, steps=(0, 80), ckpts=(50,), end=None)]
     a0 += [ev("steps", r, 82, 1, step=80, work=1) for r in range(2)]
     a1 = [e for r in range(2) for e in rank_events(r, attempt=2, t0=100, steps=(50, 100))]
-    attempts = [{"event": "start", "attempt": 1, "time": T0}, {"event": "end", "attempt": 1, "time": T0 + 90},
-                {"event": "start", "attempt": 2, "time": T0 + 100}, {"event": "end", "attempt": 2, "time": T0 + 155}]
+    attempts = [
+        {"event": "start", "attempt": 1, "time": T0},
+        {"event": "end", "attempt": 1, "time": T0 + 90},
+        {"event": "start", "attempt": 2, "time": T0 + 100},
+        {"event": "end", "attempt": 2, "time": T0 + 155},
+    ]
     g = goodput.compute(a0 + a1, attempts, submitted=T0 - 20)
     b = g["breakdown"]
     assert g["wall"] == 155 and g["queue"] == 20
@@ -109,8 +120,10 @@ def test_goodput_of_a_run_that_failed_once_and_resumed_from_its_checkpoint():
     assert (b["startup"], b["checkpoint"], b["lost"], b["restart"], b["other"]) == (6.0, 0.5, 30.0, 18.0, 3.0)
     assert b["productive"] == pytest.approx(155 - 6 - 0.5 - 30 - 18 - 3)
     assert g["goodput"] == pytest.approx(b["productive"] / 155, abs=1e-4)
-    assert goodput.summary(g).startswith(f"goodput {100 * g['goodput']:.1f}% of 155.0s (startup 6.0s, checkpoint 0.5s, "
-                                         "lost 30.0s over 30 steps, restart 18.0s, other 3.0s); queued 20.0s before")
+    assert goodput.summary(g).startswith(
+        f"goodput {100 * g['goodput']:.1f}% of 155.0s (startup 6.0s, checkpoint 0.5s, "
+        "lost 30.0s over 30 steps, restart 18.0s, other 3.0s); queued 20.0s before"
+    )
 
 
 def test_goodput_of_a_running_job_counts_to_now_and_of_a_job_that_never_stepped_is_unknown():
@@ -127,5 +140,8 @@ def test_status_lines_come_from_the_files_text():
     found = analyse("\n".join(json.dumps(e) for e in events) + "\ncut sho", [], None, T0 + 200)
     assert [s["rank"] for s in found["stragglers"]] == [2] and found["step_work"]["2"] == pytest.approx(0.2)
     text = lines(found)
-    assert text[0].startswith("  stragglers: rank 2 20.0x the median for 100 steps (1-100, attempt 1)") and "goodput" in text[1]
+    assert (
+        text[0].startswith("  stragglers: rank 2 20.0x the median for 100 steps (1-100, attempt 1)")
+        and "goodput" in text[1]
+    )
     assert analyse("", [], None, T0) == {}

@@ -77,11 +77,11 @@ def wandb_records(path):
     assert data[:4] == b":W&B"
     while pos + 7 <= len(data):
         left = block - pos % block
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if left < 7 or (length == 0 and kind == 0):
             pos += left
             continue
-        buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
+        buf, pos = buf + data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 4):  # a full record or the last piece of one
             record = pb.Record()
             record.ParseFromString(buf)

@@ -36,12 +36,21 @@ def slurm_script(tmp_path):
 
     def run(**extra):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SLURMGEN_"))}
-        env.update({"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "x",
-                    "SLURM_JOB_NUM_NODES": "2", **extra})
-        done = subprocess.run(["bash", str(Path(spec.output_dir) / SLURM_SCRIPT)], capture_output=True, text=True,
-                              timeout=60, env=env)
+        env.update(
+            {
+                "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                "SLURM_JOB_ID": "4242",
+                "SLURM_JOB_NODELIST": "x",
+                "SLURM_JOB_NUM_NODES": "2",
+                **extra,
+            }
+        )
+        done = subprocess.run(
+            ["bash", str(Path(spec.output_dir) / SLURM_SCRIPT)], capture_output=True, text=True, timeout=60, env=env
+        )
         assert done.returncode == 0, done.stderr
         return [line.split()[1] for line in done.stdout.splitlines() if line.startswith("GROUP ")]
+
     return run
 
 
@@ -49,7 +58,9 @@ def test_run_slurm_gives_every_task_the_job_group(slurm_script):
     assert slurm_script() == ["slurm-4242"] * 4
     # Each run is another job: a job id that already finished would not run again.
     assert slurm_script(SLURM_JOB_ID="4243", SLURM_ARRAY_JOB_ID="4240", SLURM_ARRAY_TASK_ID="2") == ["slurm-4240_2"] * 4
-    assert slurm_script(SLURM_JOB_ID="4244", SLURMGEN_GROUP="sweep-3") == ["sweep-3"] * 4  # a group set by the user wins
+    assert (
+        slurm_script(SLURM_JOB_ID="4244", SLURMGEN_GROUP="sweep-3") == ["sweep-3"] * 4
+    )  # a group set by the user wins
 
 
 def dry_run(capsys, *args):

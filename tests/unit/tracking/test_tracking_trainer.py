@@ -24,9 +24,21 @@ SINGLE = detect({}, LaunchFlags(backend="gloo"), 0)
 
 
 def make(tmp_path, **kw):
-    base = dict(out_dir=str(tmp_path / "out"), model="mlp", mlp_in=8, mlp_hidden=16, mlp_classes=4,
-                synthetic_samples=256, max_steps=8, log_every=2, eval_every=4, save_every=4, progress="none",
-                warmup_steps=2, eval_iters=2)
+    base = dict(
+        out_dir=str(tmp_path / "out"),
+        model="mlp",
+        mlp_in=8,
+        mlp_hidden=16,
+        mlp_classes=4,
+        synthetic_samples=256,
+        max_steps=8,
+        log_every=2,
+        eval_every=4,
+        save_every=4,
+        progress="none",
+        warmup_steps=2,
+        eval_iters=2,
+    )
     cfg = TrainConfig(**{**base, **kw}).validate()
     torch.manual_seed(cfg.seed)
     train, val = build_datasets(cfg)
@@ -43,16 +55,25 @@ def test_a_finished_run_records_config_metrics_and_checkpoints(tmp_path):
     assert result.exit_code == EXIT_OK
     run = the_run(tmp_path)
     assert result.run_dir == str(run.dir)
-    assert (run.get("status"), run.get("name"), run.get("job_type"), run.get("restart_count")) == ("finished", "out", "main", 0)
+    assert (run.get("status"), run.get("name"), run.get("job_type"), run.get("restart_count")) == (
+        "finished",
+        "out",
+        "main",
+        0,
+    )
     assert run.hparams["lr"] == 1e-3 and run.hparams["max_steps"] == 8 and run.hparams["track"] == "rank0"
     trainer_rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"], r["metrics"]["loss"]) for r in run.metrics] == [
-        (r["split"], r["step"], r["loss"]) for r in trainer_rows]
+        (r["split"], r["step"], r["loss"]) for r in trainer_rows
+    ]
     assert set(run.metrics[0]["metrics"]) == {"loss", "lr", "tokens_per_sec"}
     outputs = run.artifacts
     # An asynchronous checkpoint is recorded once durable, a step or two later: its own step is in metadata.
     assert [(a["name"], a["type"], a["metadata"]["step"]) for a in outputs] == [
-        ("ckpt-000000004", "checkpoint", 4), ("ckpt-000000008", "checkpoint", 8), ("model", "model", 8)]
+        ("ckpt-000000004", "checkpoint", 4),
+        ("ckpt-000000008", "checkpoint", 8),
+        ("model", "model", 8),
+    ]
     for artifact in outputs:
         (entry,) = artifact["files"]
         assert entry["sha256"] == hashlib.sha256(Path(entry["path"]).read_bytes()).hexdigest()
@@ -91,23 +112,37 @@ def test_track_off_writes_no_record_and_per_process_one_per_rank(tmp_path):
 def test_tracker_in_config_and_on_the_command_line():
     with pytest.raises(ConfigError, match=r"--track must be one of rank0, per-process, off \(got 'all'\)"):
         TrainConfig(track="all").validate()
-    with pytest.raises(ConfigError, match=r"--tracker: must be one of tensorboard, wandb, mlflow, swanlab \(got 'neptune'\)"):
+    with pytest.raises(
+        ConfigError, match=r"--tracker: must be one of tensorboard, wandb, mlflow, swanlab \(got 'neptune'\)"
+    ):
         TrainConfig(tracker="neptune").validate()
-    cases = [(["--tracker", "neptune"], "argument --tracker: must be one of tensorboard, wandb, mlflow, swanlab (got 'neptune')"),
-             (["--track", "off", "--tracker", "wandb"], "argument --tracker: 'wandb' needs a run record: drop --track off")]
+    cases = [
+        (
+            ["--tracker", "neptune"],
+            "argument --tracker: must be one of tensorboard, wandb, mlflow, swanlab (got 'neptune')",
+        ),
+        (["--track", "off", "--tracker", "wandb"], "argument --tracker: 'wandb' needs a run record: drop --track off"),
+    ]
     for args, line in cases:
-        done = subprocess.run([sys.executable, "-m", "slurmgen.train", *args], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "slurmgen.train", *args], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 2 and done.stderr == f"slurmgen train: error: {line}\n"
 
 
 def test_a_tracker_that_is_not_installed_fails_before_torch_is_imported(tmp_path):
-    probe = ("import sys; sys.modules['wandb'] = None\n"
-             "from slurmgen.train.cli import main\n"
-             "code = main(['--tracker', 'wandb', '--out-dir', sys.argv[1]])\n"
-             "print(code, 'torch' in sys.modules)")
+    probe = (
+        "import sys; sys.modules['wandb'] = None\n"
+        "from slurmgen.train.cli import main\n"
+        "code = main(['--tracker', 'wandb', '--out-dir', sys.argv[1]])\n"
+        "print(code, 'torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "2 False"
-    assert done.stderr == "slurmgen train: error: argument --tracker: wandb is not installed: pip install 'slurmgen[wandb]'\n"
+    assert (
+        done.stderr
+        == "slurmgen train: error: argument --tracker: wandb is not installed: pip install 'slurmgen[wandb]'\n"
+    )
 
 
 def test_a_bad_run_name_template_is_one_line_not_a_traceback(tmp_path, monkeypatch):

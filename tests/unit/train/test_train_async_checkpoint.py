@@ -40,7 +40,9 @@ def test_snapshot_copies_on_one_intra_op_thread_and_gives_the_count_back_also_af
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(3)
-        state = {"model": {"a": torch.arange(4.0).as_subclass(CopyWatched), "b": torch.ones(2).as_subclass(CopyWatched)}}
+        state = {
+            "model": {"a": torch.arange(4.0).as_subclass(CopyWatched), "b": torch.ones(2).as_subclass(CopyWatched)}
+        }
         first = snapshot(state)
         snapshot(state, into=first)
         assert CopyWatched.counts == [1] * 4 and torch.get_num_threads() == 3
@@ -123,8 +125,12 @@ def same_objects(a, b):
 
 def test_prepared_buffers_are_ready_before_the_first_submit_which_only_fills_them(tmp_path):
     w = torch.arange(4.0)
-    state = {"format": ckpt.FORMAT, "step": 1, "model": {"w": w, "tied": w, "b": torch.ones(2, 3)},
-             "optimizer": {"state": {0: {"exp_avg": torch.zeros(4), "step": torch.tensor(1.0)}}}}
+    state = {
+        "format": ckpt.FORMAT,
+        "step": 1,
+        "model": {"w": w, "tied": w, "b": torch.ones(2, 3)},
+        "optimizer": {"state": {0: {"exp_avg": torch.zeros(4), "step": torch.tensor(1.0)}}},
+    }
     writer = CheckpointWriter(tmp_path, keep_last=2)
     assert writer.needs_buffers
     writer.prepare(state)
@@ -147,10 +153,16 @@ def test_a_state_that_changed_shape_dtype_or_tying_since_preparing_is_still_writ
     writer = CheckpointWriter(tmp_path, keep_last=2)
     writer.prepare({"format": ckpt.FORMAT, "model": {"a": a, "b": a, "c": torch.ones(3), "d": torch.ones(2)}})
     writer.wait()
-    state = {"format": ckpt.FORMAT, "model": {"a": a, "b": a.clone().mul_(-1),  # no longer tied
-                                              "c": torch.arange(5.0),  # another shape
-                                              "d": torch.tensor([7, 8]),  # another dtype
-                                              "e": torch.full((2,), 3.0)}}  # new
+    state = {
+        "format": ckpt.FORMAT,
+        "model": {
+            "a": a,
+            "b": a.clone().mul_(-1),  # no longer tied
+            "c": torch.arange(5.0),  # another shape
+            "d": torch.tensor([7, 8]),  # another dtype
+            "e": torch.full((2,), 3.0),
+        },
+    }  # new
     writer.submit(1, state)
     saved = ckpt.load(writer.wait().path)["model"]
     for name, value in state["model"].items():
@@ -176,15 +188,28 @@ def test_an_inline_writer_prepares_nothing(tmp_path):
     assert not writer.needs_buffers and not writer.busy
 
 
-def test_the_trainer_prepares_the_buffers_once_adam_has_state_and_its_first_checkpoint_fills_them(tmp_path, monkeypatch):
+def test_the_trainer_prepares_the_buffers_once_adam_has_state_and_its_first_checkpoint_fills_them(
+    tmp_path, monkeypatch
+):
     from slurmgen.train.config import TrainConfig
     from slurmgen.train.data import build_datasets
     from slurmgen.train.env import LaunchFlags, detect
     from slurmgen.train.models import build_model
     from slurmgen.train.trainer import Trainer
 
-    cfg = TrainConfig(out_dir=str(tmp_path), model="mlp", mlp_in=8, mlp_hidden=16, mlp_classes=4, synthetic_samples=64,
-                      max_steps=6, save_every=4, log_every=1, progress="none", eval_every=0).validate()
+    cfg = TrainConfig(
+        out_dir=str(tmp_path),
+        model="mlp",
+        mlp_in=8,
+        mlp_hidden=16,
+        mlp_classes=4,
+        synthetic_samples=64,
+        max_steps=6,
+        save_every=4,
+        log_every=1,
+        progress="none",
+        eval_every=0,
+    ).validate()
     trainer = Trainer(build_model(cfg), build_datasets(cfg)[0], detect({}, LaunchFlags(backend="gloo"), 0), cfg)
     prepared, snapshots, real_buffers_for, real_snapshot = [], [], ckpt_writer.buffers_for, ckpt_writer.snapshot
 

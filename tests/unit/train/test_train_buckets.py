@@ -27,11 +27,13 @@ def group_of_one():
 
 
 def test_settling_the_buckets_leaves_no_trace(tmp_path, group_of_one):
-    cfg = TrainConfig(out_dir=str(tmp_path), model="mlp", mlp_in=8, mlp_classes=4, synthetic_samples=64,
-                      max_steps=4, progress="none").validate()
+    cfg = TrainConfig(
+        out_dir=str(tmp_path), model="mlp", mlp_in=8, mlp_classes=4, synthetic_samples=64, max_steps=4, progress="none"
+    ).validate()
     model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Dropout(0.5), nn.Linear(16, 4))
-    trainer = Trainer(model, build_datasets(cfg)[0], detect({}, LaunchFlags(backend="gloo"), 0), cfg,
-                      loss_fn=F.cross_entropy)
+    trainer = Trainer(
+        model, build_datasets(cfg)[0], detect({}, LaunchFlags(backend="gloo"), 0), cfg, loss_fn=F.cross_entropy
+    )
     ddp = nn.parallel.DistributedDataParallel(trainer.model)
     names, layouts = {id(p): n for n, p in model.named_parameters()}, []
 
@@ -54,4 +56,5 @@ def test_settling_the_buckets_leaves_no_trace(tmp_path, group_of_one):
     assert settling == [n for n, _ in model.named_parameters()], "DDP no longer starts in parameter order"
     assert sorted(first_step) == sorted(settling) and first_step[0].startswith("3."), (
         f"the first step after settling should run on buckets laid out in the order gradients became ready "
-        f"(the last layer's first): {first_step}")
+        f"(the last layer's first): {first_step}"
+    )

@@ -54,8 +54,10 @@ def test_unreadable_checkpoint_is_skipped_for_an_older_one(tmp_path, caplog):
     (tmp_path / "ckpt-000000002.pt").write_bytes(b"garbage")
     assert ckpt.find_latest(tmp_path)[1]["step"] == 1
     (line,) = [r.getMessage() for r in caplog.records]
-    assert line.startswith(f"resuming from {tmp_path}/ckpt-000000001.pt, the newest good checkpoint: "
-                           f"skipped {tmp_path}/ckpt-000000002.pt is damaged or not a checkpoint (")
+    assert line.startswith(
+        f"resuming from {tmp_path}/ckpt-000000001.pt, the newest good checkpoint: "
+        f"skipped {tmp_path}/ckpt-000000002.pt is damaged or not a checkpoint ("
+    )
     assert "\n" not in line
 
 
@@ -71,12 +73,17 @@ class Foreign:  # not a tensor or plain value: weights_only loading refuses it
     pass
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda p: p.write_bytes(b"garbage"), "is damaged or not a checkpoint ("),
-    (lambda p: p.write_bytes(b""), "is damaged or not a checkpoint ("),
-    (lambda p: torch.save({"format": ckpt.FORMAT, "x": Foreign()}, p),
-     "is not a slurmgen.train checkpoint: it holds objects other than tensors and plain values"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.write_bytes(b"garbage"), "is damaged or not a checkpoint ("),
+        (lambda p: p.write_bytes(b""), "is damaged or not a checkpoint ("),
+        (
+            lambda p: torch.save({"format": ckpt.FORMAT, "x": Foreign()}, p),
+            "is not a slurmgen.train checkpoint: it holds objects other than tensors and plain values",
+        ),
+    ],
+)
 def test_a_damaged_checkpoint_is_one_line_naming_it(tmp_path, make, words):
     path = tmp_path / "ckpt-000000001.pt"
     make(path)

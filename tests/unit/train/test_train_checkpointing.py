@@ -20,16 +20,25 @@ SINGLE = detect({}, LaunchFlags(backend="gloo"), 0)
 
 
 def checkpointing(tmp_path, seed: int, **kw) -> Checkpointing:
-    base = dict(out_dir=str(tmp_path), model="mlp", mlp_in=8, mlp_hidden=16, mlp_classes=4, synthetic_samples=64,
-                keep_last=2)
+    base = dict(
+        out_dir=str(tmp_path), model="mlp", mlp_in=8, mlp_hidden=16, mlp_classes=4, synthetic_samples=64, keep_last=2
+    )
     cfg = TrainConfig(**{**base, **kw}).validate()
     torch.manual_seed(seed)
     model = build_model(cfg)
     optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
     batches = ShardedBatches(build_datasets(cfg)[0], 1, 0, cfg.batch_size, cfg.grad_accum, cfg.seed)
-    return Checkpointing(cfg, SINGLE, Heartbeat(tmp_path, 0, cfg.heartbeat_every, 0, 0), batches, model, optimizer,
-                         build_scheduler(optimizer, cfg.lr, cfg.effective_min_lr, cfg.warmup_steps, 10),
-                         torch.amp.GradScaler("cpu", enabled=False), tracking=Tracking)
+    return Checkpointing(
+        cfg,
+        SINGLE,
+        Heartbeat(tmp_path, 0, cfg.heartbeat_every, 0, 0),
+        batches,
+        model,
+        optimizer,
+        build_scheduler(optimizer, cfg.lr, cfg.effective_min_lr, cfg.warmup_steps, 10),
+        torch.amp.GradScaler("cpu", enabled=False),
+        tracking=Tracking,
+    )
 
 
 def step(c: Checkpointing) -> None:

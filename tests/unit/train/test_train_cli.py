@@ -26,12 +26,61 @@ def test_environment_defaults():
 
 def test_flags_reach_the_config():
     cfg, launch, nproc = parse(
-        ["--out-dir", "o", "--max-steps", "7", "--batch-size", "3", "--grad-accum", "2", "--lr", "0.5", "--dtype", "bfloat16",
-         "--seed", "1", "--save-every", "2", "--keep-last", "1", "--resume", "never", "--eval-every", "3", "--model", "mlp",
-         "--mlp-hidden", "16", "--nproc-per-node", "4", "--rank", "0", "--world-size", "1", "--master-port", "1234"], {})
-    assert (cfg.out_dir, cfg.max_steps, cfg.batch_size, cfg.grad_accum, cfg.lr, cfg.dtype) == ("o", 7, 3, 2, 0.5, "bfloat16")
+        [
+            "--out-dir",
+            "o",
+            "--max-steps",
+            "7",
+            "--batch-size",
+            "3",
+            "--grad-accum",
+            "2",
+            "--lr",
+            "0.5",
+            "--dtype",
+            "bfloat16",
+            "--seed",
+            "1",
+            "--save-every",
+            "2",
+            "--keep-last",
+            "1",
+            "--resume",
+            "never",
+            "--eval-every",
+            "3",
+            "--model",
+            "mlp",
+            "--mlp-hidden",
+            "16",
+            "--nproc-per-node",
+            "4",
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--master-port",
+            "1234",
+        ],
+        {},
+    )
+    assert (cfg.out_dir, cfg.max_steps, cfg.batch_size, cfg.grad_accum, cfg.lr, cfg.dtype) == (
+        "o",
+        7,
+        3,
+        2,
+        0.5,
+        "bfloat16",
+    )
     assert (cfg.seed, cfg.save_every, cfg.keep_last, cfg.resume, cfg.eval_every) == (1, 2, 1, "never", 3)
-    assert (cfg.model, cfg.mlp_hidden, nproc, launch.rank, launch.world_size, launch.master_port) == ("mlp", 16, 4, 0, 1, 1234)
+    assert (cfg.model, cfg.mlp_hidden, nproc, launch.rank, launch.world_size, launch.master_port) == (
+        "mlp",
+        16,
+        4,
+        0,
+        1,
+        1234,
+    )
 
 
 BAD = [
@@ -79,9 +128,30 @@ def test_bad_launch_environment_is_exit_2(monkeypatch, capsys):
 def test_help_documents_flags_and_the_preemption_exit_code(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("--out-dir", "--max-steps", "--epochs", "--batch-size", "--grad-accum", "--lr", "--dtype", "--backend",
-                 "--seed", "--save-every", "--keep-last", "--resume", "--eval-every", "--model", "--n-layer", "--train-data",
-                 "--val-data", "--nproc-per-node", "--init-timeout", "--tf32", "--requeue", "--master-addr"):
+    for flag in (
+        "--out-dir",
+        "--max-steps",
+        "--epochs",
+        "--batch-size",
+        "--grad-accum",
+        "--lr",
+        "--dtype",
+        "--backend",
+        "--seed",
+        "--save-every",
+        "--keep-last",
+        "--resume",
+        "--eval-every",
+        "--model",
+        "--n-layer",
+        "--train-data",
+        "--val-data",
+        "--nproc-per-node",
+        "--init-timeout",
+        "--tf32",
+        "--requeue",
+        "--master-addr",
+    ):
         assert flag in out
     assert f"{EXIT_PREEMPTED} preempted" in out and "SLURMGEN_BACKEND" in out
 
@@ -96,9 +166,11 @@ def test_config_from_dict_rejects_unknown_keys():
 
 
 def test_importing_and_parsing_leaves_torch_alone():
-    code = ("import sys, slurmgen.train, slurmgen.train.cli as c; c.parse(['--max-steps', '3'], {}); "
-            "assert 'torch' not in sys.modules, 'torch imported'; "
-            "assert callable(slurmgen.train.__getattr__); print('ok')")
+    code = (
+        "import sys, slurmgen.train, slurmgen.train.cli as c; c.parse(['--max-steps', '3'], {}); "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert callable(slurmgen.train.__getattr__); print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 

@@ -50,8 +50,11 @@ def train_step(model, opt, step: int, rank: int, world: int) -> float:
     total = 0.0
     for micro in range(ACCUM):
         sync = micro == ACCUM - 1
-        ctx = fsdp.no_sync(model, sync) if fsdp.is_sharded(model) else (
-            model.no_sync() if not sync else torch.enable_grad())
+        ctx = (
+            fsdp.no_sync(model, sync)
+            if fsdp.is_sharded(model)
+            else (model.no_sync() if not sync else torch.enable_grad())
+        )
         with ctx:
             loss = model(*batch(step, micro, rank, world)) / ACCUM
             loss.backward()
@@ -263,6 +266,7 @@ def bf16_steps(rank, world):
 
 # --- the checkpoint directory protocol, in one process ------------------------------------------
 
+
 def one_process_state(value: float):
     model = torch.nn.Linear(4, 3)
     torch.nn.init.constant_(model.weight, value)
@@ -313,14 +317,15 @@ def test_a_kill_inside_the_protocol_leaves_latest_on_a_complete_checkpoint(tmp_p
         write({str(tmp_path)!r}, 1, 1.0)
         write({str(tmp_path)!r}, 2, 2.0)
     """)
-    proc = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "SLURMGEN_TRAIN_FAULT": f"{point}@2"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={**__import__("os").environ, "SLURMGEN_TRAIN_FAULT": f"{point}@2"}
+    )
     assert proc.returncode == -9
     path, meta = sharded.find_latest(tmp_path)
     assert meta["step"] == 1  # `latest` is believed first; the complete step 2 stays for inspection
     assert [s for s, _ in sharded.list_checkpoints(tmp_path)] == ([1, 2] if point == "before-pointer" else [1])
     assert (tmp_path / "latest").read_text().strip() == sharded.checkpoint_name(1)
     assert sharded.remove_stale_temporaries(tmp_path) == (1 if point == "before-rename" else 0)
-
 
 
 def save_forever(rank, world, ckpt_dir):
@@ -393,7 +398,10 @@ def test_info_lists_both_formats_with_step_world_size_shards_and_completeness(tm
     code, out, _ = cli(capsys, "ckpt", "info", str(d), "--json")
     rows = json.loads(out)["checkpoints"]
     assert [(r["name"], r["complete"]) for r in rows] == [
-        ("ckpt-000000001.pt", True), ("ckpt-000000002.dcp", True), ("ckpt-000000003.dcp", False)]
+        ("ckpt-000000001.pt", True),
+        ("ckpt-000000002.dcp", True),
+        ("ckpt-000000003.dcp", False),
+    ]
 
 
 def test_consolidate_writes_the_full_model_of_a_4_rank_fsdp_checkpoint(tmp_path, capsys):

@@ -51,20 +51,42 @@ def data() -> list[tuple[torch.Tensor, torch.Tensor]]:
 def train_custom(rank: int, world: int, out: str, units) -> dict:
     from slurmgen.train import train_ddp
 
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT="1", SLURMGEN_HEARTBEAT_DIR=f"{out}-heartbeats")
-    config = {"out_dir": out, "strategy": "fsdp", "batch_size": 4, "lr": 0.01, "save_every": 2, "eval_every": 0,
-              "progress": "none", "threads": 1}
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="1",
+        SLURMGEN_HEARTBEAT_DIR=f"{out}-heartbeats",
+    )
+    config = {
+        "out_dir": out,
+        "strategy": "fsdp",
+        "batch_size": 4,
+        "lr": 0.01,
+        "save_every": 2,
+        "eval_every": 0,
+        "progress": "none",
+        "threads": 1,
+    }
     torch.manual_seed(rank)  # different on purpose: sharding starts every rank from rank 0's weights
     model = Net()
-    first = train_ddp(model=model, train_dataset=data(), loss_fn=F.mse_loss, config=config, max_steps=4,
-                      shard_units=units)
+    first = train_ddp(
+        model=model, train_dataset=data(), loss_fn=F.mse_loss, config=config, max_steps=4, shard_units=units
+    )
     wrapped = [type(m).__name__ for m in model.modules() if fsdp.is_sharded(m)]
     full = fsdp.full_state_dict(model)
-    again = train_ddp(model=Net(), train_dataset=data(), loss_fn=F.mse_loss, config=config, max_steps=6,
-                      shard_units=units)
-    return {"codes": (first.exit_code, again.exit_code), "steps": (first.step, again.step), "wrapped": wrapped,
-            "full": full, "finite": all(torch.isfinite(v).all() for v in full.values())}
+    again = train_ddp(
+        model=Net(), train_dataset=data(), loss_fn=F.mse_loss, config=config, max_steps=6, shard_units=units
+    )
+    return {
+        "codes": (first.exit_code, again.exit_code),
+        "steps": (first.step, again.step),
+        "wrapped": wrapped,
+        "full": full,
+        "finite": all(torch.isfinite(v).all() for v in full.values()),
+    }
 
 
 @pytest.mark.parametrize("units", [[Stage], stages_of], ids=["classes", "function"])
@@ -78,7 +100,10 @@ def test_a_custom_model_gets_fsdp2_units_of_its_choosing_and_sharded_checkpoints
     step4 = out / "checkpoints" / sharded.checkpoint_name(4)
     assert (step4 / "__0_0.distcp").is_file() and (step4 / "__1_0.distcp").is_file()
     saved = sharded.full_model_state(step4)
-    assert all(torch.equal(saved[k], v) for k, v in results[0]["full"].items()) and saved.keys() == results[0]["full"].keys()
+    assert (
+        all(torch.equal(saved[k], v) for k, v in results[0]["full"].items())
+        and saved.keys() == results[0]["full"].keys()
+    )
     assert sharded.newest_good(out)[1]["step"] == 6  # the second call resumed at 4 and went on
 
 

@@ -15,19 +15,56 @@ from helpers import wait_for
 
 from slurmgen.train import sharded
 
-ARGS = ["--model", "gpt", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--dropout", "0.1",
-        "--synthetic-samples", "256", "--batch-size", "4", "--grad-accum", "2", "--max-steps", "8", "--eval-iters", "1",
-        "--log-every", "1", "--progress", "lines", "--save-every", "4", "--threads", "1"]
+ARGS = [
+    "--model",
+    "gpt",
+    "--n-layer",
+    "2",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "16",
+    "--dropout",
+    "0.1",
+    "--synthetic-samples",
+    "256",
+    "--batch-size",
+    "4",
+    "--grad-accum",
+    "2",
+    "--max-steps",
+    "8",
+    "--eval-iters",
+    "1",
+    "--log-every",
+    "1",
+    "--progress",
+    "lines",
+    "--save-every",
+    "4",
+    "--threads",
+    "1",
+]
 
 
 def train(out: Path, *extra: str, nproc: int = 2, fault: str | None = None) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SLURMGEN_", "RANK", "WORLD_SIZE",
-                                                                     "LOCAL_RANK", "MASTER_", "TORCHELASTIC"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM", "SLURMGEN_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC"))
+    }
     env["SLURMGEN_HEARTBEAT_DIR"] = str(out.parent / f"{out.name}-heartbeats")
     if fault:
         env["SLURMGEN_TRAIN_FAULT"] = fault
-    p = subprocess.run([sys.executable, "-m", "slurmgen.train", *ARGS, "--out-dir", str(out), "--nproc-per-node",
-                        str(nproc), *extra], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "slurmgen.train", *ARGS, "--out-dir", str(out), "--nproc-per-node", str(nproc), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return p.returncode, p.stdout + p.stderr
 
 
@@ -91,8 +128,14 @@ def test_the_process_writer_writes_the_same_checkpoints_and_leaves_no_process(tm
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("first,then", [("fsdp", ["--strategy", "fsdp", "--nproc-per-node", "3"]),
-                                         ("ddp", ["--strategy", "fsdp"]), ("fsdp", ["--strategy", "ddp"])])
+@pytest.mark.parametrize(
+    "first,then",
+    [
+        ("fsdp", ["--strategy", "fsdp", "--nproc-per-node", "3"]),
+        ("ddp", ["--strategy", "fsdp"]),
+        ("fsdp", ["--strategy", "ddp"]),
+    ],
+)
 def test_resume_on_another_world_size_or_strategy_continues_from_the_same_step(tmp_path, first, then):
     code, log = train(tmp_path / "run", "--strategy", first, fault="before-prune@4")
     assert code != 0
@@ -106,12 +149,18 @@ def test_resume_on_another_world_size_or_strategy_continues_from_the_same_step(t
 
 
 def test_bad_strategy_values_are_one_line_and_exit_2(tmp_path):
-    for extra, said in ((["--strategy", "zero3"], "--strategy"),
-                        (["--strategy", "fsdp", "--dtype", "float16"], "--dtype float16"),
-                        (["--checkpoint-writer", "process"], "--checkpoint-writer process needs --strategy fsdp"),
-                        (["--strategy", "fsdp", "--checkpoint-writer", "fork"], "--checkpoint-writer")):
-        p = subprocess.run([sys.executable, "-m", "slurmgen.train", *extra, "--out-dir", str(tmp_path)],
-                           capture_output=True, text=True, timeout=120)
+    for extra, said in (
+        (["--strategy", "zero3"], "--strategy"),
+        (["--strategy", "fsdp", "--dtype", "float16"], "--dtype float16"),
+        (["--checkpoint-writer", "process"], "--checkpoint-writer process needs --strategy fsdp"),
+        (["--strategy", "fsdp", "--checkpoint-writer", "fork"], "--checkpoint-writer"),
+    ):
+        p = subprocess.run(
+            [sys.executable, "-m", "slurmgen.train", *extra, "--out-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr
 
 
@@ -130,13 +179,32 @@ def test_preemption_signal_writes_a_sharded_checkpoint_and_the_run_resumes_from_
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SLURMGEN_"))}
     env["SLURMGEN_HEARTBEAT_DIR"] = str(tmp_path / "hb")
-    args = [sys.executable, "-m", "slurmgen.train", *ARGS, "--max-steps", str(PREEMPT_STEPS), "--save-every", "0",
-            "--strategy", "fsdp", "--nproc-per-node", "2", "--out-dir", str(out)]
-    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    args = [
+        sys.executable,
+        "-m",
+        "slurmgen.train",
+        *ARGS,
+        "--max-steps",
+        str(PREEMPT_STEPS),
+        "--save-every",
+        "0",
+        "--strategy",
+        "fsdp",
+        "--nproc-per-node",
+        "2",
+        "--out-dir",
+        str(out),
+    ]
+    p = subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and p.poll() is None and len(losses(out) if (out / "metrics.jsonl").exists() else {}) < 3:
+        while (
+            time.monotonic() < deadline
+            and p.poll() is None
+            and len(losses(out) if (out / "metrics.jsonl").exists() else {}) < 3
+        ):
             time.sleep(0.1)
         os.killpg(p.pid, signal.SIGUSR2)
         log, _ = p.communicate(timeout=120)

@@ -23,8 +23,19 @@ TINY_GPT = dict(model="gpt", n_layer=1, n_head=2, n_embd=16, block_size=8, vocab
 
 
 def make(tmp_path, loss_fn=None, **kw):
-    base = dict(out_dir=str(tmp_path), model="mlp", mlp_in=8, mlp_hidden=16, mlp_classes=4, synthetic_samples=256,
-                max_steps=10, log_every=1, progress="none", warmup_steps=2, eval_iters=2)
+    base = dict(
+        out_dir=str(tmp_path),
+        model="mlp",
+        mlp_in=8,
+        mlp_hidden=16,
+        mlp_classes=4,
+        synthetic_samples=256,
+        max_steps=10,
+        log_every=1,
+        progress="none",
+        warmup_steps=2,
+        eval_iters=2,
+    )
     cfg = TrainConfig(**{**base, **kw}).validate()
     torch.manual_seed(cfg.seed)
     model = build_model(cfg)
@@ -140,9 +151,15 @@ def test_train_ddp_with_a_user_model(tmp_path, monkeypatch):
     xs = torch.randn(64, 3, generator=g)
     data = [(x, x.sum(dim=0, keepdim=True)) for x in xs]
     model = torch.nn.Linear(3, 1)
-    result = train_ddp(model=model, train_dataset=data, eval_dataset=data[:16], loss_fn=F.mse_loss,
-                       config={"out_dir": str(tmp_path), "max_steps": 30, "lr": 0.05, "progress": "none"}, batch_size=4,
-                       threads=torch.get_num_threads())
+    result = train_ddp(
+        model=model,
+        train_dataset=data,
+        eval_dataset=data[:16],
+        loss_fn=F.mse_loss,
+        config={"out_dir": str(tmp_path), "max_steps": 30, "lr": 0.05, "progress": "none"},
+        batch_size=4,
+        threads=torch.get_num_threads(),
+    )
     assert result.exit_code == 0 and result.step == 30 and result.val_loss < 1.0
     assert (tmp_path / "checkpoints" / "latest").is_file()
 
@@ -160,9 +177,32 @@ def test_token_files_through_the_command_line(tmp_path, monkeypatch, capsys):
     rng.integers(0, 100, size=5000, dtype=np.uint16).tofile(tmp_path / "train.bin")
     rng.integers(0, 100, size=1000, dtype=np.uint16).tofile(tmp_path / "val.bin")
     out = tmp_path / "run"
-    code = main(["--train-data", str(tmp_path / "train.bin"), "--val-data", str(tmp_path / "val.bin"), "--vocab-size", "128",
-                 "--n-layer", "1", "--n-embd", "16", "--block-size", "16", "--max-steps", "4", "--eval-every", "2",
-                 "--out-dir", str(out), "--progress", "bar", "--threads", str(torch.get_num_threads())])
+    code = main(
+        [
+            "--train-data",
+            str(tmp_path / "train.bin"),
+            "--val-data",
+            str(tmp_path / "val.bin"),
+            "--vocab-size",
+            "128",
+            "--n-layer",
+            "1",
+            "--n-embd",
+            "16",
+            "--block-size",
+            "16",
+            "--max-steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--out-dir",
+            str(out),
+            "--progress",
+            "bar",
+            "--threads",
+            str(torch.get_num_threads()),
+        ]
+    )
     assert code == 0
     rows = metrics(out)
     assert [(r["step"], r["split"]) for r in rows if r["split"] == "val"] == [(2, "val"), (4, "val")]

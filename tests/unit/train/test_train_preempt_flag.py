@@ -53,5 +53,7 @@ def test_term_anywhere_never_requeues(flag, tmp_path, voted, own):
     if own is not None:
         os.kill(os.getpid(), own)
     warn, said = after_preemption(voted, flag, environ, True)
-    assert not warn and said.startswith("SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing")
+    assert not warn and said.startswith(
+        "SIGTERM (scancel, a preemption or the launcher stopping the run): not requeueing"
+    )
     assert not calls.exists()

@@ -568,9 +568,11 @@ def explain(node, rank, code, kind):
         return f"rank {rank} on node {node} exited with code {code}"
     if kind == "hung":
         return f"rank {rank} on node {node} stopped beating (hung, code {code})"
-    what = {"signal": "was interrupted by a signal", "absent": "never showed up",
-            "nnodes": "was started with another number of nodes"}.get(kind, "was lost (its launcher died "
-                                                                              "or the connection to it broke)")
+    what = {
+        "signal": "was interrupted by a signal",
+        "absent": "never showed up",
+        "nnodes": "was started with another number of nodes",
+    }.get(kind, "was lost (its launcher died or the connection to it broke)")
     return f"node {node} {what} (code {code})"
 
 
@@ -591,16 +593,18 @@ BYE_WITHIN = 2.0
 @dataclass(frozen=True)
 class Failed:
     """A failure: this node's (from its launcher) or, heard by the master, any node's."""
+
     node: object  # a node number; for absent nodes "1,2"
     rank: str
     code: int
-    kind: str     # rank, hung, signal, lost, absent, nnodes
+    kind: str  # rank, hung, signal, lost, absent, nnodes
     at: float = 0.0
 
 
 @dataclass(frozen=True)
 class Done:
     """Every rank of `node` exited 0."""
+
     node: int
     at: float = 0.0
 
@@ -608,6 +612,7 @@ class Done:
 @dataclass(frozen=True)
 class LauncherDied:
     """This node's launcher ended without its last word: its ranks are stopped here."""
+
     at: float = 0.0
 
 
@@ -615,6 +620,7 @@ class LauncherDied:
 class Ended:
     """A worker hears how the job ended from outside: the master's `stop` (its verdict), `bye`,
     `refused`, or no master at all."""
+
     code: int
     cause: Optional[Cause] = None
 
@@ -622,6 +628,7 @@ class Ended:
 @dataclass(frozen=True)
 class MasterGone:
     """A worker's connection to the master ended; `ready`: it had said hello."""
+
     ready: bool
 
 
@@ -636,6 +643,7 @@ Input = Union[Failed, Done, LauncherDied, Ended, MasterGone, Tick]
 @dataclass(frozen=True)
 class Send:
     """The master: to every node; a worker: to the master."""
+
     text: str
 
 
@@ -658,9 +666,9 @@ class Link:
     node: int
     nnodes: int
     start_by: float = 0.0
-    done: FrozenSet[int] = frozenset()   # nodes whose ranks all exited 0
+    done: FrozenSet[int] = frozenset()  # nodes whose ranks all exited 0
     leave: Optional[Tuple[float, int, Optional[Cause]]] = None  # a worker's own end: (at, code, cause)
-    code: Optional[int] = None           # the exit status, once decided
+    code: Optional[int] = None  # the exit status, once decided
 
     @property
     def master(self):
@@ -861,7 +869,7 @@ class Master(Agent):
         self.server.bind(where)
         self.server.listen(64)
         self.sel.register(self.server, selectors.EVENT_READ, self.on_accept)
-        self.peers = {}   # socket -> Peer
+        self.peers = {}  # socket -> Peer
         self.nodes = {0}  # every node that has said hello
         self.link_timeout, self.next_ping = link_timeout, time.monotonic()
 
@@ -967,8 +975,8 @@ class Worker(Agent):
         self.addr, self.port, self.link_timeout = addr, port, link_timeout
         self.next_try, self.next_ping, self.seen = now, now, now
         self.conn = None
-        self.ready = False    # hello sent: what this node says now reaches the master
-        self.outbox = []      # what it said before
+        self.ready = False  # hello sent: what this node says now reaches the master
+        self.outbox = []  # what it said before
         self.lines = Lines()
 
     def connect(self, now):
@@ -992,8 +1000,9 @@ class Worker(Agent):
         self.seen = time.monotonic()
         for words in lines:
             if words[0] == "challenge" and len(words) == 2 and not self.ready:
-                self.ready = send(conn, f"hello {self.node} {self.nnodes} "
-                                        f"{mac(self.token, words[1], self.node, self.nnodes)}")
+                self.ready = send(
+                    conn, f"hello {self.node} {self.nnodes} {mac(self.token, words[1], self.node, self.nnodes)}"
+                )
                 for text in self.outbox:
                     send(conn, text)
             elif words[0] == "welcome":
@@ -1046,8 +1055,11 @@ def main(argv):
         try:
             agent = Master(me, nnodes, token, grace, addr, port, start_timeout, link_timeout)
         except OSError as e:
-            print(f"{me}: error: cannot listen on {addr}:{port} for the other nodes ({e.strerror or e}): "
-                  f"set SLURMGEN_LINK_PORT to a free port, the same on every node", file=sys.stderr)
+            print(
+                f"{me}: error: cannot listen on {addr}:{port} for the other nodes ({e.strerror or e}): "
+                f"set SLURMGEN_LINK_PORT to a free port, the same on every node",
+                file=sys.stderr,
+            )
             return BAD_INPUT
         agent.linked()
         try:
