@@ -10,11 +10,54 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from slurmgen.cliopts import colour
 from slurmgen.errors import SlurmgenError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def _runs_table(rows: list[dict]) -> Table:
+    """The rich table of `slurmgen runs` (the task and params columns only when there is a sweep)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from slurmgen.tracking.records import format_duration
+
+    sweeps = any(row["sweep"] for row in rows)  # the task and params columns only when there is a sweep
+    table = Table(
+        "name",
+        "group",
+        *(("task", "params") if sweeps else ()),
+        "job type",
+        "status",
+        "steps",
+        "last loss",
+        "duration",
+        "restarts",
+        box=None,
+    )
+    for row in rows:
+        loss = row["last_loss"]
+        status = str(row["status"])
+        sweep = row["sweep"] or {}
+        params = " ".join(f"{k}={v}" for k, v in (sweep.get("params") or {}).items())
+        table.add_row(
+            str(row["name"]),
+            sweep.get("id") or str(row["group"]),
+            *((str(sweep.get("task", "")), escape(params)) if sweeps else ()),
+            str(row["job_type"]),
+            f"[{colour(status) or 'white'}]{status}[/]",
+            "-" if row["steps"] is None else str(row["steps"]),
+            "-" if not isinstance(loss, (int, float)) else f"{loss:.4g}",
+            format_duration(row["duration"]),
+            str(row["restarts"] or ""),
+        )
+    return table
 
 
 def runs(
@@ -27,7 +70,7 @@ def runs(
 
     The tasks of a sweep are listed together as one group (the array job, slurm-<id>), one row per
     task with its parameters; `slurmgen plot slurm-<id>` draws them into one figure."""
-    from slurmgen.tracking.records import find_runs, format_duration, sweeps_together
+    from slurmgen.tracking.records import find_runs, sweeps_together
 
     if not directory.is_dir():
         raise SlurmgenError(
@@ -60,38 +103,8 @@ def runs(
         typer.echo(f"no runs under {directory}")
         return
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
-    sweeps = any(row["sweep"] for row in rows)  # the task and params columns only when there is a sweep
-    table = Table(
-        "name",
-        "group",
-        *(("task", "params") if sweeps else ()),
-        "job type",
-        "status",
-        "steps",
-        "last loss",
-        "duration",
-        "restarts",
-        box=None,
-    )
-    for row in rows:
-        loss = row["last_loss"]
-        status = str(row["status"])
-        sweep = row["sweep"] or {}
-        params = " ".join(f"{k}={v}" for k, v in (sweep.get("params") or {}).items())
-        table.add_row(
-            str(row["name"]),
-            sweep.get("id") or str(row["group"]),
-            *((str(sweep.get("task", "")), escape(params)) if sweeps else ()),
-            str(row["job_type"]),
-            f"[{colour(status) or 'white'}]{status}[/]",
-            "-" if row["steps"] is None else str(row["steps"]),
-            "-" if not isinstance(loss, (int, float)) else f"{loss:.4g}",
-            format_duration(row["duration"]),
-            str(row["restarts"] or ""),
-        )
+    table = _runs_table(rows)
     # Piped or captured: no terminal width to fit, so never cut a group name to fit 80 columns.
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 400).print(table)
 

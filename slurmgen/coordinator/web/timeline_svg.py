@@ -81,6 +81,38 @@ def _span(attempt: Mapping[str, Any], open_end: float | None) -> float:
     return max([1.0, *times, *([open_end] if open_end else [])])
 
 
+def _rank_row(
+    r: Mapping[str, Any], y: float, scale: float, open_end: float | None, flag: bool, slowest: bool
+) -> dict[str, Any]:
+    """One rank's row of the chart: its phase segments, then its checkpoint stalls drawn over them."""
+    rects = [
+        {
+            "x": LABEL + s["from"] * scale,
+            "y": y,
+            "w": max(1.0, (s["to"] - s["from"]) * scale),
+            "h": BAR,
+            "colour": COLOUR[s["name"]],
+            "title": f"rank {r['rank']} {s['name']}: {s['from']:.2f}-{s['to']:.2f} s"
+            + (" (still running)" if s.get("open") else ""),
+        }
+        for s in _segments(r, open_end)
+    ]
+    rects += [
+        {
+            "x": LABEL + max(0.0, c["at"] - c["stall"]) * scale,
+            "y": y + 2,
+            "w": max(2.0, c["stall"] * scale),
+            "h": BAR - 4,
+            "colour": COLOUR["checkpoint"],
+            "title": f"rank {r['rank']} checkpoint at step {c['step']}: {c['stall']:.2f} s stall",
+        }
+        for c in r.get("checkpoint_list") or []
+        if c.get("at") is not None
+    ]
+    label = f"rank {r['rank']}" + (f" {r['host']}" if r.get("host") else "")
+    return {"label": label, "y": y, "text_y": y + BAR - 2, "flag": flag, "slowest": slowest, "rects": rects}
+
+
 def attempt_chart(attempt: Mapping[str, Any], flagged: set[int], now: float | None = None) -> dict[str, Any]:
     """One attempt's SVG: {"width", "height", "ticks", "rows": [{"label", "y", "flag", "rects"}],
     "slowest": [{"phase", "rank", "at"}]}; x in pixels, every rect with a title for hovering."""
@@ -90,44 +122,10 @@ def attempt_chart(attempt: Mapping[str, Any], flagged: set[int], now: float | No
     inner = WIDTH - LABEL - RIGHT
     scale = inner / span
     slow = {v["rank"]: p for p, v in (attempt.get("slowest") or {}).items() if p != phases.END}
-    rows = []
-    for i, r in enumerate(attempt["ranks"]):
-        y = TOP + i * ROW
-        rects = [
-            {
-                "x": LABEL + s["from"] * scale,
-                "y": y,
-                "w": max(1.0, (s["to"] - s["from"]) * scale),
-                "h": BAR,
-                "colour": COLOUR[s["name"]],
-                "title": f"rank {r['rank']} {s['name']}: {s['from']:.2f}-{s['to']:.2f} s"
-                + (" (still running)" if s.get("open") else ""),
-            }
-            for s in _segments(r, open_end)
-        ]
-        rects += [
-            {
-                "x": LABEL + max(0.0, c["at"] - c["stall"]) * scale,
-                "y": y + 2,
-                "w": max(2.0, c["stall"] * scale),
-                "h": BAR - 4,
-                "colour": COLOUR["checkpoint"],
-                "title": f"rank {r['rank']} checkpoint at step {c['step']}: {c['stall']:.2f} s stall",
-            }
-            for c in r.get("checkpoint_list") or []
-            if c.get("at") is not None
-        ]
-        label = f"rank {r['rank']}" + (f" {r['host']}" if r.get("host") else "")
-        rows.append(
-            {
-                "label": label,
-                "y": y,
-                "text_y": y + BAR - 2,
-                "flag": r["rank"] in flagged,
-                "slowest": r["rank"] in slow,
-                "rects": rects,
-            }
-        )
+    rows = [
+        _rank_row(r, TOP + i * ROW, scale, open_end, r["rank"] in flagged, r["rank"] in slow)
+        for i, r in enumerate(attempt["ranks"])
+    ]
     height = TOP + max(1, len(rows)) * ROW + 8
     return {
         "attempt": attempt.get("attempt"),

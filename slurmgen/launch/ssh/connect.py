@@ -283,27 +283,7 @@ def connect(
                 client.load_host_keys(path)
         client.set_missing_host_key_policy(HostKeyPolicy(target, opts.accept_new_host_keys, notify))
         if target.proxy_jump:
-            if depth > 4:
-                raise ConnectError(target.alias, "ProxyJump chain is longer than 4 hops (a loop?)")
-            # `ProxyJump a,b`: reach b through a, then the target through b (as ssh -J does).
-            hops = [h.strip() for h in target.proxy_jump.split(",") if h.strip()]
-            host, user, port = parse_jump(hops[-1])
-            jump_opts = SSHOptions(
-                user=user,
-                port=port,
-                known_hosts=opts.known_hosts,
-                connect_timeout=timeout,
-                accept_new_host_keys=opts.accept_new_host_keys,
-                identities=opts.identities,
-            )
-            jump_target = replace(resolve(host, jump_opts, config), proxy_jump=",".join(hops[:-1]) or None)
-            try:
-                jump = jumps.get(
-                    (jump_target, jump_opts),
-                    lambda: connect(jump_target, jump_opts, config, notify, depth + 1, keys, jumps),
-                )
-            except ConnectError as exc:
-                raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
+            jump = _jump_host(target, opts, config, notify, depth, keys, jumps)
             sock = jump.client.get_transport().open_channel(
                 "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout
             )
@@ -320,24 +300,68 @@ def connect(
             if isinstance(sock, _ProxyCommand):
                 sock.close()
             raise
-        err = explain(target, exc, timeout, keys)
-        if jump is not None and not isinstance(exc, ConnectError) and isinstance(exc, paramiko.ChannelException):
-            err = ConnectError(
-                target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}"
-            )
-        elif isinstance(sock, _ProxyCommand) and (
-            isinstance(exc, (paramiko.ProxyCommandFailure, EOFError)) or "greeting" in err.message
-        ):
-            said = sock.last_words()
-            err = ConnectError(
-                target.alias,
-                f"ProxyCommand {target.proxy_command!r} ended without an SSH connection "
-                f"to {target.hostname}:{target.port}" + (f"; it said: {said}" if said else ""),
-                hint="check ProxyCommand in your ssh config; run it by hand to see what it does",
-            )
+        err = _connect_error(target, exc, timeout, keys, jump, sock)
         if isinstance(sock, _ProxyCommand):
             sock.close()  # stops the command; the client does so only once connected
         raise err from None
+
+
+def _jump_host(
+    target: Target,
+    opts: SSHOptions,
+    config: paramiko.SSHConfig,
+    notify: Callable[[str], None],
+    depth: int,
+    keys: dict[str, Unlocked] | None,
+    jumps: JumpPool[Connection],
+) -> Connection:
+    """The connection to the last hop of `ProxyJump a,b`: b reached through a, as ssh -J does."""
+    if depth > 4:
+        raise ConnectError(target.alias, "ProxyJump chain is longer than 4 hops (a loop?)")
+    hops = [h.strip() for h in (target.proxy_jump or "").split(",") if h.strip()]
+    host, user, port = parse_jump(hops[-1])
+    jump_opts = SSHOptions(
+        user=user,
+        port=port,
+        known_hosts=opts.known_hosts,
+        connect_timeout=opts.connect_timeout,
+        accept_new_host_keys=opts.accept_new_host_keys,
+        identities=opts.identities,
+    )
+    jump_target = replace(resolve(host, jump_opts, config), proxy_jump=",".join(hops[:-1]) or None)
+    try:
+        return jumps.get(
+            (jump_target, jump_opts),
+            lambda: connect(jump_target, jump_opts, config, notify, depth + 1, keys, jumps),
+        )
+    except ConnectError as exc:
+        raise ConnectError(target.alias, f"via jump host {exc.line()}") from None
+
+
+def _connect_error(
+    target: Target,
+    exc: BaseException,
+    timeout: float,
+    keys: dict[str, Unlocked] | None,
+    jump: Connection | None,
+    sock: paramiko.Channel | paramiko.ProxyCommand | None,
+) -> ConnectError:
+    """What a failed connection says: a jump host or a ProxyCommand that could not reach the
+    target is named as such; everything else as `explain` reads it."""
+    err = explain(target, exc, timeout, keys)
+    if jump is not None and not isinstance(exc, ConnectError) and isinstance(exc, paramiko.ChannelException):
+        return ConnectError(target.alias, f"jump host {target.proxy_jump} cannot reach {target.hostname}:{target.port}")
+    if isinstance(sock, _ProxyCommand) and (
+        isinstance(exc, (paramiko.ProxyCommandFailure, EOFError)) or "greeting" in err.message
+    ):
+        said = sock.last_words()
+        return ConnectError(
+            target.alias,
+            f"ProxyCommand {target.proxy_command!r} ended without an SSH connection "
+            f"to {target.hostname}:{target.port}" + (f"; it said: {said}" if said else ""),
+            hint="check ProxyCommand in your ssh config; run it by hand to see what it does",
+        )
+    return err
 
 
 def connect_all(
