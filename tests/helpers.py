@@ -30,7 +30,7 @@ from slurmgen.generate.specfile import build_spec
 from slurmgen.generate.topology import Host
 from slurmgen.launch.plan import build_plan
 from slurmgen.launch.runner import Launcher
-from slurmgen.launch.ssh.connect import SSHOptions
+from slurmgen.ssh.connect import SSHOptions
 
 
 # --- The CLI in-process -----------------------------------------------------------------------
@@ -202,7 +202,7 @@ class LocalProcess:
 
 
 class LocalConnection:
-    """Quacks like slurmgen.launch.ssh.connect.Connection; every host is this machine."""
+    """Quacks like slurmgen.ssh.connect.Connection; every host is this machine."""
 
     def __init__(self, alias: str, env: dict[str, str] | None = None):
         self.alias, self.env = alias, env
@@ -456,7 +456,7 @@ def recorded_launch(registry: Path, plan, program: str, **start):
     from slurmgen.jobs.runs import Recorder
     from slurmgen.launch.record import LaunchRecord
     from slurmgen.launch.runner import Launcher
-    from slurmgen.launch.ssh.connect import SSHOptions
+    from slurmgen.ssh.connect import SSHOptions
 
     record = LaunchRecord.start(Recorder(registry), plan, "exp", [PY, "-c", program], **start)
     made: dict = {}

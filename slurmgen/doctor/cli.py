@@ -125,7 +125,7 @@ def doctor(
     if hosts is not None or hostfile is not None:
         from slurmgen.generate.hostfile import read_hostfile
         from slurmgen.generate.hostlist import expand
-        from slurmgen.launch.ssh.connect import SSHOptions, master_address
+        from slurmgen.ssh.connect import SSHOptions, master_address
 
         names = [h.name for h in read_hostfile(hostfile, 1)] if hostfile else expand(hosts or "")
         ssh = SSHOptions(

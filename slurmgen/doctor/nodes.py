@@ -105,7 +105,7 @@ def allocation_rows(opts: ProbeOptions, hosts: list[str], python: str = sys.exec
 
 def ssh_rows(opts: ProbeOptions, hosts: list[str], ssh_opts: Any, python: str, workdir: str) -> list[dict[str, Any]]:
     """One probe per host over SSH (the launch package's connections); rows named by host alias."""
-    from slurmgen.launch.ssh.connect import connect_all  # paramiko: only for --hosts
+    from slurmgen.ssh.connect import connect_all  # paramiko: only for --hosts
 
     command = f"cd {shlex.quote(workdir)} && exec {shlex.quote(python)} -m slurmgen.doctor.probe " + " ".join(
         shlex.quote(a) for a in probe_args(replace(opts, nodes=len(hosts), signal_wait=0.0))

@@ -30,7 +30,7 @@ class RemoteRunner:
     """Runs argv on the login node; reads files there over SFTP (on the same connection)."""
 
     def __init__(self, alias: str, ssh_config: str | None = None, setup: Sequence[str] = ()):
-        from slurmgen.launch.ssh.connect import SSHOptions, connect_all
+        from slurmgen.ssh.connect import SSHOptions, connect_all
 
         self.where, self.setup = alias, list(setup)
         self.conn = connect_all([alias], SSHOptions(ssh_config=ssh_config))[alias]

@@ -33,7 +33,7 @@ from slurmgen.errors import SlurmgenError
 if TYPE_CHECKING:
     from slurmgen.generate.topology import Host
     from slurmgen.launch.plan import LaunchPlan
-    from slurmgen.launch.ssh.target import SSHOptions
+    from slurmgen.ssh.target import SSHOptions
 
 
 def launch(
@@ -109,8 +109,8 @@ def launch(
     from slurmgen.generate.specfile import spec_from_sources
     from slurmgen.launch.plan import build_plan, select_hosts
     from slurmgen.launch.remote import timeline_file
-    from slurmgen.launch.ssh.sshconfig import master_address  # the ssh config only: no paramiko
-    from slurmgen.launch.ssh.target import SSHOptions
+    from slurmgen.ssh.sshconfig import master_address  # the ssh config only: no paramiko
+    from slurmgen.ssh.target import SSHOptions
 
     _check_flags(hosts, hostfile, port, connect_timeout, keepalive)
     spec = spec_from_sources(

@@ -10,8 +10,8 @@ from __future__ import annotations
 from slurmgen.contract.node_events import KEEPALIVE_INTERVAL
 from slurmgen.launch.plan import LaunchPlan
 from slurmgen.launch.remote import bootstrap, env_text, remote_command
-from slurmgen.launch.ssh.sshconfig import describe_targets
-from slurmgen.launch.ssh.target import SSHOptions
+from slurmgen.ssh.sshconfig import describe_targets
+from slurmgen.ssh.target import SSHOptions
 
 
 def dry_run_text(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIVE_INTERVAL) -> str:

@@ -45,7 +45,7 @@ from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line
 from slurmgen.launch.plan import LaunchPlan, NodePlan
 from slurmgen.launch.record import LaunchRecord
 from slurmgen.launch.remote import heartbeat_ms, payload, remote_command
-from slurmgen.launch.ssh.connect import ConnectError, Connection, SSHOptions, connect_all
+from slurmgen.ssh.connect import ConnectError, Connection, SSHOptions, connect_all
 
 STOP_WAIT_EXTRA = 5.0  # after a stop, wait this much beyond the grace for nodes to report
 PASS_SECONDS = 0.1  # the longest a loop pass waits for input before ticking anyway
@@ -53,7 +53,7 @@ BATCH = 512  # inputs handled per pass at most, so ticks keep coming under a flo
 
 
 class NodeProcess(Protocol):
-    """What the runner needs of a node's session (slurmgen.launch.ssh.connect.RemoteProcess)."""
+    """What the runner needs of a node's session (slurmgen.ssh.connect.RemoteProcess)."""
 
     def read(self) -> bytes: ...
 

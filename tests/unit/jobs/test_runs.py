@@ -29,7 +29,7 @@ from slurmgen.jobs.runs import (
 )
 from slurmgen.launch.record import LaunchRecord
 from slurmgen.launch.runner import Launcher
-from slurmgen.launch.ssh.connect import SSHOptions
+from slurmgen.ssh.connect import SSHOptions
 
 # The registry's third shape: Slurm jobs only (seq, cluster), no run columns, no attempts.
 THIRD_SCHEMA = """
@@ -214,7 +214,7 @@ def test_a_failing_launch_is_recorded_running_at_start_then_with_its_verdict_per
 def test_a_launch_that_cannot_connect_is_recorded_failed_with_the_reason(tmp_path):
     from slurmgen.errors import SlurmgenError
     from slurmgen.launch import runner
-    from slurmgen.launch.ssh.connect import ConnectError, SSHOptions
+    from slurmgen.ssh.connect import ConnectError, SSHOptions
 
     path = tmp_path / "jobs.sqlite"
     plan = local_plan(tmp_path, ["true"], slots=(1,))

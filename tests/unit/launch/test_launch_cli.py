@@ -115,7 +115,7 @@ DRY_RUN_SKIPS = (
     "cryptography",
     "invoke",
     "sqlite3",
-    "slurmgen.launch.ssh.connect",
+    "slurmgen.ssh.connect",
     "slurmgen.launch.runner",
     "slurmgen.jobs.registry",
     "yaml",

@@ -15,7 +15,7 @@ from helpers import run_launcher as run
 
 from slurmgen.contract import exitcodes
 from slurmgen.launch.runner import Launcher
-from slurmgen.launch.ssh.connect import ConnectError, SSHOptions
+from slurmgen.ssh.connect import ConnectError, SSHOptions
 
 
 def test_success_streams_prefixed_lines_and_summarises(tmp_path):

@@ -1,4 +1,4 @@
-"""slurmgen.launch.ssh.connect without a network: ssh config resolution, ProxyJump parsing, error lines."""
+"""slurmgen.ssh.connect without a network: ssh config resolution, ProxyJump parsing, error lines."""
 
 import errno
 import socket
@@ -7,9 +7,9 @@ import paramiko
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.launch.ssh.connect import SSHOptions, Target, connect_all, load_config, resolve
-from slurmgen.launch.ssh.explain import explain
-from slurmgen.launch.ssh.target import parse_jump
+from slurmgen.ssh.connect import SSHOptions, Target, connect_all, load_config, resolve
+from slurmgen.ssh.explain import explain
+from slurmgen.ssh.target import parse_jump
 
 CONFIG = paramiko.SSHConfig.from_text("""
 Host gpu*
@@ -121,8 +121,8 @@ def test_jump_pool_connects_once_for_many_targets_and_shares_a_failure():
     import threading
     import time
 
-    from slurmgen.launch.ssh.connect import ConnectError, Connection
-    from slurmgen.launch.ssh.jumps import JumpPool
+    from slurmgen.ssh.connect import ConnectError, Connection
+    from slurmgen.ssh.jumps import JumpPool
 
     class Client:
         closed = 0
@@ -170,7 +170,7 @@ def test_paramiko_comes_without_invoke_unless_a_config_has_match_exec(tmp_path):
     cfg = tmp_path / "config"
     cfg.write_text('Match exec "test -n x"\n  User bob\nHost x\n  Port 2\n')
     code = (
-        "import sys; from slurmgen.launch.ssh.connect import load_config; before = 'invoke' in sys.modules; "
+        "import sys; from slurmgen.ssh.connect import load_config; before = 'invoke' in sys.modules; "
         f"found = load_config({str(cfg)!r}).lookup('x'); print(before, 'invoke' in sys.modules, found['user'])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -19,7 +19,7 @@ from slurmgen.jobs.registry import Registry
 from slurmgen.jobs.runs import Recorder, attempts_of, get_row, list_rows
 from slurmgen.launch.record import LaunchRecord
 from slurmgen.launch.runner import Launcher
-from slurmgen.launch.ssh.connect import SSHOptions
+from slurmgen.ssh.connect import SSHOptions
 
 
 def _row(path):

@@ -1,4 +1,4 @@
-"""Unlocking passphrase-protected key files before `slurmgen launch` connects (slurmgen/launch/ssh/keys.py).
+"""Unlocking passphrase-protected key files before `slurmgen launch` connects (slurmgen/ssh/keys.py).
 
 Real key files from ssh-keygen; the terminal and ssh-agent are stand-ins here (a prompt
 function, a list of keys). tests/integration/test_ssh_launch.py runs the same through a real
@@ -13,7 +13,7 @@ import paramiko
 import pytest
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.launch.ssh.keys import FromAgent, Unusable, public_blob, unlock, unlock_all
+from slurmgen.ssh.keys import FromAgent, Unusable, public_blob, unlock, unlock_all
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh-keygen"), reason="ssh-keygen is not installed")
 

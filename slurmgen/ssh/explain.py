@@ -6,10 +6,10 @@ import errno
 import os
 import socket
 
-from slurmgen.launch.ssh.hostkeys import fingerprint
-from slurmgen.launch.ssh.keys import Unlocked, Unusable
-from slurmgen.launch.ssh.lean import paramiko
-from slurmgen.launch.ssh.target import ConnectError, Target
+from slurmgen.ssh.hostkeys import fingerprint
+from slurmgen.ssh.keys import Unlocked, Unusable
+from slurmgen.ssh.lean import paramiko
+from slurmgen.ssh.target import ConnectError, Target
 
 
 def explain(

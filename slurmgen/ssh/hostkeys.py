@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmgen.launch.ssh.lean import paramiko
-from slurmgen.launch.ssh.target import ConnectError, Target
+from slurmgen.ssh.lean import paramiko
+from slurmgen.ssh.target import ConnectError, Target
 
 _KNOWN_HOSTS_LOCK = threading.Lock()
 

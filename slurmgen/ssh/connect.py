@@ -31,13 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.launch.ssh.explain import explain
-from slurmgen.launch.ssh.hostkeys import HostKeyPolicy
-from slurmgen.launch.ssh.jumps import JumpPool
-from slurmgen.launch.ssh.keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
-from slurmgen.launch.ssh.lean import paramiko
-from slurmgen.launch.ssh.sshconfig import describe_targets, load_config, master_address, resolve
-from slurmgen.launch.ssh.target import ConnectError, SSHOptions, Target, parse_jump
+from slurmgen.ssh.explain import explain
+from slurmgen.ssh.hostkeys import HostKeyPolicy
+from slurmgen.ssh.jumps import JumpPool
+from slurmgen.ssh.keys import FromAgent, Unlocked, Unusable, terminal_prompt, unlock_all
+from slurmgen.ssh.lean import paramiko
+from slurmgen.ssh.sshconfig import describe_targets, load_config, master_address, resolve
+from slurmgen.ssh.target import ConnectError, SSHOptions, Target, parse_jump
 
 __all__ = [
     "ConnectError",

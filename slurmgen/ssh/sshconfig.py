@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.launch.ssh.target import DEFAULT_CONFIG, SSHOptions, Target, target_from
+from slurmgen.ssh.target import DEFAULT_CONFIG, SSHOptions, Target, target_from
 
 _PACKAGE = "_slurmgen_paramiko_config"  # paramiko's files, without paramiko/__init__.py
 _MATCH_EXEC = re.compile(r"^\s*match\b.*\bexec\b", re.IGNORECASE | re.MULTILINE)
@@ -33,7 +33,7 @@ _MATCH_EXEC = re.compile(r"^\s*match\b.*\bexec\b", re.IGNORECASE | re.MULTILINE)
 def _config_module() -> types.ModuleType:
     """paramiko's `config` module: paramiko's own once it is imported, else loaded alone."""
     if "paramiko" in sys.modules:
-        from slurmgen.launch.ssh.lean import paramiko
+        from slurmgen.ssh.lean import paramiko
 
         return paramiko.config
     if _PACKAGE + ".config" in sys.modules:

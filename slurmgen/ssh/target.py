@@ -1,6 +1,6 @@
 """SSH targets: who to contact how, from flags and ~/.ssh/config. Pure (no paramiko here).
 
-`slurmgen.launch.ssh.connect` looks a host up in the ssh config and hands the result to `target_from`;
+`slurmgen.ssh.connect` looks a host up in the ssh config and hands the result to `target_from`;
 command-line flags win over the file, as with ssh(1).
 """
 

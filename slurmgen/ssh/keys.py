@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.launch.ssh.lean import paramiko
+from slurmgen.ssh.lean import paramiko
 
 KEY_TYPES = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
 TRIES = 3
