@@ -96,7 +96,7 @@ def main() -> None:
 
 def registered_jobs(work: Path, env: dict[str, str], count: int) -> list[str]:
     sys.path.insert(0, str(REPO))
-    from slurmgen.jobs.registry import JobRecord, Registry
+    from slurmgen.runs.registry import JobRecord, Registry
 
     t0 = time.perf_counter()
     ids = []

@@ -61,7 +61,7 @@ from pathlib import Path
 
 from bench_registry import fill
 
-from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.runs.registry import JobRecord, Registry
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "unit" / "jobs" / "data" / "slurm"

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from slurmgen.contract.states import State
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import Failure, NewRun, add_run, end_attempt, end_run, list_rows, start_attempt
+from slurmgen.runs.model import Failure, NewRun, add_run, end_attempt, end_run, list_rows, start_attempt
+from slurmgen.runs.registry import Registry
 
 
 def fill(path: Path, runs: int, records: Path | None = None, steps: int = 200) -> None:

@@ -36,7 +36,7 @@ TOKEN_FILE = typer.Option(
 )
 
 
-# --registry of every command that reads or writes the run registry (jobs/registry.py).
+# --registry of every command that reads or writes the run registry (runs/registry.py).
 REGISTRY_HELP = "Run registry file [default: $SLURMGEN_REGISTRY, else ~/.local/state/slurmgen/jobs.sqlite]."
 
 

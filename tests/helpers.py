@@ -453,9 +453,9 @@ def recorded_launch(registry: Path, plan, program: str, **start):
     """`slurmgen launch` of `plan` (its env names the launch id) over local nodes, recorded into
     `registry` as the CLI records it (`start`: more arguments of LaunchRecord.start): (exit code,
     the Launcher)."""
-    from slurmgen.jobs.runs import Recorder
     from slurmgen.launch.record import LaunchRecord
     from slurmgen.launch.runner import Launcher
+    from slurmgen.runs.model import Recorder
     from slurmgen.ssh.connect import SSHOptions
 
     record = LaunchRecord.start(Recorder(registry), plan, "exp", [PY, "-c", program], **start)

@@ -10,7 +10,7 @@ FINISHED_NAME = "slurmgen-{job_id}.finished"
 # Every rank's phases and step samples (contract/phases.py), appended by the ranks themselves.
 TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
 # Beside the run registry, not beside logs: a request to stop a running `slurmgen launch`,
-# written by the page or `slurmgen cancel`, taken by the launcher (jobs/launch_stop.py).
+# written by the page or `slurmgen cancel`, taken by the launcher (runs/stop_request.py).
 CONTROL_DIR = "control"
 LAUNCH_STOP_NAME = "launch-{launch_id}.stop"
 # Also beside the registry: every line the nodes of a `slurmgen launch` sent, as its launcher

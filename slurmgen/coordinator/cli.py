@@ -73,7 +73,7 @@ def serve(
     from slurmgen.coordinator.service import Coordinator
     from slurmgen.coordinator.store import Store
     from slurmgen.coordinator.tokens import default_db, default_token_file, load_or_create_token
-    from slurmgen.jobs.runs import Recorder
+    from slurmgen.runs.model import Recorder
 
     os.umask(0o077)  # the database and its WAL files hold commands and logs: owner only
     token_path = token_file or default_token_file()

@@ -1,4 +1,4 @@
-"""A coordinator group's runs in the run registry (jobs/runs.py) of the machine serving it.
+"""A coordinator group's runs in the run registry (runs/model.py) of the machine serving it.
 
 Each `start` of a group begins a run; the restarts that follow a failure (`max_restarts`) are
 attempts of that run, numbered as the coordinator numbers them, so the registry and the API
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from slurmgen.contract import envvars
 from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import State
-from slurmgen.jobs.records import record_dir
-from slurmgen.jobs.runs import Failure, NewRun, Recorder
+from slurmgen.runs.model import Failure, NewRun, Recorder
+from slurmgen.runs.trainer_records import record_dir
 
 if TYPE_CHECKING:
     from slurmgen.coordinator.models import GroupConfig, RankOut

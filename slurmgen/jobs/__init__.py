@@ -1,8 +1,8 @@
 """A job's life after rendering: submit, follow, stop, and sweeps as one array job.
 
-`submit` renders exactly as `create` does and calls `sbatch --parsable`; every job lands in a
-local SQLite registry (`registry.py`; beside launches and coordinator groups, one run model:
-`runs.py`; `listing.py` is `slurmgen jobs`) so that `jobs`, `status`, `logs` and `cancel` can find it
+`submit` renders exactly as `create` does and calls `sbatch --parsable`; every job lands in the
+run registry (slurmgen.runs: beside launches and coordinator groups, one run model;
+`listing.py` is `slurmgen jobs`) so that `jobs`, `status`, `logs` and `cancel` can find it
 again by id, array task, name or output directory (`resolve.py`). Slurm is asked through its
 plain command-line tools, here or over one SSH connection to a login node (`runner.py`,
 `remote.py`, which also ships content-addressed code snapshots from `snapshot.py`). What they

@@ -45,8 +45,8 @@ def jobs(
 ) -> None:
     """List every run (Slurm jobs, launches, groups), newest first, with its kind and current state."""
     from slurmgen.jobs.listing import list_jobs
-    from slurmgen.jobs.registry import Registry
-    from slurmgen.jobs.runs import check_kinds, check_states
+    from slurmgen.runs.model import check_kinds, check_states
+    from slurmgen.runs.registry import Registry
 
     if limit is not None and limit < 1:
         raise SlurmgenError(f"limit: must be at least 1 (got {limit})")
@@ -75,7 +75,7 @@ def jobs(
 
 
 def _job_line(row: dict[str, Any]) -> str:
-    from slurmgen.jobs.runs import size
+    from slurmgen.runs.model import size
 
     code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
     tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
@@ -147,9 +147,9 @@ def _run_view(registry: Path | None, job: str | None, with_timeline: bool) -> di
     """A run of `slurmgen launch` or a coordinator group named by its launch id, key (GROUP.N)
     or run id, when no Slurm job answers to JOB; None otherwise."""
     from slurmgen.jobs import commands
-    from slurmgen.jobs.registry import Registry
     from slurmgen.jobs.resolve import find
-    from slurmgen.jobs.runs import find_by_ref
+    from slurmgen.runs.model import find_by_ref
+    from slurmgen.runs.registry import Registry
 
     if job is None:
         return None
@@ -214,9 +214,9 @@ def logs(
 
 def _launch_row(registry: Path | None, ref: str) -> dict[str, Any] | None:
     """The SSH launch of this machine named `ref` (its launch id), when no Slurm job answers to it."""
-    from slurmgen.jobs.registry import Registry
     from slurmgen.jobs.resolve import find
-    from slurmgen.jobs.runs import find_run, get_row
+    from slurmgen.runs.model import find_run, get_row
+    from slurmgen.runs.registry import Registry
 
     try:
         with Registry.open(registry) as reg:
@@ -241,9 +241,9 @@ def _print_launch_log(
 ) -> None:
     """A launch's log as its launcher kept it here (launch/record.py), split by rank as a Slurm job's."""
     from slurmgen.contract.states import ENDED_WORDS
-    from slurmgen.jobs.registry import Registry
     from slurmgen.jobs.runner import LocalRunner
-    from slurmgen.jobs.runs import get_row
+    from slurmgen.runs.model import get_row
+    from slurmgen.runs.registry import Registry
 
     if node is not None:
         raise SlurmgenError(f"node: launch {row['job_id']} is read by rank (--rank), not by node")
@@ -400,12 +400,12 @@ def cancel(
 
 
 def _stop_launch(registry: Path | None, ref: str, as_json: bool) -> bool:
-    """`cancel LAUNCH_ID` on an SSH launch of this machine: its stop channel (jobs/launch_stop.py),
+    """`cancel LAUNCH_ID` on an SSH launch of this machine: its stop channel (runs/stop_request.py),
     as the page's Stop button; False when `ref` names no launch (then it is a Slurm job)."""
     from slurmgen.contract.exitcodes import FAILED
-    from slurmgen.jobs import launch_stop
-    from slurmgen.jobs.registry import Registry
-    from slurmgen.jobs.runs import find_run, get_row
+    from slurmgen.runs import stop_request
+    from slurmgen.runs.model import find_run, get_row
+    from slurmgen.runs.registry import Registry
 
     try:
         with Registry.open(registry) as reg:
@@ -415,7 +415,7 @@ def _stop_launch(registry: Path | None, ref: str, as_json: bool) -> bool:
         return False  # no registry: the Slurm path says so in its own words
     if row is None:
         return False
-    taken, said = launch_stop.request(row, "with slurmgen cancel")
+    taken, said = stop_request.request(row, "with slurmgen cancel")
     if as_json:
         echo_json({"job": ref, "kind": "launch", "stopping": taken, "said": said})
     else:

@@ -70,8 +70,8 @@ def with_job(
     work: Callable[..., Any],
 ) -> Any:
     """Open the registry, find JOB (default: the newest), open its runner, run `work`."""
-    from slurmgen.jobs.registry import Registry
     from slurmgen.jobs.resolve import find
+    from slurmgen.runs.registry import Registry
 
     def note(text: str) -> None:
         typer.echo(f"slurmgen: note: {text}", err=True)

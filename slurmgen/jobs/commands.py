@@ -24,12 +24,13 @@ from slurmgen.errors import SlurmgenError
 from slurmgen.heal.attempts import parse_attempts
 from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
-from slurmgen.jobs.records import by_group, group_of
-from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.jobs.remote_records import by_group
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
 from slurmgen.jobs.view import attempt, ended_at, job_view, overall, task_row
+from slurmgen.runs.registry import JobRecord, Registry
+from slurmgen.runs.trainer_records import group_of
 
 if TYPE_CHECKING:  # rendering (jinja2, msgspec) is loaded by submit only: status stays quick
     from slurmgen.generate.render import Rendered
@@ -214,7 +215,7 @@ def _kept_time_report(
 ) -> dict[str, Any]:
     """The time report, its stragglers and goodput also written into the job's registry row (the
     run record keeps them after the log directory is gone)."""
-    from slurmgen.jobs.runs import keep_time_report
+    from slurmgen.runs.model import keep_time_report
 
     found = _time_report(runner, record, attempts)
     if record.seq is not None and (found.get("stragglers") or found.get("goodput")):
@@ -295,7 +296,7 @@ def file_status(path: Path) -> dict[str, Any]:
 def run_status(reg: Registry, row: dict[str, Any], with_timeline: bool) -> dict[str, Any]:
     """`slurmgen status` of a launch or group run: its row, and where its time went from the
     timeline file its row names (read on this machine; else what the launcher kept at its end)."""
-    from slurmgen.jobs.runs import attempts_of, time_report
+    from slurmgen.runs.model import attempts_of, time_report
 
     view = {
         "job": row["job_id"],
@@ -314,8 +315,8 @@ def run_status(reg: Registry, row: dict[str, Any], with_timeline: bool) -> dict[
 
 def run_lines(view: dict[str, Any]) -> list[str]:
     """The text of `slurmgen status` for a launch or group run."""
-    from slurmgen.jobs.runs import size
     from slurmgen.observe.report import lines
+    from slurmgen.runs.model import size
 
     code = "" if view["exit_code"] is None else f", exit code {view['exit_code']}"
     shape = size(view["nodes"], view["ranks"])

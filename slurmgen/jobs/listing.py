@@ -15,11 +15,11 @@ from typing import Any
 from slurmgen.contract.states import ACTIVE, State, from_slurm
 from slurmgen.jobs.commands import all_tasks
 from slurmgen.jobs.query import ask
-from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runner import Runner
-from slurmgen.jobs.runs import list_rows
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
+from slurmgen.runs.model import list_rows
+from slurmgen.runs.registry import JobRecord, Registry
 
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
 

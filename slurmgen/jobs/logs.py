@@ -18,8 +18,8 @@ from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import split_label
+from slurmgen.runs.registry import JobRecord
 
 POLL = 0.5
 # What a torchrun worker puts before each of its lines (run_slurm.sh.j2 writes the same form).

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.slurm import valid_job_id
+from slurmgen.runs.registry import JobRecord, Registry
 
 _ID_LIKE = re.compile(r"^[0-9_.\-+]+$")
 

@@ -19,11 +19,11 @@ from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import signals
 from slurmgen.jobs.commands import POLL, all_tasks
 from slurmgen.jobs.query import ask
-from slurmgen.jobs.records import is_trainer
-from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob
 from slurmgen.jobs.view import overall
+from slurmgen.runs.registry import JobRecord, Registry
+from slurmgen.runs.trainer_records import is_trainer
 
 # A cancelled job ends within Slurm's KillWait (30 s by default) after the signal.
 CANCEL_WAIT = 90.0
@@ -158,7 +158,7 @@ def requeue_refusal(state: str | None) -> str | None:
 def requeue(runner: Runner, registry: Registry, record: JobRecord) -> tuple[bool, str]:
     """`scontrol requeue` a failed or preempted job (every task of an array), after asking Slurm
     for its state; (requeued, what Slurm said or why nothing was sent), as a launch's stop
-    request answers (launch_stop.request), so the page and the JSON API tell a refusal apart."""
+    request answers (stop_request.request), so the page and the JSON API tell a refusal apart."""
     jobs, snap = _mine(runner, record, None, accounting=True)
     if snap.unanswered:
         raise SlurmgenError(f"requeue: {snap.unanswered}; nothing was requeued", exit_code=FAILED)

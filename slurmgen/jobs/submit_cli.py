@@ -24,7 +24,7 @@ def submit(**kw: Any) -> None:
     """Render exactly as `create` does, sbatch it, register the job and print its id."""
     from slurmgen.generate.render import render
     from slurmgen.jobs import commands
-    from slurmgen.jobs.registry import Registry
+    from slurmgen.runs.registry import Registry
 
     create_flags = {k: kw.pop(k) for k in list(kw) if k in _CREATE_PARAMS}
     dry_run, force = create_flags.pop("dry_run"), create_flags.pop("force")

@@ -16,9 +16,9 @@ from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.states import SLURM_LIVE
 from slurmgen.heal.attempts import cause, stuck
 from slurmgen.jobs import signals
-from slurmgen.jobs.registry import JobRecord
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, task_exits
 from slurmgen.observe.report import lines as time_lines
+from slurmgen.runs.registry import JobRecord
 
 
 def overall(tasks: Sequence[SlurmJob]) -> tuple[str, int | None]:

@@ -74,7 +74,7 @@ class SessionEnded:
 class Signalled:
     signum: int
     at: float
-    reason: str = ""  # a stop request's words (jobs/launch_stop.py); "" for a real signal
+    reason: str = ""  # a stop request's words (runs/stop_request.py); "" for a real signal
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A launch's entry in the run registry (jobs/runs.py): written at the start, updated per attempt
+"""A launch's entry in the run registry (runs/model.py): written at the start, updated per attempt
 and at the end with the verdict, including when the launch fails or is interrupted.
 
 The verdict itself is the attempt state machine's (attempt.py); this module only translates
@@ -17,10 +17,10 @@ from typing import IO, TYPE_CHECKING
 from slurmgen.contract import envvars, exitcodes
 from slurmgen.contract.files import LAUNCH_LOG_LIMIT, LAUNCH_LOG_NAME, LAUNCH_LOGS_DIR
 from slurmgen.contract.states import State
-from slurmgen.jobs import launch_stop
-from slurmgen.jobs.records import record_dir
-from slurmgen.jobs.registry import default_path
-from slurmgen.jobs.runs import Failure, NewRun, Recorder
+from slurmgen.runs import stop_request
+from slurmgen.runs.model import Failure, NewRun, Recorder
+from slurmgen.runs.registry import default_path
+from slurmgen.runs.trainer_records import record_dir
 
 if TYPE_CHECKING:
     from slurmgen.launch.plan import LaunchPlan
@@ -30,7 +30,7 @@ def new_run(
     plan: LaunchPlan, name: str, command: list[str], stop_file: Path | None = None, log_file: Path | None = None
 ) -> NewRun:
     """The run `plan` starts: keyed by its launch id, its run records by its group (SLURMGEN_GROUP);
-    `stop_file` is where the page or `slurmgen cancel` asks it to stop (jobs/launch_stop.py),
+    `stop_file` is where the page or `slurmgen cancel` asks it to stop (runs/stop_request.py),
     `log_file` where the launcher keeps what the nodes sent (the page's log view)."""
     run_id = plan.env.get(envvars.GROUP) or None
     logs = posixpath.join(plan.workdir, plan.log_dir)
@@ -88,10 +88,10 @@ class LaunchRecord:
         launch id)."""
         launch_id = plan.env.get(envvars.LAUNCH_ID)
         registry = recorder.path or default_path()
-        stop_file = launch_stop.stop_file(registry, launch_id) if launch_id else None
+        stop_file = stop_request.stop_file(registry, launch_id) if launch_id else None
         if stop_file is not None:
             try:
-                launch_stop.prepare(stop_file)
+                stop_request.prepare(stop_file)
             except OSError:
                 stop_file = None
         log_file = (

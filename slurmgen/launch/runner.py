@@ -12,7 +12,7 @@ node cut off from the launcher stops its own ranks when they stop arriving. The 
 connection, 130/143 after Ctrl-C/SIGTERM). A hang the launcher judged first asks the rank's node
 for its Python stack (at most node_events.STACK_ASK_WAIT seconds) and then stops every node. With --max-restarts the whole group starts again
 after a failure. A stop request from the page or `slurmgen cancel` (a file the loop looks for on
-every pass: jobs/launch_stop.py) stops every node as SIGTERM does, with its own words
+every pass: runs/stop_request.py) stops every node as SIGTERM does, with its own words
 ("stopped by user"): exit code 143, state stopped.
 """
 
@@ -38,13 +38,13 @@ from slurmgen.contract.node_events import (
     parse_event,
 )
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
-from slurmgen.jobs import launch_stop
-from slurmgen.jobs.runs import Failure
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
 from slurmgen.launch.record import LaunchRecord
 from slurmgen.launch.remote import heartbeat_ms, payload, remote_command
+from slurmgen.runs import stop_request
+from slurmgen.runs.model import Failure
 from slurmgen.ssh.connect import ConnectError, Connection, SSHOptions, connect_all
 
 STOP_WAIT_EXTRA = 5.0  # after a stop, wait this much beyond the grace for nodes to report
@@ -159,7 +159,7 @@ class Launcher:
 
     def _take_stop_request(self) -> None:
         """A person's stop request (the page, `slurmgen cancel`), taken as a SIGTERM with its words."""
-        asked = launch_stop.take(self.record.stop_file if self.record else None)
+        asked = stop_request.take(self.record.stop_file if self.record else None)
         if asked is not None:
             self.stop_reason = self.stop_reason or asked
             self.signals.append((signal.SIGTERM, asked))

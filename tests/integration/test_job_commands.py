@@ -23,7 +23,7 @@ import pytest
 from helpers import COMMAND, sg, status, wait_for, wait_status
 
 import slurmgen
-from slurmgen.jobs.registry import Registry
+from slurmgen.runs.registry import Registry
 from slurmgen.train.logs import read_heartbeats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from helpers import PY, local_plan, recorded_launch, tmpfs
 
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import find_by_ref
+from slurmgen.runs.model import find_by_ref
+from slurmgen.runs.registry import Registry
 
 pytestmark = pytest.mark.integration
 

@@ -249,6 +249,7 @@ LAYERS: dict[str, int] = {
     "slurmgen.train": 3,
     "slurmgen.launch": 3,
     "slurmgen.ssh": 3,
+    "slurmgen.runs": 3,
     "slurmgen.jobs": 3,
     "slurmgen.doctor": 3,
     "slurmgen.coordinator": 3,

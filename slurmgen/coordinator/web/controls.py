@@ -6,7 +6,7 @@ with what happened (POST-redirect-GET). Each button that cannot apply is rendere
 its reason, both as its title and as visible text it is described by; the POST checks again,
 since a disabled button stops no one who posts by hand. The work goes through the layers the
 CLI uses: `scontrol requeue` via jobs/stopping.requeue (an argv list, here or on the login node
-the job was submitted through), a launch's stop channel (jobs/launch_stop.py), and the
+the job was submitted through), a launch's stop channel (runs/stop_request.py), and the
 coordinator's JSON API for groups and workers (DELETE, with its own 404/409 refusals).
 """
 
@@ -23,9 +23,9 @@ from fastapi.responses import Response
 
 from slurmgen.contract.states import ACTIVE_WORDS
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs import launch_stop
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import get_row
+from slurmgen.runs import stop_request
+from slurmgen.runs.model import get_row
+from slurmgen.runs.registry import Registry
 
 from . import api
 from .auth import guarded, redirect_with
@@ -74,7 +74,7 @@ def run_controls(row: Mapping[str, Any], slurm: Mapping[str, Any]) -> list[dict[
         state = str(slurm.get("state") or "").split(" ")[0]
         why = requeue_refusal(state if slurm.get("state") and state != "UNKNOWN" else None)
     else:
-        why = launch_stop.why_not(dict(row))
+        why = stop_request.why_not(dict(row))
     return [{"action": action.value, "label": action.label, "why": why}]
 
 
@@ -140,7 +140,7 @@ def stop_run(path: Any, seq: int, by: str = BY_PAGE) -> Outcome:
             REFUSED,
             f"run {seq} is {row['kind']!r}, not an SSH launch: only a launch is stopped (cancel a Slurm job)",
         )
-    taken, said = launch_stop.request(row, by)
+    taken, said = stop_request.request(row, by)
     return (DONE if taken else REFUSED), said
 
 

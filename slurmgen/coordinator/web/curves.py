@@ -16,8 +16,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import get_row
+from slurmgen.runs.model import get_row
+from slurmgen.runs.registry import Registry
 from slurmgen.tracking.plot import order, series
 from slurmgen.tracking.records import RunRecord
 

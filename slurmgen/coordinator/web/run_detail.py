@@ -23,8 +23,8 @@ from fastapi.responses import Response
 from slurmgen.contract.attempts import attempt_number
 from slurmgen.contract.states import ENDED, SLURM_ENDED, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.registry import JobRecord, Registry
-from slurmgen.jobs.runs import attempts_of, get_row
+from slurmgen.runs.model import attempts_of, get_row
+from slurmgen.runs.registry import JobRecord, Registry
 
 from .auth import guarded, redirect_with
 from .controls import DONE, NO_RUN, REFUSED, SLURM_STOPS, UNANSWERED, Outcome, RunControl, run_controls

@@ -23,9 +23,9 @@ from fastapi.responses import JSONResponse, Response
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.logs import Line, array_tasks, log_path, select_lines, tasks_text
-from slurmgen.jobs.registry import JobRecord, Registry
-from slurmgen.jobs.runs import get_row
 from slurmgen.launch.display import NODE_LINE
+from slurmgen.runs.model import get_row
+from slurmgen.runs.registry import JobRecord, Registry
 
 from .auth import guarded
 from .run_records import runner_for

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.records import record_dir
-from slurmgen.jobs.registry import JobRecord
+from slurmgen.runs.registry import JobRecord
+from slurmgen.runs.trainer_records import record_dir
 from slurmgen.tracking.records import RunRecord, find_runs
 
 # The runs list asks every second for up to a page of runs: a run's last loss is read again at most
@@ -53,7 +53,7 @@ def _remote_records(row: Mapping[str, Any], record: JobRecord | None) -> tuple[l
     """A job submitted with --remote: its records read on the login node, as `slurmgen status`
     reads them and as its log is read (the job's SSH connection; the last TAIL_LINES metrics
     lines of each record, so a long run's curve starts late)."""
-    from slurmgen.jobs.records import TAIL_LINES, remote_runs
+    from slurmgen.jobs.remote_records import TAIL_LINES, remote_runs
 
     info = row.get("info") or {}
     if record is None:

@@ -1,4 +1,4 @@
-"""The runs list (/ui/runs): every run of the serving machine's registry (jobs/runs.py), whatever
+"""The runs list (/ui/runs): every run of the serving machine's registry (runs/model.py), whatever
 started it: Slurm jobs (`submit`), SSH launches (`launch`) and this server's groups, newest first.
 
 The registry answers in one SELECT (runs.list_rows); the page shows each run as its launcher last
@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse, Response
 
 from slurmgen.contract.states import ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import KINDS, check_kinds, check_states, count_rows, list_rows, size
+from slurmgen.runs.model import KINDS, check_kinds, check_states, count_rows, list_rows, size
+from slurmgen.runs.registry import Registry
 
 from .auth import guarded
 from .render import render

@@ -16,8 +16,8 @@ import pytest
 from helpers import Run, base_args
 
 from slurmgen.contract.states import STOPPED_BY_USER
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import list_rows
+from slurmgen.runs.model import list_rows
+from slurmgen.runs.registry import Registry
 
 expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
 

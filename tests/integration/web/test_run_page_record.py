@@ -19,7 +19,7 @@ import pytest
 
 from slurmgen.contract import envvars
 from slurmgen.contract.files import TIMELINE_NAME
-from slurmgen.jobs.registry import JobRecord, Registry
+from slurmgen.runs.registry import JobRecord, Registry
 
 expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
 

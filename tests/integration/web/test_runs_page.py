@@ -11,8 +11,8 @@ import pytest
 
 from slurmgen import tracking
 from slurmgen.contract.states import State
-from slurmgen.jobs.registry import JobRecord, Registry
-from slurmgen.jobs.runs import Failure, NewRun, add_run, end_run, start_attempt
+from slurmgen.runs.model import Failure, NewRun, add_run, end_run, start_attempt
+from slurmgen.runs.registry import JobRecord, Registry
 
 expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
 

@@ -361,8 +361,8 @@ def test_a_hung_rank_is_stopped_after_its_stack_and_the_reason_says_where_it_was
     agent for its stack with the stop order (and no one else's), and tells where it was stuck
     once the agent reports the frames: the group, its attempt and the run registry's row."""
     from slurmgen.coordinator.group_runs import GroupRuns
-    from slurmgen.jobs.registry import Registry
-    from slurmgen.jobs.runs import Recorder, attempts_of, list_rows
+    from slurmgen.runs.model import Recorder, attempts_of, list_rows
+    from slurmgen.runs.registry import Registry
 
     store = Store(tmp_path / "c.db")
     api = TestClient(

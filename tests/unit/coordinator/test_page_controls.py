@@ -22,9 +22,9 @@ from slurmgen.coordinator.group_runs import GroupRuns  # noqa: E402
 from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
-from slurmgen.jobs import launch_stop  # noqa: E402
-from slurmgen.jobs.registry import JobRecord, Registry  # noqa: E402
-from slurmgen.jobs.runs import Failure, NewRun, Recorder, add_run, end_run  # noqa: E402
+from slurmgen.runs import stop_request  # noqa: E402
+from slurmgen.runs.model import Failure, NewRun, Recorder, add_run, end_run  # noqa: E402
+from slurmgen.runs.registry import JobRecord, Registry  # noqa: E402
 
 TOKEN = "t0ken-for-control-tests"
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -35,7 +35,7 @@ AGENT_TIMEOUT = 10.0
 @pytest.fixture
 def app(tmp_path):
     registry = tmp_path / "state" / "jobs.sqlite"
-    stop_file = launch_stop.stop_file(registry, "L1")
+    stop_file = stop_request.stop_file(registry, "L1")
     with Registry.open(registry, create=True) as reg:
         reg.add(
             JobRecord(
@@ -49,7 +49,7 @@ def app(tmp_path):
         )
         ended = add_run(reg, NewRun("launch", "L0", "old-launch", "/w", 2, 4, info={"pid": 1, "stop_file": "/x"}), 50.0)
         end_run(reg, ended, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), 60.0)
-    launch_stop.prepare(stop_file)
+    stop_request.prepare(stop_file)
     now = [1000.0]
     store = Store(tmp_path / "c.db")
     coordinator = Coordinator(
@@ -137,13 +137,13 @@ def launcher_taking_stops(app, key: str) -> tuple[threading.Thread, list]:
     """A started thread that does what launch `key`'s launcher loop does (launch/runner.py): take
     a stop order from its channel, within 5 s; what it took goes into the returned list."""
     with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
-        stop_file = launch_stop.stop_file(reg.path, key)
+        stop_file = stop_request.stop_file(reg.path, key)
     taken: list = []
 
     def launcher() -> None:
         deadline = time.monotonic() + 5
         while not taken and time.monotonic() < deadline:
-            taken.append(launch_stop.take(stop_file)) if stop_file.exists() else time.sleep(0.02)
+            taken.append(stop_request.take(stop_file)) if stop_file.exists() else time.sleep(0.02)
 
     thread = threading.Thread(target=launcher)
     thread.start()
@@ -248,7 +248,7 @@ def test_the_json_api_names_the_bad_field_and_wants_the_token(app):
     assert app.post(f"/api/runs/{live}/actions", json={"action": "stop"}, headers=ORIGIN).status_code == 401
     assert app.post(f"/api/runs/{live}/actions", content=b"{not json", headers=ORIGIN).status_code == 401
     with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
-        assert not launch_stop.stop_file(reg.path, "L1").exists()  # nothing was asked of the launcher
+        assert not stop_request.stop_file(reg.path, "L1").exists()  # nothing was asked of the launcher
 
 
 # ---- groups and workers ------------------------------------------------------------------------

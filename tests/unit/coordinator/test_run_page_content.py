@@ -25,8 +25,8 @@ from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
 from slurmgen.coordinator.web import status_page  # noqa: E402
-from slurmgen.jobs.registry import JobRecord, Registry  # noqa: E402
-from slurmgen.jobs.runs import Recorder, get_row  # noqa: E402
+from slurmgen.runs.model import Recorder, get_row  # noqa: E402
+from slurmgen.runs.registry import JobRecord, Registry  # noqa: E402
 
 TOKEN = "t0ken-for-run-page"
 HOSTILE = "<svg onload=alert(1)>"
@@ -280,7 +280,7 @@ def test_the_list_shows_a_runs_last_training_loss_read_from_its_records_tail(ser
     """The last train loss of the run's own record (not val's), also when the metrics file is longer
     than the tail the list reads; refreshed by the live JSON once LOSS_FRESH has passed."""
     from slurmgen.coordinator.web import run_records
-    from slurmgen.jobs.runs import NewRun, add_run
+    from slurmgen.runs.model import NewRun, add_run
 
     client, registry = served
     run = tracking.init(tmp_path / "L" / "tracking", group="launch-1", name="r0", environ={})
@@ -303,7 +303,7 @@ def test_the_list_shows_a_runs_last_training_loss_read_from_its_records_tail(ser
 def test_the_list_shows_a_page_of_runs_and_links_the_older_ones(served):
     """1,000 rows took 0.6 s to render (benchmarks/bench_page.py): the list shows pages of 100."""
     from slurmgen.coordinator.web.runs_page import PAGE
-    from slurmgen.jobs.runs import NewRun, add_run
+    from slurmgen.runs.model import NewRun, add_run
 
     client, registry = served
     with Registry.open(registry) as reg:

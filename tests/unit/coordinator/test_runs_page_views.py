@@ -16,8 +16,8 @@ from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
 from slurmgen.coordinator.web import runs_page  # noqa: E402
-from slurmgen.jobs.registry import JobRecord, Registry  # noqa: E402
-from slurmgen.jobs.runs import Failure, NewRun, Recorder, add_run, end_run, start_attempt  # noqa: E402
+from slurmgen.runs.model import Failure, NewRun, Recorder, add_run, end_run, start_attempt  # noqa: E402
+from slurmgen.runs.registry import JobRecord, Registry  # noqa: E402
 
 TOKEN = "t0ken-for-runs-page"
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -26,11 +26,11 @@ from slurmgen.generate.render import SLURM_SCRIPT, render
 from slurmgen.generate.specfile import build_spec
 from slurmgen.jobs import commands, listing, stopping
 from slurmgen.jobs.cli_shared import Runners
-from slurmgen.jobs.registry import JobRecord, Registry
 from slurmgen.jobs.resolve import find
 from slurmgen.jobs.runner import Result
-from slurmgen.jobs.runs import list_rows
 from slurmgen.jobs.view import format_view
+from slurmgen.runs.model import list_rows
+from slurmgen.runs.registry import JobRecord, Registry
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
@@ -746,7 +746,7 @@ class ShellAsLogin:
 
 def test_run_records_on_a_login_node_read_the_same_as_here(tmp_path):
     from slurmgen import tracking
-    from slurmgen.jobs.records import by_group
+    from slurmgen.jobs.remote_records import by_group
 
     ckpt = tmp_path / "work" / "ck" / "step_30.pt"
     ckpt.parent.mkdir(parents=True)

@@ -10,7 +10,13 @@ from helpers import ODD_ARGUMENTS
 
 from slurmgen import tracking
 from slurmgen.generate.render import render_template
-from slurmgen.jobs.records import REMOTE_FIND_TEMPLATE, TAIL_LINES, parse_found, remote_find_argv, remote_find_script
+from slurmgen.jobs.remote_records import (
+    REMOTE_FIND_TEMPLATE,
+    TAIL_LINES,
+    parse_found,
+    remote_find_argv,
+    remote_find_script,
+)
 
 
 def test_the_login_node_find_lints_as_sh_whatever_it_prunes(tmp_path, shellcheck):

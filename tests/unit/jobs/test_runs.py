@@ -14,8 +14,9 @@ from helpers import PY, SLEEPER, local_connector, local_plan, run_to_end
 from helpers import run as run_cli
 
 from slurmgen.contract.states import State
-from slurmgen.jobs.registry import JobRecord, Registry
-from slurmgen.jobs.runs import (
+from slurmgen.launch.record import LaunchRecord
+from slurmgen.launch.runner import Launcher
+from slurmgen.runs.model import (
     Failure,
     NewRun,
     Recorder,
@@ -27,8 +28,7 @@ from slurmgen.jobs.runs import (
     size,
     start_attempt,
 )
-from slurmgen.launch.record import LaunchRecord
-from slurmgen.launch.runner import Launcher
+from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.ssh.connect import SSHOptions
 
 # The registry's third shape: Slurm jobs only (seq, cluster), no run columns, no attempts.

@@ -117,7 +117,7 @@ DRY_RUN_SKIPS = (
     "sqlite3",
     "slurmgen.ssh.connect",
     "slurmgen.launch.runner",
-    "slurmgen.jobs.registry",
+    "slurmgen.runs.registry",
     "yaml",
     "typer._adapters",
     "pydantic",

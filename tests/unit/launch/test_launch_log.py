@@ -11,8 +11,8 @@ import pytest
 from helpers import PY, local_plan, recorded_launch
 from helpers import run as run_cli
 
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import find_by_ref
+from slurmgen.runs.model import find_by_ref
+from slurmgen.runs.registry import Registry
 
 # Each rank says hello per attempt; rank 1 fails the first one once both have said it.
 HELLO = textwrap.dedent("""

@@ -1,4 +1,4 @@
-"""A running launch stopped through its stop channel (jobs/launch_stop.py), as the page's Stop
+"""A running launch stopped through its stop channel (runs/stop_request.py), as the page's Stop
 button and `slurmgen cancel LAUNCH_ID` do: every rank stops as on SIGTERM, the verdict and the
 registry say "stopped by user", and the channel refuses what it cannot stop, with the reason.
 Every 'host' is this machine (the same launch over the test cluster's sshd: tests/integration/web)."""
@@ -14,11 +14,11 @@ from helpers import PY, SLEEPER, alive, kill_local_nodes, local_connector, local
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.states import STOPPED_BY_USER, State
-from slurmgen.jobs import launch_stop
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import Recorder, attempts_of, get_row, list_rows
 from slurmgen.launch.record import LaunchRecord
 from slurmgen.launch.runner import Launcher
+from slurmgen.runs import stop_request
+from slurmgen.runs.model import Recorder, attempts_of, get_row, list_rows
+from slurmgen.runs.registry import Registry
 from slurmgen.ssh.connect import SSHOptions
 
 
@@ -36,7 +36,7 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
     row, _ = _row(path)
     assert row["info"]["stop_file"] == str(tmp_path / "state" / "control" / "launch-L7.stop")
     assert (tmp_path / "state" / "control").stat().st_mode & 0o777 == 0o700
-    assert launch_stop.why_not(row) is None
+    assert stop_request.why_not(row) is None
 
     made: dict = {}
     out, err = io.StringIO(), io.StringIO()
@@ -55,7 +55,7 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
         deadline = time.monotonic() + 20
         while len(pids(out.getvalue())) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        asked["taken"], asked["said"] = launch_stop.request(row, "from a test")
+        asked["taken"], asked["said"] = stop_request.request(row, "from a test")
 
     thread = threading.Thread(target=stopper)
     thread.start()
@@ -80,7 +80,7 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
     )
     assert [(a["state"], a["cause"]) for a in attempts] == [("stopped", f"{STOPPED_BY_USER} from a test")]
     assert not os.path.exists(row["info"]["stop_file"])
-    assert launch_stop.why_not(row) == "the launch has ended (stopped)"
+    assert stop_request.why_not(row) == "the launch has ended (stopped)"
 
 
 def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
@@ -91,12 +91,12 @@ def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
         "cluster": os.uname().nodename,
         "info": {"pid": os.getpid(), "stop_file": str(tmp_path / "control" / "launch-L1.stop")},
     }
-    assert launch_stop.why_not({**mine, "kind": "slurm"}) == "only an SSH launch has a launcher to stop"
+    assert stop_request.why_not({**mine, "kind": "slurm"}) == "only an SSH launch has a launcher to stop"
     assert (
-        launch_stop.why_not({**mine, "cluster": "elsewhere"})
+        stop_request.why_not({**mine, "cluster": "elsewhere"})
         == "the launch was started on elsewhere, not on this machine"
     )
-    assert launch_stop.why_not({**mine, "info": {"pid": os.getpid()}}).startswith(
+    assert stop_request.why_not({**mine, "info": {"pid": os.getpid()}}).startswith(
         "this launch was started by a slurmgen without"
     )
     dead = os.fork()
@@ -104,27 +104,27 @@ def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
         os._exit(0)
     os.waitpid(dead, 0)
     assert (
-        launch_stop.why_not({**mine, "info": {**mine["info"], "pid": dead}})
+        stop_request.why_not({**mine, "info": {**mine["info"], "pid": dead}})
         == f"its launcher (pid {dead}) is no longer running"
     )
     # a launcher that never takes the request (hung, or gone without a trace): the stopper says so
     (tmp_path / "control").mkdir()
-    taken, said = launch_stop.request(mine, "from a test", wait=0.2)
+    taken, said = stop_request.request(mine, "from a test", wait=0.2)
     assert not taken and said.startswith(
         f"launch L1: its launcher (pid {os.getpid()}) did not take the stop request within 0.2 s"
     )
-    assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_USER} from a test"
-    assert launch_stop.take(tmp_path / "control" / "launch-L1.stop") is None  # taken once
+    assert stop_request.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_USER} from a test"
+    assert stop_request.take(tmp_path / "control" / "launch-L1.stop") is None  # taken once
 
 
 def test_slurmgen_cancel_of_a_launch_id_uses_the_channel(tmp_path, capsys):
     from helpers import run as run_cli
 
-    from slurmgen.jobs.runs import NewRun, add_run, end_run
+    from slurmgen.runs.model import NewRun, add_run, end_run
 
     path = tmp_path / "jobs.sqlite"
-    stop = launch_stop.stop_file(path, "L9")
-    launch_stop.prepare(stop)
+    stop = stop_request.stop_file(path, "L9")
+    stop_request.prepare(stop)
     with Registry.open(path, create=True) as reg:
         add_run(reg, NewRun("launch", "L9", "exp", "/w", 1, 1, info={"pid": os.getpid(), "stop_file": str(stop)}), 1.0)
         ended = add_run(
@@ -136,7 +136,7 @@ def test_slurmgen_cancel_of_a_launch_id_uses_the_channel(tmp_path, capsys):
     def launcher() -> None:
         deadline = time.monotonic() + 5
         while not taken and time.monotonic() < deadline:
-            taken.append(launch_stop.take(stop)) if stop.exists() else time.sleep(0.02)
+            taken.append(stop_request.take(stop)) if stop.exists() else time.sleep(0.02)
 
     thread = threading.Thread(target=launcher)
     thread.start()
@@ -152,15 +152,15 @@ def test_the_launcher_never_takes_a_request_before_its_text(tmp_path):
     """A launcher that looked between the stopper's create and write took an empty request and
     recorded "a stop request" instead of who asked (seen once in a unit run on a loaded machine).
     Here the launcher's side looks without pause while 100 requests are written."""
-    stop = launch_stop.stop_file(tmp_path / "jobs.sqlite", "L1")
-    launch_stop.prepare(stop)
+    stop = stop_request.stop_file(tmp_path / "jobs.sqlite", "L1")
+    stop_request.prepare(stop)
     row = {"kind": "launch", "job_id": "L1", "state": "running", "info": {"pid": os.getpid(), "stop_file": str(stop)}}
     taken: list[str] = []
     done = threading.Event()
 
     def launcher() -> None:
         while not done.is_set():
-            text = launch_stop.take(stop)
+            text = stop_request.take(stop)
             if text is not None:
                 taken.append(text)
 
@@ -168,7 +168,7 @@ def test_the_launcher_never_takes_a_request_before_its_text(tmp_path):
     thread.start()
     try:
         for _ in range(100):
-            assert launch_stop.request(row, "with slurmgen cancel")[0]
+            assert stop_request.request(row, "with slurmgen cancel")[0]
     finally:
         done.set()
         thread.join()

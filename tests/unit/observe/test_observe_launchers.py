@@ -13,10 +13,10 @@ from pathlib import Path
 from helpers import PY, local_plan, recorded_launch
 from helpers import run as run_cli
 
-from slurmgen.jobs.registry import Registry
-from slurmgen.jobs.runs import find_by_ref
 from slurmgen.launch.remote import timeline_file
 from slurmgen.observe import stragglers
+from slurmgen.runs.model import find_by_ref
+from slurmgen.runs.registry import Registry
 
 # No torch: the imports are inferred from `from slurmgen import beat`; rank 1 of attempt 1 fails.
 TWO_LINES = textwrap.dedent("""

@@ -1,5 +1,5 @@
 """The local run registry: one SQLite file, one row per run (a submitted Slurm job, an SSH
-launch, a coordinator group's run: the run model of runs.py), plus their attempts.
+launch, a coordinator group's run: the run model of model.py), plus their attempts.
 
 Lives under the user's state directory ($XDG_STATE_HOME/slurmgen/jobs.sqlite, by default
 ~/.local/state/slurmgen/jobs.sqlite); `--registry` or SLURMGEN_REGISTRY moves it. Only the
@@ -13,7 +13,7 @@ keyed by its cluster, id and submit time, so a reused id adds a row beside the o
 Slurm's answers for that id are about the newest (`superseded`), never about the older rows.
 Files of the earlier shapes (one row per job id; no cluster column; Slurm jobs only) are
 migrated on opening. The methods below are the Slurm lifecycle's (`status`, `logs`, `cancel`)
-and see only rows of kind `slurm`; runs.py reads and writes the run model of every kind.
+and see only rows of kind `slurm`; model.py reads and writes the run model of every kind.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from slurmgen.contract.states import from_slurm
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.records import record_dir
+from slurmgen.runs.trainer_records import record_dir
 
 JOBS_TABLE = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     cluster    TEXT NOT NULL DEFAULT ''
 )
 """
-# The run model's columns (runs.py), added in place to files of earlier shapes: every row is a
+# The run model's columns (model.py), added in place to files of earlier shapes: every row is a
 # run of some kind; `state` is a contract/states.py word whatever `last_state` (Slurm's) says.
 RUN_COLUMNS = (
     ("kind", "TEXT NOT NULL DEFAULT 'slurm'"),
@@ -190,7 +190,7 @@ class Registry:
         return transaction(self.db, immediate)
 
     def add(self, record: JobRecord) -> None:
-        """Register a submitted Slurm job: its own columns and the run model's (see runs.py)."""
+        """Register a submitted Slurm job: its own columns and the run model's (see model.py)."""
         submitted = record.submitted or time.time()
         cursor = self.db.execute(
             f"INSERT INTO jobs ({_COLUMNS}, cluster, kind, state, nodes, ranks, run_id, record_dir, logs, started) "

@@ -1,11 +1,10 @@
-"""The bundled trainer's run records of a job: found by the group run_slurm.sh gives each job.
+"""The bundled trainer's run records of a job, read where the job ran (runs/trainer_records.py
+says where they are).
 
-run_slurm.sh exports SLURMGEN_GROUP=slurm-<id> (slurm-<array id>_<task> for an array task); the
-trainer's run record carries it. Records are looked for under the job's working directory
-(`runs/`, and the directory of any `--out-dir` in the command): here with the tracking
-library's reader, on a login node with one `find` over the command's SSH connection, which
-sends back each run's run.json and the ends of its metrics and artifacts files (`REMOTE_FIND`,
-the sh program of templates/remote_find.sh.j2).
+Here with the tracking library's reader, on a login node with one `find` over the command's SSH
+connection, which sends back each run's run.json and the ends of its metrics and artifacts files
+(`REMOTE_FIND`, the sh program of templates/remote_find.sh.j2). In jobs/, not runs/, because it
+runs that `find` through a Slurm runner (jobs/runner.py) that the services below may not import.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurmgen.jsonl import objects
+from slurmgen.runs.trainer_records import group_of, root_names
 
 if TYPE_CHECKING:
     from slurmgen.jobs.runner import Runner
@@ -26,50 +26,6 @@ if TYPE_CHECKING:
 TAIL_LINES = 200
 _MARK = "\x1e"  # starts a header line of REMOTE_FIND's output (\036 in its template); JSON text never holds it raw
 REMOTE_FIND_TEMPLATE = "remote_find.sh.j2"
-
-
-def group_of(job_id: str, task: str | None) -> str:
-    return f"slurm-{job_id}_{task}" if task is not None else f"slurm-{job_id}"
-
-
-def root_names(command: Sequence[str]) -> list[str]:
-    """Where run records may be, relative to the job's working directory."""
-    found = ["runs"]
-    for i, word in enumerate(command):
-        if word == "--out-dir" and i + 1 < len(command):
-            found.append(command[i + 1])
-        elif word.startswith("--out-dir="):
-            found.append(word.split("=", 1)[1])
-    return list(dict.fromkeys(found))
-
-
-def _flag(command: Sequence[str], flag: str) -> str | None:
-    """The value of `--flag VALUE` or `--flag=VALUE` in a command (the last one given)."""
-    found = None
-    for i, word in enumerate(command):
-        if word == flag and i + 1 < len(command):
-            found = command[i + 1]
-        elif word.startswith(flag + "="):
-            found = word.split("=", 1)[1]
-    return found
-
-
-def is_trainer(command: Sequence[str]) -> bool:
-    """Is this the bundled trainer (`python -m slurmgen.train`, `slurmgen train`)?"""
-    words = [str(w) for w in command]
-    return any(a == "-m" and b == "slurmgen.train" for a, b in zip(words, words[1:])) or any(
-        Path(a).name == "slurmgen" and b == "train" for a, b in zip(words, words[1:])
-    )
-
-
-def record_dir(workdir: str, command: Sequence[str], run_id: str, default_out: str = "runs/train") -> str | None:
-    """Where the bundled trainer keeps the run records of run `run_id` (its SLURMGEN_GROUP):
-    TRACK_DIR/RUN_ID, TRACK_DIR being --track-dir, else OUT_DIR/tracking (train/track.py).
-    None for another program, or with --track off: where it writes is its own business."""
-    if not is_trainer(command) or _flag(command, "--track") == "off":
-        return None
-    track = _flag(command, "--track-dir") or str(Path(_flag(command, "--out-dir") or default_out) / "tracking")
-    return str(Path(workdir) / track / run_id)
 
 
 def summary(run: RunRecord, artifacts: Iterable[Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from slurmgen.contract.states import State
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.registry import Registry
+from slurmgen.runs.registry import Registry
 
 KINDS = ("slurm", "launch", "group")
 log = logging.getLogger("slurmgen.runs")
