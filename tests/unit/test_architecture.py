@@ -234,8 +234,10 @@ def _attribute_reaches(m: Module, fn: ast.AST, names: dict[str, str], modules: d
 # ---- the tests -------------------------------------------------------------------------------
 # ---- layers ---------------------------------------------------------------------------------
 # Data flows one way (docs/architecture.md): a module may import its own layer or lower ones.
-# The contract imports nothing of slurmgen; the generator and the shared plumbing build on it;
-# the feature packages on those; the CLI root composes them and nothing imports it.
+# The contract imports nothing of slurmgen; the plumbing and the generator build on it; the
+# services (SSH, the run registry, tracking, observe) are shared by the features and import
+# none of them; the features stand on all of those; the CLI root composes them and nothing
+# imports it.
 LAYERS: dict[str, int] = {
     "slurmgen.contract": 0,
     "slurmgen.errors": 1,
@@ -244,20 +246,20 @@ LAYERS: dict[str, int] = {
     "slurmgen.nodelink": 1,
     "slurmgen.generate": 2,
     "slurmgen.cliopts": 2,
-    "slurmgen.heal": 3,
-    "slurmgen.tracking": 3,
-    "slurmgen.train": 3,
-    "slurmgen.launch": 3,
     "slurmgen.ssh": 3,
     "slurmgen.runs": 3,
-    "slurmgen.jobs": 3,
-    "slurmgen.doctor": 3,
-    "slurmgen.coordinator": 3,
+    "slurmgen.tracking": 3,
     "slurmgen.observe": 3,
+    "slurmgen.launch": 4,
+    "slurmgen.jobs": 4,
+    "slurmgen.heal": 4,
+    "slurmgen.doctor": 4,
+    "slurmgen.coordinator": 4,
+    "slurmgen.train": 4,
     # The package's face: `slurmgen.beat` for any program (observe/), `__version__` (contract).
-    "slurmgen": 4,
-    "slurmgen.cli": 4,
-    "slurmgen.__main__": 4,
+    "slurmgen": 5,
+    "slurmgen.cli": 5,
+    "slurmgen.__main__": 5,
 }
 
 
@@ -311,6 +313,43 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     (root / "jobs" / "sweep.py").write_text("X = 1\n")
     (root / "contract" / "ports.py").write_text("from slurmgen.jobs.sweep import X\n")
     assert upward_imports(read_package(root)) == {"slurmgen.contract.ports -> slurmgen.jobs.sweep"}
+
+
+SERVICES = ("slurmgen.ssh", "slurmgen.runs", "slurmgen.tracking", "slurmgen.observe")
+FEATURES = (
+    "slurmgen.launch",
+    "slurmgen.jobs",
+    "slurmgen.heal",
+    "slurmgen.doctor",
+    "slurmgen.coordinator",
+    "slurmgen.train",
+)
+
+
+def test_the_layer_check_sees_a_service_importing_a_feature(tmp_path):
+    """The services are shared by the features, so none imports one, not even for annotations
+    (as jobs/remote.py once imported launch/ssh/, the SSH layer kept inside a feature)."""
+    assert max(LAYERS[s] for s in SERVICES) < min(LAYERS[f] for f in FEATURES)
+    root = tmp_path / "slurmgen"
+    for package in ("", "runs", "ssh", "jobs", "launch"):
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "jobs" / "slurm_runner.py").write_text("class Runner:\n    pass\n")
+    (root / "launch" / "fanout.py").write_text("X = 1\n")
+    (root / "ssh" / "connect.py").write_text("X = 1\n")
+    (root / "runs" / "records.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from slurmgen.ssh.connect import X\n"
+        "if TYPE_CHECKING:\n    from slurmgen.jobs.slurm_runner import Runner\n"
+    )
+    (root / "ssh" / "keys.py").write_text("def f():\n    from slurmgen.launch.fanout import X\n")
+    (root / "launch" / "plan.py").write_text(
+        "from slurmgen.runs.records import X\nfrom slurmgen.jobs import slurm_runner\n"
+    )
+    assert upward_imports(read_package(root)) == {
+        "slurmgen.runs.records -> slurmgen.jobs.slurm_runner",
+        "slurmgen.ssh.keys -> slurmgen.launch.fanout",
+    }
 
 
 def test_no_new_long_function():
