@@ -89,7 +89,7 @@ def per_call(every: float, n: int = 200_000) -> tuple[float, float]:
     that writes (a heartbeat file and a timeline line: what happens once per period)."""
     sys.path.insert(0, str(Path(__file__).parents[1]))
     from slurmgen.observe.heartbeat import Heartbeat
-    from slurmgen.observe.record import TimelineWriter
+    from slurmgen.observe.timeline_writer import TimelineWriter
 
     with tempfile.TemporaryDirectory() as d:
         hb = Heartbeat(

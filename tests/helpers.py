@@ -28,8 +28,8 @@ from slurmgen.generate.output import write_files
 from slurmgen.generate.render import SLURM_SCRIPT, render
 from slurmgen.generate.specfile import build_spec
 from slurmgen.generate.topology import Host
+from slurmgen.launch.fanout import Launcher
 from slurmgen.launch.plan import build_plan
-from slurmgen.launch.runner import Launcher
 from slurmgen.ssh.connect import SSHOptions
 
 
@@ -453,8 +453,8 @@ def recorded_launch(registry: Path, plan, program: str, **start):
     """`slurmgen launch` of `plan` (its env names the launch id) over local nodes, recorded into
     `registry` as the CLI records it (`start`: more arguments of LaunchRecord.start): (exit code,
     the Launcher)."""
-    from slurmgen.launch.record import LaunchRecord
-    from slurmgen.launch.runner import Launcher
+    from slurmgen.launch.fanout import Launcher
+    from slurmgen.launch.registry_entry import LaunchRecord
     from slurmgen.runs.model import Recorder
     from slurmgen.ssh.connect import SSHOptions
 

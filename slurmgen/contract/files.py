@@ -14,7 +14,7 @@ TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
 CONTROL_DIR = "control"
 LAUNCH_STOP_NAME = "launch-{launch_id}.stop"
 # Also beside the registry: every line the nodes of a `slurmgen launch` sent, as its launcher
-# showed them, for its run page (launch/record.py writes it; a rank's lines as srun labels them).
+# showed them, for its run page (launch/registry_entry.py writes it; a rank's lines as srun labels them).
 LAUNCH_LOGS_DIR = "launch-logs"
 LAUNCH_LOG_NAME = "launch-{launch_id}.log"
 # It keeps at most this many bytes: a chatty run must not fill the disk that holds the registry

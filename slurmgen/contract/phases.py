@@ -1,6 +1,6 @@
 """The words of the timeline protocol: what a rank, a launcher or Slurm says happened, and when.
 
-Every rank appends JSON lines to $SLURMGEN_TIMELINE_FILE (observe/record.py writes them,
+Every rank appends JSON lines to $SLURMGEN_TIMELINE_FILE (observe/timeline_writer.py writes them,
 observe/timeline.py reads them). Each line has `event` (one of the names below), `rank`,
 `attempt`, `time` (the writer's clock, seconds since the epoch), `host` and `pid`; some add:
 

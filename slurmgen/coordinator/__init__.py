@@ -9,8 +9,8 @@ agent starts each rank in its own process group with the torchrun environment an
 ranks if it dies. One failed rank, a silent agent or a stale trainer heartbeat ends the whole
 attempt (fail as one). Modules: `models` (the API's pydantic models, shared with the client),
 `ranks` (the seed's rank rule over `slurmgen.generate.topology`), `state` (pure transitions), `store`
-(the only SQLite user), `service` (the behaviour, one lock) with `heartbeat` (one agent
-report) and `changes` (the long poll that wakes agents), `server` (FastAPI), `agent` with
+(the only SQLite user), `service` (the behaviour, one lock) with `agent_beat` (one agent
+report) and `changes` (the long poll that wakes agents), `server` (FastAPI), `node_agent` with
 `procs` (the ranks' processes) and `watchdog` (the program that kills them when the agent dies),
 `client` (httpx), `tokens`, `cli`. The web page lives in `web/` and is mounted by
 `server.create_app` when present. Needs the `serve` extra, except `models`, `ranks` and

@@ -124,8 +124,8 @@ def agent(
     """Run this node's agent: register its workers and run their ranks."""
     import logging
 
-    from slurmgen.coordinator.agent import WorkerAgent
     from slurmgen.coordinator.models import check_name
+    from slurmgen.coordinator.node_agent import WorkerAgent
 
     if name is not None:
         try:

@@ -312,5 +312,5 @@ class AgentOrders(BaseModel):
     start: list[StartOrder] = Field(default_factory=list)
     stop: list[StopOrder] = Field(default_factory=list)
     # The server's --agent-timeout: an agent that cannot reach the server for longer (plus a
-    # margin) knows its groups have failed and stops its ranks (agent.py).
+    # margin) knows its groups have failed and stops its ranks (node_agent.py).
     agent_timeout: float | None = None

@@ -27,7 +27,7 @@ from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import stacks, watchdog
 from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport
-from slurmgen.observe.record import TimelineWriter
+from slurmgen.observe.timeline_writer import TimelineWriter
 from slurmgen.tracking.store import ANNOUNCE_FILE
 
 MAX_LINE = 4096

@@ -2,7 +2,7 @@
 
 Every public method is one atomic change (a lock and a SQLite transaction), so the HTTP layer
 only maps arguments and errors. Decisions come from the pure functions in `state`, `ranks` and
-`heartbeat`; this module gathers their inputs from the store and writes their results back.
+`agent_beat`; this module gathers their inputs from the store and writes their results back.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from slurmgen.contract.blame import stuck
-from slurmgen.coordinator import blame
-from slurmgen.coordinator import heartbeat as hb
+from slurmgen.coordinator import agent_beat as hb
+from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
 from slurmgen.coordinator.group_runs import GroupRuns, timeline_env
@@ -69,8 +69,8 @@ class Coordinator:
         self.seen: dict[str, tuple[float, str]] = {}
         self.boot = clock()
         self.changes = Changes()
-        # worker -> its rank's last quiet heartbeat, as its agent reported it (blame.py)
-        self.quiet: dict[str, blame.Reported] = {}
+        # worker -> its rank's last quiet heartbeat, as its agent reported it (group_blame.py)
+        self.quiet: dict[str, group_blame.Reported] = {}
         # (group, attempt) -> its worker judged hung, until its agent reports the rank's stack
         self.stacks: dict[st.RunKey, str] = {}
         # Set when the server begins to shut down: agents cannot reach it from then on, which
@@ -316,7 +316,7 @@ class Coordinator:
     # --- judging attempts ---------------------------------------------------------------------
     def _judge(self, a: dict[str, Any], now: float, hung: set = frozenset()) -> None:
         """The attempt's fate. A hang is the server's to judge across every agent's reports
-        (blame.py): `hung`, what one agent saw alone, only asks for a judgement."""
+        (group_blame.py): `hung`, what one agent saw alone, only asks for a judgement."""
         ranks = a["plan"]["ranks"]
         rows = {w["name"]: w for w in self.store.workers(group=a["grp"]) if w["name"] in ranks}
         running = {
@@ -330,7 +330,7 @@ class Coordinator:
             if self._silent_for(w["host"], now) > self.agent_timeout
         }
         lost.update({n: float("inf") for n in ranks if n not in rows})
-        found = blame.judge(
+        found = group_blame.judge(
             {n: q for n, q in self.quiet.items() if n in running}, ranks, a["plan"]["heartbeat_timeout"], now
         )
         stories = dict([found]) if found else {}
@@ -384,7 +384,7 @@ class Coordinator:
 
     # --- agents ----------------------------------------------------------------------------------
     def heartbeat(self, report: AgentReport) -> AgentOrders:
-        """Decide on the report (`heartbeat.apply_report`, pure), carry out what it decided,
+        """Decide on the report (`agent_beat.apply_report`, pure), carry out what it decided,
         answer with its orders: all in one transaction."""
         with self._atomic() as now:
             last, instance = self.seen.get(report.host, (0.0, report.instance))
@@ -407,7 +407,7 @@ class Coordinator:
             if r.beat is None or r.state != "running":
                 self.quiet.pop(name, None)
             else:
-                self.quiet[name] = blame.Reported(
+                self.quiet[name] = group_blame.Reported(
                     report.host, r.beat.age, r.beat.step, r.beat.stopped, now, r.beat.limit
                 )
 

@@ -1,6 +1,6 @@
 """A hung rank's Python stack on an agent's node, taken with the watchers' own bash code.
 
-The server judges a group's hang across agents (blame.py) and, with the stop order for the hung
+The server judges a group's hang across agents (group_blame.py) and, with the stop order for the hung
 rank's worker, asks its agent for that rank's stack (StopOrder.stack). The agent runs
 `take_stack` of templates/hang_stack.sh.j2, the function the Slurm watcher, launch_multi_node.sh
 and the node bootstrap of `slurmgen launch` run (faulthandler on SIGURG for a writer whose beat

@@ -69,7 +69,7 @@ def judge_attempt(
     `lost` maps each silent worker to the seconds since its agent was heard. Judged at every
     report, so what this report brought is seen at once: exits first (in their order), then
     stale heartbeats and silent agents in rank order, and the contract's verdict takes the
-    first failure of that list. `stories` tells a hung worker's hang in words (blame.py)."""
+    first failure of that list. `stories` tells a hung worker's hang in words (group_blame.py)."""
     if state not in ACTIVE_WORDS:
         return Outcome(state)
     seen = verdict.decide(attempt_events(ranks, exits, hung, lost, stories or {}), expected=len(ranks))

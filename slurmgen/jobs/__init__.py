@@ -4,7 +4,7 @@
 run registry (slurmgen.runs: beside launches and coordinator groups, one run model;
 `listing.py` is `slurmgen jobs`) so that `jobs`, `status`, `logs` and `cancel` can find it
 again by id, array task, name or output directory (`resolve.py`). Slurm is asked through its
-plain command-line tools, here or over one SSH connection to a login node (`runner.py`,
+plain command-line tools, here or over one SSH connection to a login node (`slurm_runner.py`,
 `remote.py`, which also ships content-addressed code snapshots from `snapshot.py`). What they
 print is parsed by pure functions (`slurm.py`) tested on recorded output of Slurm 22.05, where
 `scontrol show job -o` is the source that always works (no accounting needed) and

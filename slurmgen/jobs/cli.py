@@ -239,9 +239,9 @@ def _print_launch_log(
     tail: int | None,
     as_json: bool,
 ) -> None:
-    """A launch's log as its launcher kept it here (launch/record.py), split by rank as a Slurm job's."""
+    """A launch's log as its launcher kept it here (launch/registry_entry.py), split by rank as a Slurm job's."""
     from slurmgen.contract.states import ENDED_WORDS
-    from slurmgen.jobs.runner import LocalRunner
+    from slurmgen.jobs.slurm_runner import LocalRunner
     from slurmgen.runs.model import get_row
     from slurmgen.runs.registry import Registry
 

@@ -47,7 +47,7 @@ class Runners:
         where = self.default or where
         if where not in self.open:
             if where is None:
-                from slurmgen.jobs.runner import LocalRunner
+                from slurmgen.jobs.slurm_runner import LocalRunner
 
                 self.open[where] = LocalRunner()
             else:

@@ -26,8 +26,8 @@ from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.remote_records import by_group
 from slurmgen.jobs.resolve import reused_note
-from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
+from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, ended_at, job_view, overall, task_row
 from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.runs.trainer_records import group_of

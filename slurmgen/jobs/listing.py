@@ -15,8 +15,8 @@ from typing import Any
 from slurmgen.contract.states import ACTIVE, State, from_slurm
 from slurmgen.jobs.commands import all_tasks
 from slurmgen.jobs.query import ask
-from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import SlurmJob
+from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
 from slurmgen.runs.model import list_rows
 from slurmgen.runs.registry import JobRecord, Registry

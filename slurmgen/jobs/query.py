@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from slurmgen.contract.envvars import SLURM_TIMEOUT
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.runner import Result, Runner, Unanswered
 from slurmgen.jobs.slurm import SACCT_FIELDS, QueryResult, parse_sacct, parse_scontrol
+from slurmgen.jobs.slurm_runner import Result, Runner, Unanswered
 
 # With more ids than this, listing every job in one call is cheaper than naming them.
 MANY = 8

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from slurmgen.contract.exitcodes import FAILED
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs.runner import Result, Unanswered, read_from, shell_line
+from slurmgen.jobs.slurm_runner import Result, Unanswered, read_from, shell_line
 from slurmgen.jobs.snapshot import CodeSnapshot
 
 DEFAULT_REMOTE_DIR = ".slurmgen"  # relative to the login node's home directory

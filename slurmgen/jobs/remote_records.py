@@ -4,7 +4,7 @@ says where they are).
 Here with the tracking library's reader, on a login node with one `find` over the command's SSH
 connection, which sends back each run's run.json and the ends of its metrics and artifacts files
 (`REMOTE_FIND`, the sh program of templates/remote_find.sh.j2). In jobs/, not runs/, because it
-runs that `find` through a Slurm runner (jobs/runner.py) that the services below may not import.
+runs that `find` through a Slurm runner (jobs/slurm_runner.py) that the services below may not import.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from slurmgen.jsonl import objects
 from slurmgen.runs.trainer_records import group_of, root_names
 
 if TYPE_CHECKING:
-    from slurmgen.jobs.runner import Runner
+    from slurmgen.jobs.slurm_runner import Runner
     from slurmgen.tracking.records import RunRecord
 
 # The newest metrics hold the last step and loss: enough of the file to find them, whatever its length.

@@ -19,8 +19,8 @@ from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import signals
 from slurmgen.jobs.commands import POLL, all_tasks
 from slurmgen.jobs.query import ask
-from slurmgen.jobs.runner import Runner
 from slurmgen.jobs.slurm import QueryResult, SlurmJob
+from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import overall
 from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.runs.trainer_records import is_trainer

@@ -4,7 +4,7 @@ The flags are checked and turned into a spec, hosts and a plan before any connec
 costs nothing and `--dry-run` prints exactly what would run); paramiko is imported only for a
 real launch (the plan and the dry run read the ssh config without it: ssh/sshconfig.py), so
 `slurmgen --help`, `create` and `launch --dry-run` never load it. The launch is
-recorded in the run registry (runs/model.py, launch/record.py) before the first connection, so
+recorded in the run registry (runs/model.py, launch/registry_entry.py) before the first connection, so
 `slurmgen jobs` lists it while it runs and with its verdict after.
 """
 
@@ -218,8 +218,8 @@ def _start(
 
         typer.echo(dry_run_text(plan, opts, keepalive), nl=False)
         return
-    from slurmgen.launch.record import LaunchRecord
-    from slurmgen.launch.runner import launch as run_launch
+    from slurmgen.launch.fanout import launch as run_launch
+    from slurmgen.launch.registry_entry import LaunchRecord
     from slurmgen.runs.model import Recorder
 
     recorder = Recorder(run[0])

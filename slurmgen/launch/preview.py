@@ -1,6 +1,6 @@
 """`slurmgen launch --dry-run`: per host exactly what would run, connecting to nothing.
 
-Apart from runner.py so that a dry run imports neither paramiko (the targets come from the ssh
+Apart from fanout.py so that a dry run imports neither paramiko (the targets come from the ssh
 config alone: ssh/sshconfig.py) nor the run registry: it prints in a fraction of a real
 launch's start-up.
 """

@@ -2,6 +2,6 @@
 stdlib only) and the pure functions that read them (timeline, stragglers, goodput).
 
 Writers: `heartbeat.Heartbeat` (the bundled trainer and `slurmgen.beat`, one implementation)
-and `record.TimelineWriter`. Readers, pure: `timeline`, `stragglers`, `goodput`. Nothing here
+and `timeline_writer.TimelineWriter`. Readers, pure: `timeline`, `stragglers`, `goodput`. Nothing here
 imports torch, and the writers import nothing but the contract: every rank imports them.
 """

@@ -18,7 +18,7 @@ is due, learned from this rank's own step (or evaluation) times once it has enou
 `stack`: true when the rank dumps its Python stack into DIR/stack-NNNNN.txt on
 contract.hangs.STACK_SIGNAL (faulthandler), which a watcher sends before it kills a hung rank.
 
-Besides the heartbeat file, a `Heartbeat` given a timeline writer (observe/record.py) records
+Besides the heartbeat file, a `Heartbeat` given a timeline writer (observe/timeline_writer.py) records
 the phases it can see from the beats themselves: the first step, each checkpoint's stall (the
 time spent in "checkpointing"), the end, and a step sample at most once per period.
 """
@@ -42,7 +42,7 @@ from typing import Any
 
 from slurmgen import atomic
 from slurmgen.contract import envvars, hangs, phases, states
-from slurmgen.observe.record import TimelineWriter
+from slurmgen.observe.timeline_writer import TimelineWriter
 
 # The heartbeat contract between a launcher (or watcher) and any program it starts: when the
 # launcher sets this variable, rank R writes DIR/rank-%05d.json there (the format above); a

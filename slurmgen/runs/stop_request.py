@@ -4,7 +4,7 @@ The channel is one file per launch, `control/launch-<LAUNCH_ID>.stop` beside the
 (contract/files.py), whose path the launcher records in its registry row (`info.stop_file`).
 A stopper creates the file (whole, by a rename: its text says who asked); the launcher's main
 loop, which already wakes every 0.1 s to tick its state machine, looks for it on each pass,
-removes it and stops every rank on every node exactly as on Ctrl-C (launch/runner.py). The
+removes it and stops every rank on every node exactly as on Ctrl-C (launch/fanout.py). The
 stopper waits for the file to disappear: that is the launcher's acknowledgement.
 
 Why a file rather than a signal, a unix socket or a localhost port:

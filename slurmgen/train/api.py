@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from slurmgen.contract import phases
-from slurmgen.observe.record import rank_started
+from slurmgen.observe.timeline_writer import rank_started
 
 from . import compat, dist, fsdp
 from .config import TrainConfig

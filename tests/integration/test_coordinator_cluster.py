@@ -19,7 +19,7 @@ import pytest
 from faults import cut_off
 from helpers import AGENT_TIMEOUT, Coord, wait_for
 
-from slurmgen.coordinator.agent import CUT_OFF_MARGIN
+from slurmgen.coordinator.node_agent import CUT_OFF_MARGIN
 from slurmgen.train import sharded
 
 pytestmark = pytest.mark.integration

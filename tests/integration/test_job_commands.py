@@ -434,7 +434,7 @@ def test_status_shows_steps_from_sacct_and_sacct_keeps_a_sweep_and_forgotten_job
     # 3. A job the controller has forgotten (what scontrol says after MinJobAge, 300 s here: too
     # long to wait, so scontrol is asked about an id nobody has) comes from sacct alone.
     from slurmgen.jobs.query import ask
-    from slurmgen.jobs.runner import LocalRunner
+    from slurmgen.jobs.slurm_runner import LocalRunner
 
     class Forgetful(LocalRunner):
         def run(self, argv, **kwargs):

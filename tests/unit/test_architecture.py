@@ -337,17 +337,17 @@ def test_the_layer_check_sees_a_service_importing_a_feature(tmp_path):
     (root / "jobs" / "slurm_runner.py").write_text("class Runner:\n    pass\n")
     (root / "launch" / "fanout.py").write_text("X = 1\n")
     (root / "ssh" / "connect.py").write_text("X = 1\n")
-    (root / "runs" / "records.py").write_text(
+    (root / "runs" / "trainer_records.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "from slurmgen.ssh.connect import X\n"
         "if TYPE_CHECKING:\n    from slurmgen.jobs.slurm_runner import Runner\n"
     )
     (root / "ssh" / "keys.py").write_text("def f():\n    from slurmgen.launch.fanout import X\n")
     (root / "launch" / "plan.py").write_text(
-        "from slurmgen.runs.records import X\nfrom slurmgen.jobs import slurm_runner\n"
+        "from slurmgen.runs.trainer_records import X\nfrom slurmgen.jobs import slurm_runner\n"
     )
     assert upward_imports(read_package(root)) == {
-        "slurmgen.runs.records -> slurmgen.jobs.slurm_runner",
+        "slurmgen.runs.trainer_records -> slurmgen.jobs.slurm_runner",
         "slurmgen.ssh.keys -> slurmgen.launch.fanout",
     }
 

@@ -21,7 +21,7 @@ from slurmgen.runs.registry import Registry
 from slurmgen.tracking.plot import order, series
 from slurmgen.tracking.records import RunRecord
 
-from . import records
+from . import attempt_records
 from .auth import guarded
 from .run_records import run_records, sweep_id
 from .runs_page import registry_path
@@ -54,7 +54,7 @@ def curves_for(path: Any, seq: int) -> dict[str, Any]:
     if row is None:
         return {"metrics": {}, "why": f"there is no run {seq}"}
     runs, why = run_records(row, record)
-    metrics = sweep_curves(runs) if sweep_id(row) else records.curves_of(runs)
+    metrics = sweep_curves(runs) if sweep_id(row) else attempt_records.curves_of(runs)
     return {"metrics": metrics, "why": why, "runs": len(runs)}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from . import api, records, views
+from . import api, attempt_records, views
 from .auth import guarded
 from .routes import overview_data
 
@@ -70,5 +70,5 @@ async def live_metrics(request: Request, name: str) -> Response:
     reply = await api.call(request.app, "GET", f"/api/groups/{name}")
     if not reply.ok:
         return _no_store(reply.body, reply.status)
-    runs = await asyncio.to_thread(records.attempt_runs, records.current_attempt(reply.body))
-    return _no_store({"metrics": records.curves_of(runs)})
+    runs = await asyncio.to_thread(attempt_records.attempt_runs, attempt_records.current_attempt(reply.body))
+    return _no_store({"metrics": attempt_records.curves_of(runs)})

@@ -1,6 +1,6 @@
 """A Slurm job's or an SSH launch's log on its run page, followed live: the newest lines first,
 then every line appended since, split by rank (jobs/logs.py: srun --label, torchrun's [rank R]
-tags). A launch's log is the one its launcher keeps on this machine (launch/record.py: what every
+tags). A launch's log is the one its launcher keeps on this machine (launch/registry_entry.py: what every
 node sent, a rank's lines labelled as srun labels them, a line per attempt between them).
 
 The page's script (static/app.js, the group page's log view) asks every half second for the

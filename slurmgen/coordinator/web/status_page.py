@@ -22,7 +22,7 @@ from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import ENDED_WORDS
 from slurmgen.tracking.store import write_text_atomic
 
-from . import api, records, views
+from . import api, attempt_records, views
 from .render import environment
 from .timeline_svg import time_report
 
@@ -94,17 +94,17 @@ def group_time(folder: Path, name: str) -> dict[str, Any]:
 async def write_for(app: FastAPI, name: str) -> Path:
     detail = await api.get(app, f"/api/groups/{name}")
     reply = await api.call(app, "GET", f"/api/groups/{name}/ranks")
-    root = records.search_root(detail["group"]["config"])
+    root = attempt_records.search_root(detail["group"]["config"])
 
     def write() -> Path:
-        runs = records.attempt_runs(records.current_attempt(detail))
+        runs = attempt_records.attempt_runs(attempt_records.current_attempt(detail))
         state_dir = app.state.coordinator.store.path.parent
-        target = records.status_dir(name, root, runs, state_dir) / "status.html"
+        target = attempt_records.status_dir(name, root, runs, state_dir) / "status.html"
         target.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(
             target,
             render_status(
-                detail, reply.body if reply.ok else [], records.curves_of(runs), group_time(target.parent, name)
+                detail, reply.body if reply.ok else [], attempt_records.curves_of(runs), group_time(target.parent, name)
             ),
         )
         return target

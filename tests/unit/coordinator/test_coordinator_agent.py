@@ -14,9 +14,9 @@ from pathlib import Path
 
 from helpers import alive
 
-from slurmgen.coordinator.agent import WorkerAgent
 from slurmgen.coordinator.client import ClientError
 from slurmgen.coordinator.models import AgentOrders, StartOrder
+from slurmgen.coordinator.node_agent import WorkerAgent
 
 
 def order(worker, argv, rank=0, timeout=60.0):

@@ -1,8 +1,8 @@
-"""The server's hang judgement across agents (slurmgen/coordinator/blame.py): the contract's
+"""The server's hang judgement across agents (slurmgen/coordinator/group_blame.py): the contract's
 rule over every worker's last quiet beat, each aged by the time since its report."""
 
 from slurmgen.coordinator import state as st
-from slurmgen.coordinator.blame import Reported, judge
+from slurmgen.coordinator.group_blame import Reported, judge
 
 RANKS = {"n1-0": 0, "n1-1": 1, "n2-0": 2, "n2-1": 3}
 

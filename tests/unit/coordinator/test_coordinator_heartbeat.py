@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from slurmgen.coordinator.heartbeat import (
+from slurmgen.coordinator.agent_beat import (
     DEFAULT_GRACE,
     Judge,
     KeepLines,

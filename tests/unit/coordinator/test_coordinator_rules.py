@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from slurmgen.coordinator.agent import is_stale
 from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_name
+from slurmgen.coordinator.node_agent import is_stale
 from slurmgen.coordinator.procs import LineBuffer, exit_status
 from slurmgen.coordinator.ranks import plan_ranks, rank_env
 from slurmgen.coordinator.state import judge_attempt, reconcile, worker_state

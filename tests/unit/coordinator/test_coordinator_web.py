@@ -229,29 +229,31 @@ def _record(root, group, job_type="main", steps=(1,), metric="loss", kind="train
 def test_curves_come_from_the_attempts_own_records(tmp_path):
     """Records were found by walking --cwd and matched by group name: two runs of job type
     "main" shared one label, and a later attempt without records still showed old curves."""
-    from slurmgen.coordinator.web import records
+    from slurmgen.coordinator.web import attempt_records
 
     one = _record(tmp_path / "a" / "tracking", "exp1", steps=(1, 2))
     two = _record(tmp_path / "b" / "tracking", "exp1", steps=(5,), kind="val")
     _record(tmp_path / "c" / "tracking", "exp1", steps=(9,))  # same group name, another attempt's
     attempt = {"number": 2, "runs": [one, two, str(tmp_path / "gone")]}
     detail = {"group": {"attempt": 2}, "attempts": [{"number": 1, "runs": []}, attempt]}
-    runs = records.attempt_runs(records.current_attempt(detail))
+    runs = attempt_records.attempt_runs(attempt_records.current_attempt(detail))
     assert [str(r.dir) for r in runs] == [one, two], "exactly the announced records the server can read"
-    assert records.curves_of(runs) == {"loss": {f"train {one}": ([1, 2], [1.0, 0.5]), f"val {two}": ([5], [0.2])}}
-    assert records.curves_of(records.attempt_runs({"number": 3, "runs": []})) == {}
-    assert records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path
-    assert records.status_dir("exp1", tmp_path, [], tmp_path / "state") == tmp_path / "runs" / "exp1"
-    assert records.status_dir("exp1", None, [], tmp_path / "state") == tmp_path / "state" / "groups" / "exp1"
+    assert attempt_records.curves_of(runs) == {
+        "loss": {f"train {one}": ([1, 2], [1.0, 0.5]), f"val {two}": ([5], [0.2])}
+    }
+    assert attempt_records.curves_of(attempt_records.attempt_runs({"number": 3, "runs": []})) == {}
+    assert attempt_records.status_dir("exp1", tmp_path, runs, tmp_path / "state") == tmp_path
+    assert attempt_records.status_dir("exp1", tmp_path, [], tmp_path / "state") == tmp_path / "runs" / "exp1"
+    assert attempt_records.status_dir("exp1", None, [], tmp_path / "state") == tmp_path / "state" / "groups" / "exp1"
 
 
 def test_two_runs_of_one_job_type_are_two_series(tmp_path):
-    from slurmgen.coordinator.web import records
+    from slurmgen.coordinator.web import attempt_records
 
     one = _record(tmp_path / "a", "exp1", steps=(1, 2))
     two = _record(tmp_path / "b", "exp2", steps=(1, 2))
     same = _record(tmp_path / "c", "exp1", steps=(3,))
-    labels = list(records.curves_of(records.attempt_runs({"runs": [one, two, same]}))["loss"])
+    labels = list(attempt_records.curves_of(attempt_records.attempt_runs({"runs": [one, two, same]}))["loss"])
     assert labels == [f"train {one}", "train exp2/main", f"train {same}"]
 
 

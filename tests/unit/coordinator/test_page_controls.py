@@ -134,7 +134,7 @@ def test_requeue_refusals_by_slurm_state():
 
 
 def launcher_taking_stops(app, key: str) -> tuple[threading.Thread, list]:
-    """A started thread that does what launch `key`'s launcher loop does (launch/runner.py): take
+    """A started thread that does what launch `key`'s launcher loop does (launch/fanout.py): take
     a stop order from its channel, within 5 s; what it took goes into the returned list."""
     with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
         stop_file = stop_request.stop_file(reg.path, key)

@@ -22,8 +22,8 @@ from helpers import HOSTILE, REPORTER, reports, write
 
 from slurmgen.contract import grid as sweep
 from slurmgen.contract.threads import default_omp_threads
-from slurmgen.coordinator.agent import WorkerAgent
 from slurmgen.coordinator.models import StartOrder
+from slurmgen.coordinator.node_agent import WorkerAgent
 from slurmgen.errors import SlurmgenError
 from slurmgen.generate.render import LAUNCH_SCRIPT, render, render_template
 from slurmgen.generate.specfile import build_spec

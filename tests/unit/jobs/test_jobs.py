@@ -27,7 +27,7 @@ from slurmgen.generate.specfile import build_spec
 from slurmgen.jobs import commands, listing, stopping
 from slurmgen.jobs.cli_shared import Runners
 from slurmgen.jobs.resolve import find
-from slurmgen.jobs.runner import Result
+from slurmgen.jobs.slurm_runner import Result
 from slurmgen.jobs.view import format_view
 from slurmgen.runs.model import list_rows
 from slurmgen.runs.registry import JobRecord, Registry

@@ -258,7 +258,7 @@ class Recorded:
         self.answers, self.calls = answers, []
 
     def run(self, argv, **kwargs):
-        from slurmgen.jobs.runner import Result
+        from slurmgen.jobs.slurm_runner import Result
 
         self.calls.append(argv[0])
         out, err, code = answer(self.answers[argv[0]])
@@ -322,7 +322,7 @@ def _silent_slurm(tmp_path, monkeypatch, answer_sacct: bool = False, answer_scon
 
 def test_a_silent_controller_is_asked_twice_within_the_bound_and_named_once(tmp_path, monkeypatch):
     from slurmgen.jobs.query import ask
-    from slurmgen.jobs.runner import LocalRunner
+    from slurmgen.jobs.slurm_runner import LocalRunner
 
     calls = _silent_slurm(tmp_path, monkeypatch, answer_sacct=True)
     started = time.monotonic()
@@ -340,7 +340,7 @@ def test_a_silent_controller_is_asked_twice_within_the_bound_and_named_once(tmp_
 def test_the_slurm_timeout_is_a_setting_and_a_bad_one_is_one_line(tmp_path, monkeypatch):
     from slurmgen.errors import SlurmgenError
     from slurmgen.jobs.query import ask
-    from slurmgen.jobs.runner import LocalRunner
+    from slurmgen.jobs.slurm_runner import LocalRunner
 
     _silent_slurm(tmp_path, monkeypatch)
     monkeypatch.setenv("SLURMGEN_SLURM_TIMEOUT", "0.2")
@@ -355,7 +355,7 @@ def test_the_slurm_timeout_is_a_setting_and_a_bad_one_is_one_line(tmp_path, monk
 
 def test_silent_accounting_under_an_answering_controller_is_said_as_such(tmp_path, monkeypatch):
     from slurmgen.jobs.query import ask
-    from slurmgen.jobs.runner import LocalRunner
+    from slurmgen.jobs.slurm_runner import LocalRunner
 
     _silent_slurm(tmp_path, monkeypatch, answer_scontrol=True)
     monkeypatch.setenv("SLURMGEN_SLURM_TIMEOUT", "0.2")

@@ -14,8 +14,8 @@ from helpers import PY, SLEEPER, local_connector, local_plan, run_to_end
 from helpers import run as run_cli
 
 from slurmgen.contract.states import State
-from slurmgen.launch.record import LaunchRecord
-from slurmgen.launch.runner import Launcher
+from slurmgen.launch.fanout import Launcher
+from slurmgen.launch.registry_entry import LaunchRecord
 from slurmgen.runs.model import (
     Failure,
     NewRun,
@@ -213,7 +213,7 @@ def test_a_failing_launch_is_recorded_running_at_start_then_with_its_verdict_per
 
 def test_a_launch_that_cannot_connect_is_recorded_failed_with_the_reason(tmp_path):
     from slurmgen.errors import SlurmgenError
-    from slurmgen.launch import runner
+    from slurmgen.launch import fanout
     from slurmgen.ssh.connect import ConnectError, SSHOptions
 
     path = tmp_path / "jobs.sqlite"
@@ -223,13 +223,13 @@ def test_a_launch_that_cannot_connect_is_recorded_failed_with_the_reason(tmp_pat
     def refuse(hosts, opts, notify=None):
         raise ConnectError("h0", "connection refused")
 
-    real = runner.Launcher.__init__
-    runner.Launcher.__init__ = lambda self, *a, **kw: real(self, *a, **{**kw, "connector": refuse})
+    real = fanout.Launcher.__init__
+    fanout.Launcher.__init__ = lambda self, *a, **kw: real(self, *a, **{**kw, "connector": refuse})
     try:
         with pytest.raises(SlurmgenError):
-            runner.launch(plan, SSHOptions(), record=record)
+            fanout.launch(plan, SSHOptions(), record=record)
     finally:
-        runner.Launcher.__init__ = real
+        fanout.Launcher.__init__ = real
     ((row, attempts),) = launch_rows(path)
     assert (row["state"], row["last_exit"], attempts) == ("failed", 1, [])
     assert "connection refused" in row["failure"]["cause"]

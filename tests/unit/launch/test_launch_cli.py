@@ -116,7 +116,7 @@ DRY_RUN_SKIPS = (
     "invoke",
     "sqlite3",
     "slurmgen.ssh.connect",
-    "slurmgen.launch.runner",
+    "slurmgen.launch.fanout",
     "slurmgen.runs.registry",
     "yaml",
     "typer._adapters",

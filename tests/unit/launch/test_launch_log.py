@@ -1,4 +1,4 @@
-"""A launch's log on this machine (launch/record.py), which its run page follows: every line the
+"""A launch's log on this machine (launch/registry_entry.py), which its run page follows: every line the
 nodes sent, a rank's lines labelled with its rank, a line between attempts, private to its owner;
 the page's log reader and `slurmgen logs LAUNCH_ID` split it by rank like a Slurm job's."""
 

@@ -14,7 +14,7 @@ from helpers import PY, SLEEPER, SURVIVORS, LocalConnection, LocalProcess, local
 from helpers import run_launcher as run
 
 from slurmgen.contract import exitcodes
-from slurmgen.launch.runner import Launcher
+from slurmgen.launch.fanout import Launcher
 from slurmgen.ssh.connect import ConnectError, SSHOptions
 
 

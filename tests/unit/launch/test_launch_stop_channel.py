@@ -14,8 +14,8 @@ from helpers import PY, SLEEPER, alive, kill_local_nodes, local_connector, local
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.states import STOPPED_BY_USER, State
-from slurmgen.launch.record import LaunchRecord
-from slurmgen.launch.runner import Launcher
+from slurmgen.launch.fanout import Launcher
+from slurmgen.launch.registry_entry import LaunchRecord
 from slurmgen.runs import stop_request
 from slurmgen.runs.model import Recorder, attempts_of, get_row, list_rows
 from slurmgen.runs.registry import Registry

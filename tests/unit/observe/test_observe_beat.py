@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from slurmgen.observe import record
+from slurmgen.observe import timeline_writer
 from slurmgen.observe.report import analyse
 from slurmgen.train.logs import read_heartbeats
 
@@ -79,8 +79,11 @@ def test_without_a_launcher_beat_writes_nothing(tmp_path):
 def test_process_start_is_read_back_through_the_uptime():
     stat = "123 (a prog) with spaces) S " + " ".join(["0"] * 18) + " 500 0"  # field 22 = 500 ticks
     hz = os.sysconf("SC_CLK_TCK")
-    assert record.process_start_time(stat, "100.25 3.0", now=1000.0) == 1000.0 - (100.25 - 500 / hz)
-    assert record.process_start_time("garbage", "1 1") is None
+    assert timeline_writer.process_start_time(stat, "100.25 3.0", now=1000.0) == 1000.0 - (100.25 - 500 / hz)
+    assert timeline_writer.process_start_time("garbage", "1 1") is None
     # Attempts count from 1 (contract/attempts.py): Slurm's second requeue is the third attempt.
-    assert record.attempt_of({"SLURM_RESTART_COUNT": "2"}) == 3 and record.attempt_of({"SLURMGEN_ATTEMPT": "3"}) == 3
-    assert record.attempt_of({}) == 1
+    assert (
+        timeline_writer.attempt_of({"SLURM_RESTART_COUNT": "2"}) == 3
+        and timeline_writer.attempt_of({"SLURMGEN_ATTEMPT": "3"}) == 3
+    )
+    assert timeline_writer.attempt_of({}) == 1

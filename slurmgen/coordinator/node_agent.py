@@ -9,7 +9,7 @@ server has failed this node's groups and stopped or restarted their other ranks,
 here, cut off by a partition, only hold their GPUs: the agent stops them (`--cut-off-after`).
 It reads its ranks' trainer heartbeats itself (same clock as the writer) and reports each
 quiet one's age, step and whether its process is stopped; the server judges the hang across
-every agent's reports (blame.py), since this node alone would blame its own rank waiting in a
+every agent's reports (group_blame.py), since this node alone would blame its own rank waiting in a
 collective for a rank frozen on another node. No torch here: the agent is small and starts fast.
 """
 

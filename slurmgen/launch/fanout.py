@@ -41,7 +41,7 @@ from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line, summary_table
 from slurmgen.launch.plan import LaunchPlan, NodePlan
-from slurmgen.launch.record import LaunchRecord
+from slurmgen.launch.registry_entry import LaunchRecord
 from slurmgen.launch.remote import heartbeat_ms, payload, remote_command
 from slurmgen.runs import stop_request
 from slurmgen.runs.model import Failure
