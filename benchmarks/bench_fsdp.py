@@ -63,8 +63,8 @@ def _write_times(model, opt, rank: int, world: int, tmp: str, rounds: int) -> di
     import torch.distributed as tdist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    from slurmgen.train import checkpoint as ckpt
-    from slurmgen.train import sharded
+    from slurmgen.train.checkpoint import files as ckpt
+    from slurmgen.train.checkpoint import sharded
 
     d = Path(tmp) / "ck"
     sync = sharded.ShardedWriter(d / "sharded", keep_last=1, background=False)

@@ -186,7 +186,7 @@ def throughput(args: argparse.Namespace) -> None:
 def checkpoints(args: argparse.Namespace) -> None:
     import torch
 
-    from slurmgen.train import checkpoint as ckpt
+    from slurmgen.train.checkpoint import files as ckpt
 
     n = int(args.ckpt_mb * 2**20 / 4)
     state = {
@@ -239,8 +239,8 @@ def checkpoints(args: argparse.Namespace) -> None:
 def stall(args: argparse.Namespace) -> None:
     import torch
 
-    from slurmgen.train import checkpoint as ckpt
-    from slurmgen.train.ckpt_writer import CheckpointWriter
+    from slurmgen.train.checkpoint import files as ckpt
+    from slurmgen.train.checkpoint.writer import CheckpointWriter
 
     def train(state: dict) -> None:
         for t in state["model"].values():
@@ -310,8 +310,8 @@ def stall(args: argparse.Namespace) -> None:
 def overlap(args: argparse.Namespace) -> None:
     import torch
 
-    from slurmgen.train import checkpoint as ckpt
-    from slurmgen.train.ckpt_writer import CheckpointWriter
+    from slurmgen.train.checkpoint import files as ckpt
+    from slurmgen.train.checkpoint.writer import CheckpointWriter
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])

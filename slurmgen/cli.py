@@ -47,7 +47,7 @@ PACKAGES = (
     ("slurmgen.generate.cli", "register", ("create", "ranks")),
     ("slurmgen.launch.cli", "register", ("launch",)),
     ("slurmgen.train.command", "register", ("train",)),
-    ("slurmgen.train.ckpt_command", "register", ("ckpt",)),
+    ("slurmgen.train.checkpoint.command", "register", ("ckpt",)),
     ("slurmgen.tracking.cli", "register", ("runs", "plot")),
     ("slurmgen.generate.cli", "register_schema", ("schema",)),
     ("slurmgen.jobs.cli", "register", ("submit", "jobs", "status", "logs", "cancel")),

@@ -760,7 +760,7 @@ RANK_PRELOAD = [
     "torch._dynamo",
     "fsspec",
     "slurmgen.train.fsdp",
-    "slurmgen.train.sharded",
+    "slurmgen.train.checkpoint.sharded",
     "slurmgen.train.models",
     "slurmgen.cli",
     "httpx",

@@ -2,7 +2,7 @@
 
 `ddp`: every rank holds the whole model, rank 0 writes one checkpoint file; `fsdp`: FSDP2
 shards parameters, gradients and optimizer state, every rank writes its shard (train/fsdp.py,
-train/sharded.py). Every launcher passes the choice on as SLURMGEN_STRATEGY; the spec, the
+train/checkpoint/sharded.py). Every launcher passes the choice on as SLURMGEN_STRATEGY; the spec, the
 trainer's flags and the coordinator's group config take their choices and default from here.
 """
 

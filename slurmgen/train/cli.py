@@ -231,7 +231,7 @@ def run(cfg: TrainConfig, launch: LaunchFlags) -> int:
     import torch
 
     from . import api, dist
-    from .checkpoint import CheckpointError
+    from .checkpoint.files import CheckpointError
     from .data import DataError, build_datasets
     from .models import build_model, count_parameters
     from .trainer import Trainer

@@ -33,7 +33,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 MODELS = ("gpt", "mlp")
 TRACK_MODES = ("rank0", "per-process", "off")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
-# Where a sharded checkpoint is written while training goes on (train/sharded.py ShardedWriter).
+# Where a sharded checkpoint is written while training goes on (train/checkpoint/sharded.py ShardedWriter).
 CHECKPOINT_WRITERS = ("thread", "process")
 DEFAULT_MAX_STEPS = 100
 SYNTHETIC_VOCAB, TOKEN_FILE_VOCAB = 256, 50304  # the latter GPT-2's, padded to a multiple of 64

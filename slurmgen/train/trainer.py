@@ -10,7 +10,7 @@ a pure function of the step, so a resumed run continues exactly where the saved 
 `fit()` is that loop and nothing else, readable in one screen as nanoGPT's train.py is: what
 happens before the first step (`_begin`), a logging line (`_log_train`, `_log_eval`) and each
 way out (`_done`, `_preempted`, `_failed`) are named methods, and everything about
-checkpoints is one `Checkpointing` object (checkpointing.py) that the loop calls at its
+checkpoints is one `Checkpointing` object (checkpoint/checkpoints.py) that the loop calls at its
 step boundaries.
 """
 
@@ -32,9 +32,9 @@ from slurmgen.contract import envvars
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.observe import stragglers
 
-from . import checkpoint as ckpt
 from . import dist, fsdp
-from .checkpointing import Checkpointing
+from .checkpoint import files as ckpt
+from .checkpoint.checkpoints import Checkpointing
 from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, TrainConfig
 from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv

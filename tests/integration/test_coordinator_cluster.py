@@ -20,7 +20,7 @@ from faults import cut_off
 from helpers import AGENT_TIMEOUT, Coord, wait_for
 
 from slurmgen.coordinator.node_agent import CUT_OFF_MARGIN
-from slurmgen.train import sharded
+from slurmgen.train.checkpoint import sharded
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")

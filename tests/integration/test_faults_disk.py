@@ -27,7 +27,7 @@ from slurmgen.contract.envvars import HEARTBEAT_DIR
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
-from slurmgen.train import checkpoint as ckpt  # noqa: E402
+from slurmgen.train.checkpoint import files as ckpt  # noqa: E402
 
 # About 5 MB a checkpoint: one fits in the 30 MB disk beside the filler, a second does not.
 ARGS = [

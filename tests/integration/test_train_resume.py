@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: run scripts
 import contextlib
 
 from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
-from slurmgen.train import checkpoint as ckpt  # noqa: E402
+from slurmgen.train.checkpoint import files as ckpt  # noqa: E402
 from slurmgen.train.cli import main  # noqa: E402
 
 PY = sys.executable

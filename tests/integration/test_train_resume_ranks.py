@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
-from slurmgen.train import checkpoint as ckpt  # noqa: E402
+from slurmgen.train.checkpoint import files as ckpt  # noqa: E402
 
 # A small MLP with dropout (so the random streams matter too) and gradient accumulation (DDP's
 # no_sync steps), two checkpoints: 3 and 6.

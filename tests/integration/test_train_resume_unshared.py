@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 from slurmgen.contract.envvars import HEARTBEAT_DIR as HEARTBEAT_DIR_ENV  # noqa: E402
-from slurmgen.train import checkpoint as ckpt  # noqa: E402
+from slurmgen.train.checkpoint import files as ckpt  # noqa: E402
 
 WORLD = 3
 DRIVER = str(Path(__file__).with_name("resume_rank.py"))

@@ -1,4 +1,4 @@
-"""Checkpoints in the background (slurmgen/train/ckpt_writer.py) and the start-up meeting."""
+"""Checkpoints in the background (slurmgen/train/checkpoint/writer.py) and the start-up meeting."""
 
 import threading
 from datetime import timedelta
@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.distributed as tdist
 
-from slurmgen.train import checkpoint as ckpt
-from slurmgen.train import ckpt_writer, dist
-from slurmgen.train.ckpt_writer import CheckpointWriter, one_intra_op_thread, snapshot
+from slurmgen.train import dist
+from slurmgen.train.checkpoint import files as ckpt
+from slurmgen.train.checkpoint import writer as ckpt_writer
+from slurmgen.train.checkpoint.writer import CheckpointWriter, one_intra_op_thread, snapshot
 from slurmgen.train.env import DistEnv
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from slurmgen.train import checkpoint as ckpt
+from slurmgen.train.checkpoint import files as ckpt
 
 
 def state(step, value=0.0):

@@ -1,4 +1,4 @@
-"""A run's checkpoints as one object (slurmgen/train/checkpointing.py), used without the loop:
+"""A run's checkpoints as one object (slurmgen/train/checkpoint/checkpoints.py), used without the loop:
 the seam a sharded strategy replaces must save, keep the last K, find the latest and put
 every part of the state back by itself."""
 
@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from slurmgen.train import checkpoint as ckpt  # noqa: E402
-from slurmgen.train.checkpointing import Checkpointing  # noqa: E402
+from slurmgen.train.checkpoint import files as ckpt  # noqa: E402
+from slurmgen.train.checkpoint.checkpoints import Checkpointing  # noqa: E402
 from slurmgen.train.config import TrainConfig  # noqa: E402
 from slurmgen.train.data import ShardedBatches, build_datasets  # noqa: E402
 from slurmgen.train.env import LaunchFlags, detect  # noqa: E402

@@ -1,4 +1,4 @@
-"""FSDP2 (slurmgen/train/fsdp.py) and sharded checkpoints (sharded.py) on real gloo ranks.
+"""FSDP2 (slurmgen/train/fsdp.py) and sharded checkpoints (checkpoint/sharded.py) on real gloo ranks.
 
 A small training loop stands in for the trainer: batches are a pure function of (step, rank,
 world size), a global batch of 12 sequences split evenly, so runs on 2, 3 and 4 ranks compute
@@ -16,9 +16,10 @@ import torch
 from helpers import GPT_SIZE, run_ranks
 from helpers import run as cli
 
-from slurmgen.train import checkpoint as ckpt
-from slurmgen.train import dist, fsdp, sharded
-from slurmgen.train.ckpt_writer import is_dtensor
+from slurmgen.train import dist, fsdp
+from slurmgen.train.checkpoint import files as ckpt
+from slurmgen.train.checkpoint import sharded
+from slurmgen.train.checkpoint.writer import is_dtensor
 from slurmgen.train.models import GPT
 from slurmgen.train.optim import build_optimizer
 
@@ -101,7 +102,7 @@ def run(rank, world, strategy, ckpt_dir, steps, save_at=None, resume=False, drop
 def write_while_training(rank, world, ckpt_dir):
     """Checkpoint step 1 in the background and go on training at once; the checkpoint must
     still hold step 1's weights. The copy goes into the same kept buffers each time."""
-    from slurmgen.train.ckpt_writer import buffers_for, snapshot
+    from slurmgen.train.checkpoint.writer import buffers_for, snapshot
 
     model, opt = build(rank, "fsdp")
     train_step(model, opt, 0, rank, world)

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from helpers import run_ranks
 from torch import nn
 
-from slurmgen.train import fsdp, sharded
+from slurmgen.train import fsdp
+from slurmgen.train.checkpoint import sharded
 
 
 class Stage(nn.Module):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import wait_for
 
-from slurmgen.train import sharded
+from slurmgen.train.checkpoint import sharded
 
 ARGS = [
     "--model",

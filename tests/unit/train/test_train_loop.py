@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from slurmgen.train import checkpoint as ckpt
+from slurmgen.train.checkpoint import files as ckpt
 from slurmgen.train.config import EXIT_OK, EXIT_PREEMPTED, ConfigError, TrainConfig
 from slurmgen.train.data import build_datasets
 from slurmgen.train.env import LaunchFlags, detect

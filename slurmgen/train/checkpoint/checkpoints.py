@@ -4,8 +4,8 @@ at a step boundary, keeping the last K, with the asynchronous writer behind it.
 The training loop calls it at fixed points and knows nothing else about checkpoints:
 `resume()` before the first step, `prepare()` and `poll()` after every step, `save()` at a
 checkpoint step, `settle()` before the run reports anything, `settle_after_failure()` when it
-fails. The files (atomic writes, the `latest` pointer, pruning, loading) are `checkpoint.py`;
-the background thread is `ckpt_writer.py`; which file a run resumes from, and how every rank
+fails. The files (atomic writes, the `latest` pointer, pruning, loading) are `files.py`;
+the background thread is `writer.py`; which file a run resumes from, and how every rank
 gets it, is `resume.py`. A sharded strategy (FSDP2) changes what `state()` gathers and how
 `resume()` puts it back, here, and nothing in the loop.
 
@@ -23,14 +23,15 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
-from . import checkpoint as ckpt
-from . import dist, fsdp, resume, sharded
-from .ckpt_writer import CheckpointWriter, Written
-from .config import ConfigError, TrainConfig
-from .data import ShardedBatches
-from .env import DistEnv
-from .logs import Heartbeat
-from .track import Tracking
+from .. import dist, fsdp
+from ..config import ConfigError, TrainConfig
+from ..data import ShardedBatches
+from ..env import DistEnv
+from ..logs import Heartbeat
+from ..track import Tracking
+from . import files as ckpt
+from . import resume, sharded
+from .writer import CheckpointWriter, Written
 
 log = logging.getLogger("slurmgen.train")
 

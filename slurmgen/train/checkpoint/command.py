@@ -1,7 +1,7 @@
 """`slurmgen ckpt info` and `slurmgen ckpt consolidate`: a run's checkpoints seen from outside.
 
 Apart from the trainer's modules so that `slurmgen --help` registers the commands without
-importing torch: the checkpoint readers (`sharded.py`, `checkpoint.py`) are imported inside the
+importing torch: the checkpoint readers (`sharded.py`, `files.py`) are imported inside the
 commands, when they run.
 """
 
@@ -42,7 +42,7 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
     """Every checkpoint of a run: step, world size, format, size per shard, complete or not."""
-    from slurmgen.train import sharded
+    from slurmgen.train.checkpoint import sharded
 
     directory, paths, latest = sharded.all_checkpoints(_run_dir(run_dir))
     rows = [sharded.describe(p) for p in paths]
@@ -77,7 +77,7 @@ def consolidate(
     Load it with `model.load_state_dict(torch.load(FILE))`, on any number of processes."""
     import torch
 
-    from slurmgen.train import sharded
+    from slurmgen.train.checkpoint import sharded
 
     found = sharded.newest_good(_run_dir(run_dir))
     if found is None:

@@ -6,7 +6,7 @@ bytes of which file hold which slice of which tensor, written by rank 0 once eve
 written) and `meta.pt` (step, world size, strategy, data position, every rank's random
 streams, scheduler and scaler: small, plain values and tensors, loadable with weights_only).
 
-The promises are those of `checkpoint.py`, with a directory in place of a file:
+The promises are those of `files.py`, with a directory in place of a file:
 
 1. rank 0 creates `.ckpt-STEP.dcp.tmp` (after removing a stale one); all ranks write their
    shards into it, in parallel, each file fsynced by DCP; rank 0 writes `.metadata` (fsynced)
@@ -23,13 +23,13 @@ naming it, as for single files.
 
 Asynchronous by default: `ShardedWriter.submit` waits for the previous checkpoint (at most one
 in flight) and copies each rank's local shards into CPU buffers kept from one checkpoint to
-the next (`ckpt_writer.snapshot`, DTensors keep their layout around the copy): that copy is
+the next (`writer.snapshot`, DTensors keep their layout around the copy): that copy is
 the whole stall. No state dict is taken for it after the first: the state dict's tensors are
 the live parameters and optimizer state (views of their memory), which training updates in
 place, so while they are the same objects (`state_identity`: parameters, buffers, optimizer
 state entries by object; a load or a new state entry changes it) one `torch._foreach_copy_`
 from the tensors of the first state dict into the kept buffers refills the copy
-(`ckpt_writer.copy_pairs`, `refill`); only the parameter groups (lr, ...) are taken anew. The
+(`writer.copy_pairs`, `refill`); only the parameter groups (lr, ...) are taken anew. The
 pairs are found with the buffers in `prepare`, so the first checkpoint refills too. Measured
 here in one process (2 ranks, 62 MB and 304 tensors per rank, load 9 on 2 cores): a stall of
 31 ms with `get_state_dict` and the copy by a walk over the state, 7-11 ms refilled; what
@@ -81,8 +81,8 @@ import torch.distributed as tdist
 
 from slurmgen import atomic
 
-from . import checkpoint as ckpt
-from .ckpt_writer import OneJobInFlight, Written, copy_pairs, is_dtensor, refill, snapshot
+from . import files as ckpt
+from .writer import OneJobInFlight, Written, copy_pairs, is_dtensor, refill, snapshot
 
 log = logging.getLogger("slurmgen.train")
 

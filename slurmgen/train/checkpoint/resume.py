@@ -13,10 +13,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint as ckpt
-from . import dist
-from .config import ConfigError
-from .env import DistEnv
+from .. import dist
+from ..config import ConfigError
+from ..env import DistEnv
+from . import files as ckpt
 
 log = logging.getLogger("slurmgen.train")
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint as ckpt
+from . import files as ckpt
 
 
 def _map_tensors(state: Any, old: Any, fill: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]) -> Any:
