@@ -25,7 +25,7 @@ STOPPED = "stopped"  # the one `why` a hang has besides "" (the oldest beat, no 
 
 
 @dataclass(frozen=True)
-class Beat:
+class LastBeat:
     """A rank's last heartbeat as its node saw it: how old (the node's own clock), at which
     step (None: the beat had none), and whether the rank's process is stopped."""
 
@@ -56,7 +56,7 @@ def defer_ms(limit_ms: int) -> int:
     return max(250, min(2000, limit_ms // 4))
 
 
-def judge(beats: Iterable[Beat], limit_ms: int, defer: int | None = None) -> Hang | None:
+def judge(beats: Iterable[LastBeat], limit_ms: int, defer: int | None = None) -> Hang | None:
     """The hung rank of these beats (all of a job's "running" beats, any node), or None yet."""
     beats = sorted(beats, key=lambda b: b.rank)
     defer = defer_ms(limit_ms) if defer is None else defer
@@ -68,7 +68,7 @@ def judge(beats: Iterable[Beat], limit_ms: int, defer: int | None = None) -> Han
     return Hang(hung.rank, hung.node, hung.step, hung.age_ms, STOPPED if hung.stopped else "", waiting)
 
 
-def _limit(beat: Beat, limit_ms: int) -> int:
+def _limit(beat: LastBeat, limit_ms: int) -> int:
     """A beat's own limit when its rank learned one (as judge_node's beat_limit), else the job's."""
     return beat.limit_ms or limit_ms
 

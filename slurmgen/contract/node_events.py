@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurmgen.contract.blame import Beat
+from slurmgen.contract.blame import LastBeat
 from slurmgen.contract.hangs import STACK_WAIT
 
 PAYLOAD_MAGIC = "slurmgen-payload-1"
@@ -80,11 +80,11 @@ class NodeEvent:
     rank: int | None = None
     value: int | None = None
     message: str = ""
-    beats: tuple[Beat, ...] = ()
+    beats: tuple[LastBeat, ...] = ()
     frames: tuple[str, ...] = ()  # `stack`: "FILE:LINE FUNCTION", innermost first
 
 
-def _beat(word: str) -> Beat | None:
+def _beat(word: str) -> LastBeat | None:
     """One `RANK:STEP:MS:STATE[:LIMIT_MS]` word of a beats event (None: malformed); LIMIT_MS is
     the rank's own (learned) limit when it has one."""
     parts = word.split(":")
@@ -100,7 +100,7 @@ def _beat(word: str) -> Beat | None:
         return None
     step = int(parts[1]) if parts[1] != "-" else None
     limit = int(parts[4]) if len(parts) == 5 and int(parts[4]) > 0 else None
-    return Beat(int(parts[0]), int(parts[2]), step, parts[3] == "stopped", limit_ms=limit)
+    return LastBeat(int(parts[0]), int(parts[2]), step, parts[3] == "stopped", limit_ms=limit)
 
 
 def parse_event(line: str) -> NodeEvent | None:

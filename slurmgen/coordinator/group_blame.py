@@ -16,7 +16,7 @@ from slurmgen.contract import blame as rule
 
 
 @dataclass(frozen=True)
-class Reported:
+class SlotReport:
     """A worker's quiet beat as its agent reported it, and when (the server's clock)."""
 
     host: str
@@ -27,12 +27,14 @@ class Reported:
     limit: float | None = None  # seconds: the rank's own (learned) limit; None: the group's
 
 
-def judge(quiet: Mapping[str, Reported], ranks: Mapping[str, int], limit: float, now: float) -> tuple[str, str] | None:
+def judge(
+    quiet: Mapping[str, SlotReport], ranks: Mapping[str, int], limit: float, now: float
+) -> tuple[str, str] | None:
     """(worker, story) of the hung rank among the attempt's workers (`ranks`: worker -> rank),
     or None yet."""
     by_rank = {ranks[w]: w for w in ranks if w in quiet}
     beats = [
-        rule.Beat(
+        rule.LastBeat(
             ranks[w],
             round((q.age + now - q.at) * 1000),
             q.step,

@@ -70,7 +70,7 @@ class Coordinator:
         self.boot = clock()
         self.changes = Changes()
         # worker -> its rank's last quiet heartbeat, as its agent reported it (group_blame.py)
-        self.quiet: dict[str, group_blame.Reported] = {}
+        self.quiet: dict[str, group_blame.SlotReport] = {}
         # (group, attempt) -> its worker judged hung, until its agent reports the rank's stack
         self.stacks: dict[st.RunKey, str] = {}
         # Set when the server begins to shut down: agents cannot reach it from then on, which
@@ -407,7 +407,7 @@ class Coordinator:
             if r.beat is None or r.state != "running":
                 self.quiet.pop(name, None)
             else:
-                self.quiet[name] = group_blame.Reported(
+                self.quiet[name] = group_blame.SlotReport(
                     report.host, r.beat.age, r.beat.step, r.beat.stopped, now, r.beat.limit
                 )
 

@@ -147,7 +147,7 @@ class AttemptState:
     stop_reason: str = ""  # why the first signal came, when a person asked for the stop
     all_running: bool = False
     # host -> the beats of its quiet ranks in its last `beats` report, and when that arrived
-    beats: Mapping[str, tuple[tuple[blame.Beat, ...], float]] = field(default_factory=dict)
+    beats: Mapping[str, tuple[tuple[blame.LastBeat, ...], float]] = field(default_factory=dict)
     asked: tuple[str, int, float] | None = None  # (host, rank, until when): a hung rank's stack is awaited
 
     @property

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurmgen.contract import blame
-from slurmgen.contract.blame import Beat
+from slurmgen.contract.blame import LastBeat
 from slurmgen.generate.render import render_template
 
 LIMIT, DEFER = 4000, 1000
@@ -73,7 +73,9 @@ echo "${{quiet_ranks[*]}}"
 
 def _python(beats: list[tuple]) -> tuple[str, tuple[int, ...]]:
     found = blame.judge(
-        [Beat(r, a, s, stopped, limit_ms=(learned or [None])[0]) for r, a, s, stopped, *learned in beats], LIMIT, DEFER
+        [LastBeat(r, a, s, stopped, limit_ms=(learned or [None])[0]) for r, a, s, stopped, *learned in beats],
+        LIMIT,
+        DEFER,
     )
     if found is None:
         return "-", tuple(r for r, a, _, _, *learned in sorted(beats) if a * 2 > (learned or [LIMIT])[0])

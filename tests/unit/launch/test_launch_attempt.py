@@ -6,7 +6,7 @@ import signal
 import pytest
 
 from slurmgen.contract import exitcodes
-from slurmgen.contract.blame import Beat
+from slurmgen.contract.blame import LastBeat
 from slurmgen.contract.node_events import NodeEvent, parse_event
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
@@ -85,7 +85,7 @@ def test_beats_are_judged_across_nodes_and_every_node_is_stopped():
     s, _ = run(fresh(limits=m.Limits(heartbeat_ms=4000)), *opened(), *started())
     quiet_a = parse_event("slurmgen-event-1 beats 0:219:2100:running")
     quiet_c = parse_event("slurmgen-event-1 beats 2:220:2000:stopped")
-    assert quiet_c is not None and quiet_c.beats == (Beat(2, 2000, 220, True),)
+    assert quiet_c is not None and quiet_c.beats == (LastBeat(2, 2000, 220, True),)
     s, actions = run(s, m.Reported("a", quiet_a, 102.0), m.Reported("c", quiet_c, 102.0), m.ClockTick(103.9, {}))
     assert actions == [] and s.stop_at is None  # rank 0 is 4.0 s old: not over the limit yet
     s, actions = run(s, m.ClockTick(104.05, {}))
@@ -101,7 +101,7 @@ def test_a_rank_is_judged_by_the_limit_it_learned_when_its_node_reports_one():
     """rank 1 learned 1 s from its own steps (the fifth field): named long before the fixed 60 s."""
     s, _ = run(fresh(limits=m.Limits(heartbeat_ms=60000)), *opened(), *started())
     quiet = parse_event("slurmgen-event-1 beats 1:40:600:stopped:1000")
-    assert quiet is not None and quiet.beats == (Beat(1, 600, 40, True, limit_ms=1000),)
+    assert quiet is not None and quiet.beats == (LastBeat(1, 600, 40, True, limit_ms=1000),)
     assert parse_event("slurmgen-event-1 beats 1:40:600:stopped:x") is None
     s, actions = run(s, m.Reported("b", quiet, 102.0), m.ClockTick(102.3, {}))
     assert actions == [] and s.stop_at is None  # 0.9 s: under its own limit
