@@ -12,9 +12,10 @@ workers each stand for 2 nodes x 2 GPUs; no test cluster needed, so it never wai
 2. Crash to last worker gone: rank 3 writes a timestamp and exits 3; the time until the
    last of the other ranks' processes has left /proc (scanned every 10 ms). Goal <= 2 s.
 3. Load: N simulated agents post a heartbeat once a second each (threads with keep-alive
-   http.client connections in two child processes): 125 agents x 8 workers = 1,000 workers, then 1,000 agents x 1 worker (1,000
-   requests a second, the worst case). Heartbeat latency p50/p99 beside the latency of
-   /api/health in the same run (baseline), and the server's CPU use from /proc/PID/stat.
+   http.client connections in two child processes): 125 agents x 8 workers = 1,000 workers,
+   then 1,000 agents x 1 worker (1,000 requests a second, the worst case). Heartbeat latency
+   p50/p99 beside the latency of /api/health in the same run (baseline), and the server's CPU
+   use from /proc/PID/stat.
    Goal: p99 < 100 ms and < 0.5 core for 1,000 workers. The load generator shares the
    machine's 2 cores with the server, so the figures are an upper bound.
 """

@@ -170,7 +170,8 @@ def main() -> None:
             )
         n = len(Path(d, "timeline.jsonl").read_text().splitlines())
     print(
-        f"{a.ranks} ranks, {a.step} step: median ratio with / without heartbeats+timeline {statistics.median(ratios):.4f} "
+        f"{a.ranks} ranks, {a.step} step: median ratio with / without heartbeats+timeline "
+        f"{statistics.median(ratios):.4f} "
         f"(target < 1.01); timeline lines {n}; load average {os.getloadavg()[0]:.1f}"
     )
 

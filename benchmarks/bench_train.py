@@ -176,7 +176,8 @@ def throughput(args: argparse.Namespace) -> None:
     result = json.loads(outs[0].strip().splitlines()[-1])
     hand, ours = statistics.median(result["hand"]), statistics.median(result["ours"])
     print(
-        f"throughput, {args.world} ranks gloo, GPT {MODEL['n_layer']}x{MODEL['n_embd']}, batch {MODEL['batch_size']}x{MODEL['block_size']}:"
+        f"throughput, {args.world} ranks gloo, GPT {MODEL['n_layer']}x{MODEL['n_embd']}, "
+        f"batch {MODEL['batch_size']}x{MODEL['block_size']}:"
     )
     print(f"  hand-written DDP loop  {hand:8.2f} steps/s   (rounds: {', '.join(f'{v:.2f}' for v in result['hand'])})")
     print(f"  slurmgen Trainer       {ours:8.2f} steps/s   (rounds: {', '.join(f'{v:.2f}' for v in result['ours'])})")
@@ -281,10 +282,12 @@ def stall(args: argparse.Namespace) -> None:
         sync, (first, *later) = statistics.median(stalls["sync"][1:]), stalls["async"]
         median, worst = statistics.median(later), max(later)
         print(
-            f"stall per checkpoint of {mb:.0f} MB, first + {args.rounds} rounds, ratios to the synchronous save (goal <= 0.1):"
+            f"stall per checkpoint of {mb:.0f} MB, first + {args.rounds} rounds, "
+            "ratios to the synchronous save (goal <= 0.1):"
         )
         print(
-            f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+            f"  (torch intra-op threads {torch.get_num_threads()}, "
+            f"OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
             f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)"
         )
         print(f"  synchronous save (write, fsync, rename, pointer), median   {sync:7.3f} s")
@@ -380,7 +383,8 @@ def overlap(args: argparse.Namespace) -> None:
         f"{args.rounds} rounds, segments of {args.overlap_steps} steps:"
     )
     print(
-        f"  (torch intra-op threads {torch.get_num_threads()}, OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+        f"  (torch intra-op threads {torch.get_num_threads()}, "
+        f"OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS', 'unset')}, "
         f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, this benchmark included)"
     )
     print(

@@ -49,7 +49,8 @@ if _root:
     def _hook(event, args):
         if event == "open":
             p, mode, flags = args
-            if not (isinstance(mode, str) and any(c in mode for c in "wax+")) and not (isinstance(flags, int) and flags & _W):
+            writes_mode = isinstance(mode, str) and any(c in mode for c in "wax+")
+            if not writes_mode and not (isinstance(flags, int) and flags & _W):
                 return
             paths = [p]
         elif event == "os.rename":
@@ -191,7 +192,8 @@ def scale(args, free_port) -> None:
             big = resume_big(args, trees, scratch, free_port)
     print(
         f"coordination, {args.scale_world} ranks gloo ({args.scale_world // args.scale_per_node} 'nodes' of "
-        f"{args.scale_per_node}), {args.scale_model} {args.scale_model_args}; before = {args.before}, after = this checkout:"
+        f"{args.scale_per_node}), {args.scale_model} {args.scale_model_args}; "
+        f"before = {args.before}, after = this checkout:"
     )
     for phase, label in (("fresh", "start-up to first step"), ("resume", "start-up to first step, resuming")):
         if phase not in args.scale_phases:

@@ -60,7 +60,8 @@ def build_app(only: str | None = None) -> typer.Typer:
     """The `slurmgen` app: every command, or only the command or group named `only`."""
     built = typer.Typer(
         name="slurmgen",
-        help="Multi-node PyTorch launching made boring and correct: sbatch scripts, a bare-metal launcher, a rank table.",
+        help="Multi-node PyTorch launching made boring and correct: "
+        "sbatch scripts, a bare-metal launcher, a rank table.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,

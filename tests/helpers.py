@@ -383,7 +383,8 @@ SLEEPER = textwrap.dedent("""
     import os, sys, time
     print("PID", os.getpid(), flush=True)
     fail = os.environ.get("FAIL_RANK")
-    if fail is not None and os.environ["RANK"] == fail and os.environ.get("SLURMGEN_ATTEMPT") in os.environ.get("FAIL_ATTEMPTS", "1").split(","):
+    attempts = os.environ.get("FAIL_ATTEMPTS", "1").split(",")
+    if fail is not None and os.environ["RANK"] == fail and os.environ.get("SLURMGEN_ATTEMPT") in attempts:
         time.sleep(float(os.environ.get("FAIL_AFTER", "0.5")))
         print("failing on purpose", flush=True)
         sys.exit(int(os.environ.get("FAIL_CODE", "7")))

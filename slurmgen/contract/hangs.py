@@ -14,10 +14,11 @@ applies `beat_limit` to the beat it reads and never recomputes the statistic:
   checkpoint   checkpointing        never judged: its stall is the disk's, which earlier stalls
                                     do not bound (the final one waits for a whole write)
 
-timeout = period + max(floor, factor x p99(recent durations), the longest one seen): `period` because the writer rewrites its
-file at most every --heartbeat-every seconds, so a watcher sees a beat that much later; `floor`
-so that a fast run is not judged on noise. A phase learns once it has `least` samples; the first
-step of a process (compilation, warm-up) is start-up, not a sample. factor 0 turns learning off.
+timeout = period + max(floor, factor x p99(recent durations), the longest one seen): `period`
+because the writer rewrites its file at most every --heartbeat-every seconds, so a watcher sees
+a beat that much later; `floor` so that a fast run is not judged on noise. A phase learns once
+it has `least` samples; the first step of a process (compilation, warm-up) is start-up, not a
+sample. factor 0 turns learning off.
 
 Before a hung rank is killed its Python stack is taken: a writer that registered `faulthandler`
 on STACK_SIGNAL says so with `"stack": true` in its beat, and dumps every thread into the file

@@ -118,7 +118,8 @@ def agent(
     cut_off_after: float | None = typer.Option(
         None,
         "--cut-off-after",
-        help="Stop this node's ranks after the server has been unreachable this long [default: the server's --agent-timeout + 5].",
+        help="Stop this node's ranks after the server has been unreachable this long "
+        "[default: the server's --agent-timeout + 5].",
     ),
 ) -> None:
     """Run this node's agent: register its workers and run their ranks."""
@@ -237,7 +238,8 @@ def group_config(
     g = _client(server, token_file).update_config(name, {k: v for k, v in given.items() if v is not None})
     typer.echo(
         f"group {g.name}: master {g.config.master or '(first node)'}, world size "
-        f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}, strategy {g.config.strategy}"
+        f"{g.config.world_size or g.members}, port {g.config.master_port}, backend {g.config.backend}, "
+        f"strategy {g.config.strategy}"
     )
 
 

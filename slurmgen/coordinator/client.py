@@ -82,9 +82,6 @@ class Client:
             WorkerOut(**w) for w in self._call("POST", "/api/workers/move", json={"workers": workers, "group": group})
         ]
 
-    def forget(self, worker: str) -> None:
-        self._call("DELETE", f"/api/workers/{worker}")
-
     def groups(self) -> list[GroupOut]:
         return [GroupOut(**g) for g in self._call("GET", "/api/groups")]
 

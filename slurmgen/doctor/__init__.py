@@ -8,8 +8,8 @@ preemption signal (the spec's preempt_signal: `--config` or `--signal`, default 
 the job step reaches the Python process, and the free disk in the output
 directory; with `--fabric` also the network (`fabric.py`: the address the hostname resolves
 to, the route to the master, NCCL_*/GLOO_*, InfiniBand/EFA, a gloo all-reduce beside raw TCP
-between the same nodes; judged by `fabric_verdict.py`). A probe's result is one JSON dict. `compare.py` (pure) turns the rows into marks
-and one line per problem, `table.py` draws the table, `nodes.py` gets the rows: this machine
-alone, one srun task per node inside a Slurm allocation, or over SSH (the launch package's
-connections). `cli.py` is the command.
+between the same nodes; judged by `fabric_verdict.py`). A probe's result is one JSON dict.
+`compare.py` (pure) turns the rows into marks and one line per problem, `table.py` draws the
+table, `nodes.py` gets the rows: this machine alone, one srun task per node inside a Slurm
+allocation, or over SSH (the launch package's connections). `cli.py` is the command.
 """

@@ -74,7 +74,8 @@ def doctor(
     master_port: int | None = typer.Option(
         None,
         "--master-port",
-        help=f"Rendezvous port to check (default: $MASTER_PORT, run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT}).",
+        help="Rendezvous port to check (default: $MASTER_PORT, "
+        f"run_slurm.sh's port for the job ({ports.JOB_PORT_RULE}), or {ports.DEFAULT_MASTER_PORT}).",
     ),
     port_timeout: float = typer.Option(
         10.0,
@@ -102,7 +103,9 @@ def doctor(
     fabric: bool = typer.Option(
         False,
         "--fabric",
-        help="Also check the network: the address each hostname resolves to, the route to the master, NCCL_*/GLOO_* agreement, InfiniBand/EFA, and a gloo all-reduce against raw TCP between the same nodes (uses MASTER_PORT+1).",
+        help="Also check the network: the address each hostname resolves to, the route to the master, "
+        "NCCL_*/GLOO_* agreement, InfiniBand/EFA, and a gloo all-reduce against raw TCP between the same nodes "
+        "(uses MASTER_PORT+1).",
     ),
     fabric_mb: float = typer.Option(
         8.0, "--fabric-mb", help="Size of the --fabric all-reduce in MB (raw TCP sends 4 times as much per link)."
@@ -114,7 +117,8 @@ def doctor(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
 ) -> None:
-    """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable; the preemption signal delivered; free disk; with --fabric the network."""
+    """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable;
+    the preemption signal delivered; free disk; with --fabric the network."""
     from slurmgen.doctor import nodes
 
     if hosts is not None and hostfile is not None:

@@ -47,7 +47,8 @@ def create(
     launcher: str | None = typer.Option(
         None,
         "--launcher",
-        help="srun (a task per process) | torchrun (a task per node); run_slurm.sh only: launch_multi_node.sh starts every process itself.",
+        help="srun (a task per process) | torchrun (a task per node); "
+        "run_slurm.sh only: launch_multi_node.sh starts every process itself.",
     ),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: list[str] = typer.Option(
@@ -88,7 +89,8 @@ def create(
         None,
         "--hang-factor",
         metavar="K",
-        help="With --heartbeat-timeout: a rank is also hung once silent for its heartbeat period + max(--hang-floor, K x its p99 step time) [default: 3; 0: the fixed timeout only].",
+        help="With --heartbeat-timeout: a rank is also hung once silent for its heartbeat period "
+        "+ max(--hang-floor, K x its p99 step time) [default: 3; 0: the fixed timeout only].",
     ),
     hang_floor: str | None = typer.Option(
         None, "--hang-floor", metavar="S", help="Seconds below which the learned hang timeout never goes [default: 30]."

@@ -185,8 +185,8 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
     requeue: Annotated[
         bool | None,
         Meta(
-            description="true: checkpoint and requeue on the time-limit warning (preempt_signal, sent signal_lead seconds "
-            "before the end); false: never requeued, by Slurm or the trainer (--no-requeue); unset: the "
+            description="true: checkpoint and requeue on the time-limit warning (preempt_signal, sent signal_lead "
+            "seconds before the end); false: never requeued, by Slurm or the trainer (--no-requeue); unset: the "
             "cluster's default (JobRequeue) decides."
         ),
     ] = None
@@ -216,8 +216,8 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
     sweep_args: Annotated[
         str | None,
         Meta(
-            description="How each parameter is appended to the command, default '--{key} {value}'; {key} and {value} are "
-            "replaced per word."
+            description="How each parameter is appended to the command, default '--{key} {value}'; {key} and {value} "
+            "are replaced per word."
         ),
     ] = None
     # Jobs that heal (run_slurm.sh; see slurmgen/heal/).
@@ -230,8 +230,8 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
         Meta(
             ge=0,
             le=1000,
-            description="With heartbeat_timeout: each rank also learns a timeout from its own step times, its heartbeat "
-            "period + max(hang_floor, hang_factor x p99 step time), the fixed one staying the ceiling (0: "
+            description="With heartbeat_timeout: each rank also learns a timeout from its own step times, its "
+            "heartbeat period + max(hang_floor, hang_factor x p99 step time), the fixed one staying the ceiling (0: "
             "off).",
         ),
     ] = hangs.DEFAULT_FACTOR

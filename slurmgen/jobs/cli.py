@@ -91,7 +91,10 @@ def _job_line(row: dict[str, Any]) -> str:
     state = style(f"{row['state']:<10}", State.PREEMPTED.value if preempted else row["state"])
     shape = f"  {sized}" if (sized := size(row["nodes"], row["ranks"])) else ""
     again = f" attempt {row['attempts']}" if (row["attempts"] or 0) > 1 else ""  # restarted or requeued
-    return f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  {row['name']}{tasks}{where}{shape}  {row['output_dir']}"
+    return (
+        f"{row['kind']:<6} {row['job']:>8}  {state}{code}{again}{seen}  "
+        f"{row['name']}{tasks}{where}{shape}  {row['output_dir']}"
+    )
 
 
 def status(

@@ -245,14 +245,18 @@ def format_view(
         params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
         code = "" if task.get("exit_code") is None else f" exit {task['exit_code']}"
         lines.append(
-            f"  {task['job']:>10}  {style(task['state'], task['state']):<10}{code}  loss {_fmt_loss(task.get('run'))}  {params}".rstrip()
+            (
+                f"  {task['job']:>10}  {style(task['state'], task['state']):<10}{code}  "
+                f"loss {_fmt_loss(task.get('run'))}  {params}"
+            ).rstrip()
         )
         if _eventful(task.get("attempts")):  # a grid of a hundred tasks that simply finished stays a grid
             lines += _attempt_lines(task.get("attempts"), " " * 14)
     run = view.get("run")
     if run:
         lines.append(
-            f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})"
+            f"  run: step {run.get('step')}, loss {_fmt_loss(run)}, "
+            f"checkpoint {run.get('checkpoint') or '-'} ({run.get('dir')})"
         )
     for step in view.get("steps") or []:
         lines.append(f"  step {step['step']}: {step['state']} {_step_end(step)}")

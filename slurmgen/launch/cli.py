@@ -89,7 +89,8 @@ def launch(
     heartbeat_timeout: float | None = typer.Option(
         None,
         "--heartbeat-timeout",
-        help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) is older than S seconds counts as failed; ranks that write none are not judged.",
+        help="A rank whose heartbeat (written to $SLURMGEN_HEARTBEAT_DIR, as the bundled trainer does) "
+        "is older than S seconds counts as failed; ranks that write none are not judged.",
     ),
     keepalive: float = typer.Option(
         5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."

@@ -3,7 +3,7 @@
 Every line a node sends on its output stream is shown as `[host/RANK] text` (rank output,
 which the node script prefixes `[rank R] `) or `[host] text` (the node's own messages), in
 one colour per host on a terminal. Nothing shown here is interpreted: node events arrive on
-their own channel (protocol.py).
+their own channel (contract/node_events.py).
 """
 
 from __future__ import annotations

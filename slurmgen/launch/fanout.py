@@ -1,19 +1,20 @@
 """`slurmgen launch`: start every node at once over SSH, watch them, and fail as one.
 
 Threads only read: per node, one reads the session's output (shown as is) and one its event
-channel (protocol.py), and both put typed inputs on one queue. The main thread alone prints
+channel (contract/node_events.py), and both put typed inputs on one queue. The main thread alone prints
 and decides: each pass of its loop takes whatever has arrived, feeds the node inputs and then
 a `ClockTick` to the attempt's state machine (attempt.py), and carries out the actions it returns.
 The first failure anywhere (a rank's non-zero exit, a rank whose heartbeat went stale, a node
 that cannot start, a lost connection) or Ctrl-C / SIGTERM closes the stdin of every node's
 session, and each node's bootstrap then stops its process groups (TERM, KILL after the stop
-grace). Until then a thread per node writes a keepalive line on that stdin (protocol.py): a
-node cut off from the launcher stops its own ranks when they stop arriving. The exit code is the first failing rank's (124 for a hung rank, 255 for a lost
-connection, 130/143 after Ctrl-C/SIGTERM). A hang the launcher judged first asks the rank's node
-for its Python stack (at most node_events.STACK_ASK_WAIT seconds) and then stops every node. With --max-restarts the whole group starts again
-after a failure. A stop request from the page or `slurmgen cancel` (a file the loop looks for on
-every pass: runs/stop_request.py) stops every node as SIGTERM does, with its own words
-("stopped by user"): exit code 143, state stopped.
+grace). Until then a thread per node writes a keepalive line on that stdin (contract/node_events.py): a
+node cut off from the launcher stops its own ranks when they stop arriving. The exit code is
+the first failing rank's (124 for a hung rank, 255 for a lost connection, 130/143 after
+Ctrl-C/SIGTERM). A hang the launcher judged first asks the rank's node for its Python stack (at
+most node_events.STACK_ASK_WAIT seconds) and then stops every node. With --max-restarts the
+whole group starts again after a failure. A stop request from the page or `slurmgen cancel` (a
+file the loop looks for on every pass: runs/stop_request.py) stops every node as SIGTERM does,
+with its own words ("stopped by user"): exit code 143, state stopped.
 """
 
 from __future__ import annotations

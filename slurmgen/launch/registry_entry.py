@@ -117,7 +117,10 @@ class LaunchRecord:
         line = text + "\n"
         self.log_room -= len(line.encode("utf-8", "replace"))
         if self.log_room < 0:
-            line = f"slurmgen: ----- this log stops here, at its limit; each node keeps its ranks' whole logs in {self.logs_at} -----\n"
+            line = (
+                "slurmgen: ----- this log stops here, at its limit; "
+                f"each node keeps its ranks' whole logs in {self.logs_at} -----\n"
+            )
         try:
             self.log.write(line)
         except OSError:  # a full disk costs the page its log, never the launch

@@ -5,7 +5,7 @@ The SSH command line is short, fixed and holds no secret:
     exec bash --norc -c 'IFS= read -r -t 20 n && b=$(timeout 20 head -c "$n") && eval "$b"' \
         slurmgen-launch attempt=1 workdir=... ...
 
-Everything else arrives on the session's stdin (`payload`, framed as protocol.py says): the
+Everything else arrives on the session's stdin (`payload`, framed as contract/node_events.py says): the
 bootstrap (templates/launch_bootstrap.sh.j2), then the rendered launch_multi_node.sh and the
 environment (forwarded variables and env files, which may hold tokens). The bootstrap writes
 the node script to a private temporary directory, exports the environment, changes to the
@@ -20,7 +20,7 @@ to the process loop, which stops every rank's process group, killing what is lef
 SLURMGEN_STOP_GRACE seconds. With a heartbeat
 timeout it sets SLURMGEN_HEARTBEAT_DIR to a directory of its own on the node and reports the
 beats of quiet ranks there to the launcher, which judges the hang across nodes. Events come
-back on stderr (protocol.py).
+back on stderr (contract/node_events.py).
 """
 
 from __future__ import annotations

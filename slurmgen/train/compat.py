@@ -40,6 +40,7 @@ def check(version: str, cuda: bool) -> tuple[str | None, str | None]:
     if v[:2] < TESTED:
         return (
             None,
-            f"torch {version} is older than the tested {'.'.join(map(str, TESTED))}: it should work, but CI does not run it",
+            f"torch {version} is older than the tested {'.'.join(map(str, TESTED))}: "
+            "it should work, but CI does not run it",
         )
     return None, None

@@ -287,7 +287,8 @@ class TrainConfig:
         at_least("min_lr", self.min_lr, 0, allow_none=True)
         if self.heartbeat_every <= 0 or self.init_timeout <= 0:
             p.append(
-                f"--heartbeat-every and --init-timeout must be positive (got {self.heartbeat_every}, {self.init_timeout})"
+                "--heartbeat-every and --init-timeout must be positive "
+                f"(got {self.heartbeat_every}, {self.init_timeout})"
             )
         if not 0 <= self.dropout < 1:
             p.append(f"--dropout must be in [0, 1) (got {self.dropout})")

@@ -96,7 +96,8 @@ def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: fl
     if wanted is False:
         return (
             False,
-            "requeue is off (--no-requeue, or SLURMGEN_REQUEUE=0 from a spec with requeue: false): restart the run to resume",
+            "requeue is off (--no-requeue, or SLURMGEN_REQUEUE=0 from a spec with requeue: false): "
+            "restart the run to resume",
         )
     job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job:

@@ -22,8 +22,9 @@ from slurmgen.contract import exitcodes
 
 pytestmark = pytest.mark.integration
 
-# Every rank says it is up (writing the link's token if it got one: it should not); FAIL_RANK fails with code 1 FAIL_AFTER seconds later, writing the
-# time it did so; the others would run for two minutes.
+# Every rank says it is up (writing the link's token if it got one: it should not); FAIL_RANK
+# fails with code 1 FAIL_AFTER seconds later, writing the time it did so; the others would run
+# for two minutes.
 PROGRAM = """
 import os, sys, time
 rank = os.environ["RANK"]

@@ -195,7 +195,8 @@ def test_unreachable_master_is_named_within_the_timeout(tmp_path):
     )
     assert code == 1 and time.monotonic() - t0 < 20
     assert log.strip().splitlines() == [
-        f"slurmgen train: error: cannot reach the master at 127.0.0.1:{port} within 2 s (Connection refused): is rank 0 "
+        f"slurmgen train: error: cannot reach the master at 127.0.0.1:{port} within 2 s (Connection refused): "
+        "is rank 0 "
         "running, and do MASTER_ADDR and MASTER_PORT point to it? (--init-timeout to wait longer)"
     ]
 

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,3 +182,98 @@ def test_readme_is_short_and_keeps_the_quick_start():
     assert len(targets) > 20
     missing = [t for t in targets if not (REPO / t).is_file()]
     assert not missing, missing
+
+
+# ---- the map of the code -----------------------------------------------------------------------
+# docs/architecture.md names every module of slurmgen/ (issue 32). Under "## The packages", each
+# `###` section whose heading starts with a package's directory in backticks (`coordinator/`)
+# names its modules relative to it (`state.py`, `web/routes.py`); a name that is not in that
+# package is read from slurmgen/ (`runs/model.py` in the coordinator's section), and one whose
+# first part is a directory of the repository (`benchmarks/bench_hang.py`, `slurmgen/cli.py`,
+# `templates/run_slurm.sh.j2`) from the repository. A package's `__init__.py` is named by its
+# directory. Elsewhere on the page names are read from slurmgen/ or the repository, and dotted
+# names (`slurmgen.train`) must be a module or an attribute of one. Fenced blocks are drawings.
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+PACKAGE = REPO / "slurmgen"
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+PATH_NAME = re.compile(r"[\w.-]+(/[\w.-]+)*(\.py|/)")
+REPO_PATH = re.compile(r"[\w.-]+/([\w.-]+/?)*")
+DOTTED = re.compile(r"slurmgen(\.\w+)+")
+
+
+@dataclass(frozen=True)
+class Part:
+    base: Path  # the directory names are read from first
+    text: str
+    in_map: bool  # a section of "## The packages"
+
+
+def page_parts(text: str) -> list[Part]:
+    """The page cut at its headings, fenced blocks left out."""
+    parts, base, in_map, chunk, fenced = [], PACKAGE, False, [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            continue
+        elif line.startswith(("## ", "### ")):
+            parts.append(Part(base, "\n".join(chunk), in_map))
+            chunk, base = [], PACKAGE
+            if line.startswith("## "):
+                in_map = line.strip() == "## The packages"
+            elif in_map and (m := re.match(r"### `([\w/]+/)`", line)):
+                base = PACKAGE / m.group(1)
+                chunk.append(f"`{m.group(1)}`")  # the heading names its package
+        else:
+            chunk.append(line)
+    parts.append(Part(base, "\n".join(chunk), in_map))
+    return parts
+
+
+def named_paths(part: Part) -> Iterator[tuple[str, Path | None]]:
+    """Each path named in the code spans of a part, with the file or directory it is (None: nothing)."""
+    top = {p.name for p in REPO.iterdir()}
+    for span in CODE_SPAN.findall(part.text):
+        for token in span.split():
+            if REPO_PATH.fullmatch(token) and token.split("/")[0] in top:
+                candidates = [REPO / token]
+            elif PATH_NAME.fullmatch(token):
+                candidates = [part.base / token, PACKAGE / token]
+            else:
+                continue
+            yield token, next((c for c in candidates if c.exists()), None)
+
+
+def module_file(parts: list[str]) -> Path | None:
+    for path in (REPO.joinpath(*parts).with_suffix(".py"), REPO.joinpath(*parts, "__init__.py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def is_module_or_attribute(dotted: str) -> bool:
+    """A module, or a name its source defines or imports (slurmgen.beat, slurmgen.contract.verdict.decide)."""
+    *parent, last = dotted.split(".")
+    if module_file(parent + [last]):
+        return True
+    source = module_file(parent)
+    return source is not None and re.search(rf"\b{last}\b", source.read_text()) is not None
+
+
+def test_the_architecture_page_names_every_module_and_only_what_exists():
+    text = ARCHITECTURE.read_text()
+    named: set[Path] = set()
+    missing = [d.group(0) for d in DOTTED.finditer(text) if not is_module_or_attribute(d.group(0))]
+    for part in page_parts(text):
+        for token, path in named_paths(part):
+            if path is None:
+                missing.append(f"{token} (read from {part.base.relative_to(REPO)}/)")
+            elif part.in_map:
+                named.add(path.resolve())
+    assert not missing, f"docs/architecture.md names what does not exist: {missing}"
+    unnamed = [
+        str(m.relative_to(REPO))
+        for m in sorted(PACKAGE.rglob("*.py"))
+        if m.resolve() not in named and not (m.name == "__init__.py" and m.parent.resolve() in named)
+    ]
+    assert not unnamed, f"modules of slurmgen/ named in no entry of docs/architecture.md's map: {unnamed}"

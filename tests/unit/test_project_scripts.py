@@ -20,17 +20,25 @@ def test_project_scripts_pass_shellcheck(request):
     assert result.returncode == 0, result.stdout[-4000:]
 
 
-def test_the_python_code_has_no_unused_or_undefined_names():
-    # ruff with the project's own configuration (pyproject.toml: pyflakes and syntax errors).
+def _ruff(*args: str) -> subprocess.CompletedProcess:
     try:
         import ruff  # noqa: F401  (installed by the test extra)
     except ImportError:
         if os.environ.get("CI"):
             pytest.fail("ruff is not installed (the test extra has it: scripts/setup.sh --test)")
         pytest.skip("ruff is not installed")
-    result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "."], capture_output=True, text=True, cwd=REPO
-    )
+    return subprocess.run([sys.executable, "-m", "ruff", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_the_python_code_has_no_unused_or_undefined_names():
+    # ruff with the project's own configuration (pyproject.toml: pyflakes, syntax errors, the line length...).
+    result = _ruff("check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_the_python_code_is_formatted():
+    # One formatter, ruff format, with the same configuration (line length 120); `ruff format .` mends it.
+    result = _ruff("format", "--check", "--no-cache", ".")
     assert result.returncode == 0, result.stdout[-4000:]
 
 

@@ -27,7 +27,10 @@ class TensorBoardAdapter(Adapter):
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
         self._writer = EventFileWriter(str(self.run_dir / "tensorboard"), flush_secs=10)
         rows = "\n".join(f"| {k} | {v} |" for k, v in hparams.items())
-        text = f"**{info['name']}** ({info['group']} / {info['job_type']})\n\n| hyperparameter | value |\n|---|---|\n{rows}"
+        text = (
+            f"**{info['name']}** ({info['group']} / {info['job_type']})\n\n"
+            f"| hyperparameter | value |\n|---|---|\n{rows}"
+        )
         self._text("run/hparams", text, step=0)
         return {"logdir": str(self.run_dir / "tensorboard")}
 

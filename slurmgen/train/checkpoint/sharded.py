@@ -30,32 +30,18 @@ place, so while they are the same objects (`state_identity`: parameters, buffers
 state entries by object; a load or a new state entry changes it) one `torch._foreach_copy_`
 from the tensors of the first state dict into the kept buffers refills the copy
 (`writer.copy_pairs`, `refill`); only the parameter groups (lr, ...) are taken anew. The
-pairs are found with the buffers in `prepare`, so the first checkpoint refills too. Measured
-here in one process (2 ranks, 62 MB and 304 tensors per rank, load 9 on 2 cores): a stall of
-31 ms with `get_state_dict` and the copy by a walk over the state, 7-11 ms refilled; what
-remains is the bytes. One thread per writer, started once, does the rest on
-every rank: rank 0's temporary directory and `meta.pt` (pickled in `submit`, written and
-fsynced here), the DCP write, whose planning collectives run on a process group of the
-writer's own so they never interleave with the training's, and on rank 0 steps 2 and 3 as soon
-as DCP has returned. `process=True` has that thread pass the copy to DCP's writer process.
+pairs are found with the buffers in `prepare`, so the first checkpoint refills too. One thread
+per writer, started once, does the rest on every rank: rank 0's temporary directory and
+`meta.pt` (pickled in `submit`, written and fsynced here), the DCP write, whose planning
+collectives run on a process group of the writer's own so they never interleave with the
+training's, and on rank 0 steps 2 and 3 as soon as DCP has returned. `process=True` has that
+thread pass the copy to DCP's writer process.
 
-Why not `dcp.async_save` on the live state: measured here (2 ranks, 62 MB of shards per rank,
-gloo on a busy 2-core machine), its default stager deep-copies every DTensor into fresh
-memory on each call, 190-270 ms, where copying the same shards into kept buffers took 26 ms;
-and rank 0's `meta.pt` fsync and a barrier sat in front of it. The stall fell from 0.14-0.24x
-of a synchronous write (2 and 4 ranks) to the figures in docs/guides/trainer.md.
-
-Why DCP's plan is cached: before each write DCP has every rank make a plan of what it writes,
-gathers all plans on rank 0, which dedups them, builds the index and scatters the final plans
-back: pickled lists of every tensor slice, sent through the writer's gloo group. The plans are
-the same from one checkpoint of a run to the next, so `DefaultSavePlanner(enable_plan_caching=
-True)` keeps them (per process) and a rank whose plan did not change sends an empty one. Measured
-here in one process, the writes alternating (GPT 6x384 + AdamW, gloo, 2 busy cores): a
-synchronous sharded write with the kept plan took 0.59x (4 ranks) and 0.84-0.95x (2 ranks) of
-its time with a fresh plan per write. Most of the rest of a rank's write is DCP's own
-`torch.save` per tensor (0.7-1.2 ms each for the 230-330 small tensors of a rank here, 40-50%
-of the write) and the bytes; on one machine all ranks share one disk and here two cores, so
-writing in parallel buys little at 2 ranks.
+Not `dcp.async_save` on the live state: its default stager deep-copies every DTensor into fresh
+memory on each call, several times the refill of kept buffers. DCP's plan is cached
+(`enable_plan_caching`): the plans are the same from one checkpoint of a run to the next, and
+gathering them again each time cost up to 40% of a write (4 ranks). The figures, and how to
+reproduce them: docs/measurements.md, "Sharded checkpoints: why the writer is built as it is".
 
 Loading reshards: DCP reads, for each rank, the slices of the saved tensors that overlap the
 rank's own shards, whatever world size (or strategy: DDP's whole tensors, FSDP's shards) wrote

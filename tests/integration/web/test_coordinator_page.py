@@ -135,7 +135,10 @@ def test_failing_worker_fails_the_group_with_its_code(page, coordinator, tmp_pat
     _create_group(p, "crash")
     _tick_and_move(p, names, "crash")
     _card(p, "crash").get_by_role("link", name="Settings of group crash").click()
-    code = "import os, sys, time; print(sys.argv[1], flush=True); time.sleep(0.5); os.environ['RANK'] == '1' and sys.exit(3); time.sleep(60)"
+    code = (
+        "import os, sys, time; print(sys.argv[1], flush=True); time.sleep(0.5); "
+        "os.environ['RANK'] == '1' and sys.exit(3); time.sleep(60)"
+    )
     _save_settings(
         p,
         **{

@@ -270,8 +270,8 @@ def test_settings_form_sets_max_restarts_heartbeat_timeout_and_stop_grace(app):
     post(app, page, {"max_restarts": "1001", "heartbeat_timeout": "0.5", "stop_grace": "5"}, page)
     html = app.get(page).text  # the bounds are GroupConfig's, told before the server is asked
     assert (
-        '<p id="heartbeat_timeout-error" class="field-error" role="alert">heartbeat_timeout: expected at least 1 (got &#39;0.5&#39;)'
-        in html
+        '<p id="heartbeat_timeout-error" class="field-error" role="alert">'
+        "heartbeat_timeout: expected at least 1 (got &#39;0.5&#39;)" in html
     )
     assert "max_restarts: expected 0 to 1000 (got &#39;1001&#39;)" in html
     assert post(app, page, {"max_restarts": "3", "heartbeat_timeout": "45", "stop_grace": "2.5"}, page) == "/ui/"
@@ -324,8 +324,8 @@ def test_a_running_group_cannot_be_deleted_and_only_a_lost_worker_is_forgotten(a
         post(app, "/ui/groups/exp3/delete", page="/ui/groups/exp3") == "/ui/groups/exp3"
     )  # posted anyway: the API's 409
     assert (
-        '<p class="notice" role="alert">Could not delete group &#39;exp3&#39;: group &#39;exp3&#39; is starting; stop it first'
-        in app.get("/ui/groups/exp3").text
+        '<p class="notice" role="alert">Could not delete group &#39;exp3&#39;: '
+        "group &#39;exp3&#39; is starting; stop it first" in app.get("/ui/groups/exp3").text
     )
 
     api(app, "POST", "/api/groups/exp3/stop")

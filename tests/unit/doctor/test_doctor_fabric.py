@@ -70,8 +70,10 @@ def test_an_interface_off_the_masters_network_is_a_warning_until_nccl_is_told():
     extra = [{"name": "ib9", "addr": "192.168.5.1", "prefix": 16, "reaches_master": False}]
     verdict = compare([fab("n1", "10.0.0.1", extra=extra), fab("n2", "10.0.0.2")])
     assert verdict.ok and verdict.warnings == [
-        "fabric on n1: interface ib9 (192.168.5.1/16) is not on the master's network and NCCL_SOCKET_IFNAME is unset: "
-        "NCCL may pick it; set NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 (the interface that routes to the master)"
+        "fabric on n1: interface ib9 (192.168.5.1/16) is not on the master's network "
+        "and NCCL_SOCKET_IFNAME is unset: "
+        "NCCL may pick it; set NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 "
+        "(the interface that routes to the master)"
     ]
     env = {"NCCL_SOCKET_IFNAME": "eth0"}
     assert compare([fab("n1", "10.0.0.1", extra=extra, env=env), fab("n2", "10.0.0.2", env=env)]).warnings == []

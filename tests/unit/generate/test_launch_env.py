@@ -194,7 +194,8 @@ def test_fill_replaces_task_and_sweep_values_once_per_word():
         ),
         (
             {"command": ["python", "t.py", "{sweep.bs}"], "sweep": {"lr": [1, 2]}},
-            "command: {sweep.bs} names no parameter of sweep point 0 (expected {task} or {sweep.KEY} with KEY one of: lr)",
+            "command: {sweep.bs} names no parameter of sweep point 0 "
+            "(expected {task} or {sweep.KEY} with KEY one of: lr)",
         ),
         (
             {"command": ["python", "t.py", "{sweep.bs}"], "sweep": [{"bs": 1}, {"lr": 2}]},

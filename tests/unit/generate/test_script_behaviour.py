@@ -195,7 +195,11 @@ def test_a_command_that_is_not_found_says_so_in_the_output_and_the_log(tmp_path)
 
 
 def test_launch_forwards_term_and_reports_the_signal(tmp_path):
-    program = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('graceful', flush=True), sys.exit(0))); print('ready', flush=True); time.sleep(60)"
+    program = (
+        "import signal, sys, time; "
+        "signal.signal(signal.SIGTERM, lambda *a: (print('graceful', flush=True), sys.exit(0))); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
     out = write(tmp_path, command=["python3", "-u", "-c", program])
     proc = subprocess.Popen(
         [str(out / LAUNCH_SCRIPT), "127.0.0.1", "1", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -345,8 +345,9 @@ def test_opening_a_run_removes_temporaries_of_killed_writers_only(tmp_path):
 def test_importing_the_library_stays_light():
     probe = (
         "import sys, slurmgen.tracking, slurmgen.tracking.records\n"
-        "print([m for m in ('torch', 'numpy', 'yaml', 'matplotlib', 'paramiko', 'slurmgen.generate.spec', 'slurmgen.generate.render',"
-        " 'slurmgen.cli', 'slurmgen.train') if m in sys.modules], sys.excepthook is sys.__excepthook__)"
+        "print([m for m in ('torch', 'numpy', 'yaml', 'matplotlib', 'paramiko', "
+        "'slurmgen.generate.spec', 'slurmgen.generate.render', 'slurmgen.cli', 'slurmgen.train') "
+        "if m in sys.modules], sys.excepthook is sys.__excepthook__)"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[] True", done.stderr
