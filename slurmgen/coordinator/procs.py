@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from slurmgen.contract import phases
+from slurmgen.contract import envvars, phases
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import stacks, watchdog
@@ -189,7 +189,7 @@ class Procs:
         hb_dir = hb_root / f"{order.group}-{order.attempt}"
         private_dirs(run_dir, self.log_dir)
         private_dirs(hb_dir, hb_root)
-        env = {**os.environ, **order.env, "SLURMGEN_HEARTBEAT_DIR": str(hb_dir)}
+        env = {**os.environ, **order.env, envvars.HEARTBEAT_DIR: str(hb_dir)}
         ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:
