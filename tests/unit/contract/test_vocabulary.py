@@ -6,10 +6,12 @@ drifts the day the word changes) is caught when it is written.
 """
 
 import ast
+import fnmatch
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from slurmgen.contract import envvars
+from slurmgen.contract import envvars, files
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "slurmgen"
@@ -63,3 +65,16 @@ def test_the_scan_sees_fstrings_and_keywords():
 def test_every_name_code_uses_is_a_declared_variable():
     constants = {v for k, v in vars(envvars).items() if k.isupper() and isinstance(v, str)}
     assert constants <= set(envvars.VARS)
+
+
+def test_heartbeat_and_stack_files_are_named_in_the_contract_only():
+    """The rank's heartbeat and stack dump names reach Python and the templates from contract/files.py."""
+    spelt = re.compile(r"(rank|stack)-(%05d|\{[^}]*:05d\}|\*)\.(json|txt)")
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0)}"
+        for path in [*modules("contract"), *(ROOT / "templates").glob("*.j2")]
+        for m in spelt.finditer(path.read_text())
+    ]
+    assert found == []
+    assert files.HEARTBEAT_NAME % 7 == "rank-00007.json" and files.STACK_NAME % 7 == "stack-00007.txt"
+    assert fnmatch.fnmatch(files.HEARTBEAT_NAME % 12345, files.HEARTBEAT_GLOB)
