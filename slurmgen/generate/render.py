@@ -212,6 +212,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "manual_port": spec.master_port or ports.DEFAULT_MASTER_PORT,
         "job_port_base": ports.JOB_PORT_BASE,
         "job_port_span": ports.JOB_PORT_SPAN,
+        "max_port": ports.MAX_PORT,  # and the node link's port beside MASTER_PORT: ports.link_port
         "event_tag": EVENT_TAG,
         **_sweep(spec),
         "sweep_file": f"{out}/{sweeps.SWEEP_FILE}",
