@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurmgen.contract import blame, exitcodes, verdict
-from slurmgen.contract.node_events import NodeEvent
+from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, NodeEvent
 from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
 
@@ -122,8 +122,8 @@ Action = Say | CloseStdin | Disconnect | DisconnectAll | AskStack
 @dataclass(frozen=True)
 class Limits:
     connect: float = 10.0
-    keepalive: float = 5.0
-    keepalive_count: int = 3
+    keepalive: float = KEEPALIVE_INTERVAL
+    keepalive_count: int = KEEPALIVE_COUNT
     stop_grace: float = 1.0
     stop_wait: float = 5.0
     heartbeat_ms: int = 0  # the hang limit (0: ranks are not judged)

@@ -1,13 +1,14 @@
 """The launch state machine (slurmgen/launch/attempt.py), input by input: every transition,
 every deadline, and inputs that arrive together. No processes, no clock: times are given."""
 
+import inspect
 import signal
 
 import pytest
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.blame import Beat
-from slurmgen.contract.node_events import NodeEvent, parse_event
+from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, NodeEvent, parse_event
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
 
@@ -305,3 +306,11 @@ def test_keepalive_limit_follows_the_settings(keepalive, count, overdue, lost):
     limits = m.Limits(connect=10, keepalive=keepalive, keepalive_count=count, stop_grace=1, stop_wait=5)
     s, _ = run(fresh(("a",), limits), m.SessionOpened("a", 100.1), m.ClockTick(104, {"a": overdue}))
     assert (s.nodes["a"].state == "lost") is lost
+
+
+def test_the_keepalive_defaults_are_the_contracts():
+    """They were spelt in the state machine and the CLI beside contract/node_events.py."""
+    from slurmgen.launch.cli import launch
+
+    assert (m.Limits().keepalive, m.Limits().keepalive_count) == (KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
+    assert inspect.signature(launch).parameters["keepalive"].default.default == KEEPALIVE_INTERVAL
