@@ -355,7 +355,7 @@ class Coordinator:
         if self.runs:
             self.runs.attempt_ended(name, a, g["restarts"], outcome)
         config = GroupConfig(**g["config"])
-        if outcome.state == "failed" and st.next_after_failure(g["restarts"], config.max_restarts):
+        if st.restart_after(outcome, g["restarts"], config.max_restarts):
             try:
                 ranks = self._startable_plan(config, name, now)
             except Conflict as e:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from slurmgen.contract import exitcodes, verdict
-from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS
+from slurmgen.contract import exitcodes, retries, verdict
+from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
 
 Order = Literal["start", "stop"]
 RunKey = tuple  # (group, attempt)
@@ -116,9 +116,11 @@ def attempt_events(
     ]
 
 
-def next_after_failure(restarts_used: int, max_restarts: int) -> bool:
-    """Whether a failed attempt is followed by a fresh one (`--max-restarts`)."""
-    return restarts_used < max_restarts
+def restart_after(outcome: Outcome, restarts_used: int, max_restarts: int) -> bool:
+    """Whether an ended attempt is followed by a fresh one (`--max-restarts`): a failure the
+    retry rule (contract/retries.py) finds worth another, while the budget lasts. A stop on
+    request ends the attempt as stopped, not failed."""
+    return outcome.state == State.FAILED and retries.worth_retry(outcome.exit_code) and restarts_used < max_restarts
 
 
 def can_start(group_state: str) -> bool:

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta, Struct
 
-from slurmgen.contract import envvars, exitcodes, hangs, ports
+from slurmgen.contract import envvars, exitcodes, hangs, ports, retries
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
 from slurmgen.generate import slurm_values
@@ -571,6 +571,8 @@ def _retry_on(v: object) -> object:
                 raise ValueError(f"{code!r} is not an exit code: give whole numbers 1-255, comma-separated")
             if int(code) == exitcodes.PREEMPTED:
                 raise ValueError(f"{exitcodes.PREEMPTED} means preempted: that job requeues itself (requeue: true)")
+            if int(code) in retries.NEVER:  # contract/retries.py: bad input fails the same way again
+                raise ValueError(f"{int(code)} is not worth a retry ({exitcodes.describe(int(code))})")
         return sorted({int(code) for code in v})
     return v
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurmgen.contract import blame, exitcodes, verdict
+from slurmgen.contract import blame, exitcodes, retries, verdict
 from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, NodeEvent
 from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
@@ -388,3 +388,10 @@ def step(s: AttemptState, event: Input) -> Step:
     if isinstance(event, Reported):
         return _reported(s, event.host, event.event, event.at)
     return _ended(s, event.host, event.status, event.at)
+
+
+def restart_after(code: int, stopped: bool, attempt: int, attempts: int) -> bool:
+    """Whether `slurmgen launch` starts every node again after attempt `attempt` (of at most
+    `attempts`) ended with `code`: the retry rule (contract/retries.py) while the budget lasts.
+    `stopped`: the launcher got a signal or a person's stop request (taken as SIGTERM)."""
+    return attempt < attempts and retries.worth_retry(code, stopped)

@@ -314,3 +314,22 @@ def test_the_keepalive_defaults_are_the_contracts():
 
     assert (m.Limits().keepalive, m.Limits().keepalive_count) == (KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
     assert inspect.signature(launch).parameters["keepalive"].default.default == KEEPALIVE_INTERVAL
+
+
+@pytest.mark.parametrize(
+    "code, stopped, attempt, again",
+    [
+        (exitcodes.FAILED, False, 1, True),
+        (exitcodes.HUNG, False, 1, True),
+        (exitcodes.LOST, False, 2, True),
+        (139, False, 1, True),  # a rank killed by SIGSEGV
+        (exitcodes.FAILED, False, 3, False),  # the last of 3 attempts
+        (exitcodes.OK, False, 1, False),
+        (exitcodes.BAD_INPUT, False, 1, False),  # a node started with another node count: so is the next
+        (exitcodes.PREEMPTED, False, 1, False),
+        (exitcodes.TERMINATED, True, 1, False),  # Ctrl-C, a stop request: whatever the code
+    ],
+)
+def test_launch_restarts_after_a_failure_worth_a_retry(code, stopped, attempt, again):
+    """--max-restarts 2: the retry rule of contract/retries.py (before, any code but 0 without a signal)."""
+    assert m.restart_after(code, stopped, attempt, 3) is again
