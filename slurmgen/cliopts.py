@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from slurmgen.contract import ports
+from slurmgen.contract import envvars, ports
 from slurmgen.contract.states import State, from_run_record, from_slurm
 from slurmgen.errors import SlurmgenError
 
@@ -28,7 +28,7 @@ ORDER_HELP = (
 SERVER = typer.Option(
     None,
     "--server",
-    envvar="SLURMGEN_SERVER",
+    envvar=envvars.SERVER,
     help=f"Coordinator URL [default: http://127.0.0.1:{ports.COORDINATOR_PORT}].",
 )
 TOKEN_FILE = typer.Option(

@@ -22,6 +22,13 @@ LAUNCH_LOG_NAME = "launch-{launch_id}.log"
 LAUNCH_LOG_LIMIT = 64 * 2**20
 # The Python stacks of hung ranks, each appended by the watcher that killed it (contract/hangs.py).
 STACKS_NAME = "slurmgen-{job_id}.stacks.txt"
+# A rank's heartbeat file in the directory its launcher names in SLURMGEN_HEARTBEAT_DIR (the
+# heartbeat protocol, observe/heartbeat.py), and the dump of a hung rank's Python stack beside it
+# (contract/hangs.py). printf formats of the rank: Python fills them with `%`, the templates are
+# handed them for bash's `printf -v`, and the watchers find every heartbeat by HEARTBEAT_GLOB.
+HEARTBEAT_NAME = "rank-%05d.json"
+HEARTBEAT_GLOB = HEARTBEAT_NAME.replace("%05d", "*")
+STACK_NAME = "stack-%05d.txt"
 # Prefix of torch's NCCL flight recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE): torch adds the rank.
 NCCL_TRACE_NAME = "slurmgen-{job_id}.nccl-trace-rank"
 

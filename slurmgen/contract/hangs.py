@@ -22,9 +22,9 @@ sample. factor 0 turns learning off.
 
 Before a hung rank is killed its Python stack is taken: a writer that registered `faulthandler`
 on STACK_SIGNAL says so with `"stack": true` in its beat, and dumps every thread into the file
-STACK_NAME beside its heartbeat file when the watcher sends the signal (the watcher continues a
-stopped process first: a pending signal is handled before any other code runs, so the dump shows
-where it stopped). STACK_SIGNAL is neither preemption signal (USR1, USR2) and is ignored by
+STACK_NAME (contract/files.py) beside its heartbeat file when the watcher sends the signal (the
+watcher continues a stopped process first: a pending signal is handled before any other code
+runs, so the dump shows where it stopped). STACK_SIGNAL is neither preemption signal (USR1, USR2) and is ignored by
 default, so a process that registered nothing is not killed by it.
 """
 
@@ -43,7 +43,6 @@ LEAST_EVALS = 2
 WINDOW = 256
 
 STACK_SIGNAL = "URG"
-STACK_NAME = "stack-{rank:05d}.txt"
 # How long a watcher waits for the dump before it kills the rank anyway.
 STACK_WAIT = 1.0
 

@@ -17,9 +17,18 @@ JOB_PORT_BASE, JOB_PORT_SPAN = 20000, 10000
 JOB_PORT_RULE = f"{JOB_PORT_BASE} + job id % {JOB_PORT_SPAN}"
 # `slurmgen serve` and the clients that find it without being told.
 COORDINATOR_PORT = 8470
+MAX_PORT = 65535
 
 
 def job_port(job_id: str | int) -> int:
     """Default MASTER_PORT of a Slurm job (`12345_7` counts as its digits, as bash's $((...)) would not)."""
     digits = re.sub(r"\D", "", str(job_id)) or "0"
     return JOB_PORT_BASE + int(digits) % JOB_PORT_SPAN
+
+
+def link_port(master_port: int) -> int:
+    """The port beside MASTER_PORT that a job's own helpers listen on: the node link of
+    launch_multi_node.sh (unless SLURMGEN_LINK_PORT says otherwise) and the bandwidth probe of
+    `slurmgen doctor --fabric`. The one above, or the one below when MASTER_PORT is the last
+    port. The launcher computes the same rule in bash, handed MAX_PORT."""
+    return master_port + 1 if master_port < MAX_PORT else master_port - 1

@@ -30,10 +30,10 @@ RESERVED_ENV = (
     "LOCAL_WORLD_SIZE",
     "MASTER_ADDR",
     "MASTER_PORT",
-    "SLURMGEN_BACKEND",
+    envvars.BACKEND,
     envvars.STRATEGY,
-    "SLURMGEN_GROUP",
-    "SLURMGEN_HEARTBEAT_DIR",
+    envvars.GROUP,
+    envvars.HEARTBEAT_DIR,
 )
 
 WorkerState = Literal["idle", "starting", "running", "exited", "lost"]

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from slurmgen.contract import phases
+from slurmgen.contract import envvars, files, phases
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import stacks, watchdog
@@ -189,13 +189,13 @@ class Procs:
         hb_dir = hb_root / f"{order.group}-{order.attempt}"
         private_dirs(run_dir, self.log_dir)
         private_dirs(hb_dir, hb_root)
-        env = {**os.environ, **order.env, "SLURMGEN_HEARTBEAT_DIR": str(hb_dir)}
+        env = {**os.environ, **order.env, envvars.HEARTBEAT_DIR: str(hb_dir)}
         ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:
             env["OMP_NUM_THREADS"] = threads
         slot.order, slot.exit_code, slot.kill_at, slot.proc, slot.runs, slot.stack = order, None, None, None, [], None
-        slot.hb_file = hb_dir / f"rank-{order.rank:05d}.json"
+        slot.hb_file = hb_dir / (files.HEARTBEAT_NAME % order.rank)
         slot.timeline = TimelineWriter.from_env(order.rank, env)
         log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too

@@ -54,7 +54,7 @@ def rank_env(config: GroupConfig, group: str, entry: RankOut, master: str) -> di
         "LOCAL_WORLD_SIZE": str(entry.local_world_size),
         "MASTER_ADDR": config.master_addr or master,
         "MASTER_PORT": str(config.master_port),
-        "SLURMGEN_BACKEND": config.backend,
+        envvars.BACKEND: config.backend,
         envvars.STRATEGY: config.strategy,
-        "SLURMGEN_GROUP": group,
+        envvars.GROUP: group,
     }

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurmgen.contract.blame import stuck
+from slurmgen.contract.states import State
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
@@ -92,7 +93,7 @@ class Coordinator:
             host=w["host"],
             id=w["idx"],
             group=w["grp"],
-            state="lost" if silent > self.agent_timeout else w["state"],
+            state=State.LOST.value if silent > self.agent_timeout else w["state"],
             exit_code=w["exit_code"],
             pid=w["pid"],
             attempt=w["run_attempt"],
@@ -303,14 +304,16 @@ class Coordinator:
             self.runs.attempt_started(name, number, restarts, config, ranks, self.store.path)
         self.changes.bump()
         self.store.update_group(
-            name, state="starting", attempt=number, restarts=restarts, reason=reason, exit_code=None
+            name, state=State.STARTING.value, attempt=number, restarts=restarts, reason=reason, exit_code=None
         )
 
     def stop(self, name: str) -> GroupOut:
         with self._atomic() as now:
             g = self._group_row(name)
             if not st.can_start(g["state"]):
-                self._end(self.store.attempt(name, g["attempt"]), st.Outcome("stopped", "stopped on request"), now)
+                self._end(
+                    self.store.attempt(name, g["attempt"]), st.Outcome(State.STOPPED.value, "stopped on request"), now
+                )
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
     # --- judging attempts ---------------------------------------------------------------------
@@ -322,7 +325,7 @@ class Coordinator:
         running = {
             n
             for n, w in rows.items()
-            if w["state"] == "running" and (w["run_group"], w["run_attempt"]) == (a["grp"], a["number"])
+            if w["state"] == State.RUNNING and (w["run_group"], w["run_attempt"]) == (a["grp"], a["number"])
         }
         lost = {
             n: self._silent_for(w["host"], now)
@@ -355,11 +358,11 @@ class Coordinator:
         if self.runs:
             self.runs.attempt_ended(name, a, g["restarts"], outcome)
         config = GroupConfig(**g["config"])
-        if outcome.state == "failed" and st.next_after_failure(g["restarts"], config.max_restarts):
+        if st.restart_after(outcome, g["restarts"], config.max_restarts):
             try:
                 ranks = self._startable_plan(config, name, now)
             except Conflict as e:
-                outcome = st.Outcome("failed", f"{outcome.reason}; no restart: {e}", outcome.exit_code)
+                outcome = st.Outcome(State.FAILED.value, f"{outcome.reason}; no restart: {e}", outcome.exit_code)
             else:
                 return self._new_attempt(
                     name,
@@ -404,7 +407,7 @@ class Coordinator:
         """Keep each reported slot's quiet beat (or forget it: its rank beats again)."""
         for r in report.workers:
             name = known.workers[r.id]["name"]
-            if r.beat is None or r.state != "running":
+            if r.beat is None or r.state != State.RUNNING:
                 self.quiet.pop(name, None)
             else:
                 self.quiet[name] = group_blame.SlotReport(

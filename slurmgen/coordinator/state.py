@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from slurmgen.contract import exitcodes, verdict
-from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS
+from slurmgen.contract import exitcodes, retries, verdict
+from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
 
 Order = Literal["start", "stop"]
 RunKey = tuple  # (group, attempt)
@@ -25,7 +25,7 @@ def reconcile(reported: str, reported_run: RunKey | None, wanted: RunKey | None,
     """The order for one slot: `reported` is idle|running|exited, `reported_run` the
     (group, attempt) it runs or ran, `wanted` the run it should be part of now (None: none),
     `finished` whether that run already has this slot's exit code recorded."""
-    if reported == "running":
+    if reported == State.RUNNING:
         return None if reported_run == wanted else "stop"
     if wanted is not None and reported_run != wanted and not finished:
         return "start"
@@ -36,11 +36,11 @@ def worker_state(reported: str, reported_run: RunKey | None, wanted: RunKey | No
     """What people see for a worker: lost beats everything, a wanted slot not yet running
     is starting."""
     if lost:
-        return "lost"
-    if reported == "running":
-        return "running"
+        return State.LOST.value
+    if reported == State.RUNNING:
+        return State.RUNNING.value
     if wanted is not None and reported_run != wanted:
-        return "starting"
+        return State.STARTING.value
     return reported
 
 
@@ -74,11 +74,11 @@ def judge_attempt(
         return Outcome(state)
     seen = verdict.decide(attempt_events(ranks, exits, hung, lost, stories or {}), expected=len(ranks))
     if seen.first is not None:
-        return Outcome("failed", seen.first.detail, seen.first.code)
+        return Outcome(State.FAILED.value, seen.first.detail, seen.first.code)
     if seen.ended:
-        return Outcome("succeeded", "every rank exited 0", exitcodes.OK)
-    if state == "starting" and set(ranks) <= running | set(exits):
-        return Outcome("running")
+        return Outcome(State.SUCCEEDED.value, "every rank exited 0", exitcodes.OK)
+    if state == State.STARTING and set(ranks) <= running | set(exits):
+        return Outcome(State.RUNNING.value)
     return Outcome(state)
 
 
@@ -116,9 +116,11 @@ def attempt_events(
     ]
 
 
-def next_after_failure(restarts_used: int, max_restarts: int) -> bool:
-    """Whether a failed attempt is followed by a fresh one (`--max-restarts`)."""
-    return restarts_used < max_restarts
+def restart_after(outcome: Outcome, restarts_used: int, max_restarts: int) -> bool:
+    """Whether an ended attempt is followed by a fresh one (`--max-restarts`): a failure the
+    retry rule (contract/retries.py) finds worth another, while the budget lasts. A stop on
+    request ends the attempt as stopped, not failed."""
+    return outcome.state == State.FAILED and retries.worth_retry(outcome.exit_code) and restarts_used < max_restarts
 
 
 def can_start(group_state: str) -> bool:

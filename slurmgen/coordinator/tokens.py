@@ -12,10 +12,8 @@ import secrets
 import stat
 from pathlib import Path
 
+from slurmgen.contract import envvars
 from slurmgen.errors import SlurmgenError
-
-TOKEN_ENV = "SLURMGEN_TOKEN"
-SERVER_ENV = "SLURMGEN_SERVER"
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -62,6 +60,6 @@ def load_or_create_token(path: Path) -> tuple[str, bool]:
 
 def client_token(path: Path | None) -> str:
     """For agents and the CLI: --token-file, else $SLURMGEN_TOKEN, else the default file."""
-    if path is None and os.environ.get(TOKEN_ENV):
-        return os.environ[TOKEN_ENV].strip()
+    if path is None and os.environ.get(envvars.TOKEN):
+        return os.environ[envvars.TOKEN].strip()
     return read_token(path or default_token_file())

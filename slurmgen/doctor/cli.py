@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from slurmgen.cliopts import identity_option, known_hosts_option, ssh_config_option, ssh_port_option, ssh_user_option
-from slurmgen.contract import exitcodes, ports
+from slurmgen.contract import envvars, exitcodes, ports
 from slurmgen.doctor.fabric_verdict import MIN_SHARE
 from slurmgen.errors import SlurmgenError
 
@@ -80,7 +80,7 @@ def doctor(
     port_timeout: float = typer.Option(
         10.0,
         "--port-timeout",
-        envvar="SLURMGEN_DOCTOR_PORT_TIMEOUT",
+        envvar=envvars.DOCTOR_PORT_TIMEOUT,
         help="Seconds every node has to reach MASTER_PORT.",
     ),
     python: str | None = typer.Option(

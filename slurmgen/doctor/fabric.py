@@ -9,9 +9,9 @@ seen, and the InfiniBand/EFA devices under /sys/class/infiniband with the transp
 pick. Nothing is sent anywhere for these: the route is asked of a UDP socket that never sends.
 
 Bandwidth (`bandwidth`, every probe of the run at once): the node that owns MASTER_ADDR hosts a
-torch TCPStore on MASTER_PORT + 1; each probe takes a rank from it, sends a block to the next
-rank over plain TCP (a ring, all links at once: the raw throughput each link gives), then all
-run a gloo all-reduce of the same nodes, timed, as bus bandwidth (2(n-1)/n x bytes / time, the
+torch TCPStore on the port beside MASTER_PORT (contract/ports.py link_port); each probe takes a
+rank from it, sends a block to the next rank over plain TCP (a ring, all links at once: the raw
+throughput each link gives), then all run a gloo all-reduce of the same nodes, timed, as bus bandwidth (2(n-1)/n x bytes / time, the
 measure nccl-tests use, comparable to one link's throughput). `compare.py` judges the numbers.
 torch is imported only inside `bandwidth`.
 """
@@ -29,6 +29,8 @@ from datetime import timedelta
 from ipaddress import IPv4Interface, ip_address
 from pathlib import Path
 from typing import Any
+
+from slurmgen.contract import ports
 
 SYS_RDMA = Path("/sys/class/infiniband")
 ALLREDUCE_ITERS = 3
@@ -219,7 +221,7 @@ def check(master_ip: str | None, port: int | None, nodes: int, mb: float, timeou
         row["bandwidth"] = {"skipped": "needs two nodes or more and a master address and port"}
         return row
     try:
-        row["bandwidth"] = bandwidth(master_ip, port + 1, nodes, mb, timeout, node)
+        row["bandwidth"] = bandwidth(master_ip, ports.link_port(port), nodes, mb, timeout, node)
     except Exception as exc:  # torch missing, a peer that never came, a link that broke: all say why
         row["bandwidth"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
     return row

@@ -21,7 +21,10 @@ from slurmgen.contract import grid as sweeps
 from slurmgen.contract.files import (
     ATTEMPTS_NAME,
     FINISHED_NAME,
+    HEARTBEAT_GLOB,
+    HEARTBEAT_NAME,
     NCCL_TRACE_NAME,
+    STACK_NAME,
     STACKS_NAME,
     TIMELINE_NAME,
     name_parts,
@@ -65,8 +68,15 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["sbatch"] = sbatch_value
 _ENV.filters["words"] = words
-# The hang watchers' stack request (contract/hangs.py), the same in every template that judges.
-_ENV.globals.update(stack_signal=hangs.STACK_SIGNAL, stack_wait_ms=round(hangs.STACK_WAIT * 1000))
+# The hang watchers' stack request (contract/hangs.py) and the files they read and write
+# (contract/files.py), the same in every template that judges.
+_ENV.globals.update(
+    stack_signal=hangs.STACK_SIGNAL,
+    stack_wait_ms=round(hangs.STACK_WAIT * 1000),
+    stack_name=STACK_NAME,
+    heartbeat_name=HEARTBEAT_NAME,
+    heartbeat_glob=ShellCode(HEARTBEAT_GLOB),
+)
 # Compiled once per user and kept (template_cache.py); each installation or checkout apart.
 template_cache.attach(_ENV, str(Path(__file__).resolve().parent))
 
@@ -202,6 +212,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "manual_port": spec.master_port or ports.DEFAULT_MASTER_PORT,
         "job_port_base": ports.JOB_PORT_BASE,
         "job_port_span": ports.JOB_PORT_SPAN,
+        "max_port": ports.MAX_PORT,  # and the node link's port beside MASTER_PORT: ports.link_port
         "event_tag": EVENT_TAG,
         **_sweep(spec),
         "sweep_file": f"{out}/{sweeps.SWEEP_FILE}",

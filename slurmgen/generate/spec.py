@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta, Struct
 
-from slurmgen.contract import envvars, exitcodes, hangs, ports
+from slurmgen.contract import envvars, exitcodes, hangs, ports, retries
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
 from slurmgen.generate import slurm_values
@@ -50,28 +50,28 @@ RESERVED_ENV = {
     envvars.BACKEND,
     envvars.HEARTBEAT_DIR,
     envvars.HEARTBEAT_BASE,
-    "SLURMGEN_REQUEUE",
-    "SLURMGEN_PREEMPT_SIGNAL",
-    "SLURMGEN_SWEEP_INDEX",
-    "SLURMGEN_SWEEP_FILE",
-    "SLURMGEN_ATTEMPT",
+    envvars.REQUEUE,
+    envvars.PREEMPT_SIGNAL,
+    envvars.SWEEP_INDEX,
+    envvars.SWEEP_FILE,
+    envvars.ATTEMPT,
     envvars.STRATEGY,
 }
 # Settings of launch_multi_node.sh, read from the environment it is started in before it exports
 # the spec's env (`slurmgen launch` sets some of them for every node): in the spec they would
 # either do nothing or silently override the launcher's.
 LAUNCH_SETTINGS_ENV = {
-    "SLURMGEN_LINK",
-    "SLURMGEN_LINK_PORT",
-    "SLURMGEN_LINK_TOKEN",
-    "SLURMGEN_PYTHON",
-    "SLURMGEN_START_TIMEOUT",
-    "SLURMGEN_RANK_OFFSET",
-    "SLURMGEN_WORLD_SIZE",
-    "SLURMGEN_LOG_DIR",
-    "SLURMGEN_STOP_GRACE",
-    "SLURMGEN_FAIL_GRACE",
-    "SLURMGEN_EVENT_FD",
+    envvars.LINK,
+    envvars.LINK_PORT,
+    envvars.LINK_TOKEN,
+    envvars.PYTHON,
+    envvars.START_TIMEOUT,
+    envvars.RANK_OFFSET,
+    envvars.WORLD_SIZE,
+    envvars.LOG_DIR,
+    envvars.STOP_GRACE,
+    envvars.FAIL_GRACE,
+    envvars.EVENT_FD,
 }
 # sbatch options slurmgen writes itself, and the spec field to use instead.
 MANAGED_SBATCH = {
@@ -571,6 +571,8 @@ def _retry_on(v: object) -> object:
                 raise ValueError(f"{code!r} is not an exit code: give whole numbers 1-255, comma-separated")
             if int(code) == exitcodes.PREEMPTED:
                 raise ValueError(f"{exitcodes.PREEMPTED} means preempted: that job requeues itself (requeue: true)")
+            if int(code) in retries.NEVER:  # contract/retries.py: bad input fails the same way again
+                raise ValueError(f"{int(code)} is not worth a retry ({exitcodes.describe(int(code))})")
         return sorted({int(code) for code in v})
     return v
 

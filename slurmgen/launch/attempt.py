@@ -33,13 +33,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurmgen.contract import blame, exitcodes, verdict
-from slurmgen.contract.node_events import NodeEvent
+from slurmgen.contract import blame, exitcodes, retries, verdict
+from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, NodeEvent
+from slurmgen.contract.states import State
 from slurmgen.contract.verdict import Event
 from slurmgen.launch.display import NodeResult
 
 STOPPED_CODES = (exitcodes.INTERRUPTED, 128 + signal.SIGKILL, exitcodes.TERMINATED)
-FAILED_STATES = ("failed", "hung", "error", "lost")
+# A node's state (its row of the summary): the contract's words, and a failure's cause where
+# no state says it (hung, error). Plain strings, as the display's styles and the records hold them.
+RUNNING, STOPPED, FAILED, LOST = (s.value for s in (State.RUNNING, State.STOPPED, State.FAILED, State.LOST))
+HUNG, ERROR = verdict.HUNG, verdict.ERROR
+FAILED_STATES = (FAILED, HUNG, ERROR, LOST)
 
 
 # ---- inputs ----------------------------------------------------------------------------------
@@ -122,8 +127,8 @@ Action = Say | CloseStdin | Disconnect | DisconnectAll | AskStack
 @dataclass(frozen=True)
 class Limits:
     connect: float = 10.0
-    keepalive: float = 5.0
-    keepalive_count: int = 3
+    keepalive: float = KEEPALIVE_INTERVAL
+    keepalive_count: int = KEEPALIVE_COUNT
     stop_grace: float = 1.0
     stop_wait: float = 5.0
     heartbeat_ms: int = 0  # the hang limit (0: ranks are not judged)
@@ -213,7 +218,7 @@ def _stop(s: AttemptState, reason: str, at: float, spare: str | None = None) -> 
 
 
 # A node's state after a failure -> the verdict's cause.
-CAUSES = {"failed": verdict.EXITED, "hung": verdict.HUNG, "error": verdict.ERROR, "lost": verdict.LOST}
+CAUSES = {FAILED: verdict.EXITED, HUNG: verdict.HUNG, ERROR: verdict.ERROR, LOST: verdict.LOST}
 
 
 def _where(what: str, host: str) -> str:
@@ -240,7 +245,7 @@ def _fail(
         s = _node(s, host, note="first failure: " + what)
         if spare is False and rank is not None and s.limits.stack_wait > 0:
             return replace(s, asked=(host, rank, at + s.limits.stack_wait)), [AskStack(host, rank)]
-        spare = state in ("failed", "hung") if spare is None else spare
+        spare = state in (FAILED, HUNG) if spare is None else spare
         return _stop(s, _where(what, host), at, spare=host if spare else None)
     if not s.nodes[host].note:
         s = _node(s, host, note="after the first failure" if s.first else "while stopping")
@@ -261,8 +266,8 @@ def _stack_told(s: AttemptState, frames: tuple[str, ...], at: float) -> Step:
 
 def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
     if event.kind == "started":
-        s = _node(s, host, state="running", started=at)
-        if s.all_running or any(n.state != "running" for n in s.nodes.values()):
+        s = _node(s, host, state=RUNNING, started=at)
+        if s.all_running or any(n.state != RUNNING for n in s.nodes.values()):
             return s, []
         return replace(s, all_running=True), [
             Say(
@@ -272,7 +277,7 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
         ]
     if event.kind == "exited":
         return _fail(
-            s, host, "failed", event.value or exitcodes.FAILED, f"rank {event.rank} exited with code {event.value}", at
+            s, host, FAILED, event.value or exitcodes.FAILED, f"rank {event.rank} exited with code {event.value}", at
         )
     if event.kind == "beats":
         beats = tuple(replace(b, node=host) for b in event.beats)
@@ -280,16 +285,16 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
     if event.kind == "stack":
         asked = s.asked is not None and s.asked[:2] == (host, event.rank)
         return _stack_told(s, event.frames, at) if asked else (s, [])
-    if event.kind == "hung":
+    if event.kind == HUNG:
         return _fail(
             s,
             host,
-            "hung",
+            HUNG,
             exitcodes.HUNG,
             f"rank {event.rank} hung (no heartbeat for {(event.value or 0) / 1000:.1f} s)",
             at,
         )
-    return _fail(s, host, "error", exitcodes.FAILED, event.message, at)
+    return _fail(s, host, ERROR, exitcodes.FAILED, event.message, at)
 
 
 def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:
@@ -298,13 +303,13 @@ def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:
     if state in FAILED_STATES:
         return s, []  # already counted from its event; keep the rank's code
     if status is None:
-        return _fail(s, host, "lost", exitcodes.LOST, f"lost the connection to {host}", at)
+        return _fail(s, host, LOST, exitcodes.LOST, f"lost the connection to {host}", at)
     if status == exitcodes.OK:
         return _node(s, host, state="ok", code=status), []
     if s.stop_at is not None and status in STOPPED_CODES:
         note = s.nodes[host].note or ("stopped by slurmgen" if s.first or s.signals else "")
-        return _node(s, host, state="stopped", code=status, note=note), []
-    return _fail(s, host, "failed", status, f"node exited with code {status}", at)
+        return _node(s, host, state=STOPPED, code=status, note=note), []
+    return _fail(s, host, FAILED, status, f"node exited with code {status}", at)
 
 
 def _signalled(s: AttemptState, signum: int, at: float, reason: str = "") -> Step:
@@ -328,12 +333,12 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
         if overdue.get(host, 0.0) > lim.keepalive * lim.keepalive_count:
             silent = lim.keepalive * (lim.keepalive_count + 1)
             s, more = _fail(
-                _end(s, host, at), host, "lost", exitcodes.LOST, f"no answer from {host} for {silent:.0f}s", at
+                _end(s, host, at), host, LOST, exitcodes.LOST, f"no answer from {host} for {silent:.0f}s", at
             )
             actions += [*more, Disconnect(host)]
         elif host not in s.opened and at - s.started_at > lim.connect:
             s, more = _fail(
-                _end(s, host, at), host, "error", exitcodes.FAILED, f"no session on {host} within {lim.connect:g}s", at
+                _end(s, host, at), host, ERROR, exitcodes.FAILED, f"no session on {host} within {lim.connect:g}s", at
             )
             actions += [*more, Disconnect(host)]
     stop_at = s.stop_at
@@ -348,7 +353,7 @@ def _tick(s: AttemptState, at: float, overdue: Mapping[str, float]) -> Step:
         s = replace(s, spared=None)
     if at >= stop_at + lim.stop_grace + lim.stop_wait:
         for host in [h for h in s.nodes if h in s.pending]:
-            s = _node(_end(s, host, at), host, state="lost", note="no exit status after the stop")
+            s = _node(_end(s, host, at), host, state=LOST, note="no exit status after the stop")
             actions.append(Disconnect(host))
     return s, actions
 
@@ -367,7 +372,7 @@ def _judge_hang(s: AttemptState, at: float) -> Step:
     found = blame.judge(beats, s.limits.heartbeat_ms)
     if found is None:
         return s, []
-    return _fail(s, found.node, "hung", exitcodes.HUNG, blame.story(found), at, rank=found.rank, spare=False)
+    return _fail(s, found.node, HUNG, exitcodes.HUNG, blame.story(found), at, rank=found.rank, spare=False)
 
 
 def step(s: AttemptState, event: Input) -> Step:
@@ -384,7 +389,14 @@ def step(s: AttemptState, event: Input) -> Step:
         stopping = s.stop_at is not None and event.host != s.spared
         return s, [CloseStdin(event.host)] if stopping else []
     if isinstance(event, StartFailed):
-        return _fail(_end(s, event.host, event.at), event.host, "error", exitcodes.FAILED, event.message, event.at)
+        return _fail(_end(s, event.host, event.at), event.host, ERROR, exitcodes.FAILED, event.message, event.at)
     if isinstance(event, Reported):
         return _reported(s, event.host, event.event, event.at)
     return _ended(s, event.host, event.status, event.at)
+
+
+def restart_after(code: int, stopped: bool, attempt: int, attempts: int) -> bool:
+    """Whether `slurmgen launch` starts every node again after attempt `attempt` (of at most
+    `attempts`) ended with `code`: the retry rule (contract/retries.py) while the budget lasts.
+    `stopped`: the launcher got a signal or a person's stop request (taken as SIGTERM)."""
+    return attempt < attempts and retries.worth_retry(code, stopped)

@@ -28,6 +28,7 @@ from slurmgen.cliopts import (
 )
 from slurmgen.contract import envvars, ports
 from slurmgen.contract.backends import BACKENDS
+from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
@@ -93,7 +94,9 @@ def launch(
         "is older than S seconds counts as failed; ranks that write none are not judged.",
     ),
     keepalive: float = typer.Option(
-        5.0, "--keepalive", help="Seconds between SSH keepalives; a host that answers none for 4 intervals is lost."
+        KEEPALIVE_INTERVAL,
+        "--keepalive",
+        help=f"Seconds between SSH keepalives; a host that answers none for {KEEPALIVE_COUNT + 1} intervals is lost.",
     ),
     stop_grace: int = typer.Option(1, "--stop-grace", help="Seconds between TERM and KILL when stopping ranks."),
     dry_run: bool = typer.Option(

@@ -142,7 +142,7 @@ class Launcher:
                     self.record.attempt_ended(
                         attempt, code, bool(self.signals) and self.first_failure is None, self.first_failure or stopped
                     )
-                if code == 0 or self.signals or attempt == attempts:
+                if not machine.restart_after(code, bool(self.signals), attempt, attempts):
                     break
                 self.say(f"attempt {attempt} of {attempts} failed ({verdict}); starting all nodes again")
                 self._reconnect_lost()

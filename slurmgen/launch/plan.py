@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from slurmgen.contract import envvars
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.hostlist import is_host_name
 from slurmgen.generate.spec import RESERVED_ENV
@@ -74,23 +75,23 @@ FORWARDED_ENV = (
     "SWANLAB_WORKSPACE",
     "SWANLAB_MODE",
     # run records (slurmgen.tracking): names and trackers chosen where the job is launched
-    "SLURMGEN_GROUP",
-    "SLURMGEN_JOB_TYPE",
-    "SLURMGEN_RUN_NAME",
-    "SLURMGEN_DESCRIPTION",
-    "SLURMGEN_TRACK",
-    "SLURMGEN_TRACKERS",
+    envvars.GROUP,
+    envvars.JOB_TYPE,
+    envvars.RUN_NAME,
+    envvars.DESCRIPTION,
+    envvars.TRACK,
+    envvars.TRACKERS,
 )
 # Values of names like these are never printed (dry run, errors).
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 # Set by `slurmgen launch` itself for every node; users cannot override them.
 LAUNCHER_ENV = RESERVED_ENV | {
-    "SLURMGEN_RANK_OFFSET",
-    "SLURMGEN_WORLD_SIZE",
-    "SLURMGEN_LOG_DIR",
-    "SLURMGEN_STOP_GRACE",
-    "SLURMGEN_FAIL_GRACE",
-    "SLURMGEN_EVENT_FD",
+    envvars.RANK_OFFSET,
+    envvars.WORLD_SIZE,
+    envvars.LOG_DIR,
+    envvars.STOP_GRACE,
+    envvars.FAIL_GRACE,
+    envvars.EVENT_FD,
 }
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

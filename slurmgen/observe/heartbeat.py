@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen import atomic
-from slurmgen.contract import envvars, hangs, phases, states
+from slurmgen.contract import envvars, files, hangs, phases, states
 from slurmgen.observe.timeline_writer import TimelineWriter
 
 # The heartbeat contract between a launcher (or watcher) and any program it starts: when the
-# launcher sets this variable, rank R writes DIR/rank-%05d.json there (the format above); a
+# launcher sets this variable, rank R writes DIR/files.HEARTBEAT_NAME there (the format above); a
 # program that writes none is never judged hung.
 
 
@@ -92,7 +92,7 @@ def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, dict[str, An
     """Every rank's latest record in DIR: from rank-NNNNN.json files and node summaries."""
     found: dict[int, dict[str, Any]] = {}
     d = Path(directory)
-    for path in sorted(d.glob("rank-*.json")) + sorted(d.glob("node-*.json")):
+    for path in sorted(d.glob(files.HEARTBEAT_GLOB)) + sorted(d.glob("node-*.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -193,7 +193,7 @@ class Heartbeat:
         # and test set-ups run several "nodes" on one host.
         node = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', self.host)}-{node_rank}"
         self.summary = Path(out_dir) / "heartbeats" / f"node-{node}.json" if summarise and out_dir is not None else None
-        self.path = self.dir / f"rank-{rank:05d}.json" if self.dir is not None else None
+        self.path = self.dir / (files.HEARTBEAT_NAME % rank) if self.dir is not None else None
         self.rank, self.every, self.last, self.summarised = rank, every, 0.0, 0.0
         self.status = "starting"
         self.timeline = TimelineWriter.from_env(rank, environ) if timeline is True else timeline or None
@@ -218,7 +218,7 @@ class Heartbeat:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.last:
                 self.remove_stale()
-                self.stack = register_stack(self.path.parent / hangs.STACK_NAME.format(rank=self.rank))
+                self.stack = register_stack(self.path.parent / (files.STACK_NAME % self.rank))
             record: dict[str, Any] = {
                 "rank": self.rank,
                 "step": step,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmgen.contract import envvars
 from slurmgen.contract.states import from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.trainer_records import record_dir
@@ -92,7 +93,7 @@ _COLUMNS = "job_id, name, output_dir, remote, submitted, last_state, last_exit, 
 
 
 def default_path() -> Path:
-    explicit = os.environ.get("SLURMGEN_REGISTRY")
+    explicit = os.environ.get(envvars.REGISTRY)
     if explicit:
         return Path(explicit)
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")

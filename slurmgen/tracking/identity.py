@@ -26,6 +26,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from slurmgen.contract import envvars
+
 from .errors import TrackingError
 
 MODES = ("rank0", "per-process")
@@ -89,21 +91,21 @@ def place_from_env(environ: Mapping[str, str]) -> Place:
         local_world_size=local_world or 1,
         master_addr=environ.get("MASTER_ADDR") or None,
         master_port=_int(environ, "MASTER_PORT"),
-        backend=environ.get("SLURMGEN_BACKEND") or None,
+        backend=environ.get(envvars.BACKEND) or None,
     )
 
 
 def default_group(environ: Mapping[str, str], place: Place, host: str, pid: int, now: float | None = None) -> str:
     """The group every process of this job computes alike (the module docstring's order)."""
-    if environ.get("SLURMGEN_GROUP", "").strip():
-        return environ["SLURMGEN_GROUP"].strip()
+    if environ.get(envvars.GROUP, "").strip():
+        return environ[envvars.GROUP].strip()
     array, task = environ.get("SLURM_ARRAY_JOB_ID", "").strip(), environ.get("SLURM_ARRAY_TASK_ID", "").strip()
     if array and task:
         return f"slurm-{array}_{task}"
     if environ.get("SLURM_JOB_ID", "").strip():
         return f"slurm-{environ['SLURM_JOB_ID'].strip()}"
-    if environ.get("SLURMGEN_LAUNCH_ID", "").strip():
-        return f"launch-{environ['SLURMGEN_LAUNCH_ID'].strip()}"
+    if environ.get(envvars.LAUNCH_ID, "").strip():
+        return f"launch-{environ[envvars.LAUNCH_ID].strip()}"
     rdzv = environ.get("TORCHELASTIC_RUN_ID", "").strip()
     if rdzv and rdzv != "none":
         return f"torchrun-{rdzv}"

@@ -84,15 +84,15 @@ def init(
     environ = os.environ if environ is None else environ
     mode = check_mode(mode)
     where = _place(place, environ)
-    names = parse_trackers(trackers if trackers is not None else environ.get("SLURMGEN_TRACKERS"))
+    names = parse_trackers(trackers if trackers is not None else environ.get(envvars.TRACKERS))
     resume_step = check_step("resume_step", resume_step)
     tag_list = _tags(tags)
     flat = flatten(config) if config is not None else None
-    group = _text("group", group, environ.get("SLURMGEN_GROUP"))
-    template = _text("job_type", job_type, environ.get("SLURMGEN_JOB_TYPE"))
+    group = _text("group", group, environ.get(envvars.GROUP))
+    template = _text("job_type", job_type, environ.get(envvars.JOB_TYPE))
     labels = _Labels(
-        _text("name", name, environ.get("SLURMGEN_RUN_NAME")),
-        _text("description", description, environ.get("SLURMGEN_DESCRIPTION")),
+        _text("name", name, environ.get(envvars.RUN_NAME)),
+        _text("description", description, environ.get(envvars.DESCRIPTION)),
         tag_list,
     )
     if id is not None:
@@ -237,8 +237,8 @@ def _attempt(start: str, who: _Identity, environ: Mapping[str, str], resume_step
     }
     if who.slurm.get("job_id"):
         attempt["slurm_job_id"] = who.slurm["job_id"]
-    if environ.get("SLURMGEN_LAUNCH_ID"):
-        attempt["launch_id"] = environ["SLURMGEN_LAUNCH_ID"]
+    if environ.get(envvars.LAUNCH_ID):
+        attempt["launch_id"] = environ[envvars.LAUNCH_ID]
     if resume_step is not None:
         attempt["resumed_at_step"] = resume_step
     return attempt

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from slurmgen.contract import envvars
+
 SLURM_VARS = {
     "job_id": "SLURM_JOB_ID",
     "array_job_id": "SLURM_ARRAY_JOB_ID",
@@ -74,11 +76,11 @@ def sweep_info(environ: Mapping[str, str]) -> dict[str, object] | None:
     `slurmgen runs` shows the tasks as one sweep and `slurmgen plot slurm-<id>` compares them.
     A grid that cannot be read leaves the parameters out; it never stops the run.
     """
-    array, index = environ.get("SLURM_ARRAY_JOB_ID", "").strip(), environ.get("SLURMGEN_SWEEP_INDEX", "").strip()
+    array, index = environ.get("SLURM_ARRAY_JOB_ID", "").strip(), environ.get(envvars.SWEEP_INDEX, "").strip()
     if not array or not index.isdigit():
         return None
     params = None
-    grid = environ.get("SLURMGEN_SWEEP_FILE", "").strip()
+    grid = environ.get(envvars.SWEEP_FILE, "").strip()
     if grid:
         from slurmgen.contract.grid import parse_grid
 

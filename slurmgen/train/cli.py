@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in getattr(exc, "problems", [str(exc)]):
             _error(line)
         return EXIT_USAGE
-    if nproc > 1 and not os.environ.get("SLURMGEN_TRAIN_SPAWNED"):
+    if nproc > 1 and not os.environ.get(envvars.TRAIN_SPAWNED):
         try:
             outer = detect(os.environ, LaunchFlags(rank=launch.rank, world_size=launch.world_size, backend="gloo"), 0)
         except EnvError as exc:

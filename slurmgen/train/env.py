@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from slurmgen.contract import envvars
 from slurmgen.contract.backends import BACKENDS, DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT, job_port
 
@@ -211,7 +212,7 @@ def _env_contract(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
     NODE_RANK is ours, GROUP_RANK plain torchrun's; without either it follows from the rank."""
     if env.get("TORCHELASTIC_RUN_ID"):
         launcher = "torchrun"
-    elif env.get("SLURMGEN_TRAIN_SPAWNED"):
+    elif env.get(envvars.TRAIN_SPAWNED):
         launcher = "spawn"
     else:
         launcher = "env"

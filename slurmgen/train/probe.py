@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import timedelta
 
+from slurmgen.contract import envvars
 from slurmgen.contract.backends import BACKENDS
 
 PREFIX = "SLURMGEN_PROBE "
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m slurmgen.train.probe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--backend", default=os.environ.get("SLURMGEN_BACKEND", "auto"), choices=BACKENDS)
+    parser.add_argument("--backend", default=os.environ.get(envvars.BACKEND, "auto"), choices=BACKENDS)
     parser.add_argument("--fail-rank", type=int, default=None, help="this rank exits after joining")
     parser.add_argument("--fail-code", type=int, default=1, help="the exit code of --fail-rank (default 1)")
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before the collectives")

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import envvars, exitcodes
 
 # TERM, INT and every signal that --preempt-signal may name (the children decide what it means).
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG, signal.SIGHUP)
@@ -47,8 +47,8 @@ def child_env(base: Mapping[str, str], rank: int, nproc: int, port: int) -> dict
         LOCAL_WORLD_SIZE=str(nproc),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
-        SLURMGEN_TRAIN_SPAWNED="1",
     )
+    env[envvars.TRAIN_SPAWNED] = "1"
     env.pop("TORCHELASTIC_RUN_ID", None)
     return env
 

@@ -20,6 +20,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from slurmgen.contract import envvars
+
 from . import dist
 from .config import ConfigError, TrainConfig
 from .env import DistEnv
@@ -62,7 +64,7 @@ class Tracking:
                 config=cfg.to_dict(),
                 place=place,
                 group=(resumed or {}).get("group"),
-                name=os.environ.get("SLURMGEN_RUN_NAME") or Path(cfg.out_dir).name,
+                name=os.environ.get(envvars.RUN_NAME) or Path(cfg.out_dir).name,
                 resume_step=step,
                 trackers=cfg.tracker or None,
                 hosts=hosts if env.is_main else [host],

@@ -226,7 +226,7 @@ class Trainer:
                 total += self._loss(self.model, batch).item()
         self.model.train()
         s, n = dist.all_reduce([total, float(self.cfg.eval_iters)])
-        self.heartbeat.beat(self.step, status="running", force=True)
+        self.heartbeat.beat(self.step, status=HEARTBEAT_WORD[State.RUNNING], force=True)
         return s / n
 
     # --- the run ----------------------------------------------------------------------------
@@ -366,7 +366,7 @@ class Trainer:
         steps = (
             ("checkpoint write in flight", self.checkpoints.settle_after_failure),
             # a launcher can tell failed from hung
-            ("heartbeat", lambda: self.heartbeat.beat(self.step, status="failed", force=True)),
+            ("heartbeat", lambda: self.heartbeat.beat(self.step, status=HEARTBEAT_WORD[State.FAILED], force=True)),
             ("node summary", self.heartbeat.finish),  # says "failed"; no peer to wait for
             ("run record", lambda: self.tracking.finish(EXIT_FAILED)),
         )
@@ -379,7 +379,7 @@ class Trainer:
     def _preempted(self, preempted: int, flag: PreemptFlag) -> TrainResult:
         """Stopped by a signal after a checkpoint: say so everywhere, then (rank 0) maybe requeue."""
         log.info("signal %s: checkpoint written at step %d, stopping", flag.signum or "on another rank", self.step)
-        self.heartbeat.beat(self.step, status="preempted", force=True)
+        self.heartbeat.beat(self.step, status=HEARTBEAT_WORD[State.PREEMPTED], force=True)
         run_dir = self.tracking.finish(EXIT_PREEMPTED)
         # Requeue last, once every rank has written its heartbeat and the run record: Slurm
         # ends all tasks the moment it requeues, and would cut those writes short.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slurmgen import atomic
-from slurmgen.contract.hangs import STACK_NAME
+from slurmgen.contract.files import STACK_NAME
 
 NOT_A_PID = 4194304  # PID_MAX_LIMIT on Linux: no process ever has it
 
@@ -81,4 +81,4 @@ def test_a_heartbeat_removes_its_killed_predecessors_temporaries(tmp_path: Path)
     os.utime(left, (time.time() - 3600,) * 2)
     beat.beat(0, force=True)
     # the temporary is gone; beside the heartbeat only the rank's stack file (contract/hangs.py)
-    assert sorted(os.listdir(beat.dir)) == sorted([beat.path.name, STACK_NAME.format(rank=0)])
+    assert sorted(os.listdir(beat.dir)) == sorted([beat.path.name, STACK_NAME % 0])

@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
+from slurmgen.contract.states import HEARTBEAT_WORD, State
+
 from .. import dist, fsdp
 from ..config import ConfigError, TrainConfig
 from ..data import ShardedBatches
@@ -187,7 +189,7 @@ class Checkpointing:
             self._record(self.writer.wait())
             self._record(self.writer.submit(step, state))
         dist.barrier()
-        self.heartbeat.beat(step, status="running", force=True)
+        self.heartbeat.beat(step, status=HEARTBEAT_WORD[State.RUNNING], force=True)
 
     def meta(self, step: int, rngs: list[Any]) -> dict[str, Any]:
         """What a sharded checkpoint holds beside the shards: the state without model and optimizer."""

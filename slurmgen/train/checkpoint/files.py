@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from slurmgen import atomic
+from slurmgen.contract import envvars
 
 log = logging.getLogger("slurmgen.train")
 
@@ -61,7 +62,7 @@ def arm_fault(step: int) -> None:
 
 
 def fault(point: str) -> None:
-    spec = os.environ.get("SLURMGEN_TRAIN_FAULT")
+    spec = os.environ.get(envvars.TRAIN_FAULT)
     if not spec:
         return
     name, _, step = spec.partition("@")
@@ -118,7 +119,7 @@ def save(directory: str | os.PathLike[str], step: int, state: dict[str, Any], ke
     final = d / checkpoint_name(step)
 
     def write(path: Path) -> None:
-        if os.environ.get("SLURMGEN_TRAIN_FAULT"):
+        if os.environ.get(envvars.TRAIN_FAULT):
             with open(path, "wb") as f:
                 torch.save(state, _FaultingFile(f))
         else:

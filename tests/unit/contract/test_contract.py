@@ -1,13 +1,17 @@
 """The contract layer: every shared word defined once, and the places that must spell it agree."""
 
 import ast
+import os
 import re
+import subprocess
 import typing
 from pathlib import Path
 
 from slurmgen.contract import backends, envvars, ports, states, strategies
 from slurmgen.coordinator.models import GroupConfig
+from slurmgen.generate.render import launch_script
 from slurmgen.generate.spec import JobSpec, choices, default
+from slurmgen.generate.specfile import build_spec
 from slurmgen.train.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,6 +64,17 @@ def test_job_port_is_stable_in_range_and_said_as_computed():
     assert ports.job_port("123456") == ports.JOB_PORT_BASE + 3456
     assert all(20000 <= ports.job_port(j) < 30000 for j in range(0, 100000, 997))
     assert ports.JOB_PORT_RULE == "20000 + job id % 10000"
+
+
+def test_the_link_port_rule_is_the_same_in_python_and_in_the_launcher():
+    """doctor's probe said MASTER_PORT + 1 where the launcher took the port below 65535."""
+    script = launch_script(build_spec({"nodes": 2}))
+    (line,) = [ln.strip() for ln in script.splitlines() if ln.strip().startswith("link_port=${")]
+    masters = (1, 29500, ports.MAX_PORT - 1, ports.MAX_PORT)
+    probe = "".join(f"master_port={m}; {line}; echo $link_port\n" for m in masters)
+    env = {k: v for k, v in os.environ.items() if k != envvars.LINK_PORT}
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.split() == [str(ports.link_port(m)) for m in masters] == ["2", "29501", "65535", "65534"]
 
 
 def test_outside_words_map_both_ways():

@@ -9,7 +9,7 @@ from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_n
 from slurmgen.coordinator.node_agent import is_stale
 from slurmgen.coordinator.procs import LineBuffer, exit_status
 from slurmgen.coordinator.ranks import plan_ranks, rank_env
-from slurmgen.coordinator.state import judge_attempt, reconcile, worker_state
+from slurmgen.coordinator.state import Outcome, judge_attempt, reconcile, restart_after, worker_state
 from slurmgen.errors import SlurmgenError
 
 
@@ -209,3 +209,22 @@ def test_a_learned_timeout_in_the_beat_shortens_the_agents_limit():
     assert not is_stale({"status": "running", "time": 199.0, "timeout": 1.5}, now=200.0, timeout=60)
     assert is_stale({"status": "evaluating", "time": 190.0, "timeout": 5.0}, now=200.0, timeout=60)
     assert not is_stale({"status": "evaluating", "time": 0.0}, now=200.0, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "outcome, used, budget, again",
+    [
+        (Outcome("failed", "rank 1 exited with code 1", 1), 0, 2, True),
+        (Outcome("failed", "hung", 124), 1, 2, True),
+        (Outcome("failed", "its agent has been silent", 255), 0, 1, True),
+        (Outcome("failed", "a worker gone without a code", None), 0, 1, True),
+        (Outcome("failed", "rank 1 exited with code 1", 1), 2, 2, False),  # the budget is spent
+        (Outcome("failed", "rank 0 exited with code 2 (bad input)", 2), 0, 2, False),  # same input, same end
+        (Outcome("stopped", "stopped on request"), 0, 2, False),
+        (Outcome("preempted", "rank 0 exited with code 75", 75), 0, 2, False),
+        (Outcome("succeeded", "every rank exited 0", 0), 0, 2, False),
+    ],
+)
+def test_a_group_restarts_after_a_failure_worth_a_retry(outcome, used, budget, again):
+    """The retry rule of contract/retries.py (a group restarted after any failure before, bad input too)."""
+    assert restart_after(outcome, used, budget) is again

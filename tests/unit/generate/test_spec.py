@@ -87,6 +87,7 @@ def test_bad_times(text):
         ("retry_on", "1,x", "'x' is not an exit code: give whole numbers 1-255, comma-separated"),
         ("retry_on", [256], "256 is not an exit code"),
         ("retry_on", "75", "75 means preempted: that job requeues itself (requeue: true)"),
+        ("retry_on", "1,2", "2 is not worth a retry (bad input)"),
     ],
 )
 def test_bad_field_is_named(field, value, words):

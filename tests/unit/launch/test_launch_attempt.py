@@ -1,13 +1,14 @@
 """The launch state machine (slurmgen/launch/attempt.py), input by input: every transition,
 every deadline, and inputs that arrive together. No processes, no clock: times are given."""
 
+import inspect
 import signal
 
 import pytest
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.blame import LastBeat
-from slurmgen.contract.node_events import NodeEvent, parse_event
+from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, NodeEvent, parse_event
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
 
@@ -305,3 +306,30 @@ def test_keepalive_limit_follows_the_settings(keepalive, count, overdue, lost):
     limits = m.Limits(connect=10, keepalive=keepalive, keepalive_count=count, stop_grace=1, stop_wait=5)
     s, _ = run(fresh(("a",), limits), m.SessionOpened("a", 100.1), m.ClockTick(104, {"a": overdue}))
     assert (s.nodes["a"].state == "lost") is lost
+
+
+def test_the_keepalive_defaults_are_the_contracts():
+    """They were spelt in the state machine and the CLI beside contract/node_events.py."""
+    from slurmgen.launch.cli import launch
+
+    assert (m.Limits().keepalive, m.Limits().keepalive_count) == (KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
+    assert inspect.signature(launch).parameters["keepalive"].default.default == KEEPALIVE_INTERVAL
+
+
+@pytest.mark.parametrize(
+    "code, stopped, attempt, again",
+    [
+        (exitcodes.FAILED, False, 1, True),
+        (exitcodes.HUNG, False, 1, True),
+        (exitcodes.LOST, False, 2, True),
+        (139, False, 1, True),  # a rank killed by SIGSEGV
+        (exitcodes.FAILED, False, 3, False),  # the last of 3 attempts
+        (exitcodes.OK, False, 1, False),
+        (exitcodes.BAD_INPUT, False, 1, False),  # a node started with another node count: so is the next
+        (exitcodes.PREEMPTED, False, 1, False),
+        (exitcodes.TERMINATED, True, 1, False),  # Ctrl-C, a stop request: whatever the code
+    ],
+)
+def test_launch_restarts_after_a_failure_worth_a_retry(code, stopped, attempt, again):
+    """--max-restarts 2: the retry rule of contract/retries.py (before, any code but 0 without a signal)."""
+    assert m.restart_after(code, stopped, attempt, 3) is again

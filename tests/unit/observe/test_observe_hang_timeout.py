@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from slurmgen.contract import envvars, hangs
+from slurmgen.contract import envvars, files, hangs
 from slurmgen.observe.heartbeat import Heartbeat
 
 
@@ -89,7 +89,7 @@ def test_a_stopped_writer_dumps_its_stack_on_the_signal_once_continued(tmp_path)
         proc.send_signal(signal.SIGSTOP)
         proc.send_signal(getattr(signal, f"SIG{hangs.STACK_SIGNAL}"))
         proc.send_signal(signal.SIGCONT)
-        stack = tmp_path / hangs.STACK_NAME.format(rank=3)
+        stack = tmp_path / (files.STACK_NAME % 3)
         deadline = time.monotonic() + 5
         while "stuck_here" not in stack.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -459,7 +459,7 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
   }
   # take_stack DIR RANK PID BEAT_TEXT: the Python stack of a hung rank, taken before it is killed
   # (slurmgen/contract/hangs.py). A rank whose beat says "stack": true dumps every thread into
-  # DIR/stack-RANK.txt on SIGURG (faulthandler): the file is emptied, the signal sent, the
+  # DIR/stack-%05d.txt (of RANK) on SIGURG (faulthandler): the file is emptied, the signal sent, the
   # process continued (a stopped one handles the pending signal before anything else, so the dump
   # shows where it stopped), and the dump awaited for at most 1000 ms. Any other rank: py-spy, when
   # installed and SLURMGEN_PYSPY is not 0 (it reads a stopped process too). Sets stack_file (empty
