@@ -69,7 +69,7 @@ def route_to(ip: str) -> str | None:
 
 def hostname_addresses(name: str) -> list[str]:
     try:
-        return sorted({info[4][0] for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)})
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)})
     except OSError:
         return []
 

@@ -232,6 +232,7 @@ def status(
     snap = QueryResult(notes=[reused]) if reused else ask(runner, [record.job_id], steps=True)
     jobs = {j.key: j for j in all_tasks(snap, record)}
     is_array = bool(record.info.get("array"))
+    keys: list[str | None]  # array task ids; [None]: the job itself
     if is_array:
         params = _sweep_params(runner, record)
         keys = sorted({*(k.split("_", 1)[1] for k in jobs), *params}, key=lambda t: int(t) if t.isdigit() else -1)
