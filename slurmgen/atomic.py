@@ -132,7 +132,7 @@ def remove_stale(directory: Path, names: Iterable[str], min_age: float = STALE_A
     has an old file but a live pid; a writer on another host (a shared file system) has a pid
     that means nothing here, but a fresh file. Errors are ignored: tidying up must not stop a run.
     """
-    wanted, removed = set(names), []
+    wanted, removed = set(names), list[Path]()
     try:
         found = os.listdir(directory)
     except OSError:

@@ -78,7 +78,10 @@ def build_app(only: str | None = None) -> typer.Typer:
 
 
 def _name(command: typer.models.CommandInfo) -> str:
-    return command.name or typer.main.get_command_name(command.callback.__name__)
+    if command.name:
+        return command.name
+    assert command.callback is not None  # for type checkers: every registered command has its function
+    return typer.main.get_command_name(command.callback.__name__)
 
 
 def __getattr__(name: str) -> typer.Typer:

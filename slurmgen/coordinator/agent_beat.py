@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.models import AgentOrders, AgentReport, StartOrder, StopOrder, WorkerReport
+
+if TYPE_CHECKING:  # the rows' shapes only: deciding on a report reads no SQL
+    from slurmgen.coordinator.store import AttemptRow, WorkerRow
 
 DEFAULT_GRACE = 10.0
 
@@ -25,11 +28,11 @@ DEFAULT_GRACE = 10.0
 class Known:
     """What the store holds when a report arrives (read in the same transaction)."""
 
-    workers: Mapping[int, dict[str, Any]]  # slot id -> its worker row; every reported slot has one
-    active: Mapping[str, dict[str, Any]]  # group -> its active attempt
+    workers: Mapping[int, WorkerRow]  # slot id -> its worker row; every reported slot has one
+    active: Mapping[str, AttemptRow]  # group -> its active attempt
     # (group, attempt) -> the attempt (None: no such attempt), for every run a reported slot
     # runs or ran and every active attempt
-    attempts: Mapping[st.RunKey, dict[str, Any] | None]
+    attempts: Mapping[st.RunKey, AttemptRow | None]
     # (group, attempt) -> its worker judged hung, whose stack its agent takes before stopping it
     stacks: Mapping[st.RunKey, str] = field(default_factory=dict)
 
@@ -85,7 +88,9 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
     """Go through the agent's slots in its order; an attempt is judged when a rank of it exited,
     hung or came up running, after its exit codes and the worker rows are stored."""
     orders, actions = AgentOrders(), []
-    codes = {run: a["exit_codes"] for run, a in known.attempts.items() if a is not None}
+    codes: dict[st.RunKey, Mapping[str, int]] = {
+        run: a["exit_codes"] for run, a in known.attempts.items() if a is not None
+    }
     runs = {run: tuple(a.get("runs") or ()) for run, a in known.attempts.items() if a is not None}
     touched: dict[st.RunKey, set[str]] = {}  # attempts to judge -> hung workers
     for r in report.workers:
@@ -98,7 +103,7 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
             actions += _record_exit(known, codes, run, name, r.exit_code, touched)
         if r.runs and run is not None:
             actions += _record_runs(known, runs, run, r.runs)
-        if r.hung and run is not None and run == wanted:
+        if r.hung and run == wanted and run is not None:
             touched.setdefault(run, set()).add(name)
         if run == wanted and wanted is not None and r.state == "running" and w["state"] != "running":
             touched.setdefault(wanted, set())
@@ -111,7 +116,7 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
             "run_group": r.group,
             "run_attempt": r.attempt,
         }
-        if any(w[k] != v for k, v in values.items()):
+        if any(w.get(k) != v for k, v in values.items()):
             actions.append(UpdateWorker(name, values))
     if report.lines:
         actions.append(
@@ -167,7 +172,9 @@ def _order(
     or how long a stopping run gets (its own stop grace)."""
     if order == "start":
         assert wanted is not None  # reconcile starts only a wanted run
-        plan = known.attempts[wanted]["plan"]
+        attempt = known.attempts[wanted]
+        assert attempt is not None  # for type checkers: a wanted run is an active attempt, which Known holds
+        plan = attempt["plan"]
         orders.start.append(
             StartOrder(
                 worker=r.id,

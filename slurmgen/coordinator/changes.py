@@ -38,6 +38,7 @@ class Changes:
 
     def _wake(self) -> None:
         event, self.event = self.event, asyncio.Event()
+        assert event is not None  # for type checkers: bound before the loop could call this
         event.set()  # waiters hold the old event; new waiters get the new one
 
     async def wait(self, since: int, timeout: float) -> int:

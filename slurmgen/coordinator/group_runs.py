@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from slurmgen.contract import envvars
 from slurmgen.contract.files import TIMELINE_NAME
@@ -24,6 +24,7 @@ from slurmgen.runs.trainer_records import record_dir
 if TYPE_CHECKING:
     from slurmgen.coordinator.models import GroupConfig, RankOut
     from slurmgen.coordinator.state import Outcome
+    from slurmgen.coordinator.store import AttemptRow
 
 
 def run_key(group: str, number: int, restarts: int) -> str:
@@ -42,7 +43,7 @@ def timeline_env(config: GroupConfig, group: str, number: int, restarts: int) ->
     return env
 
 
-def first_failure(attempt: dict[str, Any], outcome: Outcome) -> Failure | None:
+def first_failure(attempt: AttemptRow, outcome: Outcome) -> Failure | None:
     """The failed attempt's first failure: the first non-zero exit's rank and node, else
     (a stale heartbeat, a silent agent) only the cause and code."""
     if outcome.state != State.FAILED.value:
@@ -98,7 +99,7 @@ class GroupRuns:
             )
         self.recorder.attempt_started(self._row(key), number)
 
-    def attempt_ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:
+    def attempt_ended(self, group: str, attempt: AttemptRow, restarts: int, outcome: Outcome) -> None:
         row = self._row(run_key(group, attempt["number"], restarts))
         self.recorder.attempt_ended(row, attempt["number"], State(outcome.state), first_failure(attempt, outcome))
 
@@ -107,7 +108,7 @@ class GroupRuns:
         from any attempt of it (`key_attempt` with the `restarts` before it)."""
         self.recorder.retold(self._row(run_key(group, key_attempt, restarts)), number, old, new)
 
-    def ended(self, group: str, attempt: dict[str, Any], restarts: int, outcome: Outcome) -> None:
+    def ended(self, group: str, attempt: AttemptRow, restarts: int, outcome: Outcome) -> None:
         key = run_key(group, attempt["number"], restarts)
         row = self._row(key)
         self.recorder.ended(row, State(outcome.state), outcome.exit_code, first_failure(attempt, outcome))

@@ -139,7 +139,7 @@ class Slot:
             state=state,
             group=o.group if o else None,
             attempt=o.attempt if o else None,
-            pid=self.proc.pid if self.running else None,
+            pid=self.proc.pid if self.proc is not None and self.running else None,
             exit_code=self.exit_code,
             hung=hung,
             beat=beat,
@@ -175,6 +175,7 @@ class Procs:
         self.watchdog = subprocess.Popen(WATCHDOG, stdin=subprocess.PIPE, text=True, start_new_session=True)
 
     def _tell_watchdog(self, sign: str, pgid: int) -> None:
+        assert self.watchdog.stdin is not None  # for type checkers: opened with stdin=PIPE
         try:
             self.watchdog.stdin.write(f"{sign}{pgid}\n")
             self.watchdog.stdin.flush()
@@ -270,6 +271,7 @@ class Procs:
         self.wake.set()
 
     def _copy(self, proc: subprocess.Popen, order: StartOrder, log) -> None:
+        assert proc.stdout is not None  # for type checkers: started with stdout=PIPE
         with log:
             for raw in proc.stdout:
                 log.write(raw)
@@ -289,6 +291,7 @@ class Procs:
                 self._signal(slot, signal.SIGKILL)
 
     def _signal(self, slot: Slot, sig: int) -> None:
+        assert slot.proc is not None  # for type checkers: only a running slot is signalled
         with contextlib.suppress(OSError):
             os.killpg(slot.proc.pid, sig)
 
@@ -299,5 +302,6 @@ class Procs:
         while any(s.running for s in self.slots) and time.monotonic() < deadline:
             self.enforce_grace()
             time.sleep(0.05)
+        assert self.watchdog.stdin is not None  # for type checkers: opened with stdin=PIPE
         self.watchdog.stdin.close()
         self.watchdog.wait(5)

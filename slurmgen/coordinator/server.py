@@ -55,7 +55,7 @@ AGENT_BODY_LIMIT = 64 * 1024 * 1024
 API_BODY_LIMIT = 1024 * 1024
 PAGE_BODY_LIMIT = 64 * 1024
 SHOWN_INPUT = 120  # characters of a refused value a 422 repeats
-ERRORS = {404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 401: {"model": ErrorOut}}
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 401: {"model": ErrorOut}}
 
 
 def token_matches(presented: str | None, token: str) -> bool:
@@ -239,6 +239,7 @@ def _clipped(value: Any, limit: int = SHOWN_INPUT) -> Any:
 
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:
     """422 naming each bad field, never echoing a huge value back (a 50 MB name is cut)."""
+    assert isinstance(exc, (RequestValidationError, ValidationError))  # the two it is registered for
     errors = []
     for e in exc.errors():
         loc = tuple(e.get("loc", ()))
@@ -310,7 +311,8 @@ def _cookies(headers: dict[str, str]) -> dict[str, str]:
 
 async def _read_body(receive, limit: int) -> bytes | None:
     """The whole body, or None as soon as it passes `limit` bytes (the rest is never read)."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
@@ -379,7 +381,14 @@ class ApiSecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def run(coordinator: Coordinator, token: str, host: str, port: int, **tls: str | None) -> None:
+def run(
+    coordinator: Coordinator,
+    token: str,
+    host: str,
+    port: int,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> None:
     """Serve until SIGTERM/SIGINT. Judging stops the moment shutdown begins, so a restart never
     fails a group for the silence it caused; open long polls are answered at once, so the
     shutdown is clean and quiet (no connection left for uvicorn to cancel)."""
@@ -398,7 +407,8 @@ def run(coordinator: Coordinator, token: str, host: str, port: int, **tls: str |
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=2,
-        **tls,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
     Server(config).run()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from slurmgen.contract.blame import stuck
@@ -34,7 +35,7 @@ from slurmgen.coordinator.models import (
     merged_config,
 )
 from slurmgen.coordinator.ranks import default_master, plan_ranks, rank_env
-from slurmgen.coordinator.store import Store
+from slurmgen.coordinator.store import AttemptRow, GroupRow, Plan, Store, WorkerRow
 from slurmgen.errors import SlurmgenError
 
 DEFAULT_AGENT_TIMEOUT = 10.0
@@ -85,7 +86,7 @@ class Coordinator:
     def _silent_for(self, host: str, now: float) -> float:
         return now - self.seen.get(host, (self.boot, ""))[0]
 
-    def _worker_out(self, w: dict[str, Any], now: float, plans: dict[str, dict]) -> WorkerOut:
+    def _worker_out(self, w: WorkerRow, now: float, plans: dict[str, Plan]) -> WorkerOut:
         silent = self._silent_for(w["host"], now)
         plan = plans.get(w["grp"] or "")
         return WorkerOut(
@@ -101,8 +102,8 @@ class Coordinator:
             seen_ago=round(silent, 3) if w["host"] in self.seen else None,
         )
 
-    def _plans(self) -> dict[str, dict]:
-        plans = {}
+    def _plans(self) -> dict[str, Plan]:
+        plans: dict[str, Plan] = {}
         for g in self.store.groups():
             a = self.store.attempt(g["name"], g["attempt"]) if g["attempt"] else None
             if a:
@@ -114,13 +115,13 @@ class Coordinator:
             plans = self._plans()
             return [self._worker_out(w, now, plans) for w in self.store.workers()]
 
-    def _group_row(self, name: str) -> dict[str, Any]:
+    def _group_row(self, name: str) -> GroupRow:
         g = self.store.group(name)
         if g is None:
             raise NotFound(f"group {name!r} does not exist")
         return g
 
-    def _group_out(self, g: dict[str, Any], members: int) -> GroupOut:
+    def _group_out(self, g: GroupRow, members: int) -> GroupOut:
         return GroupOut(
             name=g["name"],
             state=g["state"],
@@ -215,7 +216,7 @@ class Coordinator:
             g = self._group_row(name)
             return self._configure(g, merged_config(g["config"], changes))
 
-    def _configure(self, g: dict[str, Any], config: GroupConfig) -> GroupOut:
+    def _configure(self, g: GroupRow, config: GroupConfig) -> GroupOut:
         name = g["name"]
         if not st.can_start(g["state"]):
             raise Conflict(f"group {name!r} is {g['state']}; stop it before changing its config")
@@ -256,7 +257,7 @@ class Coordinator:
 
     def _is_active(self, group: str) -> bool:
         g = self.store.group(group)
-        return bool(g) and not st.can_start(g["state"])
+        return g is not None and not st.can_start(g["state"])
 
     def start(self, name: str) -> GroupOut:
         with self._atomic() as now:
@@ -288,7 +289,7 @@ class Coordinator:
         reason: str | None = None,
     ) -> None:
         master = config.master or default_master(r.host for r in ranks)
-        plan = {
+        plan: Plan = {
             "ranks": {r.worker: r.rank for r in ranks},
             "env": {
                 r.worker: {**rank_env(config, name, r, master), **timeline_env(config, name, number, restarts)}
@@ -311,13 +312,13 @@ class Coordinator:
         with self._atomic() as now:
             g = self._group_row(name)
             if not st.can_start(g["state"]):
-                self._end(
-                    self.store.attempt(name, g["attempt"]), st.Outcome(State.STOPPED.value, "stopped on request"), now
-                )
+                a = self.store.attempt(name, g["attempt"]) if g["attempt"] is not None else None
+                assert a is not None  # for type checkers: an active group has its attempt
+                self._end(a, st.Outcome(State.STOPPED.value, "stopped on request"), now)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
     # --- judging attempts ---------------------------------------------------------------------
-    def _judge(self, a: dict[str, Any], now: float, hung: set = frozenset()) -> None:
+    def _judge(self, a: AttemptRow, now: float, hung: AbstractSet[str] = frozenset()) -> None:
         """The attempt's fate. A hang is the server's to judge across every agent's reports
         (group_blame.py): `hung`, what one agent saw alone, only asks for a judgement."""
         ranks = a["plan"]["ranks"]
@@ -348,7 +349,7 @@ class Coordinator:
             self.store.update_attempt(a["grp"], a["number"], state=outcome.state)
             self.store.update_group(a["grp"], state=outcome.state)
 
-    def _end(self, a: dict[str, Any], outcome: st.Outcome, now: float) -> None:
+    def _end(self, a: AttemptRow, outcome: st.Outcome, now: float) -> None:
         name = a["grp"]
         self.store.update_attempt(
             name, a["number"], state=outcome.state, ended=now, reason=outcome.reason, exit_code=outcome.exit_code
@@ -430,7 +431,7 @@ class Coordinator:
             g = self._group_row(run[0])
             if g["attempt"] == run[1] and g["reason"] == a["reason"]:
                 self.store.update_group(run[0], reason=reason)
-            if self.runs:
+            if self.runs and g["attempt"] is not None:  # (the second: for type checkers; a run has one)
                 self.runs.retold(run[0], run[1], g["attempt"], g["restarts"], a["reason"], reason)
             self.changes.bump()
 
@@ -442,10 +443,13 @@ class Coordinator:
             if r.id not in known:
                 self.store.add_worker(report.host, r.id)
         active = self.store.active_attempts()
-        attempts: dict[st.RunKey, dict[str, Any] | None] = {(a["grp"], a["number"]): a for a in active}
+        attempts: dict[st.RunKey, AttemptRow | None] = {(a["grp"], a["number"]): a for a in active}
         for r in report.workers:
             if r.group is not None and (r.group, r.attempt) not in attempts:
-                attempts[(r.group, r.attempt)] = self.store.attempt(r.group, r.attempt)
+                # (an attempt of None names no row: SQL's `number = NULL` matches none)
+                attempts[(r.group, r.attempt)] = (
+                    self.store.attempt(r.group, r.attempt) if r.attempt is not None else None
+                )
         return hb.Known(
             workers={w["idx"]: w for w in self.store.workers(host=report.host)},
             active={a["grp"]: a for a in active},

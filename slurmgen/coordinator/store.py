@@ -13,7 +13,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS workers (
@@ -37,6 +37,66 @@ CREATE TABLE IF NOT EXISTS logs (
 );
 CREATE INDEX IF NOT EXISTS logs_grp ON logs(grp, id);
 """
+
+
+class Plan(TypedDict):
+    """What an attempt runs, fixed when it starts (a later config change does not touch it)."""
+
+    ranks: dict[str, int]  # worker name -> its rank
+    env: dict[str, dict[str, str]]  # worker name -> its rank's environment
+    argv: list[str]
+    cwd: str | None
+    stop_grace: float
+    heartbeat_timeout: float
+
+
+# One row of each table as `Store` returns it: the columns (a test keeps them equal to SCHEMA's),
+# the JSON columns decoded.
+class WorkerRow(TypedDict):
+    name: str  # <host>-<idx>
+    host: str
+    idx: int
+    grp: str | None
+    state: str
+    pid: int | None
+    exit_code: int | None
+    run_group: str | None
+    run_attempt: int | None
+
+
+class GroupRow(TypedDict):
+    name: str
+    state: str
+    config: dict[str, Any]  # models.GroupConfig's fields, as saved
+    attempt: int | None
+    restarts: int
+    reason: str | None
+    exit_code: int | None
+
+
+class AttemptRow(TypedDict):
+    grp: str
+    number: int
+    state: str
+    started: float
+    ended: float | None
+    reason: str | None
+    exit_code: int | None
+    plan: Plan
+    exit_codes: dict[str, int]  # worker name -> its exit code, in the order they came
+    runs: list[str]  # the run records its ranks announced
+
+
+class LineRow(TypedDict):
+    id: int
+    grp: str
+    attempt: int
+    rank: int
+    worker: str
+    time: float
+    line: str
+
+
 # Output lines kept per group (older ones are dropped; the agents keep full per-rank files).
 LOG_LINES_KEPT = 5000
 JSON_COLUMNS = {"config", "plan", "exit_codes", "runs"}
@@ -66,6 +126,7 @@ class Store:
 
     # --- rows -----------------------------------------------------------------------------
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """The rows as dicts, the JSON columns decoded: the public methods give them their table's shape."""
         rows = []
         for r in self.db.execute(sql, tuple(args)):
             row = dict(r)
@@ -85,15 +146,17 @@ class Store:
         self.db.execute(f"UPDATE {table} SET {sets} WHERE {where}", (*args, *keys.values()))
 
     # --- workers ----------------------------------------------------------------------------
-    def workers(self, host: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+    def workers(self, host: str | None = None, group: str | None = None) -> list[WorkerRow]:
         if host is not None:
-            return self._rows("SELECT * FROM workers WHERE host = ? ORDER BY idx", (host,))
-        if group is not None:
-            return self._rows("SELECT * FROM workers WHERE grp = ? ORDER BY host, idx", (group,))
-        return self._rows("SELECT * FROM workers ORDER BY host, idx")
+            rows = self._rows("SELECT * FROM workers WHERE host = ? ORDER BY idx", (host,))
+        elif group is not None:
+            rows = self._rows("SELECT * FROM workers WHERE grp = ? ORDER BY host, idx", (group,))
+        else:
+            rows = self._rows("SELECT * FROM workers ORDER BY host, idx")
+        return cast("list[WorkerRow]", rows)
 
-    def worker(self, name: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM workers WHERE name = ?", (name,))
+    def worker(self, name: str) -> WorkerRow | None:
+        return cast("WorkerRow | None", self._one("SELECT * FROM workers WHERE name = ?", (name,)))
 
     def add_worker(self, host: str, idx: int) -> None:
         self.db.execute(
@@ -107,11 +170,11 @@ class Store:
         self.db.execute("DELETE FROM workers WHERE name = ?", (name,))
 
     # --- groups -----------------------------------------------------------------------------
-    def groups(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM groups ORDER BY name")
+    def groups(self) -> list[GroupRow]:
+        return cast("list[GroupRow]", self._rows("SELECT * FROM groups ORDER BY name"))
 
-    def group(self, name: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM groups WHERE name = ?", (name,))
+    def group(self, name: str) -> GroupRow | None:
+        return cast("GroupRow | None", self._one("SELECT * FROM groups WHERE name = ?", (name,)))
 
     def add_group(self, name: str, config: dict[str, Any]) -> None:
         self.db.execute("INSERT INTO groups (name, config) VALUES (?, ?)", (name, json.dumps(config)))
@@ -131,16 +194,17 @@ class Store:
         }
 
     # --- attempts ---------------------------------------------------------------------------
-    def attempts(self, group: str) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM attempts WHERE grp = ? ORDER BY number", (group,))
+    def attempts(self, group: str) -> list[AttemptRow]:
+        return cast("list[AttemptRow]", self._rows("SELECT * FROM attempts WHERE grp = ? ORDER BY number", (group,)))
 
-    def attempt(self, group: str, number: int) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM attempts WHERE grp = ? AND number = ?", (group, number))
+    def attempt(self, group: str, number: int) -> AttemptRow | None:
+        row = self._one("SELECT * FROM attempts WHERE grp = ? AND number = ?", (group, number))
+        return cast("AttemptRow | None", row)
 
-    def active_attempts(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM attempts WHERE state IN ('starting', 'running')")
+    def active_attempts(self) -> list[AttemptRow]:
+        return cast("list[AttemptRow]", self._rows("SELECT * FROM attempts WHERE state IN ('starting', 'running')"))
 
-    def add_attempt(self, group: str, number: int, started: float, plan: dict[str, Any]) -> None:
+    def add_attempt(self, group: str, number: int, started: float, plan: Plan) -> None:
         self.db.execute(
             "INSERT INTO attempts (grp, number, state, started, plan) VALUES (?, ?, ?, ?, ?)",
             (group, number, "starting", started, json.dumps(plan)),
@@ -162,7 +226,7 @@ class Store:
 
     def lines(
         self, group: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> list[LineRow]:
         """Lines after id `after`, oldest first: the first `limit` of them, or with `tail`
         the last `limit`."""
         sql, args = "SELECT * FROM logs WHERE grp = ? AND id > ?", [group, after]
@@ -171,8 +235,10 @@ class Store:
         if attempt is not None:
             sql, args = sql + " AND attempt = ?", [*args, attempt]
         if tail:
-            return self._rows(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])[::-1]
-        return self._rows(sql + " ORDER BY id LIMIT ?", [*args, limit])
+            rows = self._rows(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])[::-1]
+        else:
+            rows = self._rows(sql + " ORDER BY id LIMIT ?", [*args, limit])
+        return cast("list[LineRow]", rows)
 
 
 class _Transaction:

@@ -11,8 +11,9 @@ pick. Nothing is sent anywhere for these: the route is asked of a UDP socket tha
 Bandwidth (`bandwidth`, every probe of the run at once): the node that owns MASTER_ADDR hosts a
 torch TCPStore on the port beside MASTER_PORT (contract/ports.py link_port); each probe takes a
 rank from it, sends a block to the next rank over plain TCP (a ring, all links at once: the raw
-throughput each link gives), then all run a gloo all-reduce of the same nodes, timed, as bus bandwidth (2(n-1)/n x bytes / time, the
-measure nccl-tests use, comparable to one link's throughput). `compare.py` judges the numbers.
+throughput each link gives), then all run a gloo all-reduce of the same nodes, timed, as bus
+bandwidth (2(n-1)/n x bytes / time, the measure nccl-tests use, comparable to one link's
+throughput). `compare.py` judges the numbers.
 torch is imported only inside `bandwidth`.
 """
 
@@ -71,7 +72,7 @@ def route_to(ip: str) -> str | None:
 
 def hostname_addresses(name: str) -> list[str]:
     try:
-        return sorted({info[4][0] for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)})
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)})
     except OSError:
         return []
 

@@ -45,6 +45,7 @@ file (SLURM_RESTART_COUNT when the file lacks attempt 1, e.g. a log directory no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def parse_attempts(text: str) -> list[dict[str, Any]]:
     return [record for record in objects(text.splitlines()) if record.get("event") in EVENTS]
 
 
-def first_failure(record: dict[str, Any]) -> Event:
+def first_failure(record: Mapping[str, Any]) -> Event:
     """An "end" record's first failure (as run_slurm.sh's `first_failure` decided it) as the
     contract's verdict event: hung when a rank's heartbeat went stale, else an exit."""
     code, hung = record.get("exit_code"), record.get("hung_rank")
@@ -88,7 +89,7 @@ def first_failure(record: dict[str, Any]) -> Event:
     )
 
 
-def cause(record: dict[str, Any]) -> str:
+def cause(record: Mapping[str, Any]) -> str:
     """One phrase for an "end" record: 'hung: rank 3 on node2 stopped beating at step 220 (...)'
     when the watchers judged a hang across nodes, else verdict.summary's 'hung (rank 3 on
     node2)', 'exit 3 (rank 5 on node2)', or 'exit 3 (task 1 on node2)' when no rank is known."""
@@ -98,7 +99,7 @@ def cause(record: dict[str, Any]) -> str:
     return verdict.summary(first_failure(record))
 
 
-def stuck(record: dict[str, Any], frames: int = 3) -> str | None:
+def stuck(record: Mapping[str, Any], frames: int = 3) -> str | None:
     """Where an "end" record's hung rank was stuck, for `slurmgen status`: 'rank 3 stuck in
     time.py:12 in sleep() <- train.py:123 in step()' (innermost first), or None without a stack."""
     stack = record.get("stack")

@@ -233,11 +233,11 @@ def status(
     snap = QueryResult(notes=[reused]) if reused else ask(runner, [record.job_id], steps=True)
     jobs = {j.key: j for j in all_tasks(snap, record)}
     is_array = bool(record.info.get("array"))
+    keys: list[str | None]  # array task ids; [None]: the job itself
     if is_array:
         params = _sweep_params(runner, record)
-        keys = sorted({*(k.split("_", 1)[1] for k in jobs), *params}, key=lambda t: int(t) if t.isdigit() else -1)
-        if task is not None:
-            keys = [task]
+        ids = sorted({*(k.split("_", 1)[1] for k in jobs), *params}, key=lambda t: int(t) if t.isdigit() else -1)
+        keys = [task] if task is not None else [*ids]
     else:
         params, keys = {}, [None]
     groups = {group_of(record.job_id, t) for t in keys}
@@ -250,7 +250,9 @@ def status(
         failed = job is not None and job.ended and job.state != "COMPLETED"
         log = _read_text(runner, log_path(record, t)) if failed or not is_array else None
         rows.append(
-            task_row(key, job, record, params.get(t) if is_array else None, log, runs.get(group_of(record.job_id, t)))
+            task_row(
+                key, job, record, params.get(t) if t is not None else None, log, runs.get(group_of(record.job_id, t))
+            )
         )
         if is_array and job is not None and job.job_id.isdigit() and (job.state != "PENDING" or job.restarts):
             rows[-1]["attempts"] = _attempts(runner, record, job.job_id)

@@ -10,11 +10,15 @@ import secrets
 import shlex
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from slurmgen.contract.exitcodes import FAILED
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.slurm_runner import Result, Unanswered, read_from, shell_line
 from slurmgen.jobs.snapshot import CodeSnapshot
+
+if TYPE_CHECKING:  # paramiko is imported with the connection, not with this module
+    from paramiko import SFTPClient
 
 DEFAULT_REMOTE_DIR = ".slurmgen"  # relative to the login node's home directory
 
@@ -34,7 +38,7 @@ class RemoteRunner:
 
         self.where, self.setup = alias, list(setup)
         self.conn = connect_all([alias], SSHOptions(ssh_config=ssh_config))[alias]
-        self._sftp = None
+        self._sftp: SFTPClient | None = None
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, stdin: bytes = b"", timeout: float = 60) -> Result:
         try:

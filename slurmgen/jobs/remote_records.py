@@ -101,7 +101,7 @@ def parse_found(text: str) -> list[tuple[RunRecord, list[Any] | None]]:
                 found[-1][kind] = []
         elif found and len(found[-1]) > 1:
             found[-1][list(found[-1])[-1]].append(line)
-    runs = []
+    runs: list[tuple[RunRecord, list[Any] | None]] = []
     for run in found:
         try:
             meta = json.loads("\n".join(run.get("run", [])))

@@ -84,10 +84,11 @@ def _by_dir(registry: Registry, ref: str) -> JobRecord:
 def reused_note(registry: Registry, record: JobRecord) -> str | None:
     """Why Slurm cannot be asked about `record`: its cluster gave its id to a later job (else None)."""
     newer = registry.superseded().get(record.seq) if record.seq is not None else None
-    if newer is None:
+    later = registry.by_seq(newer) if newer is not None else None
+    if later is None:
         return None
     return (
-        f"the id {record.job_id} now names a later job, {describe(registry.by_seq(newer))}: what Slurm says "
+        f"the id {record.job_id} now names a later job, {describe(later)}: what Slurm says "
         f"of {record.job_id} is about that one, so this is the last state seen of {describe(record)}"
     )
 

@@ -259,7 +259,7 @@ class QueryResult:
             found.values(),
             key=lambda j: (
                 not (j.array_task or "").isdigit(),
-                int(j.array_task) if (j.array_task or "").isdigit() else 0,
+                int(j.array_task) if j.array_task and j.array_task.isdigit() else 0,
             ),
         )
 

@@ -44,7 +44,7 @@ def signal_warning(record: JobRecord, signal: str) -> str | None:
     """What to say before sending a warning signal to a program that may die of it."""
     num = signals.number(signal)
     label = signals.name(num) if num is not None else None
-    if label not in signals.WARNINGS or handles(record, signal):
+    if num is None or label not in signals.WARNINGS or handles(record, signal):
         return None
     words = " ".join(record.info.get("command") or []) or "its program"
     return (

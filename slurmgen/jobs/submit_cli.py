@@ -124,9 +124,6 @@ def _signature() -> inspect.Signature:
 _CREATE_PARAMS: set[str] = set()
 
 
-_CREATE_PARAMS: set[str] = set()
-
-
 def register(app: typer.Typer) -> None:
     """Add `submit` to the `slurmgen` app, with create's flags followed by its own."""
     signature = _signature()

@@ -35,9 +35,10 @@ def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
         if isinstance(e.get("step"), int)
         and e["event"] in (phases.FIRST_STEP, phases.STEPS, phases.CHECKPOINT, phases.END)
     ]
-    stalls: dict[int, dict[str, float]] = {}  # step -> the slowest rank's stall (its own stalls at that step added)
+    # step (None in a record without one) -> the slowest rank's stall (its own stalls at that step added)
+    stalls: dict[int | None, dict[str, float]] = {}
     for evs in ranks.values():
-        mine: dict[int, dict[str, float]] = {}
+        mine: dict[int | None, dict[str, float]] = {}
         for e in (e for e in evs if e["event"] == phases.CHECKPOINT):
             c = mine.setdefault(e.get("step"), {"time": e["time"], "stall": 0.0})
             c["stall"] += float(e.get("stall") or 0)

@@ -277,7 +277,7 @@ class Heartbeat:
 
     def summarise(self, now: float | None = None) -> None:
         """Node leader: copy the node's records into the run directory's node summary."""
-        if self.summary is None:
+        if self.summary is None or self.dir is None:  # (the second: for type checkers; a summary has a dir)
             return
         now = time.time() if now is None else now
         ranks = sorted(read_heartbeats(self.dir).values(), key=lambda r: r["rank"])

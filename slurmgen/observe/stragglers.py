@@ -51,7 +51,7 @@ def find(
     """The stragglers among ranks' windows: [{"rank", "steps", "from_step", "to_step", "ratio"}],
     each rank's longest run of steps above factor x the median of all ranks at that step."""
     bounds = sorted({b for ws in per_rank.values() for first, last, _ in ws for b in (first, last + 1)})
-    runs: dict[int, list[int]] = {}
+    runs: dict[int, list[float]] = {}  # rank -> [first step, steps, sum of ratios x steps]; the first two whole
     best: dict[int, dict[str, Any]] = {}
     for lo, hi in zip(bounds, bounds[1:]):  # steps lo..hi-1 have the same value on every rank
         values = {r: v for r, ws in per_rank.items() if (v := _value(ws, lo)) is not None}
@@ -67,8 +67,8 @@ def find(
             if run[1] >= min_steps and run[1] > best.get(r, {}).get("steps", 0):
                 best[r] = {
                     "rank": r,
-                    "steps": run[1],
-                    "from_step": run[0],
+                    "steps": int(run[1]),
+                    "from_step": int(run[0]),
                     "to_step": hi - 1,
                     "ratio": round(run[2] / run[1], 2),
                 }

@@ -111,7 +111,8 @@ def add_run(reg: Registry, run: NewRun, now: float) -> int:
             json.dumps(list(run.logs)),
         ),
     )
-    return int(cursor.lastrowid)
+    assert cursor.lastrowid is not None  # for type checkers: an INSERT sets it
+    return cursor.lastrowid
 
 
 def find_run(reg: Registry, kind: str, key: str) -> int | None:

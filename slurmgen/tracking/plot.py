@@ -15,6 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .records import RunRecord, format_duration
 
@@ -47,7 +48,12 @@ def series(run: RunRecord) -> dict[str, dict[str, tuple[list[int], list[float]]]
     for record in sorted(run.metrics, key=lambda r: r.get("step") or 0):
         kind, step = record.get("type"), record.get("step")
         for name, value in (record.get("metrics") or {}).items():
-            if isinstance(value, (int, float)) and math.isfinite(value) and isinstance(step, int):
+            if (
+                isinstance(value, (int, float))
+                and math.isfinite(value)
+                and isinstance(step, int)
+                and isinstance(kind, str)
+            ):
                 xs, ys = out.setdefault(name, {}).setdefault(kind, ([], []))
                 xs.append(step)
                 ys.append(float(value))
@@ -188,7 +194,7 @@ def _curve(
     ax, name: str, kind: str, xs: list[int], ys: list[float], colour: str, label: str, dashed: bool = False
 ) -> None:
     """One curve with its last value in the legend; a noisy train curve faint, its trend drawn over it."""
-    style = dict(color=colour, label=f"{label}  (last {_fmt(ys[-1])})", linewidth=1.8)
+    style: dict[str, Any] = dict(color=colour, label=f"{label}  (last {_fmt(ys[-1])})", linewidth=1.8)
     if dashed:
         style["linestyle"] = "--"
     if kind != "train" or len(xs) < 3:

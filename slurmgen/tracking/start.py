@@ -192,6 +192,7 @@ def _metadata(who: _Identity, labels: _Labels, resume_step: int | None, environ:
     existing = meta_path.is_file()
     start = now_iso()
     attempt = _attempt(start, who, environ, resume_step)
+    meta: dict[str, Any]
     if not existing:
         meta = {
             "format": store.FORMAT,

@@ -21,7 +21,7 @@ import itertools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from slurmgen import atomic
 from slurmgen.jsonl import objects
@@ -101,7 +101,7 @@ class JsonlAppender:
 
     def __init__(self, path: Path):
         self.path = path
-        self._file = None
+        self._file: IO[str] | None = None
 
     def append(self, record: dict) -> None:
         if self._file is None:

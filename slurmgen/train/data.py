@@ -176,6 +176,8 @@ def build_datasets(cfg: Any) -> tuple[Any, Any]:
     """(train, val) for the bundled models, from the config: token files or synthetic data."""
     vocab = cfg.effective_vocab()
     if cfg.model == "gpt":
+        train: TokenFile | SyntheticTokens
+        val: TokenFile | SyntheticTokens | None
         if cfg.train_data:
             train = TokenFile(cfg.train_data, cfg.block_size, vocab)
             val = TokenFile(cfg.val_data, cfg.block_size, vocab) if cfg.val_data else None
@@ -185,6 +187,7 @@ def build_datasets(cfg: Any) -> tuple[Any, Any]:
         return train, val
     if cfg.train_data:
         raise DataError("--train-data is a token file for --model gpt; --model mlp uses synthetic data")
-    train = SyntheticClasses(cfg.synthetic_samples, cfg.mlp_in, cfg.mlp_classes, cfg.seed)
-    val = SyntheticClasses(max(64, cfg.synthetic_samples // 8), cfg.mlp_in, cfg.mlp_classes, cfg.seed, split=1)
-    return train, val
+    return (
+        SyntheticClasses(cfg.synthetic_samples, cfg.mlp_in, cfg.mlp_classes, cfg.seed),
+        SyntheticClasses(max(64, cfg.synthetic_samples // 8), cfg.mlp_in, cfg.mlp_classes, cfg.seed, split=1),
+    )

@@ -218,6 +218,7 @@ def _env_contract(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
         launcher = "env"
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
     assert rank is not None and world is not None  # for type checkers: both are set (see above)
+    local_rank: int | None
     if flags.local_rank is not None:
         local_rank = flags.local_rank
     else:
@@ -246,6 +247,7 @@ def _srun(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
     MASTER_ADDR/PORT, else the step's first host and the job's port (`contract.ports.job_port`)."""
     rank = _int(env, "SLURM_PROCID")
     world = _int(env, "SLURM_STEP_NUM_TASKS", None) or _int(env, "SLURM_NTASKS")
+    assert rank is not None and world is not None  # for type checkers: `_launched_by` saw both set
     local_rank = flags.local_rank if flags.local_rank is not None else _int(env, "SLURM_LOCALID", 0)
     assert local_rank is not None  # for type checkers
     node_rank = _int(env, "SLURM_NODEID", 0)
@@ -264,7 +266,6 @@ def _srun(env: Mapping[str, str], flags: LaunchFlags) -> _Found:
     if port is None:
         job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
         port = job_port(job) if job else DEFAULT_MASTER_PORT
-    assert rank is not None and world is not None  # for type checkers
     return _Found("srun", rank, world, local_rank, local_world, node_rank, addr, port)
 
 

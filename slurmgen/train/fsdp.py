@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as tdist
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 PARAM_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _UNIT_LISTS = ("blocks", "layers", "h")
@@ -121,11 +124,12 @@ def no_sync(model: nn.Module, sync: bool) -> Iterator[None]:
     if sync or not is_sharded(model):
         yield
         return
-    model.set_requires_gradient_sync(False)
+    sharded = cast("FSDPModule", model)  # is_sharded said so
+    sharded.set_requires_gradient_sync(False)
     try:
         yield
     finally:
-        model.set_requires_gradient_sync(True)
+        sharded.set_requires_gradient_sync(True)
 
 
 def clip_grad_norm_(parameters: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -141,7 +145,8 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's state on every rank (gathered from the shards), as plain CPU tensors."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    # full_state_dict=True: plain tensors, never DTensors nor nested dicts
+    return cast("dict[str, torch.Tensor]", get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
 
 
 def load_full_state(
@@ -157,7 +162,7 @@ def load_full_state(
 
     names = {id(p): n for n, p in model.named_parameters()}
     ordered = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
-    by_name = {
+    by_name: dict[str, Any] = {
         "state": {ordered[i]: s for i, s in optim_state["state"].items()},
         "param_groups": [{**g, "params": [ordered[i] for i in g["params"]]} for g in optim_state["param_groups"]],
     }

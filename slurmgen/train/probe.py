@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 from datetime import timedelta
+from typing import Any, TypedDict
 
 from slurmgen.contract import envvars
 from slurmgen.contract.backends import BACKENDS
@@ -27,13 +28,27 @@ PREFIX = "SLURMGEN_PROBE "
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def read_identity(env: dict[str, str]) -> dict[str, object]:
+class Identity(TypedDict):
+    """One process's view of the torchrun contract, as every rank sends it to rank 0."""
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    world_size: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    host: str
+    pid: int
+
+
+def read_identity(env: dict[str, str]) -> Identity:
     """The contract variables as typed values; a missing one is an error naming it."""
     missing = [k for k in CONTRACT if k not in env]
     node_rank = env.get("NODE_RANK", env.get("GROUP_RANK"))
     if node_rank is None:
         missing.append("NODE_RANK")
-    if missing:
+    if missing or node_rank is None:  # (the second: for type checkers; it is in `missing`)
         raise SystemExit(f"probe: not started by a launcher: {', '.join(missing)} unset")
     return {
         "rank": int(env["RANK"]),
@@ -48,7 +63,7 @@ def read_identity(env: dict[str, str]) -> dict[str, object]:
     }
 
 
-def table_problems(identities: list[dict[str, object]]) -> list[str]:
+def table_problems(identities: list[Identity]) -> list[str]:
     """What is wrong with the gathered identities as a rank table (empty when all is well)."""
     problems = []
     world = len(identities)
@@ -58,7 +73,7 @@ def table_problems(identities: list[dict[str, object]]) -> list[str]:
         problems.append("WORLD_SIZE differs from the number of processes")
     if len({(i["master_addr"], i["master_port"]) for i in identities}) != 1:
         problems.append("processes disagree on MASTER_ADDR:MASTER_PORT")
-    nodes: dict[object, list[dict[str, object]]] = {}
+    nodes: dict[int, list[Identity]] = {}
     for i in identities:
         nodes.setdefault(i["node_rank"], []).append(i)
     if sorted(nodes) != list(range(len(nodes))):
@@ -101,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(args.sleep)
     total = torch.tensor([me["rank"] + 1], dtype=torch.int64, device=device)
     dist.all_reduce(total)
-    gathered: list[dict[str, object]] = [{} for _ in range(me["world_size"])]
+    gathered: list[Any] = [{} for _ in range(me["world_size"])]  # each filled with an Identity
     dist.all_gather_object(gathered, me)
     world = me["world_size"]
     problems = table_problems(gathered)

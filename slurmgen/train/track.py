@@ -74,8 +74,8 @@ class Tracking:
         self = cls(run if run.recording else None, run.group, env.is_main)
         if self.run is not None:
             if env.is_main:
-                log.info("run record: %s (%s)", run.dir, f"attempt {run.restart_count + 1}")
-            if env.is_main and run.restart_count == 0:
+                log.info("run record: %s (%s)", run.dir, f"attempt {self.run.restart_count + 1}")
+            if env.is_main and self.run.restart_count == 0:
                 for flag, path in (("train-data", cfg.train_data), ("val-data", cfg.val_data)):
                     if path:
                         run.mark_input(run.create_artifact(flag, "dataset").add_file(path))

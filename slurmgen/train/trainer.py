@@ -81,6 +81,9 @@ def slow_for(rank: int, environ: Any) -> float:
 class Trainer:
     """Train `model` on `train_dataset` in the process group described by `env`."""
 
+    train_loss: float | None  # the mean over all ranks of the last window (None before the first)
+    val_loss: float | None
+
     def __init__(
         self,
         model: nn.Module,
@@ -410,6 +413,12 @@ class Trainer:
 class _Window:
     """The steps since the last progress line: their summed loss (a tensor: adding it never
     makes a GPU wait), how many, the items they processed, and when the window opened."""
+
+    loss: torch.Tensor
+    steps: int
+    items: int
+    work: float
+    start: float
 
     def __init__(self, device: str):
         self.device = device

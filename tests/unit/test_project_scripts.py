@@ -42,9 +42,8 @@ def test_the_python_code_is_formatted():
     assert result.returncode == 0, result.stdout[-4000:]
 
 
-def test_the_core_layers_type_check():
-    # mypy with pyproject.toml's [tool.mypy]: the contract, the generator, launch/ and the
-    # coordinator's state, which every other part trusts.
+def test_the_whole_package_type_checks():
+    # mypy with pyproject.toml's [tool.mypy]: every module of slurmgen/.
     try:
         import mypy  # noqa: F401  (installed by the test extra)
     except ImportError:

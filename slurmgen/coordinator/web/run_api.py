@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from .controls import DONE, RunControl, requeue_run, stop_run
+from .controls import DONE, Outcome, RunControl, requeue_run, stop_run
 from .run_detail import act
 from .runs_page import registry_path
 
@@ -30,7 +32,7 @@ BY_API = "through the API"  # the end of a stopped launch's cause: "stopped by u
 
 # Every control of the page, by its one name (controls.RunControl: the body's only accepted words;
 # a 422 lists them).
-ACTIONS = {
+ACTIONS: dict[RunControl, Callable[[Any, int], Outcome]] = {
     RunControl.REQUEUE: requeue_run,
     RunControl.STOP: functools.partial(stop_run, by=BY_API),
     RunControl.CANCEL: functools.partial(act, action=RunControl.CANCEL.value),

@@ -161,7 +161,7 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         if row is None:
             return None
         slurm = slurm_status(reg, seq) if row["kind"] == "slurm" else {}
-        row = get_row(reg, seq) if slurm else row  # status() stored the state Slurm gave
+        row = (get_row(reg, seq) or row) if slurm else row  # status() stored the state Slurm gave
         own = own_status(reg, row) if row["kind"] != "slurm" else {}
         attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
         attempts += slurm.get("attempts") or []

@@ -65,7 +65,9 @@ class Session:
     flash: dict[str, Any] = field(default_factory=dict)
 
     def csrf_ok(self, presented: str | None) -> bool:
-        return bool(presented) and hmac.compare_digest(self.csrf.encode(), presented.encode())
+        if not presented:
+            return False
+        return hmac.compare_digest(self.csrf.encode(), presented.encode())
 
 
 class Sessions:

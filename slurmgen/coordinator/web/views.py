@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmgen.contract.backends import DEFAULT_BACKEND
@@ -129,7 +129,7 @@ def overview(groups: Iterable[Mapping[str, Any]], workers: Iterable[Mapping[str,
     return {"groups": group_views, "workers": workers, "shape": shape(group_views, workers)}
 
 
-def shape(groups: list[dict[str, Any]], workers: list[dict[str, Any]]) -> str:
+def shape(groups: Sequence[Mapping[str, Any]], workers: Sequence[Mapping[str, Any]]) -> str:
     """Changes only when the page's structure does (groups, membership, a group's state or
     attempt, a worker becoming lost or coming back: its Forget button): then the script
     redraws the region; everything else is a live value."""

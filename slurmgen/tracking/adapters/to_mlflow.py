@@ -53,7 +53,10 @@ class MlflowAdapter(Adapter):
                 try:
                     experiment_id = client.create_experiment(experiment_name)
                 except Exception:  # another rank created it a moment ago
-                    experiment_id = client.get_experiment_by_name(experiment_name).experiment_id
+                    made = client.get_experiment_by_name(experiment_name)
+                    if made is None:  # no: the creation failed for another reason
+                        raise
+                    experiment_id = made.experiment_id
             else:
                 experiment_id = experiment.experiment_id
             tags = {

@@ -180,11 +180,12 @@ class Checkpointing:
         long as rank 0 waits for the previous write and copies the state, which a heartbeat
         watcher must not take for a hang."""
         self.heartbeat.beat(step, status="checkpointing", force=True)
-        rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)
+        rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)  # None except on rank 0
         if self.sharded is not None:  # every rank writes its shard; the rest of the state is rank 0's
-            meta = self.meta(step, rngs) if self.env.is_main else None
+            meta = self.meta(step, rngs) if self.env.is_main and rngs is not None else None
             self._record(self.sharded.submit(step, self.model, self.optimizer, meta))
         elif self.env.is_main:
+            assert rngs is not None  # for type checkers: rank 0 gathered them
             state = self.state(step, rngs)
             self._record(self.writer.wait())
             self._record(self.writer.submit(step, state))

@@ -303,6 +303,7 @@ def find_latest(directory: str | os.PathLike[str], listing=None, loader=None) ->
 
 def capture_rng() -> dict[str, Any]:
     np_state = np.random.get_state()
+    assert isinstance(np_state, tuple)  # for type checkers: the legacy form (the default), not the dict
     py_version, py_internal, py_gauss = random.getstate()
     return {
         "torch": torch.get_rng_state(),

@@ -61,4 +61,5 @@ def load(resume: str, ckpt_dir: Path, env: DistEnv) -> tuple[str, dict[str, Any]
                 where,
             )
         state = dist.broadcast_from_main(state if env.is_main else None)
+    assert state is not None  # for type checkers: rank 0 read it, and sent it to every rank that could not
     return where, state

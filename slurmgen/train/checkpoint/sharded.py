@@ -58,6 +58,7 @@ import os
 import re
 import shutil
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,7 @@ class _Passthrough:
     """DCP's stager protocol for a state that is staged already (our kept CPU copy)."""
 
     should_synchronize_after_execute = False
+    _synchronize_after_execute = False  # what AsyncStager's protocol reads the line above from
 
     def stage(self, state: Any) -> Any:
         return state
@@ -312,7 +314,7 @@ class ShardedWriter(OneJobInFlight):
         planner = DefaultSavePlanner(enable_plan_caching=True)
         if self.process:
             kind = dcp.state_dict_saver.AsyncCheckpointerType.PROCESS
-            dcp.async_save(
+            saved = dcp.async_save(
                 state,
                 checkpoint_id=str(tmp),
                 process_group=self.group,
@@ -320,7 +322,9 @@ class ShardedWriter(OneJobInFlight):
                 async_stager=_Passthrough(),
                 planner=planner,
                 no_dist=self.group is None,
-            ).result()
+            )
+            assert isinstance(saved, Future)  # not an AsyncSaveResponse: _Passthrough stages nothing later
+            saved.result()
         else:
             dcp.save(
                 state, checkpoint_id=str(tmp), process_group=self.group, planner=planner, no_dist=self.group is None

@@ -49,9 +49,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 from . import files as ckpt
 
@@ -110,7 +113,7 @@ def _address(t: torch.Tensor) -> int:
     return t.data_ptr() if t.numel() else -id(t)
 
 
-def is_dtensor(value: Any) -> bool:
+def is_dtensor(value: Any) -> TypeGuard[DTensor]:
     """A DTensor (a shard of a bigger tensor, as FSDP2 holds them) without importing it when
     torch.distributed is not there."""
     return type(value).__name__ == "DTensor" and hasattr(value, "to_local")

@@ -356,6 +356,18 @@ def test_a_database_from_before_run_records_gets_the_column(tmp_path):
     store.close()
 
 
+def test_each_row_shape_of_the_store_is_its_tables_columns(tmp_path):
+    """The TypedDicts the type checker holds the store's rows to name the table's columns, in order."""
+    from slurmgen.coordinator import store as rows
+
+    store = Store(tmp_path / "c.db")
+    shapes = {"workers": rows.WorkerRow, "groups": rows.GroupRow, "attempts": rows.AttemptRow, "logs": rows.LineRow}
+    for table, shape in shapes.items():
+        columns = [r["name"] for r in store.db.execute(f"PRAGMA table_info({table})")]
+        assert columns == list(shape.__annotations__), table
+    store.close()
+
+
 def test_a_hung_rank_is_stopped_after_its_stack_and_the_reason_says_where_it_was_stuck(tmp_path):
     """gn6-1 (rank 3) reports a stopped rank past the limit: the server names it, asks gn6's
     agent for its stack with the stop order (and no one else's), and tells where it was stuck
