@@ -11,6 +11,8 @@ print is parsed by pure functions (`slurm.py`) tested on recorded output of Slur
 `sacct --parsable2`, where there is accounting, adds the steps of the job `status` shows and
 fills in jobs the controller has forgotten (`query.py`). `view.py`
 puts one job's status together; `commands.py` does each command's work and `cli.py` its flags.
+A run's controls (cancel, checkpoint and stop, requeue, stop a launch) are one entry, `control.py`,
+which `cancel`, the run page's forms and the JSON API call alike.
 Sweeps (`sweep.py`) are a spec field: the grid becomes one `#SBATCH --array` script whose task
 N appends row N's arguments to the command. Nothing here imports torch or paramiko at import
 time, and `status` does not load the renderer.

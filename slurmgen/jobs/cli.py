@@ -1,5 +1,5 @@
 """`slurmgen jobs | status | logs | cancel` (and `submit`, in submit_cli.py): flags in,
-`commands.py` and `stopping.py` do the work.
+`commands.py` does the work; `cancel` is a run's control, as the page's buttons are (control.py).
 
 `--remote LOGIN` works for every command; a job submitted with --remote remembers its login
 node, so later commands find it without it. The options, runners and job lookup these
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -26,9 +26,14 @@ from slurmgen.jobs.cli_shared import (
     SetupOpt,
     SshConfigOpt,
     echo_json,
+    note,
     style,
     with_job,
 )
+
+if TYPE_CHECKING:
+    from slurmgen.jobs.control import Run
+    from slurmgen.runs.registry import Registry
 
 
 def jobs(
@@ -374,24 +379,32 @@ def cancel(
     import re
 
     from slurmgen.contract.exitcodes import FAILED
-    from slurmgen.jobs import stopping
-    from slurmgen.jobs.resolve import reused_note
+    from slurmgen.jobs import control
+    from slurmgen.runs.registry import Registry
 
     if signal is not None and not re.match(r"^(SIG)?[A-Z0-9]+$|^[0-9]+$", signal):
         raise SlurmgenError(f"signal: expected a signal name or number, e.g. USR1 or 10 (got {signal!r})")
-    if signal is None and _stop_launch(registry, job, as_json):
+    with Registry.open(registry) as reg:
+        run, task = _cancel_target(reg, job, signal is None)
+        runners = Runners(ssh_config, list(remote_setup), remote)
+        try:
+            what = control.RunControl.STOP if run.kind == "launch" else control.RunControl.CANCEL
+            done = control.perform(reg, run, what, runners, "with slurmgen cancel", task, signal)
+        finally:
+            runners.close()
+    if done.warning:
+        typer.echo(f"slurmgen: warning: {done.warning}", err=True)
+    if done.error:
+        raise done.error
+    if run.kind == "launch":
+        if as_json:
+            echo_json({"job": job, "kind": "launch", "stopping": done.done, "said": done.said})
+        else:
+            typer.echo(done.said)
+        if not done.done:
+            raise typer.Exit(FAILED)
         return
-
-    def work(reg: Any, record: Any, task: str | None, runner: Any) -> dict:
-        reused = reused_note(reg, record)
-        if reused:  # scancel ID would hit the later job that has the id now
-            raise SlurmgenError(f"cancel: {reused}; nothing was cancelled")
-        warning = stopping.signal_warning(record, signal) if signal else None
-        if warning:
-            typer.echo(f"slurmgen: warning: {warning}", err=True)
-        return stopping.cancel(runner, reg, record, task, signal)
-
-    result = with_job(registry, job, remote, ssh_config, remote_setup, work)
+    result = done.slurm
     if as_json:
         echo_json({"signal": signal, "state": None, **result})
     elif signal or result.get("already_ended") or not result["ended"]:
@@ -402,30 +415,20 @@ def cancel(
         raise typer.Exit(FAILED)
 
 
-def _stop_launch(registry: Path | None, ref: str, as_json: bool) -> bool:
-    """`cancel LAUNCH_ID` on an SSH launch of this machine: its stop channel (runs/stop_request.py),
-    as the page's Stop button; False when `ref` names no launch (then it is a Slurm job)."""
-    from slurmgen.contract.exitcodes import FAILED
-    from slurmgen.runs import stop_request
-    from slurmgen.runs.model import find_run, get_row
-    from slurmgen.runs.registry import Registry
+def _cancel_target(reg: Registry, ref: str, launches: bool) -> tuple[Run, str | None]:
+    """The run `cancel REF` means, and the array task it names: an SSH launch of this machine by
+    its launch id (`launches`: when no signal is given), else a Slurm job by id, ID_N, name or
+    output dir."""
+    from slurmgen.jobs.control import Run, read
+    from slurmgen.jobs.resolve import find
+    from slurmgen.runs.model import find_run
 
-    try:
-        with Registry.open(registry) as reg:
-            seq = find_run(reg, "launch", ref)
-            row = get_row(reg, seq) if seq is not None else None
-    except SlurmgenError:
-        return False  # no registry: the Slurm path says so in its own words
-    if row is None:
-        return False
-    taken, said = stop_request.request(row, "with slurmgen cancel")
-    if as_json:
-        echo_json({"job": ref, "kind": "launch", "stopping": taken, "said": said})
-    else:
-        typer.echo(said)
-    if not taken:
-        raise typer.Exit(FAILED)
-    return True
+    seq = find_run(reg, "launch", ref) if launches else None
+    run = read(reg, seq) if seq is not None else None
+    if run is not None:
+        return run, None
+    record, task = find(reg, ref, note)
+    return Run.of_job(record), task
 
 
 def register(app: typer.Typer) -> None:

@@ -35,6 +35,11 @@ def echo_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
+def note(text: str) -> None:
+    """A note on stderr: which of several jobs a reference means."""
+    typer.echo(f"slurmgen: note: {text}", err=True)
+
+
 class Runners:
     """One runner per place (here, or a login node), opened on first use, all closed at the end."""
 
@@ -72,9 +77,6 @@ def with_job(
     """Open the registry, find JOB (default: the newest), open its runner, run `work`."""
     from slurmgen.jobs.resolve import find
     from slurmgen.runs.registry import Registry
-
-    def note(text: str) -> None:
-        typer.echo(f"slurmgen: note: {text}", err=True)
 
     with Registry.open(registry) as reg:
         if job is None:

@@ -29,12 +29,18 @@ from slurmgen.runs.trainer_records import is_trainer
 CANCEL_WAIT = 90.0
 
 
+def preempt_signal(record: JobRecord) -> str:
+    """The signal the job's program takes as the preemption warning: its spec's preempt_signal
+    (the trainer's USR2 when the spec named none). `checkpoint` sends it."""
+    return record.info.get("preempt_signal") or "USR2"
+
+
 def handles(record: JobRecord, signal: str) -> bool:
     """Does the job's program take `signal` as the preemption warning (checkpoint, exit 75)?
 
     The bundled trainer does for its preempt_signal; any other program only if its spec
     declared the contract (env SLURMGEN_PREEMPT_CONTRACT=1, README: the heartbeat protocol)."""
-    wanted = signals.number(record.info.get("preempt_signal") or "USR2")
+    wanted = signals.number(preempt_signal(record))
     if wanted is None or signals.number(signal) != wanted:
         return False
     return is_trainer(record.info.get("command") or []) or bool(record.info.get("preempt_contract"))

@@ -1,6 +1,7 @@
-"""The JSON equivalents of a run's own controls on the page (controls.py, run_detail.py): requeue
-a failed or preempted Slurm job, stop an SSH launch started on this machine, cancel a Slurm job,
-or "checkpoint and stop" it (the preemption signal, so the bundled trainer saves first).
+"""The JSON equivalents of a run's own controls on the page, through the same entry (controls.act,
+jobs/control.py): requeue a failed or preempted Slurm job, stop an SSH launch started on this
+machine, cancel a Slurm job, or "checkpoint and stop" it (the preemption signal, so the bundled
+trainer saves first).
 
 `POST /api/runs/{seq}/actions` with `{"action": "requeue" | "stop" | "cancel" | "checkpoint"}`,
 behind the API token as every /api/ path is (server.Gate answers 401 before the body is read).
@@ -14,34 +15,24 @@ job is not requeued, a launch is stopped only where it was started, a Slurm job 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from .controls import DONE, Outcome, RunControl, requeue_run, stop_run
-from .run_detail import act
+from slurmgen.jobs.control import RunControl
+
+from .controls import act
 from .runs_page import registry_path
 
 router = APIRouter()
 BY_API = "through the API"  # the end of a stopped launch's cause: "stopped by user through the API"
 
 
-# Every control of the page, by its one name (controls.RunControl: the body's only accepted words;
-# a 422 lists them).
-ACTIONS: dict[RunControl, Callable[[Any, int], Outcome]] = {
-    RunControl.REQUEUE: requeue_run,
-    RunControl.STOP: functools.partial(stop_run, by=BY_API),
-    RunControl.CANCEL: functools.partial(act, action=RunControl.CANCEL.value),
-    RunControl.CHECKPOINT: functools.partial(act, action=RunControl.CHECKPOINT.value),
-}
-
-
 class RunAction(BaseModel):
-    """What to do to the run; nothing else is accepted (a misspelt field is named, not ignored)."""
+    """What to do to the run: every control of the page, by its one name (jobs/control.RunControl:
+    the only accepted words; a 422 lists them); nothing else is accepted (a misspelt field is
+    named, not ignored)."""
 
     model_config = ConfigDict(extra="forbid")
     action: RunControl
@@ -49,7 +40,7 @@ class RunAction(BaseModel):
 
 @router.post("/api/runs/{seq}/actions", name="api_run_action")
 async def run_action(request: Request, seq: int, body: RunAction) -> JSONResponse:
-    status, said = await asyncio.to_thread(ACTIONS[body.action], registry_path(request.app), seq)
-    if status != DONE:
-        return JSONResponse({"detail": said}, status_code=status)
-    return JSONResponse({"run": seq, "action": body.action.value, "said": said})
+    done = await asyncio.to_thread(act, registry_path(request.app), seq, body.action, BY_API)
+    if not done.done:
+        return JSONResponse({"detail": done.said}, status_code=done.status)
+    return JSONResponse({"run": seq, "action": body.action.value, "said": done.said})

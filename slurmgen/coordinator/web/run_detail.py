@@ -5,9 +5,9 @@ status (state, pending reason and eligible time, first failure) is `slurmgen sta
 (jobs/commands.status), and the last lines of the first failed rank's log come through
 jobs/logs.py from the job's log_dir when that file is readable from here. "Cancel" and
 "Checkpoint and stop" are `slurmgen cancel` and `slurmgen cancel --signal PREEMPT_SIGNAL`
-(jobs/stopping.cancel); each is a POST behind the session and CSRF value that ends in a
-redirect to the run's page with what Slurm said. A button that cannot apply is disabled with
-its reason in a title.
+(jobs/control.py, through controls.act); each is a POST behind the session and CSRF value that
+ends in a redirect to the run's page with what Slurm said. A button that cannot apply is
+disabled with its reason in a title (jobs/control.choices).
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import ENDED, SLURM_ENDED, State, from_exit_code, from_slurm
+from slurmgen.contract.states import ENDED, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
+from slurmgen.jobs import control
+from slurmgen.jobs.control import SLURM_STOPS, RunControl
 from slurmgen.runs.model import attempts_of, get_row
 from slurmgen.runs.registry import JobRecord, Registry
 
 from .auth import guarded, redirect_with
-from .controls import DONE, NO_RUN, REFUSED, SLURM_STOPS, UNANSWERED, Outcome, RunControl, run_controls
+from .controls import act
 from .render import flash_notice, render, take_flash
 from .run_extras import extras
 from .run_records import runner_for
@@ -129,24 +131,6 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
     return view
 
 
-def control(kind: str, slurm: dict[str, Any]) -> dict[str, str | None]:
-    """Why each button cannot apply (None: it can)."""
-    cancel, checkpoint = RunControl.CANCEL.value, RunControl.CHECKPOINT.value
-    if kind != "slurm":
-        return {
-            cancel: "only a Slurm job can be cancelled here",
-            checkpoint: "only a Slurm job can be checkpointed here",
-        }
-    state = str(slurm.get("state") or "").split(" ")[0]
-    if state in SLURM_ENDED or not slurm:
-        why = f"the job has ended ({state or 'unknown to Slurm'})"
-        return {cancel: why, checkpoint: why}
-    return {
-        cancel: None,
-        checkpoint: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save",
-    }
-
-
 def own_status(reg: Registry, row: dict[str, Any]) -> dict[str, Any]:
     """A launch's or group's `slurmgen status --timeline` (its timeline file, which its row
     names, read where the nodes' file system is shared); {} when it recorded none."""
@@ -169,15 +153,18 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         attempts += of_task
     now = time.time()
     run = run_view(row, now)
+    offered = control.choices(control.Run.from_row(row), slurm)
     return {
         "run": run,
         "row": row,
         "attempts": attempts,
         "attempts_task": attempts_task,
         "slurm": slurm,
-        "disabled": control(row["kind"], slurm),
+        "disabled": {c.value: why for c, why in offered.items()},
         "stops": [(c.value, c.label) for c in SLURM_STOPS],
-        "controls": run_controls(row, slurm),
+        "controls": [
+            {"action": c.value, "label": c.label, "why": why} for c, why in offered.items() if c not in SLURM_STOPS
+        ],
         **extras(row, slurm or own, run, now),
     }
 
@@ -199,34 +186,11 @@ async def run_page(request: Request, seq: int) -> Response:
     )
 
 
-def act(path: Any, seq: int, action: str) -> Outcome:
-    """Cancel or checkpoint-and-stop the Slurm job: (status, what Slurm said or why nothing was
-    done), in controls.py's statuses (an ended job is refused: Slurm was not asked to act)."""
-    from slurmgen.jobs.stopping import cancel
-
-    with Registry.open(path) as reg:
-        record = reg.by_seq(seq)
-        row = get_row(reg, seq)
-        if row is None:
-            return NO_RUN, f"there is no run {seq} in this machine's registry: nothing was sent"
-        if record is None or row["kind"] != "slurm":
-            return REFUSED, f"run {seq} is not a Slurm job of this machine's registry: nothing was sent"
-        signal = (record.info.get("preempt_signal") or "USR2") if action == RunControl.CHECKPOINT else None
-        runner = runner_for(record)
-        try:
-            done = cancel(runner, reg, record, None, signal)
-            return (REFUSED if done.get("already_ended") else DONE), str(done["said"])
-        except SlurmgenError as exc:
-            return UNANSWERED, str(exc)
-        finally:
-            runner.close()
-
-
 @router.post("/ui/runs/{seq}/{action}", name="web_run_action")
 @guarded("post")
 async def run_action(request: Request, seq: int, action: str) -> Response:
     if action not in {c.value for c in SLURM_STOPS}:
         expected = " or ".join(c.value for c in SLURM_STOPS)
         return redirect_with(request, f"/ui/runs/{seq}", notice=f"Unknown action {action!r} (expected {expected}).")
-    status, said = await asyncio.to_thread(act, registry_path(request.app), seq, action)
-    return redirect_with(request, f"/ui/runs/{seq}", notice=said, done=status == DONE)
+    done = await asyncio.to_thread(act, registry_path(request.app), seq, RunControl(action))
+    return redirect_with(request, f"/ui/runs/{seq}", notice=done.said, done=done.done)

@@ -90,8 +90,8 @@ STATE_WORDS = (
 # healing record's action "finished" (heal/attempts.py, jobs/view.py), goodput's "lost" time
 # (observe/goodput.py, timeline_svg.py), doctor's "failed" marks; the rest are to convert.
 NOT_YET = {
-    "coordinator/agent.py": 1,
-    "coordinator/heartbeat.py": 2,
+    "coordinator/agent_beat.py": 2,
+    "coordinator/node_agent.py": 1,
     "coordinator/procs.py": 2,
     "coordinator/store.py": 1,
     "coordinator/web/timeline_svg.py": 4,

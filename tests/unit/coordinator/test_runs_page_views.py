@@ -273,11 +273,3 @@ def test_an_ended_run_without_an_end_time_shows_no_growing_elapsed_time():
     }
     assert runs_page.run_view(row, 500.0)["elapsed"] == "—"
     assert runs_page.run_view({**row, "state": "running"}, 500.0)["elapsed"] == "8 min 20 s"
-
-
-@pytest.mark.parametrize("word", ["COMPLETED", "CANCELLED by 1000", "SPECIAL_EXIT", "REVOKED"])
-def test_a_slurm_job_in_a_final_state_cannot_be_cancelled_from_its_page(word):
-    from slurmgen.coordinator.web.run_detail import control
-
-    reasons = control("slurm", {"state": word})
-    assert set(reasons.values()) == {f"the job has ended ({word.split()[0]})"}, reasons

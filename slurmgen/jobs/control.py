@@ -1,0 +1,254 @@
+"""One entry for a run's controls (cancel, checkpoint and stop, requeue, stop a launch), called
+alike by `slurmgen cancel`, the run page's forms and the JSON API (coordinator/web/controls.act).
+
+Three parts, so that each rule is written once and each side effect happens in one place:
+- `Run`: the run as its controls see it, in one typed shape, read once from its registry row
+  (`read`, `Run.from_row`) or made from the Slurm job the CLI resolved (`Run.of_job`);
+- the decision, pure but for a launch's liveness (stop_request.why_not): `refusal`, why a control
+  does not apply to this kind of run, said before anything is sent; `choices`, the controls the
+  run's page offers and why each is disabled, from Slurm's view of the job;
+- `perform`: the side effects at the edge (scancel and scontrol through the Slurm runner of
+  the run, in stopping.py; a launch's stop request file, runs/stop_request.py), answered as an
+  `Outcome` that the CLI prints, the page shows as its status line or alert and the API returns.
+A group's run is started and stopped from its group's page, through the coordinator's API
+(web/routes.py), not here: its row is one of the group's starts, not the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from typing import Any
+
+from slurmgen.contract.states import SLURM_ENDED, from_slurm
+from slurmgen.errors import SlurmgenError
+from slurmgen.jobs import stopping
+from slurmgen.jobs.resolve import reused_note
+from slurmgen.jobs.slurm_runner import Runner
+from slurmgen.runs import stop_request
+from slurmgen.runs.model import get_row
+from slurmgen.runs.registry import JobRecord, Registry
+
+
+class RunControl(str, Enum):
+    """What a user may do to a run, named once: the page's buttons and their paths
+    (/ui/runs/SEQ/WORD), the JSON API's accepted words and the buttons' labels."""
+
+    REQUEUE = "requeue"
+    STOP = "stop"
+    CANCEL = "cancel"
+    CHECKPOINT = "checkpoint"
+
+    @property
+    def label(self) -> str:
+        return LABELS[self]
+
+
+LABELS = {
+    RunControl.REQUEUE: "Requeue",
+    RunControl.STOP: "Stop launch",
+    RunControl.CANCEL: "Cancel",
+    RunControl.CHECKPOINT: "Checkpoint and stop",
+}
+SLURM_STOPS = (RunControl.CANCEL, RunControl.CHECKPOINT)  # scancel, with or without the preemption signal
+
+
+class Status(IntEnum):
+    """What a control did, as the JSON API answers it: done, no such run, refused by the rules (a
+    running job is not requeued, a launch of another machine is not stopped) or not answered (its
+    Slurm, or the login node, did not answer)."""
+
+    DONE = 200
+    NO_RUN = 404
+    REFUSED = 409
+    UNANSWERED = 502
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a control did or why it did nothing. `slurm`: a cancel's answer from stopping.cancel
+    (job, state, exit_code, ended, ...), which `slurmgen cancel --json` prints; `warning`: said
+    before a signal a program may die of; `error`: the error the CLI raises (a refusal or Slurm's
+    silence), whose text `said` is."""
+
+    status: Status
+    said: str
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+    warning: str | None = None
+    error: SlurmgenError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status == Status.DONE
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run of the registry as its controls see it: which kind, which key (the Slurm job id, the
+    launch id, GROUP.N), its state (a contract/states.py word), where it was started and where its
+    Slurm commands run (`remote`: a login node; None: here). `job` is the Slurm job's record (kind
+    slurm), which stopping.py takes and in which a cancel's signals are kept."""
+
+    seq: int
+    kind: str
+    key: str
+    state: str | None
+    cluster: str
+    remote: str | None
+    info: Mapping[str, Any]
+    job: JobRecord | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Run:
+        """The run of a registry row as runs.get_row reads it."""
+        job = None
+        if row["kind"] == "slurm":
+            job = JobRecord(
+                row["job_id"],
+                row["name"],
+                row["output_dir"],
+                row["submitted"],
+                row["remote"],
+                row["last_state"],
+                row["last_exit"],
+                dict(row.get("info") or {}),
+                row["seq"],
+            )
+        info = job.info if job is not None else dict(row.get("info") or {})
+        return cls(
+            row["seq"], row["kind"], row["job_id"], row["state"], row.get("cluster") or "", row["remote"], info, job
+        )
+
+    @classmethod
+    def of_job(cls, record: JobRecord) -> Run:
+        """The run of a Slurm job found by its id, name or directory (resolve.find)."""
+        state = from_slurm(record.last_state, record.last_exit)
+        return cls(
+            record.seq or 0,
+            "slurm",
+            record.job_id,
+            state.value if state else None,
+            record.cluster,
+            record.remote,
+            record.info,
+            record,
+        )
+
+    def launch_row(self) -> dict[str, Any]:
+        """The fields of the row runs/stop_request.py judges and writes to (a launch's stop channel)."""
+        return {"kind": self.kind, "job_id": self.key, "state": self.state, "cluster": self.cluster, "info": self.info}
+
+
+def read(reg: Registry, seq: int) -> Run | None:
+    """Run `seq` of the registry, read once (None: the registry holds no such run)."""
+    row = get_row(reg, seq)
+    return Run.from_row(row) if row is not None else None
+
+
+# ---- the decision ----------------------------------------------------------------------------
+def refusal(run: Run, control: RunControl) -> str | None:
+    """Why `control` does not apply to this kind of run, said before anything is sent (None: it
+    may; Slurm or the launcher may still refuse it, for their own reasons)."""
+    if control in SLURM_STOPS and run.kind != "slurm":
+        return f"run {run.seq} is not a Slurm job of this machine's registry: nothing was sent"
+    if control == RunControl.REQUEUE and run.kind != "slurm":
+        return f"run {run.seq} is {run.kind!r}, not a Slurm job: only a Slurm job is requeued"
+    if control == RunControl.STOP and run.kind != "launch":
+        return f"run {run.seq} is {run.kind!r}, not an SSH launch: only a launch is stopped (cancel a Slurm job)"
+    return None
+
+
+def choices(run: Run, slurm: Mapping[str, Any]) -> dict[RunControl, str | None]:
+    """The controls the run's page offers, each with why it is disabled (None: it applies):
+    cancel and checkpoint always (disabled but for a live Slurm job), requeue for a Slurm job,
+    stop for a launch. `slurm` is `slurmgen status`'s view of a Slurm job ({}: none)."""
+    state = str(slurm.get("state") or "").split(" ")[0]
+    if run.kind != "slurm":
+        offered: dict[RunControl, str | None] = {
+            RunControl.CANCEL: "only a Slurm job can be cancelled here",
+            RunControl.CHECKPOINT: "only a Slurm job can be checkpointed here",
+        }
+    elif state in SLURM_ENDED or not slurm:
+        why = f"the job has ended ({state or 'unknown to Slurm'})"
+        offered = {RunControl.CANCEL: why, RunControl.CHECKPOINT: why}
+    else:
+        offered = {
+            RunControl.CANCEL: None,
+            RunControl.CHECKPOINT: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save",
+        }
+    if run.kind == "slurm":
+        known = state if slurm.get("state") and state != "UNKNOWN" else None
+        offered[RunControl.REQUEUE] = stopping.requeue_refusal(known)
+    elif run.kind == "launch":
+        offered[RunControl.STOP] = stop_request.why_not(run.launch_row())
+    return offered
+
+
+def no_run(seq: int, control: RunControl) -> Outcome:
+    """The answer for a run the registry does not hold."""
+    undone = {RunControl.REQUEUE: "nothing was requeued", RunControl.STOP: "nothing was stopped"}
+    return Outcome(
+        Status.NO_RUN, f"there is no run {seq} in this machine's registry: {undone.get(control, 'nothing was sent')}"
+    )
+
+
+# ---- the side effects ------------------------------------------------------------------------
+# How a runner is opened for a run: (login node or None, its setup lines, its ssh config), as
+# cli_shared.Runners is called; the caller closes the runners it opened.
+OpenRunner = Callable[[str | None, list[str] | None, str | None], Runner]
+
+
+def perform(
+    reg: Registry,
+    run: Run,
+    control: RunControl,
+    runners: OpenRunner,
+    by: str,
+    task: str | None = None,
+    signal: str | None = None,
+) -> Outcome:
+    """Do `control` to `run`, or say why not. `by` ends the cause a stopped launch records
+    ("stopped by user from the page"); `task` (an array task) and `signal` (sent instead of
+    ending the job) are a cancel's, as `slurmgen cancel` takes them; a checkpoint sends the
+    job's preempt_signal. Slurm's silence (or the login node's) is an UNANSWERED outcome, never
+    an exception; its error is kept for the CLI to raise as it is."""
+    why = refusal(run, control)
+    if why is not None:
+        return Outcome(Status.REFUSED, why)
+    if control == RunControl.STOP:
+        taken, said = stop_request.request(run.launch_row(), by)
+        return Outcome(Status.DONE if taken else Status.REFUSED, said)
+    assert run.job is not None  # refusal() let only a Slurm job through
+    if control == RunControl.REQUEUE:
+        return _requeue(reg, run.job, runners)
+    signal = stopping.preempt_signal(run.job) if control == RunControl.CHECKPOINT else signal
+    return _cancel(reg, run.job, runners, task, signal)
+
+
+def _runner(record: JobRecord, runners: OpenRunner) -> Runner:
+    """Here, or the login node the job was submitted through, as `slurmgen status` does."""
+    return runners(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
+
+
+def _requeue(reg: Registry, record: JobRecord, runners: OpenRunner) -> Outcome:
+    try:
+        done, said = stopping.requeue(_runner(record, runners), reg, record)
+    except SlurmgenError as exc:
+        return Outcome(Status.UNANSWERED, str(exc), error=exc)
+    return Outcome(Status.DONE if done else Status.REFUSED, said)
+
+
+def _cancel(reg: Registry, record: JobRecord, runners: OpenRunner, task: str | None, signal: str | None) -> Outcome:
+    """scancel the job (or send it `signal`), unless its id now names a later job. An ended job
+    is left alone and said so: a refusal, since Slurm was not asked to act."""
+    reused = reused_note(reg, record)
+    if reused:  # scancel ID would hit the later job that has the id now
+        error = SlurmgenError(f"cancel: {reused}; nothing was cancelled")
+        return Outcome(Status.REFUSED, str(error), error=error)
+    warning = stopping.signal_warning(record, signal) if signal else None
+    try:
+        done = stopping.cancel(_runner(record, runners), reg, record, task, signal)
+    except SlurmgenError as exc:
+        return Outcome(Status.UNANSWERED, str(exc), warning=warning, error=exc)
+    return Outcome(Status.REFUSED if done.get("already_ended") else Status.DONE, str(done["said"]), done, warning)
