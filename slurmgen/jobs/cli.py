@@ -320,6 +320,7 @@ def _emit_log(
     """Print a log's lines of `tasks` and `ranks` (None: all): the last `tail`, or with `follow`
     like `tail -n N -f`, the last N already there (without --tail: all), then what follows until
     `ended()`."""
+    from slurmgen.contract.log_lines import log_lines
     from slurmgen.jobs.logs import follow as follow_lines
     from slurmgen.jobs.logs import format_line, last, select_lines
     from slurmgen.jobs.logs import tail as tail_lines
@@ -347,7 +348,7 @@ def _emit_log(
             hint="a pending job has written nothing; `slurmgen status` says why it waits",
             exit_code=1,
         )
-    emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks, ranks, torchrun), tail))
+    emit(last(select_lines(log_lines(data.decode(errors="replace")), tasks, ranks, torchrun), tail))
 
 
 def cancel(
