@@ -1,7 +1,7 @@
 """`slurmgen create`, `ranks` and `schema`: flags (and a YAML spec) in, scripts or a rank table out.
 
-`spec_from_create_flags` and `write_rendered` are also what `slurmgen submit` renders and writes
-with (it takes every flag of `create`), so the two commands cannot drift apart. Nothing heavy is
+`spec_from_create_flags`, `write_rendered` and `echo_notes` are also what `slurmgen submit` renders,
+writes and notes with (it takes every flag of `create`), so the two commands cannot drift apart. Nothing heavy is
 imported before a command runs: the spec (msgspec), the templates (jinja2) and Rich only inside.
 """
 
@@ -176,16 +176,23 @@ def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False)
         return
     for path in written:
         typer.echo(f"wrote {path}")
-    from slurmgen.generate.preflight import torchrun_note
-
-    if note := torchrun_note(spec):
-        typer.echo(f"slurmgen: note: {note}", err=True)
+    echo_notes(spec)
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
     typer.echo(
         f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>"
     )
+
+
+def echo_notes(spec) -> None:
+    """What this machine can tell about the job's programs (generate/preflight.py), a `slurmgen:
+    note:` line each on stderr. `create` says it after writing; `submit` before it submits, since
+    the job would otherwise fail on the nodes with `command not found` as its only word."""
+    from slurmgen.generate.preflight import torchrun_note
+
+    if note := torchrun_note(spec):
+        typer.echo(f"slurmgen: note: {note}", err=True)
 
 
 def ranks(

@@ -13,11 +13,12 @@ from typing import Any
 
 from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
+from slurmgen.contract.exitcodes import NOT_FOUND
 from slurmgen.contract.states import SLURM_LIVE
 from slurmgen.heal.attempts import cause, stuck
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
-from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, task_exits
+from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, missing_command, task_exits
 from slurmgen.observe.report import lines as time_lines
 
 
@@ -93,6 +94,7 @@ def task_row(
     failures: list[TaskExit] = task_exits(log_text) if log_text else []
     row["failed_tasks"] = [f.as_dict() for f in failures]
     row["first_rank_exit"] = first_rank_exit(log_text) if log_text else None
+    row["missing_command"] = missing_command(log_text) if log_text else None
     if params is not None:
         row["params"] = dict(params)
     if run:
@@ -168,11 +170,15 @@ def _signalled_by_user(record: JobRecord, view: Mapping[str, Any]) -> dict[str, 
 def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Which job or array task failed, which rank (and srun task) failed first, and its code:
     the rank's own note first, srun's report when no rank left one, as run_slurm.sh decides
-    (the contract's verdict over those events, in that order)."""
+    (the contract's verdict over those events, in that order). A code of 127 is said as the
+    command that was not found, named when the log names it: srun's report says only the code."""
     if not failed:
         return None
     row = failed[0]
     first = verdict.decide(_failure_events(row)).first
+    what = first.detail if first else None
+    if (first.code if first else row["exit_code"]) == NOT_FOUND:
+        what = f"{row['missing_command']}: command not found" if row.get("missing_command") else "command not found"
     return {
         "job": row["job"],
         "state": row["state"],
@@ -180,7 +186,7 @@ def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
         "node": first.node if first else None,
         "task": first.task if first else None,
         "rank": first.rank if first else None,
-        "what": first.detail if first else None,
+        "what": what,
     }
 
 
@@ -239,7 +245,8 @@ def format_view(
     if view.get("signalled"):  # no rank to blame: every rank the signal reached died of it
         lines.append(f"  failed: {view['job']} {view['state']}, {view['signalled']['what']}")
     elif failure:
-        where = f" task {failure['task']} on {failure['node']}: {failure['what']}" if failure.get("node") else ""
+        where = f" task {failure['task']} on {failure['node']}" if failure.get("node") else ""
+        where += f": {failure['what']}" if failure.get("what") else ""
         lines.append(f"  failed: {failure['job']} {failure['state']} (exit code {failure['exit_code']}){where}")
     for task in view.get("tasks") or []:
         params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
