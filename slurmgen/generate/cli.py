@@ -61,10 +61,20 @@ def create(
     requeue: bool | None = typer.Option(
         None,
         "--requeue/--no-requeue",
-        help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit.",
+        help="Checkpoint and requeue on --preempt-signal before the time limit.",
     ),
     signal_lead: str | None = typer.Option(
-        None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."
+        None,
+        "--signal-lead",
+        metavar="N",
+        help="Seconds before the limit that --preempt-signal arrives [default: 120].",
+    ),
+    preempt_signal: str | None = typer.Option(
+        None,
+        "--preempt-signal",
+        metavar="SIG",
+        help="USR2 | USR1: the signal Slurm sends before the time limit; USR1 for a program that requeues on it "
+        "itself (Lightning's SLURMEnvironment) [default: USR2, since NCCL may use USR1].",
     ),
     array: str | None = typer.Option(
         None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."
