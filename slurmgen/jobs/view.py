@@ -14,7 +14,7 @@ from typing import Any
 from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.exitcodes import NOT_FOUND
-from slurmgen.contract.states import SLURM_LIVE
+from slurmgen.contract.states import SLURM_LIVE, STOPPED_BY_USER, State, from_slurm
 from slurmgen.heal.attempts import cause, stuck
 from slurmgen.jobs import signals
 from slurmgen.jobs.registry import JobRecord
@@ -113,7 +113,11 @@ def job_view(
         fake = [SlurmJob(job_id=r["job"], state=r["state"], exit_code=r["exit_code"]) for r in rows]
         state, code = overall(fake)
         top = {"job": record.job_id, "state": state, "exit_code": code, "tasks": rows}
-    failed = [r for r in rows if r["state"] not in SLURM_LIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
+    ended = [r for r in rows if r["state"] not in SLURM_LIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
+    # A cancelled job (scancel: `slurmgen cancel`, the page's Cancel) was stopped on request: its
+    # ranks' ends are the stop's doing, not a failure to name.
+    failed = [r for r in ended if from_slurm(r["state"]) is not State.STOPPED]
+    stopped = [r for r in ended if from_slurm(r["state"]) is State.STOPPED]
     view = {
         **top,
         "name": record.name,
@@ -123,6 +127,9 @@ def job_view(
         "command": info.get("command"),
         "notes": list(snap.notes),
         "first_failure": _first_failure(failed),
+        "stopped": {"job": stopped[0]["job"], "state": stopped[0]["state"], "what": STOPPED_BY_USER}
+        if stopped and not failed
+        else None,
     }
     if snap.unanswered:
         view["unanswered"] = snap.unanswered
@@ -248,6 +255,9 @@ def format_view(
         where = f" task {failure['task']} on {failure['node']}" if failure.get("node") else ""
         where += f": {failure['what']}" if failure.get("what") else ""
         lines.append(f"  failed: {failure['job']} {failure['state']} (exit code {failure['exit_code']}){where}")
+    elif view.get("stopped"):
+        stop = view["stopped"]
+        lines.append(f"  {State.STOPPED}: {stop['job']} {stop['state']}, {stop['what']} (scancel)")
     for task in view.get("tasks") or []:
         params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
         code = "" if task.get("exit_code") is None else f" exit {task['exit_code']}"
