@@ -87,6 +87,29 @@ ODD_ARGUMENTS = [
 ]
 
 
+# --- A progress bar as a rank's log holds it ---------------------------------------------------
+def tqdm_bar() -> str:
+    """What a program's stderr gets from a 4-step tqdm bar (Lightning's and transformers' bars are
+    tqdm's), a warning issued at step 2: each update is redrawn after a "\r", the line ends only when
+    the bar closes, and the warning lands on the bar's line after its last update, as on a terminal."""
+    import warnings
+
+    from tqdm import tqdm
+
+    out = io.StringIO()
+    bar = tqdm(total=4, file=out, mininterval=0, ncols=60, desc="Epoch 0")
+    bar.update(2)
+    out.write(warnings.formatwarning("lr is large", UserWarning, "prog.py", 12, "warnings.warn('lr is large')"))
+    bar.update(2)
+    bar.close()
+    return out.getvalue()
+
+
+def srun_label(task: int, text: str) -> str:
+    """`srun --label`: the task's number before each of its lines (lines end at a newline only)."""
+    return "".join(f"{task}: {line}\n" for line in text.split("\n")[:-1])
+
+
 # --- Rendering with the real CLI --------------------------------------------------------------
 def render_and_lint(out: Path, *args: str, command: list[str]) -> Path:
     """`slurmgen create ARGS -o OUT -- COMMAND`; every rendered script must pass shellcheck (issue 3, test 5)."""

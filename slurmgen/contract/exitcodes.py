@@ -18,6 +18,9 @@ PREEMPTED = 75
 # As timeout(1) reports a time-out: a rank whose heartbeat went stale, a node that never
 # showed up before the start timeout.
 HUNG = 124
+# As a shell reports a command it could not find (bash: `command not found`, or a path that
+# does not exist): the program never started.
+NOT_FOUND = 127
 # 128 + SIGINT / SIGTERM, as a shell reports a process ended by that signal.
 INTERRUPTED = 130
 TERMINATED = 143
@@ -30,6 +33,7 @@ NAMES = {
     BAD_INPUT: "bad input",
     PREEMPTED: "preempted",
     HUNG: "hung",
+    NOT_FOUND: "command not found",
     INTERRUPTED: "interrupted",
     TERMINATED: "terminated",
     LOST: "lost",

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from slurmgen.contract import envvars, files, phases
+from slurmgen.contract import envvars, exitcodes, files, phases
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import stacks, watchdog
@@ -217,8 +217,8 @@ class Procs:
             log.write(message.encode() + b"\n")
             log.close()
             self._line(order, message)
-            slot.proc, slot.exit_code = None, 127
-            slot.ended(127)
+            slot.proc, slot.exit_code = None, exitcodes.NOT_FOUND
+            slot.ended(exitcodes.NOT_FOUND)
             self.wake.set()
             return
         self._tell_watchdog("+", slot.proc.pid)

@@ -1,7 +1,7 @@
 """`slurmgen create`, `ranks` and `schema`: flags (and a YAML spec) in, scripts or a rank table out.
 
-`spec_from_create_flags` and `write_rendered` are also what `slurmgen submit` renders and writes
-with (it takes every flag of `create`), so the two commands cannot drift apart. Nothing heavy is
+`spec_from_create_flags`, `write_rendered` and `echo_notes` are also what `slurmgen submit` renders,
+writes and notes with (it takes every flag of `create`), so the two commands cannot drift apart. Nothing heavy is
 imported before a command runs: the spec (msgspec), the templates (jinja2) and Rich only inside.
 """
 
@@ -62,10 +62,20 @@ def create(
     requeue: bool | None = typer.Option(
         None,
         "--requeue/--no-requeue",
-        help="Checkpoint and requeue on preempt_signal (spec field, default USR2) before the time limit.",
+        help="Checkpoint and requeue on --preempt-signal before the time limit.",
     ),
     signal_lead: str | None = typer.Option(
-        None, "--signal-lead", metavar="N", help="Seconds before the limit that preempt_signal arrives [default: 120]."
+        None,
+        "--signal-lead",
+        metavar="N",
+        help="Seconds before the limit that --preempt-signal arrives [default: 120].",
+    ),
+    preempt_signal: str | None = typer.Option(
+        None,
+        "--preempt-signal",
+        metavar="SIG",
+        help="USR2 | USR1: the signal Slurm sends before the time limit; USR1 for a program that requeues on it "
+        "itself (Lightning's SLURMEnvironment) [default: USR2, since NCCL may use USR1].",
     ),
     array: str | None = typer.Option(
         None, "--array", "-a", help="sbatch --array (0-15%4); with a sweep only %N, the most tasks at once."
@@ -178,16 +188,23 @@ def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False)
         return
     for path in written:
         typer.echo(f"wrote {path}")
-    from slurmgen.generate.preflight import torchrun_note
-
-    if note := torchrun_note(spec):
-        typer.echo(f"slurmgen: note: {note}", err=True)
+    echo_notes(spec)
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
     typer.echo(
         f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>"
     )
+
+
+def echo_notes(spec) -> None:
+    """What this machine can tell about the job's programs (generate/preflight.py), a `slurmgen:
+    note:` line each on stderr. `create` says it after writing; `submit` before it submits, since
+    the job would otherwise fail on the nodes with `command not found` as its only word."""
+    from slurmgen.generate.preflight import torchrun_note
+
+    if note := torchrun_note(spec):
+        typer.echo(f"slurmgen: note: {note}", err=True)
 
 
 def ranks(

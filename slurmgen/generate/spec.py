@@ -104,7 +104,6 @@ MANAGED_SBATCH = {
     "-e": "log_dir",
     "--requeue": "requeue",
     "--no-requeue": "requeue",
-    "--signal": "requeue, signal_lead and preempt_signal",
     "--open-mode": "(always append)",
     "--array": "array or sweep",
     "-a": "array or sweep",
@@ -493,9 +492,25 @@ def _sbatch_extra(v: list[str]) -> list[str]:
         option = line.split("=", 1)[0].split()[0]
         if not option.startswith("-"):
             raise ValueError(f"{line!r} is not an sbatch option (they start with - or --)")
+        if option == "--signal":
+            raise ValueError(_signal_advice(line))
         if option in MANAGED_SBATCH:
             raise ValueError(f"{option} is written by slurmgen; set {MANAGED_SBATCH[option]} instead")
     return v
+
+
+def _signal_advice(line: str) -> str:
+    """Why sbatch's --signal is refused, and what gives it: `--signal=SIGUSR1@90` (Lightning's
+    documented line) becomes the flags and fields that write that very option, with a requeue."""
+    m = re.fullmatch(r"--signal[= ](?:[RB]+:)?(?:SIG)?(?P<sig>[A-Z0-9]+)(?:@(?P<lead>\d+))?", line.strip())
+    sig = m["sig"] if m and m["sig"] in ("USR1", "USR2") else "USR2"
+    lead = f" --signal-lead {m['lead']}" if m and m["lead"] else ""
+    field = f", signal_lead: {m['lead']}" if m and m["lead"] else ""
+    return (
+        f"--signal is written by slurmgen (the rank wrappers and the trainer must know the signal): give "
+        f"--requeue --preempt-signal {sig}{lead} (in a spec: requeue: true, preempt_signal: {sig}{field})"
+        + ("" if m and m["sig"] == sig else "; preempt_signal is USR2 or USR1")
+    )
 
 
 @after(JobSpec, "setup")

@@ -331,6 +331,7 @@ def _emit_log(
     from slurmgen.jobs.logs import follow as follow_lines
     from slurmgen.jobs.logs import format_line, last, select_lines
     from slurmgen.jobs.logs import tail as tail_lines
+    from slurmgen.runs.log_lines import log_lines
 
     colour = sys.stdout.isatty() and not as_json
 
@@ -355,7 +356,7 @@ def _emit_log(
             hint="a pending job has written nothing; `slurmgen status` says why it waits",
             exit_code=1,
         )
-    emit(last(select_lines(data.decode(errors="replace").splitlines(), tasks, ranks, torchrun), tail))
+    emit(last(select_lines(log_lines(data.decode(errors="replace")), tasks, ranks, torchrun), tail))
 
 
 def cancel(

@@ -3,6 +3,8 @@
 Under srun a task is a rank. Under torchrun a task is a node's agent; each of its workers puts
 `[rank R] ` before its own lines (see run_slurm.sh.j2), so ` 1: [rank 3] text` is rank 3's line
 and an untagged ` 1: text` is the agent's, shown as `[node 1]`.
+A line ends at a newline only and a progress bar's line shows as its last state
+(runs/log_lines.py, which the run page and `slurmgen launch` read lines by too).
 
 `select_lines` and `tail` are pure; `follow` polls the file (here or over SSH) from an offset
 and stops when the job has ended and the last bytes are read. `--follow --tail N` is `tail`
@@ -19,6 +21,7 @@ from typing import Any, NamedTuple
 
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.slurm import split_label
+from slurmgen.runs.log_lines import log_lines, shown
 from slurmgen.runs.registry import JobRecord
 
 POLL = 0.5
@@ -89,12 +92,13 @@ def check_rank(record: JobRecord, rank: int) -> None:
 
 
 def split_line(line: str, torchrun: bool = False) -> Line:
-    """The task, rank and text of one log line (see the module's docstring)."""
+    """The task, rank and text of one log line (see the module's docstring); the text as a terminal
+    shows it, a progress bar's last state (runs/log_lines.py)."""
     task, text = split_label(line)
     if task is None or not torchrun:
-        return Line(task, task, text)
+        return Line(task, task, shown(text))
     tagged = RANK_TAG.match(text)
-    return Line(task, int(tagged.group(1)), tagged.group(2)) if tagged else Line(task, None, text)
+    return Line(task, int(tagged.group(1)), shown(tagged.group(2))) if tagged else Line(task, None, shown(text))
 
 
 def select_lines(
@@ -127,7 +131,7 @@ def tail(
     A last line without its newline yet is left for `follow`, which prints it once complete."""
     data = data or b""
     end = data.rfind(b"\n") + 1
-    return last(select_lines(data[:end].decode(errors="replace").splitlines(), tasks, ranks, torchrun), count), end
+    return last(select_lines(log_lines(data[:end].decode(errors="replace")), tasks, ranks, torchrun), count), end
 
 
 def last(lines: list[Line], count: int | None) -> list[Line]:

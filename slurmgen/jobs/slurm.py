@@ -34,6 +34,14 @@ _RANK_NOTE = re.compile(
     r"exited with code (?P<code>\d+) at (?P<time>[\d.]+)"
 )
 _NULL = {"", "(null)", "None", "Unknown", "N/A"}
+# bash's words for a command it could not start (exit code 127), said by the shells run_slurm.sh
+# starts the program with (named slurmgen-task, -rank, -worker there), not by the program itself:
+# `slurmgen-task: line 4: exec: torchrun: not found`, `slurmgen-rank: line 5: prog: command not found`.
+_NOT_FOUND = re.compile(
+    r"\bslurmgen-(?:task|rank|worker): line \d+: (?:exec: )?(?P<command>[^\n]+?): "
+    r"(?:command not found|not found|No such file or directory)\r?$",
+    re.M,
+)
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,12 @@ def task_exits(log_text: str) -> list[TaskExit]:
         code = re.search(r"exit code (\d+)", what)
         out.append(TaskExit(m["node"], _task_ids(m["tasks"]), what, int(code.group(1)) if code else None))
     return out
+
+
+def missing_command(log_text: str) -> str | None:
+    """The first command the job's shells could not find (what an exit code 127 means), or None."""
+    m = _NOT_FOUND.search(log_text)
+    return m["command"] if m else None
 
 
 def first_rank_exit(log_text: str) -> dict[str, Any] | None:

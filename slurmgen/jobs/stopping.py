@@ -47,16 +47,30 @@ def handles(record: JobRecord, signal: str) -> bool:
 
 
 def signal_warning(record: JobRecord, signal: str) -> str | None:
-    """What to say before sending a warning signal to a program that may die of it."""
+    """What to say before sending a warning signal to a program that may die of it.
+
+    slurmgen's own processes around the program (the batch shell, the rank wrappers and their
+    labellers, torchrun's agent) trap both warnings and wait on, so the job's fate is the
+    program's: the bundled trainer handles only its preempt_signal and dies of the other one;
+    any other program dies of it only if it installed no handler (Lightning's SLURMEnvironment
+    requeues the job on USR1, its default), which cannot be known from here."""
     num = signals.number(signal)
     label = signals.name(num) if num is not None else None
     if num is None or label not in signals.WARNINGS or handles(record, signal):
         return None
-    words = " ".join(record.info.get("command") or []) or "its program"
+    command = record.info.get("command") or []
+    words = " ".join(command) or "its program"
+    head = f"job {record.job_id} runs `{words}`, which did not declare that it handles {label}"
+    around = f"slurmgen's own processes ignore {label} and the program gets it"
+    if is_trainer(command):
+        preempt = record.info.get("preempt_signal") or "USR2"
+        return (
+            f"{head} (the bundled trainer takes only its preempt_signal, {preempt}): {around} and dies of it, "
+            f"exit code {128 + num}"
+        )
     return (
-        f"job {record.job_id} runs `{words}`, which did not declare that it handles {label} (the bundled trainer does, "
-        f"for its preempt_signal; others: env {envvars.PREEMPT_CONTRACT}=1): without a handler it dies of it, "
-        f"exit code {128 + num}"
+        f"{head} (env {envvars.PREEMPT_CONTRACT}=1 declares it): {around}; it dies of it (exit code {128 + num}) "
+        f"only if it installed no handler for it (Lightning's SLURMEnvironment, for one, requeues the job on USR1)"
     )
 
 

@@ -1,7 +1,7 @@
 """`slurmgen submit`: render exactly as `create` does, sbatch it, register the job.
 
 `submit` takes every flag of `create` (its signature is create's plus its own), so the two can
-never drift apart: same files, same validation. With `--remote LOGIN` the code is shipped to
+never drift apart: same files, same validation, same notes. With `--remote LOGIN` the code is shipped to
 the login node and the job remembers it, so later commands find it without the flag.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from slurmgen.generate.cli import create, spec_from_create_flags, write_rendered
+from slurmgen.generate.cli import create, echo_notes, spec_from_create_flags, write_rendered
 from slurmgen.jobs.cli_shared import JsonOpt, RegistryOpt, RemoteOpt, Runners, SetupOpt, SshConfigOpt, echo_json, style
 
 
@@ -39,7 +39,8 @@ def submit(**kw: Any) -> None:
         try:
             if remote:
                 record = _submit_remote(runners(remote), reg, rendered, args, kw)
-            else:
+            else:  # create's notes look at this machine: with --remote it is neither the login node nor a node
+                echo_notes(rendered.spec)
                 write_rendered(rendered, dry_run=False, force=force, quiet=True)
                 record = commands.submit(runners(None), reg, rendered, os.getcwd(), args, None, {})
             if not kw["wait"]:

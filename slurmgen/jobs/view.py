@@ -13,10 +13,11 @@ from typing import Any
 
 from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
-from slurmgen.contract.states import SLURM_LIVE
+from slurmgen.contract.exitcodes import NOT_FOUND
+from slurmgen.contract.states import SLURM_LIVE, STOPPED_BY_USER, State, from_slurm
 from slurmgen.heal.attempts import cause, stuck
 from slurmgen.jobs import signals
-from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, task_exits
+from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, missing_command, task_exits
 from slurmgen.observe.report import lines as time_lines
 from slurmgen.runs.registry import JobRecord
 
@@ -93,6 +94,7 @@ def task_row(
     failures: list[TaskExit] = task_exits(log_text) if log_text else []
     row["failed_tasks"] = [f.as_dict() for f in failures]
     row["first_rank_exit"] = first_rank_exit(log_text) if log_text else None
+    row["missing_command"] = missing_command(log_text) if log_text else None
     if params is not None:
         row["params"] = dict(params)
     if run:
@@ -111,7 +113,11 @@ def job_view(
         fake = [SlurmJob(job_id=r["job"], state=r["state"], exit_code=r["exit_code"]) for r in rows]
         state, code = overall(fake)
         top = {"job": record.job_id, "state": state, "exit_code": code, "tasks": rows}
-    failed = [r for r in rows if r["state"] not in SLURM_LIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
+    ended = [r for r in rows if r["state"] not in SLURM_LIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
+    # A cancelled job (scancel: `slurmgen cancel`, the page's Cancel) was stopped on request: its
+    # ranks' ends are the stop's doing, not a failure to name.
+    failed = [r for r in ended if from_slurm(r["state"]) is not State.STOPPED]
+    stopped = [r for r in ended if from_slurm(r["state"]) is State.STOPPED]
     view = {
         **top,
         "name": record.name,
@@ -121,6 +127,9 @@ def job_view(
         "command": info.get("command"),
         "notes": list(snap.notes),
         "first_failure": _first_failure(failed),
+        "stopped": {"job": stopped[0]["job"], "state": stopped[0]["state"], "what": STOPPED_BY_USER}
+        if stopped and not failed
+        else None,
     }
     if snap.unanswered:
         view["unanswered"] = snap.unanswered
@@ -168,11 +177,15 @@ def _signalled_by_user(record: JobRecord, view: Mapping[str, Any]) -> dict[str, 
 def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Which job or array task failed, which rank (and srun task) failed first, and its code:
     the rank's own note first, srun's report when no rank left one, as run_slurm.sh decides
-    (the contract's verdict over those events, in that order)."""
+    (the contract's verdict over those events, in that order). A code of 127 is said as the
+    command that was not found, named when the log names it: srun's report says only the code."""
     if not failed:
         return None
     row = failed[0]
     first = verdict.decide(_failure_events(row)).first
+    what = first.detail if first else None
+    if (first.code if first else row["exit_code"]) == NOT_FOUND:
+        what = f"{row['missing_command']}: command not found" if row.get("missing_command") else "command not found"
     return {
         "job": row["job"],
         "state": row["state"],
@@ -180,7 +193,7 @@ def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
         "node": first.node if first else None,
         "task": first.task if first else None,
         "rank": first.rank if first else None,
-        "what": first.detail if first else None,
+        "what": what,
     }
 
 
@@ -239,8 +252,12 @@ def format_view(
     if view.get("signalled"):  # no rank to blame: every rank the signal reached died of it
         lines.append(f"  failed: {view['job']} {view['state']}, {view['signalled']['what']}")
     elif failure:
-        where = f" task {failure['task']} on {failure['node']}: {failure['what']}" if failure.get("node") else ""
+        where = f" task {failure['task']} on {failure['node']}" if failure.get("node") else ""
+        where += f": {failure['what']}" if failure.get("what") else ""
         lines.append(f"  failed: {failure['job']} {failure['state']} (exit code {failure['exit_code']}){where}")
+    elif view.get("stopped"):
+        stop = view["stopped"]
+        lines.append(f"  {State.STOPPED}: {stop['job']} {stop['state']}, {stop['what']} (scancel)")
     for task in view.get("tasks") or []:
         params = " ".join(f"{k}={v}" for k, v in (task.get("params") or {}).items())
         code = "" if task.get("exit_code") is None else f" exit {task['exit_code']}"

@@ -3,7 +3,8 @@
 Every line a node sends on its output stream is shown as `[host/RANK] text` (rank output,
 which the node script prefixes `[rank R] `) or `[host] text` (the node's own messages), in
 one colour per host on a terminal. Nothing shown here is interpreted: node events arrive on
-their own channel (contract/node_events.py).
+their own channel (contract/node_events.py). A progress bar's line is shown as its last state
+(runs/log_lines.py): its "\r" would otherwise carry the terminal back over the tag.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass
+
+from slurmgen.runs.log_lines import shown
 
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ?(.*)$", re.DOTALL)
 _OWN_PREFIX = re.compile(r"^(launch_multi_node\.sh|slurmgen-launch): ")
@@ -32,8 +35,8 @@ class Prefixer:
     def format(self, host: str, line: str) -> str:
         m = RANK_LINE.match(line)
         if m:
-            return f"{self._tag(host, m.group(1))} {m.group(2)}"
-        return f"{self._tag(host, None)} {_OWN_PREFIX.sub('', line)}"
+            return f"{self._tag(host, m.group(1))} {shown(m.group(2))}"
+        return f"{self._tag(host, None)} {shown(_OWN_PREFIX.sub('', line))}"
 
 
 # A node's own line in the launch's log (log_line), which the page shows under the node's name.

@@ -105,6 +105,21 @@ def test_existing_files_need_force(tmp_path, capsys):
         ),
         (["--config", "/nonexistent.yaml"], "slurmgen: error: config: cannot read '/nonexistent.yaml'"),
         (["--sbatch", "--nodes=4"], "slurmgen: error: sbatch_extra: --nodes is written by slurmgen; set nodes instead"),
+        (["--preempt-signal", "SIGUSR1"], "slurmgen: error: preempt_signal: expected 'USR2' or 'USR1' (got 'SIGUSR1')"),
+        (["--preempt-signal", "TERM"], "slurmgen: error: preempt_signal: expected 'USR2' or 'USR1' (got 'TERM')"),
+        # Lightning's documented line: the refusal gives the flags that write it.
+        (
+            ["--sbatch", "--signal=SIGUSR1@90"],
+            "slurmgen: error: sbatch_extra: --signal is written by slurmgen (the rank wrappers and the trainer must "
+            "know the signal): give --requeue --preempt-signal USR1 --signal-lead 90 (in a spec: requeue: true, "
+            "preempt_signal: USR1, signal_lead: 90)",
+        ),
+        (
+            ["--sbatch", "--signal=B:TERM"],
+            "slurmgen: error: sbatch_extra: --signal is written by slurmgen (the rank wrappers and the trainer must "
+            "know the signal): give --requeue --preempt-signal USR2 (in a spec: requeue: true, preempt_signal: "
+            "USR2); preempt_signal is USR2 or USR1",
+        ),
     ],
 )
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, args, expected):
@@ -114,6 +129,22 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, args, expec
     assert err.startswith(expected), err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not out_dir.exists()
+
+
+def test_the_preempt_signal_flag_is_the_spec_field_for_create_and_submit(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "create", "-o", "a", "--requeue", "--preempt-signal", "USR1", "--signal-lead", "90")
+    assert code == 0, err
+    script = (tmp_path / "a" / "run_slurm.sh").read_text()
+    assert "#SBATCH --signal=USR1@90\n" in script and "export SLURMGEN_PREEMPT_SIGNAL=USR1\n" in script
+    assert yaml.safe_load((tmp_path / "a" / "job.yaml").read_text())["preempt_signal"] == "USR1"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sbatch").write_text("#!/bin/sh\necho 77\n")
+    (tmp_path / "bin" / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    code, out, err = run(capsys, "submit", "--registry", "r.sqlite", "-o", "b", "--requeue", "--preempt-signal", "USR1")
+    assert (code, out) == (0, "77\n"), err
+    assert "#SBATCH --signal=USR1@120\n" in (tmp_path / "b" / "run_slurm.sh").read_text()
 
 
 def test_bad_yaml_key_suggests(tmp_path, capsys):

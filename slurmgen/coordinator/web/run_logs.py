@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.logs import Line, array_tasks, log_path, select_lines, tasks_text
 from slurmgen.launch.display import NODE_LINE
+from slurmgen.runs.log_lines import log_lines
 from slurmgen.runs.model import get_row
 from slurmgen.runs.registry import JobRecord, Registry
 
@@ -108,7 +109,7 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int 
     finally:
         runner.close()
     end = data.rfind(b"\n") + 1
-    text = data[:end].decode(errors="replace").splitlines()
+    text = log_lines(data[:end].decode(errors="replace"))
     if not after and offset:  # started inside the file: its first line may be cut
         text = text[1:]
     lines = select_lines(

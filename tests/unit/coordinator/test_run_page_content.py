@@ -12,6 +12,7 @@ import stat
 from datetime import datetime
 
 import pytest
+from helpers import srun_label, tqdm_bar
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -186,6 +187,19 @@ def test_log_follows_by_offset_and_the_rank_filter_keeps_one_rank(served, tmp_pa
     only = client.get(f"/ui/live/runs/{seq}/logs", params={"rank": 1}).json()
     assert {x["rank"] for x in only["lines"]} == {1} and only["rank"] == 1
     assert f'data-logs-url="/ui/live/runs/{seq}/logs"' in client.get(f"/ui/runs/{seq}").text
+
+
+def test_a_progress_bar_stays_one_line_of_its_rank_on_the_page(served, tmp_path, monkeypatch):
+    """tqdm's updates come after "\r"s on one line (issue 34, item 2): split there, the bar's pieces
+    and the warning after it lost their rank, and the rank filter dropped them."""
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("79", "RUNNING", "0:0")])
+    seq = add_job(registry, tmp_path, "79")
+    (tmp_path / "logs" / "train-79.out").write_text(srun_label(1, tqdm_bar()) + "2: no bar\n")
+    lines = client.get(f"/ui/live/runs/{seq}/logs", params={"rank": 1}).json()["lines"]
+    assert [x["rank"] for x in lines] == [1, 1, 1] and not any("\r" in x["text"] for x in lines)
+    assert lines[0]["text"].startswith("Epoch 0:  50%|") and lines[0]["text"].endswith("UserWarning: lr is large")
+    assert "| 4/4 [" in lines[2]["text"]
 
 
 def test_an_array_jobs_log_is_the_chosen_tasks_and_the_page_offers_every_task(served, tmp_path, monkeypatch):

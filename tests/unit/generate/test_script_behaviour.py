@@ -488,6 +488,23 @@ def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slu
     assert "slurmgen-exit: rank 0 on " in result.stderr  # the later failure is in the log too
 
 
+@pytest.mark.parametrize(
+    "launcher, command, missing",
+    [
+        ("torchrun", ["accelerate", "launch", "prog.py"], "torchrun"),
+        ("srun", ["no-such-prog-slurmgen"], "no-such-prog-slurmgen"),
+    ],
+)
+def test_a_command_not_found_is_named_in_the_words_status_reads(tmp_path, fake_slurm, launcher, command, missing):
+    # torchrun's agent (not on this PATH) or the program itself: bash's words, as `status` reads them.
+    from slurmgen.jobs.slurm import missing_command
+
+    out = write(tmp_path, nodes=1, gpus=1, launcher=launcher, command=command)
+    result = fake_slurm(out, nodes=1, env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
+    assert result.returncode == 127, result.stderr
+    assert missing_command(result.stderr) == missing, result.stderr
+
+
 def test_a_rank_stopped_by_a_signal_is_not_named_as_the_cause(tmp_path, fake_slurm):
     # The rank's wrapper gets TERM (as srun's stop reaches every process): the program's
     # own code is still the step's, but no rank claims to have failed first.

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from helpers import PY, SLEEPER, SURVIVORS, LocalConnection, LocalProcess, local_plan, pids, run_to_end
+from helpers import PY, SLEEPER, SURVIVORS, LocalConnection, LocalProcess, local_plan, pids, run_to_end, tqdm_bar
 from helpers import run_launcher as run
 
 from slurmgen.contract import exitcodes
@@ -211,6 +211,17 @@ def test_prefixes_and_colours():
     assert plain.format("b", "[rank 3] hello [rank 4]") == "[b/3] hello [rank 4]"
     assert plain.format("a", "launch_multi_node.sh: node 0/2 started") == "[a] node 0/2 started"
     assert colour.format("b", "[rank 3] x") == "\x1b[33m[b/3]\x1b[0m x"
+
+
+def test_a_progress_bar_shows_as_its_last_state_under_its_rank(tmp_path):
+    """A tqdm bar's line redraws after each "\r": printed as it came, the terminal went back over the
+    `[host/rank]` tag (issue 34, item 2); its last state is shown, the warning after it kept."""
+    program = f"import sys\nsys.stderr.write({tqdm_bar()!r})"
+    code, out, err = run(local_plan(tmp_path, [PY, "-c", program], slots=(1,)))
+    assert code == 0, err
+    bar = [line for line in out.splitlines() if "Epoch" in line or "warnings.warn" in line]
+    assert len(bar) == 3 and all(line.startswith("[h0/0] ") for line in bar) and "\r" not in out, out
+    assert bar[0].endswith("UserWarning: lr is large") and "| 4/4 [" in bar[2]
 
 
 def test_rank_dying_mid_line_or_printing_fake_events_gets_its_own_verdict(tmp_path):
