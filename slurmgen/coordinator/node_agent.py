@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from slurmgen.contract import hangs
+from slurmgen.contract import hangs, signals
 from slurmgen.coordinator.client import Client, ClientError
 from slurmgen.coordinator.models import AgentOrders, AgentReport, QuietBeat
 from slurmgen.coordinator.procs import Procs, Slot
@@ -242,6 +242,8 @@ class WorkerAgent:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        for warning in signals.WARNINGS:  # the ranks' to take or die of: the agent outlives them
+            signal.signal(signal.Signals["SIG" + warning], lambda signum, frame: None)
         threading.Thread(target=self.watch_changes, daemon=True).start()
         try:
             while not self.stopping:

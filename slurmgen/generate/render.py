@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract import attempts, blame, envvars, exitcodes, hangs, ports
+from slurmgen.contract import attempts, blame, envvars, exitcodes, hangs, ports, signals
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.files import (
     ATTEMPTS_NAME,
@@ -217,8 +217,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         **_sweep(spec),
         "sweep_file": f"{out}/{sweeps.SWEEP_FILE}",
         "torchrun_python": runs_python(spec),
-        # In the task script, "$1" is the program (see run_slurm.sh.j2).
-        "torchrun": ShellCode('"$1" -m torch.distributed.run' if runs_python(spec) else "torchrun"),
+        "warning_signals": ShellCode(" ".join(signals.WARNINGS)),
         "heal": _heal(spec),
         **_link_context(),
     }

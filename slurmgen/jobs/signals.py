@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import signal as _signal
 
+from slurmgen.contract import signals
+
 # Signals a program must handle itself or die of (their default action ends the process), and
 # that nobody sends to stop a job: the preemption warnings. TERM, INT, KILL mean "stop".
-WARNINGS = frozenset({"USR1", "USR2"})
+WARNINGS = frozenset(signals.WARNINGS)
 
 
 def number(text: str) -> int | None:

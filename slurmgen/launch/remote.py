@@ -30,7 +30,7 @@ import posixpath
 import shlex
 from typing import TYPE_CHECKING
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import exitcodes, signals
 from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.node_events import (
     EVENT_FD,
@@ -41,7 +41,7 @@ from slurmgen.contract.node_events import (
     STACK_ASK,
     lifeline_silence,
 )
-from slurmgen.generate.shell import quote
+from slurmgen.generate.shell import ShellCode, quote
 from slurmgen.launch.plan import masked
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ def bootstrap() -> str:
         payload_end=PAYLOAD_END,
         stack_ask=STACK_ASK,
         bad_input=exitcodes.BAD_INPUT,
+        warning_signals=ShellCode(" ".join(signals.WARNINGS)),
     )
 
 

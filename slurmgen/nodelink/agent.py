@@ -558,6 +558,9 @@ class Worker(Agent):
 
 def main(argv):
     me, addr, port, node, nnodes, start_timeout, link_timeout, grace = argv
+    # The warning signals are the ranks' (slurmgen/contract/signals.py): the link outlives them.
+    for warning in (signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(warning, lambda *_: None)
     token = os.environ.get("SLURMGEN_LINK_TOKEN", "")
     node, nnodes, port = int(node), int(nnodes), int(port)
     start_timeout, link_timeout, grace = float(start_timeout), float(link_timeout), float(grace)

@@ -265,15 +265,15 @@ def test_torchrun_passes_the_requeue_warning_to_workers():
 @pytest.mark.parametrize(
     "command, container, agent",
     [
-        (["/opt/venv/bin/python", "train.py"], None, '"$1" -m torch.distributed.run'),
-        (["python3.11", "-m", "pkg"], None, '"$1" -m torch.distributed.run'),
+        (["/opt/venv/bin/python", "train.py"], None, '"$1" -c "$agent_shim"'),
+        (["python3.11", "-m", "pkg"], None, '"$1" -c "$agent_shim"'),
         (["./train.sh"], None, "torchrun"),
         (["python", "train.py"], {"image": "t.sif", "runtime": "apptainer"}, "torchrun"),  # python is in the image
     ],
 )
 def test_torchrun_mode_runs_the_programs_own_python(command, container, agent):
-    spec = build_spec({"launcher": "torchrun", "command": command, "container": container})
-    assert f"  exec {agent} --nnodes=" in render(spec).files[SLURM_SCRIPT]
+    text = render(build_spec({"launcher": "torchrun", "command": command, "container": container})).files[SLURM_SCRIPT]
+    assert f"  agent=({agent})\n" in text and '  exec "${agent[@]}" --nnodes=' in text
 
 
 def test_srun_gets_the_cpus_per_task_that_sbatch_got():

@@ -208,6 +208,10 @@ signals=0 stop_name=''
 trap 'stop_name=${stop_name:-INT} signals=$((signals + 1)); echo >&"$wake"' INT
 trap 'stop_name=${stop_name:-TERM} signals=$((signals + 1)); echo >&"$wake"' TERM
 if [[ -n $stop_file && -e $stop_file ]]; then stop_name=TERM signals=1; fi # stopped before the trap was set
+# The warning signals (USR1 USR2) are the programs' to take or die of: every shell of
+# this script outlives them (each subshell sets its own trap: bash resets a trap in a subshell),
+# so that a warning never leaves a rank running without the script that would stop it.
+trap : USR1 USR2
 # Send a signal to every process group still running; true if any was.
 signal_all() {
   local pid any=1
@@ -1048,6 +1052,9 @@ class Worker(Agent):
 
 def main(argv):
     me, addr, port, node, nnodes, start_timeout, link_timeout, grace = argv
+    # The warning signals are the ranks' (slurmgen/contract/signals.py): the link outlives them.
+    for warning in (signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(warning, lambda *_: None)
     token = os.environ.get("SLURMGEN_LINK_TOKEN", "")
     node, nnodes, port = int(node), int(nnodes), int(port)
     start_timeout, link_timeout, grace = float(start_timeout), float(link_timeout), float(grace)
@@ -1117,8 +1124,8 @@ run_note=:  # `slurmgen launch` numbers its attempts
 for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   rank=$((rank_offset + local_rank))
   (
-    # Outlive the stop signal so the process's own exit code is what gets reported.
-    trap : INT TERM
+    # Outlive the stop and warning signals so the process's own exit code is what gets reported.
+    trap : INT TERM USR1 USR2
     set +e
     # This shell's own "Terminated" notice for a stopped process is noise (the stop is
     # reported below, by rank): only it goes to /dev/null; tee and sed keep stderr as fd 3.
@@ -1132,7 +1139,7 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     timeline process "$rank" "$BASHPID"
     # tee and sed ignore INT/TERM: the process's last words still reach the log.
     "${cmd[@]}" 2>&1 3>&- | {
-      trap '' INT TERM
+      trap '' INT TERM USR1 USR2
       tee -a -- "$log_dir/rank-$rank.log" 2>&3 | sed -u "s/^/[rank $rank] /" 2>&3
     }
     code=${PIPESTATUS[0]}
@@ -1149,6 +1156,7 @@ if [[ -n $watch_dir ]]; then
   (
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
+    trap '' USR1 USR2
     watch_heartbeats
   ) </dev/null &
   watcher=$!

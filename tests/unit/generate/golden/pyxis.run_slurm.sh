@@ -17,6 +17,9 @@ if [[ -z ${SLURM_JOB_ID:-} ]]; then
   printf 'slurmgen: this is a Slurm batch script; submit it with: sbatch %s (without Slurm, use %s)\n' out/run_slurm.sh out/launch_multi_node.sh >&2
   exit 1
 fi
+# The warning signals (USR1 USR2) are for the program (see the rank wrapper below): under
+# `scancel --batch` or `--full` this shell goes on waiting for its step.
+trap : USR1 USR2
 
 # --- attempts record and finished marker (the format: slurmgen/heal/attempts.py) ---
 # Attempts count from 1 (slurmgen/contract/attempts.py); Slurm's restarts from 0.
@@ -187,11 +190,13 @@ fi
 # Each process runs under this wrapper: a process that fails on its own (not stopped by a
 # signal) leaves one 'slurmgen-exit:' line naming its rank, node, Slurm task and code. srun then
 # stops the others, and the step's own code is theirs (143); the job exits with the first one's.
+# The wrapper and its labellers outlive the warning signals (USR1 USR2): a wrapper that died
+# of one would leave its rank running outside the step, where Slurm's stop may never reach it.
 # shellcheck disable=SC2016  # expanded by the wrapper's bash
 rank_wrapper='
   stopped=0
   trap "stopped=1" INT TERM  # stopped with the rest: not the cause
-  trap : USR2                # the program handles the requeue warning; the wrapper waits
+  trap : USR1 USR2  # the warnings are for the program to take or die of; the wrapper waits
   "$@"
   code=$?
   if ((code != 0 && !stopped)); then
@@ -231,7 +236,7 @@ trap 'rm -f -- "$step_errors"' EXIT
 
 set +e
 # srun's stderr goes to the log as before and to $step_errors, to find the first failure.
-exec 4>&2 2> >(tee -a "$step_errors" >&4)
+exec 4>&2 2> >(trap "" USR1 USR2; exec tee -a "$step_errors" >&4)
 tee_pid=$!
 # One task per process. The rank variables are computed INSIDE each task from what srun
 # gives that task: this batch shell is task 0 only, so computing them here would hand

@@ -18,6 +18,9 @@ if [[ -z ${SLURM_JOB_ID:-} ]]; then
   printf 'slurmgen: this is a Slurm batch script; submit it with: sbatch %s (without Slurm, use %s)\n' out/run_slurm.sh out/launch_multi_node.sh >&2
   exit 1
 fi
+# The warning signals (USR1 USR2) are for the program (see the rank wrapper below): under
+# `scancel --batch` or `--full` this shell goes on waiting for its step.
+trap : USR1 USR2
 
 # --- attempts record and finished marker (the format: slurmgen/heal/attempts.py) ---
 # Attempts count from 1 (slurmgen/contract/attempts.py); Slurm's restarts from 0.
@@ -186,15 +189,17 @@ fi
 # Under torchrun srun's label is the node's task, not a rank: each worker puts "[rank R] " before
 # its own lines (stdout and stderr apart), which `slurmgen logs --rank R` reads. The labellers
 # ignore the stop signals, so that a stopped rank's last words still reach the log.
+# The wrapper and its labellers outlive the warning signals (USR1 USR2): a wrapper that died
+# of one would leave its rank running outside the step, where Slurm's stop may never reach it.
 # shellcheck disable=SC2016  # expanded by the wrapper's bash
 rank_wrapper='
   stopped=0
   trap "stopped=1" INT TERM  # stopped with the rest: not the cause
-  trap : USR2                # the program handles the requeue warning; the wrapper waits
+  trap : USR1 USR2  # the warnings are for the program to take or die of; the wrapper waits
   exec 3>&1 4>&2
-  exec > >(trap "" INT TERM USR2; exec sed -u "s/^/[rank $RANK] /")
+  exec > >(trap "" INT TERM USR1 USR2; exec sed -u "s/^/[rank $RANK] /")
   out_labels=$!
-  exec 2> >(trap "" INT TERM USR2; exec sed -u "s/^/[rank $RANK] /" >&4)
+  exec 2> >(trap "" INT TERM USR1 USR2; exec sed -u "s/^/[rank $RANK] /" >&4)
   err_labels=$!
   "$@" 3>&- 4>&-
   code=$?
@@ -237,22 +242,33 @@ trap 'rm -f -- "$step_errors"' EXIT
 
 set +e
 # srun's stderr goes to the log as before and to $step_errors, to find the first failure.
-exec 4>&2 2> >(tee -a "$step_errors" >&4)
+exec 4>&2 2> >(trap "" USR1 USR2; exec tee -a "$step_errors" >&4)
 tee_pid=$!
 # One torchrun agent per node. c10d rendezvous hands out ranks in order of arrival, so
 # global rank 0 may sit on any node; each worker gets NODE_RANK from torchrun's GROUP_RANK.
 # --max-restarts=0: a failure ends the step (restarts belong to requeue, not to torchrun).
+# The agent outlives the warning signals (USR1 USR2), which are for the program: a plain
+# torchrun dies of them and leaves its workers running, orphaned. So a Python that takes both
+# as no-ops runs torch.distributed.run (a handler does not survive exec: the workers get the
+# default back, and the program decides); the requeue warning above still reaches the agent's
+# own handler, which passes it on.
 # The program is a Python interpreter: its own torch runs the agent, whatever is on PATH.
+agent_shim='import runpy, signal, sys
+for warning in (signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(warning, lambda *_: None)
+sys.argv[0] = "torchrun"
+runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)'
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 srun "${srun_args[@]}" bash -c '
-  wrapper=$1
-  shift
-  exec "$1" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=2 \
+  wrapper=$1 agent_shim=$2
+  shift 2
+  agent=("$1" -c "$agent_shim")
+  exec "${agent[@]}" --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=2 \
     --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" \
     --rdzv-conf="is_host=$((SLURM_NODEID == 0 ? 1 : 0))" \
     --max-restarts=0 --no-python \
     bash -c "export NODE_RANK=\$GROUP_RANK; $wrapper" slurmgen-worker "$@"
-' slurmgen-task "$rank_wrapper" "${cmd[@]}"
+' slurmgen-task "$rank_wrapper" "$agent_shim" "${cmd[@]}"
 status=$?
 exec 2>&4 4>&-
 wait "$tee_pid" 2>/dev/null
