@@ -79,3 +79,25 @@ def test_a_2x2_trainer_job_has_a_full_timeline_and_its_slow_rank_is_a_straggler(
     assert table[0].startswith("attempt 1") and "rendezvous" in table[1] and table[-1].lstrip().startswith("slowest"), (
         table
     )
+
+
+def test_any_program_has_its_ranks_process_and_end_on_the_timeline(cluster, tmp_path):
+    """A program that knows nothing of slurmgen (no slurmgen.beat): the rank wrapper of run_slurm.sh
+    records each rank's process and end, as every launcher does (issue 34, item 7)."""
+    job = sg(
+        cluster,
+        tmp_path,
+        "submit",
+        *("--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "5", "-o", "plain", "--wait"),
+        *("--", "bash", "-c", "sleep 0.5"),
+    ).stdout.strip()
+    found = json.loads(sg(cluster, tmp_path, "status", job, "--timeline", "--json").stdout)
+    (attempt,) = found["attempts"]
+    ranks = {r["rank"]: r for r in attempt["ranks"]}
+    assert sorted(ranks) == [0, 1, 2, 3], attempt
+    for r in ranks.values():
+        assert r[phases.PROCESS] is not None and r[phases.END] is not None and r[phases.PROCESS] <= r[phases.END], r
+        assert r["status"] == "done", r
+    assert {r["host"] for r in ranks.values()} == {"node1", "node2"}, ranks
+    table = sg(cluster, tmp_path, "status", job, "--timeline").stdout
+    assert "no timeline recorded" not in table and table.startswith("attempt 1"), table

@@ -25,6 +25,7 @@ trap : USR1 USR2
 # --- attempts record and finished marker (the format: slurmgen/heal/attempts.py) ---
 # Attempts count from 1 (slurmgen/contract/attempts.py); Slurm's restarts from 0.
 attempt=$((${SLURM_RESTART_COUNT:-0} + 1))
+export SLURMGEN_ATTEMPT=$attempt  # the ranks' timeline lines and the trainer name it
 log_dir="logs of 'run' \$1"
 attempts_file=$log_dir/slurmgen-$SLURM_JOB_ID.attempts.jsonl
 finished_marker=$log_dir/slurmgen-$SLURM_JOB_ID.finished
@@ -320,8 +321,22 @@ rank_wrapper='
   stopped=0
   trap "stopped=1" INT TERM  # stopped with the rest: not the cause
   trap : USR1 USR2  # the warnings are for the program to take or die of; the wrapper waits
+  # The timeline lines a launcher writes for any program (slurmgen/contract/phases.py, as
+  # launch_multi_node.sh writes them): the process of this rank and its end; a program adds its own.
+  timeline() {
+    [[ -n ${SLURMGEN_TIMELINE_FILE:-} ]] || return 0
+    local t=${EPOCHREALTIME:-}
+    [[ -n $t ]] || printf -v t "%(%s)T" -1
+    printf "{\"event\": \"%s\", \"rank\": %s, \"attempt\": %s, \"time\": %s, \"host\": \"%s\", \"pid\": %s, \"by\": \"launcher\"%s}\n" \
+      "$1" "$RANK" "${SLURMGEN_ATTEMPT:-1}" "${t/,/.}" "${SLURMD_NODENAME:-$HOSTNAME}" "$$" "${2:-}" \
+      >>"$SLURMGEN_TIMELINE_FILE" 2>/dev/null || true
+  }
+  timeline process
   "$@"
   code=$?
+  ended=done
+  ((code == 0)) || ended=failed
+  timeline end ", \"status\": \"$ended\", \"code\": $code"
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
     printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \

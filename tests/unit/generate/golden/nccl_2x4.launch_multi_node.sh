@@ -123,6 +123,27 @@ timeline() {
     "$1" "$2" "$((10#$timeline_attempt))" "${t/,/.}" "$HOSTNAME" "$3" "${4:-}" >>"$timeline_file" 2>/dev/null || true
 }
 
+# --- a hostname that resolves to a loopback address (Debian's default /etc/hosts maps the machine's
+# own name to 127.0.1.1): torch.distributed then advertises an address the other nodes cannot
+# reach, and the job fails at its first collective. Said here, before any rank starts (`slurmgen
+# doctor --fabric` checks the same); not when the master is loopback too (every node on this host).
+if ((nnodes > 1)) && [[ -z ${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-} ]]; then
+  own_addr=
+  read -r own_addr _ < <(getent ahosts "$HOSTNAME" 2>/dev/null) || true
+  master_ip=
+  read -r master_ip _ < <(getent ahosts "$master_addr" 2>/dev/null) || true
+  case $own_addr in
+    127.* | ::1)
+      case ${master_ip:-$master_addr} in
+        127.* | ::1 | localhost) ;;
+        *)
+          echo "$me: warning: this node's hostname $HOSTNAME resolves to $own_addr, a loopback address: the ranks would advertise it and the other nodes could not reach them. Map $HOSTNAME to this node's own address in /etc/hosts, or set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the interface that reaches $master_addr" >&2
+          ;;
+      esac
+      ;;
+  esac
+fi
+
 # --- the link between the nodes' launchers (see the top of this file) ---
 link=${SLURMGEN_LINK:-on}
 [[ $link == on || $link == off ]] || die "SLURMGEN_LINK must be on or off (got '$link')"
