@@ -69,7 +69,7 @@ class FunctionJob(Generic[T]):
                 f"result: rank 0 left no result ({self.handle.kind} {self.handle.key} {state})",
                 hint=f"handle.logs() shows its output; the call is {self.call}",
             )
-        return results[zero][1]  # type: ignore[no-any-return]
+        return results[zero][1]
 
 
 def submit(
@@ -131,7 +131,7 @@ def dumps(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
             ) from None
         cloudpickle = pickle
     try:
-        return cloudpickle.dumps((fn, args, {}))  # type: ignore[no-any-return]
+        return cloudpickle.dumps((fn, args, {}))
     except Exception as exc:  # noqa: BLE001  (pickle raises many kinds, all meaning the same here)
         raise SlurmgenError(f"fn: {name} or its arguments cannot be pickled: {exc}") from None
 

@@ -111,6 +111,7 @@ class Handle:
         from slurmgen.jobs.slurm_runner import LocalRunner
         from slurmgen.runs.model import get_row
 
+        path: str | None
         with self._registry() as reg:
             if self.kind == "slurm":
                 record = self._record(reg)

@@ -49,7 +49,11 @@ def write(path: Path, result: tuple[Any, ...]) -> None:
     except Exception as exc:  # noqa: BLE001
         said = f"the result of rank {path.stem.split('-')[-1]} cannot be pickled: {exc!r}"
         data = pickle.dumps((False, RuntimeError(said), result[2] if len(result) > 2 else said))
-    replace(path, lambda tmp: tmp.write_bytes(data), fsync=False)
+
+    def write_data(tmp: Path) -> None:
+        tmp.write_bytes(data)
+
+    replace(path, write_data, fsync=False)
 
 
 def main(argv: list[str]) -> int:
