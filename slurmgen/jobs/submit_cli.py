@@ -1,7 +1,8 @@
 """`slurmgen submit`: render exactly as `create` does, sbatch it, register the job.
 
 `submit` takes every flag of `create` (its signature is create's plus its own), so the two can
-never drift apart: same files, same validation, same notes. With `--remote LOGIN` the code is shipped to
+never drift apart: same files, same validation, same notes; and `Job.submit()` of the Python API sbatches through
+the same function (api/job.py's `sbatch_here`). With `--remote LOGIN` the code is shipped to
 the login node and the job remembers it, so later commands find it without the flag.
 """
 
@@ -22,6 +23,7 @@ from slurmgen.jobs.cli_shared import JsonOpt, RegistryOpt, RemoteOpt, Runners, S
 
 def submit(**kw: Any) -> None:
     """Render exactly as `create` does, sbatch it, register the job and print its id."""
+    from slurmgen.api.job import sbatch_here
     from slurmgen.generate.render import render
     from slurmgen.jobs import commands
     from slurmgen.runs.registry import Registry
@@ -41,8 +43,7 @@ def submit(**kw: Any) -> None:
                 record = _submit_remote(runners(remote), reg, rendered, args, kw)
             else:  # create's notes look at this machine: with --remote it is neither the login node nor a node
                 echo_notes(rendered.spec)
-                write_rendered(rendered, dry_run=False, force=force, quiet=True)
-                record = commands.submit(runners(None), reg, rendered, os.getcwd(), args, None, {})
+                record = sbatch_here(runners(None), reg, rendered, args, force=force)  # as Job.submit()
             if not kw["wait"]:
                 echo_json(record.as_dict()) if as_json else typer.echo(record.job_id)
                 return
