@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from helpers import run
-from slurmgen.jobs.registry import JobRecord, Registry
+
+from slurmgen.runs.registry import JobRecord, Registry
 
 DATA = Path(__file__).parent / "data" / "slurm"
 

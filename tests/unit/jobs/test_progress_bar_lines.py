@@ -10,9 +10,9 @@ from __future__ import annotations
 import subprocess
 
 from helpers import run, srun_label, tqdm_bar
-from slurmgen.jobs.registry import JobRecord, Registry
 
 from slurmgen.runs.log_lines import log_lines, shown
+from slurmgen.runs.registry import JobRecord, Registry
 
 
 def rank_tag(rank: int, text: str) -> str:
