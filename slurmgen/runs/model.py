@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract.states import State
+from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.registry import Registry
 
 KINDS = ("slurm", "launch", "group")
+# The states of a run not yet ended, as the page counts them (SQL parameters: the order is fixed).
+_NOT_ENDED = sorted({State.PENDING.value, *ACTIVE_WORDS})
 log = logging.getLogger("slurmgen.runs")
 
 
@@ -222,11 +224,10 @@ def _where(kinds: Sequence[str], states: Sequence[str], or_active: bool) -> tupl
         where.append(f"j.kind IN ({', '.join('?' * len(kinds))})")
         args += list(kinds)
     if states:
-        also = (
-            " OR j.state IS NULL OR j.state NOT IN ('succeeded', 'failed', 'preempted', 'stopped')" if or_active else ""
-        )
+        ended = sorted(ENDED_WORDS) if or_active else []
+        also = f" OR j.state IS NULL OR j.state NOT IN ({', '.join('?' * len(ended))})" if ended else ""
         where.append(f"(j.state IN ({', '.join('?' * len(states))}){also})")
-        args += list(states)
+        args += [*states, *ended]
     return ("WHERE " + " AND ".join(where)) if where else "", args
 
 
@@ -251,7 +252,8 @@ def count_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] =
     """(runs, of them not ended) that `list_rows` would list without a limit: the page's count."""
     where, args = _where(kinds, states, False)
     row = reg.db.execute(
-        f"SELECT COUNT(*), SUM(j.state IN ('pending', 'starting', 'running')) FROM jobs AS j {where}", args
+        f"SELECT COUNT(*), SUM(j.state IN ({', '.join('?' * len(_NOT_ENDED))})) FROM jobs AS j {where}",
+        [*_NOT_ENDED, *args],
     ).fetchone()
     return int(row[0] or 0), int(row[1] or 0)
 
