@@ -53,6 +53,8 @@ RUN_RECORD_WORD = {
     State.FAILED: "failed",
     State.PREEMPTED: "preempted",
 }
+# ...and an attempt's, once a later attempt of the run finds it still "running": it ended unrecorded.
+RUN_RECORD_LOST = State.LOST.value
 
 
 # Slurm's job states (scontrol, sacct), by the first word: "CANCELLED by 1000" is CANCELLED.

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from slurmgen.contract.states import State
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.models import AgentOrders, AgentReport, StartOrder, StopOrder, WorkerReport
 
@@ -105,7 +106,7 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
             actions += _record_runs(known, runs, run, r.runs)
         if r.hung and run == wanted and run is not None:
             touched.setdefault(run, set()).add(name)
-        if run == wanted and wanted is not None and r.state == "running" and w["state"] != "running":
+        if run == wanted and wanted is not None and r.state == State.RUNNING.value != w["state"]:
             touched.setdefault(wanted, set())
         finished = wanted is not None and name in codes.get(wanted, {})
         _order(orders, known, r, name, run, wanted, st.reconcile(r.state, run, wanted, finished))

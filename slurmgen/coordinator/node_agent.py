@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 from slurmgen.contract import hangs, signals
+from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.coordinator.client import Client, ClientError
 from slurmgen.coordinator.models import AgentOrders, AgentReport, QuietBeat
 from slurmgen.coordinator.procs import Procs, Slot
@@ -74,7 +75,7 @@ def quiet_beat(beat: dict | None, now: float, timeout: float, pid: int | None) -
     """The beat as the server judges it, once it says "running" and is older than half its
     limit (contract.hangs.beat_limit, as is_stale; the ranks that wait are named as such);
     None otherwise."""
-    if not beat or beat.get("status") != "running":
+    if not beat or beat.get("status") != HEARTBEAT_WORD[State.RUNNING]:
         return None
     limit = hangs.beat_limit(beat, timeout) or timeout
     try:

@@ -133,7 +133,7 @@ class Slot:
 
     def report(self, hung: bool = False, beat: QuietBeat | None = None) -> WorkerReport:
         o = self.order
-        state = "running" if self.running else ("exited" if o else "idle")
+        state = State.RUNNING.value if self.running else ("exited" if o else State.IDLE.value)
         return WorkerReport(
             id=self.idx,
             state=state,

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from slurmgen.contract.states import State
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS workers (
     name TEXT PRIMARY KEY, host TEXT NOT NULL, idx INTEGER NOT NULL, grp TEXT,
@@ -207,7 +209,7 @@ class Store:
     def add_attempt(self, group: str, number: int, started: float, plan: Plan) -> None:
         self.db.execute(
             "INSERT INTO attempts (grp, number, state, started, plan) VALUES (?, ?, ?, ?, ?)",
-            (group, number, "starting", started, json.dumps(plan)),
+            (group, number, State.STARTING.value, started, json.dumps(plan)),
         )
 
     def update_attempt(self, group: str, number: int, **values: Any) -> None:

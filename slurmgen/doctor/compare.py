@@ -78,10 +78,10 @@ def _per_node(row: Mapping[str, Any], check: str) -> tuple[Mark, str | None]:
         ok, text = bool(result.get("ok")), result.get("name") or "?"
     else:
         ok = bool(result.get("ok"))
-        text = ("ok (listener)" if result.get("listener") else "ok") if ok else "failed"
+        text = ("ok (listener)" if result.get("listener") else "ok") if ok else fabric_verdict.FAILED
     if ok:
         return Mark(OK, text), None
-    return Mark(BAD, text), f"{check} on {row['node']}: {result.get('error') or 'failed'}"
+    return Mark(BAD, text), f"{check} on {row['node']}: {result.get('error') or fabric_verdict.FAILED}"
 
 
 def compare(rows: Sequence[Mapping[str, Any]], min_share: float = fabric_verdict.MIN_SHARE) -> Comparison:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OK, BAD, NA = "ok", "bad", "n/a"
+FAILED = "failed"  # the text of a check that did not pass (a mark's word, not a run's state)
 AGREE = ("net_env", "rdma")
 # gloo on CPU reduces in memory between sends: on the test cluster's veth links its bus bandwidth
 # was about 60 % of one link's raw TCP throughput, over loopback on a busy machine 8 %. Under 5 %
@@ -119,7 +120,7 @@ def _bandwidth(rows: Sequence[Mapping[str, Any]], min_share: float, found: Found
     if errors or not measured:
         found.problems += errors
         for node, b in probes.items():
-            found.marks[node]["allreduce"] = Mark(BAD, "failed") if b.get("error") else Mark(NA, "-")
+            found.marks[node]["allreduce"] = Mark(BAD, FAILED) if b.get("error") else Mark(NA, "-")
         return
     links = [b["tcp"] for b in measured.values() if (b.get("tcp") or {}).get("gbps")]
     bus = min(b["allreduce"]["bus_gbps"] for b in measured.values())

@@ -55,7 +55,9 @@ from slurmgen.contract.verdict import Event
 from slurmgen.jsonl import objects
 
 EVENTS = ("start", "end", "skipped")
-ACTIONS = ("finished", "requeue", "stop")
+# The action after a run that ended well: a word of this file's format, not a run record's state.
+FINISHED_ACTION = "finished"
+ACTIONS = (FINISHED_ACTION, "requeue", "stop")
 
 
 def attempts_path(log_dir: str | Path, job_id: str) -> Path:

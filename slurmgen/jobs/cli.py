@@ -33,6 +33,7 @@ from slurmgen.jobs.cli_shared import (
 
 if TYPE_CHECKING:
     from slurmgen.jobs.control import Run
+    from slurmgen.runs.model import RunRow
     from slurmgen.runs.registry import Registry
 
 
@@ -220,7 +221,7 @@ def logs(
     )
 
 
-def _launch_row(registry: Path | None, ref: str) -> dict[str, Any] | None:
+def _launch_row(registry: Path | None, ref: str) -> RunRow | None:
     """The SSH launch of this machine named `ref` (its launch id), when no Slurm job answers to it."""
     from slurmgen.jobs.resolve import find
     from slurmgen.runs.model import find_run, get_row
@@ -240,7 +241,7 @@ def _launch_row(registry: Path | None, ref: str) -> dict[str, Any] | None:
 
 def _print_launch_log(
     registry: Path | None,
-    row: dict[str, Any],
+    row: RunRow,
     rank: int | None,
     node: str | None,
     follow: bool,

@@ -34,6 +34,7 @@ from slurmgen.runs.trainer_records import group_of
 
 if TYPE_CHECKING:  # rendering (jinja2, msgspec) is loaded by submit only: status stays quick
     from slurmgen.generate.render import Rendered
+    from slurmgen.runs.model import RunRow
 
 POLL = 0.25
 UNANSWERED = 30.0  # seconds of failing scontrol calls that `wait` rides out
@@ -295,7 +296,7 @@ def file_status(path: Path) -> dict[str, Any]:
     return {"job": str(path), **analyse(text, [], None, None)}
 
 
-def run_status(reg: Registry, row: dict[str, Any], with_timeline: bool) -> dict[str, Any]:
+def run_status(reg: Registry, row: RunRow, with_timeline: bool) -> dict[str, Any]:
     """`slurmgen status` of a launch or group run: its row, and where its time went from the
     timeline file its row names (read on this machine; else what the launcher kept at its end)."""
     from slurmgen.runs.model import attempts_of, time_report

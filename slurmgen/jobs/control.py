@@ -27,7 +27,7 @@ from slurmgen.jobs import stopping
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.runs import stop_request
-from slurmgen.runs.model import get_row
+from slurmgen.runs.model import RunRow, get_row
 from slurmgen.runs.registry import JobRecord, Registry
 
 
@@ -100,7 +100,7 @@ class Run:
     job: JobRecord | None = None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Run:
+    def from_row(cls, row: RunRow) -> Run:
         """The run of a registry row as runs.get_row reads it."""
         job = None
         if row["kind"] == "slurm":

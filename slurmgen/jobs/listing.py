@@ -18,7 +18,7 @@ from slurmgen.jobs.query import ask
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
-from slurmgen.runs.model import list_rows
+from slurmgen.runs.model import RunRow, list_rows
 from slurmgen.runs.registry import JobRecord, Registry
 
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
@@ -52,7 +52,7 @@ def list_jobs(
     return out[:limit] if limit else out
 
 
-def _as_record(row: dict[str, Any]) -> JobRecord:
+def _as_record(row: RunRow) -> JobRecord:
     return JobRecord(
         row["job_id"],
         row["name"],
@@ -98,7 +98,7 @@ def _slurm_states(
     return found
 
 
-def _common(r: dict[str, Any]) -> dict[str, Any]:
+def _common(r: RunRow) -> dict[str, Any]:
     """The run model's fields, the same for every kind."""
     return {
         "kind": r["kind"],
@@ -114,7 +114,7 @@ def _common(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _slurm_row(r: dict[str, Any], record: JobRecord, live: tuple[list[SlurmJob], bool] | None) -> dict[str, Any]:
+def _slurm_row(r: RunRow, record: JobRecord, live: tuple[list[SlurmJob], bool] | None) -> dict[str, Any]:
     jobs, reused = live or ([], False)
     array = bool(record.info.get("array"))
     state, code = overall(jobs) if array else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
@@ -138,7 +138,7 @@ def _slurm_row(r: dict[str, Any], record: JobRecord, live: tuple[list[SlurmJob],
     }
 
 
-def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+def _run_row(r: RunRow) -> dict[str, Any]:
     """A launch or a group: the registry is where its state lives. A launch of this machine whose
     process is gone without a verdict (killed -9, the machine rebooted) is shown lost."""
     state = r["state"]

@@ -15,7 +15,7 @@ from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.exitcodes import NOT_FOUND
 from slurmgen.contract.states import SLURM_LIVE, STOPPED_BY_USER, State, from_slurm
-from slurmgen.heal.attempts import cause, stuck
+from slurmgen.heal.attempts import FINISHED_ACTION, cause, stuck
 from slurmgen.jobs import signals
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, missing_command, task_exits
 from slurmgen.observe.report import lines as time_lines
@@ -329,4 +329,4 @@ def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) ->
 def _eventful(attempts: Sequence[Mapping[str, Any]] | None) -> bool:
     """More than one attempt, or one that did not simply finish."""
     ends = [a for a in attempts or [] if a.get("event") == "end"]
-    return len(ends) > 1 or any(a.get("action") != "finished" for a in ends)
+    return len(ends) > 1 or any(a.get("action") != FINISHED_ACTION for a in ends)

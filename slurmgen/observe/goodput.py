@@ -22,6 +22,10 @@ from typing import Any
 from slurmgen.contract import phases
 from slurmgen.observe.timeline import attempt_bounds, by_attempt
 
+# The breakdown's part for time spent on steps a later attempt did again: a word of this format
+# (the page colours it), not the state of a lost worker.
+LOST_PART = "lost"
+
 Event = Mapping[str, Any]
 
 
@@ -69,7 +73,7 @@ def compute(
         return None
     start = {n: bounds.get(n, {}).get("start", facts[n]["began"]) for n in numbers}
     end = {n: bounds.get(n, {}).get("end") or (now if n == numbers[-1] and now else facts[n]["seen"]) for n in numbers}
-    parts = dict.fromkeys(("startup", "checkpoint", "lost", "restart", "other"), 0.0)
+    parts = dict.fromkeys(("startup", "checkpoint", LOST_PART, "restart", "other"), 0.0)
     lost_steps = []
     for i, n in enumerate(numbers):
         f, nxt = facts[n], facts[numbers[i + 1]] if i + 1 < len(numbers) else None
@@ -85,7 +89,7 @@ def compute(
         ckpt = f["checkpoints"].get(redo_from)
         since = ckpt["time"] if ckpt is not None else f["first"]
         lost = max(0.0, f["last_time"] - since)
-        parts["lost"] += lost
+        parts[LOST_PART] += lost
         lost_steps.append(
             {
                 "attempt": n,
@@ -113,7 +117,7 @@ def summary(g: Mapping[str, Any]) -> str:
     b = g["breakdown"]
     lost = sum(x["steps"] for x in g["lost_steps"])
     rest = ", ".join(
-        f"{k} {v:.1f}s" + (f" over {lost} steps" if k == "lost" and lost else "")
+        f"{k} {v:.1f}s" + (f" over {lost} steps" if k == LOST_PART and lost else "")
         for k, v in b.items()
         if k != "productive" and v
     )

@@ -51,6 +51,8 @@ from slurmgen.observe.timeline_writer import TimelineWriter
 
 # The node summary is rewritten every this many heartbeat periods (and at the end).
 SUMMARY_EVERY_BEATS = 5
+# The protocol's words this module writes and judges by (contract.states.HEARTBEAT_WORD).
+STARTING, RUNNING = states.HEARTBEAT_WORD[states.State.STARTING], states.HEARTBEAT_WORD[states.State.RUNNING]
 FINAL_STATUSES = frozenset(states.HEARTBEAT_WORD[s] for s in states.ENDED if s in states.HEARTBEAT_WORD)
 
 
@@ -125,10 +127,10 @@ class _Learner:
         elif previous == "evaluating" and status != "evaluating" and self.eval_start:
             self.evals.append(now - self.eval_start)
             self.longest["evaluating"] = max(self.longest["evaluating"], self.evals[-1])
-        if status != "running":
+        if status != RUNNING:
             self.mark = None
             return
-        if self.mark is None or previous != "running":
+        if self.mark is None or previous != RUNNING:
             self.counts = self.mark is not None or previous in ("evaluating", "checkpointing")
             self.mark = (step, now)
         elif step > self.mark[0]:
@@ -138,7 +140,7 @@ class _Learner:
             self.mark, self.counts = (step, now), True
 
     def timeout(self, status: str) -> float | None:
-        if status == "running":
+        if status == RUNNING:
             return hangs.learned_timeout(
                 self.steps, self.factor, self.floor, self.period, hangs.LEAST_STEPS, self.longest[status]
             )
@@ -195,7 +197,7 @@ class Heartbeat:
         self.summary = Path(out_dir) / "heartbeats" / f"node-{node}.json" if summarise and out_dir is not None else None
         self.path = self.dir / (files.HEARTBEAT_NAME % rank) if self.dir is not None else None
         self.rank, self.every, self.last, self.summarised = rank, every, 0.0, 0.0
-        self.status = "starting"
+        self.status = STARTING
         self.timeline = TimelineWriter.from_env(rank, environ) if timeline is True else timeline or None
         # What the timeline needs between beats: the step the attempt began at, the start of
         # the checkpoint in progress, the last sample and the work done since.
@@ -205,7 +207,7 @@ class Heartbeat:
         self.learn = _Learner(every, *hangs.settings(environ))
         self.stack = False
 
-    def beat(self, step: int, status: str = "running", force: bool = False, work: float | None = None) -> None:
+    def beat(self, step: int, status: str = RUNNING, force: bool = False, work: float | None = None) -> None:
         """`work`: seconds this rank spent working (not waiting for peers) in the step just done;
         the straggler check compares ranks by it, since a collective evens out step times."""
         now = time.time()
@@ -260,7 +262,7 @@ class Heartbeat:
         if (
             self.first_done
             and step > self.sampled_step
-            and (final or status == "running" and now - self.sampled >= self.every)
+            and (final or status == RUNNING and now - self.sampled >= self.every)
         ):
             tl.write(phases.STEPS, now, step=step, work=round(self.work, 6))  # the last sample too: short runs get one
             self.sampled, self.sampled_step, self.work = now, step, 0.0

@@ -21,18 +21,71 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
-from slurmgen.contract.states import State
+from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.registry import Registry
 
 KINDS = ("slurm", "launch", "group")
+# The states of a run not yet ended, as the page counts them (SQL parameters: the order is fixed).
+_NOT_ENDED = sorted({State.PENDING.value, *ACTIVE_WORDS})
 log = logging.getLogger("slurmgen.runs")
+
+
+class FailureFields(TypedDict):
+    """A first failure as its row stores it (Failure.as_dict, the `failure` column's JSON)."""
+
+    rank: int | None
+    node: str | None
+    code: int | None
+    cause: str
+
+
+# A run as `list_rows` and `get_row` return it (the shape the type checker holds readers to;
+# a test keeps it equal to the SELECT's columns): the `jobs` table's columns, the JSON ones
+# decoded, its attempt count (`attempts`: Slurm's restart count or its attempts' rows) and the
+# newest attempt's cause.
+class RunRow(TypedDict):
+    seq: int
+    kind: str
+    job_id: str  # a Slurm job id; the launch id or GROUP.FIRST_ATTEMPT of the other kinds
+    name: str
+    state: str | None  # a contract/states.py word
+    last_state: str | None  # Slurm's word for a Slurm job
+    last_exit: int | None
+    nodes: int | None
+    ranks: int | None
+    started: float | None
+    ended: float | None
+    remote: str | None
+    output_dir: str
+    submitted: float
+    run_id: str | None
+    record_dir: str | None
+    logs: list[dict[str, str]]  # where its logs are: {"node", "path"} (and a group's "group")
+    failure: FailureFields | None
+    info: dict[str, Any]
+    cluster: str
+    attempts: int
+    last_cause: str | None
+
+
+# One of a run's attempts as `attempts_of` returns it: the `attempts` table's columns but `run`.
+class RunAttemptRow(TypedDict):
+    number: int
+    state: str
+    started: float
+    ended: float | None
+    cause: str | None
+    rank: int | None
+    node: str | None
+    code: int | None
 
 
 @dataclass(frozen=True)
@@ -44,7 +97,7 @@ class Failure:
     node: str | None = None
     code: int | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> FailureFields:
         return {"rank": self.rank, "node": self.node, "code": self.code, "cause": self.cause}
 
 
@@ -185,7 +238,7 @@ def time_report(reg: Registry, run: int, timeline: str, now: float) -> dict[str,
     return analyse(text, attempt_bounds(attempts_of(reg, run)), None, now)
 
 
-def find_by_ref(reg: Registry, ref: str, kinds: Sequence[str] = ("launch", "group")) -> dict[str, Any] | None:
+def find_by_ref(reg: Registry, ref: str, kinds: Sequence[str] = ("launch", "group")) -> RunRow | None:
     """The newest run of these kinds whose key (launch id, GROUP.N) or run id (SLURMGEN_GROUP)
     is `ref`: one indexed lookup, never a walk through directories."""
     marks = ", ".join("?" * len(kinds))
@@ -196,7 +249,7 @@ def find_by_ref(reg: Registry, ref: str, kinds: Sequence[str] = ("launch", "grou
     return get_row(reg, row[0]) if row else None
 
 
-def attempt_bounds(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def attempt_bounds(attempts: Sequence[RunAttemptRow]) -> list[dict[str, Any]]:
     """A run's attempts (attempts_of) in the attempts record's words (heal/attempts.py), which the
     timeline and goodput take: each attempt's start and end, by the launcher's clock."""
     out: list[dict[str, Any]] = []
@@ -222,11 +275,10 @@ def _where(kinds: Sequence[str], states: Sequence[str], or_active: bool) -> tupl
         where.append(f"j.kind IN ({', '.join('?' * len(kinds))})")
         args += list(kinds)
     if states:
-        also = (
-            " OR j.state IS NULL OR j.state NOT IN ('succeeded', 'failed', 'preempted', 'stopped')" if or_active else ""
-        )
+        ended = sorted(ENDED_WORDS) if or_active else []
+        also = f" OR j.state IS NULL OR j.state NOT IN ({', '.join('?' * len(ended))})" if ended else ""
         where.append(f"(j.state IN ({', '.join('?' * len(states))}){also})")
-        args += list(states)
+        args += [*states, *ended]
     return ("WHERE " + " AND ".join(where)) if where else "", args
 
 
@@ -237,7 +289,7 @@ def list_rows(
     limit: int | None = None,
     or_active: bool = False,
     offset: int = 0,
-) -> list[dict[str, Any]]:
+) -> list[RunRow]:
     """The runs, newest first, as the list shows them: one SELECT (indexes on started, kind, state).
 
     `or_active`: also the runs not yet ended whatever `states` says (their stored state may be
@@ -251,18 +303,19 @@ def count_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] =
     """(runs, of them not ended) that `list_rows` would list without a limit: the page's count."""
     where, args = _where(kinds, states, False)
     row = reg.db.execute(
-        f"SELECT COUNT(*), SUM(j.state IN ('pending', 'starting', 'running')) FROM jobs AS j {where}", args
+        f"SELECT COUNT(*), SUM(j.state IN ({', '.join('?' * len(_NOT_ENDED))})) FROM jobs AS j {where}",
+        [*_NOT_ENDED, *args],
     ).fetchone()
     return int(row[0] or 0), int(row[1] or 0)
 
 
-def get_row(reg: Registry, seq: int) -> dict[str, Any] | None:
+def get_row(reg: Registry, seq: int) -> RunRow | None:
     """One run as the list shows it (None: no run with that row number)."""
     rows = _decoded(reg.db.execute(_LIST_SQL.format(where="WHERE j.seq = ?", limit=""), (seq,)))
     return rows[0] if rows else None
 
 
-def _decoded(cursor: Any) -> list[dict[str, Any]]:
+def _decoded(cursor: sqlite3.Cursor) -> list[RunRow]:
     names = [d[0] for d in cursor.description]
     rows = []
     for values in cursor:
@@ -270,17 +323,17 @@ def _decoded(cursor: Any) -> list[dict[str, Any]]:
         row["logs"] = json.loads(row["logs"] or "[]")
         row["failure"] = json.loads(row["failure"]) if row["failure"] else None
         row["info"] = json.loads(row["info"] or "{}")
-        rows.append(row)
+        rows.append(cast("RunRow", row))
     return rows
 
 
-def attempts_of(reg: Registry, run: int) -> list[dict[str, Any]]:
+def attempts_of(reg: Registry, run: int) -> list[RunAttemptRow]:
     cursor = reg.db.execute(
         "SELECT number, state, started, ended, cause, rank, node, code FROM attempts WHERE run = ? ORDER BY number",
         (run,),
     )
     names = [d[0] for d in cursor.description]
-    return [dict(zip(names, values)) for values in cursor]
+    return [cast("RunAttemptRow", dict(zip(names, values))) for values in cursor]
 
 
 class Recorder:

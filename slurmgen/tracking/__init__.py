@@ -32,7 +32,7 @@ from .errors import (
     UnknownTypeError,
 )
 from .identity import Place
-from .run import STATUSES, NoOpRun, Run, status_for_exit_code
+from .run import FINISHED, STATUSES, NoOpRun, Run, status_for_exit_code
 from .start import init as _init
 from .values import ARTIFACT_TYPES, METRIC_TYPES
 
@@ -82,6 +82,6 @@ def log(type: str, metrics: Mapping[str, Any], step: int | None = None, epoch: f
     _current("log").log(type=type, metrics=metrics, step=step, epoch=epoch)
 
 
-def finish(status: str = "finished", exit_code: int | None = None) -> None:
+def finish(status: str = FINISHED, exit_code: int | None = None) -> None:
     """`finish` the run of the last `init()`."""
     _current("finish").finish(status, exit_code)

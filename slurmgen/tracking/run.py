@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract.states import RUN_RECORD_WORD, from_exit_code
+from slurmgen.contract.states import RUN_RECORD_WORD, State, from_exit_code
 
 from . import store
 from .adapters import Adapter
@@ -36,6 +36,7 @@ from .values import METRIC_TYPES, check_choice, check_epoch, check_metrics, chec
 
 log = logging.getLogger("slurmgen.tracking")
 STATUSES = tuple(RUN_RECORD_WORD.values())  # running first, then the final ones
+RUNNING, FINISHED, FAILED = (RUN_RECORD_WORD[s] for s in (State.RUNNING, State.SUCCEEDED, State.FAILED))
 TOUCH_EVERY = 30.0  # seconds between refreshes of run.json's "updated" while logging
 
 
@@ -71,7 +72,7 @@ class NoOpRun(_Checks):
 
     id = name = group = job_type = dir = None
     recording = False
-    status = "running"
+    status = RUNNING
 
     def log(self, type: str, metrics: Mapping[str, Any], step: int | None = None, epoch: float | None = None) -> None:
         self._check_log(type, metrics, step, epoch)
@@ -87,7 +88,7 @@ class NoOpRun(_Checks):
     def mark_input(self, artifact: Artifact) -> None:
         self._check_artifact(artifact, "mark_input")
 
-    def finish(self, status: str = "finished", exit_code: int | None = None) -> None:
+    def finish(self, status: str = FINISHED, exit_code: int | None = None) -> None:
         check_choice("status", status, STATUSES[1:])
 
     def __enter__(self):
@@ -181,10 +182,10 @@ class Run(_Checks):
         self._each_adapter("artifact", record)
         self._save()
 
-    def finish(self, status: str = "finished", exit_code: int | None = None) -> None:
+    def finish(self, status: str = FINISHED, exit_code: int | None = None) -> None:
         """End this attempt: status finished | failed | preempted. A second call does nothing."""
         check_choice("status", status, STATUSES[1:])
-        if self.meta["status"] != "running":
+        if self.meta["status"] != RUNNING:
             return
         end = now_iso()
         self.meta.update(status=status, end=end, updated=end)
@@ -203,16 +204,16 @@ class Run(_Checks):
 
     def __exit__(self, kind, exc, tb) -> None:
         if kind is None:
-            self.finish("finished")
+            self.finish(FINISHED)
         elif issubclass(kind, SystemExit):
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             self.finish(status_for_exit_code(code), code)
         else:
-            self.finish("failed")
+            self.finish(FAILED)
 
     # -- internals -------------------------------------------------------------------------
     def _check_open(self, what: str) -> None:
-        if self.meta["status"] != "running":
+        if self.meta["status"] != RUNNING:
             raise RunStateError(what, f"run {self.id!r} is already {self.meta['status']}", what, has_value=False)
 
     def _save(self, final: bool = False) -> None:
@@ -258,7 +259,7 @@ def _excepthook(kind, value, tb) -> None:
 def _close_at_exit() -> None:
     for run in list(_open_runs):
         with contextlib.suppress(Exception):  # never turn a clean exit into a traceback
-            run.finish("failed" if _crashed else "finished")
+            run.finish(FAILED if _crashed else FINISHED)
 
 
 _previous_hook = sys.excepthook

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.contract import envvars
+from slurmgen.contract.states import RUN_RECORD_LOST
 
 from . import store, system
 from .adapters import create as create_adapter
 from .adapters import parse_trackers
 from .errors import TrackingError
 from .identity import Place, check_mode, default_group, job_type_for, place_from_env, run_key, slug
-from .run import NoOpRun, Run, forget_open, now_iso, register
+from .run import RUNNING, NoOpRun, Run, forget_open, now_iso, register
 from .values import check_name, check_step, flatten
 
 
@@ -203,7 +204,7 @@ def _metadata(who: _Identity, labels: _Labels, resume_step: int | None, environ:
             "job_type": who.job_type,
             "tags": labels.tags,
             "mode": who.mode,
-            "status": "running",
+            "status": RUNNING,
             "start": start,
             "end": None,
             "updated": start,
@@ -232,7 +233,7 @@ def _attempt(start: str, who: _Identity, environ: Mapping[str, str], resume_step
         "attempt": 1,
         "start": start,
         "end": None,
-        "status": "running",
+        "status": RUNNING,
         "host": who.host,
         "pid": who.pid,
     }
@@ -259,7 +260,7 @@ def _this_attempt(
     last_step = max(floor.values(), default=-1)
     meta = record.meta
     meta.update(
-        status="running",
+        status=RUNNING,
         end=None,
         steps=last_step if last_step >= 0 else None,
         summary=summary,
@@ -324,8 +325,8 @@ def _previous(path: Path) -> dict[str, Any]:
             "run.json", f"cannot continue the run in {path.parent}: not valid JSON ({exc})", str(path), has_value=False
         ) from None
     attempts = meta.setdefault("attempts", [])
-    if attempts and attempts[-1].get("status") == "running":
-        attempts[-1].update(status="lost", end=meta.get("updated"))
+    if attempts and attempts[-1].get("status") == RUNNING:
+        attempts[-1].update(status=RUN_RECORD_LOST, end=meta.get("updated"))
     return meta
 
 

@@ -73,3 +73,18 @@ def test_no_test_module_imports_another():
             )
             offenders += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.startswith("test_")]
     assert offenders == []
+
+
+def test_the_wheel_lists_every_package_of_slurmgen():
+    # setuptools packs the packages [tool.setuptools] names, no more: a package left off the list
+    # (a subpackage added or moved) installs without its modules, while every test run from the
+    # checkout passes. So the list is exactly slurmgen/'s packages, and the templates.
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+: on 3.10 the other versions check it
+
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    package = REPO / "slurmgen"
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in package.rglob("__init__.py")}
+    assert sorted(listed) == sorted(found | {"slurmgen.templates"})
+    assert len(listed) == len(set(listed))
+    # A directory of modules without __init__.py would be no package, so not on the list either.
+    assert {p.parent for p in package.rglob("*.py")} <= {p.parent for p in package.rglob("__init__.py")}

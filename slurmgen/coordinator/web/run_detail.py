@@ -25,7 +25,7 @@ from slurmgen.contract.states import ENDED, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
-from slurmgen.runs.model import attempts_of, get_row
+from slurmgen.runs.model import RunRow, attempts_of, get_row
 from slurmgen.runs.registry import JobRecord, Registry
 
 from .auth import guarded, redirect_with
@@ -131,7 +131,7 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
     return view
 
 
-def own_status(reg: Registry, row: dict[str, Any]) -> dict[str, Any]:
+def own_status(reg: Registry, row: RunRow) -> dict[str, Any]:
     """A launch's or group's `slurmgen status --timeline` (its timeline file, which its row
     names, read where the nodes' file system is shared); {} when it recorded none."""
     from slurmgen.jobs.commands import run_status

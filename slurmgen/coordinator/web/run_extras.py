@@ -10,6 +10,7 @@ from typing import Any
 
 from slurmgen.contract.states import ACTIVE, State
 from slurmgen.jobs.logs import array_tasks
+from slurmgen.runs.model import RunRow
 
 from .array_grid import slurm_facts
 from .timeline_svg import time_report
@@ -17,7 +18,7 @@ from .timeline_svg import time_report
 LIVE = frozenset(s.value for s in ACTIVE | {State.PENDING})
 
 
-def extras(row: Mapping[str, Any], status: Mapping[str, Any], run: dict[str, Any], now: float) -> dict[str, Any]:
+def extras(row: RunRow, status: Mapping[str, Any], run: dict[str, Any], now: float) -> dict[str, Any]:
     """{"time", "facts"} for run.html from the run's `slurmgen status` view (a Slurm job's, or a
     launch's or group's own); an ended Slurm job whose end the registry does not know (Slurm's
     controller forgot it before anyone looked) shows the elapsed time Slurm gives."""

@@ -87,7 +87,7 @@ def _log_of(reg_path: Any, seq: int, task: int | None) -> tuple[JobRecord | None
             return None
         which = task_of(record, task)
         return record, which, log_path(record, which)
-    log_file = ((row or {}).get("info") or {}).get("log_file")
+    log_file = row["info"].get("log_file") if row is not None else None
     if log_file and task is not None:
         raise BadTask(f"task: run {seq} is not an array job (got {task})")
     return (None, None, log_file) if log_file else None

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from slurmgen.errors import SlurmgenError
+from slurmgen.runs.model import RunRow
 from slurmgen.runs.registry import JobRecord
 from slurmgen.runs.trainer_records import record_dir
 from slurmgen.tracking.records import RunRecord, find_runs
@@ -40,7 +40,7 @@ def runner_for(record: JobRecord | None) -> Any:
     return Runners(None, [])(record.remote, record.info.get("remote_setup"), record.info.get("ssh_config"))
 
 
-def sweep_id(row: Mapping[str, Any]) -> str | None:
+def sweep_id(row: RunRow) -> str | None:
     """The sweep an array job's task records name (run_slurm.sh: slurm-<array id>)."""
     return f"slurm-{row['job_id']}" if row["kind"] == "slurm" and (row.get("info") or {}).get("array") else None
 
@@ -49,7 +49,7 @@ def _under(path: str | None) -> list[RunRecord]:
     return list(find_runs(path)) if path and Path(path).is_dir() else []
 
 
-def _remote_records(row: Mapping[str, Any], record: JobRecord | None) -> tuple[list[RunRecord], str | None]:
+def _remote_records(row: RunRow, record: JobRecord | None) -> tuple[list[RunRecord], str | None]:
     """A job submitted with --remote: its records read on the login node, as `slurmgen status`
     reads them and as its log is read (the job's SSH connection; the last TAIL_LINES metrics
     lines of each record, so a long run's curve starts late)."""
@@ -73,7 +73,7 @@ def _remote_records(row: Mapping[str, Any], record: JobRecord | None) -> tuple[l
     return sorted(runs, key=lambda r: (int((r.sweep or {}).get("task") or 0), str(r.dir))), note
 
 
-def run_records(row: Mapping[str, Any], record: JobRecord | None = None) -> tuple[list[RunRecord], str | None]:
+def run_records(row: RunRow, record: JobRecord | None = None) -> tuple[list[RunRecord], str | None]:
     """(the run's records, why there are none, or what to know of them, when worth saying).
     `record`: the job's registry record, for a --remote job's connection."""
     info = row.get("info") or {}
@@ -100,7 +100,7 @@ def _loss_of(runs: list[RunRecord], sweep: bool) -> str:
     return f"{min(values):.4g} (best of {len(tasks)})"
 
 
-def last_loss(row: Mapping[str, Any]) -> str:
+def last_loss(row: RunRow) -> str:
     """What the runs list shows as the run's last loss (see _loss_of), kept LOSS_FRESH seconds."""
     if row.get("remote") or not (row.get("record_dir") or sweep_id(row)):
         return "—"  # read over SSH on its page only; no record here

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -22,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 
 from slurmgen.contract.states import ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
-from slurmgen.runs.model import KINDS, check_kinds, check_states, count_rows, list_rows, size
+from slurmgen.runs.model import KINDS, RunRow, check_kinds, check_states, count_rows, list_rows, size
 from slurmgen.runs.registry import Registry
 
 from .auth import guarded
@@ -55,7 +54,7 @@ def elapsed(started: float | None, ended: float | None, now: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def with_limit(text: str, r: Mapping[str, Any]) -> str:
+def with_limit(text: str, r: RunRow) -> str:
     """Elapsed beside the time limit the job was submitted with: "12 min 05 s / 1 h 00 min"."""
     from slurmgen.generate.slurm_values import time_limit_seconds
 
@@ -67,7 +66,7 @@ def with_limit(text: str, r: Mapping[str, Any]) -> str:
     return f"{text} / {elapsed(0, seconds, 0)}" if seconds and text != "—" else text
 
 
-def outcome(r: Mapping[str, Any]) -> str:
+def outcome(r: RunRow) -> str:
     """Exit code and first failure in one cell: "1 — rank 3 on node2 exited 1 (cause)"."""
     f = r.get("failure")
     code = "" if r.get("last_exit") is None else str(r["last_exit"])
@@ -91,7 +90,7 @@ def outcome(r: Mapping[str, Any]) -> str:
 ENDED = ENDED_WORDS | {State.LOST.value}
 
 
-def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
+def run_view(r: RunRow, now: float) -> dict[str, Any]:
     """A row as the list shows it. A run that ended without an end time (a Slurm job: the registry
     keeps the state Slurm last gave, not when it ended) shows no elapsed time rather than a growing one."""
     state = r.get("state") or r.get("last_state") or "unknown"
@@ -114,7 +113,7 @@ def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
 
 def read_runs(
     path: Any, kinds: list[str], states: list[str], page: int = 1
-) -> tuple[list[dict[str, Any]], dict[str, int], str | None]:
+) -> tuple[list[RunRow], dict[str, int], str | None]:
     """(rows of the page, {"total", "active"}, None), or ([], zeros, why) when the registry
     cannot be read (none yet: an empty list)."""
     try:

@@ -17,6 +17,8 @@ from typing import Any
 
 from slurmgen.contract import exitcodes, phases
 from slurmgen.contract.attempts import attempt_number
+from slurmgen.contract.states import HEARTBEAT_WORD, State
+from slurmgen.observe.goodput import LOST_PART
 
 WIDTH, LABEL, RIGHT, TOP, ROW = 900, 120, 24, 34, 18
 BAR = 12
@@ -38,7 +40,7 @@ COLOUR = {
     "training": "#22c55e",
     "checkpoint": "#1e293b",
 }
-GOODPUT_PARTS = ("productive", "startup", "checkpoint", "lost", "restart", "other")
+GOODPUT_PARTS = ("productive", "startup", "checkpoint", LOST_PART, "restart", "other")
 GOODPUT_COLOUR = {
     "productive": "#22c55e",
     "startup": "#f59e0b",
@@ -164,7 +166,7 @@ def goodput_view(g: Mapping[str, Any] | None) -> dict[str, Any] | None:
                 "colour": GOODPUT_COLOUR[part],
                 "x": x,
                 "w": share * (WIDTH - 2),
-                "note": f"{lost_steps} steps done twice" if part == "lost" and lost_steps else "",
+                "note": f"{lost_steps} steps done twice" if part == LOST_PART and lost_steps else "",
             }
         )
         x += share * (WIDTH - 2)
@@ -197,9 +199,9 @@ def rank_status(r: Mapping[str, Any], live: bool) -> str:
     code = r.get("code")
     if code is not None and code > 128:
         return exitcodes.describe(code)
-    if r.get("status") == "failed" and code:
+    if r.get("status") == HEARTBEAT_WORD[State.FAILED] and code:
         return f"failed (exit {code})"
-    return r.get("status") or ("running" if live else "—")
+    return r.get("status") or (State.RUNNING.value if live else "—")
 
 
 def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
+from slurmgen.contract.states import State
 
 # A worker's agent heartbeats every second or so: amber after a few missed beats, red when
 # the server is about to (or did) declare it lost.
@@ -32,7 +33,7 @@ def heartbeat(seen_ago: float | None, state: str) -> tuple[str, str]:
         return "never", "hb-dead"
     cls = (
         "hb-dead"
-        if state == "lost" or seen_ago >= HEARTBEAT_DEAD
+        if state == State.LOST.value or seen_ago >= HEARTBEAT_DEAD
         else "hb-late"
         if seen_ago >= HEARTBEAT_LATE
         else "hb-fresh"
@@ -43,7 +44,7 @@ def heartbeat(seen_ago: float | None, state: str) -> tuple[str, str]:
 def state_class(state: str | None) -> str:
     """The CSS class of a state text: its first word ("failed 3" -> failed), and "exited 0"
     apart from other exits, since a clean exit is not a failure."""
-    state = state or "idle"
+    state = state or State.IDLE.value
     return "exited-ok" if state == "exited 0" else state.split(" ", 1)[0]
 
 
@@ -51,7 +52,7 @@ def worker_state(w: Mapping[str, Any]) -> str:
     return (
         f"exited {w['exit_code']}"
         if w.get("state") == "exited" and w.get("exit_code") is not None
-        else w.get("state", "idle")
+        else w.get("state", State.IDLE.value)
     )
 
 
@@ -74,8 +75,8 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     config = g.get("config") or {}
     nodes = sorted({m.rpartition("-")[0] for m in members})
     master = config.get("master_addr") or config.get("master") or (nodes[0] if nodes else None)
-    state = g.get("state", "idle")
-    if g.get("exit_code") not in (None, 0) and state == "failed":
+    state = g.get("state", State.IDLE.value)
+    if g.get("exit_code") not in (None, 0) and state == State.FAILED.value:
         state = f"failed {g['exit_code']}"
     return {
         "name": g["name"],
@@ -96,14 +97,14 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
 def forget_refusal(worker: Mapping[str, Any]) -> str | None:
     """Why the page will not forget a worker (None: it may): only a lost one goes, since a live
     one's agent would register it again within a second."""
-    if worker.get("state") == "lost":
+    if worker.get("state") == State.LOST.value:
         return None
     return f"its agent still reports it ({worker.get('state')}): only a lost worker can be forgotten"
 
 
 def worker_view(w: Mapping[str, Any]) -> dict[str, Any]:
     state = worker_state(w)
-    hb_text, hb_class = heartbeat(w.get("seen_ago"), w.get("state", "idle"))
+    hb_text, hb_class = heartbeat(w.get("seen_ago"), w.get("state", State.IDLE.value))
     return {
         "name": w["name"],
         "dom_id": dom_id("w", w["name"]),
@@ -187,7 +188,7 @@ def rank_rows(
                 "rank": r["rank"],
                 "local_rank": r["local_rank"],
                 "node_rank": r["node_rank"],
-                "state": worker_state(w) if w else "idle",
+                "state": worker_state(w) if w else State.IDLE.value,
                 "exit_code": w.get("exit_code"),
             }
         )

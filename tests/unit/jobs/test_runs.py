@@ -20,8 +20,11 @@ from slurmgen.runs.model import (
     Failure,
     NewRun,
     Recorder,
+    RunAttemptRow,
+    RunRow,
     add_run,
     attempts_of,
+    count_rows,
     end_attempt,
     end_run,
     list_rows,
@@ -129,6 +132,37 @@ def test_runs_of_every_kind_list_newest_first_and_filter_by_kind_and_state(tmp_p
         # The Slurm lifecycle (status, logs, cancel of "the newest job") never sees the other kinds.
         assert [r.job_id for r in reg.all()] == ["5"] and reg.all(limit=1)[0].job_id == "5"
         assert reg.get("20261125-1") is None and reg.by_name("exp1") == []
+
+
+def test_each_row_shape_of_the_registry_is_what_its_select_returns(tmp_path):
+    """The TypedDicts the type checker holds the run registry's readers to name the columns
+    list_rows/get_row and attempts_of return, in order; a run row has every column of `jobs`
+    (its `attempt` read as the `attempts` count), an attempt row every column of `attempts` but
+    the run it belongs to."""
+    with Registry.open(tmp_path / "jobs.sqlite", create=True) as reg:
+        run = add_run(reg, new_run(), 200.0)
+        start_attempt(reg, run, 1, 200.0)
+        assert list(list_rows(reg)[0]) == list(RunRow.__annotations__)
+        assert list(attempts_of(reg, run)[0]) == list(RunAttemptRow.__annotations__)
+        jobs = {r[1] for r in reg.db.execute("PRAGMA table_info(jobs)")}
+        assert jobs - {"attempt"} | {"attempts", "last_cause"} == set(RunRow.__annotations__)
+        attempts = [r[1] for r in reg.db.execute("PRAGMA table_info(attempts)")]
+        assert [c for c in attempts if c != "run"] == list(RunAttemptRow.__annotations__)
+
+
+def test_the_not_ended_runs_are_counted_and_kept_by_the_contracts_words(tmp_path):
+    """The page's count of runs not ended and `jobs --state`'s runs not yet ended (whose stored
+    state may be stale) take the contract's words as the SELECT's parameters."""
+    with Registry.open(tmp_path / "jobs.sqlite", create=True) as reg:
+        reg.add(JobRecord("5", "sbatched", "/w/out", 100.0, None, "PENDING", None, {}))
+        done = add_run(reg, new_run(), 200.0)
+        end_run(reg, done, State.FAILED, 1, None, 210.0)
+        add_run(reg, new_run("group", "exp1.1", "exp1"), 300.0)
+        assert count_rows(reg) == (3, 2)
+        assert count_rows(reg, states=["failed"]) == (1, 0)
+        assert [r["kind"] for r in list_rows(reg, states=["failed"], or_active=True)] == ["group", "launch", "slurm"]
+        assert [r["kind"] for r in list_rows(reg, states=["succeeded"], or_active=True)] == ["group", "slurm"]
+        assert [r["kind"] for r in list_rows(reg, states=["succeeded"])] == []
 
 
 def test_the_list_of_1000_runs_is_one_indexed_select_well_under_200_ms(tmp_path):
