@@ -94,19 +94,25 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     per_node_tasks = 1 if spec.launcher == "torchrun" else spec.gpus
     # torchrun runs one task per node that owns the CPUs of all its workers.
     cpus = spec.cpus_per_task * (spec.gpus if spec.launcher == "torchrun" else 1) if spec.cpus_per_task else None
+    typed = f"{spec.gpu_type}:" if spec.gpu_type else ""  # a100:4, gpu:a100:4
     opts: list[tuple[str, object | None]] = [
         ("--job-name", spec.job_name),
         ("--nodes", spec.nodes),
         ("--ntasks-per-node", per_node_tasks),
         ("--cpus-per-task", cpus),
-        ("--gpus-per-node", spec.gpus if spec.gpu_style == "gpus-per-node" else None),
-        ("--gres", f"gpu:{spec.gpus}" if spec.gpu_style == "gres" else None),
+        ("--gpus-per-node", f"{typed}{spec.gpus}" if spec.gpu_style == "gpus-per-node" else None),
+        ("--gres", f"gpu:{typed}{spec.gpus}" if spec.gpu_style == "gres" else None),
         ("--mem", spec.mem),
+        ("--mem-per-gpu", spec.mem_per_gpu),
         ("--time", spec.time),
+        ("--time-min", spec.time_min),
         ("--partition", spec.partition),
         ("--account", spec.account),
         ("--qos", spec.qos),
+        ("--reservation", spec.reservation),
         ("--constraint", spec.constraint),
+        ("--nodelist", spec.nodelist),
+        ("--exclude", spec.exclude),
         ("--array", sweeps.array_option(len(sweeps.points(spec.sweep)), spec.array) if spec.sweep else spec.array),
         # An array task's log is named by the array and its index (%A_%a), as `slurmgen logs ID_N` finds it.
         ("--output", f"{spec.logs}/%x-%A_%a.out" if spec.sweep or spec.array else f"{spec.logs}/%x-%j.out"),
