@@ -64,6 +64,12 @@ def create(
         help="srun (a task per process) | torchrun (a task per node); "
         "run_slurm.sh only: launch_multi_node.sh starts every process itself.",
     ),
+    bind: str | None = typer.Option(
+        None,
+        "--bind",
+        help="none | auto | cores | numa: each rank on cores of its own (srun --cpu-bind; "
+        "launch_multi_node.sh from the node's topology) [default: none].",
+    ),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: list[str] = typer.Option(
         [], "--setup", help="Shell line run before launch (module load, venv); repeatable."

@@ -146,6 +146,23 @@ def _container_srun_args(spec: JobSpec) -> list[ShellCode]:
     return [always_quoted(a) for a in args]
 
 
+# srun binds through Slurm's task plugin. No --gpu-bind=closest: it narrows each task's
+# CUDA_VISIBLE_DEVICES to the GPUs near it, and LOCAL_RANK would no longer be the device index
+# that the torchrun contract (and the bundled trainer's cuda:LOCAL_RANK) rely on; block
+# distribution with bound cores already puts consecutive local ranks on consecutive cores.
+_SRUN_BIND = {
+    "none": [],
+    "auto": ["--cpu-bind=cores"],  # Slurm binds where its task plugin can, else leaves the task unbound
+    "cores": ["--cpu-bind=cores"],
+    "numa": ["--cpu-bind=ldoms", "--mem-bind=local"],
+}
+
+
+def _srun_bind_args(spec: JobSpec) -> list[ShellCode]:
+    """srun's binding options, in srun mode only: a torchrun agent's task holds all of a node's ranks."""
+    return [ShellCode(a) for a in _SRUN_BIND[spec.bind]] if spec.launcher == "srun" else []
+
+
 def _container_prefix(spec: JobSpec) -> list[str]:
     """`apptainer exec ...` words put before each process's command (empty for pyxis/none)."""
     c = spec.container
@@ -214,6 +231,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "nccl": spec.backend != "gloo",
         "command": [*_container_prefix(spec), *spec.command],
         "srun_container": _container_srun_args(spec),
+        "srun_bind": _srun_bind_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or ports.DEFAULT_MASTER_PORT,
         "job_port_base": ports.JOB_PORT_BASE,

@@ -199,6 +199,14 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
         Literal["srun", "torchrun"],
         Meta(description="run_slurm.sh only: srun (one task per process) or torchrun (one per node)."),
     ] = "srun"
+    bind: Annotated[
+        Literal["none", "auto", "cores", "numa"],
+        Meta(
+            description="Bind each rank to cores of its own: cores (split evenly), numa (on its GPU's NUMA node), "
+            "auto (where the node tells, else unbound, said once), none. srun mode through srun --cpu-bind; "
+            "launch_multi_node.sh and slurmgen launch from the node's topology."
+        ),
+    ] = "none"
     container: Container | None = None
     output_dir: Annotated[str, Meta(description="Where the scripts and job.yaml are written.")] = "out"
     log_dir: Annotated[str | None, Meta(description="Job logs; default OUTPUT_DIR/logs.")] = None

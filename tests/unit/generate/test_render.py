@@ -117,6 +117,7 @@ def _matrix():
                 else ["python", "-m", "x"],
                 "heartbeat_timeout": 2.5 if i % 4 == 1 else None,
                 "preflight": i % 4 == 3,
+                "bind": ("none", "auto", "cores", "numa")[i % 4],
                 **(
                     {"retries": 1 + i % 3, "retry_on": [1, 124], "exclude_failed_node": i % 2 == 0}
                     if i % 3 == 2
