@@ -38,6 +38,20 @@ def create(
     exclusive: bool | None = typer.Option(None, "--exclusive/--no-exclusive", help="Whole nodes."),
     cpus_per_task: str | None = typer.Option(None, "--cpus-per-task", "-c", metavar="N", help="CPUs per process."),
     mem: str | None = typer.Option(None, "--mem", help="Memory per node, e.g. 64G."),
+    gpu_type: str | None = typer.Option(
+        None, "--gpu-type", metavar="TYPE", help="GPU type, e.g. a100: --gpus-per-node=a100:N or --gres=gpu:a100:N."
+    ),
+    mem_per_gpu: str | None = typer.Option(None, "--mem-per-gpu", help="Memory per GPU, e.g. 40G (instead of --mem)."),
+    time_min: str | None = typer.Option(
+        None, "--time-min", help="Shortest acceptable time limit: the job may start sooner with less."
+    ),
+    reservation: str | None = typer.Option(None, "--reservation", help="Run in these reservations, comma-separated."),
+    nodelist: str | None = typer.Option(
+        None, "--nodelist", "-w", metavar="HOSTLIST", help="Nodes the job must include, e.g. gpu[01-02]."
+    ),
+    exclude: str | None = typer.Option(
+        None, "--exclude", "-x", metavar="HOSTLIST", help="Nodes the job must not run on, e.g. gpu[07,09]."
+    ),
     job_name: str | None = typer.Option(None, "--job-name", "-J"),
     master_addr: str | None = typer.Option(None, "--master-addr", help="Rendezvous host [default: first node]."),
     master_port: str | None = typer.Option(
@@ -49,6 +63,12 @@ def create(
         "--launcher",
         help="srun (a task per process) | torchrun (a task per node); "
         "run_slurm.sh only: launch_multi_node.sh starts every process itself.",
+    ),
+    bind: str | None = typer.Option(
+        None,
+        "--bind",
+        help="none | auto | cores | numa: each rank on cores of its own (srun --cpu-bind; "
+        "launch_multi_node.sh from the node's topology) [default: none].",
     ),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: list[str] = typer.Option(

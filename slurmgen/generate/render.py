@@ -94,19 +94,25 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     per_node_tasks = 1 if spec.launcher == "torchrun" else spec.gpus
     # torchrun runs one task per node that owns the CPUs of all its workers.
     cpus = spec.cpus_per_task * (spec.gpus if spec.launcher == "torchrun" else 1) if spec.cpus_per_task else None
+    typed = f"{spec.gpu_type}:" if spec.gpu_type else ""  # a100:4, gpu:a100:4
     opts: list[tuple[str, object | None]] = [
         ("--job-name", spec.job_name),
         ("--nodes", spec.nodes),
         ("--ntasks-per-node", per_node_tasks),
         ("--cpus-per-task", cpus),
-        ("--gpus-per-node", spec.gpus if spec.gpu_style == "gpus-per-node" else None),
-        ("--gres", f"gpu:{spec.gpus}" if spec.gpu_style == "gres" else None),
+        ("--gpus-per-node", f"{typed}{spec.gpus}" if spec.gpu_style == "gpus-per-node" else None),
+        ("--gres", f"gpu:{typed}{spec.gpus}" if spec.gpu_style == "gres" else None),
         ("--mem", spec.mem),
+        ("--mem-per-gpu", spec.mem_per_gpu),
         ("--time", spec.time),
+        ("--time-min", spec.time_min),
         ("--partition", spec.partition),
         ("--account", spec.account),
         ("--qos", spec.qos),
+        ("--reservation", spec.reservation),
         ("--constraint", spec.constraint),
+        ("--nodelist", spec.nodelist),
+        ("--exclude", spec.exclude),
         ("--array", sweeps.array_option(len(sweeps.points(spec.sweep)), spec.array) if spec.sweep else spec.array),
         # An array task's log is named by the array and its index (%A_%a), as `slurmgen logs ID_N` finds it.
         ("--output", f"{spec.logs}/%x-%A_%a.out" if spec.sweep or spec.array else f"{spec.logs}/%x-%j.out"),
@@ -138,6 +144,23 @@ def _container_srun_args(spec: JobSpec) -> list[ShellCode]:
     if c.mounts:
         args.append(f"--container-mounts={','.join(c.mounts)}")
     return [always_quoted(a) for a in args]
+
+
+# srun binds through Slurm's task plugin. No --gpu-bind=closest: it narrows each task's
+# CUDA_VISIBLE_DEVICES to the GPUs near it, and LOCAL_RANK would no longer be the device index
+# that the torchrun contract (and the bundled trainer's cuda:LOCAL_RANK) rely on; block
+# distribution with bound cores already puts consecutive local ranks on consecutive cores.
+_SRUN_BIND = {
+    "none": [],
+    "auto": ["--cpu-bind=cores"],  # Slurm binds where its task plugin can, else leaves the task unbound
+    "cores": ["--cpu-bind=cores"],
+    "numa": ["--cpu-bind=ldoms", "--mem-bind=local"],
+}
+
+
+def _srun_bind_args(spec: JobSpec) -> list[ShellCode]:
+    """srun's binding options, in srun mode only: a torchrun agent's task holds all of a node's ranks."""
+    return [ShellCode(a) for a in _SRUN_BIND[spec.bind]] if spec.launcher == "srun" else []
 
 
 def _container_prefix(spec: JobSpec) -> list[str]:
@@ -208,6 +231,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "nccl": spec.backend != "gloo",
         "command": [*_container_prefix(spec), *spec.command],
         "srun_container": _container_srun_args(spec),
+        "srun_bind": _srun_bind_args(spec),
         "pyxis": spec.container is not None and spec.container.runtime == "pyxis",
         "manual_port": spec.master_port or ports.DEFAULT_MASTER_PORT,
         "job_port_base": ports.JOB_PORT_BASE,

@@ -29,8 +29,9 @@ from msgspec import Meta, Struct
 from slurmgen.contract import envvars, exitcodes, hangs, ports, retries
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
+from slurmgen.errors import SlurmgenError
 from slurmgen.generate import slurm_values
-from slurmgen.generate.hostlist import is_host_name
+from slurmgen.generate.hostlist import expand, is_host_name
 from slurmgen.generate.written import as_written
 
 DEFAULT_COMMAND = ("python", "-m", "slurmgen.train")
@@ -82,13 +83,15 @@ MANAGED_SBATCH = {
     "--ntasks-per-node": "gpus",
     "--ntasks": "nodes and gpus",
     "-n": "nodes and gpus",
-    "--gpus-per-node": "gpus and gpu_request",
-    "--gres": "gpu_request",
+    "--gpus-per-node": "gpus, gpu_type and gpu_request",
+    "--gres": "gpu_request and gpu_type",
     "--cpus-per-task": "cpus_per_task",
     "-c": "cpus_per_task",
     "--mem": "mem",
+    "--mem-per-gpu": "mem_per_gpu",
     "--time": "time",
     "-t": "time",
+    "--time-min": "time_min",
     "--partition": "partition",
     "-p": "partition",
     "--account": "account",
@@ -98,6 +101,11 @@ MANAGED_SBATCH = {
     "--constraint": "constraint",
     "-C": "constraint",
     "--exclusive": "exclusive",
+    "--reservation": "reservation",
+    "--nodelist": "nodelist",
+    "-w": "nodelist",
+    "--exclude": "exclude",
+    "-x": "exclude",
     "--output": "log_dir",
     "-o": "log_dir",
     "--error": "log_dir",
@@ -109,7 +117,8 @@ MANAGED_SBATCH = {
     "-a": "array or sweep",
 }
 
-_NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")  # partition, account, qos
+_NAME = re.compile(r"^[A-Za-z0-9_.+@:-]+$")  # partition, account, qos, reservation
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.+-]+$")  # a GRES type: gpu:TYPE:N, so no colon and no comma
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -148,13 +157,25 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
         Meta(description="How GPUs are asked for; auto = none for backend gloo, else --gpus-per-node."),
     ] = "auto"
     cpus_per_task: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(description="CPUs per process.")] = None
+    gpu_type: Annotated[
+        str | None,
+        Meta(description="GPU type, e.g. a100: --gpus-per-node=a100:4 or --gres=gpu:a100:4, as gpu_request says."),
+    ] = None
     mem: Annotated[str | None, Meta(description="Memory per node, e.g. 64G (0 = all).")] = None
+    mem_per_gpu: Annotated[str | None, Meta(description="Memory per GPU, e.g. 40G (instead of mem).")] = None
     time: Annotated[str | None, Meta(description="Time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.")] = None
+    time_min: Annotated[
+        str | None,
+        Meta(description="Shortest acceptable time limit (sbatch --time-min): the job may start sooner with less."),
+    ] = None
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
     constraint: Annotated[str | None, Meta(description="Node features, e.g. a100&ib.")] = None
     exclusive: Annotated[bool, Meta(description="Ask for whole nodes.")] = False
+    reservation: Annotated[str | None, Meta(description="Run in these reservations, comma-separated.")] = None
+    nodelist: Annotated[str | None, Meta(description="Nodes the job must include, a hostlist: gpu[01-02].")] = None
+    exclude: Annotated[str | None, Meta(description="Nodes the job must not run on, a hostlist: gpu[07,09].")] = None
     sbatch_extra: Annotated[list[str], Meta(description="Extra #SBATCH options, e.g. --mail-type=END.")] = (
         msgspec.field(default_factory=list)
     )
@@ -178,6 +199,14 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
         Literal["srun", "torchrun"],
         Meta(description="run_slurm.sh only: srun (one task per process) or torchrun (one per node)."),
     ] = "srun"
+    bind: Annotated[
+        Literal["none", "auto", "cores", "numa"],
+        Meta(
+            description="Bind each rank to cores of its own: cores (split evenly), numa (on its GPU's NUMA node), "
+            "auto (where the node tells, else unbound, said once), none. srun mode through srun --cpu-bind; "
+            "launch_multi_node.sh and slurmgen launch from the node's topology."
+        ),
+    ] = "none"
     container: Container | None = None
     output_dir: Annotated[str, Meta(description="Where the scripts and job.yaml are written.")] = "out"
     log_dir: Annotated[str | None, Meta(description="Job logs; default OUTPUT_DIR/logs.")] = None
@@ -384,9 +413,21 @@ def _mounts(v: list[str]) -> list[str]:
 
 # Strict types, as the user wrote them: a number where text is expected is that text
 # (`job_name: 2024`, `--lr 3e-4` in a command); a boolean is never a number, nor the reverse.
-before(JobSpec, "job_name", "partition", "account", "qos", "constraint", "master_addr", "output_dir", "log_dir")(
-    as_written
-)
+before(
+    JobSpec,
+    "job_name",
+    "partition",
+    "account",
+    "qos",
+    "constraint",
+    "master_addr",
+    "output_dir",
+    "log_dir",
+    "gpu_type",
+    "reservation",
+    "nodelist",
+    "exclude",
+)(as_written)
 
 
 @before(JobSpec, "command")
@@ -476,6 +517,65 @@ def _time(v: object) -> object:
     text = str(as_written(v))  # YAML reads `time: 90` as an int
     slurm_values.time_limit_seconds(text)
     return text
+
+
+@before(JobSpec, "mem_per_gpu")
+def _mem_per_gpu(v: object) -> object:
+    if v is None or isinstance(v, bool):
+        return v
+    size = slurm_values.memory(str(as_written(v)))
+    if int(size.rstrip("KMGT")) == 0:
+        raise ValueError("a memory per GPU is above 0; use e.g. 40G (mem: 0 asks for all of a node's memory)")
+    return size
+
+
+@before(JobSpec, "time_min")
+def _time_min(v: object) -> object:
+    text = _time(v)
+    if text is not None and slurm_values.time_limit_seconds(str(text)) is None:
+        raise ValueError(f"a shortest time limit is a time, not unlimited; use {slurm_values.TIME_FORMS}")
+    return text
+
+
+@before(JobSpec, "gpus")
+def _gpus_with_type(v: object) -> object:
+    """`gpus: a100:4` (sbatch's --gpus-per-node form) names the type apart, in gpu_type."""
+    kind, sep, count = str(v).rpartition(":") if isinstance(v, str) else ("", "", "")
+    if sep and count.strip().isdigit():
+        raise ValueError(
+            f"give the GPU type apart: gpus: {count.strip()} and gpu_type: {kind.removeprefix('gpu:')} "
+            f"(--gpus {count.strip()} --gpu-type {kind.removeprefix('gpu:')})"
+        )
+    return v
+
+
+@after(JobSpec, "gpu_type")
+def _gpu_type(v: str | None) -> str | None:
+    if v is not None and not _GPU_TYPE.match(v):
+        raise ValueError("expected a GPU type as the cluster names it, e.g. a100 (letters, digits and _ . + - only)")
+    return v
+
+
+@after(JobSpec, "reservation")
+def _reservation(v: str | None) -> str | None:
+    if v is not None and not all(_NAME.match(name) for name in v.split(",")):
+        raise ValueError("expected reservation names, comma-separated, of letters, digits and _ . + @ : - only")
+    return v
+
+
+@after(JobSpec, "nodelist", "exclude")
+def _hostlist(v: str | None) -> str | None:
+    if v is not None:
+        hosts(v)
+    return v
+
+
+def hosts(expr: str) -> list[str]:
+    """The host names of a `nodelist` or `exclude` hostlist; ValueError naming the expected form."""
+    try:
+        return expand(expr)
+    except SlurmgenError as exc:
+        raise ValueError(f"expected a Slurm hostlist, e.g. gpu[01-04],gpu07 ({exc})") from None
 
 
 @after(JobSpec, "master_addr")
@@ -629,3 +729,25 @@ def _signal_before_end(spec: JobSpec) -> None:
     limit = slurm_values.time_limit_seconds(spec.time) if spec.time else None
     if spec.requeue and limit is not None and spec.signal_lead >= limit:
         raise ValueError(f"signal_lead ({spec.signal_lead}s) must be shorter than the time limit ({limit}s)")
+
+
+@across(JobSpec)
+def _request_fields(spec: JobSpec) -> None:
+    if spec.mem is not None and spec.mem_per_gpu is not None:
+        raise ValueError("mem_per_gpu: give mem (per node) or mem_per_gpu, not both: sbatch takes one")
+    for name in ("gpu_type", "mem_per_gpu"):
+        if getattr(spec, name) is not None and spec.gpu_style == "none":
+            raise ValueError(
+                f"{name}: this job asks for no GPUs (gpu_request {spec.gpu_request}, backend {spec.backend}); "
+                "set gpu_request: gpus-per-node or gres"
+            )
+    limit = slurm_values.time_limit_seconds(spec.time) if spec.time else None
+    least = slurm_values.time_limit_seconds(spec.time_min) if spec.time_min else None
+    if least is not None and limit is not None and least > limit:
+        raise ValueError(f"time_min: {spec.time_min} is longer than the time limit {spec.time}")
+    named = hosts(spec.nodelist) if spec.nodelist else []
+    if len(set(named)) > spec.nodes:
+        raise ValueError(f"nodelist: {spec.nodelist} names {len(set(named))} nodes, more than nodes: {spec.nodes}")
+    both = sorted(set(named) & set(hosts(spec.exclude) if spec.exclude else []))
+    if both:
+        raise ValueError(f"exclude: {', '.join(both)} is also in nodelist: a node cannot be both")

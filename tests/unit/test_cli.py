@@ -105,6 +105,15 @@ def test_existing_files_need_force(tmp_path, capsys):
         ),
         (["--config", "/nonexistent.yaml"], "slurmgen: error: config: cannot read '/nonexistent.yaml'"),
         (["--sbatch", "--nodes=4"], "slurmgen: error: sbatch_extra: --nodes is written by slurmgen; set nodes instead"),
+        (["--sbatch", "-x n1"], "slurmgen: error: sbatch_extra: -x is written by slurmgen; set exclude instead"),
+        (
+            ["--nodelist", "gpu[01-"],
+            "slurmgen: error: nodelist: expected a Slurm hostlist, e.g. gpu[01-04],gpu07 (hostlist: unmatched '[' in "
+            "'gpu[01-') (got 'gpu[01-')",
+        ),
+        (["--gpus", "a100:4"], "slurmgen: error: gpus: give the GPU type apart: gpus: 4 and gpu_type: a100"),
+        (["--mem-per-gpu", "4X"], "slurmgen: error: mem_per_gpu: not a Slurm memory size; use e.g. 64G"),
+        (["--time-min", "1:99:00"], "slurmgen: error: time_min: minutes must be 0-59 (got '1:99:00')"),
         (["--preempt-signal", "SIGUSR1"], "slurmgen: error: preempt_signal: expected 'USR2' or 'USR1' (got 'SIGUSR1')"),
         (["--preempt-signal", "TERM"], "slurmgen: error: preempt_signal: expected 'USR2' or 'USR1' (got 'TERM')"),
         # Lightning's documented line: the refusal gives the flags that write it.

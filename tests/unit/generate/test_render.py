@@ -58,6 +58,18 @@ GOLDEN_SPECS = {
         "launcher": "torchrun",
         "container": {"image": "/images/torch.sif", "runtime": "apptainer", "mounts": ["/data:/data"]},
     },
+    "request_fields": {
+        "nodes": 2,
+        "gpus": 4,
+        "gpu_request": "gres",
+        "gpu_type": "a100",
+        "mem_per_gpu": "40G",
+        "time": "2-00",
+        "time_min": "12:00:00",
+        "reservation": "maint",
+        "nodelist": "gpu[01-02]",
+        "exclude": "gpu[07,09]",
+    },
     "healing": {
         "nodes": 4,
         "gpus": 8,
@@ -105,6 +117,7 @@ def _matrix():
                 else ["python", "-m", "x"],
                 "heartbeat_timeout": 2.5 if i % 4 == 1 else None,
                 "preflight": i % 4 == 3,
+                "bind": ("none", "auto", "cores", "numa")[i % 4],
                 **(
                     {"retries": 1 + i % 3, "retry_on": [1, 124], "exclude_failed_node": i % 2 == 0}
                     if i % 3 == 2
