@@ -118,8 +118,8 @@ class Handle:
                 path, torchrun = log_path(record, self.task), record.info.get("launcher") == "torchrun"
                 data = self._with_runner(record, lambda r: r.read(path))
             else:
-                row = get_row(reg, self.seq) or {}
-                path, torchrun = (row.get("info") or {}).get("log_file"), False
+                row = get_row(reg, self.seq)
+                path, torchrun = (row["info"].get("log_file") if row else None), False
                 data = LocalRunner().read(path) if path else None
         lines, _ = tail(data, None, None, {rank} if rank is not None else None, torchrun)
         return [line.text if rank is not None else format_line(line, False) for line in lines]
