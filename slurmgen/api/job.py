@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurmgen.api.handle import Handle
+from slurmgen.contract import envvars
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ class Job:
         out.mkdir(parents=True, exist_ok=True)
         config, env_file = out / f"launch-{launch_id}.yaml", out / f"launch-{launch_id}.env"
         config.write_text(dump_yaml(self.spec))
-        env_file.write_text(f"SLURMGEN_LAUNCH_ID={launch_id}\n")
+        env_file.write_text(f"{envvars.LAUNCH_ID}={launch_id}\n")
         where = Path(registry) if registry is not None else None
         argv = [sys.executable, "-m", "slurmgen", "launch", "--config", str(config), "--hosts", ",".join(names)]
         argv += ["--env-file", str(env_file), *(["--registry", str(where)] if where else []), *options]
