@@ -379,12 +379,15 @@ class Coordinator:
             self.runs.ended(name, a, g["restarts"], outcome)
 
     def tick(self) -> None:
-        """Fail attempts whose agents went silent (the server calls this twice a second)."""
+        """Fail attempts whose agents went silent, and trim the output lines the heartbeats since
+        the last tick brought (the server calls this twice a second: a timer, so no heartbeat
+        judges silence or trims)."""
         if self.closing:
             return
         with self._atomic() as now:
             for a in self.store.active_attempts():
                 self._judge(a, now)
+            self.store.trim_lines()
 
     # --- agents ----------------------------------------------------------------------------------
     def heartbeat(self, report: AgentReport) -> AgentOrders:
@@ -438,10 +441,13 @@ class Coordinator:
     def _known_for(self, report: AgentReport) -> hb.Known:
         """Give every slot the agent reports for the first time its row, then read what a
         decision on the report needs: the agent's workers and the attempts they touch."""
-        known = {w["idx"] for w in self.store.workers(host=report.host)}
-        for r in report.workers:
-            if r.id not in known:
-                self.store.add_worker(report.host, r.id)
+        rows = self.store.workers(host=report.host)
+        known = {w["idx"] for w in rows}
+        new = [r.id for r in report.workers if r.id not in known]
+        for idx in new:
+            self.store.add_worker(report.host, idx)
+        if new:  # read once more only when a slot was added (once per slot, ever)
+            rows = self.store.workers(host=report.host)
         active = self.store.active_attempts()
         attempts: dict[st.RunKey, AttemptRow | None] = {(a["grp"], a["number"]): a for a in active}
         for r in report.workers:
@@ -451,7 +457,7 @@ class Coordinator:
                     self.store.attempt(r.group, r.attempt) if r.attempt is not None else None
                 )
         return hb.Known(
-            workers={w["idx"]: w for w in self.store.workers(host=report.host)},
+            workers={w["idx"]: w for w in rows},
             active={a["grp"]: a for a in active},
             attempts=attempts,
             stacks=dict(self.stacks),

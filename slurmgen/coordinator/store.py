@@ -5,6 +5,11 @@ the rank plan) and the recent output lines survive a server restart. What does n
 survive stays out: when each agent was last heard is kept in memory by the service, so a
 heartbeat that changes nothing writes nothing. Callers serialise access (one lock in the
 service); the connection is shared across the server's threads for that reason.
+
+Every heartbeat reads the active attempts, so the store keeps them decoded between the changes
+of any attempt (this object is the file's only writer); and it trims a group's output lines on
+the server's tick, not at every heartbeat that brings some: a heartbeat's work does not grow
+with the history (attempts, runs, lines) or the size of the plans.
 """
 
 from __future__ import annotations
@@ -119,12 +124,19 @@ class Store:
             if column not in {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}:
                 self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
         self.path.chmod(0o600)
+        self._active: list[AttemptRow] | None = None  # active_attempts(), until an attempt changes
+        self._untrimmed: set[str] = set()  # groups given lines since the last trim_lines()
 
     def close(self) -> None:
         self.db.close()
 
     def transaction(self) -> _Transaction:
-        return _Transaction(self.db)
+        return _Transaction(self)
+
+    def forget_cached(self) -> None:
+        """Read the active attempts from the file again next time (an attempt changed, or a
+        transaction that may have changed one was rolled back)."""
+        self._active = None
 
     # --- rows -----------------------------------------------------------------------------
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
@@ -188,6 +200,7 @@ class Store:
         self.db.execute("UPDATE workers SET grp = NULL WHERE grp = ?", (name,))
         for table, column in (("attempts", "grp"), ("logs", "grp"), ("groups", "name")):
             self.db.execute(f"DELETE FROM {table} WHERE {column} = ?", (name,))
+        self.forget_cached()
 
     def member_counts(self) -> dict[str, int]:
         return {
@@ -204,22 +217,36 @@ class Store:
         return cast("AttemptRow | None", row)
 
     def active_attempts(self) -> list[AttemptRow]:
-        return cast("list[AttemptRow]", self._rows("SELECT * FROM attempts WHERE state IN ('starting', 'running')"))
+        """The attempts starting or running: decoded once per change of any attempt, not at
+        every heartbeat (each a copy: a caller's change stays its own)."""
+        if self._active is None:
+            rows = self._rows("SELECT * FROM attempts WHERE state IN ('starting', 'running')")
+            self._active = cast("list[AttemptRow]", rows)
+        return [cast("AttemptRow", dict(a)) for a in self._active]
 
     def add_attempt(self, group: str, number: int, started: float, plan: Plan) -> None:
         self.db.execute(
             "INSERT INTO attempts (grp, number, state, started, plan) VALUES (?, ?, ?, ?, ?)",
             (group, number, State.STARTING.value, started, json.dumps(plan)),
         )
+        self.forget_cached()
 
     def update_attempt(self, group: str, number: int, **values: Any) -> None:
         self._update("attempts", {"grp": group, "number": number}, **values)
+        self.forget_cached()
 
     # --- output lines -----------------------------------------------------------------------
     def add_lines(self, rows: list[tuple[str, int, int, str, float, str]]) -> None:
-        """rows: (group, attempt, rank, worker, time, line); keeps LOG_LINES_KEPT per group."""
+        """rows: (group, attempt, rank, worker, time, line); `trim_lines` drops the oldest later."""
         self.db.executemany("INSERT INTO logs (grp, attempt, rank, worker, time, line) VALUES (?, ?, ?, ?, ?, ?)", rows)
-        for group in {r[0] for r in rows}:
+        self._untrimmed.update(r[0] for r in rows)
+
+    def trim_lines(self) -> None:
+        """Keep LOG_LINES_KEPT lines of each group given lines since the last call (the server's
+        tick calls it: one trim per group and tick instead of one per heartbeat with lines; the
+        newest lines, all that anyone reads, are the same)."""
+        groups, self._untrimmed = self._untrimmed, set()
+        for group in groups:
             self.db.execute(
                 "DELETE FROM logs WHERE grp = ? AND id <= (SELECT id FROM logs WHERE "
                 "grp = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
@@ -246,11 +273,13 @@ class Store:
 class _Transaction:
     """`with store.transaction():` one atomic change (BEGIN IMMEDIATE ... COMMIT/ROLLBACK)."""
 
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
+    def __init__(self, store: Store):
+        self.store = store
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.store.db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, kind, value, tb) -> None:
-        self.db.execute("ROLLBACK" if kind else "COMMIT")
+        if kind:
+            self.store.forget_cached()  # what it cached may be what the rollback undid
+        self.store.db.execute("ROLLBACK" if kind else "COMMIT")
