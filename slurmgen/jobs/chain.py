@@ -121,7 +121,8 @@ def view(runner: Runner, registry: Registry, record: JobRecord) -> dict[str, Any
         link = _link(registry, record, job)
         tasks = all_tasks(snap, link) if link is not None else []
         state, code = overall(tasks) if tasks else ((link.last_state, link.last_exit) if link else (None, None))
-        links.append({"link": n, "job": job, "state": state or "UNKNOWN", "exit_code": code})
+        seq = link.seq if link is not None else None
+        links.append({"link": n, "job": job, "seq": seq, "state": state or "UNKNOWN", "exit_code": code})
     ended = None
     if not record.info.get("array") and record.info.get("log_dir"):
         data = runner.read(str(PurePosixPath(record.info["log_dir"]) / CHAIN_ENDED_NAME.format(job_id=ids[0])))

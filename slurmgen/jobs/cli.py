@@ -84,6 +84,7 @@ def _job_line(row: dict[str, Any]) -> str:
 
     code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
     tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
+    tasks += f" ({row['chain']})" if row.get("chain") else ""
     where = f" on {row['remote']}" if row["remote"] else ""
     seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
     # Slurm says FAILED of a job that exited with the preemption code (checkpoint and stop): say what it means.

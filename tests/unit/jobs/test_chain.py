@@ -215,3 +215,23 @@ def test_a_sweeps_chain_ends_per_array_task(tmp_path, fake_slurm):
     assert cancelled == ["102_1 103_1"]
     assert (logs / CHAIN_ENDED_NAME.format(job_id="101_1")).exists()
     assert last_record(logs, "107")["chain"] == "finished"  # the task's own attempts record
+
+
+def test_the_lists_and_the_run_page_say_which_link_of_which_chain(calls, capsys, tmp_path):
+    from slurmgen.coordinator.web.run_detail import read_run
+    from slurmgen.coordinator.web.runs_page import run_view
+    from slurmgen.runs.model import get_row
+
+    assert submit(capsys, "--chain", "3", "-t", "10")[0] == 0
+    code, out, err = run(capsys, "jobs", "--registry", "r.sqlite")
+    assert code == 0, err
+    assert all(f"slurmgen (link {n}/3 of chain 101)" in out for n in (1, 2, 3)), out
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        row = get_row(reg, reg.get("102").seq)
+    assert run_view(row, 0.0)["name"] == "slurmgen (link 2/3 of chain 101)"
+    page = read_run(tmp_path / "r.sqlite", row["seq"])
+    assert [(link["job"], link["seq"]) for link in page["slurm"]["chain"]["links"]] == [
+        ("101", 1),
+        ("102", 2),
+        ("103", 3),
+    ]
