@@ -235,3 +235,36 @@ def test_the_lists_and_the_run_page_say_which_link_of_which_chain(calls, capsys,
         ("102", 2),
         ("103", 3),
     ]
+
+
+class LoginShell:
+    """Runs argv with real processes, stdin included, as the SSH runner does on a login node."""
+
+    where = "login1"
+
+    def run(self, argv, *, cwd=None, stdin=b"", timeout=60):
+        import subprocess
+
+        from slurmgen.jobs.slurm_runner import Result
+
+        done = subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, timeout=timeout)
+        return Result(done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def test_a_remote_chain_is_submitted_and_written_on_the_login_node(calls, tmp_path):
+    """`submit --remote` hands its runner and the shipped job directory to the same chain.submit."""
+    from slurmgen.generate.render import render
+    from slurmgen.generate.specfile import spec_from_sources
+    from slurmgen.jobs import chain
+
+    rendered = render(spec_from_sources(None, {"chain": 2, "time": "10", "command": ["python", "t.py"]}))
+    job_dir = tmp_path / "jobdir"
+    job_dir.mkdir()
+    with Registry.open(tmp_path / "r.sqlite", create=True) as reg:
+        records = chain.submit(LoginShell(), reg, rendered, str(job_dir), ["--parsable"], "login1", {"snapshot": {}})
+    assert [(r.job_id, r.remote, r.info["chain"]["link"]) for r in records] == [
+        ("101", "login1", 1),
+        ("102", "login1", 2),
+    ]
+    assert (job_dir / "out" / "logs" / CHAIN_JOBS_NAME.format(job_id="101")).read_text() == "101\n102\n"
+    assert said(calls, "scontrol") == ["release 101"]
