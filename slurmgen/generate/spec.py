@@ -651,10 +651,10 @@ def _chain_needs_a_time_limit(spec: JobSpec) -> None:
     and a link that requeued itself (requeue: true) would run again instead of the next one."""
     if spec.chain == 1:
         return
-    if spec.time is None:
+    limit = slurm_values.time_limit_seconds(spec.time) if spec.time else None
+    if limit is None:  # none given, or UNLIMITED
         raise ValueError(f"chain: {spec.chain} links need a time limit (time), at which each link hands on to the next")
     if spec.requeue:
         raise ValueError("chain: the next link resumes the run; requeue: true would run the same link again (drop one)")
-    limit = slurm_values.time_limit_seconds(spec.time)
     if spec.signal_lead >= limit:
         raise ValueError(f"chain: signal_lead ({spec.signal_lead}s) must be shorter than the time limit ({limit}s)")
