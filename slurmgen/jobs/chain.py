@@ -153,10 +153,10 @@ def live_link(runner: Runner, registry: Registry, record: JobRecord) -> JobRecor
     return record
 
 
-def cancel_others(runner: Runner, record: JobRecord, target: JobRecord) -> list[str]:
-    """scancel every link of the chain but `target` (which the caller cancels and waits for);
-    the ids sent. A link that has ended already is no error: Slurm says so and nothing changes."""
-    others = [job for job in links_of(record) if job != target.job_id]
+def cancel_others(runner: Runner, live: JobRecord) -> list[str]:
+    """scancel every link of the chain but `live` (which the caller cancels and waits for); the
+    ids sent. A link that has ended already is no error: Slurm says so and nothing changes."""
+    others = [job for job in links_of(live) if job != live.job_id]
     if others:
         runner.run(["scancel", *others], timeout=30)
     return others

@@ -241,7 +241,9 @@ def _requeue(reg: Registry, record: JobRecord, runners: OpenRunner) -> Outcome:
 
 def _cancel(reg: Registry, record: JobRecord, runners: OpenRunner, task: str | None, signal: str | None) -> Outcome:
     """scancel the job (or send it `signal`), unless its id now names a later job. An ended job
-    is left alone and said so: a refusal, since Slurm was not asked to act."""
+    is left alone and said so: a refusal, since Slurm was not asked to act. A link of a chain
+    (jobs/chain.py) stands for its chain: the signal goes to the chain's live link, and a cancel
+    ends every link, the live one waited for."""
     reused = reused_note(reg, record)
     if reused:  # scancel ID would hit the later job that has the id now
         error = SlurmgenError(f"cancel: {reused}; nothing was cancelled")
@@ -252,7 +254,7 @@ def _cancel(reg: Registry, record: JobRecord, runners: OpenRunner, task: str | N
         runner = _runner(record, runners)
         if chain.links_of(record) and task is None:  # a chain: its live link, and without a signal every link
             record = chain.live_link(runner, reg, record)
-            others = chain.cancel_others(runner, record, record) if signal is None else []
+            others = chain.cancel_others(runner, record) if signal is None else []
         done = stopping.cancel(runner, reg, record, task, signal)
     except SlurmgenError as exc:
         return Outcome(Status.UNANSWERED, str(exc), warning=warning, error=exc)
