@@ -137,13 +137,14 @@ def _spec(config: Path | None, fields: Mapping[str, Any]) -> JobSpec:
 
 def sbatch_here(runner: Runner, reg: Registry, rendered: Rendered, args: list[str], *, force: bool) -> JobRecord:
     """Write the rendered files (all or none) and sbatch them from this directory, registering the
-    job: what `slurmgen submit` and `Job.submit()` both do for a job of this machine's Slurm."""
+    job: what `slurmgen submit` and `Job.submit()` both do for a job of this machine's Slurm. A
+    chain's links are submitted together (jobs/chain.py): the record of its first link."""
     from slurmgen.generate.output import write_files
-    from slurmgen.jobs import commands
+    from slurmgen.jobs.chain import submit_job
 
     spec = rendered.spec
     write_files(Path(spec.output_dir), rendered.files, force=force, extra_dirs=[Path(spec.logs)])
-    return commands.submit(runner, reg, rendered, os.getcwd(), args, None, {})
+    return submit_job(runner, reg, rendered, os.getcwd(), args, None, {})
 
 
 def _launched(registry: Path | None, launch_id: str, proc: subprocess.Popen[bytes], out: Path) -> Handle:

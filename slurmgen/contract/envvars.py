@@ -106,6 +106,11 @@ _VARS = (
     ),
     Var("SLURMGEN_SWEEP_INDEX", "run_slurm.sh", "This array task's row of the sweep grid."),
     Var("SLURMGEN_SWEEP_FILE", "run_slurm.sh", "The sweep grid file (JSON Lines), relative to SLURM_SUBMIT_DIR."),
+    Var(
+        "SLURMGEN_CHAIN",
+        "jobs (submit --chain), run_slurm.sh",
+        "The chain a link belongs to: its first link's job id (one run directory and run record for every link).",
+    ),
     # launch_multi_node.sh and the SSH launcher's node bootstrap.
     Var("SLURMGEN_LOG_DIR", "launch_multi_node.sh", "Where per-rank logs go (default: the spec's log_dir).", user=True),
     Var("SLURMGEN_RANK_OFFSET", "launch, launch_multi_node.sh", "First RANK on this node when nodes differ in size."),
@@ -206,6 +211,7 @@ PREEMPT_SIGNAL = "SLURMGEN_PREEMPT_SIGNAL"
 PREEMPT_CONTRACT = "SLURMGEN_PREEMPT_CONTRACT"
 STRATEGY = "SLURMGEN_STRATEGY"
 SWEEP_INDEX = "SLURMGEN_SWEEP_INDEX"
+CHAIN = "SLURMGEN_CHAIN"
 SWEEP_FILE = "SLURMGEN_SWEEP_FILE"
 LOG_DIR = "SLURMGEN_LOG_DIR"
 RANK_OFFSET = "SLURMGEN_RANK_OFFSET"

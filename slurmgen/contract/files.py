@@ -9,6 +9,12 @@ ATTEMPTS_NAME = "slurmgen-{job_id}.attempts.jsonl"
 FINISHED_NAME = "slurmgen-{job_id}.finished"
 # Every rank's phases and step samples (contract/phases.py), appended by the ranks themselves.
 TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
+# A chain of jobs (`submit --chain`), named by its first link's id: its links' job ids, one a
+# line in order (written at submit time, read by each link to cancel the ones after it), and the
+# line why the chain ended (written by the link that ended it; per array task, `{chain}_{task}`),
+# which makes a later link that starts anyway exit 0 at once, as the finished marker does.
+CHAIN_JOBS_NAME = "slurmgen-chain-{job_id}.jobs"
+CHAIN_ENDED_NAME = "slurmgen-chain-{job_id}.ended"
 # Beside the run registry, not beside logs: a request to stop a running `slurmgen launch`,
 # written by the page or `slurmgen cancel`, taken by the launcher (runs/stop_request.py).
 CONTROL_DIR = "control"

@@ -139,6 +139,12 @@ def create(
     preflight: bool | None = typer.Option(
         None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."
     ),
+    chain: str | None = typer.Option(
+        None,
+        "--chain",
+        metavar="K",
+        help="A run longer than --time: `submit` sbatches K links, each resuming the last one's checkpoint.",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the files instead of writing them."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract import attempts, blame, envvars, exitcodes, hangs, ports, signals
+from slurmgen.contract import attempts, blame, envvars, exitcodes, hangs, ports, retries, signals
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.files import (
     ATTEMPTS_NAME,
+    CHAIN_ENDED_NAME,
+    CHAIN_JOBS_NAME,
     FINISHED_NAME,
     HEARTBEAT_GLOB,
     HEARTBEAT_NAME,
@@ -130,6 +132,8 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
         # would requeue on preemption or node failure, and `scontrol requeue` would be allowed).
         # Unset, the cluster's JobRequeue decides, so PreemptMode=REQUEUE still brings a job back.
         lines.append(ShellCode("--no-requeue"))
+    if spec.chain > 1:  # each link's warning before its time limit: the program checkpoints, the next link resumes
+        lines.append(ShellCode(f"--signal={spec.preempt_signal}@{spec.signal_lead}"))
     for extra in spec.sbatch_extra:
         key, sep, value = extra.partition("=")
         lines.append(ShellCode(f"{key}={sbatch_value(value)}" if sep else key))
@@ -215,6 +219,23 @@ def _heal(spec: JobSpec) -> dict[str, object]:
     }
 
 
+def _chain(spec: JobSpec) -> dict[str, object] | None:
+    """run_slurm.sh's part in a chain (`submit --chain`, templates/run_slurm_chain.sh.j2): its
+    files, and the codes after which it goes on (contract/retries.py's rule, plus the
+    checkpoint before the time limit); None without a chain."""
+    if spec.chain == 1:
+        return None
+    return {
+        "links": spec.chain,
+        "var": ShellCode(envvars.CHAIN),
+        "jobs_name": name_parts(CHAIN_JOBS_NAME),
+        "ended_name": name_parts(CHAIN_ENDED_NAME),
+        "preempted": exitcodes.PREEMPTED,
+        "never": ShellCode(" ".join(str(code) for code in sorted(retries.NEVER))),
+        "retry_codes": ShellCode(" ".join(str(code) for code in spec.retry_on)),
+    }
+
+
 def context(spec: JobSpec) -> dict[str, object]:
     """Everything the templates see. Values are plain data; only ShellCode skips quoting."""
     out = spec.output_dir.rstrip("/") or "."
@@ -243,6 +264,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "torchrun_python": runs_python(spec),
         "warning_signals": ShellCode(" ".join(signals.WARNINGS)),
         "heal": _heal(spec),
+        "chain": _chain(spec),
         **_link_context(),
     }
 

@@ -276,6 +276,15 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
         bool, Meta(description="Exclude the node where the failure started before requeueing.")
     ] = False
     preflight: Annotated[bool, Meta(description="Run `slurmgen doctor` on every node before the job step.")] = False
+    chain: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=1000,
+            description="Links of a run longer than the time limit: `submit` sbatches this many jobs, each resuming "
+            "the last one's checkpoint; 1: no chain.",
+        ),
+    ] = 1
 
     # ---- derived values, computed, never stored ----
     @property
@@ -751,3 +760,23 @@ def _request_fields(spec: JobSpec) -> None:
     both = sorted(set(named) & set(hosts(spec.exclude) if spec.exclude else []))
     if both:
         raise ValueError(f"exclude: {', '.join(both)} is also in nodelist: a node cannot be both")
+
+
+# ---- chains (submit --chain) ----
+before(JobSpec, "chain")(_no_boolean("a whole number"))
+
+
+@across(JobSpec)
+def _chain_needs_a_time_limit(spec: JobSpec) -> None:
+    """A chain's links end at the time limit, warned signal_lead seconds before it (the trainer
+    checkpoints and exits, the next link resumes): without a limit there is nothing to chain,
+    and a link that requeued itself (requeue: true) would run again instead of the next one."""
+    if spec.chain == 1:
+        return
+    limit = slurm_values.time_limit_seconds(spec.time) if spec.time else None
+    if limit is None:  # none given, or UNLIMITED
+        raise ValueError(f"chain: {spec.chain} links need a time limit (time), at which each link hands on to the next")
+    if spec.requeue:
+        raise ValueError("chain: the next link resumes the run; requeue: true would run the same link again (drop one)")
+    if spec.signal_lead >= limit:
+        raise ValueError(f"chain: signal_lead ({spec.signal_lead}s) must be shorter than the time limit ({limit}s)")

@@ -36,6 +36,13 @@ task that ended badly, which names no rank under torchrun):
              "stop" (no retry: a code not in retry_on, or retries used up)
   exclude    the node added to the job's ExcNodeList before the requeue, or null
 
+A link of a chain (`submit --chain`, templates/run_slurm_chain.sh.j2) adds to its "end" lines:
+
+  chain      "next" (the next link resumes the run), "finished" (the run finished: the links
+             after this one are cancelled) or "stopped" (a code no retry would fix: the same)
+  chain_why  why the chain ended, or null; also kept in LOG_DIR/slurmgen-chain-<chain>.ended,
+             which makes a later link that starts anyway write "skipped" (with chain "ended")
+
 `LOG_DIR/slurmgen-<SLURM_JOB_ID>.finished` exists once an attempt ended with exit 0: a later
 start of the same job id (a requeue by Slurm or by hand) exits 0 at once without running.
 An attempt killed outright (node failure, scancel, a requeue by the program itself after a

@@ -85,6 +85,7 @@ def _job_line(row: dict[str, Any]) -> str:
 
     code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
     tasks = f" ({row['tasks']} tasks)" if row["tasks"] else ""
+    tasks += f" ({row['chain']})" if row.get("chain") else ""
     where = f" on {row['remote']}" if row["remote"] else ""
     seen = "" if row["live"] else " (last seen; its id now names a later job)" if row["id_reused"] else " (last seen)"
     # Slurm says FAILED of a job that exited with the preemption code (checkpoint and stop): say what it means.
@@ -136,7 +137,7 @@ def status(
             remote,
             ssh_config,
             remote_setup,
-            lambda reg, record, task, runner: commands.status(runner, reg, record, task, timeline),
+            lambda reg, record, task, runner: _slurm_status(runner, reg, record, task, timeline),
         )
     elif not timeline and not as_json:
         for line in commands.run_lines(view):
@@ -150,6 +151,21 @@ def status(
         return
     for line in format_view(view, style):
         typer.echo(line)
+    if view.get("chain"):
+        from slurmgen.jobs.chain import lines
+
+        for line in lines(view["chain"]):
+            typer.echo(line)
+
+
+def _slurm_status(runner: Any, reg: Any, record: Any, task: str | None, timeline: bool) -> dict[str, Any]:
+    """`status` of a Slurm job; of a link of a chain, with every link (jobs/chain.py)."""
+    from slurmgen.jobs import chain, commands
+
+    view = commands.status(runner, reg, record, task, timeline)
+    if chain.links_of(record):
+        view["chain"] = chain.view(runner, reg, record)
+    return view
 
 
 def _run_view(registry: Path | None, job: str | None, with_timeline: bool) -> dict[str, Any] | None:
@@ -413,6 +429,8 @@ def cancel(
         typer.echo(result["said"])
     else:
         typer.echo(f"job {result['job']}: {style(result['state'], result['state'])}")
+        if result.get("chain_links"):
+            typer.echo(f"and the chain's other links: {' '.join(result['chain_links'])}")
     if not result.get("ended", True):
         raise typer.Exit(FAILED)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from slurmgen.contract.states import SLURM_ENDED, from_slurm
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs import stopping
+from slurmgen.jobs import chain, stopping
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.runs import stop_request
@@ -241,14 +241,25 @@ def _requeue(reg: Registry, record: JobRecord, runners: OpenRunner) -> Outcome:
 
 def _cancel(reg: Registry, record: JobRecord, runners: OpenRunner, task: str | None, signal: str | None) -> Outcome:
     """scancel the job (or send it `signal`), unless its id now names a later job. An ended job
-    is left alone and said so: a refusal, since Slurm was not asked to act."""
+    is left alone and said so: a refusal, since Slurm was not asked to act. A link of a chain
+    (jobs/chain.py) stands for its chain: the signal goes to the chain's live link, and a cancel
+    ends every link, the live one waited for."""
     reused = reused_note(reg, record)
     if reused:  # scancel ID would hit the later job that has the id now
         error = SlurmgenError(f"cancel: {reused}; nothing was cancelled")
         return Outcome(Status.REFUSED, str(error), error=error)
     warning = stopping.signal_warning(record, signal) if signal else None
+    others: list[str] = []
     try:
-        done = stopping.cancel(_runner(record, runners), reg, record, task, signal)
+        runner = _runner(record, runners)
+        if chain.links_of(record) and task is None:  # a chain: its live link, and without a signal every link
+            record = chain.live_link(runner, reg, record)
+            others = chain.cancel_others(runner, record) if signal is None else []
+        done = stopping.cancel(runner, reg, record, task, signal)
     except SlurmgenError as exc:
         return Outcome(Status.UNANSWERED, str(exc), warning=warning, error=exc)
-    return Outcome(Status.REFUSED if done.get("already_ended") else Status.DONE, str(done["said"]), done, warning)
+    said = str(done["said"]) + (f" (and the chain's other links: {' '.join(others)})" if others else "")
+    ended = done.get("already_ended") and not others
+    return Outcome(
+        Status.REFUSED if ended else Status.DONE, said, {**done, **({"chain_links": others} if others else {})}, warning
+    )

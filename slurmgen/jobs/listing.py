@@ -18,7 +18,7 @@ from slurmgen.jobs.query import ask
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
-from slurmgen.runs.model import RunRow, list_rows
+from slurmgen.runs.model import RunRow, chain_label, list_rows
 from slurmgen.runs.registry import JobRecord, Registry
 
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
@@ -132,6 +132,7 @@ def _slurm_row(r: RunRow, record: JobRecord, live: tuple[list[SlurmJob], bool] |
         "output_dir": record.output_dir,
         "submitted": record.submitted,
         "id_reused": reused,
+        "chain": chain_label(record.info),
         **_common(r),
         "attempts": r["attempts"] if number is None else number,
         "run_state": word.value if word else None,

@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from slurmgen.errors import SlurmgenError
 from slurmgen.generate.cli import create, echo_notes, spec_from_create_flags, write_rendered
 from slurmgen.jobs.cli_shared import JsonOpt, RegistryOpt, RemoteOpt, Runners, SetupOpt, SshConfigOpt, echo_json, style
 
@@ -32,6 +33,11 @@ def submit(**kw: Any) -> None:
     dry_run, force = create_flags.pop("dry_run"), create_flags.pop("force")
     rendered = render(spec_from_create_flags(**create_flags))
     args = commands.sbatch_args(kw["dependency"], kw["hold"])
+    if rendered.spec.chain > 1 and kw["wait"]:
+        raise SlurmgenError(
+            f"wait: --wait follows one job, and a chain is {rendered.spec.chain} of them: "
+            "follow it with `slurmgen status ID` (any link's id)"
+        )
     if dry_run:
         write_rendered(rendered, dry_run=True, force=force)
         return
@@ -45,7 +51,7 @@ def submit(**kw: Any) -> None:
                 echo_notes(rendered.spec)
                 record = sbatch_here(runners(None), reg, rendered, args, force=force)  # as Job.submit()
             if not kw["wait"]:
-                echo_json(record.as_dict()) if as_json else typer.echo(record.job_id)
+                _say_submitted(record, as_json)
                 return
             if not as_json:
                 typer.echo(record.job_id)
@@ -61,6 +67,7 @@ def submit(**kw: Any) -> None:
 
 def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: dict[str, Any]) -> Any:
     from slurmgen.jobs import commands
+    from slurmgen.jobs.chain import submit_job
     from slurmgen.jobs.remote import DEFAULT_REMOTE_DIR, ship
     from slurmgen.jobs.snapshot import take
 
@@ -73,7 +80,7 @@ def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: di
     job_dir, uploaded = ship(runner, snap, kw["remote_dir"] or DEFAULT_REMOTE_DIR, commands.job_tar(rendered, extra))
     runner.run(["mkdir", "-p", rendered.spec.logs], cwd=job_dir)
     facts.update(dir=job_dir, uploaded=uploaded, diff=snap.diff)
-    return commands.submit(
+    return submit_job(
         runner,
         reg,
         rendered,
@@ -86,6 +93,20 @@ def _submit_remote(runner: Any, reg: Any, rendered: Any, args: list[str], kw: di
             "ssh_config": os.path.abspath(kw["ssh_config"]) if kw["ssh_config"] else None,
         },
     )
+
+
+def _say_submitted(record: Any, as_json: bool) -> None:
+    """The job id on stdout (a chain's: its first link's, by which every command finds it), and
+    a chain's links on stderr."""
+    links = record.info.get("chain", {}).get("links")
+    if as_json:
+        echo_json(record.as_dict())
+        return
+    typer.echo(record.job_id)
+    if links:
+        typer.echo(
+            f"chain {record.job_id}: links {' '.join(links)}, each starting once the one before it ended", err=True
+        )
 
 
 def _signature() -> inspect.Signature:

@@ -23,7 +23,7 @@ import logging
 import socket
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, cast
@@ -124,6 +124,16 @@ def size(nodes: int | None, ranks: int | None) -> str | None:
     if not nodes or not ranks:
         return None
     return f"{nodes}x{ranks // nodes}" if ranks % nodes == 0 else f"{nodes} nodes, {ranks} ranks"
+
+
+def chain_label(info: Mapping[str, Any]) -> str | None:
+    """Which link of which chain a Slurm job's row is (`submit --chain`, jobs/chain.py), as every
+    list of runs writes it beside the name: "link 2/3 of chain 101"; None for a job of no chain.
+    The links of a chain are rows of their own, each with its id, log and state; this groups them."""
+    chain = info.get("chain")
+    if not isinstance(chain, Mapping) or not chain.get("links"):
+        return None
+    return f"link {chain.get('link')}/{len(chain['links'])} of chain {chain.get('id')}"
 
 
 def check_kinds(kinds: Iterable[str]) -> list[str]:

@@ -68,11 +68,14 @@ def signal_name(text: str) -> str:
 def default_out_dir(environ: Mapping[str, str]) -> str | None:
     """Where a run writes without --out-dir: one directory per Slurm job, named as its log is
     (%A_%a for an array task, so the tasks of a sweep never resume each other's checkpoints;
-    a requeued job keeps its id and so resumes its own); outside Slurm None (the field's default)."""
+    a requeued job keeps its id and so resumes its own; a link of a chain, `submit --chain`, is
+    named by its chain, SLURMGEN_CHAIN, the first link's id, and so resumes the link before it);
+    outside Slurm None (the field's default)."""
     array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    chain = environ.get(envvars.CHAIN)
     if array and task:
-        return f"runs/job-{array}_{task}"
-    return f"runs/job-{environ['SLURM_JOB_ID']}" if environ.get("SLURM_JOB_ID") else None
+        return f"runs/job-{chain or array}_{task}"
+    return f"runs/job-{chain or environ['SLURM_JOB_ID']}" if environ.get("SLURM_JOB_ID") else None
 
 
 def _requeue_from_env(value: str) -> bool | None:

@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from slurmgen.contract.attempts import attempt_number
 from slurmgen.contract.states import ENDED, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
-from slurmgen.jobs import control
+from slurmgen.jobs import chain, control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
 from slurmgen.runs.model import RunRow, attempts_of, get_row
 from slurmgen.runs.registry import JobRecord, Registry
@@ -123,6 +123,8 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
         failure = view.get("first_failure") or {}
         view["pending"] = pending_text(view, None) if view.get("reason") else None
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
+        if chain.links_of(record):  # a link of a chain: every link, as `slurmgen status` shows them
+            view["chain"] = chain.view(runner, reg, record)
         view["attempts"] = slurm_attempts(
             view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code"))
         )

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 
 from slurmgen.contract.states import ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
-from slurmgen.runs.model import KINDS, RunRow, check_kinds, check_states, count_rows, list_rows, size
+from slurmgen.runs.model import KINDS, RunRow, chain_label, check_kinds, check_states, count_rows, list_rows, size
 from slurmgen.runs.registry import Registry
 
 from .auth import guarded
@@ -99,7 +99,7 @@ def run_view(r: RunRow, now: float) -> dict[str, Any]:
         "seq": r["seq"],
         "kind": r["kind"],
         "key": r["job_id"],
-        "name": r["name"],
+        "name": r["name"] + (f" ({label})" if (label := chain_label(r.get("info") or {})) else ""),
         "state": state,
         "shape": size(r["nodes"], r["ranks"]) or "—",
         "started": clock(r.get("started")) or "—",

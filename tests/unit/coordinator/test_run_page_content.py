@@ -382,3 +382,22 @@ def test_a_rank_without_an_end_is_running_while_its_attempt_lasts_and_unsaid_aft
         ("—", "failed (exit 3)", "—", False),
     ]
     assert rank_rows(attempt, set(), False)[1]["status"] == "—"  # killed: it never said how it ended
+
+
+def test_a_chains_link_page_lists_every_link_and_why_the_chain_ended(served, tmp_path, monkeypatch):
+    from slurmgen.contract.files import CHAIN_ENDED_NAME
+
+    client, registry = served
+    fake_slurm(
+        tmp_path, monkeypatch, [scontrol_line("91", "COMPLETED", "0:0"), scontrol_line("92", "CANCELLED", "0:0")]
+    )
+    seqs = [
+        add_job(registry, tmp_path, job, chain={"id": "91", "links": ["91", "92"], "link": n})
+        for n, job in enumerate(("91", "92"), 1)
+    ]
+    (tmp_path / "logs" / CHAIN_ENDED_NAME.format(job_id="91")).write_text("the run finished in link 91\n")
+    page = client.get(f"/ui/runs/{seqs[1]}").text
+    assert "<dt>Chain 91</dt>" in page
+    assert f'<a href="/ui/runs/{seqs[0]}">91</a> COMPLETED' in page, page
+    assert "; ended: the run finished in link 91</dd>" in page
+    assert "train (link 2/2 of chain 91)" in client.get("/ui/runs").text

@@ -80,6 +80,7 @@ GOLDEN_SPECS = {
         "preflight": True,
         "log_dir": "logs of 'run' $1",
     },
+    "chain": {"chain": 3, "time": "1-00", "retries": 1, "retry_on": "1,124"},
 }
 
 
@@ -123,6 +124,7 @@ def _matrix():
                     if i % 3 == 2
                     else {}
                 ),
+                **({"chain": 2 + i % 3, "time": "2:00:00"} if not requeue and i % 3 != 0 else {}),
             },
         )
 
