@@ -13,13 +13,14 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
 from slurmgen.contract.states import State
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
-from slurmgen.coordinator.group_runs import GroupRuns, timeline_env
+from slurmgen.coordinator.group_runs import GroupRuns, run_attempt, timeline_env
 from slurmgen.coordinator.models import (
     AgentOrders,
     AgentReport,
@@ -129,6 +130,7 @@ class Coordinator:
             members=members,
             attempt=g["attempt"],
             restarts=g["restarts"],
+            run_attempt=from_restart_count(g["restarts"]) if g["attempt"] else None,
             reason=g["reason"],
             exit_code=g["exit_code"],
         )
@@ -157,6 +159,7 @@ class Coordinator:
                     exit_code=a["exit_code"],
                     exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
                     runs=a["runs"],
+                    run_attempt=run_attempt(a["plan"]),
                 )
                 for a in self.store.attempts(name)
             ]
@@ -263,7 +266,7 @@ class Coordinator:
         with self._atomic() as now:
             g = self._group_row(name)
             if not st.can_start(g["state"]):
-                raise Conflict(f"group {name!r} is already {g['state']} (attempt {g['attempt']})")
+                raise Conflict(f"group {name!r} is already {g['state']} (attempt {from_restart_count(g['restarts'])})")
             config = GroupConfig(**g["config"])
             if not config.argv:
                 raise Conflict(f"group {name!r} has no command (set one: slurmgen group config {name} -- CMD ...)")

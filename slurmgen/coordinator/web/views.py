@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 
@@ -60,14 +61,14 @@ def _text(value: Any) -> str:
 
 
 def attempt_text(g: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    """The group's attempt by the one numbering the API, the attempts table, the CLI and the
-    server's messages use ("already running (attempt 6)"), with the restart budget beside it
-    when the group has one."""
+    """The group's attempt within its current run (contract/attempts.py: 1 after every start), as
+    the attempts table, the CLI and the server's messages number it ("already running (attempt
+    2)"), with the restart budget beside it when the group has one."""
     if not g.get("attempt"):
         return "none yet"
     budget = int(config.get("max_restarts") or 0)
     restarts = f" (restart {int(g.get('restarts') or 0)} of {budget})" if budget else ""
-    return f"{g['attempt']}{restarts}"
+    return f"{from_restart_count(int(g.get('restarts') or 0))}{restarts}"
 
 
 def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
@@ -163,7 +164,7 @@ def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
         codes = a.get("exit_codes") or {}
         out.append(
             {
-                "number": a["number"],
+                "number": a.get("run_attempt") or a["number"],
                 "started": clock(a.get("started")),
                 "ended": clock(a.get("ended")),
                 "state": a.get("state", ""),

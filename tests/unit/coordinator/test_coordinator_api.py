@@ -422,3 +422,48 @@ def test_cli_group_wait_exits_with_the_groups_code(api, monkeypatch, capsys):
     assert wait() == (exitcodes.HUNG, "", "slurmgen: error: group exp1: still starting after 0.2 s\n")
     assert api.post("/api/groups/exp1/stop", headers=AUTH).status_code == 200
     assert wait()[:2] == (exitcodes.TERMINATED, "group exp1: stopped - stopped on request\n")
+
+
+def test_each_start_of_a_group_is_a_run_whose_attempts_count_from_1(tmp_path):
+    """Two starts, the second restarted once: the second run (exp1.2) has attempts 1 and 2 in the
+    registry, its ranks are told attempt 1 then 2, and the API and page say attempt 2 of that
+    run, not the group's third start (issue 33, item 2)."""
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.coordinator.web.views import attempt_text, attempts_view
+    from slurmgen.runs.model import Recorder, attempts_of, list_rows
+    from slurmgen.runs.registry import Registry
+
+    store = Store(tmp_path / "c.db")
+    api = TestClient(
+        create_app(Coordinator(store, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))), TOKEN)
+    )
+    setup_group(api, max_restarts=1)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.post("/api/groups/exp1/stop", headers=AUTH)
+    for host in ("gn7", "gn6"):
+        beat(
+            api, host, *[{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
+        )
+    assert api.post("/api/groups/exp1/start", headers=AUTH).json()["run_attempt"] == 1
+    told = [o["env"]["SLURMGEN_ATTEMPT"] for o in beat(api, "gn7", 0, 1)["start"]]
+    assert told == ["1", "1"]
+    beat(api, "gn6", 0, 1)
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    beat(
+        api, "gn6", *running("exp1", 2, 0), {"id": 1, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 1}
+    )
+    detail = api.get("/api/groups/exp1", headers=AUTH).json()
+    g = detail["group"]
+    assert (g["attempt"], g["restarts"], g["run_attempt"]) == (3, 1, 2)
+    assert attempt_text(g, {"max_restarts": 1}) == "2 (restart 1 of 1)"
+    assert [a["number"] for a in attempts_view(detail["attempts"])] == [2, 1, 1]
+    exited = [{"id": i, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 143} for i in (0, 1)]
+    assert [o["env"]["SLURMGEN_ATTEMPT"] for o in beat(api, "gn7", *exited)["start"]] == ["2", "2"]
+    store.close()
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        second, first = list_rows(reg)
+        assert (first["job_id"], second["job_id"]) == ("exp1.1", "exp1.2")
+        assert [a["number"] for a in attempts_of(reg, first["seq"])] == [1]
+        assert [(a["number"], a["state"]) for a in attempts_of(reg, second["seq"])] == [(1, "failed"), (2, "running")]

@@ -122,10 +122,13 @@ def test_overview_values_and_shape():
     assert views.overview(groups, workers)["shape"] != view["shape"], "a move redraws the region"
 
 
-def test_attempt_is_the_apis_number_everywhere():
-    """The card said "Attempt 1 of 1" beside an attempts table and a refusal saying 6."""
+def test_attempt_is_the_runs_number_everywhere():
+    """The card said "Attempt 1 of 1" beside an attempts table and a refusal saying 6; then it said
+    "Attempt 6" for the first attempt of a group's sixth start (issue 33): one numbering, the run's
+    (contract/attempts.py), as the attempts table, the refusal and the registry number it."""
     sixth = {"name": "exp1", "state": "running", "attempt": 6, "restarts": 0, "config": {}}
-    assert views.group_view(sixth, [])["attempt"] == "6"
+    assert views.group_view(sixth, [])["attempt"] == "1"
+    assert views.group_view({**sixth, "restarts": 2}, [])["attempt"] == "3"
     assert views.group_view({**sixth, "attempt": None}, [])["attempt"] == "none yet"
 
 
