@@ -209,7 +209,7 @@ def attempt_bounds(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 _LIST_SQL = """
 SELECT j.seq, j.kind, j.job_id, j.name, j.state, j.last_state, j.last_exit, j.nodes, j.ranks, j.started, j.ended,
-       j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster,
+       j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster, j.state_seen,
        COALESCE(j.attempt, (SELECT COUNT(*) FROM attempts AS a WHERE a.run = j.seq)) AS attempts,
        (SELECT a.cause FROM attempts AS a WHERE a.run = j.seq ORDER BY a.number DESC LIMIT 1) AS last_cause
 FROM jobs AS j {where} ORDER BY j.started DESC, j.seq DESC {limit}
