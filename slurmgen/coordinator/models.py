@@ -37,7 +37,7 @@ RESERVED_ENV = (
 )
 
 WorkerState = Literal["idle", "starting", "running", "exited", "lost"]
-GroupState = Literal["idle", "starting", "running", "succeeded", "failed", "stopped"]
+GroupState = Literal["idle", "starting", "running", "succeeded", "failed", "stopping", "stopped"]
 
 
 def check_name(value: str, what: str = "name") -> str:
@@ -170,6 +170,7 @@ class WorkerOut(BaseModel):
     rank: int | None = None
     attempt: int | None = None
     seen_ago: float | None = Field(None, description="seconds since its agent's last heartbeat")
+    stopped: bool = Field(False, description="it exited because its attempt was stopped on request")
 
 
 class AttemptOut(BaseModel):

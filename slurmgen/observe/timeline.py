@@ -32,12 +32,16 @@ def by_attempt(events: Iterable[Event]) -> dict[int, dict[int, list[Event]]]:
     return out
 
 
-def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, float]]:
-    """{attempt: {"start": t, "end": t}} from the attempts record (the batch node's clock)."""
-    out: dict[int, dict[str, float]] = {}
+def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, Any]]:
+    """{attempt: {"start": t, "end": t, "state": word}} from the attempts record (the batch
+    node's clock); the state where the record gives its end one (a launch's, a group's: the
+    registry's, runs/model.attempt_bounds), so a stopped attempt's ranks read as stopped."""
+    out: dict[int, dict[str, Any]] = {}
     for a in attempts:
         if a.get("event") in ("start", "end") and isinstance(a.get("time"), (int, float)):
             out.setdefault(attempt_number(a), {})[a["event"]] = float(a["time"])
+            if a["event"] == "end" and a.get("state"):
+                out[attempt_number(a)]["state"] = a["state"]
     return out
 
 
@@ -81,6 +85,7 @@ def build(events: Iterable[Event], attempts: Sequence[Event] = (), submitted: fl
                 "attempt": n,
                 "start": start,
                 "end": bounds.get(n, {}).get("end"),
+                "state": bounds.get(n, {}).get("state"),
                 "queued": None if submitted is None or start is None or out else round(start - submitted, 3),
                 "ranks": [_relative(r, row, start) for r, row in ranks.items()],
                 "slowest": slowest(ranks, start),

@@ -134,6 +134,14 @@ def start_attempt(reg: Registry, run: int, number: int, now: float) -> None:
     )
 
 
+def mark_stopping(reg: Registry, run: int) -> None:
+    """A stop was taken and the ranks are being stopped: the run (and its open attempt) reads
+    `stopping` until the launcher records how it ended."""
+    words = (State.STOPPING.value, State.STOPPING.value)
+    reg.db.execute("UPDATE jobs SET state = ?, last_state = ? WHERE seq = ? AND ended IS NULL", (*words, run))
+    reg.db.execute("UPDATE attempts SET state = ? WHERE run = ? AND ended IS NULL", (State.STOPPING.value, run))
+
+
 def end_attempt(reg: Registry, run: int, number: int, state: State, failure: Failure | None, now: float) -> None:
     f = failure or Failure(cause="")
     reg.db.execute(
@@ -315,6 +323,10 @@ class Recorder:
     def attempt_ended(self, run: int | None, number: int, state: State, failure: Failure | None) -> None:
         if run is not None:
             self._write(lambda reg, now: end_attempt(reg, run, number, state, failure, now))
+
+    def stopping(self, run: int | None) -> None:
+        if run is not None:
+            self._write(lambda reg, now: mark_stopping(reg, run))
 
     def ended(self, run: int | None, state: State, code: int | None, failure: Failure | None) -> None:
         if run is not None:

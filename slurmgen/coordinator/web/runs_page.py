@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from slurmgen.contract.states import ENDED_WORDS, State
+from slurmgen.contract.states import ENDED_WORDS, State, shown
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.refresh import Refresher, stale_for
 from slurmgen.runs.model import KINDS, check_kinds, check_states, count_rows, list_rows, size
@@ -122,6 +122,7 @@ def run_view(r: Mapping[str, Any], now: float) -> dict[str, Any]:
         "key": r["job_id"],
         "name": r["name"],
         "state": state,
+        "state_text": shown(state),  # as people read it: a stop on request is "stopped by you"
         "as_of": ago(stale) if stale is not None else None,  # Slurm's word not renewed: how old it is
         "shape": size(r["nodes"], r["ranks"]) or "—",
         "started": clock(r.get("started")) or "—",

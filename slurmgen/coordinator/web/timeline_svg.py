@@ -17,6 +17,7 @@ from typing import Any
 
 from slurmgen.contract import exitcodes, phases
 from slurmgen.contract.attempts import attempt_number
+from slurmgen.contract.states import HEARTBEAT_WORD, STOPPED_BY_YOU, State
 
 WIDTH, LABEL, RIGHT, TOP, ROW = 900, 120, 24, 34, 18
 BAR = 12
@@ -190,11 +191,15 @@ def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def rank_status(r: Mapping[str, Any], live: bool) -> str:
+def rank_status(r: Mapping[str, Any], live: bool, stopped: bool = False) -> str:
     """How a rank ended: its word ("done", "preempted"), a failure's code ("failed (exit 3)"), a
     signal's name when one ended it ("terminated": stopped with the others, "killed by signal 9");
-    running while its attempt lasts; "—" when nothing says how it ended."""
+    running while its attempt lasts; "—" when nothing says how it ended. In an attempt a person
+    stopped (`stopped`), a rank that did not finish was stopped by them, whatever its code (the
+    trainer checkpoints and exits 75 on the stop's TERM): never a failure."""
     code = r.get("code")
+    if stopped and r.get("status") != HEARTBEAT_WORD[State.SUCCEEDED] and code != 0:
+        return STOPPED_BY_YOU
     if code is not None and code > 128:
         return exitcodes.describe(code)
     if r.get("status") == "failed" and code:
@@ -209,7 +214,7 @@ def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list
         {
             "rank": r["rank"],
             "node": r.get("host") or "—",
-            "status": rank_status(r, live),
+            "status": rank_status(r, live, attempt.get("state") == State.STOPPED),
             "last_step": "—" if r.get("last_step") is None else r["last_step"],
             "checkpoints": r.get("checkpoints") or 0,
             "straggler": r["rank"] in flagged,

@@ -15,6 +15,7 @@ from typing import Any
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
+from slurmgen.contract.states import STOPPED_BY_YOU, shown
 
 # A worker's agent heartbeats every second or so: amber after a few missed beats, red when
 # the server is about to (or did) declare it lost.
@@ -49,6 +50,10 @@ def state_class(state: str | None) -> str:
 
 
 def worker_state(w: Mapping[str, Any]) -> str:
+    """ "exited 3", or "stopped by you" when its attempt was stopped on request (its code, 75 or
+    143, is the stop's doing, not a failure)."""
+    if w.get("state") == "exited" and w.get("stopped"):
+        return STOPPED_BY_YOU
     return (
         f"exited {w['exit_code']}"
         if w.get("state") == "exited" and w.get("exit_code") is not None
@@ -75,7 +80,7 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     config = g.get("config") or {}
     nodes = sorted({m.rpartition("-")[0] for m in members})
     master = config.get("master_addr") or config.get("master") or (nodes[0] if nodes else None)
-    state = g.get("state", "idle")
+    state = shown(g.get("state")) or "idle"
     if g.get("exit_code") not in (None, 0) and state == "failed":
         state = f"failed {g['exit_code']}"
     return {
@@ -167,7 +172,7 @@ def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "number": a.get("run_attempt") or a["number"],
                 "started": clock(a.get("started")),
                 "ended": clock(a.get("ended")),
-                "state": a.get("state", ""),
+                "state": shown(a.get("state")) or "",
                 "cause": a.get("reason"),
                 "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
             }
