@@ -56,15 +56,19 @@ def run_attempt(plan: Plan) -> int | None:
 
 
 def first_failure(attempt: AttemptRow, outcome: Outcome) -> Failure | None:
-    """The failed attempt's first failure: the first non-zero exit's rank and node, else
-    (a stale heartbeat, a silent agent) only the cause and code."""
+    """The failed attempt's first failure: the rank and node the verdict names (the first
+    non-zero exit, the hung rank, the lost worker), with the verdict's cause and code, so the
+    attempt's row names the rank its cause names."""
     if outcome.state != State.FAILED.value:
         return None
     ranks = attempt["plan"]["ranks"]
-    for worker, code in attempt["exit_codes"].items():
-        if code != 0 and worker in ranks:
-            return Failure(cause=outcome.reason or "", rank=ranks[worker], node=worker.rpartition("-")[0], code=code)
-    return Failure(cause=outcome.reason or "", code=outcome.exit_code)
+    worker = outcome.worker if outcome.worker in ranks else None
+    if worker is None:  # an outcome judged before it named its worker (or by an earlier version)
+        worker = next((w for w, code in attempt["exit_codes"].items() if code != 0 and w in ranks), None)
+    if worker is None:
+        return Failure(cause=outcome.reason or "", code=outcome.exit_code)
+    code = outcome.exit_code if outcome.worker == worker else attempt["exit_codes"][worker]
+    return Failure(cause=outcome.reason or "", rank=ranks[worker], node=worker.rpartition("-")[0], code=code)
 
 
 class GroupRuns:

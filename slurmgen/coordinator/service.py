@@ -390,7 +390,9 @@ class Coordinator:
             try:
                 ranks = self._startable_plan(config, name, now)
             except Conflict as e:
-                outcome = st.Outcome(State.FAILED.value, f"{outcome.reason}; no restart: {e}", outcome.exit_code)
+                outcome = st.Outcome(
+                    State.FAILED.value, f"{outcome.reason}; no restart: {e}", outcome.exit_code, outcome.worker
+                )
             else:
                 return self._new_attempt(
                     name,

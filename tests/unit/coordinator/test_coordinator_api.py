@@ -404,6 +404,9 @@ def test_a_hung_rank_is_stopped_after_its_stack_and_the_reason_says_where_it_was
         (row,) = list_rows(reg)
         assert row["failure"]["cause"] == attempt["reason"] and row["failure"]["code"] == 124, row
         assert [a["cause"] for a in attempts_of(reg, row["seq"])] == [attempt["reason"]]
+        # the hung rank and its node, as the cause names them (issue 33: the row said rank "—")
+        assert [(a["rank"], a["node"], a["code"]) for a in attempts_of(reg, row["seq"])] == [(3, "gn6", 124)]
+        assert (row["failure"]["rank"], row["failure"]["node"]) == (3, "gn6")
 
 
 def test_cli_group_wait_exits_with_the_groups_code(api, monkeypatch, capsys):
