@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmgen.contract.exitcodes import HUNG
 from slurmgen.contract.states import State
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.registry import Registry
@@ -211,7 +212,10 @@ def attempt_bounds(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for a in attempts:
         out.append({"event": "start", "attempt": a["number"], "time": a["started"]})
         if a.get("ended") is not None:
-            out.append({"event": "end", "attempt": a["number"], "time": a["ended"], "state": a["state"]})
+            end = {"event": "end", "attempt": a["number"], "time": a["ended"], "state": a["state"]}
+            told = {"code": a.get("code"), "rank": a.get("rank")}
+            hung = {"hung_rank": a.get("rank")} if a.get("code") == HUNG else {}
+            out.append({**end, **{k: v for k, v in told.items() if v is not None}, **hung})
     return out
 
 
