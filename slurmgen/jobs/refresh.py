@@ -114,15 +114,18 @@ class Refresher:
         self.notes: dict[Any, list[str]] = {}
 
     def refresh(self, path: Path | None) -> list[str]:
-        """Wait (bounded) for a fresh refresh of `path`; what the last finished one had to say."""
+        """Start a refresh of `path` when one is due and wait for it (bounded); a request that
+        finds one already under way does not wait (a slow controller costs one request, not every
+        poll). What the last finished refresh had to say."""
+        started = None
         with self.lock:
             done = self.done.get(path)
             if (done is None or done.is_set()) and time.monotonic() - self.started.get(path, -1e9) >= self.every:
-                self.started[path], done = time.monotonic(), threading.Event()
-                self.done[path] = done
-                threading.Thread(target=self._run, args=(path, done), daemon=True, name="slurmgen-refresh").start()
-        if done is not None:
-            done.wait(self.wait)
+                self.started[path], started = time.monotonic(), threading.Event()
+                self.done[path] = started
+                threading.Thread(target=self._run, args=(path, started), daemon=True, name="slurmgen-refresh").start()
+        if started is not None:
+            started.wait(self.wait)
         return list(self.notes.get(path, []))
 
     def _run(self, path: Path | None, done: threading.Event) -> None:
