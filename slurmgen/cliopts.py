@@ -51,6 +51,7 @@ STATE_COLOURS = {
     State.SUCCEEDED: "green",
     State.FAILED: "red",
     State.LOST: "red",
+    State.STOPPING: "magenta",
     State.STOPPED: "magenta",
     State.PREEMPTED: "magenta",
 }

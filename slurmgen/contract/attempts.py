@@ -7,6 +7,11 @@ records of slurmgen.tracking): "attempt 1" is the first run, as a person counts 
 `slurmgen launch` ("attempt 1 of 2 failed") and the tracking records always did. Slurm counts
 requeues from 0 (SLURM_RESTART_COUNT), so a Slurm job's attempt is its restart count plus FIRST;
 run_slurm.sh computes the same in bash from the FIRST it is rendered with.
+
+A run's attempts are its own: a coordinator group is started many times, each start a new run
+whose first attempt is attempt 1 however many starts came before (the coordinator's store keys
+its attempts by a count over the group's life, which no user sees): its attempt is its restarts
+since that start plus FIRST, the rule `from_restart_count` is.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ FIRST = 1
 
 
 def from_restart_count(count: int) -> int:
-    """The attempt of a run Slurm has requeued `count` times (SLURM_RESTART_COUNT)."""
+    """The attempt of a run restarted `count` times since it started: a Slurm job requeued
+    `count` times (SLURM_RESTART_COUNT), a group's run after `count` restarts."""
     return count + FIRST
 
 

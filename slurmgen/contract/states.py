@@ -22,6 +22,7 @@ class State(str, Enum):
     SUCCEEDED = "succeeded"  # every rank exited 0
     FAILED = "failed"  # a rank failed, hung or its node was lost: the first failure says which
     PREEMPTED = "preempted"  # stopped by a signal after a checkpoint; resumable
+    STOPPING = "stopping"  # a stop was asked for (cancel, stop) and some of its ranks still run
     STOPPED = "stopped"  # stopped on request (cancel, stop)
     LOST = "lost"  # a worker or node that stopped answering
 
@@ -32,9 +33,13 @@ class State(str, Enum):
 # The cause of a run stopped on a person's request (the page's Stop, `slurmgen cancel`): its
 # state is STOPPED and its exit code 128 + SIGTERM (exitcodes.TERMINATED), as for a SIGTERM.
 STOPPED_BY_USER = "stopped by user"
+# What every view shows for STOPPED, a run, attempt or rank stopped on a person's request (not
+# the code its ranks died with, 75 or 143, which is the stop's doing and no failure): a neutral
+# state of its own.
+STOPPED_BY_YOU = "stopped by you"
 
 ENDED = frozenset({State.SUCCEEDED, State.FAILED, State.PREEMPTED, State.STOPPED})
-ACTIVE = frozenset({State.STARTING, State.RUNNING})
+ACTIVE = frozenset({State.STARTING, State.RUNNING, State.STOPPING})
 ACTIVE_WORDS = frozenset(s.value for s in ACTIVE)  # as ENDED_WORDS, for states held as plain strings
 ENDED_WORDS = frozenset(s.value for s in ENDED)  # for code that holds states as plain strings (SQLite, JSON)
 
@@ -97,6 +102,11 @@ def from_slurm(word: str | None, exit_code: int | None = None) -> State | None:
     preemption without requeue) is PREEMPTED, resumable, not failed."""
     state = SLURM_STATE.get((word or "").split(" ")[0].upper()) if word else None
     return State.PREEMPTED if state is State.FAILED and exit_code == PREEMPTED_EXIT else state
+
+
+def shown(word: str | None) -> str | None:
+    """A state word as the views say it: STOPPED as STOPPED_BY_YOU, every other as itself."""
+    return STOPPED_BY_YOU if word == State.STOPPED.value else word
 
 
 def from_exit_code(code: int | None) -> State:

@@ -260,7 +260,7 @@ def group_ranks(
 def group_start(name: str, server: str | None = SERVER, token_file: Path | None = TOKEN_FILE) -> None:
     """Start the group's ranks on its workers (refused while it runs)."""
     g = _client(server, token_file).start(name)
-    typer.echo(f"group {g.name}: {g.state} (attempt {g.attempt})")
+    typer.echo(f"group {g.name}: {g.state} (attempt {g.run_attempt})")
 
 
 @group_app.command("stop")
@@ -280,7 +280,7 @@ def group_status(
         return _print_json(d)
     g = d.group
     typer.echo(
-        f"group {g.name}: {g.state} attempt {g.attempt or '-'} restarts {g.restarts}"
+        f"group {g.name}: {g.state} attempt {g.run_attempt or '-'} restarts {g.restarts}"
         + (f" - {g.reason}" if g.reason else "")
     )
     for w in sorted(d.workers, key=lambda w: (w.rank is None, w.rank, w.name)):

@@ -1,12 +1,15 @@
 """A coordinator group's runs in the run registry (runs/model.py) of the machine serving it.
 
 Each `start` of a group begins a run; the restarts that follow a failure (`max_restarts`) are
-attempts of that run, numbered as the coordinator numbers them, so the registry and the API
-say the same attempt number. A run is keyed GROUP.N, N being the number of its first attempt:
-unique per group on this server, and derived from what the coordinator's own store keeps
-(attempt number minus restarts), so a restarted server finds the run of a group it left
-running. The registry's path is `slurmgen serve --registry` (default: this machine's, as for
-every command), which is where `slurmgen jobs` on the server's machine looks.
+attempts of that run, numbered from 1 within it (contract/attempts.py: its restarts plus the
+first), in the registry, in what every rank is told (SLURMGEN_ATTEMPT, so the timeline says the
+same) and in the API's `run_attempt`; the coordinator's own count over all of a group's starts
+stays the API's key of an attempt (`number`), which no view shows. A run is keyed GROUP.N, N
+being the coordinator's number of its first attempt: unique per group on this server, and
+derived from what the coordinator's own store keeps (attempt number minus restarts), so a
+restarted server finds the run of a group it left running. The registry's path is `slurmgen
+serve --registry` (default: this machine's, as for every command), which is where `slurmgen
+jobs` on the server's machine looks.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmgen.contract import envvars
+from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import State
 from slurmgen.runs.model import Failure, NewRun, Recorder
@@ -24,7 +28,7 @@ from slurmgen.runs.trainer_records import record_dir
 if TYPE_CHECKING:
     from slurmgen.coordinator.models import GroupConfig, RankOut
     from slurmgen.coordinator.state import Outcome
-    from slurmgen.coordinator.store import AttemptRow
+    from slurmgen.coordinator.store import AttemptRow, Plan
 
 
 def run_key(group: str, number: int, restarts: int) -> str:
@@ -32,10 +36,10 @@ def run_key(group: str, number: int, restarts: int) -> str:
 
 
 def timeline_env(config: GroupConfig, group: str, number: int, restarts: int) -> dict[str, str]:
-    """What every rank of an attempt is told besides the torchrun contract: its attempt number,
-    and (with a working directory, which the nodes share) the run's timeline file, named by
+    """What every rank of an attempt is told besides the torchrun contract: its attempt number
+    within its run, and (with a working directory, which the nodes share) the run's timeline file, named by
     the run's key, where the agents write each rank's start and exit and the program its phases."""
-    env = {envvars.ATTEMPT: str(number)}
+    env = {envvars.ATTEMPT: str(from_restart_count(restarts))}
     if config.cwd:
         env[envvars.TIMELINE_FILE] = posixpath.join(
             config.cwd, TIMELINE_NAME.format(job_id=run_key(group, number, restarts))
@@ -43,16 +47,28 @@ def timeline_env(config: GroupConfig, group: str, number: int, restarts: int) ->
     return env
 
 
+def run_attempt(plan: Plan) -> int | None:
+    """The attempt within its run its ranks were told (timeline_env), from its stored plan; None
+    for a plan with no ranks. (Plans stored by earlier versions told the group's count.)"""
+    envs = list(plan.get("env", {}).values())
+    told = envs[0].get(envvars.ATTEMPT) if envs else None
+    return int(told) if told and told.isdigit() else None
+
+
 def first_failure(attempt: AttemptRow, outcome: Outcome) -> Failure | None:
-    """The failed attempt's first failure: the first non-zero exit's rank and node, else
-    (a stale heartbeat, a silent agent) only the cause and code."""
+    """The failed attempt's first failure: the rank and node the verdict names (the first
+    non-zero exit, the hung rank, the lost worker), with the verdict's cause and code, so the
+    attempt's row names the rank its cause names."""
     if outcome.state != State.FAILED.value:
         return None
     ranks = attempt["plan"]["ranks"]
-    for worker, code in attempt["exit_codes"].items():
-        if code != 0 and worker in ranks:
-            return Failure(cause=outcome.reason or "", rank=ranks[worker], node=worker.rpartition("-")[0], code=code)
-    return Failure(cause=outcome.reason or "", code=outcome.exit_code)
+    worker = outcome.worker if outcome.worker in ranks else None
+    if worker is None:  # an outcome judged before it named its worker (or by an earlier version)
+        worker = next((w for w, code in attempt["exit_codes"].items() if code != 0 and w in ranks), None)
+    if worker is None:
+        return Failure(cause=outcome.reason or "", code=outcome.exit_code)
+    code = outcome.exit_code if outcome.worker == worker else attempt["exit_codes"][worker]
+    return Failure(cause=outcome.reason or "", rank=ranks[worker], node=worker.rpartition("-")[0], code=code)
 
 
 class GroupRuns:
@@ -97,16 +113,18 @@ class GroupRuns:
                     },
                 )
             )
-        self.recorder.attempt_started(self._row(key), number)
+        self.recorder.attempt_started(self._row(key), from_restart_count(restarts))
 
     def attempt_ended(self, group: str, attempt: AttemptRow, restarts: int, outcome: Outcome) -> None:
         row = self._row(run_key(group, attempt["number"], restarts))
-        self.recorder.attempt_ended(row, attempt["number"], State(outcome.state), first_failure(attempt, outcome))
+        number = from_restart_count(restarts)
+        self.recorder.attempt_ended(row, number, State(outcome.state), first_failure(attempt, outcome))
 
     def retold(self, group: str, number: int, key_attempt: int, restarts: int, old: str, new: str) -> None:
         """Attempt `number`'s failure in more words (where the hung rank was stuck); the run's key
         from any attempt of it (`key_attempt` with the `restarts` before it)."""
-        self.recorder.retold(self._row(run_key(group, key_attempt, restarts)), number, old, new)
+        in_run = from_restart_count(restarts - (key_attempt - number))
+        self.recorder.retold(self._row(run_key(group, key_attempt, restarts)), in_run, old, new)
 
     def ended(self, group: str, attempt: AttemptRow, restarts: int, outcome: Outcome) -> None:
         key = run_key(group, attempt["number"], restarts)

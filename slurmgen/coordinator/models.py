@@ -37,7 +37,7 @@ RESERVED_ENV = (
 )
 
 WorkerState = Literal["idle", "starting", "running", "exited", "lost"]
-GroupState = Literal["idle", "starting", "running", "succeeded", "failed", "stopped"]
+GroupState = Literal["idle", "starting", "running", "succeeded", "failed", "stopping", "stopped"]
 
 
 def check_name(value: str, what: str = "name") -> str:
@@ -170,6 +170,7 @@ class WorkerOut(BaseModel):
     rank: int | None = None
     attempt: int | None = None
     seen_ago: float | None = Field(None, description="seconds since its agent's last heartbeat")
+    stopped: bool = Field(False, description="it exited because its attempt was stopped on request")
 
 
 class AttemptOut(BaseModel):
@@ -180,6 +181,9 @@ class AttemptOut(BaseModel):
     reason: str | None = None
     exit_code: int | None = None
     exit_codes: dict[str, int] = Field(default_factory=dict, description="rank -> exit code")
+    run_attempt: int | None = Field(
+        None, description="its number within its run (contract/attempts.py), as users see it; `number` is the key"
+    )
     runs: list[str] = Field(
         default_factory=list,
         description="run record directories its ranks announced (as their agents saw them), for its curves",
@@ -191,8 +195,9 @@ class GroupOut(BaseModel):
     state: GroupState
     config: GroupConfig
     members: int
-    attempt: int | None = None
+    attempt: int | None = Field(None, description="its current attempt's key in the API (counted over every start)")
     restarts: int = 0
+    run_attempt: int | None = Field(None, description="its current attempt within its run, as users see it")
     reason: str | None = None
     exit_code: int | None = None
 

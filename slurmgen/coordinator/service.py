@@ -13,13 +13,14 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
-from slurmgen.contract.states import State
+from slurmgen.contract.states import STOPPED_BY_USER, State
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
-from slurmgen.coordinator.group_runs import GroupRuns, timeline_env
+from slurmgen.coordinator.group_runs import GroupRuns, run_attempt, timeline_env
 from slurmgen.coordinator.models import (
     AgentOrders,
     AgentReport,
@@ -100,7 +101,31 @@ class Coordinator:
             attempt=w["run_attempt"],
             rank=plan["ranks"].get(w["name"]) if plan else None,
             seen_ago=round(silent, 3) if w["host"] in self.seen else None,
+            stopped=w["state"] == "exited" and self._stopped_run(w),
         )
+
+    def _stopped_run(self, w: WorkerRow) -> bool:
+        """Whether the run the worker last ran is an attempt stopped on request: its exit is the
+        stop's doing, whatever code the rank died with."""
+        a = self.store.attempt(w["run_group"], w["run_attempt"]) if w["run_group"] and w["run_attempt"] else None
+        return a is not None and a["state"] == State.STOPPED
+
+    def _shown_state(self, g: GroupRow) -> str:
+        """The group's state as the API says it: STOPPING from a stop until the last rank of the
+        stopped attempt has exited or its agent is lost (the store says STOPPED at once: the
+        attempt is over and its ranks are told to stop, and a new start may follow, whose agents
+        stop the old ranks first), then STOPPED."""
+        if g["state"] != State.STOPPED or g["attempt"] is None:
+            return g["state"]
+        now = self.clock()
+        still = [
+            w
+            for w in self.store.workers(group=g["name"])
+            if w["state"] == State.RUNNING
+            and (w["run_group"], w["run_attempt"]) == (g["name"], g["attempt"])
+            and self._silent_for(w["host"], now) <= self.agent_timeout
+        ]
+        return State.STOPPING.value if still else g["state"]
 
     def _plans(self) -> dict[str, Plan]:
         plans: dict[str, Plan] = {}
@@ -124,11 +149,12 @@ class Coordinator:
     def _group_out(self, g: GroupRow, members: int) -> GroupOut:
         return GroupOut(
             name=g["name"],
-            state=g["state"],
+            state=self._shown_state(g),
             config=GroupConfig(**g["config"]),
             members=members,
             attempt=g["attempt"],
             restarts=g["restarts"],
+            run_attempt=from_restart_count(g["restarts"]) if g["attempt"] else None,
             reason=g["reason"],
             exit_code=g["exit_code"],
         )
@@ -157,6 +183,7 @@ class Coordinator:
                     exit_code=a["exit_code"],
                     exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
                     runs=a["runs"],
+                    run_attempt=run_attempt(a["plan"]),
                 )
                 for a in self.store.attempts(name)
             ]
@@ -263,7 +290,7 @@ class Coordinator:
         with self._atomic() as now:
             g = self._group_row(name)
             if not st.can_start(g["state"]):
-                raise Conflict(f"group {name!r} is already {g['state']} (attempt {g['attempt']})")
+                raise Conflict(f"group {name!r} is already {g['state']} (attempt {from_restart_count(g['restarts'])})")
             config = GroupConfig(**g["config"])
             if not config.argv:
                 raise Conflict(f"group {name!r} has no command (set one: slurmgen group config {name} -- CMD ...)")
@@ -314,7 +341,7 @@ class Coordinator:
             if not st.can_start(g["state"]):
                 a = self.store.attempt(name, g["attempt"]) if g["attempt"] is not None else None
                 assert a is not None  # for type checkers: an active group has its attempt
-                self._end(a, st.Outcome(State.STOPPED.value, "stopped on request"), now)
+                self._end(a, st.Outcome(State.STOPPED.value, STOPPED_BY_USER), now)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
     # --- judging attempts ---------------------------------------------------------------------
@@ -363,7 +390,9 @@ class Coordinator:
             try:
                 ranks = self._startable_plan(config, name, now)
             except Conflict as e:
-                outcome = st.Outcome(State.FAILED.value, f"{outcome.reason}; no restart: {e}", outcome.exit_code)
+                outcome = st.Outcome(
+                    State.FAILED.value, f"{outcome.reason}; no restart: {e}", outcome.exit_code, outcome.worker
+                )
             else:
                 return self._new_attempt(
                     name,

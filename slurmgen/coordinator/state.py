@@ -49,6 +49,7 @@ class Outcome:
     state: str  # a GroupState
     reason: str | None = None
     exit_code: int | None = None
+    worker: str | None = None  # the worker whose rank failed, hung or was lost first (the verdict's)
 
     @property
     def ended(self) -> bool:
@@ -74,7 +75,7 @@ def judge_attempt(
         return Outcome(state)
     seen = verdict.decide(attempt_events(ranks, exits, hung, lost, stories or {}), expected=len(ranks))
     if seen.first is not None:
-        return Outcome(State.FAILED.value, seen.first.detail, seen.first.code)
+        return Outcome(State.FAILED.value, seen.first.detail, seen.first.code, seen.first.node)
     if seen.ended:
         return Outcome(State.SUCCEEDED.value, "every rank exited 0", exitcodes.OK)
     if state == State.STARTING and set(ranks) <= running | set(exits):

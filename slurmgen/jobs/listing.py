@@ -1,7 +1,7 @@
 """`slurmgen jobs`: every run of the registry, newest first, whatever started it.
 
 The registry answers in one SELECT (runs.list_rows); only a Slurm job's state is asked of Slurm
-(one scontrol call per cluster), as before runs of other kinds were recorded. A launch or a
+(one scontrol call per cluster, refresh.ask_slurm, which keeps what Slurm said and when). A launch or a
 group keeps its state in the registry itself: what its launcher last wrote.
 """
 
@@ -13,11 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurmgen.contract.states import ACTIVE, State, from_slurm
-from slurmgen.jobs.commands import all_tasks
-from slurmgen.jobs.query import ask
+from slurmgen.jobs.refresh import ask_slurm
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
-from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
+from slurmgen.jobs.view import attempt, exit_code, overall
 from slurmgen.runs.model import RunRow, chain_label, list_rows
 from slurmgen.runs.registry import JobRecord, Registry
 
@@ -43,7 +42,7 @@ def list_jobs(
     listed = list_rows(registry, kinds, states, None if states else limit, or_active=bool(states))
     rows = [r for r in listed if only is None or r["remote"] == only]
     slurm = {r["seq"]: _as_record(r) for r in rows if r["kind"] == "slurm"}
-    live = _slurm_states(runner_for, registry, list(slurm.values()), note)
+    live = ask_slurm(runner_for, registry, list(slurm.values()), note)
     out = []
     for r in rows:
         row = _slurm_row(r, slurm[r["seq"]], live.get(r["seq"])) if r["kind"] == "slurm" else _run_row(r)
@@ -66,38 +65,6 @@ def _as_record(row: RunRow) -> JobRecord:
     )
 
 
-def _slurm_states(
-    runner_for: Callable[..., Runner], registry: Registry, records: list[JobRecord], note: Callable[[str], None]
-) -> dict[int, tuple[list[SlurmJob], bool]]:
-    """seq -> (Slurm's lines for the job, whether its id now names a later job); the states seen are kept."""
-    reused = registry.superseded()  # Slurm's answer for a reused id is about the newest job only
-    by_where: dict[str | None, list[JobRecord]] = {}
-    for r in records:
-        by_where.setdefault(r.remote, []).append(r)
-    found: dict[int, tuple[list[SlurmJob], bool]] = {}
-    seen: dict[int, tuple[str, int | None]] = {}
-    ended: dict[int, float | None] = {}
-    attempts: dict[int, int] = {}
-    for where, group in by_where.items():
-        runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
-        snap = ask(runner, [r.job_id for r in group], accounting=False)
-        if snap.unanswered:
-            note(snap.unanswered + (f" on {where}" if where else ""))
-        for r in group:
-            jobs = [] if r.seq in reused else all_tasks(snap, r)
-            found[r.seq] = (jobs, r.seq in reused)  # type: ignore[index]
-            if jobs and r.seq is not None:
-                seen[r.seq] = overall(jobs) if r.info.get("array") else (jobs[0].state, exit_code(jobs[0]))
-                known, end = ended_at(jobs)
-                if known:
-                    ended[r.seq] = end
-                number = attempt(jobs)
-                if number is not None:
-                    attempts[r.seq] = number
-    registry.remember_states(seen, ended, attempts)
-    return found
-
-
 def _common(r: RunRow) -> dict[str, Any]:
     """The run model's fields, the same for every kind."""
     return {
@@ -111,6 +78,7 @@ def _common(r: RunRow) -> dict[str, Any]:
         "run_id": r["run_id"],
         "record_dir": r["record_dir"],
         "logs": r["logs"],
+        "state_seen": r["state_seen"],
     }
 
 

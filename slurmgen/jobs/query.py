@@ -63,8 +63,13 @@ def _base(job_id: str) -> str:
     return job_id.split("_")[0]
 
 
-def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, steps: bool = False) -> QueryResult:
+def ask(
+    runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, steps: bool = False, batched: bool = False
+) -> QueryResult:
     """What Slurm knows about these job ids (array ids bring all their tasks).
+
+    `batched`: one `scontrol` call listing every job whatever the number of ids (the runs list's
+    refresh: one query per refresh, never one per row), then at most one `sacct` for the rest.
 
     `accounting`: ask sacct about the jobs the controller has forgotten. `steps`: ask it about
     every job, for its steps' states and exit codes, which scontrol does not keep; what scontrol
@@ -76,7 +81,7 @@ def ask(runner: Runner, job_ids: Sequence[str], *, accounting: bool = True, step
     texts, errors = [], []
     for argv in (
         [["scontrol", "show", "job", "-o"]]
-        if len(wanted) > MANY
+        if batched or len(wanted) > MANY
         else [["scontrol", "show", "job", "-o", job] for job in wanted]
     ):
         res = bounded(runner, argv)

@@ -13,7 +13,7 @@ from typing import Any
 
 from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
-from slurmgen.contract.exitcodes import NOT_FOUND
+from slurmgen.contract.exitcodes import HUNG, NOT_FOUND
 from slurmgen.contract.states import SLURM_LIVE, STOPPED_BY_USER, State, from_slurm
 from slurmgen.heal.attempts import FINISHED_ACTION, cause, stuck
 from slurmgen.jobs import signals
@@ -126,7 +126,7 @@ def job_view(
         "submitted": record.submitted,
         "command": info.get("command"),
         "notes": list(snap.notes),
-        "first_failure": _first_failure(failed),
+        "first_failure": _hang_told(_first_failure(failed), attempts),
         "stopped": {"job": stopped[0]["job"], "state": stopped[0]["state"], "what": STOPPED_BY_USER}
         if stopped and not failed
         else None,
@@ -195,6 +195,20 @@ def _first_failure(failed: list[dict[str, Any]]) -> dict[str, Any] | None:
         "rank": first.rank if first else None,
         "what": what,
     }
+
+
+def _hang_told(first: dict[str, Any] | None, attempts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A job its watcher stopped for a hang (exit code HUNG): the hang is its first failure, as
+    the attempts record tells it (the hung rank, its node, the verdict), not the exit of the rank
+    the watcher then killed ("exit code 124: rank 1 exited with code 137" contradicted itself)."""
+    if first is None or first.get("exit_code") != HUNG:
+        return first
+    hangs = [a for a in attempts if a.get("event") == "end" and a.get("hung_rank") is not None]
+    if not hangs:
+        return first
+    end = hangs[-1]
+    what = end.get("verdict") or f"rank {end['hung_rank']} stopped beating"
+    return {**first, "rank": end["hung_rank"], "node": end.get("node") or first.get("node"), "task": None, "what": what}
 
 
 def _failure_events(row: Mapping[str, Any]) -> list[verdict.Event]:

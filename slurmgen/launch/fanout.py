@@ -164,6 +164,8 @@ class Launcher:
         if asked is not None:
             self.stop_reason = self.stop_reason or asked
             self.signals.append((signal.SIGTERM, asked))
+            if self.record is not None:
+                self.record.stopping()
 
     def _reconnect_lost(self) -> None:
         lost = [h for h, c in self.conns.items() if not c.is_active()]

@@ -144,6 +144,10 @@ class LaunchRecord:
         self.failure = failure
         self.recorder.attempt_ended(self.run, number, outcome(code, interrupted), failure)
 
+    def stopping(self) -> None:
+        """A person's stop was taken: the run reads `stopping` until its ranks are gone."""
+        self.recorder.stopping(self.run)
+
     def ended(self, code: int, interrupted: bool, failure: Failure | None = None) -> None:
         """The verdict: the last attempt's failure unless the launch failed outside an attempt.
         A stop request that came too late to be taken is removed with it."""

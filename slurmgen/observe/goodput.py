@@ -7,9 +7,12 @@ queue      submission to the first allocation (shown, not part of wall)
 startup    each attempt's allocation start to the first step done on every rank
 checkpoint the checkpoint stalls (the slowest rank's, once per checkpoint)
 lost       at each failure, the time spent on steps past the checkpoint the next attempt resumed
-           from: those steps were done twice (`lost_steps` lists them)
-restart    a failed attempt's last step to the next attempt's first step's allocation: failure
-           detection, tear-down and the requeue's wait
+           from: those steps were done twice (`lost_steps` lists them); a last attempt that
+           crashed loses its steps past its last checkpoint (no attempt redid them)
+hung       an attempt that hung (its end says so: exit code 124, the hung rank): from its last
+           step (the hung rank's last beat) to the attempt's end, no rank trained
+restart    a failed attempt's last step (a hung one's end) to the next attempt's allocation:
+           failure detection, tear-down and the requeue's wait
 other      the last attempt's end after its last step (final evaluation, save, exit)
 productive the rest: goodput = productive / wall
 """
@@ -20,11 +23,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurmgen.contract import phases
+from slurmgen.contract.exitcodes import HUNG, OK, PREEMPTED
+from slurmgen.contract.states import State
 from slurmgen.observe.timeline import attempt_bounds, by_attempt
 
 # The breakdown's part for time spent on steps a later attempt did again: a word of this format
 # (the page colours it), not the state of a lost worker.
 LOST_PART = "lost"
+# ... and for the time a hung rank held every rank after its last beat (until the attempt ended).
+HUNG_PART = "hung"
 
 Event = Mapping[str, Any]
 
@@ -62,6 +69,20 @@ def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
     }
 
 
+def _redone(f: Mapping[str, Any], attempt: int, redo_from: int | None) -> dict[str, Any]:
+    """The work a failure lost: the attempt's steps past checkpoint `redo_from` (its first step
+    when none), with the seconds they took."""
+    ckpt = f["checkpoints"].get(redo_from)
+    since = ckpt["time"] if ckpt is not None else f["first"]
+    return {
+        "attempt": attempt,
+        "from_step": redo_from,
+        "to_step": f["last_step"],
+        "steps": max(0, f["last_step"] - (redo_from or 0)),
+        "seconds": round(max(0.0, f["last_time"] - since), 3),
+    }
+
+
 def compute(
     events: Sequence[Event], attempts: Sequence[Event] = (), submitted: float | None = None, now: float | None = None
 ) -> dict[str, Any] | None:
@@ -73,7 +94,7 @@ def compute(
         return None
     start = {n: bounds.get(n, {}).get("start", facts[n]["began"]) for n in numbers}
     end = {n: bounds.get(n, {}).get("end") or (now if n == numbers[-1] and now else facts[n]["seen"]) for n in numbers}
-    parts = dict.fromkeys(("startup", "checkpoint", LOST_PART, "restart", "other"), 0.0)
+    parts = dict.fromkeys(("startup", "checkpoint", LOST_PART, HUNG_PART, "restart", "other"), 0.0)
     lost_steps = []
     for i, n in enumerate(numbers):
         f, nxt = facts[n], facts[numbers[i + 1]] if i + 1 < len(numbers) else None
@@ -82,24 +103,24 @@ def compute(
             continue
         parts["startup"] += f["first"] - start[n]
         parts["checkpoint"] += sum(c["stall"] for c in f["checkpoints"].values())
-        if nxt is None:
-            parts["other"] += max(0.0, end[n] - f["last_time"])
+        said = bounds.get(n, {})
+        stopped = f["last_time"]  # when training stopped: a hung attempt's last beat
+        if said.get("code") == HUNG or said.get("hung_rank") is not None:
+            parts[HUNG_PART] += max(0.0, (end[n] or stopped) - stopped)
+            stopped = max(stopped, end[n] or stopped)
+        crashed = said.get("code") not in (None, OK, PREEMPTED, HUNG) and said.get("state") != State.STOPPED.value
+        if nxt is None and not crashed:
+            parts["other"] += max(0.0, end[n] - stopped)
             continue
-        redo_from = nxt["resumed_from"] if nxt["resumed_from"] is not None else max(f["checkpoints"], default=None)
-        ckpt = f["checkpoints"].get(redo_from)
-        since = ckpt["time"] if ckpt is not None else f["first"]
-        lost = max(0.0, f["last_time"] - since)
-        parts[LOST_PART] += lost
-        lost_steps.append(
-            {
-                "attempt": n,
-                "from_step": redo_from,
-                "to_step": f["last_step"],
-                "steps": max(0, f["last_step"] - (redo_from or 0)),
-                "seconds": round(lost, 3),
-            }
-        )
-        parts["restart"] += max(0.0, start[numbers[i + 1]] - f["last_time"])
+        # a failure: the steps past the checkpoint resumed from (a crash that ended the run: past its last one)
+        resumed = nxt["resumed_from"] if nxt is not None else None
+        lost = _redone(f, n, resumed if resumed is not None else max(f["checkpoints"], default=None))
+        parts[LOST_PART] += lost["seconds"]
+        lost_steps.append(lost)
+        if nxt is None:
+            parts["other"] += max(0.0, end[n] - stopped)
+        else:
+            parts["restart"] += max(0.0, start[numbers[i + 1]] - stopped)
     wall = max(1e-9, end[numbers[-1]] - start[numbers[0]])
     productive = max(0.0, wall - sum(parts.values()))
     queue = None if submitted is None else round(start[numbers[0]] - submitted, 3)

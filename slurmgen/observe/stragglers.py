@@ -4,9 +4,13 @@ In synchronous data parallel training every rank's step *ends* at the same time 
 all-reduce waits for the slowest), so wall-clock step times cannot tell ranks apart. What
 differs is the work a rank does before it waits: the step samples of the timeline (contract/
 phases.py: `steps` events with `step` and `work`) carry it. A window between two samples of a
-rank gives its work per step; at every step the ranks' values are compared with their median,
-and a rank whose value stays above FACTOR x median for at least MIN_STEPS consecutive steps is
-a straggler. Programs whose ranks do not synchronise report wall time as work (slurmgen.beat).
+rank gives its work per step. One rule (`slow_ranks`), used by the page and `status` over the
+timeline (`find`) and by the trainer's log over its logging windows (`Spells`): a rank is slow
+at a step when its value is above FACTOR x the median of the OTHER ranks' values (in a world of
+two, the other rank: only the slower one can be), and a straggler once it has been slow for at
+least MIN_STEPS consecutive steps. With fewer than three ranks there is no majority to say which
+rank is the normal one, so an attempt names at most one: the longest slow spell. Programs whose
+ranks do not synchronise report wall time as work (slurmgen.beat).
 """
 
 from __future__ import annotations
@@ -45,25 +49,47 @@ def _value(ws: Sequence[Window], step: int) -> float | None:
     return None
 
 
+def slow_ranks(values: Mapping[int, float], factor: float = FACTOR) -> dict[int, float]:
+    """The one rule: each rank whose value is above `factor` x the median of the other ranks'
+    values, with its ratio to that median; {} with fewer than two ranks."""
+    if len(values) < 2:
+        return {}
+    ranked = sorted(values.items(), key=lambda rv: rv[1])
+    ordered = [v for _, v in ranked]
+    out = {}
+    for i, (r, v) in enumerate(ranked):
+        others = ordered[:i] + ordered[i + 1 :]
+        median = statistics.median(others)
+        if v > factor * median:
+            out[r] = v / median if median > 0 else float("inf")
+    return out
+
+
+def _one_of_two(best: dict[int, dict[str, Any]], world: int) -> dict[int, dict[str, Any]]:
+    """With fewer than three ranks, at most one straggler: the longest slow spell (a tie: none)."""
+    if world >= 3 or len(best) < 2:
+        return best
+    longest = sorted(best.values(), key=lambda s: s["steps"], reverse=True)
+    return {} if longest[0]["steps"] == longest[1]["steps"] else {longest[0]["rank"]: longest[0]}
+
+
 def find(
     per_rank: Mapping[int, Sequence[Window]], factor: float = FACTOR, min_steps: int = MIN_STEPS
 ) -> list[dict[str, Any]]:
     """The stragglers among ranks' windows: [{"rank", "steps", "from_step", "to_step", "ratio"}],
-    each rank's longest run of steps above factor x the median of all ranks at that step."""
+    each rank's longest run of steps slow by `slow_ranks`, of at least `min_steps`."""
     bounds = sorted({b for ws in per_rank.values() for first, last, _ in ws for b in (first, last + 1)})
     runs: dict[int, list[float]] = {}  # rank -> [first step, steps, sum of ratios x steps]; the first two whole
     best: dict[int, dict[str, Any]] = {}
     for lo, hi in zip(bounds, bounds[1:]):  # steps lo..hi-1 have the same value on every rank
-        values = {r: v for r, ws in per_rank.items() if (v := _value(ws, lo)) is not None}
-        median = statistics.median(values.values()) if len(values) > 1 else None
+        slow = slow_ranks({r: v for r, ws in per_rank.items() if (v := _value(ws, lo)) is not None}, factor)
         for r in per_rank:
-            v = values.get(r)
-            if median is None or v is None or v <= factor * median:
+            if r not in slow:
                 runs.pop(r, None)
                 continue
             run = runs.setdefault(r, [lo, 0, 0.0])  # first step, steps, sum of ratios x steps
             run[1] += hi - lo
-            run[2] += (v / median if median > 0 else float("inf")) * (hi - lo)
+            run[2] += slow[r] * (hi - lo)
             if run[1] >= min_steps and run[1] > best.get(r, {}).get("steps", 0):
                 best[r] = {
                     "rank": r,
@@ -72,6 +98,7 @@ def find(
                     "to_step": hi - 1,
                     "ratio": round(run[2] / run[1], 2),
                 }
+    best = _one_of_two(best, len(per_rank))
     return [best[r] for r in sorted(best)]
 
 
@@ -100,16 +127,27 @@ def all_attempts(
     return [{"attempt": n, **s} for n, ranks in sorted(grouped.items()) for s in from_events(ranks, factor, min_steps)]
 
 
-def slowest_of(work: Sequence[float], factor: float = FACTOR) -> dict[str, Any] | None:
-    """{"rank", "ratio"}: the rank whose work per step (one value per rank, indexed by rank) is
-    over `factor` x the median of all ranks', over one window (the trainer's log line); else None."""
-    if len(work) < 2:
-        return None
-    median = statistics.median(work)
-    rank = max(range(len(work)), key=lambda r: work[r])
-    if median <= 0 or work[rank] <= factor * median:
-        return None
-    return {"rank": rank, "ratio": round(work[rank] / median, 2)}
+class Spells:
+    """The trainer's side of the rule, over its logging windows: each window's work per step (one
+    value per rank, indexed by rank) judged by `slow_ranks`, each rank's consecutive slow steps
+    counted, and a rank named once they reach `min_steps`, as `find` names it on the page."""
+
+    def __init__(self, factor: float = FACTOR, min_steps: int = MIN_STEPS):
+        self.factor, self.min_steps = factor, min_steps
+        self.runs: dict[int, tuple[int, float]] = {}  # rank -> (slow steps in a row, sum of ratios x steps)
+
+    def update(self, work: Sequence[float], steps: int) -> dict[str, Any] | None:
+        """{"rank", "ratio", "steps"} of the straggler after this window of `steps` steps, else None."""
+        slow = slow_ranks(dict(enumerate(work)), self.factor)
+        self.runs = {
+            r: (self.runs.get(r, (0, 0.0))[0] + steps, self.runs.get(r, (0, 0.0))[1] + ratio * steps)
+            for r, ratio in slow.items()
+        }
+        named = [(n, r, total) for r, (n, total) in self.runs.items() if n >= self.min_steps]
+        if not named:
+            return None
+        n, rank, total = max(named)
+        return {"rank": rank, "ratio": round(total / n, 2), "steps": n}
 
 
 def summary(found: Iterable[Mapping[str, Any]]) -> str:

@@ -32,12 +32,22 @@ def by_attempt(events: Iterable[Event]) -> dict[int, dict[int, list[Event]]]:
     return out
 
 
-def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, float]]:
-    """{attempt: {"start": t, "end": t}} from the attempts record (the batch node's clock)."""
-    out: dict[int, dict[str, float]] = {}
+# What an attempts record's end says of how the attempt ended, as the timeline keeps it: its
+# state (a launch's, a group's: the registry's), its code, the rank that failed first and the
+# rank that hung (heal/attempts.py's `exit_code`, `rank`, `hung_rank`; runs/model.attempt_bounds).
+END_FACTS = ("state", "code", "rank", "hung_rank")
+
+
+def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, Any]]:
+    """{attempt: {"start": t, "end": t, and END_FACTS}} from the attempts record (the batch
+    node's clock): a stopped attempt's ranks read as stopped, a hung one's hung rank as hung."""
+    out: dict[int, dict[str, Any]] = {}
     for a in attempts:
         if a.get("event") in ("start", "end") and isinstance(a.get("time"), (int, float)):
             out.setdefault(attempt_number(a), {})[a["event"]] = float(a["time"])
+            if a["event"] == "end":
+                said = {**a, "code": a.get("code", a.get("exit_code"))}
+                out[attempt_number(a)].update({k: said[k] for k in END_FACTS if said.get(k) is not None})
     return out
 
 
@@ -81,6 +91,7 @@ def build(events: Iterable[Event], attempts: Sequence[Event] = (), submitted: fl
                 "attempt": n,
                 "start": start,
                 "end": bounds.get(n, {}).get("end"),
+                **{k: bounds.get(n, {}).get(k) for k in END_FACTS},
                 "queued": None if submitted is None or start is None or out else round(start - submitted, 3),
                 "ranks": [_relative(r, row, start) for r, row in ranks.items()],
                 "slowest": slowest(ranks, start),
@@ -102,6 +113,7 @@ def _relative(rank: int, row: Mapping[str, Any], origin: float | None) -> dict[s
         "status": row["status"],
         "code": row["code"],
         "last_step": row["last_step"],
+        "last_at": _since(row["last_time"], origin),  # its last step seen: a hung rank's last beat
         "checkpoints": len(stalls),
         "checkpoint_stall": round(sum(stalls), 3),
         "checkpoint_list": [

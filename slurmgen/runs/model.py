@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from slurmgen.contract.exitcodes import HUNG
 from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.registry import Registry
@@ -72,6 +73,7 @@ class RunRow(TypedDict):
     failure: FailureFields | None
     info: dict[str, Any]
     cluster: str
+    state_seen: float | None  # when Slurm last told a Slurm job's state (None: never, or not a Slurm job)
     attempts: int
     last_cause: str | None
 
@@ -197,6 +199,14 @@ def start_attempt(reg: Registry, run: int, number: int, now: float) -> None:
     )
 
 
+def mark_stopping(reg: Registry, run: int) -> None:
+    """A stop was taken and the ranks are being stopped: the run (and its open attempt) reads
+    `stopping` until the launcher records how it ended."""
+    words = (State.STOPPING.value, State.STOPPING.value)
+    reg.db.execute("UPDATE jobs SET state = ?, last_state = ? WHERE seq = ? AND ended IS NULL", (*words, run))
+    reg.db.execute("UPDATE attempts SET state = ? WHERE run = ? AND ended IS NULL", (State.STOPPING.value, run))
+
+
 def end_attempt(reg: Registry, run: int, number: int, state: State, failure: Failure | None, now: float) -> None:
     f = failure or Failure(cause="")
     reg.db.execute(
@@ -266,13 +276,16 @@ def attempt_bounds(attempts: Sequence[RunAttemptRow]) -> list[dict[str, Any]]:
     for a in attempts:
         out.append({"event": "start", "attempt": a["number"], "time": a["started"]})
         if a.get("ended") is not None:
-            out.append({"event": "end", "attempt": a["number"], "time": a["ended"], "state": a["state"]})
+            end = {"event": "end", "attempt": a["number"], "time": a["ended"], "state": a["state"]}
+            told = {"code": a.get("code"), "rank": a.get("rank")}
+            hung = {"hung_rank": a.get("rank")} if a.get("code") == HUNG else {}
+            out.append({**end, **{k: v for k, v in told.items() if v is not None}, **hung})
     return out
 
 
 _LIST_SQL = """
 SELECT j.seq, j.kind, j.job_id, j.name, j.state, j.last_state, j.last_exit, j.nodes, j.ranks, j.started, j.ended,
-       j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster,
+       j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster, j.state_seen,
        COALESCE(j.attempt, (SELECT COUNT(*) FROM attempts AS a WHERE a.run = j.seq)) AS attempts,
        (SELECT a.cause FROM attempts AS a WHERE a.run = j.seq ORDER BY a.number DESC LIMIT 1) AS last_cause
 FROM jobs AS j {where} ORDER BY j.started DESC, j.seq DESC {limit}
@@ -378,6 +391,10 @@ class Recorder:
     def attempt_ended(self, run: int | None, number: int, state: State, failure: Failure | None) -> None:
         if run is not None:
             self._write(lambda reg, now: end_attempt(reg, run, number, state, failure, now))
+
+    def stopping(self, run: int | None) -> None:
+        if run is not None:
+            self._write(lambda reg, now: mark_stopping(reg, run))
 
     def ended(self, run: int | None, state: State, code: int | None, failure: Failure | None) -> None:
         if run is not None:

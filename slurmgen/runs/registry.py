@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.contract import envvars
-from slurmgen.contract.states import from_slurm
+from slurmgen.contract.states import ACTIVE_WORDS, State, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.trainer_records import record_dir
 
@@ -62,6 +62,7 @@ RUN_COLUMNS = (
     ("logs", "TEXT NOT NULL DEFAULT '[]'"),
     ("failure", "TEXT"),
     ("attempt", "INTEGER"),
+    ("state_seen", "REAL"),  # when Slurm last told a Slurm job's state (the list says how old a stale one is)
 )
 ATTEMPTS_TABLE = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -258,6 +259,12 @@ class Registry:
             )
         )
 
+    def active(self) -> list[JobRecord]:
+        """The Slurm jobs not known to have ended (pending, starting, running, or never told):
+        the rows a refresh of the runs list asks Slurm about (jobs/refresh.py)."""
+        words = sorted(ACTIVE_WORDS | {State.PENDING.value})
+        return self._select(f"(state IS NULL OR state IN ({', '.join('?' * len(words))}))", tuple(words))
+
     def by_name(self, name: str) -> list[JobRecord]:
         return self._select("name = ?", (name,))
 
@@ -269,8 +276,10 @@ class Registry:
         states: dict[int, tuple[str, int | None]],
         ended: dict[int, float | None] | None = None,
         attempts: dict[int, int] | None = None,
+        now: float | None = None,
     ) -> None:
-        """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction;
+        """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction,
+        and (`now`) that Slurm told it then, changed or not, so a state is known fresh or stale;
         `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is
         known (None: it runs again, after a requeue); `attempts`: the attempt Slurm says it is at
         (view.attempt), which the list of runs shows without asking Slurm."""
@@ -290,6 +299,8 @@ class Registry:
                 "UPDATE jobs SET attempt = ? WHERE seq = ? AND attempt IS NOT ?",
                 [(n, seq, n) for seq, n in (attempts or {}).items()],
             )
+            if now is not None:
+                self.db.executemany("UPDATE jobs SET state_seen = ? WHERE seq = ?", [(now, seq) for seq in states])
 
     def update_info(self, record: JobRecord) -> None:
         """Write back `record.info` (e.g. the signals `cancel --signal` sent, which `status` explains)."""
@@ -302,7 +313,8 @@ def _migrate(db: sqlite3.Connection) -> None:
     The first shape kept one row per job id (a reused id replaced the older job); the second
     numbered rows but had no cluster column; the third held Slurm jobs only, without the run
     model's columns and attempts; the fourth had no `attempt` column (a Slurm job's attempt,
-    left NULL until Slurm is next asked). Rows are renumbered in submission order. A new file takes the
+    left NULL until Slurm is next asked); the fifth no `state_seen` (NULL: never told, as old as
+    its submission). Rows are renumbered in submission order. A new file takes the
     same path from an empty table of the third shape, so there is one way to the current shape."""
     if _current(db):
         return

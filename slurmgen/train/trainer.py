@@ -115,6 +115,7 @@ class Trainer:
         )
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=config.dtype == "float16")
         self.metrics = Metrics(self.out, enabled=env.is_main)
+        self.spells = stragglers.Spells()  # the straggler rule of the page, over the log's windows
         self.heartbeat = Heartbeat(self.out, env.rank, config.heartbeat_every, env.local_rank, env.node_rank)
         self.tracking = Tracking()  # inert until fit() knows which run this one is (after a resume)
         self.checkpoints = Checkpointing(
@@ -317,7 +318,7 @@ class Trainer:
         work = [0.0] * self.env.world_size
         work[self.env.rank] = window.work / max(window.steps, 1)
         s, n, it, *work = dist.all_reduce([window.loss.item(), float(window.steps), float(window.items), *work])
-        straggler = stragglers.slowest_of(work)
+        straggler = self.spells.update(work, window.steps)
         now = time.time()
         self.train_loss = s / n
         lr = self.scheduler.get_last_lr()[0]
@@ -335,7 +336,12 @@ class Trainer:
             **({"straggler": straggler} if straggler else {}),
         )
         self.tracking.log("train", self.step, epoch, loss=self.train_loss, lr=lr, tokens_per_sec=rate)
-        slow = f"; straggler: rank {straggler['rank']} {straggler['ratio']}x the median work" if straggler else ""
+        slow = (
+            f"; straggler: rank {straggler['rank']} {straggler['ratio']}x the others' median work "
+            f"for {straggler['steps']} steps"
+            if straggler
+            else ""
+        )
         progress.report(
             f"step {self.step}/{self.max_steps} loss {self.train_loss:.4f} lr {lr:.3g} {rate:,.0f} items/s{slow}",
             {"loss": f"{self.train_loss:.4f}", "lr": f"{lr:.2g}"},

@@ -2,8 +2,10 @@
 started it: Slurm jobs (`submit`), SSH launches (`launch`) and this server's groups, newest first.
 
 The registry answers in one SELECT (runs.list_rows); the page shows each run as its launcher last
-recorded it (a Slurm job: the state `slurmgen jobs`/`status` last saw; asking Slurm belongs to
-those commands, which may take seconds when a controller is down, so the page never waits on it).
+recorded it, but for a Slurm job not known to have ended: before the SELECT every such job of the
+registry is refreshed from Slurm (jobs/refresh.py: one batched query per login node, at most every
+few seconds, waited for at most a second, so a controller that is down never holds the page), and
+a state no refresh could renew is shown with its age ("running, as of 2 min ago").
 Filters are query parameters (`state`, `kind`, each repeatable), rendered by the server; the
 page's script refreshes it the way it refreshes the groups (live.py): a JSON snapshot with a
 `shape` (the page is redrawn when the rows change) and live values (elapsed time).
@@ -19,8 +21,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from slurmgen.contract.states import ENDED_WORDS, State
+from slurmgen.contract.states import ENDED_WORDS, State, shown
 from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.refresh import Refresher, stale_for
 from slurmgen.runs.model import KINDS, RunRow, chain_label, check_kinds, check_states, count_rows, list_rows, size
 from slurmgen.runs.registry import Registry
 
@@ -40,6 +43,22 @@ def registry_path(app: Any) -> Any:
     """The registry `slurmgen serve --registry` records groups into (None: the default one)."""
     runs = getattr(app.state.coordinator, "runs", None)
     return runs.recorder.path if runs is not None else None
+
+
+def _runners() -> Any:
+    from slurmgen.jobs.cli_shared import Runners
+
+    return Runners(None, [])
+
+
+# One per server process: the page's polls of every open tab share its refreshes.
+REFRESHER = Refresher(_runners)
+
+
+def ago(seconds: float) -> str:
+    """ "45 s ago", "2 min ago", "3 h ago": how old a state is."""
+    s = int(seconds)
+    return f"{s} s ago" if s < 60 else f"{s // 60} min ago" if s < 3600 else f"{s // 3600} h ago"
 
 
 def elapsed(started: float | None, ended: float | None, now: float) -> str:
@@ -95,12 +114,15 @@ def run_view(r: RunRow, now: float) -> dict[str, Any]:
     keeps the state Slurm last gave, not when it ended) shows no elapsed time rather than a growing one."""
     state = r.get("state") or r.get("last_state") or "unknown"
     unknown_end = r.get("ended") is None and state in ENDED
+    stale = stale_for(dict(r), now)
     return {
         "seq": r["seq"],
         "kind": r["kind"],
         "key": r["job_id"],
         "name": r["name"] + (f" ({label})" if (label := chain_label(r.get("info") or {})) else ""),
         "state": state,
+        "state_text": shown(state),  # as people read it: a stop on request is "stopped by you"
+        "as_of": ago(stale) if stale is not None else None,  # Slurm's word not renewed: how old it is
         "shape": size(r["nodes"], r["ranks"]) or "—",
         "started": clock(r.get("started")) or "—",
         "elapsed": with_limit("—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), r),
@@ -130,7 +152,7 @@ def read_runs(
 
 def shape(rows: list[dict[str, Any]]) -> str:
     """Changes when a row appears, goes, or changes state, attempts or outcome: then the page is redrawn."""
-    text = "\n".join(f"{r['seq']} {r['state']} {r['attempts']} {r['outcome']}" for r in rows)
+    text = "\n".join(f"{r['seq']} {r['state']} {r['as_of'] is not None} {r['attempts']} {r['outcome']}" for r in rows)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -170,6 +192,7 @@ def pager(request: Request, page: int, counts: dict[str, int]) -> dict[str, Any]
 async def runs_data(request: Request) -> dict[str, Any]:
     kinds, states, bad = filters(request)
     page = page_of(request)
+    slurm_notes = await asyncio.to_thread(REFRESHER.refresh, registry_path(request.app))
     rows, counts, error = await asyncio.to_thread(read_runs, registry_path(request.app), kinds, states, page)
     now = time.time()
     losses = await asyncio.to_thread(lambda: [last_loss(r) for r in rows])  # files: off the event loop
@@ -180,6 +203,7 @@ async def runs_data(request: Request) -> dict[str, Any]:
         "kinds": kinds,
         "states": states,
         "error": bad or error,
+        "slurm_notes": slurm_notes,
         "all_kinds": KINDS,
         "all_states": [s.value for s in State],
         "query": str(request.url.query),

@@ -17,8 +17,8 @@ from typing import Any
 
 from slurmgen.contract import exitcodes, phases
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import HEARTBEAT_WORD, State
-from slurmgen.observe.goodput import LOST_PART
+from slurmgen.contract.states import HEARTBEAT_WORD, STOPPED_BY_YOU, State
+from slurmgen.observe.goodput import HUNG_PART, LOST_PART
 
 WIDTH, LABEL, RIGHT, TOP, ROW = 900, 120, 24, 34, 18
 BAR = 12
@@ -38,14 +38,16 @@ COLOUR = {
     "rendezvous": "#8b5cf6",
     "first step": "#0ea5e9",
     "training": "#22c55e",
+    "hung": "#dc2626",  # a hung rank from its last beat to its end: no training (goodput's "hung")
     "checkpoint": "#1e293b",
 }
-GOODPUT_PARTS = ("productive", "startup", "checkpoint", LOST_PART, "restart", "other")
+GOODPUT_PARTS = ("productive", "startup", "checkpoint", LOST_PART, HUNG_PART, "restart", "other")
 GOODPUT_COLOUR = {
     "productive": "#22c55e",
     "startup": "#f59e0b",
     "checkpoint": "#1e293b",
     "lost": "#dc2626",
+    "hung": "#b91c1c",
     "restart": "#8b5cf6",
     "other": "#94a3b8",
 }
@@ -60,9 +62,10 @@ def _ticks(span: float, width: float) -> list[tuple[float, str]]:
     return [(i * step * width / span, f"{i * step:g}") for i in range(count + 1)]
 
 
-def _segments(rank: Mapping[str, Any], open_end: float | None) -> list[dict[str, Any]]:
+def _segments(rank: Mapping[str, Any], open_end: float | None, hung: bool = False) -> list[dict[str, Any]]:
     """A rank's phases as [{"name", "from", "to"}] (seconds); a phase not recorded is skipped and
-    the next one starts where the last known one ended. A rank still training runs to `open_end`."""
+    the next one starts where the last known one ended. A rank still training runs to `open_end`.
+    The hung rank (`hung`) trained until its last beat (`last_at`), then hung until its end."""
     out, last = [], 0.0
     for p in phases.PHASES:
         t = rank.get(p)
@@ -72,6 +75,10 @@ def _segments(rank: Mapping[str, Any], open_end: float | None) -> list[dict[str,
         last = max(last, float(t))
     if rank.get(phases.END) is None and rank.get(phases.FIRST_STEP) is not None and open_end and open_end > last:
         out.append({"name": "training", "from": last, "to": open_end, "open": True})
+    beat = rank.get("last_at")
+    if hung and out and out[-1]["name"] == "training" and beat is not None and out[-1]["from"] < beat < out[-1]["to"]:
+        out.append({**out[-1], "name": "hung", "from": float(beat)})
+        out[-2] = {**out[-2], "to": float(beat), "open": False}
     return out
 
 
@@ -84,7 +91,7 @@ def _span(attempt: Mapping[str, Any], open_end: float | None) -> float:
 
 
 def _rank_row(
-    r: Mapping[str, Any], y: float, scale: float, open_end: float | None, flag: bool, slowest: bool
+    r: Mapping[str, Any], y: float, scale: float, open_end: float | None, flag: bool, slowest: bool, hung: bool = False
 ) -> dict[str, Any]:
     """One rank's row of the chart: its phase segments, then its checkpoint stalls drawn over them."""
     rects = [
@@ -97,7 +104,7 @@ def _rank_row(
             "title": f"rank {r['rank']} {s['name']}: {s['from']:.2f}-{s['to']:.2f} s"
             + (" (still running)" if s.get("open") else ""),
         }
-        for s in _segments(r, open_end)
+        for s in _segments(r, open_end, hung)
     ]
     rects += [
         {
@@ -125,7 +132,15 @@ def attempt_chart(attempt: Mapping[str, Any], flagged: set[int], now: float | No
     scale = inner / span
     slow = {v["rank"]: p for p, v in (attempt.get("slowest") or {}).items() if p != phases.END}
     rows = [
-        _rank_row(r, TOP + i * ROW, scale, open_end, r["rank"] in flagged, r["rank"] in slow)
+        _rank_row(
+            r,
+            TOP + i * ROW,
+            scale,
+            open_end,
+            r["rank"] in flagged,
+            r["rank"] in slow,
+            r["rank"] == attempt.get("hung_rank"),
+        )
         for i, r in enumerate(attempt["ranks"])
     ]
     height = TOP + max(1, len(rows)) * ROW + 8
@@ -192,11 +207,15 @@ def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def rank_status(r: Mapping[str, Any], live: bool) -> str:
+def rank_status(r: Mapping[str, Any], live: bool, stopped: bool = False) -> str:
     """How a rank ended: its word ("done", "preempted"), a failure's code ("failed (exit 3)"), a
     signal's name when one ended it ("terminated": stopped with the others, "killed by signal 9");
-    running while its attempt lasts; "—" when nothing says how it ended."""
+    running while its attempt lasts; "—" when nothing says how it ended. In an attempt a person
+    stopped (`stopped`), a rank that did not finish was stopped by them, whatever its code (the
+    trainer checkpoints and exits 75 on the stop's TERM): never a failure."""
     code = r.get("code")
+    if stopped and r.get("status") != HEARTBEAT_WORD[State.SUCCEEDED] and code != 0:
+        return STOPPED_BY_YOU
     if code is not None and code > 128:
         return exitcodes.describe(code)
     if r.get("status") == HEARTBEAT_WORD[State.FAILED] and code:
@@ -204,14 +223,32 @@ def rank_status(r: Mapping[str, Any], live: bool) -> str:
     return r.get("status") or (State.RUNNING.value if live else "—")
 
 
+def blamed_status(r: Mapping[str, Any], attempt: Mapping[str, Any]) -> str | None:
+    """How a rank of an attempt that failed on one rank's account reads (None: no rank is blamed,
+    or the attempt did not fail): the hung rank "hung", the rank that failed first "failed (exit
+    N)" (the attempt's code when its own is not recorded), every other "stopped (after rank N)":
+    it only waited and was stopped, whatever it died of then."""
+    hung, first = attempt.get("hung_rank"), attempt.get("rank")
+    code = attempt.get("code")
+    blamed = hung if hung is not None else first
+    if blamed is None or code in (None, exitcodes.OK, exitcodes.PREEMPTED) or attempt.get("state") == State.STOPPED:
+        return None
+    if r["rank"] == hung:
+        return "hung"
+    if r["rank"] == blamed:
+        own = r.get("code")
+        return f"failed (exit {own if own not in (None, 0) else code})"
+    return f"stopped (after rank {blamed})"
+
+
 def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list[dict[str, Any]]:
-    """The rank table of an attempt: each rank's node, how it ended (rank_status), its last step
-    and checkpoints."""
+    """The rank table of an attempt: each rank's node, how it ended (blamed_status, else
+    rank_status), its last step and checkpoints."""
     return [
         {
             "rank": r["rank"],
             "node": r.get("host") or "—",
-            "status": rank_status(r, live),
+            "status": blamed_status(r, attempt) or rank_status(r, live, attempt.get("state") == State.STOPPED),
             "last_step": "—" if r.get("last_step") is None else r["last_step"],
             "checkpoints": r.get("checkpoints") or 0,
             "straggler": r["rank"] in flagged,

@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
-from slurmgen.contract.states import State
+from slurmgen.contract.states import STOPPED_BY_YOU, State, shown
 
 # A worker's agent heartbeats every second or so: amber after a few missed beats, red when
 # the server is about to (or did) declare it lost.
@@ -49,6 +50,10 @@ def state_class(state: str | None) -> str:
 
 
 def worker_state(w: Mapping[str, Any]) -> str:
+    """ "exited 3", or "stopped by you" when its attempt was stopped on request (its code, 75 or
+    143, is the stop's doing, not a failure)."""
+    if w.get("state") == "exited" and w.get("stopped"):
+        return STOPPED_BY_YOU
     return (
         f"exited {w['exit_code']}"
         if w.get("state") == "exited" and w.get("exit_code") is not None
@@ -61,21 +66,21 @@ def _text(value: Any) -> str:
 
 
 def attempt_text(g: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    """The group's attempt by the one numbering the API, the attempts table, the CLI and the
-    server's messages use ("already running (attempt 6)"), with the restart budget beside it
-    when the group has one."""
+    """The group's attempt within its current run (contract/attempts.py: 1 after every start), as
+    the attempts table, the CLI and the server's messages number it ("already running (attempt
+    2)"), with the restart budget beside it when the group has one."""
     if not g.get("attempt"):
         return "none yet"
     budget = int(config.get("max_restarts") or 0)
     restarts = f" (restart {int(g.get('restarts') or 0)} of {budget})" if budget else ""
-    return f"{g['attempt']}{restarts}"
+    return f"{from_restart_count(int(g.get('restarts') or 0))}{restarts}"
 
 
 def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     config = g.get("config") or {}
     nodes = sorted({m.rpartition("-")[0] for m in members})
     master = config.get("master_addr") or config.get("master") or (nodes[0] if nodes else None)
-    state = g.get("state", State.IDLE.value)
+    state = shown(g.get("state")) or State.IDLE.value
     if g.get("exit_code") not in (None, 0) and state == State.FAILED.value:
         state = f"failed {g['exit_code']}"
     return {
@@ -164,10 +169,10 @@ def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
         codes = a.get("exit_codes") or {}
         out.append(
             {
-                "number": a["number"],
+                "number": a.get("run_attempt") or a["number"],
                 "started": clock(a.get("started")),
                 "ended": clock(a.get("ended")),
-                "state": a.get("state", ""),
+                "state": shown(a.get("state")) or "",
                 "cause": a.get("reason"),
                 "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
             }

@@ -159,7 +159,7 @@ def test_stop_and_logs(api):
     assert [ln["line"] for ln in tail] == ["l3", "l4"]
     after = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "after": logs[0]["id"]}).json()
     assert [ln["line"] for ln in after] == ["l0", "l1"]
-    assert api.post("/api/groups/exp1/stop", headers=AUTH).json()["state"] == "stopped"
+    assert api.post("/api/groups/exp1/stop", headers=AUTH).json()["state"] == "stopping"  # gn7's ranks run
     assert len(beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]) == 2
 
 
@@ -404,6 +404,9 @@ def test_a_hung_rank_is_stopped_after_its_stack_and_the_reason_says_where_it_was
         (row,) = list_rows(reg)
         assert row["failure"]["cause"] == attempt["reason"] and row["failure"]["code"] == 124, row
         assert [a["cause"] for a in attempts_of(reg, row["seq"])] == [attempt["reason"]]
+        # the hung rank and its node, as the cause names them (issue 33: the row said rank "—")
+        assert [(a["rank"], a["node"], a["code"]) for a in attempts_of(reg, row["seq"])] == [(3, "gn6", 124)]
+        assert (row["failure"]["rank"], row["failure"]["node"]) == (3, "gn6")
 
 
 def test_cli_group_wait_exits_with_the_groups_code(api, monkeypatch, capsys):
@@ -421,4 +424,71 @@ def test_cli_group_wait_exits_with_the_groups_code(api, monkeypatch, capsys):
     assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
     assert wait() == (exitcodes.HUNG, "", "slurmgen: error: group exp1: still starting after 0.2 s\n")
     assert api.post("/api/groups/exp1/stop", headers=AUTH).status_code == 200
-    assert wait()[:2] == (exitcodes.TERMINATED, "group exp1: stopped - stopped on request\n")
+    assert wait()[:2] == (exitcodes.TERMINATED, "group exp1: stopped - stopped by user\n")
+
+
+def test_each_start_of_a_group_is_a_run_whose_attempts_count_from_1(tmp_path):
+    """Two starts, the second restarted once: the second run (exp1.2) has attempts 1 and 2 in the
+    registry, its ranks are told attempt 1 then 2, and the API and page say attempt 2 of that
+    run, not the group's third start (issue 33, item 2)."""
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.coordinator.web.views import attempt_text, attempts_view
+    from slurmgen.runs.model import Recorder, attempts_of, list_rows
+    from slurmgen.runs.registry import Registry
+
+    store = Store(tmp_path / "c.db")
+    api = TestClient(
+        create_app(Coordinator(store, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))), TOKEN)
+    )
+    setup_group(api, max_restarts=1)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.post("/api/groups/exp1/stop", headers=AUTH)
+    for host in ("gn7", "gn6"):
+        beat(
+            api, host, *[{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
+        )
+    assert api.post("/api/groups/exp1/start", headers=AUTH).json()["run_attempt"] == 1
+    told = [o["env"]["SLURMGEN_ATTEMPT"] for o in beat(api, "gn7", 0, 1)["start"]]
+    assert told == ["1", "1"]
+    beat(api, "gn6", 0, 1)
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    beat(
+        api, "gn6", *running("exp1", 2, 0), {"id": 1, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 1}
+    )
+    detail = api.get("/api/groups/exp1", headers=AUTH).json()
+    g = detail["group"]
+    assert (g["attempt"], g["restarts"], g["run_attempt"]) == (3, 1, 2)
+    assert attempt_text(g, {"max_restarts": 1}) == "2 (restart 1 of 1)"
+    assert [a["number"] for a in attempts_view(detail["attempts"])] == [2, 1, 1]
+    exited = [{"id": i, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 143} for i in (0, 1)]
+    assert [o["env"]["SLURMGEN_ATTEMPT"] for o in beat(api, "gn7", *exited)["start"]] == ["2", "2"]
+    store.close()
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        second, first = list_rows(reg)
+        assert (first["job_id"], second["job_id"]) == ("exp1.1", "exp1.2")
+        assert [a["number"] for a in attempts_of(reg, first["seq"])] == [1]
+        assert [(a["number"], a["state"]) for a in attempts_of(reg, second["seq"])] == [(1, "failed"), (2, "running")]
+
+
+def test_a_stop_reads_stopping_until_the_ranks_are_gone_then_stopped_by_you(api):
+    """Issue 33, item 10: the group said `stopped` while its ranks ran on for ~5 s, and the ranks
+    that died of the stop (the trainer exits 75 on TERM) read as red "exited 75"."""
+    from slurmgen.coordinator.web import views
+
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    assert api.post("/api/groups/exp1/stop", headers=AUTH).json()["state"] == "stopping"
+    beat(api, "gn7", *[{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 75} for i in (0, 1)])
+    assert group_state(api)["state"] == "stopping"  # gn6's ranks still run
+    beat(api, "gn6", *[{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)])
+    detail = api.get("/api/groups/exp1", headers=AUTH).json()
+    assert (detail["group"]["state"], detail["group"]["reason"]) == ("stopped", "stopped by user")
+    assert {views.worker_state(w) for w in detail["workers"]} == {"stopped by you"}
+    assert views.group_view(detail["group"], [])["state"] == "stopped by you"
+    assert [a["state"] for a in views.attempts_view(detail["attempts"])] == ["stopped by you"]
+    # a rank that failed on its own still reads as its exit
+    assert views.worker_state({"state": "exited", "exit_code": 3, "stopped": False}) == "exited 3"

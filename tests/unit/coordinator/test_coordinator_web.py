@@ -122,10 +122,13 @@ def test_overview_values_and_shape():
     assert views.overview(groups, workers)["shape"] != view["shape"], "a move redraws the region"
 
 
-def test_attempt_is_the_apis_number_everywhere():
-    """The card said "Attempt 1 of 1" beside an attempts table and a refusal saying 6."""
+def test_attempt_is_the_runs_number_everywhere():
+    """The card said "Attempt 1 of 1" beside an attempts table and a refusal saying 6; then it said
+    "Attempt 6" for the first attempt of a group's sixth start (issue 33): one numbering, the run's
+    (contract/attempts.py), as the attempts table, the refusal and the registry number it."""
     sixth = {"name": "exp1", "state": "running", "attempt": 6, "restarts": 0, "config": {}}
-    assert views.group_view(sixth, [])["attempt"] == "6"
+    assert views.group_view(sixth, [])["attempt"] == "1"
+    assert views.group_view({**sixth, "restarts": 2}, [])["attempt"] == "3"
     assert views.group_view({**sixth, "attempt": None}, [])["attempt"] == "none yet"
 
 
@@ -301,3 +304,25 @@ def test_every_form_post_redirects_to_a_page(client):
     assert page.status_code == 200 and "cwd &#39;relative&#39; must be an absolute path" in page.text
     assert 'value="relative"' in page.text, "the refused form comes back as typed"
     assert "must be an absolute path" not in client.get("/ui/groups/exp1/settings").text, "shown once"
+
+
+def test_the_ranks_of_a_stopped_attempt_read_stopped_by_you_not_failed():
+    """Issue 33, item 10: a person's stop drew "failed (exit 75)" for the ranks it stopped. The
+    attempt's end state (the registry's, through the timeline's attempt bounds) says it was a stop."""
+    from slurmgen.coordinator.web.timeline_svg import rank_rows
+    from slurmgen.observe.timeline import build
+
+    events = [
+        {"event": "first_step", "rank": r, "attempt": 1, "time": 10.0 + r, "step": 1, "host": "gn7"} for r in (0, 1)
+    ] + [
+        {"event": "end", "rank": 0, "attempt": 1, "time": 20.0, "status": "failed", "code": 75},
+        {"event": "end", "rank": 1, "attempt": 1, "time": 20.0, "status": "done", "code": 0},
+    ]
+    stopped = [
+        {"event": "start", "attempt": 1, "time": 9.0},
+        {"event": "end", "attempt": 1, "time": 21.0, "state": "stopped"},
+    ]
+    (a,) = build(events, stopped)["attempts"]
+    assert [r["status"] for r in rank_rows(a, set(), False)] == ["stopped by you", "done"]
+    (failed,) = build(events, [*stopped[:1], {**stopped[1], "state": "failed"}])["attempts"]
+    assert [r["status"] for r in rank_rows(failed, set(), False)] == ["failed (exit 75)", "done"]

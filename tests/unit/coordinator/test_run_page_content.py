@@ -401,3 +401,30 @@ def test_a_chains_link_page_lists_every_link_and_why_the_chain_ended(served, tmp
     assert f'<a href="/ui/runs/{seqs[0]}">91</a> COMPLETED' in page, page
     assert "; ended: the run finished in link 91</dd>" in page
     assert "train (link 2/2 of chain 91)" in client.get("/ui/runs").text
+
+
+def test_the_ranks_table_marks_the_hung_or_failed_rank_and_the_ranks_that_only_waited():
+    """Issue 33, item 4: the hung (or crashed) rank read "—" and the rank that only waited "failed"."""
+    from slurmgen.coordinator.web.timeline_svg import rank_rows
+
+    ranks = [
+        {"rank": 0, "host": "n1", "status": "failed", "code": 1},  # its collective broke when rank 1 was killed
+        {"rank": 1, "host": "n2", "status": None, "code": 137},
+    ]
+    hung = {"ranks": ranks, "code": 124, "hung_rank": 1, "state": "failed"}
+    assert [r["status"] for r in rank_rows(hung, set(), False)] == ["stopped (after rank 1)", "hung"]
+    crashed = {"ranks": [{**ranks[0], "code": None}, {**ranks[1], "code": 143}], "code": 3, "rank": 0}
+    assert [r["status"] for r in rank_rows(crashed, set(), False)] == ["failed (exit 3)", "stopped (after rank 0)"]
+
+
+def test_the_hung_ranks_bar_is_hung_from_its_last_beat_not_training_to_the_end():
+    from slurmgen.coordinator.web.timeline_svg import attempt_chart
+
+    rank = {"rank": 1, "process": 0.5, "imports": 1.0, "rendezvous": 2.0, "first_step": 3.0, "end": 37.0}
+    attempt = {"attempt": 1, "start": 0.0, "end": 37.0, "hung_rank": 1, "ranks": [{**rank, "last_at": 22.0}]}
+    (row,) = attempt_chart(attempt, set())["rows"]
+    names = [r["title"].split(":")[0] for r in row["rects"]]
+    assert names[-2:] == ["rank 1 training", "rank 1 hung"], names
+    assert row["rects"][-1]["title"].startswith("rank 1 hung: 22.00-37.00 s")
+    healthy = attempt_chart({**attempt, "hung_rank": None}, set())["rows"][0]
+    assert [r["title"].split(":")[0] for r in healthy["rects"]][-1] == "rank 1 training"

@@ -362,3 +362,40 @@ def test_silent_accounting_under_an_answering_controller_is_said_as_such(tmp_pat
     snap = ask(LocalRunner(), ["5"])
     assert snap.unanswered is None
     assert snap.notes == ["Slurm's accounting (slurmdbd) does not answer (sacct: no answer within 0.2 s, 2 tries)"]
+
+
+def test_a_hung_jobs_first_failure_is_the_hang_not_the_killed_ranks_exit():
+    """Issue 33, item 4: "exit code 124: rank 1 exited with code 137" contradicted itself: the
+    watcher killed the hung rank (137) and the job exited 124. The attempts record's hang is the
+    failure: the hung rank, its node and the verdict."""
+    from slurmgen.jobs.slurm import QueryResult
+    from slurmgen.jobs.view import job_view
+    from slurmgen.runs.registry import JobRecord
+
+    row = {
+        "job": "5",
+        "state": "FAILED",
+        "exit_code": 124,
+        "failed_tasks": [],
+        "first_rank_exit": {"rank": 1, "node": "gn7", "task": 1, "exit_code": 137},
+        "missing_command": None,
+    }
+    verdict = "rank 0 on gn6 stopped beating at step 220 (no heartbeat for 10.4 s); ranks 1 waited in a collective"
+    attempts = [
+        {"event": "start", "attempt": 1, "time": 1.0},
+        {
+            "event": "end",
+            "attempt": 1,
+            "time": 20.0,
+            "exit_code": 124,
+            "hung_rank": 0,
+            "node": "gn6",
+            "verdict": verdict,
+        },
+    ]
+    view = job_view(JobRecord("5", "j", "/o", 1.0), QueryResult(), [row], attempts)
+    f = view["first_failure"]
+    assert (f["rank"], f["node"], f["exit_code"], f["what"]) == (0, "gn6", 124, verdict)
+    # without a hang in the record, the rank's own exit stays the failure
+    plain = job_view(JobRecord("5", "j", "/o", 1.0), QueryResult(), [{**row, "exit_code": 1}], [])["first_failure"]
+    assert (plain["rank"], plain["what"]) == (1, "rank 1 exited with code 137")

@@ -401,7 +401,8 @@ def test_a_restarted_server_finds_the_run_of_a_group_it_left_running(tmp_path):
             3,
             "gn7",
         )
-        assert [(a["number"], a["state"]) for a in attempts_of(reg, row["seq"])] == [(3, "failed")]
+        # the group's third attempt is this run's first (contract/attempts.py)
+        assert [(a["number"], a["state"]) for a in attempts_of(reg, row["seq"])] == [(1, "failed")]
 
 
 @pytest.mark.parametrize(
@@ -443,3 +444,25 @@ def test_a_state_is_coloured_by_what_it_means_whoever_said_it(word, expected):
     from slurmgen.cliopts import colour
 
     assert colour(word) == expected  # Slurm's word through contract/states.from_slurm, a run's as it is
+
+
+def test_a_launch_whose_stop_was_taken_reads_stopping_until_it_ends(tmp_path):
+    """Issue 33, item 10: between the launcher taking a person's stop and its ranks being gone, the
+    run and its open attempt read `stopping` (a contract state), then `stopped`, which views say
+    as "stopped by you"."""
+    from slurmgen.contract.states import ACTIVE_WORDS, STOPPED_BY_USER, shown
+
+    recorder = Recorder(tmp_path / "r.sqlite")
+    run = recorder.started(NewRun(kind="launch", key="L1", name="n", workdir="/w", nodes=1, ranks=2))
+    recorder.attempt_started(run, 1)
+    recorder.stopping(run)
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        (row,) = list_rows(reg)
+        assert row["state"] == "stopping" and row["state"] in ACTIVE_WORDS
+        assert [a["state"] for a in attempts_of(reg, run)] == ["stopping"]
+    recorder.attempt_ended(run, 1, State.STOPPED, Failure(cause=STOPPED_BY_USER))
+    recorder.ended(run, State.STOPPED, 143, None)
+    recorder.stopping(run)  # too late: the end stands
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        (row,) = list_rows(reg)
+        assert (row["state"], shown(row["state"])) == ("stopped", "stopped by you")

@@ -145,3 +145,34 @@ def test_status_lines_come_from_the_files_text():
         and "goodput" in text[1]
     )
     assert analyse("", [], None, T0) == {}
+
+
+def test_a_hang_is_lost_time_from_the_last_beat_not_training():
+    """Issue 33, item 4: a job frozen 15 s of its run read "lost 0.0 s". Two ranks step to 20 (t=22);
+    rank 1 freezes; the watcher ends the attempt at t=37 with code 124 naming rank 1."""
+    events = [e for r in range(2) for e in rank_events(r, steps=(0, 20), end=None)]
+    events += [ev("steps", r, 22, 1, step=20, work=1) for r in range(2)]
+    attempts = [
+        {"event": "start", "attempt": 1, "time": T0},
+        {"event": "end", "attempt": 1, "time": T0 + 37, "exit_code": 124, "hung_rank": 1, "node": "n0"},
+    ]
+    g = goodput.compute(events, attempts)
+    b = g["breakdown"]
+    assert (b["hung"], b["other"], b["startup"]) == (15.0, 0.0, 3.0)
+    assert b["productive"] == pytest.approx(37 - 3 - 15)
+    assert "hung 15.0s" in goodput.summary(g)
+    (a,) = timeline.build(events, attempts)["attempts"]
+    assert (a["hung_rank"], a["code"]) == (1, 124) and [r["last_at"] for r in a["ranks"]] == [22.0, 22.0]
+
+
+def test_a_crash_that_ends_the_run_loses_its_steps_past_the_last_checkpoint():
+    """A last attempt that crashed (exit 1) at step 80 with a checkpoint at 50: no later attempt
+    redid them, still those 30 steps' work is lost; a run that ended well loses nothing."""
+    events = [e for r in range(2) for e in rank_events(r, steps=(0, 80), ckpts=(50,), end=None)]
+    events += [ev("steps", r, 82, 1, step=80, work=1) for r in range(2)]
+    start = {"event": "start", "attempt": 1, "time": T0}
+    crashed = goodput.compute(events, [start, {"event": "end", "attempt": 1, "time": T0 + 90, "code": 1, "rank": 0}])
+    assert crashed["lost_steps"] == [{"attempt": 1, "from_step": 50, "to_step": 80, "steps": 30, "seconds": 30.0}]
+    assert (crashed["breakdown"]["lost"], crashed["breakdown"]["other"]) == (30.0, 8.0)
+    stopped = {"event": "end", "attempt": 1, "time": T0 + 90, "code": 143, "state": "stopped"}
+    assert goodput.compute(events, [start, stopped])["breakdown"]["lost"] == 0.0  # a person's stop is no crash
