@@ -428,3 +428,13 @@ def test_the_hung_ranks_bar_is_hung_from_its_last_beat_not_training_to_the_end()
     assert row["rects"][-1]["title"].startswith("rank 1 hung: 22.00-37.00 s")
     healthy = attempt_chart({**attempt, "hung_rank": None}, set())["rows"][0]
     assert [r["title"].split(":")[0] for r in healthy["rects"]][-1] == "rank 1 training"
+
+
+def test_a_cancelled_jobs_page_says_it_was_stopped_not_a_failure(served, tmp_path, monkeypatch):
+    """A user's cancel reads as stopped (status has no first failure for it): the page still says so."""
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("78", "CANCELLED", "0:15")])
+    seq = add_job(registry, tmp_path, "78")
+    html = client.get(f"/ui/runs/{seq}").text
+    assert '<h2 id="failure-title">Stopped</h2>' in html and "First failure" not in html, html
+    assert "<p>CANCELLED: stopped by user" in html, html
