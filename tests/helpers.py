@@ -379,7 +379,8 @@ COMMAND = ["--", "bash", "-c", SAY, "say"]
 
 
 def sg(cluster, cwd: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    registry = [] if args[0] in ("runs", "plot") else ["--registry", str(cwd / "jobs.sqlite")]  # these read run records
+    # runs and plot read run records, create writes files: none of them has a registry
+    registry = [] if args[0] in ("runs", "plot", "create") else ["--registry", str(cwd / "jobs.sqlite")]
     argv = [sys.executable, "-m", "slurmgen", args[0], *registry, *args[1:]]
     proc = subprocess.run(argv, cwd=cwd, env=cluster.env(env), capture_output=True, text=True, timeout=120)
     if check and proc.returncode != 0:

@@ -27,7 +27,7 @@ from slurmgen.jobs import chain, stopping
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.runs import stop_request
-from slurmgen.runs.model import RunRow, get_row
+from slurmgen.runs.model import RunRow, get_row, job_record
 from slurmgen.runs.registry import JobRecord, Registry
 
 
@@ -102,19 +102,7 @@ class Run:
     @classmethod
     def from_row(cls, row: RunRow) -> Run:
         """The run of a registry row as runs.get_row reads it."""
-        job = None
-        if row["kind"] == "slurm":
-            job = JobRecord(
-                row["job_id"],
-                row["name"],
-                row["output_dir"],
-                row["submitted"],
-                row["remote"],
-                row["last_state"],
-                row["last_exit"],
-                dict(row.get("info") or {}),
-                row["seq"],
-            )
+        job = job_record(row) if row["kind"] == "slurm" else None
         info = job.info if job is not None else dict(row.get("info") or {})
         return cls(
             row["seq"], row["kind"], row["job_id"], row["state"], row.get("cluster") or "", row["remote"], info, job

@@ -17,7 +17,7 @@ from slurmgen.jobs.refresh import ask_slurm
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, exit_code, overall
-from slurmgen.runs.model import RunRow, chain_label, list_rows
+from slurmgen.runs.model import RunRow, chain_label, job_record, list_rows
 from slurmgen.runs.registry import JobRecord, Registry
 
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
@@ -41,7 +41,7 @@ def list_jobs(
     last seen)."""
     listed = list_rows(registry, kinds, states, None if states else limit, or_active=bool(states))
     rows = [r for r in listed if only is None or r["remote"] == only]
-    slurm = {r["seq"]: _as_record(r) for r in rows if r["kind"] == "slurm"}
+    slurm = {r["seq"]: job_record(r) for r in rows if r["kind"] == "slurm"}
     live = ask_slurm(runner_for, registry, list(slurm.values()), note)
     out = []
     for r in rows:
@@ -49,20 +49,6 @@ def list_jobs(
         if not states or row["run_state"] in states:
             out.append(row)
     return out[:limit] if limit else out
-
-
-def _as_record(row: RunRow) -> JobRecord:
-    return JobRecord(
-        row["job_id"],
-        row["name"],
-        row["output_dir"],
-        row["submitted"],
-        row["remote"],
-        row["last_state"],
-        row["last_exit"],
-        row["info"],
-        row["seq"],
-    )
 
 
 def _common(r: RunRow) -> dict[str, Any]:

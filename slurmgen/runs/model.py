@@ -31,7 +31,7 @@ from typing import Any, TypedDict, cast
 from slurmgen.contract.exitcodes import HUNG
 from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
 from slurmgen.errors import SlurmgenError
-from slurmgen.runs.registry import Registry
+from slurmgen.runs.registry import JobRecord, Registry
 
 KINDS = ("slurm", "launch", "group")
 # The states of a run not yet ended, as the page counts them (SQL parameters: the order is fixed).
@@ -330,6 +330,21 @@ def count_rows(reg: Registry, kinds: Sequence[str] = (), states: Sequence[str] =
         [*_NOT_ENDED, *args],
     ).fetchone()
     return int(row[0] or 0), int(row[1] or 0)
+
+
+def job_record(row: RunRow) -> JobRecord:
+    """A Slurm job's row as the registry's JobRecord (what `status`, `cancel` and `logs` take)."""
+    return JobRecord(
+        row["job_id"],
+        row["name"],
+        row["output_dir"],
+        row["submitted"],
+        row["remote"],
+        row["last_state"],
+        row["last_exit"],
+        dict(row.get("info") or {}),
+        row["seq"],
+    )
 
 
 def get_row(reg: Registry, seq: int) -> RunRow | None:

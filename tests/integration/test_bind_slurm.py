@@ -81,7 +81,8 @@ def test_launch_multi_node_in_a_job_binds_each_rank_to_its_planned_cores(cluster
         "out/launch_multi_node.sh localhost 1 2 0",
     ).strip()
     ranks = seen(here, 2)
-    log = wait_for(lambda: next(iter(tmp_path.glob("job-*.out")), None), 30, "the job's log")
+    wait_for(lambda: next(iter(tmp_path.glob("job-*.out")), None), 30, "the job's log")
+    log = next(iter(tmp_path.glob("job-*.out")))
     wait_for(lambda: "finished successfully" in log.read_text(), 60, "the job's end")
     text = log.read_text()
     job_cpus = ranks[0][0] | ranks[1][0]
