@@ -92,7 +92,6 @@ HOMONYMS = {
     ("heal/attempts.py", "finished"): "a healing record's action after a run that ended well (FINISHED_ACTION)",
     ("jobs/query.py", "failed"): "the message's stand-in when sacct fails and says nothing on stderr",
     ("observe/goodput.py", "lost"): "goodput's breakdown part: time spent on steps done again (LOST_PART)",
-    ("observe/goodput.py", "hung"): "goodput's breakdown part: time a hung rank held the others (HUNG_PART)",
 }
 
 
