@@ -146,7 +146,7 @@ def test_master_addr_and_port_overrides(cluster, tmp_path):
         *("--nodes", "2", "--gpus", "1", "--backend", "gloo", "--time", "5"),
         *("--master-addr", first.ip, "--master-port", "29517"),
         # Pin the allocation so the overridden address is where rank 0 runs.
-        f"--sbatch=--nodelist={names}",
+        *("--nodelist", names),
     )
     run = submit_and_wait(cluster, out)
     recs = check_ranks(run, nodes=2, per_node=1, launcher="srun")
