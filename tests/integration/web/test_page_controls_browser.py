@@ -94,7 +94,7 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
         assert code == 143, run.text()
         assert f"stopping all nodes: {STOPPED_BY_USER} from the page" in run.err, run.text()
         p.page.reload()
-        expect(p.page.locator(".state").first).to_have_text("stopped")
+        expect(p.page.locator(".state").first).to_have_text("stopped by you")  # a user's stop, not a failure
         expect(p.page.get_by_role("button", name="Stop launch")).to_be_disabled()
         expect(p.page.locator("#why-stop")).to_have_text("Stop launch: the launch has ended (stopped)")
         expect(p.page.locator("dl.facts")).to_contain_text(f"143 — {STOPPED_BY_USER} from the page")

@@ -178,19 +178,21 @@ def test_log_view_opens_on_the_newest_line_with_a_separator_per_attempt(page, co
     coordinator.api("POST", "/api/groups/logs/stop")
     _wait_state(coordinator, "logs", ("stopped",))
 
-    # One attempt number everywhere: card, attempts table, API, the server's refusal.
+    # One attempt number everywhere (card, attempts table, the server's refusal), counted per run
+    # from 1: each start of the group is a run of its own, not attempt N of the group (issue 33,
+    # item 2), so every start here is its run's attempt 1.
     p.page.goto(coordinator.url + "/ui/")
     card = p.page.locator("article.card[data-group=logs]")
-    expect(card.locator("dd").nth(4)).to_have_text("2")
+    expect(card.locator("dd").nth(4)).to_have_text("1")
     _command(coordinator, "logs", [sys.executable, "-c", TALKER, "1", "30"])
     card.get_by_role("button", name="Start group logs", exact=True).click()
-    expect(card.locator("dd").nth(4)).to_have_text("3", timeout=5_000)
+    expect(card.locator(".state")).to_have_text("running", timeout=5_000)
     card.get_by_role("button", name="Start group logs", exact=True).click()
-    expect(p.page.get_by_role("alert")).to_contain_text("(attempt 3)")
-    expect(card.locator("dd").nth(4)).to_have_text("3")
+    expect(p.page.get_by_role("alert")).to_contain_text("(attempt 1)")
+    expect(card.locator("dd").nth(4)).to_have_text("1")
     p.shot("attempt-numbers")
     p.page.goto(coordinator.url + "/ui/groups/logs")
-    expect(p.page.locator("table.attempts tbody tr").first.locator("th")).to_have_text("3")
+    expect(p.page.locator("table.attempts tbody tr").first.locator("th")).to_have_text("1")
     expect(p.page.locator("#log-view .log-attempt", has_text="attempt 3")).to_have_count(1, timeout=10_000)
     p.shot("log-view-attempts")
     coordinator.api("POST", "/api/groups/logs/stop")
