@@ -9,6 +9,7 @@ of a job, here or on a login node, is jobs/remote_records.py's.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,9 +21,10 @@ def group_of(job_id: str, task: str | None) -> str:
 def root_names(command: Sequence[str]) -> list[str]:
     """Where run records may be, relative to the job's working directory."""
     found = ["runs"]
-    for i, word in enumerate(command):
-        if word == "--out-dir" and i + 1 < len(command):
-            found.append(command[i + 1])
+    words = unwrapped(command)
+    for i, word in enumerate(words):
+        if word == "--out-dir" and i + 1 < len(words):
+            found.append(words[i + 1])
         elif word.startswith("--out-dir="):
             found.append(word.split("=", 1)[1])
     return list(dict.fromkeys(found))
@@ -47,11 +49,36 @@ def is_trainer(command: Sequence[str]) -> bool:
     )
 
 
+def unwrapped(command: Sequence[str]) -> list[str]:
+    """The command's words with a shell's script (`bash -c 'cd x && python -m slurmgen.train ...'`)
+    split into its own words as well: the trainer and its flags are found under a wrapper. Only
+    for where its records are: whether signals reach the trainer (is_trainer) is the command's own
+    first program's business, which a wrapping shell changes."""
+    out = []
+    for word in map(str, command):
+        out.append(word)
+        if any(c.isspace() for c in word):
+            try:
+                out.extend(shlex.split(word))
+            except ValueError:  # an unbalanced quote: its words as they stand
+                out.extend(word.split())
+    return out
+
+
+def track_root(workdir: str, command: Sequence[str], default_out: str = "runs/train") -> str | None:
+    """The directory that holds the bundled trainer's run records, one directory per group:
+    --track-dir, else OUT_DIR/tracking (train/track.py), under the job's working directory, the
+    trainer under a wrapper included. None for another program, or with --track off: where it
+    writes is its own business."""
+    words = unwrapped(command)
+    if not is_trainer(words) or _flag(words, "--track") == "off":
+        return None
+    track = _flag(words, "--track-dir") or str(Path(_flag(words, "--out-dir") or default_out) / "tracking")
+    return str(Path(workdir) / track)
+
+
 def record_dir(workdir: str, command: Sequence[str], run_id: str, default_out: str = "runs/train") -> str | None:
     """Where the bundled trainer keeps the run records of run `run_id` (its SLURMGEN_GROUP):
-    TRACK_DIR/RUN_ID, TRACK_DIR being --track-dir, else OUT_DIR/tracking (train/track.py).
-    None for another program, or with --track off: where it writes is its own business."""
-    if not is_trainer(command) or _flag(command, "--track") == "off":
-        return None
-    track = _flag(command, "--track-dir") or str(Path(_flag(command, "--out-dir") or default_out) / "tracking")
-    return str(Path(workdir) / track / run_id)
+    TRACK_ROOT/RUN_ID (track_root)."""
+    root = track_root(workdir, command, default_out)
+    return str(Path(root) / run_id) if root is not None else None

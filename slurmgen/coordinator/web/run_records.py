@@ -3,8 +3,10 @@ matching names, and the connection that reads them: for the run's curves (curves
 (run_logs.py), its page (run_detail.py) and the last loss the runs list shows.
 
 A run whose registry row names its record directory (`record_dir`: a Slurm job of the bundled
-trainer, a launch) has the runs in it. An array job is a sweep: each task's record carries
-`sweep: {"id": "slurm-<array id>", "task", "params"}`. Records on another machine (a job
+trainer, a launch, the trainer under a shell wrapper included) has the runs in it, or, when it
+resumed another run's checkpoint, the runs beside it whose attempts name it. An array job is a
+sweep: each task's record carries `sweep: {"id": "slurm-<array id>", "task", "params"}`, under
+each task's own directory unless --out-dir gave them one. Records on another machine (a job
 submitted with --remote) are read there, over the job's SSH connection (the last lines of each
 metrics file), as `slurmgen status` reads them; the runs list does not: it shows what is here.
 """
@@ -17,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.logs import array_tasks
 from slurmgen.runs.model import RunRow
 from slurmgen.runs.registry import JobRecord
-from slurmgen.runs.trainer_records import record_dir
+from slurmgen.runs.trainer_records import track_root
 from slurmgen.tracking.records import RunRecord, find_runs
 
 # The runs list asks every second for up to a page of runs: a run's last loss is read again at most
@@ -76,15 +79,42 @@ def _remote_records(row: RunRow, record: JobRecord | None) -> tuple[list[RunReco
 def run_records(row: RunRow, record: JobRecord | None = None) -> tuple[list[RunRecord], str | None]:
     """(the run's records, why there are none, or what to know of them, when worth saying).
     `record`: the job's registry record, for a --remote job's connection."""
-    info = row.get("info") or {}
     if row.get("remote"):
         return _remote_records(row, record)
     wanted = sweep_id(row)
     if wanted is None:
-        return _under(row.get("record_dir")), None
-    track = record_dir(info.get("workdir") or "", info.get("command") or [], "", f"runs/job-{row['job_id']}")
-    runs = [r for r in _under(track) if (r.sweep or {}).get("id") == wanted]
+        return _under(row.get("record_dir")) or _continued(row), None
+    runs = [r for root in _sweep_roots(row) for r in _under(root) if (r.sweep or {}).get("id") == wanted]
     return sorted(runs, key=lambda r: (int((r.sweep or {}).get("task") or 0), str(r.dir))), None
+
+
+def _sweep_roots(row: RunRow) -> list[str]:
+    """Where a sweep's tasks keep their records: one track root for every task with --out-dir or
+    --track-dir, else each task's own (runs/job-<array id>_<task>, train/config.default_out_dir)."""
+    info = row.get("info") or {}
+    workdir, command = info.get("workdir") or "", info.get("command") or []
+    tasks = array_tasks(info) or [0]  # a spec not read: the shared root of --out-dir is still found
+    roots = [track_root(workdir, command, f"runs/job-{row['job_id']}_{task}") for task in tasks]
+    return list(dict.fromkeys(root for root in roots if root))
+
+
+# The attempt field of a run record that names the run of the registry which wrote it (tracking/start.py).
+_ATTEMPT_OF = {"launch": "launch_id", "slurm": "slurm_job_id"}
+
+
+def _continued(row: RunRow) -> list[RunRecord]:
+    """A run that resumed another run's checkpoint (a second launch in the same --out-dir) goes on
+    writing that run's record (the trainer keeps the checkpoint's group, train/track.py), so its
+    own record directory is empty: its records are those beside it whose attempts name this run
+    (its launch id, its Slurm job id), each with every attempt's steps."""
+    field = _ATTEMPT_OF.get(row["kind"])
+    if field is None or not row.get("record_dir"):
+        return []
+    return [
+        run
+        for run in _under(str(Path(str(row["record_dir"])).parent))
+        if any(str(a.get(field)) == row["job_id"] for a in run.get("attempts") or [] if isinstance(a, dict))
+    ]
 
 
 def _loss_of(runs: list[RunRecord], sweep: bool) -> str:

@@ -438,3 +438,68 @@ def test_a_cancelled_jobs_page_says_it_was_stopped_not_a_failure(served, tmp_pat
     html = client.get(f"/ui/runs/{seq}").text
     assert '<h2 id="failure-title">Stopped</h2>' in html and "First failure" not in html, html
     assert "<p>CANCELLED: stopped by user" in html, html
+
+
+def test_a_sweep_without_out_dir_draws_each_tasks_curve_from_its_own_directory(served, tmp_path, monkeypatch):
+    """Without --out-dir each task of a sweep writes under runs/job-<array id>_<task> (the trainer's
+    default, train/config.default_out_dir): the chart has a series per task and the list its best loss."""
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("81", "RUNNING", "0:0", ArrayJobId="81", ArrayTaskId="0")])
+    for task in range(2):
+        environ = {"SLURM_ARRAY_JOB_ID": "81", "SLURM_ARRAY_TASK_ID": str(task), "SLURMGEN_SWEEP_INDEX": str(task)}
+        root = tmp_path / "runs" / f"job-81_{task}" / "tracking"
+        run = tracking.init(root, group=f"slurm-81_{task}", name=f"t{task}", environ=environ)
+        for step in (1, 2):
+            run.log("train", {"loss": 1.0 / (step + task)}, step=step)
+        run.finish()
+    seq = add_job(registry, tmp_path, "81", array=2, command=["python", "-m", "slurmgen.train"])
+    curves = client.get(f"/ui/live/runs/{seq}/metrics").json()
+    assert sorted(curves["metrics"]["loss"]) == ["train #0", "train #1"], curves
+    assert curves["metrics"]["loss"]["train #1"] == [[1, 2], [0.5, 1 / 3]]
+    listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
+    assert ">0.3333 (best of 2)</span>" in listed, listed
+
+
+def test_the_trainer_under_a_shell_wrapper_has_its_curves(served, tmp_path, monkeypatch):
+    """`bash -c 'cd . && python -m slurmgen.train --out-dir W'`: the trainer and its --out-dir are
+    found inside the shell's script, so the job's record directory is known and its curves drawn."""
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("82", "RUNNING", "0:0")])
+    run = tracking.init(tmp_path / "W" / "tracking", group="slurm-82", name="wrapped", environ={})
+    for step in (10, 20):
+        run.log("train", {"loss": 2.0 / step}, step=step)
+    run.finish()
+    wrapped = ["bash", "-c", "cd . && exec python -m slurmgen.train --out-dir 'W' --max-steps 20"]
+    seq = add_job(registry, tmp_path, "82", command=wrapped)
+    assert get_row(Registry.open(registry), seq)["record_dir"] == str(tmp_path / "W" / "tracking" / "slurm-82")
+    curves = client.get(f"/ui/live/runs/{seq}/metrics").json()
+    assert curves["metrics"]["loss"] == {"train": [[10, 20], [0.2, 0.1]]}, curves
+
+
+def test_a_launch_that_resumed_another_launchs_checkpoint_draws_every_attempts_steps(served, tmp_path):
+    """A second launch in the same --out-dir resumes the first one's checkpoint and goes on writing
+    its run record (the checkpoint's group): the second launch's page draws that record, the steps
+    its first attempt logged (the first launch's) and those of its second, by step."""
+    from slurmgen.contract import envvars
+    from slurmgen.runs.model import NewRun, add_run
+
+    client, registry = served
+    root = tmp_path / "runs" / "train" / "tracking"
+    first = tracking.init(root, group="launch-A", name="r", environ={envvars.LAUNCH_ID: "A"})
+    for step in range(10, 410, 10):  # attempt 1: 400 steps, a record every 10
+        first.log("train", {"loss": 100.0 / step}, step=step)
+    first.finish("failed", exit_code=1)
+    second = tracking.init(root, group="launch-A", name="r", resume_step=400, environ={envvars.LAUNCH_ID: "B"})
+    for step in (410, 420):
+        second.log("train", {"loss": 0.2}, step=step)
+    elsewhere = tracking.init(root, group="launch-C", name="r", environ={envvars.LAUNCH_ID: "C"})
+    elsewhere.log("train", {"loss": 9.0}, step=5)
+    with Registry.open(registry) as reg:
+        info = {"command": ["python", "-m", "slurmgen.train"]}
+        seq = add_run(
+            reg, NewRun("launch", "B", "b", str(tmp_path), 1, 1, "launch-B", str(root / "launch-B"), info=info), T0
+        )
+    steps, losses = client.get(f"/ui/live/runs/{seq}/metrics").json()["metrics"]["loss"]["train"]
+    assert steps == list(range(10, 430, 10)) and losses[0] == 10.0 and losses[-1] == 0.2
+    listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
+    assert ">0.2</span>" in listed, listed

@@ -466,3 +466,18 @@ def test_a_launch_whose_stop_was_taken_reads_stopping_until_it_ends(tmp_path):
     with Registry.open(tmp_path / "r.sqlite") as reg:
         (row,) = list_rows(reg)
         assert (row["state"], shown(row["state"])) == ("stopped", "stopped by you")
+
+
+def test_the_trainers_records_are_found_under_a_shell_wrapper_but_its_signals_are_not_assumed():
+    """`bash -c '... python -m slurmgen.train --out-dir X ...'`: the records are under X (the
+    registry, the run page and `status` look there); but the shell, not the trainer, receives a
+    warning signal, so the command is not taken for the trainer itself (jobs/stopping.py)."""
+    from slurmgen.runs.trainer_records import is_trainer, record_dir, root_names
+
+    wrapped = ["bash", "-lc", 'cd /w && python -m slurmgen.train --out-dir "runs/my x" --track-dir=T']
+    assert record_dir("/w", wrapped, "slurm-5") == "/w/T/slurm-5"
+    assert record_dir("/w", wrapped[:2] + [wrapped[2].replace(" --track-dir=T", "")], "g") == "/w/runs/my x/tracking/g"
+    assert root_names(wrapped) == ["runs", "runs/my x"] and not is_trainer(wrapped)
+    assert record_dir("/w", ["bash", "-c", "python train.py --out-dir o"], "g") is None  # not the bundled trainer
+    assert record_dir("/w", ["sh", "-c", "python -m slurmgen.train --track off"], "g") is None
+    assert record_dir("/w", ["sh", "-c", "python -m slurmgen.train 'unbalanced"], "g") == "/w/runs/train/tracking/g"
