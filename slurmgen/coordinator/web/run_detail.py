@@ -178,8 +178,8 @@ async def run_page(request: Request, seq: int) -> Response:
         data = await asyncio.to_thread(read_run, registry_path(request.app), seq, request.query_params.get("task"))
     except SlurmgenError as exc:
         return redirect_with(request, "/ui/runs", notice=str(exc))
-    if data is None:
-        return redirect_with(request, "/ui/runs", notice=f"There is no run {seq} in this machine's registry.")
+    if data is None:  # said where it was asked, with its status: a redirect would hide the address's mistake
+        return render(request, "no_run.html", {"seq": seq}, status=404)
     # `task`: the array task whose log the log view starts on (a task cell's link: its log).
     return render(
         request,

@@ -200,9 +200,13 @@ def test_a_slurm_job_page_shows_pending_reason_failure_log_and_enables_what_appl
     assert "NODE_FAIL on node2" in html and "not readable" not in html
 
 
-def test_an_unknown_run_goes_back_to_the_list_with_a_notice(client):
-    reply = client.get("/ui/runs/9999", follow_redirects=False)
-    assert reply.status_code == 303 and reply.headers["location"] == "/ui/runs"
+def test_an_unknown_run_answers_404_with_a_page_saying_so_where_it_was_asked(client):
+    """Not a redirect to the list (issue 33 item 11): the address stays, its status says it is
+    wrong, and the page says which run there is not and links to those there are."""
+    reply = client.get("/ui/runs/99999", follow_redirects=False)
+    assert reply.status_code == 404 and "location" not in reply.headers
+    assert '<h1 id="no-run-title">No such run</h1>' in reply.text and "There is no run 99999" in reply.text
+    assert 'href="/ui/runs">All runs</a>' in reply.text
 
 
 def test_a_slurm_jobs_attempts_file_becomes_attempt_rows_with_causes():
