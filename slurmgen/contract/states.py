@@ -38,6 +38,10 @@ STOPPED_BY_USER = "stopped by user"
 # state of its own.
 STOPPED_BY_YOU = "stopped by you"
 
+# The states a run of the registry can be in (the runs list's filter, `slurmgen jobs --state`):
+# every state but IDLE, which is a coordinator group's or a worker's with nothing to run, never a run's.
+RUN_STATES = tuple(s for s in State if s is not State.IDLE)
+
 ENDED = frozenset({State.SUCCEEDED, State.FAILED, State.PREEMPTED, State.STOPPED})
 ACTIVE = frozenset({State.STARTING, State.RUNNING, State.STOPPING})
 ACTIVE_WORDS = frozenset(s.value for s in ACTIVE)  # as ENDED_WORDS, for states held as plain strings

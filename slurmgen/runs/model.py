@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from slurmgen.contract.exitcodes import HUNG
-from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
+from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, RUN_STATES, State
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.registry import JobRecord, Registry
 
@@ -146,7 +146,7 @@ def check_kinds(kinds: Iterable[str]) -> list[str]:
 
 
 def check_states(states: Iterable[str]) -> list[str]:
-    words = [s.value for s in State]
+    words = [s.value for s in RUN_STATES]
     bad = [s for s in states if s not in words]
     if bad:
         raise SlurmgenError(f"state: expected one of {', '.join(words)} (got {bad[0]!r})")

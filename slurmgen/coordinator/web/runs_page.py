@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from slurmgen.contract.states import ENDED_WORDS, State, shown
+from slurmgen.contract.states import ENDED_WORDS, RUN_STATES, State, shown
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.refresh import Refresher, stale_for
 from slurmgen.runs.model import KINDS, RunRow, chain_label, check_kinds, check_states, count_rows, list_rows, size
@@ -205,7 +205,7 @@ async def runs_data(request: Request) -> dict[str, Any]:
         "error": bad or error,
         "slurm_notes": slurm_notes,
         "all_kinds": KINDS,
-        "all_states": [s.value for s in State],
+        "all_states": [s.value for s in RUN_STATES],
         "query": str(request.url.query),
         "pager": pager(request, page, counts),
     }

@@ -88,6 +88,14 @@ def test_filters_by_kind_and_state(client, query, expected):
     assert names(client.get(f"/ui/runs?{query}").text) == expected
 
 
+def test_the_state_filter_offers_the_states_a_run_can_be_in_and_not_idle(client):
+    """idle is a coordinator group's or a worker's word (nothing to run), never a run's (issue 33 item 11)."""
+    picker = client.get("/ui/runs").text.split('<select id="filter-state" name="state">')[1].split("</select>")[0]
+    offered = re.findall(r'<option value="([a-z]+)"', picker)
+    assert "idle" not in offered and {"pending", "running", "failed", "stopped", "lost"} <= set(offered), offered
+    assert "state: expected one of pending," in client.get("/ui/runs?state=idle").text
+
+
 def test_a_bad_filter_is_named_and_ignored(client):
     html = client.get("/ui/runs?kind=<b>x</b>").text
     assert "kind: expected one of slurm, launch, group (got &#39;&lt;b&gt;x&lt;/b&gt;&#39;)" in html

@@ -337,7 +337,8 @@ def test_jobs_lists_every_kind_and_filters_with_one_clear_line_for_bad_values(tm
     assert [r["kind"] for r in json.loads(out)] == ["group"]
     for flag, value, words in (
         ("--kind", "ssh", "kind: expected one of slurm, launch, group (got 'ssh')"),
-        ("--state", "RUNNING", "state: expected one of idle, pending"),
+        ("--state", "RUNNING", "state: expected one of pending, starting"),
+        ("--state", "idle", "state: expected one of pending, starting"),  # a group's word, never a run's
     ):
         code, out, err = run_cli(capsys, "jobs", "--registry", str(path), flag, value)
         assert code == 2 and words in err and "Traceback" not in err
