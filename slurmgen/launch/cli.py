@@ -55,6 +55,13 @@ def launch(
     config: Path | None = typer.Option(
         None, "--config", help="YAML job spec (as for create); flags given here override it."
     ),
+    name: str | None = typer.Option(
+        None,
+        "--name",
+        "--job-name",
+        "-J",
+        help="The run's name in `slurmgen jobs` and the runs page (default: the spec's job_name, else slurmgen).",
+    ),
     master: str | None = typer.Option(None, "--master", help="The host that runs rank 0 (default: the first given)."),
     order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
     master_addr: str | None = typer.Option(
@@ -121,6 +128,7 @@ def launch(
         config,
         given_flags(
             command=command or None,
+            job_name=name,
             gpus=gpus,
             master_addr=master_addr,
             master_port=master_port,

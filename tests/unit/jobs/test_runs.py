@@ -482,3 +482,19 @@ def test_the_trainers_records_are_found_under_a_shell_wrapper_but_its_signals_ar
     assert record_dir("/w", ["bash", "-c", "python train.py --out-dir o"], "g") is None  # not the bundled trainer
     assert record_dir("/w", ["sh", "-c", "python -m slurmgen.train --track off"], "g") is None
     assert record_dir("/w", ["sh", "-c", "python -m slurmgen.train 'unbalanced"], "g") == "/w/runs/train/tracking/g"
+
+
+def test_a_launch_is_recorded_under_the_name_given_with_name(tmp_path, capsys, monkeypatch):
+    """`slurmgen launch --name exp-7` (issue 33 item 11: every launch was named "slurmgen"); the
+    launch itself is stubbed, its registry row is the real one `launch` writes before it starts."""
+    from slurmgen.launch import fanout
+
+    monkeypatch.setattr(fanout, "launch", lambda plan, opts, keepalive, record: 0)
+    path = tmp_path / "jobs.sqlite"
+    base = ["launch", "--hosts", "h0", "--master-addr", "127.0.0.1", "--registry", str(path)]
+    assert run_cli(capsys, *base, "--name", "exp-7", "--", "true")[0] == 0
+    assert run_cli(capsys, *base, "--", "true")[0] == 0
+    with Registry.open(path) as reg:
+        assert [r["name"] for r in list_rows(reg, kinds=["launch"])] == ["slurmgen", "exp-7"]
+    code, _, err = run_cli(capsys, *base, "--name", "two\nlines", "--", "true")
+    assert code == 2 and "job_name" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
