@@ -208,6 +208,20 @@ async def preview(request: Request, name: str) -> Response:
     return render(request, "preview.html", {"preview": preview_of(group, form)})
 
 
+# A start of a group without a command, refused on the page where one is set (the API's refusal
+# names the CLI's `slurmgen group config`, which a person at this page does not need).
+_NO_COMMAND = {
+    "_": "This group has no command to run yet: set its Command below and save, then start it.",
+    "command": "Required to start the group: the program every rank runs, e.g. python -m slurmgen.train.",
+}
+
+
+async def _without_command(request: Request, name: str) -> bool:
+    """Has group `name` no command to start (False when there is no such group: the API says so)?"""
+    detail = await _detail(request, name)
+    return detail is not None and not detail["group"]["config"].get("argv")
+
+
 # Last: its path would otherwise catch /settings and /preview.
 @router.post("/ui/groups/{name}/{action}", name="web_group_action")
 @guarded("post")
@@ -215,6 +229,8 @@ async def group_action(request: Request, name: str, action: str) -> Response:
     back = f"/ui/groups/{name}" if f"/ui/groups/{name}" in request.headers.get("referer", "") else "/ui/"
     if action not in ("start", "stop", "restart"):
         return _refused(request, f"Unknown action {action!r} (expected start, stop or restart).")
+    if action != "stop" and await _without_command(request, name):
+        return redirect_with(request, f"/ui/groups/{name}/settings", errors=_NO_COMMAND)
     if action == "restart":
         reply = await api.call(request.app, "POST", f"/api/groups/{name}/stop")
         if reply.ok:

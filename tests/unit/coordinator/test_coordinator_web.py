@@ -291,7 +291,7 @@ def test_every_form_post_redirects_to_a_page(client):
         ("/ui/groups", {"name": "exp1"}, "/ui/"),
         ("/ui/move", {}, "/ui/"),
         ("/ui/move", {"worker": "gn6-0", "to": "exp1"}, "/ui/"),
-        ("/ui/groups/exp1/start", {}, "/ui/"),
+        ("/ui/groups/exp1/start", {}, "/ui/groups/exp1/settings"),  # no command yet: where one is set
         ("/ui/groups/exp1/jump", {}, "/ui/"),
         ("/ui/groups/nope/settings", {"world_size": "2"}, "/ui/"),
         ("/ui/groups/exp1/settings", {"world_size": "four"}, "/ui/groups/exp1/settings"),
@@ -304,6 +304,26 @@ def test_every_form_post_redirects_to_a_page(client):
     assert page.status_code == 200 and "cwd &#39;relative&#39; must be an absolute path" in page.text
     assert 'value="relative"' in page.text, "the refused form comes back as typed"
     assert "must be an absolute path" not in client.get("/ui/groups/exp1/settings").text, "shown once"
+
+
+def test_starting_a_group_without_a_command_opens_its_settings_form_saying_what_to_set(client):
+    """Issue 33 item 11: the page answered with the API's CLI instruction (`slurmgen group config
+    NAME -- CMD`) beside a Settings form that sets the command; now that form, its Command field
+    marked. Once a command is saved, Start starts (the API's own refusals still come back as they were)."""
+    csrf = _log_in(client)
+    client.post("/ui/groups", data={"name": "exp1", "csrf": csrf})
+    for action in ("start", "restart"):
+        reply = client.post(f"/ui/groups/exp1/{action}", data={"csrf": csrf}, follow_redirects=False)
+        assert (reply.status_code, reply.headers["location"]) == (303, "/ui/groups/exp1/settings")
+        page = client.get("/ui/groups/exp1/settings").text
+        assert "set its Command below and save, then start it" in page and "slurmgen group config" not in page
+        assert 'id="command-error"' in page and 'aria-describedby="command-error"' in page
+    nope = client.post("/ui/groups/nope/start", data={"csrf": csrf}, follow_redirects=False)
+    assert nope.headers["location"] == "/ui/" and "group &#39;nope&#39; does not exist" in client.get("/ui/").text
+    saved = client.post("/ui/groups/exp1/settings", data={"command": "true", "csrf": csrf}, follow_redirects=False)
+    assert saved.headers["location"] == "/ui/", client.get("/ui/groups/exp1/settings").text
+    reply = client.post("/ui/groups/exp1/start", data={"csrf": csrf}, follow_redirects=False)
+    assert reply.headers["location"] == "/ui/" and "no command" not in client.get("/ui/").text
 
 
 def test_the_ranks_of_a_stopped_attempt_read_stopped_by_you_not_failed():
