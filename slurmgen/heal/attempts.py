@@ -52,7 +52,7 @@ file (SLURM_RESTART_COUNT when the file lacks attempt 1, e.g. a log directory no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ from slurmgen.contract import exitcodes, verdict
 from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME
 from slurmgen.contract.verdict import Event
 from slurmgen.jsonl import objects
+from slurmgen.runs.model import Failure
 
 EVENTS = ("start", "end", "skipped")
 # The action after a run that ended well: a word of this file's format, not a run record's state.
@@ -106,6 +107,19 @@ def cause(record: Mapping[str, Any]) -> str:
     if code is not None and record.get("verdict"):
         return f"{exitcodes.describe(int(code))}: {record['verdict']}"
     return verdict.summary(first_failure(record))
+
+
+def job_failure(records: Sequence[Mapping[str, Any]]) -> Failure | None:
+    """The job's first failure as the run registry keeps it (runs/model.keep_failures): its last
+    attempt's "end" record, when that attempt failed (None: it has not ended, or ended well)."""
+    ends = [r for r in records if r.get("event") == "end"]
+    latest = max((r.get("attempt") or 0 for r in records), default=0)
+    end = ends[-1] if ends and (ends[-1].get("attempt") or 0) >= latest else None
+    if end is None or not end.get("exit_code") or end.get("action") == FINISHED_ACTION:
+        return None
+    first = first_failure(end)  # the cause without the rank and node, which the failure names apart
+    what = end.get("verdict") or exitcodes.describe(int(end["exit_code"]))
+    return Failure(cause=str(what), rank=first.rank, node=first.node, code=first.code)
 
 
 def stuck(record: Mapping[str, Any], frames: int = 3) -> str | None:

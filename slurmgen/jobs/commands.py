@@ -20,8 +20,9 @@ from slurmgen.contract import envvars
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.exitcodes import FAILED
 from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME
+from slurmgen.contract.states import State, from_slurm
 from slurmgen.errors import SlurmgenError
-from slurmgen.heal.attempts import parse_attempts
+from slurmgen.heal.attempts import job_failure, parse_attempts
 from slurmgen.jobs.logs import log_path, tasks_on_node
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.remote_records import by_group
@@ -29,6 +30,7 @@ from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, ended_at, job_view, overall, task_row
+from slurmgen.runs.model import keep_failures
 from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.runs.trainer_records import group_of
 
@@ -263,13 +265,21 @@ def status(
         view.update(_kept_time_report(runner, registry, record, attempts, with_timeline))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
-    remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"))
+    remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"), attempts)
     return view
 
 
-def remember(registry: Registry, record: JobRecord, jobs: list[SlurmJob], state: str, code: int | None) -> None:
+def remember(
+    registry: Registry,
+    record: JobRecord,
+    jobs: list[SlurmJob],
+    state: str,
+    code: int | None,
+    attempts: list[dict[str, Any]] | None = None,
+) -> None:
     """Keep what Slurm just said of the job in its row: state, exit code, end time and attempt,
-    which the list of runs shows without asking Slurm (`jobs` keeps them for many jobs at once)."""
+    which the list of runs shows without asking Slurm (`jobs` keeps them for many jobs at once),
+    and, given its attempts record, its first failure (the failed rank the list names)."""
     if not jobs or record.seq is None:
         return
     known, end = ended_at(jobs)
@@ -279,6 +289,9 @@ def remember(registry: Registry, record: JobRecord, jobs: list[SlurmJob], state:
         {record.seq: end} if known else None,
         {record.seq: number} if number is not None else None,
     )
+    if attempts is not None and not record.info.get("array"):  # an array's: each task's, on its page
+        failed = from_slurm(state, code) is State.FAILED
+        keep_failures(registry, {record.seq: job_failure(attempts) if failed else None})
 
 
 def file_status(path: Path) -> dict[str, Any]:

@@ -22,13 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract.states import ENDED_WORDS
+from slurmgen.contract.states import ENDED_WORDS, State, from_slurm
 from slurmgen.errors import SlurmgenError
+from slurmgen.heal.attempts import attempts_path, job_failure, read_attempts
 from slurmgen.jobs.commands import all_tasks
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
+from slurmgen.runs.model import Failure, keep_failures
 from slurmgen.runs.registry import JobRecord, Registry
 
 # The page polls every few seconds; Slurm is asked at most this often for it.
@@ -78,7 +80,22 @@ def ask_slurm(
                 if number is not None:
                     attempts[r.seq] = number
     registry.remember_states(seen, ended, attempts, time.time() if now is None else now)
+    changed = [r for r in records if r.seq in seen and seen[r.seq] != (r.last_state, r.last_exit)]
+    keep_failures(registry, {r.seq: failure_here(r, *seen[r.seq]) for r in changed if r.seq is not None})
     return found
+
+
+def failure_here(record: JobRecord, state: str, code: int | None) -> Failure | None:
+    """The first failure of a job that Slurm now says failed, from its attempts record when that is
+    on this machine (run_slurm.sh's verdict: the rank and node; a --remote job's or an array's is
+    named by `slurmgen status` and the job's page); None for a job that did not fail."""
+    log_dir = record.info.get("log_dir")
+    if from_slurm(state, code) is not State.FAILED or record.remote or record.info.get("array") or not log_dir:
+        return None
+    try:
+        return job_failure(read_attempts(attempts_path(log_dir, record.job_id)))
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def refresh_active(

@@ -224,6 +224,17 @@ def end_run(reg: Registry, run: int, state: State, code: int | None, failure: Fa
     )
 
 
+def keep_failures(reg: Registry, failures: Mapping[int, Failure | None]) -> None:
+    """A Slurm job's first failure as its attempts record tells it (None: it did not fail, e.g. it
+    was requeued and runs again), kept in its row so the runs list names the failed rank of a
+    Slurm job as it does a launch's and a group's."""
+    with reg.transaction():
+        reg.db.executemany(
+            "UPDATE jobs SET failure = ? WHERE seq = ? AND failure IS NOT ?",
+            [(text, seq, text) for seq, f in failures.items() for text in [json.dumps(f.as_dict()) if f else None]],
+        )
+
+
 def retell_cause(reg: Registry, run: int, number: int, old: str, new: str) -> None:
     """A failure told again once more is known of it (where a hung rank was stuck, which a
     coordinator's agent reports after the verdict): the attempt's words and, where they are

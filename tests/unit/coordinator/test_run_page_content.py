@@ -503,3 +503,26 @@ def test_a_launch_that_resumed_another_launchs_checkpoint_draws_every_attempts_s
     assert steps == list(range(10, 430, 10)) and losses[0] == 10.0 and losses[-1] == 0.2
     listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
     assert ">0.2</span>" in listed, listed
+
+
+def test_the_list_names_the_hung_rank_of_a_slurm_job_once_its_page_or_status_read_it(served, tmp_path, monkeypatch):
+    """Issue 33 item 11: the list said "124" for a Slurm job where a launch's row names its rank.
+    `slurmgen status` (here: the job's page) keeps the first failure of the attempts record in the
+    row: the hung rank and its node, with the watchers' verdict."""
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("84", "FAILED", "124:0", Restarts="0")])
+    seq = add_job(registry, tmp_path, "84")
+    verdict = "rank 1 on node2 stopped beating at step 220 (no heartbeat for 10.4 s)"
+    end = {"event": "end", "job": "84", "attempt": 1, "time": T0, "exit_code": 124, "rank": 0, "node": "node2"}
+    lines = [
+        {"event": "start", "job": "84", "attempt": 1, "time": T0 - 20},
+        {**end, "hung_rank": 1, "verdict": verdict},
+    ]
+    (tmp_path / "logs" / "slurmgen-84.attempts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with Registry.open(registry) as reg:  # known failed already: the list's refresh asks Slurm no more
+        reg.remember_states({seq: ("FAILED", 124)})
+    before = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
+    assert "rank 1" not in before
+    assert client.get(f"/ui/runs/{seq}").status_code == 200
+    listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
+    assert f"124 — rank 1 on node2 code 124 ({verdict})" in listed, listed

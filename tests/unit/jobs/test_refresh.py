@@ -127,3 +127,42 @@ def test_the_page_refreshes_at_most_every_few_seconds_and_waits_boundedly(tmp_pa
     assert [c[0] for c in slurm.calls] == ["scontrol"]
     with Registry.open(path) as reg:
         assert list_rows(reg)[0]["state"] == "running"
+
+
+def test_a_job_seen_failing_gets_the_rank_its_attempts_record_names_and_the_list_shows_it(tmp_path):
+    """Issue 33 item 11: the list named no failing rank for a Slurm job ("3") where a launch's row
+    says "rank 3 on node2". The refresh that sees the job fail reads its attempts record beside its
+    logs (run_slurm.sh's verdict) into the row; a requeue (running again) clears it."""
+    import json
+
+    from slurmgen.coordinator.web.runs_page import outcome
+    from slurmgen.heal.attempts import attempts_path
+
+    path = tmp_path / "jobs.sqlite"
+    record = job("5", "RUNNING")
+    record.info["log_dir"] = str(tmp_path)
+    ends = [
+        {"event": "start", "job": "5", "attempt": 1, "time": 1.0, "host": "node1"},
+        {"event": "end", "job": "5", "attempt": 1, "time": 9.0, "exit_code": 3, "rank": 3, "node": "node2"},
+    ]
+    attempts_path(tmp_path, "5").write_text("".join(json.dumps(e) + "\n" for e in ends))
+    with Registry.open(path, create=True) as reg:
+        reg.add(record)
+        refresh_active(lambda *where: Slurm(recorded("scontrol_failed.txt", "5")), reg, print, now=500.0)
+        (row,) = list_rows(reg)
+        assert row["state"] == "failed" and row["failure"] == {
+            "rank": 3,
+            "node": "node2",
+            "code": 3,
+            "cause": "exit 3",
+        }
+        assert outcome(row) == "3 — rank 3 on node2 code 3 (exit 3)"
+        reg.remember_states({row["seq"]: ("FAILED", 3)})  # nothing new: the record is not read again
+        attempts_path(tmp_path, "5").unlink()
+        requeued = reg.by_seq(row["seq"])
+        assert requeued is not None
+        ask = recorded("scontrol_running.txt", "5")
+        from slurmgen.jobs.refresh import ask_slurm
+
+        ask_slurm(lambda *where: Slurm(ask), reg, [requeued], print, batched=True)
+        assert list_rows(reg)[0]["failure"] is None and list_rows(reg)[0]["state"] == "running"
