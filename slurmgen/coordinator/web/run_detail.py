@@ -54,7 +54,9 @@ def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
     return [line.text for line in lines]
 
 
-def slurm_attempts(records: list[dict[str, Any]], job: State | None = None) -> list[dict[str, Any]]:
+def slurm_attempts(
+    records: list[dict[str, Any]], job: State | None = None, end: float | None = None
+) -> list[dict[str, Any]]:
     """The job's attempts file (heal/attempts.py) as attempt rows: one per start, its end's cause,
     numbered as the file numbers them (contract/attempts.py), as the timeline is.
 
@@ -63,7 +65,8 @@ def slurm_attempts(records: list[dict[str, Any]], job: State | None = None) -> l
     though the script's end line saw only the 143 of its TERM); another attempt's comes from its
     end line's exit code, or is `lost` when none was written (its node failed under it); the
     last one of a job still live is `running` until it ends. A start skipped because the job had
-    already finished stays `skipped`."""
+    already finished stays `skipped`. The last attempt of an ended job that wrote no end line (a
+    cancel kills the batch shell before it can) ends when Slurm says the job ended (`end`)."""
     from slurmgen.heal.attempts import cause
 
     rows: list[dict[str, Any]] = []
@@ -92,6 +95,7 @@ def slurm_attempts(records: list[dict[str, Any]], job: State | None = None) -> l
             )
     if rows and job in ENDED:
         rows[-1]["state"] = job.value
+        rows[-1]["ended"] = rows[-1]["ended"] or clock(end)
     elif rows and rows[-1]["ended"] is None and rows[-1]["state"] != "skipped":
         rows[-1]["state"] = State.RUNNING.value
     return rows
@@ -125,8 +129,9 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
         if chain.links_of(record):  # a link of a chain: every link, as `slurmgen status` shows them
             view["chain"] = chain.view(runner, reg, record)
+        row = get_row(reg, seq)  # status() kept Slurm's end time of the job in it
         view["attempts"] = slurm_attempts(
-            view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code"))
+            view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code")), (row or {}).get("ended")
         )
     finally:
         runner.close()

@@ -526,3 +526,17 @@ def test_the_list_names_the_hung_rank_of_a_slurm_job_once_its_page_or_status_rea
     assert client.get(f"/ui/runs/{seq}").status_code == 200
     listed = client.get("/ui/runs").text.split(f'data-run="{seq}"')[1].split("</tr>")[0]
     assert f"124 — rank 1 on node2 code 124 ({verdict})" in listed, listed
+
+
+def test_a_cancelled_attempt_ends_when_slurm_says_the_job_ended(served, tmp_path, monkeypatch):
+    """Issue 33 item 11: a cancel kills the batch shell before it writes its attempt's end line, so
+    the attempt had no end on the page; it ends at Slurm's EndTime of the job."""
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("79", "CANCELLED", "0:15", Restarts="0")])
+    seq = add_job(registry, tmp_path, "79")
+    start = {"event": "start", "job": "79", "attempt": 1, "time": T0 - 20, "host": "node1"}
+    (tmp_path / "logs" / "slurmgen-79.attempts.jsonl").write_text(json.dumps(start) + "\n")
+    html = client.get(f"/ui/runs/{seq}").text
+    rows = html.split('id="attempts-title"')[1].split("</tbody>")[0]
+    ended = datetime.fromisoformat(END).strftime("%Y-%m-%d %H:%M:%S")
+    assert rows.count("<tr>") == 2 and ended in rows, rows  # the header and attempt 1, which ended
