@@ -202,7 +202,7 @@ class Heartbeat:
         # What the timeline needs between beats: the step the attempt began at, the start of
         # the checkpoint in progress, the last sample and the work done since.
         self.start_step: int | None = None
-        self.first_done, self.ckpt_start, self.sampled, self.work = False, 0.0, 0.0, 0.0
+        self.first_done, self.ckpt_start, self.work = False, 0.0, 0.0
         self.sampled_step = self.ckpt_step = 0
         self.learn = _Learner(every, *hangs.settings(environ))
         self.stack = False
@@ -211,10 +211,11 @@ class Heartbeat:
         """`work`: seconds this rank spent working (not waiting for peers) in the step just done;
         the straggler check compares ranks by it, since a collective evens out step times."""
         now = time.time()
+        due = force or status != self.status or now - self.last >= self.every
         if self.timeline is not None:
-            self._timeline(step, status, now, work)
+            self._timeline(step, status, now, work, due)
         self.learn.observe(step, status, self.status, now)
-        if not force and status == self.status and now - self.last < self.every:
+        if not due:
             return
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -243,12 +244,14 @@ class Heartbeat:
                 remove_stale_node_dirs(self.dir, now)
             self.summarise(now)
 
-    def _timeline(self, step: int, status: str, now: float, work: float | None) -> None:
-        """The phases this beat shows (contract/phases.py), written as they happen."""
+    def _timeline(self, step: int, status: str, now: float, work: float | None, due: bool) -> None:
+        """The phases this beat shows (contract/phases.py), written as they happen. A step sample
+        is taken on the beats that write the heartbeat file (`due`), so a rank's last step on the
+        timeline is its last heartbeat's, the step a hang verdict names ("stopped beating at step N")."""
         tl = self.timeline
         assert tl is not None
         if self.start_step is None:
-            self.start_step, self.sampled = step, now
+            self.start_step = step
         elif not self.first_done and step > self.start_step:
             self.first_done, self.sampled_step = True, self.start_step
             tl.write(phases.FIRST_STEP, now, step=step)
@@ -259,13 +262,9 @@ class Heartbeat:
         elif self.status == "checkpointing" and status != "checkpointing":
             tl.write(phases.CHECKPOINT, now, step=self.ckpt_step, stall=round(now - self.ckpt_start, 6))
         final = status in FINAL_STATUSES and status != self.status
-        if (
-            self.first_done
-            and step > self.sampled_step
-            and (final or status == RUNNING and now - self.sampled >= self.every)
-        ):
+        if self.first_done and step > self.sampled_step and (final or status == RUNNING and due):
             tl.write(phases.STEPS, now, step=step, work=round(self.work, 6))  # the last sample too: short runs get one
-            self.sampled, self.sampled_step, self.work = now, step, 0.0
+            self.sampled_step, self.work = step, 0.0
         if final:
             tl.write(phases.END, now, step=step, status=status)
 

@@ -77,7 +77,7 @@ class Beat:
         if step is not None:
             if hb.start_step is None:  # the program reports steps done: the first one is the first step
                 self.infer(now)
-                hb.start_step, hb.sampled, self.last = step - 1, now, now
+                hb.start_step, self.last = step - 1, now
             hb.beat(step, work=now - self.last if self.last else None)
             self.step, self.last = step, now
         if self.metrics is not None and (loss is not None or metrics):

@@ -90,3 +90,25 @@ def test_leaders_sharing_a_node_directory_finish_with_every_rank_in_the_summary(
     beats = read_heartbeats(out / "heartbeats")
     assert {r: (b["step"], b["status"]) for r, b in beats.items()} == {0: (6, "done"), 1: (6, "done")}
     assert not leaders[0].dir.exists()
+
+
+def test_a_ranks_last_step_on_the_timeline_is_its_last_heartbeats(tmp_path, monkeypatch):
+    """Issue 33 item 11: a hung rank's verdict said "stopped beating at step 1669" (its heartbeat
+    file) beside "Last step 1722" (the timeline's sample): two throttles out of phase once a
+    checkpoint forced a beat. A sample is now taken only on the beats that write the file."""
+    from slurmgen.contract.envvars import TIMELINE_FILE
+    from slurmgen.observe import heartbeat
+    from slurmgen.observe.timeline import build
+
+    environ = {HEARTBEAT_DIR_ENV: str(tmp_path / "hb"), TIMELINE_FILE: str(tmp_path / "timeline.jsonl")}
+    beat = Heartbeat(tmp_path / "out", rank=1, every=1.0, environ=environ)
+    now = [0.0]
+    monkeypatch.setattr(heartbeat.time, "time", lambda: now[0])
+    beats = [(100.0, 1, "running"), (100.5, 2, "running"), (101.0, 3, "running"), (101.5, 4, "checkpointing")]
+    beats += [(101.6, 4, "running"), (102.0, 5, "running"), (102.2, 6, "running")]  # then the rank freezes
+    for now[0], step, status in beats:  # step 5: 1 s after the last sample, 0.4 s after the forced beat
+        beat.beat(step, status)
+    told = json.loads((tmp_path / "hb" / "rank-00001.json").read_text())["step"]
+    events = [json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    (rank,) = build(events)["attempts"][0]["ranks"]
+    assert told == rank["last_step"] == 4, (told, events)
