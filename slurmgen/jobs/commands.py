@@ -29,7 +29,7 @@ from slurmgen.jobs.remote_records import by_group
 from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
 from slurmgen.jobs.slurm_runner import Runner
-from slurmgen.jobs.view import attempt, ended_at, job_view, overall, task_row
+from slurmgen.jobs.view import attempt, attempt_start, ended_at, job_view, overall, task_row
 from slurmgen.runs.model import keep_failures
 from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.runs.trainer_records import group_of
@@ -277,17 +277,19 @@ def remember(
     code: int | None,
     attempts: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Keep what Slurm just said of the job in its row: state, exit code, end time and attempt,
-    which the list of runs shows without asking Slurm (`jobs` keeps them for many jobs at once),
-    and, given its attempts record, its first failure (the failed rank the list names)."""
+    """Keep what Slurm just said of the job in its row: state, exit code, end time, attempt and
+    when it started, which the list of runs shows without asking Slurm (`jobs` keeps them for many
+    jobs at once), and, given its attempts record, its first failure (the failed rank the list names)."""
     if not jobs or record.seq is None:
         return
     known, end = ended_at(jobs)
     number = attempt(jobs)
+    began, start = attempt_start(jobs, time.time())
     registry.remember_states(
         {record.seq: (state, code)},
         {record.seq: end} if known else None,
         {record.seq: number} if number is not None else None,
+        attempt_started={record.seq: start} if began else None,
     )
     if attempts is not None and not record.info.get("array"):  # an array's: each task's, on its page
         failed = from_slurm(state, code) is State.FAILED

@@ -29,7 +29,7 @@ from slurmgen.jobs.commands import all_tasks
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
-from slurmgen.jobs.view import attempt, ended_at, exit_code, overall
+from slurmgen.jobs.view import attempt, attempt_start, ended_at, exit_code, overall
 from slurmgen.runs.model import Failure, keep_failures
 from slurmgen.runs.registry import JobRecord, Registry
 
@@ -63,6 +63,8 @@ def ask_slurm(
     seen: dict[int, tuple[str, int | None]] = {}
     ended: dict[int, float | None] = {}
     attempts: dict[int, int] = {}
+    started: dict[int, float | None] = {}
+    told = time.time() if now is None else now
     for where, group in by_where.items():
         runner = runner_for(where, group[0].info.get("remote_setup"), group[0].info.get("ssh_config"))
         snap = ask(runner, [r.job_id for r in group], accounting=accounting, batched=batched)
@@ -79,7 +81,10 @@ def ask_slurm(
                 number = attempt(jobs)
                 if number is not None:
                     attempts[r.seq] = number
-    registry.remember_states(seen, ended, attempts, time.time() if now is None else now)
+                known, start = attempt_start(jobs, told)
+                if known:
+                    started[r.seq] = start
+    registry.remember_states(seen, ended, attempts, told, started)
     changed = [r for r in records if r.seq in seen and seen[r.seq] != (r.last_state, r.last_exit)]
     keep_failures(registry, {r.seq: failure_here(r, *seen[r.seq]) for r in changed if r.seq is not None})
     return found

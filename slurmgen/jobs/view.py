@@ -15,6 +15,7 @@ from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.exitcodes import HUNG, NOT_FOUND
 from slurmgen.contract.states import SLURM_LIVE, STOPPED_BY_USER, State, from_slurm
+from slurmgen.generate.slurm_values import time_limit_seconds
 from slurmgen.heal.attempts import FINISHED_ACTION, cause, stuck
 from slurmgen.jobs import signals
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, missing_command, task_exits
@@ -47,6 +48,24 @@ def ended_at(tasks: Sequence[SlurmJob]) -> tuple[bool, float | None]:
         return True, None
     ends = [t.end_time for t in tasks]
     return (True, max(e for e in ends if e is not None)) if all(e is not None for e in ends) else (False, None)
+
+
+def attempt_start(tasks: Sequence[SlurmJob], now: float) -> tuple[bool, float | None]:
+    """(known, when the job's current attempt started): its end (or `now` while it runs) less the
+    elapsed time Slurm gives, which is the current attempt's (a requeue starts it again);
+    (True, None) while it waits for an attempt (pending, again after a requeue); (False, None) for
+    an array (each task has its own) or an elapsed time not given. The list holds it to the limit."""
+    if len(tasks) != 1 or tasks[0].array_task is not None:
+        return False, None
+    job = tasks[0]
+    if from_slurm(job.state) is State.PENDING:
+        return True, None
+    try:
+        seconds = time_limit_seconds(job.elapsed) if job.elapsed else None
+    except ValueError:
+        seconds = None
+    until = job.end_time if job.ended else now
+    return (True, until - seconds) if seconds is not None and until is not None else (False, None)
 
 
 def attempt(tasks: Sequence[SlurmJob]) -> int | None:

@@ -74,6 +74,7 @@ class RunRow(TypedDict):
     info: dict[str, Any]
     cluster: str
     state_seen: float | None  # when Slurm last told a Slurm job's state (None: never, or not a Slurm job)
+    attempt_started: float | None  # when a Slurm job's current attempt started (None: not known, or not one)
     attempts: int
     last_cause: str | None
 
@@ -297,7 +298,7 @@ def attempt_bounds(attempts: Sequence[RunAttemptRow]) -> list[dict[str, Any]]:
 _LIST_SQL = """
 SELECT j.seq, j.kind, j.job_id, j.name, j.state, j.last_state, j.last_exit, j.nodes, j.ranks, j.started, j.ended,
        j.remote, j.output_dir, j.submitted, j.run_id, j.record_dir, j.logs, j.failure, j.info, j.cluster, j.state_seen,
-       COALESCE(j.attempt, (SELECT COUNT(*) FROM attempts AS a WHERE a.run = j.seq)) AS attempts,
+       j.attempt_started, COALESCE(j.attempt, (SELECT COUNT(*) FROM attempts AS a WHERE a.run = j.seq)) AS attempts,
        (SELECT a.cause FROM attempts AS a WHERE a.run = j.seq ORDER BY a.number DESC LIMIT 1) AS last_cause
 FROM jobs AS j {where} ORDER BY j.started DESC, j.seq DESC {limit}
 """

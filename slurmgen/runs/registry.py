@@ -63,6 +63,7 @@ RUN_COLUMNS = (
     ("failure", "TEXT"),
     ("attempt", "INTEGER"),
     ("state_seen", "REAL"),  # when Slurm last told a Slurm job's state (the list says how old a stale one is)
+    ("attempt_started", "REAL"),  # when a Slurm job's current attempt started (its elapsed is held to the limit)
 )
 ATTEMPTS_TABLE = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -277,13 +278,16 @@ class Registry:
         ended: dict[int, float | None] | None = None,
         attempts: dict[int, int] | None = None,
         now: float | None = None,
+        attempt_started: dict[int, float | None] | None = None,
     ) -> None:
         """Keep the last state (and exit code) seen, by row (`JobRecord.seq`), in one transaction,
         and (`now`) that Slurm told it then, changed or not, so a state is known fresh or stale;
         `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is
         known (None: it runs again, after a requeue); `attempts`: the attempt Slurm says it is at
-        (view.attempt), which the list of runs shows without asking Slurm."""
-        if not states and not ended and not attempts:
+        (view.attempt), which the list of runs shows without asking Slurm; `attempt_started`: when
+        that attempt started (None: it has not, e.g. pending again after a requeue), whose elapsed
+        time the list holds against the job's time limit, which is per attempt."""
+        if not states and not ended and not attempts and not attempt_started:
             return
         with self.transaction():
             self.db.executemany(
@@ -298,6 +302,10 @@ class Registry:
             self.db.executemany(
                 "UPDATE jobs SET attempt = ? WHERE seq = ? AND attempt IS NOT ?",
                 [(n, seq, n) for seq, n in (attempts or {}).items()],
+            )
+            self.db.executemany(
+                "UPDATE jobs SET attempt_started = ? WHERE seq = ? AND attempt_started IS NOT ?",
+                [(t, seq, t) for seq, t in (attempt_started or {}).items()],
             )
             if now is not None:
                 self.db.executemany("UPDATE jobs SET state_seen = ? WHERE seq = ?", [(now, seq) for seq in states])

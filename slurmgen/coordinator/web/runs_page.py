@@ -73,16 +73,23 @@ def elapsed(started: float | None, ended: float | None, now: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def with_limit(text: str, r: RunRow) -> str:
-    """Elapsed beside the time limit the job was submitted with: "12 min 05 s / 1 h 00 min"."""
+def run_elapsed(r: RunRow, now: float, unknown_end: bool) -> str:
+    """How long the run ran; a Slurm job with a time limit: its current attempt's time beside the
+    limit, which is per attempt ("12 min 05 s / 1 h 00 min"): the run's own, from its submission,
+    counts the queue and every attempt, and would be held to one attempt's limit."""
     from slurmgen.generate.slurm_values import time_limit_seconds
 
+    if unknown_end:
+        return "—"
     limit = (r.get("info") or {}).get("time_limit")
     try:
         seconds = time_limit_seconds(limit) if limit else None
     except ValueError:
         seconds = None
-    return f"{text} / {elapsed(0, seconds, 0)}" if seconds and text != "—" else text
+    began = r.get("attempt_started")
+    if seconds and began is not None:
+        return f"{elapsed(began, r.get('ended'), now)} / {elapsed(0, seconds, 0)}"
+    return elapsed(r.get("started"), r.get("ended"), now)
 
 
 def outcome(r: RunRow) -> str:
@@ -125,7 +132,7 @@ def run_view(r: RunRow, now: float) -> dict[str, Any]:
         "as_of": ago(stale) if stale is not None else None,  # Slurm's word not renewed: how old it is
         "shape": size(r["nodes"], r["ranks"]) or "—",
         "started": clock(r.get("started")) or "—",
-        "elapsed": with_limit("—" if unknown_end else elapsed(r.get("started"), r.get("ended"), now), r),
+        "elapsed": run_elapsed(r, now, unknown_end),
         # A running job is on its first attempt at least, whether or not Slurm's count was kept yet.
         "attempts": max(r.get("attempts") or 0, 1 if state == State.RUNNING.value else 0),
         "outcome": outcome(r),

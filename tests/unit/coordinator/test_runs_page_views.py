@@ -38,6 +38,7 @@ def fill(path, now: float = 1_000_000.0) -> None:
                 {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "60"},
             )
         )
+        reg.remember_states({}, attempt_started={1: now - 120})  # its attempt's start, as Slurm told it
         launch = add_run(reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4), now - 200)
         start_attempt(reg, launch, 1, now - 200)
         end_run(reg, launch, State.FAILED, 1, Failure("rank 3 exited 1", 3, "node2", 1), now - 100)

@@ -166,3 +166,24 @@ def test_a_job_seen_failing_gets_the_rank_its_attempts_record_names_and_the_list
 
         ask_slurm(lambda *where: Slurm(ask), reg, [requeued], print, batched=True)
         assert list_rows(reg)[0]["failure"] is None and list_rows(reg)[0]["state"] == "running"
+
+
+def test_the_list_holds_the_current_attempts_elapsed_time_to_the_limit_not_the_runs(tmp_path):
+    """Issue 33 item 11: a job submitted 20 min ago, requeued, its attempt 2 running for 3 min
+    under a 5 min limit read "20 min 00 s / 5 min 00 s" (queue and both attempts against one
+    attempt's limit). Slurm's RunTime is the current attempt's: the row keeps when it started."""
+    path = tmp_path / "jobs.sqlite"
+    record = job("6", "RUNNING")
+    record.info["time_limit"] = "5"
+    with Registry.open(path, create=True) as reg:
+        reg.add(record)
+        running = recorded("scontrol_running.txt", "6", RunTime="00:03:00", Restarts="1")
+        refresh_active(lambda *where: Slurm(running), reg, print, now=1300.0)
+        (row,) = list_rows(reg)
+        assert (row["attempts"], row["attempt_started"]) == (2, 1120.0)
+        assert run_view(row, 1300.0)["elapsed"] == "3 min 00 s / 5 min 00 s"
+        assert run_view(row, 1330.0)["elapsed"] == "3 min 30 s / 5 min 00 s"  # live: from the attempt's start
+        pending = recorded("scontrol_pending_held.txt", "6", Restarts="2")
+        refresh_active(lambda *where: Slurm(pending), reg, print, now=1400.0)  # requeued again: no attempt runs
+        (row,) = list_rows(reg)
+        assert row["attempt_started"] is None and run_view(row, 1400.0)["elapsed"] == "21 min 40 s"
