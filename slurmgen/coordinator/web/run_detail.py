@@ -131,7 +131,9 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
             view["chain"] = chain.view(runner, reg, record)
         row = get_row(reg, seq)  # status() kept Slurm's end time of the job in it
         view["attempts"] = slurm_attempts(
-            view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code")), (row or {}).get("ended")
+            view.get("attempts") or [],
+            from_slurm(view.get("state"), view.get("exit_code")),
+            row["ended"] if row is not None else None,
         )
     finally:
         runner.close()
