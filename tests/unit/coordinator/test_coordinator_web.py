@@ -270,9 +270,11 @@ def test_each_login_is_its_own_session_with_an_expiry_and_logout_revokes_it(tmp_
         assert cookie_one != cookie_two and csrf_one != csrf_two
         login = one.post("/ui/login", data={"token": TOKEN}, follow_redirects=False)
         assert re.search(r"max-age=\d+", login.headers["set-cookie"], re.I), "the cookie expires"
+        one.cookies.clear()  # one cookie of that name, whichever HTTP client the test client uses
         one.cookies.set("slurmgen_session", cookie_one)
         assert one.post("/ui/groups", data={"name": "a", "csrf": csrf_two}).status_code == 403, "CSRF is per session"
         assert one.post("/ui/logout", data={"csrf": csrf_one}, follow_redirects=False).status_code == 303
+        one.cookies.clear()
         one.cookies.set("slurmgen_session", cookie_one)  # a copy of the cookie kept from before
         assert one.get("/ui/live/overview").status_code == 401, "logged out means logged out"
         assert one.post("/ui/groups", data={"name": "a", "csrf": csrf_one}).status_code == 401
