@@ -1,0 +1,133 @@
+"""Lightning, Accelerate and transformers programs under a real slurmgen launcher (issue 34):
+`launch_multi_node.sh` as two nodes of one rank each on this machine (real bash, the node link,
+real torch.distributed on gloo), each program as a user brings it (examples/), with the
+integrations' callback (or `slurmgen.beat` for Accelerate). Each rank says which it is; the
+timeline has every phase for every rank, read back by `slurmgen status FILE --timeline --json`;
+rank 0's metrics reach the job's metrics file and the run record `status` and the page read; and
+a Lightning rank that stops stepping is found hung by the launcher's watcher through the
+callback's heartbeats."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import free_port
+
+from slurmgen.cli import main
+from slurmgen.contract import exitcodes, phases
+from slurmgen.observe.helper import metrics_path
+from slurmgen.tracking.records import find_runs
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("accelerate")
+pytest.importorskip("transformers")
+
+PY = sys.executable
+EXAMPLES = Path(__file__).parents[2] / "examples"
+STEPS = 10
+
+
+def run_two_nodes(tmp_path: Path, program: list[str], *flags: str) -> tuple[list[int], list[str], Path]:
+    """`create` for 2 nodes x 1 rank, then launch_multi_node.sh once per node on 127.0.0.1:
+    (exit codes, the ranks' log texts, the timeline file)."""
+    with pytest.raises(SystemExit):
+        main(["create", "--nodes", "2", "--gpus", "1", "--backend", "gloo", "-o", str(tmp_path / "o"), "--force",
+              *flags, "--", *program])  # fmt: skip
+    tl, logs = tmp_path / "timeline.jsonl", tmp_path / "logs"
+    env = {
+        **os.environ,
+        "MASTER_PORT": str(free_port()),
+        "SLURMGEN_TIMELINE_FILE": str(tl),
+        "SLURMGEN_LOG_DIR": str(logs),
+    }
+    procs = [
+        subprocess.Popen(
+            [str(tmp_path / "o" / "launch_multi_node.sh"), "127.0.0.1", "2", "1", str(n)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
+    codes = [p.wait(180) for p in procs]
+    texts = [p.stderr.read() for p in procs] + [f.read_text() for f in sorted(logs.glob("rank-*.log"))]
+    return codes, texts, tl
+
+
+def timeline_of(tl: Path) -> dict:
+    """`slurmgen status FILE --timeline --json`, as a user reads a launch_multi_node.sh run."""
+    proc = subprocess.run(
+        [PY, "-m", "slurmgen", "status", str(tl), "--timeline", "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize(
+    ("program", "exact"),
+    [("lightning_ddp.py", True), ("transformers_gpt2.py", True), ("accelerate_loop.py", False)],
+)
+def test_a_framework_program_trains_on_two_ranks_with_slurmgens_records(tmp_path, program, exact):
+    codes, texts, tl = run_two_nodes(tmp_path, [PY, str(EXAMPLES / program), str(STEPS)])
+    assert codes == [0, 0], texts
+    said = [re.findall(r"^rank (\d) of (\d)\b", text, re.M) for text in texts[2:]]
+    assert said == [[("0", "2")], [("1", "2")]], texts  # rank-0.log, rank-1.log: each rank once, world size 2
+
+    found = timeline_of(tl)
+    (attempt,) = [a for a in found["attempts"] if a["ranks"]]
+    rows = {r["rank"]: r for r in attempt["ranks"]}
+    assert sorted(rows) == [0, 1], attempt
+    for row in rows.values():
+        times = [row[p] for p in phases.PHASES]
+        assert None not in times and times == sorted(times), row
+        assert row["status"] == "done" and row["last_step"] == STEPS, row
+    assert found["goodput"]["goodput"] > 0, found["goodput"]
+    lines = [json.loads(x) for x in tl.read_text().splitlines()]
+    told = {x["event"] for x in lines if x.get("by") != "launcher" and not x.get("inferred")}
+    if exact:  # the callback said them itself, nothing inferred
+        assert {phases.IMPORTS, phases.RENDEZVOUS, phases.FIRST_STEP, phases.CHECKPOINT} <= told, told
+
+    metrics = [json.loads(x) for x in metrics_path(str(tl)).read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1)), metrics  # rank 0 only: once per step
+    assert all(m["split"] == "train" and m["loss"] > 0 for m in metrics), metrics
+    if exact:
+        (run,) = find_runs(tmp_path / "runs")
+        assert run.steps == STEPS and run.last("loss") is not None and run.get("status") == "finished"
+        assert run.last("lr", ("train",)) is not None and run.last("loss", ("val",)) is not None
+
+
+HANGING = """
+import sys, time
+sys.argv[1:] = ["40"]
+sys.path.insert(0, {examples!r})
+import lightning_ddp
+
+def stuck(self, batch, batch_idx):
+    if self.global_rank == 1 and self.trainer.global_step == 3:
+        time.sleep(600)  # a rank that stops stepping, its peer waiting in the all-reduce
+    return step(self, batch, batch_idx)
+
+step = lightning_ddp.Regression.training_step
+lightning_ddp.Regression.training_step = stuck
+lightning_ddp.main(40)
+"""
+
+
+def test_a_lightning_rank_that_stops_stepping_is_found_hung(tmp_path):
+    """The callback's heartbeats are what the launcher's watcher judges: rank 1 stuck after step 3
+    is named hung and the job ends with the hung code, well before the program would."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING.format(examples=str(EXAMPLES)))
+    codes, texts, _ = run_two_nodes(tmp_path, [PY, str(script)], "--heartbeat-timeout", "6")
+    assert exitcodes.HUNG in codes, (codes, texts)
+    assert re.search(r"hung: rank 1\b", "\n".join(texts[:2])), texts[:2]
