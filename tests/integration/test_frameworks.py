@@ -5,7 +5,8 @@ integrations' callback (or `slurmgen.beat` for Accelerate). Each rank says which
 timeline has every phase for every rank, read back by `slurmgen status FILE --timeline --json`;
 rank 0's metrics reach the job's metrics file and the run record `status` and the page read; and
 a Lightning rank that stops stepping is found hung by the launcher's watcher through the
-callback's heartbeats."""
+callback's heartbeats. Under real Slurm (the test cluster), a Lightning job's records reach
+`slurmgen status JOB`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import free_port
+from helpers import free_port, sg
 
 from slurmgen.cli import main
 from slurmgen.contract import exitcodes, phases
@@ -131,3 +132,20 @@ def test_a_lightning_rank_that_stops_stepping_is_found_hung(tmp_path):
     codes, texts, _ = run_two_nodes(tmp_path, [PY, str(script)], "--heartbeat-timeout", "6")
     assert exitcodes.HUNG in codes, (codes, texts)
     assert re.search(r"hung: rank 1\b", "\n".join(texts[:2])), texts[:2]
+
+
+def test_lightning_under_slurm_reports_to_status(cluster, tmp_path):
+    """Under run_slurm.sh's srun mode (Lightning's SLURMEnvironment: its ranks are Slurm's tasks),
+    the callback's records reach `slurmgen status JOB` through the registry: every rank's phases on
+    the timeline, and the run record's last step and loss found by the job's group."""
+    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--gpus", "1", "--backend", "gloo", "--time", "5",
+             "-o", "pl", "--wait", "--", PY, str(EXAMPLES / "lightning_ddp.py"), str(STEPS)).stdout.strip()  # fmt: skip
+    found = json.loads(sg(cluster, tmp_path, "status", job, "--timeline", "--json").stdout)
+    (attempt,) = [a for a in found["attempts"] if a["ranks"]]
+    assert sorted(r["rank"] for r in attempt["ranks"]) == [0, 1], attempt
+    for row in attempt["ranks"]:
+        assert None not in [row[p] for p in phases.PHASES] and row["last_step"] == STEPS, row
+    view = json.loads(sg(cluster, tmp_path, "status", job, "--json").stdout)
+    assert view["state"] == "COMPLETED" and view["run"]["step"] == STEPS and view["run"]["loss"] > 0, view
+    logs = sg(cluster, tmp_path, "logs", job).stdout
+    assert sorted(re.findall(r"^\[rank (\d)\] rank \1 of 2 node \1: done$", logs, re.M)) == ["0", "1"], logs
