@@ -15,10 +15,11 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import free_port, sg
+from helpers import free_port, sg, wait_status
 
 from slurmgen.cli import main
 from slurmgen.contract import exitcodes, phases
@@ -149,3 +150,82 @@ def test_lightning_under_slurm_reports_to_status(cluster, tmp_path):
     assert view["state"] == "COMPLETED" and view["run"]["step"] == STEPS and view["run"]["loss"] > 0, view
     logs = sg(cluster, tmp_path, "logs", job).stdout
     assert sorted(re.findall(r"^\[rank (\d)\] rank \1 of 2 node \1: done$", logs, re.M)) == ["0", "1"], logs
+
+
+SLOW = """
+import sys, time
+sys.path.insert(0, {examples!r})
+import lightning_ddp
+
+def slow(self, batch, batch_idx):
+    time.sleep(0.1)  # long enough to be warned while training
+    return step(self, batch, batch_idx)
+
+step = lightning_ddp.Regression.training_step
+lightning_ddp.Regression.training_step = slow
+lightning_ddp.main({steps})
+"""
+
+
+def _release_when_requeued(cluster, job: str, timeout: float = 60) -> None:
+    """Wait for the job the program requeued to be PENDING again and let it start now (Slurm holds a
+    requeued job for its credential lifetime, as in test_slurm_heal.py)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = cluster.job_info(job)
+        if info["JobState"] == "PENDING" and info.get("Restarts") == "1":
+            break
+        assert time.monotonic() < deadline, f"job {job} not requeued: {info['JobState']} {info.get('Reason')}"
+        time.sleep(0.1)
+    time.sleep(max(0.0, int(time.time()) + 1.2 - time.time()))
+    cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+
+
+def test_lightnings_requeue_under_slurm_is_one_requeue_and_its_attempt_is_described(cluster, tmp_path):
+    """`--preempt-signal USR1`: the warning is the one Lightning's SLURMEnvironment handles. Lightning
+    saves its hpc checkpoint and requeues the job itself; attempt 2 resumes from that checkpoint and
+    finishes; attempt 1, whose end the killed batch shell never wrote, reads `requeued` (item 5)."""
+    steps = 150
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW.format(examples=str(EXAMPLES), steps=steps))
+    job = sg(cluster, tmp_path, "submit", "--nodes", "2", "--gpus", "1", "--backend", "gloo", "--time", "5",
+             "--requeue", "--preempt-signal", "USR1", "-o", "pl", "--", PY, str(script)).stdout.strip()  # fmt: skip
+    timeline = tmp_path / "pl" / "logs" / f"slurmgen-{job}.timeline.jsonl"
+    deadline = time.monotonic() + 120
+    while '"first_step"' not in (timeline.read_text() if timeline.exists() else ""):
+        assert time.monotonic() < deadline, sg(cluster, tmp_path, "status", job).stdout
+        time.sleep(0.5)
+    time.sleep(1)
+    sg(cluster, tmp_path, "cancel", job, "--signal", "USR1")
+    _release_when_requeued(cluster, job)
+    view = wait_status(cluster, tmp_path, job, {"COMPLETED", "FAILED"}, timeout=150)
+    assert view["state"] == "COMPLETED", sg(cluster, tmp_path, "logs", job).stdout[-3000:]
+    assert [(a["event"], a["attempt"], a.get("cause")) for a in view["attempts"]][:3] == [
+        ("start", 1, None), ("end", 1, "requeued"), ("start", 2, None)
+    ], view["attempts"]  # fmt: skip
+    assert "attempt 1: requeued" in sg(cluster, tmp_path, "status", job).stdout
+    assert len(list((tmp_path / "lightning_out").glob("hpc_ckpt_*.ckpt"))) == 1  # one checkpoint
+    found = json.loads(sg(cluster, tmp_path, "status", job, "--timeline", "--json").stdout)
+    second = next(a for a in found["attempts"] if a["attempt"] == 2)
+    assert sorted(r["rank"] for r in second["ranks"]) == [0, 1] and all(
+        r["last_step"] == steps for r in second["ranks"]
+    )
+    firsts = [json.loads(x) for x in timeline.read_text().splitlines() if '"first_step"' in x]
+    resumed = [e["step"] for e in firsts if e.get("attempt") == 2 and e.get("by") != "launcher"]
+    assert len(resumed) == 2 and min(resumed) > 1, firsts  # from Lightning's checkpoint, not from step 1
+
+
+@pytest.mark.parametrize("program", ["transformers_gpt2.py", "accelerate_loop.py"])
+def test_under_slurms_torchrun_mode_each_rank_trains_once(cluster, tmp_path, program):
+    """run_slurm.sh's other mode: one torchrun agent per node starts the workers (the Trainer and
+    Accelerator read torchrun's variables); started as `python prog.py`, as the guides say."""
+    flags = ["--nodes", "2", "--gpus", "1", "--backend", "gloo", "--time", "5", "--launcher", "torchrun", "-o", "t"]
+    job = sg(
+        cluster, tmp_path, "submit", *flags, "--wait", "--", PY, str(EXAMPLES / program), str(STEPS)
+    ).stdout.strip()
+    logs = sg(cluster, tmp_path, "logs", job).stdout
+    assert sorted(re.findall(r"^\[rank (\d)\] rank \1 of 2\b", logs, re.M)) == ["0", "1"], logs
+    found = json.loads(sg(cluster, tmp_path, "status", job, "--timeline", "--json").stdout)
+    (attempt,) = [a for a in found["attempts"] if a["ranks"]]
+    assert sorted(r["rank"] for r in attempt["ranks"]) == [0, 1], attempt
+    assert all(r["last_step"] == STEPS and r["status"] == "done" for r in attempt["ranks"]), attempt
