@@ -6,6 +6,7 @@
 Each page is read from the one place that defines its subject: the commands and flags from the
 Click tree Typer builds for `slurmgen.cli.app`, the job spec's fields from `JobSpec`'s JSON
 schema, the variables from `contract.envvars.VARS`, the exit codes from `contract.exitcodes`,
+the Python API from the signatures and docstrings of `slurmgen.api`'s names (`inspect`),
 and the file formats from the docstrings of the modules that write them (read with `ast`, so
 torch is never imported). The output depends on nothing but the code: no terminal width, no
 home directory, no clock.
@@ -263,6 +264,73 @@ def formats_page() -> str:
     return "\n".join(lines)
 
 
+# ---- the Python API ----------------------------------------------------------------------------
+# The names `import slurmgen` exposes from slurmgen/api/, in the order the page shows them.
+API_NAMES = ("Job", "Handle", "submit", "FunctionJob")
+
+
+def signature_of(obj) -> str:
+    """`(a: int, *, b: str | None = None) -> X`: the signature as written (annotations are text under
+    `from __future__ import annotations`; shown without their quotes, nothing evaluated)."""
+    import inspect
+
+    return str(inspect.signature(obj)).replace("'", "")
+
+
+def doc_of(obj) -> str:
+    import inspect
+
+    return inspect.getdoc(obj) or ""
+
+
+def api_members(cls) -> list[tuple[str, str, object]]:
+    """(name, kind, the function) of a class's public members in the order its source defines them:
+    kind "property", "classmethod" or "method"."""
+    found = []
+    for name, value in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, property):
+            found.append((name, "property", value.fget))
+        elif isinstance(value, classmethod):
+            found.append((name, "classmethod", value.__func__))
+        elif callable(value):
+            found.append((name, "method", value))
+    return found
+
+
+def api_entry(name: str, obj) -> list[str]:
+    """One name of the API: its signature and docstring, and a class's public members the same way."""
+    import inspect
+
+    if not inspect.isclass(obj):
+        return [f"## `slurmgen.{name}`\n", f"```python\ndef {name}{signature_of(obj)}\n```\n", doc_of(obj) + "\n"]
+    init = signature_of(obj).replace(" -> None", "")
+    lines = [f"## `slurmgen.{name}`\n", f"```python\nclass {name}{init}\n```\n", doc_of(obj) + "\n"]
+    for member, kind, fn in api_members(obj):
+        if kind == "property":
+            title = f"{name.lower()}.{member}"
+        elif kind == "classmethod":
+            title = f"{name}.{member}{signature_of(getattr(obj, member))}"  # bound: without cls
+        else:
+            title = f"{name.lower()}.{member}{signature_of(fn).replace('(self, ', '(').replace('(self)', '()')}"
+        lines += [f"### `{title}`\n", *([f"*{kind}*\n"] if kind != "method" else []), doc_of(fn) + "\n"]
+    return lines
+
+
+def python_api_page() -> str:
+    import slurmgen.api as api
+
+    lines = [
+        HEADER + "# Python API\n",
+        "`import slurmgen` stays light: these names load from `slurmgen/api/` when first used. How they fit "
+        "together, with examples: [The Python API](../guides/python-api.md).\n",
+    ]
+    for name in API_NAMES:
+        lines += api_entry(name, getattr(api, name))
+    return "\n".join(lines)
+
+
 PAGES = {
     "commands.md": commands_page,
     "spec.md": spec_page,
@@ -270,6 +338,7 @@ PAGES = {
     "exit-codes.md": exitcodes_page,
     "states.md": states_page,
     "formats.md": formats_page,
+    "python-api.md": python_api_page,
 }
 
 

@@ -45,6 +45,8 @@ class Job:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str], **overrides: Any) -> Job:
+        """The job of the spec file at `path` with `overrides` (fields) over it, as `--config FILE`
+        with flags: one spec, validated once, whichever way its fields came."""
         job = cls.__new__(cls)
         job.spec = _spec(Path(path), overrides)
         return job

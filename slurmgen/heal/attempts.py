@@ -48,6 +48,15 @@ start of the same job id (a requeue by Slurm or by hand) exits 0 at once without
 An attempt killed outright (node failure, scancel, a requeue by the program itself after a
 preemption) leaves a "start" without an "end". Retries used = the "requeue" actions in the
 file (SLURM_RESTART_COUNT when the file lacks attempt 1, e.g. a log directory not shared).
+
+Read back (`parse_attempts`), an attempt whose "start" has no "end" while a later attempt of the
+same job started was ended by a requeue (the program's `scontrol requeue` after a preemption, a
+requeue by hand or by Slurm after a node failure: Slurm kills the batch shell "DUE TO JOB
+REQUEUE" before it can write its end). It gets an "end" of its own, derived, not written:
+
+  cause      "requeued" (REQUEUED)
+  derived    true; its time is null (unknown: before the next attempt's start), and it has no
+             exit_code and no action (the script decided nothing: retries used stay the file's)
 """
 
 from __future__ import annotations
@@ -63,6 +72,8 @@ from slurmgen.jsonl import objects
 from slurmgen.runs.model import Failure
 
 EVENTS = ("start", "end", "skipped")
+# The cause of an attempt that a requeue ended before its batch shell could write its end.
+REQUEUED = "requeued"
 # The action after a run that ended well: a word of this file's format, not a run record's state.
 FINISHED_ACTION = "finished"
 ACTIONS = (FINISHED_ACTION, "requeue", "stop")
@@ -82,8 +93,28 @@ def read_attempts(path: str | Path) -> list[dict[str, Any]]:
 
 
 def parse_attempts(text: str) -> list[dict[str, Any]]:
-    """The records of an attempts file's text (read here, or over SSH by `slurmgen status`)."""
-    return [record for record in objects(text.splitlines()) if record.get("event") in EVENTS]
+    """The records of an attempts file's text (read here, or over SSH by `slurmgen status`), with
+    the end of each attempt a requeue ended (see above) derived in its place."""
+    return requeue_ends([record for record in objects(text.splitlines()) if record.get("event") in EVENTS])
+
+
+def requeue_ends(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`records` with a derived "end" (cause REQUEUED) after each "start" that a later "start"
+    of the same job follows with no "end" between: the requeue killed that attempt's batch shell."""
+    out: list[dict[str, Any]] = []
+    open_start: dict[Any, dict[str, Any]] = {}  # job -> its attempt's start, not yet ended
+    for record in records:
+        job = record.get("job")
+        if record.get("event") == "start" and job in open_start:
+            before = open_start[job]
+            out.append({"event": "end", "job": job, "attempt": before.get("attempt"), "time": None,
+                        "host": before.get("host"), "cause": REQUEUED, "derived": True})  # fmt: skip
+        if record.get("event") == "start":
+            open_start[job] = record
+        else:
+            open_start.pop(job, None)
+        out.append(record)
+    return out
 
 
 def first_failure(record: Mapping[str, Any]) -> Event:
@@ -100,10 +131,13 @@ def first_failure(record: Mapping[str, Any]) -> Event:
 
 
 def cause(record: Mapping[str, Any]) -> str:
-    """One phrase for an "end" record: 'hung: rank 3 on node2 stopped beating at step 220 (...)'
-    when the watchers judged a hang across nodes, else verdict.summary's 'hung (rank 3 on
-    node2)', 'exit 3 (rank 5 on node2)', or 'exit 3 (task 1 on node2)' when no rank is known."""
+    """One phrase for an "end" record: 'requeued' for one a requeue ended (derived), 'hung: rank 3
+    on node2 stopped beating at step 220 (...)' when the watchers judged a hang across nodes, else
+    verdict.summary's 'hung (rank 3 on node2)', 'exit 3 (rank 5 on node2)', or 'exit 3 (task 1 on
+    node2)' when no rank is known."""
     code = record.get("exit_code")
+    if record.get("cause") == REQUEUED:
+        return REQUEUED
     if code is not None and record.get("verdict"):
         return f"{exitcodes.describe(int(code))}: {record['verdict']}"
     return verdict.summary(first_failure(record))

@@ -353,7 +353,8 @@ def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) ->
     lines = []
     for a in attempts or []:
         if a.get("event") == "end":
-            lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)} -> {a.get('action')}")
+            then = f" -> {a['action']}" if a.get("action") else ""  # a requeue's end (derived) decided nothing
+            lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)}{then}")
             where = stuck(a)
             lines += [f"{indent}  {where}"] if where else []
     return lines

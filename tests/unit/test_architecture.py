@@ -258,6 +258,8 @@ LAYERS: dict[str, int] = {
     "slurmgen.train": 4,
     # The Python API: jobs, launches and functions driven from Python through the features above.
     "slurmgen.api": 4,
+    # Callbacks for Lightning and transformers programs, over observe/ and tracking/.
+    "slurmgen.integrations": 4,
     # The package's face: `slurmgen.beat` for any program (observe/), `__version__` (contract).
     "slurmgen": 5,
     "slurmgen.cli": 5,

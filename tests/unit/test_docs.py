@@ -142,6 +142,24 @@ def test_the_reference_covers_every_command_field_variable_and_code(reference):
     assert all(f"| {code} |" in reference["exit-codes.md"] for code in exitcodes.NAMES)
 
 
+def test_the_reference_covers_every_name_and_member_of_the_python_api(reference):
+    """Generated like the commands: every name `slurmgen.api` exports, and each public method and
+    property of its classes, with its signature and a docstring (none is left undocumented)."""
+    import inspect
+
+    import slurmgen.api as api
+
+    gen, page = generator(), reference["python-api.md"]
+    assert set(gen.API_NAMES) == set(api.__all__)
+    for name in api.__all__:
+        obj = getattr(api, name)
+        assert f"## `slurmgen.{name}`" in page and inspect.getdoc(obj), name
+        for member, _, fn in gen.api_members(obj) if inspect.isclass(obj) else []:
+            assert re.search(rf"^### `\w+\.{member}\b", page, re.M) and inspect.getdoc(fn), f"{name}.{member}"
+    assert "### `handle.wait(timeout: float | None = None) -> str`" in page
+    assert "def submit(fn: Callable[..., T], *args: Any, nodes: int = 1, gpus: int = 1," in page
+
+
 # ---- the site ----------------------------------------------------------------------------------
 def test_the_site_builds_in_strict_mode_and_loads_nothing_from_elsewhere(tmp_path):
     # Not -q: mkdocs counts warnings through its log, and -q drops them before they are counted,

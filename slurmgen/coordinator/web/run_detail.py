@@ -63,7 +63,8 @@ def slurm_attempts(
     Each row's state is a word of the run's vocabulary, as a launch's or group's attempts are: the
     last attempt of a job that has ended (`job`) takes the job's state (a cancel is `stopped`,
     though the script's end line saw only the 143 of its TERM); another attempt's comes from its
-    end line's exit code, or is `lost` when none was written (its node failed under it); the
+    end line's exit code (`preempted` for one a requeue ended, whose end is derived: see
+    heal/attempts.py), or is `lost` when none was written (its node failed under it); the
     last one of a job still live is `running` until it ends. A start skipped because the job had
     already finished stays `skipped`. The last attempt of an ended job that wrote no end line (a
     cancel kills the batch shell before it can) ends when Slurm says the job ended (`end`)."""
@@ -86,7 +87,8 @@ def slurm_attempts(
             )
         if r.get("event") == "end":
             rows[-1].update(
-                state=from_exit_code(r.get("exit_code")).value,
+                # An end a requeue made (derived, no code) is the next attempt's to resume: preempted.
+                state=(State.PREEMPTED if r.get("derived") else from_exit_code(r.get("exit_code"))).value,
                 ended=clock(r.get("time")),
                 cause=cause(r),
                 rank=r.get("rank"),

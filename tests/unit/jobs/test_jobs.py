@@ -443,6 +443,39 @@ def test_status_of_a_failed_job_names_the_task_and_its_code(tmp_path):
     assert "attempt 1: exit 3 -> stop" in text
 
 
+def test_an_attempt_a_requeue_ended_is_described_as_requeued(tmp_path):
+    """The program requeued its job (Lightning on USR1): Slurm killed the batch shell "DUE TO JOB
+    REQUEUE" before it wrote attempt 1's end. Once attempt 2 started, attempt 1 has an end, derived,
+    saying why (issue 34 item 5), for `status` and the run page; the running attempt 2 has none."""
+    from slurmgen.coordinator.web.run_detail import slurm_attempts
+
+    scontrol = (DATA / "scontrol_running.txt").read_text().replace("JobId=1 ", "JobId=7 ")
+    rec = record("7", tmp_path, name="pl")
+    attempts = tmp_path / "logs" / "slurmgen-7.attempts.jsonl"
+    attempts.parent.mkdir()
+    attempts.write_text(
+        '{"event": "start", "job": "7", "attempt": 1, "time": 100.0, "host": "node1"}\n'
+        '{"event": "start", "job": "7", "attempt": 2, "time": 190.0, "host": "node2"}\n'
+    )
+    runner = FakeRunner(scontrol, {str(attempts): attempts.read_text()})
+    with registry(tmp_path) as reg:
+        reg.add(rec)
+        view = commands.status(runner, reg, rec, None)
+    assert [(a["event"], a["attempt"]) for a in view["attempts"]] == [("start", 1), ("end", 1), ("start", 2)]
+    end = view["attempts"][1]
+    assert (end["cause"], end["derived"], end["time"], end.get("exit_code"), end.get("action")) == (
+        "requeued",
+        True,
+        None,
+        None,
+        None,
+    )
+    text = "\n".join(format_view(view))
+    assert "  attempt 1: requeued\n" in text + "\n" and "attempt 2:" not in text, text
+    rows = slurm_attempts(view["attempts"])
+    assert [(r["number"], r["state"], r["cause"]) for r in rows] == [(1, "preempted", "requeued"), (2, "running", None)]
+
+
 def test_status_names_the_failing_rank_from_its_note_not_the_nodes_agent(tmp_path):
     # torchrun: srun reports node1's agent (task 0); rank 1's own note says what failed first.
     log = (
