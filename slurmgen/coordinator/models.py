@@ -221,6 +221,10 @@ class GroupDetail(BaseModel):
     attempts: list[AttemptOut]
 
 
+# GET /api/groups/{name}/logs's header: how many lines after `after` its limit left out.
+LINES_SKIPPED = "X-Lines-Skipped"
+
+
 class LogLine(BaseModel):
     id: int
     attempt: int

@@ -253,16 +253,27 @@ class Store:
                 (group, group, LOG_LINES_KEPT),
             )
 
+    @staticmethod
+    def _lines_where(group: str, rank: int | None, attempt: int | None, after: int) -> tuple[str, list[Any]]:
+        sql, args = "FROM logs WHERE grp = ? AND id > ?", [group, after]
+        if rank is not None:
+            sql, args = sql + " AND rank = ?", [*args, rank]
+        if attempt is not None:
+            sql, args = sql + " AND attempt = ?", [*args, attempt]
+        return sql, args
+
+    def count_lines(self, group: str, rank: int | None, attempt: int | None, after: int) -> int:
+        """How many lines `lines` could give after id `after` (at most LOG_LINES_KEPT plus a tick's)."""
+        where, args = self._lines_where(group, rank, attempt, after)
+        return int(self.db.execute("SELECT COUNT(*) " + where, args).fetchone()[0])
+
     def lines(
         self, group: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
     ) -> list[LineRow]:
         """Lines after id `after`, oldest first: the first `limit` of them, or with `tail`
         the last `limit`."""
-        sql, args = "SELECT * FROM logs WHERE grp = ? AND id > ?", [group, after]
-        if rank is not None:
-            sql, args = sql + " AND rank = ?", [*args, rank]
-        if attempt is not None:
-            sql, args = sql + " AND attempt = ?", [*args, attempt]
+        where, args = self._lines_where(group, rank, attempt, after)
+        sql = "SELECT * " + where
         if tail:
             rows = self._rows(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])[::-1]
         else:

@@ -155,8 +155,13 @@ def test_stop_and_logs(api):
         headers=AUTH,
         json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": more},
     )
-    tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True}).json()
-    assert [ln["line"] for ln in tail] == ["l3", "l4"]
+    tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True})
+    assert [ln["line"] for ln in tail.json()] == ["l3", "l4"]
+    assert tail.headers["X-Lines-Skipped"] == "4"  # "hello", l0-l2: a follower says it skipped them
+    newer = api.get(
+        "/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True, "after": tail.json()[0]["id"]}
+    )
+    assert [ln["line"] for ln in newer.json()] == ["l4"] and newer.headers["X-Lines-Skipped"] == "0"
     after = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "after": logs[0]["id"]}).json()
     assert [ln["line"] for ln in after] == ["l0", "l1"]
     assert api.post("/api/groups/exp1/stop", headers=AUTH).json()["state"] == "stopping"  # gn7's ranks run

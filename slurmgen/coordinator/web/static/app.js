@@ -63,7 +63,13 @@
   // --- the log view: the newest lines first, then every line after the last one shown -----
   // One poll loop; a change of the rank filter starts a new generation, and an answer to a
   // request of an older generation (or for another rank) is dropped, never shown.
+  // Under a flood the view stays small and current: each answer is at most the server's batch
+  // (the newest lines, with how many it left out: a "lines skipped" marker where they were),
+  // appended as one fragment, and the view keeps the newest LOG_KEEP lines, the head saying
+  // how many earlier ones it let go. Nothing goes silently.
   const LOG_POLL_MS = 500;
+  const LOG_KEEP = 5000;
+  const EVERY_LINE = " (every line is in the rank's log on its node)";
 
   function logRow(line) {
     const row = document.createElement("div");
@@ -84,32 +90,77 @@
     return row;
   }
 
+  const count = (n) => n.toLocaleString("en-US");
+
+  // The view's rows: a head (the earlier lines let go, and the skipped ones their markers
+  // said), then lines and markers, oldest first; and a status beside the controls, in sight
+  // whatever the scroll, of how many lines in all are not shown.
+  function logView(view) {
+    const head = marker("log-trimmed", "");
+    const status = document.createElement("span");
+    status.className = "log-status";
+    view.parentElement.querySelector(".log-controls").append(status);
+    let lines = 0, gone = 0, skipped = 0, above = 0;
+    function say() {
+      head.hidden = !above;
+      head.textContent = "… " + count(above) + " earlier lines not shown: the view keeps the newest " + count(LOG_KEEP) + EVERY_LINE;
+      status.textContent = gone + skipped ? "newest " + count(lines) + " lines shown, " + count(gone + skipped) + " not shown" : "";
+    }
+    function trim() {
+      if (lines <= LOG_KEEP) return;
+      let excess = lines - LOG_KEEP, last = head;
+      while (excess > 0 && last.nextSibling) {  // walks the rows it removes, reads no layout
+        last = last.nextSibling;
+        if (last.classList.contains("log-line")) { excess -= 1; lines -= 1; gone += 1; above += 1; }
+        else above += Number(last.getAttribute("data-skipped") || 0);
+      }
+      const range = document.createRange();
+      range.setStartAfter(head);
+      range.setEndAfter(last);
+      range.deleteContents();
+    }
+    return {
+      reset() { lines = gone = skipped = above = 0; view.replaceChildren(head); say(); },
+      append(batch, added, left) { view.append(batch); lines += added; skipped += left; trim(); say(); },
+    };
+  }
+
   function startLogs() {
     const section = document.querySelector("[data-logs-url]");
     if (!section) return;
     const view = document.getElementById("log-view");
+    const rows = logView(view);
     const filter = document.getElementById("rank-filter");
     const taskFilter = document.getElementById("task-filter");  // an array job's: which task's log
     const follow = document.getElementById("follow");
     let after = 0, generation = 0, lastAttempt = null;
     const restart = () => {
-      generation += 1; after = 0; lastAttempt = null; view.replaceChildren();
+      generation += 1; after = 0; lastAttempt = null; rows.reset();
     };
+    rows.reset();
     filter.addEventListener("change", restart);
     if (taskFilter) taskFilter.addEventListener("change", restart);
     function show(data) {
+      if (!data.lines.length && !data.skipped) return;
       const atBottom = view.scrollHeight - view.scrollTop - view.clientHeight < 4;
-      if (data.gap) view.append(marker("log-gap", "… lines skipped (the rank's full log is on its node)"));
+      const batch = document.createDocumentFragment();
+      if (data.skipped) {
+        const gap = marker("log-gap", "… " + count(data.skipped) + " lines skipped" + EVERY_LINE);
+        gap.setAttribute("data-skipped", String(data.skipped));
+        batch.append(gap);
+      }
       for (const line of data.lines) {
         if (line.attempt !== lastAttempt) {
-          view.append(marker("log-attempt", "── attempt " + line.attempt + " ──"));
+          batch.append(marker("log-attempt", "── attempt " + line.attempt + " ──"));
           lastAttempt = line.attempt;
         }
-        view.append(logRow(line));
+        batch.append(logRow(line));
       }
-      if (data.lines.length && (follow.checked || atBottom)) view.scrollTop = view.scrollHeight;
+      rows.append(batch, data.lines.length, data.skipped || 0);
+      if (follow.checked || atBottom) view.scrollTop = view.scrollHeight;
     }
-    async function tick() {
+    async function tick() {  // every LOG_POLL_MS from the start of the last, one at a time
+      const began = performance.now();
       const mine = generation, wanted = filter.value, task = taskFilter ? taskFilter.value : "";
       try {
         const params = new URLSearchParams({ after: String(after) });
@@ -123,7 +174,7 @@
           after = data.next;
         }
       } catch (err) { console.warn(err.message); }
-      window.setTimeout(tick, LOG_POLL_MS);
+      window.setTimeout(tick, Math.max(0, LOG_POLL_MS - (performance.now() - began)));
     }
     tick();
   }
