@@ -117,3 +117,74 @@ def test_a_launchs_log_view_under_a_flood_stays_current_and_says_what_it_skipped
         for w in writers:
             w.wait(30)
     _judge_flood(p, probe, "launch-flood")
+
+
+# Rank 0 records a step every 0.3 s: a falling loss and an lr whose ticks need many digits.
+RECORDING = """
+import os, sys, time
+from slurmgen import tracking
+run = tracking.init(sys.argv[1], group=os.environ["SLURMGEN_GROUP"])
+for step in range(1, 81):
+    run.log(type="train", metrics={"loss": 4.0 / step, "lr": 0.001 * (1 - step / 100000)}, step=step)
+    time.sleep(0.3)
+run.finish()
+"""
+# The y axis's longest label against the width uPlot gave the axis.
+Y_LABELS_FIT = """figure => {
+  const axis = figure.querySelectorAll(".u-axis")[1];
+  const longest = figure.getAttribute("data-y-ticks").split(" ").reduce((a, l) => (l.length > a.length ? l : a), "");
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif';
+  return [axis.getBoundingClientRect().width, ctx.measureText(longest).width + 15, longest];
+}"""
+
+
+def _last_step(figure) -> int:
+    return int(re.search(r"at step (\d+)", figure.locator(".chart-summary").text_content()).group(1))
+
+
+def test_charts_append_points_and_keep_the_users_zoom(page, coordinator, tmp_path):
+    """Issue 33 item 7: the charts were rebuilt every 5 s, losing the user's zoom; the lr chart's
+    y labels were clipped. Item 11: a chart had no text alternative."""
+    p, name = page, "charts"
+    workers = [w["name"] for w in coordinator.wait_workers(4)]
+    assert coordinator.api("POST", "/api/groups", {"name": name})[0] == 201
+    assert coordinator.api("POST", "/api/workers/move", {"workers": workers[:1], "group": name})[0] == 200
+    argv = [sys.executable, "-c", RECORDING, str(tmp_path / "tracking")]
+    assert coordinator.api("PUT", f"/api/groups/{name}/config", {"backend": "gloo", "argv": argv})[0] == 200
+    assert coordinator.api("POST", f"/api/groups/{name}/start")[0] == 200
+    try:
+        p.log_in(coordinator.token)
+        p.page.goto(f"{coordinator.url}/ui/groups/{name}")
+        loss, lr = p.page.locator("figure[data-metric=loss]"), p.page.locator("figure[data-metric=lr]")
+        expect(loss.locator(".uplot")).to_have_count(1, timeout=15_000)
+        expect(loss.locator(".chart-summary")).to_contain_text(re.compile(r"^loss by step: train [\d.]+ at step \d+"))
+        assert loss.get_attribute("aria-describedby") == loss.locator(".chart-summary").get_attribute("id")
+        width, needed, longest = lr.evaluate(Y_LABELS_FIT)
+        assert width >= needed, f"the lr axis is {width:.0f} px wide, its label {longest!r} needs {needed:.0f}"
+        while _last_step(loss) < 12:
+            p.page.wait_for_timeout(500)
+        loss.evaluate("f => { f.__kept = true; }")
+        loss.scroll_into_view_if_needed()
+        box = loss.locator(".u-over").bounding_box()
+        p.page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+        p.page.mouse.down()
+        p.page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2, steps=5)
+        p.page.mouse.up()
+        zoomed = [int(t) for t in loss.get_attribute("data-x-ticks").split()]
+        before = _last_step(loss)
+        p.shot("zoomed")
+        deadline = time.monotonic() + 15
+        while _last_step(loss) <= before + 5:  # new points came in (one poll or more)
+            assert time.monotonic() < deadline, "no new points on the chart"
+            p.page.wait_for_timeout(500)
+        assert loss.evaluate("f => f.__kept === true"), "the chart was rebuilt"
+        kept = [int(t) for t in loss.get_attribute("data-x-ticks").split()]
+        assert kept[-1] <= zoomed[-1] < _last_step(loss), (zoomed, kept)  # still the user's range
+        p.shot("zoom-kept")
+        loss.locator(".u-over").dblclick()
+        expect(loss).to_have_attribute("data-x-ticks", re.compile(r"\d+$"))
+        whole = [int(t) for t in loss.get_attribute("data-x-ticks").split()]
+        assert whole[-1] > zoomed[-1], (zoomed, whole)
+    finally:
+        coordinator.api("POST", f"/api/groups/{name}/stop")
