@@ -188,3 +188,106 @@ def test_charts_append_points_and_keep_the_users_zoom(page, coordinator, tmp_pat
         assert whole[-1] > zoomed[-1], (zoomed, whole)
     finally:
         coordinator.api("POST", f"/api/groups/{name}/stop")
+
+
+# Every visible text against the background it is drawn on (the ancestors' colours composited):
+# WCAG's 4.5:1, 3:1 for large text; disabled controls are exempt, as WCAG says.
+LOW_CONTRAST = """() => {
+  const parse = (c) => {
+    const v = (c.match(/rgba?\\(([^)]+)\\)/) || [null, ""])[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    return v.length >= 3 ? [v[0], v[1], v[2], v.length > 3 ? v[3] : 1] : null;
+  };
+  const lum = (rgb) => rgb.map((c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; })
+    .reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
+  const under = (el) => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    return layers.reverse().reduce((out, c) => out.map((v, i) => v * (1 - c[3]) + c[i] * c[3]), [255, 255, 255]);
+  };
+  const bad = [];
+  for (const el of document.querySelectorAll("body *")) {
+    if (!Array.from(el.childNodes).some((n) => n.nodeType === 3 && n.textContent.trim())) continue;
+    if (el.closest("[disabled], .sr-only, [hidden]") || !el.getClientRects().length) continue;
+    const st = getComputedStyle(el);
+    if (st.visibility !== "visible") continue;
+    const bg = under(el), fg = parse(st.color);
+    const shown = fg.slice(0, 3).map((v, i) => v * fg[3] + bg[i] * (1 - fg[3]));
+    const [hi, lo] = [lum(shown), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05), size = parseFloat(st.fontSize);
+    const need = size >= 24 || (Number(st.fontWeight) >= 700 && size >= 18.66) ? 3 : 4.5;
+    const text = el.textContent.trim().slice(0, 30);
+    if (ratio < need) bad.push(`${el.tagName}.${el.className} "${text}" ${ratio.toFixed(2)}`);
+  }
+  return bad;
+}"""
+# Table cells narrower than their longest word (a line may break at a space or after a hyphen,
+# nowhere else): the letters stack.
+STACKED = """() => {
+  const ctx = document.createElement("canvas").getContext("2d");
+  const bad = [];
+  for (const cell of document.querySelectorAll("th, td")) {
+    if (!cell.getClientRects().length || cell.closest(".sr-only")) continue;
+    const st = getComputedStyle(cell);
+    ctx.font = `${st.fontStyle} ${st.fontWeight} ${st.fontSize} ${st.fontFamily}`;
+    const room = cell.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight);
+    const shown = cell.cloneNode(true);  // what the cell shows: not its screen readers' words
+    shown.querySelectorAll(".sr-only").forEach((e) => e.remove());
+    const word = shown.textContent.split(/\\s+|(?<=-)/).reduce((a, w) => (w.length > a.length ? w : a), "");
+    if (word && ctx.measureText(word).width > room + 1) bad.push(`${word} in ${Math.round(room)} px`);
+  }
+  return bad;
+}"""
+
+
+def _launch_with_log(coordinator, tmp_path, key: str, name: str) -> int:
+    """A launch's row in the server's registry, with a log of two ranks' lines: its run's seq."""
+    log = tmp_path / f"{key}.log"
+    log.write_text("".join(f"{r}: step {s} loss 0.{s}\n" for s in range(5) for r in range(2)))
+    registry = (
+        coordinator.env.get(envvars.REGISTRY) or Path(coordinator.env["XDG_STATE_HOME"]) / "slurmgen" / "jobs.sqlite"
+    )
+    with Registry.open(registry, create=True) as reg:  # the one the server reads (runs/registry.py default_path)
+        info = {"command": ["train"], "log_file": str(log)}
+        return add_run(reg, NewRun("launch", key, name, str(tmp_path), 1, 2, info=info), time.time())
+
+
+def test_accessibility_basics_on_every_page(page, coordinator, tmp_path):
+    """Issue 33 item 11: two h1 on the overview, no skip link, no focus ring on the log view, text
+    and timeline colours under WCAG's contrast, and at 390 px the tables stacked letters."""
+    p = page
+    seq = _launch_with_log(coordinator, tmp_path, "LA11Y", "arunnamewithnoplaceatalltobreakit")
+    if coordinator.api("GET", "/api/groups/a11y")[0] == 404:
+        assert coordinator.api("POST", "/api/groups", {"name": "a11y"})[0] == 201
+    p.log_in(coordinator.token)
+    for path in ("/ui/", "/ui/runs", f"/ui/runs/{seq}", "/ui/groups/a11y", "/ui/groups/a11y/settings"):
+        p.page.goto(coordinator.url + path)
+        expect(p.page.locator("h1")).to_have_count(1)
+        assert p.page.evaluate(LOW_CONTRAST) == [], path
+        p.page.keyboard.press("Tab")
+        skip = p.page.locator(".skip-link")
+        expect(skip).to_be_focused()
+        assert skip.bounding_box()["y"] >= 0, "the skip link shows when focused"
+        p.page.keyboard.press("Enter")
+        expect(p.page.locator("main")).to_be_focused()
+    p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
+    expect(p.page.locator("#log-view .log-line")).to_have_count(10)
+    p.page.locator("#follow").focus()
+    p.page.keyboard.press("Tab")
+    view = p.page.locator("#log-view")
+    expect(view).to_be_focused()
+    ring = view.evaluate("v => [getComputedStyle(v).outlineStyle, parseFloat(getComputedStyle(v).outlineWidth)]")
+    assert ring[0] != "none" and ring[1] >= 2, ring
+    p.shot("log-view-focused")
+
+    p.page.set_viewport_size({"width": 390, "height": 800})
+    for path in ("/ui/runs", f"/ui/runs/{seq}", "/ui/"):
+        p.page.goto(coordinator.url + path)
+        assert p.page.evaluate(STACKED) == [], path
+        assert p.page.evaluate("document.documentElement.scrollWidth") <= 390, f"{path}: the page, not a table, scrolls"
+        p.shot("narrow-" + path.strip("/").replace("/", "-"))
+    wrap = p.page.locator(".table-wrap").first
+    p.page.goto(coordinator.url + "/ui/runs")
+    assert wrap.evaluate("w => w.scrollWidth > w.clientWidth"), "the runs table scrolls sideways in its box"
