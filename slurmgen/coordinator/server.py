@@ -160,9 +160,10 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
         tail: bool = False,
     ):
         """Lines with id > after, oldest first: the first `limit`, or with tail=true the last; the
-        header X-Lines-Skipped counts the lines after `after` that the limit left out."""
+        header X-Lines-Skipped counts the lines after `after` that the limit left out ("N+": at
+        least N, the server having let older unread lines go)."""
         lines, skipped = c.logs(name, rank, attempt, after, limit, tail)
-        response.headers[LINES_SKIPPED] = str(skipped)
+        response.headers[LINES_SKIPPED] = skipped
         return lines
 
 

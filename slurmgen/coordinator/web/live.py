@@ -42,12 +42,14 @@ async def live_overview(request: Request) -> Response:
 async def live_logs(request: Request, name: str, after: int = 0, rank: int | None = None) -> Response:
     """Lines after `after` (0: the newest LOG_FIRST), oldest first, each with its attempt;
     `rank` is repeated so the script can drop an answer meant for another filter; `skipped`
-    counts the lines after `after` left out before the first one (the API's X-Lines-Skipped)."""
+    counts the lines after `after` left out before the first one (the API's X-Lines-Skipped),
+    `at_least` when that is a lower bound (the server had let some go unread)."""
     limit = LOG_FIRST if after == 0 else LOG_BATCH
     params = {k: v for k, v in {"after": after, "rank": rank, "limit": limit, "tail": "true"}.items() if v is not None}
     reply = await api.call(request.app, "GET", f"/api/groups/{name}/logs", params=params)
     if not reply.ok:
         return _no_store(reply.body, reply.status)
+    skipped = reply.headers.get(LINES_SKIPPED.lower(), "0") if after else "0"
     lines = [
         {
             "id": line["id"],
@@ -63,7 +65,8 @@ async def live_logs(request: Request, name: str, after: int = 0, rank: int | Non
             "lines": lines,
             "next": max([after] + [line["id"] for line in lines]),
             "rank": rank,
-            "skipped": int(reply.headers.get(LINES_SKIPPED.lower(), 0)) if after else 0,
+            "skipped": int(skipped.rstrip("+") or 0),
+            "at_least": skipped.endswith("+"),
         }
     )
 

@@ -51,7 +51,7 @@ while (now := time.time()) < start + seconds:
     i = due
     time.sleep(0.005)
 """
-SKIPPED = re.compile(r"… [\d,]+ (lines skipped|earlier lines not shown)")
+SKIPPED = re.compile(r"… (at least )?[\d,]+ (lines skipped|earlier lines not shown)|… more lines skipped")
 
 
 def _watch_flood(p, path: str, start, seconds: float) -> dict:
@@ -76,7 +76,7 @@ def _judge_flood(p, probe: dict, name: str) -> None:
     print(f"{name}: longest main-thread task {probe['longest']:.0f} ms; {probe['status']}; {probe['markers'][:3]}")
     assert 0 < probe["rows"] <= 5000, probe["rows"]
     assert probe["markers"] and all(SKIPPED.match(m) for m in probe["markers"]), probe["markers"]
-    assert re.fullmatch(r"newest 5,000 lines shown, [\d,]+ not shown", probe["status"]), probe["status"]
+    assert re.fullmatch(r"newest 5,000 lines shown, (at least )?[\d,]+ not shown", probe["status"]), probe["status"]
     assert ages[len(ages) // 2] < 1.0, ages  # the median: this machine is shared, its max is printed
     assert probe["longest"] < 1000, probe["longest"]
 

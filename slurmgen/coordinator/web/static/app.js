@@ -100,11 +100,12 @@
     const status = document.createElement("span");
     status.className = "log-status";
     view.parentElement.querySelector(".log-controls").append(status);
-    let lines = 0, gone = 0, skipped = 0, above = 0;
+    let lines = 0, gone = 0, skipped = 0, above = 0, atLeast = false;
     function say() {
       head.hidden = !above;
       head.textContent = "… " + count(above) + " earlier lines not shown: the view keeps the newest " + count(LOG_KEEP) + EVERY_LINE;
-      status.textContent = gone + skipped ? "newest " + count(lines) + " lines shown, " + count(gone + skipped) + " not shown" : "";
+      status.textContent = gone + skipped || atLeast ? "newest " + count(lines) + " lines shown, " + (atLeast ? "at least " : "") +
+        count(gone + skipped) + " not shown" : "";
     }
     function trim() {
       if (lines <= LOG_KEEP) return;
@@ -120,8 +121,10 @@
       range.deleteContents();
     }
     return {
-      reset() { lines = gone = skipped = above = 0; view.replaceChildren(head); say(); },
-      append(batch, added, left) { view.append(batch); lines += added; skipped += left; trim(); say(); },
+      reset() { lines = gone = skipped = above = 0; atLeast = false; view.replaceChildren(head); say(); },
+      append(batch, added, left, uncounted) {
+        view.append(batch); lines += added; skipped += left; atLeast = atLeast || uncounted; trim(); say();
+      },
     };
   }
 
@@ -141,11 +144,12 @@
     filter.addEventListener("change", restart);
     if (taskFilter) taskFilter.addEventListener("change", restart);
     function show(data) {
-      if (!data.lines.length && !data.skipped) return;
+      if (!data.lines.length && !data.skipped && !data.at_least) return;
       const atBottom = view.scrollHeight - view.scrollTop - view.clientHeight < 4;
       const batch = document.createDocumentFragment();
-      if (data.skipped) {
-        const gap = marker("log-gap", "… " + count(data.skipped) + " lines skipped" + EVERY_LINE);
+      if (data.skipped || data.at_least) {  // at_least: the server had let some go unread, uncounted
+        const how = data.at_least ? (data.skipped ? "at least " + count(data.skipped) + " " : "more ") : count(data.skipped) + " ";
+        const gap = marker("log-gap", "… " + how + "lines skipped" + EVERY_LINE);
         gap.setAttribute("data-skipped", String(data.skipped));
         batch.append(gap);
       }
@@ -156,7 +160,7 @@
         }
         batch.append(logRow(line));
       }
-      rows.append(batch, data.lines.length, data.skipped || 0);
+      rows.append(batch, data.lines.length, data.skipped || 0, Boolean(data.at_least));
       if (follow.checked || atBottom) view.scrollTop = view.scrollHeight;
     }
     async function tick() {  // every LOG_POLL_MS from the start of the last, one at a time
