@@ -2,6 +2,7 @@
 Slurm calls of the same run (issue 22, Speed).
 
     python benchmarks/bench_page.py [--repeat 7] [--runs 1000] [--lines 20] [--real-slurm | --test-cluster]
+    python benchmarks/bench_page.py --flood [--rates 2000,10000] [--kinds launch,group,slurm] [--flood-seconds 8]
 
 A real `slurmgen serve` (uvicorn, its own token and state in a temp dir) over a registry filled
 as bench_registry.py fills it (each run with a run record of 200 train steps, whose last loss the
@@ -37,6 +38,15 @@ owns it, and at the end cancels its job and tears the cluster down. Two runs of 
 cores (2026-11-27): list 15.8 / 23.7 ms, refresh 3.4 / 4.2 ms, run page 111 / 110 ms, newest
 log line median 0.28 / 0.23 s (max 0.48 / 0.53 s); plain squeue 6 / 8 ms, scontrol 11 / 8 ms,
 sacct 96 / 96 ms.
+
+--flood measures the log view under a flood (issue 33 item 8) in Debian's Chromium, for each kind
+of run at each rate: a line's wait from its writing to the first update of the view that shows
+it (median, 95th percentile, max), the longest main-thread task (PerformanceObserver longtask),
+the rows the view holds at the end and the lines its markers say it skipped. A launch and a Slurm
+job are fed through the log file their page follows (the Slurm job is the stand-in's: its
+page reads the file as it reads a real job's, but srun's own forwarding under a flood is not in
+the figure; a real cluster's job is not measured by --flood, and says so); a group through 4
+ranks under 2 real local agents. Figures: docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -348,6 +359,195 @@ def test_cluster(wait: float) -> Iterator[dict]:
                 print(f"scripts/cluster/down.sh exited {down.returncode}:\n{down.stderr[-3000:]}", file=sys.stderr)
 
 
+# --- a flood of output: the newest line's delay in a real Chromium, and its longest stall ------
+# A writer prints RATE lines a second, each "<time of writing> <i>", for --flood-seconds; the
+# page is open in Chromium (Debian's, off the network) and a probe in it notes, a frame after
+# each append to the log view, the time and the newest line's; a line's wait is the time from
+# its writing to the first update showing it (at worst: an update's time minus the newest line
+# of the update before), reported for the worst-placed line of each update; and the longest main-thread task
+# (PerformanceObserver longtask). Each kind of run is fed as it is in real use: a launch's and
+# a Slurm job's lines go to the log file its page follows (stand-in Slurm), a group's are
+# printed by its 4 ranks under 2 real local agents.
+FLOOD_KINDS = ("launch", "group", "slurm")
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-sync",
+]
+PROBE = """
+window.__probe = { shown: [], longest: 0, stalls: 0, on: false };
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) { __probe.longest = Math.max(__probe.longest, e.duration); __probe.stalls += 1; }
+}).observe({ type: "longtask", buffered: true });
+document.addEventListener("DOMContentLoaded", () => {
+  const view = document.getElementById("log-view");
+  if (!view) return;
+  new MutationObserver(() => {
+    const m = /(\\d{10}\\.\\d+) \\d+$/.exec(view.lastElementChild ? view.lastElementChild.textContent : "");
+    if (m && __probe.on) requestAnimationFrame(() => __probe.shown.push([Date.now() / 1000, Number(m[1])]));
+  }).observe(view, { childList: true });
+});
+"""
+FILE_FLOOD = """
+import sys, time
+path, rate, seconds, ranks = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), 2
+start, i = time.time(), 0
+with open(path, "a") as f:
+    while (now := time.time()) < start + seconds:
+        due = int((now - start) * rate)
+        f.write("".join(f"{n % ranks}: {time.time():.6f} {n}\\n" for n in range(i, due)))
+        f.flush()
+        i = due
+        time.sleep(0.005)
+"""
+RANK_FLOOD = """
+import os, sys, time
+rate, seconds = float(sys.argv[1]), float(sys.argv[2])
+start, i = time.time(), 0
+while (now := time.time()) < start + seconds:
+    due = int((now - start) * rate)
+    sys.stdout.write("".join(f"r{os.environ['RANK']} {time.time():.6f} {n}\\n" for n in range(i, due)))
+    sys.stdout.flush()
+    i = due
+    time.sleep(0.005)
+"""
+
+
+def flood_runs(registry: Path, work: Path) -> dict[str, tuple[int, Path]]:
+    """A launch and a (stand-in) Slurm job whose logs the page follows: kind -> (row, log file)."""
+    from slurmgen.runs.model import NewRun, add_run
+
+    seq, slurm_log = add_slurm_job(registry, work / "slurm")
+    launch_log = work / "launch.log"
+    launch_log.write_text("".join(f"{r}: starting\n" for r in range(2)))
+    with Registry.open(registry) as reg:
+        row = add_run(
+            reg,
+            NewRun("launch", "L1", "flood", str(work), 1, 2, info={"command": ["flood"], "log_file": str(launch_log)}),
+            time.time(),
+        )
+    return {"slurm": (seq, slurm_log), "launch": (row, launch_log)}
+
+
+def agents(url: str, home: Path, env: dict) -> list[subprocess.Popen]:
+    """Two local agents with 2 workers each (named after loopback hosts, as the page's tests do)."""
+    token = home / "config" / "slurmgen" / "token"
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "slurmgen", "agent", "--server", url, "--token-file", str(token)]
+            + ["--workers", "2", "--name", host, "--grace", "3"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for host in ("127.0.0.1", "localhost")
+    ]
+
+
+def api(url: str, token: str, method: str, path: str, body: object = None) -> object:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+def group_flood(url: str, token: str, name: str, rate: int, seconds: float):
+    """A group on the 4 workers whose ranks will print `rate` lines a second between them: its
+    start, to call once the page is open."""
+    deadline = time.monotonic() + 30
+    while len(workers := [w["name"] for w in api(url, token, "GET", "/api/workers") if w["state"] != "running"]) < 4:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"4 free workers did not register in 30 s: {workers}")
+        time.sleep(0.2)
+    api(url, token, "POST", "/api/groups", {"name": name})
+    api(url, token, "POST", "/api/workers/move", {"workers": workers, "group": name})
+    argv = [sys.executable, "-c", RANK_FLOOD, str(rate / 4), str(seconds)]
+    api(url, token, "PUT", f"/api/groups/{name}/config", {"backend": "gloo", "argv": argv})
+    return lambda: api(url, token, "POST", f"/api/groups/{name}/start")
+
+
+def watch(browser, url: str, token: str, path: str, start, seconds: float) -> dict:
+    """Open `path` logged in, start the flood, and read the probe after `seconds` and 2 s more."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.add_init_script(PROBE)
+    page.goto(url + "/ui/login")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(url + "/ui/")
+    page.goto(url + path)
+    page.wait_for_timeout(1500)
+    page.evaluate("window.__probe.on = true")
+    start()
+    page.wait_for_timeout((seconds + 2) * 1000)
+    probe = page.evaluate("window.__probe")
+    probe["rows"] = page.locator("#log-view .log-line").count()
+    probe["markers"] = page.locator("#log-view .log-gap, #log-view .log-trimmed:visible").all_text_contents()
+    context.close()
+    return probe
+
+
+def flood(args: argparse.Namespace, tmp: Path, env: dict) -> None:
+    """Every kind at every rate: the newest line's delay (median, 95th percentile, max), the
+    longest main-thread task, the rows the view held at the end."""
+    from playwright.sync_api import sync_playwright
+
+    env = {**env, "XDG_CONFIG_HOME": str(tmp / "config"), "XDG_STATE_HOME": str(tmp / "state"), "PYTHONUNBUFFERED": "1"}
+    stand_in_slurm(tmp / "bin")
+    env["PATH"] = f"{tmp / 'bin'}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    registry = tmp / "jobs.sqlite"
+    Registry.open(registry, create=True).close()
+    runs = flood_runs(registry, tmp / "runs")
+    proc, url, token = serve(tmp, registry, env)
+    helpers = agents(url, tmp, env) if "group" in args.kinds else []
+    print("the slurm kind: the stand-in's job (not a real cluster's: --flood does not submit one)")
+    print("kind    lines/s  a line's wait: median   p95    max   longest task  rows kept  skipped markers")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True, args=CHROMIUM_FLAGS)
+            for kind in args.kinds:
+                for rate in args.rates:
+                    print(flood_row(kind, rate, browser, url, token, runs, args.flood_seconds))
+            browser.close()
+    finally:
+        for child in [*helpers, proc]:
+            child.terminate()
+            child.wait(10)
+
+
+def flood_row(kind: str, rate: int, browser, url: str, token: str, runs: dict, seconds: float) -> str:
+    writers: list[subprocess.Popen] = []
+    if kind == "group":
+        name = f"flood{rate}"
+        path, start = f"/ui/groups/{name}", group_flood(url, token, name, rate, seconds)
+    else:
+        seq, log = runs[kind]
+        path = f"/ui/runs/{seq}"
+        argv = [sys.executable, "-c", FILE_FLOOD, str(log), str(rate), str(seconds)]
+        start = lambda: writers.append(subprocess.Popen(argv))  # noqa: E731
+    probe = watch(browser, url, token, path, start, seconds)
+    for w in writers:
+        w.wait(30)
+    # A line written just after the newest line of one update waits for the next update: its
+    # wait is that update's time minus the previous one's newest line.
+    shown = probe["shown"]
+    d = sorted(now - before[1] for before, (now, _) in zip(shown, shown[1:])) or [float("nan")]
+    q = lambda f: d[min(len(d) - 1, int(f * len(d)))]  # noqa: E731
+    skipped = sum(int(m.group(1).replace(",", "")) for t in probe["markers"] if (m := re.match(r"… ([\d,]+)", t)))
+    return (
+        f"{kind:7} {rate:7}  {q(0.5):18.2f} s {q(0.95):5.2f} s {d[-1]:5.2f} s {probe['longest']:9.0f} ms"
+        f"  {probe['rows']:9}  {skipped:7} in {len(probe['markers'])}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=7)
@@ -356,11 +556,19 @@ def main() -> None:
     parser.add_argument("--real-slurm", action="store_true", help="the Slurm clients on $PATH, a real job")
     parser.add_argument("--test-cluster", action="store_true", help="on the tests' cluster (root; see above)")
     parser.add_argument("--cluster-wait", type=float, default=600, help="seconds to wait while a test session owns it")
+    parser.add_argument("--flood", action="store_true", help="the log view under a flood, in Chromium (see above)")
+    parser.add_argument("--rates", default="2000,10000", help="--flood: lines a second, comma-separated")
+    parser.add_argument("--kinds", default=",".join(FLOOD_KINDS), help="--flood: kinds of run, comma-separated")
+    parser.add_argument("--flood-seconds", type=float, default=8)
     args = parser.parse_args()
     args.real_slurm = args.real_slurm or args.test_cluster
+    args.rates = [int(r) for r in args.rates.split(",")]
+    args.kinds = args.kinds.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="bench-page-"))
     try:
-        if args.test_cluster:
+        if args.flood:
+            flood(args, tmp, dict(os.environ))
+        elif args.test_cluster:
             with test_cluster(args.cluster_wait) as env:
                 measure(args, tmp, env)
         else:

@@ -29,7 +29,8 @@ JSON API (all under /api, all but /api/health need `Authorization: Bearer <token
     GET    /api/groups/{name}/ranks         list[RankOut] the plan the config gives today
     POST   /api/groups/{name}/start         -> GroupOut; 409 if active or not startable
     POST   /api/groups/{name}/stop          -> GroupOut
-    GET    /api/groups/{name}/logs          ?rank=&attempt=&after=&limit=&tail= -> list[LogLine]
+    GET    /api/groups/{name}/logs          ?rank=&attempt=&after=&limit=&tail= -> list[LogLine],
+                                            X-Lines-Skipped: the lines the limit left out ("N+": at least)
     POST   /api/agents/heartbeat            AgentReport -> AgentOrders (agents only)
     GET    /api/agents/changes              ?since=V&timeout=S -> Changed; long poll (agents)
 """

@@ -221,6 +221,11 @@ class GroupDetail(BaseModel):
     attempts: list[AttemptOut]
 
 
+# GET /api/groups/{name}/logs's header: how many lines after `after` its limit left out ("N", or
+# "N+": at least N, older unread lines having been let go).
+LINES_SKIPPED = "X-Lines-Skipped"
+
+
 class LogLine(BaseModel):
     id: int
     attempt: int

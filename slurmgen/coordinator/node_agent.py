@@ -34,6 +34,8 @@ from slurmgen.coordinator.procs import Procs, Slot
 
 log = logging.getLogger("slurmgen.agent")
 LINES_PER_REPORT = 2000
+SOON_LINES = 500  # lines waiting that bring the next heartbeat forward (pause)
+FLOOD_BEAT = 0.25
 CHANGES_POLL = 25.0  # seconds a long poll for new orders stays open
 # Seconds beyond the server's --agent-timeout before a cut-off agent stops its ranks: the
 # server has judged the silence by then, whatever the clocks and the last request's latency.
@@ -234,6 +236,15 @@ class WorkerAgent:
                 since = version
                 self.wake.set()
 
+    def pause(self, started: float) -> None:
+        """Until the next heartbeat: `interval` after the last one began, sooner when woken, or
+        when SOON_LINES lines wait (looked at every FLOOD_BEAT s): under a flood the page's
+        newest line is at most about FLOOD_BEAT old when it reaches the server, and a quiet
+        rank's agent beats as before."""
+        while (left := self.interval - (time.monotonic() - started)) > 0:
+            if self.wake.wait(min(left, FLOOD_BEAT)) or len(self.procs.output) >= SOON_LINES:
+                return
+
     def run(self) -> None:
         """Heartbeat until SIGTERM/SIGINT, then stop every rank (TERM, KILL after the grace)."""
 
@@ -252,7 +263,7 @@ class WorkerAgent:
                 self.wake.clear()
                 self.beat()
                 self.procs.enforce_grace()
-                self.wake.wait(max(0.0, self.interval - (time.monotonic() - started)))
+                self.pause(started)
         finally:
             self.procs.stop_all(self.grace)
             with contextlib.suppress(ClientError):

@@ -71,32 +71,63 @@ def exit_status(returncode: int) -> int:
 
 
 class LineBuffer:
-    """Lines for the server, bounded; what does not fit is counted as dropped."""
+    """Lines for the server, bounded, the newest first: under a flood a heartbeat carries the
+    newest `most` lines, so the page shows what a rank prints now, not what it printed seconds
+    ago. What does not fit is counted as dropped, and said where it happened: a line per rank
+    "... N lines skipped here" stands where they were (the rank's log file keeps them all)."""
 
     def __init__(self, limit: int = QUEUE_LINES):
         self.lines: collections.deque = collections.deque()
         self.limit = limit
         self.dropped = 0
+        self.skipped: dict[tuple[int, str, int, int], list] = {}  # a rank's key -> [count, its first line gone]
+        self.sent_skipped: dict[tuple[int, str, int, int], list] = {}  # the last take()'s, for give_back
         self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.lines)
 
     def put(self, line: ReportedLine) -> None:
         with self.lock:
             if len(self.lines) >= self.limit:
-                self.lines.popleft()
-                self.dropped += 1
+                self._drop_oldest()
             self.lines.append(line)
+
+    def _drop_oldest(self) -> None:
+        gone = self.lines.popleft()
+        self.dropped += 1
+        key = (gone.worker, gone.group, gone.attempt, gone.rank)
+        self.skipped.setdefault(key, [0, gone])[0] += 1
 
     def take(self, most: int) -> tuple[list[ReportedLine], int]:
         with self.lock:
-            taken = [self.lines.popleft() for _ in range(min(most, len(self.lines)))]
-            dropped, self.dropped = self.dropped, 0
+            while len(self.lines) > most:
+                self._drop_oldest()
+            markers = [
+                first.model_copy(
+                    update={"line": f"… {count} lines skipped here (every line is in the rank's log on its node)"}
+                )
+                for count, first in self.skipped.values()
+            ]
+            taken = markers + [self.lines.popleft() for _ in range(len(self.lines))]
+            dropped, self.dropped, self.sent_skipped, self.skipped = self.dropped, 0, self.skipped, {}
             return taken, dropped
 
     def give_back(self, lines: list[ReportedLine], dropped: int) -> None:
-        """Lines a failed heartbeat did not deliver go back to the front (still bounded)."""
+        """Lines a failed heartbeat did not deliver go back to the front (still bounded; the
+        oldest that no longer fit are counted as skipped, as any); its "skipped" lines become
+        counts again, so the next heartbeat says one sum per rank."""
         with self.lock:
+            sent, self.sent_skipped = self.sent_skipped, {}
+            lines = lines[len(sent) :]
             room = max(0, self.limit - len(self.lines))
-            self.dropped += dropped + max(0, len(lines) - room)
+            self.dropped += dropped
+            for key, (count, first) in sent.items():
+                self.skipped.setdefault(key, [0, first])[0] += count
+            for gone in lines[: max(0, len(lines) - room)]:
+                self.dropped += 1
+                key = (gone.worker, gone.group, gone.attempt, gone.rank)
+                self.skipped.setdefault(key, [0, gone])[0] += 1
             self.lines.extendleft(reversed(lines[len(lines) - room :] if room else []))
 
 

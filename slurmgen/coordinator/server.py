@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from slurmgen.contract.version import VERSION as __version__
 from slurmgen.coordinator.models import (
+    LINES_SKIPPED,
     AgentOrders,
     AgentReport,
     Changed,
@@ -151,14 +152,19 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
     @r.get("/groups/{name}/logs", response_model=list[LogLine])
     def logs(
         name: str,
+        response: Response,
         rank: int | None = None,
         attempt: int | None = None,
         after: int = 0,
         limit: int = Query(500, ge=1, le=5000),
         tail: bool = False,
     ):
-        """Lines with id > after, oldest first: the first `limit`, or with tail=true the last."""
-        return c.logs(name, rank, attempt, after, limit, tail)
+        """Lines with id > after, oldest first: the first `limit`, or with tail=true the last; the
+        header X-Lines-Skipped counts the lines after `after` that the limit left out ("N+": at
+        least N, the server having let older unread lines go)."""
+        lines, skipped = c.logs(name, rank, attempt, after, limit, tail)
+        response.headers[LINES_SKIPPED] = skipped
+        return lines
 
 
 def _agent_routes(r: APIRouter, c: Coordinator) -> None:

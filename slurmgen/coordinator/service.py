@@ -206,15 +206,21 @@ class Coordinator:
 
     def logs(
         self, name: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
-    ) -> list[LogLine]:
+    ) -> tuple[list[LogLine], str]:
+        """(the lines, how many lines after `after` the limit left out: with `tail`, the older
+        ones, which a reader that follows says it skipped; "N+" when the server had let some go
+        unread, so N is a lower bound), read at one moment."""
         with self._atomic():
             self._group_row(name)
+            rows = self.store.lines(name, rank, attempt, after, limit, tail)
+            skipped = self.store.count_lines(name, rank, attempt, after) - limit if len(rows) == limit else 0
+            more = "+" if after and self.store.trimmed_after(name, after) else ""
             return [
                 LogLine(
                     id=r["id"], attempt=r["attempt"], rank=r["rank"], worker=r["worker"], time=r["time"], line=r["line"]
                 )
-                for r in self.store.lines(name, rank, attempt, after, limit, tail)
-            ]
+                for r in rows
+            ], f"{skipped}{more}"
 
     # --- changing groups and workers ---------------------------------------------------------
     def create_group(self, name: str) -> GroupOut:

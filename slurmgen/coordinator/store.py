@@ -126,6 +126,7 @@ class Store:
         self.path.chmod(0o600)
         self._active: list[AttemptRow] | None = None  # active_attempts(), until an attempt changes
         self._untrimmed: set[str] = set()  # groups given lines since the last trim_lines()
+        self._trimmed_to: dict[str, int] = {}  # group -> the newest id trim_lines() let go (this process)
 
     def close(self) -> None:
         self.db.close()
@@ -247,22 +248,39 @@ class Store:
         newest lines, all that anyone reads, are the same)."""
         groups, self._untrimmed = self._untrimmed, set()
         for group in groups:
-            self.db.execute(
-                "DELETE FROM logs WHERE grp = ? AND id <= (SELECT id FROM logs WHERE "
-                "grp = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (group, group, LOG_LINES_KEPT),
-            )
+            row = self.db.execute(
+                "SELECT id FROM logs WHERE grp = ? ORDER BY id DESC LIMIT 1 OFFSET ?", (group, LOG_LINES_KEPT)
+            ).fetchone()
+            if row is not None:
+                self.db.execute("DELETE FROM logs WHERE grp = ? AND id <= ?", (group, row[0]))
+                self._trimmed_to[group] = row[0]
+
+    def trimmed_after(self, group: str, after: int) -> bool:
+        """Whether lines after id `after` were let go before anyone read them (a flood outran a
+        reader): then `count_lines` counts only the kept ones, a lower bound."""
+        return self._trimmed_to.get(group, 0) > after
+
+    @staticmethod
+    def _lines_where(group: str, rank: int | None, attempt: int | None, after: int) -> tuple[str, list[Any]]:
+        sql, args = "FROM logs WHERE grp = ? AND id > ?", [group, after]
+        if rank is not None:
+            sql, args = sql + " AND rank = ?", [*args, rank]
+        if attempt is not None:
+            sql, args = sql + " AND attempt = ?", [*args, attempt]
+        return sql, args
+
+    def count_lines(self, group: str, rank: int | None, attempt: int | None, after: int) -> int:
+        """How many lines `lines` could give after id `after` (at most LOG_LINES_KEPT plus a tick's)."""
+        where, args = self._lines_where(group, rank, attempt, after)
+        return int(self.db.execute("SELECT COUNT(*) " + where, args).fetchone()[0])
 
     def lines(
         self, group: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
     ) -> list[LineRow]:
         """Lines after id `after`, oldest first: the first `limit` of them, or with `tail`
         the last `limit`."""
-        sql, args = "SELECT * FROM logs WHERE grp = ? AND id > ?", [group, after]
-        if rank is not None:
-            sql, args = sql + " AND rank = ?", [*args, rank]
-        if attempt is not None:
-            sql, args = sql + " AND attempt = ?", [*args, attempt]
+        where, args = self._lines_where(group, rank, attempt, after)
+        sql = "SELECT * " + where
         if tail:
             rows = self._rows(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])[::-1]
         else:

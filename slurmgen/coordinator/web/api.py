@@ -7,7 +7,7 @@ happens to run inside the server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 class Reply:
     status: int
     body: Any
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -37,7 +38,7 @@ async def call(app: Starlette, method: str, path: str, *, json: Any = None, para
         body = response.json()
     except ValueError:
         body = {"detail": response.text}
-    return Reply(response.status_code, body)
+    return Reply(response.status_code, body, dict(response.headers))
 
 
 async def get(app: Starlette, path: str, **params: Any) -> Any:

@@ -10,14 +10,18 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from slurmgen.coordinator.models import LINES_SKIPPED
+
 from . import api, attempt_records, views
 from .auth import guarded
 from .routes import overview_data
 
 router = APIRouter()
 # The log view opens on the newest LOG_FIRST lines, then asks every half second for the lines
-# after the last it has, at most LOG_BATCH, newest kept: a burst never leaves it behind (it
-# marks the gap instead; every line stays in the rank's file on its node).
+# after the last it has: at most LOG_BATCH, the newest, with how many older ones were left out
+# (`skipped`, which the view shows as a marker). A flood never makes an answer (nor the page's
+# work on it) grow, and the newest line is in the next answer. Every line stays in the rank's
+# file on its node. The Slurm and launch runs' logs (run_logs.py) answer the same way.
 LOG_FIRST = 500
 LOG_BATCH = 2000
 
@@ -37,13 +41,15 @@ async def live_overview(request: Request) -> Response:
 @guarded("live")
 async def live_logs(request: Request, name: str, after: int = 0, rank: int | None = None) -> Response:
     """Lines after `after` (0: the newest LOG_FIRST), oldest first, each with its attempt;
-    `rank` is repeated so the script can drop an answer meant for another filter; `gap` says
-    that lines between `after` and the first one were skipped."""
+    `rank` is repeated so the script can drop an answer meant for another filter; `skipped`
+    counts the lines after `after` left out before the first one (the API's X-Lines-Skipped),
+    `at_least` when that is a lower bound (the server had let some go unread)."""
     limit = LOG_FIRST if after == 0 else LOG_BATCH
     params = {k: v for k, v in {"after": after, "rank": rank, "limit": limit, "tail": "true"}.items() if v is not None}
     reply = await api.call(request.app, "GET", f"/api/groups/{name}/logs", params=params)
     if not reply.ok:
         return _no_store(reply.body, reply.status)
+    skipped = reply.headers.get(LINES_SKIPPED.lower(), "0") if after else "0"
     lines = [
         {
             "id": line["id"],
@@ -59,7 +65,8 @@ async def live_logs(request: Request, name: str, after: int = 0, rank: int | Non
             "lines": lines,
             "next": max([after] + [line["id"] for line in lines]),
             "rank": rank,
-            "gap": after > 0 and len(lines) == limit,
+            "skipped": int(skipped.rstrip("+") or 0),
+            "at_least": skipped.endswith("+"),
         }
     )
 

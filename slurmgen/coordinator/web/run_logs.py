@@ -6,7 +6,9 @@ node sent, a rank's lines labelled as srun labels them, a line per attempt betwe
 The page's script (static/app.js, the group page's log view) asks every half second for the
 lines after a byte offset, so a line reaches the page within about half a second of being
 written; only the bytes after the offset are read (the file is never read whole again). The
-first answer is the last LOG_FIRST lines of at most TAIL_BYTES of the file. A rank filter keeps
+first answer is the last LOG_FIRST lines of at most TAIL_BYTES of the file; a later one holds at
+most the newest LOG_BATCH lines of at most READ_MOST bytes and counts what it left out
+(`skipped`), as the group's log does (live.py): a flood never grows an answer. A rank filter keeps
 that rank's lines only: the batch shell's and a torchrun agent's own lines carry no rank and
 are shown under "all ranks" alone. An array job's log is one of its tasks' (`task`, the first
 by default): the page offers every task the array has.
@@ -29,12 +31,13 @@ from slurmgen.runs.model import get_row
 from slurmgen.runs.registry import JobRecord, Registry
 
 from .auth import guarded
+from .live import LOG_BATCH, LOG_FIRST
 from .run_records import runner_for
 from .runs_page import registry_path
 
 router = APIRouter()
-LOG_FIRST = 500
 TAIL_BYTES = 512 * 1024
+READ_MOST = 2 * 1024 * 1024  # bytes a poll reads at most (a 0.5 s poll at 10k lines/s: ~0.5 MB)
 
 
 def _row(line: Line, launch: bool = False) -> dict[str, Any]:
@@ -93,16 +96,42 @@ def _log_of(reg_path: Any, seq: int, task: int | None) -> tuple[JobRecord | None
     return (None, None, log_file) if log_file else None
 
 
+def _catch_up(runner: Any, path: str, after: int) -> tuple[int, int]:
+    """(where to read from, how many lines that skips): a poll that finds more than READ_MOST new
+    bytes here (the page was away, or a flood outran it) reads the last READ_MOST of them, from
+    a line's start, and counts the lines before them (every rank's) without keeping them."""
+    if getattr(runner, "where", "") != "local":
+        return after, 0
+    try:
+        with open(path, "rb") as fh:
+            target = os.fstat(fh.fileno()).st_size - READ_MOST
+            if target <= after:
+                return after, 0
+            fh.seek(after)
+            pos, count = after, 0
+            while pos < target:
+                chunk = fh.read(min(1 << 20, target - pos))
+                if not chunk:
+                    break
+                pos, count = pos + len(chunk), count + chunk.count(b"\n")
+            rest = fh.readline()  # the line the cut fell in: skipped whole
+            return pos + len(rest), count + rest.endswith(b"\n")
+    except OSError:
+        return after, 0
+
+
 def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int | None = None) -> dict[str, Any]:
-    """{"lines", "next", "rank", "task", "gap"}: complete lines after byte `after` (0: the newest
-    ones) of the job's log, or of one array task's (task_of)."""
+    """{"lines", "next", "rank", "task", "skipped"}: complete lines after byte `after` (0: the
+    newest LOG_FIRST) of the job's log, or of one array task's (task_of); at most LOG_BATCH, the
+    newest, and `skipped` counts those left out before them."""
     found = _log_of(reg_path, seq, task)
     if found is None:
-        return {"lines": [], "next": after, "rank": rank, "task": task, "gap": False}
+        return {"lines": [], "next": after, "rank": rank, "task": task, "skipped": 0}
     record, which, path = found
     runner = runner_for(record)
+    skipped = 0
     try:
-        offset = after or _start(runner, path)
+        offset, skipped = _catch_up(runner, path, after) if after else (_start(runner, path), 0)
         data = runner.read(path, offset) or b""
     except (OSError, SlurmgenError):
         data, offset = b"", after
@@ -115,14 +144,14 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int 
     lines = select_lines(
         text, None, None if rank is None else {rank}, record is not None and record.info.get("launcher") == "torchrun"
     )
-    if not after:
-        lines = lines[-LOG_FIRST:]
+    most = LOG_BATCH if after else LOG_FIRST
+    skipped += max(0, len(lines) - most) if after else 0
     return {
-        "lines": [_row(line, record is None) for line in lines],
+        "lines": [_row(line, record is None) for line in lines[-most:]],
         "next": offset + end,
         "rank": rank,
         "task": None if which is None else int(which),
-        "gap": False,
+        "skipped": skipped,
     }
 
 

@@ -314,3 +314,24 @@ def test_the_stack_of_a_stopped_rank_is_taken_with_the_watchers_bash(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_lines_waiting_bring_the_next_heartbeat_forward(tmp_path):
+    """Issue 33 item 8: a group's newest line reached the page up to a whole beat (1 s) plus a
+    poll late. With SOON_LINES lines waiting the agent beats within FLOOD_BEAT; a quiet rank's
+    agent still beats once an interval."""
+    from slurmgen.coordinator.models import ReportedLine
+    from slurmgen.coordinator.node_agent import FLOOD_BEAT, SOON_LINES
+
+    agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path, interval=1.0)
+    line = ReportedLine(worker=0, group="g", attempt=1, rank=0, time=0.0, line="x")
+    for _ in range(10):
+        agent.procs.output.put(line)
+    started = time.monotonic()
+    agent.pause(started)
+    assert time.monotonic() - started >= 0.99  # a few lines wait for the beat
+    for _ in range(SOON_LINES):
+        agent.procs.output.put(line)
+    started = time.monotonic()
+    agent.pause(started)
+    assert time.monotonic() - started < FLOOD_BEAT + 0.2

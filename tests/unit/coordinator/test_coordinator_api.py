@@ -155,12 +155,43 @@ def test_stop_and_logs(api):
         headers=AUTH,
         json={"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1), "lines": more},
     )
-    tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True}).json()
-    assert [ln["line"] for ln in tail] == ["l3", "l4"]
+    tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True})
+    assert [ln["line"] for ln in tail.json()] == ["l3", "l4"]
+    assert tail.headers["X-Lines-Skipped"] == "4"  # "hello", l0-l2: a follower says it skipped them
+    newer = api.get(
+        "/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True, "after": tail.json()[0]["id"]}
+    )
+    assert [ln["line"] for ln in newer.json()] == ["l4"] and newer.headers["X-Lines-Skipped"] == "0"
     after = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "after": logs[0]["id"]}).json()
     assert [ln["line"] for ln in after] == ["l0", "l1"]
     assert api.post("/api/groups/exp1/stop", headers=AUTH).json()["state"] == "stopping"  # gn7's ranks run
     assert len(beat(api, "gn7", *running("exp1", 1, 0, 1))["stop"]) == 2
+
+
+def test_lines_let_go_unread_make_the_skipped_count_a_lower_bound(api, monkeypatch):
+    """Past the lines a group keeps, a reader that fell behind is told its count is "at least"
+    (issue 33 item 8: a flood's lines were never dropped silently)."""
+    from slurmgen.coordinator import store
+
+    monkeypatch.setattr(store, "LOG_LINES_KEPT", 3)
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    line = {"worker": 0, "group": "exp1", "attempt": 1, "rank": 0, "time": 1.0}
+    report = {"host": "gn7", "instance": "gn7", "workers": running("exp1", 1, 0, 1)}
+    api.post("/api/agents/heartbeat", headers=AUTH, json={**report, "lines": [{**line, "line": "first"}]})
+    seen = api.get("/api/groups/exp1/logs", headers=AUTH).json()[-1]["id"]
+    more = [{**line, "line": f"l{i}"} for i in range(10)]
+    api.post("/api/agents/heartbeat", headers=AUTH, json={**report, "lines": more})
+    api.app.state.coordinator.tick()  # keeps the newest 3 of 11: l0-l6 go unread
+    tail = api.get("/api/groups/exp1/logs", headers=AUTH, params={"limit": 2, "tail": True, "after": seen})
+    assert [ln["line"] for ln in tail.json()] == ["l8", "l9"] and tail.headers["X-Lines-Skipped"] == "1+"
+    newest = tail.json()[-1]["id"]
+    assert (
+        api.get("/api/groups/exp1/logs", headers=AUTH, params={"tail": True, "after": newest}).headers[
+            "X-Lines-Skipped"
+        ]
+        == "0"
+    )
 
 
 def test_second_live_agent_for_a_host_is_refused(api):

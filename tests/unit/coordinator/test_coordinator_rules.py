@@ -198,10 +198,27 @@ def test_output_queue_is_bounded_and_counts_drops():
     for i in range(5):
         out.put(ReportedLine(worker=0, group="g", attempt=1, rank=0, time=0.0, line=str(i)))
     lines, dropped = out.take(10)
-    assert [ln.line for ln in lines] == ["2", "3", "4"] and dropped == 2
+    skipped = "… 2 lines skipped here (every line is in the rank's log on its node)"
+    assert [ln.line for ln in lines] == [skipped, "2", "3", "4"] and dropped == 2
     out.give_back(lines, dropped)  # an undelivered heartbeat's lines come back first
     again, dropped = out.take(10)
-    assert [ln.line for ln in again] == ["2", "3", "4"] and dropped == 2
+    assert [ln.line for ln in again] == [skipped, "2", "3", "4"] and dropped == 2
+
+
+def test_a_flood_sends_the_newest_lines_and_says_per_rank_how_many_were_skipped():
+    """Issue 33 item 8: a heartbeat carried the oldest 2,000 lines of a flood, so the page fell
+    seconds behind, and the lines that never fit went unsaid (24 of ~160 marker lines arrived)."""
+    from slurmgen.coordinator.models import ReportedLine
+
+    out = LineBuffer(limit=100)
+    for i in range(40):
+        out.put(ReportedLine(worker=i % 2, group="g", attempt=1, rank=i % 2, time=float(i), line=f"r{i % 2} {i}"))
+    lines, dropped = out.take(10)
+    assert dropped == 30
+    assert [ln.line for ln in lines[2:]] == [f"r{i % 2} {i}" for i in range(30, 40)]  # the newest, in order
+    markers = {ln.rank: ln.line for ln in lines[:2]}
+    assert markers == {r: "… 15 lines skipped here (every line is in the rank's log on its node)" for r in (0, 1)}
+    assert out.take(10) == ([], 0)
 
 
 def test_a_learned_timeout_in_the_beat_shortens_the_agents_limit():

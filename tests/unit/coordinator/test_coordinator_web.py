@@ -348,3 +348,37 @@ def test_the_ranks_of_a_stopped_attempt_read_stopped_by_you_not_failed():
     assert [r["status"] for r in rank_rows(a, set(), False)] == ["stopped by you", "done"]
     (failed,) = build(events, [*stopped[:1], {**stopped[1], "state": "failed"}])["attempts"]
     assert [r["status"] for r in rank_rows(failed, set(), False)] == ["failed (exit 75)", "done"]
+
+
+def _contrast(a: str, b: str) -> float:
+    """WCAG 2's contrast ratio of two #rrggbb colours."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        r, g, b = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_timeline_and_goodput_colours_stand_out_from_white():
+    """Issue 33 item 11: the timeline's green, amber and grey were under 3:1 against white (WCAG's
+    minimum for graphics): a bar and its legend swatch vanished for many readers."""
+    from slurmgen.coordinator.web.timeline_svg import COLOUR, GOODPUT_COLOUR
+
+    faint = {part: round(_contrast(c, "#ffffff"), 2) for part, c in {**COLOUR, **GOODPUT_COLOUR}.items()}
+    assert all(ratio >= 3 for ratio in faint.values()), faint
+
+
+def test_state_badges_are_readable_and_a_users_stop_is_neutral():
+    """White badge text at least 4.5:1 on every state's colour; "stopped by you" (and stopping) in
+    a neutral slate, not the warning's orange or the failure's red (issue 33 items 10 and 11)."""
+    from importlib.resources import files
+
+    css = files("slurmgen.coordinator.web").joinpath("static/app.css").read_text()
+    colours = dict(re.findall(r"--([a-z]+): (#[0-9a-f]{6})", css))
+    for name in ("ok", "run", "warn", "bad", "idle", "stop"):
+        assert _contrast(colours[name], "#ffffff") >= 4.5, name
+    assert ".state-stopped, .state-stopping { background: var(--stop); }" in css
+    assert colours["stop"] not in (colours["warn"], colours["bad"])

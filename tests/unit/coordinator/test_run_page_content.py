@@ -189,6 +189,39 @@ def test_log_follows_by_offset_and_the_rank_filter_keeps_one_rank(served, tmp_pa
     assert f'data-logs-url="/ui/live/runs/{seq}/logs"' in client.get(f"/ui/runs/{seq}").text
 
 
+def test_a_flood_gives_the_newest_batch_and_counts_what_it_skipped(served, tmp_path, monkeypatch):
+    """Issue 33 item 8: a poll answered every line since the last one (307,837 rows in the view,
+    the newest line 4.7 s late). Now at most LOG_BATCH lines, the newest, with the rest counted;
+    past READ_MOST bytes the older ones are counted without being read into lines."""
+    from slurmgen.coordinator.web import run_logs
+    from slurmgen.coordinator.web.live import LOG_BATCH
+
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("80", "RUNNING", "0:0")])
+    seq = add_job(registry, tmp_path, "80")
+    log = tmp_path / "logs" / "train-80.out"
+    log.write_text("0: start\n")
+    after = client.get(f"/ui/live/runs/{seq}/logs").json()["next"]
+    with log.open("a") as f:
+        f.writelines(f"{i % 2}: flood {i}\n" for i in range(LOG_BATCH + 300))
+    body = client.get(f"/ui/live/runs/{seq}/logs", params={"after": after}).json()
+    assert body["skipped"] == 300 and len(body["lines"]) == LOG_BATCH
+    assert body["lines"][-1]["text"] == f"flood {LOG_BATCH + 299}"
+    assert client.get(f"/ui/live/runs/{seq}/logs", params={"after": body["next"]}).json() == {
+        **body,
+        "lines": [],
+        "skipped": 0,
+    }
+
+    monkeypatch.setattr(run_logs, "READ_MOST", 1000)  # 1,000 bytes: the last 71-72 lines
+    with log.open("a") as f:
+        f.writelines(f"{i % 2}: more {i:05d}\n" for i in range(5000))
+    fewer = client.get(f"/ui/live/runs/{seq}/logs", params={"after": body["next"], "rank": 1}).json()
+    texts = [x["text"] for x in fewer["lines"]]
+    assert texts[-1] == "more 04999" and all(x["rank"] == 1 for x in fewer["lines"])
+    assert fewer["skipped"] == int(texts[0].split()[1])  # every line (of every rank) before the bytes read
+
+
 def test_a_progress_bar_stays_one_line_of_its_rank_on_the_page(served, tmp_path, monkeypatch):
     """tqdm's updates come after "\r"s on one line (issue 34, item 2): split there, the bar's pieces
     and the warning after it lost their rank, and the rank filter dropped them."""

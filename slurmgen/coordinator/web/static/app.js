@@ -63,7 +63,13 @@
   // --- the log view: the newest lines first, then every line after the last one shown -----
   // One poll loop; a change of the rank filter starts a new generation, and an answer to a
   // request of an older generation (or for another rank) is dropped, never shown.
+  // Under a flood the view stays small and current: each answer is at most the server's batch
+  // (the newest lines, with how many it left out: a "lines skipped" marker where they were),
+  // appended as one fragment, and the view keeps the newest LOG_KEEP lines, the head saying
+  // how many earlier ones it let go. Nothing goes silently.
   const LOG_POLL_MS = 500;
+  const LOG_KEEP = 5000;
+  const EVERY_LINE = " (every line is in the rank's log on its node)";
 
   function logRow(line) {
     const row = document.createElement("div");
@@ -84,32 +90,81 @@
     return row;
   }
 
+  const count = (n) => n.toLocaleString("en-US");
+
+  // The view's rows: a head (the earlier lines let go, and the skipped ones their markers
+  // said), then lines and markers, oldest first; and a status beside the controls, in sight
+  // whatever the scroll, of how many lines in all are not shown.
+  function logView(view) {
+    const head = marker("log-trimmed", "");
+    const status = document.createElement("span");
+    status.className = "log-status";
+    view.parentElement.querySelector(".log-controls").append(status);
+    let lines = 0, gone = 0, skipped = 0, above = 0, atLeast = false;
+    function say() {
+      head.hidden = !above;
+      head.textContent = "… " + count(above) + " earlier lines not shown: the view keeps the newest " + count(LOG_KEEP) + EVERY_LINE;
+      status.textContent = gone + skipped || atLeast ? "newest " + count(lines) + " lines shown, " + (atLeast ? "at least " : "") +
+        count(gone + skipped) + " not shown" : "";
+    }
+    function trim() {
+      if (lines <= LOG_KEEP) return;
+      let excess = lines - LOG_KEEP, last = head;
+      while (excess > 0 && last.nextSibling) {  // walks the rows it removes, reads no layout
+        last = last.nextSibling;
+        if (last.classList.contains("log-line")) { excess -= 1; lines -= 1; gone += 1; above += 1; }
+        else above += Number(last.getAttribute("data-skipped") || 0);
+      }
+      const range = document.createRange();
+      range.setStartAfter(head);
+      range.setEndAfter(last);
+      range.deleteContents();
+    }
+    return {
+      reset() { lines = gone = skipped = above = 0; atLeast = false; view.replaceChildren(head); say(); },
+      append(batch, added, left, uncounted) {
+        view.append(batch); lines += added; skipped += left; atLeast = atLeast || uncounted; trim(); say();
+      },
+    };
+  }
+
   function startLogs() {
     const section = document.querySelector("[data-logs-url]");
     if (!section) return;
     const view = document.getElementById("log-view");
+    const rows = logView(view);
     const filter = document.getElementById("rank-filter");
     const taskFilter = document.getElementById("task-filter");  // an array job's: which task's log
     const follow = document.getElementById("follow");
     let after = 0, generation = 0, lastAttempt = null;
     const restart = () => {
-      generation += 1; after = 0; lastAttempt = null; view.replaceChildren();
+      generation += 1; after = 0; lastAttempt = null; rows.reset();
     };
+    rows.reset();
     filter.addEventListener("change", restart);
     if (taskFilter) taskFilter.addEventListener("change", restart);
     function show(data) {
+      if (!data.lines.length && !data.skipped && !data.at_least) return;
       const atBottom = view.scrollHeight - view.scrollTop - view.clientHeight < 4;
-      if (data.gap) view.append(marker("log-gap", "… lines skipped (the rank's full log is on its node)"));
+      const batch = document.createDocumentFragment();
+      if (data.skipped || data.at_least) {  // at_least: the server had let some go unread, uncounted
+        const how = data.at_least ? (data.skipped ? "at least " + count(data.skipped) + " " : "more ") : count(data.skipped) + " ";
+        const gap = marker("log-gap", "… " + how + "lines skipped" + EVERY_LINE);
+        gap.setAttribute("data-skipped", String(data.skipped));
+        batch.append(gap);
+      }
       for (const line of data.lines) {
         if (line.attempt !== lastAttempt) {
-          view.append(marker("log-attempt", "── attempt " + line.attempt + " ──"));
+          batch.append(marker("log-attempt", "── attempt " + line.attempt + " ──"));
           lastAttempt = line.attempt;
         }
-        view.append(logRow(line));
+        batch.append(logRow(line));
       }
-      if (data.lines.length && (follow.checked || atBottom)) view.scrollTop = view.scrollHeight;
+      rows.append(batch, data.lines.length, data.skipped || 0, Boolean(data.at_least));
+      if (follow.checked || atBottom) view.scrollTop = view.scrollHeight;
     }
-    async function tick() {
+    async function tick() {  // every LOG_POLL_MS from the start of the last, one at a time
+      const began = performance.now();
       const mine = generation, wanted = filter.value, task = taskFilter ? taskFilter.value : "";
       try {
         const params = new URLSearchParams({ after: String(after) });
@@ -123,7 +178,7 @@
           after = data.next;
         }
       } catch (err) { console.warn(err.message); }
-      window.setTimeout(tick, LOG_POLL_MS);
+      window.setTimeout(tick, Math.max(0, LOG_POLL_MS - (performance.now() - began)));
     }
     tick();
   }
@@ -153,7 +208,74 @@
     };
   }
 
-  function drawCurves(box, data) {
+  // The y axis as wide as its longest label (a fixed 70 px clipped the lr chart's "0.00099999").
+  function axisWidth(u, values, axisIdx, cycleNum) {
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;  // uPlot asks again after a resize: settle
+    let size = axis.ticks.size + axis.gap + 8;
+    const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+    if (longest) { u.ctx.font = axis.font[0]; size += u.ctx.measureText(longest).width / window.devicePixelRatio; }
+    return Math.ceil(size);
+  }
+
+  // metric -> kind -> [steps, values], as uPlot's columns: the steps of every kind, a value or null.
+  function columnsOf(series) {
+    const kinds = Object.keys(series);
+    const steps = Array.from(new Set(kinds.flatMap((k) => series[k][0]))).sort((a, b) => a - b);
+    return [steps].concat(kinds.map((k) => {
+      const [xs, ys] = series[k];
+      const at = new Map(xs.map((x, i) => [x, ys[i]]));
+      return steps.map((s) => (at.has(s) ? at.get(s) : null));
+    }));
+  }
+
+  // The chart's text alternative: what a reader of the canvas would take from it.
+  function summary(name, series) {
+    const parts = Object.keys(series).map((k) => {
+      const [xs, ys] = series[k];
+      return xs.length ? k + " " + Number(ys[ys.length - 1].toPrecision(4)) + " at step " + xs[xs.length - 1] +
+        " (" + xs.length + " points from step " + xs[0] + ")" : k + ": no points";
+    });
+    return name + " by step: " + parts.join("; ") + ".";
+  }
+
+  // One chart of a metric, built once; `update` appends the new points (uPlot's setData), keeping
+  // the user's zoom: a drag narrows the step range, a double click gives it back, and only an
+  // unzoomed chart rescales to take in the new points.
+  function chart(name, kinds, width) {
+    const figure = document.createElement("figure");
+    figure.setAttribute("data-metric", name);
+    const caption = document.createElement("figcaption");
+    caption.textContent = name;
+    const text = document.createElement("p");
+    text.className = "sr-only chart-summary";
+    text.id = "chart-summary-" + name.replace(/[^A-Za-z0-9_-]/g, "_");
+    figure.setAttribute("aria-describedby", text.id);
+    figure.append(caption, text);
+    const colours = ["#2563eb", "#dc2626", "#15803d", "#9333ea", "#c2410c", "#0e7490"];
+    let zoomed = false;
+    const plot = new window.uPlot({
+      width, height: 220,
+      scales: { x: { time: false } },
+      axes: [{ label: "step", values: noted(figure, "data-x-ticks", stepLabels) },
+             { values: noted(figure, "data-y-ticks", distinctLabels), size: axisWidth }],
+      series: [{ label: "step" }].concat(kinds.map((k, i) => ({ label: k, stroke: colours[i % colours.length], spanGaps: true }))),
+      hooks: { setScale: [(u, key) => {
+        const xs = u.data[0];
+        if (key === "x" && xs.length) zoomed = u.scales.x.min > xs[0] || u.scales.x.max < xs[xs.length - 1];
+      }] },
+    }, [[]].concat(kinds.map(() => [])), figure);
+    return {
+      figure, key: kinds.join("\u0000"),
+      update(series) {
+        plot.setData(columnsOf(series), !zoomed);
+        text.textContent = summary(name, series);
+      },
+      remove() { plot.destroy(); figure.remove(); },
+    };
+  }
+
+  function drawCurves(box, data, charts) {
     const names = Object.keys(data.metrics);
     if (typeof window.uPlot === "undefined") return;
     if (!names.length) {  // a new attempt without records: no curves of an older one stay
@@ -161,39 +283,25 @@
       hint.className = "hint";
       hint.id = "curves-empty";
       hint.textContent = data.why || "No metrics in this attempt's run records yet.";
+      charts.forEach((c) => c.remove());
+      charts.clear();
       box.replaceChildren(hint);
       return;
     }
-    box.replaceChildren();
-    if (data.why) {  // e.g. records read on a login node: only their last lines
-      const note = document.createElement("p");
-      note.className = "hint";
-      note.textContent = data.why;
-      box.append(note);
-    }
+    const empty = document.getElementById("curves-empty");
+    if (empty) empty.remove();
+    let note = box.querySelector(".curves-note");  // e.g. records read on a login node: only their last lines
+    if (data.why && !note) { note = document.createElement("p"); note.className = "hint curves-note"; box.prepend(note); }
+    if (note) note.textContent = data.why || "";
     const width = Math.max(280, Math.min(box.clientWidth || 600, 720));
+    for (const [name, c] of charts) if (!(name in data.metrics)) { c.remove(); charts.delete(name); }
     for (const name of names) {
       const kinds = Object.keys(data.metrics[name]);
-      const steps = Array.from(new Set(kinds.flatMap((k) => data.metrics[name][k][0]))).sort((a, b) => a - b);
-      const columns = kinds.map((k) => {
-        const [xs, ys] = data.metrics[name][k];
-        const at = new Map(xs.map((x, i) => [x, ys[i]]));
-        return steps.map((s) => (at.has(s) ? at.get(s) : null));
-      });
-      const figure = document.createElement("figure");
-      figure.setAttribute("data-metric", name);
-      const caption = document.createElement("figcaption");
-      caption.textContent = name;
-      figure.append(caption);
-      box.append(figure);
-      const colours = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
-      new window.uPlot({
-        width, height: 220,
-        scales: { x: { time: false } },
-        axes: [{ label: "step", values: noted(figure, "data-x-ticks", stepLabels) },
-               { values: noted(figure, "data-y-ticks", distinctLabels), size: 70 }],
-        series: [{ label: "step" }].concat(kinds.map((k, i) => ({ label: k, stroke: colours[i % colours.length], spanGaps: true }))),
-      }, [steps].concat(columns), figure);
+      let c = charts.get(name);
+      if (c && c.key !== kinds.join("\u0000")) { c.remove(); c = undefined; }  // a new series: a new chart
+      if (!c) { c = chart(name, kinds, width); charts.set(name, c); }
+      box.append(c.figure);  // in the answer's order (a figure already there moves, not rebuilt)
+      c.update(data.metrics[name]);
     }
   }
 
@@ -201,11 +309,12 @@
     const box = document.getElementById("curves");
     if (!box) return;
     let seen = "";
+    const charts = new Map();
     async function tick() {
       try {
         const data = await getJSON(box.getAttribute("data-metrics-url"));
-        const stamp = JSON.stringify(data.metrics);
-        if (stamp !== seen) { seen = stamp; drawCurves(box, data); }
+        const stamp = JSON.stringify([data.metrics, data.why]);
+        if (stamp !== seen) { seen = stamp; drawCurves(box, data, charts); }
       } catch (err) { console.warn(err.message); }
       window.setTimeout(tick, 5 * POLL_MS);
     }
