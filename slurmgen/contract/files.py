@@ -43,3 +43,9 @@ def name_parts(name: str) -> tuple[str, str]:
     """A file name pattern split around its job id, for the template: ('slurmgen-', '.finished')."""
     before, _, after = name.partition("{job_id}")
     return before, after
+
+
+# Where slurmgen.tracking.init() keeps run records unless told otherwise (one directory per group),
+# relative to the working directory: the framework callbacks write there, `status` and the run
+# page look there for any program but the bundled trainer (which keeps its own under OUT_DIR).
+RECORDS_DIR = "runs"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmgen import tracking
-from slurmgen.contract import phases
+from slurmgen.contract import files, phases
 from slurmgen.observe.helper import beat
 
 
@@ -27,7 +27,7 @@ class Reporter:
     name: the run's name in its record (default $SLURMGEN_RUN_NAME, else the record's default).
     """
 
-    def __init__(self, records: str | os.PathLike[str] | None = "runs", name: str | None = None):
+    def __init__(self, records: str | os.PathLike[str] | None = files.RECORDS_DIR, name: str | None = None):
         self.records, self.name = records, name
         self.run: tracking.Run | None = None
         self.rendezvous_said = False

@@ -13,6 +13,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurmgen.contract import files
+
 
 def group_of(job_id: str, task: str | None) -> str:
     return f"slurm-{job_id}_{task}" if task is not None else f"slurm-{job_id}"
@@ -20,7 +22,7 @@ def group_of(job_id: str, task: str | None) -> str:
 
 def root_names(command: Sequence[str]) -> list[str]:
     """Where run records may be, relative to the job's working directory."""
-    found = ["runs"]
+    found = [files.RECORDS_DIR]
     words = unwrapped(command)
     for i, word in enumerate(words):
         if word == "--out-dir" and i + 1 < len(words):
@@ -66,12 +68,15 @@ def unwrapped(command: Sequence[str]) -> list[str]:
 
 
 def track_root(workdir: str, command: Sequence[str], default_out: str = "runs/train") -> str | None:
-    """The directory that holds the bundled trainer's run records, one directory per group:
-    --track-dir, else OUT_DIR/tracking (train/track.py), under the job's working directory, the
-    trainer under a wrapper included. None for another program, or with --track off: where it
-    writes is its own business."""
+    """The directory that holds a run's records, one directory per group, under the job's working
+    directory: for the bundled trainer (under a wrapper included) --track-dir, else
+    OUT_DIR/tracking (train/track.py), None with --track off; for any other program `runs`,
+    where `slurmgen.tracking.init()` and the framework callbacks (slurmgen.integrations) write by
+    default, so a Lightning or transformers program's curves are found as the trainer's are."""
     words = unwrapped(command)
-    if not is_trainer(words) or _flag(words, "--track") == "off":
+    if not is_trainer(words):
+        return str(Path(workdir) / files.RECORDS_DIR)
+    if _flag(words, "--track") == "off":
         return None
     track = _flag(words, "--track-dir") or str(Path(_flag(words, "--out-dir") or default_out) / "tracking")
     return str(Path(workdir) / track)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract import envvars
+from slurmgen.contract import envvars, files
 from slurmgen.contract.states import RUN_RECORD_LOST
 
 from . import store, system
@@ -53,7 +53,7 @@ def _tags(tags: Iterable[str] | str | None) -> list[str]:
 
 
 def init(
-    dir: str | os.PathLike[str] = "runs",
+    dir: str | os.PathLike[str] = files.RECORDS_DIR,
     *,
     name: str | None = None,
     group: str | None = None,

@@ -22,7 +22,7 @@ from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.logs import array_tasks
 from slurmgen.runs.model import RunRow
 from slurmgen.runs.registry import JobRecord
-from slurmgen.runs.trainer_records import track_root
+from slurmgen.runs.trainer_records import is_trainer, track_root, unwrapped
 from slurmgen.tracking.records import RunRecord, find_runs
 
 # The runs list asks every second for up to a page of runs: a run's last loss is read again at most
@@ -108,8 +108,9 @@ def _continued(row: RunRow) -> list[RunRecord]:
     own record directory is empty: its records are those beside it whose attempts name this run
     (its launch id, its Slurm job id), each with every attempt's steps."""
     field = _ATTEMPT_OF.get(row["kind"])
-    if field is None or not row.get("record_dir"):
-        return []
+    command = (row.get("info") or {}).get("command") or []
+    if field is None or not row.get("record_dir") or not is_trainer(unwrapped(command)):
+        return []  # another program's records are under its own group (RECORDS_DIR), or nowhere
     return [
         run
         for run in _under(str(Path(str(row["record_dir"])).parent))

@@ -91,7 +91,7 @@ def test_a_registry_of_the_slurm_only_shape_is_migrated_in_place(tmp_path):
             ("7", "slurm", "succeeded", "COMPLETED", 2, 8, 100.0),
         ]
         assert rows[1]["run_id"] == "slurm-7" and rows[1]["record_dir"] == "/w/runs/a/tracking/slurm-7"
-        assert rows[0]["record_dir"] is None  # not the bundled trainer: its records are its own business
+        assert rows[0]["record_dir"] == "/w/runs/slurm-9"  # not the trainer: slurmgen.tracking's default
         assert rows[1]["logs"] == [{"node": "here", "path": "/w/logs"}]
         assert [r.job_id for r in reg.all()] == ["9", "7"]  # the Slurm lookups read it as before
     with Registry.open(path) as reg:  # opened again: nothing to migrate, nothing lost
@@ -479,7 +479,8 @@ def test_the_trainers_records_are_found_under_a_shell_wrapper_but_its_signals_ar
     assert record_dir("/w", wrapped, "slurm-5") == "/w/T/slurm-5"
     assert record_dir("/w", wrapped[:2] + [wrapped[2].replace(" --track-dir=T", "")], "g") == "/w/runs/my x/tracking/g"
     assert root_names(wrapped) == ["runs", "runs/my x"] and not is_trainer(wrapped)
-    assert record_dir("/w", ["bash", "-c", "python train.py --out-dir o"], "g") is None  # not the bundled trainer
+    # Not the bundled trainer: where slurmgen.tracking and the framework callbacks write by default.
+    assert record_dir("/w", ["bash", "-c", "python train.py --out-dir o"], "g") == "/w/runs/g"
     assert record_dir("/w", ["sh", "-c", "python -m slurmgen.train --track off"], "g") is None
     assert record_dir("/w", ["sh", "-c", "python -m slurmgen.train 'unbalanced"], "g") == "/w/runs/train/tracking/g"
 
