@@ -31,8 +31,9 @@ from slurmgen.runs.registry import JobRecord, Registry
 from .auth import guarded, redirect_with
 from .controls import act
 from .render import flash_notice, render, take_flash
-from .run_extras import extras
+from .run_extras import LIVE, extras
 from .run_records import runner_for
+from .run_stacks import stacks_of
 from .runs_page import registry_path, run_view
 from .views import clock
 
@@ -149,7 +150,9 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         slurm = slurm_status(reg, seq) if row["kind"] == "slurm" else {}
         row = (get_row(reg, seq) or row) if slurm else row  # status() stored the state Slurm gave
         own = own_status(reg, row) if row["kind"] != "slurm" else {}
-        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
+        recorded = attempts_of(reg, seq)
+        stacks = stacks_of(row, reg.by_seq(seq) if row["kind"] == "slurm" else None, recorded)
+        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in recorded]
         attempts += slurm.get("attempts") or []
         attempts_task, of_task = task_attempts(slurm, task)
         attempts += of_task
@@ -162,6 +165,7 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         "attempts": attempts,
         "attempts_task": attempts_task,
         "slurm": slurm,
+        "stacks": {**stacks, "live": (row.get("state") or "") in LIVE},  # live: the page asks again
         "disabled": {c.value: why for c, why in offered.items()},
         "stops": [(c.value, c.label) for c in SLURM_STOPS],
         "controls": [
