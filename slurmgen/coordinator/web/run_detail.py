@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import ENDED, State, from_exit_code, from_slurm
+from slurmgen.contract.states import ENDED, STOP_ASKED, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import chain, control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
@@ -106,7 +106,8 @@ def task_attempts(slurm: Mapping[str, Any], task: str | None) -> tuple[str | Non
         return None, []
     shown = next((t for t in tasks if t["job"].split("_", 1)[-1] == task), tasks[0])
     return shown["job"].split("_", 1)[-1], slurm_attempts(
-        shown.get("attempts") or [], from_slurm(shown.get("state"), shown.get("exit_code"))
+        shown.get("attempts") or [],
+        from_slurm(shown.get("state"), shown.get("exit_code"), bool(slurm.get("stop_asked"))),
     )
 
 
@@ -126,8 +127,9 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
         if chain.links_of(record):  # a link of a chain: every link, as `slurmgen status` shows them
             view["chain"] = chain.view(runner, reg, record)
+        view["stop_asked"] = STOP_ASKED in record.info  # a person's checkpoint and stop: its end is theirs
         view["attempts"] = slurm_attempts(
-            view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code"))
+            view.get("attempts") or [], from_slurm(view.get("state"), view.get("exit_code"), view["stop_asked"])
         )
     finally:
         runner.close()
