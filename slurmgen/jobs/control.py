@@ -148,28 +148,26 @@ def refusal(run: Run, control: RunControl) -> str | None:
 
 
 def choices(run: Run, slurm: Mapping[str, Any]) -> dict[RunControl, str | None]:
-    """The controls the run's page offers, each with why it is disabled (None: it applies):
-    cancel and checkpoint always (disabled but for a live Slurm job), requeue for a Slurm job,
-    stop for a launch. `slurm` is `slurmgen status`'s view of a Slurm job ({}: none)."""
+    """The controls the run's page offers, each with why it is disabled (None: it applies): only
+    those of its kind (issue 33, item 9: a launch or a group run showed a Slurm job's two buttons,
+    always disabled): cancel, checkpoint and requeue for a Slurm job (the first two disabled but
+    while it is live), stop for a launch. `slurm` is `slurmgen status`'s view of a Slurm job ({}:
+    none)."""
     state = str(slurm.get("state") or "").split(" ")[0]
+    if run.kind == "launch":
+        return {RunControl.STOP: stop_request.why_not(run.launch_row())}
     if run.kind != "slurm":
-        offered: dict[RunControl, str | None] = {
-            RunControl.CANCEL: "only a Slurm job can be cancelled here",
-            RunControl.CHECKPOINT: "only a Slurm job can be checkpointed here",
-        }
-    elif state in SLURM_ENDED or not slurm:
+        return {}
+    if state in SLURM_ENDED or not slurm:
         why = f"the job has ended ({state or 'unknown to Slurm'})"
-        offered = {RunControl.CANCEL: why, RunControl.CHECKPOINT: why}
+        offered: dict[RunControl, str | None] = {RunControl.CANCEL: why, RunControl.CHECKPOINT: why}
     else:
         offered = {
             RunControl.CANCEL: None,
             RunControl.CHECKPOINT: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save",
         }
-    if run.kind == "slurm":
-        known = state if slurm.get("state") and state != "UNKNOWN" else None
-        offered[RunControl.REQUEUE] = stopping.requeue_refusal(known, STOP_ASKED in run.info)
-    elif run.kind == "launch":
-        offered[RunControl.STOP] = stop_request.why_not(run.launch_row())
+    known = state if slurm.get("state") and state != "UNKNOWN" else None
+    offered[RunControl.REQUEUE] = stopping.requeue_refusal(known, STOP_ASKED in run.info)
     return offered
 
 

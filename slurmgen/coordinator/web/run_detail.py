@@ -141,7 +141,20 @@ def own_status(reg: Registry, row: RunRow) -> dict[str, Any]:
     names, read where the nodes' file system is shared); {} when it recorded none."""
     from slurmgen.jobs.commands import run_status
 
-    return run_status(reg, row, True) if (row.get("info") or {}).get("timeline") else {}
+    view = run_status(reg, row, True) if (row.get("info") or {}).get("timeline") else {}
+    if row["kind"] == "group":
+        named_as_workers(view, row["info"].get("workers") or [])
+    return view
+
+
+def named_as_workers(view: dict[str, Any], workers: list[str]) -> None:
+    """A group run's ranks on the nodes its workers (`<host>-<id>`, in rank order) name, as the rest
+    of the page and the group's page do: a rank writes its timeline under its machine's own
+    hostname, which is not the agent's name for it (every node of the test cluster says `vm`)."""
+    for attempt in (view.get("timeline") or {}).get("attempts") or []:
+        for r in attempt.get("ranks") or []:
+            if isinstance(r.get("rank"), int) and 0 <= r["rank"] < len(workers):
+                r["host"] = workers[r["rank"]].rpartition("-")[0]
 
 
 def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | None:
@@ -169,7 +182,7 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         "slurm": slurm,
         "stacks": {**stacks, "live": (row.get("state") or "") in LIVE},  # live: the page asks again
         "disabled": {c.value: why for c, why in offered.items()},
-        "stops": [(c.value, c.label) for c in SLURM_STOPS],
+        "stops": [(c.value, c.label) for c in SLURM_STOPS if c in offered],  # a Slurm job's alone
         "controls": [
             {"action": c.value, "label": c.label, "why": why} for c, why in offered.items() if c not in SLURM_STOPS
         ],

@@ -139,13 +139,10 @@ def test_a_slurm_job_is_offered_what_its_slurm_state_allows(reg):
     assert control.choices(run, {"state": "UNKNOWN"})[REQUEUE].startswith("Slurm no longer knows the job")
 
 
-def test_a_launch_is_offered_its_stop_and_a_group_only_the_disabled_slurm_controls(reg):
-    slurm_only = {
-        CANCEL: "only a Slurm job can be cancelled here",
-        CHECKPOINT: "only a Slurm job can be checkpointed here",
-    }
-    assert control.choices(ended_launch(reg), {}) == {**slurm_only, STOP: "the launch has ended (failed)"}
-    assert control.choices(group_run(), {}) == slurm_only
+def test_a_launch_is_offered_its_stop_and_no_slurm_control_nor_is_a_group_run(reg):
+    """A launch's and a group run's pages showed a Slurm job's Cancel and Checkpoint, always disabled."""
+    assert control.choices(ended_launch(reg), {}) == {STOP: "the launch has ended (failed)"}
+    assert control.choices(group_run(), {}) == {}
 
 
 def test_a_control_of_another_kind_of_run_is_refused_before_anything_is_sent(reg):
