@@ -1,7 +1,7 @@
 """The hung rank's whole stack on a Slurm job's and a launch's run page (issue 33, item 3): read
 from the files the watchers left (a Slurm job's stacks file, a launch's stack-rank-R.txt), only
 their end, escaped on the page and as JSON for the page's script. The registry, the files and
-bash are real; Slurm is a fake `scontrol` (test_run_page_content.py's)."""
+bash are real; Slurm is a fake `scontrol` printing the job's line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from test_run_page_content import HOSTILE, TOKEN, add_job, fake_slurm, scontrol_line  # noqa: E402
 
 from slurmgen.contract.exitcodes import HUNG  # noqa: E402
 from slurmgen.contract.files import LAUNCH_STACK_NAME, STACKS_NAME  # noqa: E402
@@ -27,7 +26,10 @@ from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
 from slurmgen.coordinator.web import run_stacks  # noqa: E402
 from slurmgen.runs.model import Failure, NewRun, Recorder  # noqa: E402
-from slurmgen.runs.registry import Registry  # noqa: E402
+from slurmgen.runs.registry import JobRecord, Registry  # noqa: E402
+
+TOKEN = "t0ken-for-run-stacks"
+HOSTILE = "<svg onload=alert(1)>"
 
 GOLDEN = Path(__file__).parents[1] / "generate" / "golden" / "healing.run_slurm.sh"
 DUMP = (
@@ -35,9 +37,31 @@ DUMP = (
 )
 
 
+def fake_slurm(tmp_path, monkeypatch, job: str, state: str, code: int) -> None:
+    """`scontrol show job -o` says job `job` ended in `state` with exit `code`; `sacct` knows nothing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    line = f"JobId={job} JobName=train JobState={state} Reason=None Restarts=0 ExitCode={code}:0 NodeList=gn[6-7]"
+    (bin_dir / "out.txt").write_text(line + "\n")
+    for name, body in (("scontrol", f"cat {bin_dir / 'out.txt'}"), ("sacct", "true")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def add_job(registry, tmp_path, job: str) -> int:
+    """Slurm job `job` as `slurmgen submit` registers it, its logs in tmp_path/logs."""
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    info = {"nodes": 2, "gpus": 1, "log_dir": str(tmp_path / "logs"), "workdir": str(tmp_path), "launcher": "srun"}
+    with Registry.open(registry) as reg:
+        record = JobRecord(job, "train", str(tmp_path / "out"), time.time() - 30, None, "RUNNING", None, info)
+        reg.add(record)
+        return record.seq
+
+
 @pytest.fixture
 def served(tmp_path):
-    """A served page (test_run_page_content.py's), logged in, and its registry."""
+    """A served page, logged in, and its registry."""
     registry = tmp_path / "jobs.sqlite"
     Registry.open(registry, create=True).close()
     store = Store(tmp_path / "c.db")
@@ -73,7 +97,7 @@ def test_only_the_end_of_a_long_stacks_file_is_read_and_its_cut_stack_is_dropped
 
 def test_a_slurm_jobs_page_and_json_show_the_hung_ranks_whole_stack_escaped(served, tmp_path, monkeypatch):
     client, registry = served
-    fake_slurm(tmp_path, monkeypatch, [scontrol_line("91", "FAILED", f"{HUNG}:0")])
+    fake_slurm(tmp_path, monkeypatch, "91", "FAILED", HUNG)
     seq = add_job(registry, tmp_path, "91")
     hostile_dump = DUMP + f'  File "{HOSTILE}.py", line 1 in <module>\n'
     (tmp_path / "logs" / STACKS_NAME.format(job_id="91")).write_text(header(1, "gn7", 0) + hostile_dump)
@@ -89,7 +113,7 @@ def test_a_slurm_jobs_page_and_json_show_the_hung_ranks_whole_stack_escaped(serv
 
 def test_a_slurm_job_without_a_hang_has_no_stack_section(served, tmp_path, monkeypatch):
     client, registry = served
-    fake_slurm(tmp_path, monkeypatch, [scontrol_line("92", "COMPLETED", "0:0")])
+    fake_slurm(tmp_path, monkeypatch, "92", "COMPLETED", 0)
     seq = add_job(registry, tmp_path, "92")
     assert 'id="stacks"' not in client.get(f"/ui/runs/{seq}").text
     assert client.get(f"/ui/live/runs/{seq}/stacks").json() == {"stacks": [], "note": None}
