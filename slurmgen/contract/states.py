@@ -103,11 +103,12 @@ def from_slurm(word: str | None, exit_code: int | None = None, stop_asked: bool 
     Slurm calls every non-zero exit FAILED; a job that exited with the preemption code (the
     program saved a checkpoint on the warning signal and stopped: a preemption without requeue)
     is PREEMPTED, resumable, not failed; and STOPPED when a person asked for it (`stop_asked`:
-    its registry info holds STOP_ASKED, after the page's or the API's "checkpoint and stop")."""
+    its registry info holds STOP_ASKED, after the page's or the API's "checkpoint and stop"),
+    STOPPING while it still runs after that."""
     state = SLURM_STATE.get((word or "").split(" ")[0].upper()) if word else None
     if state is State.FAILED and exit_code == PREEMPTED_EXIT:
         return State.STOPPED if stop_asked else State.PREEMPTED
-    return state
+    return State.STOPPING if stop_asked and state in (State.STARTING, State.RUNNING) else state
 
 
 def shown(word: str | None) -> str | None:

@@ -23,6 +23,7 @@ from slurmgen.jobs.query import ask
 from slurmgen.jobs.slurm import QueryResult, SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import overall
+from slurmgen.runs.model import mark_slurm_stopping
 from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.runs.trainer_records import is_trainer
 
@@ -173,6 +174,8 @@ def keep_from_requeue(runner: Runner, registry: Registry, record: JobRecord, by:
         return f"job {record.job_id} could not be kept from requeueing (scontrol: {said}); nothing was sent"
     record.info[STOP_ASKED] = {"time": time.time(), "by": by}
     registry.update_info(record)
+    if record.seq is not None:
+        mark_slurm_stopping(registry, record.seq)
     return None
 
 

@@ -251,6 +251,10 @@ def test_checkpoint_and_stop_keeps_the_job_from_requeueing_before_the_signal(reg
         ["scancel", "--signal=USR2", "4"],
     ]
     assert reg.get("4").info[STOP_ASKED]["by"] == "from a test"
+    row = get_row(reg, reg.get("4").seq)
+    assert (row["state"], row["last_state"]) == (State.STOPPING.value, "RUNNING")  # until Slurm says it ended
+    reg.remember_states({row["seq"]: ("COMPLETING", None)})  # Slurm's word changes, its ranks still run
+    assert get_row(reg, row["seq"])["state"] == State.STOPPING.value
     # A plain cancel --signal (the CLI's) is no stop of the user's: the job's requeue is left as it is.
     other = Opener(SlurmStub("5", "RUNNING"))
     control.perform(reg, slurm_job(reg, "5"), CANCEL, other, "from a test", signal="USR2")
