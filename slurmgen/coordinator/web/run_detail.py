@@ -180,7 +180,8 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         "attempts": attempts,
         "attempts_task": attempts_task,
         "slurm": slurm,
-        "stacks": {**stacks, "live": (row.get("state") or "") in LIVE},  # live: the page asks again
+        # live: the page asks again (not over SSH every few seconds for a job of a login node)
+        "stacks": {**stacks, "live": (row.get("state") or "") in LIVE and not row.get("remote")},
         "disabled": {c.value: why for c, why in offered.items()},
         "stops": [(c.value, c.label) for c in SLURM_STOPS if c in offered],  # a Slurm job's alone
         "controls": [

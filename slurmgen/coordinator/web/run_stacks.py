@@ -12,7 +12,8 @@ templates/hang_stack.sh.j2), where contract/files.py names it:
 Only the last STACK_BYTES of a file are read: a stack is a few kB, a file of many hangs is not
 read whole for every view of the page. The text goes to the page autoescaped and to the script
 as JSON, which writes it as text (static/app.js). `/ui/live/runs/SEQ/stacks` is the same as JSON:
-the page's script asks it while the run is live, so a hang shows without a reload.
+the page's script asks it while the run is live (and not on a login node: no SSH connection every
+few seconds), so a hang shows without a reload.
 """
 
 from __future__ import annotations
