@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurmgen.contract.states import ENDED_WORDS, from_slurm
+from slurmgen.contract.states import ENDED_WORDS, STOP_ASKED, from_slurm
 from slurmgen.errors import SlurmgenError
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Handle:
                 return commands.run_status(reg, row, with_timeline)
             record = self._record(reg)
             view = self._with_runner(record, lambda r: commands.status(r, reg, record, self.task, with_timeline))
-        word = from_slurm(view.get("state"), view.get("exit_code"))
+        word = from_slurm(view.get("state"), view.get("exit_code"), STOP_ASKED in record.info)
         return {**view, "state": word.value if word is not None else view.get("state")}
 
     def wait(self, timeout: float | None = None) -> str:

@@ -28,6 +28,10 @@ LAUNCH_LOG_NAME = "launch-{launch_id}.log"
 LAUNCH_LOG_LIMIT = 64 * 2**20
 # The Python stacks of hung ranks, each appended by the watcher that killed it (contract/hangs.py).
 STACKS_NAME = "slurmgen-{job_id}.stacks.txt"
+# A hung rank's Python stack, copied into the log directory by the node that killed it, under
+# `slurmgen launch` (its bootstrap) and launch_multi_node.sh: one file per rank, rewritten at each
+# hang of that rank. The run page reads it (coordinator/web/run_stacks.py).
+LAUNCH_STACK_NAME = "stack-rank-{rank}.txt"
 # A rank's heartbeat file in the directory its launcher names in SLURMGEN_HEARTBEAT_DIR (the
 # heartbeat protocol, observe/heartbeat.py), and the dump of a hung rank's Python stack beside it
 # (contract/hangs.py). printf formats of the rank: Python fills them with `%`, the templates are

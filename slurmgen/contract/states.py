@@ -37,6 +37,9 @@ STOPPED_BY_USER = "stopped by user"
 # the code its ranks died with, 75 or 143, which is the stop's doing and no failure): a neutral
 # state of its own.
 STOPPED_BY_YOU = "stopped by you"
+# The key of a Slurm job's registry info that records a person's "checkpoint and stop" (when, by
+# whom): the job's exit with the preemption code after it is that person's stop, not a preemption.
+STOP_ASKED = "stop_asked"
 
 # The states a run of the registry can be in (the runs list's filter, `slurmgen jobs --state`):
 # every state but IDLE, which is a coordinator group's or a worker's with nothing to run, never a run's.
@@ -98,14 +101,18 @@ SLURM_ENDED = frozenset({w for w, s in SLURM_STATE.items() if s in ENDED} | {"SP
 SLURM_LIVE = frozenset(w for w, s in SLURM_STATE.items() if s not in ENDED)
 
 
-def from_slurm(word: str | None, exit_code: int | None = None) -> State | None:
+def from_slurm(word: str | None, exit_code: int | None = None, stop_asked: bool = False) -> State | None:
     """The state a Slurm job state means; None for a word Slurm does not define (or none).
 
     Slurm calls every non-zero exit FAILED; a job that exited with the preemption code (the
-    program saved a checkpoint on the warning signal and stopped: "checkpoint and stop", or a
-    preemption without requeue) is PREEMPTED, resumable, not failed."""
+    program saved a checkpoint on the warning signal and stopped: a preemption without requeue)
+    is PREEMPTED, resumable, not failed; and STOPPED when a person asked for it (`stop_asked`:
+    its registry info holds STOP_ASKED, after the page's or the API's "checkpoint and stop"),
+    STOPPING while it still runs after that."""
     state = SLURM_STATE.get((word or "").split(" ")[0].upper()) if word else None
-    return State.PREEMPTED if state is State.FAILED and exit_code == PREEMPTED_EXIT else state
+    if state is State.FAILED and exit_code == PREEMPTED_EXIT:
+        return State.STOPPED if stop_asked else State.PREEMPTED
+    return State.STOPPING if stop_asked and state in (State.STARTING, State.RUNNING) else state
 
 
 def shown(word: str | None) -> str | None:

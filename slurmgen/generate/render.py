@@ -25,6 +25,7 @@ from slurmgen.contract.files import (
     FINISHED_NAME,
     HEARTBEAT_GLOB,
     HEARTBEAT_NAME,
+    LAUNCH_STACK_NAME,
     NCCL_TRACE_NAME,
     STACK_NAME,
     STACKS_NAME,
@@ -76,6 +77,7 @@ _ENV.globals.update(
     stack_signal=hangs.STACK_SIGNAL,
     stack_wait_ms=round(hangs.STACK_WAIT * 1000),
     stack_name=STACK_NAME,
+    launch_stack_name=LAUNCH_STACK_NAME.split("{rank}"),
     heartbeat_name=HEARTBEAT_NAME,
     heartbeat_glob=ShellCode(HEARTBEAT_GLOB),
 )

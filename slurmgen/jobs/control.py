@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any
 
-from slurmgen.contract.states import SLURM_ENDED, from_slurm
+from slurmgen.contract.states import SLURM_ENDED, STOP_ASKED, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import chain, stopping
 from slurmgen.jobs.resolve import reused_note
@@ -111,7 +111,7 @@ class Run:
     @classmethod
     def of_job(cls, record: JobRecord) -> Run:
         """The run of a Slurm job found by its id, name or directory (resolve.find)."""
-        state = from_slurm(record.last_state, record.last_exit)
+        state = from_slurm(record.last_state, record.last_exit, STOP_ASKED in record.info)
         return cls(
             record.seq or 0,
             "slurm",
@@ -148,28 +148,26 @@ def refusal(run: Run, control: RunControl) -> str | None:
 
 
 def choices(run: Run, slurm: Mapping[str, Any]) -> dict[RunControl, str | None]:
-    """The controls the run's page offers, each with why it is disabled (None: it applies):
-    cancel and checkpoint always (disabled but for a live Slurm job), requeue for a Slurm job,
-    stop for a launch. `slurm` is `slurmgen status`'s view of a Slurm job ({}: none)."""
+    """The controls the run's page offers, each with why it is disabled (None: it applies): only
+    those of its kind (issue 33, item 9: a launch or a group run showed a Slurm job's two buttons,
+    always disabled): cancel, checkpoint and requeue for a Slurm job (the first two disabled but
+    while it is live), stop for a launch. `slurm` is `slurmgen status`'s view of a Slurm job ({}:
+    none)."""
     state = str(slurm.get("state") or "").split(" ")[0]
+    if run.kind == "launch":
+        return {RunControl.STOP: stop_request.why_not(run.launch_row())}
     if run.kind != "slurm":
-        offered: dict[RunControl, str | None] = {
-            RunControl.CANCEL: "only a Slurm job can be cancelled here",
-            RunControl.CHECKPOINT: "only a Slurm job can be checkpointed here",
-        }
-    elif state in SLURM_ENDED or not slurm:
+        return {}
+    if state in SLURM_ENDED or not slurm:
         why = f"the job has ended ({state or 'unknown to Slurm'})"
-        offered = {RunControl.CANCEL: why, RunControl.CHECKPOINT: why}
+        offered: dict[RunControl, str | None] = {RunControl.CANCEL: why, RunControl.CHECKPOINT: why}
     else:
         offered = {
             RunControl.CANCEL: None,
             RunControl.CHECKPOINT: None if state == "RUNNING" else f"the job is {state}, not running: nothing to save",
         }
-    if run.kind == "slurm":
-        known = state if slurm.get("state") and state != "UNKNOWN" else None
-        offered[RunControl.REQUEUE] = stopping.requeue_refusal(known)
-    elif run.kind == "launch":
-        offered[RunControl.STOP] = stop_request.why_not(run.launch_row())
+    known = state if slurm.get("state") and state != "UNKNOWN" else None
+    offered[RunControl.REQUEUE] = stopping.requeue_refusal(known, STOP_ASKED in run.info)
     return offered
 
 
@@ -210,7 +208,8 @@ def perform(
     assert run.job is not None  # refusal() let only a Slurm job through
     if control == RunControl.REQUEUE:
         return _requeue(reg, run.job, runners)
-    signal = stopping.preempt_signal(run.job) if control == RunControl.CHECKPOINT else signal
+    if control == RunControl.CHECKPOINT:  # a stop: the job is kept from requeueing after its checkpoint
+        return _cancel(reg, run.job, runners, task, stopping.preempt_signal(run.job), stop_by=by)
     return _cancel(reg, run.job, runners, task, signal)
 
 
@@ -227,11 +226,19 @@ def _requeue(reg: Registry, record: JobRecord, runners: OpenRunner) -> Outcome:
     return Outcome(Status.DONE if done else Status.REFUSED, said)
 
 
-def _cancel(reg: Registry, record: JobRecord, runners: OpenRunner, task: str | None, signal: str | None) -> Outcome:
+def _cancel(
+    reg: Registry,
+    record: JobRecord,
+    runners: OpenRunner,
+    task: str | None,
+    signal: str | None,
+    stop_by: str | None = None,
+) -> Outcome:
     """scancel the job (or send it `signal`), unless its id now names a later job. An ended job
     is left alone and said so: a refusal, since Slurm was not asked to act. A link of a chain
     (jobs/chain.py) stands for its chain: the signal goes to the chain's live link, and a cancel
-    ends every link, the live one waited for."""
+    ends every link, the live one waited for. `stop_by`: a person's checkpoint and stop, whose
+    job is first kept from requeueing (stopping.keep_from_requeue; refused when it cannot be)."""
     reused = reused_note(reg, record)
     if reused:  # scancel ID would hit the later job that has the id now
         error = SlurmgenError(f"cancel: {reused}; nothing was cancelled")
@@ -243,6 +250,9 @@ def _cancel(reg: Registry, record: JobRecord, runners: OpenRunner, task: str | N
         if chain.links_of(record) and task is None:  # a chain: its live link, and without a signal every link
             record = chain.live_link(runner, reg, record)
             others = chain.cancel_others(runner, record) if signal is None else []
+        kept = stopping.keep_from_requeue(runner, reg, record, stop_by) if stop_by else None
+        if kept is not None:
+            return Outcome(Status.REFUSED, kept)
         done = stopping.cancel(runner, reg, record, task, signal)
     except SlurmgenError as exc:
         return Outcome(Status.UNANSWERED, str(exc), warning=warning, error=exc)

@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from slurmgen.contract.states import ACTIVE, State, from_slurm
+from slurmgen.contract.states import ACTIVE, STOP_ASKED, State, from_slurm
 from slurmgen.jobs.refresh import ask_slurm
 from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
@@ -73,7 +73,7 @@ def _slurm_row(r: RunRow, record: JobRecord, live: tuple[list[SlurmJob], bool] |
     array = bool(record.info.get("array"))
     state, code = overall(jobs) if array else ((jobs[0].state, exit_code(jobs[0])) if jobs else (None, None))
     state = state or record.last_state or "UNKNOWN"
-    word = from_slurm(state, code if jobs else record.last_exit)
+    word = from_slurm(state, code if jobs else record.last_exit, STOP_ASKED in record.info)
     number = attempt(jobs)  # what Slurm says now (kept in the row by _slurm_states), else what was kept
     return {
         "job": record.job_id,

@@ -15,6 +15,7 @@ from typing import Any
 
 from slurmgen.contract import envvars
 from slurmgen.contract.exitcodes import FAILED
+from slurmgen.contract.states import SLURM_LIVE, STOP_ASKED
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import signals
 from slurmgen.jobs.commands import POLL, all_tasks
@@ -22,6 +23,7 @@ from slurmgen.jobs.query import ask
 from slurmgen.jobs.slurm import QueryResult, SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import overall
+from slurmgen.runs.model import mark_slurm_stopping
 from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.runs.trainer_records import is_trainer
 
@@ -159,13 +161,36 @@ def _until_ended(
         sleep(POLL)
 
 
+def keep_from_requeue(runner: Runner, registry: Registry, record: JobRecord, by: str) -> str | None:
+    """Before a person's "checkpoint and stop" sends its signal: the job is kept from being
+    requeued (Requeue=0, which every requeue path obeys, since Slurm refuses `scontrol requeue` of
+    such a job: the trainer's after its checkpoint, run_slurm.sh's retries, a framework's own),
+    and the stop is recorded as theirs (STOP_ASKED), so that its end reads "stopped by you", not
+    preempted. Why it could not be (None: done); then nothing is to be sent, since a checkpoint
+    that requeues the job would not stop it."""
+    res = runner.run(["scontrol", "update", f"JobId={record.job_id}", "Requeue=0"], timeout=30)
+    if res.code != 0:
+        said = " ".join(res.err.split()) or f"exit code {res.code}"
+        return f"job {record.job_id} could not be kept from requeueing (scontrol: {said}); nothing was sent"
+    record.info[STOP_ASKED] = {"time": time.time(), "by": by}
+    registry.update_info(record)
+    if record.seq is not None:
+        mark_slurm_stopping(registry, record.seq)
+    return None
+
+
 # Slurm states a job may be requeued from by a person: it failed or was preempted. A running job
 # is cancelled (or checkpointed) instead; a completed or cancelled one is submitted again.
 REQUEUABLE = frozenset({"FAILED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
 
 
-def requeue_refusal(state: str | None) -> str | None:
-    """Why a job in Slurm state `state` (None: unknown to Slurm) cannot be requeued (None: it can)."""
+def requeue_refusal(state: str | None, stop_asked: bool = False) -> str | None:
+    """Why a job in Slurm state `state` (None: unknown to Slurm) cannot be requeued (None: it can).
+    `stop_asked`: a person's checkpoint and stop ended it (keep_from_requeue), after which Slurm
+    refuses to requeue it ("presently disabled", even after `scontrol update Requeue=1`, which
+    Slurm does not apply to an ended job)."""
+    if stop_asked and state not in (None, *SLURM_LIVE):
+        return "you stopped it (checkpoint and stop), after which Slurm does not requeue it: submit it again to resume"
     if not state:
         return "Slurm no longer knows the job (it keeps ended jobs for MinJobAge): submit it again"
     if state in REQUEUABLE:
@@ -183,7 +208,7 @@ def requeue(runner: Runner, registry: Registry, record: JobRecord) -> tuple[bool
     if snap.unanswered:
         raise SlurmgenError(f"requeue: {snap.unanswered}; nothing was requeued", exit_code=FAILED)
     state = overall(jobs)[0] if jobs else None
-    refusal = requeue_refusal(state)
+    refusal = requeue_refusal(state, STOP_ASKED in record.info)
     if refusal:
         return False, f"job {record.job_id} was not requeued: {refusal}"
     res = runner.run(["scontrol", "requeue", record.job_id], timeout=30)

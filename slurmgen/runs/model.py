@@ -208,6 +208,15 @@ def mark_stopping(reg: Registry, run: int) -> None:
     reg.db.execute("UPDATE attempts SET state = ? WHERE run = ? AND ended IS NULL", (State.STOPPING.value, run))
 
 
+def mark_slurm_stopping(reg: Registry, run: int) -> None:
+    """A person's "checkpoint and stop" of a running Slurm job was sent: it reads `stopping` until
+    Slurm says how it ended (its `last_state` stays Slurm's word, which the refreshes compare)."""
+    reg.db.execute(
+        "UPDATE jobs SET state = ? WHERE seq = ? AND state IN (?, ?)",
+        (State.STOPPING.value, run, State.STARTING.value, State.RUNNING.value),
+    )
+
+
 def end_attempt(reg: Registry, run: int, number: int, state: State, failure: Failure | None, now: float) -> None:
     f = failure or Failure(cause="")
     reg.db.execute(

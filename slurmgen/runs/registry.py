@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen.contract import envvars
-from slurmgen.contract.states import ACTIVE_WORDS, State, from_slurm
+from slurmgen.contract.states import ACTIVE_WORDS, STOP_ASKED, State, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.runs.trainer_records import record_dir
 
@@ -290,10 +290,11 @@ class Registry:
         if not states and not ended and not attempts and not attempt_started:
             return
         with self.transaction():
-            self.db.executemany(
-                "UPDATE jobs SET last_state = ?, last_exit = ?, state = ? WHERE seq = ? "
-                "AND (last_state IS NOT ? OR last_exit IS NOT ?)",
-                [(s, c, _state_word(s, c), seq, s, c) for seq, (s, c) in states.items()],
+            self.db.executemany(  # the second word: after a person's "checkpoint and stop" (STOP_ASKED)
+                "UPDATE jobs SET last_state = ?, last_exit = ?, "
+                f"state = CASE WHEN json_extract(info, '$.{STOP_ASKED}') IS NULL THEN ? ELSE ? END "
+                "WHERE seq = ? AND (last_state IS NOT ? OR last_exit IS NOT ?)",
+                [(s, c, _state_word(s, c), _state_word(s, c, True), seq, s, c) for seq, (s, c) in states.items()],
             )
             self.db.executemany(
                 "UPDATE jobs SET ended = ? WHERE seq = ? AND ended IS NOT ?",
@@ -401,8 +402,8 @@ def _add_run_model(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-def _state_word(slurm_state: str | None, exit_code: int | None = None) -> str | None:
-    state = from_slurm(slurm_state, exit_code)
+def _state_word(slurm_state: str | None, exit_code: int | None = None, stop_asked: bool = False) -> str | None:
+    state = from_slurm(slurm_state, exit_code, stop_asked)
     return state.value if state else None
 
 
@@ -421,4 +422,4 @@ def _slurm_run_columns(
         if info.get("workdir") and not info.get("array")
         else None
     )
-    return _state_word(last_state, last_exit), nodes, ranks, run_id, records, json.dumps(logs)
+    return _state_word(last_state, last_exit, STOP_ASKED in info), nodes, ranks, run_id, records, json.dumps(logs)

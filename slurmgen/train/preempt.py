@@ -108,7 +108,9 @@ def request_requeue(environ: Mapping[str, str], wanted: bool | None, timeout: fl
     if wanted is None:
         requeueable = _job_requeueable(exe, job, timeout)
         if not requeueable:
-            why = "was not submitted with --requeue" if requeueable is False else "cannot be checked"
+            # Requeue=0: submitted with --no-requeue, or since a person's "checkpoint and stop"
+            # (jobs/stopping.keep_from_requeue), whose job Slurm would refuse to requeue anyway.
+            why = "is not requeueable (Requeue=0)" if requeueable is False else "cannot be checked"
             return requeueable is None, f"job {job} {why}: not requeueing (--requeue forces it); restart it to resume"
     try:
         done = subprocess.run([exe, "requeue", job], capture_output=True, text=True, timeout=timeout)

@@ -131,7 +131,7 @@ def test_the_warning_signal_under_slurm_asks_for_requeue_if_the_job_allows_it(tm
     if requeueable == "1":
         assert made == ["show job -o 4321", "requeue 4321"] and "asked Slurm to requeue job 4321" in log
     else:
-        assert made == ["show job -o 4321"] and "job 4321 was not submitted with --requeue" in log
+        assert made == ["show job -o 4321"] and "job 4321 is not requeueable (Requeue=0)" in log
 
 
 @pytest.mark.parametrize("requeue", [[], ["--requeue"]])

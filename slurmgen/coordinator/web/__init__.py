@@ -18,7 +18,20 @@ from fastapi.staticfiles import StaticFiles
 
 def mount(app: FastAPI) -> None:
     """Add the page's routes, static files and security headers to the coordinator's app."""
-    from . import auth, controls, curves, live, routes, run_api, run_detail, run_logs, runs_page, security, status_page
+    from . import (
+        auth,
+        controls,
+        curves,
+        live,
+        routes,
+        run_api,
+        run_detail,
+        run_logs,
+        run_stacks,
+        runs_page,
+        security,
+        status_page,
+    )
     from .render import STATIC
 
     app.state.sessions = security.Sessions()
@@ -32,6 +45,7 @@ def mount(app: FastAPI) -> None:
     app.include_router(run_detail.router, include_in_schema=False)
     app.include_router(curves.router, include_in_schema=False)
     app.include_router(run_logs.router, include_in_schema=False)
+    app.include_router(run_stacks.router, include_in_schema=False)
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="web_static")
     app.add_middleware(auth.PageSecurityHeaders)
     status_page.watch(app)

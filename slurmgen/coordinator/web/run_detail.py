@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import ENDED, State, from_exit_code, from_slurm
+from slurmgen.contract.states import ENDED, STOP_ASKED, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import chain, control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
@@ -31,8 +31,9 @@ from slurmgen.runs.registry import JobRecord, Registry
 from .auth import guarded, redirect_with
 from .controls import act
 from .render import flash_notice, render, take_flash
-from .run_extras import extras
+from .run_extras import LIVE, extras
 from .run_records import runner_for
+from .run_stacks import stacks_of
 from .runs_page import registry_path, run_view
 from .views import clock
 
@@ -111,7 +112,8 @@ def task_attempts(slurm: Mapping[str, Any], task: str | None) -> tuple[str | Non
         return None, []
     shown = next((t for t in tasks if t["job"].split("_", 1)[-1] == task), tasks[0])
     return shown["job"].split("_", 1)[-1], slurm_attempts(
-        shown.get("attempts") or [], from_slurm(shown.get("state"), shown.get("exit_code"))
+        shown.get("attempts") or [],
+        from_slurm(shown.get("state"), shown.get("exit_code"), bool(slurm.get("stop_asked"))),
     )
 
 
@@ -131,10 +133,11 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
         view["log_tail"] = _log_tail(runner, record, failure.get("rank"))
         if chain.links_of(record):  # a link of a chain: every link, as `slurmgen status` shows them
             view["chain"] = chain.view(runner, reg, record)
+        view["stop_asked"] = STOP_ASKED in record.info  # a person's checkpoint and stop: its end is theirs
         row = get_row(reg, seq)  # status() kept Slurm's end time of the job in it
         view["attempts"] = slurm_attempts(
             view.get("attempts") or [],
-            from_slurm(view.get("state"), view.get("exit_code")),
+            from_slurm(view.get("state"), view.get("exit_code"), view["stop_asked"]),
             row["ended"] if row is not None else None,
         )
     finally:
@@ -147,7 +150,20 @@ def own_status(reg: Registry, row: RunRow) -> dict[str, Any]:
     names, read where the nodes' file system is shared); {} when it recorded none."""
     from slurmgen.jobs.commands import run_status
 
-    return run_status(reg, row, True) if (row.get("info") or {}).get("timeline") else {}
+    view = run_status(reg, row, True) if (row.get("info") or {}).get("timeline") else {}
+    if row["kind"] == "group":
+        named_as_workers(view, row["info"].get("workers") or [])
+    return view
+
+
+def named_as_workers(view: dict[str, Any], workers: list[str]) -> None:
+    """A group run's ranks on the nodes its workers (`<host>-<id>`, in rank order) name, as the rest
+    of the page and the group's page do: a rank writes its timeline under its machine's own
+    hostname, which is not the agent's name for it (every node of the test cluster says `vm`)."""
+    for attempt in (view.get("timeline") or {}).get("attempts") or []:
+        for r in attempt.get("ranks") or []:
+            if isinstance(r.get("rank"), int) and 0 <= r["rank"] < len(workers):
+                r["host"] = workers[r["rank"]].rpartition("-")[0]
 
 
 def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | None:
@@ -158,7 +174,9 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         slurm = slurm_status(reg, seq) if row["kind"] == "slurm" else {}
         row = (get_row(reg, seq) or row) if slurm else row  # status() stored the state Slurm gave
         own = own_status(reg, row) if row["kind"] != "slurm" else {}
-        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in attempts_of(reg, seq)]
+        recorded = attempts_of(reg, seq)
+        stacks = stacks_of(row, reg.by_seq(seq) if row["kind"] == "slurm" else None, recorded)
+        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in recorded]
         attempts += slurm.get("attempts") or []
         attempts_task, of_task = task_attempts(slurm, task)
         attempts += of_task
@@ -171,8 +189,10 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         "attempts": attempts,
         "attempts_task": attempts_task,
         "slurm": slurm,
+        # live: the page asks again (not over SSH every few seconds for a job of a login node)
+        "stacks": {**stacks, "live": (row.get("state") or "") in LIVE and not row.get("remote")},
         "disabled": {c.value: why for c, why in offered.items()},
-        "stops": [(c.value, c.label) for c in SLURM_STOPS],
+        "stops": [(c.value, c.label) for c in SLURM_STOPS if c in offered],  # a Slurm job's alone
         "controls": [
             {"action": c.value, "label": c.label, "why": why} for c, why in offered.items() if c not in SLURM_STOPS
         ],

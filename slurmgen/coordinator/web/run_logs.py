@@ -12,6 +12,11 @@ most the newest LOG_BATCH lines of at most READ_MOST bytes and counts what it le
 that rank's lines only: the batch shell's and a torchrun agent's own lines carry no rank and
 are shown under "all ranks" alone. An array job's log is one of its tasks' (`task`, the first
 by default): the page offers every task the array has.
+
+A coordinator group's run has no log file here: its lines are those the coordinator keeps of its
+attempts (the group page's, asked through the in-process API, web/api.py, by attempt: a run's
+attempts are the coordinator's numbers from the one in its key, GROUP.N, on), each shown under
+its attempt within the run.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from slurmgen.runs.log_lines import log_lines
 from slurmgen.runs.model import get_row
 from slurmgen.runs.registry import JobRecord, Registry
 
+from . import api
 from .auth import guarded
 from .live import LOG_BATCH, LOG_FIRST
 from .run_records import runner_for
@@ -155,11 +161,60 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int 
     }
 
 
+def _group_run(reg_path: Any, seq: int) -> tuple[str, range] | None:
+    """(the group, the coordinator's numbers of its attempts) of run SEQ when it is a group's run."""
+    with Registry.open(reg_path) as reg:
+        row = get_row(reg, seq)
+    if row is None or row["kind"] != "group":
+        return None
+    group, _, first = row["job_id"].rpartition(".")
+    start = int(first) if first.isdigit() else 1
+    return group, range(start, start + max(1, row["attempts"]))
+
+
+async def group_lines(app: Any, group: str, numbers: range, after: int, rank: int | None) -> dict[str, Any]:
+    """A group run's lines after id `after` (0: the newest LOG_FIRST), oldest first, from the
+    coordinator's store, attempt by attempt, newest attempt first until enough are found; `gap`:
+    lines between `after` and the first one were skipped (a burst over LOG_BATCH)."""
+    limit = LOG_FIRST if after == 0 else LOG_BATCH
+    found: list[dict[str, Any]] = []
+    for number in reversed(numbers):
+        params = {"after": after, "attempt": number, "limit": limit, "tail": "true", "rank": rank}
+        reply = await api.call(
+            app, "GET", f"/api/groups/{group}/logs", params={k: v for k, v in params.items() if v is not None}
+        )
+        if not reply.ok:  # the group was deleted: its lines with it
+            break
+        found = reply.body + found
+        if len(found) >= limit:
+            break
+    lines = sorted(found, key=lambda line: line["id"])[-limit:]
+    return {
+        "lines": [
+            {
+                "rank": x.get("rank"),
+                "worker": x.get("worker"),
+                "text": x["line"],
+                "attempt": x["attempt"] - numbers.start + 1,
+            }
+            for x in lines
+        ],
+        "next": max([after] + [x["id"] for x in lines]),
+        "rank": rank,
+        "task": None,
+        "gap": after > 0 and len(found) >= limit,
+    }
+
+
 @router.get("/ui/live/runs/{seq}/logs", name="web_live_run_logs")
 @guarded("live")
 async def live_run_logs(
     request: Request, seq: int, after: int = 0, rank: int | None = None, task: int | None = None
 ) -> Response:
+    group = await asyncio.to_thread(_group_run, registry_path(request.app), seq)
+    if group is not None:
+        body = await group_lines(request.app, *group, max(0, after), rank)
+        return JSONResponse(body, headers={"cache-control": "no-store"})
     try:
         body = await asyncio.to_thread(read_lines, registry_path(request.app), seq, max(0, after), rank, task)
     except BadTask as exc:

@@ -120,3 +120,43 @@ def test_checkpoint_and_stop_a_bundled_trainer_from_its_page(page, cluster_coord
         p.shot("run-page-checkpointed")
     finally:
         cluster.cancel(job)
+
+
+def test_checkpoint_and_stop_really_stops_a_requeueable_job(page, cluster_coordinator, cluster, tmp_path):
+    """Issue 33, item 6: submitted without --no-requeue, the trainer checkpointed, asked Slurm to
+    requeue the job, and the page said "pending: requeued" with attempt 1 running and no end. The
+    job now ends, not requeued, its attempt ended, and reads as the user's own stop."""
+    from slurmgen.train.logs import read_heartbeats
+
+    coordinator, p = cluster_coordinator, page
+    job = _submit(coordinator, cluster, tmp_path, "-o", "page-ckpt-stop", "--", *TRAIN)
+    try:
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        assert cluster.job_info(job)["Requeue"] == "1"  # requeueable, as Slurm makes a job by default
+        deadline = time.monotonic() + 60
+        while read_heartbeats(tmp_path / "R" / "heartbeats").get(0, {}).get("step", 0) < 3:
+            assert time.monotonic() < deadline, "the trainer did not reach step 3"
+            time.sleep(0.25)
+        p.log_in(coordinator.token)
+        _open_run(p, coordinator, job)
+        p.page.get_by_role("button", name="Checkpoint and stop").click()
+        expect(p.page.locator(".notice")).to_have_text(f"sent USR2 to {job}")
+        assert cluster.wait_state(job, {"FAILED", "COMPLETED", "PENDING"}, timeout=60) == "FAILED"
+        time.sleep(3)  # a requeue would have the job PENDING again by now
+        info = cluster.job_info(job)
+        assert (info["JobState"], info["Restarts"], info["ExitCode"]) == ("FAILED", "0", "75:0"), info
+        assert (tmp_path / "R" / "checkpoints" / "latest").read_text().strip().startswith("ckpt-")
+        p.page.reload()
+        expect(p.page.locator(".facts .state")).to_have_text("stopped by you")
+        expect(p.page.locator("#failure-title")).to_have_text("Stopped")
+        cells = p.page.locator("section[aria-labelledby=attempts-title] tbody tr").first.locator("td")
+        expect(cells.nth(1)).to_have_text("stopped")
+        assert cells.nth(3).inner_text() != "—"  # attempt 1 ended
+        expect(p.page.get_by_role("button", name="Checkpoint and stop")).to_be_disabled()
+        # Slurm refuses to requeue it now ("presently disabled"): the page says so rather than offer it.
+        requeue = p.page.get_by_role("button", name="Requeue")
+        expect(requeue).to_be_disabled()
+        assert requeue.get_attribute("title").startswith("you stopped it (checkpoint and stop)")
+        p.shot("run-page-checkpointed-and-stopped")
+    finally:
+        cluster.cancel(job)

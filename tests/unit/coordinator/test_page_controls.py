@@ -221,10 +221,11 @@ def test_the_json_api_cancels_and_checkpoints_a_slurm_job_only_while_it_runs(app
         return {"said": f"sent {signal} to 4242"} if signal else {"said": "job 4242: CANCELLED"}
 
     monkeypatch.setattr(stopping, "cancel", cancel)
+    monkeypatch.setattr(stopping, "keep_from_requeue", lambda runner, reg, record, by: sent.append(by))
     reply = api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "checkpoint"})
     assert (reply.status_code, reply.json()["said"]) == (200, "sent USR2 to 4242")  # the preemption signal
     assert api(app, "POST", f"/api/runs/{slurm}/actions", {"action": "cancel"}).json()["said"] == "job 4242: CANCELLED"
-    assert sent == ["USR2", None]
+    assert sent == ["through the API", "USR2", None]  # a checkpoint and stop is kept from requeueing first
     monkeypatch.setattr(
         stopping, "cancel", lambda *a: {"said": "job 4242 had already ended: FAILED", "already_ended": True}
     )

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.contract.states import State
+from slurmgen.contract.states import STOP_ASKED, State, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import control
 from slurmgen.jobs.control import Run, RunControl, Status
 from slurmgen.jobs.slurm_runner import Result
-from slurmgen.runs.model import Failure, NewRun, add_run, end_run
+from slurmgen.runs.model import Failure, NewRun, add_run, end_run, get_row
 from slurmgen.runs.registry import JobRecord, Registry
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -139,13 +139,10 @@ def test_a_slurm_job_is_offered_what_its_slurm_state_allows(reg):
     assert control.choices(run, {"state": "UNKNOWN"})[REQUEUE].startswith("Slurm no longer knows the job")
 
 
-def test_a_launch_is_offered_its_stop_and_a_group_only_the_disabled_slurm_controls(reg):
-    slurm_only = {
-        CANCEL: "only a Slurm job can be cancelled here",
-        CHECKPOINT: "only a Slurm job can be checkpointed here",
-    }
-    assert control.choices(ended_launch(reg), {}) == {**slurm_only, STOP: "the launch has ended (failed)"}
-    assert control.choices(group_run(), {}) == slurm_only
+def test_a_launch_is_offered_its_stop_and_no_slurm_control_nor_is_a_group_run(reg):
+    """A launch's and a group run's pages showed a Slurm job's Cancel and Checkpoint, always disabled."""
+    assert control.choices(ended_launch(reg), {}) == {STOP: "the launch has ended (failed)"}
+    assert control.choices(group_run(), {}) == {}
 
 
 def test_a_control_of_another_kind_of_run_is_refused_before_anything_is_sent(reg):
@@ -190,7 +187,7 @@ def test_checkpoint_sends_the_jobs_preempt_signal_and_warns_of_a_program_without
     opener = Opener(SlurmStub("4", "RUNNING"))
     done = control.perform(reg, slurm_job(reg, preempt_signal="USR1"), CHECKPOINT, opener, "from a test")
     assert (done.status, done.said) == (Status.DONE, "sent USR1 to 4")
-    assert opener.runner.sent == [["scancel", "--signal=USR1", "4"]]
+    assert opener.runner.sent[-1] == ["scancel", "--signal=USR1", "4"]
     assert done.warning.startswith("job 4 runs `x`, which did not declare that it handles USR1")
     assert reg.get("4").info["signals"][0]["signal"] == "USR1"  # kept for `slurmgen status`
 
@@ -231,3 +228,69 @@ def test_a_login_node_that_does_not_answer_is_an_outcome_not_an_exception(reg):
 def test_stopping_an_ended_launch_is_refused_by_its_launcher_rules(reg):
     done = control.perform(reg, ended_launch(reg), STOP, never, "from a test")
     assert (done.status, done.said) == (Status.REFUSED, "launch L0 was not stopped: the launch has ended (failed)")
+
+
+# ---- "checkpoint and stop" stops (issue 33, item 6) ---------------------------------------------
+class Refusing(SlurmStub):
+    """A Slurm that refuses `scontrol update` (an old one, or a job another user owns)."""
+
+    def run(self, argv, *, cwd=None, stdin=b"", timeout=60):
+        if argv[:2] == ["scontrol", "update"]:
+            self.sent.append(list(argv))
+            return Result(1, "", "slurm_update error: Access/permission denied\n")
+        return super().run(argv, cwd=cwd, stdin=stdin, timeout=timeout)
+
+
+def test_checkpoint_and_stop_keeps_the_job_from_requeueing_before_the_signal(reg):
+    """Submitted without --no-requeue, the trainer requeued the job after its checkpoint and the
+    page said "pending: requeued": the job is made not requeueable first, and the stop is the user's."""
+    opener = Opener(SlurmStub("4", "RUNNING"))
+    done = control.perform(reg, slurm_job(reg), CHECKPOINT, opener, "from a test")
+    assert done.done and opener.runner.sent == [
+        ["scontrol", "update", "JobId=4", "Requeue=0"],
+        ["scancel", "--signal=USR2", "4"],
+    ]
+    assert reg.get("4").info[STOP_ASKED]["by"] == "from a test"
+    row = get_row(reg, reg.get("4").seq)
+    assert (row["state"], row["last_state"]) == (State.STOPPING.value, "RUNNING")  # until Slurm says it ended
+    reg.remember_states({row["seq"]: ("COMPLETING", None)})  # Slurm's word changes, its ranks still run
+    assert get_row(reg, row["seq"])["state"] == State.STOPPING.value
+    # A plain cancel --signal (the CLI's) is no stop of the user's: the job's requeue is left as it is.
+    other = Opener(SlurmStub("5", "RUNNING"))
+    control.perform(reg, slurm_job(reg, "5"), CANCEL, other, "from a test", signal="USR2")
+    assert other.runner.sent == [["scancel", "--signal=USR2", "5"]] and STOP_ASKED not in reg.get("5").info
+
+
+def test_checkpoint_and_stop_sends_nothing_when_the_job_cannot_be_kept_from_requeueing(reg):
+    opener = Opener(Refusing("4", "RUNNING"))
+    done = control.perform(reg, slurm_job(reg), CHECKPOINT, opener, "from a test")
+    assert done.status == Status.REFUSED and done.said == (
+        "job 4 could not be kept from requeueing (scontrol: slurm_update error: Access/permission denied); "
+        "nothing was sent"
+    )
+    assert (
+        opener.runner.sent == [["scontrol", "update", "JobId=4", "Requeue=0"]] and STOP_ASKED not in reg.get("4").info
+    )
+
+
+def test_the_jobs_exit_after_the_users_checkpoint_and_stop_reads_stopped_not_preempted(reg):
+    control.perform(reg, slurm_job(reg), CHECKPOINT, Opener(SlurmStub("4", "RUNNING")), "from a test")
+    slurm_job(reg, "6")  # preempted by Slurm's own warning: no person asked
+    seqs = {job: reg.get(job).seq for job in ("4", "6")}
+    reg.remember_states({seq: ("FAILED", 75) for seq in seqs.values()})
+    assert {job: get_row(reg, seq)["state"] for job, seq in seqs.items()} == {
+        "4": State.STOPPED.value,
+        "6": State.PREEMPTED.value,
+    }
+    assert from_slurm("FAILED", 75, stop_asked=True) is State.STOPPED
+    assert from_slurm("FAILED", 1, stop_asked=True) is State.FAILED  # a crash while stopping is a failure
+    # Slurm then refuses to requeue it (the cluster test saw "presently disabled", Requeue=1 or not):
+    # the page says so on a disabled button and the control sends nothing.
+    stopped = control.read(reg, seqs["4"])
+    why = "you stopped it (checkpoint and stop), after which Slurm does not requeue it: submit it again to resume"
+    assert control.choices(stopped, {"state": "FAILED"})[REQUEUE] == why
+    assert control.choices(stopped, {"state": "RUNNING"})[REQUEUE].startswith("the job is RUNNING, not ended")
+    opener = Opener(SlurmStub("4", "FAILED"))
+    done = control.perform(reg, stopped, REQUEUE, opener, "from a test")
+    assert (done.status, done.said) == (Status.REFUSED, f"job 4 was not requeued: {why}")
+    assert [argv for argv in opener.runner.sent if argv[:2] == ["scontrol", "requeue"]] == []

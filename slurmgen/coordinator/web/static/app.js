@@ -321,5 +321,47 @@
     tick();
   }
 
-  document.addEventListener("DOMContentLoaded", () => { startLive(); startLogs(); startCurves(); });
+  // --- the hung ranks' stacks of a live run: asked again until the run ends (run_stacks.py) ---
+  function stackFigure(stack) {
+    const figure = document.createElement("figure");
+    figure.className = "stack";
+    const caption = document.createElement("figcaption");
+    caption.textContent = (stack.rank === null ? "A hung rank" : "Rank " + stack.rank) +
+      (stack.node ? " on " + stack.node : "") + (stack.attempt === null ? "" : ", attempt " + stack.attempt);
+    const text = document.createElement("pre");
+    text.className = "stack-text";
+    text.tabIndex = 0;
+    text.textContent = stack.text;
+    figure.append(caption, text);
+    return figure;
+  }
+
+  function startStacks() {
+    const section = document.querySelector("[data-stacks-url]");
+    if (!section) return;
+    const list = document.getElementById("stacks-list");
+    let seen = "";
+    async function tick() {
+      try {
+        const data = await getJSON(section.getAttribute("data-stacks-url"));
+        const stamp = JSON.stringify(data);
+        if (stamp !== seen) {
+          const items = data.stacks.map(stackFigure);
+          if (data.note) {
+            const note = document.createElement("p");
+            note.className = "hint";
+            note.textContent = data.note;
+            items.push(note);
+          }
+          list.replaceChildren(...items);
+          section.hidden = items.length === 0;
+        }
+        seen = stamp;
+      } catch (err) { console.warn(err.message); }
+      window.setTimeout(tick, 5 * POLL_MS);
+    }
+    tick();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => { startLive(); startLogs(); startCurves(); startStacks(); });
 })();
