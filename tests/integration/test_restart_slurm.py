@@ -1,0 +1,119 @@
+"""In-job restarts under Slurm (issue 35): a failure ends a job step, not the job.
+
+Real jobs on the test cluster, rendered by `slurmgen create --restarts 1` (shellchecked), running
+the bundled trainer (gloo, CPU) with a checkpoint every few steps:
+
+- SIGKILL of one rank: run_slurm.sh starts a new job step in the same job within seconds (the
+  job id stays, it is never PENDING again, Slurm counts no restart), attempt 2's first step comes
+  after the checkpoint (it resumed), the attempts record says restart then finished, and nothing
+  of the job is left on any node. Under srun and torchrun.
+- With a spare node (`--spare-nodes 1`, 3 nodes for a 2-node job): the failed rank's node is
+  left out and the spare takes its node rank; the next step runs on the spare.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers import render_and_lint
+
+from slurmgen.contract.files import TIMELINE_NAME
+from slurmgen.heal.attempts import attempts_path, read_attempts
+from slurmgen.jsonl import objects
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+TRAIN = [
+    *("python", "-m", "slurmgen.train"),
+    *("--model", "gpt", "--synthetic-samples", "4096", "--batch-size", "8", "--max-steps", "400"),
+    *("--threads", "1", "--init-timeout", "60", "--progress", "lines", "--log-every", "10"),
+    *("--heartbeat-every", "0.2", "--save-every", "20", "--keep-last", "3"),
+]
+KILLED_RANK = 1
+
+
+def _submit(cluster, tmp_path: Path, *create_args: str) -> tuple[Path, str]:
+    out = render_and_lint(
+        tmp_path / "out", "--backend", "gloo", "--time", "5", "--restarts", "1", *create_args, command=TRAIN
+    )
+    return out, cluster.submit(out / "run_slurm.sh", cwd=out)
+
+
+def _log(out: Path, job: str) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted((out / "logs").glob(f"*-{job}.out")))
+
+
+def _timeline(out: Path, job: str) -> list[dict]:
+    path = out / "logs" / TIMELINE_NAME.format(job_id=job)
+    return list(objects(path.read_text().splitlines())) if path.exists() else []
+
+
+def _rank_pid(cluster, job: str, rank: int):
+    """The trainer process of `rank` (its RANK in its environment): node and pid."""
+    for proc in cluster.job_pids(job):
+        if "slurmgen.train" not in proc.cmdline or proc.cmdline.startswith(("bash", "slurmstepd")):
+            continue
+        try:
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return proc
+    return None
+
+
+def _kill_rank_after_a_checkpoint(cluster, out: Path, job: str) -> tuple[float, object]:
+    """Wait for a checkpoint of attempt 1, then SIGKILL the trainer of KILLED_RANK; when and which."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, _log(out, job)
+        states = cluster.job_info(job)["JobState"]
+        assert states in ("PENDING", "RUNNING", "CONFIGURING"), (states, _log(out, job))
+        saved = [e for e in _timeline(out, job) if e.get("event") == "checkpoint" and e.get("attempt") == 1]
+        proc = _rank_pid(cluster, job, KILLED_RANK) if saved else None
+        if proc is not None:
+            break
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    return time.time(), proc
+
+
+def _wait_never_pending(cluster, job: str, timeout: float = 180) -> str:
+    """Poll the job to its end; it must never go back to PENDING (no requeue)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = cluster.job_info(job)
+        assert info["JobState"] != "PENDING", info
+        if info["JobState"] not in ("RUNNING", "COMPLETING", "CONFIGURING"):
+            return info
+        assert time.monotonic() < deadline, info
+        time.sleep(0.25)
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp_path, launcher):
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--launcher", launcher)
+    killed_at, killed = _kill_rank_after_a_checkpoint(cluster, out, job)
+    info = _wait_never_pending(cluster, job)
+    log = _log(out, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    records = read_attempts(attempts_path(out / "logs", job))
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "end"]
+    assert [r["attempt"] for r in starts] == [1, 2], records
+    assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [(1, 137, "restart"), (2, 0, "finished")], log
+    assert ends[0]["node"] == killed.node and starts[1]["restart"] == 1, records
+    # Attempt 2 resumed: its first step is past a checkpoint of attempt 1, and came seconds after the kill.
+    timeline = _timeline(out, job)
+    saved = max(e["step"] for e in timeline if e.get("event") == "checkpoint" and e.get("attempt") == 1)
+    firsts = [e for e in timeline if e.get("event") == "first_step" and e.get("attempt") == 2]
+    assert len({e["rank"] for e in firsts}) == 4, timeline
+    assert min(e["step"] for e in firsts) > saved >= 20, firsts
+    stepping_again = max(e["time"] for e in firsts) - killed_at
+    print(f"{launcher}: fault to every rank stepping again {stepping_again:.1f} s (attempt 2 from step {saved})")
+    assert stepping_again < 60, log
+    assert cluster.wait_no_tasks(job, timeout=15) == []
