@@ -196,6 +196,14 @@ def runs_python(spec: JobSpec) -> bool:
     return not apptainer and bool(_PYTHON.match(PurePosixPath(spec.command[0]).name))
 
 
+# How long an in-job restart waits for each node of the job to run `true` (in parallel) before it
+# counts the node as lost: a node whose slurmd died is not marked by Slurm before SlurmdTimeout;
+# and how long srun has to end after its step's first failure before it is stopped (it waits for
+# every node's report, and a lost node's never comes).
+_PROBE_SECONDS = 5
+_STEP_GRACE = 10
+
+
 def _heal(spec: JobSpec) -> dict[str, object]:
     """What both scripts need for hang detection, and run_slurm.sh for the retry policy and the
     attempts record."""
@@ -219,6 +227,8 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "spare_nodes": spec.spare_nodes,
         "never": ShellCode(" ".join(str(code) for code in sorted(retries.NEVER))),
         "restart_port_stride": ports.RESTART_PORT_STRIDE,
+        "probe_seconds": _PROBE_SECONDS,
+        "step_grace": _STEP_GRACE,
         "ok": exitcodes.OK,
         "hung": exitcodes.HUNG,
         "first_attempt": attempts.FIRST,

@@ -12,12 +12,13 @@ import re
 import socket
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from slurmgen.contract import envvars
 from slurmgen.contract import grid as sweeps
+from slurmgen.contract.attempts import attempt_number
 from slurmgen.contract.exitcodes import FAILED
 from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME
 from slurmgen.errors import SlurmgenError
@@ -263,17 +264,25 @@ def status(
         view.update(_kept_time_report(runner, registry, record, attempts, with_timeline))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
-    remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"))
+    remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"), attempts)
     return view
 
 
-def remember(registry: Registry, record: JobRecord, jobs: list[SlurmJob], state: str, code: int | None) -> None:
+def remember(
+    registry: Registry,
+    record: JobRecord,
+    jobs: list[SlurmJob],
+    state: str,
+    code: int | None,
+    recorded: Sequence[Mapping[str, Any]] = (),
+) -> None:
     """Keep what Slurm just said of the job in its row: state, exit code, end time and attempt,
-    which the list of runs shows without asking Slurm (`jobs` keeps them for many jobs at once)."""
+    which the list of runs shows without asking Slurm (`jobs` keeps them for many jobs at once);
+    the attempt is the attempts record's (`recorded`) when it is further, as after in-job restarts."""
     if not jobs or record.seq is None:
         return
     known, end = ended_at(jobs)
-    number = attempt(jobs)
+    number = max([n for n in [attempt(jobs), *(attempt_number(r) for r in recorded)] if n is not None], default=None)
     registry.remember_states(
         {record.seq: (state, code)},
         {record.seq: end} if known else None,

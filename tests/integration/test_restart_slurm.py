@@ -13,6 +13,7 @@ the bundled trainer (gloo, CPU) with a checkpoint every few steps:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -66,18 +67,23 @@ def _rank_pid(cluster, job: str, rank: int):
     return None
 
 
-def _kill_rank_after_a_checkpoint(cluster, out: Path, job: str) -> tuple[float, object]:
-    """Wait for a checkpoint of attempt 1, then SIGKILL the trainer of KILLED_RANK; when and which."""
+def _wait_for_a_checkpoint(cluster, out: Path, job: str) -> None:
+    """Until attempt 1 wrote a checkpoint and the trainer of KILLED_RANK is running."""
     deadline = time.monotonic() + 120
     while True:
         assert time.monotonic() < deadline, _log(out, job)
-        states = cluster.job_info(job)["JobState"]
-        assert states in ("PENDING", "RUNNING", "CONFIGURING"), (states, _log(out, job))
+        state = cluster.job_info(job)["JobState"]
+        assert state in ("PENDING", "RUNNING", "CONFIGURING"), (state, _log(out, job))
         saved = [e for e in _timeline(out, job) if e.get("event") == "checkpoint" and e.get("attempt") == 1]
-        proc = _rank_pid(cluster, job, KILLED_RANK) if saved else None
-        if proc is not None:
-            break
+        if saved and _rank_pid(cluster, job, KILLED_RANK) is not None:
+            return
         time.sleep(0.2)
+
+
+def _kill_rank_after_a_checkpoint(cluster, out: Path, job: str) -> tuple[float, object]:
+    """Wait for a checkpoint of attempt 1, then SIGKILL the trainer of KILLED_RANK; when and which."""
+    _wait_for_a_checkpoint(cluster, out, job)
+    proc = _rank_pid(cluster, job, KILLED_RANK)
     os.kill(proc.pid, signal.SIGKILL)
     return time.time(), proc
 
@@ -117,3 +123,51 @@ def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp
     print(f"{launcher}: fault to every rank stepping again {stepping_again:.1f} s (attempt 2 from step {saved})")
     assert stepping_again < 60, log
     assert cluster.wait_no_tasks(job, timeout=15) == []
+
+
+def test_a_lost_node_is_replaced_by_the_spare_in_the_same_job(cluster, tmp_path):
+    """Every process of the job on node 2 killed and node 2's slurmd stopped (SIGSTOP: it answers
+    nobody): the job (--no-kill) keeps its allocation, the next step runs on the spare in node 2's
+    node rank, resumes from the checkpoint and completes."""
+    if len(cluster.nodes) < 3:
+        pytest.skip("a spare needs a third node: SLURMGEN_TEST_NODES=3")
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--spare-nodes", "1")
+    _wait_for_a_checkpoint(cluster, out, job)
+    active = read_attempts(attempts_path(out / "logs", job))[0]["nodes"].split(",")
+    spare = next(n.name for n in cluster.nodes if n.name not in active)
+    lost = cluster.node(active[1])
+    os.kill(lost.slurmd_pid, signal.SIGSTOP)
+    try:
+        killed_at = time.time()
+        for proc in cluster.pids_on(lost):
+            if proc.job_id == job:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        records = _wait_finished(cluster, out, job)
+    finally:
+        # The node answers again (as after a reboot): Slurm can end the job's part there, and the
+        # tests after this one have every node.
+        os.kill(lost.slurmd_pid, signal.SIGCONT)
+    log = _log(out, job)
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "end"]
+    assert [(r["attempt"], r["action"]) for r in ends] == [(1, "restart"), (2, "finished")], log
+    assert ends[0]["exclude"] == lost.name and starts[1]["nodes"] == f"{active[0]},{spare}", records
+    firsts = [e for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("attempt") == 2]
+    assert len(firsts) == 4 and {e["host"] for e in firsts if e["rank"] >= 2} == {spare}, firsts
+    print(f"lost node: every rank stepping again on the spare {max(e['time'] for e in firsts) - killed_at:.1f} s")
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    assert cluster.wait_no_tasks(job, timeout=30) == []
+
+
+def _wait_finished(cluster, out: Path, job: str, timeout: float = 200) -> list[dict]:
+    """The attempts record once it says the job finished; the job never PENDING meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert cluster.job_info(job)["JobState"] != "PENDING", _log(out, job)
+        records = read_attempts(attempts_path(out / "logs", job))
+        if any(r.get("action") == "finished" for r in records):
+            return records
+        assert time.monotonic() < deadline, _log(out, job)
+        time.sleep(0.5)

@@ -251,7 +251,8 @@ def test_spares_are_asked_for_and_a_restarting_job_survives_a_node():
     not the job); the steps run on `nodes` of them (srun --nodes, --ntasks)."""
     script = render(build_spec({"nodes": 2, "gpus": 4, "restarts": 1, "spare_nodes": 1})).files["run_slurm.sh"]
     assert "#SBATCH --nodes=3\n" in script and "#SBATCH --no-kill\n" in script
-    assert '"${step_where[@]}" --ntasks=8 bash -c' in script and 'step_nodes=("${job_hosts[@]:0:2}")' in script
+    assert '"${step_where[@]}" --overlap --ntasks=8 bash -c' in script
+    assert 'step_nodes=("${job_hosts[@]:0:2}")' in script
     plain = render(build_spec({"nodes": 2, "gpus": 4})).files["run_slurm.sh"]
     assert "#SBATCH --nodes=2\n" in plain and "--no-kill" not in plain and "step_where" not in plain
 

@@ -489,12 +489,12 @@ def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slu
     assert "slurmgen-exit: rank 0 on " in result.stderr  # the later failure is in the log too
 
 
-# In-job restarts (issue 35): rank 2 (node rank 1) fails in attempt 1 only; every rank says where it ran.
+# In-job restarts (issue 35): rank 2 (node rank 1) fails in the attempts FAIL_IN lists; every rank says where it ran.
 STEP = [
     "bash",
     "-c",
     'echo "STEP $SLURMGEN_ATTEMPT $RANK $NODE_RANK $SLURMD_NODENAME $MASTER_ADDR:$MASTER_PORT"; '
-    "if [[ $SLURMGEN_ATTEMPT == 1 && $RANK == 2 ]]; then exit 7; fi",
+    'if [[ " $FAIL_IN " == *" $SLURMGEN_ATTEMPT "* && $RANK == 2 ]]; then exit 7; fi',
 ]
 # scontrol: the job still holds every node; sinfo: a node in $FAKE_DOWN no longer answers.
 FAKE_SCONTROL = """#!/usr/bin/env bash
@@ -506,12 +506,12 @@ if [[ " ${FAKE_DOWN:-} " == *" $node "* ]]; then echo 'down*'; else echo alloc; 
 """
 
 
-def _restarting(tmp_path, fake_slurm, hosts, down="", name="out", **fields):
-    out = write(tmp_path, nodes=2, gpus=2, restarts=1, command=STEP, output_dir=str(tmp_path / name), **fields)
+def _restarting(tmp_path, fake_slurm, hosts, down="", name="out", fail_in="1", restarts=1, **fields):
+    out = write(tmp_path, nodes=2, gpus=2, restarts=restarts, command=STEP, output_dir=str(tmp_path / name), **fields)
     for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO)):
         (tmp_path / "bin" / name).write_text(text)
         (tmp_path / "bin" / name).chmod(0o755)
-    result = fake_slurm(out, hosts=hosts, nodes=len(hosts.split()), env={"FAKE_DOWN": down})
+    result = fake_slurm(out, hosts=hosts, nodes=len(hosts.split()), env={"FAKE_DOWN": down, "FAIL_IN": fail_in})
     steps = sorted(tuple(line.split()[1:]) for line in result.stdout.splitlines() if line.startswith("STEP "))
     records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
     return result, steps, records
@@ -534,6 +534,20 @@ def test_an_in_job_restart_runs_a_new_step_with_the_spare_in_the_failed_nodes_ra
     ]
     assert (records[1]["rank"], records[1]["node"], records[1]["exit_code"]) == (2, "n2", 7)
     assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
+
+
+def test_a_node_left_out_earlier_is_the_last_spare(tmp_path, fake_slurm):
+    # n3 took n2's place; when rank 2 fails again on n3, n2 (it answers again) is the only spare left.
+    result, steps, records = _restarting(
+        tmp_path, fake_slurm, "localhost n2 n3", fail_in="1 2", restarts=2, spare_nodes=1
+    )
+    assert result.returncode == 0, result.stderr
+    assert [r["nodes"] for r in records if r["event"] == "start"] == ["localhost,n2", "localhost,n3", "localhost,n2"]
+    assert [(r["action"], r["exclude"]) for r in records if r["event"] == "end"] == [
+        ("restart", "n2"),
+        ("restart", "n3"),
+        ("finished", None),
+    ]
 
 
 def test_without_a_spare_the_failed_node_runs_again_unless_it_is_lost(tmp_path, fake_slurm):

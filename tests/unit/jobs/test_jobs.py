@@ -215,6 +215,19 @@ def test_registry_round_trip_and_last_states(tmp_path):
         assert [r.job_id for r in reg.by_name("other")] == ["6"] and reg.get("7") is None
 
 
+def test_a_runs_attempt_only_rises_so_slurms_count_keeps_the_in_job_restarts(tmp_path):
+    # `status` read the attempts record (attempt 3 after two in-job restarts); the batched refresh
+    # then hears Slurm's count (no requeue: attempt 1), which must not take it back.
+    with registry(tmp_path) as reg:
+        rec = record("5", tmp_path)
+        reg.add(rec)
+        reg.remember_states({rec.seq: ("RUNNING", None)}, None, {rec.seq: 3})
+        reg.remember_states({rec.seq: ("RUNNING", None)}, None, {rec.seq: 1})
+        assert reg.db.execute("SELECT attempt FROM jobs WHERE seq = ?", (rec.seq,)).fetchone()[0] == 3
+        reg.remember_states({rec.seq: ("RUNNING", None)}, None, {rec.seq: 4})  # requeued after them
+        assert reg.db.execute("SELECT attempt FROM jobs WHERE seq = ?", (rec.seq,)).fetchone()[0] == 4
+
+
 def test_a_registry_path_may_hold_uri_characters(tmp_path):
     path = tmp_path / "odd ?#% dir" / "jobs.sqlite"
     with Registry.open(path, create=True) as reg:

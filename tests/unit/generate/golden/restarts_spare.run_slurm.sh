@@ -290,15 +290,22 @@ listed() {
   return 1
 }
 # usable_nodes: the allocation's nodes that can run a step, in its order, in $usable: still in the
-# job (Slurm takes a failed node out of a --no-kill job) and answering (sinfo marks a node whose
-# slurmd stopped answering with '*', and one that is down, drained or failing by its state).
+# job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm
+# (sinfo marks a node whose slurmd stopped answering with '*', but only after SlurmdTimeout), and
+# answering now: each runs `true` in a step of its own, all at once, for at most 5 s.
 usable_nodes() {
-  local node state nodelist live=() ok='^(alloc|mix|comp|idle|plnd)[-$]?$'
+  local node state nodelist live=() answering=() ok='^(alloc|mix|comp|idle|plnd)[-$]?$'
   usable=()
   nodelist=$(scontrol show job -o "$SLURM_JOB_ID" | grep -o ' NodeList=[^ ]*') || return 0
   mapfile -t live < <(scontrol show hostnames "${nodelist#*=}")
+  mapfile -t answering < <(
+    for node in "${live[@]}"; do
+      { timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 && echo "$node"; } &
+    done
+    wait
+  )
   for node in "${job_hosts[@]}"; do
-    listed "$node" "${live[@]}" || continue
+    listed "$node" "${answering[@]}" || continue
     state=$(sinfo -h -N -n "$node" -o %t 2>/dev/null) || continue
     [[ ${state%%$'\n'*} =~ $ok ]] && usable+=("$node")
   done
@@ -310,18 +317,26 @@ next_step() {
   local failed=$1 node candidate spare place chosen=() usable=() out=()
   replaced=null
   usable_nodes
+  for node in "${step_nodes[@]}"; do
+    # A node of the step that no longer answers is where the failure started: the rank named
+    # first is then a peer that lost it, and keeps its node.
+    listed "$node" "${usable[@]}" || failed=$node
+  done
   for place in "${!step_nodes[@]}"; do
     node=${step_nodes[place]}
     if [[ $node != "$failed" ]] && listed "$node" "${usable[@]}"; then
       chosen+=("$node")
       continue
     fi
+    # A spare: a usable node the job is not using, one that never failed first (a node left out
+    # earlier that answers again, as after a reboot, comes last).
     spare=
     for candidate in "${usable[@]}"; do
-      if ! listed "$candidate" "${step_nodes[@]}" "${chosen[@]}" "${left_out[@]}"; then
-        spare=$candidate
-        break
-      fi
+      listed "$candidate" "${step_nodes[@]}" "${chosen[@]}" "${left_out[@]}" || { spare=$candidate && break; }
+    done
+    for candidate in "${usable[@]}"; do
+      [[ -z $spare ]] || break
+      listed "$candidate" "${step_nodes[@]}" "${chosen[@]}" || spare=$candidate
     done
     if [[ -n $spare ]]; then
       chosen+=("$spare")
@@ -350,6 +365,25 @@ step_rendezvous() {
 # never 0 2 75; only 1 124 137, as retry_on says).
 worth_restart() {
   [[ " 1 124 137 " == *" $1 "* ]]
+}
+# stop_after SECONDS PID: kill PID (an srun) if it still runs SECONDS from now.
+stop_after() {
+  sleep "$1"
+  kill -0 "$2" 2>/dev/null || return 0
+  echo "slurmgen: srun $2 still runs $1 s later (a node that no longer answers?); stopping it" >&2
+  kill -KILL "$2" 2>/dev/null
+}
+# end_stuck_step PID: srun (PID) waits for every node of its step to report the end of its tasks,
+# and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout declares it
+# down, minutes later): once the step's first failure is in $step_errors, srun has 10 s to end.
+# Its tasks elsewhere are stopped already (--kill-on-bad-exit); the next step overlaps what Slurm
+# still counts of this one (srun --overlap).
+end_stuck_step() {
+  until grep -q -a -e 'slurmgen-exit: rank ' -e '^srun: error: ' "$step_errors" 2>/dev/null; do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.5
+  done
+  stop_after 10 "$1"
 }
 # next_attempt: the attempt after an in-job restart, on the nodes next_step chose.
 next_attempt() {
@@ -652,7 +686,7 @@ tee_pid=$!
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 # A step's node ranks follow step_nodes (a spare takes the rank of the node it replaces), handed to
 # each task as its first word; ranks stay block-wise: RANK = NODE_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK.
-srun "${srun_args[@]}" "${step_where[@]}" --ntasks=8 bash -c '
+srun "${srun_args[@]}" "${step_where[@]}" --overlap --ntasks=8 bash -c '
   read -ra order <<<"$1"
   shift
   for NODE_RANK in "${!order[@]}"; do [[ ${order[NODE_RANK]} != "$SLURMD_NODENAME" ]] || break; done
@@ -670,12 +704,22 @@ srun "${srun_args[@]}" "${step_where[@]}" --ntasks=8 bash -c '
   wrapper=$1
   shift
   exec bash -c "$wrapper" slurmgen-rank "$@"
-' slurmgen-task "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}"
+' slurmgen-task "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}" &
+step_pid=$!
+end_stuck_step "$step_pid" &
+guard=$!
+wait "$step_pid"
 status=$?
+kill "$guard" 2>/dev/null
+wait "$guard" 2>/dev/null
 exec 2>&4 4>&-
 wait "$tee_pid" 2>/dev/null
 exec 5>&-
+stop_after 10 "$watcher" &  # a watcher on a lost node never reports its end
+guard=$!
 wait "$watcher" 2>/dev/null
+kill "$guard" 2>/dev/null
+wait "$guard" 2>/dev/null
 set -e
 step_status=$status
 first_rank=null first_node=null first_task=null first_code=null
