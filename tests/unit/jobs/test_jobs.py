@@ -984,3 +984,26 @@ def test_requeue_sends_scontrol_requeue_for_a_failed_job_only(tmp_path):
             False,
             "job 4 was not requeued: scontrol: Requested operation is presently disabled for job 4",
         )
+
+
+def test_status_says_where_each_in_job_restart_went_on():
+    # The attempts record of a job with --restarts --spare-nodes: node3 took node2's place.
+    records = [
+        {"event": "start", "attempt": 1, "nodes": "node1,node2", "restart": 0},
+        {
+            "event": "end",
+            "attempt": 1,
+            "exit_code": 137,
+            "rank": 1,
+            "node": "node2",
+            "action": "restart",
+            "exclude": "node2",
+        },
+        {"event": "start", "attempt": 2, "nodes": "node1,node3", "restart": 1},
+        {"event": "end", "attempt": 2, "exit_code": 0, "action": "finished"},
+    ]
+    text = "\n".join(
+        format_view({"job": "7", "name": "x", "state": "COMPLETED", "output_dir": "o", "attempts": records})
+    )
+    assert "attempt 1: killed by signal 9 (rank 1 on node2) -> restart on node1,node3 (node2 left out)\n" in text
+    assert text.endswith("attempt 2: ok -> finished")
