@@ -125,7 +125,7 @@ def inject(path: str, job: str) -> tuple[float, str | None]:
     """The path's fault, now: (when, the stopped slurmd's node or None)."""
     procs = job_processes(job)
     if path != "spare":
-        pid = next(p for p, env, cmd in procs if env.get("RANK") == "1" and "slurmgen.train" in cmd)
+        pid = next(p for p, env, cmd in procs if env.get("RANK") == "1" and cmd.startswith(f"{PY} -m slurmgen.train"))
         os.kill(pid, signal.SIGKILL)
         return time.time(), None
     host = next(env.get("SLURMD_NODENAME") for _, env, cmd in procs if env.get("RANK") == "2")

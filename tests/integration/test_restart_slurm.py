@@ -3,10 +3,11 @@
 Real jobs on the test cluster, rendered by `slurmgen create --restarts 1` (shellchecked), running
 the bundled trainer (gloo, CPU) with a checkpoint every few steps:
 
-- SIGKILL of one rank: run_slurm.sh starts a new job step in the same job within seconds (the
-  job id stays, it is never PENDING again, Slurm counts no restart), attempt 2's first step comes
-  after the checkpoint (it resumed), the attempts record says restart then finished, and nothing
-  of the job is left on any node. Under srun and torchrun.
+- SIGKILL of one rank (or SIGSTOP: a hung rank, which the watcher names and kills): run_slurm.sh
+  starts a new job step in the same job within seconds (the job id stays, it is never PENDING
+  again, Slurm counts no restart), attempt 2's first step comes after the checkpoint (it
+  resumed), the attempts record says restart then finished, and nothing of the job is left on
+  any node. Under srun and torchrun (the hang under srun).
 - With a spare node (`--spare-nodes 1`, 3 nodes for a 2-node job): the failed rank's node is
   left out and the spare takes its node rank; the next step runs on the spare.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 from helpers import render_and_lint
 
+from slurmgen.contract import exitcodes
 from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.heal.attempts import attempts_path, read_attempts
 from slurmgen.jsonl import objects
@@ -80,11 +82,11 @@ def _wait_for_a_checkpoint(cluster, out: Path, job: str) -> None:
         time.sleep(0.2)
 
 
-def _kill_rank_after_a_checkpoint(cluster, out: Path, job: str) -> tuple[float, object]:
-    """Wait for a checkpoint of attempt 1, then SIGKILL the trainer of KILLED_RANK; when and which."""
+def _kill_rank_after_a_checkpoint(cluster, out: Path, job: str, fault: int) -> tuple[float, object]:
+    """Wait for a checkpoint of attempt 1, then send `fault` to the trainer of KILLED_RANK; when and which."""
     _wait_for_a_checkpoint(cluster, out, job)
     proc = _rank_pid(cluster, job, KILLED_RANK)
-    os.kill(proc.pid, signal.SIGKILL)
+    os.kill(proc.pid, fault)
     return time.time(), proc
 
 
@@ -100,10 +102,16 @@ def _wait_never_pending(cluster, job: str, timeout: float = 180) -> str:
         time.sleep(0.25)
 
 
-@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
-def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp_path, launcher):
-    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--launcher", launcher)
-    killed_at, killed = _kill_rank_after_a_checkpoint(cluster, out, job)
+@pytest.mark.parametrize(
+    "launcher, fault, code",
+    [("srun", signal.SIGKILL, 137), ("torchrun", signal.SIGKILL, 137), ("srun", signal.SIGSTOP, exitcodes.HUNG)],
+    ids=["srun-kill", "torchrun-kill", "srun-hang"],
+)
+def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp_path, launcher, fault, code):
+    # A stopped rank (SIGSTOP) is a hung one: the watcher (--heartbeat-timeout) names and kills it.
+    hang = ("--heartbeat-timeout", "10") if fault == signal.SIGSTOP else ()
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--launcher", launcher, *hang)
+    killed_at, killed = _kill_rank_after_a_checkpoint(cluster, out, job, fault)
     info = _wait_never_pending(cluster, job)
     log = _log(out, job)
     assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
@@ -111,8 +119,12 @@ def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp
     starts = [r for r in records if r["event"] == "start"]
     ends = [r for r in records if r["event"] == "end"]
     assert [r["attempt"] for r in starts] == [1, 2], records
-    assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [(1, 137, "restart"), (2, 0, "finished")], log
+    assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [(1, code, "restart"), (2, 0, "finished")], (
+        log
+    )
     assert ends[0]["node"] == killed.node and starts[1]["restart"] == 1, records
+    if hang:
+        assert ends[0]["hung_rank"] == KILLED_RANK, records
     # Attempt 2 resumed: its first step is past a checkpoint of attempt 1, and came seconds after the kill.
     timeline = _timeline(out, job)
     saved = max(e["step"] for e in timeline if e.get("event") == "checkpoint" and e.get("attempt") == 1)
@@ -120,8 +132,8 @@ def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp
     assert len({e["rank"] for e in firsts}) == 4, timeline
     assert min(e["step"] for e in firsts) > saved >= 20, firsts
     stepping_again = max(e["time"] for e in firsts) - killed_at
-    print(f"{launcher}: fault to every rank stepping again {stepping_again:.1f} s (attempt 2 from step {saved})")
-    assert stepping_again < 60, log
+    print(f"{launcher} {fault.name}: fault to every rank stepping again {stepping_again:.1f} s (from step {saved})")
+    assert stepping_again < (60 if not hang else 75), log  # a hang is found 10 s after the last beat
     assert cluster.wait_no_tasks(job, timeout=15) == []
 
 
