@@ -325,16 +325,19 @@ FAKE_SRUN = textwrap.dedent("""\
     #!/usr/bin/env bash
     # Stand-in for srun inside a batch job: runs every task locally with its SLURM_* identity.
     set -u
-    per_node=1
+    per_node=1 count=$SLURM_JOB_NUM_NODES names=()
     while [[ $1 == -* ]]; do
-      case $1 in --ntasks-per-node=*) per_node=${1#*=} ;; esac
+      case $1 in
+        --ntasks-per-node=*) per_node=${1#*=} ;;
+        --nodelist=*) IFS=, read -ra names <<<"${1#*=}"; count=${#names[@]} ;;  # a step on these nodes
+      esac
       shift
     done
     pids=()
-    for ((n = 0; n < SLURM_JOB_NUM_NODES; n++)); do
+    for ((n = 0; n < count; n++)); do
       for ((l = 0; l < per_node; l++)); do
-        SLURM_PROCID=$((n * per_node + l)) SLURM_LOCALID=$l SLURM_NODEID=$n \\
-          SLURM_NTASKS=$((SLURM_JOB_NUM_NODES * per_node)) "$@" &
+        SLURM_PROCID=$((n * per_node + l)) SLURM_LOCALID=$l SLURM_NODEID=$n SLURMD_NODENAME=${names[n]:-} \\
+          SLURM_NTASKS=$((count * per_node)) "$@" &
         pids+=($!)
       done
     done

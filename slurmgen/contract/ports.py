@@ -15,6 +15,11 @@ import re
 DEFAULT_MASTER_PORT = 29500
 JOB_PORT_BASE, JOB_PORT_SPAN = 20000, 10000
 JOB_PORT_RULE = f"{JOB_PORT_BASE} + job id % {JOB_PORT_SPAN}"
+# An in-job restart (the spec's `restarts`) rendezvouses on a port of its own, so that nothing of
+# the failed step (a rank still dying, a socket in TIME_WAIT) answers the new one: restart K of a
+# job takes its port K x STRIDE further round the span (a stride, not +K, so that restart 1 of job
+# N is not job N+1's first port), or master_port + K when the spec gives one.
+RESTART_PORT_STRIDE = 1009
 # `slurmgen serve` and the clients that find it without being told.
 COORDINATOR_PORT = 8470
 MAX_PORT = 65535

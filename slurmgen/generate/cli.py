@@ -129,12 +129,26 @@ def create(
         None, "--retries", metavar="N", help="Requeue the job after a failure with a --retry-on code, up to N times."
     ),
     retry_on: str | None = typer.Option(
-        None, "--retry-on", metavar="CODES", help="Exit codes that requeue the job, e.g. 1,124,143."
+        None, "--retry-on", metavar="CODES", help="Exit codes worth a requeue or an in-job restart, e.g. 1,124,143."
     ),
     exclude_failed_node: bool | None = typer.Option(
         None,
         "--exclude-failed-node/--no-exclude-failed-node",
         help="Exclude the node where the failure started before requeueing.",
+    ),
+    restarts: str | None = typer.Option(
+        None,
+        "--restarts",
+        metavar="N",
+        help="After a failure worth another attempt, start a new job step in the same allocation within seconds, "
+        "up to N times, before any --retries requeue.",
+    ),
+    spare_nodes: str | None = typer.Option(
+        None,
+        "--spare-nodes",
+        metavar="K",
+        help="Ask for --nodes + K nodes (with --no-kill) and run on --nodes: at a --restarts restart a spare takes "
+        "the failed node's place.",
     ),
     preflight: bool | None = typer.Option(
         None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."

@@ -101,7 +101,7 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     typed = f"{spec.gpu_type}:" if spec.gpu_type else ""  # a100:4, gpu:a100:4
     opts: list[tuple[str, object | None]] = [
         ("--job-name", spec.job_name),
-        ("--nodes", spec.nodes),
+        ("--nodes", spec.nodes + spec.spare_nodes),  # the spares idle until a restart needs one
         ("--ntasks-per-node", per_node_tasks),
         ("--cpus-per-task", cpus),
         ("--gpus-per-node", f"{typed}{spec.gpus}" if spec.gpu_style == "gpus-per-node" else None),
@@ -125,6 +125,8 @@ def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     lines = [ShellCode(f"{k}={sbatch_value(v)}") for k, v in opts if v is not None]
     if spec.exclusive:
         lines.append(ShellCode("--exclusive"))
+    if spec.restarts:  # a node's failure ends a step, not the job: the next step runs without it
+        lines.append(ShellCode("--no-kill"))
     if spec.requeue:
         lines += [ShellCode("--requeue"), ShellCode(f"--signal={spec.preempt_signal}@{spec.signal_lead}")]
     elif spec.retries:
@@ -196,6 +198,14 @@ def runs_python(spec: JobSpec) -> bool:
     return not apptainer and bool(_PYTHON.match(PurePosixPath(spec.command[0]).name))
 
 
+# How long an in-job restart waits for each node of the job to run `true` (in parallel) before it
+# counts the node as lost: a node whose slurmd died is not marked by Slurm before SlurmdTimeout;
+# and how long srun has to end after its step's first failure before it is stopped (it waits for
+# every node's report, and a lost node's never comes).
+_PROBE_SECONDS = 5
+_STEP_GRACE = 10
+
+
 def _heal(spec: JobSpec) -> dict[str, object]:
     """What both scripts need for hang detection, and run_slurm.sh for the retry policy and the
     attempts record."""
@@ -215,6 +225,12 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "retries": spec.retries,
         "retry_codes": ShellCode(" ".join(str(code) for code in spec.retry_on)),
         "exclude_failed_node": spec.exclude_failed_node,
+        "restarts": spec.restarts,
+        "spare_nodes": spec.spare_nodes,
+        "never": ShellCode(" ".join(str(code) for code in sorted(retries.NEVER))),
+        "restart_port_stride": ports.RESTART_PORT_STRIDE,
+        "probe_seconds": _PROBE_SECONDS,
+        "step_grace": _STEP_GRACE,
         "ok": exitcodes.OK,
         "hung": exitcodes.HUNG,
         "first_attempt": attempts.FIRST,

@@ -124,6 +124,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Port = Annotated[int, Meta(ge=1024, le=65535)]
 SweepValue = str | int | float | bool  # msgspec keeps each as written: 3 stays an int, "3" text
+_MAX_NODES = 100_000
 # Slurm's default MaxArraySize is 1001 (indices 0-1000); sites raise it, hence a generous cap.
 MAX_SWEEP_POINTS = 100_000
 
@@ -150,7 +151,7 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
     """Everything slurmgen needs to write `run_slurm.sh` and `launch_multi_node.sh`."""
 
     job_name: Annotated[str, Meta(description="Slurm job name (%x in log names).")] = "slurmgen"
-    nodes: Annotated[int, Meta(ge=1, le=100_000, description="Number of nodes.")] = 1
+    nodes: Annotated[int, Meta(ge=1, le=_MAX_NODES, description="Number of nodes.")] = 1
     gpus: Annotated[int, Meta(ge=1, le=1024, description="Processes per node, one per GPU.")] = 1
     gpu_request: Annotated[
         Literal["auto", "gpus-per-node", "gres", "none"],
@@ -269,12 +270,31 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
     retries: Annotated[
         int, Meta(ge=0, le=100, description="Requeue the job after a failure with a retry_on code, up to N times.")
     ] = 0
-    retry_on: Annotated[list[int], Meta(description="Exit codes that requeue the job, e.g. [1, 124, 143].")] = (
-        msgspec.field(default_factory=list)
-    )
+    retry_on: Annotated[
+        list[int], Meta(description="Exit codes worth another attempt (a requeue, an in-job restart), e.g. [1, 124].")
+    ] = msgspec.field(default_factory=list)
     exclude_failed_node: Annotated[
         bool, Meta(description="Exclude the node where the failure started before requeueing.")
     ] = False
+    restarts: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=100,
+            description="In-job restarts: after a failure another attempt would not repeat (a crashed or hung rank, a "
+            "lost node), start a new job step in the same allocation, up to N times in all, before any requeue "
+            "(retries); the program resumes from its latest checkpoint.",
+        ),
+    ] = 0
+    spare_nodes: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=_MAX_NODES,
+            description="Hot spare nodes: the job asks for nodes + K with --no-kill and runs on nodes; at an in-job "
+            "restart a spare takes the place (the node rank) of the node where the failure started.",
+        ),
+    ] = 0
     preflight: Annotated[bool, Meta(description="Run `slurmgen doctor` on every node before the job step.")] = False
     chain: Annotated[
         int,
@@ -472,7 +492,7 @@ def _no_boolean(kind: str) -> Rule:
     return number
 
 
-before(JobSpec, "nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "retries")(
+before(JobSpec, "nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "retries", "restarts", "spare_nodes")(
     _no_boolean("a whole number")
 )
 before(JobSpec, "heartbeat_timeout", "hang_floor")(_no_boolean("a number of seconds"))
@@ -729,8 +749,31 @@ def _command_placeholders(spec: JobSpec) -> None:
 def _retry_policy(spec: JobSpec) -> None:
     if spec.retries and not spec.retry_on:
         raise ValueError("retries needs retry_on: the exit codes worth another attempt, e.g. 1,124,143")
-    if not spec.retries and (spec.retry_on or spec.exclude_failed_node):
-        raise ValueError("retry_on and exclude_failed_node need retries: N (the most requeues)")
+    if not spec.retries and spec.exclude_failed_node:
+        raise ValueError("exclude_failed_node needs retries: N (the most requeues)")
+    if not spec.retries and not spec.restarts and spec.retry_on:
+        raise ValueError("retry_on needs retries: N (the most requeues) or restarts: N (the most in-job restarts)")
+
+
+@across(JobSpec)
+def _restart_policy(spec: JobSpec) -> None:
+    """In-job restarts and spares (templates/run_slurm_restart.sh.j2): a spare is only ever used
+    by an in-job restart, the allocation is nodes + spare_nodes, and each restart's rendezvous
+    takes the next port after a given master_port."""
+    if spec.spare_nodes and not spec.restarts:
+        raise ValueError(
+            f"spare_nodes: {spec.spare_nodes} spare(s) take a failed node's place at an in-job restart; "
+            "give restarts: N"
+        )
+    if spec.nodes + spec.spare_nodes > _MAX_NODES:
+        raise ValueError(
+            f"spare_nodes: nodes ({spec.nodes}) + spare_nodes ({spec.spare_nodes}) is more than {_MAX_NODES} nodes"
+        )
+    if spec.master_port and spec.master_port + spec.restarts > ports.MAX_PORT:
+        raise ValueError(
+            f"restarts: {spec.restarts} restarts take the ports after master_port {spec.master_port}, "
+            f"past {ports.MAX_PORT}"
+        )
 
 
 @across(JobSpec)
@@ -755,8 +798,11 @@ def _request_fields(spec: JobSpec) -> None:
     if least is not None and limit is not None and least > limit:
         raise ValueError(f"time_min: {spec.time_min} is longer than the time limit {spec.time}")
     named = hosts(spec.nodelist) if spec.nodelist else []
-    if len(set(named)) > spec.nodes:
-        raise ValueError(f"nodelist: {spec.nodelist} names {len(set(named))} nodes, more than nodes: {spec.nodes}")
+    if len(set(named)) > spec.nodes + spec.spare_nodes:
+        raise ValueError(
+            f"nodelist: {spec.nodelist} names {len(set(named))} nodes, more than nodes: {spec.nodes}"
+            + (f" + spare_nodes: {spec.spare_nodes}" if spec.spare_nodes else "")
+        )
     both = sorted(set(named) & set(hosts(spec.exclude) if spec.exclude else []))
     if both:
         raise ValueError(f"exclude: {', '.join(both)} is also in nodelist: a node cannot be both")

@@ -2,15 +2,20 @@
 
 `run_slurm.sh` appends to `LOG_DIR/slurmgen-<SLURM_JOB_ID>.attempts.jsonl` (bash, one
 `printf >>` per line, so lines from a requeued job's later attempts simply follow). An
-attempt is one run of the batch script; `attempt` is SLURM_RESTART_COUNT + 1 (contract/attempts.py:
-attempts count from 1).
+attempt is one job step of the program: one run of the batch script, or with `restarts` (in-job
+restarts, templates/run_slurm_restart.sh.j2) each new step inside the same allocation too;
+`attempt` is SLURM_RESTART_COUNT + 1 (contract/attempts.py: attempts count from 1), and with
+restarts the record's last attempt + 1 (a requeue goes on after the in-job ones).
 Every line has:
 
   event      "start" | "end" | "skipped" (the job had already finished: nothing was run)
   job        the Slurm job id (a string, as Slurm prints it)
-  attempt    SLURM_RESTART_COUNT + 1 (the first attempt is 1)
+  attempt    SLURM_RESTART_COUNT + 1 (the first attempt is 1), counting in-job restarts too
   time       seconds since the epoch on the batch node (float)
   host       the batch node
+
+"start" lines add `nodes` (the job's nodes; with restarts, this step's nodes in node-rank order,
+comma-separated) and, with restarts, `restart` (the in-job restarts of this allocation before it).
 
 "end" lines add (rank, node, task: the first failure as run_slurm.sh's `first_failure` finds
 it, from the `slurmgen-exit:` note the failing rank wrote, else from srun's report of the first
@@ -32,9 +37,11 @@ task that ended badly, which names no rank under torchrun):
              before it killed the rank (contract/hangs.py; the whole dump of every thread is in
              LOG_DIR/slurmgen-<SLURM_JOB_ID>.stacks.txt)
   stage      "step" (the job step ran) or "preflight" (`slurmgen doctor` stopped the job)
-  action     "finished" (exit 0, the finished marker was written), "requeue" (retry policy),
-             "stop" (no retry: a code not in retry_on, or retries used up)
-  exclude    the node added to the job's ExcNodeList before the requeue, or null
+  action     "finished" (exit 0, the finished marker was written), "restart" (a new job step
+             in the same allocation: `restarts`), "requeue" (retry policy), "stop" (no retry:
+             a code not in retry_on, or retries and restarts used up, or too few nodes left)
+  exclude    the node added to the job's ExcNodeList before the requeue, or the node a restart
+             left out (a spare took its node rank), or null
 
 A link of a chain (`submit --chain`, templates/run_slurm_chain.sh.j2) adds to its "end" lines:
 
@@ -76,7 +83,7 @@ EVENTS = ("start", "end", "skipped")
 REQUEUED = "requeued"
 # The action after a run that ended well: a word of this file's format, not a run record's state.
 FINISHED_ACTION = "finished"
-ACTIONS = (FINISHED_ACTION, "requeue", "stop")
+ACTIONS = (FINISHED_ACTION, "restart", "requeue", "stop")
 
 
 def attempts_path(log_dir: str | Path, job_id: str) -> Path:

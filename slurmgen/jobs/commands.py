@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurmgen.contract import envvars
 from slurmgen.contract import grid as sweeps
+from slurmgen.contract.attempts import attempt_number
 from slurmgen.contract.exitcodes import FAILED
 from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME
 from slurmgen.contract.states import State, from_slurm
@@ -279,11 +280,13 @@ def remember(
 ) -> None:
     """Keep what Slurm just said of the job in its row: state, exit code, end time, attempt and
     when it started, which the list of runs shows without asking Slurm (`jobs` keeps them for many
-    jobs at once), and, given its attempts record, its first failure (the failed rank the list names)."""
+    jobs at once), and, given its attempts record, its first failure (the failed rank the list names).
+    The attempt is the attempts record's when it is further, as after in-job restarts."""
     if not jobs or record.seq is None:
         return
     known, end = ended_at(jobs)
-    number = attempt(jobs)
+    numbers = [attempt(jobs), *(attempt_number(r) for r in attempts or [])]
+    number = max([n for n in numbers if n is not None], default=None)
     began, start = attempt_start(jobs, time.time())
     registry.remember_states(
         {record.seq: (state, code)},

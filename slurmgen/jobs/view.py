@@ -350,14 +350,24 @@ def _step_end(step: Mapping[str, Any]) -> str:
 
 def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) -> list[str]:
     """One line per ended attempt of a job (or of one array task, under its row)."""
-    lines = []
-    for a in attempts or []:
+    lines, records = [], list(attempts or [])
+    for i, a in enumerate(records):
         if a.get("event") == "end":
             then = f" -> {a['action']}" if a.get("action") else ""  # a requeue's end (derived) decided nothing
-            lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)}{then}")
+            lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)}{then}{_where_next(a, records[i + 1 :])}")
             where = stuck(a)
             lines += [f"{indent}  {where}"] if where else []
     return lines
+
+
+def _where_next(end: Mapping[str, Any], later: Sequence[Mapping[str, Any]]) -> str:
+    """Where an in-job restart went on: ' on node1,node3 (node2 left out)', from the next
+    attempt's start (its nodes in node-rank order) and the node this end left out."""
+    if end.get("action") != "restart":
+        return ""
+    start = next((r for r in later if r.get("event") == "start"), None)
+    nodes = f" on {start['nodes']}" if start and start.get("nodes") else ""
+    return nodes + (f" ({end['exclude']} left out)" if end.get("exclude") else "")
 
 
 def _eventful(attempts: Sequence[Mapping[str, Any]] | None) -> bool:

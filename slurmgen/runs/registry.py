@@ -284,7 +284,9 @@ class Registry:
         and (`now`) that Slurm told it then, changed or not, so a state is known fresh or stale;
         `ended`: when Slurm says a job ended (its EndTime), so an ended job's elapsed time is
         known (None: it runs again, after a requeue); `attempts`: the attempt Slurm says it is at
-        (view.attempt), which the list of runs shows without asking Slurm; `attempt_started`: when
+        (view.attempt), or its attempts record when further (in-job restarts), which the list of
+        runs shows without asking Slurm: a run's attempt only ever rises, so Slurm's count, which
+        knows no in-job restart, never takes back what the record said; `attempt_started`: when
         that attempt started (None: it has not, e.g. pending again after a requeue), whose elapsed
         time the list holds against the job's time limit, which is per attempt."""
         if not states and not ended and not attempts and not attempt_started:
@@ -301,7 +303,7 @@ class Registry:
                 [(t, seq, t) for seq, t in (ended or {}).items()],
             )
             self.db.executemany(
-                "UPDATE jobs SET attempt = ? WHERE seq = ? AND attempt IS NOT ?",
+                "UPDATE jobs SET attempt = ? WHERE seq = ? AND (attempt IS NULL OR attempt < ?)",
                 [(n, seq, n) for seq, n in (attempts or {}).items()],
             )
             self.db.executemany(

@@ -116,6 +116,26 @@ def test_existing_files_need_force(tmp_path, capsys):
         (["--time-min", "1:99:00"], "slurmgen: error: time_min: minutes must be 0-59 (got '1:99:00')"),
         (["--preempt-signal", "SIGUSR1"], "slurmgen: error: preempt_signal: expected 'USR2' or 'USR1' (got 'SIGUSR1')"),
         (["--preempt-signal", "TERM"], "slurmgen: error: preempt_signal: expected 'USR2' or 'USR1' (got 'TERM')"),
+        # In-job restarts and spares (issue 35): a spare is only used by a restart, and must fit.
+        (
+            ["--spare-nodes", "1"],
+            "slurmgen: error: spec: spare_nodes: 1 spare(s) take a failed node's place at an in-job restart; "
+            "give restarts: N",
+        ),
+        (["--restarts", "-1"], "slurmgen: error: restarts: expected a number greater than or equal to 0 (got '-1')"),
+        (["--spare-nodes", "x"], "slurmgen: error: spare_nodes: expected a whole number (got 'x')"),
+        (
+            ["--nodes", "100000", "--restarts", "1", "--spare-nodes", "1"],
+            "slurmgen: error: spec: spare_nodes: nodes (100000) + spare_nodes (1) is more than 100000 nodes",
+        ),
+        (
+            ["--nodes", "2", "--restarts", "1", "--spare-nodes", "1", "--nodelist", "n[1-4]"],
+            "slurmgen: error: spec: nodelist: n[1-4] names 4 nodes, more than nodes: 2 + spare_nodes: 1",
+        ),
+        (
+            ["--restarts", "5", "--master-port", "65533"],
+            "slurmgen: error: spec: restarts: 5 restarts take the ports after master_port 65533, past 65535",
+        ),
         # Lightning's documented line: the refusal gives the flags that write it.
         (
             ["--sbatch", "--signal=SIGUSR1@90"],

@@ -81,6 +81,16 @@ GOLDEN_SPECS = {
         "log_dir": "logs of 'run' $1",
     },
     "chain": {"chain": 3, "time": "1-00", "retries": 1, "retry_on": "1,124"},
+    "restarts_spare": {
+        "nodes": 2,
+        "gpus": 4,
+        "restarts": 3,
+        "spare_nodes": 1,
+        "heartbeat_timeout": 60,
+        "retries": 1,
+        "retry_on": "1,124,137",
+    },
+    "restarts_torchrun": {"nodes": 2, "gpus": 2, "launcher": "torchrun", "restarts": 2, "master_port": 29400},
 }
 
 
@@ -125,6 +135,7 @@ def _matrix():
                     else {}
                 ),
                 **({"chain": 2 + i % 3, "time": "2:00:00"} if not requeue and i % 3 != 0 else {}),
+                **({"restarts": 1 + i % 3, "spare_nodes": i % 2} if i % 4 == 1 else {}),
             },
         )
 
@@ -233,6 +244,17 @@ def test_torchrun_mode_runs_one_task_per_node_with_all_cpus():
     assert "#SBATCH --gres=gpu:2\n" in text
     assert "--rdzv-backend=c10d" in text and '--rdzv-id="$SLURM_JOB_ID"' in text
     assert "--nproc-per-node=2" in text
+
+
+def test_spares_are_asked_for_and_a_restarting_job_survives_a_node():
+    """--spare-nodes K: sbatch asks for nodes + K, with --no-kill (a node's failure ends a step,
+    not the job); the steps run on `nodes` of them (srun --nodes, --ntasks)."""
+    script = render(build_spec({"nodes": 2, "gpus": 4, "restarts": 1, "spare_nodes": 1})).files["run_slurm.sh"]
+    assert "#SBATCH --nodes=3\n" in script and "#SBATCH --no-kill\n" in script
+    assert '"${step_where[@]}" --overlap --ntasks=8 bash -c' in script
+    assert 'step_nodes=("${job_hosts[@]:0:2}")' in script
+    plain = render(build_spec({"nodes": 2, "gpus": 4})).files["run_slurm.sh"]
+    assert "#SBATCH --nodes=2\n" in plain and "--no-kill" not in plain and "step_where" not in plain
 
 
 def test_gloo_requests_no_gpus_and_no_nccl_settings():

@@ -4,6 +4,7 @@ run_slurm.sh is exercised here with stand-ins for srun and scontrol (fast, no cl
 tests/integration/test_slurm_jobs.py submits the same scripts to a real Slurm.
 """
 
+import json
 import os
 import random
 import select
@@ -486,6 +487,85 @@ def test_slurm_script_exits_with_the_first_failing_ranks_code(tmp_path, fake_slu
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("slurmgen: rank 3 on ") and "exited with code 9 first" in last
     assert "slurmgen-exit: rank 0 on " in result.stderr  # the later failure is in the log too
+
+
+# In-job restarts (issue 35): rank 2 (node rank 1) fails in the attempts FAIL_IN lists; every rank says where it ran.
+STEP = [
+    "bash",
+    "-c",
+    'echo "STEP $SLURMGEN_ATTEMPT $RANK $NODE_RANK $SLURMD_NODENAME $MASTER_ADDR:$MASTER_PORT"; '
+    'if [[ " $FAIL_IN " == *" $SLURMGEN_ATTEMPT "* && $RANK == 2 ]]; then exit 7; fi',
+]
+# scontrol: the job still holds every node; sinfo: a node in $FAKE_DOWN no longer answers.
+FAKE_SCONTROL = """#!/usr/bin/env bash
+if [[ $1 == show && $2 == job ]]; then echo "JobId=$SLURM_JOB_ID NodeList=fake"; else printf '%s\\n' ${FAKE_HOSTS}; fi
+"""
+FAKE_SINFO = """#!/usr/bin/env bash
+while (($#)); do [[ $1 != -n ]] || node=$2; shift; done
+if [[ " ${FAKE_DOWN:-} " == *" $node "* ]]; then echo 'down*'; else echo alloc; fi
+"""
+
+
+def _restarting(tmp_path, fake_slurm, hosts, down="", name="out", fail_in="1", restarts=1, **fields):
+    out = write(tmp_path, nodes=2, gpus=2, restarts=restarts, command=STEP, output_dir=str(tmp_path / name), **fields)
+    for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO)):
+        (tmp_path / "bin" / name).write_text(text)
+        (tmp_path / "bin" / name).chmod(0o755)
+    result = fake_slurm(out, hosts=hosts, nodes=len(hosts.split()), env={"FAKE_DOWN": down, "FAIL_IN": fail_in})
+    steps = sorted(tuple(line.split()[1:]) for line in result.stdout.splitlines() if line.startswith("STEP "))
+    records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
+    return result, steps, records
+
+
+def test_an_in_job_restart_runs_a_new_step_with_the_spare_in_the_failed_nodes_rank(tmp_path, fake_slurm):
+    result, steps, records = _restarting(tmp_path, fake_slurm, "localhost n2 n3", spare_nodes=1)
+    assert result.returncode == 0, result.stderr
+    # Attempt 1 on the first two nodes; attempt 2 on the spare n3 in n2's node rank, on a port of its own.
+    first, second = "localhost:24242", "localhost:25251"  # 20000 + 4242 % 10000, then 1009 further
+    assert steps == [
+        *(("1", str(r), str(r // 2), ("localhost", "n2")[r // 2], first) for r in range(4)),
+        *(("2", str(r), str(r // 2), ("localhost", "n3")[r // 2], second) for r in range(4)),
+    ], result.stdout
+    assert [(r["event"], r["attempt"], r.get("nodes"), r.get("action"), r.get("exclude")) for r in records] == [
+        ("start", 1, "localhost,n2", None, None),
+        ("end", 1, None, "restart", "n2"),
+        ("start", 2, "localhost,n3", None, None),
+        ("end", 2, None, "finished", None),
+    ]
+    assert (records[1]["rank"], records[1]["node"], records[1]["exit_code"]) == (2, "n2", 7)
+    assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
+
+
+def test_a_node_left_out_earlier_is_the_last_spare(tmp_path, fake_slurm):
+    # n3 took n2's place; when rank 2 fails again on n3, n2 (it answers again) is the only spare left.
+    result, steps, records = _restarting(
+        tmp_path, fake_slurm, "localhost n2 n3", fail_in="1 2", restarts=2, spare_nodes=1
+    )
+    assert result.returncode == 0, result.stderr
+    assert [r["nodes"] for r in records if r["event"] == "start"] == ["localhost,n2", "localhost,n3", "localhost,n2"]
+    assert [(r["action"], r["exclude"]) for r in records if r["event"] == "end"] == [
+        ("restart", "n2"),
+        ("restart", "n3"),
+        ("finished", None),
+    ]
+
+
+def test_without_a_spare_the_failed_node_runs_again_unless_it_is_lost(tmp_path, fake_slurm):
+    # A crashed rank's node still answers: the next step runs on the same nodes.
+    result, steps, records = _restarting(tmp_path, fake_slurm, "localhost n2", name="a")
+    assert result.returncode == 0, result.stderr
+    assert {(a, node) for a, _, _, node, _ in steps} == {
+        ("1", "localhost"),
+        ("1", "n2"),
+        ("2", "localhost"),
+        ("2", "n2"),
+    }
+    assert [r.get("action") for r in records if r["event"] == "end"] == ["restart", "finished"]
+    # A lost node and no spare: too few nodes for another step; the job ends (no retries to requeue).
+    result, steps, records = _restarting(tmp_path, fake_slurm, "localhost n2", down="n2", name="b")
+    assert result.returncode == 7, result.stderr
+    assert [(r["event"], r.get("action")) for r in records] == [("start", None), ("end", "stop")]
+    assert "no usable node of the job is left to take its place" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -216,6 +216,9 @@ def test_retry_policy_fields_go_together():
     assert problems({"retries": 1}) == [
         "spec: retries needs retry_on: the exit codes worth another attempt, e.g. 1,124,143"
     ]
-    assert problems({"exclude_failed_node": True}) == [
-        "spec: retry_on and exclude_failed_node need retries: N (the most requeues)"
+    assert problems({"exclude_failed_node": True}) == ["spec: exclude_failed_node needs retries: N (the most requeues)"]
+    assert problems({"retry_on": "1"}) == [
+        "spec: retry_on needs retries: N (the most requeues) or restarts: N (the most in-job restarts)"
     ]
+    # In-job restarts take retry_on too: the codes worth a new step.
+    assert build_spec({"restarts": 2, "retry_on": "137,1"}).retry_on == [1, 137]

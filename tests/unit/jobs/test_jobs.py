@@ -215,6 +215,19 @@ def test_registry_round_trip_and_last_states(tmp_path):
         assert [r.job_id for r in reg.by_name("other")] == ["6"] and reg.get("7") is None
 
 
+def test_a_runs_attempt_only_rises_so_slurms_count_keeps_the_in_job_restarts(tmp_path):
+    # `status` read the attempts record (attempt 3 after two in-job restarts); the batched refresh
+    # then hears Slurm's count (no requeue: attempt 1), which must not take it back.
+    with registry(tmp_path) as reg:
+        rec = record("5", tmp_path)
+        reg.add(rec)
+        reg.remember_states({rec.seq: ("RUNNING", None)}, None, {rec.seq: 3})
+        reg.remember_states({rec.seq: ("RUNNING", None)}, None, {rec.seq: 1})
+        assert reg.db.execute("SELECT attempt FROM jobs WHERE seq = ?", (rec.seq,)).fetchone()[0] == 3
+        reg.remember_states({rec.seq: ("RUNNING", None)}, None, {rec.seq: 4})  # requeued after them
+        assert reg.db.execute("SELECT attempt FROM jobs WHERE seq = ?", (rec.seq,)).fetchone()[0] == 4
+
+
 def test_a_registry_path_may_hold_uri_characters(tmp_path):
     path = tmp_path / "odd ?#% dir" / "jobs.sqlite"
     with Registry.open(path, create=True) as reg:
@@ -1004,3 +1017,26 @@ def test_requeue_sends_scontrol_requeue_for_a_failed_job_only(tmp_path):
             False,
             "job 4 was not requeued: scontrol: Requested operation is presently disabled for job 4",
         )
+
+
+def test_status_says_where_each_in_job_restart_went_on():
+    # The attempts record of a job with --restarts --spare-nodes: node3 took node2's place.
+    records = [
+        {"event": "start", "attempt": 1, "nodes": "node1,node2", "restart": 0},
+        {
+            "event": "end",
+            "attempt": 1,
+            "exit_code": 137,
+            "rank": 1,
+            "node": "node2",
+            "action": "restart",
+            "exclude": "node2",
+        },
+        {"event": "start", "attempt": 2, "nodes": "node1,node3", "restart": 1},
+        {"event": "end", "attempt": 2, "exit_code": 0, "action": "finished"},
+    ]
+    text = "\n".join(
+        format_view({"job": "7", "name": "x", "state": "COMPLETED", "output_dir": "o", "attempts": records})
+    )
+    assert "attempt 1: killed by signal 9 (rank 1 on node2) -> restart on node1,node3 (node2 left out)\n" in text
+    assert text.endswith("attempt 2: ok -> finished")

@@ -1,0 +1,214 @@
+"""Goodput under failures (issue 35): Slurm's recovery paths side by side, the same faults for each.
+
+    sudo python benchmarks/bench_recovery.py [--minutes 10] [--every 60] [--paths requeue,restart,spare]
+                                             [--reuse] [--wait 600]
+
+Brings up scripts/cluster/up.sh 3 (root) unless --reuse, and tears it down at the end. Each path
+submits (`slurmgen submit`, so `slurmgen status` accounts for it) the bundled trainer on 2 nodes
+x 2 ranks (gloo, CPU; a small GPT, asynchronous checkpoints every 10 steps) and, from its first
+step on, injects a fault every --every seconds for --minutes, then cancels it:
+
+- requeue: `--retries` (today's path): a SIGKILLed rank ends the job, which waits in the queue
+  again (Slurm holds a requeued job about 2 minutes before it may start);
+- restart: `--restarts` (in-job restart): the same fault, a new job step in the same allocation;
+- spare: `--restarts --spare-nodes 1`: the fault is a node's loss, every process of the job on
+  the node of ranks 2-3 killed and its slurmd stopped (SIGSTOP) until the next attempt steps on
+  the spare (then SIGCONT, as after a reboot: the node may serve as the next spare).
+
+A fault waits for the current attempt's first step (a fault during start-up would measure
+nothing). Printed per path, from slurmgen's own records: the faults injected, the time from each
+fault to every rank's first step of the next attempt (median and max; the timeline), the steps
+done twice (goodput's lost steps) and the run's goodput (`slurmgen status --json`). The issue's
+figure is 10 minutes with a fault every 60 s; --minutes 2 --every 40 is a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME  # noqa: E402
+from slurmgen.jsonl import objects  # noqa: E402
+
+CLUSTER = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
+PY = sys.executable
+TRAIN = [
+    *(PY, "-m", "slurmgen.train", "--model", "gpt", "--batch-size", "8", "--max-steps", "1000000"),
+    *("--threads", "1", "--init-timeout", "60", "--log-every", "10", "--heartbeat-every", "0.5"),
+    *("--save-every", "10", "--keep-last", "3", "--checkpoint-async"),
+]
+PATHS = {
+    "requeue": ["--retries", "20", "--retry-on", "1,137"],
+    "restart": ["--restarts", "20"],
+    "spare": ["--restarts", "20", "--spare-nodes", "1"],
+}
+
+
+def up(wait: float) -> None:
+    env = {**os.environ, "SLURMGEN_CLUSTER_OWNER": str(os.getpid())}
+    deadline = time.monotonic() + wait
+    while True:
+        proc = subprocess.run(
+            ["bash", str(REPO / "scripts/cluster/up.sh"), "3"], env=env, capture_output=True, text=True
+        )
+        if proc.returncode != 4 or time.monotonic() > deadline:
+            break
+        time.sleep(10)
+    if proc.returncode != 0:
+        sys.exit(f"scripts/cluster/up.sh 3 failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def down() -> None:
+    subprocess.run(["bash", str(REPO / "scripts/cluster/down.sh")], capture_output=True)
+
+
+def cluster_env() -> dict[str, str]:
+    facts = json.loads((CLUSTER / "cluster.json").read_text())
+    return {**os.environ, "SLURM_CONF": facts["slurm_conf"], "PATH": f"{Path(PY).parent}:{os.environ['PATH']}"}
+
+
+def nodes() -> dict[str, dict]:
+    return {n["name"]: n for n in json.loads((CLUSTER / "cluster.json").read_text())["nodes"]}
+
+
+def slurmgen(*args: str, cwd: Path) -> str:
+    proc = subprocess.run([PY, "-m", "slurmgen", *args], cwd=cwd, env=cluster_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"slurmgen {' '.join(args[:2])} failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def job_processes(job: str, netns: str | None = None) -> list[tuple[int, dict[str, str], str]]:
+    """(pid, environment, command line) of the job's processes on the nodes (or on one node)."""
+    where = [netns] if netns else [n["netns"] for n in nodes().values()]
+    found = []
+    for ns in where:
+        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        for word in out.split():
+            try:
+                environ = Path(f"/proc/{word}/environ").read_bytes().split(b"\0")
+                cmdline = Path(f"/proc/{word}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            env = dict(v.decode(errors="replace").split("=", 1) for v in environ if b"=" in v)
+            if env.get("SLURM_JOB_ID") == job or f"[{job}." in cmdline:
+                found.append((int(word), env, cmdline))
+    return found
+
+
+def records(logs: Path, name: str, job: str) -> list[dict]:
+    path = logs / name.format(job_id=job)
+    return list(objects(path.read_text().splitlines())) if path.exists() else []
+
+
+def stepping(logs: Path, job: str) -> tuple[int, float] | None:
+    """(attempt, when every rank had made its first step) of the job's latest attempt, once it has."""
+    events = records(logs, TIMELINE_NAME, job)
+    latest = max((e.get("attempt", 1) for e in events), default=None)
+    firsts = [e for e in events if e.get("event") == "first_step" and e.get("attempt") == latest]
+    return (latest, max(e["time"] for e in firsts)) if len({e["rank"] for e in firsts}) == 4 else None
+
+
+def inject(path: str, job: str) -> tuple[float, str | None]:
+    """The path's fault, now: (when, the stopped slurmd's node or None)."""
+    procs = job_processes(job)
+    if path != "spare":
+        pid = next(p for p, env, cmd in procs if env.get("RANK") == "1" and cmd.startswith(f"{PY} -m slurmgen.train"))
+        os.kill(pid, signal.SIGKILL)
+        return time.time(), None
+    host = next(env.get("SLURMD_NODENAME") for _, env, cmd in procs if env.get("RANK") == "2")
+    node = nodes()[host]
+    os.kill(int(node["slurmd_pid"]), signal.SIGSTOP)
+    when = time.time()
+    for pid, _, _ in job_processes(job, node["netns"]):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return when, host
+
+
+def run_path(path: str, minutes: float, every: float, work: Path) -> dict:
+    out = work / path
+    out.mkdir()
+    args = ["--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "60", *PATHS[path]]
+    job = slurmgen("submit", "--registry", "jobs.sqlite", "-o", "out", *args, "--", *TRAIN, cwd=out).split()[-1]
+    logs = out / "out" / "logs"
+    while (now := stepping(logs, job)) is None:
+        time.sleep(0.5)
+    end, next_fault, faults, stopped = now[1] + minutes * 60, now[1] + every, [], None
+    while time.time() < end:
+        now = stepping(logs, job)
+        if stopped and now and now[0] > faults[-1][1]:  # the spare steps: the lost node comes back
+            os.kill(int(nodes()[stopped]["slurmd_pid"]), signal.SIGCONT)
+            stopped = None
+        if time.time() >= next_fault and now and (not faults or now[0] > faults[-1][1]):
+            when, stopped = inject(path, job)
+            faults.append((when, now[0]))
+            next_fault = max(next_fault + every, time.time() + 1)
+        time.sleep(0.25)
+    view = json.loads(slurmgen("status", "--registry", "jobs.sqlite", job, "--json", cwd=out))
+    subprocess.run(["scancel", job], env=cluster_env())
+    if stopped:
+        os.kill(int(nodes()[stopped]["slurmd_pid"]), signal.SIGCONT)
+    events = records(logs, TIMELINE_NAME, job)
+    again = []
+    for when, attempt in faults:
+        firsts = [e["time"] for e in events if e.get("event") == "first_step" and e.get("attempt") == attempt + 1]
+        if len(firsts) == 4:
+            again.append(max(firsts) - when)
+    good = view.get("goodput") or {}
+    ends = [r.get("action") for r in records(logs, ATTEMPTS_NAME, job) if r.get("event") == "end"]
+    return {
+        "path": path,
+        "faults": len(faults),
+        "recovered": len(again),
+        "median": statistics.median(again) if again else None,
+        "max": max(again) if again else None,
+        "lost_steps": sum(lost["steps"] for lost in good.get("lost_steps", [])),
+        "goodput": good.get("goodput"),
+        "actions": ends,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0, help="how long each path runs under faults")
+    ap.add_argument("--every", type=float, default=60.0, help="seconds between faults")
+    ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated: " + ", ".join(PATHS))
+    ap.add_argument("--reuse", action="store_true", help="use a cluster brought up by hand (up.sh 3)")
+    ap.add_argument("--wait", type=float, default=600, help="seconds to wait while another session owns the cluster")
+    opts = ap.parse_args()
+    paths = [p for p in opts.paths.split(",") if p]
+    if unknown := [p for p in paths if p not in PATHS]:
+        sys.exit(f"--paths: unknown {', '.join(unknown)} (expected {', '.join(PATHS)})")
+    if not opts.reuse:
+        up(opts.wait)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-recovery-") as work:
+            rows = [run_path(p, opts.minutes, opts.every, Path(work)) for p in paths]
+    finally:
+        if not opts.reuse:
+            down()
+    print(f"{opts.minutes:g} min per path, a fault every {opts.every:g} s (2 nodes x 2 ranks, gloo, CPU)")
+    print(f"{'path':<8} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}")
+    for r in rows:
+        med = f"{r['median']:.1f}" if r["median"] is not None else "-"
+        top = f"{r['max']:.1f}" if r["max"] is not None else "-"
+        good = f"{r['goodput']:.0%}" if r["goodput"] is not None else "-"
+        print(f"{r['path']:<8} {r['faults']:>6} {r['recovered']:>5} {med:>9} {top:>7} {r['lost_steps']:>10} {good:>8}")
+        print(f"         attempts ended: {' '.join(a or '?' for a in r['actions'])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""In-job restarts under Slurm (issue 35): a failure ends a job step, not the job.
+
+Real jobs on the test cluster, rendered by `slurmgen create --restarts 1` (shellchecked), running
+the bundled trainer (gloo, CPU) with a checkpoint every few steps:
+
+- SIGKILL of one rank (or SIGSTOP: a hung rank, which the watcher names and kills): run_slurm.sh
+  starts a new job step in the same job within seconds (the job id stays, it is never PENDING
+  again, Slurm counts no restart), attempt 2's first step comes after the checkpoint (it
+  resumed), the attempts record says restart then finished, and nothing of the job is left on
+  any node. Under srun and torchrun (the hang under srun).
+- With a spare node (`--spare-nodes 1`, 3 nodes for a 2-node job): the failed rank's node is
+  left out and the spare takes its node rank; the next step runs on the spare.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers import render_and_lint
+
+from slurmgen.contract import exitcodes
+from slurmgen.contract.files import TIMELINE_NAME
+from slurmgen.heal.attempts import attempts_path, read_attempts
+from slurmgen.jsonl import objects
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+TRAIN = [
+    *("python", "-m", "slurmgen.train"),
+    *("--model", "gpt", "--synthetic-samples", "4096", "--batch-size", "8", "--max-steps", "400"),
+    *("--threads", "1", "--init-timeout", "60", "--progress", "lines", "--log-every", "10"),
+    *("--heartbeat-every", "0.2", "--save-every", "20", "--keep-last", "3"),
+]
+KILLED_RANK = 1
+
+
+def _submit(cluster, tmp_path: Path, *create_args: str) -> tuple[Path, str]:
+    out = render_and_lint(
+        tmp_path / "out", "--backend", "gloo", "--time", "5", "--restarts", "1", *create_args, command=TRAIN
+    )
+    return out, cluster.submit(out / "run_slurm.sh", cwd=out)
+
+
+def _log(out: Path, job: str) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted((out / "logs").glob(f"*-{job}.out")))
+
+
+def _timeline(out: Path, job: str) -> list[dict]:
+    path = out / "logs" / TIMELINE_NAME.format(job_id=job)
+    return list(objects(path.read_text().splitlines())) if path.exists() else []
+
+
+def _rank_pid(cluster, job: str, rank: int):
+    """The trainer process of `rank` (its RANK in its environment): node and pid."""
+    for proc in cluster.job_pids(job):
+        if "slurmgen.train" not in proc.cmdline or proc.cmdline.startswith(("bash", "slurmstepd")):
+            continue
+        try:
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return proc
+    return None
+
+
+def _wait_for_a_checkpoint(cluster, out: Path, job: str) -> None:
+    """Until attempt 1 wrote a checkpoint and the trainer of KILLED_RANK is running."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, _log(out, job)
+        state = cluster.job_info(job)["JobState"]
+        assert state in ("PENDING", "RUNNING", "CONFIGURING"), (state, _log(out, job))
+        saved = [e for e in _timeline(out, job) if e.get("event") == "checkpoint" and e.get("attempt") == 1]
+        if saved and _rank_pid(cluster, job, KILLED_RANK) is not None:
+            return
+        time.sleep(0.2)
+
+
+def _kill_rank_after_a_checkpoint(cluster, out: Path, job: str, fault: int) -> tuple[float, object]:
+    """Wait for a checkpoint of attempt 1, then send `fault` to the trainer of KILLED_RANK; when and which."""
+    _wait_for_a_checkpoint(cluster, out, job)
+    proc = _rank_pid(cluster, job, KILLED_RANK)
+    os.kill(proc.pid, fault)
+    return time.time(), proc
+
+
+def _wait_never_pending(cluster, job: str, timeout: float = 180) -> str:
+    """Poll the job to its end; it must never go back to PENDING (no requeue)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = cluster.job_info(job)
+        assert info["JobState"] != "PENDING", info
+        if info["JobState"] not in ("RUNNING", "COMPLETING", "CONFIGURING"):
+            return info
+        assert time.monotonic() < deadline, info
+        time.sleep(0.25)
+
+
+@pytest.mark.parametrize(
+    "launcher, fault, code",
+    [("srun", signal.SIGKILL, 137), ("torchrun", signal.SIGKILL, 137), ("srun", signal.SIGSTOP, exitcodes.HUNG)],
+    ids=["srun-kill", "torchrun-kill", "srun-hang"],
+)
+def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp_path, launcher, fault, code):
+    # A stopped rank (SIGSTOP) is a hung one: the watcher (--heartbeat-timeout) names and kills it.
+    hang = ("--heartbeat-timeout", "10") if fault == signal.SIGSTOP else ()
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--launcher", launcher, *hang)
+    killed_at, killed = _kill_rank_after_a_checkpoint(cluster, out, job, fault)
+    info = _wait_never_pending(cluster, job)
+    log = _log(out, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    records = read_attempts(attempts_path(out / "logs", job))
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "end"]
+    assert [r["attempt"] for r in starts] == [1, 2], records
+    assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [(1, code, "restart"), (2, 0, "finished")], (
+        log
+    )
+    assert ends[0]["node"] == killed.node and starts[1]["restart"] == 1, records
+    if hang:
+        assert ends[0]["hung_rank"] == KILLED_RANK, records
+    # Attempt 2 resumed: its first step is past a checkpoint of attempt 1, and came seconds after the kill.
+    timeline = _timeline(out, job)
+    saved = max(e["step"] for e in timeline if e.get("event") == "checkpoint" and e.get("attempt") == 1)
+    firsts = [e for e in timeline if e.get("event") == "first_step" and e.get("attempt") == 2]
+    assert len({e["rank"] for e in firsts}) == 4, timeline
+    assert min(e["step"] for e in firsts) > saved >= 20, firsts
+    stepping_again = max(e["time"] for e in firsts) - killed_at
+    print(f"{launcher} {fault.name}: fault to every rank stepping again {stepping_again:.1f} s (from step {saved})")
+    assert stepping_again < (60 if not hang else 75), log  # a hang is found 10 s after the last beat
+    assert cluster.wait_no_tasks(job, timeout=15) == []
+
+
+def test_a_lost_node_is_replaced_by_the_spare_in_the_same_job(cluster, tmp_path):
+    """Every process of the job on node 2 killed and node 2's slurmd stopped (SIGSTOP: it answers
+    nobody): the job (--no-kill) keeps its allocation, the next step runs on the spare in node 2's
+    node rank, resumes from the checkpoint and completes."""
+    if len(cluster.nodes) < 3:
+        pytest.skip("a spare needs a third node: SLURMGEN_TEST_NODES=3")
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--spare-nodes", "1")
+    _wait_for_a_checkpoint(cluster, out, job)
+    active = read_attempts(attempts_path(out / "logs", job))[0]["nodes"].split(",")
+    spare = next(n.name for n in cluster.nodes if n.name not in active)
+    lost = cluster.node(active[1])
+    os.kill(lost.slurmd_pid, signal.SIGSTOP)
+    try:
+        killed_at = time.time()
+        for proc in cluster.pids_on(lost):
+            if proc.job_id == job:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        records = _wait_finished(cluster, out, job)
+    finally:
+        # The node answers again (as after a reboot): Slurm can end the job's part there, and the
+        # tests after this one have every node.
+        os.kill(lost.slurmd_pid, signal.SIGCONT)
+    log = _log(out, job)
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "end"]
+    assert [(r["attempt"], r["action"]) for r in ends] == [(1, "restart"), (2, "finished")], log
+    assert ends[0]["exclude"] == lost.name and starts[1]["nodes"] == f"{active[0]},{spare}", records
+    firsts = [e for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("attempt") == 2]
+    assert len(firsts) == 4 and {e["host"] for e in firsts if e["rank"] >= 2} == {spare}, firsts
+    print(f"lost node: every rank stepping again on the spare {max(e['time'] for e in firsts) - killed_at:.1f} s")
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    assert cluster.wait_no_tasks(job, timeout=30) == []
+
+
+def _wait_finished(cluster, out: Path, job: str, timeout: float = 200) -> list[dict]:
+    """The attempts record once it says the job finished; the job never PENDING meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert cluster.job_info(job)["JobState"] != "PENDING", _log(out, job)
+        records = read_attempts(attempts_path(out / "logs", job))
+        if any(r.get("action") == "finished" for r in records):
+            return records
+        assert time.monotonic() < deadline, _log(out, job)
+        time.sleep(0.5)
