@@ -78,6 +78,8 @@ def _scalar(value: object, key: bool = False) -> str | None:
         if not re.fullmatch(r"-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+)?", text):
             return None  # nan, inf: PyYAML spells them its own way
         return text.replace("e", ".0e", 1) if "." not in text and "e" in text else text
+    if kind is str and value == "" and not key:
+        return "''"  # an empty value would read back as null
     if kind is not str or not _PRINTABLE.fullmatch(str(value)) or len(str(value)) > (100 if key else LONGEST):
         return None
     text = str(value)

@@ -1,6 +1,6 @@
 """job.yaml's plain writer (generate/yaml_writer.py) against PyYAML's (yaml12.dump): the same
-bytes wherever the plain writer decides, over every spec of the render tests and thousands of
-awkward strings; what it leaves to PyYAML, PyYAML writes; and `create` with a spec of plain
+bytes wherever the plain writer decides, over specs as people write them, the examples and
+thousands of awkward strings; what it leaves to PyYAML, PyYAML writes; and `create` with a spec of plain
 values imports no PyYAML."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from test_render import GOLDEN_SPECS, MATRIX
+from helpers import ODD_ARGUMENTS
 
 from slurmgen.generate import yaml12, yaml_writer
 from slurmgen.generate.specfile import build_spec, dump_yaml, load_yaml
@@ -35,17 +36,51 @@ def both(data: dict) -> tuple[str | None, str]:
     return yaml_writer.dump(data), yaml12.dump(data)
 
 
-@pytest.mark.parametrize("name", sorted({**GOLDEN_SPECS, **MATRIX}))
-def test_every_render_spec_is_written_as_pyyaml_writes_it(name):
-    resolved = build_spec({**GOLDEN_SPECS, **MATRIX}[name]).resolved()
-    plain, pyyaml = both(resolved)
-    assert plain in (None, pyyaml)
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+# Specs as people write them (the render tests' golden ones among them), each written here.
+PLAIN_SPECS = {
+    "default": {},
+    "nccl_2x4": {
+        "nodes": 2,
+        "gpus": 4,
+        "backend": "nccl",
+        "time": "2-00:00:00",
+        "partition": "gpu",
+        "cpus_per_task": 8,
+        "mem": "480G",
+        "exclusive": True,
+        "env": {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5", "FLAG": "on", "EMPTY": ""},
+        "setup": ["module load cuda/12.4"],
+        "requeue": True,
+        "sbatch_extra": ["--mail-type=END,FAIL"],
+    },
+    "pyxis": {"container": {"image": "nvcr.io#nvidia/pytorch:24.05-py3", "mounts": ["/data:/data:ro"]}},
+    "request_fields": {
+        "nodes": 2,
+        "gpu_request": "gres",
+        "gpu_type": "a100",
+        "time_min": "12:00:00",
+        "nodelist": "gpu[01-02]",
+        "exclude": "gpu[07,09]",
+    },
+    "healing": {"heartbeat_timeout": 2.5, "retries": 2, "retry_on": "1,124,143", "log_dir": "logs of 'run' $1"},
+    "chain": {"chain": 3, "time": "1-00", "job_name": "job 'q' $(x) #1", "master_port": 29400},
+}
 
 
-def test_the_common_specs_are_written_without_pyyaml():
-    for name in ("default", "nccl_2x4", "torchrun_gres", "gloo_override", "pyxis", "request_fields", "chain"):
-        plain, pyyaml = both(build_spec(GOLDEN_SPECS[name]).resolved())
-        assert plain == pyyaml, name
+@pytest.mark.parametrize("name", sorted(PLAIN_SPECS))
+def test_specs_as_people_write_them_are_written_without_pyyaml_as_pyyaml_writes_them(name):
+    plain, pyyaml = both(build_spec(PLAIN_SPECS[name]).resolved())
+    assert plain == pyyaml
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_the_examples_and_odd_commands_are_written_as_pyyaml_writes_them(example):
+    spec = build_spec(load_yaml(EXAMPLES / example))
+    for command in (None, ["python", "train.py", "--note", "a b; $(rm -rf /) `x` 'y' \"z\" #", *ODD_ARGUMENTS]):
+        resolved = spec.resolved() if command is None else {**spec.resolved(), "command": command}
+        plain, pyyaml = both(resolved)
+        assert plain in (None, pyyaml)
 
 
 def test_thousands_of_awkward_values_are_written_as_pyyaml_writes_them():
