@@ -4,12 +4,14 @@
 
 Baselines: `python -c pass` (interpreter start-up), `torchrun --help` (what a user would
 otherwise wait for) and `torchx run --dryrun --scheduler slurm dist.ddp -j 2x4` (the closest
-tool: it writes the same sbatch script for the same job shape). The goal is create at most 0.3x
-of torchx. One more line, "create's floor", imports only what create cannot do without (its
-spec's validator msgspec, the template engine jinja2, slurmgen's spec and render modules) and
-does nothing else: no command line, no job.yaml writer, no work, so its ratio to torchx is the
-lowest create could reach with everything around them rewritten. Prints the median of each and
-the ratios; the commands alternate round by round so that machine noise hits all of them alike.
+tool: it writes the same sbatch script for the same job shape). One more line, "create's
+floor", imports only what create cannot do without (its spec's validator msgspec, the template
+engine jinja2, slurmgen's spec and render modules) and does nothing else: no command line, no
+job.yaml writer, no work, so its ratio to torchx is the lowest create could reach with
+everything around them rewritten. The goal (issue 32) is create at most 1.5x its floor and at
+most 0.4x of torchx, on a quiet machine: under load the wall times say more about the load.
+Prints the median of each and the ratios; the commands alternate round by round so that
+machine noise hits all of them alike.
 torchx is not a dependency of slurmgen (nor of its test extra: it pulls docker, fsspec and
 more); without it the torchx line is skipped with a note. To compare, install it beside
 slurmgen without letting it change torch:
@@ -97,11 +99,13 @@ def main() -> None:
     for name, values in samples.items():
         print(f"{name:40} {medians[name] * 1000:7.0f}ms {min(values) * 1000:7.0f}ms")
     print(f"ratio create / python -c pass : {create / medians['python -c pass']:.2f}")
+    floor = create / medians[FLOOR]
+    print(f"ratio create / its floor      : {floor:.2f} ({'within' if floor <= 1.5 else 'ABOVE'} the 1.5 goal)")
     if "torchrun --help" in medians:
         print(f"ratio create / torchrun --help: {create / medians['torchrun --help']:.2f}")
     if TORCHX in medians:
         ratio = create / medians[TORCHX]
-        print(f"ratio create / torchx dryrun  : {ratio:.2f} ({'within' if ratio <= 0.3 else 'ABOVE'} the 0.3 goal)")
+        print(f"ratio create / torchx dryrun  : {ratio:.2f} ({'within' if ratio <= 0.4 else 'ABOVE'} the 0.4 goal)")
         print(f"ratio floor  / torchx dryrun  : {medians[FLOOR] / medians[TORCHX]:.2f}")
 
 

@@ -15,10 +15,12 @@ TIMELINE_NAME = "slurmgen-{job_id}.timeline.jsonl"
 # which makes a later link that starts anyway exit 0 at once, as the finished marker does.
 CHAIN_JOBS_NAME = "slurmgen-chain-{job_id}.jobs"
 CHAIN_ENDED_NAME = "slurmgen-chain-{job_id}.ended"
-# Beside the run registry, not beside logs: a request to stop a running `slurmgen launch`,
-# written by the page or `slurmgen cancel`, taken by the launcher (runs/stop_request.py).
+# Beside the run registry, not beside logs: a request to stop a running `slurmgen launch` or a
+# coordinator group's run, written by the page or `slurmgen cancel` (jobs/control.py), taken by the
+# launcher or by the `slurmgen serve` that runs the group (runs/stop_request.py).
 CONTROL_DIR = "control"
 LAUNCH_STOP_NAME = "launch-{launch_id}.stop"
+GROUP_STOP_NAME = "group-{key}.stop"
 # Also beside the registry: every line the nodes of a `slurmgen launch` sent, as its launcher
 # showed them, for its run page (launch/registry_entry.py writes it; a rank's lines as srun labels them).
 LAUNCH_LOGS_DIR = "launch-logs"

@@ -9,11 +9,14 @@ being the coordinator's number of its first attempt: unique per group on this se
 derived from what the coordinator's own store keeps (attempt number minus restarts), so a
 restarted server finds the run of a group it left running. The registry's path is `slurmgen
 serve --registry` (default: this machine's, as for every command), which is where `slurmgen
-jobs` on the server's machine looks.
+jobs` on the server's machine looks. Beside it is each run's stop channel (runs/stop_request.py),
+through which a run's controls (jobs/control.py: the run page's Stop, `slurmgen cancel GROUP.N`,
+the JSON API) ask the server to stop the group; the server takes it on its tick (`stop_asked`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +25,9 @@ from slurmgen.contract import envvars
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import State
+from slurmgen.runs import stop_request
 from slurmgen.runs.model import Failure, NewRun, Recorder
+from slurmgen.runs.registry import default_path
 from slurmgen.runs.trainer_records import record_dir
 
 if TYPE_CHECKING:
@@ -77,6 +82,26 @@ class GroupRuns:
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
         self.rows: dict[str, int | None] = {}  # run key -> registry row
+        self.registry = recorder.path or default_path()
+
+    def stop_file(self, group: str, number: int, restarts: int) -> Path:
+        """The stop channel of the run whose attempt `number` follows `restarts` restarts."""
+        return stop_request.group_stop_file(self.registry, run_key(group, number, restarts))
+
+    def stop_asked(self, group: str, number: int, restarts: int) -> str | None:
+        """Who asked to stop this active attempt's run (the request taken, once), or None: one
+        stat when no one did."""
+        return stop_request.take(self.stop_file(group, number, restarts))
+
+    def _stop_channel(self, group: str, number: int) -> dict[str, str]:
+        """A new run's stop channel, ready (no leftover request), as its row's info names it; {}
+        when the directory cannot be made (the run is then stopped from its group's page only)."""
+        path = self.stop_file(group, number, 0)
+        try:
+            stop_request.prepare(path)
+        except OSError:
+            return {}
+        return {"stop_file": str(path)}
 
     def _row(self, key: str) -> int | None:
         if key not in self.rows:
@@ -105,6 +130,7 @@ class GroupRuns:
                         "command": list(config.argv),
                         "workers": [r.worker for r in ranks],
                         "max_restarts": config.max_restarts,
+                        **self._stop_channel(group, number),
                         **(
                             {"timeline": t}
                             if (t := timeline_env(config, group, number, 0).get(envvars.TIMELINE_FILE))
@@ -133,3 +159,5 @@ class GroupRuns:
         envs = list(attempt.get("plan", {}).get("env", {}).values())  # a plan stored before timelines has none
         self.recorder.time_report(row, envs[0].get(envvars.TIMELINE_FILE) if envs else None)
         self.rows.pop(key, None)
+        with contextlib.suppress(OSError):  # a request that came too late to be taken goes with the run
+            self.stop_file(group, attempt["number"], restarts).unlink(missing_ok=True)

@@ -414,15 +414,28 @@ class Coordinator:
             self.runs.ended(name, a, g["restarts"], outcome)
 
     def tick(self) -> None:
-        """Fail attempts whose agents went silent, and trim the output lines the heartbeats since
-        the last tick brought (the server calls this twice a second: a timer, so no heartbeat
-        judges silence or trims)."""
+        """Stop the groups whose runs were asked to stop, fail attempts whose agents went silent,
+        and trim the output lines the heartbeats since the last tick brought (the server calls
+        this twice a second: a timer, so no heartbeat judges silence or trims)."""
         if self.closing:
             return
         with self._atomic() as now:
+            self._take_stop_requests(now)
             for a in self.store.active_attempts():
                 self._judge(a, now)
             self.store.trim_lines()
+
+    def _take_stop_requests(self, now: float) -> None:
+        """Stop each group whose run a person asked to stop through a run's controls
+        (jobs/control.py: the run page, `slurmgen cancel GROUP.N`, the JSON API), as its group's
+        Stop does; the run records who asked. One stat per active group when no one did."""
+        if not self.runs:
+            return
+        for a in self.store.active_attempts():
+            g = self._group_row(a["grp"])
+            asked = self.runs.stop_asked(a["grp"], a["number"], g["restarts"])
+            if asked is not None:
+                self._end(a, st.Outcome(State.STOPPED.value, asked), now)
 
     # --- agents ----------------------------------------------------------------------------------
     def heartbeat(self, report: AgentReport) -> AgentOrders:

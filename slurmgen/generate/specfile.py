@@ -21,7 +21,7 @@ from slurmgen.generate.user_files import read_text
 
 def load_yaml(path: Path) -> dict[str, Any]:
     """Read a job spec file: a non-empty YAML mapping, scalars read as YAML 1.2 (see yaml12)."""
-    from slurmgen.generate import yaml12  # PyYAML: only for a --config file and job.yaml
+    from slurmgen.generate import yaml12  # PyYAML: only for a --config file (and an odd job.yaml)
 
     data = yaml12.load(read_text(path, "config"), str(path), "config")
     if data is None:
@@ -226,10 +226,16 @@ def spec_from_sources(config: Path | None, overrides: Mapping[str, Any]) -> JobS
 
 def dump_yaml(spec: JobSpec) -> str:
     """The resolved spec as YAML, ready for `--config` to reproduce the same scripts."""
-    from slurmgen.generate import yaml12
+    from slurmgen.generate import yaml_writer
 
     header = (
         f"# slurmgen job spec, resolved (digest {spec.digest()}).\n"
         f"# Reproduce: slurmgen create --config {spec.output_dir.rstrip('/')}/job.yaml --force\n"
     )
-    return header + yaml12.dump(spec.resolved())
+    resolved = spec.resolved()
+    text = yaml_writer.dump(resolved)
+    if text is None:  # a shape or a string the plain writer leaves to PyYAML
+        from slurmgen.generate import yaml12
+
+        text = yaml12.dump(resolved)
+    return header + text

@@ -378,7 +378,9 @@ def _emit_log(
 
 def cancel(
     job: str = typer.Argument(
-        ..., help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch running from this machine."
+        ...,
+        help="Job id, ID_N, job name or output dir; or the launch id of an SSH launch running from this machine, "
+        "or the key (GROUP.N) of a coordinator group's run served from this machine.",
     ),
     signal: str | None = typer.Option(
         None,
@@ -393,7 +395,8 @@ def cancel(
     as_json: bool = JsonOpt,
 ) -> None:
     """Cancel the job (scancel) and wait until Slurm says it ended; or only send it a signal. An SSH
-    launch of this machine (its launch id) is asked to stop every rank, as Ctrl-C would."""
+    launch of this machine (its launch id) is asked to stop every rank, as Ctrl-C would; a
+    coordinator group's run (GROUP.N) is stopped as its group's Stop would."""
     import re
 
     from slurmgen.contract.exitcodes import FAILED
@@ -406,7 +409,7 @@ def cancel(
         run, task = _cancel_target(reg, job, signal is None)
         runners = Runners(ssh_config, list(remote_setup), remote)
         try:
-            what = control.RunControl.STOP if run.kind == "launch" else control.RunControl.CANCEL
+            what = control.RunControl.STOP if run.kind in control.STOPPABLE else control.RunControl.CANCEL
             done = control.perform(reg, run, what, runners, "with slurmgen cancel", task, signal)
         finally:
             runners.close()
@@ -414,9 +417,9 @@ def cancel(
         typer.echo(f"slurmgen: warning: {done.warning}", err=True)
     if done.error:
         raise done.error
-    if run.kind == "launch":
+    if run.kind in control.STOPPABLE:
         if as_json:
-            echo_json({"job": job, "kind": "launch", "stopping": done.done, "said": done.said})
+            echo_json({"job": job, "kind": run.kind, "stopping": done.done, "said": done.said})
         else:
             typer.echo(done.said)
         if not done.done:
@@ -437,13 +440,13 @@ def cancel(
 
 def _cancel_target(reg: Registry, ref: str, launches: bool) -> tuple[Run, str | None]:
     """The run `cancel REF` means, and the array task it names: an SSH launch of this machine by
-    its launch id (`launches`: when no signal is given), else a Slurm job by id, ID_N, name or
-    output dir."""
+    its launch id or a group's run by its key (`launches`: when no signal is given), else a Slurm
+    job by id, ID_N, name or output dir."""
     from slurmgen.jobs.control import Run, read
     from slurmgen.jobs.resolve import find
     from slurmgen.runs.model import find_run
 
-    seq = find_run(reg, "launch", ref) if launches else None
+    seq = (find_run(reg, "launch", ref) or find_run(reg, "group", ref)) if launches else None
     run = read(reg, seq) if seq is not None else None
     if run is not None:
         return run, None

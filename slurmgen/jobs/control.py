@@ -1,5 +1,6 @@
-"""One entry for a run's controls (cancel, checkpoint and stop, requeue, stop a launch), called
-alike by `slurmgen cancel`, the run page's forms and the JSON API (coordinator/web/controls.act).
+"""One entry for a run's controls (cancel, checkpoint and stop, requeue, stop a launch or a
+group's run), called alike by `slurmgen cancel`, the run page's forms and the JSON API
+(coordinator/web/controls.act), for every kind of run.
 
 Three parts, so that each rule is written once and each side effect happens in one place:
 - `Run`: the run as its controls see it, in one typed shape, read once from its registry row
@@ -8,10 +9,13 @@ Three parts, so that each rule is written once and each side effect happens in o
   does not apply to this kind of run, said before anything is sent; `choices`, the controls the
   run's page offers and why each is disabled, from Slurm's view of the job;
 - `perform`: the side effects at the edge (scancel and scontrol through the Slurm runner of
-  the run, in stopping.py; a launch's stop request file, runs/stop_request.py), answered as an
-  `Outcome` that the CLI prints, the page shows as its status line or alert and the API returns.
-A group's run is started and stopped from its group's page, through the coordinator's API
-(web/routes.py), not here: its row is one of the group's starts, not the group.
+  the run, in stopping.py; the stop request file of a launch or a group's run,
+  runs/stop_request.py), answered as an `Outcome` that the CLI prints, the page shows as its
+  status line or alert and the API returns.
+A group's run is stopped through the same stop channel as a launch: the `slurmgen serve` running
+the group takes the request on its tick and stops the group (coordinator/service.py), so this
+module needs neither the coordinator nor its address and token. The group itself (its start,
+restart and Stop on its own page, `slurmgen group`) stays the coordinator's API's.
 """
 
 from __future__ import annotations
@@ -52,6 +56,12 @@ LABELS = {
     RunControl.CHECKPOINT: "Checkpoint and stop",
 }
 SLURM_STOPS = (RunControl.CANCEL, RunControl.CHECKPOINT)  # scancel, with or without the preemption signal
+STOPPABLE = tuple(stop_request.TAKERS)  # the kinds of run stopped through their stop channel (STOP)
+
+
+def label(control: RunControl, kind: str) -> str:
+    """A control's label on the page of a run of this kind: a group run's stop is "Stop"."""
+    return "Stop" if control == RunControl.STOP and kind == "group" else control.label
 
 
 class Status(IntEnum):
@@ -123,8 +133,9 @@ class Run:
             record,
         )
 
-    def launch_row(self) -> dict[str, Any]:
-        """The fields of the row runs/stop_request.py judges and writes to (a launch's stop channel)."""
+    def stop_row(self) -> dict[str, Any]:
+        """The fields of the row runs/stop_request.py judges and writes to (the stop channel of a
+        launch or a group's run)."""
         return {"kind": self.kind, "job_id": self.key, "state": self.state, "cluster": self.cluster, "info": self.info}
 
 
@@ -142,8 +153,11 @@ def refusal(run: Run, control: RunControl) -> str | None:
         return f"run {run.seq} is not a Slurm job of this machine's registry: nothing was sent"
     if control == RunControl.REQUEUE and run.kind != "slurm":
         return f"run {run.seq} is {run.kind!r}, not a Slurm job: only a Slurm job is requeued"
-    if control == RunControl.STOP and run.kind != "launch":
-        return f"run {run.seq} is {run.kind!r}, not an SSH launch: only a launch is stopped (cancel a Slurm job)"
+    if control == RunControl.STOP and run.kind not in STOPPABLE:
+        return (
+            f"run {run.seq} is {run.kind!r}, not an SSH launch or a group's run: "
+            "only those are stopped (cancel a Slurm job)"
+        )
     return None
 
 
@@ -151,11 +165,11 @@ def choices(run: Run, slurm: Mapping[str, Any]) -> dict[RunControl, str | None]:
     """The controls the run's page offers, each with why it is disabled (None: it applies): only
     those of its kind (issue 33, item 9: a launch or a group run showed a Slurm job's two buttons,
     always disabled): cancel, checkpoint and requeue for a Slurm job (the first two disabled but
-    while it is live), stop for a launch. `slurm` is `slurmgen status`'s view of a Slurm job ({}:
-    none)."""
+    while it is live), stop for a launch or a group's run. `slurm` is `slurmgen status`'s view of a
+    Slurm job ({}: none)."""
     state = str(slurm.get("state") or "").split(" ")[0]
-    if run.kind == "launch":
-        return {RunControl.STOP: stop_request.why_not(run.launch_row())}
+    if run.kind in STOPPABLE:
+        return {RunControl.STOP: stop_request.why_not(run.stop_row())}
     if run.kind != "slurm":
         return {}
     if state in SLURM_ENDED or not slurm:
@@ -203,7 +217,7 @@ def perform(
     if why is not None:
         return Outcome(Status.REFUSED, why)
     if control == RunControl.STOP:
-        taken, said = stop_request.request(run.launch_row(), by)
+        taken, said = stop_request.request(run.stop_row(), by)
         return Outcome(Status.DONE if taken else Status.REFUSED, said)
     assert run.job is not None  # refusal() let only a Slurm job through
     if control == RunControl.REQUEUE:

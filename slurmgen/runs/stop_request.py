@@ -1,11 +1,17 @@
-"""Stopping a running `slurmgen launch` from outside it: the page's Stop button, `slurmgen cancel`.
+"""Stopping a running `slurmgen launch` or a coordinator group's run from outside it: the run
+page's Stop button, `slurmgen cancel`, the JSON API, all through jobs/control.py.
 
-The channel is one file per launch, `control/launch-<LAUNCH_ID>.stop` beside the run registry
-(contract/files.py), whose path the launcher records in its registry row (`info.stop_file`).
-A stopper creates the file (whole, by a rename: its text says who asked); the launcher's main
-loop, which already wakes every 0.1 s to tick its state machine, looks for it on each pass,
-removes it and stops every rank on every node exactly as on Ctrl-C (launch/fanout.py). The
-stopper waits for the file to disappear: that is the launcher's acknowledgement.
+The channel is one file per run, `control/launch-<LAUNCH_ID>.stop` or `control/group-<GROUP.N>.stop`
+beside the run registry (contract/files.py), whose path the run's taker records in its registry
+row (`info.stop_file`). A stopper creates the file (whole, by a rename: its text says who asked).
+A launch's main loop, which already wakes every 0.1 s to tick its state machine, looks for it on
+each pass, removes it and stops every rank on every node exactly as on Ctrl-C (launch/fanout.py);
+the `slurmgen serve` running a group looks for its active runs' files on its tick (twice a
+second), removes it and stops the group as its page's Stop does (coordinator/service.py). The
+stopper waits for the file to disappear: that is the taker's acknowledgement. The group's
+own page and `slurmgen group stop` stop it through the coordinator's API, in the server that
+owns it; a run's controls (this channel) reach it from any process of the registry's owner,
+which need not know the server's address or token.
 
 Why a file rather than a signal, a unix socket or a localhost port:
 - a signal to the recorded pid could reach another process once the pid is reused, and
@@ -28,16 +34,23 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen import atomic
-from slurmgen.contract.files import CONTROL_DIR, LAUNCH_STOP_NAME
+from slurmgen.contract.files import CONTROL_DIR, GROUP_STOP_NAME, LAUNCH_STOP_NAME
 from slurmgen.contract.states import ENDED_WORDS, STOPPED_BY_USER
 
 ACK_WAIT = 3.0  # seconds a stopper waits for the launcher to take the request (it looks every 0.1 s)
 POLL = 0.05
+# The kinds of run with a stop channel: how a message names the run, and who takes its request.
+TAKERS = {"launch": ("launch", "launcher"), "group": ("group run", "coordinator (slurmgen serve)")}
 
 
 def stop_file(registry: Path, launch_id: str) -> Path:
     """Where a stop request for this launch is written: beside the registry, never elsewhere."""
     return registry.parent / CONTROL_DIR / LAUNCH_STOP_NAME.format(launch_id=launch_id)
+
+
+def group_stop_file(registry: Path, key: str) -> Path:
+    """Where a stop request for a group's run (its key, GROUP.N) is written, as for a launch."""
+    return registry.parent / CONTROL_DIR / GROUP_STOP_NAME.format(key=key)
 
 
 def prepare(path: Path) -> None:
@@ -71,40 +84,45 @@ def _alive(pid: int) -> bool:
 
 
 def why_not(row: dict[str, Any]) -> str | None:
-    """Why a launch run cannot be stopped from this machine (None: it can)."""
+    """Why a launch or a group's run cannot be stopped from this machine (None: it can)."""
     info = row.get("info") or {}
-    if row.get("kind") != "launch":
-        return "only an SSH launch has a launcher to stop"
+    if row.get("kind") not in TAKERS:
+        return "only an SSH launch or a coordinator group's run has a stop channel"
+    what, taker = TAKERS[row["kind"]]
     if (row.get("state") or "") in ENDED_WORDS:
-        return f"the launch has ended ({row.get('state')})"
+        return f"the {what} has ended ({row.get('state')})"
     if row.get("cluster") and row["cluster"] != socket.gethostname():
-        return f"the launch was started on {row['cluster']}, not on this machine"
+        return f"the {what} was started on {row['cluster']}, not on this machine"
     if not info.get("stop_file"):
-        return "this launch was started by a slurmgen without a stop channel: stop it with Ctrl-C where it runs"
-    pid = info.get("pid")
+        where = "with Ctrl-C where it runs" if row["kind"] == "launch" else "from its group's page"
+        return f"this {what} was started by a slurmgen without a stop channel: stop it {where}"
+    pid = info.get("pid")  # a launch's launcher (a group's server may have been restarted since)
     if isinstance(pid, int) and not _alive(pid):
-        return f"its launcher (pid {pid}) is no longer running"
+        return f"its {taker} (pid {pid}) is no longer running"
     return None
 
 
 def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool, str]:
-    """Ask the launch's launcher to stop every rank; (taken, what happened), after up to `wait`
-    seconds for the launcher to take the request. `by` ends the cause the launch records
-    ("stopped by user from the page")."""
+    """Ask the run's launcher (or the coordinator running the group) to stop every rank; (taken,
+    what happened), after up to `wait` seconds for it to take the request. `by` ends the cause
+    the run records ("stopped by user from the page")."""
     reason = why_not(row)
+    run = f"{TAKERS.get(row.get('kind') or '', ('run',))[0]} {row.get('job_id')}"
     if reason is not None:
-        return False, f"launch {row.get('job_id')} was not stopped: {reason}"
+        return False, f"{run} was not stopped: {reason}"
+    _, taker = TAKERS[row["kind"]]
     path = Path(row["info"]["stop_file"])
-    try:  # whole or not at all: a launcher that saw the file before its text would not say who asked
+    try:  # whole or not at all: a taker that saw the file before its text would not say who asked
         atomic.write_text(path, f"{STOPPED_BY_USER} {by}\n", fsync=False, mode=0o600)
     except OSError as exc:
-        return False, f"launch {row.get('job_id')} was not stopped: cannot write {str(path)!r}: {exc.strerror}"
+        return False, f"{run} was not stopped: cannot write {str(path)!r}: {exc.strerror}"
     deadline = time.monotonic() + wait
     while path.exists():
         if time.monotonic() > deadline:
+            pid = row["info"].get("pid")
             return False, (
-                f"launch {row.get('job_id')}: its launcher (pid {row['info'].get('pid')}) did not take the "
+                f"{run}: its {taker}{f' (pid {pid})' if pid else ''} did not take the "
                 f"stop request within {wait:g} s; it stays asked in {str(path)!r}"
             )
         time.sleep(POLL)
-    return True, f"launch {row.get('job_id')}: the launcher is stopping every rank on every node ({STOPPED_BY_USER})"
+    return True, f"{run}: the {taker} is stopping every rank on every node ({STOPPED_BY_USER})"

@@ -194,7 +194,9 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         "disabled": {c.value: why for c, why in offered.items()},
         "stops": [(c.value, c.label) for c in SLURM_STOPS if c in offered],  # a Slurm job's alone
         "controls": [
-            {"action": c.value, "label": c.label, "why": why} for c, why in offered.items() if c not in SLURM_STOPS
+            {"action": c.value, "label": control.label(c, row["kind"]), "why": why}
+            for c, why in offered.items()
+            if c not in SLURM_STOPS
         ],
         **extras(row, slurm or own, run, now),
     }

@@ -523,3 +523,50 @@ def test_a_stop_reads_stopping_until_the_ranks_are_gone_then_stopped_by_you(api)
     assert [a["state"] for a in views.attempts_view(detail["attempts"])] == ["stopped by you"]
     # a rank that failed on its own still reads as its exit
     assert views.worker_state({"state": "exited", "exit_code": 3, "stopped": False}) == "exited 3"
+
+
+def test_a_runs_stop_request_reaches_the_attempt_it_is_on_after_a_restart(tmp_path):
+    """A run's Stop from outside the server (jobs/control.py: the run page, `slurmgen cancel
+    GROUP.N`, the JSON API) is a request in the run's stop channel, taken by the server's tick;
+    after a restart the run (exp1.1) is on the group's second attempt, which is the one stopped."""
+    import threading
+    import time
+
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.jobs import control
+    from slurmgen.runs.model import Recorder, attempts_of, find_run, get_row
+    from slurmgen.runs.registry import Registry
+
+    registry = tmp_path / "r.sqlite"
+    coordinator = Coordinator(Store(tmp_path / "c.db"), clock=Clock(), runs=GroupRuns(Recorder(registry)))
+    api = TestClient(create_app(coordinator, TOKEN))
+    setup_group(api, max_restarts=1)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(
+        api, "gn6", *running("exp1", 1, 0), {"id": 1, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 1}
+    )
+    assert (group_state(api)["restarts"], group_state(api)["state"]) == (1, "starting")
+    coordinator.tick()  # no request: nothing happens
+    assert group_state(api)["state"] == "starting"
+    done: list = []
+
+    def stopper() -> None:
+        with Registry.open(registry) as reg:
+            run = control.read(reg, find_run(reg, "group", "exp1.1"))
+            done.append(control.perform(reg, run, control.RunControl.STOP, None, "from a test"))
+
+    thread = threading.Thread(target=stopper)
+    thread.start()
+    while thread.is_alive():  # the server's ticker, twice a second in `slurmgen serve`
+        coordinator.tick()
+        time.sleep(0.02)
+    assert done[0].done, done
+    g = group_state(api)
+    assert (g["state"], g["reason"], g["attempt"]) == ("stopped", "stopped by user from a test", 2)
+    with Registry.open(registry) as reg:
+        seq = find_run(reg, "group", "exp1.1")
+        assert get_row(reg, seq)["state"] == "stopped"
+        assert [(a["number"], a["state"]) for a in attempts_of(reg, seq)] == [(1, "failed"), (2, "stopped")]
+    assert not (tmp_path / "control" / "group-exp1.1.stop").exists()
+    coordinator.store.close()

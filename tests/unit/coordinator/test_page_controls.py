@@ -1,16 +1,19 @@
 """The page's controls of issue 22 part 3 beyond cancel and checkpoint, through the real app
-(TestClient, a real registry and coordinator store): requeue a Slurm job, stop an SSH launch,
-a group's limits in the settings form, its command and env, deleting it, forgetting a lost
-worker. Each is a POST behind the session and CSRF value answered with a redirect to a page;
-each button that cannot apply is disabled with its reason. In Chromium on the test cluster:
+(TestClient, a real registry and coordinator store): requeue a Slurm job, stop an SSH launch or
+a group's run (the coordinator taking the stop request), a group's limits in the settings form,
+its command and env, deleting it, forgetting a lost worker. Each is a POST behind the session
+and CSRF value answered with a redirect to a page; each button that cannot apply is disabled
+with its reason. In Chromium on the test cluster:
 tests/integration/web/test_page_controls_browser.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +26,7 @@ from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
 from slurmgen.runs import stop_request  # noqa: E402
-from slurmgen.runs.model import Failure, NewRun, Recorder, add_run, end_run  # noqa: E402
+from slurmgen.runs.model import Failure, NewRun, Recorder, add_run, end_run, find_run, get_row  # noqa: E402
 from slurmgen.runs.registry import JobRecord, Registry  # noqa: E402
 
 TOKEN = "t0ken-for-control-tests"
@@ -164,6 +167,83 @@ def test_stop_a_running_launch_through_its_channel_and_not_an_ended_one(app):
     assert "launch L1: the launcher is stopping every rank on every node" in app.get(f"/ui/runs/{live}").text
     assert post(app, f"/ui/runs/{old}/stop", page=f"/ui/runs/{old}") == f"/ui/runs/{old}"
     assert "launch L0 was not stopped: the launch has ended (failed)" in app.get(f"/ui/runs/{old}").text
+
+
+# ---- stopping a group's run: the same entry (jobs/control.py), the coordinator takes it -----------
+def started_group(app, name: str) -> int:
+    """A group started on gn6's two workers: its run's row number in the registry (key NAME.1)."""
+    register(app)
+    api(app, "POST", "/api/groups", {"name": name})
+    api(app, "POST", "/api/workers/move", {"workers": ["gn6-0", "gn6-1"], "group": name})
+    api(app, "PATCH", f"/api/groups/{name}/config", {"argv": ["sleep", "60"]})
+    assert api(app, "POST", f"/api/groups/{name}/start").status_code == 200
+    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
+        return find_run(reg, "group", f"{name}.1")
+
+
+def group_run_row(app, seq: int):
+    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
+        return get_row(reg, seq)
+
+
+def test_a_group_run_is_stopped_from_its_run_page_through_the_runs_controls(app):
+    """The run page's Stop of a group's run writes its stop request (jobs/control.perform); the
+    server's own ticker takes it and stops the group as its group page's Stop does."""
+    seq = started_group(app, "exp4")
+    stop_file = Path(group_run_row(app, seq)["info"]["stop_file"])
+    assert stop_file.name == "group-exp4.1.stop" and stop_file.parent.stat().st_mode & 0o777 == 0o700
+    assert "disabled" not in button(app.get(f"/ui/runs/{seq}").text, "Stop")
+    assert post(app, f"/ui/runs/{seq}/stop", page=f"/ui/runs/{seq}") == f"/ui/runs/{seq}"
+    html = app.get(f"/ui/runs/{seq}").text
+    assert "group run exp4.1: the coordinator (slurmgen serve) is stopping every rank on every node" in html
+    group = api(app, "GET", "/api/groups/exp4").json()["group"]
+    assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_USER} from the page")
+    assert group_run_row(app, seq)["state"] == State.STOPPED.value
+    assert not stop_file.exists()
+    assert 'disabled title="the group run has ended (stopped)"' in button(html, "Stop")
+    assert post(app, f"/ui/runs/{seq}/stop", page=f"/ui/runs/{seq}") == f"/ui/runs/{seq}"
+    assert "group run exp4.1 was not stopped: the group run has ended (stopped)" in app.get(f"/ui/runs/{seq}").text
+
+
+def test_the_json_api_stops_a_group_run_and_a_restarted_group_keeps_its_runs_channel(app):
+    seq = started_group(app, "exp5")
+    reply = api(app, "POST", f"/api/runs/{seq}/actions", {"action": "stop"})
+    assert reply.status_code == 200 and reply.json()["said"].startswith("group run exp5.1: the coordinator")
+    assert api(app, "GET", "/api/groups/exp5").json()["group"]["reason"] == f"{STOPPED_BY_USER} through the API"
+    reply = api(app, "POST", f"/api/runs/{seq}/actions", {"action": "cancel"})
+    assert (reply.status_code, reply.json()["detail"]) == (
+        409,
+        f"run {seq} is not a Slurm job of this machine's registry: nothing was sent",
+    )
+    # A new start is a new run with its own channel; the old run's request cannot reach it.
+    assert api(app, "POST", "/api/groups/exp5/start").status_code == 200
+    with Registry.open(app.app.state.coordinator.runs.recorder.path) as reg:
+        second = find_run(reg, "group", "exp5.2")
+    assert Path(group_run_row(app, second)["info"]["stop_file"]).name == "group-exp5.2.stop"
+    assert api(app, "POST", f"/api/runs/{seq}/actions", {"action": "stop"}).status_code == 409
+    assert api(app, "GET", "/api/groups/exp5").json()["group"]["state"] == "starting"
+    assert api(app, "POST", f"/api/runs/{second}/actions", {"action": "stop"}).status_code == 200
+    assert api(app, "GET", "/api/groups/exp5").json()["group"]["state"] == "stopped"
+
+
+def test_slurmgen_cancel_of_a_group_runs_key_stops_the_group_through_the_same_entry(app, capsys):
+    from helpers import run as run_cli
+
+    seq = started_group(app, "exp6")
+    registry = str(app.app.state.coordinator.runs.recorder.path)
+    code, out, _ = run_cli(capsys, "cancel", "exp6.1", "--registry", registry, "--json")
+    assert code == 0 and json.loads(out) == {
+        "job": "exp6.1",
+        "kind": "group",
+        "stopping": True,
+        "said": f"group run exp6.1: the coordinator (slurmgen serve) is stopping every rank on every node "
+        f"({STOPPED_BY_USER})",
+    }
+    group = api(app, "GET", "/api/groups/exp6").json()["group"]
+    assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_USER} with slurmgen cancel")
+    assert group_run_row(app, seq)["state"] == State.STOPPED.value
+    code, out, _ = run_cli(capsys, "cancel", "exp6.1", "--registry", registry)
+    assert (code, out) == (1, "group run exp6.1 was not stopped: the group run has ended (stopped)\n")
 
 
 # ---- the same controls as JSON (run_api.py) ----------------------------------------------------

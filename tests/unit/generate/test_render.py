@@ -328,3 +328,19 @@ def test_the_specs_strategy_reaches_the_trainer_under_both_launch_scripts():
     assert parse([], {"SLURMGEN_STRATEGY": "fsdp"})[0].strategy == "fsdp"
     assert parse(["--strategy", "ddp"], {"SLURMGEN_STRATEGY": "fsdp"})[0].strategy == "ddp"
     assert parse([], {})[0].strategy == "ddp"
+
+
+def test_the_timeline_function_is_one_text_in_both_scripts():
+    """launch_multi_node.sh and run_slurm.sh's rank wrapper write a rank's timeline lines with
+    the same function, rendered from templates/timeline.sh.j2 (it was written twice)."""
+    files = render(build_spec({"launcher": "srun"})).files
+
+    def function(text: str) -> str:
+        found = re.search(r"^( *)timeline\(\) \{\n.*?^\1\}$", text, re.M | re.S)
+        assert found, "no timeline function"
+        return "\n".join(line.removeprefix(found[1]) for line in found[0].splitlines())
+
+    assert function(files[LAUNCH_SCRIPT]) == function(files[SLURM_SCRIPT])
+    template = (Path(__file__).resolve().parents[3] / "templates" / "timeline.sh.j2").read_text()
+    assert function(files[LAUNCH_SCRIPT]) in template
+    assert "'" not in template  # it sits inside the rank wrapper's single quotes

@@ -139,10 +139,16 @@ def test_a_slurm_job_is_offered_what_its_slurm_state_allows(reg):
     assert control.choices(run, {"state": "UNKNOWN"})[REQUEUE].startswith("Slurm no longer knows the job")
 
 
-def test_a_launch_is_offered_its_stop_and_no_slurm_control_nor_is_a_group_run(reg):
+def test_a_launch_and_a_group_run_are_offered_their_stop_and_no_slurm_control(reg, tmp_path):
     """A launch's and a group run's pages showed a Slurm job's Cancel and Checkpoint, always disabled."""
     assert control.choices(ended_launch(reg), {}) == {STOP: "the launch has ended (failed)"}
-    assert control.choices(group_run(), {}) == {}
+    channel = {"stop_file": str(tmp_path / "control" / "group-g.1.stop")}
+    assert control.choices(group_run(info=channel), {}) == {STOP: None}
+    assert control.choices(group_run(info=channel, state="stopped"), {})[STOP] == "the group run has ended (stopped)"
+    assert control.choices(group_run(), {})[STOP] == (
+        "this group run was started by a slurmgen without a stop channel: stop it from its group's page"
+    )
+    assert control.label(STOP, "group") == "Stop" and control.label(STOP, "launch") == "Stop launch"
 
 
 def test_a_control_of_another_kind_of_run_is_refused_before_anything_is_sent(reg):
@@ -156,9 +162,12 @@ def test_a_control_of_another_kind_of_run_is_refused_before_anything_is_sent(reg
         == f"run {launch.seq} is 'launch', not a Slurm job: only a Slurm job is requeued"
     )
     assert control.refusal(job, STOP) == (
-        f"run {job.seq} is 'slurm', not an SSH launch: only a launch is stopped (cancel a Slurm job)"
+        f"run {job.seq} is 'slurm', not an SSH launch or a group's run: only those are stopped (cancel a Slurm job)"
     )
-    assert control.refusal(group_run(), STOP).startswith("run 9 is 'group', not an SSH launch")
+    assert control.refusal(group_run(), STOP) is None  # the coordinator's channel is asked next
+    assert (
+        control.refusal(group_run(), CANCEL) == "run 9 is not a Slurm job of this machine's registry: nothing was sent"
+    )
     assert all(control.refusal(job, c) is None for c in (CANCEL, CHECKPOINT, REQUEUE))
     assert control.refusal(launch, STOP) is None  # the launcher's own rules are asked next (stop_request.why_not)
     for c in (CANCEL, CHECKPOINT, REQUEUE, STOP):

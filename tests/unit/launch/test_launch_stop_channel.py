@@ -91,7 +91,10 @@ def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
         "cluster": os.uname().nodename,
         "info": {"pid": os.getpid(), "stop_file": str(tmp_path / "control" / "launch-L1.stop")},
     }
-    assert stop_request.why_not({**mine, "kind": "slurm"}) == "only an SSH launch has a launcher to stop"
+    assert (
+        stop_request.why_not({**mine, "kind": "slurm"})
+        == "only an SSH launch or a coordinator group's run has a stop channel"
+    )
     assert (
         stop_request.why_not({**mine, "cluster": "elsewhere"})
         == "the launch was started on elsewhere, not on this machine"

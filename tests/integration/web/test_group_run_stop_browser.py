@@ -1,0 +1,63 @@
+"""A coordinator group's run stopped from its run page (/ui/runs/SEQ) in a real browser, against
+a real `slurmgen serve` and real agents (the local `coordinator` fixture): the page's Stop goes
+through jobs/control.py, the one entry of a run's controls, as `slurmgen cancel GROUP.N` does;
+the server takes the stop request on its tick and its agents end the ranks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from slurmgen.runs.model import find_run
+from slurmgen.runs.registry import Registry
+
+expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
+
+
+def _wait(what, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, f"not within {timeout} s"
+        time.sleep(0.2)
+    return found
+
+
+def test_a_group_runs_stop_button_stops_its_ranks_through_the_runs_controls(page, coordinator, tmp_path):
+    names = [w["name"] for w in coordinator.wait_workers(2)][:2]
+    assert coordinator.api("POST", "/api/groups", {"name": "stopme"})[0] == 201
+    assert coordinator.api("POST", "/api/workers/move", {"workers": names, "group": "stopme"})[0] == 200
+    config = {"argv": ["python", "-c", "import time; time.sleep(120)"], "backend": "gloo", "cwd": str(tmp_path)}
+    assert coordinator.api("PATCH", "/api/groups/stopme/config", config)[0] == 200
+    status, group = coordinator.api("POST", "/api/groups/stopme/start")
+    assert status == 200, group
+    _wait(lambda: coordinator.api("GET", "/api/groups/stopme")[1]["group"]["state"] == "running")
+    key = f"stopme.{group['attempt']}"
+    with Registry.open(coordinator.home / "state" / "slurmgen" / "jobs.sqlite") as reg:
+        seq = find_run(reg, "group", key)
+    assert seq is not None
+
+    p = page
+    p.log_in(coordinator.token)
+    p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
+    stop = p.page.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_enabled()
+    p.shot("group-run-running")
+    stop.click()
+    expect(p.page.locator(".notice")).to_contain_text(
+        f"group run {key}: the coordinator (slurmgen serve) is stopping every rank on every node"
+    )
+    expect(p.page.get_by_role("button", name="Stop", exact=True)).to_be_disabled()
+    expect(p.page.locator("#why-stop")).to_have_text("Stop: the group run has ended (stopped)")
+    workers = _wait(
+        lambda: (
+            [w for w in coordinator.api("GET", "/api/workers")[1] if w["name"] in names and w["state"] == "exited"]
+            if all(w["state"] == "exited" for w in coordinator.api("GET", "/api/workers")[1] if w["name"] in names)
+            else None
+        )
+    )
+    assert len(workers) == 2 and all(w["stopped"] for w in workers), workers
+    group = coordinator.api("GET", "/api/groups/stopme")[1]["group"]
+    assert (group["state"], group["reason"]) == ("stopped", "stopped by user from the page")
+    p.page.reload()
+    p.shot("group-run-stopped")
