@@ -114,13 +114,17 @@ stop_grace=$((10#$stop_grace)) fail_grace=$((10#$fail_grace))
 timeline_file=${SLURMGEN_TIMELINE_FILE:-}
 timeline_attempt=${SLURMGEN_ATTEMPT:-1}  # a run by hand is its first (contract/attempts.py)
 [[ $timeline_attempt =~ ^[0-9]+$ ]] || timeline_attempt=1
-# One JSON line: EVENT RANK PID [", more": fields]; a line that cannot be written is lost, never the run.
+timeline_attempt=$((10#$timeline_attempt)) timeline_host=$HOSTNAME
+# One JSON line on the timeline (slurmgen/contract/phases.py): EVENT RANK PID [", more": fields],
+# with the timeline_file, timeline_attempt and timeline_host its caller sets; a line that cannot
+# be written is lost, never the run. One text for launch_multi_node.sh and the rank wrapper of
+# run_slurm.sh, whose single quotes it sits in (so it holds none).
 timeline() {
   [[ -n $timeline_file ]] || return 0
   local t=${EPOCHREALTIME:-}
-  [[ -n $t ]] || printf -v t '%(%s)T' -1
-  printf '{"event": "%s", "rank": %s, "attempt": %s, "time": %s, "host": "%s", "pid": %s, "by": "launcher"%s}\n' \
-    "$1" "$2" "$((10#$timeline_attempt))" "${t/,/.}" "$HOSTNAME" "$3" "${4:-}" >>"$timeline_file" 2>/dev/null || true
+  [[ -n $t ]] || printf -v t "%(%s)T" -1
+  printf "{\"event\": \"%s\", \"rank\": %s, \"attempt\": %s, \"time\": %s, \"host\": \"%s\", \"pid\": %s, \"by\": \"launcher\"%s}\n" \
+    "$1" "$2" "$timeline_attempt" "${t/,/.}" "$timeline_host" "$3" "${4:-}" >>"$timeline_file" 2>/dev/null || true
 }
 
 # --- a hostname that resolves to a loopback address (Debian's default /etc/hosts maps the machine's

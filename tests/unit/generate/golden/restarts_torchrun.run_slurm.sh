@@ -332,15 +332,20 @@ rank_wrapper='
   trap : USR1 USR2  # the warnings are for the program to take or die of; the wrapper waits
   # The timeline lines a launcher writes for any program (slurmgen/contract/phases.py, as
   # launch_multi_node.sh writes them): the process of this rank and its end; a program adds its own.
+  timeline_file=${SLURMGEN_TIMELINE_FILE:-} timeline_attempt=${SLURMGEN_ATTEMPT:-1}
+  timeline_host=${SLURMD_NODENAME:-$HOSTNAME}
+  # One JSON line on the timeline (slurmgen/contract/phases.py): EVENT RANK PID [", more": fields],
+  # with the timeline_file, timeline_attempt and timeline_host its caller sets; a line that cannot
+  # be written is lost, never the run. One text for launch_multi_node.sh and the rank wrapper of
+  # run_slurm.sh, whose single quotes it sits in (so it holds none).
   timeline() {
-    [[ -n ${SLURMGEN_TIMELINE_FILE:-} ]] || return 0
+    [[ -n $timeline_file ]] || return 0
     local t=${EPOCHREALTIME:-}
     [[ -n $t ]] || printf -v t "%(%s)T" -1
     printf "{\"event\": \"%s\", \"rank\": %s, \"attempt\": %s, \"time\": %s, \"host\": \"%s\", \"pid\": %s, \"by\": \"launcher\"%s}\n" \
-      "$1" "$RANK" "${SLURMGEN_ATTEMPT:-1}" "${t/,/.}" "${SLURMD_NODENAME:-$HOSTNAME}" "$$" "${2:-}" \
-      >>"$SLURMGEN_TIMELINE_FILE" 2>/dev/null || true
+      "$1" "$2" "$timeline_attempt" "${t/,/.}" "$timeline_host" "$3" "${4:-}" >>"$timeline_file" 2>/dev/null || true
   }
-  timeline process
+  timeline process "$RANK" "$$"
   exec 3>&1 4>&2
   exec > >(trap "" INT TERM USR1 USR2; exec sed -u "s/^/[rank $RANK] /")
   out_labels=$!
@@ -352,7 +357,7 @@ rank_wrapper='
   wait "$out_labels" "$err_labels" 2>/dev/null
   ended=done
   ((code == 0)) || ended=failed
-  timeline end ", \"status\": \"$ended\", \"code\": $code"
+  timeline end "$RANK" "$$" ", \"status\": \"$ended\", \"code\": $code"
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
     printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \
