@@ -28,7 +28,7 @@ def root_names(command: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _flag(command: Sequence[str], flag: str) -> str | None:
+def flag_value(command: Sequence[str], flag: str) -> str | None:
     """The value of `--flag VALUE` or `--flag=VALUE` in a command (the last one given)."""
     found = None
     for i, word in enumerate(command):
@@ -51,7 +51,9 @@ def record_dir(workdir: str, command: Sequence[str], run_id: str, default_out: s
     """Where the bundled trainer keeps the run records of run `run_id` (its SLURMGEN_GROUP):
     TRACK_DIR/RUN_ID, TRACK_DIR being --track-dir, else OUT_DIR/tracking (train/track.py).
     None for another program, or with --track off: where it writes is its own business."""
-    if not is_trainer(command) or _flag(command, "--track") == "off":
+    if not is_trainer(command) or flag_value(command, "--track") == "off":
         return None
-    track = _flag(command, "--track-dir") or str(Path(_flag(command, "--out-dir") or default_out) / "tracking")
+    track = flag_value(command, "--track-dir") or str(
+        Path(flag_value(command, "--out-dir") or default_out) / "tracking"
+    )
     return str(Path(workdir) / track / run_id)
