@@ -49,6 +49,8 @@ def submit(**kw: Any) -> None:
             rendered = _soonest(runners(kw["remote"]), create_flags, candidates, dry_run)
             if dry_run:
                 return
+        if not kw["no_check"]:
+            _check(runners(kw["remote"]), rendered)
         _submit_rendered(runners, rendered, args, kw, force)
     finally:
         runners.close()
@@ -93,6 +95,30 @@ def _soonest(runner: Any, create_flags: dict[str, Any], candidates: list[Any], d
     verb = "would submit" if dry_run else "submitting"
     typer.echo(f"slurmgen: {verb} {chosen.shape}, the shape Slurm expects to start first", err=not dry_run)
     return renders[rows.index(chosen)]
+
+
+def _check(runner: Any, rendered: Any) -> None:
+    """Refuse a request the cluster can never meet, each reason on its line (jobs/request_check.py);
+    say when Slurm expects one that has to wait to start. A cluster that cannot be asked is said,
+    not fatal: the check only spares a job that would never start."""
+    from slurmgen.generate.render import SLURM_SCRIPT
+    from slurmgen.jobs import request_check, shapes
+
+    cwd = os.getcwd() if runner.where == "local" else None
+    try:
+        facts = request_check.ask(runner, rendered.files[SLURM_SCRIPT], cwd)
+    except (ValueError, SlurmgenError) as exc:
+        typer.echo(f"slurmgen: note: the request was not checked against the cluster: {exc}", err=True)
+        return
+    found = request_check.problems(rendered.spec, facts)
+    if found:
+        raise SlurmgenError(*found, hint="the cluster can never start it; --no-check submits it anyway")
+    if facts.estimate.start and shapes.why(facts.estimate, facts.now) != "free now":
+        typer.echo(
+            f"slurmgen: note: Slurm expects the job to start at {facts.estimate.start.isoformat(sep=' ')}: "
+            "its nodes are busy until then",
+            err=True,
+        )
 
 
 def _submit_rendered(runners: Runners, rendered: Any, args: list[str], kw: dict[str, Any], force: bool) -> None:
@@ -210,6 +236,16 @@ def _signature() -> inspect.Signature:
             bool,
             typer.Option(False, "--earliest", help="Submit the shape of --shapes that Slurm expects to start first."),
         ),
+        (
+            "no_check",
+            bool,
+            typer.Option(
+                False,
+                "--no-check",
+                help="Submit without first comparing the request with what the cluster has (partitions, nodes, "
+                "GPUs, memory, features, time limit, accounts).",
+            ),
+        ),
     ]
     hints = typing.get_type_hints(create)
     params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(create).parameters.values()]
@@ -241,6 +277,7 @@ def register(app: typer.Typer) -> None:
             "as_json",
             "shapes",
             "earliest",
+            "no_check",
         }
     )
     submit.__signature__ = signature  # type: ignore[attr-defined]
