@@ -68,3 +68,19 @@ def test_a_dropped_pending_task_reads_as_cancelled_before_it_started(tmp_path):
 def test_a_task_with_a_log_that_slurm_forgot_keeps_its_last_seen_state(tmp_path):
     view = status(tmp_path, "0", {"arr-4_0.out": "it ran\n"})
     assert (view["state"], view["source"]) == ("PENDING", "registry (last seen)")
+
+
+def test_status_of_a_waiting_job_says_when_slurm_expects_it_to_start(tmp_path):
+    from datetime import datetime
+
+    line = (DATA / "scontrol_pending_resources.txt").read_text().partition("\n#")[0] + "\n"
+    info = {"log_dir": str(tmp_path / "logs"), "workdir": str(tmp_path), "command": ["x"], "nodes": 1, "gpus": 1}
+    rec = JobRecord("2", "j.sh", str(tmp_path / "out"), 2.0, None, None, None, {**info, "launcher": "srun"})
+    with Registry.open(tmp_path / "jobs.sqlite", create=True) as reg:
+        reg.add(rec)
+        view = commands.status(Runner(line, {}), reg, rec, None)
+    assert (view["state"], view["reason"], view["expected_start"]) == ("PENDING", "Resources", "2026-11-28T11:01:06")
+    now = datetime(2026, 11, 28, 10, 58, 6).timestamp()
+    assert "  pending: Resources; Slurm expects it to start at 2026-11-28 11:01:06 (in 3 min)" in format_view(
+        view, now=now
+    )
