@@ -277,8 +277,11 @@ def ranks(
         table = rank_table(order_hosts(host_list, master, order), world_size)
     cpus = _bound_cpus(table, bind, lscpu)
     if as_json:
-        rows = [{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table]
-        typer.echo(json.dumps([{**r, "cpus": cpus[r["rank"]]} if cpus else r for r in rows], indent=2))
+        rows = [
+            {k: v for k, v in e.as_dict().items() if k != "slot"} | ({"cpus": cpus[e.rank]} if cpus else {})
+            for e in table
+        ]
+        typer.echo(json.dumps(rows, indent=2))
         return
     from rich.console import Console
     from rich.table import Table

@@ -78,7 +78,8 @@ def ask(runner: Runner, script: str, cwd: str | None) -> Facts:
     if len(parts) != 6 or not parts[0].strip():
         said = (res.err.strip() or res.out.strip() or f"exit code {res.code}").splitlines()[-1]
         raise ValueError(said)
-    return parse(*parts[:5], test_only.parse(parts[5], 0 if "to start at" in parts[5] else 1))
+    sinfo, partitions, enforce, assoc, date, answer = parts
+    return parse(sinfo, partitions, enforce, assoc, date, test_only.parse(answer, 0 if "to start at" in answer else 1))
 
 
 def parse(sinfo: str, partitions: str, enforce: str, assoc: str, date: str, estimate: test_only.Estimate) -> Facts:
