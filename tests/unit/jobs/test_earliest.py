@@ -155,3 +155,29 @@ def test_bad_shapes_are_one_line_and_nothing_is_submitted(tmp_path, capsys, monk
     assert code == 2 and len(errors) == 1 and said in errors[0] and "Traceback" not in err, err
     calls = (bin_dir / "calls").read_text() if (bin_dir / "calls").exists() else ""
     assert "--parsable" not in calls
+
+
+def test_the_python_api_trains_the_global_batch_on_its_world(tmp_path, capfd, monkeypatch):
+    """train_ddp applies global_batch as the CLI does: one process of 4 samples accumulates 4."""
+    import torch
+    import torch.nn.functional as F
+
+    from slurmgen.train import train_ddp
+
+    for k in list(os.environ):
+        if k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") or k.startswith("SLURM_"):
+            monkeypatch.delenv(k)
+    xs = torch.randn(64, 3, generator=torch.Generator().manual_seed(0))
+    data = [(x, x.sum(dim=0, keepdim=True)) for x in xs]
+    result = train_ddp(
+        model=torch.nn.Linear(3, 1),
+        train_dataset=data,
+        loss_fn=F.mse_loss,
+        config={"out_dir": str(tmp_path), "max_steps": 2, "progress": "none", "track": "off"},
+        batch_size=4,
+        global_batch=16,
+        threads=torch.get_num_threads(),
+    )
+    said = capfd.readouterr().err
+    assert result.exit_code == 0
+    assert "global batch: 16 samples (4 per process x 4 accumulation x 1 processes)" in said, said
