@@ -115,12 +115,21 @@ def doctor(
         "--min-collective-share",
         help="--fabric fails when the all-reduce's bus bandwidth is less than this share of the slowest raw TCP link.",
     ),
+    slurm: bool = typer.Option(
+        False,
+        "--slurm",
+        help="Only compare the job of --config with what the Slurm cluster has (partitions, nodes, GPUs, memory, "
+        "features, time limit, accounts), as `submit` does before submitting; nothing is submitted.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
 ) -> None:
     """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable;
     the preemption signal delivered; free disk; with --fabric the network."""
     from slurmgen.doctor import nodes
 
+    if slurm:
+        _slurm_check(config)
+        return
     if hosts is not None and hostfile is not None:
         raise SlurmgenError("hosts: give one of --hosts and --hostfile (got both)")
     opts = _probe_options(files, directory, min_free_gb, master_addr, master_port, port_timeout, config, signal)
@@ -153,6 +162,29 @@ def doctor(
     else:
         rows = nodes.local_rows(opts)
     _report(rows, as_json, min_share)
+
+
+def _slurm_check(config: Path | None) -> None:
+    """`doctor --slurm`: the check `submit` makes before submitting (jobs/request_check.py), of the
+    job of --config as `create --config` renders it, asked of this machine's Slurm."""
+    from slurmgen.generate.render import SLURM_SCRIPT, render
+    from slurmgen.generate.specfile import spec_from_sources
+    from slurmgen.jobs import request_check
+    from slurmgen.jobs.slurm_runner import LocalRunner
+
+    rendered = render(spec_from_sources(config, {}))
+    try:
+        facts = request_check.ask(LocalRunner(), rendered.files[SLURM_SCRIPT], os.getcwd())
+    except ValueError as exc:
+        raise SlurmgenError(f"doctor: slurm: the cluster did not answer: {exc}", exit_code=exitcodes.FAILED) from None
+    found = request_check.problems(rendered.spec, facts)
+    if found:
+        raise SlurmgenError(*[f"doctor: {p}" for p in found], exit_code=exitcodes.FAILED)
+    spec, start = rendered.spec, facts.estimate.start
+    typer.echo(
+        f"slurm: the request fits ({spec.nodes} node(s) x {spec.gpus}, partition {facts.estimate.partition}); "
+        f"Slurm expects it to start at {start.isoformat(sep=' ') if start else 'an unknown time'}"
+    )
 
 
 def _probe_options(

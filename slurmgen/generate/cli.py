@@ -255,9 +255,18 @@ def ranks(
     master: str | None = typer.Option(None, "--master", help="The master host [default: the first given]."),
     world_size: int | None = typer.Option(None, "--world-size", help="Use only this many processes."),
     order: str = typer.Option("alphabetical", "--order", help=ORDER_HELP),
+    bind: str = typer.Option(
+        "none", "--bind", help="none | auto | cores | numa: also show the CPUs each rank gets (as create's --bind)."
+    ),
+    lscpu: Path | None = typer.Option(
+        None,
+        "--lscpu",
+        help="With --bind: a node's `lscpu -p=CPU,CORE,SOCKET,NODE` output, the topology the CPUs are planned on "
+        "[default: this machine's].",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK."""
+    """Print the rank table: which host runs which RANK, LOCAL_RANK and NODE_RANK (and with --bind its CPUs)."""
     from slurmgen.generate.hostfile import read_hostfile
     from slurmgen.generate.hostlist import expand
     from slurmgen.generate.topology import Host, anonymous_hosts, order_hosts, rank_table
@@ -280,16 +289,47 @@ def ranks(
             else [Host.with_count(h, gpus) for h in expand(hosts or "")]
         )
         table = rank_table(order_hosts(host_list, master, order), world_size)
+    cpus = _bound_cpus(table, bind, lscpu)
     if as_json:
-        typer.echo(json.dumps([{k: v for k, v in e.as_dict().items() if k != "slot"} for e in table], indent=2))
+        rows = [
+            {k: v for k, v in e.as_dict().items() if k != "slot"} | ({"cpus": cpus[e.rank]} if cpus else {})
+            for e in table
+        ]
+        typer.echo(json.dumps(rows, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
     out = Table("host", "rank", "local_rank", "node_rank", "local_world_size", "world_size", box=None)
+    if cpus:
+        out.add_column("cpus")
     for e in table:
-        out.add_row(e.host, *(str(v) for v in (e.rank, e.local_rank, e.node_rank, e.local_world_size, e.world_size)))
+        row = [str(v) for v in (e.rank, e.local_rank, e.node_rank, e.local_world_size, e.world_size)]
+        out.add_row(e.host, *row, *([cpus[e.rank]] if cpus else []))
     Console(soft_wrap=True).print(out)
+
+
+def _bound_cpus(table, bind: str, lscpu: Path | None) -> dict[int, str]:
+    """Each rank's CPUs under `bind` (generate/binding.py: the rule the node applies), on the
+    topology of --lscpu or this machine, every host taken to be alike; {} without binding."""
+    if bind == "none":
+        return {}
+    from slurmgen.generate.binding import cpu_list, here, plan, read_lscpu
+    from slurmgen.generate.spec import JobSpec, choices
+    from slurmgen.generate.user_files import read_text
+
+    if bind not in choices(JobSpec, "bind"):
+        raise SlurmgenError(f"bind: expected one of {', '.join(choices(JobSpec, 'bind'))} (got {bind!r})")
+    text = read_text(lscpu, "lscpu") if lscpu is not None else here()
+    if not text:
+        raise SlurmgenError("lscpu: cannot read this machine's topology (lscpu -p): give --lscpu FILE")
+    cores, found = read_lscpu(text), {}
+    for e in table:
+        planned = plan(cores, e.local_world_size, "numa" if bind == "auto" else bind)
+        if isinstance(planned, str) and bind != "auto":
+            raise SlurmgenError(f"bind: {bind} cannot be given on {e.host}: {planned}")
+        found[e.rank] = "unbound" if isinstance(planned, str) else cpu_list(planned[e.local_rank])
+    return found
 
 
 def schema() -> None:

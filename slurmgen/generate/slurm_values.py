@@ -57,6 +57,13 @@ def time_limit_seconds(text: str) -> int | None:
 _MEMORY = re.compile(r"^(\d+)([KMGT]?)$", re.IGNORECASE)
 
 
+def memory_mb(text: str) -> int:
+    """A Slurm memory size in MB (as sinfo and RealMemory count it); 0 = all of the node."""
+    size, unit = _MEMORY.match(memory(text)).groups()  # type: ignore[union-attr]
+    kib = int(size) * {"K": 1, "": 1024, "M": 1024, "G": 1024**2, "T": 1024**3}[unit]
+    return -(-kib // 1024)
+
+
 def memory(text: str) -> str:
     """A Slurm memory size: an integer with optional K/M/G/T suffix (default MB); 0 = all."""
     m = _MEMORY.match(text.strip())

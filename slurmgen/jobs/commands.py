@@ -246,10 +246,12 @@ def status(
         params, keys = {}, [None]
     groups = {group_of(record.job_id, t) for t in keys}
     runs = by_group(runner, record.info["workdir"], record.info.get("command") or [], record.job_id, groups)
-    rows = []
+    rows, dropped = [], []
     for t in keys:
         key = f"{record.job_id}_{t}" if t is not None else record.job_id
         job = jobs.get(key)
+        gone = _dropped(runner, record, t) if job is None and t is not None and jobs and not snap.notes else None
+        job = job or gone
         # A log is read only where it can explain something: a task that failed.
         failed = job is not None and job.ended and job.state != "COMPLETED"
         log = _read_text(runner, log_path(record, t)) if failed or not is_array else None
@@ -258,16 +260,36 @@ def status(
                 key, job, record, params.get(t) if t is not None else None, log, runs.get(group_of(record.job_id, t))
             )
         )
+        if gone is not None:  # it never ran: no exit code, and said so
+            rows[-1]["exit_code"] = None
+            dropped.append(f"{key}: {gone.source.removeprefix('slurm: ')}")
         if is_array and job is not None and job.job_id.isdigit() and (job.state != "PENDING" or job.restarts):
             rows[-1]["attempts"] = _attempts(runner, record, job.job_id)
     attempts = [] if is_array else _attempts(runner, record, record.job_id)
     view = job_view(record, snap, rows, attempts)
+    view["notes"] += dropped
     if not is_array and record.info.get("log_dir"):
         view.update(_kept_time_report(runner, registry, record, attempts, with_timeline))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"), attempts)
     return view
+
+
+def _dropped(runner: Runner, record: JobRecord, task: str) -> SlurmJob | None:
+    """An array task Slurm no longer lists while it answers for the array, and whose log was
+    never written: cancelled while pending (Slurm drops a pending task that scancel names, as a
+    chain's later links are when the run ended), so it never ran. Not the registry's last state
+    of the array (PENDING), which it will never leave."""
+    if runner.read(log_path(record, task)) is not None:
+        return None  # it ran: only its record is gone (MinJobAge, no accounting)
+    return SlurmJob(
+        job_id=f"{record.job_id}_{task}",
+        state="CANCELLED",
+        array_job_id=record.job_id,
+        array_task=task,
+        source="slurm: no longer listed and no log: cancelled before it started, it never ran",
+    )
 
 
 def remember(

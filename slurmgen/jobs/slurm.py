@@ -63,6 +63,7 @@ class SlurmJob:
     stdout: str | None = None
     workdir: str | None = None
     eligible: str | None = None  # EligibleTime, the controller's local time: when a pending job may start
+    expected: str | None = None  # a pending job's StartTime: when the backfill scheduler expects it to start
     end: str | None = None  # EndTime (the controller's local time): when it ended, once it has
     source: str = "scontrol"
 
@@ -146,10 +147,20 @@ def parse_scontrol(text: str) -> list[SlurmJob]:
                 stdout=_value(f.get("StdOut")),
                 workdir=_value(f.get("WorkDir")),
                 eligible=_value(f.get("EligibleTime")),
+                expected=_expected_start(f),
                 end=_value(f.get("EndTime")),
             )
         )
     return jobs
+
+
+def _expected_start(f: dict[str, str]) -> str | None:
+    """A pending job's StartTime, the backfill scheduler's estimate; not when it is before the job
+    may start at all (a requeued job keeps its last run's start there until the scheduler says)."""
+    start, eligible = _value(f.get("StartTime")), _value(f.get("EligibleTime"))
+    if not f.get("JobState", "").startswith("PENDING") or start is None:
+        return None
+    return start if eligible is None or start >= eligible else None  # both ISO local times: ordered as text
 
 
 # JobID names an array task ARRAY_TASK (5_1); JobIDRaw is the task's own id (8), the one its

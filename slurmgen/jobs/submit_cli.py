@@ -24,13 +24,12 @@ from slurmgen.jobs.cli_shared import JsonOpt, RegistryOpt, RemoteOpt, Runners, S
 
 def submit(**kw: Any) -> None:
     """Render exactly as `create` does, sbatch it, register the job and print its id."""
-    from slurmgen.api.job import sbatch_here
     from slurmgen.generate.render import render
-    from slurmgen.jobs import commands
-    from slurmgen.runs.registry import Registry
+    from slurmgen.jobs import commands, shapes
 
     create_flags = {k: kw.pop(k) for k in list(kw) if k in _CREATE_PARAMS}
     dry_run, force = create_flags.pop("dry_run"), create_flags.pop("force")
+    candidates = _shapes_asked(kw["shapes"], kw["earliest"], dry_run)
     rendered = render(spec_from_create_flags(**create_flags))
     args = commands.sbatch_args(kw["dependency"], kw["hold"])
     if rendered.spec.chain > 1 and kw["wait"]:
@@ -38,26 +37,110 @@ def submit(**kw: Any) -> None:
             f"wait: --wait follows one job, and a chain is {rendered.spec.chain} of them: "
             "follow it with `slurmgen status ID` (any link's id)"
         )
-    if dry_run:
+    if candidates:
+        for note in shapes.batch_notes(rendered.spec.command, candidates):
+            typer.echo(f"slurmgen: note: {note}", err=True)
+    elif dry_run:
         write_rendered(rendered, dry_run=True, force=force)
         return
+    runners = Runners(kw["ssh_config"], list(kw["remote_setup"]))
+    try:
+        if candidates:
+            rendered = _soonest(runners(kw["remote"]), create_flags, candidates, dry_run)
+            if dry_run:
+                return
+        if not kw["no_check"]:
+            _check(runners(kw["remote"]), rendered)
+        _submit_rendered(runners, rendered, args, kw, force)
+    finally:
+        runners.close()
+
+
+def _shapes_asked(text: str | None, earliest: bool, dry_run: bool) -> list[Any]:
+    """The shapes of --shapes, which need --earliest (submit the soonest) or --dry-run (the table only)."""
+    from slurmgen.jobs import shapes
+
+    if text is None:
+        if earliest:
+            raise SlurmgenError("earliest: --earliest picks among shapes: give them, e.g. --shapes 2x4,1x8,4x2")
+        return []
+    found = shapes.parse(text)
+    if not (earliest or dry_run):
+        raise SlurmgenError(
+            f"shapes: --shapes {text} needs --earliest (submit the soonest) or --dry-run (print the table)"
+        )
+    return found
+
+
+def _soonest(runner: Any, create_flags: dict[str, Any], candidates: list[Any], dry_run: bool) -> Any:
+    """Each shape rendered as `create` would and asked of `sbatch --test-only`; the table on
+    stderr (stdout with --dry-run, where it is the answer), and the soonest shape's render."""
+    from slurmgen.generate.render import SLURM_SCRIPT, render
+    from slurmgen.jobs import shapes, test_only
+
+    renders, rows = [], []
+    for shape in candidates:  # every shape validated before Slurm is asked about any
+        renders.append(
+            render(spec_from_create_flags(**{**create_flags, "nodes": str(shape.nodes), "gpus": str(shape.gpus)}))
+        )
+    now = test_only.clock(runner)
+    cwd = None if runner.where != "local" else os.getcwd()
+    for shape, each in zip(candidates, renders, strict=True):
+        rows.append(shapes.Row(shape, test_only.ask(runner, each.files[SLURM_SCRIPT], cwd)))
+    chosen = shapes.soonest(rows)
+    for line in shapes.table(rows, now, chosen):
+        typer.echo(line, err=not dry_run)
+    if chosen is None:
+        raise shapes.never(rows)
+    verb = "would submit" if dry_run else "submitting"
+    typer.echo(f"slurmgen: {verb} {chosen.shape}, the shape Slurm expects to start first", err=not dry_run)
+    return renders[rows.index(chosen)]
+
+
+def _check(runner: Any, rendered: Any) -> None:
+    """Refuse a request the cluster can never meet, each reason on its line (jobs/request_check.py);
+    say when Slurm expects one that has to wait to start. A cluster that cannot be asked is said,
+    not fatal: the check only spares a job that would never start."""
+    from slurmgen.generate.render import SLURM_SCRIPT
+    from slurmgen.jobs import request_check, shapes
+
+    cwd = os.getcwd() if runner.where == "local" else None
+    try:
+        facts = request_check.ask(runner, rendered.files[SLURM_SCRIPT], cwd)
+    except (ValueError, SlurmgenError) as exc:
+        typer.echo(f"slurmgen: note: the request was not checked against the cluster: {exc}", err=True)
+        return
+    found = request_check.problems(rendered.spec, facts)
+    if found:
+        raise SlurmgenError(*found, hint="the cluster can never start it; --no-check submits it anyway")
+    if facts.estimate.start and shapes.why(facts.estimate, facts.now) != "free now":
+        typer.echo(
+            f"slurmgen: note: Slurm expects the job to start at {facts.estimate.start.isoformat(sep=' ')}: "
+            "its nodes are busy until then",
+            err=True,
+        )
+
+
+def _submit_rendered(runners: Runners, rendered: Any, args: list[str], kw: dict[str, Any], force: bool) -> None:
+    """sbatch the rendered job (here, or on the login node of --remote), register it, and follow
+    it with --wait."""
+    from slurmgen.api.job import sbatch_here
+    from slurmgen.jobs import commands
+    from slurmgen.runs.registry import Registry
+
     remote, as_json = kw["remote"], kw["as_json"]
     with Registry.open(kw["registry"], create=True) as reg:  # a bad registry stops us before sbatch
-        runners = Runners(kw["ssh_config"], list(kw["remote_setup"]))
-        try:
-            if remote:
-                record = _submit_remote(runners(remote), reg, rendered, args, kw)
-            else:  # create's notes look at this machine: with --remote it is neither the login node nor a node
-                echo_notes(rendered.spec)
-                record = sbatch_here(runners(None), reg, rendered, args, force=force)  # as Job.submit()
-            if not kw["wait"]:
-                _say_submitted(record, as_json)
-                return
-            if not as_json:
-                typer.echo(record.job_id)
-            state, code = commands.wait(runners(remote), record, registry=reg)
-        finally:
-            runners.close()
+        if remote:
+            record = _submit_remote(runners(remote), reg, rendered, args, kw)
+        else:  # create's notes look at this machine: with --remote it is neither the login node nor a node
+            echo_notes(rendered.spec)
+            record = sbatch_here(runners(None), reg, rendered, args, force=force)  # as Job.submit()
+        if not kw["wait"]:
+            _say_submitted(record, as_json)
+            return
+        if not as_json:
+            typer.echo(record.job_id)
+        state, code = commands.wait(runners(remote), record, registry=reg)
     if as_json:
         echo_json({**record.as_dict(), "last_state": state, "last_exit": code})
     else:
@@ -136,6 +219,33 @@ def _signature() -> inspect.Signature:
         ("ssh_config", str | None, SshConfigOpt),
         ("remote_setup", list[str], SetupOpt),
         ("as_json", bool, JsonOpt),
+        # Which shape, and whether the cluster can run it at all (issue 36): kept together.
+        (
+            "shapes",
+            str | None,
+            typer.Option(
+                None,
+                "--shapes",
+                metavar="NxG,...",
+                help="Shapes to ask Slurm about (sbatch --test-only), e.g. 2x4,1x8,4x2: with --earliest the one "
+                "expected to start first is submitted, with --dry-run the table is printed.",
+            ),
+        ),
+        (
+            "earliest",
+            bool,
+            typer.Option(False, "--earliest", help="Submit the shape of --shapes that Slurm expects to start first."),
+        ),
+        (
+            "no_check",
+            bool,
+            typer.Option(
+                False,
+                "--no-check",
+                help="Submit without first comparing the request with what the cluster has (partitions, nodes, "
+                "GPUs, memory, features, time limit, accounts).",
+            ),
+        ),
     ]
     hints = typing.get_type_hints(create)
     params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(create).parameters.values()]
@@ -165,6 +275,9 @@ def register(app: typer.Typer) -> None:
             "ssh_config",
             "remote_setup",
             "as_json",
+            "shapes",
+            "earliest",
+            "no_check",
         }
     )
     submit.__signature__ = signature  # type: ignore[attr-defined]

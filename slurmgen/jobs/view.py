@@ -104,6 +104,7 @@ def task_row(
         "source": job.source if job else "registry (last seen)",
         "reason": job.reason if job and state == "PENDING" else None,
         "eligible": job.eligible if job and state == "PENDING" and job.reason == "BeginTime" else None,
+        "expected_start": job.expected if job and state == "PENDING" else None,
         "nodes": job.nodes if job else None,
         "elapsed": job.elapsed if job else None,
         "limit": job.limit if job else None,
@@ -326,10 +327,28 @@ def pending_text(view: Mapping[str, Any], now: float | None) -> str:
     except ValueError:
         at = None
     if at is None:
-        return reason
+        return reason + _expected(view, now)
     wait = round(at.timestamp() - (time.time() if now is None else now))
     why = "requeued" if view.get("restarts") else "begin time"
-    return f"{why}, eligible at {at:%H:%M:%S}" + (f" (in {wait} s)" if wait > 0 else " (now: waiting for resources)")
+    return (
+        f"{why}, eligible at {at:%H:%M:%S}"
+        + (f" (in {wait} s)" if wait > 0 else " (now: waiting for resources)")
+        + _expected(view, now)
+    )
+
+
+def _expected(view: Mapping[str, Any], now: float | None) -> str:
+    """When Slurm's backfill scheduler expects the job to start (StartTime, known after its next
+    cycle, from the time limits of the jobs running now), and how long that is from now."""
+    try:
+        at = datetime.fromisoformat(view["expected_start"]) if view.get("expected_start") else None
+    except ValueError:
+        return ""
+    if at is None:
+        return ""
+    wait = round(at.timestamp() - (time.time() if now is None else now))
+    span = f"{wait} s" if wait < 120 else f"{wait // 60} min" if wait < 7200 else f"{wait / 3600:.1f} h"
+    return f"; Slurm expects it to start at {at:%Y-%m-%d %H:%M:%S}" + (f" (in {span})" if wait > 0 else "")
 
 
 # Signals that end steps (srun's TERM and KILL, aborts, crashes, unhandled warnings): an exit

@@ -238,6 +238,7 @@ class LaunchPlan:
     stop_grace: int = 1
     heartbeat_timeout: float | None = None
     max_restarts: int = 0
+    bind: str = "none"  # the spec's: each node plans its ranks' CPUs at start (templates/bind_cores.sh.j2)
 
     def node_env(self, node: NodePlan) -> dict[str, str]:
         """The stdin environment of one node: the shared one plus its GPU list when the
@@ -312,4 +313,5 @@ def build_plan(
         stop_grace=stop_grace,
         heartbeat_timeout=heartbeat_timeout,
         max_restarts=max_restarts,
+        bind=spec.bind,
     )

@@ -32,6 +32,7 @@ def dry_run_text(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIV
             remote_command(plan, node, 1, keepalive),
             "# environment (on stdin):",
         ]
+        lines += _bind_lines(plan, node.nproc)
         env = env_text(plan.node_env(node), show_secrets=False).rstrip("\n")
         lines += [env] if env else ["# (none beyond the node script's own)"]
         lines.append("")
@@ -44,3 +45,18 @@ def dry_run_text(plan: LaunchPlan, opts: SSHOptions, keepalive: float = KEEPALIV
         plan.script.rstrip("\n"),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _bind_lines(plan: LaunchPlan, nproc: int) -> list[str]:
+    """Which CPUs each rank would get under the spec's bind: the host decides from its own
+    topology when it starts (generate/binding.py is the same rule), shown for one like this machine."""
+    from slurmgen.generate.binding import cpu_list, plan_here
+
+    if plan.bind == "none":
+        return []
+    planned = plan_here(nproc, plan.bind)
+    head = f"# bind {plan.bind}: the host plans each rank's CPUs from its own lscpu -p when it starts"
+    if isinstance(planned, str):
+        return [f"{head}; on a host like this machine: {planned}"]
+    each = ", ".join(f"local rank {r} CPUs {cpu_list(cpus)}" for r, cpus in enumerate(planned))
+    return [f"{head}; on a host like this machine: {each}"]

@@ -32,7 +32,7 @@ def root_names(command: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _flag(command: Sequence[str], flag: str) -> str | None:
+def flag_value(command: Sequence[str], flag: str) -> str | None:
     """The value of `--flag VALUE` or `--flag=VALUE` in a command (the last one given)."""
     found = None
     for i, word in enumerate(command):
@@ -76,9 +76,9 @@ def track_root(workdir: str, command: Sequence[str], default_out: str = "runs/tr
     words = unwrapped(command)
     if not is_trainer(words):
         return str(Path(workdir) / files.RECORDS_DIR)
-    if _flag(words, "--track") == "off":
+    if flag_value(words, "--track") == "off":
         return None
-    track = _flag(words, "--track-dir") or str(Path(_flag(words, "--out-dir") or default_out) / "tracking")
+    track = flag_value(words, "--track-dir") or str(Path(flag_value(words, "--out-dir") or default_out) / "tracking")
     return str(Path(workdir) / track)
 
 

@@ -82,6 +82,7 @@ def train_ddp(
     base = config.to_dict() if isinstance(config, TrainConfig) else dict(config)
     cfg = TrainConfig.from_dict({**base, **overrides})
     env = setup(cfg)
+    cfg = cfg.at_world(env.world_size)  # global_batch: the accumulation that keeps it on this world
     return Trainer(
         model, train_dataset, env, cfg, eval_dataset=eval_dataset, loss_fn=loss_fn, shard_units=shard_units
     ).fit()

@@ -74,7 +74,17 @@ LAYOUT = (
     ),
     (
         "optimisation",
-        ("batch_size", "grad_accum", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "dtype"),
+        (
+            "batch_size",
+            "grad_accum",
+            "global_batch",
+            "lr",
+            "min_lr",
+            "warmup_steps",
+            "weight_decay",
+            "grad_clip",
+            "dtype",
+        ),
     ),
     (
         "model and data",
@@ -246,6 +256,7 @@ def run(cfg: TrainConfig, launch: LaunchFlags) -> int:
         _error(str(exc))
         return EXIT_FAILED
     try:
+        cfg = cfg.at_world(env.world_size)
         torch.manual_seed(cfg.seed)  # identical initial weights everywhere, whatever DDP does
         model = build_model(cfg)
         train, val = build_datasets(cfg)

@@ -93,6 +93,21 @@ class ConfigError(ValueError):
 _DEFAULT = "(default %(default)s)"
 
 
+def accumulation(global_batch: int, batch_size: int, world: int) -> int | None:
+    """The micro-steps per optimizer step that make `global_batch` on `world` processes of
+    `batch_size` samples each, or None when it does not divide. The trainer applies it at start
+    and `slurmgen submit --shapes` refuses a shape with None, so no shape is found wrong on the nodes."""
+    accum, rest = divmod(global_batch, batch_size * world)
+    return accum if accum >= 1 and rest == 0 else None
+
+
+def world_problem(global_batch: int, batch_size: int, world: int) -> str:
+    return (
+        f"--global-batch {global_batch} is not a multiple of --batch-size {batch_size} x {world} processes "
+        f"(= {batch_size * world}): no whole number of accumulation steps gives it"
+    )
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every knob of a training run. Field `x_y` is flag `--x-y` (those declared with `flag`)."""
@@ -126,6 +141,12 @@ class TrainConfig:
     batch_size: int = flag(8, f"samples per process per micro-step {_DEFAULT}", type=count(1))
     grad_accum: int = flag(
         1, f"micro-steps per optimizer step; gradients sync on the last only {_DEFAULT}", type=count(1)
+    )
+    global_batch: int | None = flag(
+        None,
+        "samples per optimizer step over every process: --grad-accum follows the world size, so every "
+        "shape of a job (2x4, 1x8, 4x2) trains the same batch",
+        type=count(1),
     )
     lr: float = flag(1e-3, f"peak learning rate of AdamW {_DEFAULT}", type=number(0.0))
     min_lr: float | None = flag(None, "final learning rate of the cosine decay (default: lr/10)", type=number(0.0))
@@ -249,6 +270,15 @@ class TrainConfig:
             raise ConfigError([f"unknown config key {k!r} (valid: {', '.join(sorted(names))})" for k in unknown])
         return cls(**dict(values)).validate()
 
+    def at_world(self, world: int) -> TrainConfig:
+        """This config for `world` processes: with --global-batch, the accumulation that keeps it."""
+        if self.global_batch is None:
+            return self
+        accum = accumulation(self.global_batch, self.batch_size, world)
+        if accum is None:
+            raise ConfigError([world_problem(self.global_batch, self.batch_size, world)])
+        return dataclasses.replace(self, grad_accum=accum)
+
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError listing every problem."""
         p = self._bound_problems() + self._choice_problems() + self._setting_problems()
@@ -323,6 +353,8 @@ class TrainConfig:
     def _setting_problems(self) -> list[str]:
         """Fields that exclude or need each other, empty values, the signal and the trackers."""
         p: list[str] = []
+        if self.global_batch is not None and self.grad_accum != 1:
+            p.append(f"--global-batch sets --grad-accum from the world size: drop --grad-accum {self.grad_accum}")
         if self.max_steps is not None and self.epochs is not None:
             p.append(f"--max-steps ({self.max_steps}) and --epochs ({self.epochs}) exclude each other: give one")
         if self.model == "gpt" and self.n_embd % self.n_head:

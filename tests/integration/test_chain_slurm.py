@@ -128,6 +128,9 @@ def test_a_sweeps_chain_ends_per_array_task(cluster, tmp_path):
         # array task that scancel names (`scontrol show job 102_0`: not found), so it never ran.
         assert not (logs / f"slurmgen-{later}_0.out").exists(), later
         assert "not found" in cluster.run(["scontrol", "show", "job", f"{later}_0"], check=False).stdout
+        dropped = status(cluster, tmp_path, f"{later}_0")  # not the array's PENDING it would never leave
+        assert (dropped["state"], dropped["exit_code"]) == ("CANCELLED", None), dropped
+        assert any("cancelled before it started, it never ran" in note for note in dropped["notes"]), dropped
         assert status(cluster, tmp_path, f"{later}_1")["exit_code"] == 75
     assert (logs / CHAIN_ENDED_NAME.format(job_id=f"{chain}_0")).exists()
     assert not (logs / CHAIN_ENDED_NAME.format(job_id=f"{chain}_1")).exists()
