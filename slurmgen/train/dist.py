@@ -171,6 +171,23 @@ def init(env: DistEnv, timeout: float) -> None:
 _CONTROL: Any = None  # the gloo group for CPU-side messages; None = the default group
 
 
+def leave() -> None:
+    """Leave a process group a peer's failure broke, without a barrier (the peer is gone): NCCL's
+    communicators are aborted (a destroy would wait on the dead peer's work), every group is
+    destroyed, so `init` can join a new world in this same process (a warm restart)."""
+    global _CONTROL
+    _CONTROL = None
+    if not active():
+        return
+    try:
+        if dist.get_backend() == "nccl":
+            dist.distributed_c10d._abort_process_group()
+        else:
+            dist.destroy_process_group()
+    except Exception as exc:  # already half torn down by the failure: what is left goes with the process
+        log.warning("leaving the broken process group: %s", str(exc).splitlines()[0] if str(exc) else exc)
+
+
 def active() -> bool:
     return dist.is_available() and dist.is_initialized()
 
