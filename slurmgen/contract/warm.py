@@ -15,8 +15,8 @@ rank: a directory of the node's own, shared by the ranks of that node. Then:
    Ranks keep their numbers: the failed rank's number goes to its replacement.
 3. For each failed rank the launcher starts a fresh process with the same RANK, told the
    generation it joins (envvars.WARM_GENERATION) and that world's MASTER_ADDR and MASTER_PORT;
-   in `launch_multi_node.sh` it does so by writing `START_NAME` (the order to start that rank
-   anew) beside the world file, which the node's process loop obeys.
+   in `launch_multi_node.sh` it does so by writing `START_PREFIX` + RANK (the order to start that
+   rank anew, holding the generation) beside the world file, which the node's process loop obeys.
 4. Every rank of the new world (the healthy ones and the fresh one) joins the rendezvous at the
    world's address and port and reloads the latest checkpoint; the trainer steps on from there.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from slurmgen.contract.ports import MAX_PORT
 
 WORLD_NAME = "world"
-START_NAME = "start-{rank}"
+START_PREFIX = "start-"  # START_PREFIX + RANK: the order to start that rank anew (its text: the generation)
 # Restart modes of `slurmgen launch --restart-mode`: cold starts every process again, warm keeps
 # the healthy ranks' processes (this protocol).
 COLD, WARM = "cold", "warm"
@@ -62,6 +62,13 @@ def port_for(base: int, generation: int) -> int:
     """The rendezvous port of a generation: the job's port plus the generation (below it past
     the last port)."""
     return base + generation if base + generation <= MAX_PORT else base - generation
+
+
+def first_port(port: int, generation: int) -> int:
+    """The job's own port, from a generation's (`port_for` undone): what names the job on a node
+    whatever the generation (where its ranks' heartbeats go)."""
+    below = port - generation
+    return below if below >= 1 and port_for(below, generation) == port else port + generation
 
 
 def parse(text: str) -> World | None:

@@ -26,7 +26,7 @@ from slurmgen.cliopts import (
     ssh_port_option,
     ssh_user_option,
 )
-from slurmgen.contract import envvars, ports
+from slurmgen.contract import envvars, ports, warm
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL
 from slurmgen.errors import SlurmgenError
@@ -86,6 +86,13 @@ def launch(
     ),
     max_restarts: int = typer.Option(
         0, "--max-restarts", help="Start the whole group again after a failure, up to N times."
+    ),
+    restart_mode: str = typer.Option(
+        warm.COLD,
+        "--restart-mode",
+        help="After a rank's failure: cold starts every process again; warm keeps the healthy ranks' "
+        "processes, which wait for the new world and reload the latest checkpoint (the bundled trainer, "
+        "or a program using slurmgen.train.warm), and starts only the failed rank anew.",
     ),
     heartbeat_timeout: float | None = typer.Option(
         None,
@@ -156,6 +163,7 @@ def launch(
         stop_grace=stop_grace,
         heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
         max_restarts=max_restarts,
+        restart_mode=restart_mode,
     )
     _start(plan, opts, keepalive, dry_run, (registry, spec.job_name, list(spec.command)))
 

@@ -18,12 +18,12 @@ import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from slurmgen.contract import envvars
+from slurmgen.contract import envvars, warm
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.hostlist import is_host_name
 from slurmgen.generate.spec import RESERVED_ENV
@@ -92,7 +92,11 @@ LAUNCHER_ENV = RESERVED_ENV | {
     envvars.STOP_GRACE,
     envvars.FAIL_GRACE,
     envvars.EVENT_FD,
+    envvars.WARM_DIR,
+    envvars.WARM_GENERATION,
 }
+# A program that mentions the trainer or its warm hook may take part in a warm restart.
+TAKES_PART = re.compile(r"slurmgen\.train|from slurmgen import train")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -238,6 +242,7 @@ class LaunchPlan:
     stop_grace: int = 1
     heartbeat_timeout: float | None = None
     max_restarts: int = 0
+    restart_mode: str = warm.COLD  # warm: the healthy ranks keep their processes (contract/warm.py)
 
     def node_env(self, node: NodePlan) -> dict[str, str]:
         """The stdin environment of one node: the shared one plus its GPU list when the
@@ -273,6 +278,7 @@ def build_plan(
     stop_grace: int = 1,
     heartbeat_timeout: float | None = None,
     max_restarts: int = 0,
+    restart_mode: str = warm.COLD,
 ) -> LaunchPlan:
     """The plan for `hosts` (already filtered) running `spec`'s command.
 
@@ -300,6 +306,9 @@ def build_plan(
         raise SlurmgenError(f"heartbeat_timeout: must be more than 0 seconds (got {heartbeat_timeout})")
     if stop_grace < 0:
         raise SlurmgenError(f"stop_grace: must be 0 or more seconds (got {stop_grace})")
+    refused = warm_refusal(restart_mode, list(spec.command), workdir)
+    if refused:
+        raise SlurmgenError(refused)
     return LaunchPlan(
         nodes=nodes,
         world_size=world,
@@ -312,4 +321,37 @@ def build_plan(
         stop_grace=stop_grace,
         heartbeat_timeout=heartbeat_timeout,
         max_restarts=max_restarts,
+        restart_mode=restart_mode,
+    )
+
+
+def warm_refusal(mode: str, command: list[str], workdir: str) -> str | None:
+    """Why `mode` cannot be had for `command`, where that is knowable here: an unknown mode, or a
+    warm restart asked of a program that cannot take part (torchrun, whose agent restarts its
+    workers itself; a Python script or `-c` code here that never uses slurmgen.train). A program
+    this cannot read (a module, a script only on the nodes) is let be: if it does not take part,
+    its ranks fail together and the launcher restarts it whole."""
+    if mode not in warm.RESTART_MODES:
+        return f"restart_mode: must be one of {', '.join(warm.RESTART_MODES)} (got {show(mode)})"
+    if mode == warm.COLD or not command:
+        return None
+    program = PurePosixPath(command[0]).name
+    if program == "torchrun" or "torch.distributed.run" in command[1:3]:
+        return "restart_mode: warm needs a program that takes part in it, and torchrun restarts its workers itself"
+    if not program.startswith("python") or len(command) < 2 or command[1] == "-m":
+        return None
+    code = command[2] if command[1] == "-c" and len(command) > 2 else None
+    where = "the -c code"
+    if code is None:
+        path = Path(workdir, command[1])
+        where = command[1]
+        try:
+            code = path.read_text(errors="replace")
+        except OSError:
+            return None  # only on the nodes: not knowable here
+    if TAKES_PART.search(code):
+        return None
+    return (
+        f"restart_mode: warm needs a program that takes part in it (the bundled trainer, or "
+        f"slurmgen.train.warm), and {where} does not use slurmgen.train"
     )

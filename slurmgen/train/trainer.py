@@ -17,9 +17,11 @@ step boundaries.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -269,7 +271,9 @@ class Trainer:
                 except Exception as exc:
                     if self.sharded or not warm.peer_failed(exc):
                         raise
-                    ddp, vote = self._rejoin(exc, ddp), dist.Vote()
+                    self._drop_world(exc, ddp)
+                    del ddp, vote  # their hold on the old process group goes, so its sockets close
+                    ddp, vote = self._rejoin(exc), dist.Vote()
                     window.reset()
                     continue
                 if preempted:
@@ -328,16 +332,25 @@ class Trainer:
             self._settle_buckets(ddp)
         return ddp
 
-    def _rejoin(self, exc: Exception, ddp: nn.Module) -> nn.Module:
+    @staticmethod
+    def _drop_world(exc: Exception, ddp: nn.Module) -> None:
+        """Let go of the old world: the model's gradient hooks must not fire in the new one, and
+        the failure's traceback must not keep the old process group alive. Its sockets close only
+        with the last reference, and a healthy peer blocked in a collective with this rank learns
+        of the failure only then: each rank that leaves wakes the next."""
+        if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+            ddp._remove_autograd_hooks()
+        traceback.clear_frames(exc.__traceback__)
+
+    def _rejoin(self, exc: Exception) -> nn.Module:
         """A peer failed and the launcher offers warm restarts (train/warm.py): leave the broken
         process group, wait for the new world, join it, reload the latest checkpoint and wrap the
         model anew, in this process. Without a word in time or a checkpoint the run fails as before."""
         seen = time.time()
         log.warning("a peer failed (%s): waiting for the launcher's new world", str(exc).splitlines()[0][:200])
-        if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
-            ddp._remove_autograd_hooks()  # the old world's gradient hooks must not fire in the new one
-        self.checkpoints.settle_after_failure()  # the write in flight may be the newest good state
         dist.leave()
+        gc.collect()  # the old process group's last references (DDP's reducer, a vote in flight)
+        self.checkpoints.settle_after_failure()  # the write in flight may be the newest good state
         try:
             world = warm.wait_world(self.generation)
         except warm.NoNewWorld as late:
