@@ -319,9 +319,10 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
         code, what = event.value or exitcodes.FAILED, f"rank {event.rank} exited with code {event.value}"
         if event.rank is not None and _warm_fits(s, code, at):
             return _new_world(s, host, event.rank, what, at)
-        if s.warm_at is not None and s.stop_at is None and at - s.warm_at <= warm.SETTLE:
+        since = at - s.warm_at if s.warm_at is not None else None
+        if since is not None and s.stop_at is None and since <= warm.SETTLE:
+            said = f"{what} on {host} {since:.1f}s after warm restart {s.generation}: restarting whole"
             s, more = _fail(s, host, FAILED, code, what, at, spare=False)
-            said = f"{what} on {host} {at - s.warm_at:.1f}s after warm restart {s.generation}: restarting whole"
             return s, [Say(said), *more]
         return _fail(s, host, FAILED, code, what, at, spare=False if s.warm_plan else None)
     if event.kind == "beats":

@@ -87,6 +87,12 @@ def launch(
     max_restarts: int = typer.Option(
         0, "--max-restarts", help="Start the whole group again after a failure, up to N times."
     ),
+    spare_hosts: str | None = typer.Option(
+        None,
+        "--spare-hosts",
+        help="Hot spare hosts, a Slurm hostlist: idle until a host is lost or cannot start; its node "
+        "(node rank, ranks) then moves to the first spare with enough slots for the next attempt.",
+    ),
     restart_mode: str = typer.Option(
         warm.COLD,
         "--restart-mode",
@@ -164,6 +170,7 @@ def launch(
         heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
         max_restarts=max_restarts,
         restart_mode=restart_mode,
+        spares=_host_list(spare_hosts, None, spec.gpus) if spare_hosts else (),
     )
     _start(plan, opts, keepalive, dry_run, (registry, spec.job_name, list(spec.command)))
 

@@ -41,7 +41,7 @@ from slurmgen.contract.node_events import (
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line, summary_table
-from slurmgen.launch.plan import LaunchPlan, NodePlan
+from slurmgen.launch.plan import LaunchPlan, NodePlan, move_to_spare
 from slurmgen.launch.registry_entry import LaunchRecord
 from slurmgen.launch.remote import heartbeat_ms, payload, remote_command, world_line
 from slurmgen.runs import stop_request
@@ -148,6 +148,7 @@ class Launcher:
                     break
                 restarts += 1
                 self.say(f"attempt {attempt} of {attempts} failed ({verdict}); starting all nodes again")
+                self._move_lost(results)
                 self._reconnect_lost()
         finally:
             for s, handler in previous.items():
@@ -169,6 +170,23 @@ class Launcher:
             self.signals.append((signal.SIGTERM, asked))
             if self.record is not None:
                 self.record.stopping()
+
+    def _move_lost(self, results: list[NodeResult]) -> None:
+        """Each host that was lost or could not start hands its node (node rank, ranks) to a spare
+        host for the next attempt, while spares last (--spare-hosts)."""
+        for node in results:
+            moved = move_to_spare(self.plan, node.host) if node.state in (machine.LOST, machine.ERROR) else None
+            if moved is None:
+                continue
+            spare = next(n.host for n in moved.nodes if n.node_rank == node.node_rank)
+            self.say(f"node {node.node_rank} moves from {node.host} to the spare host {spare}")
+            self.plan = moved
+            self.conns.pop(node.host).close()
+            fresh = self.connector([spare], self.opts, notify=self.say)
+            for conn in fresh.values():
+                conn.start_keepalive(self.keepalive)
+            self.conns.update(fresh)
+            self.prefixer = Prefixer([n.host for n in moved.nodes], self.colour)
 
     def _reconnect_lost(self) -> None:
         lost = [h for h, c in self.conns.items() if not c.is_active()]

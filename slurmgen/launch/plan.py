@@ -17,7 +17,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -243,6 +243,8 @@ class LaunchPlan:
     heartbeat_timeout: float | None = None
     max_restarts: int = 0
     restart_mode: str = warm.COLD  # warm: the healthy ranks keep their processes (contract/warm.py)
+    spares: tuple[Host, ...] = ()  # hot spare hosts: a lost host's node moves to the first that fits
+    spare_addrs: Mapping[str, str] = field(default_factory=dict)  # a spare's address, should node 0 move there
 
     def node_env(self, node: NodePlan) -> dict[str, str]:
         """The stdin environment of one node: the shared one plus its GPU list when the
@@ -279,6 +281,7 @@ def build_plan(
     heartbeat_timeout: float | None = None,
     max_restarts: int = 0,
     restart_mode: str = warm.COLD,
+    spares: Sequence[Host] = (),
 ) -> LaunchPlan:
     """The plan for `hosts` (already filtered) running `spec`'s command.
 
@@ -309,6 +312,12 @@ def build_plan(
     refused = warm_refusal(restart_mode, list(spec.command), workdir)
     if refused:
         raise SlurmgenError(refused)
+    taken = sorted({s.name for s in spares} & {n.host for n in nodes})
+    if taken:
+        raise SlurmgenError(f"spare_hosts: {taken[0]} is also one of the job's hosts (a spare must be idle)")
+    # Where the rendezvous goes if node 0 moves to a spare: nowhere when its address was given.
+    follow = (lambda name: name) if master_addr is None else master_addr if callable(master_addr) else None
+    spare_addrs = {s.name: follow(s.name) for s in spares} if follow and not spec.master_addr else {}
     return LaunchPlan(
         nodes=nodes,
         world_size=world,
@@ -322,6 +331,26 @@ def build_plan(
         heartbeat_timeout=heartbeat_timeout,
         max_restarts=max_restarts,
         restart_mode=restart_mode,
+        spares=tuple(spares),
+        spare_addrs=spare_addrs,
+    )
+
+
+def move_to_spare(plan: LaunchPlan, host: str) -> LaunchPlan | None:
+    """The plan with `host`'s node (its node rank, its ranks) on the first spare host with enough
+    slots, None when no spare fits. Node 0 moving takes the rendezvous with it, unless the
+    master's address was given (`spare_addrs` is empty then)."""
+    node = next((n for n in plan.nodes if n.host == host), None)
+    spare = next((s for s in plan.spares if node is not None and len(s.slots) >= node.nproc), None)
+    if node is None or spare is None:
+        return None
+    entries = tuple(replace(e, host=spare.name, slot=slot) for e, slot in zip(node.entries, spare.slots))
+    master = plan.spare_addrs.get(spare.name) if node.node_rank == 0 else None
+    return replace(
+        plan,
+        nodes=tuple(NodePlan(spare.name, n.node_rank, entries) if n is node else n for n in plan.nodes),
+        spares=tuple(s for s in plan.spares if s is not spare),
+        master_addr=master or plan.master_addr,
     )
 
 

@@ -227,3 +227,14 @@ def test_a_program_that_does_not_take_part_is_restarted_whole(tmp_path):
     assert "rank 1 exited with code 7 on h1: warm restart 1 of at most 2" in said
     assert re.search(r"rank 0 exited with code 1 on h0 \d\.\ds after warm restart 1: restarting whole", said), said
     assert "attempt 1 of 3 failed (rank 0 exited with code 1 on h0); starting all nodes again" in said
+
+
+def test_a_spare_host_that_is_also_a_job_host_is_one_line_exit_2(capsys):
+    code, out, err = run_cli(
+        capsys, "launch", "--dry-run", "--hosts", "a,b", "--spare-hosts", "c,b", "--", "python3", "-m", "x"
+    )
+    assert (code, out, err.strip()) == (
+        2,
+        "",
+        "slurmgen: error: spare_hosts: b is also one of the job's hosts (a spare must be idle)",
+    )
