@@ -265,7 +265,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "warning_signals": ShellCode(" ".join(signals.WARNINGS)),
         "heal": _heal(spec),
         "chain": _chain(spec),
-        "warm": _warm(),
+        "warm": _warm(spec),
         **_link_context(),
     }
 
@@ -281,7 +281,7 @@ def _sweep(spec: JobSpec) -> dict[str, object]:
     return {"sweep": tasks, "sweep_fills": fills}
 
 
-def _warm() -> dict[str, object]:
+def _warm(spec: JobSpec) -> dict[str, object]:
     """launch_multi_node.sh's part in a warm restart (contract/warm.py): where the launcher's word
     is, and the order to start a failed rank anew."""
     return {
@@ -289,6 +289,8 @@ def _warm() -> dict[str, object]:
         "generation_var": ShellCode(envvars.WARM_GENERATION),
         "world": warm.WORLD_NAME,
         "start": warm.START_PREFIX,
+        # A warm spare process (train/spare.py) needs the program's own Python.
+        "spare": runs_python(spec),
     }
 
 

@@ -183,6 +183,8 @@ def test_sigkill_of_a_rank_is_recovered_warm_the_healthy_ranks_keep_their_proces
     assert after[0] == pids[0] and after[1] == pids[1] and after[2] != pids[2], (pids, after)
     assert re.search(r"rank 2 exited with code 137 on h1: warm restart 1 of at most 1", said), said
     assert "starting all nodes again" not in said
+    # Rank 2 goes on in the node's warm spare (torch already imported), not a new interpreter.
+    assert "[h1] rank 2 goes on in the warm spare, generation 1 (warm restart)" in text, text[-3000:]
     # The steps go on from the checkpoint, on every rank at the same step.
     resumed = re.findall(r"\[rank (\d)\] warning: warm restart: joined generation 1, resumed from \S+ at step", text)
     assert sorted(resumed) == ["0", "1"], text[-3000:]
