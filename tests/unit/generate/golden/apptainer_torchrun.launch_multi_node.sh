@@ -57,6 +57,7 @@ unset SLURMGEN_STOP_FILE
 # fails does not stop the others on this node (they wait in their own processes for the new
 # world); the launcher's order to start it anew is a file in that directory.
 warm_dir=${SLURMGEN_WARM_DIR:-}
+spare_w='' # the write end of the warm spare's orders (start_spare)
 event() {
   if [[ -n $event_fd ]]; then printf '%s %s\n' slurmgen-event-1 "$*" >&"$event_fd"; fi
 }
@@ -932,6 +933,7 @@ start_rank() {
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     exec {wake}>&-
+    if [[ -n $spare_w ]]; then exec {spare_w}>&-; fi
     export RANK=$rank LOCAL_RANK=$local_rank
     if [[ -n $generation ]]; then
       local addr port size
@@ -960,7 +962,8 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   start_rank "$local_rank"
   stop_if_signalled
 done
-# start_ordered: the failed ranks the launcher ordered started anew (a warm restart), started.
+# start_ordered: the failed ranks the launcher ordered started anew (a warm restart), started:
+# by the warm spare while there is one, else as a fresh process.
 start_ordered() {
   local local_rank order generation
   for local_rank in "${!pids[@]}"; do
@@ -988,7 +991,7 @@ while ((running > 0)); do
   [[ -z $warm_dir ]] || start_ordered
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
-    if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
+    if ((local_rank >= nproc)) || [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
     status=0
     wait "$pid" 2>/dev/null || status=$? # a rank killed from outside: no notice (see stop_all)
     pids[local_rank]=

@@ -57,6 +57,7 @@ unset SLURMGEN_STOP_FILE
 # fails does not stop the others on this node (they wait in their own processes for the new
 # world); the launcher's order to start it anew is a file in that directory.
 warm_dir=${SLURMGEN_WARM_DIR:-}
+spare_w='' # the write end of the warm spare's orders (start_spare)
 event() {
   if [[ -n $event_fd ]]; then printf '%s %s\n' slurmgen-event-1 "$*" >&"$event_fd"; fi
 }
@@ -932,6 +933,7 @@ start_rank() {
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     exec {wake}>&-
+    if [[ -n $spare_w ]]; then exec {spare_w}>&-; fi
     export RANK=$rank LOCAL_RANK=$local_rank
     if [[ -n $generation ]]; then
       local addr port size
@@ -960,7 +962,47 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   start_rank "$local_rank"
   stop_if_signalled
 done
-# start_ordered: the failed ranks the launcher ordered started anew (a warm restart), started.
+# start_spare: with warm restarts, one process of the program's Python with torch imported
+# (slurmgen/train/spare.py), idle until a failed rank's place is given to it. Its orders come
+# through a FIFO this shell holds open for writing (so neither side waits on the other's open);
+# its first line of output names the rank it became, and its output then goes where that rank's
+# would. It runs in its own process group, stopped with the ranks (pids[nproc]).
+start_spare() {
+  local fifo=$warm_dir/spare
+  mkfifo -- "$fifo" 2>/dev/null || return 0
+  exec {spare_w}<>"$fifo"
+  (
+    trap : INT TERM USR1 USR2
+    set +e
+    exec 3>&2 2>/dev/null
+    if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
+    if [[ -n $link_in ]]; then exec {link_in}>&-; fi
+    exec {wake}>&- {spare_w}>&-
+    "${cmd[0]}" -m slurmgen.train.spare "$fifo" "${cmd[@]:1}" 2>&1 3>&- | {
+      trap '' INT TERM USR1 USR2
+      IFS= read -r first || exit 0
+      rank=${first##* }
+      printf '===== slurmgen%s node %s (%s), rank %s of %s (a warm spare), %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
+        "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
+      tee -a -- "$log_dir/rank-$rank.log" 2>&3 | sed -u "s/^/[rank $rank] /" 2>&3
+    }
+    exit "${PIPESTATUS[0]}"
+  ) &
+  pids[nproc]=$!
+}
+# end_spare: the unused spare is stopped (it may still be importing, before it opened its orders)
+# and reaped.
+end_spare() {
+  if [[ -n $spare_w ]]; then exec {spare_w}>&-; fi
+  spare_w=
+  if [[ -n ${pids[nproc]:-} ]]; then
+    kill -TERM -- "-${pids[nproc]}" 2>/dev/null
+    wait "${pids[nproc]}" 2>/dev/null || true
+  fi
+  pids[nproc]=
+}
+# start_ordered: the failed ranks the launcher ordered started anew (a warm restart), started:
+# by the warm spare while there is one, else as a fresh process.
 start_ordered() {
   local local_rank order generation
   for local_rank in "${!pids[@]}"; do
@@ -970,10 +1012,22 @@ start_ordered() {
     read -r generation <"$order"
     rm -f -- "$order"
     [[ $generation =~ ^[0-9]+$ ]] || continue
+    if [[ -n $spare_w && -n ${pids[nproc]:-} ]] && kill -0 "${pids[nproc]}" 2>/dev/null; then
+      echo "$me: rank $((rank_offset + local_rank)) goes on in the warm spare, generation $generation (warm restart)" >&2
+      local world
+      read -r -a world <"$warm_dir/world"
+      printf '%s %s %s %s %s %s\n' "$((rank_offset + local_rank))" "$local_rank" "$generation" \
+        "${world[1]}" "${world[2]}" "${world[3]}" >&"$spare_w"
+      pids[local_rank]=${pids[nproc]} pids[nproc]=
+      exec {spare_w}>&-
+      spare_w=
+      continue
+    fi
     echo "$me: starting rank $((rank_offset + local_rank)) anew in generation $generation (warm restart)" >&2
     start_rank "$local_rank" "$generation"
   done
 }
+[[ -z $warm_dir ]] || start_spare
 echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $world_size (master $master_addr:$master_port, logs in $log_dir)"
 event started
 
@@ -988,7 +1042,7 @@ while ((running > 0)); do
   [[ -z $warm_dir ]] || start_ordered
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
-    if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
+    if ((local_rank >= nproc)) || [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
     status=0
     wait "$pid" 2>/dev/null || status=$? # a rank killed from outside: no notice (see stop_all)
     pids[local_rank]=
@@ -1024,6 +1078,7 @@ while ((running > 0)); do
     exit "$status"
   fi
 done
+end_spare
 echo "$me: all $nproc ranks on node $node_rank finished successfully"
 if [[ -n $link_pid ]]; then
   # The master's agent ends when every node is done, or with the job's first failure.
