@@ -240,3 +240,50 @@ def test_a_spare_host_that_is_also_a_job_host_is_one_line_exit_2(capsys):
         "",
         "slurmgen: error: spare_hosts: b is also one of the job's hosts (a spare must be idle)",
     )
+
+
+OWN = """
+import os, sys, time
+import torch, torch.distributed as dist
+from slurmgen.train import warm
+
+dist.init_process_group("gloo", init_method="env://")
+print("PID", os.getpid(), "rank", os.environ["RANK"], flush=True)
+step, fresh = 0, os.environ.get("SLURMGEN_WARM_GENERATION") is None
+while step < 60:
+    try:
+        if fresh and os.environ["RANK"] == "1" and step == 20:
+            os._exit(9)  # a crash, mid-run
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        assert t[0].item() == 2.0
+        step += 1
+        time.sleep(0.02)
+    except Exception as exc:
+        if not warm.peer_failed(exc):
+            raise
+        world = warm.rejoin()
+        print("rejoined generation", world.generation, "at step", step, "pid", os.getpid(), flush=True)
+        step = 0  # this program keeps no checkpoint: it starts its count again
+print("finished pid", os.getpid(), flush=True)
+"""
+
+
+def test_any_program_takes_part_through_the_warm_hook(tmp_path):
+    """A plain torch.distributed program with slurmgen.train.warm around its step: rank 1 crashes,
+    rank 0 rejoins in its own process, rank 1's place goes to the node's warm spare."""
+    (tmp_path / "own.py").write_text(OWN)
+    plan = local_plan(tmp_path, [PY, "own.py"], slots=(1, 1), max_restarts=1, restart_mode="warm")
+    out, err, made = io.StringIO(), io.StringIO(), {}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
+    try:
+        code = launcher.run()
+    finally:
+        kill_local_nodes(made)
+    text, said = out.getvalue(), err.getvalue()
+    assert code == 0, said + text
+    first = re.search(r"\[h0/0\] PID (\d+) rank 0", text)
+    assert first and f"[h0/0] rejoined generation 1 at step 20 pid {first.group(1)}" in text, text
+    assert f"[h0/0] finished pid {first.group(1)}" in text and text.count("finished pid") == 2, text
+    assert "rank 1 exited with code 9 on h1: warm restart 1 of at most 1" in said, said
+    assert "rank 1 goes on in the warm spare" in text, text
