@@ -189,6 +189,16 @@ def _sockets() -> set[int]:
     return found
 
 
+def open_sockets() -> set[int]:
+    """The sockets this process holds now (before joining a world: see `hold_world`)."""
+    return _sockets()
+
+
+def hold_world(before: set[int]) -> None:
+    """The sockets opened since `before` are the world just joined: `leave` shuts them down."""
+    _WORLD_SOCKETS.update(_sockets() - before)
+
+
 def _close_world_sockets() -> None:
     """Shut down the connections of the world being left, now: neither an abort nor a destroy of a
     gloo group closes them while its work in flight holds them, and a healthy peer blocked in a

@@ -8,6 +8,7 @@ takes part with two calls around its step:
 
     from slurmgen.train import warm
 
+    warm.join("nccl")  # init_process_group by env://, this world's connections noted
     while step < steps:
         try:
             train_step()
@@ -88,9 +89,23 @@ def adopt(world: protocol.World, environ: MutableMapping[str, str] = os.environ)
     )
 
 
+def join(backend: str = "gloo") -> None:
+    """For any program: `init_process_group` by env:// (RANK, WORLD_SIZE, MASTER_ADDR/PORT), with
+    this world's connections noted, so that leaving it after a peer's failure shuts them down and
+    a healthy peer blocked in a collective with this rank learns of the failure at once."""
+    import torch.distributed as dist
+
+    from . import dist as ours
+
+    before = ours.open_sockets() if enabled() else None
+    dist.init_process_group(backend, init_method="env://")
+    if before is not None:
+        ours.hold_world(before)
+
+
 def rejoin(backend: str | None = None, timeout: float = WAIT) -> protocol.World:
-    """For any program: leave the broken process group, wait for the new world, join it by env://
-    with this process's RANK. Returns the world joined; the caller reloads its checkpoint."""
+    """For any program: leave the broken process group, wait for the new world, `join` it with
+    this process's RANK. Returns the world joined; the caller reloads its checkpoint."""
     import torch.distributed as dist
 
     backend = backend or (dist.get_backend() if dist.is_initialized() else "gloo")
@@ -99,8 +114,6 @@ def rejoin(backend: str | None = None, timeout: float = WAIT) -> protocol.World:
     ours.leave()
     world = wait_world(generation(), timeout=timeout)
     adopt(world)
-    dist.init_process_group(
-        backend, init_method="env://", rank=int(os.environ.get("RANK", "0")), world_size=world.world_size
-    )
+    join(backend)
     log.warning("warm restart: joined generation %d at %s:%d", world.generation, world.master_addr, world.master_port)
     return world

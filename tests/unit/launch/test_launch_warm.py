@@ -247,7 +247,7 @@ import os, sys, time
 import torch, torch.distributed as dist
 from slurmgen.train import warm
 
-dist.init_process_group("gloo", init_method="env://")
+warm.join("gloo")
 print("PID", os.getpid(), "rank", os.environ["RANK"], flush=True)
 step, fresh = 0, os.environ.get("SLURMGEN_WARM_GENERATION") is None
 while step < 60:
