@@ -151,6 +151,17 @@ _VARS = (
     Var("SLURMGEN_PYTHON", "launch_multi_node.sh", "Python 3.8+ that runs the node link agent.", user=True),
     Var("SLURMGEN_EVENT_FD", "launch", "File descriptor on which a node reports rank events to `slurmgen launch`."),
     Var(
+        "SLURMGEN_WARM_DIR",
+        "launch (--restart-mode warm)",
+        "A directory of the node's own where the launcher writes the new world of a warm restart "
+        "(contract/warm.py); unset: a failed peer ends the rank as before.",
+    ),
+    Var(
+        "SLURMGEN_WARM_GENERATION",
+        "launch (--restart-mode warm)",
+        "The generation of the world a fresh process joins after a warm restart (absent: 0, the first).",
+    ),
+    Var(
         "SLURMGEN_STOP_FILE",
         "launch",
         "A file the node bootstrap creates before it stops the node script by TERM, which a script "
@@ -224,6 +235,8 @@ LINK_PORT = "SLURMGEN_LINK_PORT"
 LINK_TOKEN = "SLURMGEN_LINK_TOKEN"
 PYTHON = "SLURMGEN_PYTHON"
 EVENT_FD = "SLURMGEN_EVENT_FD"
+WARM_DIR = "SLURMGEN_WARM_DIR"
+WARM_GENERATION = "SLURMGEN_WARM_GENERATION"
 REGISTRY = "SLURMGEN_REGISTRY"
 SERVER = "SLURMGEN_SERVER"
 TOKEN = "SLURMGEN_TOKEN"

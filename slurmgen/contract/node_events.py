@@ -10,7 +10,10 @@ the host lost after the same silence, and both sides of a partition stop on thei
 Once the launcher has judged a rank of the node hung it writes `STACK_ASK RANK` on it instead:
 the node takes that rank's Python stack (templates/hang_stack.sh.j2, the Slurm watcher's
 take_stack) and answers with a `stack` event; the launcher stops every node on the answer, or
-`STACK_ASK_WAIT` seconds after asking without one.
+`STACK_ASK_WAIT` seconds after asking without one. With warm restarts (contract/warm.py) it writes
+`WARM_WORD GENERATION MASTER_ADDR MASTER_PORT WORLD_SIZE [RANK...]` on every node after a rank
+failed: the bootstrap writes the world where the node's ranks wait for it, and orders each RANK
+named (the failed ones of that node) started anew.
 
 Node -> launcher, on two streams of the same session:
 - stdout: everything the ranks and the node scripts print, shown to the user as is. Nothing
@@ -60,6 +63,7 @@ KEEPALIVE_COUNT = 3
 # One line, one byte: per node a byte every few seconds, next to the SSH keepalive's packet.
 LIFELINE_PING = b"\n"
 STACK_ASK = "stack"
+WARM_WORD = "warm-world"
 # How long the launcher waits for the stack it asked for before it stops every node anyway: the
 # node's own wait for the dump (contract/hangs.py STACK_WAIT) and a round trip.
 STACK_ASK_WAIT = STACK_WAIT + 0.5

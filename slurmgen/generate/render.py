@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from slurmgen import nodelink
-from slurmgen.contract import attempts, blame, envvars, exitcodes, hangs, ports, retries, signals
+from slurmgen.contract import attempts, blame, envvars, exitcodes, hangs, ports, retries, signals, warm
 from slurmgen.contract import grid as sweeps
 from slurmgen.contract.files import (
     ATTEMPTS_NAME,
@@ -283,6 +283,7 @@ def context(spec: JobSpec) -> dict[str, object]:
         "warning_signals": ShellCode(" ".join(signals.WARNINGS)),
         "heal": _heal(spec),
         "chain": _chain(spec),
+        "warm": _warm(spec),
         **_link_context(),
     }
 
@@ -296,6 +297,19 @@ def _sweep(spec: JobSpec) -> dict[str, object]:
         args = sweeps.task_words(point, spec.sweep_args or sweeps.DEFAULT_ARGS)
         tasks.append([*_container_prefix(spec), *sweeps.fill(spec.command, point, task), *args] if fills else args)
     return {"sweep": tasks, "sweep_fills": fills}
+
+
+def _warm(spec: JobSpec) -> dict[str, object]:
+    """launch_multi_node.sh's part in a warm restart (contract/warm.py): where the launcher's word
+    is, and the order to start a failed rank anew."""
+    return {
+        "dir_var": ShellCode(envvars.WARM_DIR),
+        "generation_var": ShellCode(envvars.WARM_GENERATION),
+        "world": warm.WORLD_NAME,
+        "start": warm.START_PREFIX,
+        # A warm spare process (train/spare.py) needs the program's own Python.
+        "spare": runs_python(spec),
+    }
 
 
 def _link_context() -> dict[str, object]:

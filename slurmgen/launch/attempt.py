@@ -21,6 +21,13 @@ the input's time in `step`, so it is checked on every `ClockTick` however much o
   Python stack (`AskStack`) and stops on the answer (its innermost frame joins the verdict) or
   `stack_wait` seconds later without one.
 
+With warm restarts (`WarmPlan`, contract/warm.py) a rank that exits with a code worth a retry
+stops nothing: the next generation's world goes to every node (`NewWorld`: the healthy ranks
+wait for it in their processes) and the failed rank is started anew on its node, while the
+plan's budget lasts. A second failure within `warm.SETTLE` seconds of a new world means the
+program does not take part (its healthy ranks died of the first failure) or the world did not
+form: then every node is stopped as without warm restarts, and the runner restarts them whole.
+
 The first failure decides the exit code and the verdict (slurmgen/contract/verdict.py: every
 failure and signal is kept as a verdict event, and `decide` names the first); later ones are
 noted per node.
@@ -33,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurmgen.contract import blame, exitcodes, retries, verdict
+from slurmgen.contract import blame, exitcodes, retries, verdict, warm
 from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL, NodeEvent
 from slurmgen.contract.states import State
 from slurmgen.contract.verdict import Event
@@ -120,7 +127,15 @@ class AskStack:
     rank: int
 
 
-Action = Say | CloseStdin | Disconnect | DisconnectAll | AskStack
+@dataclass(frozen=True)
+class NewWorld:
+    """Tell every node a warm restart's new world; `starts`: per host, its ranks to start anew."""
+
+    world: warm.World
+    starts: Mapping[str, tuple[int, ...]]
+
+
+Action = Say | CloseStdin | Disconnect | DisconnectAll | AskStack | NewWorld
 
 
 # ---- state -----------------------------------------------------------------------------------
@@ -133,6 +148,15 @@ class Limits:
     stop_wait: float = 5.0
     heartbeat_ms: int = 0  # the hang limit (0: ranks are not judged)
     stack_wait: float = 0.0  # how long to wait for a hung rank's stack before stopping (0: no asking)
+
+
+@dataclass(frozen=True)
+class WarmPlan:
+    """The warm restarts an attempt may order: how many, and the rendezvous whose port they move."""
+
+    budget: int
+    master_addr: str
+    master_port: int
 
 
 @dataclass(frozen=True)
@@ -154,6 +178,9 @@ class AttemptState:
     # host -> the beats of its quiet ranks in its last `beats` report, and when that arrived
     beats: Mapping[str, tuple[tuple[blame.LastBeat, ...], float]] = field(default_factory=dict)
     asked: tuple[str, int, float] | None = None  # (host, rank, until when): a hung rank's stack is awaited
+    warm_plan: WarmPlan | None = None  # None: a failure stops every node
+    generation: int = 0  # warm restarts ordered in this attempt
+    warm_at: float | None = None  # when the last one was
 
     @property
     def done(self) -> bool:
@@ -189,10 +216,23 @@ class AttemptState:
 
 
 def initial(
-    nodes: list[NodeResult], attempt: int, at: float, launched_at: float, world_size: int, limits: Limits
+    nodes: list[NodeResult],
+    attempt: int,
+    at: float,
+    launched_at: float,
+    world_size: int,
+    limits: Limits,
+    warm_plan: WarmPlan | None = None,
 ) -> AttemptState:
     return AttemptState(
-        attempt, at, launched_at, world_size, limits, {n.host: n for n in nodes}, frozenset(n.host for n in nodes)
+        attempt,
+        at,
+        launched_at,
+        world_size,
+        limits,
+        {n.host: n for n in nodes},
+        frozenset(n.host for n in nodes),
+        warm_plan=warm_plan,
     )
 
 
@@ -276,9 +316,15 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
             )
         ]
     if event.kind == "exited":
-        return _fail(
-            s, host, FAILED, event.value or exitcodes.FAILED, f"rank {event.rank} exited with code {event.value}", at
-        )
+        code, what = event.value or exitcodes.FAILED, f"rank {event.rank} exited with code {event.value}"
+        if event.rank is not None and _warm_fits(s, code, at):
+            return _new_world(s, host, event.rank, what, at)
+        since = at - s.warm_at if s.warm_at is not None else None
+        if since is not None and s.stop_at is None and since <= warm.SETTLE:
+            said = f"{what} on {host} {since:.1f}s after warm restart {s.generation}: restarting whole"
+            s, more = _fail(s, host, FAILED, code, what, at, spare=False)
+            return s, [Say(said), *more]
+        return _fail(s, host, FAILED, code, what, at, spare=False if s.warm_plan else None)
     if event.kind == "beats":
         beats = tuple(replace(b, node=host) for b in event.beats)
         return replace(s, beats={**s.beats, host: (beats, at)}), []
@@ -295,6 +341,35 @@ def _reported(s: AttemptState, host: str, event: NodeEvent, at: float) -> Step:
             at,
         )
     return _fail(s, host, ERROR, exitcodes.FAILED, event.message, at)
+
+
+def _warm_fits(s: AttemptState, code: int, at: float) -> bool:
+    """Whether a rank's exit with `code` is answered by a warm restart: asked for, budget left,
+    nothing stopping, a code worth a retry, and not right after the last one (contract/warm.py)."""
+    p = s.warm_plan
+    return (
+        p is not None
+        and s.generation < p.budget
+        and s.stop_at is None
+        and s.asked is None
+        and retries.worth_retry(code)
+        and (s.warm_at is None or at - s.warm_at > warm.SETTLE)
+    )
+
+
+def _new_world(s: AttemptState, host: str, rank: int, what: str, at: float) -> Step:
+    """The next generation's world, told to every node; `rank` is started anew on `host`."""
+    assert s.warm_plan is not None
+    generation = s.generation + 1
+    p = s.warm_plan
+    world = warm.World(generation, p.master_addr, warm.port_for(p.master_port, generation), s.world_size)
+    s = replace(s, generation=generation, warm_at=at)
+    s = _node(s, host, note=f"warm restart {generation}: {what}")
+    said = (
+        f"{_where(what, host)}: warm restart {generation} of at most {p.budget}; rank {rank} starts anew, "
+        f"the others wait in their processes (rendezvous {world.master_addr}:{world.master_port})"
+    )
+    return s, [Say(said), NewWorld(world, {host: (rank,)})]
 
 
 def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:

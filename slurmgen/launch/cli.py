@@ -26,7 +26,7 @@ from slurmgen.cliopts import (
     ssh_port_option,
     ssh_user_option,
 )
-from slurmgen.contract import envvars, ports
+from slurmgen.contract import envvars, ports, warm
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.contract.node_events import KEEPALIVE_COUNT, KEEPALIVE_INTERVAL
 from slurmgen.errors import SlurmgenError
@@ -93,6 +93,19 @@ def launch(
     ),
     max_restarts: int = typer.Option(
         0, "--max-restarts", help="Start the whole group again after a failure, up to N times."
+    ),
+    spare_hosts: str | None = typer.Option(
+        None,
+        "--spare-hosts",
+        help="Hot spare hosts, a Slurm hostlist: idle until a host is lost or cannot start; its node "
+        "(node rank, ranks) then moves to the first spare with enough slots for the next attempt.",
+    ),
+    restart_mode: str = typer.Option(
+        warm.COLD,
+        "--restart-mode",
+        help="After a rank's failure: cold starts every process again; warm keeps the healthy ranks' "
+        "processes, which wait for the new world and reload the latest checkpoint (the bundled trainer, "
+        "or a program using slurmgen.train.warm), and starts only the failed rank anew.",
     ),
     heartbeat_timeout: float | None = typer.Option(
         None,
@@ -164,6 +177,8 @@ def launch(
         stop_grace=stop_grace,
         heartbeat_timeout=spec.heartbeat_timeout if heartbeat_timeout is None else heartbeat_timeout,
         max_restarts=max_restarts,
+        restart_mode=restart_mode,
+        spares=_host_list(spare_hosts, None, spec.gpus) if spare_hosts else (),
     )
     _start(plan, opts, keepalive, dry_run, (registry, spec.job_name, list(spec.command)))
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Protocol
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import exitcodes, warm
 from slurmgen.contract.node_events import (
     KEEPALIVE_COUNT,
     KEEPALIVE_INTERVAL,
@@ -41,9 +41,9 @@ from slurmgen.contract.node_events import (
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line, summary_table
-from slurmgen.launch.plan import LaunchPlan, NodePlan
+from slurmgen.launch.plan import LaunchPlan, NodePlan, move_to_spare
 from slurmgen.launch.registry_entry import LaunchRecord
-from slurmgen.launch.remote import heartbeat_ms, payload, remote_command
+from slurmgen.launch.remote import heartbeat_ms, payload, remote_command, world_line
 from slurmgen.runs import stop_request
 from slurmgen.runs.model import Failure
 from slurmgen.ssh.connect import ConnectError, Connection, SSHOptions, connect_all
@@ -131,20 +131,24 @@ class Launcher:
         for conn in self.conns.values():
             conn.start_keepalive(self.keepalive)
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        attempts = self.plan.max_restarts + 1
+        attempts, restarts, attempt = self.plan.max_restarts + 1, 0, 0
         try:
-            for attempt in range(1, attempts + 1):
+            while True:
+                attempt += 1
                 if self.record:
                     self.record.attempt_started(attempt)
-                code, results, verdict = self._attempt(attempt)
+                code, results, verdict, warm_restarts = self._attempt(attempt, self.plan.max_restarts - restarts)
+                restarts += warm_restarts  # every restart counts against --max-restarts, warm or whole
                 if self.record:
                     stopped = Failure(cause=self.stop_reason) if self.stop_reason else None
                     self.record.attempt_ended(
                         attempt, code, bool(self.signals) and self.first_failure is None, self.first_failure or stopped
                     )
-                if not machine.restart_after(code, bool(self.signals), attempt, attempts):
+                if not machine.restart_after(code, bool(self.signals), restarts + 1, attempts):
                     break
+                restarts += 1
                 self.say(f"attempt {attempt} of {attempts} failed ({verdict}); starting all nodes again")
+                self._move_lost(results)
                 self._reconnect_lost()
         finally:
             for s, handler in previous.items():
@@ -167,6 +171,23 @@ class Launcher:
             if self.record is not None:
                 self.record.stopping()
 
+    def _move_lost(self, results: list[NodeResult]) -> None:
+        """Each host that was lost or could not start hands its node (node rank, ranks) to a spare
+        host for the next attempt, while spares last (--spare-hosts)."""
+        for node in results:
+            moved = move_to_spare(self.plan, node.host) if node.state in (machine.LOST, machine.ERROR) else None
+            if moved is None:
+                continue
+            spare = next(n.host for n in moved.nodes if n.node_rank == node.node_rank)
+            self.say(f"node {node.node_rank} moves from {node.host} to the spare host {spare}")
+            self.plan = moved
+            self.conns.pop(node.host).close()
+            fresh = self.connector([spare], self.opts, notify=self.say)
+            for conn in fresh.values():
+                conn.start_keepalive(self.keepalive)
+            self.conns.update(fresh)
+            self.prefixer = Prefixer([n.host for n in moved.nodes], self.colour)
+
     def _reconnect_lost(self) -> None:
         lost = [h for h, c in self.conns.items() if not c.is_active()]
         if not lost:
@@ -180,7 +201,9 @@ class Launcher:
             self.conns[h] = conn
 
     # ---- one attempt ----------------------------------------------------------------------------
-    def _attempt(self, attempt: int) -> tuple[int, list[NodeResult], str]:
+    def _attempt(self, attempt: int, restarts_left: int) -> tuple[int, list[NodeResult], str, int]:
+        """One attempt to its end: its exit code, the nodes' results, its verdict and the warm
+        restarts it ordered (at most `restarts_left`)."""
         plan = self.plan
         inputs: queue.Queue[Queued] = queue.Queue()
         procs: dict[str, NodeProcess] = {}
@@ -201,6 +224,9 @@ class Launcher:
             self.t0,
             plan.world_size,
             limits,
+            machine.WarmPlan(restarts_left, plan.master_addr, plan.master_port)
+            if plan.restart_mode == warm.WARM
+            else None,
         )
         for node in plan.nodes:
             threading.Thread(
@@ -229,7 +255,7 @@ class Launcher:
                 state = self._apply(state, item, procs)
             overdue = {h: self.conns[h].silent_for(self.keepalive) for h in state.pending if h in self.conns}
             state = self._apply(state, machine.ClockTick(time.monotonic(), overdue), procs)
-        return state.code, list(state.nodes.values()), state.verdict
+        return state.code, list(state.nodes.values()), state.verdict, state.generation
 
     def _apply(
         self, state: machine.AttemptState, item: machine.Input, procs: dict[str, NodeProcess]
@@ -248,6 +274,10 @@ class Launcher:
             elif isinstance(action, machine.AskStack):
                 if action.host in procs:
                     procs[action.host].send(f"{STACK_ASK} {action.rank}\n".encode())
+            elif isinstance(action, machine.NewWorld):
+                for host in state.pending & state.opened:
+                    if host in procs:
+                        procs[host].send(world_line(action.world, action.starts.get(host, ())))
             elif isinstance(action, machine.Disconnect):
                 self.conns[action.host].close()
             else:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from slurmgen.contract import envvars
+from slurmgen.contract import envvars, warm
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.hostlist import is_host_name
 from slurmgen.generate.spec import RESERVED_ENV
@@ -92,7 +92,11 @@ LAUNCHER_ENV = RESERVED_ENV | {
     envvars.STOP_GRACE,
     envvars.FAIL_GRACE,
     envvars.EVENT_FD,
+    envvars.WARM_DIR,
+    envvars.WARM_GENERATION,
 }
+# A program that mentions the trainer or its warm hook may take part in a warm restart.
+TAKES_PART = re.compile(r"slurmgen\.train|from slurmgen import train")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -239,6 +243,9 @@ class LaunchPlan:
     heartbeat_timeout: float | None = None
     max_restarts: int = 0
     bind: str = "none"  # the spec's: each node plans its ranks' CPUs at start (templates/bind_cores.sh.j2)
+    restart_mode: str = warm.COLD  # warm: the healthy ranks keep their processes (contract/warm.py)
+    spares: tuple[Host, ...] = ()  # hot spare hosts: a lost host's node moves to the first that fits
+    spare_addrs: Mapping[str, str] = field(default_factory=dict)  # a spare's address, should node 0 move there
 
     def node_env(self, node: NodePlan) -> dict[str, str]:
         """The stdin environment of one node: the shared one plus its GPU list when the
@@ -274,6 +281,8 @@ def build_plan(
     stop_grace: int = 1,
     heartbeat_timeout: float | None = None,
     max_restarts: int = 0,
+    restart_mode: str = warm.COLD,
+    spares: Sequence[Host] = (),
 ) -> LaunchPlan:
     """The plan for `hosts` (already filtered) running `spec`'s command.
 
@@ -301,6 +310,15 @@ def build_plan(
         raise SlurmgenError(f"heartbeat_timeout: must be more than 0 seconds (got {heartbeat_timeout})")
     if stop_grace < 0:
         raise SlurmgenError(f"stop_grace: must be 0 or more seconds (got {stop_grace})")
+    refused = warm_refusal(restart_mode, list(spec.command), workdir)
+    if refused:
+        raise SlurmgenError(refused)
+    taken = sorted({s.name for s in spares} & {n.host for n in nodes})
+    if taken:
+        raise SlurmgenError(f"spare_hosts: {taken[0]} is also one of the job's hosts (a spare must be idle)")
+    # Where the rendezvous goes if node 0 moves to a spare: nowhere when its address was given.
+    follow = (lambda name: name) if master_addr is None else master_addr if callable(master_addr) else None
+    spare_addrs = {s.name: follow(s.name) for s in spares} if follow and not spec.master_addr else {}
     return LaunchPlan(
         nodes=nodes,
         world_size=world,
@@ -314,4 +332,57 @@ def build_plan(
         heartbeat_timeout=heartbeat_timeout,
         max_restarts=max_restarts,
         bind=spec.bind,
+        restart_mode=restart_mode,
+        spares=tuple(spares),
+        spare_addrs=spare_addrs,
+    )
+
+
+def move_to_spare(plan: LaunchPlan, host: str) -> LaunchPlan | None:
+    """The plan with `host`'s node (its node rank, its ranks) on the first spare host with enough
+    slots, None when no spare fits. Node 0 moving takes the rendezvous with it, unless the
+    master's address was given (`spare_addrs` is empty then)."""
+    node = next((n for n in plan.nodes if n.host == host), None)
+    spare = next((s for s in plan.spares if node is not None and len(s.slots) >= node.nproc), None)
+    if node is None or spare is None:
+        return None
+    entries = tuple(replace(e, host=spare.name, slot=slot) for e, slot in zip(node.entries, spare.slots))
+    master = plan.spare_addrs.get(spare.name) if node.node_rank == 0 else None
+    return replace(
+        plan,
+        nodes=tuple(NodePlan(spare.name, n.node_rank, entries) if n is node else n for n in plan.nodes),
+        spares=tuple(s for s in plan.spares if s is not spare),
+        master_addr=master or plan.master_addr,
+    )
+
+
+def warm_refusal(mode: str, command: list[str], workdir: str) -> str | None:
+    """Why `mode` cannot be had for `command`, where that is knowable here: an unknown mode, or a
+    warm restart asked of a program that cannot take part (torchrun, whose agent restarts its
+    workers itself; a Python script or `-c` code here that never uses slurmgen.train). A program
+    this cannot read (a module, a script only on the nodes) is let be: if it does not take part,
+    its ranks fail together and the launcher restarts it whole."""
+    if mode not in warm.RESTART_MODES:
+        return f"restart_mode: must be one of {', '.join(warm.RESTART_MODES)} (got {show(mode)})"
+    if mode == warm.COLD or not command:
+        return None
+    program = PurePosixPath(command[0]).name
+    if program == "torchrun" or "torch.distributed.run" in command[1:3]:
+        return "restart_mode: warm needs a program that takes part in it, and torchrun restarts its workers itself"
+    if not program.startswith("python") or len(command) < 2 or command[1] == "-m":
+        return None
+    code = command[2] if command[1] == "-c" and len(command) > 2 else None
+    where = "the -c code"
+    if code is None:
+        path = Path(workdir, command[1])
+        where = command[1]
+        try:
+            code = path.read_text(errors="replace")
+        except OSError:
+            return None  # only on the nodes: not knowable here
+    if TAKES_PART.search(code):
+        return None
+    return (
+        f"restart_mode: warm needs a program that takes part in it (the bundled trainer, or "
+        f"slurmgen.train.warm), and {where} does not use slurmgen.train"
     )

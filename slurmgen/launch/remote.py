@@ -30,7 +30,7 @@ import posixpath
 import shlex
 from typing import TYPE_CHECKING
 
-from slurmgen.contract import exitcodes, signals
+from slurmgen.contract import envvars, exitcodes, signals, warm
 from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.node_events import (
     EVENT_FD,
@@ -39,6 +39,7 @@ from slurmgen.contract.node_events import (
     PAYLOAD_END,
     PAYLOAD_MAGIC,
     STACK_ASK,
+    WARM_WORD,
     lifeline_silence,
 )
 from slurmgen.generate.shell import ShellCode, quote
@@ -84,6 +85,10 @@ def bootstrap() -> str:
         payload_magic=PAYLOAD_MAGIC,
         payload_end=PAYLOAD_END,
         stack_ask=STACK_ASK,
+        warm_word=WARM_WORD,
+        warm_dir_var=ShellCode(envvars.WARM_DIR),
+        warm_world=warm.WORLD_NAME,
+        warm_start=warm.START_PREFIX,
         bad_input=exitcodes.BAD_INPUT,
         warning_signals=ShellCode(" ".join(signals.WARNINGS)),
     )
@@ -111,6 +116,7 @@ def node_args(plan: LaunchPlan, node: NodePlan, attempt: int, keepalive: float =
         "stop_grace": plan.stop_grace,
         "heartbeat_ms": heartbeat_ms(plan),
         "silence": f"{lifeline_silence(keepalive):g}",
+        "warm": int(plan.restart_mode == warm.WARM),
     }
     return [f"{k}={v}" for k, v in args.items()]
 
@@ -133,6 +139,12 @@ def payload(plan: LaunchPlan, node: NodePlan) -> bytes:
     env = env_text(plan.node_env(node)).encode()
     header = f"{PAYLOAD_MAGIC} {len(script)} {len(env)}\n".encode()
     return f"{len(boot)}\n".encode() + boot + header + script + env + f"{PAYLOAD_END}\n".encode()
+
+
+def world_line(world: warm.World, ranks: tuple[int, ...]) -> bytes:
+    """The launcher's word on a warm restart's world, as a node's lifeline carries it: the world
+    (contract/warm.py) and the ranks of that node to start anew."""
+    return f"{WARM_WORD} {world.line().strip()}{''.join(f' {r}' for r in ranks)}\n".encode()
 
 
 def timeline_file(workdir: str, log_dir: str, launch_id: str) -> str:

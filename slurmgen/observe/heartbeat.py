@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmgen import atomic
-from slurmgen.contract import envvars, files, hangs, phases, states
+from slurmgen.contract import envvars, files, hangs, phases, states, warm
 from slurmgen.observe.timeline_writer import TimelineWriter
 
 # The heartbeat contract between a launcher (or watcher) and any program it starts: when the
@@ -67,11 +67,20 @@ def node_local_dir(out_dir: str | os.PathLike[str], node_rank: int, environ: Map
             environ.get("SLURM_JOB_ID", ""),
             environ.get("SLURM_RESTART_COUNT", ""),
             environ.get("MASTER_ADDR", ""),
-            environ.get("MASTER_PORT", ""),
+            _first_port(environ),
             str(node_rank),
         ]
     )
     return base / f"slurmgen-heartbeats-{os.getuid()}-{hashlib.sha256(run.encode()).hexdigest()[:16]}"
+
+
+def _first_port(environ: Mapping[str, str]) -> str:
+    """MASTER_PORT as the job started with it: a process started in a warm restart's world
+    (contract/warm.py) has that world's port, and writes beside the ranks that kept theirs."""
+    port, generation = environ.get("MASTER_PORT", ""), environ.get(envvars.WARM_GENERATION, "")
+    if port.isdigit() and generation.isdigit():
+        return str(warm.first_port(int(port), int(generation)))
+    return port
 
 
 # A node-local directory nobody wrote to for this long belongs to a run that was killed.

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import socket
+import stat
 import sys
 import time
 from datetime import timedelta
@@ -28,7 +29,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import envvars, exitcodes
 
 from .env import DistEnv
 
@@ -148,6 +149,7 @@ def init(env: DistEnv, timeout: float) -> None:
     if not env.distributed or dist.is_initialized():
         return
     _resolve(env.master_addr)
+    before = _sockets() if os.environ.get(envvars.WARM_DIR) else None
     kwargs: dict[str, Any] = {"backend": env.backend, "timeout": COLLECTIVE_TIMEOUT}
     if env.device.startswith("cuda"):
         kwargs["device_id"] = torch.device(env.device)
@@ -166,9 +168,67 @@ def init(env: DistEnv, timeout: float) -> None:
     # Small CPU-side messages (votes, RNG states, a resumed state) go over gloo even when the
     # gradients use NCCL: they then cost no GPU memory and never synchronise a CUDA stream.
     _CONTROL = dist.new_group(backend="gloo") if env.backend != "gloo" else None
+    if before is not None:  # a warm restart may have to cut this world's connections (leave)
+        _WORLD_SOCKETS.update(_sockets() - before)
 
 
 _CONTROL: Any = None  # the gloo group for CPU-side messages; None = the default group
+
+
+_WORLD_SOCKETS: set[int] = set()  # the sockets `init` opened (warm restarts only): the store's, gloo's
+
+
+def _sockets() -> set[int]:
+    """The file descriptors of this process that are sockets."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError, ValueError):
+                if stat.S_ISSOCK(os.stat(f"/proc/self/fd/{name}").st_mode):
+                    found.add(int(name))
+    return found
+
+
+def open_sockets() -> set[int]:
+    """The sockets this process holds now (before joining a world: see `hold_world`)."""
+    return _sockets()
+
+
+def hold_world(before: set[int]) -> None:
+    """The sockets opened since `before` are the world just joined: `leave` shuts them down."""
+    _WORLD_SOCKETS.update(_sockets() - before)
+
+
+def _close_world_sockets() -> None:
+    """Shut down the connections of the world being left, now: neither an abort nor a destroy of a
+    gloo group closes them while its work in flight holds them, and a healthy peer blocked in a
+    collective with this rank (not with the dead one) would wait for them until this process
+    ended. Shut down, each peer's collective fails at once and it leaves too."""
+    for fd in sorted(_WORLD_SOCKETS & _sockets()):
+        with contextlib.suppress(OSError):
+            sock = socket.socket(fileno=fd)
+            try:  # connections only: gloo's listener thread must keep its socket (it aborts on an error)
+                if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.detach()  # the descriptor stays torch's to close
+    _WORLD_SOCKETS.clear()
+
+
+def leave() -> None:
+    """Leave a process group a peer's failure broke, without a barrier (the peer is gone): every
+    group is aborted, which closes its connections at once (a destroy would wait for the last
+    reference, and a healthy peer blocked in a collective with this rank would wait with it), so
+    `init` can join a new world in this same process (a warm restart)."""
+    global _CONTROL
+    _CONTROL = None
+    _close_world_sockets()
+    if not active():
+        return
+    try:
+        dist.distributed_c10d._abort_process_group()
+    except Exception as exc:  # already half torn down by the failure: what is left goes with the process
+        log.warning("leaving the broken process group: %s", str(exc).splitlines()[0] if str(exc) else exc)
 
 
 def active() -> bool:

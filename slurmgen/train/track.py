@@ -35,6 +35,13 @@ class Tracking:
     def __init__(self, run: Any = None, group: str | None = None, main: bool = False):
         self.run, self.group, self.main = run, group, main
 
+    @staticmethod
+    def meet(cfg: TrainConfig, env: DistEnv) -> None:
+        """The collective of `open`, for ranks that keep their run record through a warm restart
+        while the process started in place of the failed rank opens its own."""
+        if cfg.track != "off" and env.distributed:
+            dist.gather_to_main(socket.gethostname(), env.rank)
+
     @classmethod
     def open(cls, cfg: TrainConfig, env: DistEnv, resumed: dict | None, step: int) -> Tracking:
         """All ranks call this (it gathers host names); the run is per `cfg.track`."""

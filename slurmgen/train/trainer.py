@@ -17,11 +17,13 @@ step boundaries.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import time
+import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from slurmgen.contract import envvars
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.observe import stragglers
 
-from . import dist, fsdp
+from . import dist, fsdp, warm
 from .checkpoint import files as ckpt
 from .checkpoint.checkpoints import Checkpointing
 from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, TrainConfig
@@ -131,6 +133,10 @@ class Trainer:
         )
         self.step, self.train_loss, self.val_loss, self._start = 0, None, None, time.time()
         self.work, self.slow = 0.0, slow_for(env.rank, os.environ)
+        # Warm restarts (train/warm.py): the world this process is in, and when it began waiting
+        # to step again (a process started in place of a failed rank: its start).
+        self.generation = warm.generation()
+        self.again: tuple[float, str] | None = (time.time(), "start") if self.generation else None
         self._rng_seed()
 
     def _rng_seed(self) -> None:
@@ -245,21 +251,31 @@ class Trainer:
         self.heartbeat.beat(self.step, force=True)
         try:
             while self.step < self.max_steps:
-                window.add(*self.train_step(ddp), work=self.work)
-                self.checkpoints.prepare(self.step)
-                self.heartbeat.beat(self.step, work=self.work)
-                progress.update(self.step)
-                self.checkpoints.poll()
-                # Every rank votes every step (the result arrives one step later): a signal that
-                # reached any rank stops all of them at the same step.
-                preempted = vote.cast(flag.level)  # 0, or preempt.REQUEUE / STOP
-                last = self.step == self.max_steps or preempted
-                if self.step % cfg.log_every == 0 or last:
-                    self._log_train(window, progress)
-                if (cfg.eval_every and self.step % cfg.eval_every == 0) or (last and not preempted):
-                    self._log_eval(progress)
-                if last or (cfg.save_every and self.step % cfg.save_every == 0):
-                    self.checkpoints.save(self.step)
+                try:
+                    window.add(*self.train_step(ddp), work=self.work)
+                    self._stepping_again()
+                    self.checkpoints.prepare(self.step)
+                    self.heartbeat.beat(self.step, work=self.work)
+                    progress.update(self.step)
+                    self.checkpoints.poll()
+                    # Every rank votes every step (the result arrives one step later): a signal that
+                    # reached any rank stops all of them at the same step.
+                    preempted = vote.cast(flag.level)  # 0, or preempt.REQUEUE / STOP
+                    last = self.step == self.max_steps or preempted
+                    if self.step % cfg.log_every == 0 or last:
+                        self._log_train(window, progress)
+                    if (cfg.eval_every and self.step % cfg.eval_every == 0) or (last and not preempted):
+                        self._log_eval(progress)
+                    if last or (cfg.save_every and self.step % cfg.save_every == 0):
+                        self.checkpoints.save(self.step)
+                except Exception as exc:
+                    if self.sharded or not warm.peer_failed(exc):
+                        raise
+                    self._drop_world(exc, ddp)
+                    del ddp, vote  # their hold on the old process group goes, so its sockets close
+                    ddp, vote = self._rejoin(exc), dist.Vote()
+                    window.reset()
+                    continue
                 if preempted:
                     break
             vote.settle()  # the last vote is still in flight: finish it before other collectives
@@ -288,13 +304,7 @@ class Trainer:
             self.metrics.drop_after(self.step)
             log.info("resumed from %s at step %d", resumed.path, self.step)
         self.tracking = Tracking.open(cfg, env, resumed.tracking if resumed else None, self.step)
-        ddp: nn.Module = self.model
-        if env.distributed and not self.sharded:
-            ids = [env.local_rank] if env.device.startswith("cuda") else None
-            ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
-        self.model.train()
-        if env.distributed and not self.sharded and 0 < self.step < self.max_steps:
-            self._settle_buckets(ddp)
+        ddp = self._wrap()
         first_items = _items(self.batches.batch(0, 0)[0])
         log.info(
             "global batch: %d samples (%d per process x %d accumulation x %d processes), %d items per step; "
@@ -309,6 +319,72 @@ class Trainer:
         )
         self._start = time.time()
         return ddp
+
+    def _wrap(self) -> nn.Module:
+        """The model as the loop steps it: in DDP when distributed (FSDP shards in place), its
+        gradient buckets settled as an uninterrupted run's after a resume."""
+        env, ddp = self.env, self.model
+        if env.distributed and not self.sharded:
+            ids = [env.local_rank] if env.device.startswith("cuda") else None
+            ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.model.train()
+        if env.distributed and not self.sharded and 0 < self.step < self.max_steps:
+            self._settle_buckets(ddp)
+        return ddp
+
+    @staticmethod
+    def _drop_world(exc: Exception, ddp: nn.Module) -> None:
+        """Let go of the old world: the model's gradient hooks must not fire in the new one, and
+        the failure's traceback must not keep the old process group alive. Its sockets close only
+        with the last reference, and a healthy peer blocked in a collective with this rank learns
+        of the failure only then: each rank that leaves wakes the next."""
+        if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+            ddp._remove_autograd_hooks()
+        traceback.clear_frames(exc.__traceback__)
+
+    def _rejoin(self, exc: Exception) -> nn.Module:
+        """A peer failed and the launcher offers warm restarts (train/warm.py): leave the broken
+        process group, wait for the new world, join it, reload the latest checkpoint and wrap the
+        model anew, in this process. Without a word in time or a checkpoint the run fails as before."""
+        seen = time.time()
+        log.warning("a peer failed (%s): waiting for the launcher's new world", str(exc).splitlines()[0][:200])
+        dist.leave()
+        gc.collect()  # the old process group's last references (DDP's reducer, a vote in flight)
+        self.checkpoints.settle_after_failure()  # the write in flight may be the newest good state
+        try:
+            world = warm.wait_world(self.generation)
+        except warm.NoNewWorld as late:
+            raise RuntimeError(f"{exc} (warm restart: {late})") from None
+        self.generation = world.generation
+        self.env = self.checkpoints.env = replace(
+            self.env, master_addr=world.master_addr, master_port=world.master_port
+        )
+        dist.init(self.env, self.cfg.init_timeout)
+        resumed = self.checkpoints.resume()
+        if resumed is None:
+            raise RuntimeError(f"{exc} (warm restart: no checkpoint to go on from)") from None
+        Tracking.meet(self.cfg, self.env)  # the fresh process opens its run record here (`_begin`)
+        self.step, self.again = resumed.step, (seen, "failure")
+        self.metrics.drop_after(self.step)
+        log.warning(
+            "warm restart: joined generation %d, resumed from %s at step %d", world.generation, resumed.path, self.step
+        )
+        return self._wrap()
+
+    def _stepping_again(self) -> None:
+        """The first step after a warm restart (or of a process started for one): said once, with
+        the wall clock, so the time from a fault to stepping again can be read off the log."""
+        if self.again is not None:
+            now, (since, what) = time.time(), self.again
+            log.warning(
+                "warm restart: generation %d stepping again at step %d, %.2f s after the %s (at %.3f)",
+                self.generation,
+                self.step,
+                now - since,
+                what,
+                now,
+            )
+            self.again = None
 
     def _log_train(self, window: _Window, progress: Progress) -> None:
         """The mean training loss since the last line, over all ranks (the one GPU sync of a

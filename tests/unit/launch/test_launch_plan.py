@@ -218,6 +218,7 @@ def test_remote_command_is_fixed_prefix_plus_plain_arguments():
         "stop_grace": "1",
         "heartbeat_ms": "2500",
         "silence": "20",
+        "warm": "0",
     }
     assert "xyz" not in cmd  # the environment never travels on the command line
 

@@ -3,17 +3,21 @@ first failure stops all, exit codes, restarts, heartbeats, signals, lost connect
 
 import io
 import os
+import re
 import signal
 import subprocess
 import textwrap
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from helpers import PY, SLEEPER, SURVIVORS, LocalConnection, LocalProcess, local_plan, pids, run_to_end, tqdm_bar
 from helpers import run_launcher as run
 
 from slurmgen.contract import exitcodes
+from slurmgen.errors import SlurmgenError
+from slurmgen.generate.topology import Host
 from slurmgen.launch.fanout import Launcher
 from slurmgen.ssh.connect import ConnectError, SSHOptions
 
@@ -286,3 +290,45 @@ def test_stray_lines_on_the_event_channel_are_shown_not_obeyed(tmp_path):
     code, out, err = run(plan, env=env)
     assert code == 0, err
     assert "[h0] conda: base activated" in out and "[h0] slurmgen-event-1 exited x y" in out
+
+
+def test_a_lost_host_hands_its_node_to_a_spare_host(tmp_path):
+    """--spare-hosts: h1 is lost in attempt 1; attempt 2 runs node 1 (rank 1) on the spare h2,
+    and h1 is not contacted again."""
+    made, calls = {}, []
+
+    class LosingOnce(LosingConnection):
+        def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+            proc = super().start(command, stdin, timeout, separate_stderr)
+            threading.Timer(1.0, setattr, args=(self, "active", False)).start()
+            return proc
+
+    def connector(hosts, opts, notify=None):
+        calls.append(list(hosts))
+        env = {"RUN_FOR": "2.5"}
+        conns = {h: (LosingOnce(h, env) if h == "h1" else LocalConnection(h, env)) for h in hosts}
+        made.update({f"{h}-{len(calls)}": c for h, c in conns.items()})
+        return conns
+
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1, spares=[Host.with_count("h2", 1)])
+    code, out, err = run(plan, env=None, connector=connector, made=made)
+    assert calls == [["h0", "h1"], ["h2"]], err
+    assert "node 1 moves from h1 to the spare host h2" in err
+    assert code == 0, err
+    assert re.search(r"^h2\s+1\s+1\s+ok", err, re.M), err  # the summary: node 1, rank 1 on h2
+    log = (tmp_path / "out" / "logs" / "rank-1.log").read_text()
+    assert "attempt 2, node 1 (" in log and SURVIVORS == []
+
+
+def test_moving_to_a_spare_keeps_node_ranks_and_takes_the_rendezvous_with_node_0(tmp_path):
+    from slurmgen.launch.plan import move_to_spare
+
+    plan = local_plan(tmp_path, ["true"], slots=(2, 2), spares=[Host.with_count("s1", 1), Host.with_count("s2", 2)])
+    plan = replace(plan, spare_addrs={"s1": "10.0.0.1", "s2": "10.0.0.2"})
+    moved = move_to_spare(plan, "h0")
+    assert moved is not None and [n.host for n in moved.nodes] == ["s2", "h1"]  # s1 has too few slots
+    assert [e.rank for e in moved.nodes[0].entries] == [0, 1] and moved.master_addr == "10.0.0.2"
+    assert [s.name for s in moved.spares] == ["s1"] and move_to_spare(moved, "h1") is None
+    assert move_to_spare(plan, "h1").master_addr == plan.master_addr  # type: ignore[union-attr]
+    with pytest.raises(SlurmgenError, match=r"^spare_hosts: h1 is also one of the job's hosts"):
+        local_plan(tmp_path, ["true"], slots=(1, 1), spares=[Host.with_count("h1", 1)])

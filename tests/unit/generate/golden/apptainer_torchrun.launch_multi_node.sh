@@ -53,6 +53,11 @@ unset SLURMGEN_EVENT_FD
 # file is not (looked for once the traps are set).
 stop_file=${SLURMGEN_STOP_FILE:-}
 unset SLURMGEN_STOP_FILE
+# Warm restarts (slurmgen/contract/warm.py), when the launcher sets SLURMGEN_WARM_DIR: a rank that
+# fails does not stop the others on this node (they wait in their own processes for the new
+# world); the launcher's order to start it anew is a file in that directory.
+warm_dir=${SLURMGEN_WARM_DIR:-}
+spare_w='' # the write end of the warm spare's orders (start_spare)
 event() {
   if [[ -n $event_fd ]]; then printf '%s %s\n' slurmgen-event-1 "$*" >&"$event_fd"; fi
 }
@@ -918,8 +923,10 @@ fi
 stop_if_signalled # a stop that came while this node was getting ready starts no rank
 run_note=:  # `slurmgen launch` numbers its attempts
 [[ -z ${SLURMGEN_ATTEMPT:-} ]] || run_note=" launch: attempt $SLURMGEN_ATTEMPT,"
-for ((local_rank = 0; local_rank < nproc; local_rank++)); do
-  rank=$((rank_offset + local_rank))
+# start_rank LOCAL_RANK [GENERATION]: run the program as that rank, in its own process group;
+# with a generation, a warm restart's fresh process joins that world (its file names the rendezvous).
+start_rank() {
+  local local_rank=$1 rank=$(($1 + rank_offset)) generation=${2:-}
   (
     # Outlive the stop and warning signals so the process's own exit code is what gets reported.
     trap : INT TERM USR1 USR2
@@ -930,7 +937,14 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     exec {wake}>&-
+    if [[ -n $spare_w ]]; then exec {spare_w}>&-; fi
     export RANK=$rank LOCAL_RANK=$local_rank
+    if [[ -n $generation ]]; then
+      local addr port size
+      read -r _ addr port size <"$warm_dir/world"
+      # shellcheck disable=SC2030 # this subshell is the rank: the new world is its own
+      export MASTER_ADDR=$addr MASTER_PORT=$port WORLD_SIZE=$size SLURMGEN_WARM_GENERATION=$generation
+    fi
     printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
       "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
     timeline process "$rank" "$BASHPID"
@@ -947,9 +961,27 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   ) &
   pids[local_rank]=$!
   link_tell rank "$!"
+}
+for ((local_rank = 0; local_rank < nproc; local_rank++)); do
+  start_rank "$local_rank"
   stop_if_signalled
 done
-echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
+# start_ordered: the failed ranks the launcher ordered started anew (a warm restart), started:
+# by the warm spare while there is one, else as a fresh process.
+start_ordered() {
+  local local_rank order generation
+  for local_rank in "${!pids[@]}"; do
+    order=$warm_dir/start-$((rank_offset + local_rank))
+    [[ -z ${pids[local_rank]} && -e $order ]] || continue
+    generation=
+    read -r generation <"$order"
+    rm -f -- "$order"
+    [[ $generation =~ ^[0-9]+$ ]] || continue
+    echo "$me: starting rank $((rank_offset + local_rank)) anew in generation $generation (warm restart)" >&2
+    start_rank "$local_rank" "$generation"
+  done
+}
+echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $world_size (master $master_addr:$master_port, logs in $log_dir)"
 event started
 
 # Watch the processes; the first failure stops the rest. A signal's handler wakes the loop at
@@ -960,14 +992,21 @@ running=$nproc
 while ((running > 0)); do
   read -r -t 0.02 -u "$wake" || true
   stop_if_signalled
+  [[ -z $warm_dir ]] || start_ordered
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
-    if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
+    if ((local_rank >= nproc)) || [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
     status=0
     wait "$pid" 2>/dev/null || status=$? # a rank killed from outside: no notice (see stop_all)
     pids[local_rank]=
     running=$((running - 1))
     if ((status != 0)); then
+      if [[ -n $warm_dir ]]; then # the launcher decides: a new world without this process, or a stop
+        echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; the other ranks wait for the launcher (warm restart)" >&2
+        event exited "$((rank_offset + local_rank))" "$status"
+        running=$((running + 1))
+        continue
+      fi
       echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
       event exited "$((rank_offset + local_rank))" "$status"
       link_tell failed "$((rank_offset + local_rank))" "$status"

@@ -1,0 +1,119 @@
+"""Warm restart, the program's side: survive a peer's failure in this same process.
+
+The protocol is contract/warm.py. When the launcher asks for it (SLURMGEN_WARM_DIR is set), a
+rank whose collective failed because a peer died leaves the broken process group, waits for the
+launcher's word on the new world, joins it and goes on from the latest checkpoint: no new
+interpreter, no new `import torch`. The bundled trainer does it by itself; any other program
+takes part with two calls around its step:
+
+    from slurmgen.train import warm
+
+    warm.join("nccl")  # init_process_group by env://, this world's connections noted
+    while step < steps:
+        try:
+            train_step()
+        except Exception as exc:
+            if not warm.peer_failed(exc):
+                raise
+            warm.rejoin()  # the new world's process group, by env:// (MASTER_ADDR/PORT are updated)
+            model, optimizer, step = reload_latest_checkpoint()  # and wrap the model in DDP again
+
+A fresh process the launcher starts in place of the failed rank needs nothing: it is started
+with the new world's MASTER_ADDR and MASTER_PORT, and resumes from the checkpoint as after any
+restart. A program that does not take part just fails, and the launcher restarts it whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, MutableMapping
+
+from slurmgen.contract import envvars
+from slurmgen.contract import warm as protocol
+
+log = logging.getLogger("slurmgen.train")
+WAIT = 120.0  # the longest a rank waits for the launcher's word before it gives up (and fails)
+
+
+class NoNewWorld(RuntimeError):
+    """The launcher said nothing about a new world in time: the rank fails as it would have."""
+
+
+def enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the launcher asked for warm restarts (SLURMGEN_WARM_DIR set)."""
+    return bool(environ.get(envvars.WARM_DIR))
+
+
+def generation(environ: Mapping[str, str] = os.environ) -> int:
+    """The world this process is in: 0 for the job's first, the launcher's number for a fresh
+    process started after a warm restart (SLURMGEN_WARM_GENERATION)."""
+    text = environ.get(envvars.WARM_GENERATION, "0")
+    return int(text) if text.isdigit() else 0
+
+
+def peer_failed(exc: BaseException, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether `exc` is a collective that failed (a peer died: gloo's closed connection, NCCL's
+    abort), and the launcher offers a new world for it. Anything else is the program's own error."""
+    import torch.distributed as dist
+
+    if not enabled(environ) or not isinstance(exc, RuntimeError):
+        return False
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in ("gloo", "nccl", "connection", "peer", "socket", "timed out"))
+
+
+def wait_world(after: int, environ: Mapping[str, str] = os.environ, timeout: float = WAIT) -> protocol.World:
+    """The launcher's new world: the first one written whose generation is above `after`."""
+    directory, deadline = environ.get(envvars.WARM_DIR, ""), time.monotonic() + timeout
+    while True:
+        world = protocol.read(directory)
+        if world is not None and world.generation > after:
+            return world
+        if time.monotonic() >= deadline:
+            raise NoNewWorld(f"no new world from the launcher within {timeout:g} s (generation {after} was left)")
+        time.sleep(protocol.POLL)
+
+
+def adopt(world: protocol.World, environ: MutableMapping[str, str] = os.environ) -> None:
+    """Make `world` this process's: MASTER_ADDR, MASTER_PORT, WORLD_SIZE and the generation, as a
+    fresh process of it would be started."""
+    environ.update(
+        MASTER_ADDR=world.master_addr,
+        MASTER_PORT=str(world.master_port),
+        WORLD_SIZE=str(world.world_size),
+        **{envvars.WARM_GENERATION: str(world.generation)},
+    )
+
+
+def join(backend: str = "gloo") -> None:
+    """For any program: `init_process_group` by env:// (RANK, WORLD_SIZE, MASTER_ADDR/PORT), with
+    this world's connections noted, so that leaving it after a peer's failure shuts them down and
+    a healthy peer blocked in a collective with this rank learns of the failure at once."""
+    import torch.distributed as dist
+
+    from . import dist as ours
+
+    before = ours.open_sockets() if enabled() else None
+    dist.init_process_group(backend, init_method="env://")
+    if before is not None:
+        ours.hold_world(before)
+
+
+def rejoin(backend: str | None = None, timeout: float = WAIT) -> protocol.World:
+    """For any program: leave the broken process group, wait for the new world, `join` it with
+    this process's RANK. Returns the world joined; the caller reloads its checkpoint."""
+    import torch.distributed as dist
+
+    backend = backend or (dist.get_backend() if dist.is_initialized() else "gloo")
+    from . import dist as ours
+
+    ours.leave()
+    world = wait_world(generation(), timeout=timeout)
+    adopt(world)
+    join(backend)
+    log.warning("warm restart: joined generation %d at %s:%d", world.generation, world.master_addr, world.master_port)
+    return world

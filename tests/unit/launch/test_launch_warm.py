@@ -1,0 +1,289 @@
+"""Warm restarts under `slurmgen launch --restart-mode warm` (contract/warm.py): the state machine's
+decisions, the refusals, and the real thing: the bundled trainer on gloo over local "hosts" (real
+bash, real bootstrap and node script, real torch.distributed), one rank SIGKILLed mid-run."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import PY, alive, kill_local_nodes, local_connector, local_plan
+from helpers import run as run_cli
+
+from slurmgen.contract import warm
+from slurmgen.contract.node_events import NodeEvent
+from slurmgen.errors import SlurmgenError
+from slurmgen.launch import attempt as m
+from slurmgen.launch.display import NodeResult
+from slurmgen.launch.fanout import Launcher
+from slurmgen.launch.plan import warm_refusal
+from slurmgen.observe.heartbeat import read_heartbeats
+from slurmgen.ssh.connect import SSHOptions
+
+LIMITS = m.Limits(connect=10, keepalive=5, keepalive_count=3, stop_grace=1, stop_wait=5)
+
+
+# ---- the state machine -------------------------------------------------------------------------
+def warm_state(budget: int = 2) -> m.AttemptState:
+    nodes = [NodeResult(h, i, str(i)) for i, h in enumerate(("a", "b"))]
+    s = m.initial(nodes, 1, 100.0, 90.0, 2, LIMITS, m.WarmPlan(budget, "10.0.0.1", 29500))
+    for h in ("a", "b"):
+        s, _ = m.step(s, m.SessionOpened(h, 100.1))
+        s, _ = m.step(s, m.Reported(h, NodeEvent("started"), 101.0))
+    return s
+
+
+def exited(host: str, rank: int, code: int, at: float) -> m.Reported:
+    return m.Reported(host, NodeEvent("exited", rank, code), at)
+
+
+def test_a_failed_rank_orders_a_new_world_and_stops_nothing():
+    s, actions = m.step(warm_state(), exited("b", 1, 137, 110.0))
+    worlds = [a for a in actions if isinstance(a, m.NewWorld)]
+    assert worlds == [m.NewWorld(warm.World(1, "10.0.0.1", 29501, 2), {"b": (1,)})]
+    assert not [a for a in actions if isinstance(a, m.CloseStdin)] and s.stop_at is None
+    assert s.generation == 1 and s.first is None and s.nodes["b"].state == m.RUNNING
+    # The next failure, past the settling time, is the next generation, on the next port.
+    s, actions = m.step(s, exited("a", 0, 1, 110.0 + warm.SETTLE + 1))
+    assert [a.world.master_port for a in actions if isinstance(a, m.NewWorld)] == [29502]
+
+
+def test_a_second_failure_right_after_a_new_world_restarts_whole():
+    """A program that does not take part: its healthy rank dies of the peer's failure."""
+    s, _ = m.step(warm_state(), exited("b", 1, 137, 110.0))
+    s, actions = m.step(s, exited("a", 0, 1, 110.5))
+    assert s.stop_at == 110.5 and s.first == ("a", "rank 0 exited with code 1")
+    assert any(isinstance(a, m.Say) and "restarting whole" in a.text for a in actions)
+    assert {a.host for a in actions if isinstance(a, m.CloseStdin)} == {"a", "b"}  # nobody is spared
+
+
+@pytest.mark.parametrize("budget, code", [(0, 137), (2, 2), (2, 75)])
+def test_no_budget_or_a_code_not_worth_a_retry_stops_every_node(budget, code):
+    s, actions = m.step(warm_state(budget), exited("b", 1, code, 110.0))
+    assert s.stop_at == 110.0 and not [a for a in actions if isinstance(a, m.NewWorld)]
+
+
+# ---- what is refused -----------------------------------------------------------------------------
+def test_warm_is_refused_for_programs_that_cannot_take_part(tmp_path):
+    (tmp_path / "plain.py").write_text("import torch\n")
+    (tmp_path / "mine.py").write_text("from slurmgen.train import warm\n")
+    assert warm_refusal("warm", [PY, "-m", "slurmgen.train"], str(tmp_path)) is None
+    assert warm_refusal("warm", [PY, "mine.py"], str(tmp_path)) is None
+    assert warm_refusal("warm", [PY, "only-on-the-nodes.py"], str(tmp_path)) is None  # not knowable here
+    assert warm_refusal("cold", ["torchrun", "x.py"], str(tmp_path)) is None
+    assert "plain.py does not use slurmgen.train" in (warm_refusal("warm", [PY, "plain.py"], str(tmp_path)) or "")
+    assert "the -c code" in (warm_refusal("warm", [PY, "-c", "print(1)"], str(tmp_path)) or "")
+    assert "torchrun" in (warm_refusal("warm", ["torchrun", "x.py"], str(tmp_path)) or "")
+    assert warm_refusal("hot", [PY, "x.py"], str(tmp_path)) == "restart_mode: must be one of cold, warm (got 'hot')"
+    with pytest.raises(SlurmgenError):
+        local_plan(tmp_path, [PY, "plain.py"], restart_mode="warm")
+
+
+def test_warm_asked_of_a_plain_script_is_one_line_exit_2(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain.py").write_text("print(1)\n")
+    code, out, err = run_cli(
+        capsys, "launch", "--dry-run", "--hosts", "a,b", "--restart-mode", "warm", "--", "python3", "plain.py"
+    )
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "slurmgen: error: restart_mode: warm needs a program that takes part in it (the bundled trainer, or "
+        "slurmgen.train.warm), and plain.py does not use slurmgen.train"
+    ), err
+    assert "Traceback" not in err
+
+
+# ---- the real thing ------------------------------------------------------------------------------
+def trainer(out: Path, *extra: str) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "slurmgen.train",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "16",
+        "--synthetic-samples",
+        "256",
+        "--progress",
+        "lines",
+        "--heartbeat-every",
+        "0.2",
+        "--threads",
+        "1",
+        "--out-dir",
+        str(out),
+        *extra,
+    ]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+AGAIN = re.compile(
+    r"\[rank (\d+)\] warning: warm restart: generation 1 stepping again at step (\d+), .* \(at ([\d.]+)\)"
+)
+
+
+def fault(out_dir: Path, out: io.StringIO, seen: dict) -> None:
+    """Thread: once a checkpoint is written, SIGKILL rank 2 and note every rank's pid before and after."""
+    try:
+        wait_for(lambda: list((out_dir / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+        beats = wait_for(lambda: (b := read_heartbeats(out_dir / "heartbeats")) and len(b) == 3 and b, 30, "3 beats")
+        seen["before"] = {rank: beat["pid"] for rank, beat in beats.items()}
+        seen["killed_at"] = time.time()
+        os.kill(seen["before"][2], signal.SIGKILL)  # rank 2, on h1 beside the healthy rank 1
+        seen["again"] = wait_for(lambda: len(found := AGAIN.findall(out.getvalue())) == 3 and found, 120, "3 ranks")
+        beats = wait_for(
+            lambda: (
+                (b := read_heartbeats(out_dir / "heartbeats")) and 2 in b and b[2]["pid"] != seen["before"][2] and b
+            ),
+            30,
+            "the fresh rank 2's beat",
+        )
+        seen["after"] = {rank: beat["pid"] for rank, beat in beats.items()}
+    except AssertionError as exc:
+        seen["error"] = str(exc)
+
+
+def test_sigkill_of_a_rank_is_recovered_warm_the_healthy_ranks_keep_their_processes(tmp_path):
+    out_dir = tmp_path / "run"
+    plan = local_plan(
+        tmp_path,
+        trainer(out_dir, "--max-steps", "600", "--save-every", "20", "--log-every", "50"),
+        slots=(1, 2),
+        max_restarts=1,
+        restart_mode="warm",
+    )
+    out, err, made, seen = io.StringIO(), io.StringIO(), {}, {}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
+    threading.Thread(target=fault, args=(out_dir, out, seen), daemon=True).start()
+    try:
+        code = launcher.run()
+    finally:
+        kill_local_nodes(made)
+    text, said = out.getvalue(), err.getvalue()
+    assert code == 0 and "error" not in seen and "after" in seen, (seen, said, text[-3000:])
+    pids, after, again = seen["before"], seen["after"], seen["again"]
+    # The healthy ranks are the same processes (no new interpreter); rank 2 is a new one.
+    assert after[0] == pids[0] and after[1] == pids[1] and after[2] != pids[2], (pids, after)
+    assert re.search(r"rank 2 exited with code 137 on h1: warm restart 1 of at most 1", said), said
+    assert "starting all nodes again" not in said
+    # Rank 2 goes on in the node's warm spare (torch already imported), not a new interpreter.
+    assert "[h1] rank 2 goes on in the warm spare, generation 1 (warm restart)" in text, text[-3000:]
+    # The steps go on from the checkpoint, on every rank at the same step.
+    resumed = re.findall(r"\[rank (\d)\] warning: warm restart: joined generation 1, resumed from \S+ at step", text)
+    assert sorted(resumed) == ["0", "1"], text[-3000:]
+    steps = {int(step) for _, step, _ in again}
+    assert len(steps) == 1 and min(steps) > 20
+    assert "done: step 600" in text
+    metrics = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in metrics) == 600
+    # The time from the fault to every rank stepping again.
+    recovered = max(float(at) for _, _, at in again) - seen["killed_at"]
+    print(f"warm restart: fault to every rank stepping again {recovered:.2f} s")
+    assert recovered < 30, f"{recovered:.1f}s"
+    # Nothing is left running.
+    assert not [p for p in {*pids.values(), *after.values()} if alive(p)]
+    for conn in made.values():
+        assert all(proc.popen.poll() is not None for proc in conn.procs)
+
+
+SHY = """
+import os, sys, time
+rank, attempt = os.environ["RANK"], os.environ["SLURMGEN_ATTEMPT"]
+print("PID", os.getpid(), "rank", rank, "generation", os.environ.get("SLURMGEN_WARM_GENERATION", "0"), flush=True)
+if attempt == "1" and os.environ.get("SLURMGEN_WARM_GENERATION") is None:
+    time.sleep(0.5 if rank == "1" else 1.0)
+    sys.exit(7 if rank == "1" else 1)  # rank 1 fails; rank 0 dies of it, as a program that does not take part
+time.sleep(0.3 if attempt != "1" else 30)
+"""
+
+
+def test_a_program_that_does_not_take_part_is_restarted_whole(tmp_path):
+    (tmp_path / "shy.py").write_text(SHY)
+    plan = local_plan(tmp_path, [PY, "-m", "shy"], slots=(1, 1), max_restarts=2, restart_mode="warm")
+    out, err, made = io.StringIO(), io.StringIO(), {}
+    env = {"PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made, env))
+    try:
+        code = launcher.run()
+    finally:
+        kill_local_nodes(made)
+    said = err.getvalue()
+    assert code == 0, said + out.getvalue()
+    assert "rank 1 exited with code 7 on h1: warm restart 1 of at most 2" in said
+    assert re.search(r"rank 0 exited with code 1 on h0 \d\.\ds after warm restart 1: restarting whole", said), said
+    assert "attempt 1 of 3 failed (rank 0 exited with code 1 on h0); starting all nodes again" in said
+
+
+def test_a_spare_host_that_is_also_a_job_host_is_one_line_exit_2(capsys):
+    code, out, err = run_cli(
+        capsys, "launch", "--dry-run", "--hosts", "a,b", "--spare-hosts", "c,b", "--", "python3", "-m", "x"
+    )
+    assert (code, out, err.strip()) == (
+        2,
+        "",
+        "slurmgen: error: spare_hosts: b is also one of the job's hosts (a spare must be idle)",
+    )
+
+
+OWN = """
+import os, sys, time
+import torch, torch.distributed as dist
+from slurmgen.train import warm
+
+warm.join("gloo")
+print("PID", os.getpid(), "rank", os.environ["RANK"], flush=True)
+step, fresh = 0, os.environ.get("SLURMGEN_WARM_GENERATION") is None
+while step < 60:
+    try:
+        if fresh and os.environ["RANK"] == "1" and step == 20:
+            os._exit(9)  # a crash, mid-run
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        assert t[0].item() == 2.0
+        step += 1
+        time.sleep(0.02)
+    except Exception as exc:
+        if not warm.peer_failed(exc):
+            raise
+        world = warm.rejoin()
+        print("rejoined generation", world.generation, "at step", step, "pid", os.getpid(), flush=True)
+        step = 0  # this program keeps no checkpoint: it starts its count again
+print("finished pid", os.getpid(), flush=True)
+"""
+
+
+def test_any_program_takes_part_through_the_warm_hook(tmp_path):
+    """A plain torch.distributed program with slurmgen.train.warm around its step: rank 1 crashes,
+    rank 0 rejoins in its own process, rank 1's place goes to the node's warm spare."""
+    (tmp_path / "own.py").write_text(OWN)
+    plan = local_plan(tmp_path, [PY, "own.py"], slots=(1, 1), max_restarts=1, restart_mode="warm")
+    out, err, made = io.StringIO(), io.StringIO(), {}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
+    try:
+        code = launcher.run()
+    finally:
+        kill_local_nodes(made)
+    text, said = out.getvalue(), err.getvalue()
+    assert code == 0, said + text
+    first = re.search(r"\[h0/0\] PID (\d+) rank 0", text)
+    assert first and f"[h0/0] rejoined generation 1 at step 20 pid {first.group(1)}" in text, text
+    assert f"[h0/0] finished pid {first.group(1)}" in text and text.count("finished pid") == 2, text
+    assert "rank 1 exited with code 9 on h1: warm restart 1 of at most 1" in said, said
+    assert "rank 1 goes on in the warm spare" in text, text
