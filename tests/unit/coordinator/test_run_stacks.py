@@ -72,11 +72,12 @@ def served(tmp_path):
 
 
 def header(rank: int, node: str, restarts: int) -> str:
-    """The header run_slurm.sh's watcher writes before a stack, run by bash from the rendered script."""
+    """The header run_slurm.sh's watcher writes before a stack, run by bash from the rendered script
+    (the attempt is SLURMGEN_ATTEMPT, which in-job restarts count on as requeues do)."""
     line = next(x for x in GOLDEN.read_text().splitlines() if "=== rank" in x)
     echo = re.search(r'echo "=== rank [^"]*"', line)
     assert echo, line
-    env = {**os.environ, "hung_rank": str(rank), "SLURMD_NODENAME": node, "SLURM_RESTART_COUNT": str(restarts)}
+    env = {**os.environ, "hung_rank": str(rank), "SLURMD_NODENAME": node, "SLURMGEN_ATTEMPT": str(restarts + 1)}
     return subprocess.run(["bash", "-c", echo[0]], env=env, capture_output=True, text=True, check=True).stdout
 
 
