@@ -103,6 +103,9 @@ def record_for(job_id: str, rendered: Rendered, workdir: str, remote: str | None
         "sweep_file": str(base / spec.output_dir / sweeps.SWEEP_FILE) if n_points else None,
         "preempt_signal": spec.preempt_signal,
         "preempt_contract": spec.env.get(envvars.PREEMPT_CONTRACT) == "1",
+        # In-job restarts, which Slurm's restart count never sees: the list reads their attempt
+        # from the attempts record (refresh.attempt_here).
+        "restarts": spec.restarts or None,
         **extra,
     }
     return JobRecord(job_id, spec.job_name, str(base / spec.output_dir), time.time(), remote, "PENDING", None, info)
