@@ -25,7 +25,7 @@ from slurmgen.contract.states import ENDED, STOP_ASKED, State, from_exit_code, f
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import chain, control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
-from slurmgen.runs.model import RunRow, attempts_of, get_row
+from slurmgen.runs.model import RunRow, attempts_of, get_row, recoveries_of
 from slurmgen.runs.registry import JobRecord, Registry
 
 from .auth import guarded, redirect_with
@@ -180,7 +180,16 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         own = own_status(reg, row) if row["kind"] != "slurm" else {}
         recorded = attempts_of(reg, seq)
         stacks = stacks_of(row, reg.by_seq(seq) if row["kind"] == "slurm" else None, recorded)
-        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in recorded]
+        recovered = recoveries_of(row.get("info") or {})  # a launch's warm restarts and spare hosts
+        attempts = [
+            {
+                **a,
+                "started": clock(a["started"]),
+                "ended": clock(a["ended"]),
+                "next": "; ".join(recovered.get(a["number"], [])),
+            }
+            for a in recorded
+        ]
         attempts += slurm.get("attempts") or []
         attempts_task, of_task = task_attempts(slurm, task)
         attempts += of_task

@@ -630,3 +630,25 @@ def test_each_in_job_attempt_is_a_row_that_says_where_it_restarted_and_which_spa
     assert rows[1].startswith("2 failed") and "failed (rank 0 on node1) 0 node1 1" in rows[1], rows
     assert rows[1].endswith("restarted on node1,node3"), rows  # no node left out: the same nodes again
     assert rows[2].startswith("3 running") and rows[2].endswith("—"), rows
+
+
+def test_a_launchs_warm_restarts_and_spare_host_moves_are_on_its_attempts(served):
+    """Issue 35: what a launch recovered inside an attempt (a warm restart) or after it (a node
+    moved to a spare host) is on the attempt's row, as the launcher kept it in the registry."""
+    from slurmgen.runs.model import Failure, NewRun
+
+    client, registry = served
+    rec = Recorder(registry)
+    run = rec.started(NewRun("launch", "L85", "warm", "/w", 2, 4, info={"hosts": ["h0", "h1"], "max_restarts": 3}))
+    rec.attempt_started(run, 1)
+    rec.recovered(run, 1, "warm restart 1: rank 3 started anew after rank 3 exited with code 137 on h1")
+    rec.attempt_ended(run, 1, State.FAILED, Failure("lost the connection to h1", None, "h1", 255))
+    rec.recovered(run, 1, "node 1 moved from h1 to the spare host h2")
+    rec.attempt_started(run, 2)
+    table = client.get(f"/ui/runs/{run}").text.split('id="attempts-title"')[1].split("</tbody>")[0]
+    rows = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", r)).strip() for r in table.split("<tr>")[2:]]
+    assert rows[0].endswith(
+        "warm restart 1: rank 3 started anew after rank 3 exited with code 137 on h1; "
+        "node 1 moved from h1 to the spare host h2"
+    ), rows
+    assert rows[1].startswith("2 running") and rows[1].endswith("—"), rows
