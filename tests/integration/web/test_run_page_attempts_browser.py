@@ -108,3 +108,30 @@ def test_each_in_job_attempt_and_the_spare_that_took_over_on_the_page_and_the_li
     expect(third.nth(8)).to_have_text("—")
     assert not p.dialogs and not p.console_errors
     p.shot("in-job-attempts-and-the-spare")
+
+
+def test_a_launchs_warm_restart_and_spare_host_move_on_its_attempts(page, own_coordinator):
+    """A launch's warm restart (inside attempt 1) and its node moved to a spare host (after it),
+    as the launcher keeps them in the run registry (runs/model.note_recovery)."""
+    from slurmgen.contract.states import State
+    from slurmgen.runs.model import Failure, NewRun, Recorder
+
+    coordinator, p = own_coordinator, page
+    rec = Recorder(coordinator.env["SLURMGEN_REGISTRY"])
+    run = rec.started(NewRun("launch", "L9502", "warm", "/w", 2, 4, info={"hosts": ["h0", "h1"], "max_restarts": 3}))
+    rec.attempt_started(run, 1)
+    rec.recovered(run, 1, "warm restart 1: rank 3 started anew after rank 3 exited with code 137 on h1")
+    rec.attempt_ended(run, 1, State.FAILED, Failure("lost the connection to h1", None, "h1", 255))
+    rec.recovered(run, 1, "node 1 moved from h1 to the spare host h2")
+    rec.attempt_started(run, 2)
+    p.log_in(coordinator.token)
+    p.page.goto(f"{coordinator.url}/ui/runs/{run}")
+    rows = p.page.locator('section[aria-labelledby="attempts-title"] tbody tr')
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0).locator("td").nth(8)).to_have_text(
+        "warm restart 1: rank 3 started anew after rank 3 exited with code 137 on h1; "
+        "node 1 moved from h1 to the spare host h2"
+    )
+    expect(rows.nth(1).locator("td").nth(8)).to_have_text("—")
+    assert not p.dialogs and not p.console_errors
+    p.shot("launch-warm-restart-and-spare-host")
