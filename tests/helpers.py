@@ -423,13 +423,19 @@ SLEEPER = textwrap.dedent("""
 SURVIVORS: list[int] = []
 
 
-def run_launcher(plan, env=None, connector=None, made=None):
-    """Run the launcher on local 'hosts'; rank processes still alive 2 s after it returned
-    (before the clean-up kill) are left in SURVIVORS."""
+def run_launcher(plan, env=None, connector=None, made=None, record=None):
+    """Run the launcher on local 'hosts' (`record`: its run registry entry); rank processes still
+    alive 2 s after it returned (before the clean-up kill) are left in SURVIVORS."""
     out, err = io.StringIO(), io.StringIO()
     made = made if made is not None else {}
     launcher = Launcher(
-        plan, SSHOptions(), out=out, err=err, colour=False, connector=connector or local_connector(made, env)
+        plan,
+        SSHOptions(),
+        out=out,
+        err=err,
+        colour=False,
+        connector=connector or local_connector(made, env),
+        record=record,
     )
     SURVIVORS.clear()
     try:

@@ -175,3 +175,24 @@ def stuck(record: Mapping[str, Any], frames: int = 3) -> str | None:
         if isinstance(f, dict)
     )
     return f"rank {record.get('hung_rank')} stuck in {where}"
+
+
+def where_next(records: Sequence[Mapping[str, Any]], index: int) -> str:
+    """Where the in-job restart that the "end" at `records[index]` decided went on, from the next
+    attempt's start (its nodes in node-rank order), the node this end left out and the node that
+    took its place (one of the next start's nodes this attempt's start did not have: a spare):
+    ' on node1,node3 (node2 left out, spare node3 took its place)'; '' for any other end. The one
+    rule of `slurmgen status`'s "-> restart on ..." and the run page's "restarted on ..."."""
+    end = records[index]
+    if end.get("action") != "restart":
+        return ""
+    start = next((r for r in records[index + 1 :] if r.get("event") == "start"), None)
+    began = next((r for r in reversed(records[:index]) if r.get("event") == "start"), None)
+    after = str(start.get("nodes") or "").split(",") if start else []
+    before = str(began.get("nodes") or "").split(",") if began else []
+    spares = [node for node in after if node and before != [""] and node not in before]
+    nodes = f" on {start['nodes']}" if start and start.get("nodes") else ""
+    if not end.get("exclude"):
+        return nodes
+    took = f", spare {','.join(spares)} took its place" if spares else ""
+    return nodes + f" ({end['exclude']} left out{took})"

@@ -103,6 +103,9 @@ def record_for(job_id: str, rendered: Rendered, workdir: str, remote: str | None
         "sweep_file": str(base / spec.output_dir / sweeps.SWEEP_FILE) if n_points else None,
         "preempt_signal": spec.preempt_signal,
         "preempt_contract": spec.env.get(envvars.PREEMPT_CONTRACT) == "1",
+        # In-job restarts, which Slurm's restart count never sees: the list reads their attempt
+        # from the attempts record (refresh.attempt_here).
+        "restarts": spec.restarts or None,
         **extra,
     }
     return JobRecord(job_id, spec.job_name, str(base / spec.output_dir), time.time(), remote, "PENDING", None, info)
@@ -339,13 +342,15 @@ def file_status(path: Path) -> dict[str, Any]:
 def run_status(reg: Registry, row: RunRow, with_timeline: bool) -> dict[str, Any]:
     """`slurmgen status` of a launch or group run: its row, and where its time went from the
     timeline file its row names (read on this machine; else what the launcher kept at its end)."""
-    from slurmgen.runs.model import attempts_of, time_report
+    from slurmgen.runs.model import attempts_of, recoveries_of, time_report
 
     view = {
         "job": row["job_id"],
         **{k: row[k] for k in ("kind", "name", "state", "run_id", "nodes", "ranks", "started", "ended", "failure")},
         "exit_code": row["last_exit"],
         "attempts": attempts_of(reg, row["seq"]),
+        # a launch's warm restarts and nodes moved to spare hosts, by attempt
+        "recoveries": {str(n): whats for n, whats in sorted(recoveries_of(row["info"]).items())},
     }
     timeline = row["info"].get("timeline")
     found = time_report(reg, row["seq"], timeline, time.time()) if timeline else {}
@@ -369,6 +374,7 @@ def run_lines(view: dict[str, Any]) -> list[str]:
     ]
     if view.get("failure"):
         out.append(f"  first failure: {view['failure'].get('cause')}")
+    out += [f"  attempt {n}: {what}" for n, whats in (view.get("recoveries") or {}).items() for what in whats]
     return out + lines(view)
 
 

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurmgen.contract.attempts import attempt_number
 from slurmgen.contract.states import ENDED_WORDS, State, from_slurm
 from slurmgen.errors import SlurmgenError
-from slurmgen.heal.attempts import attempts_path, job_failure, read_attempts
+from slurmgen.heal.attempts import attempts_path, job_failure, parse_attempts, read_attempts
 from slurmgen.jobs.commands import all_tasks
 from slurmgen.jobs.query import ask
 from slurmgen.jobs.slurm import SlurmJob
@@ -40,6 +41,10 @@ REFRESH_EVERY = 5.0
 WAIT = 1.0
 # A state Slurm last told longer ago than this was not renewed by the refreshes since: say its age.
 STALE_AFTER = 3 * REFRESH_EVERY
+# The end of a job's attempts record the list reads for its in-job restarts (the latest attempt's
+# lines are the last ones; a line is a few hundred bytes, a hung rank's with its stack a few KiB):
+# each refresh reads at most this much per active job, however long the job has run.
+ATTEMPTS_TAIL = 64 * 1024
 
 
 def ask_slurm(
@@ -78,9 +83,9 @@ def ask_slurm(
                 known, end = ended_at(jobs)
                 if known:
                     ended[r.seq] = end
-                number = attempt(jobs)
-                if number is not None:
-                    attempts[r.seq] = number
+                numbers = [n for n in (attempt(jobs), attempt_here(r)) if n is not None]
+                if numbers:
+                    attempts[r.seq] = max(numbers)
                 known, start = attempt_start(jobs, told)
                 if known:
                     started[r.seq] = start
@@ -101,6 +106,27 @@ def failure_here(record: JobRecord, state: str, code: int | None) -> Failure | N
         return job_failure(read_attempts(attempts_path(log_dir, record.job_id)))
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def attempt_here(record: JobRecord) -> int | None:
+    """The attempt a job with in-job restarts (`restarts`) is at by its attempts record, when that
+    is on this machine: each restart is a new job step in the same allocation, which Slurm's
+    restart count never sees. Read from the file's last ATTEMPTS_TAIL bytes (its last attempt is
+    there); None for any other job (a --remote job's or an array task's: `slurmgen status` and
+    the job's page read those) or a record not readable from here."""
+    log_dir = record.info.get("log_dir")
+    if not record.info.get("restarts") or record.remote or record.info.get("array") or not log_dir:
+        return None
+    try:
+        with open(attempts_path(log_dir, record.job_id), "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - ATTEMPTS_TAIL))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    if size > ATTEMPTS_TAIL:
+        text = text.partition("\n")[2]  # the first line read is cut: not a record
+    return max((attempt_number(r) for r in parse_attempts(text)), default=None)
 
 
 def refresh_active(

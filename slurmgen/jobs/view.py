@@ -16,7 +16,7 @@ from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.exitcodes import HUNG, NOT_FOUND
 from slurmgen.contract.states import SLURM_LIVE, STOPPED_BY_USER, State, from_slurm
 from slurmgen.generate.slurm_values import time_limit_seconds
-from slurmgen.heal.attempts import FINISHED_ACTION, cause, stuck
+from slurmgen.heal.attempts import FINISHED_ACTION, cause, stuck, where_next
 from slurmgen.jobs import signals
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, missing_command, task_exits
 from slurmgen.observe.report import lines as time_lines
@@ -373,20 +373,10 @@ def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) ->
     for i, a in enumerate(records):
         if a.get("event") == "end":
             then = f" -> {a['action']}" if a.get("action") else ""  # a requeue's end (derived) decided nothing
-            lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)}{then}{_where_next(a, records[i + 1 :])}")
+            lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)}{then}{where_next(records, i)}")
             where = stuck(a)
             lines += [f"{indent}  {where}"] if where else []
     return lines
-
-
-def _where_next(end: Mapping[str, Any], later: Sequence[Mapping[str, Any]]) -> str:
-    """Where an in-job restart went on: ' on node1,node3 (node2 left out)', from the next
-    attempt's start (its nodes in node-rank order) and the node this end left out."""
-    if end.get("action") != "restart":
-        return ""
-    start = next((r for r in later if r.get("event") == "start"), None)
-    nodes = f" on {start['nodes']}" if start and start.get("nodes") else ""
-    return nodes + (f" ({end['exclude']} left out)" if end.get("exclude") else "")
 
 
 def _eventful(attempts: Sequence[Mapping[str, Any]] | None) -> bool:

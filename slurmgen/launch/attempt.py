@@ -133,6 +133,7 @@ class NewWorld:
 
     world: warm.World
     starts: Mapping[str, tuple[int, ...]]
+    what: str = ""  # the restart in words, for the run registry: "warm restart 1: rank 1 started anew after ..."
 
 
 Action = Say | CloseStdin | Disconnect | DisconnectAll | AskStack | NewWorld
@@ -369,7 +370,8 @@ def _new_world(s: AttemptState, host: str, rank: int, what: str, at: float) -> S
         f"{_where(what, host)}: warm restart {generation} of at most {p.budget}; rank {rank} starts anew, "
         f"the others wait in their processes (rendezvous {world.master_addr}:{world.master_port})"
     )
-    return s, [Say(said), NewWorld(world, {host: (rank,)})]
+    told = f"warm restart {generation}: rank {rank} started anew after {_where(what, host)}"
+    return s, [Say(said), NewWorld(world, {host: (rank,)}, told)]
 
 
 def _ended(s: AttemptState, host: str, status: int | None, at: float) -> Step:

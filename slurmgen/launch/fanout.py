@@ -148,7 +148,7 @@ class Launcher:
                     break
                 restarts += 1
                 self.say(f"attempt {attempt} of {attempts} failed ({verdict}); starting all nodes again")
-                self._move_lost(results)
+                self._move_lost(results, attempt)
                 self._reconnect_lost()
         finally:
             for s, handler in previous.items():
@@ -171,15 +171,20 @@ class Launcher:
             if self.record is not None:
                 self.record.stopping()
 
-    def _move_lost(self, results: list[NodeResult]) -> None:
-        """Each host that was lost or could not start hands its node (node rank, ranks) to a spare
-        host for the next attempt, while spares last (--spare-hosts)."""
+    def _move_lost(self, results: list[NodeResult], attempt: int) -> None:
+        """Each host that was lost or could not start in `attempt` hands its node (node rank, ranks)
+        to a spare host for the next attempt, while spares last (--spare-hosts); the run registry
+        keeps each move with the attempt it followed."""
         for node in results:
             moved = move_to_spare(self.plan, node.host) if node.state in (machine.LOST, machine.ERROR) else None
             if moved is None:
                 continue
             spare = next(n.host for n in moved.nodes if n.node_rank == node.node_rank)
             self.say(f"node {node.node_rank} moves from {node.host} to the spare host {spare}")
+            if self.record:
+                self.record.recovered(
+                    attempt, f"node {node.node_rank} moved from {node.host} to the spare host {spare}"
+                )
             self.plan = moved
             self.conns.pop(node.host).close()
             fresh = self.connector([spare], self.opts, notify=self.say)
@@ -275,6 +280,8 @@ class Launcher:
                 if action.host in procs:
                     procs[action.host].send(f"{STACK_ASK} {action.rank}\n".encode())
             elif isinstance(action, machine.NewWorld):
+                if self.record and action.what:
+                    self.record.recovered(state.attempt, action.what)
                 for host in state.pending & state.opened:
                     if host in procs:
                         procs[host].send(world_line(action.world, action.starts.get(host, ())))

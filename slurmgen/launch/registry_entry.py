@@ -144,6 +144,10 @@ class LaunchRecord:
         self.failure = failure
         self.recorder.attempt_ended(self.run, number, outcome(code, interrupted), failure)
 
+    def recovered(self, number: int, what: str) -> None:
+        """A warm restart in attempt `number`, or a node moved to a spare host after it."""
+        self.recorder.recovered(self.run, number, what)
+
     def stopping(self) -> None:
         """A person's stop was taken: the run reads `stopping` until its ranks are gone."""
         self.recorder.stopping(self.run)

@@ -6,9 +6,11 @@ ranks, when it started and ended, its exit code, its first failure (rank, node, 
 the id its run records carry (`run_id`: the SLURMGEN_GROUP every rank was given, so a record is
 found by id, never by walking directories; `record_dir` where that directory is known) and where
 its logs are. Its attempts (restarts of a launch or group) are rows of `attempts`, each with
-its state, cause and first failure. A Slurm job's attempts are in the attempts file its
-run_slurm.sh writes beside its logs; the row keeps only how many (`attempt`, from Slurm's restart
-count whenever `jobs` or `status` asks), so the list counts attempts of every kind in its SELECT.
+its state, cause and first failure; what a launch recovered without ending an attempt (a warm
+restart, a node moved to a spare host) is kept in the row's info (`note_recovery`). A Slurm
+job's attempts are in the attempts file its run_slurm.sh writes beside its logs; the row keeps
+only how many (`attempt`, from Slurm's restart count whenever `jobs` or `status` asks), so the
+list counts attempts of every kind in its SELECT.
 
 `list_rows` answers the list of runs in one SELECT over indexed columns (1,000 runs in a few
 milliseconds: tests/unit/jobs/test_runs.py measures it), newest first. `Recorder` is how a launcher
@@ -37,6 +39,8 @@ KINDS = ("slurm", "launch", "group")
 # The states of a run not yet ended, as the page counts them (SQL parameters: the order is fixed).
 _NOT_ENDED = sorted({State.PENDING.value, *ACTIVE_WORDS})
 log = logging.getLogger("slurmgen.runs")
+# The key of a run's info holding the recoveries inside its attempts (note_recovery).
+RECOVERIES = "recoveries"
 
 
 class FailureFields(TypedDict):
@@ -256,6 +260,27 @@ def retell_cause(reg: Registry, run: int, number: int, old: str, new: str) -> No
         reg.db.execute("UPDATE jobs SET failure = ? WHERE seq = ?", (json.dumps({**failure, "cause": new}), run))
 
 
+def note_recovery(reg: Registry, run: int, number: int, what: str, now: float) -> None:
+    """A recovery of attempt `number` that did not end it, kept in the row's info (RECOVERIES):
+    a launch's warm restart ("warm restart 1: rank 3 started anew after ...") or a node moved to a
+    spare host before the next attempt. Only the launcher knew of them; the run page's attempts
+    and `slurmgen status` show them from here (`recoveries_of`)."""
+    row = reg.db.execute("SELECT info FROM jobs WHERE seq = ?", (run,)).fetchone()
+    if row is not None:
+        info = json.loads(row[0] or "{}")
+        info[RECOVERIES] = [*info.get(RECOVERIES, []), {"attempt": number, "time": now, "what": what}]
+        reg.db.execute("UPDATE jobs SET info = ? WHERE seq = ?", (json.dumps(info, sort_keys=True), run))
+
+
+def recoveries_of(info: Mapping[str, Any]) -> dict[int, list[str]]:
+    """attempt -> what was recovered in it, in order (`note_recovery`), from a run row's info."""
+    out: dict[int, list[str]] = {}
+    for r in info.get(RECOVERIES) or []:
+        if isinstance(r, dict) and isinstance(r.get("attempt"), int) and r.get("what"):
+            out.setdefault(r["attempt"], []).append(str(r["what"]))
+    return out
+
+
 def keep_time_report(reg: Registry, run: int, report: dict[str, Any]) -> None:
     """Write where the run's time went (its stragglers and goodput, observe/report.py) into its
     row's info: the run record keeps them once the timeline file is gone or out of reach."""
@@ -435,6 +460,10 @@ class Recorder:
     def ended(self, run: int | None, state: State, code: int | None, failure: Failure | None) -> None:
         if run is not None:
             self._write(lambda reg, now: end_run(reg, run, state, code, failure, now))
+
+    def recovered(self, run: int | None, number: int, what: str) -> None:
+        if run is not None:
+            self._write(lambda reg, now: note_recovery(reg, run, number, what, now))
 
     def retold(self, run: int | None, number: int, old: str, new: str) -> None:
         if run is not None:

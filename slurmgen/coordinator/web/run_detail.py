@@ -25,7 +25,7 @@ from slurmgen.contract.states import ENDED, STOP_ASKED, State, from_exit_code, f
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import chain, control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
-from slurmgen.runs.model import RunRow, attempts_of, get_row
+from slurmgen.runs.model import RunRow, attempts_of, get_row, recoveries_of
 from slurmgen.runs.registry import JobRecord, Registry
 
 from .auth import guarded, redirect_with
@@ -68,11 +68,13 @@ def slurm_attempts(
     heal/attempts.py), or is `lost` when none was written (its node failed under it); the
     last one of a job still live is `running` until it ends. A start skipped because the job had
     already finished stays `skipped`. The last attempt of an ended job that wrote no end line (a
-    cancel kills the batch shell before it can) ends when Slurm says the job ended (`end`)."""
-    from slurmgen.heal.attempts import cause
+    cancel kills the batch shell before it can) ends when Slurm says the job ended (`end`).
+    An attempt that ended in an in-job restart says where the next one went on (`next`: "restarted
+    on node1,node3 (node2 left out, spare node3 took its place)"), as `slurmgen status` does."""
+    from slurmgen.heal.attempts import cause, where_next
 
     rows: list[dict[str, Any]] = []
-    for r in records:
+    for i, r in enumerate(records):
         if r.get("event") in ("start", "skipped") or not rows:
             rows.append(
                 {
@@ -84,6 +86,7 @@ def slurm_attempts(
                     "rank": None,
                     "node": r.get("host"),
                     "code": None,
+                    "next": None,
                 }
             )
         if r.get("event") == "end":
@@ -95,6 +98,7 @@ def slurm_attempts(
                 rank=r.get("rank"),
                 node=r.get("node") or rows[-1]["node"],
                 code=r.get("exit_code"),
+                next=f"restarted{where_next(records, i)}" if r.get("action") == "restart" else None,
             )
     if rows and job in ENDED:
         rows[-1]["state"] = job.value
@@ -176,7 +180,16 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         own = own_status(reg, row) if row["kind"] != "slurm" else {}
         recorded = attempts_of(reg, seq)
         stacks = stacks_of(row, reg.by_seq(seq) if row["kind"] == "slurm" else None, recorded)
-        attempts = [{**a, "started": clock(a["started"]), "ended": clock(a["ended"])} for a in recorded]
+        recovered = recoveries_of(row.get("info") or {})  # a launch's warm restarts and spare hosts
+        attempts = [
+            {
+                **a,
+                "started": clock(a["started"]),
+                "ended": clock(a["ended"]),
+                "next": "; ".join(recovered.get(a["number"], [])),
+            }
+            for a in recorded
+        ]
         attempts += slurm.get("attempts") or []
         attempts_task, of_task = task_attempts(slurm, task)
         attempts += of_task

@@ -573,3 +573,82 @@ def test_a_cancelled_attempt_ends_when_slurm_says_the_job_ended(served, tmp_path
     rows = html.split('id="attempts-title"')[1].split("</tbody>")[0]
     ended = datetime.fromisoformat(END).strftime("%Y-%m-%d %H:%M:%S")
     assert rows.count("<tr>") == 2 and ended in rows, rows  # the header and attempt 1, which ended
+
+
+def in_job_restarts(job: str) -> list[dict]:
+    """The attempts record of a job with --restarts 2 --spare-nodes 1 (templates/run_slurm_restart.sh.j2):
+    rank 1 killed on node2, node3 (the spare) took its node rank; then rank 0 crashed, same nodes."""
+    base = {"job": job, "host": "node1"}
+    return [
+        {**base, "event": "start", "attempt": 1, "time": T0 - 60, "nodes": "node1,node2", "restart": 0},
+        {
+            **base,
+            "event": "end",
+            "attempt": 1,
+            "time": T0 - 50,
+            "exit_code": 137,
+            "rank": 1,
+            "node": "node2",
+            "task": 1,
+            "action": "restart",
+            "exclude": "node2",
+        },  # fmt: skip
+        {**base, "event": "start", "attempt": 2, "time": T0 - 45, "nodes": "node1,node3", "restart": 1},
+        {
+            **base,
+            "event": "end",
+            "attempt": 2,
+            "time": T0 - 30,
+            "exit_code": 1,
+            "rank": 0,
+            "node": "node1",
+            "task": 0,
+            "action": "restart",
+            "exclude": None,
+        },  # fmt: skip
+        {**base, "event": "start", "attempt": 3, "time": T0 - 28, "nodes": "node1,node3", "restart": 2},
+    ]
+
+
+def test_each_in_job_attempt_is_a_row_that_says_where_it_restarted_and_which_spare_took_over(
+    served, tmp_path, monkeypatch
+):
+    """Issue 35: an in-job restart (a new job step in the same allocation, which Slurm's restart
+    count never sees) is its own row: its cause, the failed rank and node, and where the next step
+    went on, the spare that took the failed node's place named, as `slurmgen status` says it."""
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("85", "RUNNING", "0:0", Restarts="0", NodeList="node[1-3]")])
+    seq = add_job(registry, tmp_path, "85", nodes=2, restarts=2, spare_nodes=1)
+    lines = "".join(json.dumps(x) + "\n" for x in in_job_restarts("85"))
+    (tmp_path / "logs" / "slurmgen-85.attempts.jsonl").write_text(lines)
+    html = client.get(f"/ui/runs/{seq}").text
+    table = html.split('id="attempts-title"')[1].split("</tbody>")[0]
+    rows = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", r)).strip() for r in table.split("<tr>")[2:]]
+    assert len(rows) == 3, rows
+    assert rows[0].startswith("1 failed") and "killed by signal 9 (rank 1 on node2) 1 node2 137" in rows[0], rows
+    assert rows[0].endswith("restarted on node1,node3 (node2 left out, spare node3 took its place)"), rows
+    assert rows[1].startswith("2 failed") and "failed (rank 0 on node1) 0 node1 1" in rows[1], rows
+    assert rows[1].endswith("restarted on node1,node3"), rows  # no node left out: the same nodes again
+    assert rows[2].startswith("3 running") and rows[2].endswith("—"), rows
+
+
+def test_a_launchs_warm_restarts_and_spare_host_moves_are_on_its_attempts(served):
+    """Issue 35: what a launch recovered inside an attempt (a warm restart) or after it (a node
+    moved to a spare host) is on the attempt's row, as the launcher kept it in the registry."""
+    from slurmgen.runs.model import Failure, NewRun
+
+    client, registry = served
+    rec = Recorder(registry)
+    run = rec.started(NewRun("launch", "L85", "warm", "/w", 2, 4, info={"hosts": ["h0", "h1"], "max_restarts": 3}))
+    rec.attempt_started(run, 1)
+    rec.recovered(run, 1, "warm restart 1: rank 3 started anew after rank 3 exited with code 137 on h1")
+    rec.attempt_ended(run, 1, State.FAILED, Failure("lost the connection to h1", None, "h1", 255))
+    rec.recovered(run, 1, "node 1 moved from h1 to the spare host h2")
+    rec.attempt_started(run, 2)
+    table = client.get(f"/ui/runs/{run}").text.split('id="attempts-title"')[1].split("</tbody>")[0]
+    rows = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", r)).strip() for r in table.split("<tr>")[2:]]
+    assert rows[0].endswith(
+        "warm restart 1: rank 3 started anew after rank 3 exited with code 137 on h1; "
+        "node 1 moved from h1 to the spare host h2"
+    ), rows
+    assert rows[1].startswith("2 running") and rows[1].endswith("—"), rows

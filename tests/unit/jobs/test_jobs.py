@@ -1038,5 +1038,8 @@ def test_status_says_where_each_in_job_restart_went_on():
     text = "\n".join(
         format_view({"job": "7", "name": "x", "state": "COMPLETED", "output_dir": "o", "attempts": records})
     )
-    assert "attempt 1: killed by signal 9 (rank 1 on node2) -> restart on node1,node3 (node2 left out)\n" in text
+    assert (
+        "attempt 1: killed by signal 9 (rank 1 on node2) -> restart on node1,node3"
+        " (node2 left out, spare node3 took its place)\n" in text
+    )
     assert text.endswith("attempt 2: ok -> finished")

@@ -187,3 +187,40 @@ def test_the_list_holds_the_current_attempts_elapsed_time_to_the_limit_not_the_r
         refresh_active(lambda *where: Slurm(pending), reg, print, now=1400.0)  # requeued again: no attempt runs
         (row,) = list_rows(reg)
         assert row["attempt_started"] is None and run_view(row, 1400.0)["elapsed"] == "21 min 40 s"
+
+
+def test_the_list_counts_in_job_restarts_from_the_tail_of_the_attempts_record(tmp_path):
+    """Issue 35: a job with `restarts` restarts inside its allocation, which Slurm's restart count
+    (Restarts=0 here) never sees; the refresh reads the end of its attempts record, bounded
+    (ATTEMPTS_TAIL) however long it is, so the list says attempt 3 without `slurmgen status`."""
+    import json
+
+    from slurmgen.heal.attempts import attempts_path
+    from slurmgen.jobs.refresh import ATTEMPTS_TAIL, attempt_here
+
+    def attempt(n: int, action: str = "restart") -> list[dict]:
+        start = {"event": "start", "job": "8", "attempt": n, "time": n, "host": "node1", "nodes": "node1,node2"}
+        return [start, {"event": "end", "job": "8", "attempt": n, "time": n + 0.5, "exit_code": 137, "action": action}]
+
+    path = tmp_path / "jobs.sqlite"
+    restarting, plain = job("8", "RUNNING"), job("9", "RUNNING")
+    for record in (restarting, plain):
+        record.info.update(log_dir=str(tmp_path), restarts=5 if record is restarting else None)
+    lines = [*attempt(1), *attempt(2), attempt(3)[0]]
+    attempts_path(tmp_path, "8").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    attempts_path(tmp_path, "9").write_text(attempts_path(tmp_path, "8").read_text().replace('"8"', '"9"'))
+    with Registry.open(path, create=True) as reg:
+        reg.add_many([restarting, plain])
+        both = "\n".join(recorded("scontrol_running.txt", j, Restarts="0") for j in ("8", "9"))
+        refresh_active(lambda *where: Slurm(both), reg, print, now=500.0)
+        rows = {r["job_id"]: r for r in list_rows(reg)}
+        assert rows["8"]["attempts"] == 3  # in-job restarts: the record's
+        assert rows["9"]["attempts"] == 1  # no restarts asked: Slurm's count, its record never read
+    # A record longer than the tail: only its end is read, its first (cut) line skipped.
+    many = [line for n in range(1, 2001) for line in attempt(n)]
+    text = "".join(json.dumps(x) + "\n" for x in many)
+    assert len(text) > 4 * ATTEMPTS_TAIL
+    attempts_path(tmp_path, "8").write_text(text)
+    assert attempt_here(restarting) == 2000
+    attempts_path(tmp_path, "8").unlink()
+    assert attempt_here(restarting) is None  # not readable here: Slurm's count stands

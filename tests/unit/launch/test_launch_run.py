@@ -18,7 +18,11 @@ from helpers import run_launcher as run
 from slurmgen.contract import exitcodes
 from slurmgen.errors import SlurmgenError
 from slurmgen.generate.topology import Host
+from slurmgen.jobs.commands import run_lines, run_status
 from slurmgen.launch.fanout import Launcher
+from slurmgen.launch.registry_entry import LaunchRecord
+from slurmgen.runs.model import Recorder, list_rows, recoveries_of
+from slurmgen.runs.registry import Registry
 from slurmgen.ssh.connect import ConnectError, SSHOptions
 
 
@@ -311,9 +315,17 @@ def test_a_lost_host_hands_its_node_to_a_spare_host(tmp_path):
         return conns
 
     plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1, spares=[Host.with_count("h2", 1)])
-    code, out, err = run(plan, env=None, connector=connector, made=made)
+    plan.env.update({"SLURMGEN_LAUNCH_ID": "L2", "SLURMGEN_GROUP": "launch-L2"})
+    registry = tmp_path / "jobs.sqlite"
+    record = LaunchRecord.start(Recorder(registry), plan, "spare", [PY, "-c", SLEEPER])
+    code, out, err = run(plan, env=None, connector=connector, made=made, record=record)
     assert calls == [["h0", "h1"], ["h2"]], err
     assert "node 1 moves from h1 to the spare host h2" in err
+    # The run registry keeps the move with the attempt it followed: the page and status show it.
+    with Registry.open(registry) as reg:
+        (row,) = list_rows(reg)
+        assert recoveries_of(row["info"]) == {1: ["node 1 moved from h1 to the spare host h2"]}
+        assert "  attempt 1: node 1 moved from h1 to the spare host h2" in run_lines(run_status(reg, row, False))
     assert code == 0, err
     assert re.search(r"^h2\s+1\s+1\s+ok", err, re.M), err  # the summary: node 1, rank 1 on h2
     log = (tmp_path / "out" / "logs" / "rank-1.log").read_text()

@@ -47,7 +47,8 @@ def exited(host: str, rank: int, code: int, at: float) -> m.Reported:
 def test_a_failed_rank_orders_a_new_world_and_stops_nothing():
     s, actions = m.step(warm_state(), exited("b", 1, 137, 110.0))
     worlds = [a for a in actions if isinstance(a, m.NewWorld)]
-    assert worlds == [m.NewWorld(warm.World(1, "10.0.0.1", 29501, 2), {"b": (1,)})]
+    told = "warm restart 1: rank 1 started anew after rank 1 exited with code 137 on b"
+    assert worlds == [m.NewWorld(warm.World(1, "10.0.0.1", 29501, 2), {"b": (1,)}, told)]
     assert not [a for a in actions if isinstance(a, m.CloseStdin)] and s.stop_at is None
     assert s.generation == 1 and s.first is None and s.nodes["b"].state == m.RUNNING
     # The next failure, past the settling time, is the next generation, on the next port.
@@ -229,6 +230,39 @@ def test_a_program_that_does_not_take_part_is_restarted_whole(tmp_path):
     assert "rank 1 exited with code 7 on h1: warm restart 1 of at most 2" in said
     assert re.search(r"rank 0 exited with code 1 on h0 \d\.\ds after warm restart 1: restarting whole", said), said
     assert "attempt 1 of 3 failed (rank 0 exited with code 1 on h0); starting all nodes again" in said
+
+
+def test_a_warm_restart_is_kept_with_its_attempt_for_the_run_page_and_status(tmp_path):
+    """Issue 35: a launch's warm restart showed only in the launcher's lines; the run registry now
+    keeps it with its attempt (`slurmgen status` and the run page's attempts read it there)."""
+    from slurmgen.jobs.commands import run_lines, run_status
+    from slurmgen.launch.registry_entry import LaunchRecord
+    from slurmgen.runs.model import Recorder, list_rows, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    (tmp_path / "shy.py").write_text(SHY)
+    plan = local_plan(tmp_path, [PY, "-m", "shy"], slots=(1, 1), max_restarts=2, restart_mode="warm")
+    plan.env.update({"SLURMGEN_LAUNCH_ID": "L3", "SLURMGEN_GROUP": "launch-L3"})
+    registry = tmp_path / "jobs.sqlite"
+    record = LaunchRecord.start(Recorder(registry), plan, "shy", [PY, "-m", "shy"])
+    out, err, made = io.StringIO(), io.StringIO(), {}
+    env = {"PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"}
+    launcher = Launcher(
+        plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made, env), record=record
+    )
+    try:
+        code = launcher.run()
+    finally:
+        kill_local_nodes(made)
+    record.ended(code, False)
+    assert code == 0, err.getvalue()
+    told = "warm restart 1: rank 1 started anew after rank 1 exited with code 7 on h1"
+    with Registry.open(registry) as reg:
+        (row,) = list_rows(reg)
+        assert recoveries_of(row["info"]) == {1: [told]}  # attempt 2 (restarted whole) recovered nothing
+        view = run_status(reg, row, False)
+    assert view["recoveries"] == {"1": [told]}
+    assert f"  attempt 1: {told}" in run_lines(view)
 
 
 def test_a_spare_host_that_is_also_a_job_host_is_one_line_exit_2(capsys):
