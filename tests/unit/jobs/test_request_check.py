@@ -206,3 +206,27 @@ def test_doctor_slurm_makes_the_same_check_of_the_job_of_config(tmp_path, capsys
     fits = "slurm: the request fits (1 node(s) x 2, partition debug); "
     assert out == fits + "Slurm expects it to start at 2026-11-28 10:24:57\n"
     assert (bin_dir / "calls").read_text() == "--test-only\n--test-only\n"  # nothing submitted
+
+
+def test_the_python_api_makes_the_same_check_before_submitting(tmp_path, monkeypatch):
+    """`Job.submit()` refuses what `submit` refuses, with the command's line (its way past the
+    check named as the API spells it), writing nothing; `check=False` submits; a wait is a warning."""
+    from slurmgen import Job
+    from slurmgen.errors import SlurmgenError
+
+    monkeypatch.chdir(tmp_path)
+    bin_dir = fake_cluster(tmp_path, monkeypatch, NEVER)
+    job = Job(gpus=8, gpu_request="gres", command=["python", "train.py"])
+    with pytest.raises(SlurmgenError) as refused:
+        job.submit(registry=tmp_path / "r.sqlite")
+    assert str(refused.value) == (
+        "gpus: the nodes of partition debug have at most 4 GPUs (asked 8 per node); "
+        "fits: --nodes 2 --gpus 4 (the same 8 processes) (hint: the cluster can never start it; "
+        "check=False submits it anyway)"
+    )
+    assert (bin_dir / "calls").read_text() == "--test-only\n" and not (tmp_path / "out").exists()
+    handle = job.submit(registry=tmp_path / "r.sqlite", check=False)
+    assert handle.key == "77" and (bin_dir / "calls").read_text().splitlines()[1].startswith("--parsable")
+    (bin_dir / "test_only.txt").write_text(LATER)
+    with pytest.warns(UserWarning, match="Slurm expects the job to start at 2026-11-28 11:24:57"):
+        Job(command=["python", "train.py"], output_dir="later").submit(registry=tmp_path / "r.sqlite")
