@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -436,6 +437,19 @@ def sg(cluster, cwd: Path, *args: str, check: bool = True, env: dict | None = No
     if check and proc.returncode != 0:
         raise AssertionError(f"slurmgen {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def remote_flags(cluster, *exports: str) -> list[str]:
+    """The flags that make node1 the login node of `--remote` on the test cluster: its SSH session
+    gets this session's Slurm, venv and TMPDIR (which an SSH session does not carry: torch's caches
+    of the jobs it submits went to the node's /tmp and stayed there after the suite)."""
+    setup = [
+        f"SLURM_CONF={cluster.slurm_conf}",
+        f"PATH={Path(sys.executable).parent}:$PATH",
+        f"TMPDIR={tempfile.gettempdir()}",
+        *exports,
+    ]
+    return ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup", "export " + " ".join(setup)]
 
 
 def status(cluster, cwd: Path, job: str, *extra: str) -> dict:
