@@ -7,10 +7,9 @@ to node2 here is found; `--no-check` submits anyway; `doctor --slurm` says the s
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import sg
+from helpers import remote_flags, sg
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -32,13 +31,6 @@ def doctor_slurm(cluster, cwd, *remote: str):
     return cluster.run(
         [sys.executable, "-m", "slurmgen", "doctor", "--slurm", "--config", "job.yaml", *remote], cwd=cwd, check=False
     )
-
-
-def login_node(cluster) -> list[str]:
-    """node1 as the login node of `--remote` (test_job_commands.py's flags): its SSH session gets
-    this session's Slurm and venv."""
-    setup = f"export SLURM_CONF={cluster.slurm_conf} PATH={Path(sys.executable).parent}:$PATH"
-    return ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup", setup]
 
 
 API_SUBMIT = """
@@ -86,7 +78,7 @@ def test_a_request_the_cluster_can_never_meet_is_refused_with_what_fits(cluster,
     (tmp_path / "job.yaml").write_text("partition: short\ntime: '30'\n")
     proc = doctor_slurm(cluster, tmp_path)
     assert proc.returncode == 1 and "doctor: time: partition short allows at most 00:10:00" in proc.stderr, proc.stderr
-    proc = doctor_slurm(cluster, tmp_path, *login_node(cluster))  # the same check of node1's Slurm over SSH
+    proc = doctor_slurm(cluster, tmp_path, *remote_flags(cluster))  # the same check of node1's Slurm over SSH
     assert proc.returncode == 1 and "doctor: time: partition short allows at most 00:10:00" in proc.stderr, proc.stderr
     said = cluster.run([sys.executable, "-c", API_SUBMIT], cwd=tmp_path).stdout  # the Python API's submit
     assert said.startswith("time: partition short allows at most 00:10:00 (asked 30)") and "check=False" in said, said
