@@ -50,6 +50,8 @@ def test_a_shape_free_now_is_submitted_before_one_that_waits_for_a_running_job(c
         assert "1x2 *" in proc.stderr and "submitting 1x2" in proc.stderr, proc.stderr
 
         # The 1-node shape runs now, and the trainer accumulates 2 micro-steps to keep 16 samples.
+        # Started within 30 s, so not after the holder's 3 minutes (pending, NumNodes reads "1-1").
+        cluster.wait_state(job, {"RUNNING", "COMPLETED"})
         assert cluster.job_info(job)["NumNodes"] == "1"
         assert cluster.wait(job, timeout=120) == ("COMPLETED", 0)
         log = next((tmp_path / "out" / "logs").glob(f"*-{job}.out")).read_text()
