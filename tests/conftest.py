@@ -132,4 +132,4 @@ def _private_registry(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     monkeypatch.setenv("SLURMGEN_REGISTRY", str(tmp_path_factory.mktemp("registry") / "jobs.sqlite"))
 
 
-from helpers import fake_slurm  # noqa: E402, F401  (fixtures every test may ask for)
+from helpers import fake_slurm, login_node  # noqa: E402, F401  (fixtures every test may ask for)

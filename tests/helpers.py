@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -371,6 +372,53 @@ def fake_slurm(tmp_path):
     return run
 
 
+# --- A login node of --remote on this machine -------------------------------------------------
+class LoginNode:
+    """jobs/remote.py's RemoteRunner without SSH: each command line it would send (the --remote-setup
+    lines, cd, the quoted argv) run by sh in `home`, as the login node's shell runs it, and kept in
+    `lines`; `opened` holds the (alias, ssh config, setup) of every connection made."""
+
+    home: Path
+    lines: list[str]
+    opened: list[tuple]
+
+    def __init__(self, alias, ssh_config=None, setup=()):
+        from slurmgen.jobs.slurm_runner import shell_line
+
+        self.where, self.setup, self._line = alias, list(setup), shell_line
+        type(self).opened.append((alias, ssh_config, list(setup)))
+
+    def run(self, argv, *, cwd=None, stdin=b"", timeout=60):
+        return self.run_shell(self._line(argv, cwd, self.setup), stdin=stdin, timeout=timeout)
+
+    def run_shell(self, command, *, stdin=b"", timeout=60):
+        from slurmgen.jobs.slurm_runner import Result
+
+        type(self).lines.append(command)
+        done = subprocess.run(["sh", "-c", command], cwd=self.home, input=stdin, capture_output=True, timeout=timeout)
+        return Result(done.returncode, done.stdout.decode(), done.stderr.decode())
+
+    def read(self, path, offset=0):
+        from slurmgen.jobs.slurm_runner import read_from
+
+        return read_from(open, str(self.home / path), offset, f" on {self.where}")
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def login_node(tmp_path, monkeypatch):
+    """`--remote ALIAS` reaches LoginNode (its home tmp_path/login) instead of an SSH server."""
+    import slurmgen.jobs.remote
+
+    home = tmp_path / "login"
+    home.mkdir()
+    node = type("Login", (LoginNode,), {"home": home, "lines": [], "opened": []})
+    monkeypatch.setattr(slurmgen.jobs.remote, "RemoteRunner", node)
+    return node
+
+
 # --- The job commands against the test cluster ------------------------------------------------
 # Each rank says who it is and what it got; rank 1 exits with $FAIL_CODE when it is set (the
 # job's code is the first failing rank's even when srun kills the others: run_slurm.sh).
@@ -389,6 +437,19 @@ def sg(cluster, cwd: Path, *args: str, check: bool = True, env: dict | None = No
     if check and proc.returncode != 0:
         raise AssertionError(f"slurmgen {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def remote_flags(cluster, *exports: str) -> list[str]:
+    """The flags that make node1 the login node of `--remote` on the test cluster: its SSH session
+    gets this session's Slurm, venv and TMPDIR (which an SSH session does not carry: torch's caches
+    of the jobs it submits went to the node's /tmp and stayed there after the suite)."""
+    setup = [
+        f"SLURM_CONF={cluster.slurm_conf}",
+        f"PATH={Path(sys.executable).parent}:$PATH",
+        f"TMPDIR={tempfile.gettempdir()}",
+        *exports,
+    ]
+    return ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup", "export " + " ".join(setup)]
 
 
 def status(cluster, cwd: Path, job: str, *extra: str) -> dict:

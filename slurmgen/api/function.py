@@ -80,13 +80,15 @@ def submit(
     hosts: str | list[str] | None = None,
     registry: str | os.PathLike[str] | None = None,
     world_size: int | None = None,
+    check: bool = True,
     **spec: Any,
 ) -> FunctionJob[T]:
     """Run `fn(*args)` on every rank of a job of `nodes` x `gpus` processes, under Slurm (sbatch
     here), or over SSH on `hosts` when given; `spec` is any other field of the job spec
     (`time=`, `partition=`, `backend=`, `env=`...). `world_size`, when given, must be the one the
     job gives. Errors (a bad field, a function that cannot be pickled) are raised before anything
-    is written or submitted."""
+    is written or submitted; `check=False` submits without comparing the request with what the
+    cluster has (`Job.submit`)."""
     if not callable(fn):
         raise SlurmgenError(f"fn: expected a function to run on every rank (got {type(fn).__name__})")
     taken = [k for k in OWN_FIELDS if k in spec]
@@ -113,7 +115,7 @@ def submit(
     data = dumps(fn, args)
     call.parent.mkdir(parents=True, exist_ok=True)
     call.write_bytes(data)
-    handle = job.launch(hosts, registry=registry) if hosts is not None else job.submit(registry=registry)
+    handle = job.launch(hosts, registry=registry) if hosts is not None else job.submit(registry=registry, check=check)
     assert isinstance(handle, Handle)  # no sweep: one run
     return FunctionJob(handle, call, size)
 

@@ -70,24 +70,31 @@ class Job:
         dependency: str | None = None,
         hold: bool = False,
         force: bool = False,
+        check: bool = True,
     ) -> Handle | list[Handle]:
         """Write the scripts, sbatch them here and register the job, as `slurmgen submit` does; its
         handle, or for a sweep (or an --array job) one handle per array task, in task order.
-        `force` overwrites the scripts of an earlier submit from the same output_dir."""
+        `force` overwrites the scripts of an earlier submit from the same output_dir. First the
+        request is compared with what the cluster has, as the command does: one it can never meet
+        raises SlurmgenError with the command's line and nothing is written; `check=False` skips
+        that, as `--no-check` does."""
         from slurmgen.generate.preflight import torchrun_note
         from slurmgen.generate.render import render
         from slurmgen.jobs.commands import sbatch_args
         from slurmgen.jobs.logs import array_tasks
+        from slurmgen.jobs.request_check import before_submit
         from slurmgen.jobs.slurm_runner import LocalRunner
         from slurmgen.runs.registry import Registry
 
         where = Path(registry) if registry is not None else None
         rendered = render(self.spec)
         args = sbatch_args(dependency, hold)
-        if note := torchrun_note(self.spec):  # the command's `slurmgen: note:` line, as a Python warning
+        runner = LocalRunner()
+        said = [before_submit(runner, rendered, "check=False") if check else None, torchrun_note(self.spec)]
+        for note in filter(None, said):  # the command's `slurmgen: note:` lines, as Python warnings
             warnings.warn(note, stacklevel=2)
         with Registry.open(where, create=True) as reg:
-            record = sbatch_here(LocalRunner(), reg, rendered, args, force=force)
+            record = sbatch_here(runner, reg, rendered, args, force=force)
         seq = record.seq if record.seq is not None else 0
         if not record.info.get("array"):
             return Handle(where, seq, "slurm", record.job_id)

@@ -22,6 +22,7 @@ from slurmgen.cliopts import identity_option, known_hosts_option, ssh_config_opt
 from slurmgen.contract import envvars, exitcodes, ports
 from slurmgen.doctor.fabric_verdict import MIN_SHARE
 from slurmgen.errors import SlurmgenError
+from slurmgen.jobs.cli_shared import RemoteOpt, SetupOpt
 
 if TYPE_CHECKING:
     from slurmgen.doctor.probe import ProbeOptions
@@ -121,6 +122,8 @@ def doctor(
         help="Only compare the job of --config with what the Slurm cluster has (partitions, nodes, GPUs, memory, "
         "features, time limit, accounts), as `submit` does before submitting; nothing is submitted.",
     ),
+    remote: str | None = RemoteOpt,
+    remote_setup: list[str] = SetupOpt,
     as_json: bool = typer.Option(False, "--json", help="Print the rows and problems as JSON."),
 ) -> None:
     """Check every node: same Python, torch, CUDA, NCCL, GPUs and files; MASTER_ADDR/PORT reachable;
@@ -128,8 +131,10 @@ def doctor(
     from slurmgen.doctor import nodes
 
     if slurm:
-        _slurm_check(config)
+        _slurm_check(config, remote, ssh_config, remote_setup)
         return
+    if remote is not None:
+        raise SlurmgenError(f"remote: --remote {remote} asks Slurm there, with --slurm; nodes are checked with --hosts")
     if hosts is not None and hostfile is not None:
         raise SlurmgenError("hosts: give one of --hosts and --hostfile (got both)")
     opts = _probe_options(files, directory, min_free_gb, master_addr, master_port, port_timeout, config, signal)
@@ -164,19 +169,24 @@ def doctor(
     _report(rows, as_json, min_share)
 
 
-def _slurm_check(config: Path | None) -> None:
+def _slurm_check(config: Path | None, remote: str | None, ssh_config: str | None, setup: list[str]) -> None:
     """`doctor --slurm`: the check `submit` makes before submitting (jobs/request_check.py), of the
-    job of --config as `create --config` renders it, asked of this machine's Slurm."""
+    job of --config as `create --config` renders it, asked of this machine's Slurm or, with
+    --remote, of the login node's over the SSH connection `submit --remote` uses."""
     from slurmgen.generate.render import SLURM_SCRIPT, render
     from slurmgen.generate.specfile import spec_from_sources
     from slurmgen.jobs import request_check
-    from slurmgen.jobs.slurm_runner import LocalRunner
+    from slurmgen.jobs.cli_shared import Runners
 
     rendered = render(spec_from_sources(config, {}))
+    runners = Runners(ssh_config, list(setup))
     try:
-        facts = request_check.ask(LocalRunner(), rendered.files[SLURM_SCRIPT], os.getcwd())
+        runner = runners(remote)
+        facts = request_check.ask(runner, rendered.files[SLURM_SCRIPT], os.getcwd() if remote is None else None)
     except ValueError as exc:
         raise SlurmgenError(f"doctor: slurm: the cluster did not answer: {exc}", exit_code=exitcodes.FAILED) from None
+    finally:
+        runners.close()
     found = request_check.problems(rendered.spec, facts)
     if found:
         raise SlurmgenError(*[f"doctor: {p}" for p in found], exit_code=exitcodes.FAILED)

@@ -15,16 +15,19 @@ the facts are compared here, and --test-only's word is kept for what they do not
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from slurmgen.errors import SlurmgenError
 from slurmgen.generate.slurm_values import memory_mb, time_limit_seconds
-from slurmgen.jobs import test_only
+from slurmgen.jobs import shapes, test_only
 from slurmgen.jobs.slurm_runner import Runner
 
 if TYPE_CHECKING:
+    from slurmgen.generate.render import Rendered
     from slurmgen.generate.spec import JobSpec
 
 SEP = "@@slurmgen@@"
@@ -69,6 +72,27 @@ class Facts:
     qos: frozenset[str] = frozenset()
     now: datetime | None = None
     estimate: test_only.Estimate = field(default_factory=test_only.Estimate)
+
+
+def before_submit(runner: Runner, rendered: Rendered, skip: str) -> str | None:
+    """The check every submission makes (`slurmgen submit`, `Job.submit()`): a request the cluster
+    can never meet raises, each reason on its line, `skip` named as the way to submit it anyway;
+    otherwise the note to say, if any: when Slurm expects a job that has to wait to start, or that
+    the cluster could not be asked (not fatal: the check only spares a job that would never start)."""
+    from slurmgen.generate.render import SLURM_SCRIPT
+
+    cwd = os.getcwd() if runner.where == "local" else None
+    try:
+        facts = ask(runner, rendered.files[SLURM_SCRIPT], cwd)
+    except (ValueError, SlurmgenError) as exc:
+        return f"the request was not checked against the cluster: {exc}"
+    found = problems(rendered.spec, facts)
+    if found:
+        raise SlurmgenError(*found, hint=f"the cluster can never start it; {skip} submits it anyway")
+    if facts.estimate.start and shapes.why(facts.estimate, facts.now) != "free now":
+        start = facts.estimate.start.isoformat(sep=" ")
+        return f"Slurm expects the job to start at {start}: its nodes are busy until then"
+    return None
 
 
 def ask(runner: Runner, script: str, cwd: str | None) -> Facts:

@@ -98,27 +98,12 @@ def _soonest(runner: Any, create_flags: dict[str, Any], candidates: list[Any], d
 
 
 def _check(runner: Any, rendered: Any) -> None:
-    """Refuse a request the cluster can never meet, each reason on its line (jobs/request_check.py);
-    say when Slurm expects one that has to wait to start. A cluster that cannot be asked is said,
-    not fatal: the check only spares a job that would never start."""
-    from slurmgen.generate.render import SLURM_SCRIPT
-    from slurmgen.jobs import request_check, shapes
+    """Refuse a request the cluster can never meet, each reason on its line (jobs/request_check.py,
+    as `Job.submit()` does); say when Slurm expects one that has to wait to start."""
+    from slurmgen.jobs import request_check
 
-    cwd = os.getcwd() if runner.where == "local" else None
-    try:
-        facts = request_check.ask(runner, rendered.files[SLURM_SCRIPT], cwd)
-    except (ValueError, SlurmgenError) as exc:
-        typer.echo(f"slurmgen: note: the request was not checked against the cluster: {exc}", err=True)
-        return
-    found = request_check.problems(rendered.spec, facts)
-    if found:
-        raise SlurmgenError(*found, hint="the cluster can never start it; --no-check submits it anyway")
-    if facts.estimate.start and shapes.why(facts.estimate, facts.now) != "free now":
-        typer.echo(
-            f"slurmgen: note: Slurm expects the job to start at {facts.estimate.start.isoformat(sep=' ')}: "
-            "its nodes are busy until then",
-            err=True,
-        )
+    if said := request_check.before_submit(runner, rendered, "--no-check"):
+        typer.echo(f"slurmgen: note: {said}", err=True)
 
 
 def _submit_rendered(runners: Runners, rendered: Any, args: list[str], kw: dict[str, Any], force: bool) -> None:

@@ -1,7 +1,8 @@
 """`submit --shapes --earliest` on the real test cluster (issue 36, item 2): while another job holds
 node1 for 3 minutes, a 2-node shape waits for it and a 1-node shape starts now; the table's
-expected starts are what `sbatch --test-only` says of the same scripts, the 1-node shape is
-submitted, and the bundled trainer in it keeps the global batch (--global-batch) by accumulating."""
+expected starts are what `sbatch --test-only` says of the same scripts (here, and with --remote on
+the login node), the 1-node shape is submitted, and the bundled trainer in it keeps the global
+batch (--global-batch) by accumulating."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from helpers import sg
+from helpers import remote_flags, sg
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -44,12 +45,19 @@ def test_a_shape_free_now_is_submitted_before_one_that_waits_for_a_running_job(c
         assert abs(by_hand - printed) <= timedelta(seconds=5), (said, rows)
         ends = cluster.job_info(holder)["EndTime"]
         assert abs(printed - datetime.fromisoformat(ends)) <= timedelta(seconds=5), (ends, rows)
+        # Asked of node1's Slurm over the SSH connection of --remote: the same table.
+        there = sg(cluster, tmp_path, "submit", *shapes, "--dry-run", *remote_flags(cluster), *TRAIN).stdout
+        far = table(there)
+        assert far["1x2"]["why"] == "free now" and "would submit 1x2" in there, there
+        assert abs(datetime.fromisoformat(far["2x2"]["start"]) - printed) <= timedelta(seconds=5), (there, dry)
 
         proc = sg(cluster, tmp_path, "submit", *shapes, "--earliest", "-o", "out", *TRAIN)
         job = proc.stdout.strip()
         assert "1x2 *" in proc.stderr and "submitting 1x2" in proc.stderr, proc.stderr
 
         # The 1-node shape runs now, and the trainer accumulates 2 micro-steps to keep 16 samples.
+        # Started within 30 s, so not after the holder's 3 minutes (pending, NumNodes reads "1-1").
+        cluster.wait_state(job, {"RUNNING", "COMPLETED"})
         assert cluster.job_info(job)["NumNodes"] == "1"
         assert cluster.wait(job, timeout=120) == ("COMPLETED", 0)
         log = next((tmp_path / "out" / "logs").glob(f"*-{job}.out")).read_text()

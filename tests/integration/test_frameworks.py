@@ -6,7 +6,7 @@ timeline has every phase for every rank, read back by `slurmgen status FILE --ti
 rank 0's metrics reach the job's metrics file and the run record `status` and the page read; and
 a Lightning rank that stops stepping is found hung by the launcher's watcher through the
 callback's heartbeats. Under real Slurm (the test cluster), a Lightning job's records reach
-`slurmgen status JOB`."""
+`slurmgen status JOB`, and so do those of one started by `slurmgen launch` over SSH on its nodes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_port, sg, wait_status
+from helpers import base_args, free_port, sg, wait_status
 
 from slurmgen.cli import main
 from slurmgen.contract import exitcodes, phases
@@ -150,6 +150,53 @@ def test_lightning_under_slurm_reports_to_status(cluster, tmp_path):
     assert view["state"] == "COMPLETED" and view["run"]["step"] == STEPS and view["run"]["loss"] > 0, view
     logs = sg(cluster, tmp_path, "logs", job).stdout
     assert sorted(re.findall(r"^\[rank (\d)\] rank \1 of 2 node \1: done$", logs, re.M)) == ["0", "1"], logs
+
+
+def test_lightning_through_slurmgen_launch_reports_to_status(cluster, tmp_path):
+    """`slurmgen launch` over SSH on the cluster's two nodes, one rank each: Lightning reads the
+    launcher's variables (each rank trains once, world size 2), and the callback's records reach
+    `slurmgen status LAUNCH` (every rank's phases and last step) and the run page's curves (the
+    JSON of /ui/live/runs/SEQ/metrics) through the launch's registry row."""
+    if len(cluster.nodes) < 2:
+        pytest.skip("needs 2 nodes")
+    from slurmgen.coordinator.web.curves import curves_for
+    from slurmgen.runs.model import find_run
+    from slurmgen.runs.registry import Registry
+
+    registry = tmp_path / "jobs.sqlite"
+    argv = [
+        PY,
+        "-m",
+        "slurmgen",
+        "launch",
+        *base_args(cluster, tmp_path),
+        "--registry",
+        str(registry),
+        "--hosts",
+        "node1,node2",
+        "--gpus",
+        "1",
+        "--",
+        PY,
+        str(EXAMPLES / "lightning_ddp.py"),
+        str(STEPS),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **cluster.env()})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(sg(cluster, tmp_path, "jobs", "--json").stdout)
+    assert (row["kind"], row["state"], row["nodes"], row["ranks"]) == ("launch", "succeeded", 2, 2), row
+    logs = sg(cluster, tmp_path, "logs", row["job"]).stdout
+    assert sorted(re.findall(r"rank (\d) of 2 node \1: done$", logs, re.M)) == ["0", "1"], logs
+    found = json.loads(sg(cluster, tmp_path, "status", row["job"], "--timeline", "--json").stdout)
+    (attempt,) = [a for a in found["attempts"] if a["ranks"]]
+    assert sorted(r["rank"] for r in attempt["ranks"]) == [0, 1], attempt
+    for rank in attempt["ranks"]:
+        assert None not in [rank[p] for p in phases.PHASES] and rank["last_step"] == STEPS, rank
+    with Registry.open(registry) as reg:
+        seq = find_run(reg, "launch", row["job"])
+    curves = curves_for(registry, seq)
+    steps, losses = next(iter(curves["metrics"]["loss"].values()))
+    assert curves["runs"] == 1 and steps[-1] == STEPS and all(v > 0 for v in losses), curves
 
 
 SLOW = """

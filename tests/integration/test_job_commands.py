@@ -15,12 +15,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from helpers import COMMAND, sg, status, wait_for, wait_status
+from helpers import COMMAND, remote_flags, sg, status, wait_for, wait_status
 
 import slurmgen
 from slurmgen.runs.registry import Registry
@@ -29,19 +28,6 @@ from slurmgen.train.logs import read_heartbeats
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-
-
-def login_node(cluster, *exports: str) -> list[str]:
-    """The flags that make node1 the login node of `--remote`: its SSH session gets this session's
-    Slurm, venv and TMPDIR (which an SSH session does not carry: torch's caches of the jobs it
-    submits went to the node's /tmp and stayed there after the suite)."""
-    setup = [
-        f"SLURM_CONF={cluster.slurm_conf}",
-        f"PATH={Path(sys.executable).parent}:$PATH",
-        f"TMPDIR={tempfile.gettempdir()}",
-        *exports,
-    ]
-    return ["--remote", "node1", "--ssh-config", str(cluster.ssh_config), "--remote-setup", "export " + " ".join(setup)]
 
 
 def rank_lines(cluster, cwd: Path, job: str, rank: int, *extra: str, check: bool = True) -> list[str]:
@@ -175,7 +161,7 @@ def test_remote_submit_runs_from_a_snapshot(cluster, tmp_path):
         subprocess.run([*git, *args], check=True, capture_output=True)
     (code / "marker.txt").write_text("dirty\n")
     remote_dir = tmp_path / "login"
-    remote = login_node(cluster)
+    remote = remote_flags(cluster)
     submit = [
         "submit",
         "--nodes",
@@ -294,12 +280,12 @@ def test_logs_follow_with_tail_starts_from_the_last_lines(cluster, tmp_path):
     assert followed == ["[rank 1] 1 line 3", "[rank 1] 1 end"], followed  # ends by itself when the job ends
 
 
-def test_remote_status_shows_the_trainers_run_record_from_the_login_node(cluster, tmp_path):
+def test_remote_status_shows_the_trainers_run_record_from_the_remote_flags(cluster, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     (code / "README").write_text("the trainer comes from the installed slurmgen\n")
     repo = Path(slurmgen.__file__).parents[1]  # this checkout's slurmgen, whatever PYTHONPATH the ssh session has
-    remote = login_node(cluster, f"PYTHONPATH={repo}")
+    remote = remote_flags(cluster, f"PYTHONPATH={repo}")
     job = sg(
         cluster,
         tmp_path,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from helpers import sg
+from helpers import remote_flags, sg
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -27,10 +27,20 @@ def short_partition(cluster):
         cluster.run(["scontrol", "update", "NodeName=node2", "AvailableFeatures=", "ActiveFeatures="], check=False)
 
 
-def doctor_slurm(cluster, cwd):
+def doctor_slurm(cluster, cwd, *remote: str):
     return cluster.run(
-        [sys.executable, "-m", "slurmgen", "doctor", "--slurm", "--config", "job.yaml"], cwd=cwd, check=False
+        [sys.executable, "-m", "slurmgen", "doctor", "--slurm", "--config", "job.yaml", *remote], cwd=cwd, check=False
     )
+
+
+API_SUBMIT = """
+from slurmgen import Job
+from slurmgen.errors import SlurmgenError
+try:
+    Job(partition="short", time="30", output_dir="api", command=["true"]).submit(registry="api.sqlite")
+except SlurmgenError as exc:
+    print(exc)
+"""
 
 
 def submitted(cluster) -> str:
@@ -68,6 +78,11 @@ def test_a_request_the_cluster_can_never_meet_is_refused_with_what_fits(cluster,
     (tmp_path / "job.yaml").write_text("partition: short\ntime: '30'\n")
     proc = doctor_slurm(cluster, tmp_path)
     assert proc.returncode == 1 and "doctor: time: partition short allows at most 00:10:00" in proc.stderr, proc.stderr
+    proc = doctor_slurm(cluster, tmp_path, *remote_flags(cluster))  # the same check of node1's Slurm over SSH
+    assert proc.returncode == 1 and "doctor: time: partition short allows at most 00:10:00" in proc.stderr, proc.stderr
+    said = cluster.run([sys.executable, "-c", API_SUBMIT], cwd=tmp_path).stdout  # the Python API's submit
+    assert said.startswith("time: partition short allows at most 00:10:00 (asked 30)") and "check=False" in said, said
+    assert submitted(cluster) == before and not (tmp_path / "api").exists()
 
 
 @pytest.mark.usefixtures("short_partition")

@@ -181,3 +181,23 @@ def test_the_python_api_trains_the_global_batch_on_its_world(tmp_path, capfd, mo
     said = capfd.readouterr().err
     assert result.exit_code == 0
     assert "global batch: 16 samples (4 per process x 4 accumulation x 1 processes)" in said, said
+
+
+def test_earliest_remote_asks_and_submits_on_the_login_node(tmp_path, capsys, monkeypatch, login_node):
+    """--test-only, the clock and the submit go over the one connection of --remote; the soonest
+    shape's scripts are the ones shipped into the job directory there."""
+    monkeypatch.chdir(tmp_path)
+    bin_dir = fake_slurm(tmp_path, monkeypatch)
+    (tmp_path / "code").mkdir()
+    remote = ["--remote", "login1", "--remote-setup", "true", "--code", "code", "--registry", "r.sqlite"]
+    code, out, err = run(capsys, "submit", "--shapes", "2x2,1x2", "--dry-run", *remote)
+    assert code == 0 and "would submit 1x2" in out, err
+    assert list((tmp_path / "login").iterdir()) == [] and not (tmp_path / "out").exists()  # nothing shipped
+    code, out, err = run(capsys, "submit", "--shapes", "2x2,1x8,1x2", "--earliest", *remote)
+    assert (code, out) == (0, "77\n") and "submitting 1x2" in err, err
+    unpacking = [line for line in login_node.lines if not line.startswith("true && ")]  # ship's own: no setup
+    assert len(login_node.opened) == 2 and all(line.startswith("mkdir -p ") for line in unpacking), unpacking
+    (script,) = (tmp_path / "login" / ".slurmgen" / "jobs").glob("*/out/run_slurm.sh")
+    assert "#SBATCH --nodes=1\n" in script.read_text() and "#SBATCH --ntasks-per-node=2\n" in script.read_text()
+    calls = (bin_dir / "calls").read_text().splitlines()
+    assert calls[:5] == ["--test-only"] * 5 and calls[5].startswith("--parsable") and len(calls) == 6, calls

@@ -206,3 +206,57 @@ def test_doctor_slurm_makes_the_same_check_of_the_job_of_config(tmp_path, capsys
     fits = "slurm: the request fits (1 node(s) x 2, partition debug); "
     assert out == fits + "Slurm expects it to start at 2026-11-28 10:24:57\n"
     assert (bin_dir / "calls").read_text() == "--test-only\n--test-only\n"  # nothing submitted
+
+
+def test_the_python_api_makes_the_same_check_before_submitting(tmp_path, monkeypatch):
+    """`Job.submit()` refuses what `submit` refuses, with the command's line (its way past the
+    check named as the API spells it), writing nothing; `check=False` submits; a wait is a warning."""
+    from slurmgen import Job
+    from slurmgen.errors import SlurmgenError
+
+    monkeypatch.chdir(tmp_path)
+    bin_dir = fake_cluster(tmp_path, monkeypatch, NEVER)
+    job = Job(gpus=8, gpu_request="gres", command=["python", "train.py"])
+    with pytest.raises(SlurmgenError) as refused:
+        job.submit(registry=tmp_path / "r.sqlite")
+    assert str(refused.value) == (
+        "gpus: the nodes of partition debug have at most 4 GPUs (asked 8 per node); "
+        "fits: --nodes 2 --gpus 4 (the same 8 processes) (hint: the cluster can never start it; "
+        "check=False submits it anyway)"
+    )
+    assert (bin_dir / "calls").read_text() == "--test-only\n" and not (tmp_path / "out").exists()
+    handle = job.submit(registry=tmp_path / "r.sqlite", check=False)
+    assert handle.key == "77" and (bin_dir / "calls").read_text().splitlines()[1].startswith("--parsable")
+    (bin_dir / "test_only.txt").write_text(LATER)
+    with pytest.warns(UserWarning, match="Slurm expects the job to start at 2026-11-28 11:24:57"):
+        Job(command=["python", "train.py"], output_dir="later").submit(registry=tmp_path / "r.sqlite")
+
+
+def test_doctor_slurm_remote_asks_the_login_node_over_the_connection_submit_uses(
+    tmp_path, capsys, monkeypatch, login_node
+):
+    monkeypatch.chdir(tmp_path)
+    bin_dir = fake_cluster(tmp_path, monkeypatch)
+    (tmp_path / "job.yaml").write_text("nodes: 1\ngpus: 2\npartition: short\ntime: '20'\n")
+    remote = ["--remote", "login1", "--remote-setup", "module load slurm || true"]
+    code, out, err = run(capsys, "doctor", "--slurm", "--config", "job.yaml", *remote)
+    assert (code, out) == (1, ""), err
+    assert err.startswith("slurmgen: error: doctor: time: partition short allows at most 00:10:00 (asked 20)"), err
+    assert login_node.opened == [("login1", None, ["module load slurm || true"])]
+    assert [line[:35] for line in login_node.lines] == ["module load slurm || true && sh -c "]  # one query, no cd
+    (tmp_path / "job.yaml").write_text("nodes: 1\ngpus: 2\n")
+    code, out, err = run(capsys, "doctor", "--slurm", "--config", "job.yaml", *remote)
+    assert (code, err) == (0, "") and out.startswith("slurm: the request fits (1 node(s) x 2, partition debug)"), err
+    assert (bin_dir / "calls").read_text() == "--test-only\n--test-only\n"  # nothing submitted
+    code, out, err = run(capsys, "doctor", "--config", "job.yaml", "--remote", "login1")
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "remote: --remote login1 asks Slurm there" in err, err
+
+
+def test_submit_remote_checks_on_the_login_node_before_shipping_anything(tmp_path, capsys, monkeypatch, login_node):
+    monkeypatch.chdir(tmp_path)
+    bin_dir = fake_cluster(tmp_path, monkeypatch, NEVER)
+    code, out, err = run(capsys, "submit", "--registry", "r.sqlite", "--gpus", "8", "--gpu-request", "gres",
+                         "--remote", "login1")  # fmt: skip
+    assert (code, out) == (2, "") and "gpus: the nodes of partition debug have at most 4 GPUs" in err, err
+    assert (bin_dir / "calls").read_text() == "--test-only\n" and len(login_node.lines) == 1
+    assert list((tmp_path / "login").iterdir()) == []  # no snapshot, no job directory
