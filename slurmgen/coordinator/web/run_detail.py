@@ -135,14 +135,22 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
             view["chain"] = chain.view(runner, reg, record)
         view["stop_asked"] = STOP_ASKED in record.info  # a person's checkpoint and stop: its end is theirs
         row = get_row(reg, seq)  # status() kept Slurm's end time of the job in it
-        view["attempts"] = slurm_attempts(
-            view.get("attempts") or [],
-            from_slurm(view.get("state"), view.get("exit_code"), view["stop_asked"]),
-            row["ended"] if row is not None else None,
-        )
+        job = from_slurm(view.get("state"), view.get("exit_code"), view["stop_asked"])
+        view["attempts"] = slurm_attempts(view.get("attempts") or [], job, row["ended"] if row is not None else None)
+        ended_as(view.get("timeline") or {}, job)
     finally:
         runner.close()
     return view
+
+
+def ended_as(timeline: Mapping[str, Any], job: State | None) -> None:
+    """A Slurm job's last attempt on its timeline ends as the job did (its attempts record, written
+    by the batch script, cannot know that a person's "checkpoint and stop" ended it), as its row in
+    the attempts table does (slurm_attempts): so its ranks read as the run, not as the launcher's
+    "failed" for every non-zero exit (timeline_svg.rank_status)."""
+    attempts = timeline.get("attempts") or []
+    if attempts and job in ENDED:
+        attempts[-1]["state"] = job.value
 
 
 def own_status(reg: Registry, row: RunRow) -> dict[str, Any]:

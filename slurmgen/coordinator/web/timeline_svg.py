@@ -209,15 +209,19 @@ def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def rank_status(r: Mapping[str, Any], live: bool, stopped: bool = False) -> str:
+def rank_status(r: Mapping[str, Any], live: bool, ended_as: str | None = None) -> str:
     """How a rank ended: its word ("done", "preempted"), a failure's code ("failed (exit 3)"), a
     signal's name when one ended it ("terminated": stopped with the others, "killed by signal 9");
     running while its attempt lasts; "—" when nothing says how it ended. In an attempt a person
-    stopped (`stopped`), a rank that did not finish was stopped by them, whatever its code (the
-    trainer checkpoints and exits 75 on the stop's TERM): never a failure."""
+    stopped (`ended_as` STOPPED), a rank that did not finish was stopped by them, whatever its code
+    (the trainer checkpoints and exits 75 on the stop's TERM): never a failure; in a preempted one,
+    a rank's preemption code is its checkpoint on the warning, not the failure the launcher calls
+    every non-zero exit."""
     code = r.get("code")
-    if stopped and r.get("status") != HEARTBEAT_WORD[State.SUCCEEDED] and code != 0:
+    if ended_as == State.STOPPED and r.get("status") != HEARTBEAT_WORD[State.SUCCEEDED] and code != 0:
         return STOPPED_BY_YOU
+    if ended_as == State.PREEMPTED and code == exitcodes.PREEMPTED:
+        return HEARTBEAT_WORD[State.PREEMPTED]
     if code is not None and code > 128:
         return exitcodes.describe(code)
     if r.get("status") == HEARTBEAT_WORD[State.FAILED] and code:
@@ -250,7 +254,7 @@ def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list
         {
             "rank": r["rank"],
             "node": r.get("host") or "—",
-            "status": blamed_status(r, attempt) or rank_status(r, live, attempt.get("state") == State.STOPPED),
+            "status": blamed_status(r, attempt) or rank_status(r, live, attempt.get("state")),
             "last_step": "—" if r.get("last_step") is None else r["last_step"],
             "checkpoints": r.get("checkpoints") or 0,
             "straggler": r["rank"] in flagged,

@@ -573,3 +573,26 @@ def test_a_cancelled_attempt_ends_when_slurm_says_the_job_ended(served, tmp_path
     rows = html.split('id="attempts-title"')[1].split("</tbody>")[0]
     ended = datetime.fromisoformat(END).strftime("%Y-%m-%d %H:%M:%S")
     assert rows.count("<tr>") == 2 and ended in rows, rows  # the header and attempt 1, which ended
+
+
+@pytest.mark.parametrize(("asked", "word"), [(True, "stopped by you"), (False, "preempted")])
+def test_a_slurm_jobs_ranks_read_as_the_job_ended_not_failed_exit_75(served, tmp_path, monkeypatch, asked, word):
+    """Issue 33, item 10: after "Checkpoint and stop" the job read "stopped by you" but its ranks
+    table "failed (exit 75)": the launcher records each rank's 75 as a failure, and a Slurm job's
+    attempts record says no state. The last attempt ends as the job did; a rank's 75 in it is the
+    stop's (or the preemption's), never a failure."""
+    from slurmgen.contract.states import STOP_ASKED
+
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("78", "FAILED", "75:0")])
+    seq = add_job(registry, tmp_path, "78", **({STOP_ASKED: {"time": T0, "by": "page"}} if asked else {}))
+    launcher = [
+        {"event": "end", "rank": r, "attempt": 1, "time": T0 + 14, "status": "failed", "code": 75, "by": "launcher"}
+        for r in range(3)
+    ]
+    (tmp_path / "logs" / TIMELINE_NAME.format(job_id="78")).write_text(
+        "".join(json.dumps(e) + "\n" for e in [*timeline_events(), *launcher])
+    )
+    html = client.get(f"/ui/runs/{seq}").text
+    table = html.split('id="rank-table"')[1].split("</table>")[0]
+    assert "failed" not in table and table.count(f"<td>{word}</td>") == 3, table
