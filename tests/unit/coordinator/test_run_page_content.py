@@ -463,6 +463,23 @@ def test_the_hung_ranks_bar_is_hung_from_its_last_beat_not_training_to_the_end()
     assert [r["title"].split(":")[0] for r in healthy["rects"]][-1] == "rank 1 training"
 
 
+def test_a_program_that_took_no_step_ran_it_did_not_train():
+    """A launch of a program that is not a trainer (`sleep`, a probe: no heartbeat, no step) drew
+    a green "training" bar from its start to its end, and named its slowest rank's "training"."""
+    from slurmgen.coordinator.web.timeline_svg import COLOUR, attempt_chart
+
+    ranks = [{"rank": r, "process": 0.5 + r, "end": 30.0 + r} for r in (0, 1)]
+    chart = attempt_chart(
+        {"attempt": 1, "start": 0.0, "end": 32.0, "ranks": ranks, "slowest": {"end": {"rank": 1, "at": 31.0}}}, set()
+    )
+    assert [[r["title"].split(":")[0] for r in row["rects"]] for row in chart["rows"]] == [
+        ["rank 0 launch", "rank 0 running"],
+        ["rank 1 launch", "rank 1 running"],
+    ]
+    assert chart["rows"][0]["rects"][1]["colour"] == COLOUR["running"] != COLOUR["training"]
+    assert chart["slowest"] == [{"phase": "running", "rank": 1, "at": 31.0}]
+
+
 def test_a_cancelled_jobs_page_says_it_was_stopped_not_a_failure(served, tmp_path, monkeypatch):
     """A user's cancel reads as stopped (status has no first failure for it): the page still says so."""
     client, registry = served
