@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import ENDED, STOP_ASKED, State, from_exit_code, from_slurm
+from slurmgen.contract.states import ENDED, STOP_ASKED, STOPPED_BY_USER, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import chain, control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
@@ -63,8 +63,9 @@ def slurm_attempts(
 
     Each row's state is a word of the run's vocabulary, as a launch's or group's attempts are: the
     last attempt of a job that has ended (`job`) takes the job's state (a cancel is `stopped`,
-    though the script's end line saw only the 143 of its TERM); another attempt's comes from its
-    end line's exit code (`preempted` for one a requeue ended, whose end is derived: see
+    though the script's end line saw only the 143 of its TERM, and its cause STOPPED_BY_USER:
+    not the 'preempted' of a "checkpoint and stop"'s 75); another attempt's comes from its end
+    line's exit code (`preempted` for one a requeue ended, whose end is derived: see
     heal/attempts.py), or is `lost` when none was written (its node failed under it); the
     last one of a job still live is `running` until it ends. A start skipped because the job had
     already finished stays `skipped`. The last attempt of an ended job that wrote no end line (a
@@ -102,6 +103,8 @@ def slurm_attempts(
             )
     if rows and job in ENDED:
         rows[-1]["state"] = job.value
+        if job is State.STOPPED:  # its end line saw the stop's 75 or 143, which a person's stop caused
+            rows[-1]["cause"] = STOPPED_BY_USER
         rows[-1]["ended"] = rows[-1]["ended"] or clock(end)
     elif rows and rows[-1]["ended"] is None and rows[-1]["state"] != "skipped":
         rows[-1]["state"] = State.RUNNING.value
@@ -139,14 +142,22 @@ def slurm_status(reg: Registry, seq: int) -> dict[str, Any]:
             view["chain"] = chain.view(runner, reg, record)
         view["stop_asked"] = STOP_ASKED in record.info  # a person's checkpoint and stop: its end is theirs
         row = get_row(reg, seq)  # status() kept Slurm's end time of the job in it
-        view["attempts"] = slurm_attempts(
-            view.get("attempts") or [],
-            from_slurm(view.get("state"), view.get("exit_code"), view["stop_asked"]),
-            row["ended"] if row is not None else None,
-        )
+        job = from_slurm(view.get("state"), view.get("exit_code"), view["stop_asked"])
+        view["attempts"] = slurm_attempts(view.get("attempts") or [], job, row["ended"] if row is not None else None)
+        ended_as(view.get("timeline") or {}, job)
     finally:
         runner.close()
     return view
+
+
+def ended_as(timeline: Mapping[str, Any], job: State | None) -> None:
+    """A Slurm job's last attempt on its timeline ends as the job did (its attempts record, written
+    by the batch script, cannot know that a person's "checkpoint and stop" ended it), as its row in
+    the attempts table does (slurm_attempts): so its ranks read as the run, not as the launcher's
+    "failed" for every non-zero exit (timeline_svg.rank_status)."""
+    attempts = timeline.get("attempts") or []
+    if attempts and job in ENDED:
+        attempts[-1]["state"] = job.value
 
 
 def own_status(reg: Registry, row: RunRow) -> dict[str, Any]:

@@ -32,6 +32,9 @@ SEGMENT = {
     phases.FIRST_STEP: "first step",
     phases.END: "training",
 }
+# ...but a rank that took no step (a program that is not a trainer: no heartbeat, `sleep`, a
+# probe) ran from its start to its end; it did not train (segment_name).
+RAN = "running"
 # Every colour at least 3:1 against the white it is drawn on (WCAG's for graphics; a unit test
 # holds it): the 400/500 shades these were (#22c55e green 2.3:1, #f59e0b amber 2.2:1) are not.
 COLOUR = {
@@ -40,6 +43,7 @@ COLOUR = {
     "rendezvous": "#8b5cf6",
     "first step": "#0284c7",
     "training": "#16a34a",
+    RAN: "#0f766e",
     "hung": "#dc2626",  # a hung rank from its last beat to its end: no training (goodput's "hung")
     "checkpoint": "#1e293b",
 }
@@ -64,6 +68,14 @@ def _ticks(span: float, width: float) -> list[tuple[float, str]]:
     return [(i * step * width / span, f"{i * step:g}") for i in range(count + 1)]
 
 
+def segment_name(phase: str, rank: Mapping[str, Any]) -> str:
+    """The segment a phase ends for this rank (SEGMENT): up to its end, "training" once it took a
+    first step, else RAN."""
+    if phase == phases.END and rank.get(phases.FIRST_STEP) is None:
+        return RAN
+    return SEGMENT[phase]
+
+
 def _segments(rank: Mapping[str, Any], open_end: float | None, hung: bool = False) -> list[dict[str, Any]]:
     """A rank's phases as [{"name", "from", "to"}] (seconds); a phase not recorded is skipped and
     the next one starts where the last known one ended. A rank still training runs to `open_end`.
@@ -73,7 +85,7 @@ def _segments(rank: Mapping[str, Any], open_end: float | None, hung: bool = Fals
         t = rank.get(p)
         if t is None:
             continue
-        out.append({"name": SEGMENT[p], "from": last, "to": max(last, float(t))})
+        out.append({"name": segment_name(p, rank), "from": last, "to": max(last, float(t))})
         last = max(last, float(t))
     if rank.get(phases.END) is None and rank.get(phases.FIRST_STEP) is not None and open_end and open_end > last:
         out.append({"name": "training", "from": last, "to": open_end, "open": True})
@@ -146,6 +158,7 @@ def attempt_chart(attempt: Mapping[str, Any], flagged: set[int], now: float | No
         for i, r in enumerate(attempt["ranks"])
     ]
     height = TOP + max(1, len(rows)) * ROW + 8
+    by_rank = {r["rank"]: r for r in attempt["ranks"]}
     return {
         "attempt": attempt.get("attempt"),
         "width": WIDTH,
@@ -157,7 +170,7 @@ def attempt_chart(attempt: Mapping[str, Any], flagged: set[int], now: float | No
         "bottom": height - 6,
         "queued": attempt.get("queued"),
         "slowest": [
-            {"phase": SEGMENT[p], "rank": v["rank"], "at": v["at"]}
+            {"phase": segment_name(p, by_rank.get(v["rank"], {})), "rank": v["rank"], "at": v["at"]}
             for p, v in (attempt.get("slowest") or {}).items()
             if p in SEGMENT
         ],
@@ -209,15 +222,19 @@ def straggler_rows(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def rank_status(r: Mapping[str, Any], live: bool, stopped: bool = False) -> str:
+def rank_status(r: Mapping[str, Any], live: bool, ended_as: str | None = None) -> str:
     """How a rank ended: its word ("done", "preempted"), a failure's code ("failed (exit 3)"), a
     signal's name when one ended it ("terminated": stopped with the others, "killed by signal 9");
     running while its attempt lasts; "—" when nothing says how it ended. In an attempt a person
-    stopped (`stopped`), a rank that did not finish was stopped by them, whatever its code (the
-    trainer checkpoints and exits 75 on the stop's TERM): never a failure."""
+    stopped (`ended_as` STOPPED), a rank that did not finish was stopped by them, whatever its code
+    (the trainer checkpoints and exits 75 on the stop's TERM): never a failure; in a preempted one,
+    a rank's preemption code is its checkpoint on the warning, not the failure the launcher calls
+    every non-zero exit."""
     code = r.get("code")
-    if stopped and r.get("status") != HEARTBEAT_WORD[State.SUCCEEDED] and code != 0:
+    if ended_as == State.STOPPED and r.get("status") != HEARTBEAT_WORD[State.SUCCEEDED] and code != 0:
         return STOPPED_BY_YOU
+    if ended_as == State.PREEMPTED and code == exitcodes.PREEMPTED:
+        return HEARTBEAT_WORD[State.PREEMPTED]
     if code is not None and code > 128:
         return exitcodes.describe(code)
     if r.get("status") == HEARTBEAT_WORD[State.FAILED] and code:
@@ -250,7 +267,7 @@ def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list
         {
             "rank": r["rank"],
             "node": r.get("host") or "—",
-            "status": blamed_status(r, attempt) or rank_status(r, live, attempt.get("state") == State.STOPPED),
+            "status": blamed_status(r, attempt) or rank_status(r, live, attempt.get("state")),
             "last_step": "—" if r.get("last_step") is None else r["last_step"],
             "checkpoints": r.get("checkpoints") or 0,
             "straggler": r["rank"] in flagged,

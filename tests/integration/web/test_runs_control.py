@@ -160,3 +160,30 @@ def test_checkpoint_and_stop_really_stops_a_requeueable_job(page, cluster_coordi
         p.shot("run-page-checkpointed-and-stopped")
     finally:
         cluster.cancel(job)
+
+
+def test_the_runs_list_follows_a_slurm_jobs_state_without_its_page(page, cluster_coordinator, cluster, tmp_path):
+    """Issue 33, item 1: with the list open, running jobs read `pending` while squeue said RUNNING,
+    and `running` after they ended; a row was corrected only when someone opened the job's page.
+    The list now asks Slurm for its active rows itself: no request for the job's page is made."""
+    import re
+
+    coordinator, p = cluster_coordinator, page
+    asked: list[str] = []
+    p.page.on("request", lambda r: asked.append(r.url))
+    job = _submit(coordinator, cluster, tmp_path, "-o", "list-live", "--", "sleep", "12")
+    try:
+        p.log_in(coordinator.token)
+        p.page.goto(coordinator.url + "/ui/runs")
+        p.page.evaluate("window.__notReloaded = true")
+        row = p.page.locator("tr[data-kind=slurm]", has=p.page.locator("td.run-key", has_text=job))
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        expect(row.locator(".state")).to_have_text("running", timeout=5_000)
+        p.shot("runs-list-slurm-running")
+        assert cluster.wait_state(job, {"COMPLETED", "FAILED"}, timeout=60) == "COMPLETED"
+        expect(row.locator(".state")).to_have_text("succeeded", timeout=5_000)
+        p.shot("runs-list-slurm-succeeded")
+        assert p.page.evaluate("window.__notReloaded") is True  # redrawn in place, not reloaded
+        assert not [u for u in asked if re.search(r"/ui/runs/\d+", u)], asked  # the job's page never asked
+    finally:
+        cluster.cancel(job)

@@ -31,18 +31,19 @@ def _fill(coordinator, now: float, records) -> None:
         run.log("train", {"loss": 1.5 / step}, step=step)
     run.finish()
     with _registry(coordinator) as reg:
-        reg.add(
-            JobRecord(
-                "4242",
-                "train-slurm",
-                "/w/a",
-                now - 300,
-                None,
-                "RUNNING",
-                None,
-                {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "1:00:00"},
-            )
+        slurm = JobRecord(
+            "4242",
+            "train-slurm",
+            "/w/a",
+            now - 300,
+            None,
+            "RUNNING",
+            None,
+            {"nodes": 2, "gpus": 2, "log_dir": "/w/a/logs", "command": ["true"], "time_limit": "1:00:00"},
         )
+        reg.add(slurm)
+        # As a `status` now would keep it: running, in an attempt Slurm says started 5 min ago.
+        reg.remember_states({slurm.seq: ("RUNNING", None)}, attempt_started={slurm.seq: now - 300}, now=now)
         launch = add_run(
             reg, NewRun("launch", "20261125-1", "sweep-launch", "/w", 2, 4, record_dir=str(records)), now - 200
         )

@@ -463,6 +463,23 @@ def test_the_hung_ranks_bar_is_hung_from_its_last_beat_not_training_to_the_end()
     assert [r["title"].split(":")[0] for r in healthy["rects"]][-1] == "rank 1 training"
 
 
+def test_a_program_that_took_no_step_ran_it_did_not_train():
+    """A launch of a program that is not a trainer (`sleep`, a probe: no heartbeat, no step) drew
+    a green "training" bar from its start to its end, and named its slowest rank's "training"."""
+    from slurmgen.coordinator.web.timeline_svg import COLOUR, attempt_chart
+
+    ranks = [{"rank": r, "process": 0.5 + r, "end": 30.0 + r} for r in (0, 1)]
+    chart = attempt_chart(
+        {"attempt": 1, "start": 0.0, "end": 32.0, "ranks": ranks, "slowest": {"end": {"rank": 1, "at": 31.0}}}, set()
+    )
+    assert [[r["title"].split(":")[0] for r in row["rects"]] for row in chart["rows"]] == [
+        ["rank 0 launch", "rank 0 running"],
+        ["rank 1 launch", "rank 1 running"],
+    ]
+    assert chart["rows"][0]["rects"][1]["colour"] == COLOUR["running"] != COLOUR["training"]
+    assert chart["slowest"] == [{"phase": "running", "rank": 1, "at": 31.0}]
+
+
 def test_a_cancelled_jobs_page_says_it_was_stopped_not_a_failure(served, tmp_path, monkeypatch):
     """A user's cancel reads as stopped (status has no first failure for it): the page still says so."""
     client, registry = served
@@ -652,3 +669,26 @@ def test_a_launchs_warm_restarts_and_spare_host_moves_are_on_its_attempts(served
         "node 1 moved from h1 to the spare host h2"
     ), rows
     assert rows[1].startswith("2 running") and rows[1].endswith("—"), rows
+
+
+@pytest.mark.parametrize(("asked", "word"), [(True, "stopped by you"), (False, "preempted")])
+def test_a_slurm_jobs_ranks_read_as_the_job_ended_not_failed_exit_75(served, tmp_path, monkeypatch, asked, word):
+    """Issue 33, item 10: after "Checkpoint and stop" the job read "stopped by you" but its ranks
+    table "failed (exit 75)": the launcher records each rank's 75 as a failure, and a Slurm job's
+    attempts record says no state. The last attempt ends as the job did; a rank's 75 in it is the
+    stop's (or the preemption's), never a failure."""
+    from slurmgen.contract.states import STOP_ASKED
+
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("78", "FAILED", "75:0")])
+    seq = add_job(registry, tmp_path, "78", **({STOP_ASKED: {"time": T0, "by": "page"}} if asked else {}))
+    launcher = [
+        {"event": "end", "rank": r, "attempt": 1, "time": T0 + 14, "status": "failed", "code": 75, "by": "launcher"}
+        for r in range(3)
+    ]
+    (tmp_path / "logs" / TIMELINE_NAME.format(job_id="78")).write_text(
+        "".join(json.dumps(e) + "\n" for e in [*timeline_events(), *launcher])
+    )
+    html = client.get(f"/ui/runs/{seq}").text
+    table = html.split('id="rank-table"')[1].split("</table>")[0]
+    assert "failed" not in table and table.count(f"<td>{word}</td>") == 3, table
