@@ -2,8 +2,9 @@
 
 ``cluster`` (session scope) runs ``scripts/cluster/up.sh N`` once, yields a :class:`Cluster`,
 and always runs ``scripts/cluster/down.sh`` at the end. N is ``$SLURMGEN_TEST_NODES`` (default
-2, at most 8). Not root, commands missing or namespaces refused: the tests skip, naming what
-is missing (under CI=true that skip is a failure, see tests/conftest.py).
+3: most tests use two nodes, a hot spare's test a third; at most 8). Not root, commands missing
+or namespaces refused: the tests skip, naming what is missing (under CI=true that skip is a
+failure, see tests/conftest.py).
 
 Jobs are submitted with the environment of this process plus ``SLURM_CONF``, a ``PATH`` that
 starts with the directory of ``sys.executable`` and a ``TMPDIR`` in pytest's temp tree: sbatch
@@ -452,7 +453,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             pytest.fail(f"SLURMGEN_CLUSTER_REUSE=1 but no cluster in {state_dir}: run up.sh first")
         yield Cluster.load(state_dir, tmp_path_factory.mktemp("job-tmp"))
         return
-    nodes = int(os.environ.get("SLURMGEN_TEST_NODES", "2"))
+    nodes = int(os.environ.get("SLURMGEN_TEST_NODES", "3"))
     logs = os.environ.get("SLURMGEN_CLUSTER_LOGS") or str(tmp_path_factory.mktemp("cluster-logs"))
     env = {
         "SLURMGEN_CLUSTER_DIR": str(state_dir),

@@ -28,7 +28,10 @@ def table(err: str) -> dict[str, dict[str, str]]:
 
 def test_a_shape_free_now_is_submitted_before_one_that_waits_for_a_running_job(cluster, tmp_path):
     (tmp_path / "hold.sh").write_text("#!/bin/bash\nsleep 300\n")
-    holder = cluster.submit(tmp_path / "hold.sh", tmp_path, args=["-N1", "-w", "node1", "--exclusive", "--time=3"])
+    held = [n.name for n in cluster.nodes[:-1]]  # every node but one: a 1-node shape fits now, a 2-node one waits
+    holder = cluster.submit(
+        tmp_path / "hold.sh", tmp_path, args=[f"-N{len(held)}", "-w", ",".join(held), "--exclusive", "--time=3"]
+    )
     try:
         cluster.wait_state(holder, {"RUNNING"})
         shapes = ["--shapes", "2x2,1x2", "--time", "2", "--backend", "gloo"]
