@@ -330,20 +330,27 @@ def pending_text(view: Mapping[str, Any], now: float | None) -> str:
         return reason + _expected(view, now)
     wait = round(at.timestamp() - (time.time() if now is None else now))
     why = "requeued" if view.get("restarts") else "begin time"
+    # Slurm's expected start is said only when it is not the moment the job becomes eligible.
+    expected = "" if _start_of(view) == at else _expected(view, now)
     return (
         f"{why}, eligible at {at:%H:%M:%S}"
         + (f" (in {wait} s)" if wait > 0 else " (now: waiting for resources)")
-        + _expected(view, now)
+        + expected
     )
+
+
+def _start_of(view: Mapping[str, Any]) -> datetime | None:
+    """Slurm's expected start of a pending job (StartTime), None when unknown or unreadable."""
+    try:
+        return datetime.fromisoformat(view["expected_start"]) if view.get("expected_start") else None
+    except ValueError:
+        return None
 
 
 def _expected(view: Mapping[str, Any], now: float | None) -> str:
     """When Slurm's backfill scheduler expects the job to start (StartTime, known after its next
     cycle, from the time limits of the jobs running now), and how long that is from now."""
-    try:
-        at = datetime.fromisoformat(view["expected_start"]) if view.get("expected_start") else None
-    except ValueError:
-        return ""
+    at = _start_of(view)
     if at is None:
         return ""
     wait = round(at.timestamp() - (time.time() if now is None else now))

@@ -6,12 +6,13 @@ test cluster without task 0's line."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from slurmgen.contract import grid as sweep
 from slurmgen.jobs import commands
 from slurmgen.jobs.slurm_runner import Result
-from slurmgen.jobs.view import format_view
+from slurmgen.jobs.view import format_view, pending_text
 from slurmgen.runs.registry import JobRecord, Registry
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -84,3 +85,15 @@ def test_status_of_a_waiting_job_says_when_slurm_expects_it_to_start(tmp_path):
     assert "  pending: Resources; Slurm expects it to start at 2026-11-28 11:01:06 (in 3 min)" in format_view(
         view, now=now
     )
+
+
+def test_a_requeued_job_whose_expected_start_is_its_eligible_time_says_that_time_once():
+    """After a requeue Slurm's StartTime is the requeue delay's end, the moment it becomes eligible:
+    the line said the same time twice ("eligible at 12:03:31 ...; Slurm expects it to start at
+    2026-11-28 12:03:31"). A later expected start (a busy cluster) is still said."""
+    view = {"reason": "BeginTime", "eligible": "2026-11-28T12:03:31", "restarts": 1}
+    now = datetime(2026, 11, 28, 12, 1, 31).timestamp()
+    same = pending_text({**view, "expected_start": "2026-11-28T12:03:31"}, now)
+    assert same == "requeued, eligible at 12:03:31 (in 120 s)", same
+    later = pending_text({**view, "expected_start": "2026-11-28T12:09:31"}, now)
+    assert later.endswith("; Slurm expects it to start at 2026-11-28 12:09:31 (in 8 min)"), later
