@@ -130,7 +130,7 @@ def test_a_lightning_rank_that_stops_stepping_is_found_hung(tmp_path):
     is named hung and the job ends with the hung code, well before the program would."""
     script = tmp_path / "hang.py"
     script.write_text(HANGING.format(examples=str(EXAMPLES)))
-    codes, texts, _ = run_two_nodes(tmp_path, [PY, str(script)], "--heartbeat-timeout", "6")
+    codes, texts, _ = run_two_nodes(tmp_path, [PY, str(script)], "--heartbeat-timeout", "15")
     assert exitcodes.HUNG in codes, (codes, texts)
     assert re.search(r"hung: rank 1\b", "\n".join(texts[:2])), texts[:2]
 
