@@ -60,6 +60,11 @@ unset SLURMGEN_EVENT_FD
 # file is not (looked for once the traps are set).
 stop_file=${SLURMGEN_STOP_FILE:-}
 unset SLURMGEN_STOP_FILE
+# Warm restarts (slurmgen/contract/warm.py), when the launcher sets SLURMGEN_WARM_DIR: a rank that
+# fails does not stop the others on this node (they wait in their own processes for the new
+# world); the launcher's order to start it anew is a file in that directory.
+warm_dir=${SLURMGEN_WARM_DIR:-}
+spare_w='' # the write end of the warm spare's orders (start_spare)
 event() {
   if [[ -n $event_fd ]]; then printf '%s %s\n' slurmgen-event-1 "$*" >&"$event_fd"; fi
 }
@@ -1146,8 +1151,10 @@ fi
 stop_if_signalled # a stop that came while this node was getting ready starts no rank
 run_note=:  # `slurmgen launch` numbers its attempts
 [[ -z ${SLURMGEN_ATTEMPT:-} ]] || run_note=" launch: attempt $SLURMGEN_ATTEMPT,"
-for ((local_rank = 0; local_rank < nproc; local_rank++)); do
-  rank=$((rank_offset + local_rank))
+# start_rank LOCAL_RANK [GENERATION]: run the program as that rank, in its own process group;
+# with a generation, a warm restart's fresh process joins that world (its file names the rendezvous).
+start_rank() {
+  local local_rank=$1 rank=$(($1 + rank_offset)) generation=${2:-}
   (
     # Outlive the stop and warning signals so the process's own exit code is what gets reported.
     trap : INT TERM USR1 USR2
@@ -1158,7 +1165,14 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     exec {wake}>&-
+    if [[ -n $spare_w ]]; then exec {spare_w}>&-; fi
     export RANK=$rank LOCAL_RANK=$local_rank
+    if [[ -n $generation ]]; then
+      local addr port size
+      read -r _ addr port size <"$warm_dir/world"
+      # shellcheck disable=SC2030 # this subshell is the rank: the new world is its own
+      export MASTER_ADDR=$addr MASTER_PORT=$port WORLD_SIZE=$size SLURMGEN_WARM_GENERATION=$generation
+    fi
     printf '===== slurmgen%s node %s (%s), rank %s of %s, %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
       "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
     timeline process "$rank" "$BASHPID"
@@ -1175,8 +1189,76 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   ) &
   pids[local_rank]=$!
   link_tell rank "$!"
+}
+for ((local_rank = 0; local_rank < nproc; local_rank++)); do
+  start_rank "$local_rank"
   stop_if_signalled
 done
+# start_spare: with warm restarts, one process of the program's Python with torch imported
+# (slurmgen/train/spare.py), idle until a failed rank's place is given to it. Its orders come
+# through a FIFO this shell holds open for writing (so neither side waits on the other's open);
+# its first line of output names the rank it became, and its output then goes where that rank's
+# would. It runs in its own process group, stopped with the ranks (pids[nproc]).
+start_spare() {
+  local fifo=$warm_dir/spare
+  mkfifo -- "$fifo" 2>/dev/null || return 0
+  exec {spare_w}<>"$fifo"
+  (
+    trap : INT TERM USR1 USR2
+    set +e
+    exec 3>&2 2>/dev/null
+    if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
+    if [[ -n $link_in ]]; then exec {link_in}>&-; fi
+    exec {wake}>&- {spare_w}>&-
+    "${cmd[0]}" -m slurmgen.train.spare "$fifo" "${cmd[@]:1}" 2>&1 3>&- | {
+      trap '' INT TERM USR1 USR2
+      IFS= read -r first || exit 0
+      rank=${first##* }
+      printf '===== slurmgen%s node %s (%s), rank %s of %s (a warm spare), %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
+        "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
+      tee -a -- "$log_dir/rank-$rank.log" 2>&3 | sed -u "s/^/[rank $rank] /" 2>&3
+    }
+    exit "${PIPESTATUS[0]}"
+  ) &
+  pids[nproc]=$!
+}
+# end_spare: the unused spare is stopped (it may still be importing, before it opened its orders)
+# and reaped.
+end_spare() {
+  if [[ -n $spare_w ]]; then exec {spare_w}>&-; fi
+  spare_w=
+  if [[ -n ${pids[nproc]:-} ]]; then
+    kill -TERM -- "-${pids[nproc]}" 2>/dev/null
+    wait "${pids[nproc]}" 2>/dev/null || true
+  fi
+  pids[nproc]=
+}
+# start_ordered: the failed ranks the launcher ordered started anew (a warm restart), started:
+# by the warm spare while there is one, else as a fresh process.
+start_ordered() {
+  local local_rank order generation
+  for local_rank in "${!pids[@]}"; do
+    order=$warm_dir/start-$((rank_offset + local_rank))
+    [[ -z ${pids[local_rank]} && -e $order ]] || continue
+    generation=
+    read -r generation <"$order"
+    rm -f -- "$order"
+    [[ $generation =~ ^[0-9]+$ ]] || continue
+    if [[ -n $spare_w && -n ${pids[nproc]:-} ]] && kill -0 "${pids[nproc]}" 2>/dev/null; then
+      echo "$me: rank $((rank_offset + local_rank)) goes on in the warm spare, generation $generation (warm restart)" >&2
+      local world
+      read -r -a world <"$warm_dir/world"
+      printf '%s %s %s %s %s %s\n' "$((rank_offset + local_rank))" "$local_rank" "$generation" \
+        "${world[1]}" "${world[2]}" "${world[3]}" >&"$spare_w"
+      pids[local_rank]=${pids[nproc]} pids[nproc]=
+      exec {spare_w}>&-
+      spare_w=
+      continue
+    fi
+    echo "$me: starting rank $((rank_offset + local_rank)) anew in generation $generation (warm restart)" >&2
+    start_rank "$local_rank" "$generation"
+  done
+}
 if [[ -n $watch_dir ]]; then
   (
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
@@ -1186,7 +1268,8 @@ if [[ -n $watch_dir ]]; then
   ) </dev/null &
   watcher=$!
 fi
-echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $WORLD_SIZE (master $MASTER_ADDR:$MASTER_PORT, logs in $log_dir)"
+[[ -z $warm_dir ]] || start_spare
+echo "$me: node $node_rank/$nnodes started ranks $rank_offset-$((rank_offset + nproc - 1)) of $world_size (master $master_addr:$master_port, logs in $log_dir)"
 event started
 
 # Watch the processes; the first failure stops the rest. A signal's handler wakes the loop at
@@ -1198,15 +1281,22 @@ while ((running > 0)); do
   read -r -t 0.02 -u "$wake" || true
   stop_if_signalled
   stop_if_hung
+  [[ -z $warm_dir ]] || start_ordered
   for local_rank in "${!pids[@]}"; do
     pid=${pids[local_rank]}
-    if [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
+    if ((local_rank >= nproc)) || [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null; then continue; fi
     status=0
     wait "$pid" 2>/dev/null || status=$? # a rank killed from outside: no notice (see stop_all)
     pids[local_rank]=
     running=$((running - 1))
     if ((status != 0)); then
       stop_if_hung # the rank the watcher killed
+      if [[ -n $warm_dir ]]; then # the launcher decides: a new world without this process, or a stop
+        echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; the other ranks wait for the launcher (warm restart)" >&2
+        event exited "$((rank_offset + local_rank))" "$status"
+        running=$((running + 1))
+        continue
+      fi
       echo "$me: rank $((rank_offset + local_rank)) (local rank $local_rank) exited with code $status; stopping the other ranks on this node" >&2
       event exited "$((rank_offset + local_rank))" "$status"
       link_tell failed "$((rank_offset + local_rank))" "$status"
@@ -1231,6 +1321,7 @@ while ((running > 0)); do
     exit "$status"
   fi
 done
+end_spare
 echo "$me: all $nproc ranks on node $node_rank finished successfully"
 if [[ -n $link_pid ]]; then
   # The master's agent ends when every node is done, or with the job's first failure.
