@@ -1,9 +1,26 @@
-"""Goodput under failures (issue 35): Slurm's recovery paths side by side, the same faults for each.
+"""Goodput under failures (issue 35): the recovery paths side by side, the same faults for each.
 
-    sudo python benchmarks/bench_recovery.py [--minutes 10] [--every 60] [--paths requeue,restart,spare]
-                                             [--reuse] [--wait 600]
+    sudo python benchmarks/bench_recovery.py [--minutes 10] [--every 60]
+        [--paths requeue,restart,spare,launch-cold,launch-warm] [--reuse] [--wait 600]
 
-Brings up scripts/cluster/up.sh 3 (root) unless --reuse, and tears it down at the end. Each path
+The `slurmgen launch` paths run on two local "hosts" (as tests/unit/launch/test_launch_warm.py
+runs them: real bash, node scripts, gloo ranks; no cluster, no root), 2 x 2 ranks of the same
+trainer, a SIGKILL of rank 1 or 3 (alternately, so each node's warm spare serves once) every
+--every seconds:
+
+- launch-cold: `--max-restarts` (today's path): every process of every node starts again;
+- launch-warm: `--restart-mode warm`: the healthy ranks keep their processes and rejoin, the
+  killed rank goes on in its node's warm spare (a fresh process once the spare is used).
+
+For those, the time from a fault to every rank stepping again comes from the ranks' own words
+(the timeline's first steps of the next attempt; a warm restart's "stepping again ... (at T)"),
+the steps lost from rank 0's last sampled step before the fault and the step it resumed from, and
+goodput is the steps gained over the steps the run made per second before its first fault,
+times the wall time (`progress`); `goodput` is slurmgen's own (observe/goodput.py), which counts
+attempts and so does not see a warm restart (one attempt).
+
+The Slurm paths need root and the test cluster, and are skipped, with the reason printed, without
+them. They bring up scripts/cluster/up.sh 3 unless --reuse, and tear it down at the end. Each path
 submits (`slurmgen submit`, so `slurmgen status` accounts for it) the bundled trainer on 2 nodes
 x 2 ranks (gloo, CPU; a small GPT, asynchronous checkpoints every 10 steps) and, from its first
 step on, injects a fault every --every seconds for --minutes, then cancels it:
@@ -26,21 +43,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from slurmgen.contract import envvars  # noqa: E402
 from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME  # noqa: E402
 from slurmgen.jsonl import objects  # noqa: E402
+from slurmgen.observe import goodput  # noqa: E402
 
 CLUSTER = Path(os.environ.get("SLURMGEN_CLUSTER_DIR", "/tmp/slurmgen-cluster"))
 PY = sys.executable
@@ -54,6 +76,12 @@ PATHS = {
     "restart": ["--restarts", "20"],
     "spare": ["--restarts", "20", "--spare-nodes", "1"],
 }
+LAUNCH_PATHS = {"launch-cold": "cold", "launch-warm": "warm"}
+# A warm restart's first step, on each rank (slurmgen/train/trainer.py), and a resume.
+AGAIN = re.compile(
+    r"\[rank (\d+)\] warning: warm restart: generation (\d+) stepping again at step \d+, .* \(at ([\d.]+)\)"
+)
+RESUMED = re.compile(r"\[(?:rank 0|h0/0)\] .*resumed from \S+ at step (\d+)")
 
 
 def up(wait: float) -> None:
@@ -181,33 +209,146 @@ def run_path(path: str, minutes: float, every: float, work: Path) -> dict:
     }
 
 
+def launch_again(timeline: Path, text: str, after: float) -> float | None:
+    """When every rank stepped again after the fault at `after`: the first next attempt (cold) or
+    warm generation in which all 4 ranks made a first step; None until then."""
+    done: dict[tuple[str, int], dict[int, float]] = {}
+    for e in records(timeline.parent, timeline.name, ""):
+        if e.get("event") == "first_step" and e["time"] > after:
+            done.setdefault(("attempt", e["attempt"]), {})[e["rank"]] = e["time"]
+    for rank, gen, at in AGAIN.findall(text):
+        if float(at) > after:
+            done.setdefault(("generation", int(gen)), {})[int(rank)] = float(at)
+    whole = [max(ranks.values()) for ranks in done.values() if len(ranks) == 4]
+    return min(whole) if whole else None
+
+
+def launch_faults(ctx: dict, minutes: float, every: float) -> None:
+    """Thread: from the first step on, SIGKILL rank 1 or 3 (by its pid on the timeline) every
+    `every` s once the last fault is recovered from; then stop the launcher (SIGTERM, its stop)."""
+    timeline, out = ctx["timeline"], ctx["out"]
+    while launch_again(timeline, out.getvalue(), 0.0) is None:
+        time.sleep(0.25)
+    ctx["began"] = began = launch_again(timeline, out.getvalue(), 0.0)
+    end, next_fault, faults = began + minutes * 60, began + every, ctx["faults"]
+    while time.time() < end:
+        recovered = not faults or faults[-1][1] is not None
+        if faults and faults[-1][1] is None:
+            faults[-1][1] = launch_again(timeline, out.getvalue(), faults[-1][0])
+        if time.time() >= next_fault and recovered:
+            rank = 1 if len(faults) % 2 == 0 else 3
+            events = [e for e in records(timeline.parent, timeline.name, "") if e["rank"] == rank and "by" not in e]
+            ctx["before"].append(max((e["step"] for e in events if "step" in e), default=0))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(max(events, key=lambda e: e["time"])["pid"], signal.SIGKILL)
+            faults.append([time.time(), None])
+            next_fault = max(next_fault + every, time.time() + 1)
+        time.sleep(0.25)
+    ctx["ended"] = time.time()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_launch_path(path: str, minutes: float, every: float, work: Path) -> dict:
+    """`slurmgen launch` on two local hosts, 2 x 2 ranks, cold or warm, under `launch_faults`."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from helpers import kill_local_nodes, local_connector, local_plan
+
+    from slurmgen.launch.fanout import Launcher
+    from slurmgen.ssh.connect import SSHOptions
+
+    run = work / path
+    run.mkdir()
+    timeline = run / "timeline.jsonl"
+    command = [*TRAIN, "--out-dir", str(run / "train")]
+    plan = local_plan(
+        run, command, slots=(2, 2), max_restarts=100, restart_mode=LAUNCH_PATHS[path],
+        env={envvars.TIMELINE_FILE: str(timeline)},
+    )  # fmt: skip
+    out, err, made = io.StringIO(), io.StringIO(), {}
+    ctx = {"timeline": timeline, "out": out, "faults": [], "before": []}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
+    threading.Thread(target=launch_faults, args=(ctx, minutes, every), daemon=True).start()
+    try:
+        launcher.run()
+    finally:
+        kill_local_nodes(made)
+    return launch_row(path, ctx, timeline, out.getvalue())
+
+
+def launch_row(path: str, ctx: dict, timeline: Path, text: str) -> dict:
+    """The table's row of a launch path, from the ranks' words (see the module's docstring)."""
+    events = records(timeline.parent, timeline.name, "")
+    again = [when - fault for fault, when in ctx["faults"] if when is not None]
+    resumed = [int(step) for step in RESUMED.findall(text)]
+    lost = sum(max(0, before - step) for before, step in zip(ctx["before"], resumed))
+    steps = [e for e in events if e.get("rank") == 0 and "step" in e and "by" not in e]
+    began, ended = ctx.get("began", 0.0), ctx.get("ended", time.time())
+    first = ctx["faults"][0][0] if ctx["faults"] else ended
+    before = [e for e in steps if began <= e["time"] <= first]
+    rate = (before[-1]["step"] - before[0]["step"]) / (before[-1]["time"] - before[0]["time"]) if len(before) > 1 else 0
+    gained = max((e["step"] for e in steps if e["time"] <= ended), default=0) - (before[0]["step"] if before else 0)
+    good = goodput.compute(events, (), None, ended) or {}
+    return {
+        "path": path,
+        "faults": len(ctx["faults"]),
+        "recovered": len(again),
+        "median": statistics.median(again) if again else None,
+        "max": max(again) if again else None,
+        "lost_steps": lost,
+        "goodput": good.get("goodput"),
+        "progress": gained / (rate * (ended - began)) if rate and ended > began else None,
+        "actions": [f"{'spare' if 'goes on in the warm spare' in line else 'fresh'}" for line in text.splitlines()
+                    if " generation " in line and line.endswith("(warm restart)")],
+    }  # fmt: skip
+
+
+def cluster_reason(reuse: bool) -> str | None:
+    """Why the Slurm paths cannot run here, or None."""
+    if reuse:
+        return None if (CLUSTER / "cluster.json").exists() else f"--reuse: no cluster at {CLUSTER}"
+    return None if os.geteuid() == 0 else "the test cluster needs root (scripts/cluster/up.sh)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="how long each path runs under faults")
     ap.add_argument("--every", type=float, default=60.0, help="seconds between faults")
-    ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated: " + ", ".join(PATHS))
+    every_path = [*LAUNCH_PATHS, *PATHS]
+    ap.add_argument("--paths", default=",".join(every_path), help="comma-separated: " + ", ".join(every_path))
     ap.add_argument("--reuse", action="store_true", help="use a cluster brought up by hand (up.sh 3)")
     ap.add_argument("--wait", type=float, default=600, help="seconds to wait while another session owns the cluster")
     opts = ap.parse_args()
     paths = [p for p in opts.paths.split(",") if p]
-    if unknown := [p for p in paths if p not in PATHS]:
-        sys.exit(f"--paths: unknown {', '.join(unknown)} (expected {', '.join(PATHS)})")
-    if not opts.reuse:
-        up(opts.wait)
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-recovery-") as work:
-            rows = [run_path(p, opts.minutes, opts.every, Path(work)) for p in paths]
-    finally:
-        if not opts.reuse:
-            down()
+    if unknown := [p for p in paths if p not in {**PATHS, **LAUNCH_PATHS}]:
+        sys.exit(f"--paths: unknown {', '.join(unknown)} (expected {', '.join({**PATHS, **LAUNCH_PATHS})})")
+    slurm = [p for p in paths if p in PATHS]
+    if slurm and (reason := cluster_reason(opts.reuse)):
+        print(f"skipping {', '.join(slurm)}: {reason}")
+        slurm = []
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as work:
+        rows += [run_launch_path(p, opts.minutes, opts.every, Path(work)) for p in paths if p in LAUNCH_PATHS]
+        if slurm and not opts.reuse:
+            up(opts.wait)
+        try:
+            rows += [run_path(p, opts.minutes, opts.every, Path(work)) for p in slurm]
+        finally:
+            if slurm and not opts.reuse:
+                down()
     print(f"{opts.minutes:g} min per path, a fault every {opts.every:g} s (2 nodes x 2 ranks, gloo, CPU)")
-    print(f"{'path':<8} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}")
+    head = f"{'path':<12} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}"
+    print(f"{head} {'progress':>8}")
     for r in rows:
         med = f"{r['median']:.1f}" if r["median"] is not None else "-"
         top = f"{r['max']:.1f}" if r["max"] is not None else "-"
         good = f"{r['goodput']:.0%}" if r["goodput"] is not None else "-"
-        print(f"{r['path']:<8} {r['faults']:>6} {r['recovered']:>5} {med:>9} {top:>7} {r['lost_steps']:>10} {good:>8}")
-        print(f"         attempts ended: {' '.join(a or '?' for a in r['actions'])}")
+        progress = f"{r['progress']:.0%}" if r.get("progress") is not None else "-"
+        print(
+            f"{r['path']:<12} {r['faults']:>6} {r['recovered']:>5} {med:>9} {top:>7} {r['lost_steps']:>10} "
+            f"{good:>8} {progress:>8}"
+        )
+        said = "restarts" if "progress" in r else "attempts ended"
+        print(f"             {said}: {' '.join(a or '?' for a in r['actions'])}")
 
 
 if __name__ == "__main__":

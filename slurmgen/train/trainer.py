@@ -351,8 +351,11 @@ class Trainer:
         dist.leave()
         gc.collect()  # the old process group's last references (DDP's reducer, a vote in flight)
         self.checkpoints.settle_after_failure()  # the write in flight may be the newest good state
+        # Beats while it waits say "starting" (the new world's rendezvous is not done): fresh, so
+        # no watcher judges the wait a hang, and the wait is no step time the hang timeout learns.
+        waiting = HEARTBEAT_WORD[State.STARTING]
         try:
-            world = warm.wait_world(self.generation)
+            world = warm.wait_world(self.generation, beat=lambda: self.heartbeat.beat(self.step, status=waiting))
         except warm.NoNewWorld as late:
             raise RuntimeError(f"{exc} (warm restart: {late})") from None
         self.generation = world.generation

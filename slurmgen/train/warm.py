@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 
 from slurmgen.contract import envvars
 from slurmgen.contract import warm as protocol
@@ -66,10 +66,18 @@ def peer_failed(exc: BaseException, environ: Mapping[str, str] = os.environ) -> 
     return any(word in text for word in ("gloo", "nccl", "connection", "peer", "socket", "timed out"))
 
 
-def wait_world(after: int, environ: Mapping[str, str] = os.environ, timeout: float = WAIT) -> protocol.World:
-    """The launcher's new world: the first one written whose generation is above `after`."""
+def wait_world(
+    after: int,
+    environ: Mapping[str, str] = os.environ,
+    timeout: float = WAIT,
+    beat: Callable[[], None] = lambda: None,
+) -> protocol.World:
+    """The launcher's new world: the first one written whose generation is above `after`. `beat`
+    is called at every look: a rank heartbeats while it waits, so that a watcher's
+    --heartbeat-timeout does not judge it hung during a long wait (a replacement's start)."""
     directory, deadline = environ.get(envvars.WARM_DIR, ""), time.monotonic() + timeout
     while True:
+        beat()
         world = protocol.read(directory)
         if world is not None and world.generation > after:
             return world
@@ -103,16 +111,19 @@ def join(backend: str = "gloo") -> None:
         ours.hold_world(before)
 
 
-def rejoin(backend: str | None = None, timeout: float = WAIT) -> protocol.World:
-    """For any program: leave the broken process group, wait for the new world, `join` it with
-    this process's RANK. Returns the world joined; the caller reloads its checkpoint."""
+def rejoin(
+    backend: str | None = None, timeout: float = WAIT, beat: Callable[[], None] = lambda: None
+) -> protocol.World:
+    """For any program: leave the broken process group, wait for the new world (calling `beat`,
+    e.g. a `slurmgen.beat` heartbeat, as it waits), `join` it with this process's RANK. Returns the
+    world joined; the caller reloads its checkpoint."""
     import torch.distributed as dist
 
     backend = backend or (dist.get_backend() if dist.is_initialized() else "gloo")
     from . import dist as ours
 
     ours.leave()
-    world = wait_world(generation(), timeout=timeout)
+    world = wait_world(generation(), timeout=timeout, beat=beat)
     adopt(world)
     join(backend)
     log.warning("warm restart: joined generation %d at %s:%d", world.generation, world.master_addr, world.master_port)

@@ -496,22 +496,26 @@ STEP = [
     'echo "STEP $SLURMGEN_ATTEMPT $RANK $NODE_RANK $SLURMD_NODENAME $MASTER_ADDR:$MASTER_PORT"; '
     'if [[ " $FAIL_IN " == *" $SLURMGEN_ATTEMPT "* && $RANK == 2 ]]; then exit 7; fi',
 ]
-# scontrol: the job still holds every node; sinfo: a node in $FAKE_DOWN no longer answers.
+# scontrol: the job still holds every node; sinfo: a node in $FAKE_DOWN no longer answers, one in
+# $FAKE_FLAGGED is still marked not responding ('*') although it answers again.
 FAKE_SCONTROL = """#!/usr/bin/env bash
 if [[ $1 == show && $2 == job ]]; then echo "JobId=$SLURM_JOB_ID NodeList=fake"; else printf '%s\\n' ${FAKE_HOSTS}; fi
 """
 FAKE_SINFO = """#!/usr/bin/env bash
 while (($#)); do [[ $1 != -n ]] || node=$2; shift; done
-if [[ " ${FAKE_DOWN:-} " == *" $node "* ]]; then echo 'down*'; else echo alloc; fi
+if [[ " ${FAKE_DOWN:-} " == *" $node "* ]]; then echo 'down*'
+elif [[ " ${FAKE_FLAGGED:-} " == *" $node "* ]]; then echo 'mix*'
+else echo alloc; fi
 """
 
 
-def _restarting(tmp_path, fake_slurm, hosts, down="", name="out", fail_in="1", restarts=1, **fields):
+def _restarting(tmp_path, fake_slurm, hosts, down="", name="out", fail_in="1", restarts=1, flagged="", **fields):
     out = write(tmp_path, nodes=2, gpus=2, restarts=restarts, command=STEP, output_dir=str(tmp_path / name), **fields)
     for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO)):
         (tmp_path / "bin" / name).write_text(text)
         (tmp_path / "bin" / name).chmod(0o755)
-    result = fake_slurm(out, hosts=hosts, nodes=len(hosts.split()), env={"FAKE_DOWN": down, "FAIL_IN": fail_in})
+    env = {"FAKE_DOWN": down, "FAKE_FLAGGED": flagged, "FAIL_IN": fail_in}
+    result = fake_slurm(out, hosts=hosts, nodes=len(hosts.split()), env=env)
     steps = sorted(tuple(line.split()[1:]) for line in result.stdout.splitlines() if line.startswith("STEP "))
     records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
     return result, steps, records
@@ -548,6 +552,17 @@ def test_a_node_left_out_earlier_is_the_last_spare(tmp_path, fake_slurm):
         ("restart", "n3"),
         ("finished", None),
     ]
+
+
+def test_a_node_that_answers_the_probe_is_a_spare_whatever_sinfos_flag_says(tmp_path, fake_slurm):
+    # As in bench_recovery: n2 was lost, its slurmd is back and answers a step, but Slurm still marks
+    # it not responding ('mix*') until its next ping; when n3 fails in turn, n2 takes its place.
+    result, steps, records = _restarting(
+        tmp_path, fake_slurm, "localhost n2 n3", fail_in="1 2", restarts=2, spare_nodes=1, flagged="n2"
+    )
+    assert result.returncode == 0, result.stderr
+    assert [r["nodes"] for r in records if r["event"] == "start"] == ["localhost,n2", "localhost,n3", "localhost,n2"]
+    assert "slurmgen: node n2 takes the place of node n3 (node rank 1)" in result.stderr
 
 
 def test_without_a_spare_the_failed_node_runs_again_unless_it_is_lost(tmp_path, fake_slurm):

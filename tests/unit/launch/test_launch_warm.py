@@ -17,15 +17,17 @@ import pytest
 from helpers import PY, alive, kill_local_nodes, local_connector, local_plan
 from helpers import run as run_cli
 
-from slurmgen.contract import warm
+from slurmgen.contract import envvars, warm
+from slurmgen.contract.hangs import beat_limit
 from slurmgen.contract.node_events import NodeEvent
 from slurmgen.errors import SlurmgenError
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
 from slurmgen.launch.fanout import Launcher
 from slurmgen.launch.plan import warm_refusal
-from slurmgen.observe.heartbeat import read_heartbeats
+from slurmgen.observe.heartbeat import STARTING, Heartbeat, read_heartbeats
 from slurmgen.ssh.connect import SSHOptions
+from slurmgen.train import warm as train_warm
 
 LIMITS = m.Limits(connect=10, keepalive=5, keepalive_count=3, stop_grace=1, stop_wait=5)
 
@@ -69,6 +71,34 @@ def test_a_second_failure_right_after_a_new_world_restarts_whole():
 def test_no_budget_or_a_code_not_worth_a_retry_stops_every_node(budget, code):
     s, actions = m.step(warm_state(budget), exited("b", 1, code, 110.0))
     assert s.stop_at == 110.0 and not [a for a in actions if isinstance(a, m.NewWorld)]
+
+
+# ---- a rank that waits for the new world ------------------------------------------------------------
+def test_a_rank_heartbeats_while_it_waits_for_the_new_world(tmp_path):
+    """The trainer's wait (train/warm.py): its beats stay fresh and say "starting", which no watcher
+    judges hung (contract/hangs.py), however long the replacement takes to start."""
+    beats = tmp_path / "beats"
+    environ = {envvars.WARM_DIR: str(tmp_path), envvars.HEARTBEAT_DIR: str(beats)}
+    heartbeat = Heartbeat(None, 3, 0.1, environ=environ, timeline=False)
+    heartbeat.beat(40, force=True)  # its last step before the peer failed
+    seen: list[dict] = []
+
+    def beat() -> None:
+        heartbeat.beat(40, status=STARTING)
+        seen.append(read_heartbeats(beats)[3])
+
+    began = time.time()
+    threading.Timer(0.8, warm_protocol_write, args=(tmp_path,)).start()
+    world = train_warm.wait_world(0, environ, timeout=10, beat=beat)
+    assert world.generation == 1 and time.time() - began >= 0.8
+    assert {b["status"] for b in seen} == {"starting"}
+    assert len({b["time"] for b in seen}) >= 5  # a fresh beat every period (0.1 s) of the wait
+    assert max(b["time"] for b in seen) > began + 0.6
+    assert beat_limit(seen[-1], 0.5) is None  # not judged, though the wait outlasted the timeout
+
+
+def warm_protocol_write(directory: Path) -> None:
+    warm.write(str(directory), warm.World(1, "127.0.0.1", 29501, 4))
 
 
 # ---- what is refused -----------------------------------------------------------------------------
@@ -307,7 +337,15 @@ def test_any_program_takes_part_through_the_warm_hook(tmp_path):
     """A plain torch.distributed program with slurmgen.train.warm around its step: rank 1 crashes,
     rank 0 rejoins in its own process, rank 1's place goes to the node's warm spare."""
     (tmp_path / "own.py").write_text(OWN)
-    plan = local_plan(tmp_path, [PY, "own.py"], slots=(1, 1), max_restarts=1, restart_mode="warm")
+    timeline = tmp_path / "timeline.jsonl"
+    plan = local_plan(
+        tmp_path,
+        [PY, "own.py"],
+        slots=(1, 1),
+        max_restarts=1,
+        restart_mode="warm",
+        env={envvars.TIMELINE_FILE: str(timeline)},
+    )
     out, err, made = io.StringIO(), io.StringIO(), {}
     launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
     try:
@@ -321,3 +359,8 @@ def test_any_program_takes_part_through_the_warm_hook(tmp_path):
     assert f"[h0/0] finished pid {first.group(1)}" in text and text.count("finished pid") == 2, text
     assert "rank 1 exited with code 9 on h1: warm restart 1 of at most 1" in said, said
     assert "rank 1 goes on in the warm spare" in text, text
+    # The promoted spare is rank 1's process from then on: its `process` and `end` on the timeline.
+    lines = [json.loads(line) for line in timeline.read_text().splitlines()]
+    mine = [(e["event"], e["pid"], e.get("code")) for e in lines if e["rank"] == 1 and e.get("by") == "launcher"]
+    assert [(event, code) for event, _, code in mine] == [("process", None), ("end", 9), ("process", None), ("end", 0)]
+    assert mine[0][1] == mine[1][1] != mine[2][1] == mine[3][1], mine

@@ -970,7 +970,8 @@ done
 # (slurmgen/train/spare.py), idle until a failed rank's place is given to it. Its orders come
 # through a FIFO this shell holds open for writing (so neither side waits on the other's open);
 # its first line of output names the rank it became, and its output then goes where that rank's
-# would. It runs in its own process group, stopped with the ranks (pids[nproc]).
+# would. It runs in its own process group, stopped with the ranks (pids[nproc]). Promoted, it is
+# that rank's process from then on: the timeline gets its `process` line then, and its `end`.
 start_spare() {
   local fifo=$warm_dir/spare
   mkfifo -- "$fifo" 2>/dev/null || return 0
@@ -982,15 +983,24 @@ start_spare() {
     if [[ -n $event_fd ]]; then exec {event_fd}>&-; fi
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     exec {wake}>&- {spare_w}>&-
+    local spare=$BASHPID code ended rank
     "${cmd[0]}" -m slurmgen.train.spare "$fifo" "${cmd[@]:1}" 2>&1 3>&- | {
       trap '' INT TERM USR1 USR2
       IFS= read -r first || exit 0
       rank=${first##* }
+      printf '%s\n' "$rank" >"$fifo.rank" # for the end's line below
       printf '===== slurmgen%s node %s (%s), rank %s of %s (a warm spare), %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
         "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
+      timeline process "$rank" "$spare"
       tee -a -- "$log_dir/rank-$rank.log" 2>&3 | sed -u "s/^/[rank $rank] /" 2>&3
     }
-    exit "${PIPESTATUS[0]}"
+    code=${PIPESTATUS[0]}
+    if read -r rank <"$fifo.rank"; then
+      ended='done'
+      ((code == 0)) || ended=failed
+      timeline end "$rank" "$spare" ", \"status\": \"$ended\", \"code\": $code"
+    fi
+    exit "$code"
   ) &
   pids[nproc]=$!
 }

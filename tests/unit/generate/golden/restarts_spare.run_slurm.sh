@@ -290,11 +290,12 @@ listed() {
   return 1
 }
 # usable_nodes: the allocation's nodes that can run a step, in its order, in $usable: still in the
-# job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm
-# (sinfo marks a node whose slurmd stopped answering with '*', but only after SlurmdTimeout), and
-# answering now: each runs `true` in a step of its own, all at once, for at most 5 s.
+# job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm,
+# and answering now: each runs `true` in a step of its own, all at once, for at most 5 s.
+# The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node not
+# responding ('*') until its next ping, long after its slurmd is back (as after a reboot).
 usable_nodes() {
-  local node state nodelist live=() answering=() ok='^(alloc|mix|comp|idle|plnd)[-$]?$'
+  local node state nodelist live=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
   usable=()
   nodelist=$(scontrol show job -o "$SLURM_JOB_ID" | grep -o ' NodeList=[^ ]*') || return 0
   mapfile -t live < <(scontrol show hostnames "${nodelist#*=}")
