@@ -88,6 +88,7 @@ STATE_WORDS = (
 # Homonyms: the same word in a format of its own, not a state. Each is spelt once, where its
 # own constant is defined (or, for a message, where it is written), and may not spread.
 HOMONYMS = {
+    ("coordinator/web/timeline_svg.py", "running"): "a timeline segment: a rank that ran but took no step (RAN)",
     ("doctor/fabric_verdict.py", "failed"): "a doctor check's mark text (fabric_verdict.FAILED)",
     ("heal/attempts.py", "finished"): "a healing record's action after a run that ended well (FINISHED_ACTION)",
     ("jobs/query.py", "failed"): "the message's stand-in when sacct fails and says nothing on stderr",
