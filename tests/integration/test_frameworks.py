@@ -126,13 +126,16 @@ lightning_ddp.main(40)
 
 
 def test_a_lightning_rank_that_stops_stepping_is_found_hung(tmp_path):
-    """The callback's heartbeats are what the launcher's watcher judges: rank 1 stuck after step 3
-    is named hung and the job ends with the hung code, well before the program would."""
+    """The callback's heartbeats are what the launcher's watcher judges: with rank 1 stuck inside
+    step 3 the job ends with the hung code, a hung rank named, well before the program would. Which
+    rank is named is not asserted: the callback beats at step ends, so rank 1 (stuck in the step)
+    and rank 0 (waiting in its all-reduce) last beat at the same step's end, and the watcher names
+    the older beat (docs/guides/lightning.md says so)."""
     script = tmp_path / "hang.py"
     script.write_text(HANGING.format(examples=str(EXAMPLES)))
-    codes, texts, _ = run_two_nodes(tmp_path, [PY, str(script)], "--heartbeat-timeout", "15")
+    codes, texts, _ = run_two_nodes(tmp_path, [PY, str(script)], "--heartbeat-timeout", "6")
     assert exitcodes.HUNG in codes, (codes, texts)
-    assert re.search(r"hung: rank 1\b", "\n".join(texts[:2])), texts[:2]
+    assert re.search(r"hung: rank [01] on node [01] stopped beating", "\n".join(texts[:2])), texts[:2]
 
 
 def test_lightning_under_slurm_reports_to_status(cluster, tmp_path):
@@ -152,11 +155,15 @@ def test_lightning_under_slurm_reports_to_status(cluster, tmp_path):
     assert sorted(re.findall(r"^\[rank (\d)\] rank \1 of 2 node \1: done$", logs, re.M)) == ["0", "1"], logs
 
 
-def test_lightning_through_slurmgen_launch_reports_to_status(cluster, tmp_path):
-    """`slurmgen launch` over SSH on the cluster's two nodes, one rank each: Lightning reads the
-    launcher's variables (each rank trains once, world size 2), and the callback's records reach
-    `slurmgen status LAUNCH` (every rank's phases and last step) and the run page's curves (the
-    JSON of /ui/live/runs/SEQ/metrics) through the launch's registry row."""
+@pytest.mark.parametrize(
+    ("program", "curves"), [("lightning_ddp.py", True), ("transformers_gpt2.py", True), ("accelerate_loop.py", False)]
+)
+def test_a_framework_through_slurmgen_launch_reports_to_status(cluster, tmp_path, program, curves):
+    """`slurmgen launch` over SSH on the cluster's two nodes, one rank each: the program reads the
+    launcher's variables (each rank trains once, world size 2), and its records reach `slurmgen
+    status LAUNCH` (every rank's phases and last step) and, for the callbacks' run record, the run
+    page's curves (the JSON of /ui/live/runs/SEQ/metrics) through the launch's registry row
+    (Accelerate's loop beats through slurmgen.beat and keeps no run record)."""
     if len(cluster.nodes) < 2:
         pytest.skip("needs 2 nodes")
     from slurmgen.coordinator.web.curves import curves_for
@@ -178,7 +185,7 @@ def test_lightning_through_slurmgen_launch_reports_to_status(cluster, tmp_path):
         "1",
         "--",
         PY,
-        str(EXAMPLES / "lightning_ddp.py"),
+        str(EXAMPLES / program),
         str(STEPS),
     ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **cluster.env()})
@@ -186,12 +193,14 @@ def test_lightning_through_slurmgen_launch_reports_to_status(cluster, tmp_path):
     (row,) = json.loads(sg(cluster, tmp_path, "jobs", "--json").stdout)
     assert (row["kind"], row["state"], row["nodes"], row["ranks"]) == ("launch", "succeeded", 2, 2), row
     logs = sg(cluster, tmp_path, "logs", row["job"]).stdout
-    assert sorted(re.findall(r"rank (\d) of 2 node \1: done$", logs, re.M)) == ["0", "1"], logs
+    assert sorted(re.findall(r"rank (\d) of 2\b.*: done$", logs, re.M)) == ["0", "1"], logs
     found = json.loads(sg(cluster, tmp_path, "status", row["job"], "--timeline", "--json").stdout)
     (attempt,) = [a for a in found["attempts"] if a["ranks"]]
     assert sorted(r["rank"] for r in attempt["ranks"]) == [0, 1], attempt
     for rank in attempt["ranks"]:
         assert None not in [rank[p] for p in phases.PHASES] and rank["last_step"] == STEPS, rank
+    if not curves:
+        return
     with Registry.open(registry) as reg:
         seq = find_run(reg, "launch", row["job"])
     curves = curves_for(registry, seq)
@@ -262,11 +271,21 @@ def test_lightnings_requeue_under_slurm_is_one_requeue_and_its_attempt_is_descri
     assert len(resumed) == 2 and min(resumed) > 1, firsts  # from Lightning's checkpoint, not from step 1
 
 
-@pytest.mark.parametrize("program", ["transformers_gpt2.py", "accelerate_loop.py"])
-def test_under_slurms_torchrun_mode_each_rank_trains_once(cluster, tmp_path, program):
-    """run_slurm.sh's other mode: one torchrun agent per node starts the workers (the Trainer and
-    Accelerator read torchrun's variables); started as `python prog.py`, as the guides say."""
-    flags = ["--nodes", "2", "--gpus", "1", "--backend", "gloo", "--time", "5", "--launcher", "torchrun", "-o", "t"]
+@pytest.mark.parametrize(
+    ("program", "launcher"),
+    [
+        ("transformers_gpt2.py", "torchrun"),
+        ("accelerate_loop.py", "torchrun"),
+        ("lightning_ddp.py", "torchrun"),  # srun mode: test_lightning_under_slurm_reports_to_status
+        ("transformers_gpt2.py", "srun"),
+        ("accelerate_loop.py", "srun"),
+    ],
+)
+def test_under_slurm_each_rank_trains_once_in_either_launcher_mode(cluster, tmp_path, program, launcher):
+    """run_slurm.sh's two modes: one torchrun agent per node starting the workers (the program
+    reads torchrun's variables), or srun's tasks as the ranks (Slurm's); each program started as
+    `python prog.py`, as the guides say."""
+    flags = ["--nodes", "2", "--gpus", "1", "--backend", "gloo", "--time", "5", "--launcher", launcher, "-o", "t"]
     job = sg(
         cluster, tmp_path, "submit", *flags, "--wait", "--", PY, str(EXAMPLES / program), str(STEPS)
     ).stdout.strip()
