@@ -46,5 +46,5 @@ srun --kill-on-bad-exit=1 python -m slurmgen.train {RUN} --out-dir {out}/srun
     assert "launcher=srun" in log and log.count("done: step 6") == 1
     beats = [b for _, b in sorted(read_heartbeats(out / "srun" / "heartbeats").items())]
     assert [(b["rank"], b["status"]) for b in beats] == [(0, "done"), (1, "done")]
-    assert {b["host"] for b in beats} == set(cluster.node_names)
+    assert {b["host"] for b in beats} == set(cluster.node_names[:2])  # -N 2 on an idle cluster: its first two
     assert Path(out / "srun" / "checkpoints" / "latest").read_text().strip() == "ckpt-000000006.pt"

@@ -7,7 +7,7 @@ for the coordinator page's tests.
   Everything is stopped (TERM, then KILL) at the end.
 * ``cluster_coordinator`` (module scope): the same on the test cluster (tests/integration/
   conftest.py): the server in the root namespace on the controller's address, one agent inside
-  each node (`node1`, `node2`), as a person would run it.
+  each of its first two nodes (`node1`, `node2`), as a person would run it.
 * ``browser`` (module scope): Chromium from $PATH, never a downloaded build, with the flags
   that keep it off the network (no background requests from a closed machine).
 * ``page`` (per test, on ``cluster_coordinator`` if the test asks for it, else on
@@ -197,12 +197,13 @@ def serve(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def cluster_coordinator(cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
-    """The server in the root namespace, one agent inside each test-cluster node."""
+    """The server in the root namespace, one agent inside each of the test cluster's first two
+    nodes (the pages' tests are written for 2 agents x 2 workers, whatever the cluster's size)."""
     pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
     home = tmp_path_factory.mktemp("coordinator-cluster")
     agents = [
         (n.name, ["nsenter", f"--net=/run/netns/{n.netns}", f"--uts=/proc/{n.slurmd_pid}/ns/uts", "--"])
-        for n in cluster.nodes
+        for n in cluster.nodes[:2]
     ]
     with _served(home, _home_env(home, cluster.env()), cluster.controller_ip, agents) as coord:
         yield coord
