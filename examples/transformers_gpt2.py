@@ -6,6 +6,7 @@ WORLD_SIZE, MASTER_ADDR/PORT) itself.
     python examples/transformers_gpt2.py [max_steps]
 """
 
+import gc
 import os
 import sys
 
@@ -55,6 +56,14 @@ def main(max_steps: int) -> None:
     )
     trainer.train()
     print(f"rank {args.process_index} of {args.world_size}: done", flush=True)
+    if torch.distributed.is_initialized():
+        # The Trainer leaves its process group to interpreter shutdown, where gloo (CPU) aborts
+        # now and then (exit 134) after training finished; docs/troubleshooting.md has the why.
+        # Wait for every rank (rank 0 may still be saving), drop the DDP model, then destroy.
+        torch.distributed.barrier()
+        del trainer, model
+        gc.collect()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -435,8 +435,20 @@ def sg(cluster, cwd: Path, *args: str, check: bool = True, env: dict | None = No
     argv = [sys.executable, "-m", "slurmgen", args[0], *registry, *args[1:]]
     proc = subprocess.run(argv, cwd=cwd, env=cluster.env(env), capture_output=True, text=True, timeout=120)
     if check and proc.returncode != 0:
-        raise AssertionError(f"slurmgen {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"slurmgen {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}{_job_logs(cwd)}"
+        )
     return proc
+
+
+def _job_logs(cwd: Path, lines: int = 60) -> str:
+    """The ends of the Slurm job logs under `cwd`: a failed job is then diagnosable from the test
+    report alone (a CI run's temp dirs are gone when its report is read)."""
+    tails = []
+    for log in sorted(cwd.rglob("slurmgen-*.out"))[-3:]:
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        tails.append(f"\n--- {log.relative_to(cwd)} (last {len(text)} lines) ---\n" + "\n".join(text))
+    return "".join(tails)
 
 
 def remote_flags(cluster, *exports: str) -> list[str]:
