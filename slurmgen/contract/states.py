@@ -37,6 +37,15 @@ STOPPED_BY_USER = "stopped by user"
 # the code its ranks died with, 75 or 143, which is the stop's doing and no failure): a neutral
 # state of its own.
 STOPPED_BY_YOU = "stopped by you"
+
+
+def stopped_after(rank: int) -> str:
+    """How every view names a rank that only waited: its attempt failed on `rank`'s account (an
+    exit, a hang, a lost node) while it still ran, and it was stopped then, whatever it died of
+    (143, 137). A STOPPED, neutral, not a failure of its own: the failure is `rank`'s."""
+    return f"{State.STOPPED.value} (after rank {rank})"
+
+
 # The key of a Slurm job's registry info that records a person's "checkpoint and stop" (when, by
 # whom): the job's exit with the preemption code after it is that person's stop, not a preemption.
 STOP_ASKED = "stop_asked"

@@ -169,8 +169,21 @@ class WorkerOut(BaseModel):
     pid: int | None = None
     rank: int | None = None
     attempt: int | None = None
+    run_group: str | None = Field(
+        None, description="the group of the run it last ran (`attempt` is that run's): its group's until it is moved"
+    )
     seen_ago: float | None = Field(None, description="seconds since its agent's last heartbeat")
     stopped: bool = Field(False, description="it exited because its attempt was stopped on request")
+    stopped_after: int | None = Field(
+        None,
+        description="the rank its attempt failed on while it still ran: it was stopped then "
+        "(its exit code is the stop's doing, not a failure of its own)",
+    )
+    cause: str | None = Field(
+        None,
+        description="how its last attempt ended for it: the cause, for the rank the attempt failed on "
+        "or a stop asked for; 'stopped (after rank N): CAUSE' for a rank stopped after rank N failed",
+    )
 
 
 class AttemptOut(BaseModel):

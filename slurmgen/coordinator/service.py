@@ -15,7 +15,7 @@ from typing import Any
 
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
-from slurmgen.contract.states import STOPPED_BY_USER, State
+from slurmgen.contract.states import STOPPED_BY_USER, State, stopped_after
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
@@ -40,6 +40,18 @@ from slurmgen.coordinator.store import AttemptRow, GroupRow, Plan, Store, Worker
 from slurmgen.errors import SlurmgenError
 
 DEFAULT_AGENT_TIMEOUT = 10.0
+
+
+def own_end(worker: str, a: AttemptRow) -> dict[str, Any]:
+    """How an ended attempt ended for one of its workers, as WorkerOut says it: the cause of the
+    rank it failed on, or of a stop asked for; a rank still running when it failed on another
+    was stopped after that one (`stopped_after`), its exit the stop's doing."""
+    if a["state"] == State.FAILED and worker in a["stopped_workers"] and a["blamed"] in a["plan"]["ranks"]:
+        rank = a["plan"]["ranks"][a["blamed"]]
+        return {"stopped_after": rank, "cause": f"{stopped_after(rank)}: {a['reason']}"}
+    if worker == a["blamed"] or (a["state"] == State.STOPPED and worker in a["stopped_workers"]):
+        return {"cause": a["reason"]}
+    return {}
 
 
 class NotFound(Exception):
@@ -90,6 +102,8 @@ class Coordinator:
     def _worker_out(self, w: WorkerRow, now: float, plans: dict[str, Plan]) -> WorkerOut:
         silent = self._silent_for(w["host"], now)
         plan = plans.get(w["grp"] or "")
+        a = self.store.attempt(w["run_group"], w["run_attempt"]) if w["run_group"] and w["run_attempt"] else None
+        last = a if w["state"] == "exited" and w["run_group"] == w["grp"] else None  # its group's, once it exited
         return WorkerOut(
             name=w["name"],
             host=w["host"],
@@ -99,16 +113,12 @@ class Coordinator:
             exit_code=w["exit_code"],
             pid=w["pid"],
             attempt=w["run_attempt"],
+            run_group=w["run_group"],
             rank=plan["ranks"].get(w["name"]) if plan else None,
             seen_ago=round(silent, 3) if w["host"] in self.seen else None,
-            stopped=w["state"] == "exited" and self._stopped_run(w),
+            stopped=last is not None and last["state"] == State.STOPPED,
+            **(own_end(w["name"], last) if last else {}),
         )
-
-    def _stopped_run(self, w: WorkerRow) -> bool:
-        """Whether the run the worker last ran is an attempt stopped on request: its exit is the
-        stop's doing, whatever code the rank died with."""
-        a = self.store.attempt(w["run_group"], w["run_attempt"]) if w["run_group"] and w["run_attempt"] else None
-        return a is not None and a["state"] == State.STOPPED
 
     def _shown_state(self, g: GroupRow) -> str:
         """The group's state as the API says it: STOPPING from a stop until the last rank of the
@@ -383,9 +393,18 @@ class Coordinator:
             self.store.update_group(a["grp"], state=outcome.state)
 
     def _end(self, a: AttemptRow, outcome: st.Outcome, now: float) -> None:
+        """End the attempt as judged; its ranks still running are stopped by its end (the agents'
+        orders follow from it), which it keeps, with the worker it failed on, for each rank's truth."""
         name = a["grp"]
         self.store.update_attempt(
-            name, a["number"], state=outcome.state, ended=now, reason=outcome.reason, exit_code=outcome.exit_code
+            name,
+            a["number"],
+            state=outcome.state,
+            ended=now,
+            reason=outcome.reason,
+            exit_code=outcome.exit_code,
+            blamed=outcome.worker,
+            stopped_workers=[w for w in a["plan"]["ranks"] if w not in a["exit_codes"] and w != outcome.worker],
         )
         self.changes.bump()
         g = self._group_row(name)

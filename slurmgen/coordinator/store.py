@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS groups (
 CREATE TABLE IF NOT EXISTS attempts (
     grp TEXT NOT NULL, number INTEGER NOT NULL, state TEXT NOT NULL, started REAL NOT NULL,
     ended REAL, reason TEXT, exit_code INTEGER, plan TEXT NOT NULL,
-    exit_codes TEXT NOT NULL DEFAULT '{}', runs TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (grp, number)
+    exit_codes TEXT NOT NULL DEFAULT '{}', runs TEXT NOT NULL DEFAULT '[]', blamed TEXT,
+    stopped_workers TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (grp, number)
 );
 CREATE TABLE IF NOT EXISTS logs (
     id INTEGER PRIMARY KEY AUTOINCREMENT, grp TEXT NOT NULL, attempt INTEGER NOT NULL,
@@ -92,6 +93,8 @@ class AttemptRow(TypedDict):
     plan: Plan
     exit_codes: dict[str, int]  # worker name -> its exit code, in the order they came
     runs: list[str]  # the run records its ranks announced
+    blamed: str | None  # the worker whose rank it failed on (the verdict's: exit, hang or loss)
+    stopped_workers: list[str]  # the other workers still running when it ended: stopped by its end, not failed
 
 
 class LineRow(TypedDict):
@@ -106,9 +109,13 @@ class LineRow(TypedDict):
 
 # Output lines kept per group (older ones are dropped; the agents keep full per-rank files).
 LOG_LINES_KEPT = 5000
-JSON_COLUMNS = {"config", "plan", "exit_codes", "runs"}
+JSON_COLUMNS = {"config", "plan", "exit_codes", "runs", "stopped_workers"}
 # Columns added since the first release: (table, column, definition), added to an older file.
-ADDED_COLUMNS = [("attempts", "runs", "TEXT NOT NULL DEFAULT '[]'")]
+ADDED_COLUMNS = [
+    ("attempts", "runs", "TEXT NOT NULL DEFAULT '[]'"),
+    ("attempts", "blamed", "TEXT"),
+    ("attempts", "stopped_workers", "TEXT NOT NULL DEFAULT '[]'"),
+]
 
 
 class Store:

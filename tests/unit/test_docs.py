@@ -295,3 +295,12 @@ def test_the_architecture_page_names_every_module_and_only_what_exists():
         if m.resolve() not in named and not (m.name == "__init__.py" and m.parent.resolve() in named)
     ]
     assert not unnamed, f"modules of slurmgen/ named in no entry of docs/architecture.md's map: {unnamed}"
+
+
+def test_every_screenshot_is_shown_by_a_page():
+    """docs/screenshots/ held 11 pictures no page showed, taken of pages since changed: a
+    screenshot is kept only while README.md or a page of docs/ shows it (retaken with its view)."""
+    text = "\n".join(p.read_text() for p in [REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+    shown = set(re.findall(r"screenshots/([^)\s\"']+)", text))
+    shots = {p.name for p in (REPO / "docs" / "screenshots").iterdir()}
+    assert sorted(shots - shown) == [], "shown by no page of docs/ nor README.md: show it in a guide or delete it"

@@ -17,7 +17,7 @@ from typing import Any
 
 from slurmgen.contract import exitcodes, phases
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import HEARTBEAT_WORD, STOPPED_BY_YOU, State
+from slurmgen.contract.states import HEARTBEAT_WORD, STOPPED_BY_YOU, State, stopped_after
 from slurmgen.observe.goodput import HUNG_PART, LOST_PART
 
 WIDTH, LABEL, RIGHT, TOP, ROW = 900, 120, 24, 34, 18
@@ -257,7 +257,7 @@ def blamed_status(r: Mapping[str, Any], attempt: Mapping[str, Any]) -> str | Non
     if r["rank"] == blamed:
         own = r.get("code")
         return f"failed (exit {own if own not in (None, 0) else code})"
-    return f"stopped (after rank {blamed})"
+    return stopped_after(blamed)
 
 
 def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list[dict[str, Any]]:

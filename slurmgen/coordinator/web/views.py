@@ -15,7 +15,7 @@ from typing import Any
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
-from slurmgen.contract.states import STOPPED_BY_YOU, State, shown
+from slurmgen.contract.states import ACTIVE_WORDS, STOPPED_BY_YOU, State, shown, stopped_after
 
 # A worker's agent heartbeats every second or so: amber after a few missed beats, red when
 # the server is about to (or did) declare it lost.
@@ -49,11 +49,22 @@ def state_class(state: str | None) -> str:
     return "exited-ok" if state == "exited 0" else state.split(" ", 1)[0]
 
 
+def moved_on(w: Mapping[str, Any]) -> bool:
+    """Whether a worker's last run was another group's than the one it is in now (it was moved
+    after it): that run's exit is not its new group's, for which it is idle."""
+    return w.get("state") == "exited" and w.get("run_group") not in (None, w.get("group"))
+
+
 def worker_state(w: Mapping[str, Any]) -> str:
-    """ "exited 3", or "stopped by you" when its attempt was stopped on request (its code, 75 or
-    143, is the stop's doing, not a failure)."""
+    """ "exited 3"; or, when its rank's exit was the doing of a stop (its code 75, 137 or 143, not
+    a failure of its own), "stopped by you" when its attempt was stopped on request and "stopped
+    (after rank N)" when it was stopped because rank N failed: neutral, the failure is rank N's."""
+    if moved_on(w):
+        return State.IDLE.value
     if w.get("state") == "exited" and w.get("stopped"):
         return STOPPED_BY_YOU
+    if w.get("state") == "exited" and w.get("stopped_after") is not None:
+        return stopped_after(int(w["stopped_after"]))
     return (
         f"exited {w['exit_code']}"
         if w.get("state") == "exited" and w.get("exit_code") is not None
@@ -76,6 +87,27 @@ def attempt_text(g: Mapping[str, Any], config: Mapping[str, Any]) -> str:
     return f"{from_restart_count(int(g.get('restarts') or 0))}{restarts}"
 
 
+def group_refusals(state: str, members: Sequence[str], started: bool) -> dict[str, str | None]:
+    """Why each of a group's buttons cannot act (None: it can), for its title: nothing runs
+    without a worker, a group that does not run has nothing to stop, and one never started
+    nothing to restart. (Start on a running group stays: the server's refusal names its attempt.)"""
+    if not members:
+        why = "no worker has joined this group yet: move workers to it on the overview first"
+        return {"start": why, "stop": why, "restart": why}
+    word = state.split(" ", 1)[0]
+    stop = (
+        "the group has not started: nothing to stop"
+        if not started
+        else "the group is stopping already"
+        if word == State.STOPPING.value
+        else None
+        if word in ACTIVE_WORDS
+        else f"the group is not running ({state}): nothing to stop"
+    )
+    restart = None if started else "the group has not started yet: use Start"
+    return {"start": None, "stop": stop, "restart": restart}
+
+
 def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
     config = g.get("config") or {}
     nodes = sorted({m.rpartition("-")[0] for m in members})
@@ -87,7 +119,9 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
         "name": g["name"],
         "dom_id": dom_id("g", g["name"]),
         "state": state,
-        "world_size": config.get("world_size") or g.get("members", len(members)),
+        "started": bool(g.get("attempt")),
+        "refusals": group_refusals(state, members, bool(g.get("attempt"))),
+        "world_size": config.get("world_size") or g.get("members", len(members)) or None,
         "master": master,
         "port": config.get("master_port", DEFAULT_MASTER_PORT),
         "backend": config.get("backend", DEFAULT_BACKEND),
@@ -119,8 +153,9 @@ def worker_view(w: Mapping[str, Any]) -> dict[str, Any]:
         "heartbeat": hb_text,
         "heartbeat_class": hb_class,
         "pid": w.get("pid"),
-        "exit_code": w.get("exit_code"),
+        "exit_code": None if moved_on(w) else w.get("exit_code"),
         "rank": w.get("rank"),
+        "cause": w.get("cause"),
         "forget_why": forget_refusal(w),
     }
 
@@ -154,7 +189,7 @@ def live_fields(view: Mapping[str, Any]) -> list[list[Any]]:
     for w in view["workers"]:
         fields.append([["w", w["name"], "state"], w["state"], state_class(w["state"])])
         fields.append([["w", w["name"], "heartbeat"], w["heartbeat"], w["heartbeat_class"]])
-        for key in ("pid", "exit_code", "rank"):
+        for key in ("pid", "exit_code", "rank", "cause"):
             fields.append([["w", w["name"], key], _text(w[key]), ""])
     return fields
 
@@ -194,7 +229,8 @@ def rank_rows(
                 "local_rank": r["local_rank"],
                 "node_rank": r["node_rank"],
                 "state": worker_state(w) if w else State.IDLE.value,
-                "exit_code": w.get("exit_code"),
+                "exit_code": None if moved_on(w) else w.get("exit_code"),
+                "cause": w.get("cause"),
             }
         )
     return rows

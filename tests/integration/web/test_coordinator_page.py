@@ -46,6 +46,16 @@ runpy.run_module("slurmgen.train.probe", run_name="__main__")
 """
 
 
+# The badges' colours (app.css): a failure's red, a stop's neutral slate.
+BAD, STOP = "rgb(185, 28, 28)", "rgb(71, 85, 105)"
+
+
+def _reads(badge, text: str, colour: str) -> None:
+    """A state badge says `text` on `colour`, as the user sees it (the peers' exits arrive after the failure's)."""
+    expect(badge).to_have_text(text, timeout=LIVE * 4)
+    expect(badge).to_have_css("background-color", colour)
+
+
 def _card(p, group: str):
     return p.page.locator("article.card", has=p.page.get_by_role("heading", name=group, exact=True))
 
@@ -152,16 +162,74 @@ def test_failing_worker_fails_the_group_with_its_code(page, coordinator, tmp_pat
     p.page.wait_for_url(coordinator.url + "/ui/")
     _card(p, "crash").get_by_role("button", name="Start group crash", exact=True).click()
     expect(_card(p, "crash").locator(".state")).to_have_text("failed 3", timeout=20_000)
-    rank1 = next(r["worker"] for r in coordinator.api("GET", "/api/groups/crash/ranks")[1] if r["rank"] == 1)
-    expect(p.page.locator("tr", has=p.page.get_by_label(f"Select worker {rank1}"))).to_contain_text("exited 3")
+    ranks = {r["worker"]: r["rank"] for r in coordinator.api("GET", "/api/groups/crash/ranks")[1]}
+    rank1 = next(w for w, r in ranks.items() if r == 1)
+    # Each rank's own end (issue 33): the failure in red, the ranks stopped because of it neutral.
+    for worker, rank in ranks.items():
+        badge = p.page.locator("tr", has=p.page.get_by_label(f"Select worker {worker}")).locator(".state")
+        _reads(badge, "exited 3" if rank == 1 else "stopped (after rank 1)", BAD if rank == 1 else STOP)
     p.shot("failed")
     _card(p, "crash").get_by_role("link", name="crash", exact=True).click()
+    for worker, rank in ranks.items():
+        row = p.page.locator("table.ranks tbody tr", has=p.page.get_by_role("rowheader", name=worker, exact=True))
+        _reads(row.locator(".state"), "exited 3" if rank == 1 else "stopped (after rank 1)", BAD if rank == 1 else STOP)
+        prefix = "" if rank == 1 else "stopped (after rank 1): "
+        expect(row.locator("td").last).to_have_text(
+            re.compile("^" + re.escape(f"{prefix}rank 1 ({rank1}) exited with code 3"))
+        )
+    p.shot("group-page-failed")
     expect(p.page.locator("#log-view")).to_contain_text(HOSTILE)  # a hostile log line shows as text
     expect(p.page.locator("table.attempts")).to_contain_text("3")
     p.page.goto(coordinator.url + "/ui/groups/crash/settings")
     expect(p.page.get_by_label("Environment (one KEY=VALUE a line)")).to_have_value(f"NOTE={HOSTILE}")
     p.shot("hostile-as-text")
     assert p.page.locator("img").count() == 0
+
+
+def _buttons_refused(p, group: str, why: dict[str, str | None]) -> None:
+    """Each of the group's buttons enabled (None) or disabled with a title containing its reason."""
+    for label, reason in why.items():
+        button = p.page.get_by_role("button", name=f"{label} group {group}", exact=True)
+        if reason is None:
+            expect(button).to_be_enabled()
+        else:
+            expect(button).to_be_disabled()
+            expect(button).to_have_attribute("title", re.compile(re.escape(reason)))
+
+
+def test_an_empty_group_page_says_what_it_waits_for(page, coordinator):
+    """Issue 33: a group with no workers (or never started) showed a header-only rank table,
+    "master —", Stop and Restart enabled and an empty log box."""
+    p = page
+    assert coordinator.api("POST", "/api/groups", {"name": "empty"})[0] == 201
+    p.log_in(coordinator.token)
+    p.page.goto(coordinator.url + "/ui/groups/empty")
+    expect(p.page.locator("#group-empty")).to_contain_text("No worker has joined group empty yet")
+    expect(p.page.locator("#group-empty")).to_contain_text("move them to this group")
+    expect(p.page.locator("table.ranks")).to_have_count(0)
+    expect(p.page.locator("main")).not_to_contain_text("master —")
+    _buttons_refused(p, "empty", {label: "no worker has joined" for label in ("Start", "Stop", "Restart")})
+    expect(p.page.locator("#log-view .log-empty")).to_have_text(
+        "No output yet: the ranks' lines appear here once the group runs."
+    )
+    expect(p.page.locator("#log-view .log-empty")).to_be_visible()
+    p.shot("empty-group")
+
+    # Workers join (moved elsewhere, here the API): the page redraws itself into a group not started.
+    workers = [w["name"] for w in coordinator.wait_workers(4)][:2]
+    assert coordinator.api("POST", "/api/workers/move", {"workers": workers, "group": "empty"})[0] == 200
+    expect(p.page.locator("#group-empty")).to_contain_text("Group empty has not started yet", timeout=LIVE)
+    expect(p.page.locator("#group-empty")).to_contain_text("set its command in Settings")
+    expect(p.page.locator("table.ranks tbody tr")).to_have_count(2)
+    # ...whose ranks ended in group crash: that group's ends, not this one's
+    expect(p.page.locator("table.ranks .state")).to_have_text(["idle", "idle"])
+    expect(p.page.locator("table.ranks td.rank-cause")).to_have_text(["—", "—"])
+    _buttons_refused(p, "empty", {"Start": None, "Stop": "has not started", "Restart": "use Start"})
+    expect(p.page.locator("#log-view .log-empty")).to_be_visible()
+    p.shot("not-started-group")
+    p.page.goto(coordinator.url + "/ui/")
+    _buttons_refused(p, "empty", {"Start": None, "Stop": "has not started", "Restart": "use Start"})
+    assert coordinator.api("POST", "/api/workers/move", {"workers": workers, "group": None})[0] == 200
 
 
 def test_hostile_group_name_renders_as_text_and_changes_arrive_live(page, coordinator):

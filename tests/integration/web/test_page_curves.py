@@ -70,10 +70,11 @@ def _stand_in_slurm(tmp_path, monkeypatch) -> None:
 
 @pytest.fixture
 def own_coordinator(serve, tmp_path, monkeypatch):
-    """`slurmgen serve` with the stand-in scontrol first on its PATH, after the sweep ran."""
+    """`slurmgen serve` with the stand-in scontrol first on its PATH, after the sweep ran, and an
+    agent (a group's Start needs a worker to act)."""
     _sweep(tmp_path)
     _stand_in_slurm(tmp_path, monkeypatch)
-    return serve()
+    return serve(agents=("127.0.0.1",))
 
 
 def test_a_wrapped_sweeps_page_draws_a_curve_per_task_and_the_list_its_best_loss(page, own_coordinator, tmp_path):
@@ -126,6 +127,8 @@ def test_an_unknown_run_is_a_404_page_and_a_group_without_a_command_opens_its_se
     assert "idle" not in offered and "running" in offered, offered
 
     assert coordinator.api("POST", "/api/groups", {"name": "bare"})[0] == 201
+    worker = coordinator.wait_workers(1)[0]["name"]
+    assert coordinator.api("POST", "/api/workers/move", {"workers": [worker], "group": "bare"})[0] == 200
     p.page.goto(f"{coordinator.url}/ui/groups/bare")
     p.page.get_by_role("button", name="Start group bare", exact=True).click()
     p.page.wait_for_url(f"{coordinator.url}/ui/groups/bare/settings")

@@ -104,6 +104,39 @@ def test_start_runs_ranks_and_fails_as_one(api):
     assert detail["group"]["state"] == "failed" and detail["attempts"][0]["exit_codes"] == {"3": 3}
 
 
+def test_each_rank_says_its_own_end_the_failed_one_its_cause_the_stopped_ones_after_whom(api):
+    """Issue 33: after rank 3 failed, the ranks the server stopped because of it exited 143; the API
+    says so per rank (stopped_after 3, a cause of their own), not only the failing rank's text."""
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    failed = {"id": 1, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 3}
+    beat(api, "gn6", {"id": 0, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 0}, failed)
+    stopped = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
+    beat(api, "gn7", *stopped)
+    reason = group_state(api)["reason"]
+    workers = {w["name"]: w for w in api.get("/api/groups/exp1", headers=AUTH).json()["workers"]}
+    seen = {n: (w["exit_code"], w["stopped"], w["stopped_after"], w["cause"]) for n, w in workers.items()}
+    assert seen == {
+        "gn6-0": (0, False, None, None),  # exited 0 before rank 3 failed: its own clean end
+        "gn6-1": (3, False, None, reason),  # the failure, with its cause
+        "gn7-0": (143, False, 3, f"stopped (after rank 3): {reason}"),
+        "gn7-1": (143, False, 3, f"stopped (after rank 3): {reason}"),
+    }
+    # A stop asked for: every rank it stopped says so, none "after" a rank.
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    beat(api, "gn6", *running("exp1", 2, 0, 1))
+    api.post("/api/groups/exp1/stop", headers=AUTH)
+    for host in ("gn6", "gn7"):
+        beat(
+            api, host, *[{"id": i, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 143} for i in (0, 1)]
+        )
+    workers = api.get("/api/groups/exp1", headers=AUTH).json()["workers"]
+    assert {(w["stopped"], w["stopped_after"], w["cause"]) for w in workers} == {(True, None, "stopped by user")}
+
+
 def test_max_restarts_starts_a_fresh_attempt_after_the_old_ranks_are_gone(api):
     setup_group(api, max_restarts=1)
     api.post("/api/groups/exp1/start", headers=AUTH)

@@ -122,6 +122,27 @@ def test_overview_values_and_shape():
     assert views.overview(groups, workers)["shape"] != view["shape"], "a move redraws the region"
 
 
+def test_a_rank_stopped_because_another_failed_reads_stopped_after_it_in_the_stops_colour():
+    """Issue 33: the ranks that only waited read a red "exited 143" beside the one that failed."""
+    stopped = {"name": "gn7-0", "host": "gn7", "state": "exited", "exit_code": 143, "stopped_after": 3}
+    failed = {"name": "gn6-1", "host": "gn6", "state": "exited", "exit_code": 3, "cause": "rank 3 exited 3"}
+    fields = {tuple(k): (text, cls) for k, text, cls in views.live_fields(views.overview([], [stopped, failed]))}
+    assert fields[("w", "gn7-0", "state")] == ("stopped (after rank 3)", "stopped")
+    assert fields[("w", "gn6-1", "state")] == ("exited 3", "exited")
+    assert fields[("w", "gn6-1", "cause")] == ("rank 3 exited 3", "")
+
+
+def test_a_groups_buttons_that_cannot_act_say_why():
+    """An empty group offered Stop and Restart; a group that does not run, Stop."""
+    empty = views.group_refusals("idle", [], started=False)
+    assert all(why and "no worker has joined" in why for why in empty.values())
+    new = views.group_refusals("idle", MEMBERS, started=False)
+    assert new["start"] is None and "not started" in new["stop"] and "use Start" in new["restart"]
+    assert views.group_refusals("running", MEMBERS, started=True) == {"start": None, "stop": None, "restart": None}
+    ended = views.group_refusals("failed 3", MEMBERS, started=True)
+    assert ended["stop"] == "the group is not running (failed 3): nothing to stop" and ended["restart"] is None
+
+
 def test_attempt_is_the_runs_number_everywhere():
     """The card said "Attempt 1 of 1" beside an attempts table and a refusal saying 6; then it said
     "Attempt 6" for the first attempt of a group's sixth start (issue 33): one numbering, the run's

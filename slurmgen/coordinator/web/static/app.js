@@ -94,14 +94,19 @@
 
   // The view's rows: a head (the earlier lines let go, and the skipped ones their markers
   // said), then lines and markers, oldest first; and a status beside the controls, in sight
-  // whatever the scroll, of how many lines in all are not shown.
+  // whatever the scroll, of how many lines in all are not shown. A view with data-empty says
+  // that text (before its head) until a first line arrives, not an empty box.
   function logView(view) {
     const head = marker("log-trimmed", "");
+    const empty = document.createElement("p");
+    empty.className = "log-empty";
+    empty.textContent = view.getAttribute("data-empty") || "";
     const status = document.createElement("span");
     status.className = "log-status";
     view.parentElement.querySelector(".log-controls").append(status);
     let lines = 0, gone = 0, skipped = 0, above = 0, atLeast = false;
     function say() {
+      empty.hidden = !empty.textContent || lines + gone + skipped > 0 || atLeast;
       head.hidden = !above;
       head.textContent = "… " + count(above) + " earlier lines not shown: the view keeps the newest " + count(LOG_KEEP) + EVERY_LINE;
       status.textContent = gone + skipped || atLeast ? "newest " + count(lines) + " lines shown, " + (atLeast ? "at least " : "") +
@@ -121,7 +126,7 @@
       range.deleteContents();
     }
     return {
-      reset() { lines = gone = skipped = above = 0; atLeast = false; view.replaceChildren(head); say(); },
+      reset() { lines = gone = skipped = above = 0; atLeast = false; view.replaceChildren(empty, head); say(); },
       append(batch, added, left, uncounted) {
         view.append(batch); lines += added; skipped += left; atLeast = atLeast || uncounted; trim(); say();
       },
