@@ -49,3 +49,10 @@ def describe(code: int) -> str:
     if 128 < code < 160:
         return f"killed by signal {code - 128}"
     return f"exit {code}"
+
+
+def with_meaning(code: int) -> str:
+    """An exit code with its meaning when it has one: "143 (killed by signal 15)", "75
+    (preempted)", but "3", not "3 (exit 3)"."""
+    meaning = describe(code)
+    return str(code) if meaning == f"exit {code}" else f"{code} ({meaning})"

@@ -93,7 +93,7 @@ def attempt_events(
             code,
             worker,
             ranks[worker],
-            detail=f"rank {ranks[worker]} ({worker}) exited with code {code} ({exitcodes.describe(code)})",
+            detail=f"rank {ranks[worker]} ({worker}) exited with code {exitcodes.with_meaning(code)}",
         )
         for worker, code in exits.items()
     ]

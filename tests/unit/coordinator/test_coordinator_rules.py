@@ -177,7 +177,7 @@ def test_judge_attempt(state, exits, running, hung, lost, expect):
 
 def test_failure_reason_names_rank_worker_and_code():
     outcome = judge_attempt("running", RANKS, {"b-0": 3}, set(), set(), {})
-    assert outcome.reason == "rank 2 (b-0) exited with code 3 (exit 3)"
+    assert outcome.reason == "rank 2 (b-0) exited with code 3"
 
 
 def test_stale_trainer_heartbeat():
