@@ -176,11 +176,12 @@ def test_a_lost_node_is_replaced_by_the_spare_in_the_same_job(cluster, tmp_path)
     assert cluster.wait_no_tasks(job, timeout=30) == []
 
 
-def test_a_lost_node_with_no_spare_leaves_a_smaller_world_in_the_same_job(cluster, tmp_path):
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_lost_node_with_no_spare_leaves_a_smaller_world_in_the_same_job(cluster, tmp_path, launcher):
     """--nodes 2 --min-nodes 1, no spare: node 2's processes killed and its slurmd stopped; the next
     step runs on node 1 alone (ranks 0-1, a world of 2), resumes past the checkpoint with gradient
     accumulation 2 (4 ranks x 8 x 1 = 2 ranks x 8 x 2 samples a step), and the job completes."""
-    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--min-nodes", "1")
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--min-nodes", "1", "--launcher", launcher)
     _wait_for_a_checkpoint(cluster, out, job)
     active = read_attempts(attempts_path(out / "logs", job))[0]["nodes"].split(",")
     lost = cluster.node(active[1])
@@ -208,7 +209,8 @@ def test_a_lost_node_with_no_spare_leaves_a_smaller_world_in_the_same_job(cluste
     assert min(e["step"] for e in firsts) > saved >= 20, firsts
     assert "the world changed from 4 to 2 processes: gradient accumulation 1 -> 2 keeps the global batch" in log
     assert "global batch: 32 samples (8 per process x 2 accumulation x 2 processes)" in log, log
-    print(f"lost node, smaller world: every rank stepping again {max(e['time'] for e in firsts) - killed_at:.1f} s")
+    again = max(e["time"] for e in firsts) - killed_at
+    print(f"lost node, smaller world ({launcher}): every rank stepping again {again:.1f} s")
     info = _wait_never_pending(cluster, job)
     assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
     assert cluster.wait_no_tasks(job, timeout=30) == []
