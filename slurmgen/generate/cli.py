@@ -150,6 +150,13 @@ def create(
         help="Ask for --nodes + K nodes (with --no-kill) and run on --nodes: at a --restarts restart a spare takes "
         "the failed node's place.",
     ),
+    min_nodes: str | None = typer.Option(
+        None,
+        "--min-nodes",
+        metavar="M",
+        help="With --restarts: when a node is lost and no spare is left, restart on the nodes still healthy while "
+        "there are at least M of them (a smaller world), instead of a requeue.",
+    ),
     preflight: bool | None = typer.Option(
         None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."
     ),

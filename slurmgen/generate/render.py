@@ -227,6 +227,7 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "exclude_failed_node": spec.exclude_failed_node,
         "restarts": spec.restarts,
         "spare_nodes": spec.spare_nodes,
+        "min_nodes": spec.min_nodes or spec.nodes,  # the fewest nodes a step may have (a smaller world)
         "never": ShellCode(" ".join(str(code) for code in sorted(retries.NEVER))),
         "restart_port_stride": ports.RESTART_PORT_STRIDE,
         "probe_seconds": _PROBE_SECONDS,

@@ -295,6 +295,14 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
             "restart a spare takes the place (the node rank) of the node where the failure started.",
         ),
     ] = 0
+    min_nodes: Annotated[
+        Annotated[int, Meta(ge=1, le=_MAX_NODES)] | None,
+        Meta(
+            description="A smaller world: at an in-job restart after a node is lost with no spare left, go on with "
+            "the nodes still healthy while there are at least M of them (ranks stay dense, the world size follows); "
+            "below M, a requeue (retries) or the end. Unset: never fewer than nodes.",
+        ),
+    ] = None
     preflight: Annotated[bool, Meta(description="Run `slurmgen doctor` on every node before the job step.")] = False
     chain: Annotated[
         int,
@@ -492,9 +500,18 @@ def _no_boolean(kind: str) -> Rule:
     return number
 
 
-before(JobSpec, "nodes", "gpus", "cpus_per_task", "master_port", "signal_lead", "retries", "restarts", "spare_nodes")(
-    _no_boolean("a whole number")
-)
+before(
+    JobSpec,
+    "nodes",
+    "gpus",
+    "cpus_per_task",
+    "master_port",
+    "signal_lead",
+    "retries",
+    "restarts",
+    "spare_nodes",
+    "min_nodes",
+)(_no_boolean("a whole number"))
 before(JobSpec, "heartbeat_timeout", "hang_floor")(_no_boolean("a number of seconds"))
 before(JobSpec, "hang_factor")(_no_boolean("a number"))
 
@@ -758,13 +775,19 @@ def _retry_policy(spec: JobSpec) -> None:
 @across(JobSpec)
 def _restart_policy(spec: JobSpec) -> None:
     """In-job restarts and spares (templates/run_slurm_restart.sh.j2): a spare is only ever used
-    by an in-job restart, the allocation is nodes + spare_nodes, and each restart's rendezvous
-    takes the next port after a given master_port."""
+    by an in-job restart, as is a smaller world (min_nodes, at most nodes), the allocation is
+    nodes + spare_nodes, and each restart's rendezvous takes the next port after a given master_port."""
     if spec.spare_nodes and not spec.restarts:
         raise ValueError(
             f"spare_nodes: {spec.spare_nodes} spare(s) take a failed node's place at an in-job restart; "
             "give restarts: N"
         )
+    if spec.min_nodes is not None and not spec.restarts:
+        raise ValueError(
+            f"min_nodes: {spec.min_nodes} is the fewest nodes an in-job restart goes on with; give restarts: N"
+        )
+    if spec.min_nodes is not None and spec.min_nodes > spec.nodes:
+        raise ValueError(f"min_nodes: {spec.min_nodes} is more than nodes ({spec.nodes}); expected 1 to {spec.nodes}")
     if spec.nodes + spec.spare_nodes > _MAX_NODES:
         raise ValueError(
             f"spare_nodes: nodes ({spec.nodes}) + spare_nodes ({spec.spare_nodes}) is more than {_MAX_NODES} nodes"

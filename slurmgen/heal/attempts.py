@@ -15,7 +15,9 @@ Every line has:
   host       the batch node
 
 "start" lines add `nodes` (the job's nodes; with restarts, this step's nodes in node-rank order,
-comma-separated) and, with restarts, `restart` (the in-job restarts of this allocation before it).
+comma-separated) and, with restarts, `restart` (the in-job restarts of this allocation before it);
+a step on fewer nodes than the job's (a smaller world: a node lost, no spare left) adds
+`min_nodes`, the fewest the spec allows.
 
 "end" lines add (rank, node, task: the first failure as run_slurm.sh's `first_failure` finds
 it, from the `slurmgen-exit:` note the failing rank wrote, else from srun's report of the first
@@ -41,7 +43,7 @@ task that ended badly, which names no rank under torchrun):
              in the same allocation: `restarts`), "requeue" (retry policy), "stop" (no retry:
              a code not in retry_on, or retries and restarts used up, or too few nodes left)
   exclude    the node added to the job's ExcNodeList before the requeue, or the node a restart
-             left out (a spare took its node rank), or null
+             left out (a spare took its node rank, or, in a smaller world, nobody), or null
 
 A link of a chain (`submit --chain`, templates/run_slurm_chain.sh.j2) adds to its "end" lines:
 
@@ -181,8 +183,10 @@ def where_next(records: Sequence[Mapping[str, Any]], index: int) -> str:
     """Where the in-job restart that the "end" at `records[index]` decided went on, from the next
     attempt's start (its nodes in node-rank order), the node this end left out and the node that
     took its place (one of the next start's nodes this attempt's start did not have: a spare):
-    ' on node1,node3 (node2 left out, spare node3 took its place)'; '' for any other end. The one
-    rule of `slurmgen status`'s "-> restart on ..." and the run page's "restarted on ..."."""
+    ' on node1,node3 (node2 left out, spare node3 took its place)'; on fewer nodes (a smaller
+    world), the nodes it lost: ' on node1 (2 -> 1 nodes: node2 lost, --min-nodes 1)'; '' for any
+    other end. The one rule of `slurmgen status`'s "-> restart on ..." and the run page's
+    "restarted on ..."."""
     end = records[index]
     if end.get("action") != "restart":
         return ""
@@ -192,6 +196,10 @@ def where_next(records: Sequence[Mapping[str, Any]], index: int) -> str:
     before = str(began.get("nodes") or "").split(",") if began else []
     spares = [node for node in after if node and before != [""] and node not in before]
     nodes = f" on {start['nodes']}" if start and start.get("nodes") else ""
+    if start and start.get("min_nodes") and before != [""] and len(after) < len(before):
+        lost = ",".join(node for node in before if node not in after)
+        took = f", spare {','.join(spares)} took a place" if spares else ""
+        return nodes + f" ({len(before)} -> {len(after)} nodes: {lost} lost{took}, --min-nodes {start['min_nodes']})"
     if not end.get("exclude"):
         return nodes
     took = f", spare {','.join(spares)} took its place" if spares else ""

@@ -91,6 +91,9 @@ class NoOpRun(_Checks):
     def finish(self, status: str = FINISHED, exit_code: int | None = None) -> None:
         check_choice("status", status, STATUSES[1:])
 
+    def note(self, key: str, value: Any) -> None:
+        pass
+
     def __enter__(self):
         return self
 
@@ -180,6 +183,13 @@ class Run(_Checks):
         counts = self.meta["artifacts"]
         counts[f"{role}s"] = counts.get(f"{role}s", 0) + 1
         self._each_adapter("artifact", record)
+        self._save()
+
+    def note(self, key: str, value: Any) -> None:
+        """Keep `value` (JSON) under `key` in this attempt's entry of run.json's `attempts`: what is
+        true of this attempt alone, as the trainer's batch after the world changed size."""
+        self._check_open("note")
+        self.meta["attempts"][-1][key] = value
         self._save()
 
     def finish(self, status: str = FINISHED, exit_code: int | None = None) -> None:

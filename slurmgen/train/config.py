@@ -101,6 +101,30 @@ def accumulation(global_batch: int, batch_size: int, world: int) -> int | None:
     return accum if accum >= 1 and rest == 0 else None
 
 
+def refit(global_batch: int, batch_size: int, world: int, accum: int) -> tuple[int, bool]:
+    """The accumulation for `world` processes of `batch_size` samples each, after a checkpoint
+    that trained `global_batch` samples per step on a world of another size (a smaller world
+    after a lost node, `--min-nodes`; a requeue onto more nodes): the one that keeps the global
+    batch where it divides (True), else `accum`, with the per-process batch as it is (False:
+    the global batch changes). The optimizer's state and the schedule then mean what they meant."""
+    fitted = accumulation(global_batch, batch_size, world)
+    return (fitted, True) if fitted is not None else (accum, False)
+
+
+def refit_line(before: tuple[int, int, int], after: tuple[int, int, int]) -> str:
+    """The one log line of a refit: `before` and `after` as (processes, per-process batch,
+    accumulation)."""
+    (w0, b0, a0), (w1, b1, a1) = before, after
+    was, now = w0 * b0 * a0, w1 * b1 * a1
+    head = f"the world changed from {w0} to {w1} processes: "
+    if was == now:
+        return head + f"gradient accumulation {a0} -> {a1} keeps the global batch of {now} samples ({b1} x {w1} x {a1})"
+    return head + (
+        f"the global batch of {was} samples is not a multiple of {b1} per process x {w1} processes, so the "
+        f"per-process batch stays {b1} with accumulation {a1}: the global batch changes {was} -> {now} samples"
+    )
+
+
 def world_problem(global_batch: int, batch_size: int, world: int) -> str:
     return (
         f"--global-batch {global_batch} is not a multiple of --batch-size {batch_size} x {world} processes "

@@ -88,6 +88,11 @@ class Tracking:
                         run.mark_input(run.create_artifact(flag, "dataset").add_file(path))
         return self
 
+    def note(self, key: str, value: Any) -> None:
+        """Keep `value` on this attempt's entry of the run record (of every rank that keeps one)."""
+        if self.run is not None:
+            self.run.note(key, value)
+
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps, so that resuming it continues this run."""
         return {"group": self.group} if self.group else {}

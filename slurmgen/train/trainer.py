@@ -37,7 +37,7 @@ from slurmgen.observe import stragglers
 from . import dist, fsdp, warm
 from .checkpoint import files as ckpt
 from .checkpoint.checkpoints import Checkpointing
-from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, TrainConfig
+from .config import DEFAULT_MAX_STEPS, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, TrainConfig, refit, refit_line
 from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv
 from .logs import Heartbeat, Metrics, Progress
@@ -293,17 +293,22 @@ class Trainer:
         return self._preempted(preempted, flag) if preempted else self._done()
 
     def _begin(self) -> nn.Module:
-        """Everything before the first step: the run directory, the resume, the run record, DDP."""
-        cfg, env = self.cfg, self.env
+        """Everything before the first step: the run directory, the resume (and the batch of a
+        checkpoint from a world of another size), the run record, DDP."""
+        env = self.env
         if env.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             self.checkpoints.remove_stale()
-        resumed = self.checkpoints.resume()
+        resumed, refitted = self.checkpoints.resume(), None
         if resumed is not None:
             self.step = resumed.step
             self.metrics.drop_after(self.step)
             log.info("resumed from %s at step %d", resumed.path, self.step)
+            refitted = self._refit(resumed.batch) if resumed.batch else None
+        cfg = self.cfg
         self.tracking = Tracking.open(cfg, env, resumed.tracking if resumed else None, self.step)
+        if refitted is not None:
+            self.tracking.note("batch", refitted)
         ddp = self._wrap()
         first_items = _items(self.batches.batch(0, 0)[0])
         log.info(
@@ -319,6 +324,31 @@ class Trainer:
         )
         self._start = time.time()
         return ddp
+
+    def _refit(self, before: tuple[int, int, int]) -> dict[str, Any] | None:
+        """A checkpoint trained on a world of another size (a smaller world after a lost node,
+        `--min-nodes`, or more nodes after a requeue): the accumulation that keeps its global
+        batch where it divides, else the per-process batch as it is (config.refit), said in one
+        log line. Returns what the run record keeps of it; None when the world is the checkpoint's."""
+        cfg, world = self.cfg, self.env.world_size
+        if before[0] == world:
+            return None
+        accum, kept = refit(before[0] * before[1] * before[2], cfg.batch_size, world, cfg.grad_accum)
+        line = refit_line(before, (world, cfg.batch_size, accum))
+        (log.info if kept else log.warning)("%s", line)
+        if accum != cfg.grad_accum:
+            self.cfg = replace(cfg, grad_accum=accum)
+            self.batches = ShardedBatches(self.train_dataset, world, self.env.rank, cfg.batch_size, accum, cfg.seed)
+            self.checkpoints.cfg, self.checkpoints.batches = self.cfg, self.batches
+        return {
+            "world_size": world,
+            "batch_size": cfg.batch_size,
+            "grad_accum": accum,
+            "global_batch": world * cfg.batch_size * accum,
+            "kept": kept,
+            "before": dict(zip(("world_size", "batch_size", "grad_accum"), before)),
+            "note": line,
+        }
 
     def _wrap(self) -> nn.Module:
         """The model as the loop steps it: in DDP when distributed (FSDP shards in place), its

@@ -10,6 +10,9 @@ the bundled trainer (gloo, CPU) with a checkpoint every few steps:
   any node. Under srun and torchrun (the hang under srun).
 - With a spare node (`--spare-nodes 1`, 3 nodes for a 2-node job): the failed rank's node is
   left out and the spare takes its node rank; the next step runs on the spare.
+- With no spare and `--min-nodes 1` (a smaller world): the lost node drops out and the next step
+  runs on the node left, in the same job; the trainer resumes the 2-node checkpoint with twice the
+  gradient accumulation (the same global batch) and says so.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from helpers import render_and_lint
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.files import TIMELINE_NAME
-from slurmgen.heal.attempts import attempts_path, read_attempts
+from slurmgen.heal.attempts import attempts_path, read_attempts, where_next
 from slurmgen.jsonl import objects
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -168,6 +171,46 @@ def test_a_lost_node_is_replaced_by_the_spare_in_the_same_job(cluster, tmp_path)
     firsts = [e for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("attempt") == 2]
     assert len(firsts) == 4 and {e["host"] for e in firsts if e["rank"] >= 2} == {spare}, firsts
     print(f"lost node: every rank stepping again on the spare {max(e['time'] for e in firsts) - killed_at:.1f} s")
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    assert cluster.wait_no_tasks(job, timeout=30) == []
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_lost_node_with_no_spare_leaves_a_smaller_world_in_the_same_job(cluster, tmp_path, launcher):
+    """--nodes 2 --min-nodes 1, no spare: node 2's processes killed and its slurmd stopped; the next
+    step runs on node 1 alone (ranks 0-1, a world of 2), resumes past the checkpoint with gradient
+    accumulation 2 (4 ranks x 8 x 1 = 2 ranks x 8 x 2 samples a step), and the job completes."""
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--min-nodes", "1", "--launcher", launcher)
+    _wait_for_a_checkpoint(cluster, out, job)
+    active = read_attempts(attempts_path(out / "logs", job))[0]["nodes"].split(",")
+    lost = cluster.node(active[1])
+    os.kill(lost.slurmd_pid, signal.SIGSTOP)
+    try:
+        killed_at = time.time()
+        for proc in cluster.pids_on(lost):
+            if proc.job_id == job:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        records = _wait_finished(cluster, out, job)
+    finally:
+        os.kill(lost.slurmd_pid, signal.SIGCONT)  # as after a reboot: the tests after this one have every node
+    log = _log(out, job)
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "end"]
+    assert [(r["attempt"], r["action"]) for r in ends] == [(1, "restart"), (2, "finished")], log
+    assert (starts[1]["nodes"], starts[1]["min_nodes"], ends[0]["exclude"]) == (active[0], 1, lost.name), records
+    said = where_next(records, records.index(ends[0]))
+    assert said == f" on {active[0]} (2 -> 1 nodes: {lost.name} lost, --min-nodes 1)", said
+    timeline = _timeline(out, job)
+    saved = max(e["step"] for e in timeline if e.get("event") == "checkpoint" and e.get("attempt") == 1)
+    firsts = [e for e in timeline if e.get("event") == "first_step" and e.get("attempt") == 2]
+    assert sorted(e["rank"] for e in firsts) == [0, 1] and {e["host"] for e in firsts} == {active[0]}, firsts
+    assert min(e["step"] for e in firsts) > saved >= 20, firsts
+    assert "the world changed from 4 to 2 processes: gradient accumulation 1 -> 2 keeps the global batch" in log
+    assert "global batch: 32 samples (8 per process x 2 accumulation x 2 processes)" in log, log
+    again = max(e["time"] for e in firsts) - killed_at
+    print(f"lost node, smaller world ({launcher}): every rank stepping again {again:.1f} s")
     info = _wait_never_pending(cluster, job)
     assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
     assert cluster.wait_no_tasks(job, timeout=30) == []

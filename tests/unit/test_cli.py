@@ -132,6 +132,20 @@ def test_existing_files_need_force(tmp_path, capsys):
             ["--nodes", "2", "--restarts", "1", "--spare-nodes", "1", "--nodelist", "n[1-4]"],
             "slurmgen: error: spec: nodelist: n[1-4] names 4 nodes, more than nodes: 2 + spare_nodes: 1",
         ),
+        # A smaller world (--min-nodes): only by an in-job restart, between 1 and --nodes.
+        (
+            ["--min-nodes", "1"],
+            "slurmgen: error: spec: min_nodes: 1 is the fewest nodes an in-job restart goes on with; give restarts: N",
+        ),
+        (
+            ["--nodes", "2", "--restarts", "1", "--min-nodes", "3"],
+            "slurmgen: error: spec: min_nodes: 3 is more than nodes (2); expected 1 to 2",
+        ),
+        (
+            ["--restarts", "1", "--min-nodes", "0"],
+            "slurmgen: error: min_nodes: expected a number greater than or equal to 1 (got '0')",
+        ),
+        (["--restarts", "1", "--min-nodes", "two"], "slurmgen: error: min_nodes: expected a whole number (got 'two')"),
         (
             ["--restarts", "5", "--master-port", "65533"],
             "slurmgen: error: spec: restarts: 5 restarts take the ports after master_port 65533, past 65535",

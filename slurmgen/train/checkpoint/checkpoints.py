@@ -39,11 +39,22 @@ log = logging.getLogger("slurmgen.train")
 
 
 class Resumed(NamedTuple):
-    """Where a resumed run continues: the checkpoint, its step, and the run record it continues."""
+    """Where a resumed run continues: the checkpoint, its step, the run record it continues, and
+    the batch it was trained with as (processes, per-process batch, accumulation), or None."""
 
     path: str
     step: int
     tracking: Any
+    batch: tuple[int, int, int] | None = None
+
+
+def _batch(state: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The batch a checkpoint was trained with, from its world size and config (None if older)."""
+    config = state.get("config") or {}
+    try:
+        return int(state["world_size"]), int(config["batch_size"]), int(config["grad_accum"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class Checkpointing:
@@ -122,7 +133,7 @@ class Checkpointing:
                 len(rngs),
                 self.env.world_size,
             )
-        return Resumed(where, int(state["step"]), state.get("tracking"))
+        return Resumed(where, int(state["step"]), state.get("tracking"), _batch(state))
 
     def _sharded_choice(self) -> str | None:
         """All ranks: the sharded checkpoint to resume from (rank 0 chooses), None if the
@@ -147,7 +158,7 @@ class Checkpointing:
         self.last = where
         if meta["world_size"] == self.env.world_size:
             ckpt.restore_rng(meta["rng"][self.env.rank])
-        return Resumed(where, int(meta["step"]), meta.get("tracking"))
+        return Resumed(where, int(meta["step"]), meta.get("tracking"), _batch(meta))
 
     def state(self, step: int, rngs: list[Any]) -> dict[str, Any]:
         """What the checkpoint of `step` holds; its tensors are the live ones (the writer copies them)."""

@@ -91,6 +91,16 @@ GOLDEN_SPECS = {
         "retry_on": "1,124,137",
     },
     "restarts_torchrun": {"nodes": 2, "gpus": 2, "launcher": "torchrun", "restarts": 2, "master_port": 29400},
+    # A smaller world: a lost node with no spare left drops out while 2 of the 3 nodes are left.
+    "restarts_min_nodes": {
+        "nodes": 3,
+        "gpus": 2,
+        "restarts": 2,
+        "min_nodes": 2,
+        "heartbeat_timeout": 60,
+        "retries": 1,
+        "retry_on": "1,124,137",
+    },
 }
 
 
@@ -135,7 +145,7 @@ def _matrix():
                     else {}
                 ),
                 **({"chain": 2 + i % 3, "time": "2:00:00"} if not requeue and i % 3 != 0 else {}),
-                **({"restarts": 1 + i % 3, "spare_nodes": i % 2} if i % 4 == 1 else {}),
+                **({"restarts": 1 + i % 3, "spare_nodes": i % 2, "min_nodes": 1 + i % 8 // 5} if i % 4 == 1 else {}),
             },
         )
 
@@ -248,10 +258,12 @@ def test_torchrun_mode_runs_one_task_per_node_with_all_cpus():
 
 def test_spares_are_asked_for_and_a_restarting_job_survives_a_node():
     """--spare-nodes K: sbatch asks for nodes + K, with --no-kill (a node's failure ends a step,
-    not the job); the steps run on `nodes` of them (srun --nodes, --ntasks)."""
+    not the job); the steps run on `nodes` of them at first (srun --nodes, --ntasks, as many as
+    step_nodes holds: fewer in a smaller world, --min-nodes)."""
     script = render(build_spec({"nodes": 2, "gpus": 4, "restarts": 1, "spare_nodes": 1})).files["run_slurm.sh"]
     assert "#SBATCH --nodes=3\n" in script and "#SBATCH --no-kill\n" in script
-    assert '"${step_where[@]}" --overlap --ntasks=8 bash -c' in script
+    assert '"${step_where[@]}" --overlap --ntasks=$((step_size * 4)) bash -c' in script
+    assert "step_size=${#step_nodes[@]}\n" in script
     assert 'step_nodes=("${job_hosts[@]:0:2}")' in script
     plain = render(build_spec({"nodes": 2, "gpus": 4})).files["run_slurm.sh"]
     assert "#SBATCH --nodes=2\n" in plain and "--no-kill" not in plain and "step_where" not in plain

@@ -494,6 +494,7 @@ STEP = [
     "bash",
     "-c",
     'echo "STEP $SLURMGEN_ATTEMPT $RANK $NODE_RANK $SLURMD_NODENAME $MASTER_ADDR:$MASTER_PORT"; '
+    '[[ $RANK != 0 ]] || echo "WORLD $SLURMGEN_ATTEMPT $WORLD_SIZE"; '
     'if [[ " $FAIL_IN " == *" $SLURMGEN_ATTEMPT "* && $RANK == 2 ]]; then exit 7; fi',
 ]
 # scontrol: the job still holds every node; sinfo: a node in $FAKE_DOWN no longer answers, one in
@@ -509,8 +510,12 @@ else echo alloc; fi
 """
 
 
-def _restarting(tmp_path, fake_slurm, hosts, down="", name="out", fail_in="1", restarts=1, flagged="", **fields):
-    out = write(tmp_path, nodes=2, gpus=2, restarts=restarts, command=STEP, output_dir=str(tmp_path / name), **fields)
+def _restarting(
+    tmp_path, fake_slurm, hosts, down="", name="out", fail_in="1", restarts=1, flagged="", nodes=2, **fields
+):
+    out = write(
+        tmp_path, nodes=nodes, gpus=2, restarts=restarts, command=STEP, output_dir=str(tmp_path / name), **fields
+    )
     for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO)):
         (tmp_path / "bin" / name).write_text(text)
         (tmp_path / "bin" / name).chmod(0o755)
@@ -581,6 +586,42 @@ def test_without_a_spare_the_failed_node_runs_again_unless_it_is_lost(tmp_path, 
     assert result.returncode == 7, result.stderr
     assert [(r["event"], r.get("action")) for r in records] == [("start", None), ("end", "stop")]
     assert "no usable node of the job is left to take its place" in result.stderr
+
+
+def test_a_lost_node_with_no_spare_left_shrinks_the_world_down_to_min_nodes(tmp_path, fake_slurm):
+    # 3 nodes, min_nodes 2: n2 is lost (rank 2 failed on it, it no longer answers) and no spare is
+    # left: the next step runs on localhost and n3, node ranks 0 and 1, ranks 0-3 dense, a 4-rank world.
+    result, steps, records = _restarting(
+        tmp_path, fake_slurm, "localhost n2 n3", down="n2", nodes=3, min_nodes=2, fail_in="1"
+    )
+    assert result.returncode == 0, result.stderr
+    second = [(rank, node_rank, node) for attempt, rank, node_rank, node, _ in steps if attempt == "2"]
+    assert second == [("0", "0", "localhost"), ("1", "0", "localhost"), ("2", "1", "n3"), ("3", "1", "n3")]
+    assert {master for attempt, *_, master in steps if attempt == "2"} == {"localhost:25251"}
+    assert "WORLD 2 4" in result.stdout and "WORLD 1 6" in result.stdout
+    assert [(r["event"], r.get("nodes"), r.get("action"), r.get("exclude"), r.get("min_nodes")) for r in records] == [
+        ("start", "localhost,n2,n3", None, None, None),
+        ("end", None, "restart", "n2", None),
+        ("start", "localhost,n3", None, None, 2),
+        ("end", None, "finished", None, None),
+    ]
+    assert "slurmgen: the next step runs on 2 node(s) instead of 3 (min_nodes 2)" in result.stderr
+
+
+def test_below_min_nodes_the_world_does_not_shrink_and_the_retry_policy_decides(tmp_path, fake_slurm):
+    # Two of 3 nodes lost, min_nodes 2: one node is too few; no retries, so the job ends with the failure.
+    result, steps, records = _restarting(
+        tmp_path, fake_slurm, "localhost n2 n3", down="n2 n3", nodes=3, min_nodes=2, name="a"
+    )
+    assert result.returncode == 7, result.stderr
+    assert [(r["event"], r.get("action")) for r in records] == [("start", None), ("end", "stop")]
+    assert "slurmgen: 1 usable node(s) left, fewer than min_nodes 2" in result.stderr
+    # With retries, the job is requeued instead (the stand-in scontrol takes the requeue).
+    result, steps, records = _restarting(
+        tmp_path, fake_slurm, "localhost n2 n3", down="n2 n3", nodes=3, min_nodes=2, name="b", retries=1,
+        retry_on=[7],
+    )  # fmt: skip
+    assert [(r["event"], r.get("action")) for r in records] == [("start", None), ("end", "requeue")]
 
 
 @pytest.mark.parametrize(

@@ -1043,3 +1043,24 @@ def test_status_says_where_each_in_job_restart_went_on():
         " (node2 left out, spare node3 took its place)\n" in text
     )
     assert text.endswith("attempt 2: ok -> finished")
+
+
+def test_status_says_when_an_in_job_restart_went_on_in_a_smaller_world():
+    # --nodes 2 --min-nodes 1 --restarts 1, no spare: node2 was lost, the next step ran on node1 alone.
+    records = [
+        {"event": "start", "attempt": 1, "nodes": "node1,node2", "restart": 0},
+        {"event": "end", "attempt": 1, "exit_code": 143, "rank": 2, "node": "node2", "action": "restart",
+         "exclude": "node2"},
+        {"event": "start", "attempt": 2, "nodes": "node1", "restart": 1, "min_nodes": 1},
+        {"event": "end", "attempt": 2, "exit_code": 0, "action": "finished"},
+    ]  # fmt: skip
+    text = "\n".join(
+        format_view({"job": "7", "name": "x", "state": "COMPLETED", "output_dir": "o", "attempts": records})
+    )
+    assert "-> restart on node1 (2 -> 1 nodes: node2 lost, --min-nodes 1)\n" in text, text
+    # A spare and a smaller world at once (3 nodes, 1 spare, 2 lost): both are said.
+    records[0]["nodes"], records[2]["nodes"], records[2]["min_nodes"] = "n1,n2,n3", "n1,n4", 2
+    text = "\n".join(
+        format_view({"job": "7", "name": "x", "state": "COMPLETED", "output_dir": "o", "attempts": records})
+    )
+    assert "-> restart on n1,n4 (3 -> 2 nodes: n2,n3 lost, spare n4 took a place, --min-nodes 2)\n" in text, text

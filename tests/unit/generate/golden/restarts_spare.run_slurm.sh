@@ -354,13 +354,15 @@ next_step() {
   left_out+=("${out[@]}")
   replaced=${out[0]:-null}
 }
-# step_rendezvous: MASTER_ADDR, MASTER_PORT and the srun options (step_where) of this step.
+# step_rendezvous: MASTER_ADDR, MASTER_PORT, the srun options (step_where: --nodes first, --nodelist
+# second) and the node count (step_size) of this step.
 step_rendezvous() {
   MASTER_ADDR=${step_nodes[0]}
   MASTER_PORT=$((20000 + (SLURM_JOB_ID + restart * 1009) % 10000))
   export MASTER_ADDR MASTER_PORT
   local IFS=,
-  step_where=(--nodes=2 --nodelist="${step_nodes[*]}")
+  step_size=${#step_nodes[@]}
+  step_where=(--nodes="$step_size" --nodelist="${step_nodes[*]}")
 }
 # worth_restart CODE: whether a step that ended with CODE is worth a new one (contract/retries.py:
 # never 0 2 75; only 1 124 137, as retry_on says).
@@ -509,7 +511,7 @@ while :; do
 # write no file are not judged. A watcher ends, removing its directory, when its stdin (this
 # shell's fd 5, which srun --input=all hands to every watcher) closes after the job step.
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
-exec 5> >(srun --overlap "${step_where[@]}" --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 --input=all \
+exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-node=1 --kill-on-bad-exit=0 --input=all \
   --export=ALL bash -c '
   # now_ms VAR: VAR = the clock of this node in milliseconds (a locale may write a decimal comma).
   now_ms() {
@@ -692,7 +694,7 @@ tee_pid=$!
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 # A step's node ranks follow step_nodes (a spare takes the rank of the node it replaces), handed to
 # each task as its first word; ranks stay block-wise: RANK = NODE_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK.
-srun "${srun_args[@]}" "${step_where[@]}" --overlap --ntasks=8 bash -c '
+srun "${srun_args[@]}" "${step_where[@]}" --overlap --ntasks=$((step_size * 4)) bash -c '
   read -ra order <<<"$1"
   shift
   for NODE_RANK in "${!order[@]}"; do [[ ${order[NODE_RANK]} != "$SLURMD_NODENAME" ]] || break; done

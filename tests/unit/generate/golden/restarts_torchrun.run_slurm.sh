@@ -253,13 +253,15 @@ next_step() {
   left_out+=("${out[@]}")
   replaced=${out[0]:-null}
 }
-# step_rendezvous: MASTER_ADDR, MASTER_PORT and the srun options (step_where) of this step.
+# step_rendezvous: MASTER_ADDR, MASTER_PORT, the srun options (step_where: --nodes first, --nodelist
+# second) and the node count (step_size) of this step.
 step_rendezvous() {
   MASTER_ADDR=${step_nodes[0]}
   MASTER_PORT=$((29400 + restart))
   export MASTER_ADDR MASTER_PORT
   local IFS=,
-  step_where=(--nodes=2 --nodelist="${step_nodes[*]}")
+  step_size=${#step_nodes[@]}
+  step_where=(--nodes="$step_size" --nodelist="${step_nodes[*]}")
 }
 # worth_restart CODE: whether a step that ended with CODE is worth a new one (contract/retries.py:
 # never 0 2 75; nor a step stopped by a signal, 130 or 143, which a person sent).
@@ -415,7 +417,7 @@ for warning in (signal.SIGUSR1, signal.SIGUSR2):
 sys.argv[0] = "torchrun"
 runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)'
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
-srun "${srun_args[@]}" "${step_where[@]}" --overlap --ntasks=2 bash -c '
+srun "${srun_args[@]}" "${step_where[@]}" --overlap --ntasks="$step_size" bash -c '
   wrapper=$1 agent_shim=$2
   shift 2
   agent=("$1" -c "$agent_shim")
