@@ -15,7 +15,7 @@ from typing import Any
 
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
-from slurmgen.contract.states import STOPPED_BY_USER, State
+from slurmgen.contract.states import STOPPED_BY_YOU, State
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
@@ -347,7 +347,7 @@ class Coordinator:
             if not st.can_start(g["state"]):
                 a = self.store.attempt(name, g["attempt"]) if g["attempt"] is not None else None
                 assert a is not None  # for type checkers: an active group has its attempt
-                self._end(a, st.Outcome(State.STOPPED.value, STOPPED_BY_USER), now)
+                self._end(a, st.Outcome(State.STOPPED.value, STOPPED_BY_YOU), now)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
     # --- judging attempts ---------------------------------------------------------------------

@@ -58,6 +58,6 @@ def test_a_group_runs_stop_button_stops_its_ranks_through_the_runs_controls(page
     )
     assert len(workers) == 2 and all(w["stopped"] for w in workers), workers
     group = coordinator.api("GET", "/api/groups/stopme")[1]["group"]
-    assert (group["state"], group["reason"]) == ("stopped", "stopped by user from the page")
+    assert (group["state"], group["reason"]) == ("stopped", "stopped by you from the page")
     p.page.reload()
     p.shot("group-run-stopped")
