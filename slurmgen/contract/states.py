@@ -30,12 +30,11 @@ class State(str, Enum):
         return self.value
 
 
-# The cause of a run stopped on a person's request (the page's Stop, `slurmgen cancel`): its
-# state is STOPPED and its exit code 128 + SIGTERM (exitcodes.TERMINATED), as for a SIGTERM.
-STOPPED_BY_USER = "stopped by user"
 # What every view shows for STOPPED, a run, attempt or rank stopped on a person's request (not
 # the code its ranks died with, 75 or 143, which is the stop's doing and no failure): a neutral
-# state of its own.
+# state of its own. Also the start of such a run's recorded cause ("stopped by you from the page",
+# "... with slurmgen cancel"), so the page, the runs list and `slurmgen status` say it in one
+# wording; its exit code is 128 + SIGTERM (exitcodes.TERMINATED), as for a SIGTERM.
 STOPPED_BY_YOU = "stopped by you"
 
 

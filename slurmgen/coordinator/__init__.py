@@ -32,5 +32,6 @@ JSON API (all under /api, all but /api/health need `Authorization: Bearer <token
     GET    /api/groups/{name}/logs          ?rank=&attempt=&after=&limit=&tail= -> list[LogLine],
                                             X-Lines-Skipped: the lines the limit left out ("N+": at least)
     POST   /api/agents/heartbeat            AgentReport -> AgentOrders (agents only)
+    POST   /api/agents/lines                AgentLines -> 204: output lines sent between beats (agents only)
     GET    /api/agents/changes              ?since=V&timeout=S -> Changed; long poll (agents)
 """

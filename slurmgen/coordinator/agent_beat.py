@@ -10,13 +10,13 @@ this module knows nothing of the service (it used to call the service's private 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slurmgen.contract.states import State
 from slurmgen.coordinator import state as st
-from slurmgen.coordinator.models import AgentOrders, AgentReport, StartOrder, StopOrder, WorkerReport
+from slurmgen.coordinator.models import AgentOrders, AgentReport, ReportedLine, StartOrder, StopOrder, WorkerReport
 
 if TYPE_CHECKING:  # the rows' shapes only: deciding on a report reads no SQL
     from slurmgen.coordinator.store import AttemptRow, WorkerRow
@@ -65,6 +65,11 @@ class UpdateWorker:
 @dataclass(frozen=True)
 class KeepLines:
     rows: list[tuple[str, int, int, str, float, str]]  # (group, attempt, rank, worker, time, line)
+
+
+def line_rows(host: str, lines: Sequence[ReportedLine]) -> list[tuple[str, int, int, str, float, str]]:
+    """An agent's reported lines as the store keeps them (a heartbeat's, or those sent between beats)."""
+    return [(ln.group, ln.attempt, ln.rank, f"{host}-{ln.worker}", ln.time, ln.line) for ln in lines]
 
 
 @dataclass(frozen=True)
@@ -120,11 +125,7 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
         if any(w.get(k) != v for k, v in values.items()):
             actions.append(UpdateWorker(name, values))
     if report.lines:
-        actions.append(
-            KeepLines(
-                [(ln.group, ln.attempt, ln.rank, f"{report.host}-{ln.worker}", ln.time, ln.line) for ln in report.lines]
-            )
-        )
+        actions.append(KeepLines(line_rows(report.host, report.lines)))
     actions += [Judge(run, frozenset(hung)) for run, hung in touched.items()]
     return Decisions(orders, actions)
 

@@ -14,6 +14,7 @@ import httpx
 
 from slurmgen.contract import exitcodes, ports
 from slurmgen.coordinator.models import (
+    AgentLines,
     AgentOrders,
     AgentReport,
     GroupConfig,
@@ -144,6 +145,17 @@ class Client:
                 headers={"Content-Type": "application/json"},
                 **extra,
             )
+        )
+
+    def lines(self, lines: AgentLines, timeout: float | None = None) -> None:
+        """Send output lines between heartbeats; `timeout` (seconds) instead of the client's own."""
+        extra = {} if timeout is None else {"timeout": timeout}
+        self._call(
+            "POST",
+            "/api/agents/lines",
+            content=lines.model_dump_json(),
+            headers={"Content-Type": "application/json"},
+            **extra,
         )
 
 

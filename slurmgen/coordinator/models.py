@@ -310,6 +310,19 @@ class AgentReport(_Request):
     _host = field_validator("host")(lambda v: check_name(v, "host"))
 
 
+class AgentLines(_Request):
+    """Output lines an agent sends as soon as they wait, between its heartbeats (a heartbeat
+    carries only what is left at its time): a rank's newest line reaches the page without
+    waiting up to a beat, and a heartbeat stays the size it was."""
+
+    host: str
+    instance: str = Field(min_length=1, max_length=64, description="random per agent process")
+    lines: list[ReportedLine] = Field(max_length=10000)
+    dropped: int = Field(0, ge=0, description="lines dropped since the last report")
+
+    _host = field_validator("host")(lambda v: check_name(v, "host"))
+
+
 class StartOrder(BaseModel):
     worker: int
     group: str

@@ -1,7 +1,10 @@
 """`slurmgen agent`: one per node; registers `<host>-<id>` workers and runs what the server says.
 
 Every `interval` seconds (and at once when a rank exits) it posts a report of its slots and
-their new output lines; the answer holds start and stop orders. If the server is away the
+their new output lines; the answer holds start and stop orders. Output lines do not wait for
+that beat: a thread sends them as soon as they wait, batched (at most one message per
+LINES_GAP, bounded in lines and bytes), so a rank's newest line reaches the page within a
+fraction of a second while a heartbeat stays what it was. If the server is away the
 ranks keep running and the agent keeps trying, then re-attaches by simply reporting again:
 a server restart costs nothing. But not forever: once the agent has not reached the server
 for longer than the server's `--agent-timeout` (sent with every answer) plus a margin, the
@@ -29,13 +32,18 @@ from pathlib import Path
 from slurmgen.contract import hangs, signals
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.coordinator.client import Client, ClientError
-from slurmgen.coordinator.models import AgentOrders, AgentReport, QuietBeat
+from slurmgen.coordinator.models import AgentLines, AgentOrders, AgentReport, QuietBeat
 from slurmgen.coordinator.procs import Procs, Slot
 
 log = logging.getLogger("slurmgen.agent")
 LINES_PER_REPORT = 2000
-SOON_LINES = 500  # lines waiting that bring the next heartbeat forward (pause)
-FLOOD_BEAT = 0.25
+CHARS_PER_REPORT = 1 << 20  # ...and at most this many characters of lines (the newest kept)
+# Lines are sent as soon as they wait, then at most once per LINES_GAP seconds while more come,
+# or per LINES_BACKOFF times the last send's round trip when that is longer: a busy server (1,000
+# agents) is asked less often, never more than about 1/(1 + LINES_BACKOFF) of an agent's time.
+LINES_GAP = 0.1
+LINES_BACKOFF = 4.0
+LINES_TIMEOUT = 2.0  # seconds a send may take: the heartbeat waits for it (see `shipping`)
 CHANGES_POLL = 25.0  # seconds a long poll for new orders stays open
 # Seconds beyond the server's --agent-timeout before a cut-off agent stops its ranks: the
 # server has judged the silence by then, whatever the clocks and the last request's latency.
@@ -122,6 +130,9 @@ class WorkerAgent:
         self.procs = Procs(workers, self.log_dir, self.wake)
         self.stopping = False
         self.connected: bool | None = None
+        # Held while lines are taken and sent, by the heartbeat and by `ship_lines`: a rank's last
+        # lines reach the server before the heartbeat that reports its exit (and ends the attempt).
+        self.shipping = threading.Lock()
 
     def _hung(self, slot: Slot, now: float) -> bool:
         return bool(
@@ -134,7 +145,7 @@ class WorkerAgent:
         return quiet_beat(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout, slot.proc.pid)
 
     def report(self) -> tuple[AgentReport, int]:
-        lines, dropped = self.procs.output.take(LINES_PER_REPORT)
+        lines, dropped = self.procs.output.take(LINES_PER_REPORT, CHARS_PER_REPORT)
         now = time.time()
         return AgentReport(
             host=self.host,
@@ -160,11 +171,15 @@ class WorkerAgent:
         return max(1.0, min(self.client.timeout, min(deadlines) - time.monotonic()))
 
     def beat(self) -> None:
-        report, dropped = self.report()
         try:
-            orders = self.client.heartbeat(report, timeout=self.beat_timeout())
+            with self.shipping:
+                report, dropped = self.report()
+                try:
+                    orders = self.client.heartbeat(report, timeout=self.beat_timeout())
+                except ClientError:
+                    self.procs.output.give_back(report.lines, dropped)
+                    raise
         except ClientError as e:
-            self.procs.output.give_back(report.lines, dropped)
             if e.status == 401 and self.connected is None:
                 raise  # a wrong token at start-up is a mistake to fix, not an outage to wait out
             if self.connected is not False:
@@ -236,14 +251,39 @@ class WorkerAgent:
                 since = version
                 self.wake.set()
 
+    def send_lines(self) -> float:
+        """Send the lines waiting, if any, between heartbeats (none while the server is out of
+        reach: the heartbeat that reaches it again carries them); the seconds it took."""
+        began = time.monotonic()
+        with self.shipping:
+            if not self.connected:
+                return 0.0
+            lines, dropped = self.procs.output.take(LINES_PER_REPORT, CHARS_PER_REPORT)
+            if not lines and not dropped:
+                return 0.0
+            try:
+                self.client.lines(
+                    AgentLines(host=self.host, instance=self.instance, lines=lines, dropped=dropped),
+                    timeout=LINES_TIMEOUT,
+                )
+            except ClientError:
+                self.procs.output.give_back(lines, dropped)
+        return time.monotonic() - began
+
+    def ship_lines(self) -> None:
+        """Thread: lines go as soon as they wait, then at most once per LINES_GAP (longer after a
+        slow answer), so a flood is sent in batches and a single line at once."""
+        while not self.stopping:
+            if self.procs.output.waiting.wait(self.interval):
+                took = self.send_lines()
+                time.sleep(max(LINES_GAP, LINES_BACKOFF * took))
+
     def pause(self, started: float) -> None:
-        """Until the next heartbeat: `interval` after the last one began, sooner when woken, or
-        when SOON_LINES lines wait (looked at every FLOOD_BEAT s): under a flood the page's
-        newest line is at most about FLOOD_BEAT old when it reaches the server, and a quiet
-        rank's agent beats as before."""
-        while (left := self.interval - (time.monotonic() - started)) > 0:
-            if self.wake.wait(min(left, FLOOD_BEAT)) or len(self.procs.output) >= SOON_LINES:
-                return
+        """Until the next heartbeat: `interval` after the last one began, sooner when woken
+        (output lines do not wait for it: `ship_lines`)."""
+        left = self.interval - (time.monotonic() - started)
+        if left > 0:
+            self.wake.wait(left)
 
     def run(self) -> None:
         """Heartbeat until SIGTERM/SIGINT, then stop every rank (TERM, KILL after the grace)."""
@@ -257,6 +297,7 @@ class WorkerAgent:
         for warning in signals.WARNINGS:  # the ranks' to take or die of: the agent outlives them
             signal.signal(signal.Signals["SIG" + warning], lambda signum, frame: None)
         threading.Thread(target=self.watch_changes, daemon=True).start()
+        threading.Thread(target=self.ship_lines, daemon=True).start()
         try:
             while not self.stopping:
                 started = time.monotonic()

@@ -4,7 +4,7 @@ No orphans, two ways: each rank's leader gets PR_SET_PDEATHSIG=SIGKILL (it dies 
 agent's main thread does), and a watchdog process holds a pipe from the agent and, when the
 pipe closes because the agent died however it died, kills every process group still listed,
 which also catches what the rank itself forked. Output goes line by line to a per-rank log
-file and into a bounded queue the heartbeat drains (oldest lines dropped, counted).
+file and into a bounded queue the agent drains as lines wait (oldest lines dropped, counted).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def exit_status(returncode: int) -> int:
 
 
 class LineBuffer:
-    """Lines for the server, bounded, the newest first: under a flood a heartbeat carries the
+    """Lines for the server, bounded, the newest first: under a flood a message carries the
     newest `most` lines, so the page shows what a rank prints now, not what it printed seconds
     ago. What does not fit is counted as dropped, and said where it happened: a line per rank
     "... N lines skipped here" stands where they were (the rank's log file keeps them all)."""
@@ -79,6 +79,8 @@ class LineBuffer:
     def __init__(self, limit: int = QUEUE_LINES):
         self.lines: collections.deque = collections.deque()
         self.limit = limit
+        self.size = 0  # characters of the lines queued, for a bound in bytes on what one message carries
+        self.waiting = threading.Event()  # set while lines wait: the agent's sender wakes at once
         self.dropped = 0
         self.skipped: dict[tuple[int, str, int, int], list] = {}  # a rank's key -> [count, its first line gone]
         self.sent_skipped: dict[tuple[int, str, int, int], list] = {}  # the last take()'s, for give_back
@@ -92,16 +94,21 @@ class LineBuffer:
             if len(self.lines) >= self.limit:
                 self._drop_oldest()
             self.lines.append(line)
+            self.size += len(line.line)
+        self.waiting.set()
 
     def _drop_oldest(self) -> None:
         gone = self.lines.popleft()
+        self.size -= len(gone.line)
         self.dropped += 1
         key = (gone.worker, gone.group, gone.attempt, gone.rank)
         self.skipped.setdefault(key, [0, gone])[0] += 1
 
-    def take(self, most: int) -> tuple[list[ReportedLine], int]:
+    def take(self, most: int, most_chars: int | None = None) -> tuple[list[ReportedLine], int]:
+        """Every line waiting, at most the newest `most` and `most_chars` characters of them
+        (the older ones dropped, counted, said by a marker per rank), and the count dropped."""
         with self.lock:
-            while len(self.lines) > most:
+            while len(self.lines) > most or (most_chars is not None and self.size > most_chars and self.lines):
                 self._drop_oldest()
             markers = [
                 first.model_copy(
@@ -110,6 +117,8 @@ class LineBuffer:
                 for count, first in self.skipped.values()
             ]
             taken = markers + [self.lines.popleft() for _ in range(len(self.lines))]
+            self.size = 0
+            self.waiting.clear()
             dropped, self.dropped, self.sent_skipped, self.skipped = self.dropped, 0, self.skipped, {}
             return taken, dropped
 
@@ -128,7 +137,11 @@ class LineBuffer:
                 self.dropped += 1
                 key = (gone.worker, gone.group, gone.attempt, gone.rank)
                 self.skipped.setdefault(key, [0, gone])[0] += 1
-            self.lines.extendleft(reversed(lines[len(lines) - room :] if room else []))
+            kept = lines[len(lines) - room :] if room else []
+            self.lines.extendleft(reversed(kept))
+            self.size += sum(len(line.line) for line in kept)
+            if self.lines or self.skipped:
+                self.waiting.set()
 
 
 class Slot:

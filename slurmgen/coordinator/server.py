@@ -16,16 +16,18 @@ import contextlib
 import hmac
 import importlib.util
 import json
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from slurmgen.contract.version import VERSION as __version__
 from slurmgen.coordinator.models import (
     LINES_SKIPPED,
+    AgentLines,
     AgentOrders,
     AgentReport,
     Changed,
@@ -56,6 +58,7 @@ AGENT_BODY_LIMIT = 64 * 1024 * 1024
 API_BODY_LIMIT = 1024 * 1024
 PAGE_BODY_LIMIT = 64 * 1024
 SHOWN_INPUT = 120  # characters of a refused value a 422 repeats
+LOG_LINES = TypeAdapter(list[LogLine])
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 401: {"model": ErrorOut}}
 
 
@@ -152,7 +155,6 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
     @r.get("/groups/{name}/logs", response_model=list[LogLine])
     def logs(
         name: str,
-        response: Response,
         rank: int | None = None,
         attempt: int | None = None,
         after: int = 0,
@@ -163,8 +165,9 @@ def _group_routes(r: APIRouter, c: Coordinator) -> None:
         header X-Lines-Skipped counts the lines after `after` that the limit left out ("N+": at
         least N, the server having let older unread lines go)."""
         lines, skipped = c.logs(name, rank, attempt, after, limit, tail)
-        response.headers[LINES_SKIPPED] = skipped
-        return lines
+        # serialised once, here (as a heartbeat's orders): the page asks for up to 2,000 lines
+        # twice a second under a flood, and a returned list would be validated and dumped again
+        return Response(LOG_LINES.dump_json(lines), media_type="application/json", headers={LINES_SKIPPED: skipped})
 
 
 def _agent_routes(r: APIRouter, c: Coordinator) -> None:
@@ -177,6 +180,12 @@ def _agent_routes(r: APIRouter, c: Coordinator) -> None:
     @r.post("/agents/heartbeat", response_model=AgentOrders)
     async def heartbeat(body: AgentReport) -> Response:
         return Response(c.heartbeat(body).model_dump_json(), media_type="application/json")
+
+    @r.post("/agents/lines", status_code=204)
+    async def lines(body: AgentLines) -> Response:
+        """Output lines sent between heartbeats, as soon as they wait (node_agent.ship_lines)."""
+        c.lines(body)
+        return Response(status_code=204)
 
     @r.get("/agents/changes", response_model=Changed)
     async def changes(since: int = -1, timeout: float = Query(25.0, ge=0, le=60)):
@@ -268,7 +277,7 @@ async def _invalid(request: Request, exc: Exception) -> JSONResponse:
 
 
 def body_limit(path: str) -> int:
-    if path == "/api/agents/heartbeat":
+    if path in (HeartbeatShortcut.PATH, HeartbeatShortcut.LINES_PATH):
         return AGENT_BODY_LIMIT
     return API_BODY_LIMIT if path.startswith("/api/") else PAGE_BODY_LIMIT
 
@@ -370,41 +379,55 @@ async def _refuse(send, status: int, detail: str, extra: dict[str, str]) -> None
 
 
 class HeartbeatShortcut:
-    """Pure ASGI middleware, the innermost: a well-formed heartbeat goes straight to
-    `Coordinator.heartbeat`, past the router. FastAPI's routing, dependency solving and
+    """Pure ASGI middleware, the innermost: a well-formed heartbeat (or lines an agent sends
+    between its beats) goes straight to `Coordinator.heartbeat` (`Coordinator.lines`), past the
+    router. FastAPI's routing, dependency solving and
     response machinery cost a heartbeat more CPU than the coordinator's own work (the profile
     in docs/measurements.md), and 1,000 agents send 1,000 a second. What the shortcut does not
     take (a body the model refuses or not sent as JSON, a token only in a cookie) goes on to the route, which
     answers it as it answers every request; the middlewares outside add the same headers."""
 
     PATH = "/api/agents/heartbeat"
+    LINES_PATH = "/api/agents/lines"
 
     def __init__(self, app: Any, coordinator: Coordinator, token: str):
         self.app, self.coordinator, self.token = app, coordinator, token
+        # path -> (its body's model, what answers it: status and body)
+        self.paths: dict[str, tuple[Any, Callable[[Any], tuple[int, bytes]]]] = {
+            self.PATH: (AgentReport, self._beat),
+            self.LINES_PATH: (AgentLines, self._lines),
+        }
+
+    def _beat(self, report: AgentReport) -> tuple[int, bytes]:
+        return 200, self.coordinator.heartbeat(report).model_dump_json().encode()
+
+    def _lines(self, report: AgentLines) -> tuple[int, bytes]:
+        self.coordinator.lines(report)
+        return 204, b""
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] != self.PATH or scope["method"] != "POST":
+        taken = self.paths.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if taken is None:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         body = await _read_body(receive, AGENT_BODY_LIMIT)  # the Gate has read and limited it already
         plain = headers.get("content-type", "").startswith("application/json")
         if body is None or not plain or not token_matches(presented_token(headers, {}), self.token):
             return await self.app(scope, _replay(body or b"", receive), send)
+        model, answer_to = taken
         try:
-            report = AgentReport.model_validate_json(body)
+            report = model.model_validate_json(body)
         except ValidationError:
             return await self.app(scope, _replay(body, receive), send)
         try:
-            status, answer = 200, self.coordinator.heartbeat(report).model_dump_json().encode()
+            status, answer = answer_to(report)
         except Conflict as e:
             status, answer = 409, json.dumps({"detail": str(e)}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-length", str(len(answer)).encode()), (b"content-type", b"application/json")],
-            }
+        # a 204 has no body and, as the route's, no length
+        head = (
+            [(b"content-length", str(len(answer)).encode()), (b"content-type", b"application/json")] if answer else []
         )
+        await send({"type": "http.response.start", "status": status, "headers": head})
         await send({"type": "http.response.body", "body": answer})
 
 

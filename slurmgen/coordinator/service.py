@@ -15,13 +15,14 @@ from typing import Any
 
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
-from slurmgen.contract.states import STOPPED_BY_USER, State, stopped_after
+from slurmgen.contract.states import STOPPED_BY_YOU, State, stopped_after
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
 from slurmgen.coordinator.changes import Changes
 from slurmgen.coordinator.group_runs import GroupRuns, run_attempt, timeline_env
 from slurmgen.coordinator.models import (
+    AgentLines,
     AgentOrders,
     AgentReport,
     AttemptOut,
@@ -357,7 +358,7 @@ class Coordinator:
             if not st.can_start(g["state"]):
                 a = self.store.attempt(name, g["attempt"]) if g["attempt"] is not None else None
                 assert a is not None  # for type checkers: an active group has its attempt
-                self._end(a, st.Outcome(State.STOPPED.value, STOPPED_BY_USER), now)
+                self._end(a, st.Outcome(State.STOPPED.value, STOPPED_BY_YOU), now)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
     # --- judging attempts ---------------------------------------------------------------------
@@ -473,6 +474,17 @@ class Coordinator:
             decisions = hb.apply_report(report, known)
             self._carry_out(decisions.actions, now)
             return decisions.orders.model_copy(update={"agent_timeout": self.agent_timeout})
+
+    def lines(self, report: AgentLines) -> None:
+        """Keep the lines an agent sent between its beats: from the host's live agent only, as a
+        heartbeat is (a second agent's are refused while the first one beats); it does not
+        count as the agent being heard, which only its heartbeat says."""
+        with self._atomic() as now:
+            last, instance = self.seen.get(report.host, (0.0, report.instance))
+            if instance != report.instance and now - last <= self.agent_timeout:
+                raise Conflict(f"host {report.host!r} has another live agent (heard {now - last:.1f} s ago)")
+            if report.lines:
+                self.store.add_lines(hb.line_rows(report.host, report.lines))
 
     def _note_quiet(self, report: AgentReport, known: hb.Known, now: float) -> None:
         """Keep each reported slot's quiet beat (or forget it: its rank beats again)."""

@@ -343,10 +343,14 @@ def run_status(reg: Registry, row: RunRow, with_timeline: bool) -> dict[str, Any
     """`slurmgen status` of a launch or group run: its row, and where its time went from the
     timeline file its row names (read on this machine; else what the launcher kept at its end)."""
     from slurmgen.runs.model import attempts_of, recoveries_of, time_report
+    from slurmgen.runs.outcome import failure_of, stop_of
 
     view = {
         "job": row["job_id"],
-        **{k: row[k] for k in ("kind", "name", "state", "run_id", "nodes", "ranks", "started", "ended", "failure")},
+        **{k: row[k] for k in ("kind", "name", "state", "run_id", "nodes", "ranks", "started", "ended")},
+        # a person's stop is no failure: it is said as such, with its raw code (runs/outcome.py)
+        "failure": failure_of(row["state"], row["failure"]),
+        "stopped": stop_of(row["state"], row["last_exit"], row["failure"]),
         "exit_code": row["last_exit"],
         "attempts": attempts_of(reg, row["seq"]),
         # a launch's warm restarts and nodes moved to spare hosts, by attempt
@@ -374,6 +378,8 @@ def run_lines(view: dict[str, Any]) -> list[str]:
     ]
     if view.get("failure"):
         out.append(f"  first failure: {view['failure'].get('cause')}")
+    elif view.get("stopped"):
+        out.append(f"  {State.STOPPED}: {view['stopped']['what']}")
     out += [f"  attempt {n}: {what}" for n, whats in (view.get("recoveries") or {}).items() for what in whats]
     return out + lines(view)
 

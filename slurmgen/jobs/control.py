@@ -209,7 +209,7 @@ def perform(
     signal: str | None = None,
 ) -> Outcome:
     """Do `control` to `run`, or say why not. `by` ends the cause a stopped launch records
-    ("stopped by user from the page"); `task` (an array task) and `signal` (sent instead of
+    ("stopped by you from the page"); `task` (an array task) and `signal` (sent instead of
     ending the job) are a cancel's, as `slurmgen cancel` takes them; a checkpoint sends the
     job's preempt_signal. Slurm's silence (or the login node's) is an UNANSWERED outcome, never
     an exception; its error is kept for the CLI to raise as it is."""

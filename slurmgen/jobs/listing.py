@@ -18,6 +18,7 @@ from slurmgen.jobs.slurm import SlurmJob
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, exit_code, overall
 from slurmgen.runs.model import RunRow, chain_label, job_record, list_rows
+from slurmgen.runs.outcome import failure_of, stop_of
 from slurmgen.runs.registry import JobRecord, Registry
 
 ACTIVE_WORDS = frozenset({State.PENDING.value, *(s.value for s in ACTIVE)})
@@ -60,7 +61,9 @@ def _common(r: RunRow) -> dict[str, Any]:
         "started": r["started"],
         "ended": r["ended"],
         "attempts": r["attempts"],
-        "first_failure": r["failure"],
+        # a person's stop is no failure: said as such, with its raw code (runs/outcome.py)
+        "first_failure": failure_of(r["state"], r["failure"]),
+        "stopped": stop_of(r["state"], r["last_exit"], r["failure"]),
         "run_id": r["run_id"],
         "record_dir": r["record_dir"],
         "logs": r["logs"],

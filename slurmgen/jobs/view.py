@@ -14,7 +14,7 @@ from typing import Any
 from slurmgen.contract import verdict
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.exitcodes import HUNG, NOT_FOUND
-from slurmgen.contract.states import SLURM_LIVE, STOPPED_BY_USER, State, from_slurm
+from slurmgen.contract.states import SLURM_LIVE, STOP_ASKED, STOPPED_BY_YOU, State, from_slurm
 from slurmgen.generate.slurm_values import time_limit_seconds
 from slurmgen.heal.attempts import FINISHED_ACTION, cause, stuck, where_next
 from slurmgen.jobs import signals
@@ -134,10 +134,13 @@ def job_view(
         state, code = overall(fake)
         top = {"job": record.job_id, "state": state, "exit_code": code, "tasks": rows}
     ended = [r for r in rows if r["state"] not in SLURM_LIVE and r["state"] != "COMPLETED" and r["state"] != "UNKNOWN"]
-    # A cancelled job (scancel: `slurmgen cancel`, the page's Cancel) was stopped on request: its
-    # ranks' ends are the stop's doing, not a failure to name.
-    failed = [r for r in ended if from_slurm(r["state"]) is not State.STOPPED]
-    stopped = [r for r in ended if from_slurm(r["state"]) is State.STOPPED]
+    # A cancelled job (scancel: `slurmgen cancel`, the page's Cancel) or one a person's "checkpoint
+    # and stop" ended (its 75) was stopped on request: its ranks' ends are the stop's doing, not a
+    # failure to name.
+    asked = STOP_ASKED in info
+    on_request = [from_slurm(r["state"], r["exit_code"], asked) is State.STOPPED for r in ended]
+    stopped = [r for r, stop in zip(ended, on_request, strict=True) if stop]
+    failed = [r for r, stop in zip(ended, on_request, strict=True) if not stop]
     view = {
         **top,
         "name": record.name,
@@ -147,7 +150,12 @@ def job_view(
         "command": info.get("command"),
         "notes": list(snap.notes),
         "first_failure": _hang_told(_first_failure(failed), attempts),
-        "stopped": {"job": stopped[0]["job"], "state": stopped[0]["state"], "what": STOPPED_BY_USER}
+        "stopped": {
+            "job": stopped[0]["job"],
+            "state": stopped[0]["state"],
+            "exit_code": stopped[0]["exit_code"],  # the stop's, raw: no failure's
+            "what": STOPPED_BY_YOU + (", checkpointed first" if asked else ""),
+        }
         if stopped and not failed
         else None,
     }

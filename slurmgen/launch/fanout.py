@@ -14,7 +14,7 @@ Ctrl-C/SIGTERM). A hang the launcher judged first asks the rank's node for its P
 most node_events.STACK_ASK_WAIT seconds) and then stops every node. With --max-restarts the
 whole group starts again after a failure. A stop request from the page or `slurmgen cancel` (a
 file the loop looks for on every pass: runs/stop_request.py) stops every node as SIGTERM does,
-with its own words ("stopped by user"): exit code 143, state stopped.
+with its own words ("stopped by you"): exit code 143, state stopped.
 """
 
 from __future__ import annotations

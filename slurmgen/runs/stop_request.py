@@ -35,7 +35,7 @@ from typing import Any
 
 from slurmgen import atomic
 from slurmgen.contract.files import CONTROL_DIR, GROUP_STOP_NAME, LAUNCH_STOP_NAME
-from slurmgen.contract.states import ENDED_WORDS, STOPPED_BY_USER
+from slurmgen.contract.states import ENDED_WORDS, STOPPED_BY_YOU
 
 ACK_WAIT = 3.0  # seconds a stopper waits for the launcher to take the request (it looks every 0.1 s)
 POLL = 0.05
@@ -105,7 +105,7 @@ def why_not(row: dict[str, Any]) -> str | None:
 def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool, str]:
     """Ask the run's launcher (or the coordinator running the group) to stop every rank; (taken,
     what happened), after up to `wait` seconds for it to take the request. `by` ends the cause
-    the run records ("stopped by user from the page")."""
+    the run records ("stopped by you from the page")."""
     reason = why_not(row)
     run = f"{TAKERS.get(row.get('kind') or '', ('run',))[0]} {row.get('job_id')}"
     if reason is not None:
@@ -113,7 +113,7 @@ def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool,
     _, taker = TAKERS[row["kind"]]
     path = Path(row["info"]["stop_file"])
     try:  # whole or not at all: a taker that saw the file before its text would not say who asked
-        atomic.write_text(path, f"{STOPPED_BY_USER} {by}\n", fsync=False, mode=0o600)
+        atomic.write_text(path, f"{STOPPED_BY_YOU} {by}\n", fsync=False, mode=0o600)
     except OSError as exc:
         return False, f"{run} was not stopped: cannot write {str(path)!r}: {exc.strerror}"
     deadline = time.monotonic() + wait
@@ -125,4 +125,4 @@ def request(row: dict[str, Any], by: str, wait: float = ACK_WAIT) -> tuple[bool,
                 f"stop request within {wait:g} s; it stays asked in {str(path)!r}"
             )
         time.sleep(POLL)
-    return True, f"{run}: the {taker} is stopping every rank on every node ({STOPPED_BY_USER})"
+    return True, f"{run}: the {taker} is stopping every rank on every node ({STOPPED_BY_YOU})"

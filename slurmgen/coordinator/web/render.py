@@ -10,6 +10,8 @@ import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from slurmgen.contract.states import shown
+
 from . import security
 from .views import state_class
 
@@ -24,6 +26,7 @@ environment = jinja2.Environment(
     lstrip_blocks=True,
 )
 environment.filters["state_class"] = state_class
+environment.filters["shown"] = shown  # a state word as people read it: a stop on request is "stopped by you"
 
 
 def session_of(request: Request) -> security.Session | None:

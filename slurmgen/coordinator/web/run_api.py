@@ -26,7 +26,7 @@ from .controls import act
 from .runs_page import registry_path
 
 router = APIRouter()
-BY_API = "through the API"  # the end of a stopped launch's cause: "stopped by user through the API"
+BY_API = "through the API"  # the end of a stopped launch's cause: "stopped by you through the API"
 
 
 class RunAction(BaseModel):

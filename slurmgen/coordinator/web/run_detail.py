@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.attempts import attempt_number
-from slurmgen.contract.states import ENDED, STOP_ASKED, STOPPED_BY_USER, State, from_exit_code, from_slurm
+from slurmgen.contract.states import ENDED, STOP_ASKED, STOPPED_BY_YOU, State, from_exit_code, from_slurm
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs import chain, control
 from slurmgen.jobs.control import SLURM_STOPS, RunControl
@@ -63,7 +63,7 @@ def slurm_attempts(
 
     Each row's state is a word of the run's vocabulary, as a launch's or group's attempts are: the
     last attempt of a job that has ended (`job`) takes the job's state (a cancel is `stopped`,
-    though the script's end line saw only the 143 of its TERM, and its cause STOPPED_BY_USER:
+    though the script's end line saw only the 143 of its TERM, and its cause STOPPED_BY_YOU:
     not the 'preempted' of a "checkpoint and stop"'s 75); another attempt's comes from its end
     line's exit code (`preempted` for one a requeue ended, whose end is derived: see
     heal/attempts.py), or is `lost` when none was written (its node failed under it); the
@@ -104,7 +104,7 @@ def slurm_attempts(
     if rows and job in ENDED:
         rows[-1]["state"] = job.value
         if job is State.STOPPED:  # its end line saw the stop's 75 or 143, which a person's stop caused
-            rows[-1]["cause"] = STOPPED_BY_USER
+            rows[-1]["cause"] = STOPPED_BY_YOU
         rows[-1]["ended"] = rows[-1]["ended"] or clock(end)
     elif rows and rows[-1]["ended"] is None and rows[-1]["state"] != "skipped":
         rows[-1]["state"] = State.RUNNING.value

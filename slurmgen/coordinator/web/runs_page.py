@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from slurmgen.contract.states import ENDED_WORDS, RUN_STATES, State, shown
 from slurmgen.errors import SlurmgenError
 from slurmgen.jobs.refresh import Refresher, stale_for
+from slurmgen.runs import outcome as run_outcome
 from slurmgen.runs.model import KINDS, RunRow, chain_label, check_kinds, check_states, count_rows, list_rows, size
 from slurmgen.runs.registry import Registry
 
@@ -93,23 +94,9 @@ def run_elapsed(r: RunRow, now: float, unknown_end: bool) -> str:
 
 
 def outcome(r: RunRow) -> str:
-    """Exit code and first failure in one cell: "1 — rank 3 on node2 exited 1 (cause)"."""
-    f = r.get("failure")
-    code = "" if r.get("last_exit") is None else str(r["last_exit"])
-    if not f:
-        return code or "—"
-    where = " ".join(
-        p
-        for p in (
-            f"rank {f['rank']}" if f.get("rank") is not None else "",
-            f"on {f['node']}" if f.get("node") else "",
-            f"code {f['code']}" if f.get("code") is not None else "",
-        )
-        if p
-    )
-    cause = f.get("cause") or ""
-    text = f"{where} ({cause})" if where and cause else where or cause
-    return f"{code} — {text}" if code else text
+    """The row's "Exit / first failure" cell, by the one rule (runs/outcome.py): a person's stop
+    reads "stopped by you", its code beside it, not as a failure."""
+    return run_outcome.outcome(r.get("state") or r.get("last_state"), r.get("last_exit"), r.get("failure"))
 
 
 # A run's row that will not change: one that ended, or a launch whose launcher is gone (lost: jobs/listing.py).

@@ -5,6 +5,7 @@ the server takes the stop request on its tick and its agents end the ranks."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -58,6 +59,26 @@ def test_a_group_runs_stop_button_stops_its_ranks_through_the_runs_controls(page
     )
     assert len(workers) == 2 and all(w["stopped"] for w in workers), workers
     group = coordinator.api("GET", "/api/groups/stopme")[1]["group"]
-    assert (group["state"], group["reason"]) == ("stopped", "stopped by user from the page")
+    assert (group["state"], group["reason"]) == ("stopped", "stopped by you from the page")
     p.page.reload()
     p.shot("group-run-stopped")
+    said = _stop_reads_as_yours(p.page, seq)
+    p.page.goto(f"{coordinator.url}/ui/runs")  # the list's cell is the run page's, by one rule
+    row = p.page.locator(f"tr[data-run='{seq}']")
+    expect(row.locator(".state")).to_have_text("stopped by you")
+    expect(row.locator(".run-outcome")).to_have_text(said)
+    p.shot("group-run-stopped-in-list")
+
+
+def _stop_reads_as_yours(page, seq: int) -> str:
+    """Issue 33: "Exit / first failure" read "143" (and a red badge) for the person's own stop. It
+    reads "stopped by you", the code beside it, and nothing on the page is coloured as a failure."""
+    cell = page.locator("dl.facts dt:text-is('Exit / first failure') + dd")
+    expect(cell).to_have_text(re.compile(r"^stopped by you( from the page)?( \(exit code \d+\))?$"))
+    expect(page.locator(".facts .state")).to_have_text("stopped by you")
+    expect(page.locator("section[aria-labelledby='attempts-title'] tbody td:nth-child(2)")).to_have_text(
+        ["stopped by you"]
+    )
+    expect(page.locator(".state-failed, .state-exited")).to_have_count(0)
+    assert "143 —" not in page.locator("main").inner_text()
+    return cell.inner_text()

@@ -1,6 +1,6 @@
 """The page's controls of issue 22 part 3, in Chromium against the test cluster: a real `slurmgen
 launch` over the nodes' sshd stopped with its run page's "Stop launch" button (no process left
-on any node, exit 143, state stopped, "stopped by user"); a failed Slurm job requeued with
+on any node, exit 143, state stopped, "stopped by you"); a failed Slurm job requeued with
 "Requeue" (pending or running again in squeue); a group's limits set in the settings form, its
 command and env on its page, and its deletion; an array job's task grid and each task's log."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import Run, base_args
 
-from slurmgen.contract.states import STOPPED_BY_USER
+from slurmgen.contract.states import STOPPED_BY_YOU
 from slurmgen.runs.model import list_rows
 from slurmgen.runs.registry import Registry
 
@@ -92,12 +92,12 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
         left = _left(cluster) + _marked(cluster, marker)
         assert not left, [(x.node, x.cmdline) for x in left]
         assert code == 143, run.text()
-        assert f"stopping all nodes: {STOPPED_BY_USER} from the page" in run.err, run.text()
+        assert f"stopping all nodes: {STOPPED_BY_YOU} from the page" in run.err, run.text()
         p.page.reload()
         expect(p.page.locator(".state").first).to_have_text("stopped by you")  # a user's stop, not a failure
         expect(p.page.get_by_role("button", name="Stop launch")).to_be_disabled()
         expect(p.page.locator("#why-stop")).to_have_text("Stop launch: the launch has ended (stopped)")
-        expect(p.page.locator("dl.facts")).to_contain_text(f"143 — {STOPPED_BY_USER} from the page")
+        expect(p.page.locator("dl.facts")).to_contain_text(f"{STOPPED_BY_YOU} from the page (exit code 143)")
         p.shot("run-page-launch-stopped")
     finally:
         if run.proc.poll() is None:

@@ -5,6 +5,7 @@ with "Checkpoint and stop" leaves a checkpoint and exits 75 (the preemption cont
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -91,7 +92,14 @@ def test_cancel_a_slurm_job_from_its_page(page, cluster_coordinator, cluster, tm
         )
         # Stopped on request, in the run's words: not a "First failure", its attempt not "start".
         expect(p.page.locator("#failure-title")).to_have_text("Stopped")
-        expect(p.page.locator("section[aria-labelledby=attempts-title] tbody tr td").nth(1)).to_have_text("stopped")
+        expect(p.page.locator("section[aria-labelledby=attempts-title] tbody tr td").nth(1)).to_have_text(
+            "stopped by you"
+        )
+        # one wording in every view, the stop's raw code beside it, never as a failure (issue 33)
+        expect(p.page.locator("#failure-title + p")).to_have_text(re.compile(r"^stopped by you \(Slurm: CANCELLED"))
+        expect(p.page.locator("dl.facts dt:text-is('Exit / first failure') + dd")).to_have_text(
+            re.compile(r"^stopped by you( \(exit code \d+\))?$")
+        )
         p.shot("run-page-cancelled")
     finally:
         cluster.cancel(job)
@@ -150,8 +158,15 @@ def test_checkpoint_and_stop_really_stops_a_requeueable_job(page, cluster_coordi
         expect(p.page.locator(".facts .state")).to_have_text("stopped by you")
         expect(p.page.locator("#failure-title")).to_have_text("Stopped")
         cells = p.page.locator("section[aria-labelledby=attempts-title] tbody tr").first.locator("td")
-        expect(cells.nth(1)).to_have_text("stopped")
+        expect(cells.nth(1)).to_have_text("stopped by you")
         assert cells.nth(3).inner_text() != "—"  # attempt 1 ended
+        # the trainer's 75 is the stop's: said beside the words, not as a failure (issue 33)
+        expect(p.page.locator("#failure-title + p")).to_have_text(
+            "stopped by you, checkpointed first (Slurm: FAILED, exit code 75)"
+        )
+        expect(p.page.locator("dl.facts dt:text-is('Exit / first failure') + dd")).to_have_text(
+            "stopped by you (exit code 75)"
+        )
         expect(p.page.get_by_role("button", name="Checkpoint and stop")).to_be_disabled()
         # Slurm refuses to requeue it now ("presently disabled"): the page says so rather than offer it.
         requeue = p.page.get_by_role("button", name="Requeue")

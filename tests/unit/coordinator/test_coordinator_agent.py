@@ -316,22 +316,35 @@ def test_the_stack_of_a_stopped_rank_is_taken_with_the_watchers_bash(tmp_path):
         proc.wait()
 
 
-def test_lines_waiting_bring_the_next_heartbeat_forward(tmp_path):
-    """Issue 33 item 8: a group's newest line reached the page up to a whole beat (1 s) plus a
-    poll late. With SOON_LINES lines waiting the agent beats within FLOOD_BEAT; a quiet rank's
-    agent still beats once an interval."""
+def test_lines_do_not_bring_heartbeats_forward_they_go_on_their_own(tmp_path):
+    """Issue 33: a group's newest line reached the page up to a beat (0.25 s under a flood, 1 s
+    otherwise) plus a poll late, and a flood made the agent beat four times a second. Lines now
+    wake their own sender (`ship_lines`) at once, and the heartbeat keeps its interval whatever
+    waits."""
     from slurmgen.coordinator.models import ReportedLine
-    from slurmgen.coordinator.node_agent import FLOOD_BEAT, SOON_LINES
 
     agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path, interval=1.0)
     line = ReportedLine(worker=0, group="g", attempt=1, rank=0, time=0.0, line="x")
-    for _ in range(10):
+    assert not agent.procs.output.waiting.is_set()
+    for _ in range(2000):
         agent.procs.output.put(line)
+    assert agent.procs.output.waiting.is_set()  # the sender wakes at once
     started = time.monotonic()
     agent.pause(started)
-    assert time.monotonic() - started >= 0.99  # a few lines wait for the beat
-    for _ in range(SOON_LINES):
-        agent.procs.output.put(line)
-    started = time.monotonic()
-    agent.pause(started)
-    assert time.monotonic() - started < FLOOD_BEAT + 0.2
+    assert time.monotonic() - started >= 0.99  # the heartbeat does not come sooner
+
+
+def test_what_one_message_carries_is_bounded_in_lines_and_characters_newest_kept():
+    from slurmgen.coordinator.models import ReportedLine
+    from slurmgen.coordinator.procs import LineBuffer
+
+    buffer = LineBuffer(limit=100)
+    for i in range(50):
+        buffer.put(ReportedLine(worker=0, group="g", attempt=1, rank=0, time=float(i), line=f"{i:03d}" + "x" * 97))
+    assert buffer.size == 5000
+    lines, dropped = buffer.take(40, 1000)  # 10 lines of 100 characters fit, the newest
+    assert dropped == 40 and lines[0].line.startswith("… 40 lines skipped here")
+    assert [ln.line[:3] for ln in lines[1:]] == [f"{i:03d}" for i in range(40, 50)]
+    assert (buffer.size, buffer.waiting.is_set()) == (0, False)
+    buffer.give_back(lines, dropped)  # a send that failed: back, counted again, waiting again
+    assert (len(buffer), buffer.size, buffer.waiting.is_set()) == (10, 1000, True)

@@ -488,7 +488,7 @@ def test_cli_group_wait_exits_with_the_groups_code(api, monkeypatch, capsys):
     assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
     assert wait() == (exitcodes.HUNG, "", "slurmgen: error: group exp1: still starting after 0.2 s\n")
     assert api.post("/api/groups/exp1/stop", headers=AUTH).status_code == 200
-    assert wait()[:2] == (exitcodes.TERMINATED, "group exp1: stopped - stopped by user\n")
+    assert wait()[:2] == (exitcodes.TERMINATED, "group exp1: stopped - stopped by you\n")
 
 
 def test_each_start_of_a_group_is_a_run_whose_attempts_count_from_1(tmp_path):
@@ -550,7 +550,7 @@ def test_a_stop_reads_stopping_until_the_ranks_are_gone_then_stopped_by_you(api)
     assert group_state(api)["state"] == "stopping"  # gn6's ranks still run
     beat(api, "gn6", *[{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)])
     detail = api.get("/api/groups/exp1", headers=AUTH).json()
-    assert (detail["group"]["state"], detail["group"]["reason"]) == ("stopped", "stopped by user")
+    assert (detail["group"]["state"], detail["group"]["reason"]) == ("stopped", "stopped by you")
     assert {views.worker_state(w) for w in detail["workers"]} == {"stopped by you"}
     assert views.group_view(detail["group"], [])["state"] == "stopped by you"
     assert [a["state"] for a in views.attempts_view(detail["attempts"])] == ["stopped by you"]
@@ -596,7 +596,7 @@ def test_a_runs_stop_request_reaches_the_attempt_it_is_on_after_a_restart(tmp_pa
         time.sleep(0.02)
     assert done[0].done, done
     g = group_state(api)
-    assert (g["state"], g["reason"], g["attempt"]) == ("stopped", "stopped by user from a test", 2)
+    assert (g["state"], g["reason"], g["attempt"]) == ("stopped", "stopped by you from a test", 2)
     with Registry.open(registry) as reg:
         seq = find_run(reg, "group", "exp1.1")
         assert get_row(reg, seq)["state"] == "stopped"

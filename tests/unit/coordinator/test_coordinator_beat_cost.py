@@ -136,3 +136,32 @@ def test_the_heartbeat_shortcut_answers_as_the_route_does(served):
     other = api.post("/api/agents/heartbeat", headers=AUTH, json={**body, "instance": "other"})
     assert other.status_code == 409 and "one agent per node" in other.json()["detail"]
     assert dict(other.headers).keys() == dict(fast.headers).keys()
+
+
+def test_lines_sent_between_beats_are_kept_and_answered_as_the_route_does(served):
+    """Issue 33: an agent sends its output lines as soon as they wait (POST /api/agents/lines),
+    not with its next heartbeat. The shortcut and the route keep them the same way and answer
+    alike; a second live agent for the host is refused, as its heartbeat is; a refused body is
+    the route's 422."""
+    api, _ = served
+    setup_group(api)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+
+    def sent(i: int) -> dict:
+        line = {"worker": 0, "group": "exp1", "attempt": 1, "rank": 0, "time": float(i), "line": f"line {i}"}
+        return {"host": "gn6", "instance": "gn6", "lines": [line]}
+
+    fast = api.post("/api/agents/lines", headers=AUTH, json=sent(1))
+    api.cookies.set(TOKEN_COOKIE, TOKEN)
+    routed = api.post("/api/agents/lines", json=sent(2))
+    api.cookies.clear()
+    assert fast.status_code == routed.status_code == 204 and fast.content == routed.content == b""
+    assert dict(fast.headers).keys() == dict(routed.headers).keys()
+    logs = api.get("/api/groups/exp1/logs", headers=AUTH).json()
+    assert [(ln["worker"], ln["line"]) for ln in logs] == [("gn6-0", "line 1"), ("gn6-0", "line 2")]
+    other = api.post("/api/agents/lines", headers=AUTH, json={**sent(3), "instance": "other"})
+    assert other.status_code == 409 and "another live agent" in other.json()["detail"]
+    bad = api.post("/api/agents/lines", headers=AUTH, json={"host": "gn6", "instance": "gn6", "lines": "x"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "lines"]
+    assert len(api.get("/api/groups/exp1/logs", headers=AUTH).json()) == 2

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from slurmgen.contract.states import STOPPED_BY_USER, State  # noqa: E402
+from slurmgen.contract.states import STOPPED_BY_YOU, State  # noqa: E402
 from slurmgen.coordinator.group_runs import GroupRuns  # noqa: E402
 from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
@@ -163,7 +163,7 @@ def test_stop_a_running_launch_through_its_channel_and_not_an_ended_one(app):
     thread, taken = launcher_taking_stops(app, "L1")
     assert post(app, f"/ui/runs/{live}/stop", page=f"/ui/runs/{live}") == f"/ui/runs/{live}"
     thread.join()
-    assert taken == [f"{STOPPED_BY_USER} from the page"]
+    assert taken == [f"{STOPPED_BY_YOU} from the page"]
     assert "launch L1: the launcher is stopping every rank on every node" in app.get(f"/ui/runs/{live}").text
     assert post(app, f"/ui/runs/{old}/stop", page=f"/ui/runs/{old}") == f"/ui/runs/{old}"
     assert "launch L0 was not stopped: the launch has ended (failed)" in app.get(f"/ui/runs/{old}").text
@@ -197,7 +197,7 @@ def test_a_group_run_is_stopped_from_its_run_page_through_the_runs_controls(app)
     html = app.get(f"/ui/runs/{seq}").text
     assert "group run exp4.1: the coordinator (slurmgen serve) is stopping every rank on every node" in html
     group = api(app, "GET", "/api/groups/exp4").json()["group"]
-    assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_USER} from the page")
+    assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_YOU} from the page")
     assert group_run_row(app, seq)["state"] == State.STOPPED.value
     assert not stop_file.exists()
     assert 'disabled title="the group run has ended (stopped)"' in button(html, "Stop")
@@ -209,7 +209,7 @@ def test_the_json_api_stops_a_group_run_and_a_restarted_group_keeps_its_runs_cha
     seq = started_group(app, "exp5")
     reply = api(app, "POST", f"/api/runs/{seq}/actions", {"action": "stop"})
     assert reply.status_code == 200 and reply.json()["said"].startswith("group run exp5.1: the coordinator")
-    assert api(app, "GET", "/api/groups/exp5").json()["group"]["reason"] == f"{STOPPED_BY_USER} through the API"
+    assert api(app, "GET", "/api/groups/exp5").json()["group"]["reason"] == f"{STOPPED_BY_YOU} through the API"
     reply = api(app, "POST", f"/api/runs/{seq}/actions", {"action": "cancel"})
     assert (reply.status_code, reply.json()["detail"]) == (
         409,
@@ -237,10 +237,10 @@ def test_slurmgen_cancel_of_a_group_runs_key_stops_the_group_through_the_same_en
         "kind": "group",
         "stopping": True,
         "said": f"group run exp6.1: the coordinator (slurmgen serve) is stopping every rank on every node "
-        f"({STOPPED_BY_USER})",
+        f"({STOPPED_BY_YOU})",
     }
     group = api(app, "GET", "/api/groups/exp6").json()["group"]
-    assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_USER} with slurmgen cancel")
+    assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_YOU} with slurmgen cancel")
     assert group_run_row(app, seq)["state"] == State.STOPPED.value
     code, out, _ = run_cli(capsys, "cancel", "exp6.1", "--registry", registry)
     assert (code, out) == (1, "group run exp6.1 was not stopped: the group run has ended (stopped)\n")
@@ -287,7 +287,7 @@ def test_the_json_api_requeues_and_stops_by_the_pages_rules_with_clear_refusals(
     assert reply.status_code == 200 and reply.json()["said"].startswith(
         "launch L1: the launcher is stopping every rank"
     )
-    assert taken == [f"{STOPPED_BY_USER} through the API"]
+    assert taken == [f"{STOPPED_BY_YOU} through the API"]
 
 
 def test_the_json_api_cancels_and_checkpoints_a_slurm_job_only_while_it_runs(app, monkeypatch):

@@ -487,7 +487,9 @@ def test_a_cancelled_jobs_page_says_it_was_stopped_not_a_failure(served, tmp_pat
     seq = add_job(registry, tmp_path, "78")
     html = client.get(f"/ui/runs/{seq}").text
     assert '<h2 id="failure-title">Stopped</h2>' in html and "First failure" not in html, html
-    assert "<p>CANCELLED: stopped by user" in html, html
+    # one wording, as every view says it; the raw code beside it, never as a failure
+    assert "<p>stopped by you (Slurm: CANCELLED, exit code 143)</p>" in html, html
+    assert "<dt>Exit / first failure</dt><dd>stopped by you (exit code 143)</dd>" in html, html
 
 
 def test_a_sweep_without_out_dir_draws_each_tasks_curve_from_its_own_directory(served, tmp_path, monkeypatch):

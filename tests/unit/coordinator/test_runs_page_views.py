@@ -264,7 +264,7 @@ def test_a_slurm_jobs_attempts_speak_the_runs_states_not_the_files_event_words()
     # ...and its cause: a person's "checkpoint and stop" read "preempted (rank 0 on node1)".
     stopped = {**end(1, 75), "rank": 0, "node": "node1"}
     assert [(r["cause"], r["rank"]) for r in slurm_attempts([start(1), stopped], State.STOPPED)] == [
-        ("stopped by user", 0)
+        ("stopped by you", 0)
     ]
     assert [r["state"] for r in slurm_attempts([start(1), end(1, 0), {**start(2), "event": "skipped"}], None)] == [
         "succeeded",

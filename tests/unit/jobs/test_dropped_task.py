@@ -62,7 +62,7 @@ def test_a_dropped_pending_task_reads_as_cancelled_before_it_started(tmp_path):
     assert (one["state"], one["exit_code"]) == ("CANCELLED", None)
     assert one["source"] == "slurm: no longer listed and no log: cancelled before it started, it never ran"
     text = format_view(one)
-    assert text[0] == "job 4_0 (arr): CANCELLED" and "  stopped: 4_0 CANCELLED, stopped by user (scancel)" in text
+    assert text[0] == "job 4_0 (arr): CANCELLED" and "  stopped: 4_0 CANCELLED, stopped by you (scancel)" in text
     assert text[-1] == "  note: 4_0: no longer listed and no log: cancelled before it started, it never ran", text
 
 

@@ -138,11 +138,12 @@ def test_status_of_a_cancelled_job_reads_as_stopped_not_failed(tmp_path, capsys,
     path = registered(tmp_path, CANCELLED_LOG)
     code, out, err = run(capsys, "status", "7", "--registry", str(path))
     assert code == 0, err
-    assert "  stopped: 7 CANCELLED, stopped by user (scancel)\n" in out and "failed" not in out, out
+    assert "  stopped: 7 CANCELLED, stopped by you (scancel)\n" in out and "failed" not in out, out
     code, out, err = run(capsys, "status", "7", "--registry", str(path), "--json")
     view = json.loads(out)
     assert view["first_failure"] is None and view["stopped"] == {
         "job": "7",
         "state": "CANCELLED",
-        "what": "stopped by user",
+        "exit_code": 143,  # the stop's TERM, raw, not a failure's
+        "what": "stopped by you",
     }

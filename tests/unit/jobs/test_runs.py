@@ -451,7 +451,7 @@ def test_a_launch_whose_stop_was_taken_reads_stopping_until_it_ends(tmp_path):
     """Issue 33, item 10: between the launcher taking a person's stop and its ranks being gone, the
     run and its open attempt read `stopping` (a contract state), then `stopped`, which views say
     as "stopped by you"."""
-    from slurmgen.contract.states import ACTIVE_WORDS, STOPPED_BY_USER, shown
+    from slurmgen.contract.states import ACTIVE_WORDS, STOPPED_BY_YOU, shown
 
     recorder = Recorder(tmp_path / "r.sqlite")
     run = recorder.started(NewRun(kind="launch", key="L1", name="n", workdir="/w", nodes=1, ranks=2))
@@ -461,7 +461,7 @@ def test_a_launch_whose_stop_was_taken_reads_stopping_until_it_ends(tmp_path):
         (row,) = list_rows(reg)
         assert row["state"] == "stopping" and row["state"] in ACTIVE_WORDS
         assert [a["state"] for a in attempts_of(reg, run)] == ["stopping"]
-    recorder.attempt_ended(run, 1, State.STOPPED, Failure(cause=STOPPED_BY_USER))
+    recorder.attempt_ended(run, 1, State.STOPPED, Failure(cause=STOPPED_BY_YOU))
     recorder.ended(run, State.STOPPED, 143, None)
     recorder.stopping(run)  # too late: the end stands
     with Registry.open(tmp_path / "r.sqlite") as reg:

@@ -1,6 +1,6 @@
 """A running launch stopped through its stop channel (runs/stop_request.py), as the page's Stop
 button and `slurmgen cancel LAUNCH_ID` do: every rank stops as on SIGTERM, the verdict and the
-registry say "stopped by user", and the channel refuses what it cannot stop, with the reason.
+registry say "stopped by you", and the channel refuses what it cannot stop, with the reason.
 Every 'host' is this machine (the same launch over the test cluster's sshd: tests/integration/web)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from helpers import PY, SLEEPER, alive, kill_local_nodes, local_connector, local_plan, pids
 
 from slurmgen.contract import exitcodes
-from slurmgen.contract.states import STOPPED_BY_USER, State
+from slurmgen.contract.states import STOPPED_BY_YOU, State
 from slurmgen.launch.fanout import Launcher
 from slurmgen.launch.registry_entry import LaunchRecord
 from slurmgen.runs import stop_request
@@ -66,19 +66,19 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
     finally:
         kill_local_nodes(made)
     taken, said = asked["taken"], asked["said"]
-    assert taken and said == f"launch L7: the launcher is stopping every rank on every node ({STOPPED_BY_USER})"
+    assert taken and said == f"launch L7: the launcher is stopping every rank on every node ({STOPPED_BY_YOU})"
     assert code == exitcodes.TERMINATED, err.getvalue()
-    assert f"stopping all nodes: {STOPPED_BY_USER} from a test" in err.getvalue()
-    assert f"{STOPPED_BY_USER} from a test, exit code 143" in err.getvalue()  # the summary's title
+    assert f"stopping all nodes: {STOPPED_BY_YOU} from a test" in err.getvalue()
+    assert f"{STOPPED_BY_YOU} from a test, exit code 143" in err.getvalue()  # the summary's title
     assert not any(alive(p) for p in pids(out.getvalue()))
     assert len(made["h0"].procs) == 1, "a stop is not a failure: no restart"
     row, attempts = _row(path)
     assert (row["state"], row["last_exit"], row["failure"]["cause"]) == (
         "stopped",
         143,
-        f"{STOPPED_BY_USER} from a test",
+        f"{STOPPED_BY_YOU} from a test",
     )
-    assert [(a["state"], a["cause"]) for a in attempts] == [("stopped", f"{STOPPED_BY_USER} from a test")]
+    assert [(a["state"], a["cause"]) for a in attempts] == [("stopped", f"{STOPPED_BY_YOU} from a test")]
     assert not os.path.exists(row["info"]["stop_file"])
     assert stop_request.why_not(row) == "the launch has ended (stopped)"
 
@@ -116,7 +116,7 @@ def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
     assert not taken and said.startswith(
         f"launch L1: its launcher (pid {os.getpid()}) did not take the stop request within 0.2 s"
     )
-    assert stop_request.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_USER} from a test"
+    assert stop_request.take(tmp_path / "control" / "launch-L1.stop") == f"{STOPPED_BY_YOU} from a test"
     assert stop_request.take(tmp_path / "control" / "launch-L1.stop") is None  # taken once
 
 
@@ -145,8 +145,8 @@ def test_slurmgen_cancel_of_a_launch_id_uses_the_channel(tmp_path, capsys):
     thread.start()
     code, out, _ = run_cli(capsys, "cancel", "L9", "--registry", str(path))
     thread.join()
-    assert (code, taken) == (0, [f"{STOPPED_BY_USER} with slurmgen cancel"])
-    assert out == f"launch L9: the launcher is stopping every rank on every node ({STOPPED_BY_USER})\n"
+    assert (code, taken) == (0, [f"{STOPPED_BY_YOU} with slurmgen cancel"])
+    assert out == f"launch L9: the launcher is stopping every rank on every node ({STOPPED_BY_YOU})\n"
     code, out, _ = run_cli(capsys, "cancel", "L8", "--registry", str(path))
     assert (code, out) == (1, "launch L8 was not stopped: the launch has ended (succeeded)\n")
 
@@ -175,5 +175,5 @@ def test_the_launcher_never_takes_a_request_before_its_text(tmp_path):
     finally:
         done.set()
         thread.join()
-    assert set(taken) == {f"{STOPPED_BY_USER} with slurmgen cancel"} and len(taken) == 100
+    assert set(taken) == {f"{STOPPED_BY_YOU} with slurmgen cancel"} and len(taken) == 100
     assert list(stop.parent.iterdir()) == []  # no temporary file left
