@@ -134,7 +134,7 @@ def test_each_rank_says_its_own_end_the_failed_one_its_cause_the_stopped_ones_af
             api, host, *[{"id": i, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 143} for i in (0, 1)]
         )
     workers = api.get("/api/groups/exp1", headers=AUTH).json()["workers"]
-    assert {(w["stopped"], w["stopped_after"], w["cause"]) for w in workers} == {(True, None, "stopped by user")}
+    assert {(w["stopped"], w["stopped_after"], w["cause"]) for w in workers} == {(True, None, "stopped by you")}
 
 
 def test_max_restarts_starts_a_fresh_attempt_after_the_old_ranks_are_gone(api):
