@@ -68,7 +68,7 @@ def create(
         None,
         "--bind",
         help="none | auto | cores | numa: each rank on cores of its own (srun --cpu-bind; "
-        "launch_multi_node.sh from the node's topology) [default: none].",
+        "launch_multi_node.sh from the node's topology); each local rank's CPUs are printed [default: none].",
     ),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: list[str] = typer.Option(
