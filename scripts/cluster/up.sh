@@ -200,10 +200,18 @@ SlurmctldLogFile=$d/log/slurmctld.log
 SlurmdLogFile=$d/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# No cgroups in the namespaces: track tasks by process tree, bind nothing, gather no usage
-# (jobs, steps and their exit codes reach the accounting database without a gather plugin).
+# No cgroups in the namespaces: track tasks by process tree, gather no usage (jobs, steps and
+# their exit codes reach the accounting database without a gather plugin).
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# Binding with sched_setaffinity, which needs no cgroups, so that srun --cpu-bind binds as on a
+# real site. Found out on Slurm 22.05.8: each step is held to the CPUs the job has on the node,
+# mapped onto the machine's real ones (a node declares more CPUs than the machine has: CPUs past
+# them are dropped, and a job given only those runs unbound); a --cpu-bind step can lay out at
+# most as many tasks per node as the machine has cores ("Unable to layout tasks on given cpus").
+# TaskPluginParam=none: no binding unless asked; the default binds a step whose tasks fill its
+# cores, and a whole-node step (-c $cpus) then failed that layout.
+TaskPlugin=task/affinity
+TaskPluginParam=none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 EOF

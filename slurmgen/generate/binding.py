@@ -1,4 +1,5 @@
-"""Which CPUs each rank of a node gets under `bind: cores | numa`, for `slurmgen ranks` to show.
+"""Which CPUs each rank of a node gets under `bind: cores | numa`, for `slurmgen ranks`, `create`
+and `--dry-run` to show.
 
 The node itself decides when the job starts (templates/bind_cores.sh.j2's `bind_plan`, in bash,
 from the node's `lscpu -p` and the CPUs it may use): this is the same rule in Python, applied to
@@ -9,6 +10,13 @@ but for `here` and `plan_here`, which read this machine's topology.
 cores: the cores in lscpu's order, split evenly (whole cores, never shared; the rest unused);
 numa: the NUMA nodes in order, rank r on node `r * nodes // ranks` (the GPU's node where
 nvidia-smi tells, which only the node knows), each node's cores split evenly among its ranks.
+
+srun mode (`srun_plan`): Slurm binds, not the script. `--cpu-bind=cores` with block distribution
+gives each task its own `--cpus-per-task` CPUs' worth of whole cores of the job's CPUs on the
+node, socket by socket: `plan` of those cores; `--cpu-bind=ldoms` (numa) widens each task to the NUMA
+node(s) of its cores. Which cores the job holds on a node is Slurm's choice when it starts: shown
+for a job holding the node's first cores. tests/integration/test_bind_slurm.py holds this to the
+CPUs each rank reads on the test cluster.
 """
 
 from __future__ import annotations
@@ -75,9 +83,53 @@ def here() -> str:
 
 
 def plan_here(ranks: int, mode: str) -> list[tuple[int, ...]] | str:
-    """`plan` on this machine's topology, `auto` as the node does it (numa, else unbound)."""
-    planned = plan(read_lscpu(here()), ranks, "numa" if mode == "auto" else mode)
+    """`node_plan` on this machine's topology."""
+    return node_plan(read_lscpu(here()), ranks, mode)
+
+
+def node_plan(cores: Sequence[Core], ranks: int, mode: str) -> list[tuple[int, ...]] | str:
+    """`plan`, `auto` as launch_multi_node.sh does it (numa, else unbound)."""
+    planned = plan(cores, ranks, "numa" if mode == "auto" else mode)
     return "unbound (" + planned + ")" if mode == "auto" and isinstance(planned, str) else planned
+
+
+def srun_plan(cores: Sequence[Core], ranks: int, mode: str, cpus_per_task: int) -> list[tuple[int, ...]] | str:
+    """Each task's CPUs under srun's binding (`bind` cores, auto: --cpu-bind=cores; numa:
+    --cpu-bind=ldoms), or why the node cannot hold the job's tasks."""
+    if not cores:
+        return "lscpu -p lists none of the CPUs"
+    per = -(-cpus_per_task // len(cores[0].cpus))  # Slurm allocates whole cores (CR_Core)
+    if len(cores) < ranks * per:
+        return f"{len(cores)} core(s) for {ranks} tasks of {per} core(s)"
+    in_order = sorted(cores, key=lambda core: core.node)  # Slurm counts cores socket by socket
+    planned = plan(in_order[: ranks * per], ranks, "cores")
+    if mode != "numa" or isinstance(planned, str):
+        return planned
+    node_of = {cpu: core.node for core in cores for cpu in core.cpus}
+    return [
+        tuple(cpu for core in cores if core.node in {node_of[c] for c in mine} for cpu in core.cpus) for mine in planned
+    ]
+
+
+def preview(launcher: str, bind: str, ranks: int, cpus_per_task: int | None, topology: str) -> str:
+    """What `create` and `--dry-run` say of a job's binding on a node with `topology` (`lscpu -p`
+    output), in the launcher's own rule; '' for bind none."""
+    if bind == "none":
+        return ""
+    cores = read_lscpu(topology)
+    if launcher == "srun":
+        flag = "--cpu-bind=ldoms" if bind == "numa" else "--cpu-bind=cores"
+        head = f"bind {bind}: Slurm binds each task (srun {flag}) within the job's CPUs on its node"
+        planned = srun_plan(cores, ranks, bind, cpus_per_task or 1)
+        where = "on a node like this machine, the job holding its first cores"
+    else:
+        head = f"bind {bind}: launch_multi_node.sh binds each rank from the node's lscpu -p when it starts"
+        head += " (run_slurm.sh in torchrun mode binds nothing)"
+        planned = node_plan(cores, ranks, bind)
+        where = "on a node like this machine"
+    if isinstance(planned, str):
+        return f"{head}; {where}: {planned}"
+    return f"{head}; {where}: " + ", ".join(f"local rank {r} CPUs {cpu_list(cpus)}" for r, cpus in enumerate(planned))
 
 
 def _split(cores: Sequence[Core], ranks: int) -> list[tuple[int, ...]]:

@@ -68,7 +68,7 @@ def create(
         None,
         "--bind",
         help="none | auto | cores | numa: each rank on cores of its own (srun --cpu-bind; "
-        "launch_multi_node.sh from the node's topology) [default: none].",
+        "launch_multi_node.sh from the node's topology); each local rank's CPUs are printed [default: none].",
     ),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process; repeatable."),
     setup: list[str] = typer.Option(
@@ -225,7 +225,10 @@ def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False)
     spec = rendered.spec
     table = uniform_table(spec.nodes, spec.gpus)
     out = Path(spec.output_dir)
+    bound = _bind_preview(spec)
     if dry_run:
+        if bound:
+            typer.echo(f"# {bound}")
         for name, text in rendered.files.items():
             typer.echo(f"# ===== {out / name} =====")
             typer.echo(text, nl=False)
@@ -237,11 +240,23 @@ def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False)
         typer.echo(f"wrote {path}")
     echo_notes(spec)
     typer.echo(f"ranks: {spec.nodes} node(s) x {spec.gpus}: {summary(table)}")
+    if bound:
+        typer.echo(bound)
     typer.echo("next:")
     typer.echo(f"  sbatch {out / SLURM_SCRIPT}")
     typer.echo(
         f"  or, without Slurm, on every node: {out / LAUNCH_SCRIPT} <master_addr> {spec.nodes} {spec.gpus} <node_rank>"
     )
+
+
+def _bind_preview(spec) -> str:
+    """Each local rank's CPUs under the spec's bind, on a node like this machine (generate/binding.py:
+    the rule of the launcher that binds); '' for bind none."""
+    if spec.bind == "none":
+        return ""
+    from slurmgen.generate.binding import here, preview
+
+    return preview(spec.launcher, spec.bind, spec.gpus, spec.cpus_per_task, here())
 
 
 def echo_notes(spec) -> None:

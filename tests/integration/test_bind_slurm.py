@@ -4,10 +4,10 @@ rank itself from /proc/self/status, is the planned set.
 - launch_multi_node.sh inside a Slurm job (the path of `slurmgen launch` and of a node started
   by hand): `bind: cores` gives the 2 ranks disjoint whole cores within the CPUs Slurm gave the
   job, the sets the script prints; `bind: none` leaves both on all of them.
-Not here: srun mode. `bind: cores` writes `srun --cpu-bind=cores` (tests/unit/generate/test_bind.py
-checks the options), which Slurm obeys only with a task plugin that binds (task/affinity or
-task/cgroup); scripts/cluster/up.sh writes TaskPlugin=task/none, and a test that could only skip
-there would count as a failure in CI. Proving it needs that plugin on the test cluster (open).
+- srun mode, 2 nodes x 2 ranks: `bind: cores` writes `srun --cpu-bind=cores` and Slurm's task
+  plugin (task/affinity on the test cluster, scripts/cluster/up.sh) binds; the ranks of a node
+  get disjoint cores, the sets `slurmgen create` said (generate/binding.py's srun_plan, on this
+  machine, which every test node is). `bind: none` leaves a node's ranks on the same CPUs.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from helpers import sg, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-# Each rank writes the CPUs it may run on, and OMP_NUM_THREADS, to a file named by its rank.
+# Each rank writes the CPUs it may run on, OMP_NUM_THREADS, its node, its local rank and the
+# binding Slurm says it applied to a file named by its rank.
 PROGRAM = """
-import os, sys
+import os, socket, sys
 from pathlib import Path
 status = Path("/proc/self/status").read_text()
 cpus = next(line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
-Path(sys.argv[1], "cpus-" + os.environ["RANK"]).write_text(cpus + " " + os.environ.get("OMP_NUM_THREADS", "unset"))
+said = [os.environ.get(k, "unset") for k in ("OMP_NUM_THREADS", "LOCAL_RANK", "SLURM_CPU_BIND")]
+Path(sys.argv[1], "cpus-" + os.environ["RANK"]).write_text(" ".join([cpus, *said, socket.gethostname()]))
 """
 
 
@@ -43,7 +45,7 @@ def seen(here: Path, ranks: int) -> dict[int, tuple[set[int], str]]:
     wait_for(lambda: len(list(here.glob("cpus-*"))) == ranks, 90, f"{ranks} ranks' affinity")
     out = {}
     for rank in range(ranks):
-        cpus, omp = (here / f"cpus-{rank}").read_text().split()
+        cpus, omp, *_ = (here / f"cpus-{rank}").read_text().split()
         out[rank] = (cpu_set(cpus), omp)
     return out
 
@@ -97,3 +99,32 @@ def test_launch_multi_node_in_a_job_binds_each_rank_to_its_planned_cores(cluster
     assert not ranks[0][0] & ranks[1][0] and job_cpus, (job, ranks)
     for cpus, omp in ranks.values():
         assert omp == str(len(cpus))  # one CPU per core on the test nodes
+
+
+@pytest.mark.parametrize("bind", ["cores", "none"])
+def test_srun_mode_binds_each_rank_to_the_cores_create_said(cluster, tmp_path, bind):
+    here = tmp_path / "shared"
+    here.mkdir()
+    flags = ("--launcher", "srun", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "--bind", bind, "-o", "out")
+    said = sg(cluster, tmp_path, "create", *flags, "--", sys.executable, "-c", PROGRAM, str(here)).stdout
+    job = cluster.submit(tmp_path / "out" / "run_slurm.sh", cwd=tmp_path)
+    state, code = cluster.wait(job, timeout=120)
+    log = "\n".join(p.read_text() for p in (tmp_path / "out" / "logs").glob(f"*-{job}.out"))
+    assert (state, code) == ("COMPLETED", 0), log
+    ranks = {}
+    for rank in range(4):
+        cpus, _, local, bound, host = (here / f"cpus-{rank}").read_text().split()
+        ranks[rank] = (host, int(local), cpu_set(cpus), bound)
+    hosts = sorted({host for host, *_ in ranks.values()})
+    assert len(hosts) == 2, ranks
+    on = {host: [cpus for h, _, cpus, _ in sorted(ranks.values(), key=lambda r: r[1]) if h == host] for host in hosts}
+    if bind == "none":
+        assert "bind" not in said and all(first == second for first, second in on.values()), ranks
+        return
+    # "bind cores: Slurm binds each task (srun --cpu-bind=cores) ...: local rank 0 CPUs 0, local rank 1 CPUs 1"
+    line = next(line for line in said.splitlines() if line.startswith("bind cores: Slurm binds each task"))
+    planned = [cpu_set(each.split(" CPUs ")[1]) for each in line.split(": ")[-1].split(", ")]
+    assert "--cpu-bind=cores" in (tmp_path / "out" / "run_slurm.sh").read_text()
+    assert all("mask_cpu:" in bound for *_, bound in ranks.values()), ranks  # SLURM_CPU_BIND: the masks Slurm set
+    for host, (first, second) in on.items():
+        assert [first, second] == planned and not first & second, (host, ranks, line)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import run
 
-from slurmgen.generate.binding import cpu_list, plan, read_lscpu
+from slurmgen.generate.binding import cpu_list, plan, read_lscpu, srun_plan
 
 TEMPLATE = Path(__file__).resolve().parents[3] / "templates" / "bind_cores.sh.j2"
 
@@ -145,3 +145,49 @@ def test_launch_dry_run_shows_each_ranks_cpus_on_a_host_like_this_one(tmp_path, 
         ]
         * 2
     )
+
+
+def test_srun_mode_plans_slurms_block_binding_of_the_jobs_cores():
+    # 2 sockets x 4 cores x 2 threads; Linux numbers the first threads first (CPU c and c+8 share core c).
+    cores = read_lscpu(lscpu(2, 4, 2))
+    assert srun_plan(cores, 2, "cores", 1) == [(0, 8), (1, 9)]  # one whole core each, the job's first two
+    assert srun_plan(cores, 2, "cores", 4) == [(0, 8, 1, 9), (2, 10, 3, 11)]  # 4 CPUs = 2 cores of 2 threads
+    assert srun_plan(cores, 4, "auto", 4) == [(0, 8, 1, 9), (2, 10, 3, 11), (4, 12, 5, 13), (6, 14, 7, 15)]
+    numa = srun_plan(cores, 4, "numa", 4)  # ldoms: each task on the whole NUMA node of its cores
+    assert [cpu_list(cpus) for cpus in numa] == ["0-3,8-11", "0-3,8-11", "4-7,12-15", "4-7,12-15"]
+    assert srun_plan(cores, 3, "cores", 6) == "8 core(s) for 3 tasks of 3 core(s)"
+    # Sockets numbered alternately (CPU 0 on socket 0, CPU 1 on socket 1): Slurm fills socket 0 first.
+    alternate = read_lscpu("0,0,0,0\n1,1,1,1\n2,2,0,0\n3,3,1,1\n")
+    assert srun_plan(alternate, 2, "cores", 1) == [(0,), (2,)]
+
+
+@pytest.mark.parametrize(
+    ("launcher", "said"),
+    [
+        (
+            "srun",
+            "bind cores: Slurm binds each task (srun --cpu-bind=cores) within the job's CPUs on its node; on a node "
+            "like this machine, the job holding its first cores: local rank 0 CPUs 0-1,8-9, local rank 1 CPUs "
+            "2-3,10-11",
+        ),
+        (
+            "torchrun",
+            "bind cores: launch_multi_node.sh binds each rank from the node's lscpu -p when it starts (run_slurm.sh "
+            "in torchrun mode binds nothing); on a node like this machine: local rank 0 CPUs 0-3,8-11, local rank 1 "
+            "CPUs 4-7,12-15",
+        ),
+    ],
+)
+def test_create_and_submit_dry_run_show_each_ranks_cpus(tmp_path, capsys, monkeypatch, launcher, said):
+    from slurmgen.generate import binding
+
+    monkeypatch.setattr(binding, "here", lambda: lscpu(2, 4, 2))
+    flags = ["--launcher", launcher, "-N", "2", "--gpus", "2", "-c", "4", "--bind", "cores"]
+    code, out, err = run(capsys, "create", *flags, "-o", str(tmp_path / "out"), "--", "python", "x.py")
+    assert code == 0, err
+    assert said in out.splitlines()
+    code, out, err = run(capsys, "submit", *flags, "-o", str(tmp_path / "dry"), "--dry-run", "--", "python", "x.py")
+    assert code == 0, err
+    assert out.splitlines()[0] == "# " + said
+    code, out, err = run(capsys, "create", "--launcher", launcher, "-o", str(tmp_path / "unbound"), "--", "x")
+    assert code == 0 and "bind" not in out, out
