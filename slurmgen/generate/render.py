@@ -96,8 +96,10 @@ class Rendered:
 def _sbatch_options(spec: JobSpec) -> list[ShellCode]:
     """The `--opt=value` strings of the #SBATCH header, in sbatch's own order of importance."""
     per_node_tasks = 1 if spec.launcher == "torchrun" else spec.gpus
-    # torchrun runs one task per node that owns the CPUs of all its workers.
-    cpus = spec.cpus_per_task * (spec.gpus if spec.launcher == "torchrun" else 1) if spec.cpus_per_task else None
+    # torchrun runs one task per node that owns the CPUs of all its workers: at least one each, as
+    # srun mode's tasks have. Slurm's default of one CPU a task would hold a node's every worker to
+    # one CPU wherever Slurm confines steps (cgroups, task/affinity; seen on the test cluster).
+    cpus = (spec.cpus_per_task or 1) * spec.gpus if spec.launcher == "torchrun" else spec.cpus_per_task
     typed = f"{spec.gpu_type}:" if spec.gpu_type else ""  # a100:4, gpu:a100:4
     opts: list[tuple[str, object | None]] = [
         ("--job-name", spec.job_name),

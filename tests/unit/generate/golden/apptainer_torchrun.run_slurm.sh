@@ -6,6 +6,7 @@
 #SBATCH --job-name=slurmgen
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=1
 #SBATCH --gpus-per-node=1
 #SBATCH --output=out/logs/%x-%j.out
 #SBATCH --open-mode=append

@@ -6,6 +6,7 @@
 #SBATCH --job-name=slurmgen
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
 #SBATCH --gpus-per-node=2
 #SBATCH --output=out/logs/%x-%j.out
 #SBATCH --open-mode=append
