@@ -16,8 +16,8 @@ For those, the time from a fault to every rank stepping again comes from the ran
 (the timeline's first steps of the next attempt; a warm restart's "stepping again ... (at T)"),
 the steps lost from rank 0's last sampled step before the fault and the step it resumed from, and
 goodput is the steps gained over the steps the run made per second before its first fault,
-times the wall time (`progress`); `goodput` is slurmgen's own (observe/goodput.py), which counts
-attempts and so does not see a warm restart (one attempt).
+times the wall time (`progress`); `goodput` is slurmgen's own (observe/goodput.py, over the run's
+timeline), which accounts each warm restart as a recovery inside its attempt.
 
 The Slurm paths need root and the test cluster, and are skipped, with the reason printed, without
 them. They hold the cluster lock (scripts/cluster/lib.sh's, which up.sh and down.sh take) for as
