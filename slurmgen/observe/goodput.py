@@ -93,8 +93,8 @@ def _redone(f: Mapping[str, Any], attempt: int, redo_from: int | None) -> dict[s
 
 
 def _worlds(ranks: Mapping[int, Sequence[Event]]) -> list[tuple[int, dict[str, Any]]]:
-    """An attempt's worlds in which every rank stepped, in order: (generation, its facts). Only
-    the first world without warm restarts; none when the attempt never stepped."""
+    """An attempt's worlds that stepped, in order: (generation, its facts; its first step is the
+    last rank's). Only the first world without warm restarts; none when the attempt never stepped."""
     by_generation: dict[int, dict[int, list[Event]]] = {}
     for rank, evs in ranks.items():
         for e in evs:
@@ -104,7 +104,9 @@ def _worlds(ranks: Mapping[int, Sequence[Event]]) -> list[tuple[int, dict[str, A
     return [(g, f) for g, f in worlds if f["first"] is not None]
 
 
-def _warm_restarts(worlds: Sequence[tuple[int, Mapping[str, Any]]], attempt: int, parts: dict[str, float]) -> list:
+def _warm_restarts(
+    worlds: Sequence[tuple[int, Mapping[str, Any]]], attempt: int, parts: dict[str, float]
+) -> list[dict[str, Any]]:
     """The recoveries inside an attempt, each world to the next: its checkpoint stalls, the steps
     the next world redid (lost) and the fault to every rank stepping again (restart), added to
     `parts`; the lost steps, each with the generation that redid them."""
