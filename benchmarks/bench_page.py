@@ -317,8 +317,9 @@ def over_http(args: argparse.Namespace, tmp: Path, registry: Path, env: dict, se
 
 
 @contextmanager
-def test_cluster(wait: float) -> Iterator[dict]:
-    """The tests' throwaway cluster, up for this process: the environment its Slurm clients need.
+def test_cluster(wait: float, nodes: int = 2) -> Iterator[dict]:
+    """The tests' throwaway cluster of `nodes` nodes, up for this process: the environment its
+    Slurm clients need (bench_recovery.py brings up 3 with it).
 
     Holds the cluster lock throughout (up.sh and down.sh run with SG_LOCKED=1: the lock is ours),
     and owns the cluster (SLURMGEN_CLUSTER_OWNER: a test session's up.sh answers busy and waits).
@@ -336,14 +337,14 @@ def test_cluster(wait: float) -> Iterator[dict]:
         while True:
             fcntl.flock(lock, fcntl.LOCK_EX)
             up = subprocess.run(
-                ["bash", str(CLUSTER / "up.sh"), "2"], env=scripts, capture_output=True, text=True, timeout=180
+                ["bash", str(CLUSTER / "up.sh"), str(nodes)], env=scripts, capture_output=True, text=True, timeout=180
             )
             if up.returncode != 4 or time.monotonic() > deadline:
                 break
             fcntl.flock(lock, fcntl.LOCK_UN)  # another live session owns the cluster: let it finish
             time.sleep(5)
         if up.returncode != 0:
-            raise SystemExit(f"scripts/cluster/up.sh 2 exited {up.returncode}:\n{up.stderr[-3000:]}")
+            raise SystemExit(f"scripts/cluster/up.sh {nodes} exited {up.returncode}:\n{up.stderr[-3000:]}")
         try:
             facts = json.loads((state / "cluster.json").read_text())
             yield {

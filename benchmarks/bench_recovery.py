@@ -16,11 +16,15 @@ For those, the time from a fault to every rank stepping again comes from the ran
 (the timeline's first steps of the next attempt; a warm restart's "stepping again ... (at T)"),
 the steps lost from rank 0's last sampled step before the fault and the step it resumed from, and
 goodput is the steps gained over the steps the run made per second before its first fault,
-times the wall time (`progress`); `goodput` is slurmgen's own (observe/goodput.py), which counts
-attempts and so does not see a warm restart (one attempt).
+times the wall time (`progress`); `goodput` is slurmgen's own (observe/goodput.py, over the run's
+timeline), which accounts each warm restart as a recovery inside its attempt.
 
 The Slurm paths need root and the test cluster, and are skipped, with the reason printed, without
-them. They bring up scripts/cluster/up.sh 3 unless --reuse, and tear it down at the end. Each path
+them. They hold the cluster lock (scripts/cluster/lib.sh's, which up.sh and down.sh take) for as
+long as they use the cluster, as benchmarks/bench_page.py does: they bring it up with
+scripts/cluster/up.sh 3 as its owner (a test session's up.sh waits meanwhile; while a test
+session owns the cluster, this waits up to --wait s), unless --reuse (then the lock only, around
+a cluster brought up by hand), and tear it down at the end. Each path
 submits (`slurmgen submit`, so `slurmgen status` accounts for it) the bundled trainer on 2 nodes
 x 2 ranks (gloo, CPU; a small GPT, asynchronous checkpoints every 10 steps) and, from its first
 step on, injects a fault every --every seconds for --minutes, then cancels it:
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -54,10 +59,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench_page import CLUSTER_LOCK, test_cluster  # noqa: E402
 
 from slurmgen.contract import envvars  # noqa: E402
 from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME  # noqa: E402
@@ -84,22 +92,18 @@ AGAIN = re.compile(
 RESUMED = re.compile(r"\[(?:rank 0|h0/0)\] .*resumed from \S+ at step (\d+)")
 
 
-def up(wait: float) -> None:
-    env = {**os.environ, "SLURMGEN_CLUSTER_OWNER": str(os.getpid())}
-    deadline = time.monotonic() + wait
-    while True:
-        proc = subprocess.run(
-            ["bash", str(REPO / "scripts/cluster/up.sh"), "3"], env=env, capture_output=True, text=True
-        )
-        if proc.returncode != 4 or time.monotonic() > deadline:
-            break
-        time.sleep(10)
-    if proc.returncode != 0:
-        sys.exit(f"scripts/cluster/up.sh 3 failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-
-
-def down() -> None:
-    subprocess.run(["bash", str(REPO / "scripts/cluster/down.sh")], capture_output=True)
+@contextlib.contextmanager
+def slurm_cluster(reuse: bool, wait: float) -> Iterator[None]:
+    """The test cluster for the Slurm paths, the cluster lock held for as long as they use it, so
+    that a test session cannot bring it up or tear it down under them (see the module's docstring)."""
+    if not reuse:
+        with test_cluster(wait, nodes=3):
+            yield
+        return
+    CLUSTER_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with CLUSTER_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def cluster_env() -> dict[str, str]:
@@ -328,13 +332,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as work:
         rows += [run_launch_path(p, opts.minutes, opts.every, Path(work)) for p in paths if p in LAUNCH_PATHS]
-        if slurm and not opts.reuse:
-            up(opts.wait)
-        try:
-            rows += [run_path(p, opts.minutes, opts.every, Path(work)) for p in slurm]
-        finally:
-            if slurm and not opts.reuse:
-                down()
+        if slurm:
+            with slurm_cluster(opts.reuse, opts.wait):
+                rows += [run_path(p, opts.minutes, opts.every, Path(work)) for p in slurm]
     print(f"{opts.minutes:g} min per path, a fault every {opts.every:g} s (2 nodes x 2 ranks, gloo, CPU)")
     head = f"{'path':<12} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}"
     print(f"{head} {'progress':>8}")

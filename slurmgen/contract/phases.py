@@ -23,6 +23,10 @@ carry `"by": "launcher"` (BY_LAUNCHER). The reader takes each phase's first time
 program's own `end` (written before it exits) comes first and the launcher's adds its status.
 Restarts are the attempts: each launcher numbers them (`attempt`) and records when each
 started and ended (the attempts record of run_slurm.sh; the run registry for launch and group).
+A warm restart (contract/warm.py) is no new attempt: the ranks' lines in its new world carry
+`generation` (GENERATION; absent in the job's first world, 0), and every rank of it, the ones
+that kept their process too, writes `first_step` again there, so that the time from the fault
+to every rank stepping again can be read off the file (observe/goodput.py).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ FIRST_STEP = "first_step"
 STEPS = "steps"
 CHECKPOINT = "checkpoint"
 END = "end"
+
+# The field of a line written in a warm restart's world: its generation (contract/warm.py).
+GENERATION = "generation"
 
 # The `by` of a line a launcher wrote (a rank's own lines have none).
 BY_LAUNCHER = "launcher"

@@ -28,8 +28,10 @@ job as before.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slurmgen.contract import envvars
 from slurmgen.contract.ports import MAX_PORT
 
 WORLD_NAME = "world"
@@ -56,6 +58,14 @@ class World:
 
     def line(self) -> str:
         return f"{self.generation} {self.master_addr} {self.master_port} {self.world_size}\n"
+
+
+def generation_of(environ: Mapping[str, str]) -> int:
+    """The world a process was started in: 0 for the job's first, the launcher's number for a
+    process started after a warm restart (envvars.WARM_GENERATION). The trainer follows it and
+    the timeline marks each line with it (contract/phases.py)."""
+    text = environ.get(envvars.WARM_GENERATION, "0")
+    return int(text) if text.isdigit() else 0
 
 
 def port_for(base: int, generation: int) -> int:

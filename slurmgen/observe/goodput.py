@@ -12,9 +12,18 @@ lost       at each failure, the time spent on steps past the checkpoint the next
 hung       an attempt that hung (its end says so: exit code 124, the hung rank): from its last
            step (the hung rank's last beat) to the attempt's end, no rank trained
 restart    a failed attempt's last step (a hung one's end) to the next attempt's allocation:
-           failure detection, tear-down and the requeue's wait
+           failure detection, tear-down and the requeue's wait; and a warm restart's: its
+           world's last step (the fault) to every rank stepping again in the new one
 other      the last attempt's end after its last step (final evaluation, save, exit)
 productive the rest: goodput = productive / wall
+
+A warm restart (contract/warm.py) goes on inside its attempt: the healthy ranks keep their
+processes, so no attempt ends and no allocation starts. Each of its worlds (the timeline's
+`generation`, contract/phases.py) is accounted as an attempt is after a failure, and the
+recovery is on that attempt: the steps past the checkpoint the new world resumed from are
+lost (`lost_steps` names the generation that redid them), the fault to every rank's first step
+in the new world is restart. An attempt's start-up is its first world's; its end (how it
+ended, what followed) its last world's.
 """
 
 from __future__ import annotations
@@ -83,25 +92,57 @@ def _redone(f: Mapping[str, Any], attempt: int, redo_from: int | None) -> dict[s
     }
 
 
+def _worlds(ranks: Mapping[int, Sequence[Event]]) -> list[tuple[int, dict[str, Any]]]:
+    """An attempt's worlds that stepped, in order: (generation, its facts; its first step is the
+    last rank's). Only the first world without warm restarts; none when the attempt never stepped."""
+    by_generation: dict[int, dict[int, list[Event]]] = {}
+    for rank, evs in ranks.items():
+        for e in evs:
+            g = e.get(phases.GENERATION)
+            by_generation.setdefault(g if isinstance(g, int) else 0, {}).setdefault(rank, []).append(e)
+    worlds = [(g, _attempt(r)) for g, r in sorted(by_generation.items())]
+    return [(g, f) for g, f in worlds if f["first"] is not None]
+
+
+def _warm_restarts(
+    worlds: Sequence[tuple[int, Mapping[str, Any]]], attempt: int, parts: dict[str, float]
+) -> list[dict[str, Any]]:
+    """The recoveries inside an attempt, each world to the next: its checkpoint stalls, the steps
+    the next world redid (lost) and the fault to every rank stepping again (restart), added to
+    `parts`; the lost steps, each with the generation that redid them."""
+    lost_steps = []
+    for (_, f), (generation, later) in zip(worlds, worlds[1:]):
+        parts["checkpoint"] += sum(c["stall"] for c in f["checkpoints"].values())
+        lost = {**_redone(f, attempt, later["resumed_from"]), "generation": generation}
+        parts[LOST_PART] += lost["seconds"]
+        parts["restart"] += max(0.0, later["first"] - f["last_time"])
+        lost_steps.append(lost)
+    return lost_steps
+
+
 def compute(
     events: Sequence[Event], attempts: Sequence[Event] = (), submitted: float | None = None, now: float | None = None
 ) -> dict[str, Any] | None:
     """{"goodput", "wall", "breakdown": {...}, "lost_steps": [...]}; None with no step recorded."""
     grouped, bounds = by_attempt(events), attempt_bounds(attempts)
     numbers = sorted(set(grouped) | set(bounds))
-    facts = {n: _attempt(grouped.get(n, {})) for n in numbers}
-    if not any(f["first"] is not None for f in facts.values()):
+    facts = {n: _attempt(grouped.get(n, {})) for n in numbers}  # the whole attempt: its first and last line
+    worlds = {n: _worlds(grouped.get(n, {})) for n in numbers}
+    if not any(worlds.values()):
         return None
     start = {n: bounds.get(n, {}).get("start", facts[n]["began"]) for n in numbers}
     end = {n: bounds.get(n, {}).get("end") or (now if n == numbers[-1] and now else facts[n]["seen"]) for n in numbers}
     parts = dict.fromkeys(("startup", "checkpoint", LOST_PART, HUNG_PART, "restart", "other"), 0.0)
     lost_steps = []
     for i, n in enumerate(numbers):
-        f, nxt = facts[n], facts[numbers[i + 1]] if i + 1 < len(numbers) else None
-        if f["first"] is None:  # never stepped: all of it was start-up (or waiting for a restart)
+        later = numbers[i + 1] if i + 1 < len(numbers) else None
+        nxt = None if later is None else worlds[later][0][1] if worlds[later] else facts[later]
+        if not worlds[n]:  # never stepped: all of it was start-up (or waiting for a restart)
             parts["startup"] += max(0.0, (end[n] or start[n]) - start[n])
             continue
-        parts["startup"] += f["first"] - start[n]
+        parts["startup"] += worlds[n][0][1]["first"] - start[n]
+        lost_steps += _warm_restarts(worlds[n], n, parts)
+        f = worlds[n][-1][1]  # the attempt's last world: how it ended
         parts["checkpoint"] += sum(c["stall"] for c in f["checkpoints"].values())
         said = bounds.get(n, {})
         stopped = f["last_time"]  # when training stopped: a hung attempt's last beat
@@ -117,10 +158,10 @@ def compute(
         lost = _redone(f, n, resumed if resumed is not None else max(f["checkpoints"], default=None))
         parts[LOST_PART] += lost["seconds"]
         lost_steps.append(lost)
-        if nxt is None:
+        if later is None:
             parts["other"] += max(0.0, end[n] - stopped)
         else:
-            parts["restart"] += max(0.0, start[numbers[i + 1]] - stopped)
+            parts["restart"] += max(0.0, start[later] - stopped)
     wall = max(1e-9, end[numbers[-1]] - start[numbers[0]])
     productive = max(0.0, wall - sum(parts.values()))
     queue = None if submitted is None else round(start[numbers[0]] - submitted, 3)

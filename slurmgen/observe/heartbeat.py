@@ -208,6 +208,7 @@ class Heartbeat:
         self.rank, self.every, self.last, self.summarised = rank, every, 0.0, 0.0
         self.status = STARTING
         self.timeline = TimelineWriter.from_env(rank, environ) if timeline is True else timeline or None
+        self.environ = environ  # live: slurmgen.train.warm.rejoin moves a program to its new world there
         # What the timeline needs between beats: the step the attempt began at, the start of
         # the checkpoint in progress, the last sample and the work done since.
         self.start_step: int | None = None
@@ -253,12 +254,24 @@ class Heartbeat:
                 remove_stale_node_dirs(self.dir, now)
             self.summarise(now)
 
+    def rejoined(self, generation: int, step: int) -> None:
+        """This rank kept its process through a warm restart and steps on from `step` (the
+        checkpoint it reloaded) in world `generation`: its timeline lines carry the generation
+        from now on, and its next step is that world's first step (contract/phases.py). The
+        trainer says so when it rejoined; for a program of its own, `slurmgen.train.warm.rejoin`
+        sets the generation in its environment, and its next beat finds it there."""
+        if self.timeline is not None:
+            self.timeline.generation = generation
+        self.start_step, self.first_done, self.sampled_step, self.work = step, False, step, 0.0
+
     def _timeline(self, step: int, status: str, now: float, work: float | None, due: bool) -> None:
         """The phases this beat shows (contract/phases.py), written as they happen. A step sample
         is taken on the beats that write the heartbeat file (`due`), so a rank's last step on the
         timeline is its last heartbeat's, the step a hang verdict names ("stopped beating at step N")."""
         tl = self.timeline
         assert tl is not None
+        if warm.generation_of(self.environ) > tl.generation:  # a program of its own rejoined (train/warm.py):
+            self.rejoined(warm.generation_of(self.environ), step - 1)  # its first beat there is a step done
         if self.start_step is None:
             self.start_step = step
         elif not self.first_done and step > self.start_step:

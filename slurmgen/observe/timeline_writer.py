@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract import attempts, envvars, phases
+from slurmgen.contract import attempts, envvars, phases, warm
 
 
 def attempt_of(environ: Mapping[str, str]) -> int:
@@ -49,14 +49,17 @@ class TimelineWriter:
     """Appends this rank's timeline events; every failure to write is swallowed (a full disk
     must not stop training), counted in `lost`."""
 
-    def __init__(self, path: str, rank: int, attempt: int):
+    def __init__(self, path: str, rank: int, attempt: int, generation: int = 0):
         self.path, self.rank, self.attempt = path, rank, attempt
+        # The warm restart's world this rank is in (phases.GENERATION): a process started for
+        # one is told by its environment, a rank that kept its process moves on (Heartbeat.rejoined).
+        self.generation = generation
         self.host, self.pid, self.lost = socket.gethostname(), os.getpid(), 0
 
     @classmethod
     def from_env(cls, rank: int, environ: Mapping[str, str] = os.environ) -> TimelineWriter | None:
         path = environ.get(envvars.TIMELINE_FILE)
-        return cls(path, rank, attempt_of(environ)) if path else None
+        return cls(path, rank, attempt_of(environ), warm.generation_of(environ)) if path else None
 
     def write(self, event: str, when: float | None = None, **fields: Any) -> None:
         record = {
@@ -66,6 +69,7 @@ class TimelineWriter:
             "time": time.time() if when is None else when,
             "host": self.host,
             "pid": self.pid,
+            **({phases.GENERATION: self.generation} if self.generation else {}),
             **fields,
         }
         try:

@@ -398,6 +398,7 @@ class Trainer:
             raise RuntimeError(f"{exc} (warm restart: no checkpoint to go on from)") from None
         Tracking.meet(self.cfg, self.env)  # the fresh process opens its run record here (`_begin`)
         self.step, self.again = resumed.step, (seen, "failure")
+        self.heartbeat.rejoined(world.generation, self.step)
         self.metrics.drop_after(self.step)
         log.warning(
             "warm restart: joined generation %d, resumed from %s at step %d", world.generation, resumed.path, self.step

@@ -49,8 +49,7 @@ def enabled(environ: Mapping[str, str] = os.environ) -> bool:
 def generation(environ: Mapping[str, str] = os.environ) -> int:
     """The world this process is in: 0 for the job's first, the launcher's number for a fresh
     process started after a warm restart (SLURMGEN_WARM_GENERATION)."""
-    text = environ.get(envvars.WARM_GENERATION, "0")
-    return int(text) if text.isdigit() else 0
+    return protocol.generation_of(environ)
 
 
 def peer_failed(exc: BaseException, environ: Mapping[str, str] = os.environ) -> bool:

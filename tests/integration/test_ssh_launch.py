@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 from faults import cut_off
-from helpers import Run, assert_nodes_clean, base_args
+from helpers import Run, assert_nodes_clean, base_args, sg
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import envvars, exitcodes
 from slurmgen.contract.node_events import STACK_ASK_WAIT, lifeline_silence
 from slurmgen.train.logs import read_heartbeats
 
@@ -452,6 +452,43 @@ def test_restart_resumes_the_trainer_from_its_checkpoint(two_nodes, tmp_path):
     )
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(m["step"] for m in metrics) == 250
+    assert_nodes_clean(c)
+
+
+def test_a_warm_restart_keeps_the_healthy_rank_and_goodput_counts_it_as_a_recovery(two_nodes, tmp_path):
+    """Issue 35: `--restart-mode warm` over real sshd. Rank 1 (node2) SIGKILLed after a checkpoint:
+    rank 0 keeps its process and rejoins, rank 1 goes on in node2's warm spare. slurmgen's own
+    goodput read the new world's first step as the attempt's and everything before it as start-up
+    (0% for a run with a warm restart a minute); it now accounts a recovery inside attempt 1: the
+    steps redone since the checkpoint (lost) and the fault to every rank stepping again (restart).
+    Rank 0 sleeps 80 ms a step (SLURMGEN_TRAIN_SLOW) so that training, not start-up, fills the run
+    however fast the machine."""
+    c = two_nodes
+    out = tmp_path / "run"
+    run = Run(
+        [
+            *base_args(c, tmp_path),
+            *("--registry", str(tmp_path / "jobs.sqlite"), "--hosts", "node1,node2", "--gpus", "1"),
+            *("--max-restarts", "1", "--restart-mode", "warm", "--env", f"{envvars.TRAIN_SLOW}=0:0.08", "--"),
+            *trainer_args(out, "--max-steps", "400", "--save-every", "50", "--log-every", "100"),
+        ]
+    )
+    wait_until(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint", run)
+    victim = wait_until(lambda: read_heartbeats(out / "heartbeats").get(1), 30, "rank 1's heartbeat", run)
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert run.finish(240) == 0, run.text()
+    assert "warm restart 1 of at most 1" in run.err and "starting all nodes again" not in run.err, run.err
+    assert "done: step 400" in run.out
+    (row,) = json.loads(sg(c, tmp_path, "jobs", "--json").stdout)
+    found = json.loads(sg(c, tmp_path, "status", row["job"], "--json").stdout)
+    g, told = found["goodput"], found["recoveries"]["1"]
+    print(f"warm restart over sshd: {g['goodput']:.1%} goodput, {g['breakdown']}, lost {g['lost_steps']}")
+    assert 0.5 < g["goodput"] < 1, g
+    (lost,) = g["lost_steps"]
+    assert (lost["attempt"], lost["generation"]) == (1, 1) and 0 <= lost["steps"] <= 60, g
+    assert 0 < g["breakdown"]["restart"] < 30 and len(told) == 1 and told[0].startswith("warm restart 1:"), found
+    text = sg(c, tmp_path, "status", row["job"]).stdout
+    assert "  attempt 1: warm restart 1: rank 1 started anew" in text and "goodput " in text, text
     assert_nodes_clean(c)
 
 

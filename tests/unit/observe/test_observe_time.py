@@ -176,3 +176,51 @@ def test_a_crash_that_ends_the_run_loses_its_steps_past_the_last_checkpoint():
     assert (crashed["breakdown"]["lost"], crashed["breakdown"]["other"]) == (30.0, 8.0)
     stopped = {"event": "end", "attempt": 1, "time": T0 + 90, "code": 143, "state": "stopped"}
     assert goodput.compute(events, [start, stopped])["breakdown"]["lost"] == 0.0  # a person's stop is no crash
+
+
+def test_a_warm_restart_is_a_recovery_inside_its_attempt_not_start_up():
+    """Issue 35: a warm restart keeps the healthy ranks' processes, so no attempt ends; goodput
+    read the fresh rank's first step as the attempt's and counted everything before it start-up
+    (0% for a run with a warm restart every minute). Attempt 1, 2 ranks: first step at 3, a
+    checkpoint at step 50 (t=52, 0.5 s stall), rank 1 killed after step 60 (last sample t=62).
+    Generation 1: rank 0 (its process kept) resumes from 50 and steps at 64, the fresh rank 1 at
+    65: every rank stepping again 3 s after the fault; done at step 100 (t=115), ends at 117."""
+    events = [e for r in range(2) for e in rank_events(r, steps=(0, 60), ckpts=(50,), end=None)]
+    events += [ev("steps", r, 62, 1, step=60, work=1) for r in range(2)]
+    again = [ev("first_step", 0, 64, step=51), ev("process", 1, 62.5), ev("first_step", 1, 65, step=51)]
+    again += [ev("end", r, 115, step=100, status="done") for r in range(2)]
+    events += [{**e, "generation": 1} for e in again]
+    attempts = [{"event": "start", "attempt": 1, "time": T0}, {"event": "end", "attempt": 1, "time": T0 + 117}]
+    g = goodput.compute(events, attempts)
+    b = g["breakdown"]
+    assert g["lost_steps"] == [
+        {"attempt": 1, "from_step": 50, "to_step": 60, "steps": 10, "seconds": 10.0, "generation": 1}
+    ]
+    assert (b["startup"], b["checkpoint"], b["lost"], b["restart"], b["other"]) == (3.0, 0.5, 10.0, 3.0, 2.0)
+    assert b["productive"] == pytest.approx(117 - 3 - 0.5 - 10 - 3 - 2) and g["goodput"] > 0.8
+    # The same run as two attempts (a cold restart at the same moments) loses the same steps.
+    cold = [{**e, "attempt": 2} if e.get("generation") else e for e in events]
+    restarted = goodput.compute(cold, [])
+    assert [(x["from_step"], x["to_step"]) for x in restarted["lost_steps"]] == [(50, 60)]
+
+
+def test_warm_restarts_one_after_another_and_one_whose_world_never_formed():
+    """Two warm restarts in one attempt, each world resuming from its own checkpoint; then a third
+    whose new world never stepped (the fresh rank only started): the launcher restarted the whole
+    job as attempt 2, and the time from the last world's last step to it is restart."""
+    w0 = [e for r in range(2) for e in rank_events(r, steps=(0, 30), ckpts=(20,), end=None)]
+    w0 += [ev("steps", r, 32, step=30, work=1) for r in range(2)]
+    w1 = [ev("first_step", r, 36, step=21) for r in range(2)] + [ev("checkpoint", 0, 45, step=30, stall=0.5)]
+    w1 += [ev("steps", r, 52, step=37, work=1) for r in range(2)]
+    w2 = [ev("first_step", r, 55, step=31) for r in range(2)] + [ev("steps", 0, 60, step=36, work=1)]
+    w3 = [ev("process", 1, 61)]
+    a2 = [e for r in range(2) for e in rank_events(r, attempt=2, t0=70, steps=(30, 50))]
+    events = w0 + [{**e, "generation": g} for g, w in ((1, w1), (2, w2), (3, w3)) for e in w] + a2
+    g = goodput.compute(events, [])
+    assert [(x["from_step"], x["to_step"], x.get("generation")) for x in g["lost_steps"]] == [
+        (20, 30, 1),
+        (30, 37, 2),
+        (30, 36, None),
+    ]
+    # the restarts: 32 -> 36, 52 -> 55, 60 -> attempt 2's first line
+    assert g["breakdown"]["restart"] == pytest.approx(4 + 3 + (70.5 - 60))

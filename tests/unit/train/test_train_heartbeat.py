@@ -112,3 +112,48 @@ def test_a_ranks_last_step_on_the_timeline_is_its_last_heartbeats(tmp_path, monk
     events = [json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()]
     (rank,) = build(events)["attempts"][0]["ranks"]
     assert told == rank["last_step"] == 4, (told, events)
+
+
+def test_a_warm_restart_begins_a_new_world_on_the_timeline(tmp_path):
+    """Issue 35: goodput finds every rank stepping again after a warm restart by the new world's
+    `first_step` lines (contract/phases.py GENERATION). A rank that kept its process writes its
+    first step again once it rejoined; a process started for the restart is told its generation
+    by its environment. The lines of the first world carry no generation."""
+    from slurmgen.contract.envvars import TIMELINE_FILE, WARM_GENERATION
+    from slurmgen.observe import goodput
+
+    path = tmp_path / "timeline.jsonl"
+    environ = {HEARTBEAT_DIR_ENV: str(tmp_path / "hb"), TIMELINE_FILE: str(path)}
+    kept = Heartbeat(None, rank=0, every=0.0, environ=environ)
+    for step in range(6):
+        kept.beat(step)
+    kept.rejoined(2, 3)  # back from step 5 to the checkpoint at step 3, in generation 2
+    fresh = Heartbeat(None, rank=1, every=0.0, environ={**environ, WARM_GENERATION: "2"})
+    for step in (3, 4, 5, 6):
+        kept.beat(step)
+        fresh.beat(step)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    firsts = [(e["rank"], e["step"], e.get("generation")) for e in lines if e["event"] == "first_step"]
+    assert firsts == [(0, 1, None), (0, 4, 2), (1, 4, 2)]
+    kept_says = [e.get("generation") for e in lines if e["rank"] == 0]
+    assert kept_says[0] is None and kept_says[-1] == 2 and kept_says == sorted(kept_says, key=lambda g: g or 0)
+    assert [x["generation"] for x in goodput.compute(lines)["lost_steps"]] == [2]
+
+
+def test_a_program_of_its_own_that_rejoined_begins_the_new_world_at_its_next_beat(tmp_path):
+    """`slurmgen.train.warm.rejoin` (for programs other than the trainer) moves the process to the
+    new world by its environment (SLURMGEN_WARM_GENERATION): the next beat, a step done, is that
+    world's first step."""
+    from slurmgen.contract.envvars import TIMELINE_FILE, WARM_GENERATION
+
+    path = tmp_path / "timeline.jsonl"
+    environ = {HEARTBEAT_DIR_ENV: str(tmp_path / "hb"), TIMELINE_FILE: str(path)}
+    beat = Heartbeat(None, rank=0, every=0.0, environ=environ)
+    for step in range(5):
+        beat.beat(step)
+    environ[WARM_GENERATION] = "1"  # as warm.adopt does in os.environ
+    beat.beat(3)
+    beat.beat(4)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    firsts = [(e["step"], e.get("generation")) for e in lines if e["event"] == "first_step"]
+    assert firsts == [(1, None), (3, 1)] and lines[-1]["generation"] == 1
