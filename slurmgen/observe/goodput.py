@@ -69,6 +69,17 @@ def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
     }
 
 
+def _judged_beat(ranks: Mapping[int, Sequence[Event]], said: Mapping[str, Any]) -> float | None:
+    """A hung attempt's last beat: the hung rank's last step up to the one the watchers judged it
+    hung at. Not the attempt's last step: woken to give its stack, the hung rank may step on until
+    it is killed, and the ranks it held write their last steps as they die."""
+    hung, at = said.get("hung_rank"), said.get("hung_step")
+    steps = [
+        e["time"] for e in ranks.get(hung, ()) if isinstance(e.get("step"), int) and (at is None or e["step"] <= at)
+    ]
+    return max(steps) if steps else None
+
+
 def _redone(f: Mapping[str, Any], attempt: int, redo_from: int | None) -> dict[str, Any]:
     """The work a failure lost: the attempt's steps past checkpoint `redo_from` (its first step
     when none), with the seconds they took."""
@@ -106,6 +117,7 @@ def compute(
         said = bounds.get(n, {})
         stopped = f["last_time"]  # when training stopped: a hung attempt's last beat
         if said.get("code") == HUNG or said.get("hung_rank") is not None:
+            stopped = _judged_beat(grouped.get(n, {}), said) or stopped
             parts[HUNG_PART] += max(0.0, (end[n] or stopped) - stopped)
             stopped = max(stopped, end[n] or stopped)
         crashed = said.get("code") not in (None, OK, PREEMPTED, HUNG) and said.get("state") != State.STOPPED.value

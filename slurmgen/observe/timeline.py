@@ -35,7 +35,7 @@ def by_attempt(events: Iterable[Event]) -> dict[int, dict[int, list[Event]]]:
 # What an attempts record's end says of how the attempt ended, as the timeline keeps it: its
 # state (a launch's, a group's: the registry's), its code, the rank that failed first and the
 # rank that hung (heal/attempts.py's `exit_code`, `rank`, `hung_rank`; runs/model.attempt_bounds).
-END_FACTS = ("state", "code", "rank", "hung_rank")
+END_FACTS = ("state", "code", "rank", "hung_rank", "hung_step")
 
 
 def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, Any]]:
