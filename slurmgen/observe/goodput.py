@@ -25,7 +25,7 @@ from typing import Any
 from slurmgen.contract import phases
 from slurmgen.contract.exitcodes import HUNG, OK, PREEMPTED
 from slurmgen.contract.states import State
-from slurmgen.observe.timeline import attempt_bounds, by_attempt
+from slurmgen.observe.timeline import attempt_bounds, by_attempt, judged_beat
 
 # The breakdown's part for time spent on steps a later attempt did again: a word of this format
 # (the page colours it), not the state of a lost worker.
@@ -69,17 +69,6 @@ def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
     }
 
 
-def _judged_beat(ranks: Mapping[int, Sequence[Event]], said: Mapping[str, Any]) -> float | None:
-    """A hung attempt's last beat: the hung rank's last step up to the one the watchers judged it
-    hung at. Not the attempt's last step: woken to give its stack, the hung rank may step on until
-    it is killed, and the ranks it held write their last steps as they die."""
-    hung, at = said.get("hung_rank"), said.get("hung_step")
-    steps = [
-        e["time"] for e in ranks.get(hung, ()) if isinstance(e.get("step"), int) and (at is None or e["step"] <= at)
-    ]
-    return max(steps) if steps else None
-
-
 def _redone(f: Mapping[str, Any], attempt: int, redo_from: int | None) -> dict[str, Any]:
     """The work a failure lost: the attempt's steps past checkpoint `redo_from` (its first step
     when none), with the seconds they took."""
@@ -117,7 +106,7 @@ def compute(
         said = bounds.get(n, {})
         stopped = f["last_time"]  # when training stopped: a hung attempt's last beat
         if said.get("code") == HUNG or said.get("hung_rank") is not None:
-            stopped = _judged_beat(grouped.get(n, {}), said) or stopped
+            stopped = judged_beat(grouped.get(n, {}).get(said.get("hung_rank"), ()), said.get("hung_step")) or stopped
             parts[HUNG_PART] += max(0.0, (end[n] or stopped) - stopped)
             stopped = max(stopped, end[n] or stopped)
         crashed = said.get("code") not in (None, OK, PREEMPTED, HUNG) and said.get("state") != State.STOPPED.value

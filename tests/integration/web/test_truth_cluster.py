@@ -24,6 +24,7 @@ stand-in `scontrol`, or local agents):
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,6 +254,11 @@ def test_item4_the_hang_counts_from_the_beat_the_watcher_judged(page, cluster_co
     _open_slurm_run(p, coordinator, job)
     seconds = float(p.page.locator('#goodput-breakdown tr[data-part="hung"] td').nth(2).inner_text())
     assert seconds >= float(HANG_LIMIT) - 1, seconds  # from the judged beat to the end
+    title = p.page.locator("figure.timeline rect title", has_text="rank 1 hung:").inner_text()
+    since, until = map(float, re.search(r"hung: ([\d.]+)-([\d.]+) s", title).groups())
+    assert until - since >= float(HANG_LIMIT) - 1, title  # its bar too
+    p.page.locator("#goodput").scroll_into_view_if_needed()
+    p.shot("slurm-hang-time")
 
 
 def test_item5_a_sweeps_page_draws_a_curve_per_task(page, cluster_coordinator, sweep_job):
