@@ -106,7 +106,8 @@ def compute(
         said = bounds.get(n, {})
         stopped = f["last_time"]  # when training stopped: a hung attempt's last beat
         if said.get("code") == HUNG or said.get("hung_rank") is not None:
-            stopped = judged_beat(grouped.get(n, {}).get(said.get("hung_rank"), ()), said.get("hung_step")) or stopped
+            hung = grouped.get(n, {}).get(said["hung_rank"], ()) if said.get("hung_rank") is not None else ()
+            stopped = judged_beat(hung, said.get("hung_step")) or stopped
             parts[HUNG_PART] += max(0.0, (end[n] or stopped) - stopped)
             stopped = max(stopped, end[n] or stopped)
         crashed = said.get("code") not in (None, OK, PREEMPTED, HUNG) and said.get("state") != State.STOPPED.value

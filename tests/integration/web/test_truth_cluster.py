@@ -254,7 +254,7 @@ def test_item4_the_hang_counts_from_the_beat_the_watcher_judged(page, cluster_co
     _open_slurm_run(p, coordinator, job)
     seconds = float(p.page.locator('#goodput-breakdown tr[data-part="hung"] td').nth(2).inner_text())
     assert seconds >= float(HANG_LIMIT) - 1, seconds  # from the judged beat to the end
-    title = p.page.locator("figure.timeline rect title", has_text="rank 1 hung:").inner_text()
+    title = p.page.locator("figure.timeline rect title", has_text="rank 1 hung:").text_content()
     since, until = map(float, re.search(r"hung: ([\d.]+)-([\d.]+) s", title).groups())
     assert until - since >= float(HANG_LIMIT) - 1, title  # its bar too
     p.page.locator("#goodput").scroll_into_view_if_needed()
