@@ -16,7 +16,7 @@ stand-in `scontrol`, or local agents):
 | 5 curves wherever recorded   | here (a sweep)                               | test_page_curves, ..._resumed_curves  |
 | 6 checkpoint and stop stops  | test_runs_control (a requeueable job)        | -                                     |
 | 7 charts keep zoom           | none                                         | test_page_front (charts)              |
-| 8 log view under a flood     | none (bench_page.py --flood, Slurm stand-in) | test_page_front (group, launch)       |
+| 8 log view under a flood     | none (bench_page.py --flood --test-cluster)  | test_page_front (group, launch)       |
 | 9 a group run's page         | here (log, node names, only Stop)            | test_group_run_page_browser           |
 | 10 "stopped by you"          | here (group Stop), test_runs_control (ckpt)  | test_group_run_stop_browser           |
 """
