@@ -42,11 +42,13 @@ sacct 96 / 96 ms.
 --flood measures the log view under a flood (issue 33 item 8) in Debian's Chromium, for each kind
 of run at each rate: a line's wait from its writing to the first update of the view that shows
 it (median, 95th percentile, max), the longest main-thread task (PerformanceObserver longtask),
-the rows the view holds at the end and the lines its markers say it skipped. A launch and a Slurm
-job are fed through the log file their page follows (the Slurm job is the stand-in's: its
-page reads the file as it reads a real job's, but srun's own forwarding under a flood is not in
-the figure; a real cluster's job is not measured by --flood, and says so); a group through 4
-ranks under 2 real local agents. Figures: docs/measurements.md.
+the rows the view holds at the end and the lines its markers say it skipped. A launch is fed
+through the log file its page follows; a group through 4 ranks under 2 real local agents; a Slurm
+job, with --test-cluster (or --real-slurm), is a real 2-node job per rate whose 2 ranks print the
+lines through srun into its log, else the stand-in's job whose log file the bench writes (srun's
+forwarding not in the figure). Figures: docs/measurements.md.
+
+    python benchmarks/bench_page.py --flood --test-cluster --kinds slurm
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from http.cookiejar import CookieJar
 from pathlib import Path
 
@@ -194,10 +196,12 @@ def add_slurm_job(registry: Path, work: Path) -> tuple[int, Path]:
     return int(record.seq or 0), log
 
 
-def submit_job(registry: Path, work: Path, env: dict, lines: int) -> tuple[int, str, Path]:
-    """A real 2-node job (`slurmgen submit` into the bench's registry), running: (row, id, go file)."""
+def submit_job(registry: Path, work: Path, env: dict, script: str, **job_env: object) -> tuple[int, str, Path]:
+    """A real 2-node job (`slurmgen submit` into the bench's registry) running bash `script` with
+    GO (a file it waits for) and `job_env` in its environment, running: (row, id, go file)."""
     work.mkdir(parents=True)
     go = work / "go"
+    extra = [a for k, v in job_env.items() for a in ("-e", f"{k}={v}")]
     submitted = subprocess.run(
         [
             sys.executable,
@@ -216,12 +220,11 @@ def submit_job(registry: Path, work: Path, env: dict, lines: int) -> tuple[int, 
             "out",
             "-e",
             f"GO={go}",
-            "-e",
-            f"LINES={lines}",
+            *extra,
             "--",
             "bash",
             "-c",
-            JOB,
+            script,
         ],
         cwd=work,
         env=env,
@@ -258,7 +261,7 @@ def measure(args: argparse.Namespace, tmp: Path, env: dict) -> None:
     registry = tmp / "jobs.sqlite"
     fill(registry, args.runs, tmp / "records")
     if args.real_slurm:
-        seq, job, go = submit_job(registry, tmp / "job", env, args.lines)
+        seq, job, go = submit_job(registry, tmp / "job", env, JOB, LINES=args.lines)
         start_writing = go.touch
     else:
         seq, log = add_slurm_job(registry, tmp / "job")
@@ -366,9 +369,9 @@ def test_cluster(wait: float, nodes: int = 2) -> Iterator[dict]:
 # each append to the log view, the time and the newest line's; a line's wait is the time from
 # its writing to the first update showing it (at worst: an update's time minus the newest line
 # of the update before), reported for the worst-placed line of each update; and the longest main-thread task
-# (PerformanceObserver longtask). Each kind of run is fed as it is in real use: a launch's and
-# a Slurm job's lines go to the log file its page follows (stand-in Slurm), a group's are
-# printed by its 4 ranks under 2 real local agents.
+# (PerformanceObserver longtask). Each kind of run is fed as it is in real use: a launch's and a
+# stand-in Slurm job's lines go to the log file its page follows, a real Slurm job's are printed
+# by its 2 ranks through srun, a group's by its 4 ranks under 2 real local agents.
 FLOOD_KINDS = ("launch", "group", "slurm")
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -416,8 +419,9 @@ while (now := time.time()) < start + seconds:
 """
 
 
-def flood_runs(registry: Path, work: Path) -> dict[str, tuple[int, Path]]:
-    """A launch and a (stand-in) Slurm job whose logs the page follows: kind -> (row, log file)."""
+def flood_runs(registry: Path, work: Path, env: dict, real_slurm: bool) -> dict[str, object]:
+    """A launch and a Slurm job whose logs the page follows: kind -> (row, log file), the stand-in
+    job's too; with real Slurm, the "slurm" kind is a function that submits a job per rate."""
     from slurmgen.runs.model import NewRun, add_run
 
     seq, slurm_log = add_slurm_job(registry, work / "slurm")
@@ -429,7 +433,22 @@ def flood_runs(registry: Path, work: Path) -> dict[str, tuple[int, Path]]:
             NewRun("launch", "L1", "flood", str(work), 1, 2, info={"command": ["flood"], "log_file": str(launch_log)}),
             time.time(),
         )
-    return {"slurm": (seq, slurm_log), "launch": (row, launch_log)}
+    runs: dict[str, object] = {"slurm": (seq, slurm_log), "launch": (row, launch_log)}
+    if real_slurm:
+        runs["slurm"] = lambda rate, seconds: slurm_flood(registry, work / f"slurm-{rate}", env, rate, seconds)
+    return runs
+
+
+def slurm_flood(registry: Path, work: Path, env: dict, rate: int, seconds: float):
+    """A real 2-node job whose 2 ranks print `rate` lines a second between them through srun into
+    its log, once its go file is there: (row, start, cancel)."""
+    work.mkdir(parents=True)
+    (work / "flood.py").write_text(RANK_FLOOD)
+    script = 'while [[ ! -e $GO ]]; do sleep 0.05; done; exec "$PY" "$FLOOD" "$RATE" "$SECONDS"'
+    seq, job, go = submit_job(
+        registry, work / "job", env, script, PY=sys.executable, FLOOD=work / "flood.py", RATE=rate / 2, SECONDS=seconds
+    )
+    return seq, go.touch, lambda: subprocess.run(["scancel", job], env=env, check=False)
 
 
 def agents(url: str, home: Path, env: dict) -> list[subprocess.Popen]:
@@ -502,14 +521,18 @@ def flood(args: argparse.Namespace, tmp: Path, env: dict) -> None:
     from playwright.sync_api import sync_playwright
 
     env = {**env, "XDG_CONFIG_HOME": str(tmp / "config"), "XDG_STATE_HOME": str(tmp / "state"), "PYTHONUNBUFFERED": "1"}
-    stand_in_slurm(tmp / "bin")
+    if not args.real_slurm:
+        stand_in_slurm(tmp / "bin")
     env["PATH"] = f"{tmp / 'bin'}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     registry = tmp / "jobs.sqlite"
     Registry.open(registry, create=True).close()
-    runs = flood_runs(registry, tmp / "runs")
+    runs = flood_runs(registry, tmp / "runs", env, args.real_slurm)
     proc, url, token = serve(tmp, registry, env)
     helpers = agents(url, tmp, env) if "group" in args.kinds else []
-    print("the slurm kind: the stand-in's job (not a real cluster's: --flood does not submit one)")
+    if args.real_slurm:
+        print("the slurm kind: a real 2-node job per rate, its ranks printing through srun into its log")
+    else:
+        print("the slurm kind: the stand-in's job, its log written here (--test-cluster: a real job)")
     print("kind    lines/s  a line's wait: median   p95    max   longest task  rows kept  skipped markers")
     try:
         with sync_playwright() as p:
@@ -526,15 +549,23 @@ def flood(args: argparse.Namespace, tmp: Path, env: dict) -> None:
 
 def flood_row(kind: str, rate: int, browser, url: str, token: str, runs: dict, seconds: float) -> str:
     writers: list[subprocess.Popen] = []
+    done = None
     if kind == "group":
         name = f"flood{rate}"
         path, start = f"/ui/groups/{name}", group_flood(url, token, name, rate, seconds)
+    elif callable(runs[kind]):
+        seq, start, done = runs[kind](rate, seconds)
+        path = f"/ui/runs/{seq}"
     else:
         seq, log = runs[kind]
         path = f"/ui/runs/{seq}"
         argv = [sys.executable, "-c", FILE_FLOOD, str(log), str(rate), str(seconds)]
         start = lambda: writers.append(subprocess.Popen(argv))  # noqa: E731
-    probe = watch(browser, url, token, path, start, seconds)
+    try:
+        probe = watch(browser, url, token, path, start, seconds)
+    finally:
+        if done:
+            done()
     for w in writers:
         w.wait(30)
     # A line written just after the newest line of one update waits for the next update: its
@@ -568,7 +599,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-page-"))
     try:
         if args.flood:
-            flood(args, tmp, dict(os.environ))
+            with test_cluster(args.cluster_wait) if args.test_cluster else nullcontext(dict(os.environ)) as env:
+                flood(args, tmp, env)
         elif args.test_cluster:
             with test_cluster(args.cluster_wait) as env:
                 measure(args, tmp, env)

@@ -34,7 +34,7 @@ from typing import Any
 from slurmgen.contract import phases
 from slurmgen.contract.exitcodes import HUNG, OK, PREEMPTED
 from slurmgen.contract.states import State
-from slurmgen.observe.timeline import attempt_bounds, by_attempt
+from slurmgen.observe.timeline import attempt_bounds, by_attempt, judged_beat
 
 # The breakdown's part for time spent on steps a later attempt did again: a word of this format
 # (the page colours it), not the state of a lost worker.
@@ -147,6 +147,8 @@ def compute(
         said = bounds.get(n, {})
         stopped = f["last_time"]  # when training stopped: a hung attempt's last beat
         if said.get("code") == HUNG or said.get("hung_rank") is not None:
+            hung = grouped.get(n, {}).get(said["hung_rank"], ()) if said.get("hung_rank") is not None else ()
+            stopped = judged_beat(hung, said.get("hung_step")) or stopped
             parts[HUNG_PART] += max(0.0, (end[n] or stopped) - stopped)
             stopped = max(stopped, end[n] or stopped)
         crashed = said.get("code") not in (None, OK, PREEMPTED, HUNG) and said.get("state") != State.STOPPED.value

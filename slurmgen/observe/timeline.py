@@ -35,7 +35,7 @@ def by_attempt(events: Iterable[Event]) -> dict[int, dict[int, list[Event]]]:
 # What an attempts record's end says of how the attempt ended, as the timeline keeps it: its
 # state (a launch's, a group's: the registry's), its code, the rank that failed first and the
 # rank that hung (heal/attempts.py's `exit_code`, `rank`, `hung_rank`; runs/model.attempt_bounds).
-END_FACTS = ("state", "code", "rank", "hung_rank")
+END_FACTS = ("state", "code", "rank", "hung_rank", "hung_step")
 
 
 def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, Any]]:
@@ -49,6 +49,16 @@ def attempt_bounds(attempts: Sequence[Event]) -> dict[int, dict[str, Any]]:
                 said = {**a, "code": a.get("code", a.get("exit_code"))}
                 out[attempt_number(a)].update({k: said[k] for k in END_FACTS if said.get(k) is not None})
     return out
+
+
+def judged_beat(events: Sequence[Event], hung_step: int | None) -> float | None:
+    """A hung rank's last beat: its last step up to the one the watchers judged it hung at (None:
+    none recorded). Not its last step: woken to give its stack, it may step on until it is killed
+    (and the ranks it held with it, writing their last steps as they die)."""
+    steps = [
+        e["time"] for e in events if isinstance(e.get("step"), int) and (hung_step is None or e["step"] <= hung_step)
+    ]
+    return max(steps) if steps else None
 
 
 def rank_phases(events: Sequence[Event]) -> dict[str, Any]:
@@ -84,6 +94,10 @@ def build(events: Iterable[Event], attempts: Sequence[Event] = (), submitted: fl
     out: list[dict[str, Any]] = []  # the queue wait is the earliest attempt's, as goodput counts it
     for n in sorted(set(grouped) | set(bounds)):
         ranks = {r: rank_phases(evs) for r, evs in sorted(grouped.get(n, {}).items())}
+        hung = bounds.get(n, {}).get("hung_rank")
+        if hung in ranks:  # its bar is hung from the beat the watchers judged
+            beat = judged_beat(grouped[n][hung], bounds[n].get("hung_step"))
+            ranks[hung]["last_time"] = beat or ranks[hung]["last_time"]
         seen = [e["time"] for evs in grouped.get(n, {}).values() for e in evs]
         start = bounds.get(n, {}).get("start", min(seen) if seen else None)
         out.append(

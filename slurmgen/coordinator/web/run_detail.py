@@ -72,7 +72,7 @@ def slurm_attempts(
     cancel kills the batch shell before it can) ends when Slurm says the job ended (`end`).
     An attempt that ended in an in-job restart says where the next one went on (`next`: "restarted
     on node1,node3 (node2 left out, spare node3 took its place)"), as `slurmgen status` does."""
-    from slurmgen.heal.attempts import cause, where_next
+    from slurmgen.heal.attempts import cause, first_failure, where_next
 
     rows: list[dict[str, Any]] = []
     for i, r in enumerate(records):
@@ -96,7 +96,7 @@ def slurm_attempts(
                 state=(State.PREEMPTED if r.get("derived") else from_exit_code(r.get("exit_code"))).value,
                 ended=clock(r.get("time")),
                 cause=cause(r),
-                rank=r.get("rank"),
+                rank=first_failure(r).rank,  # the hung rank when the watchers judged a hang, as the cause names
                 node=r.get("node") or rows[-1]["node"],
                 code=r.get("exit_code"),
                 next=f"restarted{where_next(records, i)}" if r.get("action") == "restart" else None,

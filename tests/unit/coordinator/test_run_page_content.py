@@ -450,6 +450,20 @@ def test_the_ranks_table_marks_the_hung_or_failed_rank_and_the_ranks_that_only_w
     assert [r["status"] for r in rank_rows(crashed, set(), False)] == ["failed (exit 3)", "stopped (after rank 0)"]
 
 
+def test_a_hung_attempts_row_names_the_hung_rank_its_cause_names():
+    """Issue 33, item 4: the attempts row read Rank "—" beside "hung: rank 1 on node2 stopped beating"
+    (run_slurm.sh's end line has rank null and the watchers' hung_rank 1), seen on the cluster."""
+    from slurmgen.coordinator.web.run_detail import slurm_attempts
+
+    start = {"event": "start", "job": "2", "attempt": 1, "time": 10.0, "host": "node1"}
+    end = {"event": "end", "job": "2", "attempt": 1, "time": 18.0, "exit_code": 124, "rank": None, "node": "node2"}
+    verdict = "rank 1 on node2 stopped beating at step 63 (no heartbeat for 4.1 s); rank 0 waited in a collective"
+    (row,) = slurm_attempts([start, {**end, "hung_rank": 1, "hung_step": 63, "verdict": verdict}], State.FAILED)
+    assert (row["rank"], row["node"], row["code"]) == (1, "node2", 124), row
+    (crashed,) = slurm_attempts([start, {**end, "exit_code": 3, "rank": 0, "node": "node1"}], State.FAILED)
+    assert crashed["rank"] == 0, crashed
+
+
 def test_the_hung_ranks_bar_is_hung_from_its_last_beat_not_training_to_the_end():
     from slurmgen.coordinator.web.timeline_svg import attempt_chart
 

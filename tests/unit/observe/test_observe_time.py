@@ -165,6 +165,22 @@ def test_a_hang_is_lost_time_from_the_last_beat_not_training():
     assert (a["hung_rank"], a["code"]) == (1, 124) and [r["last_at"] for r in a["ranks"]] == [22.0, 22.0]
 
 
+def test_a_hang_counts_from_the_beat_the_watcher_judged_not_the_steps_after_it():
+    """Seen on the test cluster: rank 1 frozen at step 20 (t=22), judged hung there; woken by the
+    watcher to give its stack it stepped on to 25 (t=36.9), and rank 0 wrote its last step 26 as it
+    died (t=36.9): goodput counted 0.1 s hung, the timeline drew rank 1 training to the end. The
+    hang runs from the judged beat."""
+    events = [e for r in range(2) for e in rank_events(r, steps=(0, 20), end=None)]
+    events += [ev("steps", r, 22, 1, step=20, work=1) for r in range(2)]
+    events += [ev("steps", 1, 36.9, 1, step=25, work=1), ev("steps", 0, 36.9, 1, step=26, work=1)]
+    end = {"event": "end", "attempt": 1, "time": T0 + 37, "exit_code": 124, "hung_rank": 1, "hung_step": 20}
+    attempts = [{"event": "start", "attempt": 1, "time": T0}, end]
+    b = goodput.compute(events, attempts)["breakdown"]
+    assert b["hung"] == pytest.approx(15.0), b
+    (a,) = timeline.build(events, attempts)["attempts"]  # the hung rank's bar: hung from t=22
+    assert [(r["last_at"], r["last_step"]) for r in a["ranks"]] == [(36.9, 26), (22.0, 25)], a["ranks"]
+
+
 def test_a_crash_that_ends_the_run_loses_its_steps_past_the_last_checkpoint():
     """A last attempt that crashed (exit 1) at step 80 with a checkpoint at 50: no later attempt
     redid them, still those 30 steps' work is lost; a run that ended well loses nothing."""

@@ -1,0 +1,278 @@
+"""Issue 33's items 1-10, each seen in Chromium after a real run on the test cluster: real Slurm
+jobs submitted with `slurmgen submit`, a real coordinator group on agents inside the cluster's
+nodes (fixtures in ../conftest.py and conftest.py). One hung job, one sweep and one group are
+shared by the tests that read them, to keep the suite short.
+
+Which browser test proves each item, and where it runs ("cluster": real jobs, launches or agents
+on the test cluster; "local": a local `slurmgen serve` with registry rows written by the test, a
+stand-in `scontrol`, or local agents):
+
+| item                         | on the cluster                               | only locally                          |
+|------------------------------|----------------------------------------------|---------------------------------------|
+| 1 the list's live Slurm state| test_runs_control (the list, no page opened) | test_runs_page                        |
+| 2 attempts from 1 per run    | here (a group's second run)                  | test_page_defects                     |
+| 3 hung rank's stack          | here (a frozen rank, Slurm)                  | test_run_stacks_browser (Slurm, launch)|
+| 4 a hang counted as lost     | here (a frozen rank, Slurm)                  | none                                  |
+| 5 curves wherever recorded   | here (a sweep)                               | test_page_curves, ..._resumed_curves  |
+| 6 checkpoint and stop stops  | test_runs_control (a requeueable job)        | -                                     |
+| 7 charts keep zoom           | none                                         | test_page_front (charts)              |
+| 8 log view under a flood     | none (bench_page.py --flood --test-cluster)  | test_page_front (group, launch)       |
+| 9 a group run's page         | here (log, node names, only Stop)            | test_group_run_page_browser           |
+| 10 "stopped by you"          | here (group Stop), test_runs_control (ckpt)  | test_group_run_stop_browser           |
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmgen.contract import exitcodes
+from slurmgen.contract.states import STOPPED_BY_YOU
+
+expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+TRAIN = ["python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--save-every", "0"]
+HANG_LIMIT = "4"  # s: --heartbeat-timeout of the hung job
+SWEEP = ("0.01", "0.002")
+# A group's rank: says hello (its rank and node), then ticks until stopped.
+TICKER = (
+    "import os, socket, time\nprint('hello', os.environ['RANK'], socket.gethostname(), flush=True)\ntime.sleep(300)\n"
+)
+
+
+def _registry(coordinator) -> Path:
+    return coordinator.home / "state" / "slurmgen" / "jobs.sqlite"  # what `slurmgen serve` reads
+
+
+def _submit(coordinator, cluster, cwd: Path, *args: str) -> str:
+    argv = [sys.executable, "-m", "slurmgen", "submit", "--registry", str(_registry(coordinator))]
+    argv += ["--gpus", "1", "--backend", "gloo", "--time", "5", *args]
+    proc = subprocess.run(argv, cwd=cwd, env=cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def _wait(what, timeout: float, why: str):
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, f"{why}: not within {timeout} s"
+        time.sleep(0.25)
+    return found
+
+
+def _open_slurm_run(p, coordinator, job: str) -> None:
+    p.log_in(coordinator.token)
+    p.page.goto(coordinator.url + "/ui/runs?kind=slurm")
+    p.page.locator("tr[data-kind=slurm]", has=p.page.locator("td.run-key", has_text=job)).get_by_role("link").click()
+    expect(p.page.locator("#run-title")).to_contain_text(f"slurm {job}:")
+
+
+@pytest.fixture(scope="module")
+def hung_job(cluster_coordinator, cluster, tmp_path_factory) -> tuple[str, str]:
+    """A 2-node bundled-trainer job whose rank 1 is frozen with SIGSTOP once it has stepped a
+    while; the hang watcher ends the job HUNG about HANG_LIMIT s later. (job id, rank 1's node)."""
+    from slurmgen.observe.heartbeat import read_heartbeats
+
+    cwd = tmp_path_factory.mktemp("hung")
+    train = [*TRAIN, "--max-steps", "100000", "--log-every", "20", "--heartbeat-every", "0.2", "--out-dir", "R"]
+    args = ["--nodes", "2", "--heartbeat-timeout", HANG_LIMIT, "-o", "hung", "--", *train]
+    job = _submit(cluster_coordinator, cluster, cwd, *args)
+    try:
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        # each node's heartbeat files, in the job's TMPDIR (run_slurm.sh's SLURMGEN_HEARTBEAT_BASE)
+        dirs = lambda: Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-heartbeats-{job}.*/*")  # noqa: E731
+        rank1 = lambda: next((b[1] for d in dirs() if 1 in (b := read_heartbeats(d))), {})  # noqa: E731
+        beat = _wait(lambda: (b := rank1()).get("step", 0) >= 60 and b, 90, "rank 1 steps")
+        pid, node = beat["pid"], beat["host"]
+        os.kill(pid, signal.SIGSTOP)
+        state, code = cluster.wait(job, timeout=60)
+        assert (state, code) == ("FAILED", exitcodes.HUNG), cluster.job_info(job)
+        return job, node
+    finally:
+        cluster.cancel(job)
+
+
+@pytest.fixture(scope="module")
+def sweep_job(cluster_coordinator, cluster, tmp_path_factory) -> str:
+    """A sweep of two one-node trainer tasks (--lr), both completed: its array job id."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    train = [*TRAIN, "--max-steps", "40", "--log-every", "10"]
+    job = _submit(cluster_coordinator, cluster, cwd, "--nodes", "1", "--sweep", f"lr={','.join(SWEEP)}", "--", *train)
+    try:
+        for task in range(len(SWEEP)):
+            assert cluster.wait_state(f"{job}_{task}", {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
+        return job
+    finally:
+        cluster.cancel(job)
+
+
+@pytest.fixture(scope="module")
+def group_runs(cluster_coordinator, cluster, tmp_path_factory) -> tuple[int, list[str]]:
+    """A coordinator group of one worker on each of the cluster's first two nodes, started twice,
+    the first run stopped through the API: the second run's registry seq (it still runs) and the
+    workers' nodes."""
+    from slurmgen.runs.model import find_run
+    from slurmgen.runs.registry import Registry
+
+    coordinator, name = cluster_coordinator, "truth"
+    workers = coordinator.wait_workers(4)
+    nodes = [n.name for n in cluster.nodes[:2]]
+    picked = [next(w["name"] for w in workers if w["host"] == node) for node in nodes]
+    assert coordinator.api("POST", "/api/groups", {"name": name})[0] == 201
+    assert coordinator.api("POST", "/api/workers/move", {"workers": picked, "group": name})[0] == 200
+    cwd = str(tmp_path_factory.mktemp("group"))  # the nodes share this file system: a timeline
+    config = {"backend": "gloo", "argv": ["python", "-c", TICKER], "cwd": cwd}
+    assert coordinator.api("PUT", f"/api/groups/{name}/config", config)[0] == 200
+    state = lambda: coordinator.api("GET", f"/api/groups/{name}")[1]["group"]  # noqa: E731
+    for start in range(2):
+        if start:
+            assert coordinator.api("POST", f"/api/groups/{name}/stop")[0] == 200
+            _wait(lambda: state()["state"] not in ("running", "stopping"), 30, "the first run's stop")
+        status, group = coordinator.api("POST", f"/api/groups/{name}/start")
+        assert status == 200, group
+        _wait(lambda: state()["state"] == "running", 30, "the group runs")
+    with Registry.open(_registry(coordinator)) as reg:
+        seq = find_run(reg, "group", f"{name}.{group['attempt']}")
+    assert seq is not None
+    return seq, nodes
+
+
+def test_item2_a_groups_second_run_is_its_own_attempt_1(page, cluster_coordinator, group_runs):
+    """Runs exp1.2 and exp1.3 each had one attempt, shown as #2/#3 ("Timeline of attempt 2")."""
+    coordinator, p = cluster_coordinator, page
+    seq, _ = group_runs
+    p.log_in(coordinator.token)
+    p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
+    expect(p.page.locator("#run-title")).to_contain_text("group truth.")
+    rows = p.page.locator("section[aria-labelledby=attempts-title] tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td").first).to_have_text("1")
+    expect(p.page.locator("#log-view .log-attempt").first).to_have_text("── attempt 1 ──", timeout=15_000)
+    expect(p.page.locator("figure.timeline figcaption").first).to_contain_text("Timeline of attempt 1")
+    expect(p.page.locator("#ranks-title")).to_have_text("Ranks of attempt 1")
+    p.shot("group-second-run")
+    p.page.goto(f"{coordinator.url}/ui/runs?kind=group")
+    row = p.page.locator(f'tr[data-run="{seq}"]')
+    expect(row).to_have_count(1)
+    expect(row.locator("td").nth(7)).to_have_text("1")  # Attempts
+    p.shot("group-runs-list")
+
+
+def test_item9_a_group_runs_page_has_its_log_its_nodes_and_only_its_stop(page, cluster_coordinator, group_runs):
+    """The page had no log, named the host `vm`, showed a database path as "Logs" and disabled
+    Cancel/Checkpoint buttons but not the group's Stop."""
+    coordinator, p = cluster_coordinator, page
+    seq, nodes = group_runs
+    p.log_in(coordinator.token)
+    p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
+    view = p.page.locator("#log-view")
+    for rank, node in enumerate(nodes):
+        expect(view.locator(".log-line", has_text=f"hello {rank} {node}")).to_have_count(1, timeout=15_000)
+    cells = p.page.locator("#rank-table tbody tr td:nth-child(2)")
+    expect(cells).to_have_count(2)
+    assert sorted(cells.all_inner_texts()) == sorted(nodes)
+    expect(p.page.locator(".facts dt", has_text="Logs")).to_have_count(0)
+    for label in ("Cancel", "Checkpoint and stop", "Requeue"):
+        expect(p.page.get_by_role("button", name=label)).to_have_count(0)
+    expect(p.page.get_by_role("button", name="Stop", exact=True)).to_be_enabled()
+    p.shot("group-run-page")
+
+
+def test_item10_a_stop_from_the_page_reads_stopped_by_you(page, cluster_coordinator, group_runs):
+    """A person's Stop read as a failure (red "exited 143", "failed (exit 75)"), and the group read
+    `stopped` while its ranks still ran."""
+    coordinator, p = cluster_coordinator, page
+    seq, nodes = group_runs
+    p.log_in(coordinator.token)
+    p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
+    p.page.get_by_role("button", name="Stop", exact=True).click()
+    expect(p.page.locator(".notice")).to_contain_text("stopping every rank")
+    p.page.reload()
+    expect(p.page.locator(".facts .state")).to_have_text(STOPPED_BY_YOU, timeout=20_000)
+    workers = coordinator.api("GET", "/api/workers")[1]
+    running = [w for w in workers if w["group"] == "truth" and w["state"] == "running"]
+    assert running == [], "the run read stopped while ranks still ran"
+    p.page.reload()
+    statuses = p.page.locator("#rank-table tbody tr td:nth-child(3)").all_inner_texts()
+    assert statuses and all(s == STOPPED_BY_YOU for s in statuses), statuses
+    main = p.page.locator("main").inner_text()
+    assert "failed" not in main and "First failure" not in main, main
+    p.shot("group-run-stopped-by-you")
+    # The list's "Exit / first failure" for a person's stop: no 143 (after the stop-wording merge).
+    p.page.goto(f"{coordinator.url}/ui/runs?kind=group")
+    row = p.page.locator(f'tr[data-run="{seq}"]')
+    expect(row.locator(".state")).to_have_text(STOPPED_BY_YOU)
+    p.shot("group-runs-list-stopped")
+    assert str(exitcodes.TERMINATED) not in row.locator("td.run-outcome").inner_text()
+
+
+def test_item3_the_hung_ranks_stack_on_a_slurm_jobs_page(page, cluster_coordinator, hung_job):
+    """The stacks file was written, but only the group page showed a stack."""
+    coordinator, p = cluster_coordinator, page
+    job, node = hung_job
+    _open_slurm_run(p, coordinator, job)
+    stacks = p.page.locator("#stacks")
+    expect(stacks.get_by_role("heading")).to_have_text("Stack of the hung rank")
+    expect(stacks.locator("figcaption")).to_have_text(f"Rank 1 on {node}, attempt 1")
+    expect(stacks.locator("pre.stack-text")).to_contain_text("slurmgen/train")
+    p.shot("slurm-hung-stack")
+
+
+def test_item4_a_hang_is_drawn_and_counted_as_lost(page, cluster_coordinator, hung_job):
+    """A job frozen 15 s of 39.6 s reported goodput 76.6% with "lost 0.0 s", the frozen rank's bar
+    green to the end, the hung rank "—" in the Ranks table and the waiting one "failed"."""
+    coordinator, p = cluster_coordinator, page
+    job, node = hung_job
+    _open_slurm_run(p, coordinator, job)
+    ranks = p.page.locator("#rank-table tbody tr")
+    statuses = {r.get_attribute("data-rank"): r.locator("td").nth(2).inner_text() for r in ranks.all()}
+    assert statuses == {"0": "stopped (after rank 1)", "1": "hung"}, statuses
+    attempt = p.page.locator("section[aria-labelledby=attempts-title] tbody tr").first.locator("td")
+    expect(attempt.nth(5)).to_have_text("1")  # the hung rank, as the cause beside it names it
+    expect(attempt.nth(6)).to_have_text(node)
+    hung = p.page.locator("figure.timeline rect", has=p.page.locator("title", has_text="rank 1 hung:"))
+    expect(hung).to_have_count(1)
+    expect(p.page.locator('#goodput-breakdown tr[data-part="hung"]')).to_have_count(1)
+    p.page.locator("#goodput").scroll_into_view_if_needed()
+    p.shot("slurm-hung-timeline-goodput")
+
+
+def test_item4_the_hang_counts_from_the_beat_the_watcher_judged(page, cluster_coordinator, hung_job):
+    """The frozen rank stopped beating about HANG_LIMIT s before the job ended: that is hung time,
+    though the watcher wakes it to take its stack and the ranks step on a little before they die."""
+    coordinator, p = cluster_coordinator, page
+    job, _ = hung_job
+    _open_slurm_run(p, coordinator, job)
+    seconds = float(p.page.locator('#goodput-breakdown tr[data-part="hung"] td').nth(2).inner_text())
+    assert seconds >= float(HANG_LIMIT) - 1, seconds  # from the judged beat to the end
+    title = p.page.locator("figure.timeline rect title", has_text="rank 1 hung:").text_content()
+    since, until = map(float, re.search(r"hung: ([\d.]+)-([\d.]+) s", title).groups())
+    assert until - since >= float(HANG_LIMIT) - 1, title  # its bar too
+    p.page.locator("#goodput").scroll_into_view_if_needed()
+    p.shot("slurm-hang-time")
+
+
+def test_item5_a_sweeps_page_draws_a_curve_per_task(page, cluster_coordinator, sweep_job):
+    """The task grid showed the losses while the chart said "No metrics"."""
+    coordinator, p = cluster_coordinator, page
+    _open_slurm_run(p, coordinator, sweep_job)
+    loss = p.page.locator("figure[data-metric=loss]")
+    expect(loss.locator(".uplot")).to_have_count(1, timeout=15_000)
+    expect(p.page.locator("#curves-empty")).to_have_count(0)
+    for task, lr in enumerate(SWEEP):
+        expect(loss.locator(".u-legend")).to_contain_text(f"train #{task} lr={lr}")
+    loss.scroll_into_view_if_needed()
+    p.shot("sweep-curves")
+    p.page.goto(coordinator.url + "/ui/runs?kind=slurm")
+    row = p.page.locator("tr[data-kind=slurm]", has=p.page.locator("td.run-key", has_text=sweep_job))
+    expect(row.locator("td.run-loss")).to_contain_text("(best of 2)")
+    p.shot("sweep-best-loss")
