@@ -712,7 +712,10 @@ srun "${srun_args[@]}" "${step_where[@]}" --overlap --ntasks=8 bash -c '
   exec bash -c "$wrapper" slurmgen-rank "$@"
 ' slurmgen-task "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}" &
 step_pid=$!
-end_stuck_step "$step_pid" &
+# The guard writes to the log itself (fd 4) and keeps no copy of the watchers' stdin (fd 5): a
+# sleep of it left behind once it is stopped would hold the tee's pipe (which `wait "$tee_pid"`
+# waits out) or the watchers' stdin open for the rest of its 10 s, delaying every restart.
+end_stuck_step "$step_pid" 2>&4 5>&- &
 guard=$!
 wait "$step_pid"
 status=$?
