@@ -376,14 +376,30 @@ stop_after() {
 }
 # end_stuck_step PID: srun (PID) waits for every node of its step to report the end of its tasks,
 # and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout declares it
-# down, minutes later): once the step's first failure is in $step_errors, srun has 10 s to end.
-# Its tasks elsewhere are stopped already (--kill-on-bad-exit); the next step overlaps what Slurm
-# still counts of this one (srun --overlap).
+# down, minutes later): once the step's first failure is in $step_errors, each node of the step is
+# probed (as usable_nodes does) and srun stopped as soon as one does not answer; with every node
+# answering, srun has 10 s more to end. Its tasks elsewhere are stopped already
+# (--kill-on-bad-exit); the next step overlaps what Slurm still counts of this one (srun --overlap).
 end_stuck_step() {
+  local i probes=()
   until grep -q -a -e 'slurmgen-exit: rank ' -e '^srun: error: ' "$step_errors" 2>/dev/null; do
     kill -0 "$1" 2>/dev/null || return 0
     sleep 0.5
   done
+  # Stopped once srun ended by itself (the usual case), this guard stops its probes too.
+  trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
+  for i in "${!step_nodes[@]}"; do
+    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="${step_nodes[i]}" true >/dev/null 2>&1 &
+    probes[i]=$!
+  done
+  for i in "${!probes[@]}"; do
+    wait "${probes[i]}" && continue
+    kill -0 "$1" 2>/dev/null || return 0
+    echo "slurmgen: node ${step_nodes[i]} does not answer; stopping srun $1, which would wait for it" >&2
+    kill -KILL "$1" 2>/dev/null
+    return 0
+  done
+  trap - TERM
   stop_after 10 "$1"
 }
 # next_attempt: the attempt after an in-job restart, on the nodes next_step chose.
