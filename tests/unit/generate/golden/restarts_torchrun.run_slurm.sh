@@ -266,9 +266,15 @@ step_rendezvous() {
 worth_restart() {
   [[ " 0 2 75 130 143 " != *" $1 "* ]]
 }
-# stop_after SECONDS PID: kill PID (an srun) if it still runs SECONDS from now.
+# stop_after SECONDS PID: kill PID (an srun) if it still runs SECONDS from now. Stopped itself
+# (PID ended first), it takes its sleep with it: nothing of it outlives the step.
 stop_after() {
-  sleep "$1"
+  local nap=
+  trap 'kill $nap 2>/dev/null; exit 0' TERM
+  sleep "$1" &
+  nap=$!
+  wait "$nap"
+  trap - TERM
   kill -0 "$2" 2>/dev/null || return 0
   echo "slurmgen: srun $2 still runs $1 s later (a node that no longer answers?); stopping it" >&2
   kill -KILL "$2" 2>/dev/null
