@@ -202,8 +202,8 @@ def runs_python(spec: JobSpec) -> bool:
 
 # How long an in-job restart waits for each node of the job to run `true` (in parallel) before it
 # counts the node as lost: a node whose slurmd died is not marked by Slurm before SlurmdTimeout;
-# and how long srun has to end after its step's first failure before it is stopped (it waits for
-# every node's report, and a lost node's never comes).
+# and how long srun has to end after its step's first failure, every node of the step answering,
+# before it is stopped (it waits for every node's report; a node that does not answer stops it at once).
 _PROBE_SECONDS = 5
 _STEP_GRACE = 10
 

@@ -624,6 +624,27 @@ def test_below_min_nodes_the_world_does_not_shrink_and_the_retry_policy_decides(
     assert [(r["event"], r.get("action")) for r in records] == [("start", None), ("end", "requeue")]
 
 
+def test_the_next_step_does_not_wait_out_the_guard_of_the_last(tmp_path, fake_slurm):
+    # Rank 0 outlives rank 2's failure by 1.5 s: the guard of a lost node's srun has started its 10 s
+    # by then, and once srun ends nothing of it may hold the step's stderr (which the batch shell
+    # reads to its end before the attempt ends) or delay the next step.
+    out = write(
+        tmp_path,
+        nodes=2,
+        gpus=2,
+        restarts=1,
+        output_dir=str(tmp_path / "out"),
+        command=["bash", "-c", "if [[ $SLURMGEN_ATTEMPT == 1 ]]; then ((RANK == 2)) && exit 7; sleep 1.5; fi"],
+    )
+    for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO)):
+        (tmp_path / "bin" / name).write_text(text)
+        (tmp_path / "bin" / name).chmod(0o755)
+    started = time.monotonic()
+    result = fake_slurm(out, hosts="localhost n2", nodes=2)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 8, result.stderr
+
+
 @pytest.mark.parametrize(
     "launcher, command, missing",
     [

@@ -369,23 +369,45 @@ step_rendezvous() {
 worth_restart() {
   [[ " 1 124 137 " == *" $1 "* ]]
 }
-# stop_after SECONDS PID: kill PID (an srun) if it still runs SECONDS from now.
+# stop_after SECONDS PID: kill PID (an srun) if it still runs SECONDS from now. Stopped itself
+# (PID ended first), it takes its sleep with it: nothing of it outlives the step.
 stop_after() {
-  sleep "$1"
+  local nap=
+  trap 'kill $nap 2>/dev/null; exit 0' TERM
+  sleep "$1" &
+  nap=$!
+  wait "$nap"
+  trap - TERM
   kill -0 "$2" 2>/dev/null || return 0
   echo "slurmgen: srun $2 still runs $1 s later (a node that no longer answers?); stopping it" >&2
   kill -KILL "$2" 2>/dev/null
 }
 # end_stuck_step PID: srun (PID) waits for every node of its step to report the end of its tasks,
 # and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout declares it
-# down, minutes later): once the step's first failure is in $step_errors, srun has 10 s to end.
-# Its tasks elsewhere are stopped already (--kill-on-bad-exit); the next step overlaps what Slurm
-# still counts of this one (srun --overlap).
+# down, minutes later): once the step's first failure is in $step_errors, each node of the step is
+# probed (as usable_nodes does) and srun stopped as soon as one does not answer; with every node
+# answering, srun has 10 s more to end. Its tasks elsewhere are stopped already
+# (--kill-on-bad-exit); the next step overlaps what Slurm still counts of this one (srun --overlap).
 end_stuck_step() {
+  local i probes=()
   until grep -q -a -e 'slurmgen-exit: rank ' -e '^srun: error: ' "$step_errors" 2>/dev/null; do
     kill -0 "$1" 2>/dev/null || return 0
     sleep 0.5
   done
+  # Stopped once srun ended by itself (the usual case), this guard stops its probes too.
+  trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
+  for i in "${!step_nodes[@]}"; do
+    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="${step_nodes[i]}" true >/dev/null 2>&1 &
+    probes[i]=$!
+  done
+  for i in "${!probes[@]}"; do
+    wait "${probes[i]}" && continue
+    kill -0 "$1" 2>/dev/null || return 0
+    echo "slurmgen: node ${step_nodes[i]} does not answer; stopping srun $1, which would wait for it" >&2
+    kill -KILL "$1" 2>/dev/null
+    return 0
+  done
+  trap - TERM
   stop_after 10 "$1"
 }
 # next_attempt: the attempt after an in-job restart, on the nodes next_step chose.
@@ -714,7 +736,10 @@ srun "${srun_args[@]}" "${step_where[@]}" --overlap --ntasks=$((step_size * 4)) 
   exec bash -c "$wrapper" slurmgen-rank "$@"
 ' slurmgen-task "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}" &
 step_pid=$!
-end_stuck_step "$step_pid" &
+# The guard writes to the log itself (fd 4) and keeps no copy of the watchers' stdin (fd 5): a
+# sleep of it left behind once it is stopped would hold the tee's pipe (which `wait "$tee_pid"`
+# waits out) or the watchers' stdin open for the rest of its 10 s, delaying every restart.
+end_stuck_step "$step_pid" 2>&4 5>&- &
 guard=$!
 wait "$step_pid"
 status=$?
