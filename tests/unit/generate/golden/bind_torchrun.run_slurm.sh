@@ -304,7 +304,7 @@ rank_wrapper='
   }
   timeline process "$RANK" "$$"
   if [[ -n ${bind_cpus[LOCAL_RANK]:-} ]]; then  # the plan of the node, from its task: the cores of this worker
-    taskset -cp "${bind_cpus[LOCAL_RANK]}" "$$" >/dev/null
+    taskset -cp "${bind_cpus[LOCAL_RANK]}" "$BASHPID" >/dev/null  # not $$: torchrun reads its args as templates
     bound_omp_threads "${bind_cores[LOCAL_RANK]}"
   fi
   exec 3>&1 4>&2
