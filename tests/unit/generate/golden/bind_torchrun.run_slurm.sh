@@ -109,7 +109,8 @@ finish_attempt() {
 # --- environment for every process (srun passes this shell's environment on) ---
 export SLURMGEN_BACKEND=auto
 export SLURMGEN_STRATEGY=ddp
-# shellcheck disable=SC2034,SC2317  # bound_omp_threads, bind_plan and bind_split run in each task (bind_code, below)
+# bound_omp_threads, bind_plan and bind_split run in each task (bind_code, below); their locals are their own
+# shellcheck disable=SC2034,SC2178,SC2317
 {
 # OpenMP threads per rank (slurmgen/contract/threads.py states the same rule for the coordinator's ranks):
 # unless OMP_NUM_THREADS is set already (the spec's env, setup or the environment), the CPUs
