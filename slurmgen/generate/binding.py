@@ -15,8 +15,10 @@ srun mode (`srun_plan`): Slurm binds, not the script. `--cpu-bind=cores` with bl
 gives each task its own `--cpus-per-task` CPUs' worth of whole cores of the job's CPUs on the
 node, socket by socket: `plan` of those cores; `--cpu-bind=ldoms` (numa) widens each task to the NUMA
 node(s) of its cores. Which cores the job holds on a node is Slurm's choice when it starts: shown
-for a job holding the node's first cores. tests/integration/test_bind_slurm.py holds this to the
-CPUs each rank reads on the test cluster.
+for a job holding the node's first cores. torchrun mode (`task_plan`): run_slurm.sh's task on a
+node, before its agent starts, applies bind_cores.sh.j2's rule within the CPUs Slurm gave it (its
+`--cpus-per-task`, the ranks' together), and each worker binds itself by LOCAL_RANK.
+tests/integration/test_bind_slurm.py holds these to the CPUs each rank reads on the test cluster.
 """
 
 from __future__ import annotations
@@ -93,6 +95,15 @@ def node_plan(cores: Sequence[Core], ranks: int, mode: str) -> list[tuple[int, .
     return "unbound (" + planned + ")" if mode == "auto" and isinstance(planned, str) else planned
 
 
+def task_plan(cores: Sequence[Core], ranks: int, mode: str, cpus_per_task: int) -> list[tuple[int, ...]] | str:
+    """run_slurm.sh's torchrun mode: `node_plan` within the whole cores of a node's one task,
+    `cpus_per_task` CPUs a rank, taken socket by socket as Slurm allocates them (the node's first)."""
+    if not cores:
+        return node_plan(cores, ranks, mode)
+    held = -(-(cpus_per_task * ranks) // len(cores[0].cpus))  # Slurm allocates whole cores (CR_Core)
+    return node_plan(sorted(cores, key=lambda core: core.node)[:held], ranks, mode)
+
+
 def srun_plan(cores: Sequence[Core], ranks: int, mode: str, cpus_per_task: int) -> list[tuple[int, ...]] | str:
     """Each task's CPUs under srun's binding (`bind` cores, auto: --cpu-bind=cores; numa:
     --cpu-bind=ldoms), or why the node cannot hold the job's tasks."""
@@ -123,10 +134,10 @@ def preview(launcher: str, bind: str, ranks: int, cpus_per_task: int | None, top
         planned = srun_plan(cores, ranks, bind, cpus_per_task or 1)
         where = "on a node like this machine, the job holding its first cores"
     else:
-        head = f"bind {bind}: launch_multi_node.sh binds each rank from the node's lscpu -p when it starts"
-        head += " (run_slurm.sh in torchrun mode binds nothing)"
-        planned = node_plan(cores, ranks, bind)
-        where = "on a node like this machine"
+        head = f"bind {bind}: run_slurm.sh's task on each node binds each worker from the node's lscpu -p when it"
+        head += " starts, within the task's CPUs (launch_multi_node.sh: within the CPUs it may use)"
+        planned = task_plan(cores, ranks, bind, cpus_per_task or 1)
+        where = "on a node like this machine, the task holding its first cores"
     if isinstance(planned, str):
         return f"{head}; {where}: {planned}"
     return f"{head}; {where}: " + ", ".join(f"local rank {r} CPUs {cpu_list(cpus)}" for r, cpus in enumerate(planned))

@@ -8,6 +8,9 @@ rank itself from /proc/self/status, is the planned set.
   plugin (task/affinity on the test cluster, scripts/cluster/up.sh) binds; the ranks of a node
   get disjoint cores, the sets `slurmgen create` said (generate/binding.py's srun_plan, on this
   machine, which every test node is). `bind: none` leaves a node's ranks on the same CPUs.
+- torchrun mode, 2 nodes x 2 workers: each node's task plans its workers' cores within its own
+  CPUs (bind_cores.sh.j2's rule, the plan its log line prints and `slurmgen create` said) and each
+  worker binds itself by LOCAL_RANK, OMP_NUM_THREADS its cores; `bind: none` leaves them alike.
 """
 
 from __future__ import annotations
@@ -128,3 +131,40 @@ def test_srun_mode_binds_each_rank_to_the_cores_create_said(cluster, tmp_path, b
     assert all("mask_cpu:" in bound for *_, bound in ranks.values()), ranks  # SLURM_CPU_BIND: the masks Slurm set
     for host, (first, second) in on.items():
         assert [first, second] == planned and not first & second, (host, ranks, line)
+
+
+@pytest.mark.parametrize("bind", ["cores", "none"])
+def test_torchrun_mode_binds_each_worker_to_the_cores_its_node_planned(cluster, tmp_path, bind):
+    here = tmp_path / "shared"
+    here.mkdir()
+    flags = ("--launcher", "torchrun", "--nodes", "2", "--gpus", "2", "--backend", "gloo", "--bind", bind, "-o", "out")
+    said = sg(cluster, tmp_path, "create", *flags, "--", sys.executable, "-c", PROGRAM, str(here)).stdout
+    job = cluster.submit(tmp_path / "out" / "run_slurm.sh", cwd=tmp_path)
+    state, code = cluster.wait(job, timeout=120)
+    log = "\n".join(p.read_text() for p in (tmp_path / "out" / "logs").glob(f"*-{job}.out"))
+    assert (state, code) == ("COMPLETED", 0), log
+    ranks = {}
+    for rank in range(4):
+        cpus, omp, local, _, host = (here / f"cpus-{rank}").read_text().split()
+        ranks[rank] = (host, int(local), cpu_set(cpus), omp)
+    hosts = sorted({host for host, *_ in ranks.values()})
+    assert len(hosts) == 2, ranks
+    on = {host: [cpus for h, _, cpus, _ in sorted(ranks.values(), key=lambda r: r[1]) if h == host] for host in hosts}
+    if bind == "none":
+        assert "bind" not in said and "bind" not in log and all(a == b for a, b in on.values()), (ranks, log)
+        return
+    # "0: slurmgen: bind cores: node1 local rank 0 on CPUs 0 (1 cores)", once a node and worker
+    printed = {}
+    for line in log.splitlines():
+        if "slurmgen: bind cores: " in line:
+            words = line.split("slurmgen: bind cores: ")[1].split()
+            printed[words[0], int(words[3])] = cpu_set(words[6])
+    assert printed == {(host, local): cpus for host, local, cpus, _ in ranks.values()}, (log, ranks)
+    # "bind cores: run_slurm.sh (torchrun mode) and launch_multi_node.sh bind ...: local rank 0 CPUs 0, ..."
+    line = next(line for line in said.splitlines() if line.startswith("bind cores: "))
+    assert "run_slurm.sh" in line and "binds nothing" not in line, line
+    planned = [cpu_set(each.split(" CPUs ")[1]) for each in line.split(": ")[-1].split(", ")]
+    for host, (first, second) in on.items():
+        assert [first, second] == planned and not first & second, (host, ranks, line)
+    for _, _, cpus, omp in ranks.values():
+        assert omp == str(len(cpus))  # one CPU per core on the test nodes

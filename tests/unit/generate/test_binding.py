@@ -172,9 +172,9 @@ def test_srun_mode_plans_slurms_block_binding_of_the_jobs_cores():
         ),
         (
             "torchrun",
-            "bind cores: launch_multi_node.sh binds each rank from the node's lscpu -p when it starts (run_slurm.sh "
-            "in torchrun mode binds nothing); on a node like this machine: local rank 0 CPUs 0-3,8-11, local rank 1 "
-            "CPUs 4-7,12-15",
+            "bind cores: run_slurm.sh's task on each node binds each worker from the node's lscpu -p when it starts, "
+            "within the task's CPUs (launch_multi_node.sh: within the CPUs it may use); on a node like this machine, "
+            "the task holding its first cores: local rank 0 CPUs 0-1,8-9, local rank 1 CPUs 2-3,10-11",
         ),
     ],
 )
