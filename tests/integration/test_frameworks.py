@@ -295,3 +295,11 @@ def test_under_slurm_each_rank_trains_once_in_either_launcher_mode(cluster, tmp_
     (attempt,) = [a for a in found["attempts"] if a["ranks"]]
     assert sorted(r["rank"] for r in attempt["ranks"]) == [0, 1], attempt
     assert all(r["last_step"] == STEPS and r["status"] == "done" for r in attempt["ranks"]), attempt
+    # Every timeline line is JSON, the launcher's own included: under torchrun its pid once read "$".
+    (timeline,) = (tmp_path / "t").rglob("*.timeline.jsonl")
+    lines = [json.loads(line) for line in timeline.read_text().splitlines()]
+    launcher = [
+        (e["event"], e["rank"]) for e in lines if e.get("by") == "launcher" and e["event"] in ("process", "end")
+    ]
+    assert sorted(launcher) == [("end", 0), ("end", 1), ("process", 0), ("process", 1)], launcher
+    assert all(isinstance(e["pid"], int) for e in lines if e.get("by") == "launcher" and "pid" in e), lines

@@ -303,9 +303,11 @@ rank_wrapper='
     printf "{\"event\": \"%s\", \"rank\": %s, \"attempt\": %s, \"time\": %s, \"host\": \"%s\", \"pid\": %s, \"by\": \"launcher\"%s}\n" \
       "$1" "$2" "$timeline_attempt" "${t/,/.}" "$timeline_host" "$3" "${4:-}" >>"$timeline_file" 2>/dev/null || true
   }
-  timeline process "$RANK" "$$"
+  # $BASHPID: torchrun reads its arguments as string templates, where a doubled dollar becomes
+  # one; every torchrun-mode process and end line of the timeline read "pid": $ (not JSON).
+  timeline process "$RANK" "$BASHPID"
   if [[ -n ${bind_cpus[LOCAL_RANK]:-} ]]; then  # the plan of the node, from its task: the cores of this worker
-    taskset -cp "${bind_cpus[LOCAL_RANK]}" "$BASHPID" >/dev/null  # not $$: torchrun reads its args as templates
+    taskset -cp "${bind_cpus[LOCAL_RANK]}" "$BASHPID" >/dev/null
     bound_omp_threads "${bind_cores[LOCAL_RANK]}"
   fi
   exec 3>&1 4>&2
@@ -319,7 +321,7 @@ rank_wrapper='
   wait "$out_labels" "$err_labels" 2>/dev/null
   ended=done
   ((code == 0)) || ended=failed
-  timeline end "$RANK" "$$" ", \"status\": \"$ended\", \"code\": $code"
+  timeline end "$RANK" "$BASHPID" ", \"status\": \"$ended\", \"code\": $code"
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
     printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \

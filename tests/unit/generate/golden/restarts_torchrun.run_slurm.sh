@@ -371,7 +371,9 @@ rank_wrapper='
     printf "{\"event\": \"%s\", \"rank\": %s, \"attempt\": %s, \"time\": %s, \"host\": \"%s\", \"pid\": %s, \"by\": \"launcher\"%s}\n" \
       "$1" "$2" "$timeline_attempt" "${t/,/.}" "$timeline_host" "$3" "${4:-}" >>"$timeline_file" 2>/dev/null || true
   }
-  timeline process "$RANK" "$$"
+  # $BASHPID: torchrun reads its arguments as string templates, where a doubled dollar becomes
+  # one; every torchrun-mode process and end line of the timeline read "pid": $ (not JSON).
+  timeline process "$RANK" "$BASHPID"
   exec 3>&1 4>&2
   exec > >(trap "" INT TERM USR1 USR2; exec sed -u "s/^/[rank $RANK] /")
   out_labels=$!
@@ -383,7 +385,7 @@ rank_wrapper='
   wait "$out_labels" "$err_labels" 2>/dev/null
   ended=done
   ((code == 0)) || ended=failed
-  timeline end "$RANK" "$$" ", \"status\": \"$ended\", \"code\": $code"
+  timeline end "$RANK" "$BASHPID" ", \"status\": \"$ended\", \"code\": $code"
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
     printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \
