@@ -219,7 +219,43 @@ def test_a_flood_gives_the_newest_batch_and_counts_what_it_skipped(served, tmp_p
     fewer = client.get(f"/ui/live/runs/{seq}/logs", params={"after": body["next"], "rank": 1}).json()
     texts = [x["text"] for x in fewer["lines"]]
     assert texts[-1] == "more 04999" and all(x["rank"] == 1 for x in fewer["lines"])
-    assert fewer["skipped"] == int(texts[0].split()[1])  # every line (of every rank) before the bytes read
+    assert fewer["skipped"] == int(texts[0].split()[1]) // 2  # rank 1's lines before the bytes read (odd i)
+
+
+@pytest.mark.parametrize("rank", [None, 1])
+def test_lines_shown_and_skipped_add_up_to_the_lines_written(served, tmp_path, monkeypatch, rank):
+    """Issue 33: the view's "N lines skipped" markers must count each line not shown once, and
+    only the lines the view would show (a rank filter's rank): polled as the page polls, through
+    bursts over LOG_BATCH and catch-ups past READ_MOST, shown + skipped == written."""
+    from slurmgen.coordinator.web import run_logs
+    from slurmgen.coordinator.web.live import LOG_BATCH
+
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("81", "RUNNING", "0:0")])
+    seq = add_job(registry, tmp_path, "81")
+    log = tmp_path / "logs" / "train-81.out"
+    log.write_text("batch starts\n")
+    monkeypatch.setattr(run_logs, "READ_MOST", 40_000)  # about 2,000 lines of 3 ranks
+    params = {} if rank is None else {"rank": rank}
+    first = client.get(f"/ui/live/runs/{seq}/logs", params=params).json()
+    after, shown, skipped, written, n = first["next"], 0, 0, 0, 0
+    for burst in (10, LOG_BATCH - 1, LOG_BATCH + 7, 3 * LOG_BATCH, 11, 5 * LOG_BATCH + 3, 0):
+        with log.open("a") as f:
+            for _ in range(burst):
+                f.write(f"{n % 3}: line {n:07d}\n" if n % 50 else f"batch line {n:07d}\n")
+                written += rank is None or (n % 50 != 0 and n % 3 == rank)
+                n += 1
+            f.write(f"{n % 3}: half a li")  # a line being written: neither shown nor skipped yet
+        body = client.get(f"/ui/live/runs/{seq}/logs", params={**params, "after": after}).json()
+        assert all(rank is None or x["rank"] == rank for x in body["lines"])
+        after, shown, skipped = body["next"], shown + len(body["lines"]), skipped + body["skipped"]
+        with log.open("a") as f:
+            f.write("ne\n" if n % 50 else "\n")
+        written += rank is None or (n % 50 != 0 and n % 3 == rank)
+        n += 1
+    body = client.get(f"/ui/live/runs/{seq}/logs", params={**params, "after": after}).json()
+    shown, skipped = shown + len(body["lines"]), skipped + body["skipped"]
+    assert skipped > 0 and shown + skipped == written
 
 
 def test_a_progress_bar_stays_one_line_of_its_rank_on_the_page(served, tmp_path, monkeypatch):
