@@ -486,6 +486,24 @@ def test_the_ranks_table_marks_the_hung_or_failed_rank_and_the_ranks_that_only_w
     assert [r["status"] for r in rank_rows(crashed, set(), False)] == ["failed (exit 3)", "stopped (after rank 0)"]
 
 
+def test_the_hung_ranks_last_step_says_the_step_its_verdict_names():
+    """Issue 33, item 11: "stopped beating at step 61" beside "Last step 63" for the hung rank (woken
+    by the watcher to give its stack, it stepped on). The table shows both, each true."""
+    from slurmgen.coordinator.web.timeline_svg import rank_rows
+    from slurmgen.observe import timeline
+
+    def steps(rank, last, t):
+        return [{"event": "steps", "rank": rank, "attempt": 1, "time": T0 + t, "step": last, "work": 1.0}]
+
+    events = steps(0, 61, 20) + steps(1, 61, 20) + steps(1, 63, 36.9) + steps(0, 64, 36.9)
+    end = {"event": "end", "attempt": 1, "time": T0 + 37, "exit_code": 124, "hung_rank": 1, "hung_step": 61}
+    (attempt,) = timeline.build(events, [{"event": "start", "attempt": 1, "time": T0}, end])["attempts"]
+    assert [r["last_step"] for r in rank_rows(attempt, set(), False)] == [64, "63 (hung at 61)"]
+    judged_there = {**attempt, "hung_step": 63}
+    assert [r["last_step"] for r in rank_rows(judged_there, set(), False)] == [64, 63]
+    assert [r["last_step"] for r in rank_rows({**attempt, "hung_step": None}, set(), False)] == [64, 63]
+
+
 def test_a_hung_attempts_row_names_the_hung_rank_its_cause_names():
     """Issue 33, item 4: the attempts row read Rank "—" beside "hung: rank 1 on node2 stopped beating"
     (run_slurm.sh's end line has rank null and the watchers' hung_rank 1), seen on the cluster."""
