@@ -27,7 +27,7 @@ def analyse(
     last = grouped[max(grouped)] if grouped else {}
     return {
         "timeline": timeline.build(events, attempts, submitted),
-        "stragglers": stragglers.all_attempts(grouped, factor, min_steps),
+        "stragglers": stragglers.all_attempts(grouped, factor, min_steps, timeline.attempt_bounds(attempts)),
         "step_work": {str(r): t for r, t in sorted(stragglers.step_times(last).items())},
         "goodput": goodput.compute(events, attempts, submitted, now),
     }

@@ -21,6 +21,7 @@ from typing import Any
 
 from slurmgen.contract import phases
 from slurmgen.contract.attempts import attempt_number
+from slurmgen.observe.timeline import judged_beat
 
 FACTOR = 1.5
 MIN_STEPS = 20
@@ -120,11 +121,33 @@ def step_times(by_rank: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[int, 
     return out
 
 
+def until_hang(
+    by_rank: Mapping[int, Sequence[Mapping[str, Any]]], said: Mapping[str, Any]
+) -> Mapping[int, Sequence[Mapping[str, Any]]]:
+    """An attempt's events up to the hung rank's last beat (timeline.judged_beat), when its end
+    `said` (timeline.attempt_bounds) names a hung rank: after it, its peers' steps are time spent
+    waiting in a collective for it (8.9x-26x the median, flagged as stragglers), and its own are
+    steps it took when woken to give its stack. Not a straggler's evidence, either of them."""
+    hung = said.get("hung_rank")
+    beat = judged_beat(by_rank.get(hung, ()), said.get("hung_step")) if hung is not None else None
+    if beat is None:
+        return by_rank
+    return {r: [e for e in evs if e["time"] <= beat] for r, evs in by_rank.items()}
+
+
 def all_attempts(
-    grouped: Mapping[int, Mapping[int, Sequence[Mapping[str, Any]]]], factor: float = FACTOR, min_steps: int = MIN_STEPS
+    grouped: Mapping[int, Mapping[int, Sequence[Mapping[str, Any]]]],
+    factor: float = FACTOR,
+    min_steps: int = MIN_STEPS,
+    bounds: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every attempt's stragglers, each marked with its attempt."""
-    return [{"attempt": n, **s} for n, ranks in sorted(grouped.items()) for s in from_events(ranks, factor, min_steps)]
+    """Every attempt's stragglers, each marked with its attempt; a hung attempt's judged on its
+    steps before the hang (`bounds`: timeline.attempt_bounds, until_hang)."""
+    return [
+        {"attempt": n, **s}
+        for n, ranks in sorted(grouped.items())
+        for s in from_events(until_hang(ranks, (bounds or {}).get(n, {})), factor, min_steps)
+    ]
 
 
 class Spells:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -102,10 +103,11 @@ def _log_of(reg_path: Any, seq: int, task: int | None) -> tuple[JobRecord | None
     return (None, None, log_file) if log_file else None
 
 
-def _catch_up(runner: Any, path: str, after: int) -> tuple[int, int]:
+def _catch_up(runner: Any, path: str, after: int, chosen: Callable[[bytes], int]) -> tuple[int, int]:
     """(where to read from, how many lines that skips): a poll that finds more than READ_MOST new
     bytes here (the page was away, or a flood outran it) reads the last READ_MOST of them, from
-    a line's start, and counts the lines before them (every rank's) without keeping them."""
+    a line's start, and counts the lines before them that the view would have shown (`chosen`:
+    of a block of whole lines, those of the rank filtered on, or all) without keeping them."""
     if getattr(runner, "where", "") != "local":
         return after, 0
     try:
@@ -114,14 +116,16 @@ def _catch_up(runner: Any, path: str, after: int) -> tuple[int, int]:
             if target <= after:
                 return after, 0
             fh.seek(after)
-            pos, count = after, 0
+            pos, count, carry = after, 0, b""
             while pos < target:
                 chunk = fh.read(min(1 << 20, target - pos))
                 if not chunk:
                     break
-                pos, count = pos + len(chunk), count + chunk.count(b"\n")
-            rest = fh.readline()  # the line the cut fell in: skipped whole
-            return pos + len(rest), count + rest.endswith(b"\n")
+                pos, block = pos + len(chunk), carry + chunk
+                cut = block.rfind(b"\n") + 1
+                count, carry = count + chosen(block[:cut]), block[cut:]
+            rest = carry + fh.readline()  # the line the cut fell in: skipped whole
+            return pos + len(rest) - len(carry), count + (chosen(rest) if rest.endswith(b"\n") else 0)
     except OSError:
         return after, 0
 
@@ -135,21 +139,27 @@ def read_lines(reg_path: Any, seq: int, after: int, rank: int | None, task: int 
         return {"lines": [], "next": after, "rank": rank, "task": task, "skipped": 0}
     record, which, path = found
     runner = runner_for(record)
+    torchrun = record is not None and record.info.get("launcher") == "torchrun"
+
+    def chosen(text: str) -> list[Line]:  # the lines the view shows: the rank's, or all
+        return select_lines(log_lines(text), None, None if rank is None else {rank}, torchrun)
+
+    def counted(block: bytes) -> int:
+        return block.count(b"\n") if rank is None else len(chosen(block.decode(errors="replace")))
+
     skipped = 0
     try:
-        offset, skipped = _catch_up(runner, path, after) if after else (_start(runner, path), 0)
+        offset, skipped = _catch_up(runner, path, after, counted) if after else (_start(runner, path), 0)
         data = runner.read(path, offset) or b""
     except (OSError, SlurmgenError):
         data, offset = b"", after
     finally:
         runner.close()
     end = data.rfind(b"\n") + 1
-    text = log_lines(data[:end].decode(errors="replace"))
+    text = data[:end].decode(errors="replace")
     if not after and offset:  # started inside the file: its first line may be cut
-        text = text[1:]
-    lines = select_lines(
-        text, None, None if rank is None else {rank}, record is not None and record.info.get("launcher") == "torchrun"
-    )
+        text = text[text.find("\n") + 1 :]
+    lines = chosen(text)
     most = LOG_BATCH if after else LOG_FIRST
     skipped += max(0, len(lines) - most) if after else 0
     return {

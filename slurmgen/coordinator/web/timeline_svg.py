@@ -260,15 +260,27 @@ def blamed_status(r: Mapping[str, Any], attempt: Mapping[str, Any]) -> str | Non
     return stopped_after(blamed)
 
 
+def last_step(r: Mapping[str, Any], attempt: Mapping[str, Any]) -> Any:
+    """A rank's last step as the table shows it: the hung rank's, beside the step its verdict
+    names when it stepped on after it ("63 (hung at 61)": woken by the watcher to give its stack,
+    it steps on until it is killed; the verdict's "stopped beating at step 61" is as true)."""
+    step, hung_at = r.get("last_step"), attempt.get("hung_step")
+    if step is None:
+        return "—"
+    if r["rank"] == attempt.get("hung_rank") and isinstance(hung_at, int) and step != hung_at:
+        return f"{step} (hung at {hung_at})"
+    return step
+
+
 def rank_rows(attempt: Mapping[str, Any], flagged: set[int], live: bool) -> list[dict[str, Any]]:
     """The rank table of an attempt: each rank's node, how it ended (blamed_status, else
-    rank_status), its last step and checkpoints."""
+    rank_status), its last step (last_step) and checkpoints."""
     return [
         {
             "rank": r["rank"],
             "node": r.get("host") or "—",
             "status": blamed_status(r, attempt) or rank_status(r, live, attempt.get("state")),
-            "last_step": "—" if r.get("last_step") is None else r["last_step"],
+            "last_step": last_step(r, attempt),
             "checkpoints": r.get("checkpoints") or 0,
             "straggler": r["rank"] in flagged,
         }

@@ -219,7 +219,43 @@ def test_a_flood_gives_the_newest_batch_and_counts_what_it_skipped(served, tmp_p
     fewer = client.get(f"/ui/live/runs/{seq}/logs", params={"after": body["next"], "rank": 1}).json()
     texts = [x["text"] for x in fewer["lines"]]
     assert texts[-1] == "more 04999" and all(x["rank"] == 1 for x in fewer["lines"])
-    assert fewer["skipped"] == int(texts[0].split()[1])  # every line (of every rank) before the bytes read
+    assert fewer["skipped"] == int(texts[0].split()[1]) // 2  # rank 1's lines before the bytes read (odd i)
+
+
+@pytest.mark.parametrize("rank", [None, 1])
+def test_lines_shown_and_skipped_add_up_to_the_lines_written(served, tmp_path, monkeypatch, rank):
+    """Issue 33: the view's "N lines skipped" markers must count each line not shown once, and
+    only the lines the view would show (a rank filter's rank): polled as the page polls, through
+    bursts over LOG_BATCH and catch-ups past READ_MOST, shown + skipped == written."""
+    from slurmgen.coordinator.web import run_logs
+    from slurmgen.coordinator.web.live import LOG_BATCH
+
+    client, registry = served
+    fake_slurm(tmp_path, monkeypatch, [scontrol_line("81", "RUNNING", "0:0")])
+    seq = add_job(registry, tmp_path, "81")
+    log = tmp_path / "logs" / "train-81.out"
+    log.write_text("batch starts\n")
+    monkeypatch.setattr(run_logs, "READ_MOST", 40_000)  # about 2,000 lines of 3 ranks
+    params = {} if rank is None else {"rank": rank}
+    first = client.get(f"/ui/live/runs/{seq}/logs", params=params).json()
+    after, shown, skipped, written, n = first["next"], 0, 0, 0, 0
+    for burst in (10, LOG_BATCH - 1, LOG_BATCH + 7, 3 * LOG_BATCH, 11, 5 * LOG_BATCH + 3, 0):
+        with log.open("a") as f:
+            for _ in range(burst):
+                f.write(f"{n % 3}: line {n:07d}\n" if n % 50 else f"batch line {n:07d}\n")
+                written += rank is None or (n % 50 != 0 and n % 3 == rank)
+                n += 1
+            f.write(f"{n % 3}: half a li")  # a line being written: neither shown nor skipped yet
+        body = client.get(f"/ui/live/runs/{seq}/logs", params={**params, "after": after}).json()
+        assert all(rank is None or x["rank"] == rank for x in body["lines"])
+        after, shown, skipped = body["next"], shown + len(body["lines"]), skipped + body["skipped"]
+        with log.open("a") as f:
+            f.write("ne\n" if n % 50 else "\n")
+        written += rank is None or (n % 50 != 0 and n % 3 == rank)
+        n += 1
+    body = client.get(f"/ui/live/runs/{seq}/logs", params={**params, "after": after}).json()
+    shown, skipped = shown + len(body["lines"]), skipped + body["skipped"]
+    assert skipped > 0 and shown + skipped == written
 
 
 def test_a_progress_bar_stays_one_line_of_its_rank_on_the_page(served, tmp_path, monkeypatch):
@@ -448,6 +484,24 @@ def test_the_ranks_table_marks_the_hung_or_failed_rank_and_the_ranks_that_only_w
     assert [r["status"] for r in rank_rows(hung, set(), False)] == ["stopped (after rank 1)", "hung"]
     crashed = {"ranks": [{**ranks[0], "code": None}, {**ranks[1], "code": 143}], "code": 3, "rank": 0}
     assert [r["status"] for r in rank_rows(crashed, set(), False)] == ["failed (exit 3)", "stopped (after rank 0)"]
+
+
+def test_the_hung_ranks_last_step_says_the_step_its_verdict_names():
+    """Issue 33, item 11: "stopped beating at step 61" beside "Last step 63" for the hung rank (woken
+    by the watcher to give its stack, it stepped on). The table shows both, each true."""
+    from slurmgen.coordinator.web.timeline_svg import rank_rows
+    from slurmgen.observe import timeline
+
+    def steps(rank, last, t):
+        return [{"event": "steps", "rank": rank, "attempt": 1, "time": T0 + t, "step": last, "work": 1.0}]
+
+    events = steps(0, 61, 20) + steps(1, 61, 20) + steps(1, 63, 36.9) + steps(0, 64, 36.9)
+    end = {"event": "end", "attempt": 1, "time": T0 + 37, "exit_code": 124, "hung_rank": 1, "hung_step": 61}
+    (attempt,) = timeline.build(events, [{"event": "start", "attempt": 1, "time": T0}, end])["attempts"]
+    assert [r["last_step"] for r in rank_rows(attempt, set(), False)] == [64, "63 (hung at 61)"]
+    judged_there = {**attempt, "hung_step": 63}
+    assert [r["last_step"] for r in rank_rows(judged_there, set(), False)] == [64, 63]
+    assert [r["last_step"] for r in rank_rows({**attempt, "hung_step": None}, set(), False)] == [64, 63]
 
 
 def test_a_hung_attempts_row_names_the_hung_rank_its_cause_names():

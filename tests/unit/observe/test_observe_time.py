@@ -3,6 +3,8 @@ goodput (slurmgen/observe), with the records a run's ranks and its batch script 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from slurmgen.observe import goodput, stragglers, timeline
@@ -179,6 +181,29 @@ def test_a_hang_counts_from_the_beat_the_watcher_judged_not_the_steps_after_it()
     assert b["hung"] == pytest.approx(15.0), b
     (a,) = timeline.build(events, attempts)["attempts"]  # the hung rank's bar: hung from t=22
     assert [(r["last_at"], r["last_step"]) for r in a["ranks"]] == [(36.9, 26), (22.0, 25)], a["ranks"]
+
+
+def test_a_rank_that_waited_for_a_hung_peer_is_no_straggler():
+    """Issue 33: rank 0, blocked in an all-reduce for frozen rank 1, was flagged a straggler
+    (8.9x-26x): its work per step after rank 1's last beat is the wait. Two ranks step at 0.01 s
+    of work to step 40 (t=40), rank 1 freezes there, judged hung at step 40; woken at t=60 to give
+    its stack, both step on to 70, rank 0's window holding 20 s of waiting. The straggler rule
+    reads the steps up to the judged beat only; a real straggler before the hang stays named."""
+
+    def run(rank1_work):
+        out = []
+        for r, work in ((0, 0.01), (1, rank1_work)):
+            out.append(ev("first_step", r, 0, step=1))
+            out += [ev("steps", r, s, step=s, work=work * 10) for s in range(10, 41, 10)]
+        out += [ev("steps", 0, 60.5, step=70, work=20 + 0.3), ev("steps", 1, 60.5, step=70, work=0.3)]
+        return "".join(json.dumps(e) + "\n" for e in out)
+
+    end = {"event": "end", "attempt": 1, "time": T0 + 61, "exit_code": 124, "hung_rank": 1, "hung_step": 40}
+    attempts = [{"event": "start", "attempt": 1, "time": T0}, end]
+    assert [s["rank"] for s in analyse(run(0.01), [], None, T0 + 61)["stragglers"]] == [0]  # without the end
+    assert analyse(run(0.01), attempts, None, T0 + 61)["stragglers"] == []
+    (slow,) = analyse(run(0.05), attempts, None, T0 + 61)["stragglers"]  # rank 1 5x slower before it froze
+    assert (slow["rank"], slow["to_step"], slow["ratio"]) == (1, 40, 5.0)
 
 
 def test_a_crash_that_ends_the_run_loses_its_steps_past_the_last_checkpoint():
