@@ -49,7 +49,7 @@ def test_a_group_runs_stop_button_stops_its_ranks_through_the_runs_controls(page
         f"group run {key}: the coordinator (slurmgen serve) is stopping every rank on every node"
     )
     expect(p.page.get_by_role("button", name="Stop", exact=True)).to_be_disabled()
-    expect(p.page.locator("#why-stop")).to_have_text("Stop: the group run has ended (stopped)")
+    expect(p.page.locator("#why-stop")).to_have_text("Stop: the group run has ended (stopped by you)")
     workers = _wait(
         lambda: (
             [w for w in coordinator.api("GET", "/api/workers")[1] if w["name"] in names and w["state"] == "exited"]
