@@ -202,7 +202,8 @@ def test_a_group_run_is_stopped_from_its_run_page_through_the_runs_controls(app)
     assert not stop_file.exists()
     assert 'disabled title="the group run has ended (stopped by you)"' in button(html, "Stop")
     assert post(app, f"/ui/runs/{seq}/stop", page=f"/ui/runs/{seq}") == f"/ui/runs/{seq}"
-    assert "group run exp4.1 was not stopped: the group run has ended (stopped by you)" in app.get(f"/ui/runs/{seq}").text
+    said = "group run exp4.1 was not stopped: the group run has ended (stopped by you)"
+    assert said in app.get(f"/ui/runs/{seq}").text
 
 
 def test_the_json_api_stops_a_group_run_and_a_restarted_group_keeps_its_runs_channel(app):

@@ -368,5 +368,13 @@
     tick();
   }
 
+  // A form whose control stops ranks on several nodes carries its question (views.stop_question):
+  // nothing is posted unless the person says yes. Listened on the document, so a region redrawn
+  // by the live poll keeps it. The browser's own dialog shows the question as plain text.
+  document.addEventListener("submit", (event) => {
+    const question = event.target.dataset && event.target.dataset.confirm;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+
   document.addEventListener("DOMContentLoaded", () => { startLive(); startLogs(); startCurves(); startStacks(); });
 })();
