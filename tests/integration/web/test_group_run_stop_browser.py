@@ -56,6 +56,14 @@ def test_a_stop_on_two_nodes_is_asked_first_and_no_stops_nothing(page, coordinat
     key, seq = _start(coordinator, "asked", names, tmp_path)
     p = page
     p.log_in(coordinator.token)
+    p.page.goto(f"{coordinator.url}/ui/groups/asked")  # the group's own Stop and Restart ask too
+    for label in ("Stop", "Restart"):
+        p.will_answer(False)
+        p.page.get_by_role("button", name=f"{label} group asked", exact=True).click()
+        _wait(lambda: not p.answers, 5)
+    assert p.asked == ["Stop group asked: 2 ranks on 2 nodes?", "Restart group asked: 2 ranks on 2 nodes?"]
+    p.shot("group-page-dismissed")
+    p.asked.clear()
     p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
     stop = p.page.get_by_role("button", name="Stop", exact=True)
     p.will_answer(False)
