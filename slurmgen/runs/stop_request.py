@@ -36,6 +36,7 @@ from typing import Any
 from slurmgen import atomic
 from slurmgen.contract.files import CONTROL_DIR, GROUP_STOP_NAME, LAUNCH_STOP_NAME
 from slurmgen.contract.states import ENDED_WORDS, STOPPED_BY_YOU
+from slurmgen.runs.outcome import stopped_by_you
 
 ACK_WAIT = 3.0  # seconds a stopper waits for the launcher to take the request (it looks every 0.1 s)
 POLL = 0.05
@@ -89,8 +90,8 @@ def why_not(row: dict[str, Any]) -> str | None:
     if row.get("kind") not in TAKERS:
         return "only an SSH launch or a coordinator group's run has a stop channel"
     what, taker = TAKERS[row["kind"]]
-    if (row.get("state") or "") in ENDED_WORDS:
-        return f"the {what} has ended ({row.get('state')})"
+    if (row.get("state") or "") in ENDED_WORDS:  # a person's stop reads as every view says it
+        return f"the {what} has ended ({STOPPED_BY_YOU if stopped_by_you(row['state']) else row['state']})"
     if row.get("cluster") and row["cluster"] != socket.gethostname():
         return f"the {what} was started on {row['cluster']}, not on this machine"
     if not info.get("stop_file"):

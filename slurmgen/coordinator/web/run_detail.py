@@ -35,7 +35,7 @@ from .run_extras import LIVE, extras
 from .run_records import runner_for
 from .run_stacks import stacks_of
 from .runs_page import registry_path, run_view
-from .views import clock
+from .views import clock, stop_question
 
 router = APIRouter()
 LOG_LINES = 30  # lines of the failed rank's log shown under the first failure
@@ -217,6 +217,12 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         "stacks": {**stacks, "live": (row.get("state") or "") in LIVE and not row.get("remote")},
         "disabled": {c.value: why for c, why in offered.items()},
         "stops": [(c.value, c.label) for c in SLURM_STOPS if c in offered],  # a Slurm job's alone
+        # every control offered but requeue stops the run's ranks: asked first on several nodes
+        "asks": {
+            c.value: stop_question(control.label(c, row["kind"]), f"run {row['job_id']}", row["ranks"], row["nodes"])
+            for c in offered
+            if c != RunControl.REQUEUE
+        },
         "controls": [
             {"action": c.value, "label": control.label(c, row["kind"]), "why": why}
             for c, why in offered.items()

@@ -87,6 +87,15 @@ def attempt_text(g: Mapping[str, Any], config: Mapping[str, Any]) -> str:
     return f"{from_restart_count(int(g.get('restarts') or 0))}{restarts}"
 
 
+def stop_question(label: str, what: str, ranks: int | None, nodes: int | None) -> str | None:
+    """The question asked before a control that stops ranks on more than one node ("Stop run
+    exp.1: 4 ranks on 2 nodes?", issue 33 item 10: a click could end hours of a whole cluster's
+    work); None for one node, where the click alone is the ask. The script asks it (app.js)."""
+    if not nodes or nodes < 2:
+        return None
+    return f"{label} {what}: {ranks if ranks else 'all'} ranks on {nodes} nodes?"
+
+
 def group_refusals(state: str, members: Sequence[str], started: bool) -> dict[str, str | None]:
     """Why each of a group's buttons cannot act (None: it can), for its title: nothing runs
     without a worker, a group that does not run has nothing to stop, and one never started
@@ -121,6 +130,12 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
         "state": state,
         "started": bool(g.get("attempt")),
         "refusals": group_refusals(state, members, bool(g.get("attempt"))),
+        # Restart stops the ranks only of a group that runs; Stop is enabled only then.
+        "asks": {
+            action: stop_question(label, f"group {g['name']}", len(members), len(nodes))
+            for action, label in (("stop", "Stop"), ("restart", "Restart"))
+            if state.split(" ", 1)[0] in ACTIVE_WORDS
+        },
         "world_size": config.get("world_size") or g.get("members", len(members)) or None,
         "master": master,
         "port": config.get("master_port", DEFAULT_MASTER_PORT),

@@ -246,6 +246,8 @@ class Page:
     origin: str
     folder: Path
     dialogs: list = field(default_factory=list)
+    answers: list = field(default_factory=list)  # the test's answers to the dialogs it expects, in order
+    asked: list = field(default_factory=list)  # the questions those expected dialogs asked
     console_errors: list = field(default_factory=list)
     foreign: list = field(default_factory=list)
     steps: int = 0
@@ -255,6 +257,19 @@ class Page:
         path = self.folder / f"{self.steps:02d}-{name}.png"
         self.page.screenshot(path=str(path), full_page=True)
         return path
+
+    def will_answer(self, *answers: bool) -> None:
+        """The next dialogs are expected (a stop on several nodes asks first): accept (True) or
+        dismiss (False) each, in order; their questions land in `asked`, not in `dialogs`."""
+        self.answers.extend(answers)
+
+    def _dialog(self, dialog) -> None:
+        if not self.answers:
+            self.dialogs.append(dialog.message)
+            dialog.dismiss()
+            return
+        self.asked.append(dialog.message)
+        dialog.accept() if self.answers.pop(0) else dialog.dismiss()
 
     def log_in(self, token: str) -> None:
         self.page.goto(self.origin + "/ui/")
@@ -276,7 +291,7 @@ def page(browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     folder.mkdir(parents=True)
     p = Page(context.new_page(), coordinator.url, folder)
     p.page.set_default_timeout(10_000)
-    p.page.on("dialog", lambda d: (p.dialogs.append(d.message), d.dismiss()))
+    p.page.on("dialog", p._dialog)
     p.page.on(
         "console", lambda m: p.console_errors.append(m.text) if m.type == "error" and not _http_status(m.text) else None
     )
@@ -291,5 +306,6 @@ def page(browser, request: pytest.FixtureRequest) -> Iterator[Page]:
         if not request.node.stash.get(_FAILED, True) and not os.environ.get("SLURMGEN_KEEP_SCREENSHOTS"):
             shutil.rmtree(folder, ignore_errors=True)
     assert p.dialogs == [], f"a script opened a dialog: {p.dialogs}"
+    assert p.answers == [], f"the dialogs the test expected did not open (asked: {p.asked})"
     assert p.foreign == [], f"the page loaded from another origin: {p.foreign}"
     assert p.console_errors == [], f"console errors: {p.console_errors}"

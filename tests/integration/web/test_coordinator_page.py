@@ -134,9 +134,11 @@ def test_seed_workflow_from_the_page_on_the_cluster(page, cluster_coordinator, t
     _save_settings(p, Command="python -c 'import time; time.sleep(120)'")
     _card(p, "exp1").get_by_role("button", name="Start group exp1", exact=True).click()
     expect(_card(p, "exp1").locator(".state")).to_have_text("running", timeout=LIVE * 4)
+    p.will_answer(True)  # 4 ranks on 2 nodes: asked first (issue 33, item 10)
     _card(p, "exp1").get_by_role("button", name="Stop group exp1", exact=True).click()
     # "stopping" until its ranks are gone, then the user's stop in its own words (issue 33, item 10)
     expect(_card(p, "exp1").locator(".state")).to_have_text("stopped by you", timeout=LIVE * 4)
+    assert p.asked == ["Stop group exp1: 4 ranks on 2 nodes?"]
     p.shot("stopped")
 
 

@@ -24,19 +24,70 @@ def _wait(what, timeout: float = 20.0):
     return found
 
 
-def test_a_group_runs_stop_button_stops_its_ranks_through_the_runs_controls(page, coordinator, tmp_path):
-    names = [w["name"] for w in coordinator.wait_workers(2)][:2]
-    assert coordinator.api("POST", "/api/groups", {"name": "stopme"})[0] == 201
-    assert coordinator.api("POST", "/api/workers/move", {"workers": names, "group": "stopme"})[0] == 200
-    config = {"argv": ["python", "-c", "import time; time.sleep(120)"], "backend": "gloo", "cwd": str(tmp_path)}
-    assert coordinator.api("PATCH", "/api/groups/stopme/config", config)[0] == 200
-    status, group = coordinator.api("POST", "/api/groups/stopme/start")
+def _free(coordinator, one_node: bool) -> list[str]:
+    """Two free workers: both of one node, or one on each of two (the agents `127.0.0.1`, `localhost`)."""
+    free = [w for w in coordinator.wait_workers(4) if w["state"] in ("idle", "exited")]
+    hosts = sorted({w["host"] for w in free})
+    if one_node:
+        return [w["name"] for w in free if w["host"] == hosts[0]][:2]
+    return [next(w["name"] for w in free if w["host"] == host) for host in hosts[:2]]
+
+
+def _start(coordinator, name: str, workers: list[str], cwd) -> tuple[str, int]:
+    """Group `name` of `workers` running a long sleep: its run's key and registry seq."""
+    assert coordinator.api("POST", "/api/groups", {"name": name})[0] == 201
+    assert coordinator.api("POST", "/api/workers/move", {"workers": workers, "group": name})[0] == 200
+    config = {"argv": ["python", "-c", "import time; time.sleep(120)"], "backend": "gloo", "cwd": str(cwd)}
+    assert coordinator.api("PATCH", f"/api/groups/{name}/config", config)[0] == 200
+    status, group = coordinator.api("POST", f"/api/groups/{name}/start")
     assert status == 200, group
-    _wait(lambda: coordinator.api("GET", "/api/groups/stopme")[1]["group"]["state"] == "running")
-    key = f"stopme.{group['attempt']}"
+    _wait(lambda: coordinator.api("GET", f"/api/groups/{name}")[1]["group"]["state"] == "running")
+    key = f"{name}.{group['attempt']}"
     with Registry.open(coordinator.home / "state" / "slurmgen" / "jobs.sqlite") as reg:
         seq = find_run(reg, "group", key)
     assert seq is not None
+    return key, seq
+
+
+def test_a_stop_on_two_nodes_is_asked_first_and_no_stops_nothing(page, coordinator, tmp_path):
+    """Issue 33, item 10: one click stopped a run on every node. A run on two nodes asks, naming
+    what will stop; dismissed, nothing is posted and the ranks run on; accepted, the run stops."""
+    names = _free(coordinator, one_node=False)
+    key, seq = _start(coordinator, "asked", names, tmp_path)
+    p = page
+    p.log_in(coordinator.token)
+    p.page.goto(f"{coordinator.url}/ui/groups/asked")  # the group's own Stop and Restart ask too
+    for label in ("Stop", "Restart"):
+        p.will_answer(False)
+        p.page.get_by_role("button", name=f"{label} group asked", exact=True).click()
+        _wait(lambda: not p.answers, 5)
+    assert p.asked == ["Stop group asked: 2 ranks on 2 nodes?", "Restart group asked: 2 ranks on 2 nodes?"]
+    p.shot("group-page-dismissed")
+    p.asked.clear()
+    p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
+    stop = p.page.get_by_role("button", name="Stop", exact=True)
+    p.will_answer(False)
+    stop.click()
+    _wait(lambda: p.asked, 5)
+    assert p.asked == [f"Stop run {key}: 2 ranks on 2 nodes?"]
+    time.sleep(2)  # a posted stop is taken on the server's next tick (under a second)
+    assert p.page.url == f"{coordinator.url}/ui/runs/{seq}" and p.page.locator(".notice").count() == 0
+    assert coordinator.api("GET", "/api/groups/asked")[1]["group"]["state"] == "running"
+    expect(stop).to_be_enabled()
+    p.shot("dismissed-still-running")
+    p.will_answer(True)
+    stop.click()
+    expect(p.page.locator(".notice")).to_contain_text(f"group run {key}: the coordinator (slurmgen serve) is stopping")
+    assert p.asked[1:] == [f"Stop run {key}: 2 ranks on 2 nodes?"]
+    _wait(lambda: coordinator.api("GET", "/api/groups/asked")[1]["group"]["state"] == "stopped")
+    p.page.reload()
+    expect(p.page.locator("#why-stop")).to_have_text("Stop: the group run has ended (stopped by you)")
+    p.shot("accepted-stopped")
+
+
+def test_a_group_runs_stop_button_stops_its_ranks_through_the_runs_controls(page, coordinator, tmp_path):
+    names = _free(coordinator, one_node=True)  # one node: its Stop is not asked first
+    key, seq = _start(coordinator, "stopme", names, tmp_path)
 
     p = page
     p.log_in(coordinator.token)
@@ -49,7 +100,7 @@ def test_a_group_runs_stop_button_stops_its_ranks_through_the_runs_controls(page
         f"group run {key}: the coordinator (slurmgen serve) is stopping every rank on every node"
     )
     expect(p.page.get_by_role("button", name="Stop", exact=True)).to_be_disabled()
-    expect(p.page.locator("#why-stop")).to_have_text("Stop: the group run has ended (stopped)")
+    expect(p.page.locator("#why-stop")).to_have_text("Stop: the group run has ended (stopped by you)")
     workers = _wait(
         lambda: (
             [w for w in coordinator.api("GET", "/api/workers")[1] if w["name"] in names and w["state"] == "exited"]

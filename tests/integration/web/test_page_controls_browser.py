@@ -82,6 +82,7 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
         expect(p.page.locator("#log-view")).to_contain_text("alive 3")
         assert set(p.page.locator("#log-view").inner_text().split("\n")) <= {"[rank 3] alive 3", ""}
         p.shot("run-page-launch-running")
+        p.will_answer(True)  # 4 ranks on 2 nodes: asked first
         p.page.get_by_role("button", name="Stop launch").click()
         expect(p.page.locator(".notice")).to_contain_text(f"launch {launch_id}: the launcher is stopping every rank")
         assert "/stop" not in p.page.url  # POST-redirect-GET
@@ -96,7 +97,7 @@ def test_stop_an_ssh_launch_from_its_page(page, cluster_coordinator, cluster, tm
         p.page.reload()
         expect(p.page.locator(".state").first).to_have_text("stopped by you")  # a user's stop, not a failure
         expect(p.page.get_by_role("button", name="Stop launch")).to_be_disabled()
-        expect(p.page.locator("#why-stop")).to_have_text("Stop launch: the launch has ended (stopped)")
+        expect(p.page.locator("#why-stop")).to_have_text("Stop launch: the launch has ended (stopped by you)")
         expect(p.page.locator("dl.facts")).to_contain_text(f"{STOPPED_BY_YOU} from the page (exit code 143)")
         p.shot("run-page-launch-stopped")
     finally:

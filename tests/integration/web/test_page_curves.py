@@ -103,11 +103,29 @@ def test_a_wrapped_sweeps_page_draws_a_curve_per_task_and_the_list_its_best_loss
         expect(loss.locator(".u-legend")).to_contain_text(f"train #{task} lr={params['lr']}")
     x_ticks = loss.get_attribute("data-x-ticks").split()
     assert x_ticks and all(t.isdigit() for t in x_ticks) and int(x_ticks[-1]) <= 40, x_ticks
+    # One colour per task in every chart (task #1 was green in loss, red in lr), its val series too.
+    lr = p.page.locator("figure[data-metric=lr]")
+    expect(lr.locator(".uplot")).to_have_count(1)
+    in_loss, in_lr = _colours(loss), _colours(lr)
+    for task, params in enumerate(PARAMS):
+        name = f"#{task} lr={params['lr']}"
+        assert in_loss[f"train {name}"] == in_lr[f"train {name}"] == in_loss[f"val {name}"], (in_loss, in_lr)
+    assert len({in_lr[f"train #{t} lr={params['lr']}"] for t, params in enumerate(PARAMS)}) == len(PARAMS), in_lr
     p.shot("sweep-curves")
     p.page.goto(f"{coordinator.url}/ui/runs")
     best = p.page.locator(f'tr[data-run="{record.seq}"] td.run-loss')
     expect(best).to_contain_text("(best of 2)")
     p.shot("sweep-best-loss")
+
+
+def _colours(figure) -> dict[str, str]:
+    """A chart's series by their legend's label: the colour of its marker."""
+    return figure.evaluate(
+        """f => Object.fromEntries([...f.querySelectorAll(".u-legend .u-series")].map(s => [
+            s.querySelector(".u-label").textContent,
+            getComputedStyle(s.querySelector(".u-marker")).borderColor,
+        ]))"""
+    )
 
 
 def test_an_unknown_run_is_a_404_page_and_a_group_without_a_command_opens_its_settings(page, own_coordinator):

@@ -78,6 +78,7 @@ def test_cancel_a_slurm_job_from_its_page(page, cluster_coordinator, cluster, tm
         expect(p.page.get_by_role("button", name="Cancel")).to_be_enabled()
         expect(p.page.get_by_role("button", name="Checkpoint and stop")).to_be_enabled()
         p.shot("run-page-running")
+        p.will_answer(True)  # a job on 2 nodes: asked first
         p.page.get_by_role("button", name="Cancel").click()
         expect(p.page.locator(".notice")).to_contain_text(f"job {job}: CANCELLED", timeout=60_000)
         expect(p.page.get_by_role("status")).to_contain_text(f"job {job}: CANCELLED")  # done, not an alert
@@ -118,6 +119,7 @@ def test_checkpoint_and_stop_a_bundled_trainer_from_its_page(page, cluster_coord
             time.sleep(0.25)
         p.log_in(coordinator.token)
         _open_run(p, coordinator, job)
+        p.will_answer(True)  # a job on 2 nodes: asked first
         p.page.get_by_role("button", name="Checkpoint and stop").click()
         expect(p.page.locator(".notice")).to_have_text(f"sent USR2 to {job}")
         assert cluster.wait_state(job, {"FAILED", "COMPLETED"}, timeout=60) == "FAILED"
@@ -147,6 +149,7 @@ def test_checkpoint_and_stop_really_stops_a_requeueable_job(page, cluster_coordi
             time.sleep(0.25)
         p.log_in(coordinator.token)
         _open_run(p, coordinator, job)
+        p.will_answer(True)  # a job on 2 nodes: asked first
         p.page.get_by_role("button", name="Checkpoint and stop").click()
         expect(p.page.locator(".notice")).to_have_text(f"sent USR2 to {job}")
         assert cluster.wait_state(job, {"FAILED", "COMPLETED", "PENDING"}, timeout=60) == "FAILED"

@@ -194,8 +194,10 @@ def test_item10_a_stop_from_the_page_reads_stopped_by_you(page, cluster_coordina
     seq, nodes = group_runs
     p.log_in(coordinator.token)
     p.page.goto(f"{coordinator.url}/ui/runs/{seq}")
+    p.will_answer(True)  # a run on two nodes: asked first
     p.page.get_by_role("button", name="Stop", exact=True).click()
     expect(p.page.locator(".notice")).to_contain_text("stopping every rank")
+    assert len(p.asked) == 1 and re.fullmatch(r"Stop run truth\.\d+: 2 ranks on 2 nodes\?", p.asked[0]), p.asked
     p.page.reload()
     expect(p.page.locator(".facts .state")).to_have_text(STOPPED_BY_YOU, timeout=20_000)
     workers = coordinator.api("GET", "/api/workers")[1]

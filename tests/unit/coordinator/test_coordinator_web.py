@@ -153,6 +153,23 @@ def test_attempt_is_the_runs_number_everywhere():
     assert views.group_view({**sixth, "attempt": None}, [])["attempt"] == "none yet"
 
 
+def test_a_stop_on_several_nodes_is_asked_first_naming_what_stops():
+    """Issue 33, item 10: one click stopped a run on every node. Stop and Restart of a running
+    group over two nodes ask first, naming its ranks and nodes; on one node, or when nothing runs,
+    nothing is asked. (The browser test checks that the question is asked and a no posts nothing.)"""
+    assert views.stop_question("Stop", "run exp.1", 4, 2) == "Stop run exp.1: 4 ranks on 2 nodes?"
+    assert views.stop_question("Stop", "run exp.1", 4, 1) is None
+    assert views.stop_question("Cancel", "run 7", None, None) is None
+    two = ["gn6-0", "gn6-1", "gn7-0", "gn7-1"]
+    running = {"name": HOSTILE, "state": "running", "attempt": 1, "config": {}}
+    assert views.group_view(running, two)["asks"] == {
+        "stop": f"Stop group {HOSTILE}: 4 ranks on 2 nodes?",
+        "restart": f"Restart group {HOSTILE}: 4 ranks on 2 nodes?",
+    }
+    assert views.group_view(running, two[:2])["asks"] == {"stop": None, "restart": None}
+    assert views.group_view({**running, "state": "failed"}, two)["asks"] == {}
+
+
 def test_sessions_are_random_expire_and_are_revoked():
     clock = [1000.0]
     sessions = security.Sessions(lifetime=60, clock=lambda: clock[0])

@@ -200,9 +200,10 @@ def test_a_group_run_is_stopped_from_its_run_page_through_the_runs_controls(app)
     assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_YOU} from the page")
     assert group_run_row(app, seq)["state"] == State.STOPPED.value
     assert not stop_file.exists()
-    assert 'disabled title="the group run has ended (stopped)"' in button(html, "Stop")
+    assert 'disabled title="the group run has ended (stopped by you)"' in button(html, "Stop")
     assert post(app, f"/ui/runs/{seq}/stop", page=f"/ui/runs/{seq}") == f"/ui/runs/{seq}"
-    assert "group run exp4.1 was not stopped: the group run has ended (stopped)" in app.get(f"/ui/runs/{seq}").text
+    said = "group run exp4.1 was not stopped: the group run has ended (stopped by you)"
+    assert said in app.get(f"/ui/runs/{seq}").text
 
 
 def test_the_json_api_stops_a_group_run_and_a_restarted_group_keeps_its_runs_channel(app):
@@ -243,7 +244,7 @@ def test_slurmgen_cancel_of_a_group_runs_key_stops_the_group_through_the_same_en
     assert (group["state"], group["reason"]) == ("stopped", f"{STOPPED_BY_YOU} with slurmgen cancel")
     assert group_run_row(app, seq)["state"] == State.STOPPED.value
     code, out, _ = run_cli(capsys, "cancel", "exp6.1", "--registry", registry)
-    assert (code, out) == (1, "group run exp6.1 was not stopped: the group run has ended (stopped)\n")
+    assert (code, out) == (1, "group run exp6.1 was not stopped: the group run has ended (stopped by you)\n")
 
 
 # ---- the same controls as JSON (run_api.py) ----------------------------------------------------

@@ -244,6 +244,24 @@
     return name + " by step: " + parts.join("; ") + ".";
   }
 
+  // One colour per task in every chart of the page (a sweep's task #1 was green in the loss chart
+  // and red in the lr one, where the val series did not come first): a sweep's series ("train #1
+  // lr=0.002", curves.py) take the colour of their task, its val series dashed; another series that
+  // of its name. Given in the order of the names first seen together, then kept while the page lives.
+  const PALETTE = ["#2563eb", "#dc2626", "#15803d", "#9333ea", "#c2410c", "#0e7490"];
+  const colours = new Map();
+  function taskOf(kind) { const m = / (#\d+)(?= |$)/.exec(kind); return m ? m[1] : kind; }
+  function learnColours(kinds) {
+    const keys = Array.from(new Set(kinds.map(taskOf)));
+    keys.sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+    for (const key of keys) if (!colours.has(key)) colours.set(key, PALETTE[colours.size % PALETTE.length]);
+  }
+  function seriesOf(kind) {
+    learnColours([kind]);
+    const dashed = taskOf(kind) !== kind && !kind.startsWith("train ");
+    return { label: kind, stroke: colours.get(taskOf(kind)), spanGaps: true, dash: dashed ? [6, 4] : undefined };
+  }
+
   // One chart of a metric, built once; `update` appends the new points (uPlot's setData), keeping
   // the user's zoom: a drag narrows the step range, a double click gives it back, and only an
   // unzoomed chart rescales to take in the new points.
@@ -257,14 +275,13 @@
     text.id = "chart-summary-" + name.replace(/[^A-Za-z0-9_-]/g, "_");
     figure.setAttribute("aria-describedby", text.id);
     figure.append(caption, text);
-    const colours = ["#2563eb", "#dc2626", "#15803d", "#9333ea", "#c2410c", "#0e7490"];
     let zoomed = false;
     const plot = new window.uPlot({
       width, height: 220,
       scales: { x: { time: false } },
       axes: [{ label: "step", values: noted(figure, "data-x-ticks", stepLabels) },
              { values: noted(figure, "data-y-ticks", distinctLabels), size: axisWidth }],
-      series: [{ label: "step" }].concat(kinds.map((k, i) => ({ label: k, stroke: colours[i % colours.length], spanGaps: true }))),
+      series: [{ label: "step" }].concat(kinds.map(seriesOf)),
       hooks: { setScale: [(u, key) => {
         const xs = u.data[0];
         if (key === "x" && xs.length) zoomed = u.scales.x.min > xs[0] || u.scales.x.max < xs[xs.length - 1];
@@ -299,6 +316,7 @@
     if (data.why && !note) { note = document.createElement("p"); note.className = "hint curves-note"; box.prepend(note); }
     if (note) note.textContent = data.why || "";
     const width = Math.max(280, Math.min(box.clientWidth || 600, 720));
+    learnColours(names.flatMap((name) => Object.keys(data.metrics[name])));  // before any chart takes one
     for (const [name, c] of charts) if (!(name in data.metrics)) { c.remove(); charts.delete(name); }
     for (const name of names) {
       const kinds = Object.keys(data.metrics[name]);
@@ -367,6 +385,14 @@
     }
     tick();
   }
+
+  // A form whose control stops ranks on several nodes carries its question (views.stop_question):
+  // nothing is posted unless the person says yes. Listened on the document, so a region redrawn
+  // by the live poll keeps it. The browser's own dialog shows the question as plain text.
+  document.addEventListener("submit", (event) => {
+    const question = event.target.dataset && event.target.dataset.confirm;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
 
   document.addEventListener("DOMContentLoaded", () => { startLive(); startLogs(); startCurves(); startStacks(); });
 })();
