@@ -80,7 +80,7 @@ def test_a_stop_request_stops_every_rank_and_is_recorded_as_stopped_by_user(tmp_
     )
     assert [(a["state"], a["cause"]) for a in attempts] == [("stopped", f"{STOPPED_BY_YOU} from a test")]
     assert not os.path.exists(row["info"]["stop_file"])
-    assert stop_request.why_not(row) == "the launch has ended (stopped)"
+    assert stop_request.why_not(row) == "the launch has ended (stopped by you)"
 
 
 def test_the_channel_names_why_it_cannot_stop_a_run(tmp_path):
