@@ -144,7 +144,10 @@ def test_a_launch_and_a_group_run_are_offered_their_stop_and_no_slurm_control(re
     assert control.choices(ended_launch(reg), {}) == {STOP: "the launch has ended (failed)"}
     channel = {"stop_file": str(tmp_path / "control" / "group-g.1.stop")}
     assert control.choices(group_run(info=channel), {}) == {STOP: None}
-    assert control.choices(group_run(info=channel, state="stopped"), {})[STOP] == "the group run has ended (stopped by you)"
+    assert (
+        control.choices(group_run(info=channel, state="stopped"), {})[STOP]
+        == "the group run has ended (stopped by you)"
+    )
     assert control.choices(group_run(), {})[STOP] == (
         "this group run was started by a slurmgen without a stop channel: stop it from its group's page"
     )
