@@ -348,8 +348,8 @@ next_step() {
     elif [[ $node == "$failed" ]] && listed "$node" "${usable[@]}"; then
       chosen+=("$node")  # no node can take its place: it runs again
     else
-      out+=("$node")  # lost, and no node can take its place: the world shrinks, if min_nodes allows
       echo "slurmgen: node $node cannot run another step and no usable node of the job is left to take its place" >&2
+      out+=("$node")  # lost, and no node can take its place: the world shrinks, if min_nodes allows
     fi
   done
   local kept=${#chosen[@]}
