@@ -103,18 +103,20 @@ def group_refusals(state: str, members: Sequence[str], started: bool) -> dict[st
     if not members:
         why = "no worker has joined this group yet: move workers to it on the overview first"
         return {"start": why, "stop": why, "restart": why}
-    word = state.split(" ", 1)[0]
-    stop = (
-        "the group has not started: nothing to stop"
-        if not started
-        else "the group is stopping already"
-        if word == State.STOPPING.value
-        else None
-        if word in ACTIVE_WORDS
-        else f"the group is not running ({state}): nothing to stop"
-    )
     restart = None if started else "the group has not started yet: use Start"
-    return {"start": None, "stop": stop, "restart": restart}
+    return {"start": None, "stop": _stop_refusal(state, started), "restart": restart}
+
+
+def _stop_refusal(state: str, started: bool) -> str | None:
+    """Why a group's Stop cannot act (None: it can): only a running group has ranks to stop."""
+    word = state.split(" ", 1)[0]
+    if not started:
+        return "the group has not started: nothing to stop"
+    if word == State.STOPPING.value:
+        return "the group is stopping already"
+    if word in ACTIVE_WORDS:
+        return None
+    return f"the group is not running ({state}): nothing to stop"
 
 
 def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
