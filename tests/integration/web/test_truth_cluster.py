@@ -1,7 +1,8 @@
 """Issue 33's items 1-10, each seen in Chromium after a real run on the test cluster: real Slurm
 jobs submitted with `slurmgen submit`, a real coordinator group on agents inside the cluster's
 nodes (fixtures in ../conftest.py and conftest.py). One hung job, one sweep and one group are
-shared by the tests that read them, to keep the suite short.
+shared by the tests that read them, to keep the suite short; items 7 and 8 have a job each, watched
+while it runs.
 
 Which browser test proves each item, and where it runs ("cluster": real jobs, launches or agents
 on the test cluster; "local": a local `slurmgen serve` with registry rows written by the test, a
@@ -15,8 +16,8 @@ stand-in `scontrol`, or local agents):
 | 4 a hang counted as lost     | here (a frozen rank, Slurm)                  | none                                  |
 | 5 curves wherever recorded   | here (a sweep)                               | test_page_curves, ..._resumed_curves  |
 | 6 checkpoint and stop stops  | test_runs_control (a requeueable job)        | -                                     |
-| 7 charts keep zoom           | none                                         | test_page_front (charts)              |
-| 8 log view under a flood     | none (bench_page.py --flood --test-cluster)  | test_page_front (group, launch)       |
+| 7 charts keep zoom           | here (a training job: zoom, lr labels)       | test_page_front (charts)              |
+| 8 log view under a flood     | here (a job at 10k lines/s), bench_page.py   | test_page_front (group, launch)       |
 | 9 a group run's page         | here (log, node names, only Stop)            | test_group_run_page_browser           |
 | 10 "stopped by you"          | here (group Stop), test_runs_control (ckpt)  | test_group_run_stop_browser           |
 """
@@ -29,11 +30,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from slurmgen.contract import exitcodes
+from slurmgen.contract import envvars, exitcodes
 from slurmgen.contract.states import STOPPED_BY_YOU
 
 expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
@@ -278,3 +280,171 @@ def test_item5_a_sweeps_page_draws_a_curve_per_task(page, cluster_coordinator, s
     row = p.page.locator("tr[data-kind=slurm]", has=p.page.locator("td.run-key", has_text=sweep_job))
     expect(row.locator("td.run-loss")).to_contain_text("(best of 2)")
     p.shot("sweep-best-loss")
+
+
+# A chart's points, from its text alternative: "... (N points from step S)" per series.
+def _points(figure) -> int:
+    return sum(int(n) for n in re.findall(r"\((\d+) points from step", figure.locator(".chart-summary").text_content()))
+
+
+def _last_step(figure) -> int:
+    return max(int(s) for s in re.findall(r"at step (\d+)", figure.locator(".chart-summary").text_content()))
+
+
+# The y axis's labels as drawn on the chart's canvas: the leftmost column of the axis's area (beside
+# the plot, within its height) that has ink, and the widest label in the axis's own font. A label
+# cut by the canvas's edge inks column 0.
+Y_INK = """figure => {
+  const canvas = figure.querySelector(".uplot canvas"), over = figure.querySelector(".u-over");
+  const c = canvas.getBoundingClientRect(), o = over.getBoundingClientRect(), k = canvas.width / c.width;
+  const top = Math.round((o.top - c.top) * k), h = Math.round(o.height * k), w = Math.round((o.left - c.left) * k);
+  const px = canvas.getContext("2d").getImageData(0, top, w, h).data;
+  let left = -1;
+  for (let x = 0; x < w && left < 0; x++)
+    for (let y = 0; y < h; y++) if (px[(y * w + x) * 4 + 3] > 0) { left = x; break; }
+  const box = figure.parentElement.getBoundingClientRect();
+  return { left: left / k, axis: w / k, inside: c.left >= box.left && c.right <= box.right };
+}"""
+
+
+@pytest.fixture
+def training_job(cluster_coordinator, cluster, tmp_path) -> Iterator[str]:
+    """A one-node bundled-trainer job that records a point every 5 steps, 20 steps a second (its
+    rank sleeps 0.05 s a step), for minutes, its lr decaying from the first step by a few parts in
+    10,000 (tick labels like 0.00099985); cancelled at the end: its id, running."""
+    train = [*TRAIN, "--max-steps", "100000", "--log-every", "5", "--warmup-steps", "0"]
+    args = ["--nodes", "1", "-e", f"{envvars.TRAIN_SLOW}=0:0.05", "--", *train]
+    job = _submit(cluster_coordinator, cluster, tmp_path, *args)
+    try:
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        yield job
+    finally:
+        cluster.cancel(job)
+
+
+def test_item7_a_training_jobs_charts_append_points_and_keep_the_users_zoom(page, cluster_coordinator, training_job):
+    """The charts were rebuilt every 5 s and lost the user's zoom; the lr chart's y labels were
+    clipped. A user drags over the loss chart, waits past two refreshes (the curves' poll is 5 s)
+    while the job records more: the same canvas, more points, the same step range."""
+    coordinator, p = cluster_coordinator, page
+    _open_slurm_run(p, coordinator, training_job)
+    loss, lr = p.page.locator("figure[data-metric=loss]"), p.page.locator("figure[data-metric=lr]")
+    expect(loss.locator(".uplot")).to_have_count(1, timeout=30_000)
+    _wait(lambda: _points(loss) >= 20, 30, "20 points on the loss chart")
+    loss.scroll_into_view_if_needed()
+    loss.evaluate("f => { window.__canvas = f.querySelector('canvas'); }")
+    box = loss.locator(".u-over").bounding_box()
+    p.page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+    p.page.mouse.down()
+    p.page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2, steps=5)
+    p.page.mouse.up()
+    zoomed, points, last = loss.get_attribute("data-x-ticks"), _points(loss), _last_step(loss)
+    assert zoomed and int(zoomed.split()[-1]) < last, (zoomed, last)
+    p.shot("zoomed")
+    p.page.wait_for_timeout(11_000)  # two refreshes of the curves and more
+    assert _points(loss) > points and _last_step(loss) > last, "no new points on the chart"
+    same = "f => { const c = f.querySelector('canvas'); return c === window.__canvas && c.isConnected; }"
+    assert loss.evaluate(same), "the chart was rebuilt (a new canvas)"
+    assert loss.get_attribute("data-x-ticks") == zoomed, "the zoom was lost"
+    p.shot("zoom-kept")
+    loss.locator(".u-over").dblclick()  # the whole range back, new points in it
+    whole = loss.get_attribute("data-x-ticks").split()
+    assert int(whole[-1]) > int(zoomed.split()[-1]), (zoomed, whole)
+    lr.scroll_into_view_if_needed()
+    ink = lr.evaluate(Y_INK)
+    assert ink["inside"], "the lr chart is wider than its box"
+    ticks = lr.get_attribute("data-y-ticks")
+    assert 0 < ink["left"] < ink["axis"], f"the lr chart's y labels {ticks!r} are cut at the canvas's edge: {ink}"
+    p.shot("lr-labels")
+
+
+# The job's flood: once $GO exists, RATE lines a second for SECONDS, each "flood <i> <time written>".
+FLOOD = """
+import sys, time
+rate, seconds = float(sys.argv[1]), float(sys.argv[2])
+start, i = time.time(), 0
+while (now := time.time()) < start + seconds:
+    due = int((now - start) * rate)
+    sys.stdout.write("".join(f"flood {n} {time.time():.6f}\\n" for n in range(i, due)))
+    sys.stdout.flush()
+    i = due
+    time.sleep(0.005)
+"""
+FLOOD_RATE, FLOOD_SECONDS = 10_000, 6
+# In the page before its own script: a frame after each append to the log view, how old its newest
+# line is (a flooded line ends with the time it was written), and the longest main-thread task.
+PROBE = """
+window.__probe = { longest: 0, ages: [] };
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) __probe.longest = Math.max(__probe.longest, e.duration);
+}).observe({ type: "longtask", buffered: true });
+document.addEventListener("DOMContentLoaded", () => {
+  const view = document.getElementById("log-view");
+  if (view) new MutationObserver(() => requestAnimationFrame(() => {
+    const m = /(\\d{10}\\.\\d+)$/.exec(view.lastElementChild ? view.lastElementChild.textContent : "");
+    if (m) __probe.ages.push(Date.now() / 1000 - Number(m[1]));
+  })).observe(view, { childList: true });
+});
+"""
+
+
+@pytest.fixture
+def flood_job(cluster_coordinator, cluster, tmp_path) -> Iterator[tuple[str, Path]]:
+    """A one-node job that prints FLOOD_RATE lines a second for FLOOD_SECONDS through srun into its
+    log once its go file appears; cancelled at the end: (its id, running; the go file)."""
+    (tmp_path / "flood.py").write_text(FLOOD)
+    go = tmp_path / "go"
+    script = f"while [[ ! -e {go} ]]; do sleep 0.05; done; exec python flood.py {FLOOD_RATE} {FLOOD_SECONDS}"
+    job = _submit(cluster_coordinator, cluster, tmp_path, "--nodes", "1", "--", "bash", "-c", script)
+    try:
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        yield job, go
+    finally:
+        cluster.cancel(job)
+
+
+def test_item8_a_flooding_jobs_log_view_stays_small_current_and_counts_what_it_skipped(
+    page, cluster_coordinator, cluster, flood_job
+):
+    """At ~9k lines/s the newest line arrived 4.7 s late, the main thread stalled up to 6.2 s and
+    the view held 368,120 rows for a Slurm job. With the page open from the job's start: at most
+    the newest 5,000 lines, markers saying how many were skipped, the newest line seconds (not
+    tens of seconds) old, a click answered during the flood; once the job ended, the lines shown
+    plus those the page says it did not show are the lines of the job's log."""
+    coordinator, p = cluster_coordinator, page
+    job, go = flood_job
+    p.page.add_init_script(PROBE)
+    _open_slurm_run(p, coordinator, job)
+    view, follow = p.page.locator("#log-view"), p.page.locator("#follow")
+    expect(view).to_be_visible()
+    go.touch()
+    p.page.wait_for_timeout(FLOOD_SECONDS * 1000 / 2)
+    clicked = time.monotonic()
+    follow.click()  # Playwright's click waits for the page to take it
+    expect(follow).not_to_be_checked(timeout=5_000)
+    follow.click()
+    expect(follow).to_be_checked(timeout=5_000)
+    answered = time.monotonic() - clicked
+    p.shot("flooding")
+    state, code = cluster.wait(job, timeout=60)
+    assert (state, code) == ("COMPLETED", 0), cluster.job_info(job)
+    log = Path(cluster.job_info(job)["StdOut"])
+    written = log.read_bytes().count(b"\n")
+    last = log.read_text().splitlines()[-1].split(": ", 1)[-1]
+    expect(view.locator(".log-line").last).to_contain_text(last, timeout=10_000)
+    probe = p.page.evaluate("window.__probe")
+    ages = sorted(probe["ages"])
+    rows = view.locator(".log-line").count()
+    status = p.page.locator(".log-controls .log-status").inner_text()
+    print(f"{written} lines; {rows} rows; {status}; newest line's age median {ages[len(ages) // 2]:.2f} s, ", end="")
+    print(f"max {ages[-1]:.2f} s; longest main-thread task {probe['longest']:.0f} ms; a click took {answered:.1f} s")
+    assert written >= FLOOD_RATE * FLOOD_SECONDS * 0.9, written
+    assert 0 < rows <= 5000, rows
+    shown, hidden = re.fullmatch(r"newest ([\d,]+) lines shown, ([\d,]+) not shown", status).groups()
+    assert int(shown.replace(",", "")) == rows and rows + int(hidden.replace(",", "")) == written, (status, written)
+    gaps = view.locator(".log-gap").all_text_contents()
+    assert gaps and all(re.match(r"… [\d,]+ lines skipped", g) for g in gaps), gaps
+    assert ages[len(ages) // 2] < 3, ages  # seconds, not the 4.7 s (median) of the issue
+    view.locator(".log-gap").last.scroll_into_view_if_needed()
+    expect(view.locator(".log-gap").last).to_be_visible()
+    p.shot("flooded-gap-marker")
