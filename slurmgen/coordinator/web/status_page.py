@@ -18,12 +18,16 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from slurmgen.contract.files import TIMELINE_NAME
 from slurmgen.contract.states import ENDED_WORDS
+from slurmgen.coordinator.group_runs import run_key
+from slurmgen.errors import SlurmgenError
+from slurmgen.runs import model as run_model
+from slurmgen.runs.registry import Registry
 from slurmgen.tracking.store import write_text_atomic
 
 from . import api, attempt_records, views
 from .render import environment
+from .runs_page import registry_path
 from .timeline_svg import time_report
 
 POLL_SECONDS = 1.0
@@ -78,17 +82,22 @@ def render_status(
     )
 
 
-def group_time(folder: Path, name: str) -> dict[str, Any]:
-    """The time report of a group whose ranks appended a timeline (contract/phases.py) beside
-    its status.html, under the name a Slurm job's has (contract/files.py); {} without one."""
-    from slurmgen.observe.report import analyse
-
-    path = folder / TIMELINE_NAME.format(job_id=name)
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
+def group_time(registry: Path | None, group: Mapping[str, Any]) -> dict[str, Any]:
+    """The time report of the group's run that just ended (GROUP.N: group_runs.run_key of its
+    current attempt) as that run's page gives it (runs/model.time_report): the run's timeline file
+    read with its attempts, so a hung rank's peers, which only waited for it, are judged up to its
+    last beat and named no stragglers; {} without such a run (or registry) or a timeline file."""
+    if not group.get("attempt"):
         return {}
-    return analyse(text, [], None, time.time())
+    key = run_key(group["name"], group["attempt"], group.get("restarts") or 0)
+    try:
+        with Registry.open(registry) as reg:
+            seq = run_model.find_run(reg, "group", key)
+            row = run_model.get_row(reg, seq) if seq is not None else None
+            timeline = row["info"].get("timeline") if row is not None else None
+            return run_model.time_report(reg, row["seq"], timeline, time.time()) if row and timeline else {}
+    except SlurmgenError:  # no registry here: the coordinator records no runs
+        return {}
 
 
 async def write_for(app: FastAPI, name: str) -> Path:
@@ -104,7 +113,10 @@ async def write_for(app: FastAPI, name: str) -> Path:
         write_text_atomic(
             target,
             render_status(
-                detail, reply.body if reply.ok else [], attempt_records.curves_of(runs), group_time(target.parent, name)
+                detail,
+                reply.body if reply.ok else [],
+                attempt_records.curves_of(runs),
+                group_time(registry_path(app), detail["group"]),
             ),
         )
         return target

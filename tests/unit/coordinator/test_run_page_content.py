@@ -10,6 +10,7 @@ import json
 import re
 import stat
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from helpers import srun_label, tqdm_bar
@@ -18,6 +19,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from slurmgen import tracking  # noqa: E402
+from slurmgen.contract import exitcodes  # noqa: E402
 from slurmgen.contract.files import TIMELINE_NAME  # noqa: E402
 from slurmgen.contract.grid import SWEEP_FILE, grid_jsonl  # noqa: E402
 from slurmgen.contract.states import State, from_slurm  # noqa: E402
@@ -26,7 +28,15 @@ from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
 from slurmgen.coordinator.web import status_page  # noqa: E402
-from slurmgen.runs.model import Recorder, get_row  # noqa: E402
+from slurmgen.runs.model import (  # noqa: E402
+    Failure,
+    NewRun,
+    Recorder,
+    add_run,
+    end_attempt,
+    get_row,
+    start_attempt,
+)
 from slurmgen.runs.registry import JobRecord, Registry  # noqa: E402
 
 TOKEN = "t0ken-for-run-page"
@@ -147,19 +157,50 @@ def test_checkpointed_job_page_timeline_stragglers_goodput_and_elapsed(served, t
     ) in table
 
 
+def _group_run(tmp_path, events: list[dict], ended: float, failure: Failure | None = None) -> Path:
+    """A registry holding group g's run g.1 (as group_runs.py records it), its timeline file
+    written with `events`, its one attempt started at T0 and ended at `ended`: the registry."""
+    registry, timeline = tmp_path / "jobs.sqlite", tmp_path / TIMELINE_NAME.format(job_id="g.1")
+    timeline.write_text("".join(json.dumps(e) + "\n" for e in events))
+    with Registry.open(registry, create=True) as reg:
+        info = {"timeline": str(timeline)}
+        seq = add_run(reg, NewRun("group", "g.1", "g", str(tmp_path), 2, 3, run_id="g", info=info), T0)
+        start_attempt(reg, seq, 1, T0)
+        end_attempt(reg, seq, 1, State.FAILED if failure else State.PREEMPTED, failure, ended)
+    return registry
+
+
 def test_status_html_draws_the_same_time_report(tmp_path):
-    (tmp_path / TIMELINE_NAME.format(job_id="g")).write_text("".join(json.dumps(e) + "\n" for e in timeline_events()))
-    detail = {
-        "group": {"name": "g", "state": "stopped", "attempt": 1, "reason": None, "config": {}},
-        "workers": [],
-        "attempts": [],
-    }
-    html = status_page.render_status(detail, [], {}, status_page.group_time(tmp_path, "g"))
+    registry = _group_run(tmp_path, timeline_events(), T0 + 13)
+    group = {"name": "g", "state": "stopped", "attempt": 1, "restarts": 0, "reason": None, "config": {}}
+    detail = {"group": group, "workers": [], "attempts": []}
+    html = status_page.render_status(detail, [], {}, status_page.group_time(registry, group))
     assert 'aria-label="per-rank timeline of attempt 1"' in html and "&#9873; rank 2" in html and HOSTILE not in html
     assert "Goodput <strong>" in html
-    assert "per-rank timeline" not in status_page.render_status(
-        detail, [], {}, status_page.group_time(tmp_path, "none")
-    )
+    for other in ({**group, "name": "none"}, {**group, "attempt": None}):
+        assert status_page.group_time(registry, other) == {}
+        assert "per-rank timeline" not in status_page.render_status({**detail, "group": other}, [], {}, {})
+    assert status_page.group_time(tmp_path / "no-registry.sqlite", group) == {}
+
+
+def test_a_hung_groups_status_html_counts_the_hang_as_its_run_page_does(tmp_path):
+    """A group's status.html analysed its timeline without the run's attempts (and looked for it
+    under the group's name, where the ranks write it under the run's, GROUP.N): a hang read as
+    training, the hung rank's bar green to the end, and the straggler rule not cut at the hang. Rank
+    1 of 2 stops beating at step 40 (t=40); the attempt ends hung at t=61."""
+    events = []
+    for rank in (0, 1):
+        events.append({"event": "first_step", "rank": rank, "attempt": 1, "time": T0, "step": 1, "host": "n", "pid": 1})
+        for s in (10, 20, 30, 40):
+            events.append({"event": "steps", "rank": rank, "attempt": 1, "time": T0 + s, "step": s, "work": 0.1})
+    hung = Failure(cause="rank 1 on node2 stopped beating at step 40", rank=1, node="node2", code=exitcodes.HUNG)
+    registry = _group_run(tmp_path, events, T0 + 61, hung)
+    group = {"name": "g", "state": "failed", "attempt": 1, "restarts": 0, "reason": hung.cause, "config": {}}
+    view = status_page.group_time(registry, group)
+    assert view["goodput"]["breakdown"]["hung"] == pytest.approx(21.0), view["goodput"]
+    html = status_page.render_status({"group": group, "workers": [], "attempts": []}, [], {}, view)
+    assert "<title>rank 1 hung: 40.00-61.00 s" in html, html
+    assert 'data-part="hung"' in html
 
 
 def test_slurm_state_of_the_preemption_exit():
