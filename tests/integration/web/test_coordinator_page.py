@@ -128,6 +128,7 @@ def test_seed_workflow_from_the_page_on_the_cluster(page, cluster_coordinator, t
     p.shot("succeeded-with-curves")
     text = (tmp_path / "runs" / "exp1" / "status.html").read_text()
     assert "succeeded" in text and f"{first_node}-1" in text and "<polyline" in text
+    assert "per-rank timeline of attempt 1" in text  # the run's timeline, tmp_path/slurmgen-exp1.1.timeline.jsonl
 
     # Stop: a long command this time, started and stopped from the page.
     p.page.goto(coordinator.url + "/ui/groups/exp1/settings")
