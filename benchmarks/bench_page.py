@@ -14,7 +14,7 @@ HTTP with a logged-in session, medians:
 - GET /ui/live/runs: what the page's script asks every second to refresh the list in place;
 - GET /ui/runs/SEQ: the Slurm job's page (it asks scontrol and sacct, as `slurmgen status` does);
 - the newest log line: a line is appended to the job's log at a random moment while a client
-  polls /ui/live/runs/SEQ/logs as the page's script does (every 0.5 s, from the last offset);
+  polls /ui/live/runs/SEQ/logs as the page's script does (every 0.25 s, from the last offset);
   the time from the write to the answer that holds it (goal < 1 s);
 - beside them `squeue`, `scontrol show job -o ID` and `sacct -j ID` as a person would type them.
 
@@ -78,7 +78,7 @@ from slurmgen.runs.registry import JobRecord, Registry
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "unit" / "jobs" / "data" / "slurm"
-POLL = 0.5  # the page's log poll (static/app.js LOG_POLL_MS)
+POLL = 0.25  # the page's log poll (static/app.js LOG_POLL_MS)
 CLUSTER = REPO / "scripts" / "cluster"
 CLUSTER_LOCK = Path("/run/lock/slurmgen-cluster.lock")  # scripts/cluster/lib.sh SG_LOCK
 # The real job: rank 0 waits for the bench to start polling ($GO appears), then prints $LINES

@@ -17,13 +17,13 @@ from .auth import guarded
 from .routes import overview_data
 
 router = APIRouter()
-# The log view opens on the newest LOG_FIRST lines, then asks every half second for the lines
-# after the last it has: at most LOG_BATCH, the newest, with how many older ones were left out
-# (`skipped`, which the view shows as a marker). A flood never makes an answer (nor the page's
+# The log view opens on the newest LOG_FIRST lines, then asks every quarter second (app.js
+# LOG_POLL_MS) for the lines after the last it has: at most LOG_BATCH, the newest, with how many
+# older ones were left out (`skipped`, which the view shows as a marker). A flood never makes an answer (nor the page's
 # work on it) grow, and the newest line is in the next answer. Every line stays in the rank's
 # file on its node. The Slurm and launch runs' logs (run_logs.py) answer the same way.
 LOG_FIRST = 500
-LOG_BATCH = 2000
+LOG_BATCH = 1000
 
 
 def _no_store(body: Any, status: int = 200) -> JSONResponse:

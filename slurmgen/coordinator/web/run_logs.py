@@ -3,8 +3,8 @@ then every line appended since, split by rank (jobs/logs.py: srun --label, torch
 tags). A launch's log is the one its launcher keeps on this machine (launch/registry_entry.py: what every
 node sent, a rank's lines labelled as srun labels them, a line per attempt between them).
 
-The page's script (static/app.js, the group page's log view) asks every half second for the
-lines after a byte offset, so a line reaches the page within about half a second of being
+The page's script (static/app.js, the group page's log view) asks every quarter second for the
+lines after a byte offset, so a line reaches the page within about a quarter second of being
 written; only the bytes after the offset are read (the file is never read whole again). The
 first answer is the last LOG_FIRST lines of at most TAIL_BYTES of the file; a later one holds at
 most the newest LOG_BATCH lines of at most READ_MOST bytes and counts what it left out
@@ -44,7 +44,7 @@ from .runs_page import registry_path
 
 router = APIRouter()
 TAIL_BYTES = 512 * 1024
-READ_MOST = 2 * 1024 * 1024  # bytes a poll reads at most (a 0.5 s poll at 10k lines/s: ~0.5 MB)
+READ_MOST = 2 * 1024 * 1024  # bytes a poll reads at most (a 0.25 s poll at 10k lines/s: ~0.25 MB)
 
 
 def _row(line: Line, launch: bool = False) -> dict[str, Any]:
