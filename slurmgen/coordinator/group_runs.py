@@ -146,6 +146,11 @@ class GroupRuns:
         number = from_restart_count(restarts)
         self.recorder.attempt_ended(row, number, State(outcome.state), first_failure(attempt, outcome))
 
+    def recovered(self, group: str, number: int, restarts: int, what: str) -> None:
+        """A node of attempt `number` (after `restarts` restarts) moved to a spare before the
+        next attempt, kept with the attempt it followed, as `slurmgen launch` keeps its moves."""
+        self.recorder.recovered(self._row(run_key(group, number, restarts)), from_restart_count(restarts), what)
+
     def retold(self, group: str, number: int, key_attempt: int, restarts: int, old: str, new: str) -> None:
         """Attempt `number`'s failure in more words (where the hung rank was stuck); the run's key
         from any attempt of it (`key_attempt` with the `restarts` before it)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -36,7 +37,7 @@ from slurmgen.coordinator.models import (
     WorkerOut,
     merged_config,
 )
-from slurmgen.coordinator.ranks import default_master, plan_ranks, rank_env
+from slurmgen.coordinator.ranks import on_spares, pick_spare, plan_ranks, rank_env, spare_hosts
 from slurmgen.coordinator.store import AttemptRow, GroupRow, Plan, Store, WorkerRow
 from slurmgen.errors import SlurmgenError
 
@@ -53,6 +54,18 @@ def own_end(worker: str, a: AttemptRow) -> dict[str, Any]:
     if worker == a["blamed"] or (a["state"] == State.STOPPED and worker in a["stopped_workers"]):
         return {"cause": a["reason"]}
     return {}
+
+
+@dataclass
+class Layout:
+    """Where an attempt's ranks run: its ranks, each node moved to a spare so far (node -> the
+    spare holding its node rank), the spares left in the order they are taken, and the moves
+    made just before it, in words."""
+
+    ranks: list[RankOut]
+    moved: dict[str, str] = field(default_factory=dict)
+    spares: list[str] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)
 
 
 class NotFound(Exception):
@@ -195,6 +208,7 @@ class Coordinator:
                     exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
                     runs=a["runs"],
                     run_attempt=run_attempt(a["plan"]),
+                    moved=a["plan"].get("moves", []),
                 )
                 for a in self.store.attempts(name)
             ]
@@ -211,9 +225,12 @@ class Coordinator:
 
     def _plan(self, config: GroupConfig, name: str, error: type) -> list[RankOut]:
         try:
-            return plan_ranks(config, [(w["host"], w["idx"]) for w in self.store.workers(group=name)])
+            return plan_ranks(config, self._members(name))
         except SlurmgenError as e:
             raise error(str(e)) from None
+
+    def _members(self, name: str) -> list[tuple[str, int]]:
+        return [(w["host"], w["idx"]) for w in self.store.workers(group=name)]
 
     def logs(
         self, name: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
@@ -311,28 +328,54 @@ class Coordinator:
             config = GroupConfig(**g["config"])
             if not config.argv:
                 raise Conflict(f"group {name!r} has no command (set one: slurmgen group config {name} -- CMD ...)")
-            ranks = self._startable_plan(config, name, now)
-            self._new_attempt(name, (g["attempt"] or 0) + 1, config, ranks, now, restarts=0)
+            layout = Layout(self._plan(config, name, Conflict), spares=spare_hosts(config, self._members(name)))
+            self._check_heard(layout.ranks, now)
+            self._new_attempt(name, (g["attempt"] or 0) + 1, config, layout, now, restarts=0)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
-    def _startable_plan(self, config: GroupConfig, name: str, now: float) -> list[RankOut]:
-        ranks = self._plan(config, name, Conflict)
+    def _check_heard(self, ranks: list[RankOut], now: float) -> None:
         lost = sorted(r.worker for r in ranks if self._silent_for(r.host, now) > self.agent_timeout)
         if lost:
             raise Conflict(f"worker {lost[0]!r} is lost (its agent is silent)")
-        return ranks
+
+    def _next_layout(self, a: AttemptRow, config: GroupConfig, blamed: str | None, now: float) -> Layout:
+        """Where the attempt after `a` runs: where `a` ran, except that the node of the worker
+        its failure is blamed on (`blamed`: lost, failed or hung), and any other node whose agent
+        is lost, moves to the first spare that fits and whose agent is heard; a node moved out
+        goes to the end of the spares (back, it may take over later). Raises Conflict when a node
+        it needs is lost and no spare is left."""
+        slots: dict[str, list[int]] = {}
+        for host, idx in self._members(a["grp"]):
+            slots.setdefault(host, []).append(idx)
+        base = self._plan(config, a["grp"], Conflict)
+        moved = dict(a["plan"].get("moved", {}))
+        layout = Layout(on_spares(base, moved, slots), moved, list(a["plan"].get("spares", [])))
+        lost = {h for h in slots if self._silent_for(h, now) > self.agent_timeout}
+        first = blamed.rpartition("-")[0] if blamed else ""
+        for host in [first, *sorted({r.host for r in layout.ranks if r.host in lost} - {first})]:
+            spare = pick_spare(layout.ranks, host, layout.spares, slots, lost, config.master_addr)
+            if spare is None:
+                continue
+            node = next(r.node_rank for r in layout.ranks if r.host == host)
+            layout.moved[next((o for o, on in layout.moved.items() if on == host), host)] = spare
+            layout.spares = [*(s for s in layout.spares if s != spare), host]
+            layout.ranks = on_spares(base, layout.moved, slots)
+            layout.moves.append(f"node {node} moved from {host} to the spare host {spare}")
+        self._check_heard(layout.ranks, now)
+        return layout
 
     def _new_attempt(
         self,
         name: str,
         number: int,
         config: GroupConfig,
-        ranks: list[RankOut],
+        layout: Layout,
         now: float,
         restarts: int,
         reason: str | None = None,
     ) -> None:
-        master = config.master or default_master(r.host for r in ranks)
+        ranks = layout.ranks
+        master = next(r.host for r in ranks if r.node_rank == 0)  # the master's node, or the spare it moved to
         plan: Plan = {
             "ranks": {r.worker: r.rank for r in ranks},
             "env": {
@@ -343,6 +386,9 @@ class Coordinator:
             "cwd": config.cwd,
             "stop_grace": config.stop_grace,
             "heartbeat_timeout": config.heartbeat_timeout,
+            "moved": layout.moved,
+            "spares": layout.spares,
+            "moves": layout.moves,
         }
         self.store.add_attempt(name, number, now, plan)
         if self.runs:
@@ -414,20 +460,23 @@ class Coordinator:
         config = GroupConfig(**g["config"])
         if st.restart_after(outcome, g["restarts"], config.max_restarts):
             try:
-                ranks = self._startable_plan(config, name, now)
+                layout = self._next_layout(a, config, outcome.worker, now)
             except Conflict as e:
                 outcome = st.Outcome(
                     State.FAILED.value, f"{outcome.reason}; no restart: {e}", outcome.exit_code, outcome.worker
                 )
             else:
+                for what in layout.moves:
+                    if self.runs:
+                        self.runs.recovered(name, a["number"], g["restarts"], what)
                 return self._new_attempt(
                     name,
                     a["number"] + 1,
                     config,
-                    ranks,
+                    layout,
                     now,
                     g["restarts"] + 1,
-                    reason=f"restart {g['restarts'] + 1} after: {outcome.reason}",
+                    reason="; ".join([f"restart {g['restarts'] + 1} after: {outcome.reason}", *layout.moves]),
                 )
         self.store.update_group(name, state=outcome.state, reason=outcome.reason, exit_code=outcome.exit_code)
         if self.runs:

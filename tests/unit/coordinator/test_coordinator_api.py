@@ -603,3 +603,71 @@ def test_a_runs_stop_request_reaches_the_attempt_it_is_on_after_a_restart(tmp_pa
         assert [(a["number"], a["state"]) for a in attempts_of(reg, seq)] == [(1, "failed"), (2, "stopped")]
     assert not (tmp_path / "control" / "group-exp1.1.stop").exists()
     coordinator.store.close()
+
+
+def test_a_lost_node_moves_to_a_spare_node_which_the_registry_and_the_attempts_name(tmp_path):
+    """Issue 35, item 2 for groups: with `spare_nodes 1`, gn8 (last in the order gn7, gn6, gn8)
+    runs nothing; when gn6's agent goes silent the restart puts node 1 (ranks 2 and 3) on gn8,
+    the rest as it was. A failure with no spare heard restarts where it ran; gn6 back, it is the
+    spare that takes the next failed node."""
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.runs.model import Recorder, find_run, get_row, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    coordinator = Coordinator(
+        Store(tmp_path / "c.db"), agent_timeout=10, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))
+    )
+    api = TestClient(create_app(coordinator, TOKEN))
+    api.clock = coordinator.clock
+    beat(api, "gn8", 0, 1)
+    setup_group(api, max_restarts=3, spare_nodes=1)
+    more = api.post("/api/workers/move", headers=AUTH, json={"workers": ["gn8-0", "gn8-1"], "group": "exp1"})
+    assert more.status_code == 200, more.text
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    assert [r["worker"] for r in api.get("/api/groups/exp1/ranks", headers=AUTH).json()] == [
+        "gn7-0",
+        "gn7-1",
+        "gn6-0",
+        "gn6-1",
+    ]
+    assert beat(api, "gn8", 0, 1)["start"] == []  # the spare stays idle
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.clock.now += 8
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn8", 0, 1)
+    api.clock.now += 3  # gn6 silent for 11 s
+    coordinator.tick()
+    moved = "node 1 moved from gn6 to the spare host gn8"
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and g["reason"].endswith(f"; {moved}"), g
+    orders = beat(api, "gn8", 0, 1)["start"]
+    assert [
+        (o["worker"], o["rank"], o["env"]["NODE_RANK"], o["env"]["WORLD_SIZE"], o["env"]["MASTER_ADDR"]) for o in orders
+    ] == [
+        (0, 2, "1", "4", "gn7"),
+        (1, 3, "1", "4", "gn7"),
+    ]
+    exited = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
+    assert [o["rank"] for o in beat(api, "gn7", *exited)["start"]] == [0, 1]
+    detail = api.get("/api/groups/exp1", headers=AUTH).json()
+    assert [(a["number"], a["moved"]) for a in detail["attempts"]] == [(1, []), (2, [moved])]
+
+    # gn8's rank 3 fails while gn6 (the spare now) is lost: the restart stays where it ran.
+    def fails(host, attempt):
+        ended = [{"id": 0, "state": "exited", "group": "exp1", "attempt": attempt, "exit_code": 143}]
+        beat(api, "gn7", *running("exp1", attempt, 0, 1))
+        beat(api, host, *ended, {"id": 1, "state": "exited", "group": "exp1", "attempt": attempt, "exit_code": 1})
+        return group_state(api)
+
+    g = fails("gn8", 2)
+    assert (g["attempt"], g["restarts"]) == (3, 2) and "moved" not in g["reason"], g
+    assert [o["rank"] for o in beat(api, "gn8", *[{"id": i, "state": "exited"} for i in (0, 1)])["start"]] == [2, 3]
+    # gn6 is back (an idle spare) when gn8 fails again: node 1 moves to it.
+    beat(api, "gn6", 0, 1)
+    g = fails("gn8", 3)
+    assert g["reason"].endswith("; node 1 moved from gn8 to the spare host gn6"), g
+    coordinator.store.close()
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        info = get_row(reg, find_run(reg, "group", "exp1.1"))["info"]
+        assert recoveries_of(info) == {1: [moved], 3: ["node 1 moved from gn8 to the spare host gn6"]}

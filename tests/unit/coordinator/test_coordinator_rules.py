@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_name
 from slurmgen.coordinator.node_agent import is_stale
 from slurmgen.coordinator.procs import LineBuffer, exit_status
-from slurmgen.coordinator.ranks import plan_ranks, rank_env
+from slurmgen.coordinator.ranks import on_spares, pick_spare, plan_ranks, rank_env, spare_hosts
 from slurmgen.coordinator.state import Outcome, judge_attempt, reconcile, restart_after, worker_state
 from slurmgen.errors import SlurmgenError
 
@@ -61,6 +61,41 @@ def test_bad_plans_name_the_problem(config, words):
     with pytest.raises(SlurmgenError) as e:
         plan_ranks(config, [("gn6", 0), ("gn6", 1), ("gn7", 0), ("gn7", 1)])
     assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_spare_nodes_are_the_last_in_the_groups_order_and_run_nothing():
+    members = [split_worker_name(w) for w in ["gn6-0", "gn6-1", "gn7-0", "gn7-1", "gn8-0", "gn8-1", "gn9-0"]]
+    config = GroupConfig(master="gn7", spare_nodes=2)
+    assert [(r.worker, r.rank, r.node_rank) for r in plan_ranks(config, members)] == [
+        ("gn7-0", 0, 0),
+        ("gn7-1", 1, 0),
+        ("gn6-0", 2, 1),
+        ("gn6-1", 3, 1),
+    ]
+    assert spare_hosts(config, members) == ["gn8", "gn9"]
+    assert spare_hosts(GroupConfig(master="gn7"), members) == []
+    with pytest.raises(SlurmgenError, match=r"spare_nodes: 4 leaves no node to run on \(the group has 4\)"):
+        plan_ranks(GroupConfig(spare_nodes=4), members)
+
+
+def test_a_node_moves_to_the_first_spare_that_fits_and_keeps_its_ranks():
+    """pick_spare skips a lost spare and one with too few workers; on_spares puts the node's ranks
+    on the spare's workers in slot order, every rank, node rank and world size as they were."""
+    ranks = plan_ranks(GroupConfig(master="a"), [("a", 0), ("a", 1), ("b", 0), ("b", 1)])
+    slots = {"a": [0, 1], "b": [0, 1], "c": [0], "d": [5, 3], "e": [0, 1]}
+    assert pick_spare(ranks, "b", ["c", "d", "e"], slots, lost=set()) == "d"  # c has one worker, b has two
+    assert pick_spare(ranks, "b", ["c", "d", "e"], slots, lost={"d"}) == "e"
+    assert pick_spare(ranks, "b", ["c"], slots, lost=set()) is None
+    assert pick_spare(ranks, "x", ["d"], slots, lost=set()) is None  # runs no rank
+    assert pick_spare(ranks, "a", ["d"], slots, lost=set()) == "d"  # the master's node moves, and the master with it
+    assert pick_spare(ranks, "a", ["d"], slots, lost=set(), master_addr="10.0.0.1") is None  # the address names a
+    moved = on_spares(ranks, {"b": "d"}, slots)
+    assert [(r.worker, r.host, r.rank, r.local_rank, r.node_rank, r.world_size) for r in moved] == [
+        ("a-0", "a", 0, 0, 0, 4),
+        ("a-1", "a", 1, 1, 0, 4),
+        ("d-3", "d", 2, 0, 1, 4),
+        ("d-5", "d", 3, 1, 1, 4),
+    ]
 
 
 def test_no_members_is_refused_with_a_hint():
