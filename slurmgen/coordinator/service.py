@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 from typing import Any
 
 from slurmgen.contract.attempts import from_restart_count

@@ -611,6 +611,7 @@ def test_a_lost_node_moves_to_a_spare_node_which_the_registry_and_the_attempts_n
     the rest as it was. A failure with no spare heard restarts where it ran; gn6 back, it is the
     spare that takes the next failed node."""
     from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.coordinator.web.views import attempts_view
     from slurmgen.runs.model import Recorder, find_run, get_row, recoveries_of
     from slurmgen.runs.registry import Registry
 
@@ -652,6 +653,7 @@ def test_a_lost_node_moves_to_a_spare_node_which_the_registry_and_the_attempts_n
     assert [o["rank"] for o in beat(api, "gn7", *exited)["start"]] == [0, 1]
     detail = api.get("/api/groups/exp1", headers=AUTH).json()
     assert [(a["number"], a["moved"]) for a in detail["attempts"]] == [(1, []), (2, [moved])]
+    assert [a["moved"] for a in attempts_view(detail["attempts"])] == [[moved], []]  # the page's attempts, newest first
 
     # gn8's rank 3 fails while gn6 (the spare now) is lost: the restart stays where it ran.
     def fails(host, attempt):
