@@ -147,8 +147,9 @@ class GroupRuns:
         self.recorder.attempt_ended(row, number, State(outcome.state), first_failure(attempt, outcome))
 
     def recovered(self, group: str, number: int, restarts: int, what: str) -> None:
-        """A node of attempt `number` (after `restarts` restarts) moved to a spare before the
-        next attempt, kept with the attempt it followed, as `slurmgen launch` keeps its moves."""
+        """A node moved to a spare for attempt `number` (after `restarts` restarts), kept with the
+        attempt that runs on the spare (`slurmgen launch` keeps its moves with the attempt they
+        followed; a group's move may also happen inside an attempt that had not started yet)."""
         self.recorder.recovered(self._row(run_key(group, number, restarts)), from_restart_count(restarts), what)
 
     def retold(self, group: str, number: int, key_attempt: int, restarts: int, old: str, new: str) -> None:

@@ -655,11 +655,11 @@ def test_a_lost_node_moves_to_a_spare_node_which_the_registry_and_the_attempts_n
     assert [(a["number"], a["moved"]) for a in detail["attempts"]] == [(1, []), (2, [moved])]
     assert [a["moved"] for a in attempts_view(detail["attempts"])] == [[moved], []]  # the page's attempts, newest first
 
-    # gn8's rank 3 fails while gn6 (the spare now) is lost: the restart stays where it ran.
-    def fails(host, attempt):
+    # gn8's rank 3 is killed while gn6 (the spare now) is lost: the restart stays where it ran.
+    def fails(host, attempt, code=137):
         ended = [{"id": 0, "state": "exited", "group": "exp1", "attempt": attempt, "exit_code": 143}]
         beat(api, "gn7", *running("exp1", attempt, 0, 1))
-        beat(api, host, *ended, {"id": 1, "state": "exited", "group": "exp1", "attempt": attempt, "exit_code": 1})
+        beat(api, host, *ended, {"id": 1, "state": "exited", "group": "exp1", "attempt": attempt, "exit_code": code})
         return group_state(api)
 
     g = fails("gn8", 2)
@@ -672,4 +672,46 @@ def test_a_lost_node_moves_to_a_spare_node_which_the_registry_and_the_attempts_n
     coordinator.store.close()
     with Registry.open(tmp_path / "r.sqlite") as reg:
         info = get_row(reg, find_run(reg, "group", "exp1.1"))["info"]
-        assert recoveries_of(info) == {1: [moved], 3: ["node 1 moved from gn8 to the spare host gn6"]}
+        assert recoveries_of(info) == {2: [moved], 4: ["node 1 moved from gn8 to the spare host gn6"]}
+
+
+def test_a_node_lost_after_the_restart_began_is_swapped_for_a_spare_inside_the_attempt(tmp_path):
+    """When gn6's node dies, gn7's ranks fail first (exit 1: their peer is gone), which names no
+    node to move; the restart starts on gn7 and gn6 again. Once gn6's agent counts as lost, its
+    ranks never having started, attempt 2 goes on with gn8 in its place: no second restart, and
+    gn7's ranks (which may already wait in the rendezvous) keep their orders."""
+    coordinator = Coordinator(Store(tmp_path / "c.db"), agent_timeout=10, clock=Clock())
+    api = TestClient(create_app(coordinator, TOKEN))
+    api.clock = coordinator.clock
+    beat(api, "gn8", 0, 1)
+    setup_group(api, max_restarts=1, spare_nodes=1)
+    assert (
+        api.post("/api/workers/move", headers=AUTH, json={"workers": ["gn8-0", "gn8-1"], "group": "exp1"}).status_code
+        == 200
+    )
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn6", *running("exp1", 1, 0, 1))  # gn6's last beat
+    api.clock.now += 2
+    ended = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 1} for i in (0, 1)]
+    beat(api, "gn7", *ended)
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and "moved" not in g["reason"], g
+    started = beat(api, "gn7", *ended)["start"]
+    assert [o["rank"] for o in started] == [0, 1]
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    assert beat(api, "gn8", 0, 1)["start"] == []
+    api.clock.now += 9  # gn6 silent for 11 s
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    coordinator.tick()
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1), g
+    assert g["reason"].endswith("; node 1 moved from gn6 to the spare host gn8"), g
+    orders = beat(api, "gn8", 0, 1)["start"]
+    assert [(o["attempt"], o["rank"], o["env"]["NODE_RANK"], o["env"]["MASTER_ADDR"]) for o in orders] == [
+        (2, 2, "1", "gn7"),
+        (2, 3, "1", "gn7"),
+    ]
+    assert beat(api, "gn7", *running("exp1", 2, 0, 1)) == {"start": [], "stop": [], "agent_timeout": 10.0}
+    beat(api, "gn8", *running("exp1", 2, 0, 1))
+    assert group_state(api)["state"] == "running"
+    coordinator.store.close()

@@ -9,7 +9,14 @@ from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_n
 from slurmgen.coordinator.node_agent import is_stale
 from slurmgen.coordinator.procs import LineBuffer, exit_status
 from slurmgen.coordinator.ranks import on_spares, pick_spare, plan_ranks, rank_env, spare_hosts
-from slurmgen.coordinator.state import Outcome, judge_attempt, reconcile, restart_after, worker_state
+from slurmgen.coordinator.state import (
+    Outcome,
+    judge_attempt,
+    node_to_blame,
+    reconcile,
+    restart_after,
+    worker_state,
+)
 from slurmgen.errors import SlurmgenError
 
 
@@ -280,3 +287,13 @@ def test_a_learned_timeout_in_the_beat_shortens_the_agents_limit():
 def test_a_group_restarts_after_a_failure_worth_a_retry(outcome, used, budget, again):
     """The retry rule of contract/retries.py (a group restarted after any failure before, bad input too)."""
     assert restart_after(outcome, used, budget) is again
+
+
+@pytest.mark.parametrize(
+    "code, moved",
+    [(255, "gn6"), (124, "gn6"), (137, "gn6"), (-9, "gn6"), (1, None), (3, None), (75, None)],
+)
+def test_a_restart_moves_the_node_of_a_lost_agent_a_hung_rank_or_a_killed_one_not_of_an_error(code, moved):
+    """An exit with an error of its own names no culprit: a dead peer makes the others exit 1."""
+    assert node_to_blame(Outcome("failed", "why", code, "gn6-1")) == moved
+    assert node_to_blame(Outcome("stopped", "stopped by you", 143, "gn6-1")) is None
