@@ -408,8 +408,9 @@ class Coordinator:
             config, a["grp"], a["number"], g["restarts"], replace(layout, moves=before + layout.moves)
         )
         self.store.update_attempt(a["grp"], a["number"], plan=plan)
-        for what in layout.moves if self.runs else ():
-            self.runs.recovered(a["grp"], a["number"], g["restarts"], what)
+        if self.runs:
+            for what in layout.moves:
+                self.runs.recovered(a["grp"], a["number"], g["restarts"], what)
         self.store.update_group(a["grp"], reason="; ".join(filter(None, [g["reason"], *layout.moves])))
         self.changes.bump()
         return True
