@@ -61,7 +61,7 @@ def own_end(worker: str, a: AttemptRow) -> dict[str, Any]:
 class Layout:
     """Where an attempt's ranks run: its ranks, each node moved to a spare so far (node -> the
     spare holding its node rank), the spares left in the order they are taken, and the moves
-    made just before it, in words."""
+    made for it, in words."""
 
     ranks: list[RankOut]
     moved: dict[str, str] = field(default_factory=dict)
@@ -349,7 +349,13 @@ class Coordinator:
         return base, Layout(on_spares(base, moved, slots), moved, list(a["plan"].get("spares", []))), slots
 
     def _move(
-        self, layout: Layout, base: list[RankOut], hosts: list[str], slots: dict[str, list[int]], lost: set[str], addr
+        self,
+        layout: Layout,
+        base: list[RankOut],
+        hosts: list[str],
+        slots: dict[str, list[int]],
+        lost: set[str],
+        addr: str | None,
     ) -> None:
         """Move each of `hosts` that runs ranks to the first spare that fits and whose agent is
         heard, while spares last; a node moved out goes to the end of the spares (back, it may
