@@ -220,9 +220,13 @@ class Coordinator:
             )
 
     def ranks(self, name: str) -> list[RankOut]:
+        """The ranks of the running attempt (its nodes moved to spares included) while the group
+        runs; otherwise those a start would run."""
         with self._atomic():
             g = self._group_row(name)
-            return self._plan(GroupConfig(**g["config"]), name, Conflict)
+            config = GroupConfig(**g["config"])
+            a = self.store.attempt(name, g["attempt"]) if g["attempt"] and not st.can_start(g["state"]) else None
+            return self._layout_of(a, config)[1].ranks if a else self._plan(config, name, Conflict)
 
     def _plan(self, config: GroupConfig, name: str, error: type) -> list[RankOut]:
         try:

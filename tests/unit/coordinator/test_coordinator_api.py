@@ -651,6 +651,8 @@ def test_a_lost_node_moves_to_a_spare_node_which_the_registry_and_the_attempts_n
     ]
     exited = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
     assert [o["rank"] for o in beat(api, "gn7", *exited)["start"]] == [0, 1]
+    ranks = api.get("/api/groups/exp1/ranks", headers=AUTH).json()  # the page's rank table: where they run now
+    assert [(r["worker"], r["rank"], r["node_rank"]) for r in ranks][2:] == [("gn8-0", 2, 1), ("gn8-1", 3, 1)]
     detail = api.get("/api/groups/exp1", headers=AUTH).json()
     assert [(a["number"], a["moved"]) for a in detail["attempts"]] == [(1, []), (2, [moved])]
     assert [a["moved"] for a in attempts_view(detail["attempts"])] == [[moved], []]  # the page's attempts, newest first
