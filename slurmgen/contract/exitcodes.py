@@ -40,14 +40,17 @@ NAMES = {
 }
 
 
+def by_signal(code: int) -> bool:
+    """Whether the process was ended by a signal: negative as Python reports it, 128+N as a shell does."""
+    return code < 0 or 128 < code < 160
+
+
 def describe(code: int) -> str:
     """A short word for an exit code: 'preempted', 'killed by signal 9', 'exit 3'."""
     if code in NAMES:
         return NAMES[code]
-    if code < 0:
-        return f"killed by signal {-code}"
-    if 128 < code < 160:
-        return f"killed by signal {code - 128}"
+    if by_signal(code):
+        return f"killed by signal {abs(code) if code < 0 else code - 128}"
     return f"exit {code}"
 
 

@@ -213,6 +213,11 @@ def group_config(
     cwd: str | None = typer.Option(None, "--cwd", help="Absolute working directory on every node."),
     env: list[str] | None = typer.Option(None, "--env", help="KEY=VALUE for every rank (repeatable)."),
     max_restarts: int | None = typer.Option(None, "--max-restarts", help="Restart the whole group up to N times."),
+    spare_nodes: int | None = typer.Option(
+        None,
+        "--spare-nodes",
+        help="The last N nodes in rank order run nothing; a restart moves a failed or lost node's ranks to one.",
+    ),
     heartbeat_timeout: float | None = typer.Option(
         None, "--heartbeat-timeout", help="Seconds before a trainer heartbeat is stale."
     ),
@@ -232,6 +237,7 @@ def group_config(
         "argv": command or None,
         "env": parse_env(env) if env else None,
         "max_restarts": max_restarts,
+        "spare_nodes": spare_nodes,
         "heartbeat_timeout": heartbeat_timeout,
         "stop_grace": stop_grace,
     }

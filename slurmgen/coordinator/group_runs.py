@@ -146,6 +146,12 @@ class GroupRuns:
         number = from_restart_count(restarts)
         self.recorder.attempt_ended(row, number, State(outcome.state), first_failure(attempt, outcome))
 
+    def recovered(self, group: str, number: int, restarts: int, what: str) -> None:
+        """A node moved to a spare for attempt `number` (after `restarts` restarts), kept with the
+        attempt that runs on the spare (`slurmgen launch` keeps its moves with the attempt they
+        followed; a group's move may also happen inside an attempt that had not started yet)."""
+        self.recorder.recovered(self._row(run_key(group, number, restarts)), from_restart_count(restarts), what)
+
     def retold(self, group: str, number: int, key_attempt: int, restarts: int, old: str, new: str) -> None:
         """Attempt `number`'s failure in more words (where the hung rank was stuck); the run's key
         from any attempt of it (`key_attempt` with the `restarts` before it)."""

@@ -102,6 +102,13 @@ class GroupConfig(_Request):
     cwd: str | None = Field(None, description="absolute working directory on every node")
     env: dict[str, str] = Field(default_factory=dict)
     max_restarts: int = Field(0, ge=0, le=1000)
+    spare_nodes: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="the group's last N nodes in its order run nothing: a restart moves a failed or lost node's "
+        "ranks to one of them",
+    )
     heartbeat_timeout: float = Field(
         120.0, ge=1, description="seconds before a rank's trainer heartbeat counts as stale (hung)"
     )
@@ -200,6 +207,9 @@ class AttemptOut(BaseModel):
     runs: list[str] = Field(
         default_factory=list,
         description="run record directories its ranks announced (as their agents saw them), for its curves",
+    )
+    moved: list[str] = Field(
+        default_factory=list, description="the nodes moved to a spare before it started ('node N moved from ...')"
     )
 
 

@@ -3,12 +3,15 @@
 Master node first; the other nodes in plain alphabetical order of their names (the seed's
 table puts gn39 < gn40 < gn7, unlike Slurm's natural order); workers inside a node by numeric
 id; LOCAL_RANK from 0 on each node; NODE_RANK by node order. World size defaults to the
-group's worker count, a smaller one takes the first ranks, a larger one is refused.
+group's worker count, a smaller one takes the first ranks, a larger one is refused. The last
+`spare_nodes` nodes in that order run nothing: on a restart, a failed or lost node's ranks move to
+one of them (`pick_spare`, `on_spares`), keeping every rank and node rank.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from slurmgen.contract import envvars
 from slurmgen.coordinator.models import GroupConfig, RankOut
@@ -21,7 +24,20 @@ def default_master(hosts: Iterable[str]) -> str:
 
 
 def plan_ranks(config: GroupConfig, members: Iterable[tuple[str, int]]) -> list[RankOut]:
-    """The rank of each member worker `(host, id)` under `config`; errors name the field."""
+    """The rank of each member worker `(host, id)` under `config`, its spare nodes left out;
+    errors name the field."""
+    ordered = _ordered_hosts(config, members)
+    table = rank_table(ordered[: len(ordered) - config.spare_nodes], config.world_size)
+    return [RankOut(worker=f"{e.host}-{e.slot}", **e.as_dict()) for e in table]
+
+
+def spare_hosts(config: GroupConfig, members: Iterable[tuple[str, int]]) -> list[str]:
+    """The group's spare nodes, in the order they are taken: its last `spare_nodes` in its order."""
+    ordered = _ordered_hosts(config, members)
+    return [h.name for h in ordered[len(ordered) - config.spare_nodes :]]
+
+
+def _ordered_hosts(config: GroupConfig, members: Iterable[tuple[str, int]]) -> list[Host]:
     by_host: dict[str, list[int]] = {}
     for host, idx in members:
         by_host.setdefault(host, []).append(idx)
@@ -38,9 +54,47 @@ def plan_ranks(config: GroupConfig, members: Iterable[tuple[str, int]]) -> list[
             else f"the group's nodes are {', '.join(sorted(by_host))}"
         )
         raise SlurmgenError(f"master: {show(master)} is not a node of this group", hint=hint)
+    if config.spare_nodes >= len(by_host):
+        raise SlurmgenError(
+            f"spare_nodes: {config.spare_nodes} leaves no node to run on (the group has {len(by_host)})",
+            hint="ask for fewer spare nodes than the group's nodes, or move more workers into it",
+        )
     hosts = [Host(name, tuple(sorted(ids))) for name, ids in by_host.items()]
-    table = rank_table(order_hosts(hosts, master, order="alphabetical"), config.world_size)
-    return [RankOut(worker=f"{e.host}-{e.slot}", **e.as_dict()) for e in table]
+    return order_hosts(hosts, master, order="alphabetical")
+
+
+def on_spares(ranks: list[RankOut], moved: Mapping[str, str], slots: Mapping[str, list[int]]) -> list[RankOut]:
+    """`ranks` with each moved node's ranks on its spare (`moved`: node -> the spare that holds
+    its node rank now), worker by worker in slot order, so the world, every rank and node rank
+    stay as they were; `slots` holds each spare's worker ids."""
+    taken: dict[str, list[int]] = {}
+    out = []
+    for r in ranks:
+        host = moved.get(r.host, r.host)
+        if host == r.host:
+            out.append(r)
+            continue
+        slot = sorted(slots[host])[len(taken.setdefault(host, []))]
+        taken[host].append(slot)
+        out.append(r.model_copy(update={"worker": f"{host}-{slot}", "host": host}))
+    return out
+
+
+def pick_spare(
+    ranks: list[RankOut],
+    host: str,
+    spares: list[str],
+    slots: Mapping[str, list[int]],
+    lost: AbstractSet[str],
+    master_addr: str | None = None,
+) -> str | None:
+    """The first spare whose agent is heard and which has a worker for each of `host`'s ranks;
+    None when none fits, when `host` runs no rank of `ranks`, or when it is node 0 and the
+    master's address was given (the address names that node: the rendezvous cannot follow)."""
+    needed = sum(r.host == host for r in ranks)
+    if not needed or (master_addr and any(r.host == host and r.node_rank == 0 for r in ranks)):
+        return None
+    return next((s for s in spares if s != host and s not in lost and len(slots.get(s, ())) >= needed), None)
 
 
 def rank_env(config: GroupConfig, group: str, entry: RankOut, master: str) -> dict[str, str]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slurmgen.contract import exitcodes
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
 from slurmgen.contract.states import STOPPED_BY_YOU, State, stopped_after
@@ -36,7 +38,7 @@ from slurmgen.coordinator.models import (
     WorkerOut,
     merged_config,
 )
-from slurmgen.coordinator.ranks import default_master, plan_ranks, rank_env
+from slurmgen.coordinator.ranks import on_spares, pick_spare, plan_ranks, rank_env, spare_hosts
 from slurmgen.coordinator.store import AttemptRow, GroupRow, Plan, Store, WorkerRow
 from slurmgen.errors import SlurmgenError
 
@@ -53,6 +55,18 @@ def own_end(worker: str, a: AttemptRow) -> dict[str, Any]:
     if worker == a["blamed"] or (a["state"] == State.STOPPED and worker in a["stopped_workers"]):
         return {"cause": a["reason"]}
     return {}
+
+
+@dataclass
+class Layout:
+    """Where an attempt's ranks run: its ranks, each node moved to a spare so far (node -> the
+    spare holding its node rank), the spares left in the order they are taken, and the moves
+    made for it, in words."""
+
+    ranks: list[RankOut]
+    moved: dict[str, str] = field(default_factory=dict)
+    spares: list[str] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)
 
 
 class NotFound(Exception):
@@ -195,6 +209,7 @@ class Coordinator:
                     exit_codes={str(a["plan"]["ranks"][w]): c for w, c in a["exit_codes"].items()},
                     runs=a["runs"],
                     run_attempt=run_attempt(a["plan"]),
+                    moved=a["plan"].get("moves", []),
                 )
                 for a in self.store.attempts(name)
             ]
@@ -205,15 +220,22 @@ class Coordinator:
             )
 
     def ranks(self, name: str) -> list[RankOut]:
+        """The ranks of the running attempt (its nodes moved to spares included) while the group
+        runs; otherwise those a start would run."""
         with self._atomic():
             g = self._group_row(name)
-            return self._plan(GroupConfig(**g["config"]), name, Conflict)
+            config = GroupConfig(**g["config"])
+            a = self.store.attempt(name, g["attempt"]) if g["attempt"] and not st.can_start(g["state"]) else None
+            return self._layout_of(a, config)[1].ranks if a else self._plan(config, name, Conflict)
 
     def _plan(self, config: GroupConfig, name: str, error: type) -> list[RankOut]:
         try:
-            return plan_ranks(config, [(w["host"], w["idx"]) for w in self.store.workers(group=name)])
+            return plan_ranks(config, self._members(name))
         except SlurmgenError as e:
             raise error(str(e)) from None
+
+    def _members(self, name: str) -> list[tuple[str, int]]:
+        return [(w["host"], w["idx"]) for w in self.store.workers(group=name)]
 
     def logs(
         self, name: str, rank: int | None, attempt: int | None, after: int, limit: int, tail: bool = False
@@ -311,29 +333,102 @@ class Coordinator:
             config = GroupConfig(**g["config"])
             if not config.argv:
                 raise Conflict(f"group {name!r} has no command (set one: slurmgen group config {name} -- CMD ...)")
-            ranks = self._startable_plan(config, name, now)
-            self._new_attempt(name, (g["attempt"] or 0) + 1, config, ranks, now, restarts=0)
+            layout = Layout(self._plan(config, name, Conflict), spares=spare_hosts(config, self._members(name)))
+            self._check_heard(layout.ranks, now)
+            self._new_attempt(name, (g["attempt"] or 0) + 1, config, layout, now, restarts=0)
             return self._group_out(self._group_row(name), len(self.store.workers(group=name)))
 
-    def _startable_plan(self, config: GroupConfig, name: str, now: float) -> list[RankOut]:
-        ranks = self._plan(config, name, Conflict)
+    def _check_heard(self, ranks: list[RankOut], now: float) -> None:
         lost = sorted(r.worker for r in ranks if self._silent_for(r.host, now) > self.agent_timeout)
         if lost:
             raise Conflict(f"worker {lost[0]!r} is lost (its agent is silent)")
-        return ranks
 
-    def _new_attempt(
+    def _layout_of(self, a: AttemptRow, config: GroupConfig) -> tuple[list[RankOut], Layout, dict[str, list[int]]]:
+        """The group's ranks with no node moved, where `a` ran them, and each member node's worker ids."""
+        slots: dict[str, list[int]] = {}
+        for host, idx in self._members(a["grp"]):
+            slots.setdefault(host, []).append(idx)
+        base = self._plan(config, a["grp"], Conflict)
+        moved = dict(a["plan"].get("moved", {}))
+        return base, Layout(on_spares(base, moved, slots), moved, list(a["plan"].get("spares", []))), slots
+
+    def _move(
         self,
-        name: str,
-        number: int,
-        config: GroupConfig,
-        ranks: list[RankOut],
-        now: float,
-        restarts: int,
-        reason: str | None = None,
+        layout: Layout,
+        base: list[RankOut],
+        hosts: list[str],
+        slots: dict[str, list[int]],
+        lost: set[str],
+        addr: str | None,
     ) -> None:
-        master = config.master or default_master(r.host for r in ranks)
-        plan: Plan = {
+        """Move each of `hosts` that runs ranks to the first spare that fits and whose agent is
+        heard, while spares last; a node moved out goes to the end of the spares (back, it may
+        take over later)."""
+        for host in hosts:
+            spare = pick_spare(layout.ranks, host, layout.spares, slots, lost, addr)
+            if spare is None:
+                continue
+            node = next(r.node_rank for r in layout.ranks if r.host == host)
+            layout.moved[next((o for o, on in layout.moved.items() if on == host), host)] = spare
+            layout.spares = [*(s for s in layout.spares if s != spare), host]
+            layout.ranks = on_spares(base, layout.moved, slots)
+            layout.moves.append(f"node {node} moved from {host} to the spare host {spare}")
+
+    def _lost_hosts(self, hosts: Iterable[str], now: float) -> set[str]:
+        return {h for h in hosts if self._silent_for(h, now) > self.agent_timeout}
+
+    def _next_layout(self, a: AttemptRow, config: GroupConfig, blamed: str | None, now: float) -> Layout:
+        """Where the attempt after `a` runs: where `a` ran, except that the node its failure is
+        blamed on (`state.node_to_blame`) and every node whose agent is lost move to spares.
+        Raises Conflict when a node it needs is lost and no spare is left."""
+        base, layout, slots = self._layout_of(a, config)
+        lost = self._lost_hosts(slots, now)
+        running = {r.host for r in layout.ranks}
+        hosts = [h for h in dict.fromkeys([blamed or "", *sorted(lost)]) if h in running]
+        self._move(layout, base, hosts, slots, lost, config.master_addr)
+        self._check_heard(layout.ranks, now)
+        return layout
+
+    def _swap_lost(self, a: AttemptRow, outcome: st.Outcome, now: float) -> bool:
+        """A starting attempt whose lost nodes never started its ranks goes on with spares in their
+        place (its plan changed in place), instead of failing and restarting: every rank, node
+        rank and the master stay, so the ranks already started wait for the spares' in the
+        rendezvous. A failure the restart just before could not see coming: the others' ranks
+        exit at once when a peer's node dies, its agent counts as lost only later. Node 0 stays
+        (its ranks' MASTER_ADDR would change under the others); False when nothing was swapped."""
+        if a["state"] != State.STARTING or outcome.exit_code != exitcodes.LOST:
+            return False
+        g = self._group_row(a["grp"])
+        config = GroupConfig(**g["config"])
+        base, layout, slots = self._layout_of(a, config)
+        lost = self._lost_hosts(slots, now)
+        hosts = sorted({r.host for r in layout.ranks if r.host in lost})
+        started = {
+            w["host"]
+            for w in self.store.workers(group=a["grp"])
+            if (w["run_group"], w["run_attempt"]) == (a["grp"], a["number"])
+        }
+        if started & set(hosts) or any(r.node_rank == 0 and r.host in lost for r in layout.ranks):
+            return False
+        self._move(layout, base, hosts, slots, lost, config.master_addr)
+        if any(r.host in lost for r in layout.ranks):
+            return False
+        before = a["plan"].get("moves", [])
+        plan = self._plan_for(
+            config, a["grp"], a["number"], g["restarts"], replace(layout, moves=before + layout.moves)
+        )
+        self.store.update_attempt(a["grp"], a["number"], plan=plan)
+        if self.runs:
+            for what in layout.moves:
+                self.runs.recovered(a["grp"], a["number"], g["restarts"], what)
+        self.store.update_group(a["grp"], reason="; ".join(filter(None, [g["reason"], *layout.moves])))
+        self.changes.bump()
+        return True
+
+    def _plan_for(self, config: GroupConfig, name: str, number: int, restarts: int, layout: Layout) -> Plan:
+        ranks = layout.ranks
+        master = next(r.host for r in ranks if r.node_rank == 0)  # the master's node, or the spare it moved to
+        return {
             "ranks": {r.worker: r.rank for r in ranks},
             "env": {
                 r.worker: {**rank_env(config, name, r, master), **timeline_env(config, name, number, restarts)}
@@ -343,10 +438,26 @@ class Coordinator:
             "cwd": config.cwd,
             "stop_grace": config.stop_grace,
             "heartbeat_timeout": config.heartbeat_timeout,
+            "moved": layout.moved,
+            "spares": layout.spares,
+            "moves": layout.moves,
         }
-        self.store.add_attempt(name, number, now, plan)
+
+    def _new_attempt(
+        self,
+        name: str,
+        number: int,
+        config: GroupConfig,
+        layout: Layout,
+        now: float,
+        restarts: int,
+        reason: str | None = None,
+    ) -> None:
+        self.store.add_attempt(name, number, now, self._plan_for(config, name, number, restarts, layout))
         if self.runs:
-            self.runs.attempt_started(name, number, restarts, config, ranks, self.store.path)
+            self.runs.attempt_started(name, number, restarts, config, layout.ranks, self.store.path)
+            for what in layout.moves:
+                self.runs.recovered(name, number, restarts, what)
         self.changes.bump()
         self.store.update_group(
             name, state=State.STARTING.value, attempt=number, restarts=restarts, reason=reason, exit_code=None
@@ -385,6 +496,8 @@ class Coordinator:
         outcome = st.judge_attempt(a["state"], ranks, a["exit_codes"], running, set(stories), lost, stories)
         if outcome.state == a["state"]:
             return
+        if outcome.ended and self._swap_lost(a, outcome, now):
+            return
         if outcome.ended:
             if found and outcome.reason == found[1]:
                 self.stacks[(a["grp"], a["number"])] = found[0]  # its stop order asks for the stack
@@ -414,7 +527,7 @@ class Coordinator:
         config = GroupConfig(**g["config"])
         if st.restart_after(outcome, g["restarts"], config.max_restarts):
             try:
-                ranks = self._startable_plan(config, name, now)
+                layout = self._next_layout(a, config, st.node_to_blame(outcome), now)
             except Conflict as e:
                 outcome = st.Outcome(
                     State.FAILED.value, f"{outcome.reason}; no restart: {e}", outcome.exit_code, outcome.worker
@@ -424,10 +537,10 @@ class Coordinator:
                     name,
                     a["number"] + 1,
                     config,
-                    ranks,
+                    layout,
                     now,
                     g["restarts"] + 1,
-                    reason=f"restart {g['restarts'] + 1} after: {outcome.reason}",
+                    reason="; ".join([f"restart {g['restarts'] + 1} after: {outcome.reason}", *layout.moves]),
                 )
         self.store.update_group(name, state=outcome.state, reason=outcome.reason, exit_code=outcome.exit_code)
         if self.runs:

@@ -124,5 +124,17 @@ def restart_after(outcome: Outcome, restarts_used: int, max_restarts: int) -> bo
     return outcome.state == State.FAILED and retries.worth_retry(outcome.exit_code) and restarts_used < max_restarts
 
 
+def node_to_blame(outcome: Outcome) -> str | None:
+    """The node a failed attempt's restart moves to a spare (GroupConfig.spare_nodes): the one
+    whose agent went silent, whose rank hung, or whose rank was killed by a signal. Not one whose
+    rank exited with an error of its own: when a peer dies the others' collectives fail and they
+    exit 1, often before the dead peer is known, so such an exit names no culprit."""
+    if outcome.state != State.FAILED or not outcome.worker or outcome.exit_code is None:
+        return None
+    if outcome.exit_code in (exitcodes.LOST, exitcodes.HUNG) or exitcodes.by_signal(outcome.exit_code):
+        return outcome.worker.rpartition("-")[0]
+    return None
+
+
 def can_start(group_state: str) -> bool:
     return group_state not in ACTIVE_WORDS

@@ -47,7 +47,7 @@ CREATE INDEX IF NOT EXISTS logs_grp ON logs(grp, id);
 """
 
 
-class Plan(TypedDict):
+class _Plan(TypedDict):
     """What an attempt runs, fixed when it starts (a later config change does not touch it)."""
 
     ranks: dict[str, int]  # worker name -> its rank
@@ -56,6 +56,15 @@ class Plan(TypedDict):
     cwd: str | None
     stop_grace: float
     heartbeat_timeout: float
+
+
+class Plan(_Plan, total=False):
+    """An attempt's plan with its spare nodes (GroupConfig.spare_nodes), absent from plans stored
+    before them."""
+
+    moved: dict[str, str]  # node -> the spare its node rank runs on now
+    spares: list[str]  # the nodes free to take a failed node's ranks, in the order they are taken
+    moves: list[str]  # the moves made before it started, in words
 
 
 # One row of each table as `Store` returns it: the columns (a test keeps them equal to SCHEMA's),

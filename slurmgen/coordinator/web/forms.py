@@ -28,11 +28,12 @@ FIELDS = (
     "workdir",
     "env",
     "max_restarts",
+    "spare_nodes",
     "heartbeat_timeout",
     "stop_grace",
 )
 # Limits of a group's life, each its API field's name; empty: the server's default.
-LIMITS = ("max_restarts", "heartbeat_timeout", "stop_grace")
+LIMITS = ("max_restarts", "spare_nodes", "heartbeat_timeout", "stop_grace")
 # API field -> form field, for the server's messages.
 _API_FIELD = {
     "master": "master",
@@ -181,7 +182,7 @@ def config_from_form(
         env[key.strip()] = value
     body["env"] = env
     limits = {
-        "max_restarts": _whole_number("max_restarts", form.get("max_restarts", ""), errors),
+        **{f: _whole_number(f, form.get(f, ""), errors) for f in ("max_restarts", "spare_nodes")},
         **{f: _seconds(f, form.get(f, ""), errors) for f in ("heartbeat_timeout", "stop_grace")},
     }
     limits = {f: _in_range(f, v, form.get(f, ""), errors) for f, v in limits.items()}

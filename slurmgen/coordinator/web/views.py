@@ -226,6 +226,7 @@ def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "ended": clock(a.get("ended")),
                 "state": shown(a.get("state")) or "",
                 "cause": a.get("reason"),
+                "moved": a.get("moved") or [],  # the nodes moved to a spare before it started
                 "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
             }
         )

@@ -109,14 +109,18 @@ def _spawn(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _serve(home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]], procs: list) -> Coordinator:
-    """`slurmgen serve` on `bind`, then one agent per (name, argv prefix) with 2 workers each;
-    every process is added to `procs` as it starts, for the caller to stop."""
+def _serve(
+    home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]], procs: list, serve_args: tuple = ()
+) -> Coordinator:
+    """`slurmgen serve` on `bind` (with `serve_args`), then one agent per (name, argv prefix) with
+    2 workers each; every process is added to `procs` as it starts, for the caller to stop."""
     port = free_port()
     url = f"http://{bind}:{port}"
     slurmgen = [sys.executable, "-m", "slurmgen"]
     coord = Coordinator(url, "", home, env, procs)
-    coord.procs.append(_spawn(slurmgen + ["serve", "--host", bind, "--port", str(port)], env, home / "serve.log"))
+    coord.procs.append(
+        _spawn(slurmgen + ["serve", "--host", bind, "--port", str(port), *serve_args], env, home / "serve.log")
+    )
     token_file = home / "config" / "slurmgen" / "token"
     deadline = time.monotonic() + START_TIMEOUT
     while not (_answers(url) and token_file.exists()):
@@ -163,10 +167,12 @@ def _home_env(home: Path, base: dict) -> dict:
 
 
 @contextlib.contextmanager
-def _served(home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]]) -> Iterator[Coordinator]:
+def _served(
+    home: Path, env: dict, bind: str, agents: list[tuple[str, list[str]]], serve_args: tuple = ()
+) -> Iterator[Coordinator]:
     procs: list = []
     try:
-        yield _serve(home, env, bind, agents, procs)
+        yield _serve(home, env, bind, agents, procs, serve_args)
     finally:
         for proc in reversed(procs):
             _stop(proc)
@@ -184,13 +190,14 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinato
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[object]:
     """`serve(agents=("127.0.0.1",))` starts a `slurmgen serve` of this test's own (home:
-    tmp_path) and local agents by name; everything is stopped when the test ends."""
+    tmp_path, `serve_args` added to its command line) and local agents by name; everything is
+    stopped when the test ends."""
     pytest.importorskip("fastapi", reason="the coordinator needs the serve extra")
     with contextlib.ExitStack() as stack:
 
-        def start(agents: tuple[str, ...] = ()) -> Coordinator:
+        def start(agents: tuple[str, ...] = (), serve_args: tuple[str, ...] = ()) -> Coordinator:
             env = _home_env(tmp_path, dict(os.environ))
-            return stack.enter_context(_served(tmp_path, env, "127.0.0.1", [(host, []) for host in agents]))
+            return stack.enter_context(_served(tmp_path, env, "127.0.0.1", [(host, []) for host in agents], serve_args))
 
         yield start
 

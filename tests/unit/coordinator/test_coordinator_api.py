@@ -603,3 +603,117 @@ def test_a_runs_stop_request_reaches_the_attempt_it_is_on_after_a_restart(tmp_pa
         assert [(a["number"], a["state"]) for a in attempts_of(reg, seq)] == [(1, "failed"), (2, "stopped")]
     assert not (tmp_path / "control" / "group-exp1.1.stop").exists()
     coordinator.store.close()
+
+
+def test_a_lost_node_moves_to_a_spare_node_which_the_registry_and_the_attempts_name(tmp_path):
+    """Issue 35, item 2 for groups: with `spare_nodes 1`, gn8 (last in the order gn7, gn6, gn8)
+    runs nothing; when gn6's agent goes silent the restart puts node 1 (ranks 2 and 3) on gn8,
+    the rest as it was. A failure with no spare heard restarts where it ran; gn6 back, it is the
+    spare that takes the next failed node."""
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.coordinator.web.views import attempts_view
+    from slurmgen.runs.model import Recorder, find_run, get_row, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    coordinator = Coordinator(
+        Store(tmp_path / "c.db"), agent_timeout=10, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))
+    )
+    api = TestClient(create_app(coordinator, TOKEN))
+    api.clock = coordinator.clock
+    beat(api, "gn8", 0, 1)
+    setup_group(api, max_restarts=3, spare_nodes=1)
+    more = api.post("/api/workers/move", headers=AUTH, json={"workers": ["gn8-0", "gn8-1"], "group": "exp1"})
+    assert more.status_code == 200, more.text
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    assert [r["worker"] for r in api.get("/api/groups/exp1/ranks", headers=AUTH).json()] == [
+        "gn7-0",
+        "gn7-1",
+        "gn6-0",
+        "gn6-1",
+    ]
+    assert beat(api, "gn8", 0, 1)["start"] == []  # the spare stays idle
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.clock.now += 8
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn8", 0, 1)
+    api.clock.now += 3  # gn6 silent for 11 s
+    coordinator.tick()
+    moved = "node 1 moved from gn6 to the spare host gn8"
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and g["reason"].endswith(f"; {moved}"), g
+    orders = beat(api, "gn8", 0, 1)["start"]
+    assert [
+        (o["worker"], o["rank"], o["env"]["NODE_RANK"], o["env"]["WORLD_SIZE"], o["env"]["MASTER_ADDR"]) for o in orders
+    ] == [
+        (0, 2, "1", "4", "gn7"),
+        (1, 3, "1", "4", "gn7"),
+    ]
+    exited = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
+    assert [o["rank"] for o in beat(api, "gn7", *exited)["start"]] == [0, 1]
+    ranks = api.get("/api/groups/exp1/ranks", headers=AUTH).json()  # the page's rank table: where they run now
+    assert [(r["worker"], r["rank"], r["node_rank"]) for r in ranks][2:] == [("gn8-0", 2, 1), ("gn8-1", 3, 1)]
+    detail = api.get("/api/groups/exp1", headers=AUTH).json()
+    assert [(a["number"], a["moved"]) for a in detail["attempts"]] == [(1, []), (2, [moved])]
+    assert [a["moved"] for a in attempts_view(detail["attempts"])] == [[moved], []]  # the page's attempts, newest first
+
+    # gn8's rank 3 is killed while gn6 (the spare now) is lost: the restart stays where it ran.
+    def fails(host, attempt, code=137):
+        ended = [{"id": 0, "state": "exited", "group": "exp1", "attempt": attempt, "exit_code": 143}]
+        beat(api, "gn7", *running("exp1", attempt, 0, 1))
+        beat(api, host, *ended, {"id": 1, "state": "exited", "group": "exp1", "attempt": attempt, "exit_code": code})
+        return group_state(api)
+
+    g = fails("gn8", 2)
+    assert (g["attempt"], g["restarts"]) == (3, 2) and "moved" not in g["reason"], g
+    assert [o["rank"] for o in beat(api, "gn8", *[{"id": i, "state": "exited"} for i in (0, 1)])["start"]] == [2, 3]
+    # gn6 is back (an idle spare) when gn8 fails again: node 1 moves to it.
+    beat(api, "gn6", 0, 1)
+    g = fails("gn8", 3)
+    assert g["reason"].endswith("; node 1 moved from gn8 to the spare host gn6"), g
+    coordinator.store.close()
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        info = get_row(reg, find_run(reg, "group", "exp1.1"))["info"]
+        assert recoveries_of(info) == {2: [moved], 4: ["node 1 moved from gn8 to the spare host gn6"]}
+
+
+def test_a_node_lost_after_the_restart_began_is_swapped_for_a_spare_inside_the_attempt(tmp_path):
+    """When gn6's node dies, gn7's ranks fail first (exit 1: their peer is gone), which names no
+    node to move; the restart starts on gn7 and gn6 again. Once gn6's agent counts as lost, its
+    ranks never having started, attempt 2 goes on with gn8 in its place: no second restart, and
+    gn7's ranks (which may already wait in the rendezvous) keep their orders."""
+    coordinator = Coordinator(Store(tmp_path / "c.db"), agent_timeout=10, clock=Clock())
+    api = TestClient(create_app(coordinator, TOKEN))
+    api.clock = coordinator.clock
+    beat(api, "gn8", 0, 1)
+    setup_group(api, max_restarts=1, spare_nodes=1)
+    assert (
+        api.post("/api/workers/move", headers=AUTH, json={"workers": ["gn8-0", "gn8-1"], "group": "exp1"}).status_code
+        == 200
+    )
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn6", *running("exp1", 1, 0, 1))  # gn6's last beat
+    api.clock.now += 2
+    ended = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 1} for i in (0, 1)]
+    beat(api, "gn7", *ended)
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and "moved" not in g["reason"], g
+    started = beat(api, "gn7", *ended)["start"]
+    assert [o["rank"] for o in started] == [0, 1]
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    assert beat(api, "gn8", 0, 1)["start"] == []
+    api.clock.now += 9  # gn6 silent for 11 s
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    coordinator.tick()
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1), g
+    assert g["reason"].endswith("; node 1 moved from gn6 to the spare host gn8"), g
+    orders = beat(api, "gn8", 0, 1)["start"]
+    assert [(o["attempt"], o["rank"], o["env"]["NODE_RANK"], o["env"]["MASTER_ADDR"]) for o in orders] == [
+        (2, 2, "1", "gn7"),
+        (2, 3, "1", "gn7"),
+    ]
+    assert beat(api, "gn7", *running("exp1", 2, 0, 1)) == {"start": [], "stop": [], "agent_timeout": 10.0}
+    beat(api, "gn8", *running("exp1", 2, 0, 1))
+    assert group_state(api)["state"] == "running"
+    coordinator.store.close()

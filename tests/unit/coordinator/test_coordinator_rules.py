@@ -8,8 +8,15 @@ from pydantic import ValidationError
 from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_name
 from slurmgen.coordinator.node_agent import is_stale
 from slurmgen.coordinator.procs import LineBuffer, exit_status
-from slurmgen.coordinator.ranks import plan_ranks, rank_env
-from slurmgen.coordinator.state import Outcome, judge_attempt, reconcile, restart_after, worker_state
+from slurmgen.coordinator.ranks import on_spares, pick_spare, plan_ranks, rank_env, spare_hosts
+from slurmgen.coordinator.state import (
+    Outcome,
+    judge_attempt,
+    node_to_blame,
+    reconcile,
+    restart_after,
+    worker_state,
+)
 from slurmgen.errors import SlurmgenError
 
 
@@ -61,6 +68,41 @@ def test_bad_plans_name_the_problem(config, words):
     with pytest.raises(SlurmgenError) as e:
         plan_ranks(config, [("gn6", 0), ("gn6", 1), ("gn7", 0), ("gn7", 1)])
     assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_spare_nodes_are_the_last_in_the_groups_order_and_run_nothing():
+    members = [split_worker_name(w) for w in ["gn6-0", "gn6-1", "gn7-0", "gn7-1", "gn8-0", "gn8-1", "gn9-0"]]
+    config = GroupConfig(master="gn7", spare_nodes=2)
+    assert [(r.worker, r.rank, r.node_rank) for r in plan_ranks(config, members)] == [
+        ("gn7-0", 0, 0),
+        ("gn7-1", 1, 0),
+        ("gn6-0", 2, 1),
+        ("gn6-1", 3, 1),
+    ]
+    assert spare_hosts(config, members) == ["gn8", "gn9"]
+    assert spare_hosts(GroupConfig(master="gn7"), members) == []
+    with pytest.raises(SlurmgenError, match=r"spare_nodes: 4 leaves no node to run on \(the group has 4\)"):
+        plan_ranks(GroupConfig(spare_nodes=4), members)
+
+
+def test_a_node_moves_to_the_first_spare_that_fits_and_keeps_its_ranks():
+    """pick_spare skips a lost spare and one with too few workers; on_spares puts the node's ranks
+    on the spare's workers in slot order, every rank, node rank and world size as they were."""
+    ranks = plan_ranks(GroupConfig(master="a"), [("a", 0), ("a", 1), ("b", 0), ("b", 1)])
+    slots = {"a": [0, 1], "b": [0, 1], "c": [0], "d": [5, 3], "e": [0, 1]}
+    assert pick_spare(ranks, "b", ["c", "d", "e"], slots, lost=set()) == "d"  # c has one worker, b has two
+    assert pick_spare(ranks, "b", ["c", "d", "e"], slots, lost={"d"}) == "e"
+    assert pick_spare(ranks, "b", ["c"], slots, lost=set()) is None
+    assert pick_spare(ranks, "x", ["d"], slots, lost=set()) is None  # runs no rank
+    assert pick_spare(ranks, "a", ["d"], slots, lost=set()) == "d"  # the master's node moves, and the master with it
+    assert pick_spare(ranks, "a", ["d"], slots, lost=set(), master_addr="10.0.0.1") is None  # the address names a
+    moved = on_spares(ranks, {"b": "d"}, slots)
+    assert [(r.worker, r.host, r.rank, r.local_rank, r.node_rank, r.world_size) for r in moved] == [
+        ("a-0", "a", 0, 0, 0, 4),
+        ("a-1", "a", 1, 1, 0, 4),
+        ("d-3", "d", 2, 0, 1, 4),
+        ("d-5", "d", 3, 1, 1, 4),
+    ]
 
 
 def test_no_members_is_refused_with_a_hint():
@@ -245,3 +287,13 @@ def test_a_learned_timeout_in_the_beat_shortens_the_agents_limit():
 def test_a_group_restarts_after_a_failure_worth_a_retry(outcome, used, budget, again):
     """The retry rule of contract/retries.py (a group restarted after any failure before, bad input too)."""
     assert restart_after(outcome, used, budget) is again
+
+
+@pytest.mark.parametrize(
+    "code, moved",
+    [(255, "gn6"), (124, "gn6"), (137, "gn6"), (-9, "gn6"), (1, None), (3, None), (75, None)],
+)
+def test_a_restart_moves_the_node_of_a_lost_agent_a_hung_rank_or_a_killed_one_not_of_an_error(code, moved):
+    """An exit with an error of its own names no culprit: a dead peer makes the others exit 1."""
+    assert node_to_blame(Outcome("failed", "why", code, "gn6-1")) == moved
+    assert node_to_blame(Outcome("stopped", "stopped by you", 143, "gn6-1")) is None

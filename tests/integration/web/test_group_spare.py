@@ -1,0 +1,130 @@
+"""Issue 35, item 2 for coordinator groups: a spare node takes a lost node's ranks.
+
+A real `slurmgen serve` (agent timeout 3 s) and three real agents of 2 workers each, named after
+loopback addresses so every rank's MASTER_ADDR resolves here; the group asks `spare_nodes 1`, so
+127.0.0.3 (last in its order) runs nothing. The bundled trainer runs 4 real gloo ranks and
+checkpoints; once a checkpoint is written, 127.0.0.2's agent is SIGKILLed (its watchdog kills
+its ranks). The restart puts node 1 (ranks 2 and 3) on the spare's workers, the group's attempts
+and its run record say so, the trainer resumes from the checkpoint with the same world size and
+finishes, and no process of the run is left. The fault to training again is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import free_port
+
+pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
+
+AGENTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+STEPS = 150
+MOVED = "node 1 moved from 127.0.0.2 to the spare host 127.0.0.3"
+
+
+def _wait(what, timeout: float, about: str):
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, f"{about}: not within {timeout} s"
+        time.sleep(0.1)
+    return found
+
+
+def _train_steps(out: Path) -> list[int]:
+    try:
+        text = (out / "metrics.jsonl").read_text()
+    except OSError:
+        return []
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [r["step"] for r in rows if r.get("split") == "train"]
+
+
+def _processes_naming(marker: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline and int(pid) != os.getpid():
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path):
+    coord = serve(agents=AGENTS, serve_args=("--agent-timeout", "3"))
+    out = tmp_path / "run"
+    workers = [w["name"] for w in coord.api("GET", "/api/workers")[1]]
+    assert coord.api("POST", "/api/groups", {"name": "spare"})[0] == 201
+    assert coord.api("POST", "/api/workers/move", {"workers": workers, "group": "spare"})[0] == 200
+    train = [sys.executable, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16"]
+    train += ["--synthetic-samples", "256", "--batch-size", "8", "--threads", "1", "--progress", "lines"]
+    train += ["--log-every", "1", "--eval-iters", "1", "--save-every", "20", "--max-steps", str(STEPS)]
+    train += ["--init-timeout", "60", "--out-dir", str(out)]
+    config = {
+        "argv": train,
+        "backend": "gloo",
+        "master_port": free_port(),  # not 29500: other tests on this machine may hold it
+        "cwd": str(tmp_path),
+        "spare_nodes": 1,
+        "max_restarts": 1,
+        "stop_grace": 3,
+        "env": {"SLURMGEN_TRAIN_SLOW": "0:0.05"},  # rank 0 sleeps 50 ms a step: training outlasts start-up
+    }
+    status, body = coord.api("PATCH", "/api/groups/spare/config", config)
+    assert status == 200, body
+    ranks = coord.api("GET", "/api/groups/spare/ranks")[1]
+    assert [r["worker"] for r in ranks] == ["127.0.0.1-0", "127.0.0.1-1", "127.0.0.2-0", "127.0.0.2-1"], ranks
+    assert coord.api("POST", "/api/groups/spare/start")[0] == 200
+
+    _wait(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+    agent = coord.procs[1 + AGENTS.index("127.0.0.2")]
+    os.killpg(agent.pid, signal.SIGKILL)  # the node's agent dies; its watchdog kills its ranks
+    fault = time.time()
+    agent.wait()
+
+    def resumed() -> re.Match | None:
+        lines = coord.api("GET", "/api/groups/spare/logs?limit=5000")[1]
+        text = "\n".join(ln["line"] for ln in lines if ln["attempt"] == 2)
+        return re.search(r"resumed from \S+ckpt-0*(\d+)\.pt at step (\d+)", text)
+
+    step = int(_wait(resumed, 120, "attempt 2 resuming")[2])
+    assert step >= 20
+    _wait(lambda: step + 1 in _train_steps(out), 60, "a step after the resume")
+    print(f"fault -> training again on the spare: {time.time() - fault:.1f} s (resumed at step {step})")
+
+    group = _wait(
+        lambda: (g := coord.api("GET", "/api/groups/spare")[1])["group"]["state"] in ("succeeded", "failed") and g,
+        180,
+        "the group's end",
+    )
+    assert group["group"]["state"] == "succeeded", group
+    assert [(a["number"], a["moved"]) for a in group["attempts"]] == [(1, []), (2, [MOVED])], group["attempts"]
+    # Attempt 1 failed on its first report: a rank of 127.0.0.1 whose peer died (exit 1), or the
+    # silent agent, whichever the server saw first; either way attempt 2 runs on the spare.
+    assert group["attempts"][0]["state"] == "failed" and group["group"]["restarts"] == 1, group
+    ran = {w["name"]: (w["rank"], w["attempt"], w["exit_code"]) for w in group["workers"]}
+    assert [ran[f"127.0.0.{n}-{i}"] for n in (1, 3) for i in (0, 1)] == [(r, 2, 0) for r in range(4)], ran
+    assert [ran[f"127.0.0.2-{i}"][:2] for i in (0, 1)] == [(None, 1)] * 2, ran  # no rank since, its last run 1
+    lines = coord.api("GET", "/api/groups/spare/logs?limit=5000")[1]
+    text = "\n".join(ln["line"] for ln in lines if ln["attempt"] == 2)
+    assert "world_size=4 " in text and f"done: step {STEPS}," in text, text[-3000:]
+    assert max(_train_steps(out)) == STEPS
+    # The run registry keeps the move, which the run page and `slurmgen status` show.
+    from slurmgen.contract import envvars
+    from slurmgen.runs.model import find_run, get_row, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    registry = coord.env[envvars.REGISTRY]  # the test's own (tests/conftest.py), which serve inherits
+    with Registry.open(registry) as reg:
+        assert recoveries_of(get_row(reg, find_run(reg, "group", "spare.1"))["info"]) == {
+            2: [MOVED]
+        }  # with the attempt that ran on the spare
+    _wait(lambda: not _processes_naming(str(out)), 15, f"the run's processes gone: {_processes_naming(str(out))}")
