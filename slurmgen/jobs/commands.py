@@ -312,11 +312,13 @@ def remember(
     known, end = ended_at(jobs)
     numbers = [attempt(jobs), *(attempt_number(r) for r in attempts or [])]
     number = max([n for n in numbers if n is not None], default=None)
-    began, start = attempt_start(jobs, time.time())
+    now = time.time()
+    began, start = attempt_start(jobs, now)
     registry.remember_states(
         {record.seq: (state, code)},
         {record.seq: end} if known else None,
         {record.seq: number} if number is not None else None,
+        now,  # Slurm told it just now: not stale, as a refresh would keep it
         attempt_started={record.seq: start} if began else None,
     )
     if attempts is not None and not record.info.get("array"):  # an array's: each task's, on its page

@@ -26,6 +26,7 @@ def mount(app: FastAPI) -> None:
         routes,
         run_api,
         run_detail,
+        run_live,
         run_logs,
         run_stacks,
         runs_page,
@@ -46,6 +47,7 @@ def mount(app: FastAPI) -> None:
     app.include_router(curves.router, include_in_schema=False)
     app.include_router(run_logs.router, include_in_schema=False)
     app.include_router(run_stacks.router, include_in_schema=False)
+    app.include_router(run_live.router, include_in_schema=False)
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="web_static")
     app.add_middleware(auth.PageSecurityHeaders)
     status_page.watch(app)

@@ -32,6 +32,7 @@ from .auth import guarded, redirect_with
 from .controls import act
 from .render import flash_notice, render, take_flash
 from .run_extras import LIVE, extras
+from .run_live import live_run
 from .run_records import runner_for
 from .run_stacks import stacks_of
 from .runs_page import registry_path, run_view
@@ -206,10 +207,13 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         attempts += of_task
     now = time.time()
     run = run_view(row, now)
+    live = live_run(path, seq, now) or {}  # what the page's script compares its polls with
     offered = control.choices(control.Run.from_row(row), slurm)
     return {
         "run": run,
         "row": row,
+        "shape": live.get("shape"),
+        "live": run["state"] in LIVE,  # its state and elapsed time move, as run_live.live_run judges
         "attempts": attempts,
         "attempts_task": attempts_task,
         "slurm": slurm,
@@ -245,7 +249,12 @@ async def run_page(request: Request, seq: int) -> Response:
     return render(
         request,
         "run.html",
-        {**data, **flash_notice(take_flash(request)), "chosen_task": request.query_params.get("task")},
+        {
+            **data,
+            **flash_notice(take_flash(request)),
+            "chosen_task": request.query_params.get("task"),
+            "page_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        },
     )
 
 

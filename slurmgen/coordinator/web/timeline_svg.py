@@ -302,10 +302,8 @@ def time_report(view: Mapping[str, Any], now: float | None = None) -> dict[str, 
         last = i == len(attempts) - 1
         charts.append(attempt_chart(a, flagged, now if last else None))
         if last:
-            ranks = {
-                "attempt": a.get("attempt"),
-                "rows": rank_rows(a, flagged, now is not None and a.get("end") is None),
-            }
+            live = now is not None and a.get("end") is None  # its last steps move (run_live.py)
+            ranks = {"attempt": a.get("attempt"), "rows": rank_rows(a, flagged, live), "live": live}
     return {
         "charts": charts,
         "ranks": ranks,

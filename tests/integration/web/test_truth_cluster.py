@@ -11,6 +11,7 @@ stand-in `scontrol`, or local agents):
 | item                         | on the cluster                               | only locally                          |
 |------------------------------|----------------------------------------------|---------------------------------------|
 | 1 the list's live Slurm state| test_runs_control (the list, no page opened) | test_runs_page                        |
+| 1 an open page follows a job | here (elapsed, ranks' last steps, its end)   | test_run_page_live (unit)             |
 | 2 attempts from 1 per run    | here (a group's second run)                  | test_page_defects                     |
 | 3 hung rank's stack          | here (a frozen rank, Slurm)                  | test_run_stacks_browser (Slurm, launch)|
 | 4 a hang counted as lost     | here (a frozen rank, Slurm)                  | none                                  |
@@ -448,3 +449,58 @@ def test_item8_a_flooding_jobs_log_view_stays_small_current_and_counts_what_it_s
     view.locator(".log-gap").last.scroll_into_view_if_needed()
     expect(view.locator(".log-gap").last).to_be_visible()
     p.shot("flooded-gap-marker")
+
+
+@pytest.fixture
+def short_job(cluster_coordinator, cluster, tmp_path) -> Iterator[str]:
+    """A one-node bundled-trainer job of 2 ranks, 20 steps a second for 600 steps (about 30 s),
+    then done; cancelled at the end if still there: its id, running."""
+    train = [*TRAIN, "--max-steps", "600", "--log-every", "20", "--warmup-steps", "0"]
+    args = ["--nodes", "1", "--gpus", "2", "-e", f"{envvars.TRAIN_SLOW}=0:0.05", "--", *train]
+    job = _submit(cluster_coordinator, cluster, tmp_path, *args)
+    try:
+        cluster.wait_state(job, {"RUNNING"}, timeout=60)
+        yield job
+    finally:
+        cluster.cancel(job)
+
+
+def _seconds(text: str) -> int:
+    """ "1 min 05 s / 5 min 00 s" -> 65: the elapsed time before the limit."""
+    found = re.match(r"(?:(\d+) min )?(\d+) s", text)
+    assert found, text
+    return int(found.group(1) or 0) * 60 + int(found.group(2))
+
+
+def test_item1_an_open_jobs_page_follows_its_elapsed_time_last_steps_and_end(
+    page, cluster_coordinator, cluster, short_job
+):
+    """Seen with a page open on a running job: Elapsed read 0-1 s after 16 s, the Ranks table "Last
+    step —" while the log was at step 330, and the job read "running (Slurm: RUNNING)" after it
+    completed. The page opened as the job starts, never reloaded: its elapsed time and each rank's
+    last step grow, and its state follows Slurm's end within seconds."""
+    coordinator, p = cluster_coordinator, page
+    opened = time.monotonic()
+    _open_slurm_run(p, coordinator, short_job)
+    elapsed = p.page.locator("xpath=//dt[text()='Elapsed']/following-sibling::dd[1]")
+    steps = p.page.locator("#rank-table tr[data-rank] td:nth-child(4)")
+    _wait(
+        lambda: steps.count() == 2 and all(t.isdigit() and int(t) >= 100 for t in steps.all_inner_texts()), 60, "steps"
+    )
+    first, at = [int(t) for t in steps.all_inner_texts()], _seconds(elapsed.inner_text())
+    p.shot("running")
+    p.page.wait_for_timeout(4_000)
+    later = [int(t) for t in steps.all_inner_texts()]
+    assert all(b > a for a, b in zip(first, later)), (first, later)
+    ran = time.monotonic() - opened
+    assert ran - 12 <= _seconds(elapsed.inner_text()) <= ran + 5 and _seconds(elapsed.inner_text()) > at, (
+        elapsed.inner_text()
+    )
+    p.shot("running-later")
+    state = p.page.locator("xpath=//dt[text()='State']/following-sibling::dd[1]")
+    expect(state).to_contain_text("running (Slurm: RUNNING)")
+    assert cluster.wait(short_job, timeout=90) == ("COMPLETED", 0), cluster.job_info(short_job)
+    ended = time.monotonic()
+    expect(state).to_contain_text("succeeded (Slurm: COMPLETED)", timeout=10_000)
+    print(f"the page said the job ended {time.monotonic() - ended:.1f} s after Slurm did")
+    p.shot("completed")

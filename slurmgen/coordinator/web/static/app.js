@@ -25,6 +25,12 @@
     if (!fresh) return region;
     fresh.querySelectorAll("input[type=checkbox]").forEach((box) => { box.checked = picked.has(box.value); });
     region.replaceWith(fresh);
+    // The page's other parts that follow the same state (a run page's attempts and time report),
+    // kept apart from the region so that what lies between them (a log view, charts) is never redrawn.
+    document.querySelectorAll("[data-live-part]").forEach((part) => {
+      const same = doc.getElementById(part.id);
+      if (same) part.replaceWith(same);
+    });
     return fresh;
   }
 
@@ -52,7 +58,7 @@
       try {
         const snapshot = await getJSON(url);
         if (snapshot.shape !== region.getAttribute("data-shape")) region = await reloadRegion(region);
-        applyFields(region, snapshot.fields);
+        applyFields(document, snapshot.fields);  // the region's values and its parts' (data-live-part)
         document.body.setAttribute("data-live-at", String(Date.now()));
       } catch (err) { console.warn(err.message); }
       window.setTimeout(tick, POLL_MS);
