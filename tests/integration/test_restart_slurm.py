@@ -306,3 +306,50 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     assert stepping_again < 30, log
     assert cluster.wait_no_tasks(job, timeout=30) == []
     assert not list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*")), "the nodes' world files are left"
+
+
+def test_a_second_failure_soon_after_a_warm_restart_restarts_cold(cluster, tmp_path):
+    """--restart-mode warm --restarts 2: rank 1 killed, then its fresh process killed within the
+    settle time of the new world. The second failure gets no warm restart: every task of the
+    attempt is stopped (the step and the rank's own), a cold in-job restart follows (attempt 2 of
+    every rank, the warm restart counted against --restarts), and the job completes in its allocation."""
+    args = (
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "--restarts",
+        "2",
+        "--restart-mode",
+        "warm",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+    )
+    job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *TRAIN).stdout.strip().splitlines()[-1]
+    out = tmp_path / "out"
+    _wait_for_a_checkpoint(cluster, out, job)
+    first = _rank_pid(cluster, job, KILLED_RANK)
+    os.kill(first.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (again := _rank_pid(cluster, job, KILLED_RANK)) is None or again.pid == first.pid:
+        assert time.monotonic() < deadline, _log(out, job)
+        time.sleep(0.1)
+    os.kill(again.pid, signal.SIGKILL)
+    records = _wait_finished(cluster, out, job)
+    log = _log(out, job)
+    assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [
+        ("start", 1, None),
+        ("recovery", 1, None),
+        ("end", 1, "restart"),
+        ("start", 2, None),
+        ("end", 2, "finished"),
+    ], (records, log[-3000:])
+    assert (records[2]["rank"], records[2]["exit_code"], records[3]["restart"]) == (KILLED_RANK, 137, 2), records
+    firsts = [e for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("attempt") == 2]
+    assert sorted(e["rank"] for e in firsts) == [0, 1, 2, 3], firsts
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    assert cluster.wait_no_tasks(job, timeout=30) == []
+    assert not list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*")), "the nodes' world files are left"
