@@ -16,7 +16,8 @@ rank: a directory of the node's own, shared by the ranks of that node. Then:
 3. For each failed rank the launcher starts a fresh process with the same RANK, told the
    generation it joins (envvars.WARM_GENERATION) and that world's MASTER_ADDR and MASTER_PORT;
    in `launch_multi_node.sh` it does so by writing `START_PREFIX` + RANK (the order to start that
-   rank anew, holding the generation) beside the world file, which the node's process loop obeys.
+   rank anew, holding the generation) beside the world file, which the node's process loop obeys;
+   `run_slurm.sh` (restart_mode: warm) starts it as the one task of a job step of its own.
 4. Every rank of the new world (the healthy ones and the fresh one) joins the rendezvous at the
    world's address and port and reloads the latest checkpoint; the trainer steps on from there.
 
