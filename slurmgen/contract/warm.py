@@ -46,6 +46,10 @@ RESTART_MODES = (COLD, WARM)
 SETTLE = 10.0
 # How often a waiting rank looks for the launcher's word (a stat of one file).
 POLL = 0.02
+# What a rank says (on stderr) when a peer failed and it waits for the new world: run_slurm.sh
+# reads it as the word that a failure happened, and with no rank's exit noted soon after (a lost
+# node's ranks note nothing) probes the step's nodes.
+WAITING = "waiting for the launcher's new world"
 
 
 @dataclass(frozen=True)

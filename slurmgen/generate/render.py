@@ -237,6 +237,8 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "warm_generation_var": envvars.WARM_GENERATION,
         "warm_world": warm.WORLD_NAME,
         "warm_settle_us": round(warm.SETTLE * 1_000_000),
+        "warm_waiting": warm.WAITING,
+        "lost": exitcodes.LOST,
         "max_port": ports.MAX_PORT,
         "never": ShellCode(" ".join(str(code) for code in sorted(retries.NEVER))),
         "restart_port_stride": ports.RESTART_PORT_STRIDE,

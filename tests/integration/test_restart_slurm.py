@@ -353,3 +353,41 @@ def test_a_second_failure_soon_after_a_warm_restart_restarts_cold(cluster, tmp_p
     assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
     assert cluster.wait_no_tasks(job, timeout=30) == []
     assert not list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*")), "the nodes' world files are left"
+
+
+def test_a_lost_node_under_warm_restarts_restarts_cold_on_the_spare(cluster, tmp_path):
+    """--restart-mode warm --spare-nodes 1: node 2's processes killed and its slurmd stopped. No
+    rank notes an exit (the node is gone), the healthy ranks wait for a new world and say so; the
+    batch script probes the step's nodes, finds node 2 lost and restarts cold on the spare."""
+    if len(cluster.nodes) < 3:
+        pytest.skip("a spare needs a third node: SLURMGEN_TEST_NODES=3")
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--spare-nodes", "1", "--restart-mode", "warm")
+    _wait_for_a_checkpoint(cluster, out, job)
+    active = read_attempts(attempts_path(out / "logs", job))[0]["nodes"].split(",")
+    spare = next(n.name for n in cluster.nodes if n.name not in active)
+    lost = cluster.node(active[1])
+    os.kill(lost.slurmd_pid, signal.SIGSTOP)
+    try:
+        killed_at = time.time()
+        for proc in cluster.pids_on(lost):
+            if proc.job_id == job:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        records = _wait_finished(cluster, out, job)
+    finally:
+        os.kill(lost.slurmd_pid, signal.SIGCONT)  # as after a reboot: the tests after this one have every node
+    log = _log(out, job)
+    ends = [r for r in records if r["event"] == "end"]
+    starts = [r for r in records if r["event"] == "start"]
+    assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [
+        (1, exitcodes.LOST, "restart"),
+        (2, 0, "finished"),
+    ], log[-3000:]
+    assert ends[0]["node"] == ends[0]["exclude"] == lost.name and starts[1]["nodes"] == f"{active[0]},{spare}", records
+    assert not [r for r in records if r["event"] == "recovery"], records
+    firsts = [e for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("attempt") == 2]
+    again = max(e["time"] for e in firsts) - killed_at
+    print(f"lost node under warm restarts: every rank stepping on the spare {again:.1f} s")
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    assert cluster.wait_no_tasks(job, timeout=30) == []
