@@ -408,10 +408,16 @@ warm_line() {
     for pid in "${!warm_ranks[@]}"; do [[ ${warm_ranks[$pid]} != "${failed[0]}" ]] || warm_quiet[$pid]=1; done
     if ((warm_open)) && warm_fits "${failed[3]}"; then
       printf '%s\n' "$line" >>"$warm_answered"
+      warm_waiting=0
       warm_restart "${failed[@]}"
     else
       warm_fail "${failed[*]}" "rank ${failed[0]} exited with code ${failed[3]} on ${failed[1]}"
     fi
+  elif [[ $line == *'waiting for the launcher'"'"'s new world'* ]]; then
+    # A rank waits for a new world: a failure that no note may follow (its node is lost); not the
+    # waiting a warm restart just answered.
+    local now=${EPOCHREALTIME/[.,]/}
+    ((warm_waiting || warm_fallen || (warm_at && now - warm_at < 10000000))) || warm_waiting=$now
   elif [[ $line =~ $report || $line == 'srun: error: '*': tasks '* ]]; then
     warm_reports+=("${EPOCHREALTIME/[.,]/} $line")  # answered once its rank's note had time to come
   fi
@@ -434,6 +440,23 @@ warm_reports_due() {
   done
   warm_reports=("${kept[@]}")
 }
+# warm_probe: ranks have waited for a new world 2 s and no rank's exit was noted: each node of
+# the step runs `true` (all at once, 5 s at most), and a node that does not answer is lost: a cold
+# restart, without it (warm_lost).
+warm_probe() {
+  local i probes=() now=${EPOCHREALTIME/[.,]/}
+  ((warm_waiting && now - warm_waiting > 2000000)) || return 0
+  warm_waiting=0
+  for i in "${!step_nodes[@]}"; do
+    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="${step_nodes[i]}" true >/dev/null 2>&1 &
+    probes[i]=$!
+  done
+  for i in "${!probes[@]}"; do
+    wait "${probes[i]}" && continue
+    warm_lost=${step_nodes[i]}
+    warm_fail "null $warm_lost null null" "node $warm_lost does not answer"
+  done
+}
 # warm_read: the step's errors written since the last look, a line at a time (a line still being
 # written waits for its end).
 warm_read() {
@@ -448,7 +471,8 @@ warm_read() {
 # `status` (the step's srun's code: its failed ranks' own) for finish_attempt, after warm_end.
 warm_watch() {
   local pid ended=() line
-  warm_step=$1 warm_at=0 warm_fallen=0 warm_open=1 warm_first='' warm_part='' warm_guard=''
+  warm_step=$1 warm_at=0 warm_fallen=0 warm_open=1 warm_waiting=0 warm_lost=''
+  warm_first='' warm_part='' warm_guard=''
   warm_noted=() warm_reports=()
   declare -gA warm_ranks=() warm_quiet=()  # the ranks started anew: srun's pid -> rank; those that noted their end
   warm_answered=$step_errors.warm
@@ -460,6 +484,7 @@ warm_watch() {
     kill -0 "$warm_step" 2>/dev/null || ended+=("$warm_step")
     warm_read
     warm_reports_due
+    warm_probe
     for pid in "${ended[@]}"; do
       [[ $pid != "$warm_step" ]] || continue
       # A rank started anew that failed without a note (srun could not start it, a signal).
@@ -644,6 +669,9 @@ if ((step_status != 0)) && failure=$(first_failure); then
   read -r first_rank first_node first_task first_code <<<"$failure"
   # The first failure's own code, not srun's 143 for the ranks it stopped.
   if [[ $first_code != null ]]; then status=$first_code; fi
+fi
+if [[ -n $warm_lost ]]; then  # the warm watch found the node lost: what the ranks' ends say is of its making
+  status=255 first_rank=null first_node=$warm_lost first_task=null
 fi
 finish_attempt "$status" "$first_rank" "$first_node" "$first_task"
   [[ $ended_with == restart ]] || break
