@@ -345,12 +345,15 @@ warm_rank() {
     [[ ${step_nodes[i]} != "$1" ]] || rank=$((i * 2 + $2 % 2))
   done
 }
-# warm_fail "RANK NODE TASK CODE": a failure no warm restart answers. The first one stops every
-# task of the attempt (srun passes TERM on to its tasks), and the guard of a stuck srun watches the step.
+# warm_fail "RANK NODE TASK CODE" WHY [own]: a failure no warm restart answers. The first one stops
+# every task of the attempt (srun passes TERM on to its tasks), and the guard of a stuck srun watches
+# the step. `own`: a failure the step's errors do not show (a node lost, a rank started anew that
+# ended without a note), the attempt's verdict (warm_own) rather than first_failure's.
 warm_fail() {
   ((!warm_fallen)) || return 0
   warm_fallen=1
   warm_first=$1
+  [[ -z ${3:-} ]] || warm_own=$1
   echo "slurmgen: ${2:-a failure no warm restart answers}: stopping every rank of attempt $attempt (cold restart)" >&2
   kill -TERM "$warm_step" "${!warm_ranks[@]}" 2>/dev/null
   end_stuck_step "$warm_step" 2>&4 5>&- &
@@ -383,7 +386,7 @@ warm_restart() {
     warm_world_size=$((step_size * 2)) srun "${args[@]}" --overlap --nodes=1 --ntasks=1 --nodelist="$node" \
     bash -c "$task_script" slurmgen-task "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}" \
     > >(exec sed -u "s/^/$rank: /") 2> >(trap "" USR1 USR2; exec sed -u "s/^/$rank: /" >&2) &
-  warm_ranks[$!]=$rank
+  warm_ranks[$!]=$rank warm_nodes[$!]=$node
   IFS=,
   # shellcheck disable=SC2016  # expanded by each node's task
   if ! timeout -s KILL 5 srun --overlap --nodes="$step_size" --ntasks="$step_size" --ntasks-per-node=1 \
@@ -442,7 +445,7 @@ warm_reports_due() {
 }
 # warm_probe: ranks have waited for a new world 2 s and no rank's exit was noted: each node of
 # the step runs `true` (all at once, 5 s at most), and a node that does not answer is lost: a cold
-# restart, without it (warm_lost).
+# restart, without it.
 warm_probe() {
   local i probes=() now=${EPOCHREALTIME/[.,]/}
   ((warm_waiting && now - warm_waiting > 2000000)) || return 0
@@ -453,8 +456,7 @@ warm_probe() {
   done
   for i in "${!probes[@]}"; do
     wait "${probes[i]}" && continue
-    warm_lost=${step_nodes[i]}
-    warm_fail "null $warm_lost null null" "node $warm_lost does not answer"
+    warm_fail "null ${step_nodes[i]} null 255" "node ${step_nodes[i]} does not answer" own
   done
 }
 # warm_read: the step's errors written since the last look, a line at a time (a line still being
@@ -470,11 +472,12 @@ warm_read() {
 # warm_watch PID: the step (srun PID) and the ranks started anew, watched until all have ended; sets
 # `status` (the step's srun's code: its failed ranks' own) for finish_attempt, after warm_end.
 warm_watch() {
-  local pid ended=() line
-  warm_step=$1 warm_at=0 warm_fallen=0 warm_open=1 warm_waiting=0 warm_lost=''
+  local pid ended=() line code
+  warm_step=$1 warm_at=0 warm_fallen=0 warm_open=1 warm_waiting=0 warm_own=''
   warm_first='' warm_part='' warm_guard=''
   warm_noted=() warm_reports=()
-  declare -gA warm_ranks=() warm_quiet=()  # the ranks started anew: srun's pid -> rank; those that noted their end
+  # The ranks started anew: srun's pid -> rank, -> node; those that noted their end.
+  declare -gA warm_ranks=() warm_nodes=() warm_quiet=()
   warm_answered=$step_errors.warm
   : >"$warm_answered"
   exec {warm_in}<"$step_errors"
@@ -488,7 +491,10 @@ warm_watch() {
     for pid in "${ended[@]}"; do
       [[ $pid != "$warm_step" ]] || continue
       # A rank started anew that failed without a note (srun could not start it, a signal).
-      wait "$pid" || [[ -n ${warm_quiet[$pid]:-} ]] || warm_fail "${warm_ranks[$pid]} null null null" "rank ${warm_ranks[$pid]} started anew failed"
+      wait "$pid"
+      code=$?
+      ((code == 0)) || [[ -n ${warm_quiet[$pid]:-} ]] ||
+        warm_fail "${warm_ranks[$pid]} ${warm_nodes[$pid]} 0 $code" "rank ${warm_ranks[$pid]} started anew ended with code $code" own
       unset "warm_ranks[$pid]"
     done
     if [[ " ${ended[*]} " == *" $warm_step "* && ${#warm_ranks[@]} == 0 ]]; then break; fi
@@ -670,8 +676,9 @@ if ((step_status != 0)) && failure=$(first_failure); then
   # The first failure's own code, not srun's 143 for the ranks it stopped.
   if [[ $first_code != null ]]; then status=$first_code; fi
 fi
-if [[ -n $warm_lost ]]; then  # the warm watch found the node lost: what the ranks' ends say is of its making
-  status=255 first_rank=null first_node=$warm_lost first_task=null
+if [[ -n $warm_own ]]; then  # the warm watch's verdict, which the step's errors do not hold (a node lost)
+  read -r first_rank first_node first_task first_code <<<"$warm_own"
+  status=$first_code
 fi
 finish_attempt "$status" "$first_rank" "$first_node" "$first_task"
   [[ $ended_with == restart ]] || break
