@@ -152,14 +152,20 @@ _VARS = (
     Var("SLURMGEN_EVENT_FD", "launch", "File descriptor on which a node reports rank events to `slurmgen launch`."),
     Var(
         "SLURMGEN_WARM_DIR",
-        "launch (--restart-mode warm)",
+        "launch (--restart-mode warm), run_slurm.sh (restart_mode: warm)",
         "A directory of the node's own where the launcher writes the new world of a warm restart "
         "(contract/warm.py); unset: a failed peer ends the rank as before.",
     ),
     Var(
         "SLURMGEN_WARM_GENERATION",
-        "launch (--restart-mode warm)",
+        "launch (--restart-mode warm), run_slurm.sh (restart_mode: warm)",
         "The generation of the world a fresh process joins after a warm restart (absent: 0, the first).",
+    ),
+    Var(
+        "SLURMGEN_WARM_BASE",
+        "run_slurm.sh (restart_mode: warm)",
+        "Per-attempt parent of the nodes' warm restart directories in a Slurm job (SLURMGEN_WARM_DIR is its "
+        "node's own below it).",
     ),
     Var(
         "SLURMGEN_STOP_FILE",
@@ -237,6 +243,7 @@ PYTHON = "SLURMGEN_PYTHON"
 EVENT_FD = "SLURMGEN_EVENT_FD"
 WARM_DIR = "SLURMGEN_WARM_DIR"
 WARM_GENERATION = "SLURMGEN_WARM_GENERATION"
+WARM_BASE = "SLURMGEN_WARM_BASE"
 REGISTRY = "SLURMGEN_REGISTRY"
 SERVER = "SLURMGEN_SERVER"
 TOKEN = "SLURMGEN_TOKEN"

@@ -16,7 +16,8 @@ rank: a directory of the node's own, shared by the ranks of that node. Then:
 3. For each failed rank the launcher starts a fresh process with the same RANK, told the
    generation it joins (envvars.WARM_GENERATION) and that world's MASTER_ADDR and MASTER_PORT;
    in `launch_multi_node.sh` it does so by writing `START_PREFIX` + RANK (the order to start that
-   rank anew, holding the generation) beside the world file, which the node's process loop obeys.
+   rank anew, holding the generation) beside the world file, which the node's process loop obeys;
+   `run_slurm.sh` (restart_mode: warm) starts it as the one task of a job step of its own.
 4. Every rank of the new world (the healthy ones and the fresh one) joins the rendezvous at the
    world's address and port and reloads the latest checkpoint; the trainer steps on from there.
 
@@ -45,6 +46,10 @@ RESTART_MODES = (COLD, WARM)
 SETTLE = 10.0
 # How often a waiting rank looks for the launcher's word (a stat of one file).
 POLL = 0.02
+# What a rank says (on stderr) when a peer failed and it waits for the new world: run_slurm.sh
+# reads it as the word that a failure happened, and with no rank's exit noted soon after (a lost
+# node's ranks note nothing) probes the step's nodes.
+WAITING = "waiting for the launcher's new world"
 
 
 @dataclass(frozen=True)

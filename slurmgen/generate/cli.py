@@ -157,6 +157,13 @@ def create(
         help="With --restarts: when a node is lost and no spare is left, restart on the nodes still healthy while "
         "there are at least M of them (a smaller world), instead of a requeue.",
     ),
+    restart_mode: str | None = typer.Option(
+        None,
+        "--restart-mode",
+        metavar="MODE",
+        help="With --restarts: cold (a new job step of every rank) or warm (the healthy ranks keep their processes "
+        "and the failed rank alone starts anew; the bundled trainer or slurmgen.train.warm, --launcher srun).",
+    ),
     preflight: bool | None = typer.Option(
         None, "--preflight/--no-preflight", help="Run `slurmgen doctor` on every node before the job step."
     ),

@@ -230,6 +230,16 @@ def _heal(spec: JobSpec) -> dict[str, object]:
         "restarts": spec.restarts,
         "spare_nodes": spec.spare_nodes,
         "min_nodes": spec.min_nodes or spec.nodes,  # the fewest nodes a step may have (a smaller world)
+        # warm restarts (templates/run_slurm_warm.sh.j2): the protocol's names and its settle time
+        "warm": spec.restart_mode == warm.WARM,
+        "warm_dir_var": envvars.WARM_DIR,
+        "warm_base_var": envvars.WARM_BASE,
+        "warm_generation_var": envvars.WARM_GENERATION,
+        "warm_world": warm.WORLD_NAME,
+        "warm_settle_us": round(warm.SETTLE * 1_000_000),
+        "warm_waiting": warm.WAITING,
+        "lost": exitcodes.LOST,
+        "max_port": ports.MAX_PORT,
         "never": ShellCode(" ".join(str(code) for code in sorted(retries.NEVER))),
         "restart_port_stride": ports.RESTART_PORT_STRIDE,
         "probe_seconds": _PROBE_SECONDS,

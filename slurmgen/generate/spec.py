@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta, Struct
 
-from slurmgen.contract import envvars, exitcodes, hangs, ports, retries
+from slurmgen.contract import envvars, exitcodes, hangs, ports, retries, warm
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
 from slurmgen.errors import SlurmgenError
@@ -51,6 +51,9 @@ RESERVED_ENV = {
     envvars.BACKEND,
     envvars.HEARTBEAT_DIR,
     envvars.HEARTBEAT_BASE,
+    envvars.WARM_DIR,
+    envvars.WARM_BASE,
+    envvars.WARM_GENERATION,
     envvars.REQUEUE,
     envvars.PREEMPT_SIGNAL,
     envvars.SWEEP_INDEX,
@@ -303,6 +306,14 @@ class JobSpec(Struct, frozen=True, forbid_unknown_fields=True):
             "below M, a requeue (retries) or the end. Unset: never fewer than nodes.",
         ),
     ] = None
+    restart_mode: Annotated[
+        Literal["cold", "warm"],  # contract.warm.RESTART_MODES (a test keeps them equal)
+        Meta(
+            description="How an in-job restart (restarts) goes on after a rank fails: cold, a new job step of every "
+            "rank; warm, the healthy ranks keep their processes and the failed rank alone starts anew "
+            "(contract/warm.py: the bundled trainer, or a program using slurmgen.train.warm; launcher srun).",
+        ),
+    ] = "cold"
     preflight: Annotated[bool, Meta(description="Run `slurmgen doctor` on every node before the job step.")] = False
     chain: Annotated[
         int,
@@ -776,7 +787,8 @@ def _retry_policy(spec: JobSpec) -> None:
 def _restart_policy(spec: JobSpec) -> None:
     """In-job restarts and spares (templates/run_slurm_restart.sh.j2): a spare is only ever used
     by an in-job restart, as is a smaller world (min_nodes, at most nodes), the allocation is
-    nodes + spare_nodes, and each restart's rendezvous takes the next port after a given master_port."""
+    nodes + spare_nodes, each restart's rendezvous takes the next port after a given master_port, and a
+    warm restart (restart_mode) is an in-job restart under srun."""
     if spec.spare_nodes and not spec.restarts:
         raise ValueError(
             f"spare_nodes: {spec.spare_nodes} spare(s) take a failed node's place at an in-job restart; "
@@ -785,6 +797,13 @@ def _restart_policy(spec: JobSpec) -> None:
     if spec.min_nodes is not None and not spec.restarts:
         raise ValueError(
             f"min_nodes: {spec.min_nodes} is the fewest nodes an in-job restart goes on with; give restarts: N"
+        )
+    if spec.restart_mode == warm.WARM and not spec.restarts:
+        raise ValueError("restart_mode: warm restarts are in-job restarts; give restarts: N (each counts as one)")
+    if spec.restart_mode == warm.WARM and spec.launcher == "torchrun":
+        raise ValueError(
+            "restart_mode: warm needs launcher srun (torchrun's agent stops every worker when one fails); "
+            "use launcher: srun, or restart_mode: cold with torchrun"
         )
     if spec.min_nodes is not None and spec.min_nodes > spec.nodes:
         raise ValueError(f"min_nodes: {spec.min_nodes} is more than nodes ({spec.nodes}); expected 1 to {spec.nodes}")

@@ -8,7 +8,8 @@ restarts, templates/run_slurm_restart.sh.j2) each new step inside the same alloc
 restarts the record's last attempt + 1 (a requeue goes on after the in-job ones).
 Every line has:
 
-  event      "start" | "end" | "skipped" (the job had already finished: nothing was run)
+  event      "start" | "end" | "skipped" (the job had already finished: nothing was run) |
+             "recovery" (a warm restart inside the attempt, which goes on)
   job        the Slurm job id (a string, as Slurm prints it)
   attempt    SLURM_RESTART_COUNT + 1 (the first attempt is 1), counting in-job restarts too
   time       seconds since the epoch on the batch node (float)
@@ -18,6 +19,11 @@ Every line has:
 comma-separated) and, with restarts, `restart` (the in-job restarts of this allocation before it);
 a step on fewer nodes than the job's (a smaller world: a node lost, no spare left) adds
 `min_nodes`, the fewest the spec allows.
+
+"recovery" lines (restart_mode: warm, templates/run_slurm_warm.sh.j2) add `generation` (the
+attempt's world the ranks went on in), `rank` and `node` (the rank started anew there), `exit_code`
+(its failure's) and `what`, the recovery in words as `slurmgen launch` keeps it ("warm restart 1:
+rank 1 started anew after rank 1 exited with code 137 on node2"); each counts against `restarts`.
 
 "end" lines add (rank, node, task: the first failure as run_slurm.sh's `first_failure` finds
 it, from the `slurmgen-exit:` note the failing rank wrote, else from srun's report of the first
@@ -80,7 +86,9 @@ from slurmgen.contract.verdict import Event
 from slurmgen.jsonl import objects
 from slurmgen.runs.model import Failure
 
-EVENTS = ("start", "end", "skipped")
+# A warm restart inside an attempt (restart_mode: warm): the attempt goes on.
+RECOVERY = "recovery"
+EVENTS = ("start", "end", "skipped", RECOVERY)
 # The cause of an attempt that a requeue ended before its batch shell could write its end.
 REQUEUED = "requeued"
 # The action after a run that ended well: a word of this file's format, not a run record's state.
@@ -120,7 +128,7 @@ def requeue_ends(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "host": before.get("host"), "cause": REQUEUED, "derived": True})  # fmt: skip
         if record.get("event") == "start":
             open_start[job] = record
-        else:
+        elif record.get("event") != RECOVERY:  # a recovery goes on inside its attempt
             open_start.pop(job, None)
         out.append(record)
     return out

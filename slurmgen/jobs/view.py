@@ -16,7 +16,7 @@ from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.exitcodes import HUNG, NOT_FOUND
 from slurmgen.contract.states import SLURM_LIVE, STOP_ASKED, STOPPED_BY_YOU, State, from_slurm
 from slurmgen.generate.slurm_values import time_limit_seconds
-from slurmgen.heal.attempts import FINISHED_ACTION, cause, stuck, where_next
+from slurmgen.heal.attempts import FINISHED_ACTION, RECOVERY, cause, stuck, where_next
 from slurmgen.jobs import signals
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, TaskExit, first_rank_exit, missing_command, task_exits
 from slurmgen.observe.report import lines as time_lines
@@ -386,6 +386,8 @@ def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) ->
     """One line per ended attempt of a job (or of one array task, under its row)."""
     lines, records = [], list(attempts or [])
     for i, a in enumerate(records):
+        if a.get("event") == RECOVERY:  # a warm restart: the attempt went on
+            lines.append(f"{indent}attempt {a.get('attempt')}: {a.get('what')}")
         if a.get("event") == "end":
             then = f" -> {a['action']}" if a.get("action") else ""  # a requeue's end (derived) decided nothing
             lines.append(f"{indent}attempt {a.get('attempt')}: {cause(a)}{then}{where_next(records, i)}")
@@ -395,6 +397,7 @@ def _attempt_lines(attempts: Sequence[Mapping[str, Any]] | None, indent: str) ->
 
 
 def _eventful(attempts: Sequence[Mapping[str, Any]] | None) -> bool:
-    """More than one attempt, or one that did not simply finish."""
+    """More than one attempt, one that did not simply finish, or a warm restart inside one."""
     ends = [a for a in attempts or [] if a.get("event") == "end"]
-    return len(ends) > 1 or any(a.get("action") != FINISHED_ACTION for a in ends)
+    recovered = any(a.get("event") == RECOVERY for a in attempts or [])
+    return recovered or len(ends) > 1 or any(a.get("action") != FINISHED_ACTION for a in ends)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from slurmgen.contract import envvars
+from slurmgen.contract import warm as protocol
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.observe import stragglers
 
@@ -377,7 +378,7 @@ class Trainer:
         process group, wait for the new world, join it, reload the latest checkpoint and wrap the
         model anew, in this process. Without a word in time or a checkpoint the run fails as before."""
         seen = time.time()
-        log.warning("a peer failed (%s): waiting for the launcher's new world", str(exc).splitlines()[0][:200])
+        log.warning("a peer failed (%s): %s", str(exc).splitlines()[0][:200], protocol.WAITING)
         dist.leave()
         gc.collect()  # the old process group's last references (DDP's reducer, a vote in flight)
         self.checkpoints.settle_after_failure()  # the write in flight may be the newest good state

@@ -122,6 +122,7 @@ def rejoin(
     from . import dist as ours
 
     ours.leave()
+    log.warning("a peer failed: %s", protocol.WAITING)
     world = wait_world(generation(), timeout=timeout, beat=beat)
     adopt(world)
     join(backend)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import render_and_lint
+from helpers import render_and_lint, sg
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.files import TIMELINE_NAME
@@ -233,3 +234,161 @@ def _wait_finished(cluster, out: Path, job: str, timeout: float = 200) -> list[d
             return records
         assert time.monotonic() < deadline, _log(out, job)
         time.sleep(0.5)
+
+
+def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(cluster, tmp_path):
+    """--restart-mode warm, srun mode: SIGKILL of one rank after a checkpoint. The step goes on
+    (--kill-on-bad-exit=0): the batch script writes generation 1's world on both nodes and starts
+    the killed rank anew on its node; the healthy ranks keep their processes (the same PIDs, no
+    new interpreter), every rank steps on from the checkpoint in generation 1 of attempt 1, and the
+    job completes in its allocation with one recovery in its attempts record and its status."""
+    # submitted by `slurmgen submit`, so that `slurmgen status` knows the job
+    args = (
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "--restarts",
+        "1",
+        "--restart-mode",
+        "warm",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+    )
+    job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *TRAIN).stdout.strip().splitlines()[-1]
+    out = tmp_path / "out"
+    lint = subprocess.run(["shellcheck", str(out / "run_slurm.sh")], capture_output=True, text=True, timeout=60)
+    assert lint.returncode == 0, lint.stdout
+    _wait_for_a_checkpoint(cluster, out, job)
+    healthy = {r: _rank_pid(cluster, job, r) for r in (0, 2, 3)}
+    killed = _rank_pid(cluster, job, KILLED_RANK)
+    load = os.getloadavg()[0]
+    os.kill(killed.pid, signal.SIGKILL)
+    killed_at = time.time()
+    records = _wait_finished(cluster, out, job)
+    log = _log(out, job)
+    timeline = _timeline(out, job)
+    firsts = [e for e in timeline if e.get("event") == "first_step" and e.get("generation") == 1]
+    assert sorted(e["rank"] for e in firsts) == [0, 1, 2, 3] and {e["attempt"] for e in firsts} == {1}, (
+        timeline[-40:],
+        log[-4000:],
+    )
+    # The healthy ranks went on in their own processes: the same PIDs in generation 1.
+    again = {
+        r: {e["pid"] for e in timeline if e.get("rank") == r and e.get("generation") == 1 and "pid" in e}
+        for r in healthy
+    }
+    for rank, proc in healthy.items():
+        assert again[rank] <= {proc.pid}, (rank, proc.pid, again[rank])
+    saved = max(e["step"] for e in timeline if e.get("event") == "checkpoint" and e.get("generation", 0) == 0)
+    assert min(e["step"] for e in firsts) > saved >= 20, firsts
+    stepping_again = max(e["time"] for e in firsts) - killed_at
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "end"]
+    warm = [r for r in records if r["event"] == "recovery"]
+    assert [r["attempt"] for r in starts] == [1] and [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [
+        (1, 0, "finished")
+    ], log
+    assert [(r["generation"], r["rank"], r["node"], r["exit_code"]) for r in warm] == [
+        (1, KILLED_RANK, killed.node, 137)
+    ], records
+    assert warm[0]["what"] == f"warm restart 1: rank 1 started anew after rank 1 exited with code 137 on {killed.node}"
+    print(
+        f"srun warm SIGKILL: fault to every rank stepping again {stepping_again:.2f} s (from step {saved}; "
+        f"load {load:.1f} at the fault, {os.getloadavg()[0]:.1f} after)"
+    )
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    status = sg(cluster, tmp_path, "status", job).stdout
+    assert f"attempt 1: {warm[0]['what']}" in status, status
+    assert stepping_again < 30, log
+    assert cluster.wait_no_tasks(job, timeout=30) == []
+    assert not list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*")), "the nodes' world files are left"
+
+
+def test_a_second_failure_soon_after_a_warm_restart_restarts_cold(cluster, tmp_path):
+    """--restart-mode warm --restarts 2: rank 1 killed, then its fresh process killed within the
+    settle time of the new world. The second failure gets no warm restart: every task of the
+    attempt is stopped (the step and the rank's own), a cold in-job restart follows (attempt 2 of
+    every rank, the warm restart counted against --restarts), and the job completes in its allocation."""
+    args = (
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "--restarts",
+        "2",
+        "--restart-mode",
+        "warm",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+    )
+    job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *TRAIN).stdout.strip().splitlines()[-1]
+    out = tmp_path / "out"
+    _wait_for_a_checkpoint(cluster, out, job)
+    first = _rank_pid(cluster, job, KILLED_RANK)
+    os.kill(first.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (again := _rank_pid(cluster, job, KILLED_RANK)) is None or again.pid == first.pid:
+        assert time.monotonic() < deadline, _log(out, job)
+        time.sleep(0.1)
+    os.kill(again.pid, signal.SIGKILL)
+    records = _wait_finished(cluster, out, job)
+    log = _log(out, job)
+    assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [
+        ("start", 1, None),
+        ("recovery", 1, None),
+        ("end", 1, "restart"),
+        ("start", 2, None),
+        ("end", 2, "finished"),
+    ], (records, log[-3000:])
+    # The kill may find the rank's wrapper first, which leaves no note: the rank is known either way.
+    assert (records[2]["rank"], records[2]["exit_code"] != 0, records[3]["restart"]) == (KILLED_RANK, True, 2), records
+    firsts = [e for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("attempt") == 2]
+    assert sorted(e["rank"] for e in firsts) == [0, 1, 2, 3], firsts
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    assert cluster.wait_no_tasks(job, timeout=30) == []
+    assert not list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*")), "the nodes' world files are left"
+
+
+def test_a_lost_node_under_warm_restarts_restarts_cold_on_the_spare(cluster, tmp_path):
+    """--restart-mode warm --spare-nodes 1: node 2's processes killed and its slurmd stopped. No
+    rank notes an exit (the node is gone), the healthy ranks wait for a new world and say so; the
+    batch script probes the step's nodes, finds node 2 lost and restarts cold on the spare."""
+    if len(cluster.nodes) < 3:
+        pytest.skip("a spare needs a third node: SLURMGEN_TEST_NODES=3")
+    out, job = _submit(cluster, tmp_path, "--nodes", "2", "--gpus", "2", "--spare-nodes", "1", "--restart-mode", "warm")
+    _wait_for_a_checkpoint(cluster, out, job)
+    active = read_attempts(attempts_path(out / "logs", job))[0]["nodes"].split(",")
+    spare = next(n.name for n in cluster.nodes if n.name not in active)
+    lost = cluster.node(active[1])
+    os.kill(lost.slurmd_pid, signal.SIGSTOP)
+    try:
+        killed_at = time.time()
+        for proc in cluster.pids_on(lost):
+            if proc.job_id == job:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        records = _wait_finished(cluster, out, job)
+    finally:
+        os.kill(lost.slurmd_pid, signal.SIGCONT)  # as after a reboot: the tests after this one have every node
+    log = _log(out, job)
+    ends = [r for r in records if r["event"] == "end"]
+    starts = [r for r in records if r["event"] == "start"]
+    assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [
+        (1, exitcodes.LOST, "restart"),
+        (2, 0, "finished"),
+    ], log[-3000:]
+    assert ends[0]["node"] == ends[0]["exclude"] == lost.name and starts[1]["nodes"] == f"{active[0]},{spare}", records
+    assert not [r for r in records if r["event"] == "recovery"], records
+    firsts = [e for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("attempt") == 2]
+    again = max(e["time"] for e in firsts) - killed_at
+    print(f"lost node under warm restarts: every rank stepping on the spare {again:.1f} s")
+    info = _wait_never_pending(cluster, job)
+    assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
+    assert cluster.wait_no_tasks(job, timeout=30) == []

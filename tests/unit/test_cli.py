@@ -150,6 +150,21 @@ def test_existing_files_need_force(tmp_path, capsys):
             ["--restarts", "5", "--master-port", "65533"],
             "slurmgen: error: spec: restarts: 5 restarts take the ports after master_port 65533, past 65535",
         ),
+        # A warm restart (--restart-mode warm) is an in-job restart, under srun: torchrun's agent stops every worker.
+        (
+            ["--restart-mode", "warm"],
+            "slurmgen: error: spec: restart_mode: warm restarts are in-job restarts; "
+            "give restarts: N (each counts as one)",
+        ),
+        (
+            ["--restarts", "1", "--restart-mode", "warm", "--launcher", "torchrun"],
+            "slurmgen: error: spec: restart_mode: warm needs launcher srun (torchrun's agent stops every worker when "
+            "one fails); use launcher: srun, or restart_mode: cold with torchrun",
+        ),
+        (
+            ["--restarts", "1", "--restart-mode", "hot"],
+            "slurmgen: error: restart_mode: expected 'cold' or 'warm' (got 'hot')",
+        ),
         # Lightning's documented line: the refusal gives the flags that write it.
         (
             ["--sbatch", "--signal=SIGUSR1@90"],

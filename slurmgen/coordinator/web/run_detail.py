@@ -56,6 +56,11 @@ def _log_tail(runner: Any, record: JobRecord, rank: int | None) -> list[str]:
     return [line.text for line in lines]
 
 
+def _joined(*parts: Any) -> str | None:
+    """An attempt row's `next`: what happened in it and after it, in order; None for nothing."""
+    return "; ".join(str(p) for p in parts if p) or None
+
+
 def slurm_attempts(
     records: list[dict[str, Any]], job: State | None = None, end: float | None = None
 ) -> list[dict[str, Any]]:
@@ -72,11 +77,15 @@ def slurm_attempts(
     already finished stays `skipped`. The last attempt of an ended job that wrote no end line (a
     cancel kills the batch shell before it can) ends when Slurm says the job ended (`end`).
     An attempt that ended in an in-job restart says where the next one went on (`next`: "restarted
-    on node1,node3 (node2 left out, spare node3 took its place)"), as `slurmgen status` does."""
-    from slurmgen.heal.attempts import cause, first_failure, where_next
+    on node1,node3 (node2 left out, spare node3 took its place)"), and each warm restart inside it
+    ("warm restart 1: rank 1 started anew after ..."), as `slurmgen status` does."""
+    from slurmgen.heal.attempts import RECOVERY, cause, first_failure, where_next
 
     rows: list[dict[str, Any]] = []
     for i, r in enumerate(records):
+        if r.get("event") == RECOVERY and rows:  # a warm restart: the attempt went on
+            rows[-1]["next"] = _joined(rows[-1]["next"], r.get("what"))
+            continue
         if r.get("event") in ("start", "skipped") or not rows:
             rows.append(
                 {
@@ -100,7 +109,7 @@ def slurm_attempts(
                 rank=first_failure(r).rank,  # the hung rank when the watchers judged a hang, as the cause names
                 node=r.get("node") or rows[-1]["node"],
                 code=r.get("exit_code"),
-                next=f"restarted{where_next(records, i)}" if r.get("action") == "restart" else None,
+                next=_joined(rows[-1]["next"], r.get("action") == "restart" and f"restarted{where_next(records, i)}"),
             )
     if rows and job in ENDED:
         rows[-1]["state"] = job.value

@@ -7,7 +7,7 @@ import subprocess
 import typing
 from pathlib import Path
 
-from slurmgen.contract import backends, envvars, ports, states, strategies
+from slurmgen.contract import backends, envvars, ports, states, strategies, warm
 from slurmgen.coordinator.models import GroupConfig
 from slurmgen.generate.render import launch_script
 from slurmgen.generate.spec import JobSpec, choices, default
@@ -47,6 +47,7 @@ def test_literal_choices_match_the_contract():
     assert typing.get_args(GroupConfig.model_fields["backend"].annotation) == backends.BACKENDS
     assert choices(JobSpec, "strategy") == strategies.STRATEGIES
     assert typing.get_args(GroupConfig.model_fields["strategy"].annotation) == strategies.STRATEGIES
+    assert choices(JobSpec, "restart_mode") == warm.RESTART_MODES
 
 
 def test_every_launcher_defaults_to_the_same_backend():

@@ -91,6 +91,8 @@ GOLDEN_SPECS = {
         "retry_on": "1,124,137",
     },
     "restarts_torchrun": {"nodes": 2, "gpus": 2, "launcher": "torchrun", "restarts": 2, "master_port": 29400},
+    # warm restarts (templates/run_slurm_warm.sh.j2): the step outlives a failed rank, which starts anew alone
+    "restarts_warm": {"nodes": 2, "gpus": 2, "restarts": 2, "restart_mode": "warm"},
     "bind_torchrun": {"nodes": 2, "gpus": 2, "launcher": "torchrun", "bind": "cores"},
     # A smaller world: a lost node with no spare left drops out while 2 of the 3 nodes are left.
     "restarts_min_nodes": {

@@ -20,10 +20,12 @@ import pytest
 from helpers import run
 
 from slurmgen.contract import grid as sweep
+from slurmgen.contract.states import State
 from slurmgen.errors import SlurmgenError
 from slurmgen.generate import sweep_input
 from slurmgen.generate.render import SLURM_SCRIPT, render
 from slurmgen.generate.specfile import build_spec
+from slurmgen.heal.attempts import parse_attempts
 from slurmgen.jobs import commands, listing, stopping
 from slurmgen.jobs.cli_shared import Runners
 from slurmgen.jobs.resolve import find
@@ -1064,3 +1066,32 @@ def test_status_says_when_an_in_job_restart_went_on_in_a_smaller_world():
         format_view({"job": "7", "name": "x", "state": "COMPLETED", "output_dir": "o", "attempts": records})
     )
     assert "-> restart on n1,n4 (3 -> 2 nodes: n2,n3 lost, spare n4 took a place, --min-nodes 2)\n" in text, text
+
+
+def test_status_and_the_run_page_say_each_warm_restart_inside_its_attempt():
+    # --restarts 2 --restart-mode warm: rank 1 started anew in attempt 1 (a recovery line), then a
+    # second failure too soon after it: a cold restart, attempt 2. The recovery ends no attempt.
+    what = "warm restart 1: rank 1 started anew after rank 1 exited with code 137 on node1"
+    lines = [
+        {"event": "start", "job": "7", "attempt": 1, "time": 1.0, "nodes": "node1,node2", "restart": 0},
+        {"event": "recovery", "job": "7", "attempt": 1, "time": 2.0, "generation": 1, "rank": 1, "node": "node1",
+         "exit_code": 137, "what": what},
+        {"event": "end", "job": "7", "attempt": 1, "time": 3.0, "exit_code": 1, "rank": 3, "node": "node2",
+         "action": "restart", "exclude": None},
+        {"event": "start", "job": "7", "attempt": 2, "time": 4.0, "nodes": "node1,node2", "restart": 2},
+        {"event": "end", "job": "7", "attempt": 2, "time": 5.0, "exit_code": 0, "action": "finished"},
+    ]  # fmt: skip
+    text = "\n".join(json.dumps(line) for line in lines)
+    records = parse_attempts(text)
+    assert [r["event"] for r in records] == ["start", "recovery", "end", "start", "end"], "no requeue end derived"
+    said = "\n".join(
+        format_view({"job": "7", "name": "x", "state": "COMPLETED", "output_dir": "o", "attempts": records})
+    )
+    assert f"  attempt 1: {what}\n  attempt 1: failed (rank 3 on node2) -> restart on node1,node2\n" in said, said
+    from slurmgen.coordinator.web.run_detail import slurm_attempts
+
+    rows = slurm_attempts(records, State.SUCCEEDED)
+    assert [(r["number"], r["next"]) for r in rows] == [(1, f"{what}; restarted on node1,node2"), (2, None)], rows
+    # One warm restart alone: the attempt that went on says it, and no restart follows.
+    rows = slurm_attempts([records[0], records[1], {**records[4], "attempt": 1}], State.SUCCEEDED)
+    assert [(r["number"], r["state"], r["next"]) for r in rows] == [(1, "succeeded", what)], rows
