@@ -425,3 +425,40 @@ def test_a_lost_host_with_no_spare_leaves_a_smaller_world(tmp_path):
     log = (tmp_path / "out" / "logs" / "rank-0.log").read_text()
     assert re.search(r"attempt 2, node 0 \(\S+\), rank 0 of 1,", log), log
     assert not (tmp_path / "out" / "logs" / "rank-1.log").read_text().count("attempt 2") and SURVIVORS == []
+
+
+def test_the_bundled_trainer_goes_on_in_the_smaller_world_with_its_global_batch(tmp_path):
+    """The real thing: 2 gloo ranks of the bundled trainer on h0 and h1; h1 is lost once a checkpoint
+    is written; with --min-nodes 1 attempt 2 resumes it on h0 alone, accumulation 1 -> 2 keeping the
+    global batch of 16 (config.refit)."""
+    out_dir = tmp_path / "run"
+
+    class LosingAfterCheckpoint(LosingProcess):
+        def lose(self):
+            deadline = time.monotonic() + 120
+            while not list((out_dir / "checkpoints").glob("ckpt-*.pt")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            super().lose()
+
+    class Losing(LocalConnection):
+        def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+            proc = LosingAfterCheckpoint(command, stdin, self.env)
+            self.procs.append(proc)
+            return proc
+
+    made, calls = {}, []
+
+    def connector(hosts, opts, notify=None):
+        calls.append(list(hosts))
+        conns = {h: (Losing(h) if h == "h1" else LocalConnection(h)) for h in hosts}
+        made.update({f"{h}-{len(calls)}": c for h, c in conns.items()})
+        return conns
+
+    trainer = [PY, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256"]
+    trainer += ["--threads", "1", "--max-steps", "120", "--save-every", "20", "--out-dir", str(out_dir)]
+    plan = local_plan(tmp_path, trainer, slots=(1, 1), max_restarts=1, min_nodes=1)
+    code, out, err = run(plan, env=None, connector=connector, made=made)
+    assert code == 0, err[-3000:] + out[-3000:]
+    assert calls == [["h0", "h1"]] and "(2 -> 1 nodes: h1 lost, --min-nodes 1)" in err, err
+    assert "the world changed from 2 to 1 processes: gradient accumulation 1 -> 2 keeps the global batch of 16" in out
+    assert "done: step 120" in out, out[-3000:]
