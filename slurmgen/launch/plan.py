@@ -388,7 +388,8 @@ def shrink(plan: LaunchPlan, host: str) -> LaunchPlan | None:
     master = plan.master_addr if plan.nodes[0].host != host else plan.host_addrs.get(kept[0].host)
     if master is None:
         return None
-    world, nodes = sum(n.nproc for n in kept), []
+    world = sum(n.nproc for n in kept)
+    nodes: list[NodePlan] = []
     for node_rank, node in enumerate(kept):
         first = sum(n.nproc for n in nodes)
         entries = tuple(
