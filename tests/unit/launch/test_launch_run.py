@@ -455,10 +455,10 @@ def test_the_bundled_trainer_goes_on_in_the_smaller_world_with_its_global_batch(
         return conns
 
     trainer = [PY, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256"]
-    trainer += ["--threads", "1", "--max-steps", "120", "--save-every", "20", "--out-dir", str(out_dir)]
+    trainer += ["--threads", "1", "--max-steps", "400", "--save-every", "20", "--out-dir", str(out_dir)]
     plan = local_plan(tmp_path, trainer, slots=(1, 1), max_restarts=1, min_nodes=1)
     code, out, err = run(plan, env=None, connector=connector, made=made)
     assert code == 0, err[-3000:] + out[-3000:]
     assert calls == [["h0", "h1"]] and "(2 -> 1 nodes: h1 lost, --min-nodes 1)" in err, err
     assert "the world changed from 2 to 1 processes: gradient accumulation 1 -> 2 keeps the global batch of 16" in out
-    assert "done: step 120" in out, out[-3000:]
+    assert "done: step 400" in out, out[-3000:]
