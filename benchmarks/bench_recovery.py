@@ -10,7 +10,7 @@ trainer, a SIGKILL of rank 1 or 3 (alternately, so each node's warm spare serves
 
 - launch-cold: `--max-restarts` (today's path): every process of every node starts again;
 - launch-warm: `--restart-mode warm`: the healthy ranks keep their processes and rejoin, the
-  killed rank goes on in its node's warm spare (a fresh process once the spare is used).
+  killed rank goes on in its node's warm spare (replaced by a new one each time it is used).
 
 For those, the time from a fault to every rank stepping again comes from the ranks' own words
 (the timeline's first steps of the next attempt; a warm restart's "stepping again ... (at T)"),

@@ -100,6 +100,12 @@ def launch(
         help="Hot spare hosts, a Slurm hostlist: idle until a host is lost or cannot start; its node "
         "(node rank, ranks) then moves to the first spare with enough slots for the next attempt.",
     ),
+    min_nodes: int | None = typer.Option(
+        None,
+        "--min-nodes",
+        help="With --max-restarts: a lost host that no spare host can replace drops out, and the next "
+        "attempt runs on the healthy hosts (ranks dense, a smaller world) while at least M are left.",
+    ),
     restart_mode: str = typer.Option(
         warm.COLD,
         "--restart-mode",
@@ -179,6 +185,7 @@ def launch(
         max_restarts=max_restarts,
         restart_mode=restart_mode,
         spares=_host_list(spare_hosts, None, spec.gpus) if spare_hosts else (),
+        min_nodes=min_nodes,
     )
     _start(plan, opts, keepalive, dry_run, (registry, spec.job_name, list(spec.command)))
 

@@ -41,7 +41,7 @@ from slurmgen.contract.node_events import (
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line, summary_table
-from slurmgen.launch.plan import LaunchPlan, NodePlan, move_to_spare
+from slurmgen.launch.plan import LaunchPlan, NodePlan, move_to_spare, shrink
 from slurmgen.launch.registry_entry import LaunchRecord
 from slurmgen.launch.remote import heartbeat_ms, payload, remote_command, world_line
 from slurmgen.runs import stop_request
@@ -178,6 +178,8 @@ class Launcher:
         for node in results:
             moved = move_to_spare(self.plan, node.host) if node.state in (machine.LOST, machine.ERROR) else None
             if moved is None:
+                if node.state in (machine.LOST, machine.ERROR):
+                    self._drop_lost(node.host, attempt)
                 continue
             spare = next(n.host for n in moved.nodes if n.node_rank == node.node_rank)
             self.say(f"node {node.node_rank} moves from {node.host} to the spare host {spare}")
@@ -192,6 +194,21 @@ class Launcher:
                 conn.start_keepalive(self.keepalive)
             self.conns.update(fresh)
             self.prefixer = Prefixer([n.host for n in moved.nodes], self.colour)
+
+    def _drop_lost(self, host: str, attempt: int) -> None:
+        """With --min-nodes and no spare for it: the next attempt goes on without `host` (a smaller
+        world, `shrink`) while enough hosts are left; the run registry keeps it with the attempt,
+        in the words Slurm's in-job restart uses."""
+        shrunk = shrink(self.plan, host)
+        if shrunk is None:
+            return
+        told = f"{len(self.plan.nodes)} -> {len(shrunk.nodes)} nodes: {host} lost, --min-nodes {self.plan.min_nodes}"
+        self.say(f"the next attempt runs without {host} ({told})")
+        if self.record:
+            self.record.recovered(attempt, told)
+        self.plan = shrunk
+        self.conns.pop(host).close()
+        self.prefixer = Prefixer([n.host for n in shrunk.nodes], self.colour)
 
     def _reconnect_lost(self) -> None:
         lost = [h for h, c in self.conns.items() if not c.is_active()]

@@ -246,6 +246,9 @@ class LaunchPlan:
     restart_mode: str = warm.COLD  # warm: the healthy ranks keep their processes (contract/warm.py)
     spares: tuple[Host, ...] = ()  # hot spare hosts: a lost host's node moves to the first that fits
     spare_addrs: Mapping[str, str] = field(default_factory=dict)  # a spare's address, should node 0 move there
+    # A smaller world (--min-nodes): a lost host no spare replaces drops out while this many are left.
+    min_nodes: int | None = None
+    host_addrs: Mapping[str, str] = field(default_factory=dict)  # a job host's address, should node 0 drop out
 
     def node_env(self, node: NodePlan) -> dict[str, str]:
         """The stdin environment of one node: the shared one plus its GPU list when the
@@ -283,6 +286,7 @@ def build_plan(
     max_restarts: int = 0,
     restart_mode: str = warm.COLD,
     spares: Sequence[Host] = (),
+    min_nodes: int | None = None,
 ) -> LaunchPlan:
     """The plan for `hosts` (already filtered) running `spec`'s command.
 
@@ -316,9 +320,13 @@ def build_plan(
     taken = sorted({s.name for s in spares} & {n.host for n in nodes})
     if taken:
         raise SlurmgenError(f"spare_hosts: {taken[0]} is also one of the job's hosts (a spare must be idle)")
-    # Where the rendezvous goes if node 0 moves to a spare: nowhere when its address was given.
+    refused = min_nodes_refusal(min_nodes, len(nodes), max_restarts)
+    if refused:
+        raise SlurmgenError(refused)
+    # Where the rendezvous goes if node 0 moves to a spare (or drops out): nowhere when its address was given.
     follow = (lambda name: name) if master_addr is None else master_addr if callable(master_addr) else None
     spare_addrs = {s.name: follow(s.name) for s in spares} if follow and not spec.master_addr else {}
+    host_addrs = {n.host: follow(n.host) for n in nodes[1:]} if min_nodes and follow and not spec.master_addr else {}
     return LaunchPlan(
         nodes=nodes,
         world_size=world,
@@ -335,7 +343,20 @@ def build_plan(
         restart_mode=restart_mode,
         spares=tuple(spares),
         spare_addrs=spare_addrs,
+        min_nodes=min_nodes,
+        host_addrs=host_addrs,
     )
+
+
+def min_nodes_refusal(min_nodes: int | None, nodes: int, max_restarts: int) -> str | None:
+    """Why `--min-nodes` cannot be had: a smaller world is a restart, of 1 to `nodes` nodes."""
+    if min_nodes is None:
+        return None
+    if not 1 <= min_nodes <= nodes:
+        return f"min_nodes: must be 1 to the job's {nodes} node(s) (got {min_nodes})"
+    if max_restarts < 1:
+        return f"min_nodes: needs --max-restarts (a smaller world is a restart; got min_nodes {min_nodes} without it)"
+    return None
 
 
 def move_to_spare(plan: LaunchPlan, host: str) -> LaunchPlan | None:
@@ -354,6 +375,28 @@ def move_to_spare(plan: LaunchPlan, host: str) -> LaunchPlan | None:
         spares=tuple(s for s in plan.spares if s is not spare),
         master_addr=master or plan.master_addr,
     )
+
+
+def shrink(plan: LaunchPlan, host: str) -> LaunchPlan | None:
+    """The plan without `host`'s node, while at least `min_nodes` are left (None otherwise): node
+    ranks and ranks dense in the old order, WORLD_SIZE follows, and node 0 dropping out takes the
+    rendezvous to the next first host (unless the master's address was given: `host_addrs` is
+    empty then, and no smaller world can do without it)."""
+    kept = [n for n in plan.nodes if n.host != host]
+    if plan.min_nodes is None or len(kept) == len(plan.nodes) or len(kept) < plan.min_nodes:
+        return None
+    master = plan.master_addr if plan.nodes[0].host != host else plan.host_addrs.get(kept[0].host)
+    if master is None:
+        return None
+    world = sum(n.nproc for n in kept)
+    nodes: list[NodePlan] = []
+    for node_rank, node in enumerate(kept):
+        first = sum(n.nproc for n in nodes)
+        entries = tuple(
+            replace(e, rank=first + i, node_rank=node_rank, world_size=world) for i, e in enumerate(node.entries)
+        )
+        nodes.append(NodePlan(node.host, node_rank, entries))
+    return replace(plan, nodes=tuple(nodes), world_size=world, master_addr=master)
 
 
 def warm_refusal(mode: str, command: list[str], workdir: str) -> str | None:

@@ -2,11 +2,13 @@
 in place of a failed rank (contract/warm.py). Then the failed rank's replacement costs no
 interpreter start and no `import torch` (seconds on a loaded node), only the program's own start.
 
-    python -m slurmgen.train.spare ORDERS PROGRAM_ARGS...
+    python -m slurmgen.train.spare ORDERS_FD PROGRAM_ARGS...
 
 `launch_multi_node.sh` starts one per node when warm restarts are on and the program is Python
 (`python -m MODULE ...`, `python SCRIPT ...`, `python -c CODE ...`: PROGRAM_ARGS is what follows
-the interpreter). The spare reads one line from the file ORDERS (a FIFO the node script holds):
+the interpreter), and a new one each time its spare is promoted. The spare reads one line from the
+descriptor ORDERS_FD (the read end of a FIFO, opened by the node script before it started the
+spare, so orders given while the spare is still importing wait in the pipe for it):
 `RANK LOCAL_RANK GENERATION MASTER_ADDR MASTER_PORT WORLD_SIZE`. It takes that place in the
 environment, prints `SPARE_TAG RANK` as its first line of output (the node script then sends the
 rest to that rank's log), and runs the program in this process as `python PROGRAM_ARGS` would.
@@ -63,7 +65,7 @@ def _run(args: list[str]) -> None:
 def main(argv: list[str]) -> None:
     orders, args = argv[0], argv[1:]
     _prepare(args)
-    with open(orders, encoding="utf-8") as f:
+    with open(int(orders), encoding="utf-8") as f:
         line = f.readline()
     if len(line.split()) != 6:
         return  # the node is done with its spare

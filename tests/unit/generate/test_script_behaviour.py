@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import HOSTILE, REPORTER, reports, write
 
+from slurmgen.generate.render import _PROBE_SECONDS as HEAL_PROBE_SECONDS
 from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT
 
 
@@ -643,6 +644,49 @@ def test_the_next_step_does_not_wait_out_the_guard_of_the_last(tmp_path, fake_sl
     result = fake_slurm(out, hosts="localhost n2", nodes=2)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 8, result.stderr
+
+
+# The stand-in srun, but a node in $FAKE_LOST no longer answers: a step on it never ends (srun waits
+# for the node's word after its tasks are done), so a probe of it (`true`) hangs; each probe of it is
+# noted in $FAKE_PROBES.
+LOSING_SRUN = """#!/usr/bin/env bash
+lost=
+for arg in "$@"; do
+  [[ $arg == --nodelist=* ]] || continue
+  IFS=, read -ra names <<<"${arg#*=}"
+  for name in "${names[@]}"; do [[ " $FAKE_LOST " != *" $name "* ]] || lost=$name; done
+done
+if [[ -n $lost && ${!#} == true ]]; then
+  echo "$lost" >>"$FAKE_PROBES"
+  exec sleep 60
+fi
+bash "$0.real" "$@" || code=$?
+if [[ -n $lost ]]; then exec sleep 60; fi
+exit "${code:-0}"
+"""
+
+
+def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tmp_path, fake_slurm):
+    # n2 is lost when rank 2 fails on it: the guard's probe of it times out (probe_seconds) and stops
+    # srun; the next step's choice of nodes takes the guard's word for it instead of probing it (and
+    # waiting probe_seconds) again. Spare n3 takes its place.
+    out = write(tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, output_dir=str(tmp_path / "out"), command=STEP)
+    for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO), ("srun", LOSING_SRUN)):
+        if name == "srun":
+            (tmp_path / "bin" / "srun").rename(tmp_path / "bin" / "srun.real")
+        (tmp_path / "bin" / name).write_text(text)
+        (tmp_path / "bin" / name).chmod(0o755)
+    probes = tmp_path / "probes"
+    env = {"FAIL_IN": "1", "FAKE_LOST": "n2", "FAKE_PROBES": str(probes)}
+    started = time.monotonic()
+    result = fake_slurm(out, hosts="localhost n2 n3", nodes=3, env=env)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert "slurmgen: node n2 does not answer; stopping srun" in result.stderr
+    assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
+    assert probes.read_text().split() == ["n2"], result.stderr  # the guard's probe only
+    print(f"a lost node: the job done {took:.1f} s after its start (one probe of {HEAL_PROBE_SECONDS} s)")
+    assert took < 2 * HEAL_PROBE_SECONDS, result.stderr
 
 
 @pytest.mark.parametrize(

@@ -344,3 +344,121 @@ def test_moving_to_a_spare_keeps_node_ranks_and_takes_the_rendezvous_with_node_0
     assert move_to_spare(plan, "h1").master_addr == plan.master_addr  # type: ignore[union-attr]
     with pytest.raises(SlurmgenError, match=r"^spare_hosts: h1 is also one of the job's hosts"):
         local_plan(tmp_path, ["true"], slots=(1, 1), spares=[Host.with_count("h1", 1)])
+
+
+def test_a_lost_host_with_no_spare_drops_out_while_min_nodes_are_left(tmp_path):
+    """--min-nodes (the pure decision, plan.shrink): the lost host's node goes, the others keep their
+    order with node ranks and ranks dense, WORLD_SIZE follows; node 0 going takes the rendezvous to
+    the next first host; never below min_nodes."""
+    from slurmgen.launch.plan import shrink
+
+    plan = local_plan(tmp_path, ["true"], slots=(2, 1, 2), max_restarts=1, min_nodes=2)
+    shrunk = shrink(plan, "h1")
+    assert shrunk is not None and shrunk.world_size == 4 and shrunk.master_addr == plan.master_addr
+    assert [(n.host, n.node_rank, [(e.rank, e.node_rank, e.world_size) for e in n.entries]) for n in shrunk.nodes] == [
+        ("h0", 0, [(0, 0, 4), (1, 0, 4)]),
+        ("h2", 1, [(2, 1, 4), (3, 1, 4)]),
+    ]
+    assert shrink(shrunk, "h2") is None  # 1 node left: fewer than min_nodes 2
+    assert shrink(plan, "elsewhere") is None
+    # local_plan gives the master's address (127.0.0.1): node 0 cannot drop out without it...
+    assert shrink(plan, "h0") is None
+    # ...and when it follows the hosts, it moves to the next first host's.
+    followed = shrink(replace(plan, host_addrs={"h1": "10.0.0.1", "h2": "10.0.0.2"}), "h0")
+    assert followed is not None and followed.master_addr == "10.0.0.1"
+    assert [(n.host, n.rank_offset) for n in followed.nodes] == [("h1", 0), ("h2", 1)]
+    assert shrink(replace(plan, min_nodes=None), "h1") is None  # no --min-nodes: no smaller world
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--min-nodes", "3", "--max-restarts", "1"], "min_nodes: must be 1 to the job's 2 node(s) (got 3)"),
+        (["--min-nodes", "0", "--max-restarts", "1"], "min_nodes: must be 1 to the job's 2 node(s) (got 0)"),
+        (
+            ["--min-nodes", "1"],
+            "min_nodes: needs --max-restarts (a smaller world is a restart; got min_nodes 1 without it)",
+        ),
+    ],
+)
+def test_min_nodes_that_do_not_fit_are_one_line_exit_2_nothing_written(capsys, tmp_path, monkeypatch, flags, words):
+    from helpers import run as run_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLURMGEN_HOME", str(tmp_path / "home"))
+    code, out, err = run_cli(capsys, "launch", "--hosts", "a,b", *flags, "--", "python3", "-m", "x")
+    assert (code, out, err.strip()) == (2, "", f"slurmgen: error: {words}")
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+def test_a_lost_host_with_no_spare_leaves_a_smaller_world(tmp_path):
+    """--min-nodes 1, no spare: h1 is lost in attempt 1; attempt 2 runs on h0 alone, rank 0 of a
+    1-rank world, h1 is not contacted again, and the run registry says so as Slurm's restart does."""
+    made, calls = {}, []
+
+    class LosingOnce(LosingConnection):
+        def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+            proc = super().start(command, stdin, timeout, separate_stderr)
+            threading.Timer(1.0, setattr, args=(self, "active", False)).start()
+            return proc
+
+    def connector(hosts, opts, notify=None):
+        calls.append(list(hosts))
+        env = {"RUN_FOR": "2.5"}
+        conns = {h: (LosingOnce(h, env) if h == "h1" else LocalConnection(h, env)) for h in hosts}
+        made.update({f"{h}-{len(calls)}": c for h, c in conns.items()})
+        return conns
+
+    plan = local_plan(tmp_path, [PY, "-c", SLEEPER], slots=(1, 1), max_restarts=1, min_nodes=1)
+    plan.env.update({"SLURMGEN_LAUNCH_ID": "L4", "SLURMGEN_GROUP": "launch-L4"})
+    registry = tmp_path / "jobs.sqlite"
+    record = LaunchRecord.start(Recorder(registry), plan, "smaller", [PY, "-c", SLEEPER])
+    code, out, err = run(plan, env=None, connector=connector, made=made, record=record)
+    assert calls == [["h0", "h1"]], err
+    told = "2 -> 1 nodes: h1 lost, --min-nodes 1"
+    assert f"the next attempt runs without h1 ({told})" in err
+    with Registry.open(registry) as reg:
+        (row,) = list_rows(reg)
+        assert recoveries_of(row["info"]) == {1: [told]}
+        assert f"  attempt 1: {told}" in run_lines(run_status(reg, row, False))
+    assert code == 0, err
+    log = (tmp_path / "out" / "logs" / "rank-0.log").read_text()
+    assert re.search(r"attempt 2, node 0 \(\S+\), rank 0 of 1,", log), log
+    assert not (tmp_path / "out" / "logs" / "rank-1.log").read_text().count("attempt 2") and SURVIVORS == []
+
+
+def test_the_bundled_trainer_goes_on_in_the_smaller_world_with_its_global_batch(tmp_path):
+    """The real thing: 2 gloo ranks of the bundled trainer on h0 and h1; h1 is lost once a checkpoint
+    is written; with --min-nodes 1 attempt 2 resumes it on h0 alone, accumulation 1 -> 2 keeping the
+    global batch of 16 (config.refit)."""
+    out_dir = tmp_path / "run"
+
+    class LosingAfterCheckpoint(LosingProcess):
+        def lose(self):
+            deadline = time.monotonic() + 120
+            while not list((out_dir / "checkpoints").glob("ckpt-*.pt")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            super().lose()
+
+    class Losing(LocalConnection):
+        def start(self, command, stdin, timeout=10.0, separate_stderr=True):
+            proc = LosingAfterCheckpoint(command, stdin, self.env)
+            self.procs.append(proc)
+            return proc
+
+    made, calls = {}, []
+
+    def connector(hosts, opts, notify=None):
+        calls.append(list(hosts))
+        conns = {h: (Losing(h) if h == "h1" else LocalConnection(h)) for h in hosts}
+        made.update({f"{h}-{len(calls)}": c for h, c in conns.items()})
+        return conns
+
+    trainer = [PY, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256"]
+    trainer += ["--threads", "1", "--max-steps", "400", "--save-every", "20", "--out-dir", str(out_dir)]
+    plan = local_plan(tmp_path, trainer, slots=(1, 1), max_restarts=1, min_nodes=1)
+    code, out, err = run(plan, env=None, connector=connector, made=made)
+    assert code == 0, err[-3000:] + out[-3000:]
+    assert calls == [["h0", "h1"]] and "(2 -> 1 nodes: h1 lost, --min-nodes 1)" in err, err
+    assert "the world changed from 2 to 1 processes: gradient accumulation 1 -> 2 keeps the global batch of 16" in out
+    assert "done: step 400" in out, out[-3000:]

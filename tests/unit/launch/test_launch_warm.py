@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from helpers import PY, alive, kill_local_nodes, local_connector, local_plan
 from helpers import run as run_cli
 
-from slurmgen.contract import envvars, warm
+from slurmgen.contract import envvars, exitcodes, warm
 from slurmgen.contract.hangs import beat_limit
 from slurmgen.contract.node_events import NodeEvent
 from slurmgen.errors import SlurmgenError
@@ -95,6 +96,27 @@ def test_a_rank_heartbeats_while_it_waits_for_the_new_world(tmp_path):
     assert len({b["time"] for b in seen}) >= 5  # a fresh beat every period (0.1 s) of the wait
     assert max(b["time"] for b in seen) > began + 0.6
     assert beat_limit(seen[-1], 0.5) is None  # not judged, though the wait outlasted the timeout
+
+
+def test_a_spare_given_its_orders_before_it_reads_them_still_gets_them():
+    """The node script writes the orders and closes its end at once, maybe while the spare is still
+    importing torch: the spare holds the read end from its start (train/spare.py), so the line waits
+    in the pipe (a FIFO opened by name after its writer closed would have lost it and hung)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"3 1 2 10.0.0.9 29502 4\n")
+    os.close(write_end)
+    code = (
+        "import os; print(*(os.environ[k] for k in ('RANK', 'LOCAL_RANK', 'SLURMGEN_WARM_GENERATION', 'WORLD_SIZE')))"
+    )
+    proc = subprocess.run(
+        [PY, "-m", "slurmgen.train.spare", str(read_end), "-c", code],
+        pass_fds=(read_end,),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    os.close(read_end)
+    assert (proc.returncode, proc.stdout) == (0, "slurmgen-spare 3\n3 1 2 4\n"), proc.stderr
 
 
 def warm_protocol_write(directory: Path) -> None:
@@ -230,6 +252,95 @@ def test_sigkill_of_a_rank_is_recovered_warm_the_healthy_ranks_keep_their_proces
     assert recovered < 30, f"{recovered:.1f}s"
     # Nothing is left running.
     assert not [p for p in {*pids.values(), *after.values()} if alive(p)]
+    for conn in made.values():
+        assert all(proc.popen.poll() is not None for proc in conn.procs)
+
+
+def spares_of(out_dir: Path) -> set[int]:
+    """The warm spare processes of this run (promoted or not): their command line names its out dir."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"slurmgen.train.spare" in argv and str(out_dir).encode() in argv and alive(int(proc.name)):
+            found.add(int(proc.name))
+    return found
+
+
+def imported_torch(pid: int) -> bool:
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def kill_rank_2(out_dir: Path, out: io.StringIO, generation: int) -> dict:
+    """SIGKILL rank 2 (on h1); wait for every rank stepping in the new generation and for h1's new
+    spare to have torch imported; then past the settling time (a sooner fault restarts whole)."""
+    beats = wait_for(lambda: (b := read_heartbeats(out_dir / "heartbeats")) and len(b) == 3 and b, 30, "3 beats")
+    fault = {"spares": spares_of(out_dir), "rank2": beats[2]["pid"], "killed_at": time.time()}
+    os.kill(fault["rank2"], signal.SIGKILL)
+    again = re.compile(
+        rf"\[rank \d+\] warning: warm restart: generation {generation} stepping again .* \(at ([\d.]+)\)"
+    )
+    found = wait_for(lambda: len(f := again.findall(out.getvalue())) == 3 and f, 120, f"generation {generation}")
+    fault["again"] = max(float(at) for at in found) - fault["killed_at"]
+    new = fault["new"] = wait_for(lambda: spares_of(out_dir) - fault["spares"], 30, "a new spare")
+    wait_for(lambda: all(imported_torch(p) for p in new), 120, "the new spare's import")
+    time.sleep(max(0.0, fault["killed_at"] + warm.SETTLE + 1 - time.time()))
+    return fault
+
+
+def kill_twice(out_dir: Path, out: io.StringIO, launcher: Launcher, seen: dict) -> None:
+    """Thread: once a checkpoint is written, two faults of rank 2 (kill_rank_2); then stop the run."""
+    try:
+        wait_for(lambda: list((out_dir / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+        for generation in (1, 2):
+            seen[generation] = kill_rank_2(out_dir, out, generation)
+        seen["rank2"] = read_heartbeats(out_dir / "heartbeats")[2]["pid"]
+    except AssertionError as exc:
+        seen["error"] = str(exc)
+    launcher.signals.append((signal.SIGTERM, ""))
+
+
+def test_a_used_warm_spare_is_replaced_so_the_next_fault_on_its_node_finds_one_too(tmp_path):
+    """Issue 35: after its spare was promoted a node had none, so its later faults started fresh
+    processes (interpreter and `import torch` again). Two successive SIGKILLs of rank 2 on h1: both
+    recovered by a spare, the second by the one started when the first was promoted."""
+    out_dir = tmp_path / "run"
+    plan = local_plan(
+        tmp_path,
+        trainer(out_dir, "--max-steps", "100000", "--save-every", "20", "--log-every", "50"),
+        slots=(1, 2),
+        max_restarts=2,
+        restart_mode="warm",
+    )
+    out, err, made, seen = io.StringIO(), io.StringIO(), {}, {}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
+    threading.Thread(target=kill_twice, args=(out_dir, out, launcher, seen), daemon=True).start()
+    try:
+        code = launcher.run()
+    finally:
+        kill_local_nodes(made)
+    text, said = out.getvalue(), err.getvalue()
+    assert "error" not in seen and "rank2" in seen, (seen, said, text[-3000:])
+    assert code == exitcodes.TERMINATED, (code, said)
+    for generation in (1, 2):
+        assert f"[h1] rank 2 goes on in the warm spare, generation {generation} (warm restart)" in text, text[-3000:]
+        assert f"rank 2 exited with code 137 on h1: warm restart {generation} of at most 2" in said, said
+    assert "starting rank 2 anew" not in text and "starting all nodes again" not in said
+    # The first spare became rank 2 (then killed); the one started after it became rank 2 next.
+    assert seen[1]["rank2"] not in seen[1]["spares"] and seen[2]["rank2"] in seen[1]["spares"], seen
+    assert seen["rank2"] in seen[1]["new"] and len(seen[1]["new"]) == 1, seen
+    print(
+        "warm restart with a spare: fault to every rank stepping again "
+        + ", ".join(f"{seen[g]['again']:.2f} s (fault {g})" for g in (1, 2))
+    )
+    # Nothing is left running, spares included (h0's unused one, h1's third).
+    assert not spares_of(out_dir), spares_of(out_dir)
+    assert not [p for p in (seen[1]["rank2"], seen[2]["rank2"], seen["rank2"]) if alive(p)]
     for conn in made.values():
         assert all(proc.popen.poll() is not None for proc in conn.procs)
 
