@@ -967,15 +967,19 @@ for ((local_rank = 0; local_rank < nproc; local_rank++)); do
   stop_if_signalled
 done
 # start_spare: with warm restarts, one process of the program's Python with torch imported
-# (slurmgen/train/spare.py), idle until a failed rank's place is given to it. Its orders come
-# through a FIFO this shell holds open for writing (so neither side waits on the other's open);
-# its first line of output names the rank it became, and its output then goes where that rank's
-# would. It runs in its own process group, stopped with the ranks (pids[nproc]). Promoted, it is
-# that rank's process from then on: the timeline gets its `process` line then, and its `end`.
+# (slurmgen/train/spare.py), idle until a failed rank's place is given to it; a new one each time
+# one is promoted. Its orders come through a FIFO whose both ends this shell opens before the spare
+# starts (it inherits the read end): neither side waits on the other's open, and orders given while
+# the spare is still importing wait in the pipe. Its first line of output names the rank it became,
+# and its output then goes where that rank's would. It runs in its own process group, stopped with
+# the ranks (pids[nproc]). Promoted, it is that rank's process from then on: the timeline gets its
+# `process` line then, and its `end`.
 start_spare() {
-  local fifo=$warm_dir/spare
+  local fifo=$warm_dir/spare orders
   mkfifo -- "$fifo" 2>/dev/null || return 0
   exec {spare_w}<>"$fifo"
+  exec {orders}<"$fifo" # does not wait: this shell is a writer
+  rm -f -- "$fifo" # open at both ends: the name is free for the next spare
   (
     trap : INT TERM USR1 USR2
     set +e
@@ -984,18 +988,19 @@ start_spare() {
     if [[ -n $link_in ]]; then exec {link_in}>&-; fi
     exec {wake}>&- {spare_w}>&-
     local spare=$BASHPID code ended rank
-    "${cmd[0]}" -m slurmgen.train.spare "$fifo" "${cmd[@]:1}" 2>&1 3>&- | {
+    "${cmd[0]}" -m slurmgen.train.spare "$orders" "${cmd[@]:1}" 2>&1 3>&- | {
       trap '' INT TERM USR1 USR2
+      exec {orders}<&-
       IFS= read -r first || exit 0
       rank=${first##* }
-      printf '%s\n' "$rank" >"$fifo.rank" # for the end's line below
+      printf '%s\n' "$rank" >"$fifo-$spare.rank" # for the end's line below
       printf '===== slurmgen%s node %s (%s), rank %s of %s (a warm spare), %(%Y-%m-%d %H:%M:%S %z)T =====\n' \
         "$run_note" "$node_rank" "$HOSTNAME" "$rank" "$world_size" -1 >>"$log_dir/rank-$rank.log"
       timeline process "$rank" "$spare"
       tee -a -- "$log_dir/rank-$rank.log" 2>&3 | sed -u "s/^/[rank $rank] /" 2>&3
     }
     code=${PIPESTATUS[0]}
-    if read -r rank <"$fifo.rank"; then
+    if read -r rank <"$fifo-$spare.rank"; then
       ended='done'
       ((code == 0)) || ended=failed
       timeline end "$rank" "$spare" ", \"status\": \"$ended\", \"code\": $code"
@@ -1003,6 +1008,7 @@ start_spare() {
     exit "$code"
   ) &
   pids[nproc]=$!
+  exec {orders}<&-
 }
 # end_spare: the unused spare is stopped (it may still be importing, before it opened its orders)
 # and reaped.
@@ -1035,6 +1041,7 @@ start_ordered() {
       pids[local_rank]=${pids[nproc]} pids[nproc]=
       exec {spare_w}>&-
       spare_w=
+      start_spare # the next failure here finds a spare too (in the background: nothing waits for it)
       continue
     fi
     echo "$me: starting rank $((rank_offset + local_rank)) anew in generation $generation (warm restart)" >&2

@@ -192,14 +192,17 @@ listed() {
 # job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm,
 # and answering now: each runs `true` in a step of its own, all at once, for at most 5 s.
 # The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node not
-# responding ('*') until its next ping, long after its slurmd is back (as after a reboot).
+# responding ('*') until its next ping, long after its slurmd is back (as after a reboot). A node
+# the last step's guard found not answering (end_stuck_step) is not probed again.
 usable_nodes() {
-  local node state nodelist live=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
+  local node state nodelist live=() lost=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
   usable=()
   nodelist=$(scontrol show job -o "$SLURM_JOB_ID" | grep -o ' NodeList=[^ ]*') || return 0
   mapfile -t live < <(scontrol show hostnames "${nodelist#*=}")
+  mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
   mapfile -t answering < <(
     for node in "${live[@]}"; do
+      ! listed "$node" "${lost[@]}" || continue
       { timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 && echo "$node"; } &
     done
     wait
@@ -303,6 +306,7 @@ end_stuck_step() {
     wait "${probes[i]}" && continue
     kill -0 "$1" 2>/dev/null || return 0
     echo "slurmgen: node ${step_nodes[i]} does not answer; stopping srun $1, which would wait for it" >&2
+    echo "slurmgen-lost: ${step_nodes[i]}" >>"$step_errors" # usable_nodes then does not wait on it again
     kill -KILL "$1" 2>/dev/null
     return 0
   done
