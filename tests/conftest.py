@@ -9,6 +9,8 @@
   `shellcheck` fixture in every test: CI installs shellcheck, so its absence there is a failure.
 * SIGINT is at its default in every program the tests start, even when the suite itself was
   started with it ignored (see pytest_configure).
+* Under pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``) the tests of the one test
+  cluster stay in one group, on one worker (CLUSTER_FIXTURE).
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ import pytest
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 ROOT = Path(__file__).resolve().parents[1]
+# The test cluster's fixture (tests/integration/conftest.py). Only one cluster can exist at a
+# time, so under pytest-xdist (`-n 2 --dist loadgroup`, scripts/test.sh) every test that uses it
+# is one group, run in order by one worker, while the other workers run everything else.
+CLUSTER_FIXTURE = "cluster"
 
 
 def in_ci() -> bool:
@@ -68,6 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_integration_path(item.path):
             item.add_marker(pytest.mark.integration)
+        if CLUSTER_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(CLUSTER_FIXTURE))
         if f"{Path(item.path).resolve().relative_to(ROOT)}::{item.originalname}" in faults:
             item.add_marker(pytest.mark.fault)
 
@@ -112,15 +120,27 @@ def pytest_make_collect_report(collector: pytest.Collector):
 # node_local_dir). A clean run removes its directory; a run the tests kill on purpose (kill -9,
 # fault injection, a failed rank) leaves it for the product's own stale-directory sweep, which
 # waits an hour. The suite does not wait: what it left there goes at the end of the session.
+# Under pytest-xdist this is done by the controlling process only, around all the workers: a
+# worker that finished early would otherwise remove the directories of the runs another worker
+# still has going.
 HEARTBEAT_LEFTOVERS = "slurmgen-heartbeats-*"
+_HEARTBEATS_BEFORE = pytest.StashKey[set[Path]]()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _remove_heartbeat_dirs_the_suite_left():
-    shm = Path("/dev/shm")
-    before = set(shm.glob(HEARTBEAT_LEFTOVERS))
-    yield
-    for d in set(shm.glob(HEARTBEAT_LEFTOVERS)) - before:
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _is_xdist_worker(session.config):
+        session.config.stash[_HEARTBEATS_BEFORE] = set(Path("/dev/shm").glob(HEARTBEAT_LEFTOVERS))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    before = session.config.stash.get(_HEARTBEATS_BEFORE, None)
+    if before is None:
+        return
+    for d in set(Path("/dev/shm").glob(HEARTBEAT_LEFTOVERS)) - before:
         shutil.rmtree(d, ignore_errors=True)
 
 
