@@ -17,9 +17,6 @@ trap 'rm -rf -- "$scratch"' EXIT
 export TMPDIR=$scratch
 # ...and so do the caches they fill (slurmgen's compiled templates, chromium's): none is left in ~/.cache.
 export XDG_CACHE_HOME=$scratch/cache
-# Two workers (pytest-xdist): the tests of the one test cluster are one group (tests/conftest.py),
-# run in order on one worker while the other runs the rest, which takes about as long. `-n 0` in
-# the extra arguments runs everything in this one process.
 status=0
-"$venv/bin/python" -m pytest -ra -n 2 --dist loadgroup --basetemp="$scratch/pytest" "$@" || status=$?
+"$venv/bin/python" -m pytest -ra --basetemp="$scratch/pytest" "$@" || status=$?
 exit "$status"

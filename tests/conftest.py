@@ -9,8 +9,8 @@
   `shellcheck` fixture in every test: CI installs shellcheck, so its absence there is a failure.
 * SIGINT is at its default in every program the tests start, even when the suite itself was
   started with it ignored (see pytest_configure).
-* Under pytest-xdist (scripts/test.sh runs ``-n 2 --dist loadgroup``) the tests of the one test
-  cluster stay in one group, on one worker (CLUSTER_FIXTURE).
+* The unit tests may run on pytest-xdist workers (``-n 2``); what the suite shares between
+  tests (the heartbeat-directory sweep below) is done by the controlling process.
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ import pytest
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 ROOT = Path(__file__).resolve().parents[1]
-# The test cluster's fixture (tests/integration/conftest.py). Only one cluster can exist at a
-# time, so under pytest-xdist (`-n 2 --dist loadgroup`, scripts/test.sh) every test that uses it
-# is one group, run in order by one worker, while the other workers run everything else.
-CLUSTER_FIXTURE = "cluster"
 
 
 def in_ci() -> bool:
@@ -74,8 +70,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_integration_path(item.path):
             item.add_marker(pytest.mark.integration)
-        if CLUSTER_FIXTURE in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(CLUSTER_FIXTURE))
         if f"{Path(item.path).resolve().relative_to(ROOT)}::{item.originalname}" in faults:
             item.add_marker(pytest.mark.fault)
 
