@@ -9,6 +9,8 @@
   `shellcheck` fixture in every test: CI installs shellcheck, so its absence there is a failure.
 * SIGINT is at its default in every program the tests start, even when the suite itself was
   started with it ignored (see pytest_configure).
+* The unit tests may run on pytest-xdist workers (``-n 2``); what the suite shares between
+  tests (the heartbeat-directory sweep below) is done by the controlling process.
 """
 
 from __future__ import annotations
@@ -112,15 +114,27 @@ def pytest_make_collect_report(collector: pytest.Collector):
 # node_local_dir). A clean run removes its directory; a run the tests kill on purpose (kill -9,
 # fault injection, a failed rank) leaves it for the product's own stale-directory sweep, which
 # waits an hour. The suite does not wait: what it left there goes at the end of the session.
+# Under pytest-xdist this is done by the controlling process only, around all the workers: a
+# worker that finished early would otherwise remove the directories of the runs another worker
+# still has going.
 HEARTBEAT_LEFTOVERS = "slurmgen-heartbeats-*"
+_HEARTBEATS_BEFORE = pytest.StashKey[set[Path]]()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _remove_heartbeat_dirs_the_suite_left():
-    shm = Path("/dev/shm")
-    before = set(shm.glob(HEARTBEAT_LEFTOVERS))
-    yield
-    for d in set(shm.glob(HEARTBEAT_LEFTOVERS)) - before:
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _is_xdist_worker(session.config):
+        session.config.stash[_HEARTBEATS_BEFORE] = set(Path("/dev/shm").glob(HEARTBEAT_LEFTOVERS))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    before = session.config.stash.get(_HEARTBEATS_BEFORE, None)
+    if before is None:
+        return
+    for d in set(Path("/dev/shm").glob(HEARTBEAT_LEFTOVERS)) - before:
         shutil.rmtree(d, ignore_errors=True)
 
 

@@ -263,9 +263,18 @@ def local_connector(made: dict[str, LocalConnection] | None = None, env: dict[st
 
 
 def local_plan(tmp_path: Path, command: list[str], slots=(2,), **kwargs):
-    """A plan whose 'hosts' h0, h1, ... all run here, with the logs in tmp_path/out/logs."""
+    """A plan whose 'hosts' h0, h1, ... all run here, with the logs in tmp_path/out/logs.
+
+    Its MASTER_PORT is a free one unless the spec gives one: tests run side by side (pytest-xdist,
+    scripts/test.sh) and two rendezvous on the default 29500 would take each other's store."""
     spec = build_spec(
-        {"command": command, "backend": "gloo", "log_dir": str(tmp_path / "out" / "logs"), **kwargs.pop("spec", {})}
+        {
+            "command": command,
+            "backend": "gloo",
+            "log_dir": str(tmp_path / "out" / "logs"),
+            "master_port": free_port(),
+            **kwargs.pop("spec", {}),
+        }
     )
     hosts = [Host.with_count(f"h{i}", n) for i, n in enumerate(slots)]
     return build_plan(spec, hosts, master_addr="127.0.0.1", workdir=str(tmp_path), **kwargs)

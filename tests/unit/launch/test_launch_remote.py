@@ -93,7 +93,7 @@ def test_uneven_node_gets_offset_ranks_environment_workdir_and_logs(tmp_path):
             r["cwd"],
         )
         for r in rows
-    } == {("1", "5", "3", "127.0.0.1", "29500", "2", "it's $secret", str(tmp_path))}
+    } == {("1", "5", "3", "127.0.0.1", str(plan.master_port), "2", "it's $secret", str(tmp_path))}
     assert rows[0]["CUDA_VISIBLE_DEVICES"] is None
     assert "started ranks 2-4 of 5" in text
     log = (tmp_path / "out" / "logs" / "rank-4.log").read_text()
