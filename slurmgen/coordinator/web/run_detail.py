@@ -222,6 +222,7 @@ def read_run(path: Any, seq: int, task: str | None = None) -> dict[str, Any] | N
         "run": run,
         "row": row,
         "shape": live.get("shape"),
+        "report_period": live.get("report"),  # the time report's: redrawn when the poll's differs
         "live": run["state"] in LIVE,  # its state and elapsed time move, as run_live.live_run judges
         "attempts": attempts,
         "attempts_task": attempts_task,

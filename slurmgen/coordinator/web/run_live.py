@@ -9,7 +9,10 @@ or when its current attempt's ranks first record a step: the page then redraws i
 and time report from a fresh render. Between those, `fields` carry what moves: the elapsed time
 (the current attempt's, from when it started), the state with its age, and each rank's last step,
 read from the last TAIL bytes of the run's timeline file (the `steps` samples every rank writes once
-a heartbeat period: contract/phases.py), as the log and the curves follow the run.
+a heartbeat period: contract/phases.py), as the log and the curves follow the run. Where the time
+went (goodput, the ranks' timeline bars) is a whole render of the run's `status`, too dear to make
+every second: `report` changes every REDRAW seconds while the run is live, and the page then
+redraws that report alone from a fresh render (never its log view or charts).
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ router = APIRouter()
 # rank writes one a heartbeat period, so this holds the last seconds of hundreds of ranks, however
 # long the run has gone on.
 TAIL = 64 * 1024
+# Seconds between two redraws of a live run's time report: at most one render of the page (a read of
+# its timeline, over SSH for a job of a login node) per open page in this time.
+REDRAW = 10.0
 
 
 def timeline_file(row: RunRow) -> Path | None:
@@ -77,7 +83,8 @@ def last_steps(path: Path | None) -> tuple[int | None, dict[int, int]]:
 
 
 def live_run(path: Any, seq: int, now: float) -> dict[str, Any] | None:
-    """{"shape", "fields"} of run SEQ's page (None: no such run); fields only while the run is live."""
+    """{"shape", "fields", "report"} of run SEQ's page (None: no such run); fields only while the
+    run is live, and `report` (None once it ended) the REDRAW period `now` falls in."""
     with Registry.open(path) as reg:
         row = get_row(reg, seq)
     if row is None:
@@ -93,7 +100,7 @@ def live_run(path: Any, seq: int, now: float) -> dict[str, Any] | None:
         fields.append([["run", seq, "state"], state, state_class(view["state"])])
         fields.append([["run", seq, "elapsed"], view["elapsed"], ""])
         fields += [[["rank", attempt, rank, "step"], str(step), ""] for rank, step in steps.items()]
-    return {"shape": shape_of(stamp), "fields": fields}
+    return {"shape": shape_of(stamp), "fields": fields, "report": str(int(now // REDRAW)) if live else None}
 
 
 def shape_of(stamp: str) -> str:

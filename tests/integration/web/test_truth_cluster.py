@@ -11,7 +11,7 @@ stand-in `scontrol`, or local agents):
 | item                         | on the cluster                               | only locally                          |
 |------------------------------|----------------------------------------------|---------------------------------------|
 | 1 the list's live Slurm state| test_runs_control (the list, no page opened) | test_runs_page                        |
-| 1 an open page follows a job | here (elapsed, ranks' last steps, its end)   | test_run_page_live (unit)             |
+| 1 an open page follows a job | here (elapsed, last steps, time report, end) | test_run_page_live (unit)             |
 | 2 attempts from 1 per run    | here (a group's second run)                  | test_page_defects                     |
 | 3 hung rank's stack          | here (a frozen rank, Slurm)                  | test_run_stacks_browser (Slurm, launch)|
 | 4 a hang counted as lost     | here (a frozen rank, Slurm)                  | none                                  |
@@ -472,6 +472,13 @@ def _seconds(text: str) -> int:
     return int(found.group(1) or 0) * 60 + int(found.group(2))
 
 
+def _wall(page) -> float:
+    """The wall time the page's goodput is of ("Goodput 12.6% of 15.8 s of wall time": 15.8), 0 if none."""
+    said = page.locator("#goodput")
+    found = re.search(r"of ([\d.]+) s of wall time", said.inner_text()) if said.count() else None
+    return float(found.group(1)) if found else 0.0
+
+
 def test_item1_an_open_jobs_page_follows_its_elapsed_time_last_steps_and_end(
     page, cluster_coordinator, cluster, short_job
 ):
@@ -488,6 +495,7 @@ def test_item1_an_open_jobs_page_follows_its_elapsed_time_last_steps_and_end(
         lambda: steps.count() == 2 and all(t.isdigit() and int(t) >= 100 for t in steps.all_inner_texts()), 60, "steps"
     )
     first, at = [int(t) for t in steps.all_inner_texts()], _seconds(elapsed.inner_text())
+    wall = _wait(lambda: _wall(p.page), 15, "a time report")
     p.shot("running")
     p.page.wait_for_timeout(4_000)
     later = [int(t) for t in steps.all_inner_texts()]
@@ -499,6 +507,16 @@ def test_item1_an_open_jobs_page_follows_its_elapsed_time_last_steps_and_end(
     p.shot("running-later")
     state = p.page.locator("xpath=//dt[text()='State']/following-sibling::dd[1]")
     expect(state).to_contain_text("running (Slurm: RUNNING)")
+    # where the time went follows the job too (a job 39 s in read "Goodput 0.0% of 28.4 s"): redrawn
+    # every 10 s (run_live.REDRAW) while it runs, not only when its state changes; that section alone
+    kept = "['log-view', 'curves', 'live-region'].map((id) => document.getElementById(id))"
+    p.page.evaluate(f"window.kept = {kept}")
+    later_wall = _wait(lambda: (w := _wall(p.page)) > wall and w, 15, "the time report redrawn")
+    expect(state).to_contain_text("running (Slurm: RUNNING)")
+    assert p.page.evaluate(f"{kept}.every((el, i) => el === window.kept[i])"), "the log view or charts were redrawn"
+    print(f"the time report's wall time went from {wall} s to {later_wall} s with the page open")
+    p.page.locator("#goodput").scroll_into_view_if_needed()
+    p.shot("running-time-report-redrawn")
     assert cluster.wait(short_job, timeout=90) == ("COMPLETED", 0), cluster.job_info(short_job)
     ended = time.monotonic()
     expect(state).to_contain_text("succeeded (Slurm: COMPLETED)", timeout=10_000)

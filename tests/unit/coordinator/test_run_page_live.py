@@ -136,3 +136,48 @@ def test_the_ranks_last_steps_are_read_from_the_timelines_tail_of_the_newest_att
     assert path.stat().st_size > run_live.TAIL
     assert run_live.last_steps(path) == (2, {0: 4999})  # attempt 1's 900 is not attempt 2's
     assert run_live.last_steps(tmp_path / "none") == (None, {}) == run_live.last_steps(None)
+
+
+def time_report_of(html: str) -> tuple[str | None, float, str]:
+    """(the report's period, its wall time in s, its goodput figure) on a rendered run page."""
+    period = re.search(r'<div id="run-time" data-live-part(?: data-report="(\d+)")?>', html)
+    goodput = re.search(r"Goodput <strong>([\d.]+%)</strong> of ([\d.]+) s of wall time", html)
+    assert period and goodput, html
+    return period.group(1), float(goodput.group(2)), goodput.group(1)
+
+
+def test_an_open_running_jobs_time_report_is_redrawn_every_period(served, tmp_path, monkeypatch):
+    """Seen on the test cluster: a job 39 s in read "Goodput 0.0% of 28.4 s", the figure of its first
+    render, for as long as the page stayed open. While the run lives, the poll's `report` period moves
+    on every REDRAW seconds (a shorter one here) and the page's script then redraws the time report
+    alone from a fresh render: its wall time and goodput are the run's now, not its first render's."""
+    client, registry = served
+    monkeypatch.setattr(run_live, "REDRAW", 1.0)
+    slurm_says(tmp_path, monkeypatch, JobState="RUNNING", ExitCode="0:0", RunTime="00:00:15")
+    seq = running_job(registry, tmp_path, steps=40)
+    time.sleep(1.0 - time.time() % 1.0)  # at a period's start: the render and the poll below fall in it
+    html = client.get(f"/ui/runs/{seq}").text
+    period, wall, figure = time_report_of(html)
+    assert period is not None, "a live run's time report is never redrawn"
+    assert client.get(f"/ui/live/runs/{seq}").json()["report"] == period  # within the period: nothing to redraw
+
+    time.sleep(1.1)  # past the period, the ranks stepped on to 200
+    (tmp_path / "logs" / TIMELINE_NAME.format(job_id="91")).open("a").write(
+        "".join(
+            json.dumps({"event": "steps", "rank": r, "attempt": 1, "time": time.time(), "step": s, "work": 0.05}) + "\n"
+            for s in range(60, 201, 20)
+            for r in (0, 1)
+        )
+    )
+    answer = client.get(f"/ui/live/runs/{seq}").json()
+    assert answer["report"] not in (None, period)  # the page's script fetches a fresh render of its report
+    later, wall_later, figure_later = time_report_of(client.get(f"/ui/runs/{seq}").text)
+    assert later == answer["report"] and wall_later > wall, (wall, wall_later)
+    assert float(figure_later.rstrip("%")) > float(figure.rstrip("%")), (figure, figure_later)  # the new steps count
+
+    # ended: no period, the report is drawn once more with the new shape and stays
+    slurm_says(
+        tmp_path, monkeypatch, JobState="COMPLETED", ExitCode="0:0", RunTime="00:00:18", EndTime="2026-11-28T17:00:18"
+    )
+    assert client.get(f"/ui/live/runs/{seq}").json()["report"] is None
+    assert time_report_of(client.get(f"/ui/runs/{seq}").text)[0] is None

@@ -15,23 +15,42 @@
   }
 
   // --- live values: every [data-live] element, refreshed from one JSON snapshot ---------
-  async function reloadRegion(region) {
-    const picked = new Set(Array.from(region.querySelectorAll("input[type=checkbox]:checked"), (box) => box.value));
+  // A fresh render of the page (null: not had).
+  async function freshPage(region) {
     // The page's own address, not the window's: after a refused POST the window shows the POST's URL.
     const response = await fetch(region.getAttribute("data-page-url"), { credentials: "same-origin" });
-    if (!response.ok) return region;
-    const doc = new DOMParser().parseFromString(await response.text(), "text/html");
-    const fresh = doc.getElementById("live-region");
+    if (!response.ok) return null;
+    return new DOMParser().parseFromString(await response.text(), "text/html");
+  }
+
+  // Each of these parts of the page replaced by its fresh render's, by id.
+  function replaceParts(doc, parts) {
+    parts.forEach((part) => {
+      const same = doc.getElementById(part.id);
+      if (same) part.replaceWith(same);
+    });
+  }
+
+  async function reloadRegion(region) {
+    const picked = new Set(Array.from(region.querySelectorAll("input[type=checkbox]:checked"), (box) => box.value));
+    const doc = await freshPage(region);
+    const fresh = doc && doc.getElementById("live-region");
     if (!fresh) return region;
     fresh.querySelectorAll("input[type=checkbox]").forEach((box) => { box.checked = picked.has(box.value); });
     region.replaceWith(fresh);
     // The page's other parts that follow the same state (a run page's attempts and time report),
     // kept apart from the region so that what lies between them (a log view, charts) is never redrawn.
-    document.querySelectorAll("[data-live-part]").forEach((part) => {
-      const same = doc.getElementById(part.id);
-      if (same) part.replaceWith(same);
-    });
+    replaceParts(doc, document.querySelectorAll("[data-live-part]"));
     return fresh;
+  }
+
+  // A live run's time report, redrawn alone when the poll's period (run_live.REDRAW) is not the
+  // one it was rendered in: its goodput and timeline bars follow the run, nothing else is touched.
+  async function reloadReport(region, period) {
+    const report = document.querySelector("[data-report]");
+    if (!period || !report || report.getAttribute("data-report") === period) return;
+    const doc = await freshPage(region);
+    if (doc) replaceParts(doc, [report]);
   }
 
   function applyFields(region, fields) {
@@ -58,6 +77,7 @@
       try {
         const snapshot = await getJSON(url);
         if (snapshot.shape !== region.getAttribute("data-shape")) region = await reloadRegion(region);
+        else await reloadReport(region, snapshot.report);
         applyFields(document, snapshot.fields);  // the region's values and its parts' (data-live-part)
         document.body.setAttribute("data-live-at", String(Date.now()));
       } catch (err) { console.warn(err.message); }
