@@ -37,6 +37,12 @@ def main(max_steps: int) -> None:
                 break
     rank, world = accelerator.process_index, accelerator.num_processes
     print(f"rank {rank} of {world} local {accelerator.local_process_index}: done", flush=True)
+    # Free the DDP model (it holds the process group in reference cycles; the accelerator keeps
+    # references too) before destroying the group: a group left to interpreter shutdown makes gloo
+    # (CPU) abort now and then after the last step (exit 134; docs/troubleshooting.md).
+    accelerator.wait_for_everyone()
+    model, optimizer, data = accelerator.free_memory(model, optimizer, data)  # and gc.collect()
+    accelerator.end_training()  # destroys the process group
 
 
 if __name__ == "__main__":
