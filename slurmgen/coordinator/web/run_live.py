@@ -18,7 +18,6 @@ redraws that report alone from a fresh render (never its log view or charts).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from slurmgen.runs.registry import Registry
 from .auth import guarded
 from .run_extras import LIVE
 from .runs_page import REFRESHER, registry_path, run_view
-from .views import state_class
+from .views import digest, state_class
 
 router = APIRouter()
 # The end of a timeline file read for the ranks' last steps: a line is about 150 bytes and every
@@ -100,11 +99,7 @@ def live_run(path: Any, seq: int, now: float) -> dict[str, Any] | None:
         fields.append([["run", seq, "state"], state, state_class(view["state"])])
         fields.append([["run", seq, "elapsed"], view["elapsed"], ""])
         fields += [[["rank", attempt, rank, "step"], str(step), ""] for rank, step in steps.items()]
-    return {"shape": shape_of(stamp), "fields": fields, "report": str(int(now // REDRAW)) if live else None}
-
-
-def shape_of(stamp: str) -> str:
-    return hashlib.sha1(stamp.encode()).hexdigest()[:16]
+    return {"shape": digest([stamp]), "fields": fields, "report": str(int(now // REDRAW)) if live else None}
 
 
 @router.get("/ui/live/runs/{seq}", name="web_live_run")

@@ -14,7 +14,6 @@ page's script refreshes it the way it refreshes the groups (live.py): a JSON sna
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from typing import Any
 
@@ -31,7 +30,7 @@ from slurmgen.runs.registry import Registry
 from .auth import guarded
 from .render import render
 from .run_records import last_loss
-from .views import clock
+from .views import clock, digest
 
 router = APIRouter()
 # Rows a page of the list shows, newest first; older ones are on the next pages (`slurmgen jobs`
@@ -146,8 +145,7 @@ def read_runs(
 
 def shape(rows: list[dict[str, Any]]) -> str:
     """Changes when a row appears, goes, or changes state, attempts or outcome: then the page is redrawn."""
-    text = "\n".join(f"{r['seq']} {r['state']} {r['as_of'] is not None} {r['attempts']} {r['outcome']}" for r in rows)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
+    return digest(f"{r['seq']} {r['state']} {r['as_of'] is not None} {r['attempts']} {r['outcome']}" for r in rows)
 
 
 def filters(request: Request) -> tuple[list[str], list[str], str | None]:

@@ -193,6 +193,13 @@ def shape(groups: Sequence[Mapping[str, Any]], workers: Sequence[Mapping[str, An
     redraws the region; everything else is a live value."""
     parts = [f"g {g['name']} {g['state']} {g['attempt']}" for g in groups]
     parts += [f"w {w['name']} {w['group']} {w['forget_why'] is None}" for w in workers]
+    return digest(parts)
+
+
+def digest(parts: Iterable[str]) -> str:
+    """A live page's shape, from the lines that make it: short, and the same for the same lines. The
+    page keeps the one it was drawn with and redraws its region when a poll answers another (the
+    overview, the runs list, a run page)."""
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
 
 
