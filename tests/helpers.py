@@ -291,6 +291,18 @@ def alive(pid: int) -> bool:
         return False
 
 
+def still_running(pids, grace: float = 2.0) -> list[int]:
+    """The processes of `pids` still alive `grace` seconds from now (sooner when none is). A rank
+    SIGKILLed with its group outlives its subshell, the group's leader the node script waits for,
+    while the kernel frees its memory (tens of ms for a process that imported torch, more under
+    load): checked at once, such a dying process would be taken for one left running."""
+    pids = list(pids)
+    deadline = time.monotonic() + grace
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
 # --- Generated scripts run for real (srun and scontrol stand-ins) -----------------------------
 HOSTILE = [
     "it's",
@@ -522,10 +534,7 @@ def run_launcher(plan, env=None, connector=None, made=None, record=None):
     SURVIVORS.clear()
     try:
         code = launcher.run()
-        deadline = time.monotonic() + 2
-        while any(alive(p) for p in pids(out.getvalue())) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        SURVIVORS.extend(p for p in pids(out.getvalue()) if alive(p))
+        SURVIVORS.extend(still_running(pids(out.getvalue())))
     finally:
         kill_local_nodes(made)
         for p in SURVIVORS:

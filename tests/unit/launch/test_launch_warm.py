@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import PY, alive, kill_local_nodes, local_connector, local_plan
+from helpers import PY, alive, kill_local_nodes, local_connector, local_plan, still_running
 from helpers import run as run_cli
 
 from slurmgen.contract import envvars, exitcodes, warm
@@ -251,7 +251,7 @@ def test_sigkill_of_a_rank_is_recovered_warm_the_healthy_ranks_keep_their_proces
     print(f"warm restart: fault to every rank stepping again {recovered:.2f} s")
     assert recovered < 30, f"{recovered:.1f}s"
     # Nothing is left running.
-    assert not [p for p in {*pids.values(), *after.values()} if alive(p)]
+    assert not still_running({*pids.values(), *after.values()})
     for conn in made.values():
         assert all(proc.popen.poll() is not None for proc in conn.procs)
 
@@ -339,8 +339,8 @@ def test_a_used_warm_spare_is_replaced_so_the_next_fault_on_its_node_finds_one_t
         + ", ".join(f"{seen[g]['again']:.2f} s (fault {g})" for g in (1, 2))
     )
     # Nothing is left running, spares included (h0's unused one, h1's third).
-    assert not spares_of(out_dir), spares_of(out_dir)
-    assert not [p for p in (seen[1]["rank2"], seen[2]["rank2"], seen["rank2"]) if alive(p)]
+    assert not still_running(spares_of(out_dir))
+    assert not still_running((seen[1]["rank2"], seen[2]["rank2"], seen["rank2"]))
     for conn in made.values():
         assert all(proc.popen.poll() is not None for proc in conn.procs)
 
