@@ -14,12 +14,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from slurmgen.contract import envvars
+from slurmgen.contract import warm as protocol
 from slurmgen.contract.states import State
 from slurmgen.coordinator import state as st
-from slurmgen.coordinator.models import AgentOrders, AgentReport, ReportedLine, StartOrder, StopOrder, WorkerReport
+from slurmgen.coordinator.models import (
+    AgentOrders,
+    AgentReport,
+    ReportedLine,
+    StartOrder,
+    StopOrder,
+    WorkerReport,
+    WorldOrder,
+)
 
 if TYPE_CHECKING:  # the rows' shapes only: deciding on a report reads no SQL
-    from slurmgen.coordinator.store import AttemptRow, WorkerRow
+    from slurmgen.coordinator.store import AttemptRow, Warm, WorkerRow
 
 DEFAULT_GRACE = 10.0
 
@@ -105,7 +115,9 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
         run = (r.group, r.attempt) if r.group is not None else None
         a = known.active.get(w["grp"] or "")
         wanted = (a["grp"], a["number"]) if a and name in a["plan"]["ranks"] else None
-        if r.state == "exited" and run is not None and r.exit_code is not None:
+        generation = generation_of(known.attempts.get(run) if run else None, name)
+        superseded = st.superseded(r.generation, generation)  # an exit of a process a warm restart replaced
+        if r.state == "exited" and run is not None and r.exit_code is not None and not superseded:
             actions += _record_exit(known, codes, run, name, r.exit_code, touched)
         if r.runs and run is not None:
             actions += _record_runs(known, runs, run, r.runs)
@@ -114,7 +126,11 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
         if run == wanted and wanted is not None and r.state == State.RUNNING.value != w["state"]:
             touched.setdefault(wanted, set())
         finished = wanted is not None and name in codes.get(wanted, {})
-        _order(orders, known, r, name, run, wanted, st.reconcile(r.state, run, wanted, finished))
+        order = st.reconcile(r.state, run, wanted, finished)
+        if order is None and run == wanted and wanted is not None:
+            order = "start" if st.start_anew(r.state, r.generation, generation) else None
+            _tell_world(orders, known, wanted)
+        _order(orders, known, r, name, run, wanted, order)
         values = {
             "state": st.worker_state(r.state, run, wanted, lost=False),
             "pid": r.pid,
@@ -177,18 +193,17 @@ def _order(
         attempt = known.attempts[wanted]
         assert attempt is not None  # for type checkers: a wanted run is an active attempt, which Known holds
         plan = attempt["plan"]
-        orders.start.append(
-            StartOrder(
-                worker=r.id,
-                group=wanted[0],
-                attempt=wanted[1],
-                rank=plan["ranks"][name],
-                argv=plan["argv"],
-                env=plan["env"][name],
-                cwd=plan["cwd"],
-                heartbeat_timeout=plan["heartbeat_timeout"],
-            )
+        start = StartOrder(
+            worker=r.id,
+            group=wanted[0],
+            attempt=wanted[1],
+            rank=plan["ranks"][name],
+            argv=plan["argv"],
+            env=plan["env"][name],
+            cwd=plan["cwd"],
+            heartbeat_timeout=plan["heartbeat_timeout"],
         )
+        orders.start.append(_warm_start(start, plan["warm"], name) if "warm" in plan else start)
     elif order == "stop":
         ran = known.attempts.get(run) if run else None
         orders.stop.append(
@@ -198,3 +213,46 @@ def _order(
                 stack=run is not None and known.stacks.get(run) == name,
             )
         )
+
+
+# ---- warm restarts (GroupConfig.restart_mode warm, contract/warm.py) ---------------------------
+def generation_of(attempt: AttemptRow | None, name: str) -> int:
+    """The generation worker `name`'s rank was last started in by `attempt`'s warm restarts
+    (0: the attempt's first, or no warm restarts)."""
+    if attempt is None or "warm" not in attempt["plan"]:
+        return 0
+    return attempt["plan"]["warm"]["workers"].get(name, 0)
+
+
+def _tell_world(orders: AgentOrders, known: Known, run: st.RunKey) -> None:
+    """Add the attempt's current world to the orders (once per answer) once a warm restart made
+    one: the agent writes it where its ranks of the attempt wait (its write is idempotent, so
+    every answer may carry it while the attempt runs, and an agent that missed one answer is
+    told again)."""
+    attempt = known.attempts.get(run)
+    warm = attempt["plan"].get("warm") if attempt else None
+    if attempt is None or not warm or not warm["generation"] or any((w.group, w.attempt) == run for w in orders.worlds):
+        return
+    env = next(iter(attempt["plan"]["env"].values()))
+    orders.worlds.append(
+        WorldOrder(
+            group=run[0],
+            attempt=run[1],
+            generation=warm["generation"],
+            master_addr=env["MASTER_ADDR"],
+            master_port=protocol.port_for(int(env["MASTER_PORT"]), warm["generation"]),
+            world_size=len(attempt["plan"]["ranks"]),
+        )
+    )
+
+
+def _warm_start(order: StartOrder, warm: Warm, name: str) -> StartOrder:
+    """A start of a group that restarts warm: the agent gives the rank its warm dir; a rank started
+    anew by a warm restart joins that generation's world (its port, contract/warm.py) and is told
+    which it is (SLURMGEN_WARM_GENERATION)."""
+    generation = warm["workers"].get(name, 0)
+    if not generation:
+        return order.model_copy(update={"warm": True})
+    port = protocol.port_for(int(order.env["MASTER_PORT"]), generation)
+    env = {**order.env, "MASTER_PORT": str(port), envvars.WARM_GENERATION: str(generation)}
+    return order.model_copy(update={"warm": True, "generation": generation, "env": env})

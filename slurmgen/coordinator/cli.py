@@ -18,6 +18,7 @@ from slurmgen.contract import exitcodes, ports
 from slurmgen.contract.backends import BACKENDS
 from slurmgen.contract.states import ACTIVE_WORDS, State
 from slurmgen.contract.strategies import STRATEGIES
+from slurmgen.contract.warm import RESTART_MODES
 from slurmgen.errors import SlurmgenError
 
 JSON = typer.Option(False, "--json", help="Print JSON instead of text.")
@@ -218,6 +219,12 @@ def group_config(
         "--spare-nodes",
         help="The last N nodes in rank order run nothing; a restart moves a failed or lost node's ranks to one.",
     ),
+    restart_mode: str | None = typer.Option(
+        None,
+        "--restart-mode",
+        help=" | ".join(RESTART_MODES) + ": warm starts a failed rank anew while the others keep their processes "
+        "(each counts against --max-restarts).",
+    ),
     heartbeat_timeout: float | None = typer.Option(
         None, "--heartbeat-timeout", help="Seconds before a trainer heartbeat is stale."
     ),
@@ -238,6 +245,7 @@ def group_config(
         "env": parse_env(env) if env else None,
         "max_restarts": max_restarts,
         "spare_nodes": spare_nodes,
+        "restart_mode": restart_mode,
         "heartbeat_timeout": heartbeat_timeout,
         "stop_grace": stop_grace,
     }

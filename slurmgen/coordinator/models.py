@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slurmgen.contract import envvars, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
@@ -34,6 +34,8 @@ RESERVED_ENV = (
     envvars.STRATEGY,
     envvars.GROUP,
     envvars.HEARTBEAT_DIR,
+    envvars.WARM_DIR,
+    envvars.WARM_GENERATION,
 )
 
 WorkerState = Literal["idle", "starting", "running", "exited", "lost"]
@@ -109,10 +111,25 @@ class GroupConfig(_Request):
         description="the group's last N nodes in its order run nothing: a restart moves a failed or lost node's "
         "ranks to one of them",
     )
+    restart_mode: Literal["cold", "warm"] = Field(  # contract.warm.RESTART_MODES (a test keeps them equal)
+        "cold",
+        description="warm: a rank that exits with a code worth a retry is started anew while the others keep their "
+        "processes and wait for the new world (contract/warm.py); each counts against max_restarts",
+    )
     heartbeat_timeout: float = Field(
         120.0, ge=1, description="seconds before a rank's trainer heartbeat counts as stale (hung)"
     )
     stop_grace: float = Field(10.0, ge=0, le=600, description="seconds between TERM and KILL")
+
+    @model_validator(mode="after")
+    def _warm_needs_restarts(self) -> GroupConfig:
+        """A warm restart is a restart: without one to spend it never happens, which a setting
+        that asks for it should not hide."""
+        if self.restart_mode == "warm" and self.max_restarts < 1:
+            raise ValueError(
+                "restart_mode: warm needs max_restarts of at least 1 (each warm restart counts against it)"
+            )
+        return self
 
     @field_validator("master")
     @classmethod
@@ -211,6 +228,10 @@ class AttemptOut(BaseModel):
     moved: list[str] = Field(
         default_factory=list, description="the nodes moved to a spare before it started ('node N moved from ...')"
     )
+    warm: list[str] = Field(
+        default_factory=list,
+        description="the warm restarts inside it ('warm restart G: rank R started anew after ...')",
+    )
 
 
 class GroupOut(BaseModel):
@@ -292,6 +313,7 @@ class WorkerReport(BaseModel):
     runs: list[str] = Field(
         default_factory=list, max_length=16, description="run record directories the rank announced (tracking)"
     )
+    generation: int = Field(0, ge=0, description="the warm restart generation its rank was started in (StartOrder)")
     stack: list[str] | None = Field(
         None,
         max_length=16,
@@ -342,6 +364,22 @@ class StartOrder(BaseModel):
     env: dict[str, str]
     cwd: str | None
     heartbeat_timeout: float
+    warm: bool = Field(
+        False, description="the group restarts warm: give the rank the node's warm dir (contract/warm.py)"
+    )
+    generation: int = Field(0, ge=0, description="the warm restart generation the rank joins (0: the attempt's first)")
+
+
+class WorldOrder(BaseModel):
+    """A warm restart's new world (contract/warm.World), for the agent to write where its ranks
+    of that attempt wait for it."""
+
+    group: str
+    attempt: int
+    generation: int = Field(ge=1)
+    master_addr: str
+    master_port: int
+    world_size: int
 
 
 class StopOrder(BaseModel):
@@ -357,6 +395,7 @@ class Changed(BaseModel):
 class AgentOrders(BaseModel):
     start: list[StartOrder] = Field(default_factory=list)
     stop: list[StopOrder] = Field(default_factory=list)
+    worlds: list[WorldOrder] = Field(default_factory=list)
     # The server's --agent-timeout: an agent that cannot reach the server for longer (plus a
     # margin) knows its groups have failed and stops its ranks (node_agent.py).
     agent_timeout: float | None = None

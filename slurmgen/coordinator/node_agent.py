@@ -33,7 +33,7 @@ from slurmgen.contract import hangs, signals
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.coordinator.client import Client, ClientError
 from slurmgen.coordinator.models import AgentLines, AgentOrders, AgentReport, QuietBeat
-from slurmgen.coordinator.procs import Procs, Slot
+from slurmgen.coordinator.procs import Procs, Slot, write_world
 
 log = logging.getLogger("slurmgen.agent")
 LINES_PER_REPORT = 2000
@@ -126,6 +126,7 @@ class WorkerAgent:
         base = state_dir or Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "slurmgen" / "agent"
         self.log_dir = base / self.host / "logs"
         self.hb_root = base / self.host / "heartbeats"
+        self.warm_root = base / self.host / "warm"  # where ranks wait for a warm restart's world
         self.wake = threading.Event()
         self.procs = Procs(workers, self.log_dir, self.wake)
         self.stopping = False
@@ -225,6 +226,9 @@ class WorkerAgent:
                 if stop.stack:
                     self.procs.take_stack(stop.worker)
                 self.procs.stop(stop.worker, stop.grace)
+        for world in orders.worlds:  # before the starts: a rank started anew finds its world there
+            if write_world(self.warm_root, world):
+                log.info("warm restart: generation %d of %s attempt %d", world.generation, world.group, world.attempt)
         for start in orders.start:
             if start.worker < len(self.procs.slots):
                 log.info(
@@ -235,7 +239,7 @@ class WorkerAgent:
                     start.group,
                     start.attempt,
                 )
-                self.procs.start(start, self.hb_root)
+                self.procs.start(start, self.hb_root, self.warm_root)
 
     def watch_changes(self) -> None:
         """Thread: keep a long poll open and wake the main loop when orders may have changed

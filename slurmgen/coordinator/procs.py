@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 
 from slurmgen.contract import envvars, exitcodes, files, phases
+from slurmgen.contract import warm as protocol
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.contract.threads import default_omp_threads
 from slurmgen.coordinator import stacks, watchdog
-from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport
+from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport, WorldOrder
 from slurmgen.observe.timeline_writer import TimelineWriter
 from slurmgen.tracking.store import ANNOUNCE_FILE
 
@@ -63,6 +64,25 @@ def private_dirs(path: Path, top: Path) -> None:
         if d == top or d == d.parent:
             return
         d = d.parent
+
+
+def warm_dir(warm_root: Path, group: str, attempt: int) -> Path:
+    """The directory, made private, where a group attempt's ranks on this node wait for a warm
+    restart's new world (contract/warm.py: the agent writes it there, `write_world`)."""
+    path = warm_root / f"{group}-{attempt}"
+    private_dirs(path, warm_root)
+    return path
+
+
+def write_world(warm_root: Path, order: WorldOrder) -> bool:
+    """Write a warm restart's new world for the attempt's ranks here, once (a world already there
+    of that generation or a later one stays); whether it was written."""
+    directory = str(warm_dir(warm_root, order.group, order.attempt))
+    current = protocol.read(directory)
+    if current is not None and current.generation >= order.generation:
+        return False
+    protocol.write(directory, protocol.World(order.generation, order.master_addr, order.master_port, order.world_size))
+    return True
 
 
 def exit_status(returncode: int) -> int:
@@ -188,6 +208,7 @@ class Slot:
             hung=hung,
             beat=beat,
             runs=self.announced_runs(),
+            generation=o.generation if o else 0,
             stack=self.stack,
         )
 
@@ -226,7 +247,10 @@ class Procs:
         except (BrokenPipeError, ValueError):
             pass
 
-    def start(self, order: StartOrder, hb_root: Path) -> None:
+    def start(self, order: StartOrder, hb_root: Path, warm_root: Path | None = None) -> None:
+        """Start the order's rank in its slot (not over a running one); with `warm_root`, a group
+        that restarts warm gets its ranks of this attempt a directory of this node's under it
+        (SLURMGEN_WARM_DIR), where they wait for the new world after a peer's failure."""
         slot = self.slots[order.worker]
         if slot.running:
             return
@@ -235,6 +259,8 @@ class Procs:
         private_dirs(run_dir, self.log_dir)
         private_dirs(hb_dir, hb_root)
         env = {**os.environ, **order.env, envvars.HEARTBEAT_DIR: str(hb_dir)}
+        if order.warm and warm_root is not None:
+            env[envvars.WARM_DIR] = str(warm_dir(warm_root, order.group, order.attempt))
         ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:

@@ -18,6 +18,7 @@ from slurmgen.contract import exitcodes
 from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
 from slurmgen.contract.states import STOPPED_BY_YOU, State, stopped_after
+from slurmgen.contract.warm import WARM
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
@@ -55,6 +56,12 @@ def own_end(worker: str, a: AttemptRow) -> dict[str, Any]:
     if worker == a["blamed"] or (a["state"] == State.STOPPED and worker in a["stopped_workers"]):
         return {"cause": a["reason"]}
     return {}
+
+
+def first_world(config: GroupConfig) -> dict[str, Any]:
+    """The warm part of a new attempt's plan: generation 0, no warm restart yet; none for a group
+    that restarts cold (so its plans stay as they were)."""
+    return {"warm": {"generation": 0, "at": None, "workers": {}, "told": []}} if config.restart_mode == WARM else {}
 
 
 @dataclass
@@ -210,6 +217,7 @@ class Coordinator:
                     runs=a["runs"],
                     run_attempt=run_attempt(a["plan"]),
                     moved=a["plan"].get("moves", []),
+                    warm=a["plan"].get("warm", {}).get("told", []),
                 )
                 for a in self.store.attempts(name)
             ]
@@ -441,6 +449,7 @@ class Coordinator:
             "moved": layout.moved,
             "spares": layout.spares,
             "moves": layout.moves,
+            **first_world(config),
         }
 
     def _new_attempt(
@@ -498,6 +507,8 @@ class Coordinator:
             return
         if outcome.ended and self._swap_lost(a, outcome, now):
             return
+        if outcome.ended and self._warm_restart(a, outcome, set(lost) | set(stories), now):
+            return
         if outcome.ended:
             if found and outcome.reason == found[1]:
                 self.stacks[(a["grp"], a["number"])] = found[0]  # its stop order asks for the stack
@@ -525,7 +536,7 @@ class Coordinator:
         if self.runs:
             self.runs.attempt_ended(name, a, g["restarts"], outcome)
         config = GroupConfig(**g["config"])
-        if st.restart_after(outcome, g["restarts"], config.max_restarts):
+        if st.restart_after(outcome, g["restarts"] + self._warm_used(a, g["restarts"]), config.max_restarts):
             try:
                 layout = self._next_layout(a, config, st.node_to_blame(outcome), now)
             except Conflict as e:
@@ -545,6 +556,54 @@ class Coordinator:
         self.store.update_group(name, state=outcome.state, reason=outcome.reason, exit_code=outcome.exit_code)
         if self.runs:
             self.runs.ended(name, a, g["restarts"], outcome)
+
+    def _warm_used(self, a: AttemptRow, restarts: int) -> int:
+        """The warm restarts of `a`'s run so far (its attempts since its first, `a` itself with
+        them): each counts against max_restarts, as the restarts that began a new attempt do."""
+        first = a["number"] - restarts
+        return sum(
+            len(b["plan"].get("warm", {}).get("told", []))
+            for b in self.store.attempts(a["grp"])
+            if first <= b["number"] <= a["number"]
+        )
+
+    def _warm_restart(self, a: AttemptRow, outcome: st.Outcome, troubled: set[str], now: float) -> bool:
+        """A failed attempt of a group that restarts warm goes on instead (`state.warm_restart`
+        decides): the failed rank's exit is taken back, its plan says the next generation, whose
+        world the agents write for the ranks waiting in their processes and in which the failed
+        rank's agent starts it anew (agent_beat.py); the group's reason and the run record say so.
+        False when it ends as without warm restarts."""
+        warm = a["plan"].get("warm")
+        if warm is None:
+            return False
+        g = self._group_row(a["grp"])
+        config = GroupConfig(**g["config"])
+        decided = st.warm_restart(
+            outcome,
+            a["state"],
+            a["plan"]["ranks"],
+            a["exit_codes"],
+            troubled,
+            (warm["generation"], warm["at"]),
+            now,
+            (g["restarts"] + self._warm_used(a, g["restarts"]), config.max_restarts),
+            int(next(iter(a["plan"]["env"].values()))["MASTER_PORT"]),
+        )
+        if decided is None:
+            return False
+        warm = {
+            "generation": decided.generation,
+            "at": now,
+            "workers": {**warm["workers"], decided.worker: decided.generation},
+            "told": [*warm["told"], decided.what],
+        }
+        codes = {w: c for w, c in a["exit_codes"].items() if w != decided.worker}
+        self.store.update_attempt(a["grp"], a["number"], plan={**a["plan"], "warm": warm}, exit_codes=codes)
+        self.store.update_group(a["grp"], reason=decided.what)
+        if self.runs:
+            self.runs.recovered(a["grp"], a["number"], g["restarts"], decided.what)
+        self.changes.bump()
+        return True
 
     def tick(self) -> None:
         """Stop the groups whose runs were asked to stop, fail attempts whose agents went silent,

@@ -11,10 +11,11 @@ contract's verdict (slurmgen/contract/verdict.py) over what was observed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
 
-from slurmgen.contract import exitcodes, retries, verdict
+from slurmgen.contract import exitcodes, retries, verdict, warm
 from slurmgen.contract.states import ACTIVE_WORDS, ENDED_WORDS, State
 
 Order = Literal["start", "stop"]
@@ -138,3 +139,67 @@ def node_to_blame(outcome: Outcome) -> str | None:
 
 def can_start(group_state: str) -> bool:
     return group_state not in ACTIVE_WORDS
+
+
+# ---- warm restarts (GroupConfig.restart_mode warm, contract/warm.py) ---------------------------
+@dataclass(frozen=True)
+class WarmRestart:
+    """A warm restart decided: the generation it begins, the worker whose rank starts anew in it
+    (the others keep their processes and wait for that world), the world's rendezvous port, and
+    the restart in words for the records."""
+
+    generation: int
+    worker: str
+    rank: int
+    port: int
+    what: str
+
+
+def warm_restart(
+    outcome: Outcome,
+    attempt_state: str,
+    ranks: Mapping[str, int],
+    exits: Mapping[str, int],
+    troubled: AbstractSet[str],
+    last: tuple[int, float | None],
+    now: float,
+    budget: tuple[int, int],
+    base_port: int,
+) -> WarmRestart | None:
+    """Whether a failed running attempt goes on in a next generation instead of ending, and in
+    which: the failure is a rank's exit (in `exits`, the attempt's recorded codes; `ranks` maps
+    worker -> rank) with a code the retry rule finds worth another, no worker hangs or is lost (`troubled`: those ranks'
+    processes cannot wait for a new world), a restart is left (`budget`: (used, max_restarts);
+    each warm restart counts), and the last one (`last`: (generation, when)) is more than
+    warm.SETTLE seconds ago: a failure that soon means the program does not take part, or the
+    world did not form, and the attempt restarts whole as before. An attempt still starting
+    restarts whole too: its ranks may not have met yet, so none waits for a new world."""
+    worker, code = outcome.worker, outcome.exit_code
+    generation, at = last
+    used, most = budget
+    if (
+        outcome.state != State.FAILED
+        or attempt_state != State.RUNNING
+        or worker not in ranks
+        or exits.get(worker) != code
+        or troubled
+        or not retries.worth_retry(code)
+        or used >= most
+        or (at is not None and now - at <= warm.SETTLE)
+    ):
+        return None
+    nxt, rank = generation + 1, ranks[worker]
+    told = f"warm restart {nxt}: rank {rank} started anew after {outcome.reason}"
+    return WarmRestart(nxt, worker, rank, warm.port_for(base_port, nxt), told)
+
+
+def start_anew(reported: str, reported_generation: int, wanted_generation: int) -> bool:
+    """Whether a slot of the attempt it should run, whose rank is not running, starts it again:
+    a warm restart gave the rank a generation after the one its last process was started in."""
+    return reported != State.RUNNING and reported_generation < wanted_generation
+
+
+def superseded(reported_generation: int, wanted_generation: int) -> bool:
+    """Whether a rank's reported exit belongs to a process a warm restart has replaced (its
+    generation is older than the one the rank was started anew in): not a failure to judge again."""
+    return reported_generation < wanted_generation

@@ -58,13 +58,23 @@ class _Plan(TypedDict):
     heartbeat_timeout: float
 
 
+class Warm(TypedDict):
+    """An attempt's warm restarts so far (GroupConfig.restart_mode warm, contract/warm.py)."""
+
+    generation: int  # the world its ranks are in now: 0 until its first warm restart
+    at: float | None  # when the last warm restart was ordered
+    workers: dict[str, int]  # worker name -> the generation its rank was last started in (0: absent)
+    told: list[str]  # each warm restart in words, in order
+
+
 class Plan(_Plan, total=False):
     """An attempt's plan with its spare nodes (GroupConfig.spare_nodes), absent from plans stored
-    before them."""
+    before them, and its warm restarts (present when its group restarts warm)."""
 
     moved: dict[str, str]  # node -> the spare its node rank runs on now
     spares: list[str]  # the nodes free to take a failed node's ranks, in the order they are taken
     moves: list[str]  # the moves made before it started, in words
+    warm: Warm
 
 
 # One row of each table as `Store` returns it: the columns (a test keeps them equal to SCHEMA's),

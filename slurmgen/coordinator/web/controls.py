@@ -23,6 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from slurmgen.contract.states import ACTIVE_WORDS
+from slurmgen.contract.warm import COLD
 from slurmgen.jobs import control
 from slurmgen.jobs.control import Outcome, RunControl
 from slurmgen.runs.registry import Registry
@@ -54,6 +55,7 @@ def config_view(config: Mapping[str, Any]) -> dict[str, Any]:
             k: f"{config[k]:g}" if isinstance(config.get(k), (int, float)) else "—"
             for k in ("max_restarts", "spare_nodes", "heartbeat_timeout", "stop_grace")
         },
+        "restart_mode": config.get("restart_mode") or COLD,
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
+from slurmgen.contract.warm import COLD
 
 FIELDS = (
     "master",
@@ -29,6 +30,7 @@ FIELDS = (
     "env",
     "max_restarts",
     "spare_nodes",
+    "restart_mode",
     "heartbeat_timeout",
     "stop_grace",
 )
@@ -45,6 +47,7 @@ _API_FIELD = {
     "argv": "command",
     "cwd": "workdir",
     "env": "env",
+    "restart_mode": "restart_mode",
     **{f: f for f in LIMITS},
 }
 GENERAL = "_"
@@ -70,6 +73,7 @@ def form_from_config(config: Mapping[str, Any]) -> dict[str, str]:
         "command": shlex.join(config.get("argv") or []),
         "workdir": config.get("cwd") or "",
         "env": "\n".join(f"{k}={v}" for k, v in env.items()),
+        "restart_mode": config.get("restart_mode") or COLD,
         **{f: "" if config.get(f) is None else f"{config[f]:g}" for f in LIMITS},
     }
 
@@ -152,6 +156,7 @@ def config_from_form(
             "argv",
             "cwd",
             "env",
+            "restart_mode",
             *LIMITS,
         )
     }
@@ -166,6 +171,7 @@ def config_from_form(
     body["master_port"] = DEFAULT_MASTER_PORT if port is None else port
     body["backend"] = form.get("backend", DEFAULT_BACKEND).strip() or DEFAULT_BACKEND
     body["strategy"] = form.get("strategy", DEFAULT_STRATEGY).strip() or DEFAULT_STRATEGY
+    body["restart_mode"] = form.get("restart_mode", COLD).strip() or COLD
     try:
         body["argv"] = shlex.split(form.get("command", ""))
     except ValueError as exc:

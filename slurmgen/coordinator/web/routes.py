@@ -20,6 +20,7 @@ from slurmgen.contract.backends import BACKENDS
 from slurmgen.contract.ports import DEFAULT_MASTER_PORT
 from slurmgen.contract.states import ACTIVE_WORDS
 from slurmgen.contract.strategies import STRATEGIES
+from slurmgen.contract.warm import RESTART_MODES
 from slurmgen.coordinator.models import GroupConfig, split_worker_name
 from slurmgen.coordinator.ranks import plan_ranks
 from slurmgen.errors import SlurmgenError
@@ -146,6 +147,7 @@ def _settings_context(group: dict[str, Any], form: dict[str, str], errors: dict[
         "preview": preview_of(group, form),
         "backends": BACKENDS,
         "strategies": STRATEGIES,
+        "restart_modes": RESTART_MODES,
         "default_port": DEFAULT_MASTER_PORT,
     }
 

@@ -48,6 +48,7 @@ def test_literal_choices_match_the_contract():
     assert choices(JobSpec, "strategy") == strategies.STRATEGIES
     assert typing.get_args(GroupConfig.model_fields["strategy"].annotation) == strategies.STRATEGIES
     assert choices(JobSpec, "restart_mode") == warm.RESTART_MODES
+    assert typing.get_args(GroupConfig.model_fields["restart_mode"].annotation) == warm.RESTART_MODES
 
 
 def test_every_launcher_defaults_to_the_same_backend():

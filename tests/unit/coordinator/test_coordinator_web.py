@@ -39,7 +39,8 @@ def test_form_round_trips_a_config_and_keeps_what_it_does_not_show():
         **saved,
         "master_addr": None,
         "strategy": "ddp",
-    }  # the form shows the strategy: the default is saved
+        "restart_mode": "cold",
+    }  # the form shows the strategy and the restart mode: the defaults are saved
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,254 @@
+"""Issue 35, item 4 for coordinator groups: warm restarts (GroupConfig.restart_mode warm).
+
+The pure decisions (state.warm_restart, start_anew, superseded), the server over a real SQLite
+file driven by simulated agent heartbeats (a fake clock), and the agent's side with real
+processes: the warm dir a rank is given, the world written where it waits. The real agents and
+gloo ranks of the bundled trainer are in tests/integration/web/test_group_warm.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+from helpers import AUTH, TOKEN, Clock, beat, running, setup_group  # noqa: E402
+
+from slurmgen.contract import envvars, exitcodes, warm  # noqa: E402
+from slurmgen.contract.states import State  # noqa: E402
+from slurmgen.coordinator import state as st  # noqa: E402
+from slurmgen.coordinator.models import AgentOrders, StartOrder, WorldOrder  # noqa: E402
+from slurmgen.coordinator.node_agent import WorkerAgent  # noqa: E402
+from slurmgen.coordinator.procs import write_world  # noqa: E402
+from slurmgen.coordinator.server import create_app  # noqa: E402
+from slurmgen.coordinator.service import Coordinator  # noqa: E402
+from slurmgen.coordinator.store import Store  # noqa: E402
+
+RANKS = {"gn7-0": 0, "gn7-1": 1, "gn6-0": 2, "gn6-1": 3}
+KILLED = "rank 3 (gn6-1) exited with code 137"
+PORT = 29500
+
+
+def killed(code: int = 137, worker: str = "gn6-1") -> st.Outcome:
+    return st.Outcome(State.FAILED.value, f"rank {RANKS[worker]} ({worker}) exited with code {code}", code, worker)
+
+
+def decide(outcome=None, attempt_state="running", exits=None, troubled=frozenset(), last=(0, None), now=100.0, used=0):
+    outcome = outcome or killed()
+    exits = {"gn6-1": outcome.exit_code} if exits is None else exits
+    return st.warm_restart(outcome, attempt_state, RANKS, exits, troubled, last, now, (used, 2), PORT)
+
+
+# ---- the pure decisions ----------------------------------------------------------------------
+def test_a_killed_rank_of_a_running_attempt_is_started_anew_in_the_next_generation():
+    assert decide() == st.WarmRestart(
+        1, "gn6-1", 3, warm.port_for(PORT, 1), f"warm restart 1: rank 3 started anew after {KILLED}"
+    )
+    again = decide(last=(1, 100.0), now=100.0 + warm.SETTLE + 0.1, used=1)
+    assert again is not None and (again.generation, again.port) == (2, PORT + 2)
+
+
+@pytest.mark.parametrize(
+    "why, case",
+    [
+        ("a second failure within SETTLE: the program does not take part", dict(last=(1, 95.0), now=100.0)),
+        ("no restart left: each warm restart counts", dict(used=2)),
+        ("the attempt is still starting: its ranks may not have met", dict(attempt_state="starting")),
+        ("a worker is lost or hung: its ranks cannot wait", dict(troubled={"gn7-0"})),
+        ("bad input is never retried", dict(outcome=killed(exitcodes.BAD_INPUT))),
+        ("a preemption is never retried", dict(outcome=killed(exitcodes.PREEMPTED))),
+        ("a hang or a lost agent is no exit", dict(exits={})),
+        ("the attempt did not fail", dict(outcome=st.Outcome(State.SUCCEEDED.value, "every rank exited 0", 0))),
+    ],
+)
+def test_every_other_failure_restarts_whole_as_before(why, case):
+    assert decide(**case) is None, why
+
+
+def test_a_rank_is_started_anew_once_and_its_old_exit_is_not_judged_again():
+    assert st.start_anew("exited", 0, 1) and not st.start_anew("running", 0, 1) and not st.start_anew("exited", 1, 1)
+    assert st.superseded(0, 1) and not st.superseded(1, 1)
+
+
+# ---- the server, over simulated agents --------------------------------------------------------
+@pytest.fixture
+def api(tmp_path):
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.runs.model import Recorder
+
+    clock = Clock()
+    store = Store(tmp_path / "c.db")
+    coordinator = Coordinator(store, agent_timeout=10, clock=clock, runs=GroupRuns(Recorder(tmp_path / "r.sqlite")))
+    client = TestClient(create_app(coordinator, TOKEN))
+    client.clock, client.coordinator, client.registry = clock, coordinator, tmp_path / "r.sqlite"
+    yield client
+    store.close()
+
+
+def group(api):
+    return api.get("/api/groups/exp1", headers=AUTH).json()
+
+
+def start_running(api, max_restarts=2):
+    setup_group(api, max_restarts=max_restarts, master_port=PORT, restart_mode="warm")
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
+    starts = beat(api, "gn7", 0, 1)["start"] + beat(api, "gn6", 0, 1)["start"]
+    assert [(o["rank"], o["warm"], o["generation"]) for o in starts] == [(r, True, 0) for r in range(4)]
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    assert group(api)["group"]["state"] == "running"
+
+
+def exited(slot, code, generation=0, attempt=1):
+    return {
+        "id": slot,
+        "state": "exited",
+        "group": "exp1",
+        "attempt": attempt,
+        "exit_code": code,
+        "generation": generation,
+    }
+
+
+def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_done(api):
+    start_running(api)
+    what = f"warm restart 1: rank 3 started anew after {KILLED}"
+    first = beat(api, "gn6", *running("exp1", 1, 0), exited(1, 137))
+    assert first["stop"] == []  # the healthy rank on the failed rank's node keeps its process
+    g = group(api)
+    assert (g["group"]["state"], g["group"]["restarts"], g["group"]["attempt"]) == ("running", 0, 1), g
+    assert g["group"]["reason"].startswith(what) and g["attempts"][0]["warm"] == [g["group"]["reason"]], g
+    world = WorldOrder(group="exp1", attempt=1, generation=1, master_addr="gn7", master_port=PORT + 1, world_size=4)
+    healthy = beat(api, "gn7", *running("exp1", 1, 0, 1))
+    assert (healthy["start"], healthy["stop"], healthy["worlds"]) == ([], [], [world.model_dump()])
+    # The killed rank's agent reports the old exit again: it is not judged twice, the rank starts anew.
+    again = beat(api, "gn6", *running("exp1", 1, 0), exited(1, 137))
+    assert again["worlds"] == [world.model_dump()] and again["stop"] == []
+    (order,) = again["start"]
+    assert (order["worker"], order["rank"], order["generation"], order["warm"]) == (1, 3, 1, True)
+    assert order["env"]["MASTER_PORT"] == str(PORT + 1) and order["env"][envvars.WARM_GENERATION] == "1"
+    assert order["env"]["RANK"] == "3" and order["env"]["MASTER_ADDR"] == "gn7"
+    assert group(api)["group"]["state"] == "running"
+    replaced = [{**running("exp1", 1, 1)[0], "generation": 1}]
+    assert beat(api, "gn6", *running("exp1", 1, 0), *replaced)["start"] == []
+    api.clock.now += 5
+    beat(api, "gn7", exited(0, 0), exited(1, 0))
+    beat(api, "gn6", exited(0, 0), exited(1, 0, generation=1))
+    g = group(api)
+    assert g["group"]["state"] == "succeeded" and g["attempts"][0]["exit_codes"] == {str(r): 0 for r in range(4)}, g
+    from slurmgen.runs.model import find_run, get_row, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    with Registry.open(api.registry) as reg:
+        row = get_row(reg, find_run(reg, "group", "exp1.1"))
+        assert recoveries_of(row["info"]) == {1: [g["attempts"][0]["warm"][0]]} and row["state"] == "succeeded"
+
+
+def test_a_second_failure_soon_after_a_warm_restart_restarts_whole_and_counts_both(api):
+    """A program that does not take part: its healthy ranks die of the peer's failure within
+    SETTLE seconds. The attempt fails and restarts cold; the warm restart used one of the 2
+    restarts, the cold one the other, so the next failure ends the group."""
+    start_running(api, max_restarts=2)
+    beat(api, "gn6", *running("exp1", 1, 0), exited(1, 137))
+    api.clock.now += 1
+    beat(api, "gn7", exited(0, 1), *running("exp1", 1, 1))
+    g = group(api)["group"]
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and g["reason"].startswith("restart 1"), g
+    assert [o["rank"] for o in beat(api, "gn7", exited(0, 1), exited(1, 143))["start"]] == [0, 1]
+    beat(api, "gn6", exited(0, 143), exited(1, 137))
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    beat(api, "gn6", *running("exp1", 2, 0, 1))
+    api.clock.now += warm.SETTLE / 2
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    api.clock.now += warm.SETTLE / 2 + 1
+    beat(api, "gn6", *running("exp1", 2, 0), exited(1, 137, attempt=2))
+    g = group(api)["group"]
+    assert (g["state"], g["restarts"], g["exit_code"]) == ("failed", 1, 137), g
+
+
+def test_each_warm_restart_counts_against_max_restarts(api):
+    start_running(api, max_restarts=1)
+    beat(api, "gn6", *running("exp1", 1, 0), exited(1, 137))
+    assert group(api)["group"]["state"] == "running"
+    beat(api, "gn6", *running("exp1", 1, 0), {**running("exp1", 1, 1)[0], "generation": 1})
+    api.clock.now += warm.SETTLE / 2
+    beat(api, "gn6", *running("exp1", 1, 0), {**running("exp1", 1, 1)[0], "generation": 1})
+    api.clock.now += warm.SETTLE / 2 + 1
+    beat(api, "gn7", exited(0, 137), *running("exp1", 1, 1))  # budget spent: the group fails
+    g = group(api)
+    assert (g["group"]["state"], g["group"]["exit_code"], len(g["attempts"])) == ("failed", 137, 1), g
+
+
+def test_a_lost_agent_restarts_whole_on_the_spare(api):
+    beat(api, "gn8", 0, 1)
+    setup_group(api, max_restarts=2, master_port=PORT, restart_mode="warm", spare_nodes=1)
+    more = api.post("/api/workers/move", headers=AUTH, json={"workers": ["gn8-0", "gn8-1"], "group": "exp1"})
+    assert more.status_code == 200 and api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.clock.now += 8
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn8", 0, 1)
+    api.clock.now += 3  # gn6 silent for 11 s
+    api.coordinator.tick()
+    g = group(api)["group"]
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and "warm" not in g["reason"], g
+    assert g["reason"].endswith("node 1 moved from gn6 to the spare host gn8"), g
+
+
+def test_warm_asks_for_a_restart_to_spend_and_a_mode_it_knows(api):
+    setup_group(api)
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"restart_mode": "warm"})
+    assert r.status_code == 422 and "restart_mode: warm needs max_restarts of at least 1" in r.text, r.text
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"restart_mode": "hot", "max_restarts": 1})
+    assert r.status_code == 422 and "restart_mode" in r.text and "'cold' or 'warm'" in r.text, r.text
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"restart_mode": "warm", "max_restarts": 1})
+    assert r.status_code == 200 and r.json()["config"]["restart_mode"] == "warm", r.text
+
+
+def test_the_settings_form_carries_the_restart_mode():
+    from slurmgen.coordinator.web.forms import config_from_form, form_from_config
+
+    assert form_from_config({})["restart_mode"] == "cold"
+    assert form_from_config({"restart_mode": "warm"})["restart_mode"] == "warm"
+    body = config_from_form({"restart_mode": "warm", "max_restarts": "1"}, [], [], {"restart_mode": "cold"})
+    assert body["restart_mode"] == "warm"
+
+
+# ---- the agent, with real processes -----------------------------------------------------------
+def test_the_agent_gives_a_warm_groups_ranks_their_dir_and_writes_each_world_once(tmp_path):
+    agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path)
+    show = "import os; print(os.environ['SLURMGEN_WARM_DIR'], os.environ.get('SLURMGEN_WARM_GENERATION', '-'))"
+    order = StartOrder(
+        worker=0,
+        group="g",
+        attempt=1,
+        rank=3,
+        argv=[sys.executable, "-c", show],
+        cwd=None,
+        env={"RANK": "3", envvars.WARM_GENERATION: "1"},
+        heartbeat_timeout=60,
+        warm=True,
+        generation=1,
+    )
+    world = WorldOrder(group="g", attempt=1, generation=1, master_addr="gn7", master_port=29501, world_size=4)
+    try:
+        agent.apply(AgentOrders(start=[order], worlds=[world]))
+        deadline = time.monotonic() + 10
+        while agent.procs.slots[0].exit_code is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        where = tmp_path / "gn6" / "warm" / "g-1"
+        log = (tmp_path / "gn6" / "logs" / "g" / "attempt-1" / "rank-3.log").read_text()
+        assert log.split() == [str(where), "1"], log
+        assert warm.read(str(where)) == warm.World(1, "gn7", 29501, 4)
+        assert (where.stat().st_mode & 0o777) == 0o700
+        report = agent.procs.slots[0].report()
+        assert (report.generation, report.exit_code) == (1, 0)
+        assert not write_world(tmp_path / "gn6" / "warm", world)  # the same generation: left as it is
+        assert write_world(tmp_path / "gn6" / "warm", world.model_copy(update={"generation": 2, "master_port": 29502}))
+        assert warm.read(str(where)) == warm.World(2, "gn7", 29502, 4)
+    finally:
+        agent.procs.stop_all(1)
