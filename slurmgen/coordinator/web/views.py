@@ -234,6 +234,7 @@ def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "state": shown(a.get("state")) or "",
                 "cause": a.get("reason"),
                 "moved": a.get("moved") or [],  # the nodes moved to a spare before it started
+                "warm": a.get("warm") or [],  # the warm restarts inside it
                 "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
             }
         )

@@ -139,9 +139,11 @@ def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_do
     beat(api, "gn6", exited(0, 0), exited(1, 0, generation=1))
     g = group(api)
     assert g["group"]["state"] == "succeeded" and g["attempts"][0]["exit_codes"] == {str(r): 0 for r in range(4)}, g
+    from slurmgen.coordinator.web.views import attempts_view
     from slurmgen.runs.model import find_run, get_row, recoveries_of
     from slurmgen.runs.registry import Registry
 
+    assert [a["warm"] for a in attempts_view(g["attempts"])] == [g["attempts"][0]["warm"]]  # the page's attempts
     with Registry.open(api.registry) as reg:
         row = get_row(reg, find_run(reg, "group", "exp1.1"))
         assert recoveries_of(row["info"]) == {1: [g["attempts"][0]["warm"][0]]} and row["state"] == "succeeded"
