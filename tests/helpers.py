@@ -830,6 +830,39 @@ def wait_for(check, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# --- Coordinator groups over real agents (tests/integration/web) -------------------------------
+def wait_value(what, timeout: float, about: str):
+    """What `what()` returns once it is truthy (polled every 0.1 s), or fail naming `about`."""
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < deadline, f"{about}: not within {timeout} s"
+        time.sleep(0.1)
+    return found
+
+
+def train_steps(out: Path) -> list[int]:
+    """The train steps the bundled trainer logged in its --out-dir so far."""
+    try:
+        text = (out / "metrics.jsonl").read_text()
+    except OSError:
+        return []
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [r["step"] for r in rows if r.get("split") == "train"]
+
+
+def processes_naming(marker: str) -> list[str]:
+    """Every process (but this one) whose command line names `marker`: what a run left behind."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline and int(pid) != os.getpid():
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
 # --- The coordinator's API in-process ---------------------------------------------------------
 TOKEN = "t0ken-for-tests"
 

@@ -29,6 +29,7 @@ job as before.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -50,6 +51,10 @@ POLL = 0.02
 # reads it as the word that a failure happened, and with no rank's exit noted soon after (a lost
 # node's ranks note nothing) probes the step's nodes.
 WAITING = "waiting for the launcher's new world"
+# A program's first word naming a Python interpreter (python, python3.11, /opt/venv/bin/python, by
+# its last part): a warm spare (slurmgen/train/spare.py) can stand in for its ranks, and torchrun
+# mode runs that interpreter's torch.distributed.run (generate/render.py's `runs_python`).
+PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,8 @@ def apply_report(report: AgentReport, known: Known) -> Decisions:
         run = (r.group, r.attempt) if r.group is not None else None
         a = known.active.get(w["grp"] or "")
         wanted = (a["grp"], a["number"]) if a and name in a["plan"]["ranks"] else None
+        if a and wanted and "warm" in a["plan"] and wanted not in orders.warm:
+            orders.warm.append(wanted)
         generation = generation_of(known.attempts.get(run) if run else None, name)
         superseded = st.superseded(r.generation, generation)  # an exit of a process a warm restart replaced
         if r.state == "exited" and run is not None and r.exit_code is not None and not superseded:

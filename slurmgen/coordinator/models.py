@@ -396,6 +396,11 @@ class AgentOrders(BaseModel):
     start: list[StartOrder] = Field(default_factory=list)
     stop: list[StopOrder] = Field(default_factory=list)
     worlds: list[WorldOrder] = Field(default_factory=list)
+    warm: list[tuple[str, int]] = Field(
+        default_factory=list,
+        description="the (group, attempt) runs restarting warm that this agent's workers are part of now: "
+        "the agent keeps a warm spare for these only",
+    )
     # The server's --agent-timeout: an agent that cannot reach the server for longer (plus a
     # margin) knows its groups have failed and stops its ranks (node_agent.py).
     agent_timeout: float | None = None

@@ -240,6 +240,7 @@ class WorkerAgent:
                     start.attempt,
                 )
                 self.procs.start(start, self.hb_root, self.warm_root)
+        self.procs.keep_spares({(g, n) for g, n in orders.warm})
 
     def watch_changes(self) -> None:
         """Thread: keep a long poll open and wake the main loop when orders may have changed

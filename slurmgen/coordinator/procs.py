@@ -20,7 +20,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
+from collections.abc import Set as AbstractSet
+from pathlib import Path, PurePosixPath
 
 from slurmgen.contract import envvars, exitcodes, files, phases
 from slurmgen.contract import warm as protocol
@@ -30,6 +31,7 @@ from slurmgen.coordinator import stacks, watchdog
 from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport, WorldOrder
 from slurmgen.observe.timeline_writer import TimelineWriter
 from slurmgen.tracking.store import ANNOUNCE_FILE
+from slurmgen.train.spare import SPARE_TAG
 
 MAX_LINE = 4096
 QUEUE_LINES = 5000
@@ -64,6 +66,12 @@ def private_dirs(path: Path, top: Path) -> None:
         if d == top or d == d.parent:
             return
         d = d.parent
+
+
+def runs_python(argv: list[str]) -> bool:
+    """Whether the program is a Python interpreter's (python, python3.11, /opt/venv/bin/python),
+    which a warm spare can stand in for (generate/render.py's `runs_python` asks the same of a spec)."""
+    return bool(argv) and bool(protocol.PYTHON.match(PurePosixPath(argv[0]).name))
 
 
 def warm_dir(warm_root: Path, group: str, attempt: int) -> Path:
@@ -238,6 +246,8 @@ class Procs:
         self.output = LineBuffer()
         self.hook = _pdeathsig_hook()
         self.watchdog = subprocess.Popen(WATCHDOG, stdin=subprocess.PIPE, text=True, start_new_session=True)
+        # (group, attempt) -> its warm spare on this node and the write end of the spare's orders
+        self.spares: dict[tuple[str, int], tuple[subprocess.Popen, int]] = {}
 
     def _tell_watchdog(self, sign: str, pgid: int) -> None:
         assert self.watchdog.stdin is not None  # for type checkers: opened with stdin=PIPE
@@ -272,16 +282,7 @@ class Procs:
         os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too
         at = time.time()
         try:
-            slot.proc = subprocess.Popen(
-                order.argv,
-                cwd=order.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=self.hook,
-            )
+            slot.proc = self._process(order, env)
         except OSError as e:
             message = f"slurmgen agent: cannot start {order.argv[0]!r}: {e.strerror or e}"
             log.write(message.encode() + b"\n")
@@ -294,6 +295,87 @@ class Procs:
         self._tell_watchdog("+", slot.proc.pid)
         slot.started(at)
         threading.Thread(target=self._follow, args=(slot, slot.proc, order, log), daemon=True).start()
+
+    def _process(self, order: StartOrder, env: dict[str, str]) -> subprocess.Popen:
+        """The rank's process: when a warm restart starts it anew, the attempt's warm spare on this
+        node if one is ready (promoted: no interpreter start, no `import torch`), else a new one;
+        a warm group's Python program gets a spare beside it (again, once one was promoted).
+        Raises OSError when the program cannot be started."""
+        proc = self._promote(order) if order.generation else None
+        if proc is None:
+            proc = subprocess.Popen(
+                order.argv,
+                cwd=order.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=self.hook,
+            )
+        if order.warm and (order.group, order.attempt) not in self.spares and runs_python(order.argv):
+            self._spare(order, env)
+        return proc
+
+    def _spare(self, order: StartOrder, env: dict[str, str]) -> None:
+        """Start the attempt's warm spare on this node (slurmgen/train/spare.py: the program's
+        Python with torch imported, idle until its orders' pipe gives it a rank). Best effort: a
+        spare that cannot start leaves the fresh process to a warm restart."""
+        read, write = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [order.argv[0], "-m", "slurmgen.train.spare", str(read), *order.argv[1:]],
+                cwd=order.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=self.hook,
+                pass_fds=(read,),
+            )
+        except OSError:
+            os.close(write)
+            return
+        finally:
+            os.close(read)
+        self.spares[(order.group, order.attempt)] = (proc, write)
+        self._tell_watchdog("+", proc.pid)
+
+    def _promote(self, order: StartOrder) -> subprocess.Popen | None:
+        """Give the order's rank to the attempt's spare (its line: RANK LOCAL_RANK GENERATION
+        MASTER_ADDR MASTER_PORT WORLD_SIZE); None when there is none alive to take it."""
+        spare = self.spares.pop((order.group, order.attempt), None)
+        if spare is None:
+            return None
+        proc, orders = spare
+        e = order.env
+        line = f"{order.rank} {e.get('LOCAL_RANK', '0')} {order.generation} {e['MASTER_ADDR']} {e['MASTER_PORT']}"
+        try:
+            if proc.poll() is None:
+                os.write(orders, f"{line} {e['WORLD_SIZE']}\n".encode())
+                return proc
+        except OSError:
+            pass
+        finally:
+            os.close(orders)
+        self._end_spare(proc)
+        return None
+
+    def keep_spares(self, runs: AbstractSet[tuple[str, int]]) -> None:
+        """Stop the spares of attempts the server no longer runs on this node (AgentOrders.runs):
+        an idle spare has nothing to lose, so it is killed at once."""
+        for key in [k for k in self.spares if k not in runs]:
+            proc, orders = self.spares.pop(key)
+            os.close(orders)
+            self._end_spare(proc)
+
+    def _end_spare(self, proc: subprocess.Popen) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+        self._tell_watchdog("-", proc.pid)
 
     def take_stack(self, idx: int) -> None:
         """The Python stack of the slot's rank, which the server judged hung, before it is stopped
@@ -343,7 +425,9 @@ class Procs:
     def _copy(self, proc: subprocess.Popen, order: StartOrder, log) -> None:
         assert proc.stdout is not None  # for type checkers: started with stdout=PIPE
         with log:
-            for raw in proc.stdout:
+            for n, raw in enumerate(proc.stdout):
+                if n == 0 and raw.startswith(SPARE_TAG.encode()):
+                    continue  # a promoted spare's word that it took the rank: not the program's output
                 log.write(raw)
                 log.flush()
                 self._line(order, raw.decode(errors="replace").rstrip("\n"))
@@ -366,6 +450,7 @@ class Procs:
             os.killpg(slot.proc.pid, sig)
 
     def stop_all(self, grace: float) -> None:
+        self.keep_spares(set())
         for slot in self.slots:
             self.stop(slot.idx, grace)
         deadline = time.monotonic() + grace + 1

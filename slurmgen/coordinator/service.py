@@ -58,12 +58,6 @@ def own_end(worker: str, a: AttemptRow) -> dict[str, Any]:
     return {}
 
 
-def first_world(config: GroupConfig) -> dict[str, Any]:
-    """The warm part of a new attempt's plan: generation 0, no warm restart yet; none for a group
-    that restarts cold (so its plans stay as they were)."""
-    return {"warm": {"generation": 0, "at": None, "workers": {}, "told": []}} if config.restart_mode == WARM else {}
-
-
 @dataclass
 class Layout:
     """Where an attempt's ranks run: its ranks, each node moved to a spare so far (node -> the
@@ -436,7 +430,7 @@ class Coordinator:
     def _plan_for(self, config: GroupConfig, name: str, number: int, restarts: int, layout: Layout) -> Plan:
         ranks = layout.ranks
         master = next(r.host for r in ranks if r.node_rank == 0)  # the master's node, or the spare it moved to
-        return {
+        plan: Plan = {
             "ranks": {r.worker: r.rank for r in ranks},
             "env": {
                 r.worker: {**rank_env(config, name, r, master), **timeline_env(config, name, number, restarts)}
@@ -449,8 +443,10 @@ class Coordinator:
             "moved": layout.moved,
             "spares": layout.spares,
             "moves": layout.moves,
-            **first_world(config),
         }
+        if config.restart_mode == WARM:  # generation 0, no warm restart yet (a cold group's plans stay as they were)
+            plan["warm"] = {"generation": 0, "at": None, "workers": {}, "told": []}
+        return plan
 
     def _new_attempt(
         self,

@@ -180,6 +180,7 @@ def warm_restart(
     if (
         outcome.state != State.FAILED
         or attempt_state != State.RUNNING
+        or worker is None
         or worker not in ranks
         or exits.get(worker) != code
         or troubled

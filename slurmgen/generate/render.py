@@ -7,7 +7,6 @@ strict: a misspelt variable fails the render instead of becoming an empty string
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -186,7 +185,7 @@ def _container_prefix(spec: JobSpec) -> list[str]:
     return [*prefix, c.image]
 
 
-_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+_PYTHON = warm.PYTHON
 
 
 def runs_python(spec: JobSpec) -> bool:

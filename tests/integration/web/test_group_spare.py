@@ -11,51 +11,20 @@ finishes, and no process of the run is left. The fault to training again is prin
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from helpers import free_port
+from helpers import free_port, processes_naming, train_steps, wait_value
 
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
 AGENTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 STEPS = 150
 MOVED = "node 1 moved from 127.0.0.2 to the spare host 127.0.0.3"
-
-
-def _wait(what, timeout: float, about: str):
-    deadline = time.monotonic() + timeout
-    while not (found := what()):
-        assert time.monotonic() < deadline, f"{about}: not within {timeout} s"
-        time.sleep(0.1)
-    return found
-
-
-def _train_steps(out: Path) -> list[int]:
-    try:
-        text = (out / "metrics.jsonl").read_text()
-    except OSError:
-        return []
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [r["step"] for r in rows if r.get("split") == "train"]
-
-
-def _processes_naming(marker: str) -> list[str]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline and int(pid) != os.getpid():
-            found.append(f"{pid}: {cmdline}")
-    return found
 
 
 def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path):
@@ -84,7 +53,7 @@ def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path
     assert [r["worker"] for r in ranks] == ["127.0.0.1-0", "127.0.0.1-1", "127.0.0.2-0", "127.0.0.2-1"], ranks
     assert coord.api("POST", "/api/groups/spare/start")[0] == 200
 
-    _wait(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+    wait_value(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
     agent = coord.procs[1 + AGENTS.index("127.0.0.2")]
     os.killpg(agent.pid, signal.SIGKILL)  # the node's agent dies; its watchdog kills its ranks
     fault = time.time()
@@ -95,12 +64,12 @@ def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path
         text = "\n".join(ln["line"] for ln in lines if ln["attempt"] == 2)
         return re.search(r"resumed from \S+ckpt-0*(\d+)\.pt at step (\d+)", text)
 
-    step = int(_wait(resumed, 120, "attempt 2 resuming")[2])
+    step = int(wait_value(resumed, 120, "attempt 2 resuming")[2])
     assert step >= 20
-    _wait(lambda: step + 1 in _train_steps(out), 60, "a step after the resume")
+    wait_value(lambda: step + 1 in train_steps(out), 60, "a step after the resume")
     print(f"fault -> training again on the spare: {time.time() - fault:.1f} s (resumed at step {step})")
 
-    group = _wait(
+    group = wait_value(
         lambda: (g := coord.api("GET", "/api/groups/spare")[1])["group"]["state"] in ("succeeded", "failed") and g,
         180,
         "the group's end",
@@ -116,7 +85,7 @@ def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path
     lines = coord.api("GET", "/api/groups/spare/logs?limit=5000")[1]
     text = "\n".join(ln["line"] for ln in lines if ln["attempt"] == 2)
     assert "world_size=4 " in text and f"done: step {STEPS}," in text, text[-3000:]
-    assert max(_train_steps(out)) == STEPS
+    assert max(train_steps(out)) == STEPS
     # The run registry keeps the move, which the run page and `slurmgen status` show.
     from slurmgen.contract import envvars
     from slurmgen.runs.model import find_run, get_row, recoveries_of
@@ -127,4 +96,4 @@ def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path
         assert recoveries_of(get_row(reg, find_run(reg, "group", "spare.1"))["info"]) == {
             2: [MOVED]
         }  # with the attempt that ran on the spare
-    _wait(lambda: not _processes_naming(str(out)), 15, f"the run's processes gone: {_processes_naming(str(out))}")
+    wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")

@@ -5,7 +5,8 @@ every rank's MASTER_ADDR resolves here; the group (`restart_mode warm`, `max_res
 size 3) runs the bundled trainer as 3 real gloo ranks: ranks 0 and 1 on 127.0.0.1, rank 2 on
 127.0.0.2. Once a checkpoint is written, rank 1's process is SIGKILLed. Asserted: the attempt goes
 on (no second attempt), ranks 0 and 2 keep their processes (their pids unchanged) and join
-generation 1, rank 1 starts anew in a fresh process, every rank resumes from the checkpoint and
+generation 1, rank 1 starts anew in its node's warm spare (a process with torch imported, started
+with the attempt), every rank resumes from the checkpoint and
 the run ends done; the group's attempts (API and page) and the run record name the warm restart,
 and no process of the run is left. The fault to every rank stepping again is printed.
 """
@@ -19,8 +20,7 @@ import sys
 import time
 
 import pytest
-from helpers import free_port
-from test_group_spare import _processes_naming, _train_steps, _wait
+from helpers import free_port, processes_naming, train_steps, wait_value
 
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
@@ -64,8 +64,10 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     assert [r["worker"] for r in ranks] == ["127.0.0.1-0", "127.0.0.1-1", "127.0.0.2-0"], ranks
     assert coord.api("POST", "/api/groups/warm/start")[0] == 200
 
-    _wait(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+    wait_value(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
     before = _pids(coord)
+    spares = {int(p.split(":")[0]) for p in processes_naming("slurmgen.train.spare")}  # one per node, idle
+    assert len(spares) == 2, spares
     assert all(before[w] for w in ("127.0.0.1-0", "127.0.0.1-1", "127.0.0.2-0")), before
     os.kill(before["127.0.0.1-1"], signal.SIGKILL)  # rank 1's process
     fault = time.time()
@@ -74,19 +76,20 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
         seen = {ln["rank"]: m for ln in _lines(coord) if ln["attempt"] == 1 and (m := STEPPING.search(ln["line"]))}
         return {r: (int(m[1]), float(m[2])) for r, m in seen.items()} if len(seen) == 3 else None
 
-    stepping = _wait(every_rank_stepping, 120, "every rank stepping again in generation 1")
+    stepping = wait_value(every_rank_stepping, 120, "every rank stepping again in generation 1")
     again = max(at for _, at in stepping.values())
     print(
         f"\nfault -> every rank stepping again (warm, coordinator group): {again - fault:.2f} s "
         f"(load {os.getloadavg()[0]:.1f}; per rank { ({r: round(at - fault, 2) for r, (_, at) in stepping.items()}) })"
     )
     assert min(step for step, _ in stepping.values()) >= 20, stepping  # resumed from a checkpoint
-    after = _wait(
+    after = wait_value(
         lambda: (p := _pids(coord))["127.0.0.1-1"] not in (None, before["127.0.0.1-1"]) and p, 10, "rank 1's pid"
     )
     assert [after[w] for w in ("127.0.0.1-0", "127.0.0.2-0")] == [before[w] for w in ("127.0.0.1-0", "127.0.0.2-0")]
+    assert after["127.0.0.1-1"] in spares, (after, spares)  # rank 1 goes on in its node's warm spare
 
-    group = _wait(
+    group = wait_value(
         lambda: (g := coord.api("GET", "/api/groups/warm")[1])["group"]["state"] in ("succeeded", "failed") and g,
         180,
         "the group's end",
@@ -102,7 +105,7 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     # The healthy ranks stayed in their processes: each joined generation 1 itself.
     joined = {ln["rank"] for ln in _lines(coord) if "warm restart: joined generation 1, resumed from" in ln["line"]}
     assert joined == {0, 2}, text[-3000:]
-    assert f"done: step {STEPS}," in text and max(_train_steps(out)) == STEPS, text[-3000:]
+    assert f"done: step {STEPS}," in text and max(train_steps(out)) == STEPS, text[-3000:]
     # The run registry keeps the warm restart, which the run page and `slurmgen status` show.
     from slurmgen.contract import envvars
     from slurmgen.runs.model import find_run, get_row, recoveries_of
@@ -111,4 +114,4 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     with Registry.open(coord.env[envvars.REGISTRY]) as reg:
         row = get_row(reg, find_run(reg, "group", "warm.1"))
         assert recoveries_of(row["info"]) == {1: [told]} and row["state"] == "succeeded", row
-    _wait(lambda: not _processes_naming(str(out)), 15, f"the run's processes gone: {_processes_naming(str(out))}")
+    wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")

@@ -713,7 +713,13 @@ def test_a_node_lost_after_the_restart_began_is_swapped_for_a_spare_inside_the_a
         (2, 2, "1", "gn7"),
         (2, 3, "1", "gn7"),
     ]
-    assert beat(api, "gn7", *running("exp1", 2, 0, 1)) == {"start": [], "stop": [], "worlds": [], "agent_timeout": 10.0}
+    assert beat(api, "gn7", *running("exp1", 2, 0, 1)) == {
+        "start": [],
+        "stop": [],
+        "worlds": [],
+        "warm": [],
+        "agent_timeout": 10.0,
+    }
     beat(api, "gn8", *running("exp1", 2, 0, 1))
     assert group_state(api)["state"] == "running"
     coordinator.store.close()

@@ -254,3 +254,49 @@ def test_the_agent_gives_a_warm_groups_ranks_their_dir_and_writes_each_world_onc
         assert warm.read(str(where)) == warm.World(2, "gn7", 29502, 4)
     finally:
         agent.procs.stop_all(1)
+
+
+def test_a_warm_groups_python_rank_is_started_anew_in_the_nodes_warm_spare(tmp_path):
+    """The agent keeps one spare per warm attempt on its node (torch imported, idle): a warm
+    restart's start goes to it (the same process, no interpreter start), a new spare takes its
+    place, and the spares of attempts the server no longer names are killed."""
+    agent = WorkerAgent(client=None, workers=2, host="gn6", state_dir=tmp_path)
+    show = "import os; print(os.environ['RANK'], os.environ.get('SLURMGEN_WARM_GENERATION', '-'), os.getpid())"
+    env = {"MASTER_ADDR": "gn7", "MASTER_PORT": str(PORT), "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+
+    def order(worker, rank, generation):
+        port = {"MASTER_PORT": str(warm.port_for(PORT, generation))}
+        return StartOrder(
+            worker=worker,
+            group="g",
+            attempt=1,
+            rank=rank,
+            argv=[sys.executable, "-c", show],
+            cwd=None,
+            env={**env, **port, "RANK": str(rank), envvars.WARM_GENERATION: str(generation)},
+            heartbeat_timeout=60,
+            warm=True,
+            generation=generation,
+        )
+
+    def ended(slot):
+        deadline = time.monotonic() + 60
+        while agent.procs.slots[slot].exit_code is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return agent.procs.slots[slot].exit_code
+
+    try:
+        agent.apply(AgentOrders(start=[order(0, 0, 0)], warm=[("g", 1)]))
+        ((first, _),) = agent.procs.spares.values()
+        assert ended(0) == 0
+        agent.apply(AgentOrders(start=[order(1, 1, 1)], warm=[("g", 1)]))
+        assert agent.procs.slots[1].proc.pid == first.pid  # the spare became rank 1
+        ((second, _),) = agent.procs.spares.values()
+        assert second.pid != first.pid  # and a new one stands by
+        assert ended(1) == 0
+        log = (tmp_path / "gn6" / "logs" / "g" / "attempt-1" / "rank-1.log").read_text()
+        assert log.split() == ["1", "1", str(first.pid)], log  # its output, not the spare's tag
+        agent.apply(AgentOrders())  # the attempt is over for this node
+        assert agent.procs.spares == {} and second.poll() is not None
+    finally:
+        agent.procs.stop_all(1)
