@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from slurmgen.contract import envvars, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
@@ -121,15 +121,14 @@ class GroupConfig(_Request):
     )
     stop_grace: float = Field(10.0, ge=0, le=600, description="seconds between TERM and KILL")
 
-    @model_validator(mode="after")
-    def _warm_needs_restarts(self) -> GroupConfig:
+    @field_validator("restart_mode")
+    @classmethod
+    def _warm_needs_restarts(cls, v: str, info: ValidationInfo) -> str:
         """A warm restart is a restart: without one to spend it never happens, which a setting
-        that asks for it should not hide."""
-        if self.restart_mode == "warm" and self.max_restarts < 1:
-            raise ValueError(
-                "restart_mode: warm needs max_restarts of at least 1 (each warm restart counts against it)"
-            )
-        return self
+        that asks for it should not hide (max_restarts is validated before this field)."""
+        if v == "warm" and info.data.get("max_restarts", 0) < 1:
+            raise ValueError("warm needs max_restarts of at least 1: each warm restart counts against it")
+        return v
 
     @field_validator("master")
     @classmethod

@@ -204,7 +204,7 @@ def test_a_lost_agent_restarts_whole_on_the_spare(api):
 def test_warm_asks_for_a_restart_to_spend_and_a_mode_it_knows(api):
     setup_group(api)
     r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"restart_mode": "warm"})
-    assert r.status_code == 422 and "restart_mode: warm needs max_restarts of at least 1" in r.text, r.text
+    assert r.status_code == 422 and "warm needs max_restarts of at least 1" in r.text, r.text
     r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"restart_mode": "hot", "max_restarts": 1})
     assert r.status_code == 422 and "restart_mode" in r.text and "'cold' or 'warm'" in r.text, r.text
     r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"restart_mode": "warm", "max_restarts": 1})
