@@ -363,7 +363,7 @@ class Procs:
         return None
 
     def keep_spares(self, runs: AbstractSet[tuple[str, int]]) -> None:
-        """Stop the spares of attempts the server no longer runs on this node (AgentOrders.runs):
+        """Stop the spares of attempts the server no longer runs on this node (AgentOrders.warm):
         an idle spare has nothing to lose, so it is killed at once."""
         for key in [k for k in self.spares if k not in runs]:
             proc, orders = self.spares.pop(key)
@@ -371,6 +371,8 @@ class Procs:
             self._end_spare(proc)
 
     def _end_spare(self, proc: subprocess.Popen) -> None:
+        """Kill an unused spare (it may still be importing torch, before it reads its orders) and
+        reap it, so no idle process of an ended attempt is left on the node."""
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
