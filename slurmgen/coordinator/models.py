@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from slurmgen.contract import envvars, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
+from slurmgen.contract.world import min_nodes_refusal
 from slurmgen.errors import show
 
 # Names travel into paths, log file names and environment values, never into a shell; they
@@ -109,10 +110,27 @@ class GroupConfig(_Request):
         description="the group's last N nodes in its order run nothing: a restart moves a failed or lost node's "
         "ranks to one of them",
     )
+    min_nodes: int | None = Field(
+        None,
+        description="a smaller world: when a failed or lost node's ranks have no spare left to move to, a restart "
+        "goes on without that node (ranks dense over the nodes left) while at least this many are left; "
+        "null: never on fewer nodes",
+    )
     heartbeat_timeout: float = Field(
         120.0, ge=1, description="seconds before a rank's trainer heartbeat counts as stale (hung)"
     )
     stop_grace: float = Field(10.0, ge=0, le=600, description="seconds between TERM and KILL")
+
+    @field_validator("min_nodes")
+    @classmethod
+    def _min_nodes(cls, v: int | None, info: ValidationInfo) -> int | None:
+        """min_nodes against the restart budget here; against the group's nodes once its members
+        are known (ranks.py), by the one rule of a smaller world (contract/world.py)."""
+        restarts = info.data.get("max_restarts", 0)
+        refused = min_nodes_refusal(v, None, restarts, give="max_restarts (--max-restarts N)")
+        if refused:
+            raise ValueError(refused)
+        return v
 
     @field_validator("master")
     @classmethod
