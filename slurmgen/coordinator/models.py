@@ -227,7 +227,9 @@ class AttemptOut(BaseModel):
         description="run record directories its ranks announced (as their agents saw them), for its curves",
     )
     moved: list[str] = Field(
-        default_factory=list, description="the nodes moved to a spare before it started ('node N moved from ...')"
+        default_factory=list,
+        description="the nodes moved to a spare before it started ('node N moved from ...'), or left out of a "
+        "smaller world ('2 -> 1 nodes: HOST lost, --min-nodes 1')",
     )
 
 
