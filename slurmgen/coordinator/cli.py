@@ -219,6 +219,12 @@ def group_config(
         "--spare-nodes",
         help="The last N nodes in rank order run nothing; a restart moves a failed or lost node's ranks to one.",
     ),
+    min_nodes: int | None = typer.Option(
+        None,
+        "--min-nodes",
+        help="A smaller world: with no spare left for a failed or lost node, a restart goes on without it "
+        "while at least N nodes are left (needs --max-restarts).",
+    ),
     restart_mode: str | None = typer.Option(
         None,
         "--restart-mode",
@@ -245,6 +251,7 @@ def group_config(
         "env": parse_env(env) if env else None,
         "max_restarts": max_restarts,
         "spare_nodes": spare_nodes,
+        "min_nodes": min_nodes,
         "restart_mode": restart_mode,
         "heartbeat_timeout": heartbeat_timeout,
         "stop_grace": stop_grace,

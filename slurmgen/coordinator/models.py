@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from slurmgen.contract import envvars, ports
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
+from slurmgen.contract.world import min_nodes_refusal
 from slurmgen.errors import show
 
 # Names travel into paths, log file names and environment values, never into a shell; they
@@ -111,6 +112,12 @@ class GroupConfig(_Request):
         description="the group's last N nodes in its order run nothing: a restart moves a failed or lost node's "
         "ranks to one of them",
     )
+    min_nodes: int | None = Field(
+        None,
+        description="a smaller world: when a failed or lost node's ranks have no spare left to move to, a restart "
+        "goes on without that node (ranks dense over the nodes left) while at least this many are left; "
+        "null: never on fewer nodes",
+    )
     restart_mode: Literal["cold", "warm"] = Field(  # contract.warm.RESTART_MODES (a test keeps them equal)
         "cold",
         description="warm: a rank that exits with a code worth a retry is started anew while the others keep their "
@@ -120,6 +127,17 @@ class GroupConfig(_Request):
         120.0, ge=1, description="seconds before a rank's trainer heartbeat counts as stale (hung)"
     )
     stop_grace: float = Field(10.0, ge=0, le=600, description="seconds between TERM and KILL")
+
+    @field_validator("min_nodes")
+    @classmethod
+    def _min_nodes(cls, v: int | None, info: ValidationInfo) -> int | None:
+        """min_nodes against the restart budget here; against the group's nodes once its members
+        are known (ranks.py), by the one rule of a smaller world (contract/world.py)."""
+        restarts = info.data.get("max_restarts", 0)
+        refused = min_nodes_refusal(v, None, restarts, give="max_restarts (--max-restarts N)")
+        if refused:
+            raise ValueError(refused)
+        return v
 
     @field_validator("restart_mode")
     @classmethod
@@ -225,7 +243,9 @@ class AttemptOut(BaseModel):
         description="run record directories its ranks announced (as their agents saw them), for its curves",
     )
     moved: list[str] = Field(
-        default_factory=list, description="the nodes moved to a spare before it started ('node N moved from ...')"
+        default_factory=list,
+        description="the nodes moved to a spare before it started ('node N moved from ...'), or left out of a "
+        "smaller world ('2 -> 1 nodes: HOST lost, --min-nodes 1')",
     )
     warm: list[str] = Field(
         default_factory=list,

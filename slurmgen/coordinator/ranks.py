@@ -5,7 +5,9 @@ table puts gn39 < gn40 < gn7, unlike Slurm's natural order); workers inside a no
 id; LOCAL_RANK from 0 on each node; NODE_RANK by node order. World size defaults to the
 group's worker count, a smaller one takes the first ranks, a larger one is refused. The last
 `spare_nodes` nodes in that order run nothing: on a restart, a failed or lost node's ranks move to
-one of them (`pick_spare`, `on_spares`), keeping every rank and node rank.
+one of them (`pick_spare`, `on_spares`), keeping every rank and node rank; with `min_nodes` and no
+spare left, a restart goes on without them instead (`fewer_nodes_allowed`, `without_nodes`), its
+ranks dense over the nodes left.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
 from slurmgen.contract import envvars
+from slurmgen.contract.world import min_nodes_refusal
 from slurmgen.coordinator.models import GroupConfig, RankOut
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.topology import Host, order_hosts, rank_table
@@ -59,6 +62,12 @@ def _ordered_hosts(config: GroupConfig, members: Iterable[tuple[str, int]]) -> l
             f"spare_nodes: {config.spare_nodes} leaves no node to run on (the group has {len(by_host)})",
             hint="ask for fewer spare nodes than the group's nodes, or move more workers into it",
         )
+    refused = min_nodes_refusal(
+        config.min_nodes, len(by_host) - config.spare_nodes, config.max_restarts, give="max_restarts (--max-restarts N)"
+    )
+    if refused:
+        spares = "min_nodes counts the nodes that run ranks: the group's nodes but its spares"
+        raise SlurmgenError(refused, hint=spares if config.spare_nodes else None)
     hosts = [Host(name, tuple(sorted(ids))) for name, ids in by_host.items()]
     return order_hosts(hosts, master, order="alphabetical")
 
@@ -95,6 +104,31 @@ def pick_spare(
     if not needed or (master_addr and any(r.host == host and r.node_rank == 0 for r in ranks)):
         return None
     return next((s for s in spares if s != host and s not in lost and len(slots.get(s, ())) >= needed), None)
+
+
+def without_nodes(ranks: list[RankOut], dropped: AbstractSet[str]) -> list[RankOut]:
+    """`ranks` without the ranks on `dropped` nodes, dense again in the same order (a smaller
+    world, GroupConfig.min_nodes): RANK and NODE_RANK renumbered from 0, WORLD_SIZE the ranks
+    left; each rank keeps its worker, LOCAL_RANK and LOCAL_WORLD_SIZE."""
+    kept = [r for r in ranks if r.host not in dropped]
+    nodes = list(dict.fromkeys(r.host for r in kept))
+    return [
+        r.model_copy(update={"rank": i, "node_rank": nodes.index(r.host), "world_size": len(kept)})
+        for i, r in enumerate(kept)
+    ]
+
+
+def fewer_nodes_allowed(
+    ranks: list[RankOut], hosts: AbstractSet[str], min_nodes: int | None, master_addr: str | None = None
+) -> bool:
+    """Whether the attempt after one on `ranks` may go on without `hosts` (failed or lost nodes no
+    spare took): with `min_nodes`, while at least that many nodes are left, and not when node 0
+    goes while the master's address was given (it names that node: the rendezvous cannot follow)."""
+    nodes = {r.host for r in ranks}
+    gone = nodes & hosts
+    if min_nodes is None or not gone or len(nodes - gone) < min_nodes:
+        return False
+    return not (master_addr and any(r.host in gone and r.node_rank == 0 for r in ranks))
 
 
 def rank_env(config: GroupConfig, group: str, entry: RankOut, master: str) -> dict[str, str]:

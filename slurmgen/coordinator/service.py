@@ -19,6 +19,7 @@ from slurmgen.contract.attempts import from_restart_count
 from slurmgen.contract.blame import stuck
 from slurmgen.contract.states import STOPPED_BY_YOU, State, stopped_after
 from slurmgen.contract.warm import WARM
+from slurmgen.contract.world import fewer_nodes
 from slurmgen.coordinator import agent_beat as hb
 from slurmgen.coordinator import group_blame
 from slurmgen.coordinator import state as st
@@ -39,7 +40,15 @@ from slurmgen.coordinator.models import (
     WorkerOut,
     merged_config,
 )
-from slurmgen.coordinator.ranks import on_spares, pick_spare, plan_ranks, rank_env, spare_hosts
+from slurmgen.coordinator.ranks import (
+    fewer_nodes_allowed,
+    on_spares,
+    pick_spare,
+    plan_ranks,
+    rank_env,
+    spare_hosts,
+    without_nodes,
+)
 from slurmgen.coordinator.store import AttemptRow, GroupRow, Plan, Store, WorkerRow
 from slurmgen.errors import SlurmgenError
 
@@ -61,13 +70,21 @@ def own_end(worker: str, a: AttemptRow) -> dict[str, Any]:
 @dataclass
 class Layout:
     """Where an attempt's ranks run: its ranks, each node moved to a spare so far (node -> the
-    spare holding its node rank), the spares left in the order they are taken, and the moves
-    made for it, in words."""
+    spare holding its node rank), the spares left in the order they are taken, the moves made for
+    it, in words, and the nodes a smaller world left out so far (GroupConfig.min_nodes)."""
 
     ranks: list[RankOut]
     moved: dict[str, str] = field(default_factory=dict)
     spares: list[str] = field(default_factory=list)
     moves: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+def placed(base: list[RankOut], layout: Layout, slots: dict[str, list[int]]) -> list[RankOut]:
+    """The ranks `layout` runs: the group's (`base`) with its moved nodes on their spares, then
+    without the nodes a smaller world left out (dense again)."""
+    ranks = on_spares(base, layout.moved, slots)
+    return without_nodes(ranks, set(layout.dropped)) if layout.dropped else ranks
 
 
 class NotFound(Exception):
@@ -351,8 +368,10 @@ class Coordinator:
         for host, idx in self._members(a["grp"]):
             slots.setdefault(host, []).append(idx)
         base = self._plan(config, a["grp"], Conflict)
-        moved = dict(a["plan"].get("moved", {}))
-        return base, Layout(on_spares(base, moved, slots), moved, list(a["plan"].get("spares", []))), slots
+        moved, dropped = dict(a["plan"].get("moved", {})), list(a["plan"].get("dropped", []))
+        layout = Layout([], moved, list(a["plan"].get("spares", [])), dropped=dropped)
+        layout.ranks = placed(base, layout, slots)
+        return base, layout, slots
 
     def _move(
         self,
@@ -373,7 +392,7 @@ class Coordinator:
             node = next(r.node_rank for r in layout.ranks if r.host == host)
             layout.moved[next((o for o, on in layout.moved.items() if on == host), host)] = spare
             layout.spares = [*(s for s in layout.spares if s != spare), host]
-            layout.ranks = on_spares(base, layout.moved, slots)
+            layout.ranks = placed(base, layout, slots)
             layout.moves.append(f"node {node} moved from {host} to the spare host {spare}")
 
     def _lost_hosts(self, hosts: Iterable[str], now: float) -> set[str]:
@@ -381,13 +400,22 @@ class Coordinator:
 
     def _next_layout(self, a: AttemptRow, config: GroupConfig, blamed: str | None, now: float) -> Layout:
         """Where the attempt after `a` runs: where `a` ran, except that the node its failure is
-        blamed on (`state.node_to_blame`) and every node whose agent is lost move to spares.
-        Raises Conflict when a node it needs is lost and no spare is left."""
+        blamed on (`state.node_to_blame`) and every node whose agent is lost move to spares; with
+        no spare left for them, a smaller world goes on without them while `min_nodes` allows
+        (`ranks.fewer_nodes_allowed`). Raises Conflict when a node it needs is lost and neither
+        can do without it."""
         base, layout, slots = self._layout_of(a, config)
         lost = self._lost_hosts(slots, now)
         running = {r.host for r in layout.ranks}
         hosts = [h for h in dict.fromkeys([blamed or "", *sorted(lost)]) if h in running]
         self._move(layout, base, hosts, slots, lost, config.master_addr)
+        left = [h for h in hosts if h in {r.host for r in layout.ranks}]  # no spare took them
+        if fewer_nodes_allowed(layout.ranks, set(left), config.min_nodes, config.master_addr):
+            before = len({r.host for r in layout.ranks})
+            layout.dropped += left
+            layout.ranks = without_nodes(layout.ranks, set(left))
+            after = len({r.host for r in layout.ranks})
+            layout.moves.append(fewer_nodes(before, after, ",".join(left), config.min_nodes or 0))
         self._check_heard(layout.ranks, now)
         return layout
 
@@ -443,6 +471,7 @@ class Coordinator:
             "moved": layout.moved,
             "spares": layout.spares,
             "moves": layout.moves,
+            "dropped": layout.dropped,
         }
         if config.restart_mode == WARM:  # generation 0, no warm restart yet (a cold group's plans stay as they were)
             plan["warm"] = {"generation": 0, "at": None, "workers": {}, "told": []}

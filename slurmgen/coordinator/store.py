@@ -74,6 +74,7 @@ class Plan(_Plan, total=False):
     moved: dict[str, str]  # node -> the spare its node rank runs on now
     spares: list[str]  # the nodes free to take a failed node's ranks, in the order they are taken
     moves: list[str]  # the moves made before it started, in words
+    dropped: list[str]  # the nodes a smaller world left out (GroupConfig.min_nodes), absent before it
     warm: Warm
 
 

@@ -29,6 +29,7 @@ from msgspec import Meta, Struct
 from slurmgen.contract import envvars, exitcodes, hangs, ports, retries, warm
 from slurmgen.contract.backends import DEFAULT_BACKEND
 from slurmgen.contract.strategies import DEFAULT_STRATEGY
+from slurmgen.contract.world import min_nodes_refusal
 from slurmgen.errors import SlurmgenError
 from slurmgen.generate import slurm_values
 from slurmgen.generate.hostlist import expand, is_host_name
@@ -794,10 +795,11 @@ def _restart_policy(spec: JobSpec) -> None:
             f"spare_nodes: {spec.spare_nodes} spare(s) take a failed node's place at an in-job restart; "
             "give restarts: N"
         )
-    if spec.min_nodes is not None and not spec.restarts:
-        raise ValueError(
-            f"min_nodes: {spec.min_nodes} is the fewest nodes an in-job restart goes on with; give restarts: N"
-        )
+    refused = min_nodes_refusal(
+        spec.min_nodes, spec.nodes, spec.restarts, restart="an in-job restart", give="restarts: N"
+    )
+    if refused:
+        raise ValueError(refused)
     if spec.restart_mode == warm.WARM and not spec.restarts:
         raise ValueError("restart_mode: warm restarts are in-job restarts; give restarts: N (each counts as one)")
     if spec.restart_mode == warm.WARM and spec.launcher == "torchrun":
@@ -805,8 +807,6 @@ def _restart_policy(spec: JobSpec) -> None:
             "restart_mode: warm needs launcher srun (torchrun's agent stops every worker when one fails); "
             "use launcher: srun, or restart_mode: cold with torchrun"
         )
-    if spec.min_nodes is not None and spec.min_nodes > spec.nodes:
-        raise ValueError(f"min_nodes: {spec.min_nodes} is more than nodes ({spec.nodes}); expected 1 to {spec.nodes}")
     if spec.nodes + spec.spare_nodes > _MAX_NODES:
         raise ValueError(
             f"spare_nodes: nodes ({spec.nodes}) + spare_nodes ({spec.spare_nodes}) is more than {_MAX_NODES} nodes"

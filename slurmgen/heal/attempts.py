@@ -83,6 +83,7 @@ from typing import Any
 from slurmgen.contract import exitcodes, verdict
 from slurmgen.contract.files import ATTEMPTS_NAME, FINISHED_NAME
 from slurmgen.contract.verdict import Event
+from slurmgen.contract.world import fewer_nodes
 from slurmgen.jsonl import objects
 from slurmgen.runs.model import Failure
 
@@ -206,8 +207,7 @@ def where_next(records: Sequence[Mapping[str, Any]], index: int) -> str:
     nodes = f" on {start['nodes']}" if start and start.get("nodes") else ""
     if start and start.get("min_nodes") and before != [""] and len(after) < len(before):
         lost = ",".join(node for node in before if node not in after)
-        took = f", spare {','.join(spares)} took a place" if spares else ""
-        return nodes + f" ({len(before)} -> {len(after)} nodes: {lost} lost{took}, --min-nodes {start['min_nodes']})"
+        return nodes + f" ({fewer_nodes(len(before), len(after), lost, start['min_nodes'], ','.join(spares))})"
     if not end.get("exclude"):
         return nodes
     took = f", spare {','.join(spares)} took its place" if spares else ""

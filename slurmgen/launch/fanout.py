@@ -38,6 +38,7 @@ from slurmgen.contract.node_events import (
     STACK_ASK_WAIT,
     parse_event,
 )
+from slurmgen.contract.world import fewer_nodes
 from slurmgen.errors import EXIT_RUN_FAILED, SlurmgenError
 from slurmgen.launch import attempt as machine
 from slurmgen.launch.display import LineSplitter, NodeResult, Prefixer, log_line, summary_table
@@ -202,7 +203,7 @@ class Launcher:
         shrunk = shrink(self.plan, host)
         if shrunk is None:
             return
-        told = f"{len(self.plan.nodes)} -> {len(shrunk.nodes)} nodes: {host} lost, --min-nodes {self.plan.min_nodes}"
+        told = fewer_nodes(len(self.plan.nodes), len(shrunk.nodes), host, self.plan.min_nodes or 0)
         self.say(f"the next attempt runs without {host} ({told})")
         if self.record:
             self.record.recovered(attempt, told)

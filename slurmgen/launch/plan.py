@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from slurmgen.contract import envvars, warm
+from slurmgen.contract.world import min_nodes_refusal
 from slurmgen.errors import SlurmgenError, show
 from slurmgen.generate.hostlist import is_host_name
 from slurmgen.generate.spec import RESERVED_ENV
@@ -320,7 +321,7 @@ def build_plan(
     taken = sorted({s.name for s in spares} & {n.host for n in nodes})
     if taken:
         raise SlurmgenError(f"spare_hosts: {taken[0]} is also one of the job's hosts (a spare must be idle)")
-    refused = min_nodes_refusal(min_nodes, len(nodes), max_restarts)
+    refused = min_nodes_refusal(min_nodes, len(nodes), max_restarts, give="--max-restarts N")
     if refused:
         raise SlurmgenError(refused)
     # Where the rendezvous goes if node 0 moves to a spare (or drops out): nowhere when its address was given.
@@ -346,17 +347,6 @@ def build_plan(
         min_nodes=min_nodes,
         host_addrs=host_addrs,
     )
-
-
-def min_nodes_refusal(min_nodes: int | None, nodes: int, max_restarts: int) -> str | None:
-    """Why `--min-nodes` cannot be had: a smaller world is a restart, of 1 to `nodes` nodes."""
-    if min_nodes is None:
-        return None
-    if not 1 <= min_nodes <= nodes:
-        return f"min_nodes: must be 1 to the job's {nodes} node(s) (got {min_nodes})"
-    if max_restarts < 1:
-        return f"min_nodes: needs --max-restarts (a smaller world is a restart; got min_nodes {min_nodes} without it)"
-    return None
 
 
 def move_to_spare(plan: LaunchPlan, host: str) -> LaunchPlan | None:

@@ -53,7 +53,7 @@ def config_view(config: Mapping[str, Any]) -> dict[str, Any]:
         "env": [(k, masked(k, str(v))) for k, v in sorted((config.get("env") or {}).items())],
         **{
             k: f"{config[k]:g}" if isinstance(config.get(k), (int, float)) else "—"
-            for k in ("max_restarts", "spare_nodes", "heartbeat_timeout", "stop_grace")
+            for k in ("max_restarts", "spare_nodes", "min_nodes", "heartbeat_timeout", "stop_grace")
         },
         "restart_mode": config.get("restart_mode") or COLD,
     }

@@ -30,12 +30,13 @@ FIELDS = (
     "env",
     "max_restarts",
     "spare_nodes",
+    "min_nodes",
     "restart_mode",
     "heartbeat_timeout",
     "stop_grace",
 )
 # Limits of a group's life, each its API field's name; empty: the server's default.
-LIMITS = ("max_restarts", "spare_nodes", "heartbeat_timeout", "stop_grace")
+LIMITS = ("max_restarts", "spare_nodes", "min_nodes", "heartbeat_timeout", "stop_grace")
 # API field -> form field, for the server's messages.
 _API_FIELD = {
     "master": "master",
@@ -188,7 +189,7 @@ def config_from_form(
         env[key.strip()] = value
     body["env"] = env
     limits = {
-        **{f: _whole_number(f, form.get(f, ""), errors) for f in ("max_restarts", "spare_nodes")},
+        **{f: _whole_number(f, form.get(f, ""), errors) for f in ("max_restarts", "spare_nodes", "min_nodes")},
         **{f: _seconds(f, form.get(f, ""), errors) for f in ("heartbeat_timeout", "stop_grace")},
     }
     limits = {f: _in_range(f, v, form.get(f, ""), errors) for f, v in limits.items()}

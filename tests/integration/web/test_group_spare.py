@@ -7,6 +7,10 @@ checkpoints; once a checkpoint is written, 127.0.0.2's agent is SIGKILLed (its w
 its ranks). The restart puts node 1 (ranks 2 and 3) on the spare's workers, the group's attempts
 and its run record say so, the trainer resumes from the checkpoint with the same world size and
 finishes, and no process of the run is left. The fault to training again is printed.
+
+Item 3 for groups, a smaller world: two agents, `min_nodes 1` and no spare; 127.0.0.2's agent is
+SIGKILLed after a checkpoint and the group goes on with 127.0.0.1's two ranks alone (a world of 2),
+from the checkpoint, its global batch kept by gradient accumulation, to the end.
 """
 
 from __future__ import annotations
@@ -96,4 +100,77 @@ def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path
         assert recoveries_of(get_row(reg, find_run(reg, "group", "spare.1"))["info"]) == {
             2: [MOVED]
         }  # with the attempt that ran on the spare
+    wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")
+
+
+def test_a_group_with_no_spare_goes_on_in_a_smaller_world_when_a_nodes_agent_dies(serve, tmp_path):
+    coord = serve(agents=AGENTS[:2], serve_args=("--agent-timeout", "3"))
+    out = tmp_path / "run"
+    workers = [w["name"] for w in coord.api("GET", "/api/workers")[1]]
+    assert coord.api("POST", "/api/groups", {"name": "fewer"})[0] == 201
+    assert coord.api("POST", "/api/workers/move", {"workers": workers, "group": "fewer"})[0] == 200
+    train = [sys.executable, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16"]
+    train += ["--synthetic-samples", "256", "--batch-size", "8", "--threads", "1", "--progress", "lines"]
+    train += ["--log-every", "1", "--eval-iters", "1", "--save-every", "20", "--max-steps", str(STEPS)]
+    train += ["--init-timeout", "60", "--out-dir", str(out)]
+    config = {
+        "argv": train,
+        "backend": "gloo",
+        "master_port": free_port(),
+        "cwd": str(tmp_path),
+        "min_nodes": 1,
+        # Two: the healthy node's ranks may fail first (their peer is gone), before the dead agent
+        # counts as lost; that restart begins on both nodes, and the next one goes on without it.
+        "max_restarts": 2,
+        "stop_grace": 3,
+        "env": {"SLURMGEN_TRAIN_SLOW": "0:0.05"},
+    }
+    status, body = coord.api("PATCH", "/api/groups/fewer/config", config)
+    assert status == 200, body
+    assert coord.api("POST", "/api/groups/fewer/start")[0] == 200
+
+    wait_value(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+    agent = coord.procs[1 + AGENTS.index("127.0.0.2")]
+    os.killpg(agent.pid, signal.SIGKILL)  # the node's agent dies; its watchdog kills its ranks
+    fault = time.time()
+    agent.wait()
+    told = "2 -> 1 nodes: 127.0.0.2 lost, --min-nodes 1"
+
+    def resumed() -> tuple[int, re.Match] | None:
+        attempts = coord.api("GET", "/api/groups/fewer")[1]["attempts"]
+        last = next((a["number"] for a in attempts if a["moved"] == [told]), None)
+        lines = coord.api("GET", "/api/groups/fewer/logs?limit=5000")[1]
+        text = "\n".join(ln["line"] for ln in lines if ln["attempt"] == last)
+        found = re.search(r"resumed from \S+ckpt-0*(\d+)\.pt at step (\d+)", text)
+        return (last, found) if last and found else None
+
+    last, found = wait_value(resumed, 150, "the smaller world resuming")
+    step = int(found[2])
+    assert step >= 20
+    wait_value(lambda: step + 1 in train_steps(out), 60, "a step after the resume")
+    print(f"fault -> training again in the smaller world: {time.time() - fault:.1f} s (attempt {last}, step {step})")
+
+    group = wait_value(
+        lambda: (g := coord.api("GET", "/api/groups/fewer")[1])["group"]["state"] in ("succeeded", "failed") and g,
+        180,
+        "the group's end",
+    )
+    assert group["group"]["state"] == "succeeded", group
+    assert [a["moved"] for a in group["attempts"]] == [[]] * (last - 1) + [[told]], group["attempts"]
+    assert all(a["state"] == "failed" for a in group["attempts"][:-1]) and group["group"]["restarts"] == last - 1
+    ran = {w["name"]: (w["rank"], w["attempt"], w["exit_code"]) for w in group["workers"]}
+    assert [ran[f"127.0.0.1-{i}"] for i in (0, 1)] == [(0, last, 0), (1, last, 0)], ran
+    lines = coord.api("GET", "/api/groups/fewer/logs?limit=5000")[1]
+    text = "\n".join(ln["line"] for ln in lines if ln["attempt"] == last)
+    assert "world_size=2 " in text and f"done: step {STEPS}," in text, text[-3000:]
+    assert "gradient accumulation 1 -> 2 keeps the global batch of 32 samples" in text, text[-3000:]
+    assert max(train_steps(out)) == STEPS
+    ranks = coord.api("GET", "/api/groups/fewer/ranks")[1]  # the group ended: what a new start would run
+    assert len(ranks) == 4, ranks
+    from slurmgen.contract import envvars
+    from slurmgen.runs.model import find_run, get_row, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    with Registry.open(coord.env[envvars.REGISTRY]) as reg:
+        assert recoveries_of(get_row(reg, find_run(reg, "group", "fewer.1"))["info"]) == {last: [told]}
     wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")

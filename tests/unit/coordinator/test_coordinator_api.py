@@ -723,3 +723,81 @@ def test_a_node_lost_after_the_restart_began_is_swapped_for_a_spare_inside_the_a
     beat(api, "gn8", *running("exp1", 2, 0, 1))
     assert group_state(api)["state"] == "running"
     coordinator.store.close()
+
+
+def test_a_lost_node_with_no_spare_leaves_a_smaller_world_which_the_registry_and_the_attempts_name(tmp_path):
+    """Issue 35, item 3 for groups: with `min_nodes 1` and no spare, gn6's agent going silent ends
+    attempt 1 and attempt 2 runs on gn7 alone: ranks 0 and 1 of a world of 2, master gn7, in the
+    words launch and Slurm use ("2 -> 1 nodes: gn6 lost, --min-nodes 1"), kept with the attempt in
+    the run registry; it ends done. With `min_nodes 2` the same loss restarts nowhere, as before."""
+    from slurmgen.coordinator.group_runs import GroupRuns
+    from slurmgen.runs.model import Recorder, find_run, get_row, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    coordinator = Coordinator(
+        Store(tmp_path / "c.db"), agent_timeout=10, clock=Clock(), runs=GroupRuns(Recorder(tmp_path / "r.sqlite"))
+    )
+    api = TestClient(create_app(coordinator, TOKEN))
+    api.clock = coordinator.clock
+    setup_group(api, max_restarts=1, min_nodes=1)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.clock.now += 8
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    api.clock.now += 3  # gn6 silent for 11 s
+    coordinator.tick()
+    told = "2 -> 1 nodes: gn6 lost, --min-nodes 1"
+    g = group_state(api)
+    assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and g["reason"].endswith(f"; {told}"), g
+    ranks = api.get("/api/groups/exp1/ranks", headers=AUTH).json()
+    assert [(r["worker"], r["rank"], r["node_rank"], r["world_size"]) for r in ranks] == [
+        ("gn7-0", 0, 0, 2),
+        ("gn7-1", 1, 0, 2),
+    ]
+    exited = [{"id": i, "state": "exited", "group": "exp1", "attempt": 1, "exit_code": 143} for i in (0, 1)]
+    orders = beat(api, "gn7", *exited)["start"]
+    assert [(o["rank"], o["env"]["NODE_RANK"], o["env"]["WORLD_SIZE"], o["env"]["MASTER_ADDR"]) for o in orders] == [
+        (0, "0", "2", "gn7"),
+        (1, "0", "2", "gn7"),
+    ]
+    detail = api.get("/api/groups/exp1", headers=AUTH).json()
+    assert [(a["number"], a["moved"]) for a in detail["attempts"]] == [(1, []), (2, [told])]
+    done = [{"id": i, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 0} for i in (0, 1)]
+    beat(api, "gn7", *done)
+    assert group_state(api)["state"] == "succeeded"
+    coordinator.store.close()
+    with Registry.open(tmp_path / "r.sqlite") as reg:
+        row = get_row(reg, find_run(reg, "group", "exp1.1"))
+        assert (row["state"], recoveries_of(row["info"])) == ("succeeded", {2: [told]}), row
+
+
+def test_below_min_nodes_a_lost_node_ends_the_group_as_without_it(api):
+    """min_nodes 2 of 2 nodes: gn6 lost leaves 1, too few; the restart cannot run without gn6."""
+    setup_group(api, max_restarts=1, min_nodes=2)
+    api.post("/api/groups/exp1/start", headers=AUTH)
+    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    api.clock.now += 11
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    g = group_state(api)
+    assert (g["state"], g["attempt"]) == ("failed", 1) and "no restart: worker 'gn6-0' is lost" in g["reason"], g
+
+
+def test_min_nodes_below_its_rule_is_a_422_naming_the_field_and_nothing_changes(api):
+    setup_group(api, max_restarts=1)
+    for body, words in (
+        ({"min_nodes": 3}, "min_nodes: 3 is more than nodes (2); expected 1 to 2"),
+        ({"min_nodes": 0}, "min_nodes: 0 is fewer than 1; expected at least 1"),
+        ({"min_nodes": 1, "max_restarts": 0}, "min_nodes: 1 is the fewest nodes a restart goes on with"),
+    ):
+        r = api.patch("/api/groups/exp1/config", headers=AUTH, json=body)
+        assert r.status_code == 422 and words in str(r.json()["detail"]), r.text
+    assert group_state(api)["config"]["min_nodes"] is None
+    from slurmgen.coordinator.client import Client, ClientError
+
+    client = Client("http://testserver", TOKEN)
+    client.http = api  # Starlette's TestClient is an httpx.Client: the CLI's exit code and line
+    api.headers["Authorization"] = f"Bearer {TOKEN}"
+    with pytest.raises(ClientError) as e:
+        client.update_config("exp1", {"min_nodes": 3})
+    assert (e.value.exit_code, str(e.value)) == (2, "min_nodes: 3 is more than nodes (2); expected 1 to 2")

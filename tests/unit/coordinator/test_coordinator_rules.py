@@ -8,7 +8,15 @@ from pydantic import ValidationError
 from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_name
 from slurmgen.coordinator.node_agent import is_stale
 from slurmgen.coordinator.procs import LineBuffer, exit_status
-from slurmgen.coordinator.ranks import on_spares, pick_spare, plan_ranks, rank_env, spare_hosts
+from slurmgen.coordinator.ranks import (
+    fewer_nodes_allowed,
+    on_spares,
+    pick_spare,
+    plan_ranks,
+    rank_env,
+    spare_hosts,
+    without_nodes,
+)
 from slurmgen.coordinator.state import (
     Outcome,
     judge_attempt,
@@ -103,6 +111,55 @@ def test_a_node_moves_to_the_first_spare_that_fits_and_keeps_its_ranks():
         ("d-3", "d", 2, 0, 1, 4),
         ("d-5", "d", 3, 1, 1, 4),
     ]
+
+
+def test_a_smaller_world_is_dense_over_the_nodes_left_and_never_below_min_nodes():
+    """Issue 35 item 3 for groups, the pure decision: with no spare for a failed node, the next
+    attempt may do without it while min_nodes are left; its ranks are dense over the nodes left in
+    the old order (RANK, NODE_RANK from 0, WORLD_SIZE the ranks left), each on its worker, LOCAL_RANK
+    kept. Node 0 going takes the master to the next node, unless the master's address was given."""
+    members = [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0), ("c", 1)]
+    ranks = plan_ranks(GroupConfig(master="a", min_nodes=2, max_restarts=1), members)
+    assert fewer_nodes_allowed(ranks, {"b"}, min_nodes=2)
+    assert [(r.worker, r.rank, r.local_rank, r.node_rank, r.world_size) for r in without_nodes(ranks, {"b"})] == [
+        ("a-0", 0, 0, 0, 4),
+        ("a-1", 1, 1, 0, 4),
+        ("c-0", 2, 0, 1, 4),
+        ("c-1", 3, 1, 1, 4),
+    ]
+    assert [(r.worker, r.rank, r.node_rank) for r in without_nodes(ranks, {"a"})][:2] == [("b-0", 0, 0), ("b-1", 1, 0)]
+    assert fewer_nodes_allowed(ranks, {"a"}, min_nodes=2)  # node 0 goes: b is the master now
+    assert not fewer_nodes_allowed(ranks, {"a"}, min_nodes=2, master_addr="10.0.0.1")  # the address names a
+    assert not fewer_nodes_allowed(ranks, {"b", "c"}, min_nodes=2)  # 1 node left: below min_nodes
+    assert fewer_nodes_allowed(ranks, {"b", "c"}, min_nodes=1)
+    assert not fewer_nodes_allowed(ranks, {"b"}, min_nodes=None)  # no min_nodes: never fewer nodes
+    assert not fewer_nodes_allowed(ranks, {"x"}, min_nodes=1)  # runs no rank: nothing to leave out
+
+
+@pytest.mark.parametrize(
+    "config, members, words",
+    [
+        ({"min_nodes": 0, "max_restarts": 1}, 2, "min_nodes: 0 is fewer than 1; expected at least 1"),
+        (
+            {"min_nodes": 1},
+            2,
+            "min_nodes: 1 is the fewest nodes a restart goes on with; give max_restarts (--max-restarts N)",
+        ),
+        ({"min_nodes": 3, "max_restarts": 1}, 2, "min_nodes: 3 is more than nodes (2); expected 1 to 2"),
+        (
+            {"min_nodes": 2, "max_restarts": 1, "spare_nodes": 1},
+            2,
+            "min_nodes: 2 is more than nodes (1); expected 1 to 1",
+        ),
+    ],
+)
+def test_min_nodes_that_do_not_fit_are_one_line_naming_field_value_and_form(config, members, words):
+    """The one rule of contract/world.py: on the config alone (its value, the restart budget), and
+    against the nodes that run ranks once the members are known."""
+    nodes = [(f"gn{i}", 0) for i in range(members)]
+    with pytest.raises((ValidationError, SlurmgenError)) as e:
+        plan_ranks(GroupConfig(**config), nodes)
+    assert words in str(e.value), str(e.value)
 
 
 def test_no_members_is_refused_with_a_hint():

@@ -43,6 +43,25 @@ def test_form_round_trips_a_config_and_keeps_what_it_does_not_show():
     }  # the form shows the strategy and the restart mode: the defaults are saved
 
 
+def test_the_settings_form_sets_min_nodes_and_the_servers_refusal_lands_next_to_it():
+    """Issue 35 item 3 for groups: "Min nodes" travels as min_nodes (empty: never fewer nodes), and
+    the server's one line for a bad one is shown beside the field."""
+    body = forms.config_from_form({"min_nodes": "1", "max_restarts": "2"}, NODES, MEMBERS)
+    assert (body["min_nodes"], body["max_restarts"]) == (1, 2)
+    assert "min_nodes" not in forms.config_from_form({"min_nodes": " "}, NODES, MEMBERS, {"min_nodes": 1})
+    assert forms.form_from_config({"min_nodes": 1})["min_nodes"] == "1"
+    with pytest.raises(forms.FormErrors) as caught:
+        forms.config_from_form({"min_nodes": "one"}, NODES, MEMBERS)
+    assert caught.value.errors == {"min_nodes": "min_nodes: expected a whole number (got 'one')"}
+    refused = {"loc": ["body", "min_nodes"], "msg": "Value error, min_nodes: 0 is fewer than 1; expected at least 1"}
+    assert forms.errors_from_response(422, {"detail": [refused]}) == {
+        "min_nodes": "min_nodes: 0 is fewer than 1; expected at least 1"
+    }
+    assert forms.errors_from_response(422, {"detail": "min_nodes: 3 is more than nodes (2); expected 1 to 2"}) == {
+        "min_nodes": "min_nodes: 3 is more than nodes (2); expected 1 to 2"
+    }
+
+
 @pytest.mark.parametrize(
     "master, expected",
     [("gn6", ("gn6", None)), ("gn6-0", ("gn6-0", None)), ("10.0.0.5", (None, "10.0.0.5")), ("", (None, None))],

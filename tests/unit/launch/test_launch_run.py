@@ -373,11 +373,11 @@ def test_a_lost_host_with_no_spare_drops_out_while_min_nodes_are_left(tmp_path):
 @pytest.mark.parametrize(
     "flags, words",
     [
-        (["--min-nodes", "3", "--max-restarts", "1"], "min_nodes: must be 1 to the job's 2 node(s) (got 3)"),
-        (["--min-nodes", "0", "--max-restarts", "1"], "min_nodes: must be 1 to the job's 2 node(s) (got 0)"),
+        (["--min-nodes", "3", "--max-restarts", "1"], "min_nodes: 3 is more than nodes (2); expected 1 to 2"),
+        (["--min-nodes", "0", "--max-restarts", "1"], "min_nodes: 0 is fewer than 1; expected 1 to 2"),
         (
             ["--min-nodes", "1"],
-            "min_nodes: needs --max-restarts (a smaller world is a restart; got min_nodes 1 without it)",
+            "min_nodes: 1 is the fewest nodes a restart goes on with; give --max-restarts N",
         ),
     ],
 )
