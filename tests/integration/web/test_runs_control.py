@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from slurmgen.jobs.refresh import REFRESH_EVERY
+
 expect = pytest.importorskip("playwright.sync_api", reason="the test extra installs playwright").expect
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -189,17 +191,21 @@ def test_the_runs_list_follows_a_slurm_jobs_state_without_its_page(page, cluster
     coordinator, p = cluster_coordinator, page
     asked: list[str] = []
     p.page.on("request", lambda r: asked.append(r.url))
-    job = _submit(coordinator, cluster, tmp_path, "-o", "list-live", "--", "sleep", "12")
+    # The list asks Slurm at most every REFRESH_EVERY s (one refresh for every open tab), and the
+    # page polls beside it: a change shows within that plus a poll and squeue's own time, which
+    # on two loaded cores went past 5 s. The job runs longer than the wait for its `running`.
+    shown_within = (REFRESH_EVERY + 8) * 1000
+    job = _submit(coordinator, cluster, tmp_path, "-o", "list-live", "--", "sleep", "25")
     try:
         p.log_in(coordinator.token)
         p.page.goto(coordinator.url + "/ui/runs")
         p.page.evaluate("window.__notReloaded = true")
         row = p.page.locator("tr[data-kind=slurm]", has=p.page.locator("td.run-key", has_text=job))
         cluster.wait_state(job, {"RUNNING"}, timeout=60)
-        expect(row.locator(".state")).to_have_text("running", timeout=5_000)
+        expect(row.locator(".state")).to_have_text("running", timeout=shown_within)
         p.shot("runs-list-slurm-running")
         assert cluster.wait_state(job, {"COMPLETED", "FAILED"}, timeout=60) == "COMPLETED"
-        expect(row.locator(".state")).to_have_text("succeeded", timeout=5_000)
+        expect(row.locator(".state")).to_have_text("succeeded", timeout=shown_within)
         p.shot("runs-list-slurm-succeeded")
         assert p.page.evaluate("window.__notReloaded") is True  # redrawn in place, not reloaded
         assert not [u for u in asked if re.search(r"/ui/runs/\d+", u)], asked  # the job's page never asked

@@ -198,8 +198,11 @@ def test_the_node_reports_its_quiet_ranks_beats_and_leaves_the_verdict_to_the_la
     events = events_of(proc)
     beats = [e.beats for e in events if e is not None and e.kind == "beats"]
     assert [e.kind for e in events if e.kind != "beats"] == ["started"], events
-    assert beats and all([b.rank for b in reported] == [1] for reported in beats), beats
-    last = beats[-1][0]
+    # Every report names the frozen rank 1. Rank 0, never stopped, may be named too when two
+    # loaded cores left it unscheduled past the limit (CI at load 9): then as running, not stopped.
+    assert beats and all(1 in [b.rank for b in reported] for reported in beats), beats
+    assert all(b.rank == 1 or not b.stopped for reported in beats for b in reported), beats
+    last = next(b for b in beats[-1] if b.rank == 1)
     assert (last.step, last.stopped) == (7, True) and last.age_ms > 1500, last
     # The directory is the node's own (under its TMPDIR), not the working directory, and goes with the node.
     hb_dirs = {line.split("HB ")[1].rsplit("/", 1)[0] for line in text.splitlines() if "] HB " in line}
