@@ -289,25 +289,34 @@ listed() {
   for item in "$@"; do [[ $item != "$word" ]] || return 0; done
   return 1
 }
+# probe_nodes NODE...: each NODE runs `true` in a step of its own, all at once, for at most
+# 5 s; `probes` holds their pids in NODE's order, and a probe that fails is a node that does not
+# answer. The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node
+# whose slurmd died or stopped only after SlurmdTimeout, and marks one not responding ('*') until
+# its next ping, long after its slurmd is back (as after a reboot).
+probe_nodes() {
+  local node
+  probes=()
+  for node in "$@"; do
+    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 &
+    probes+=("$!")
+  done
+}
 # usable_nodes: the allocation's nodes that can run a step, in its order, in $usable: still in the
 # job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm,
-# and answering now: each runs `true` in a step of its own, all at once, for at most 5 s.
-# The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node not
-# responding ('*') until its next ping, long after its slurmd is back (as after a reboot). A node
-# the last step's guard found not answering (end_stuck_step) is not probed again.
+# and answering now (probe_nodes). A node the last step's guard found not answering
+# (end_stuck_step) is not probed again.
 usable_nodes() {
-  local node state nodelist live=() lost=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
+  local node state nodelist i live=() lost=() asked=() probes=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
   usable=()
   nodelist=$(scontrol show job -o "$SLURM_JOB_ID" | grep -o ' NodeList=[^ ]*') || return 0
   mapfile -t live < <(scontrol show hostnames "${nodelist#*=}")
   mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
-  mapfile -t answering < <(
-    for node in "${live[@]}"; do
-      ! listed "$node" "${lost[@]}" || continue
-      { timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 && echo "$node"; } &
-    done
-    wait
-  )
+  for node in "${live[@]}"; do listed "$node" "${lost[@]}" || asked+=("$node"); done
+  probe_nodes "${asked[@]}"
+  for i in "${!probes[@]}"; do
+    if wait "${probes[i]}"; then answering+=("${asked[i]}"); fi
+  done
   for node in "${job_hosts[@]}"; do
     listed "$node" "${answering[@]}" || continue
     state=$(sinfo -h -N -n "$node" -o %t 2>/dev/null) || continue
@@ -388,7 +397,7 @@ stop_after() {
 # end_stuck_step PID: srun (PID) waits for every node of its step to report the end of its tasks,
 # and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout declares it
 # down, minutes later): once the step's first failure is in $step_errors, each node of the step is
-# probed (as usable_nodes does) and srun stopped as soon as one does not answer; with every node
+# probed (probe_nodes) and srun stopped as soon as one does not answer; with every node
 # answering, srun has 10 s more to end. Its tasks elsewhere are stopped already
 # (--kill-on-bad-exit); the next step overlaps what Slurm still counts of this one (srun --overlap).
 end_stuck_step() {
@@ -399,10 +408,7 @@ end_stuck_step() {
   done
   # Stopped once srun ended by itself (the usual case), this guard stops its probes too.
   trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
-  for i in "${!step_nodes[@]}"; do
-    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="${step_nodes[i]}" true >/dev/null 2>&1 &
-    probes[i]=$!
-  done
+  probe_nodes "${step_nodes[@]}"
   for i in "${!probes[@]}"; do
     wait "${probes[i]}" && continue
     kill -0 "$1" 2>/dev/null || return 0
