@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import HOSTILE, REPORTER, reports, write
 
+from slurmgen.contract import exitcodes, warm
 from slurmgen.generate.render import _PROBE_SECONDS as HEAL_PROBE_SECONDS
 from slurmgen.generate.render import LAUNCH_SCRIPT, SLURM_SCRIPT
 
@@ -648,7 +649,8 @@ def test_the_next_step_does_not_wait_out_the_guard_of_the_last(tmp_path, fake_sl
 
 # The stand-in srun, but a node in $FAKE_LOST no longer answers: a step on it never ends (srun waits
 # for the node's word after its tasks are done), so a probe of it (`true`) hangs; each probe of it is
-# noted in $FAKE_PROBES.
+# noted in $FAKE_PROBES. Told to stop (TERM), it stops its tasks as srun does (KILL, each task's
+# processes a group of their own: set -m) and reports them, then a step on a lost node waits on.
 LOSING_SRUN = """#!/usr/bin/env bash
 lost=
 for arg in "$@"; do
@@ -660,10 +662,29 @@ if [[ -n $lost && ${!#} == true ]]; then
   echo "$lost" >>"$FAKE_PROBES"
   exec sleep 60
 fi
-bash "$0.real" "$@" || code=$?
+set -m
+bash "$0.real" "$@" &
+step=$!
+stop() {
+  kill -KILL -- "-$step"
+  echo "srun: error: localhost: tasks 0-1: Killed" >&2
+  [[ -z $lost ]] || exec sleep 60
+  exit 143
+}
+trap stop TERM
+wait "$step" || code=$?
 if [[ -n $lost ]]; then exec sleep 60; fi
 exit "${code:-0}"
 """
+
+
+def _losing_slurm(tmp_path):
+    """The stand-ins of scontrol, sinfo and srun (LOSING_SRUN) in tmp_path/bin."""
+    for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO), ("srun", LOSING_SRUN)):
+        if name == "srun":
+            (tmp_path / "bin" / "srun").rename(tmp_path / "bin" / "srun.real")
+        (tmp_path / "bin" / name).write_text(text)
+        (tmp_path / "bin" / name).chmod(0o755)
 
 
 def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tmp_path, fake_slurm):
@@ -671,11 +692,7 @@ def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tm
     # srun; the next step's choice of nodes takes the guard's word for it instead of probing it (and
     # waiting probe_seconds) again. Spare n3 takes its place.
     out = write(tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, output_dir=str(tmp_path / "out"), command=STEP)
-    for name, text in (("scontrol", FAKE_SCONTROL), ("sinfo", FAKE_SINFO), ("srun", LOSING_SRUN)):
-        if name == "srun":
-            (tmp_path / "bin" / "srun").rename(tmp_path / "bin" / "srun.real")
-        (tmp_path / "bin" / name).write_text(text)
-        (tmp_path / "bin" / name).chmod(0o755)
+    _losing_slurm(tmp_path)
     probes = tmp_path / "probes"
     env = {"FAIL_IN": "1", "FAKE_LOST": "n2", "FAKE_PROBES": str(probes)}
     started = time.monotonic()
@@ -686,6 +703,39 @@ def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tm
     assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
     assert probes.read_text().split() == ["n2"], result.stderr  # the guard's probe only
     print(f"a lost node: the job done {took:.1f} s after its start (one probe of {HEAL_PROBE_SECONDS} s)")
+    assert took < 2 * HEAL_PROBE_SECONDS, result.stderr
+
+
+def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm):
+    # restart_mode warm: n2 is lost in attempt 1 (its ranks say nothing, as a node whose processes
+    # were killed); the ranks on localhost say they wait for a new world. The warm watch probes the
+    # step's nodes, n2 does not answer: it is noted lost, srun is stopped (its tasks killed, then it
+    # waits for n2) and the guard stops it at once without probing n2 again, nor does the next
+    # step's choice of nodes: n3 takes n2's place, one probe of n2 in all.
+    waiting = f'[[ $SLURMD_NODENAME == n2 ]] || echo "{warm.WAITING}" >&2; exec sleep 30'
+    command = [*STEP[:2], STEP[2].split("if ")[0] + f"if [[ $SLURMGEN_ATTEMPT == 1 ]]; then {waiting}; fi"]
+    out = write(
+        tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, restart_mode="warm", output_dir=str(tmp_path / "out"),
+        command=command,
+    )  # fmt: skip
+    _losing_slurm(tmp_path)
+    probes = tmp_path / "probes"
+    started = time.monotonic()
+    result = fake_slurm(out, hosts="localhost n2 n3", nodes=3, env={"FAKE_LOST": "n2", "FAKE_PROBES": str(probes)})
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert "slurmgen: node n2 does not answer: stopping every rank of attempt 1 (cold restart)" in result.stderr
+    assert "slurmgen: node n2 does not answer (found before); stopping srun" in result.stderr
+    assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
+    assert probes.read_text().split() == ["n2"], result.stderr  # the warm watch's probe only
+    records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
+    assert [(r["event"], r.get("action"), r.get("exit_code"), r.get("exclude")) for r in records] == [
+        ("start", None, None, None),
+        ("end", "restart", exitcodes.LOST, "n2"),
+        ("start", None, None, None),
+        ("end", "finished", 0, None),
+    ], result.stderr
+    print(f"a lost node under warm restarts: the job done {took:.1f} s after its start (one probe of n2)")
     assert took < 2 * HEAL_PROBE_SECONDS, result.stderr
 
 

@@ -289,25 +289,39 @@ listed() {
   for item in "$@"; do [[ $item != "$word" ]] || return 0; done
   return 1
 }
+# probe_nodes NODE...: each NODE runs `true` in a step of its own, all at once, for at most
+# 5 s; `probes` holds their pids in NODE's order, and a probe that fails is a node that does not
+# answer. The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node
+# whose slurmd died or stopped only after SlurmdTimeout, and marks one not responding ('*') until
+# its next ping, long after its slurmd is back (as after a reboot).
+probe_nodes() {
+  local node
+  probes=()
+  for node in "$@"; do
+    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 &
+    probes+=("$!")
+  done
+}
+# lost_nodes: the nodes this attempt found not answering, in `lost`: each probe that failed notes
+# its node in $step_errors ('slurmgen-lost: NODE'), and a node noted so is lost for the rest of the
+# attempt and for the next step's choice: no probe asks it again, nor waits 5 s on it.
+lost_nodes() {
+  mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
+}
 # usable_nodes: the allocation's nodes that can run a step, in its order, in $usable: still in the
 # job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm,
-# and answering now: each runs `true` in a step of its own, all at once, for at most 5 s.
-# The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node not
-# responding ('*') until its next ping, long after its slurmd is back (as after a reboot). A node
-# the last step's guard found not answering (end_stuck_step) is not probed again.
+# and answering now (probe_nodes); a node this attempt found lost (lost_nodes) is not probed again.
 usable_nodes() {
-  local node state nodelist live=() lost=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
+  local node state nodelist i live=() lost=() asked=() probes=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
   usable=()
   nodelist=$(scontrol show job -o "$SLURM_JOB_ID" | grep -o ' NodeList=[^ ]*') || return 0
   mapfile -t live < <(scontrol show hostnames "${nodelist#*=}")
-  mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
-  mapfile -t answering < <(
-    for node in "${live[@]}"; do
-      ! listed "$node" "${lost[@]}" || continue
-      { timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 && echo "$node"; } &
-    done
-    wait
-  )
+  lost_nodes
+  for node in "${live[@]}"; do listed "$node" "${lost[@]}" || asked+=("$node"); done
+  probe_nodes "${asked[@]}"
+  for i in "${!probes[@]}"; do
+    if wait "${probes[i]}"; then answering+=("${asked[i]}"); fi
+  done
   for node in "${job_hosts[@]}"; do
     listed "$node" "${answering[@]}" || continue
     state=$(sinfo -h -N -n "$node" -o %t 2>/dev/null) || continue
@@ -385,24 +399,30 @@ stop_after() {
   echo "slurmgen: srun $2 still runs $1 s later (a node that no longer answers?); stopping it" >&2
   kill -KILL "$2" 2>/dev/null
 }
-# end_stuck_step PID: srun (PID) waits for every node of its step to report the end of its tasks,
-# and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout declares it
-# down, minutes later): once the step's first failure is in $step_errors, each node of the step is
-# probed (as usable_nodes does) and srun stopped as soon as one does not answer; with every node
+# end_stuck_step PID [LINES]: srun (PID) waits for every node of its step to report the end of its
+# tasks, and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout
+# declares it down, minutes later): once the step's first failure is in $step_errors (past its
+# first LINES lines: what was there before srun was told to stop), srun is stopped at once when a
+# node of the step was found lost already (lost_nodes: no second probe of it); else each node of
+# the step is probed (probe_nodes) and srun stopped as soon as one does not answer; with every node
 # answering, srun has 10 s more to end. Its tasks elsewhere are stopped already
-# (--kill-on-bad-exit); the next step overlaps what Slurm still counts of this one (srun --overlap).
+# (--kill-on-bad-exit, or srun's stop); the next step overlaps what Slurm still counts of this one (srun --overlap).
 end_stuck_step() {
-  local i probes=()
-  until grep -q -a -e 'slurmgen-exit: rank ' -e '^srun: error: ' "$step_errors" 2>/dev/null; do
+  local i node probes=() lost=()
+  until tail -n "+$((${2:-0} + 1))" "$step_errors" 2>/dev/null | grep -q -a -e 'slurmgen-exit: rank ' -e '^srun: error: '; do
     kill -0 "$1" 2>/dev/null || return 0
     sleep 0.5
   done
+  lost_nodes
+  for node in "${step_nodes[@]}"; do
+    listed "$node" "${lost[@]}" || continue
+    echo "slurmgen: node $node does not answer (found before); stopping srun $1, which would wait for it" >&2
+    kill -KILL "$1" 2>/dev/null
+    return 0
+  done
   # Stopped once srun ended by itself (the usual case), this guard stops its probes too.
   trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
-  for i in "${!step_nodes[@]}"; do
-    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="${step_nodes[i]}" true >/dev/null 2>&1 &
-    probes[i]=$!
-  done
+  probe_nodes "${step_nodes[@]}"
   for i in "${!probes[@]}"; do
     wait "${probes[i]}" && continue
     kill -0 "$1" 2>/dev/null || return 0

@@ -188,25 +188,39 @@ listed() {
   for item in "$@"; do [[ $item != "$word" ]] || return 0; done
   return 1
 }
+# probe_nodes NODE...: each NODE runs `true` in a step of its own, all at once, for at most
+# 5 s; `probes` holds their pids in NODE's order, and a probe that fails is a node that does not
+# answer. The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node
+# whose slurmd died or stopped only after SlurmdTimeout, and marks one not responding ('*') until
+# its next ping, long after its slurmd is back (as after a reboot).
+probe_nodes() {
+  local node
+  probes=()
+  for node in "$@"; do
+    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 &
+    probes+=("$!")
+  done
+}
+# lost_nodes: the nodes this attempt found not answering, in `lost`: each probe that failed notes
+# its node in $step_errors ('slurmgen-lost: NODE'), and a node noted so is lost for the rest of the
+# attempt and for the next step's choice: no probe asks it again, nor waits 5 s on it.
+lost_nodes() {
+  mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
+}
 # usable_nodes: the allocation's nodes that can run a step, in its order, in $usable: still in the
 # job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm,
-# and answering now: each runs `true` in a step of its own, all at once, for at most 5 s.
-# The probe is the word on whether a node answers, not sinfo's flags: Slurm marks a node not
-# responding ('*') until its next ping, long after its slurmd is back (as after a reboot). A node
-# the last step's guard found not answering (end_stuck_step) is not probed again.
+# and answering now (probe_nodes); a node this attempt found lost (lost_nodes) is not probed again.
 usable_nodes() {
-  local node state nodelist live=() lost=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
+  local node state nodelist i live=() lost=() asked=() probes=() answering=() ok='^(alloc|mix|comp|idle|plnd)[^[:alpha:]]*$'
   usable=()
   nodelist=$(scontrol show job -o "$SLURM_JOB_ID" | grep -o ' NodeList=[^ ]*') || return 0
   mapfile -t live < <(scontrol show hostnames "${nodelist#*=}")
-  mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
-  mapfile -t answering < <(
-    for node in "${live[@]}"; do
-      ! listed "$node" "${lost[@]}" || continue
-      { timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" true >/dev/null 2>&1 && echo "$node"; } &
-    done
-    wait
-  )
+  lost_nodes
+  for node in "${live[@]}"; do listed "$node" "${lost[@]}" || asked+=("$node"); done
+  probe_nodes "${asked[@]}"
+  for i in "${!probes[@]}"; do
+    if wait "${probes[i]}"; then answering+=("${asked[i]}"); fi
+  done
   for node in "${job_hosts[@]}"; do
     listed "$node" "${answering[@]}" || continue
     state=$(sinfo -h -N -n "$node" -o %t 2>/dev/null) || continue
@@ -284,24 +298,30 @@ stop_after() {
   echo "slurmgen: srun $2 still runs $1 s later (a node that no longer answers?); stopping it" >&2
   kill -KILL "$2" 2>/dev/null
 }
-# end_stuck_step PID: srun (PID) waits for every node of its step to report the end of its tasks,
-# and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout declares it
-# down, minutes later): once the step's first failure is in $step_errors, each node of the step is
-# probed (as usable_nodes does) and srun stopped as soon as one does not answer; with every node
+# end_stuck_step PID [LINES]: srun (PID) waits for every node of its step to report the end of its
+# tasks, and a node whose slurmd no longer answers never does (not before Slurm's SlurmdTimeout
+# declares it down, minutes later): once the step's first failure is in $step_errors (past its
+# first LINES lines: what was there before srun was told to stop), srun is stopped at once when a
+# node of the step was found lost already (lost_nodes: no second probe of it); else each node of
+# the step is probed (probe_nodes) and srun stopped as soon as one does not answer; with every node
 # answering, srun has 10 s more to end. Its tasks elsewhere are stopped already
-# (--kill-on-bad-exit); the next step overlaps what Slurm still counts of this one (srun --overlap).
+# (--kill-on-bad-exit, or srun's stop); the next step overlaps what Slurm still counts of this one (srun --overlap).
 end_stuck_step() {
-  local i probes=()
-  until grep -q -a -e 'slurmgen-exit: rank ' -e '^srun: error: ' "$step_errors" 2>/dev/null; do
+  local i node probes=() lost=()
+  until tail -n "+$((${2:-0} + 1))" "$step_errors" 2>/dev/null | grep -q -a -e 'slurmgen-exit: rank ' -e '^srun: error: '; do
     kill -0 "$1" 2>/dev/null || return 0
     sleep 0.5
   done
+  lost_nodes
+  for node in "${step_nodes[@]}"; do
+    listed "$node" "${lost[@]}" || continue
+    echo "slurmgen: node $node does not answer (found before); stopping srun $1, which would wait for it" >&2
+    kill -KILL "$1" 2>/dev/null
+    return 0
+  done
   # Stopped once srun ended by itself (the usual case), this guard stops its probes too.
   trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
-  for i in "${!step_nodes[@]}"; do
-    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="${step_nodes[i]}" true >/dev/null 2>&1 &
-    probes[i]=$!
-  done
+  probe_nodes "${step_nodes[@]}"
   for i in "${!probes[@]}"; do
     wait "${probes[i]}" && continue
     kill -0 "$1" 2>/dev/null || return 0
@@ -350,17 +370,20 @@ warm_rank() {
   done
 }
 # warm_fail "RANK NODE TASK CODE" WHY [own]: a failure no warm restart answers. The first one stops
-# every task of the attempt (srun passes TERM on to its tasks), and the guard of a stuck srun watches
-# the step. `own`: a failure the step's errors do not show (a node lost, a rank started anew that
-# ended without a note), the attempt's verdict (warm_own) rather than first_failure's.
+# every task of the attempt (srun passes TERM on to its tasks, as KILL), and the guard of a stuck
+# srun watches the step from the end of what the step's errors hold now (the reports of its stop
+# come after). `own`: a failure the step's errors do not show (a node lost, a rank started anew
+# that ended without a note), the attempt's verdict (warm_own) rather than first_failure's.
 warm_fail() {
+  local lines
   ((!warm_fallen)) || return 0
   warm_fallen=1
   warm_first=$1
   [[ -z ${3:-} ]] || warm_own=$1
   echo "slurmgen: ${2:-a failure no warm restart answers}: stopping every rank of attempt $attempt (cold restart)" >&2
+  lines=$(wc -l <"$step_errors")
   kill -TERM "$warm_step" "${!warm_ranks[@]}" 2>/dev/null
-  end_stuck_step "$warm_step" 2>&4 5>&- &
+  end_stuck_step "$warm_step" "$lines" 2>&4 5>&- &
   warm_guard=$!
 }
 # warm_fits CODE: whether a failure with CODE gets a warm restart: a code worth one, a restart left
@@ -448,18 +471,17 @@ warm_reports_due() {
   warm_reports=("${kept[@]}")
 }
 # warm_probe: ranks have waited for a new world 2 s and no rank's exit was noted: each node of
-# the step runs `true` (all at once, 5 s at most), and a node that does not answer is lost: a cold
-# restart, without it.
+# the step is probed (probe_nodes), and a node that does not answer is lost: a cold restart, without
+# it. The node is noted lost (lost_nodes), so that neither the guard of the stopped srun nor the
+# next step's choice of nodes probes it again: one probe's 5 s on the lost-node path, not three.
 warm_probe() {
   local i probes=() now=${EPOCHREALTIME/[.,]/}
   ((warm_waiting && now - warm_waiting > 2000000)) || return 0
   warm_waiting=0
-  for i in "${!step_nodes[@]}"; do
-    timeout -s KILL 5 srun --overlap --nodes=1 --ntasks=1 --nodelist="${step_nodes[i]}" true >/dev/null 2>&1 &
-    probes[i]=$!
-  done
+  probe_nodes "${step_nodes[@]}"
   for i in "${!probes[@]}"; do
     wait "${probes[i]}" && continue
+    echo "slurmgen-lost: ${step_nodes[i]}" >>"$step_errors"
     warm_fail "null ${step_nodes[i]} null 255" "node ${step_nodes[i]} does not answer" own
   done
 }
@@ -510,6 +532,7 @@ warm_watch() {
 # warm_end: after the step's errors are all written: the last of them read, the answered ones left
 # out of what first_failure reads, and the step's code 0 when every failure had its warm restart.
 warm_end() {
+  local node lost=() left=()
   warm_open=0
   warm_read
   warm_reports_due all
@@ -519,10 +542,13 @@ warm_end() {
     wait "$warm_guard" 2>/dev/null
   fi
   if ((warm_generation > 0)); then
-    # The nodes' world files go with the attempt (a node that does not answer keeps its own).
+    # The nodes' world files go with the attempt (a node that does not answer keeps its own; one
+    # found lost is not waited on again).
+    lost_nodes
+    for node in "${step_nodes[@]}"; do listed "$node" "${lost[@]}" || left+=("$node"); done
     # shellcheck disable=SC2016  # expanded by each node's task
-    timeout -s KILL 5 srun --overlap --nodes="$step_size" --ntasks="$step_size" --ntasks-per-node=1 \
-      --nodelist="$(IFS=, && echo "${step_nodes[*]}")" bash -c 'rm -rf -- "$SLURMGEN_WARM_BASE/$SLURMD_NODENAME"
+    ((!${#left[@]})) || timeout -s KILL 5 srun --overlap --nodes="${#left[@]}" --ntasks="${#left[@]}" --ntasks-per-node=1 \
+      --nodelist="$(IFS=, && echo "${left[*]}")" bash -c 'rm -rf -- "$SLURMGEN_WARM_BASE/$SLURMD_NODENAME"
         rmdir -- "$SLURMGEN_WARM_BASE" 2>/dev/null; exit 0' >/dev/null 2>&1
     grep -v -x -F -f "$warm_answered" "$step_errors" >"$step_errors.left"
     mv -f -- "$step_errors.left" "$step_errors"
