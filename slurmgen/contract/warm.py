@@ -50,6 +50,9 @@ POLL = 0.02
 # reads it as the word that a failure happened, and with no rank's exit noted soon after (a lost
 # node's ranks note nothing) probes the step's nodes.
 WAITING = "waiting for the launcher's new world"
+# A warm spare's first line of output once promoted (train/spare.py on stdout; under Slurm the rank
+# wrapper on stderr too): SPARE_TAG RANK, the rank it became, which labels the rest of its output.
+SPARE_TAG = "slurmgen-spare"
 
 
 @dataclass(frozen=True)
