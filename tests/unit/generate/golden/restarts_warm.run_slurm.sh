@@ -483,7 +483,7 @@ warm_restart() {
   line="$warm_generation $MASTER_ADDR $port $((step_size * 2))"
   what="warm restart $warm_generation: rank $rank started anew after rank $rank exited with code $code on $node"
   echo "slurmgen: rank $rank exited with code $code on $node: warm restart $warm_generation of at most 2 restarts; rank $rank starts anew, the others wait in their processes (rendezvous $MASTER_ADDR:$port)" >&2
-spare_promote "$rank" "$node" || warm_fresh "$rank" "$node"
+  spare_promote "$rank" "$node" || warm_fresh "$rank" "$node"
   IFS=,
   # shellcheck disable=SC2016  # expanded by each node's task
   if ! timeout -s KILL 5 srun --overlap --nodes="$step_size" --ntasks="$step_size" --ntasks-per-node=1 \
@@ -690,7 +690,7 @@ rank_wrapper='
     orders=$(mktemp -u "${TMPDIR:-/tmp}/slurmgen-spare.XXXXXX") && mkfifo -m 600 -- "$orders" || exit 1
     exec {give}<>"$orders" {take}<"$orders" # neither open waits: this shell holds both ends
     rm -f -- "$orders"
-    unset RANK LOCAL_RANK # the task's own are no rank's: the orders name it
+    unset RANK LOCAL_RANK # the task ones name no rank: the orders do
     "$1" -m slurmgen.train.spare "$take" "${@:2}" {give}>&- &
     program=$!
     exec {take}<&-
