@@ -55,6 +55,9 @@ WAITING = "waiting for the launcher's new world"
 # its last part): a warm spare (slurmgen/train/spare.py) can stand in for its ranks, and torchrun
 # mode runs that interpreter's torch.distributed.run (generate/render.py's `runs_python`).
 PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+# A warm spare's first line of output once promoted (train/spare.py on stdout; under Slurm the rank
+# wrapper on stderr too): SPARE_TAG RANK, the rank it became, which labels the rest of its output.
+SPARE_TAG = "slurmgen-spare"
 
 
 @dataclass(frozen=True)

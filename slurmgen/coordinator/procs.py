@@ -31,7 +31,6 @@ from slurmgen.coordinator import stacks, watchdog
 from slurmgen.coordinator.models import QuietBeat, ReportedLine, StartOrder, WorkerReport, WorldOrder
 from slurmgen.observe.timeline_writer import TimelineWriter
 from slurmgen.tracking.store import ANNOUNCE_FILE
-from slurmgen.train.spare import SPARE_TAG
 
 MAX_LINE = 4096
 QUEUE_LINES = 5000
@@ -428,7 +427,7 @@ class Procs:
         assert proc.stdout is not None  # for type checkers: started with stdout=PIPE
         with log:
             for n, raw in enumerate(proc.stdout):
-                if n == 0 and raw.startswith(SPARE_TAG.encode()):
+                if n == 0 and raw.startswith(protocol.SPARE_TAG.encode()):
                     continue  # a promoted spare's word that it took the rank: not the program's output
                 log.write(raw)
                 log.flush()

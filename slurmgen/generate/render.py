@@ -321,6 +321,7 @@ def _warm(spec: JobSpec) -> dict[str, object]:
         "start": warm.START_PREFIX,
         # A warm spare process (train/spare.py) needs the program's own Python.
         "spare": runs_python(spec),
+        "spare_tag": warm.SPARE_TAG,
     }
 
 

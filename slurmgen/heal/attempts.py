@@ -23,7 +23,8 @@ a step on fewer nodes than the job's (a smaller world: a node lost, no spare lef
 "recovery" lines (restart_mode: warm, templates/run_slurm_warm.sh.j2) add `generation` (the
 attempt's world the ranks went on in), `rank` and `node` (the rank started anew there), `exit_code`
 (its failure's) and `what`, the recovery in words as `slurmgen launch` keeps it ("warm restart 1:
-rank 1 started anew after rank 1 exited with code 137 on node2"); each counts against `restarts`.
+rank 1 started anew after rank 1 exited with code 137 on node2", or "... rank 1 went on in the warm
+spare on node2 after ..." when the node's warm spare took its place); each counts against `restarts`.
 
 "end" lines add (rank, node, task: the first failure as run_slurm.sh's `first_failure` finds
 it, from the `slurmgen-exit:` note the failing rank wrote, else from srun's report of the first

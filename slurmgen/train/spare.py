@@ -6,13 +6,16 @@ interpreter start and no `import torch` (seconds on a loaded node), only the pro
 
 `launch_multi_node.sh` starts one per node when warm restarts are on and the program is Python
 (`python -m MODULE ...`, `python SCRIPT ...`, `python -c CODE ...`: PROGRAM_ARGS is what follows
-the interpreter), and a new one each time its spare is promoted. The spare reads one line from the
-descriptor ORDERS_FD (the read end of a FIFO, opened by the node script before it started the
-spare, so orders given while the spare is still importing wait in the pipe for it):
-`RANK LOCAL_RANK GENERATION MASTER_ADDR MASTER_PORT WORLD_SIZE`. It takes that place in the
-environment, prints `SPARE_TAG RANK` as its first line of output (the node script then sends the
-rest to that rank's log), and runs the program in this process as `python PROGRAM_ARGS` would.
-The end of ORDERS without a line (the node is done) ends it with 0, untouched.
+the interpreter), and a new one each time its spare is promoted; so does `run_slurm.sh` under
+Slurm (restart_mode: warm, srun mode): each spare is the one task of a job step of its own, under
+the rank wrapper (templates/run_slurm_spare.sh.j2), which hands it the orders srun passes on.
+The spare reads one line from the descriptor ORDERS_FD (the read end of a FIFO, opened by the
+node script before it started the spare, so orders given while the spare is still importing wait
+in the pipe for it): `RANK LOCAL_RANK GENERATION MASTER_ADDR MASTER_PORT WORLD_SIZE`. It takes
+that place in the environment, prints `SPARE_TAG RANK` (contract/warm.py) as its first line of
+output (the node script then sends the rest to that rank's log), and runs the program in this
+process as `python PROGRAM_ARGS` would. The end of ORDERS without a line (the node is done), or
+any other line, ends it with 0, untouched.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ import runpy
 import sys
 
 from slurmgen.contract import envvars
-
-SPARE_TAG = "slurmgen-spare"
+from slurmgen.contract.warm import SPARE_TAG
 
 
 def _prepare(args: list[str]) -> None:
-    """Import what the program's start would: torch always, the bundled trainer when it is the program."""
+    """Import what the program's start would: torch always, with what a torch.optim optimizer's
+    constructor imports (torch._dynamo: 2.2 s of CPU here, which a promoted spare would otherwise
+    pay before its first step), and the bundled trainer when it is the program."""
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
     import torch.distributed  # noqa: F401
 
     if args[:2] == ["-m", "slurmgen.train"]:

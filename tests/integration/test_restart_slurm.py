@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -71,6 +72,40 @@ def _rank_pid(cluster, job: str, rank: int):
         if f"RANK={rank}".encode() in environ:
             return proc
     return None
+
+
+def _spares(cluster, job: str) -> list:
+    """The job's warm spare processes (Python started as slurmgen.train.spare, promoted or not)."""
+    return [
+        p
+        for p in cluster.job_pids(job)
+        if "slurmgen.train.spare" in p.cmdline and not p.cmdline.startswith(("bash", "slurmstepd"))
+    ]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_spares_ready(cluster, out: Path, job: str, nodes: int) -> dict[str, object]:
+    """The spares of every node, once each has imported torch: idle, its CPU time unchanged for a second."""
+    deadline = time.monotonic() + 90
+    while True:
+        assert time.monotonic() < deadline, (_spares(cluster, job), _log(out, job)[-3000:])
+        spares = {p.node: p for p in _spares(cluster, job)}
+        if len(spares) == nodes:
+            with contextlib.suppress(OSError):
+                before = {n: _cpu_seconds(p.pid) for n, p in spares.items()}
+                time.sleep(1)
+                if all(_cpu_seconds(p.pid) == before[n] for n, p in spares.items()):
+                    return spares
+        time.sleep(0.5)
+
+
+def _promoted(out: Path, job: str, rank: int) -> set[int]:
+    """The pids the trainer of `rank` wrote its lines from after a warm restart (generation 1 on)."""
+    return {e["pid"] for e in _timeline(out, job) if e.get("rank") == rank and e.get("generation") and "pid" in e}
 
 
 def _wait_for_a_checkpoint(cluster, out: Path, job: str) -> None:
@@ -262,11 +297,17 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     lint = subprocess.run(["shellcheck", str(out / "run_slurm.sh")], capture_output=True, text=True, timeout=60)
     assert lint.returncode == 0, lint.stdout
     _wait_for_a_checkpoint(cluster, out, job)
+    spares = _wait_spares_ready(cluster, out, job, nodes=2)
     healthy = {r: _rank_pid(cluster, job, r) for r in (0, 2, 3)}
     killed = _rank_pid(cluster, job, KILLED_RANK)
     load = os.getloadavg()[0]
     os.kill(killed.pid, signal.SIGKILL)
     killed_at = time.time()
+    # The promoted spare's node gets a new one once the settle time is past, while the job runs.
+    refill, deadline, promoted = None, time.monotonic() + 30, spares[killed.node].pid
+    while refill is None and time.monotonic() < deadline and cluster.job_info(job)["JobState"] == "RUNNING":
+        refill = next((p for p in _spares(cluster, job) if p.node == killed.node and p.pid != promoted), None)
+        time.sleep(0.5)
     records = _wait_finished(cluster, out, job)
     log = _log(out, job)
     timeline = _timeline(out, job)
@@ -294,10 +335,19 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     assert [(r["generation"], r["rank"], r["node"], r["exit_code"]) for r in warm] == [
         (1, KILLED_RANK, killed.node, 137)
     ], records
-    assert warm[0]["what"] == f"warm restart 1: rank 1 started anew after rank 1 exited with code 137 on {killed.node}"
+    # Rank 1 went on in its node's warm spare, started with the step: its pid existed before the fault.
+    assert warm[0]["what"] == (
+        f"warm restart 1: rank 1 went on in the warm spare on {killed.node} "
+        f"after rank 1 exited with code 137 on {killed.node}"
+    )
+    assert _promoted(out, job, KILLED_RANK) == {spares[killed.node].pid}, (spares, timeline[-40:])
+    assert f"slurmgen: rank 1 goes on in the warm spare on {killed.node}" in log, log[-4000:]
+    # Its output is labelled as rank 1's, as srun labels the others.
+    assert re.search(r"^1: .*warm restart: generation 1 stepping again", log, re.M), log[-4000:]
+    assert refill is not None, "no new spare on the node after the promotion"
     print(
-        f"srun warm SIGKILL: fault to every rank stepping again {stepping_again:.2f} s (from step {saved}; "
-        f"load {load:.1f} at the fault, {os.getloadavg()[0]:.1f} after)"
+        f"srun warm SIGKILL, a warm spare: fault to every rank stepping again {stepping_again:.2f} s "
+        f"(from step {saved}; load {load:.1f} at the fault, {os.getloadavg()[0]:.1f} after)"
     )
     info = _wait_never_pending(cluster, job)
     assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
@@ -333,10 +383,11 @@ def test_a_second_failure_soon_after_a_warm_restart_restarts_cold(cluster, tmp_p
     first = _rank_pid(cluster, job, KILLED_RANK)
     os.kill(first.pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while (again := _rank_pid(cluster, job, KILLED_RANK)) is None or again.pid == first.pid:
+    # Its node's warm spare takes its place: the pid its trainer writes on the timeline.
+    while not (again := _promoted(out, job, KILLED_RANK)):
         assert time.monotonic() < deadline, _log(out, job)
         time.sleep(0.1)
-    os.kill(again.pid, signal.SIGKILL)
+    os.kill(again.pop(), signal.SIGKILL)
     records = _wait_finished(cluster, out, job)
     log = _log(out, job)
     assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [

@@ -394,12 +394,111 @@ warm_fits() {
   used=$(grep -c -e '"action": "restart"' -e '"event": "recovery"' "$attempts_file" 2>/dev/null) || used=0
   ((!warm_fallen && used < 2 && (warm_at == 0 || now - warm_at > 10000000)))
 }
+# alone_args: srun_args for a step of one task, in `alone` (srun's labels would be the new step's
+# task id, 0: the rank's own label instead).
+alone_args() {
+  local arg
+  alone=()
+  for arg in "${srun_args[@]}"; do [[ $arg == --label || $arg == --ntasks-per-node=* ]] || alone+=("$arg"); done
+}
+# warm_fresh RANK NODE: RANK started anew on NODE as a fresh process, the one task of a step of its
+# own, in the world of warm_restart (its `port`).
+warm_fresh() {
+  local alone
+  alone_args
+  MASTER_PORT=$port SLURMGEN_WARM_GENERATION=$warm_generation warm_local_rank=$(($1 % 2)) \
+    warm_world_size=$((step_size * 2)) srun "${alone[@]}" --overlap --nodes=1 --ntasks=1 --nodelist="$2" \
+    bash -c "$task_script" slurmgen-task "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}" \
+    > >(exec sed -u "s/^/$1: /") 2> >(trap "" USR1 USR2; exec sed -u "s/^/$1: /" >&2) &
+  warm_ranks[$!]=$1 warm_nodes[$!]=$2
+}
+# --- warm spares: the program is Python, so each node of the step has one (slurmgen/train/spare.py) ---
+# A spare is the program's Python with torch imported, idle, under the rank wrapper
+# (run_slurm_spare.sh.j2), as the one task of a step of its own (srun --overlap): Slurm counts it and
+# stops it with the job. A warm restart gives the failed rank's place to its node's spare
+# (spare_promote) instead of a new interpreter: the orders line goes to the spare's srun stdin, which
+# srun passes on to the task. A spare still importing takes them too (they wait in its pipe): it is
+# ahead of a fresh process, which would import beside it. A node whose spare was promoted gets a new
+# one 10 s later (spare_refill), not at once: its `import torch` would compete with the restart for the
+# node's cores, and a second failure that soon restarts cold anyway. The attempt's unused spares are
+# told to end and reaped at its end (spare_end).
+declare -A warm_spares=() warm_spare_in=() # node -> the srun of its spare, -> the write end of its orders
+warm_refill=0                               # when promoted spares are replaced (EPOCHREALTIME in us; 0: none due)
+# spare_label NODE: a spare's stdout or stderr, labelled as srun labels the rank it became: its first
+# line as that rank is "slurmgen-spare RANK" (spare.py's on stdout, the rank wrapper's on stderr).
+spare_label() {
+  local line tag='^slurmgen-spare ([0-9]+)$'
+  trap "" USR1 USR2
+  while IFS= read -r line; do
+    [[ ! $line =~ $tag ]] || exec sed -u "s/^/${BASH_REMATCH[1]}: /"
+    printf 'spare %s: %s\n' "$1" "$line"
+  done
+}
+# spare_start NODE: NODE's spare, its orders through a FIFO this shell holds open at both ends (so no
+# open waits, and no end of input ever reaches the spare: a line ends it).
+spare_start() {
+  local fifo fd alone
+  fifo=$(mktemp -u "${TMPDIR:-/tmp}/slurmgen-orders.XXXXXX") && mkfifo -m 600 -- "$fifo" || return 0
+  exec {fd}<>"$fifo"
+  rm -f -- "$fifo"
+  alone_args
+  warm_spare=1 srun "${alone[@]}" --overlap --nodes=1 --ntasks=1 --nodelist="$1" \
+    bash -c "$task_script" slurmgen-spare "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}" <&"$fd" \
+    > >(spare_label "$1") 2> >(spare_label "$1" >&2) &
+  warm_spares[$1]=$! warm_spare_in[$1]=$fd
+}
+# spare_promote RANK NODE: RANK goes on in NODE's spare, in the world of warm_restart (its `port`),
+# watched from then on as a rank started anew (warm_ranks); fails with no spare alive there.
+spare_promote() {
+  local pid=${warm_spares[$2]:-} fd=${warm_spare_in[$2]:-}
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+  printf '%s %s %s %s %s %s\n' "$1" "$(($1 % 2))" "$warm_generation" "$MASTER_ADDR" "$port" \
+    "$((step_size * 2))" >&"$fd" || return 1
+  exec {fd}>&-
+  unset "warm_spares[$2]" "warm_spare_in[$2]"
+  warm_ranks[$pid]=$1 warm_nodes[$pid]=$2
+  what="warm restart $warm_generation: rank $1 went on in the warm spare on $2 after rank $1 exited with code $code on $2"
+  echo "slurmgen: rank $1 goes on in the warm spare on $2 (srun $pid), started with the attempt or after its last promotion" >&2
+  warm_refill=$((${EPOCHREALTIME/[.,]/} + 10000000))
+}
+# spare_refill: once due, a new spare on each node of the step without one (its spare promoted).
+spare_refill() {
+  local node now=${EPOCHREALTIME/[.,]/}
+  ((warm_refill && now > warm_refill && !warm_fallen)) || return 0
+  warm_refill=0
+  for node in "${step_nodes[@]}"; do [[ -n ${warm_spares[$node]:-} ]] || spare_start "$node"; done
+}
+# spare_end: every unused spare told to end (a line that is no orders) and reaped; an srun that
+# still runs 5 s later (its node lost) is stopped.
+spare_end() {
+  local node fd guards=() lost=()
+  # The nodes this attempt found lost: their spares' sruns would wait for them.
+  mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
+  [[ ${warm_own:-} != *" 255" ]] || lost+=("$(cut -d ' ' -f 2 <<<"$warm_own")")
+  for node in "${!warm_spares[@]}"; do
+    fd=${warm_spare_in[$node]}
+    printf '\n' >&"$fd"
+    exec {fd}>&-
+    if listed "$node" "${lost[@]}"; then
+      kill -KILL "${warm_spares[$node]}" 2>/dev/null
+      continue
+    fi
+    stop_after 5 "${warm_spares[$node]}" 2>&4 5>&- &
+    guards+=("$!")
+  done
+  for node in "${!warm_spares[@]}"; do wait "${warm_spares[$node]}" 2>/dev/null; done
+  if [[ -n ${guards[*]:-} ]]; then
+    kill "${guards[@]}" 2>/dev/null
+    wait "${guards[@]}" 2>/dev/null
+  fi
+  warm_spares=() warm_spare_in=() warm_refill=0
+}
 # warm_restart RANK NODE TASK CODE: the next generation: the failed rank started anew on its node
 # (first: its start is the long part), the world written on every node of the step (for at most
 # 5 s: a node that does not take it fails the restart; its srun's errors go to the log only, not
 # among the step's), and the recovery recorded.
 warm_restart() {
-  local rank=$1 node=$2 code=$4 port arg args=() line what IFS=' '
+  local rank=$1 node=$2 code=$4 port line what IFS=' '
   warm_generation=$((warm_generation + 1))
   warm_at=${EPOCHREALTIME/[.,]/}
   restart=$((restart + 1))  # the next cold attempt's port is past every warm one's
@@ -407,13 +506,7 @@ warm_restart() {
   line="$warm_generation $MASTER_ADDR $port $((step_size * 2))"
   what="warm restart $warm_generation: rank $rank started anew after rank $rank exited with code $code on $node"
   echo "slurmgen: rank $rank exited with code $code on $node: warm restart $warm_generation of at most 2 restarts; rank $rank starts anew, the others wait in their processes (rendezvous $MASTER_ADDR:$port)" >&2
-  # srun's labels would be the new step's task id (0): the rank's own label instead.
-  for arg in "${srun_args[@]}"; do [[ $arg == --label || $arg == --ntasks-per-node=* ]] || args+=("$arg"); done
-  MASTER_PORT=$port SLURMGEN_WARM_GENERATION=$warm_generation warm_local_rank=$((rank % 2)) \
-    warm_world_size=$((step_size * 2)) srun "${args[@]}" --overlap --nodes=1 --ntasks=1 --nodelist="$node" \
-    bash -c "$task_script" slurmgen-task "${step_nodes[*]}" "$rank_wrapper" "${cmd[@]}" \
-    > >(exec sed -u "s/^/$rank: /") 2> >(trap "" USR1 USR2; exec sed -u "s/^/$rank: /" >&2) &
-  warm_ranks[$!]=$rank warm_nodes[$!]=$node
+  spare_promote "$rank" "$node" || warm_fresh "$rank" "$node"
   IFS=,
   # shellcheck disable=SC2016  # expanded by each node's task
   if ! timeout -s KILL 5 srun --overlap --nodes="$step_size" --ntasks="$step_size" --ntasks-per-node=1 \
@@ -498,7 +591,7 @@ warm_read() {
 # warm_watch PID: the step (srun PID) and the ranks started anew, watched until all have ended; sets
 # `status` (the step's srun's code: its failed ranks' own) for finish_attempt, after warm_end.
 warm_watch() {
-  local pid ended=() line code
+  local pid ended=() line code node
   warm_step=$1 warm_at=0 warm_fallen=0 warm_open=1 warm_waiting=0 warm_own=''
   warm_first='' warm_part='' warm_guard=''
   warm_noted=() warm_reports=()
@@ -507,6 +600,7 @@ warm_watch() {
   warm_answered=$step_errors.warm
   : >"$warm_answered"
   exec {warm_in}<"$step_errors"
+  for node in "${step_nodes[@]}"; do spare_start "$node"; done
   while :; do
     ended=()  # seen ended before the lines they may have written are read
     for pid in "${!warm_ranks[@]}"; do kill -0 "$pid" 2>/dev/null || ended+=("$pid"); done
@@ -514,6 +608,7 @@ warm_watch() {
     warm_read
     warm_reports_due
     warm_probe
+    spare_refill
     for pid in "${ended[@]}"; do
       [[ $pid != "$warm_step" ]] || continue
       # A rank started anew that failed without a note (srun could not start it, a signal).
@@ -526,6 +621,7 @@ warm_watch() {
     if [[ " ${ended[*]} " == *" $warm_step "* && ${#warm_ranks[@]} == 0 ]]; then break; fi
     sleep 0.1
   done
+  spare_end
   wait "$warm_step"
   status=$?
 }
@@ -608,9 +704,47 @@ rank_wrapper='
   }
   # $BASHPID: torchrun reads its arguments as string templates, where a doubled dollar becomes
   # one; every torchrun-mode process and end line of the timeline read "pid": $ (not JSON).
-  timeline process "$RANK" "$BASHPID"
-  "$@"
-  code=$?
+  [[ -n ${warm_spare:-} ]] || timeline process "$RANK" "$BASHPID"  # a spare: once promoted (below)
+  if [[ -n ${warm_spare:-} ]]; then
+    # A warm spare (spare_start, run_slurm_warm.sh.j2): the program as slurmgen/train/spare.py, which
+    # imports torch at once and then waits for its orders. They come on this task stdin, which srun
+    # passes on from the batch script ("RANK LOCAL_RANK GENERATION MASTER_ADDR MASTER_PORT WORLD_SIZE";
+    # any other line: the attempt is done with this spare), and this shell hands them over through a
+    # pipe of its own, so that it knows the rank the spare becomes: the timeline process line, the end
+    # and the note below name that rank, and so does its first line on stderr (as spare.py does on
+    # stdout), for the batch script to label the rest. Text inside the rank wrapper: no single quotes.
+    orders=$(mktemp -u "${TMPDIR:-/tmp}/slurmgen-spare.XXXXXX") && mkfifo -m 600 -- "$orders" || exit 1
+    exec {give}<>"$orders" {take}<"$orders" # neither open waits: this shell holds both ends
+    rm -f -- "$orders"
+    unset RANK LOCAL_RANK # the task ones name no rank: the orders do
+    "$1" -m slurmgen.train.spare "$take" "${@:2}" {give}>&- &
+    program=$!
+    exec {take}<&-
+    # A spare whose Python ended by itself (an import that failed) is no spare: this task ends, and the
+    # batch script starts the rank anew instead.
+    until IFS= read -r -t 1 orders; do
+      (($? > 128)) && kill -0 "$program" 2>/dev/null || break
+    done
+    if [[ ! $orders =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [^\ ]+\ [0-9]+\ [0-9]+$ ]]; then
+      kill "$program" 2>/dev/null # it may still be importing
+      wait "$program"
+      exit 0
+    fi
+    read -r RANK LOCAL_RANK _ <<<"$orders"
+    export RANK LOCAL_RANK
+    echo "slurmgen-spare $RANK" >&2
+    timeline process "$RANK" "$BASHPID"
+    printf "%s\n" "$orders" >&"$give"
+    exec {give}>&-
+    while :; do
+      wait "$program"
+      code=$?
+      kill -0 "$program" 2>/dev/null || break # a stop signal ends the wait, not the program
+    done
+  else
+    "$@"
+    code=$?
+  fi
   ended=done
   ((code == 0)) || ended=failed
   timeline end "$RANK" "$BASHPID" ", \"status\": \"$ended\", \"code\": $code"
