@@ -301,7 +301,13 @@ def kill_twice(out_dir: Path, out: io.StringIO, launcher: Launcher, seen: dict) 
         seen[1] = kill_rank_2(out_dir, out, 1)
         time.sleep(max(0.0, seen[1]["killed_at"] + warm.SETTLE + 1 - time.time()))
         seen[2] = kill_rank_2(out_dir, out, 2)
-        seen["rank2"] = read_heartbeats(out_dir / "heartbeats")[2]["pid"]
+        # The promoted spare's own beat: right after its first step the file may still be the
+        # killed process's (a beat every interval, not every step).
+        seen["rank2"] = wait_for(
+            lambda: (pid := read_heartbeats(out_dir / "heartbeats")[2]["pid"]) != seen[2]["rank2"] and pid,
+            30,
+            "the new rank 2's beat",
+        )
     except AssertionError as exc:
         seen["error"] = str(exc)
     launcher.signals.append((signal.SIGTERM, ""))
