@@ -75,6 +75,15 @@ def test_no_test_module_imports_another():
     assert offenders == []
 
 
+def test_no_two_test_modules_share_a_name():
+    # tests/ has no __init__.py: pytest imports each test module by its file name alone, so a second
+    # test_x.py anywhere under tests/ stops the whole run at collection ("import file mismatch").
+    seen: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert [paths for paths in seen.values() if len(paths) > 1] == []
+
+
 def test_the_wheel_lists_every_package_of_slurmgen():
     # setuptools packs the packages [tool.setuptools] names, no more: a package left off the list
     # (a subpackage added or moved) installs without its modules, while every test run from the
