@@ -44,6 +44,12 @@ TRAIN = [
 KILLED_RANK = 1
 
 
+def _train_for(steps: int) -> list[str]:
+    """TRAIN with another --max-steps."""
+    at = TRAIN.index("--max-steps") + 1
+    return [*TRAIN[:at], str(steps), *TRAIN[at + 1 :]]
+
+
 def _submit(cluster, tmp_path: Path, *create_args: str) -> tuple[Path, str]:
     out = render_and_lint(
         tmp_path / "out", "--backend", "gloo", "--time", "5", "--restarts", "1", *create_args, command=TRAIN
@@ -292,7 +298,11 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
         "--gpus",
         "2",
     )
-    job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *TRAIN).stdout.strip().splitlines()[-1]
+    # 800 steps: the run goes on long enough after the fault for the promoted spare's replacement
+    # (the 10 s settle time, then its srun's start) to be seen while the job runs; with 400 a quiet
+    # machine ended the job 14 s after the fault, before it could be.
+    train = _train_for(800)
+    job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *train).stdout.strip().splitlines()[-1]
     out = tmp_path / "out"
     lint = subprocess.run(["shellcheck", str(out / "run_slurm.sh")], capture_output=True, text=True, timeout=60)
     assert lint.returncode == 0, lint.stdout
