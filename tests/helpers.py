@@ -850,6 +850,22 @@ def train_steps(out: Path) -> list[int]:
     return [r["step"] for r in rows if r.get("split") == "train"]
 
 
+def group_of_every_worker(coord, name: str) -> None:
+    """A group `name` on the coordinator `coord` (the `serve` fixture's), with every agent's worker."""
+    workers = [w["name"] for w in coord.api("GET", "/api/workers")[1]]
+    assert coord.api("POST", "/api/groups", {"name": name})[0] == 201
+    assert coord.api("POST", "/api/workers/move", {"workers": workers, "group": name})[0] == 200
+
+
+def small_trainer(out: Path, steps: int) -> list[str]:
+    """The bundled trainer, small and quick (an MLP, a step logged each step, a checkpoint every 20),
+    for `steps` steps into --out-dir `out`: a group's argv."""
+    train = [sys.executable, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16"]
+    train += ["--synthetic-samples", "256", "--batch-size", "8", "--threads", "1", "--progress", "lines"]
+    train += ["--log-every", "1", "--eval-iters", "1", "--save-every", "20", "--max-steps", str(steps)]
+    return [*train, "--init-timeout", "60", "--out-dir", str(out)]
+
+
 def processes_naming(marker: str) -> list[str]:
     """Every process (but this one) whose command line names `marker`: what a run left behind."""
     found = []

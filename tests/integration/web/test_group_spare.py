@@ -18,11 +18,10 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import time
 
 import pytest
-from helpers import free_port, processes_naming, train_steps, wait_value
+from helpers import free_port, group_of_every_worker, processes_naming, small_trainer, train_steps, wait_value
 
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
@@ -34,13 +33,8 @@ MOVED = "node 1 moved from 127.0.0.2 to the spare host 127.0.0.3"
 def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path):
     coord = serve(agents=AGENTS, serve_args=("--agent-timeout", "3"))
     out = tmp_path / "run"
-    workers = [w["name"] for w in coord.api("GET", "/api/workers")[1]]
-    assert coord.api("POST", "/api/groups", {"name": "spare"})[0] == 201
-    assert coord.api("POST", "/api/workers/move", {"workers": workers, "group": "spare"})[0] == 200
-    train = [sys.executable, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16"]
-    train += ["--synthetic-samples", "256", "--batch-size", "8", "--threads", "1", "--progress", "lines"]
-    train += ["--log-every", "1", "--eval-iters", "1", "--save-every", "20", "--max-steps", str(STEPS)]
-    train += ["--init-timeout", "60", "--out-dir", str(out)]
+    group_of_every_worker(coord, "spare")
+    train = small_trainer(out, STEPS)
     config = {
         "argv": train,
         "backend": "gloo",
@@ -106,13 +100,8 @@ def test_a_spare_node_takes_the_ranks_of_a_node_whose_agent_died(serve, tmp_path
 def test_a_group_with_no_spare_goes_on_in_a_smaller_world_when_a_nodes_agent_dies(serve, tmp_path):
     coord = serve(agents=AGENTS[:2], serve_args=("--agent-timeout", "3"))
     out = tmp_path / "run"
-    workers = [w["name"] for w in coord.api("GET", "/api/workers")[1]]
-    assert coord.api("POST", "/api/groups", {"name": "fewer"})[0] == 201
-    assert coord.api("POST", "/api/workers/move", {"workers": workers, "group": "fewer"})[0] == 200
-    train = [sys.executable, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16"]
-    train += ["--synthetic-samples", "256", "--batch-size", "8", "--threads", "1", "--progress", "lines"]
-    train += ["--log-every", "1", "--eval-iters", "1", "--save-every", "20", "--max-steps", str(STEPS)]
-    train += ["--init-timeout", "60", "--out-dir", str(out)]
+    group_of_every_worker(coord, "fewer")
+    train = small_trainer(out, STEPS)
     config = {
         "argv": train,
         "backend": "gloo",

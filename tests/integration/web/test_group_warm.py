@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import time
 
 import pytest
-from helpers import free_port, processes_naming, train_steps, wait_value
+from helpers import free_port, group_of_every_worker, processes_naming, small_trainer, train_steps, wait_value
 
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
@@ -40,13 +39,8 @@ def _pids(coord) -> dict[str, int | None]:
 def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(serve, tmp_path):
     coord = serve(agents=AGENTS)
     out = tmp_path / "run"
-    workers = [w["name"] for w in coord.api("GET", "/api/workers")[1]]
-    assert coord.api("POST", "/api/groups", {"name": "warm"})[0] == 201
-    assert coord.api("POST", "/api/workers/move", {"workers": workers, "group": "warm"})[0] == 200
-    train = [sys.executable, "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16"]
-    train += ["--synthetic-samples", "256", "--batch-size", "8", "--threads", "1", "--progress", "lines"]
-    train += ["--log-every", "1", "--eval-iters", "1", "--save-every", "20", "--max-steps", str(STEPS)]
-    train += ["--init-timeout", "60", "--out-dir", str(out)]
+    group_of_every_worker(coord, "warm")
+    train = small_trainer(out, STEPS)
     config = {
         "argv": train,
         "backend": "gloo",
