@@ -138,10 +138,16 @@ class Job:
 
 
 def _spec(config: Path | None, fields: Mapping[str, Any]) -> JobSpec:
-    """The spec of `fields` over `config`, built by the commands' own path (generate/specfile.py)."""
+    """The spec of `fields` over `config`, built by the commands' own path (generate/specfile.py),
+    with `create`'s refusal of a warm restart its program cannot take part in (generate/preflight.py)."""
+    from slurmgen.generate.preflight import job_warm_refusal
     from slurmgen.generate.specfile import spec_from_sources
 
-    return spec_from_sources(config, {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+    spec = spec_from_sources(config, {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+    refused = job_warm_refusal(spec)
+    if refused:
+        raise SlurmgenError(refused)
+    return spec
 
 
 def sbatch_here(runner: Runner, reg: Registry, rendered: Rendered, args: list[str], *, force: bool) -> JobRecord:

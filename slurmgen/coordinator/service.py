@@ -302,9 +302,18 @@ class Coordinator:
             return self._configure(g, merged_config(g["config"], changes))
 
     def _configure(self, g: GroupRow, config: GroupConfig) -> GroupOut:
+        """Every way a config is set (PUT, PATCH: `slurmgen group config`, the settings form) comes
+        here, and only here is a warm restart refused to a program that cannot take part (its script
+        read now, under `cwd` where this machine has it: generate/preflight.py), never when a saved
+        config is loaded again."""
+        from slurmgen.generate.preflight import warm_refusal
+
         name = g["name"]
         if not st.can_start(g["state"]):
             raise Conflict(f"group {name!r} is {g['state']}; stop it before changing its config")
+        refused = warm_refusal(config.restart_mode, config.argv, config.cwd)
+        if refused:
+            raise Invalid(refused)
         members = self.store.workers(group=name)
         if members:  # checked against today's members; start checks again
             self._plan(config, name, Invalid)

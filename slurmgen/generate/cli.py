@@ -201,15 +201,18 @@ def spec_from_create_flags(
     """The spec `create` (and `submit`, which shares its flags) works on: --config with the flags over it.
 
     Flags named like a spec field (`nodes`, `time`, `array`, ...) arrive in `fields` as they are.
+    A warm restart asked of a program that cannot take part is refused here, before anything is
+    written (generate/preflight.py: it reads the script, which the spec's validators do not).
     """
     from slurmgen.generate import sweep_input
+    from slurmgen.generate.preflight import job_warm_refusal
     from slurmgen.generate.specfile import spec_from_sources
 
     if sweep and sweep_file is not None:
         raise SlurmgenError("sweep: give --sweep or --sweep-file, not both")
     points = sweep_input.read_file(sweep_file) if sweep_file is not None else sweep_input.parse_flag(sweep) or None
     container = given_flags(image=container_image, runtime=container_runtime, mounts=list(container_mount))
-    return spec_from_sources(
+    spec = spec_from_sources(
         config,
         given_flags(
             command=command or None,
@@ -221,6 +224,10 @@ def spec_from_create_flags(
             **fields,
         ),
     )
+    refused = job_warm_refusal(spec)
+    if refused:
+        raise SlurmgenError(refused)
+    return spec
 
 
 def write_rendered(rendered, *, dry_run: bool, force: bool, quiet: bool = False) -> None:

@@ -18,7 +18,7 @@ import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -96,8 +96,6 @@ LAUNCHER_ENV = RESERVED_ENV | {
     envvars.WARM_DIR,
     envvars.WARM_GENERATION,
 }
-# A program that mentions the trainer or its warm hook may take part in a warm restart.
-TAKES_PART = re.compile(r"slurmgen\.train|from slurmgen import train")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -296,6 +294,7 @@ def build_plan(
     ~/.ssh/config), else the master's name as given.
     """
     from slurmgen.contract.ports import DEFAULT_MASTER_PORT
+    from slurmgen.generate.preflight import warm_refusal
     from slurmgen.generate.render import launch_script
 
     if spec.container is not None and spec.container.runtime == "pyxis":
@@ -387,35 +386,3 @@ def shrink(plan: LaunchPlan, host: str) -> LaunchPlan | None:
         )
         nodes.append(NodePlan(node.host, node_rank, entries))
     return replace(plan, nodes=tuple(nodes), world_size=world, master_addr=master)
-
-
-def warm_refusal(mode: str, command: list[str], workdir: str) -> str | None:
-    """Why `mode` cannot be had for `command`, where that is knowable here: an unknown mode, or a
-    warm restart asked of a program that cannot take part (torchrun, whose agent restarts its
-    workers itself; a Python script or `-c` code here that never uses slurmgen.train). A program
-    this cannot read (a module, a script only on the nodes) is let be: if it does not take part,
-    its ranks fail together and the launcher restarts it whole."""
-    if mode not in warm.RESTART_MODES:
-        return f"restart_mode: must be one of {', '.join(warm.RESTART_MODES)} (got {show(mode)})"
-    if mode == warm.COLD or not command:
-        return None
-    program = PurePosixPath(command[0]).name
-    if program == "torchrun" or "torch.distributed.run" in command[1:3]:
-        return "restart_mode: warm needs a program that takes part in it, and torchrun restarts its workers itself"
-    if not program.startswith("python") or len(command) < 2 or command[1] == "-m":
-        return None
-    code = command[2] if command[1] == "-c" and len(command) > 2 else None
-    where = "the -c code"
-    if code is None:
-        path = Path(workdir, command[1])
-        where = command[1]
-        try:
-            code = path.read_text(errors="replace")
-        except OSError:
-            return None  # only on the nodes: not knowable here
-    if TAKES_PART.search(code):
-        return None
-    return (
-        f"restart_mode: warm needs a program that takes part in it (the bundled trainer, or "
-        f"slurmgen.train.warm), and {where} does not use slurmgen.train"
-    )

@@ -211,6 +211,48 @@ def test_warm_asks_for_a_restart_to_spend_and_a_mode_it_knows(api):
     assert r.status_code == 200 and r.json()["config"]["restart_mode"] == "warm", r.text
 
 
+def test_warm_is_refused_to_a_program_that_does_not_take_part(api, tmp_path):
+    """launch's rule (generate/preflight.py) on every way a config is set: the API (PUT, PATCH) and
+    the settings form (which PUTs); the script read under cwd, a relative one without cwd let be."""
+    from slurmgen.coordinator.web.forms import errors_from_response
+
+    (tmp_path / "plain.py").write_text("import torch\n")
+    (tmp_path / "mine.py").write_text("from slurmgen.train import warm\n")
+    setup_group(api, argv=("python", "plain.py"), cwd=str(tmp_path), max_restarts=1)
+    r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"restart_mode": "warm"})
+    refusal = (
+        "restart_mode: warm needs a program that takes part in it (the bundled trainer, or slurmgen.train.warm), "
+        "and plain.py does not use slurmgen.train"
+    )
+    assert (r.status_code, r.json()) == (422, {"detail": refusal}), r.text
+    assert group(api)["group"]["config"]["restart_mode"] == "cold"  # nothing written
+    assert errors_from_response(r.status_code, r.json()) == {"restart_mode": refusal}  # the form shows it there
+    torchrun = {"argv": ["torchrun", "mine.py"], "cwd": str(tmp_path), "max_restarts": 1, "restart_mode": "warm"}
+    r = api.put("/api/groups/exp1/config", headers=AUTH, json=torchrun)
+    assert r.status_code == 422 and "torchrun restarts its workers itself" in r.json()["detail"], r.text
+    for argv, cwd in ((["python", "mine.py"], str(tmp_path)), (["python", "plain.py"], None)):
+        r = api.patch("/api/groups/exp1/config", headers=AUTH, json={"argv": argv, "cwd": cwd, "restart_mode": "warm"})
+        assert r.status_code == 200 and r.json()["config"]["restart_mode"] == "warm", r.text
+
+
+def test_cli_group_config_warm_refused_is_one_line_exit_2(api, tmp_path, capsys, monkeypatch):
+    from helpers import run
+
+    from slurmgen.coordinator import client as client_module
+
+    (tmp_path / "plain.py").write_text("import torch\n")
+    setup_group(api, argv=("python", "plain.py"), cwd=str(tmp_path), max_restarts=1)
+    monkeypatch.setattr(client_module.httpx, "Client", lambda **kwargs: api)  # as test_coordinator_api.py does
+    monkeypatch.setitem(api.headers, "Authorization", f"Bearer {TOKEN}")
+    monkeypatch.setenv("SLURMGEN_TOKEN", TOKEN)
+    code, out, err = run(capsys, "group", "config", "exp1", "--restart-mode", "warm", "--server", "http://testserver")
+    assert (code, out) == (2, "") and err == (
+        "slurmgen: error: restart_mode: warm needs a program that takes part in it (the bundled trainer, or "
+        "slurmgen.train.warm), and plain.py does not use slurmgen.train\n"
+    ), err
+    assert group(api)["group"]["config"]["restart_mode"] == "cold"
+
+
 def test_the_settings_form_carries_the_restart_mode():
     from slurmgen.coordinator.web.forms import config_from_form, form_from_config
 

@@ -22,10 +22,10 @@ from slurmgen.contract import envvars, exitcodes, warm
 from slurmgen.contract.hangs import beat_limit
 from slurmgen.contract.node_events import NodeEvent
 from slurmgen.errors import SlurmgenError
+from slurmgen.generate.preflight import warm_refusal
 from slurmgen.launch import attempt as m
 from slurmgen.launch.display import NodeResult
 from slurmgen.launch.fanout import Launcher
-from slurmgen.launch.plan import warm_refusal
 from slurmgen.observe.heartbeat import STARTING, Heartbeat, read_heartbeats
 from slurmgen.ssh.connect import SSHOptions
 from slurmgen.train import warm as train_warm
