@@ -1,0 +1,164 @@
+"""Issue 35, items 3 and 4 on one coordinator group: warm restarts and a smaller world together.
+
+A real `slurmgen serve` (agent timeout 3 s) and two real agents of 2 workers each, named after
+loopback addresses so every rank's MASTER_ADDR resolves here; the group (`restart_mode warm`,
+`max_restarts 3`, `min_nodes 1`) runs the bundled trainer as 4 real gloo ranks, 2 per node.
+
+1. Once a checkpoint is written, rank 1's process is SIGKILLed: a warm restart answers it (the
+   attempt goes on, the healthy ranks keep their pids, rank 1 goes on in its node's warm spare).
+   The group's page, in Chromium, names that warm restart in its attempts listing.
+2. Past warm.SETTLE, 127.0.0.2's agent is SIGKILLed (its watchdog kills its ranks): a lost node
+   is no failure a warm restart can answer, so the attempt ends and the next one runs on
+   127.0.0.1 alone (2 ranks), from the checkpoint, its global batch kept by gradient
+   accumulation, to the end.
+
+Asserted: the path each fault took, the attempts as the API and the run record keep them, and
+that no process of the run is left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+from helpers import free_port, group_of_every_worker, processes_naming, small_trainer, train_steps, wait_value
+
+from slurmgen.contract import warm
+
+pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
+
+AGENTS = ("127.0.0.1", "127.0.0.2")
+STEPS = 400
+STEPPING = re.compile(r"warm restart: generation 1 stepping again at step (\d+)")
+FEWER = "2 -> 1 nodes: 127.0.0.2 lost, --min-nodes 1"
+WORKERS = ("127.0.0.1-0", "127.0.0.1-1", "127.0.0.2-0", "127.0.0.2-1")
+
+
+@pytest.fixture
+def own_coordinator(serve):
+    return serve(agents=AGENTS, serve_args=("--agent-timeout", "3"))
+
+
+def _group(coord) -> dict:
+    return coord.api("GET", "/api/groups/both")[1]
+
+
+def _lines(coord, attempt: int) -> list[dict]:
+    return [ln for ln in coord.api("GET", "/api/groups/both/logs?limit=5000")[1] if ln["attempt"] == attempt]
+
+
+def _start(coord, tmp_path) -> None:
+    group_of_every_worker(coord, "both")
+    config = {
+        "argv": small_trainer(tmp_path / "run", STEPS),
+        "backend": "gloo",
+        "master_port": free_port(),  # not 29500: other tests on this machine may hold it
+        "cwd": str(tmp_path),
+        "restart_mode": "warm",
+        "max_restarts": 3,
+        "min_nodes": 1,
+        "stop_grace": 3,
+        "env": {"SLURMGEN_TRAIN_SLOW": "0:0.05"},  # rank 0 sleeps 50 ms a step: training outlasts both faults
+    }
+    status, body = coord.api("PATCH", "/api/groups/both/config", config)
+    assert status == 200, body
+    assert [r["worker"] for r in coord.api("GET", "/api/groups/both/ranks")[1]] == list(WORKERS)
+    assert coord.api("POST", "/api/groups/both/start")[0] == 200
+
+
+def _warm_restart(coord, out) -> str:
+    """Fault 1: rank 1 SIGKILLed; answered warm. What the attempt says of it."""
+    wait_value(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+    before = {w["name"]: w["pid"] for w in _group(coord)["workers"]}
+    spares = {int(p.split(":")[0]) for p in processes_naming("slurmgen.train.spare") if str(out) in p}
+    assert len(spares) == 2 and all(before[w] for w in WORKERS), (spares, before)
+    os.kill(before["127.0.0.1-1"], signal.SIGKILL)
+
+    def every_rank_stepping() -> set | None:
+        seen = {ln["rank"] for ln in _lines(coord, 1) if STEPPING.search(ln["line"])}
+        return seen if seen == {0, 1, 2, 3} else None
+
+    wait_value(every_rank_stepping, 120, "every rank stepping again in generation 1")
+    after = wait_value(
+        lambda: (
+            (p := {w["name"]: w["pid"] for w in _group(coord)["workers"]})["127.0.0.1-1"]
+            not in (None, before["127.0.0.1-1"])
+            and p
+        ),
+        10,
+        "rank 1's pid",
+    )
+    group = _group(coord)
+    assert [after[w] for w in WORKERS if w != "127.0.0.1-1"] == [before[w] for w in WORKERS if w != "127.0.0.1-1"]
+    assert after["127.0.0.1-1"] in spares, (after, spares)  # rank 1 goes on in its node's warm spare
+    (attempt,) = group["attempts"]
+    (told,) = attempt["warm"]
+    assert attempt["state"] == "running" and group["group"]["restarts"] == 0, group
+    assert told.startswith("warm restart 1: rank 1 started anew after rank 1 (127.0.0.1-1) exited with code 137"), told
+    return told
+
+
+def _page_names_the_warm_restart(p, coord, told: str) -> None:
+    p.log_in(coord.token)
+    p.page.goto(coord.url + "/ui/groups/both")
+    listing = p.page.locator("table.attempts")
+    row = listing.locator("tbody tr").first
+    assert "warm restart 1" in row.inner_text(), row.inner_text()
+    p.shot("warm-restart-attempts")
+
+
+def test_a_group_restarts_warm_then_goes_on_in_a_smaller_world(page, own_coordinator, tmp_path):
+    coord, out = own_coordinator, tmp_path / "run"
+    _start(coord, tmp_path)
+    told = _warm_restart(coord, out)
+    warmed = time.time()
+    _page_names_the_warm_restart(page, coord, told)
+
+    time.sleep(max(0.0, warm.SETTLE + 1 - (time.time() - warmed)))  # a failure past SETTLE: judged on its own
+    agent = coord.procs[1 + AGENTS.index("127.0.0.2")]
+    os.killpg(agent.pid, signal.SIGKILL)  # the node's agent dies; its watchdog kills its ranks
+    fault = time.time()
+    agent.wait()
+
+    def resumed() -> tuple[int, re.Match] | None:
+        attempts = _group(coord)["attempts"]
+        last = next((a["number"] for a in attempts if a["moved"] == [FEWER]), None)
+        text = "\n".join(ln["line"] for ln in _lines(coord, last)) if last else ""
+        found = re.search(r"resumed from \S+ckpt-0*(\d+)\.pt at step (\d+)", text)
+        return (last, found) if found else None
+
+    last, found = wait_value(resumed, 150, "the smaller world resuming")
+    step = int(found[2])
+    wait_value(lambda: step + 1 in train_steps(out), 60, "a step after the resume")
+    print(f"\nfault -> training again in the smaller world: {time.time() - fault:.1f} s (attempt {last}, step {step})")
+
+    group = wait_value(
+        lambda: (g := _group(coord))["group"]["state"] in ("succeeded", "failed") and g, 240, "the group's end"
+    )
+    attempts = group["attempts"]
+    assert group["group"]["state"] == "succeeded", group["group"]
+    # The lost node is answered whole, never warm: attempt 1 keeps its one warm restart and fails on
+    # the lost node, attempt 2 runs on the node left.
+    assert [(a["number"], a["state"], a["warm"], a["moved"]) for a in attempts] == [
+        (1, "failed", [told], []),
+        (2, "succeeded", [], [FEWER]),
+    ], attempts
+    assert "127.0.0.2" in (attempts[0]["reason"] or ""), attempts[0]
+    assert group["group"]["restarts"] == 1, group["group"]
+    ran = {w["name"]: (w["rank"], w["attempt"], w["exit_code"]) for w in group["workers"]}
+    assert [ran[w] for w in WORKERS[:2]] == [(0, 2, 0), (1, 2, 0)], ran
+    text = "\n".join(ln["line"] for ln in _lines(coord, 2))
+    assert "world_size=2 " in text and f"done: step {STEPS}," in text, text[-3000:]
+    assert "gradient accumulation 1 -> 2 keeps the global batch of 32 samples" in text, text[-3000:]
+    assert step >= 20 and max(train_steps(out)) == STEPS
+    from slurmgen.contract import envvars
+    from slurmgen.runs.model import find_run, get_row, recoveries_of
+    from slurmgen.runs.registry import Registry
+
+    with Registry.open(coord.env[envvars.REGISTRY]) as reg:
+        assert recoveries_of(get_row(reg, find_run(reg, "group", "both.1"))["info"]) == {1: [told], 2: [FEWER]}
+    # Its ranks and its warm spares (whose command lines name the run's --out-dir too).
+    wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")
