@@ -333,6 +333,9 @@ class WorkerReport(BaseModel):
         default_factory=list, max_length=16, description="run record directories the rank announced (tracking)"
     )
     generation: int = Field(0, ge=0, description="the warm restart generation its rank was started in (StartOrder)")
+    met: bool = Field(
+        False, description="its rank has met its peers: its process group formed (contract/warm.py MET_PREFIX)"
+    )
     stack: list[str] | None = Field(
         None,
         max_length=16,

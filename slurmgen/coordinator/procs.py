@@ -181,6 +181,7 @@ class Slot:
         self.exit_code: int | None = None
         self.kill_at: float | None = None
         self.hb_file: Path | None = None
+        self.warm_dir: Path | None = None  # where its rank waits for a warm restart's world, if it may
         self.runs: list[str] = []
         self.timeline: TimelineWriter | None = None  # the run's timeline, where the group has one
         self.stack: list[str] | None = None  # where its hung rank was stuck, once the server asked
@@ -216,6 +217,7 @@ class Slot:
             beat=beat,
             runs=self.announced_runs(),
             generation=o.generation if o else 0,
+            met=bool(o and self.warm_dir and protocol.has_met(str(self.warm_dir), o.rank)),
             stack=self.stack,
         )
 
@@ -268,8 +270,9 @@ class Procs:
         private_dirs(run_dir, self.log_dir)
         private_dirs(hb_dir, hb_root)
         env = {**os.environ, **order.env, envvars.HEARTBEAT_DIR: str(hb_dir)}
-        if order.warm and warm_root is not None:
-            env[envvars.WARM_DIR] = str(warm_dir(warm_root, order.group, order.attempt))
+        slot.warm_dir = warm_dir(warm_root, order.group, order.attempt) if order.warm and warm_root else None
+        if slot.warm_dir is not None:
+            env[envvars.WARM_DIR] = str(slot.warm_dir)
         ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:

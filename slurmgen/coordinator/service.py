@@ -119,6 +119,10 @@ class Coordinator:
         self.changes = Changes()
         # worker -> its rank's last quiet heartbeat, as its agent reported it (group_blame.py)
         self.quiet: dict[str, group_blame.SlotReport] = {}
+        # (group, attempt) -> its workers whose rank met its peers, as their agents reported
+        # (WorkerReport.met; state.warm_restart). In memory only: after a restart the agents say
+        # it again at their next beat, and a failure before that restarts whole, the safe side.
+        self.met: dict[st.RunKey, set[str]] = {}
         # (group, attempt) -> its worker judged hung, until its agent reports the rank's stack
         self.stacks: dict[st.RunKey, str] = {}
         # Set when the server begins to shut down: agents cannot reach it from then on, which
@@ -546,6 +550,7 @@ class Coordinator:
         """End the attempt as judged; its ranks still running are stopped by its end (the agents'
         orders follow from it), which it keeps, with the worker it failed on, for each rank's truth."""
         name = a["grp"]
+        self.met.pop((name, a["number"]), None)
         self.store.update_attempt(
             name,
             a["number"],
@@ -609,6 +614,7 @@ class Coordinator:
             a["plan"]["ranks"],
             a["exit_codes"],
             troubled,
+            self.met.get((a["grp"], a["number"]), set()),
             (warm["generation"], warm["at"]),
             now,
             (g["restarts"] + self._warm_used(a, g["restarts"]), config.max_restarts),
@@ -667,6 +673,7 @@ class Coordinator:
             self.seen[report.host] = (now, report.instance)
             known = self._known_for(report)
             self._note_quiet(report, known, now)
+            self._note_met(report, known)
             self._note_stacks(report, known)
             decisions = hb.apply_report(report, known)
             self._carry_out(decisions.actions, now)
@@ -693,6 +700,12 @@ class Coordinator:
                 self.quiet[name] = group_blame.SlotReport(
                     report.host, r.beat.age, r.beat.step, r.beat.stopped, now, r.beat.limit
                 )
+
+    def _note_met(self, report: AgentReport, known: hb.Known) -> None:
+        """Keep which ranks of each active attempt have met their peers (a warm restart needs all)."""
+        for r in report.workers:
+            if r.met and r.group is not None and r.attempt is not None:
+                self.met.setdefault((r.group, r.attempt), set()).add(known.workers[r.id]["name"])
 
     def _note_stacks(self, report: AgentReport, known: hb.Known) -> None:
         """The stack a hung worker's agent took: the attempt's reason (and its group's, and the

@@ -162,3 +162,52 @@ def test_a_group_restarts_warm_then_goes_on_in_a_smaller_world(page, own_coordin
         assert recoveries_of(get_row(reg, find_run(reg, "group", "both.1"))["info"]) == {1: [told], 2: [FEWER]}
     # Its ranks and its warm spares (whose command lines name the run's --out-dir too).
     wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")
+
+
+# Rank 1 of the first attempt fails before it ever meets the others (3 s in, once every process runs
+# and the others wait in the rendezvous); every other process is the bundled trainer.
+ONCE = """import os, runpy, sys, time
+flag = os.path.join(os.environ["OUT"], "failed-once")
+if os.environ["RANK"] == "1" and not os.path.exists(flag):
+    time.sleep(3)
+    open(flag, "w").close()
+    sys.exit(1)
+sys.argv = ["slurmgen.train", *sys.argv[1:]]
+runpy.run_module("slurmgen.train", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_rank_that_fails_before_the_ranks_met_restarts_the_group_whole_not_warm(serve, tmp_path):
+    """Warm restarts need every rank to have met (its process group formed): before that the
+    others sit in the first rendezvous, which no new world reaches, and a warm restart would leave
+    them there until --init-timeout (60 s). The attempt restarts whole at once and runs to the end."""
+    coord = serve(agents=AGENTS)
+    out = tmp_path / "run"
+    out.mkdir()
+    group_of_every_worker(coord, "both")
+    train = small_trainer(out, 30)
+    config = {
+        "argv": [train[0], "-c", ONCE, *train[3:]],  # the trainer's own arguments after `-m slurmgen.train`
+        "backend": "gloo",
+        "master_port": free_port(),
+        "cwd": str(tmp_path),
+        "restart_mode": "warm",
+        "max_restarts": 1,
+        "stop_grace": 3,
+        "env": {"OUT": str(out)},
+    }
+    assert coord.api("PATCH", "/api/groups/both/config", config)[0] == 200
+    began = time.time()
+    assert coord.api("POST", "/api/groups/both/start")[0] == 200
+    group = wait_value(
+        lambda: (g := _group(coord))["group"]["state"] in ("succeeded", "failed") and g, 120, "the group's end"
+    )
+    took = time.time() - began
+    attempts = group["attempts"]
+    assert [(a["number"], a["state"], a["warm"]) for a in attempts] == [(1, "failed", []), (2, "succeeded", [])], (
+        attempts
+    )
+    assert attempts[0]["reason"] == "rank 1 (127.0.0.1-1) exited with code 1 (failed)", attempts[0]
+    assert group["group"]["restarts"] == 1 and took < 60, (group["group"], took)  # never waited out --init-timeout
+    assert "done: step 30," in "\n".join(ln["line"] for ln in _lines(coord, 2))
+    wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")
