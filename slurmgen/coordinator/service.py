@@ -194,6 +194,7 @@ class Coordinator:
         return g
 
     def _group_out(self, g: GroupRow, members: int) -> GroupOut:
+        a = self.store.attempt(g["name"], g["attempt"]) if g["attempt"] is not None else None
         return GroupOut(
             name=g["name"],
             state=self._shown_state(g),
@@ -202,6 +203,8 @@ class Coordinator:
             attempt=g["attempt"],
             restarts=g["restarts"],
             run_attempt=from_restart_count(g["restarts"]) if g["attempt"] else None,
+            warm_restarts=self._warm_used(a, g["restarts"]) if a is not None else 0,
+            world_size=len(a["plan"]["ranks"]) if a is not None else None,
             reason=g["reason"],
             exit_code=g["exit_code"],
         )
@@ -233,6 +236,10 @@ class Coordinator:
                     run_attempt=run_attempt(a["plan"]),
                     moved=a["plan"].get("moves", []),
                     warm=a["plan"].get("warm", {}).get("told", []),
+                    took=[
+                        a["plan"]["warm"].get("took", {}).get(str(g), "")
+                        for g in range(1, 1 + len(a["plan"].get("warm", {}).get("told", [])))
+                    ],
                 )
                 for a in self.store.attempts(name)
             ]
@@ -674,6 +681,7 @@ class Coordinator:
             known = self._known_for(report)
             self._note_quiet(report, known, now)
             self._note_met(report, known)
+            self._note_took(report, known)
             self._note_stacks(report, known)
             decisions = hb.apply_report(report, known)
             self._carry_out(decisions.actions, now)
@@ -706,6 +714,23 @@ class Coordinator:
         for r in report.workers:
             if r.met and r.group is not None and r.attempt is not None:
                 self.met.setdefault((r.group, r.attempt), set()).add(known.workers[r.id]["name"])
+
+    def _note_took(self, report: AgentReport, known: hb.Known) -> None:
+        """Keep, once, where a warm restart's rank went on when its agent says it took its node's
+        warm spare (WorkerReport.spare): the attempts table names it beside the warm restart."""
+        for r in report.workers:
+            if not (r.spare and r.group is not None and r.attempt is not None and r.state == State.RUNNING):
+                continue
+            a = self.store.attempt(r.group, r.attempt)
+            warm = a["plan"].get("warm") if a is not None else None
+            name = known.workers[r.id]["name"]
+            if a is None or warm is None or warm["workers"].get(name) != r.generation:
+                continue
+            took = warm.get("took", {})
+            if str(r.generation) not in took:
+                took = {**took, str(r.generation): f"{report.host}'s warm spare (pid {r.pid})"}
+                self.store.update_attempt(r.group, r.attempt, plan={**a["plan"], "warm": {**warm, "took": took}})
+                self.changes.bump()
 
     def _note_stacks(self, report: AgentReport, known: hb.Known) -> None:
         """The stack a hung worker's agent took: the attempt's reason (and its group's, and the

@@ -69,8 +69,8 @@ def _start(coord, tmp_path) -> None:
     assert coord.api("POST", "/api/groups/both/start")[0] == 200
 
 
-def _warm_restart(coord, out) -> str:
-    """Fault 1: rank 1 SIGKILLed; answered warm. What the attempt says of it."""
+def _warm_restart(coord, out) -> tuple[str, int]:
+    """Fault 1: rank 1 SIGKILLed; answered warm. What the attempt says of it, and rank 1's new pid."""
     wait_value(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
     before = {w["name"]: w["pid"] for w in _group(coord)["workers"]}
     spares = {int(p.split(":")[0]) for p in processes_naming("slurmgen.train.spare") if str(out) in p}
@@ -98,24 +98,38 @@ def _warm_restart(coord, out) -> str:
     (told,) = attempt["warm"]
     assert attempt["state"] == "running" and group["group"]["restarts"] == 0, group
     assert told.startswith("warm restart 1: rank 1 started anew after rank 1 (127.0.0.1-1) exited with code 137"), told
-    return told
+    assert attempt["took"] == [f"127.0.0.1's warm spare (pid {after['127.0.0.1-1']})"], attempt
+    return told, after["127.0.0.1-1"]
 
 
-def _page_names_the_warm_restart(p, coord, told: str) -> None:
+def _page_names_the_warm_restart(p, coord, pid: int) -> None:
     p.log_in(coord.token)
     p.page.goto(coord.url + "/ui/groups/both")
     listing = p.page.locator("table.attempts")
     row = listing.locator("tbody tr").first
-    assert "warm restart 1" in row.inner_text(), row.inner_text()
+    text = row.inner_text()
+    assert "warm restart 1: rank 1 started anew after rank 1 (127.0.0.1-1) exited with code 137" in text, text
+    assert f"it went on in 127.0.0.1's warm spare (pid {pid})" in text, text  # the spare that took over
+    # The warm restart spent one of the 3 restarts, inside attempt 1 (the page once said "restart 0 of 3").
+    header = p.page.locator("#group-title + p").inner_text()
+    assert "Attempt 1 (restart 1 of 3, 1 warm)" in header and "world size 4" in header, header
     p.shot("warm-restart-attempts")
+
+
+def _page_names_the_smaller_world(p, coord) -> None:
+    """After the lost node: attempt 2 ran 2 ranks (the page once kept saying world size 4)."""
+    p.page.goto(coord.url + "/ui/groups/both")
+    header = p.page.locator("#group-title + p").inner_text()
+    assert "Attempt 2 (restart 2 of 3, 1 warm)" in header and "world size 2" in header, header
+    p.shot("smaller-world-attempts")
 
 
 def test_a_group_restarts_warm_then_goes_on_in_a_smaller_world(page, own_coordinator, tmp_path):
     coord, out = own_coordinator, tmp_path / "run"
     _start(coord, tmp_path)
-    told = _warm_restart(coord, out)
+    told, pid = _warm_restart(coord, out)
     warmed = time.time()
-    _page_names_the_warm_restart(page, coord, told)
+    _page_names_the_warm_restart(page, coord, pid)
 
     time.sleep(max(0.0, warm.SETTLE + 1 - (time.time() - warmed)))  # a failure past SETTLE: judged on its own
     agent = coord.procs[1 + AGENTS.index("127.0.0.2")]
@@ -154,6 +168,7 @@ def test_a_group_restarts_warm_then_goes_on_in_a_smaller_world(page, own_coordin
     assert "world_size=2 " in text and f"done: step {STEPS}," in text, text[-3000:]
     assert "gradient accumulation 1 -> 2 keeps the global batch of 32 samples" in text, text[-3000:]
     assert step >= 20 and max(train_steps(out)) == STEPS
+    _page_names_the_smaller_world(page, coord)
     from slurmgen.contract import envvars
     from slurmgen.runs.model import find_run, get_row, recoveries_of
     from slurmgen.runs.registry import Registry

@@ -26,6 +26,7 @@ from slurmgen.coordinator.procs import write_world  # noqa: E402
 from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
+from slurmgen.coordinator.web.views import attempt_text  # noqa: E402
 
 RANKS = {"gn7-0": 0, "gn7-1": 1, "gn6-0": 2, "gn6-1": 3}
 KILLED = "rank 3 (gn6-1) exited with code 137"
@@ -132,6 +133,9 @@ def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_do
     g = group(api)
     assert (g["group"]["state"], g["group"]["restarts"], g["group"]["attempt"]) == ("running", 0, 1), g
     assert g["group"]["reason"].startswith(what) and g["attempts"][0]["warm"] == [g["group"]["reason"]], g
+    # The group's page says the budget it spent: a warm restart counts, inside attempt 1.
+    assert (g["group"]["warm_restarts"], g["group"]["world_size"]) == (1, 4), g["group"]
+    assert attempt_text(g["group"], g["group"]["config"]) == "1 (restart 1 of 2, 1 warm)"
     world = WorldOrder(group="exp1", attempt=1, generation=1, master_addr="gn7", master_port=PORT + 1, world_size=4)
     healthy = beat(api, "gn7", *running("exp1", 1, 0, 1))
     assert (healthy["start"], healthy["stop"], healthy["worlds"]) == ([], [], [world.model_dump()])
@@ -143,8 +147,10 @@ def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_do
     assert order["env"]["MASTER_PORT"] == str(PORT + 1) and order["env"][envvars.WARM_GENERATION] == "1"
     assert order["env"]["RANK"] == "3" and order["env"]["MASTER_ADDR"] == "gn7"
     assert group(api)["group"]["state"] == "running"
-    replaced = [{**running("exp1", 1, 1)[0], "generation": 1}]
+    replaced = [{**running("exp1", 1, 1)[0], "generation": 1, "spare": True}]
     assert beat(api, "gn6", *running("exp1", 1, 0), *replaced)["start"] == []
+    # Its agent says the rank went on in its node's warm spare: the attempt says where, once.
+    assert group(api)["attempts"][0]["took"] == ["gn6's warm spare (pid 101)"]
     api.clock.now += 5
     beat(api, "gn7", exited(0, 0), exited(1, 0))
     beat(api, "gn6", exited(0, 0), exited(1, 0, generation=1))
@@ -154,7 +160,9 @@ def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_do
     from slurmgen.runs.model import find_run, get_row, recoveries_of
     from slurmgen.runs.registry import Registry
 
-    assert [a["warm"] for a in attempts_view(g["attempts"])] == [g["attempts"][0]["warm"]]  # the page's attempts
+    assert [a["warm"] for a in attempts_view(g["attempts"])] == [
+        [f"{g['attempts'][0]['warm'][0]}; it went on in gn6's warm spare (pid 101)"]
+    ]
     with Registry.open(api.registry) as reg:
         row = get_row(reg, find_run(reg, "group", "exp1.1"))
         assert recoveries_of(row["info"]) == {1: [g["attempts"][0]["warm"][0]]} and row["state"] == "succeeded"
@@ -328,6 +336,7 @@ def test_a_warm_groups_python_rank_is_started_anew_in_the_nodes_warm_spare(tmp_p
         assert ended(0) == 0
         agent.apply(AgentOrders(start=[order(1, 1, 1)], warm=[("g", 1)]))
         assert agent.procs.slots[1].proc.pid == first.pid  # the spare became rank 1
+        assert agent.procs.slots[1].report().spare and not agent.procs.slots[0].report().spare  # and its agent says so
         ((second, _),) = agent.procs.spares.values()
         assert second.pid != first.pid  # and a new one stands by
         assert ended(1) == 0
