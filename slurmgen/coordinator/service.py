@@ -209,6 +209,15 @@ class Coordinator:
             exit_code=g["exit_code"],
         )
 
+    @staticmethod
+    def _took(a: AttemptRow) -> list[str]:
+        """Beside each warm restart of `a`, where its rank went on ('' while not known)."""
+        warm = a["plan"].get("warm")
+        if warm is None:
+            return []
+        took = warm.get("took", {})
+        return [took.get(str(g), "") for g in range(1, 1 + len(warm["told"]))]
+
     def groups(self) -> list[GroupOut]:
         with self._atomic():
             counts = self.store.member_counts()
@@ -235,11 +244,8 @@ class Coordinator:
                     runs=a["runs"],
                     run_attempt=run_attempt(a["plan"]),
                     moved=a["plan"].get("moves", []),
-                    warm=a["plan"].get("warm", {}).get("told", []),
-                    took=[
-                        a["plan"]["warm"].get("took", {}).get(str(g), "")
-                        for g in range(1, 1 + len(a["plan"].get("warm", {}).get("told", [])))
-                    ],
+                    warm=a["plan"]["warm"]["told"] if "warm" in a["plan"] else [],
+                    took=self._took(a),
                 )
                 for a in self.store.attempts(name)
             ]
@@ -726,9 +732,9 @@ class Coordinator:
             name = known.workers[r.id]["name"]
             if a is None or warm is None or warm["workers"].get(name) != r.generation:
                 continue
-            took = warm.get("took", {})
+            took: dict[str, str] = dict(warm.get("took", {}))
             if str(r.generation) not in took:
-                took = {**took, str(r.generation): f"{report.host}'s warm spare (pid {r.pid})"}
+                took[str(r.generation)] = f"{report.host}'s warm spare (pid {r.pid})"
                 self.store.update_attempt(r.group, r.attempt, plan={**a["plan"], "warm": {**warm, "took": took}})
                 self.changes.bump()
 
