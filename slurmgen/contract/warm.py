@@ -58,6 +58,10 @@ PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 # A warm spare's first line of output once promoted (train/spare.py on stdout; under Slurm the rank
 # wrapper on stderr too): SPARE_TAG RANK, the rank it became, which labels the rest of its output.
 SPARE_TAG = "slurmgen-spare"
+# MET_PREFIX + RANK, a file a rank leaves in the warm dir once its process group formed: it has
+# met its peers. Before every rank has, a failure leaves the others in the first rendezvous, which
+# no new world reaches (they wait there until --init-timeout), so a launcher restarts whole.
+MET_PREFIX = "met-"
 
 
 @dataclass(frozen=True)
@@ -117,3 +121,18 @@ def write(directory: str, world: World) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(world.line())
     os.replace(path + ".tmp", path)
+
+
+def note_met(directory: str, rank: int) -> None:
+    """Say in `directory` (the warm dir) that `rank` has met its peers (MET_PREFIX); a warm dir
+    that cannot be written costs only the warm restart (the launcher restarts whole)."""
+    try:
+        with open(os.path.join(directory, f"{MET_PREFIX}{rank}"), "w", encoding="utf-8"):
+            pass
+    except OSError:
+        pass
+
+
+def has_met(directory: str, rank: int) -> bool:
+    """Whether `rank` said in `directory` that it met its peers (`note_met`)."""
+    return os.path.exists(os.path.join(directory, f"{MET_PREFIX}{rank}"))

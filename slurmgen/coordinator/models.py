@@ -251,6 +251,11 @@ class AttemptOut(BaseModel):
         default_factory=list,
         description="the warm restarts inside it ('warm restart G: rank R started anew after ...')",
     )
+    took: list[str] = Field(
+        default_factory=list,
+        description="beside each of `warm`, where its rank went on once its agent said: 'HOST's warm spare "
+        "(pid N)', or '' (a fresh process, or not said yet)",
+    )
 
 
 class GroupOut(BaseModel):
@@ -261,6 +266,10 @@ class GroupOut(BaseModel):
     attempt: int | None = Field(None, description="its current attempt's key in the API (counted over every start)")
     restarts: int = 0
     run_attempt: int | None = Field(None, description="its current attempt within its run, as users see it")
+    warm_restarts: int = Field(
+        0, description="the warm restarts of its current run, which count against max_restarts as `restarts` do"
+    )
+    world_size: int | None = Field(None, description="its current attempt's ranks (a smaller world has fewer)")
     reason: str | None = None
     exit_code: int | None = None
 
@@ -333,6 +342,10 @@ class WorkerReport(BaseModel):
         default_factory=list, max_length=16, description="run record directories the rank announced (tracking)"
     )
     generation: int = Field(0, ge=0, description="the warm restart generation its rank was started in (StartOrder)")
+    met: bool = Field(
+        False, description="its rank has met its peers: its process group formed (contract/warm.py MET_PREFIX)"
+    )
+    spare: bool = Field(False, description="a warm restart's rank that went on in its node's warm spare (promoted)")
     stack: list[str] | None = Field(
         None,
         max_length=16,

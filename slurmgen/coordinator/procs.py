@@ -181,6 +181,8 @@ class Slot:
         self.exit_code: int | None = None
         self.kill_at: float | None = None
         self.hb_file: Path | None = None
+        self.warm_dir: Path | None = None  # where its rank waits for a warm restart's world, if it may
+        self.in_spare = False  # its rank went on in the node's warm spare (promoted), not a fresh process
         self.runs: list[str] = []
         self.timeline: TimelineWriter | None = None  # the run's timeline, where the group has one
         self.stack: list[str] | None = None  # where its hung rank was stuck, once the server asked
@@ -216,6 +218,8 @@ class Slot:
             beat=beat,
             runs=self.announced_runs(),
             generation=o.generation if o else 0,
+            met=bool(o and self.warm_dir and protocol.has_met(str(self.warm_dir), o.rank)),
+            spare=self.in_spare,
             stack=self.stack,
         )
 
@@ -268,8 +272,9 @@ class Procs:
         private_dirs(run_dir, self.log_dir)
         private_dirs(hb_dir, hb_root)
         env = {**os.environ, **order.env, envvars.HEARTBEAT_DIR: str(hb_dir)}
-        if order.warm and warm_root is not None:
-            env[envvars.WARM_DIR] = str(warm_dir(warm_root, order.group, order.attempt))
+        slot.warm_dir = warm_dir(warm_root, order.group, order.attempt) if order.warm and warm_root else None
+        if slot.warm_dir is not None:
+            env[envvars.WARM_DIR] = str(slot.warm_dir)
         ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
         threads = default_omp_threads(env, ranks_here, ranks_here)
         if threads is not None:
@@ -280,8 +285,10 @@ class Procs:
         log = open(os.open(run_dir / f"rank-{order.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # noqa: SIM115  (held past this line: a child's output or a writer kept open)
         os.fchmod(log.fileno(), 0o600)  # a file an older agent made 0644 becomes private too
         at = time.time()
+        slot.in_spare, spare = False, self.spares.get((order.group, order.attempt), (None, 0))[0]
         try:
             slot.proc = self._process(order, env)
+            slot.in_spare = bool(order.generation) and spare is not None and slot.proc is spare
         except OSError as e:
             message = f"slurmgen agent: cannot start {order.argv[0]!r}: {e.strerror or e}"
             log.write(message.encode() + b"\n")

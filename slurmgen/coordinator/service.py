@@ -119,6 +119,10 @@ class Coordinator:
         self.changes = Changes()
         # worker -> its rank's last quiet heartbeat, as its agent reported it (group_blame.py)
         self.quiet: dict[str, group_blame.SlotReport] = {}
+        # (group, attempt) -> its workers whose rank met its peers, as their agents reported
+        # (WorkerReport.met; state.warm_restart). In memory only: after a restart the agents say
+        # it again at their next beat, and a failure before that restarts whole, the safe side.
+        self.met: dict[st.RunKey, set[str]] = {}
         # (group, attempt) -> its worker judged hung, until its agent reports the rank's stack
         self.stacks: dict[st.RunKey, str] = {}
         # Set when the server begins to shut down: agents cannot reach it from then on, which
@@ -190,6 +194,7 @@ class Coordinator:
         return g
 
     def _group_out(self, g: GroupRow, members: int) -> GroupOut:
+        a = self.store.attempt(g["name"], g["attempt"]) if g["attempt"] is not None else None
         return GroupOut(
             name=g["name"],
             state=self._shown_state(g),
@@ -198,9 +203,20 @@ class Coordinator:
             attempt=g["attempt"],
             restarts=g["restarts"],
             run_attempt=from_restart_count(g["restarts"]) if g["attempt"] else None,
+            warm_restarts=self._warm_used(a, g["restarts"]) if a is not None else 0,
+            world_size=len(a["plan"]["ranks"]) if a is not None else None,
             reason=g["reason"],
             exit_code=g["exit_code"],
         )
+
+    @staticmethod
+    def _took(a: AttemptRow) -> list[str]:
+        """Beside each warm restart of `a`, where its rank went on ('' while not known)."""
+        warm = a["plan"].get("warm")
+        if warm is None:
+            return []
+        took = warm.get("took", {})
+        return [took.get(str(g), "") for g in range(1, 1 + len(warm["told"]))]
 
     def groups(self) -> list[GroupOut]:
         with self._atomic():
@@ -228,7 +244,8 @@ class Coordinator:
                     runs=a["runs"],
                     run_attempt=run_attempt(a["plan"]),
                     moved=a["plan"].get("moves", []),
-                    warm=a["plan"].get("warm", {}).get("told", []),
+                    warm=a["plan"]["warm"]["told"] if "warm" in a["plan"] else [],
+                    took=self._took(a),
                 )
                 for a in self.store.attempts(name)
             ]
@@ -555,6 +572,7 @@ class Coordinator:
         """End the attempt as judged; its ranks still running are stopped by its end (the agents'
         orders follow from it), which it keeps, with the worker it failed on, for each rank's truth."""
         name = a["grp"]
+        self.met.pop((name, a["number"]), None)
         self.store.update_attempt(
             name,
             a["number"],
@@ -618,6 +636,7 @@ class Coordinator:
             a["plan"]["ranks"],
             a["exit_codes"],
             troubled,
+            self.met.get((a["grp"], a["number"]), set()),
             (warm["generation"], warm["at"]),
             now,
             (g["restarts"] + self._warm_used(a, g["restarts"]), config.max_restarts),
@@ -676,6 +695,8 @@ class Coordinator:
             self.seen[report.host] = (now, report.instance)
             known = self._known_for(report)
             self._note_quiet(report, known, now)
+            self._note_met(report, known)
+            self._note_took(report, known)
             self._note_stacks(report, known)
             decisions = hb.apply_report(report, known)
             self._carry_out(decisions.actions, now)
@@ -702,6 +723,29 @@ class Coordinator:
                 self.quiet[name] = group_blame.SlotReport(
                     report.host, r.beat.age, r.beat.step, r.beat.stopped, now, r.beat.limit
                 )
+
+    def _note_met(self, report: AgentReport, known: hb.Known) -> None:
+        """Keep which ranks of each active attempt have met their peers (a warm restart needs all)."""
+        for r in report.workers:
+            if r.met and r.group is not None and r.attempt is not None:
+                self.met.setdefault((r.group, r.attempt), set()).add(known.workers[r.id]["name"])
+
+    def _note_took(self, report: AgentReport, known: hb.Known) -> None:
+        """Keep, once, where a warm restart's rank went on when its agent says it took its node's
+        warm spare (WorkerReport.spare): the attempts table names it beside the warm restart."""
+        for r in report.workers:
+            if not (r.spare and r.group is not None and r.attempt is not None and r.state == State.RUNNING):
+                continue
+            a = self.store.attempt(r.group, r.attempt)
+            warm = a["plan"].get("warm") if a is not None else None
+            name = known.workers[r.id]["name"]
+            if a is None or warm is None or warm["workers"].get(name) != r.generation:
+                continue
+            took: dict[str, str] = dict(warm.get("took", {}))
+            if str(r.generation) not in took:
+                took[str(r.generation)] = f"{report.host}'s warm spare (pid {r.pid})"
+                self.store.update_attempt(r.group, r.attempt, plan={**a["plan"], "warm": {**warm, "took": took}})
+                self.changes.bump()
 
     def _note_stacks(self, report: AgentReport, known: hb.Known) -> None:
         """The stack a hung worker's agent took: the attempt's reason (and its group's, and the

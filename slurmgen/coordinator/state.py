@@ -161,6 +161,7 @@ def warm_restart(
     ranks: Mapping[str, int],
     exits: Mapping[str, int],
     troubled: AbstractSet[str],
+    met: AbstractSet[str],
     last: tuple[int, float | None],
     now: float,
     budget: tuple[int, int],
@@ -173,7 +174,11 @@ def warm_restart(
     each warm restart counts), and the last one (`last`: (generation, when)) is more than
     warm.SETTLE seconds ago: a failure that soon means the program does not take part, or the
     world did not form, and the attempt restarts whole as before. An attempt still starting
-    restarts whole too: its ranks may not have met yet, so none waits for a new world."""
+    restarts whole too, and so does one whose ranks have not all met (`met`: the workers whose
+    rank said its process group formed, contract/warm.py MET_PREFIX), however long its processes
+    have run: a rank that failed before the rendezvous leaves the others in it, where no new world
+    reaches them (they would wait until --init-timeout), and a program that never says so does not
+    take part."""
     worker, code = outcome.worker, outcome.exit_code
     generation, at = last
     used, most = budget
@@ -184,6 +189,7 @@ def warm_restart(
         or worker not in ranks
         or exits.get(worker) != code
         or troubled
+        or not set(ranks) <= met
         or not retries.worth_retry(code)
         or used >= most
         or (at is not None and now - at <= warm.SETTLE)

@@ -58,13 +58,18 @@ class _Plan(TypedDict):
     heartbeat_timeout: float
 
 
-class Warm(TypedDict):
-    """An attempt's warm restarts so far (GroupConfig.restart_mode warm, contract/warm.py)."""
-
+class _Warm(TypedDict):
     generation: int  # the world its ranks are in now: 0 until its first warm restart
     at: float | None  # when the last warm restart was ordered
     workers: dict[str, int]  # worker name -> the generation its rank was last started in (0: absent)
     told: list[str]  # each warm restart in words, in order
+
+
+class Warm(_Warm, total=False):
+    """An attempt's warm restarts so far (GroupConfig.restart_mode warm, contract/warm.py), and
+    where each one's rank went on, once its agent said (absent until then)."""
+
+    took: dict[str, str]  # generation -> "HOST's warm spare (pid N)"
 
 
 class Plan(_Plan, total=False):

@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from slurmgen.contract import envvars, exitcodes
+from slurmgen.contract import envvars, exitcodes, warm
 
 from .env import DistEnv
 
@@ -170,6 +170,7 @@ def init(env: DistEnv, timeout: float) -> None:
     _CONTROL = dist.new_group(backend="gloo") if env.backend != "gloo" else None
     if before is not None:  # a warm restart may have to cut this world's connections (leave)
         _WORLD_SOCKETS.update(_sockets() - before)
+        warm.note_met(os.environ[envvars.WARM_DIR], env.rank)
 
 
 _CONTROL: Any = None  # the gloo group for CPU-side messages; None = the default group

@@ -108,6 +108,7 @@ def join(backend: str = "gloo") -> None:
     dist.init_process_group(backend, init_method="env://")
     if before is not None:
         ours.hold_world(before)
+        protocol.note_met(os.environ[envvars.WARM_DIR], dist.get_rank())
 
 
 def rejoin(

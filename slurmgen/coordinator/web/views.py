@@ -79,12 +79,14 @@ def _text(value: Any) -> str:
 def attempt_text(g: Mapping[str, Any], config: Mapping[str, Any]) -> str:
     """The group's attempt within its current run (contract/attempts.py: 1 after every start), as
     the attempts table, the CLI and the server's messages number it ("already running (attempt
-    2)"), with the restart budget beside it when the group has one."""
+    2)"), with the restart budget beside it when the group has one: its warm restarts spend it
+    too, inside their attempt ("1 (restart 1 of 3, 1 warm)")."""
     if not g.get("attempt"):
         return "none yet"
-    budget = int(config.get("max_restarts") or 0)
-    restarts = f" (restart {int(g.get('restarts') or 0)} of {budget})" if budget else ""
-    return f"{from_restart_count(int(g.get('restarts') or 0))}{restarts}"
+    budget, whole, warm = int(config.get("max_restarts") or 0), int(g.get("restarts") or 0), g.get("warm_restarts")
+    of_them = f", {warm} warm" if warm else ""
+    restarts = f" (restart {whole + int(warm or 0)} of {budget}{of_them})" if budget else ""
+    return f"{from_restart_count(whole)}{restarts}"
 
 
 def stop_question(label: str, what: str, ranks: int | None, nodes: int | None) -> str | None:
@@ -138,7 +140,9 @@ def group_view(g: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
             for action, label in (("stop", "Stop"), ("restart", "Restart"))
             if state.split(" ", 1)[0] in ACTIVE_WORDS
         },
-        "world_size": config.get("world_size") or g.get("members", len(members)) or None,
+        # The running (or last) attempt's world, which a smaller world made smaller; before the
+        # first start, what a start would run.
+        "world_size": g.get("world_size") or config.get("world_size") or g.get("members", len(members)) or None,
         "master": master,
         "port": config.get("master_port", DEFAULT_MASTER_PORT),
         "backend": config.get("backend", DEFAULT_BACKEND),
@@ -234,11 +238,18 @@ def attempts_view(attempts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
                 "state": shown(a.get("state")) or "",
                 "cause": a.get("reason"),
                 "moved": a.get("moved") or [],  # the nodes moved to a spare before it started
-                "warm": a.get("warm") or [],  # the warm restarts inside it
+                # the warm restarts inside it, each with where its rank went on when known
+                "warm": [f"{w}; it went on in {t}" if t else w for w, t in zip(a.get("warm") or [], _took(a))],
                 "exit_codes": ", ".join(f"rank {r}: {c}" for r, c in sorted(codes.items(), key=lambda rc: int(rc[0]))),
             }
         )
     return out
+
+
+def _took(a: Mapping[str, Any]) -> list[str]:
+    """Where each warm restart's rank went on ('' when not known), as long as the warm restarts."""
+    took = list(a.get("took") or [])
+    return took + [""] * (len(a.get("warm") or []) - len(took))
 
 
 def rank_rows(

@@ -60,7 +60,8 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
 
     wait_value(lambda: list((out / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
     before = _pids(coord)
-    spares = {int(p.split(":")[0]) for p in processes_naming("slurmgen.train.spare")}  # one per node, idle
+    # One per node, idle; this run's only (its command line names --out-dir): others' tests may run spares too.
+    spares = {int(p.split(":")[0]) for p in processes_naming("slurmgen.train.spare") if str(out) in p}
     assert len(spares) == 2, spares
     assert all(before[w] for w in ("127.0.0.1-0", "127.0.0.1-1", "127.0.0.2-0")), before
     os.kill(before["127.0.0.1-1"], signal.SIGKILL)  # rank 1's process

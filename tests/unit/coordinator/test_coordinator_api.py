@@ -763,6 +763,7 @@ def test_a_lost_node_with_no_spare_leaves_a_smaller_world_which_the_registry_and
     ]
     detail = api.get("/api/groups/exp1", headers=AUTH).json()
     assert [(a["number"], a["moved"]) for a in detail["attempts"]] == [(1, []), (2, [told])]
+    assert detail["group"]["world_size"] == 2  # the smaller world's, which the group's page shows
     done = [{"id": i, "state": "exited", "group": "exp1", "attempt": 2, "exit_code": 0} for i in (0, 1)]
     beat(api, "gn7", *done)
     assert group_state(api)["state"] == "succeeded"

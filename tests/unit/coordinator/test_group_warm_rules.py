@@ -26,6 +26,7 @@ from slurmgen.coordinator.procs import write_world  # noqa: E402
 from slurmgen.coordinator.server import create_app  # noqa: E402
 from slurmgen.coordinator.service import Coordinator  # noqa: E402
 from slurmgen.coordinator.store import Store  # noqa: E402
+from slurmgen.coordinator.web.views import attempt_text  # noqa: E402
 
 RANKS = {"gn7-0": 0, "gn7-1": 1, "gn6-0": 2, "gn6-1": 3}
 KILLED = "rank 3 (gn6-1) exited with code 137"
@@ -36,10 +37,13 @@ def killed(code: int = 137, worker: str = "gn6-1") -> st.Outcome:
     return st.Outcome(State.FAILED.value, f"rank {RANKS[worker]} ({worker}) exited with code {code}", code, worker)
 
 
-def decide(outcome=None, attempt_state="running", exits=None, troubled=frozenset(), last=(0, None), now=100.0, used=0):
+def decide(
+    outcome=None, attempt_state="running", exits=None, troubled=frozenset(), met=None, last=(0, None), now=100.0, used=0
+):
     outcome = outcome or killed()
     exits = {"gn6-1": outcome.exit_code} if exits is None else exits
-    return st.warm_restart(outcome, attempt_state, RANKS, exits, troubled, last, now, (used, 2), PORT)
+    met = set(RANKS) if met is None else met
+    return st.warm_restart(outcome, attempt_state, RANKS, exits, troubled, met, last, now, (used, 2), PORT)
 
 
 # ---- the pure decisions ----------------------------------------------------------------------
@@ -58,6 +62,9 @@ def test_a_killed_rank_of_a_running_attempt_is_started_anew_in_the_next_generati
         ("no restart left: each warm restart counts", dict(used=2)),
         ("the attempt is still starting: its ranks may not have met", dict(attempt_state="starting")),
         ("a worker is lost or hung: its ranks cannot wait", dict(troubled={"gn7-0"})),
+        ("the failed rank died before the rendezvous: the others wait in it", dict(met=set(RANKS) - {"gn6-1"})),
+        ("a rank has not met yet: no new world reaches it", dict(met=set(RANKS) - {"gn7-0"})),
+        ("no rank says it met: the program does not take part", dict(met=set())),
         ("bad input is never retried", dict(outcome=killed(exitcodes.BAD_INPUT))),
         ("a preemption is never retried", dict(outcome=killed(exitcodes.PREEMPTED))),
         ("a hang or a lost agent is no exit", dict(exits={})),
@@ -97,9 +104,14 @@ def start_running(api, max_restarts=2):
     assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
     starts = beat(api, "gn7", 0, 1)["start"] + beat(api, "gn6", 0, 1)["start"]
     assert [(o["rank"], o["warm"], o["generation"]) for o in starts] == [(r, True, 0) for r in range(4)]
-    beat(api, "gn7", *running("exp1", 1, 0, 1))
-    beat(api, "gn6", *running("exp1", 1, 0, 1))
+    beat(api, "gn7", *met(running("exp1", 1, 0, 1)))
+    beat(api, "gn6", *met(running("exp1", 1, 0, 1)))
     assert group(api)["group"]["state"] == "running"
+
+
+def met(reports):
+    """Running ranks whose agents say they met their peers (the warm dir's MET_PREFIX files)."""
+    return [{**r, "met": True} for r in reports]
 
 
 def exited(slot, code, generation=0, attempt=1):
@@ -121,6 +133,9 @@ def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_do
     g = group(api)
     assert (g["group"]["state"], g["group"]["restarts"], g["group"]["attempt"]) == ("running", 0, 1), g
     assert g["group"]["reason"].startswith(what) and g["attempts"][0]["warm"] == [g["group"]["reason"]], g
+    # The group's page says the budget it spent: a warm restart counts, inside attempt 1.
+    assert (g["group"]["warm_restarts"], g["group"]["world_size"]) == (1, 4), g["group"]
+    assert attempt_text(g["group"], g["group"]["config"]) == "1 (restart 1 of 2, 1 warm)"
     world = WorldOrder(group="exp1", attempt=1, generation=1, master_addr="gn7", master_port=PORT + 1, world_size=4)
     healthy = beat(api, "gn7", *running("exp1", 1, 0, 1))
     assert (healthy["start"], healthy["stop"], healthy["worlds"]) == ([], [], [world.model_dump()])
@@ -132,8 +147,10 @@ def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_do
     assert order["env"]["MASTER_PORT"] == str(PORT + 1) and order["env"][envvars.WARM_GENERATION] == "1"
     assert order["env"]["RANK"] == "3" and order["env"]["MASTER_ADDR"] == "gn7"
     assert group(api)["group"]["state"] == "running"
-    replaced = [{**running("exp1", 1, 1)[0], "generation": 1}]
+    replaced = [{**running("exp1", 1, 1)[0], "generation": 1, "spare": True}]
     assert beat(api, "gn6", *running("exp1", 1, 0), *replaced)["start"] == []
+    # Its agent says the rank went on in its node's warm spare: the attempt says where, once.
+    assert group(api)["attempts"][0]["took"] == ["gn6's warm spare (pid 101)"]
     api.clock.now += 5
     beat(api, "gn7", exited(0, 0), exited(1, 0))
     beat(api, "gn6", exited(0, 0), exited(1, 0, generation=1))
@@ -143,7 +160,9 @@ def test_a_killed_rank_restarts_warm_the_others_keep_running_and_the_run_ends_do
     from slurmgen.runs.model import find_run, get_row, recoveries_of
     from slurmgen.runs.registry import Registry
 
-    assert [a["warm"] for a in attempts_view(g["attempts"])] == [g["attempts"][0]["warm"]]  # the page's attempts
+    assert [a["warm"] for a in attempts_view(g["attempts"])] == [
+        [f"{g['attempts'][0]['warm'][0]}; it went on in gn6's warm spare (pid 101)"]
+    ]
     with Registry.open(api.registry) as reg:
         row = get_row(reg, find_run(reg, "group", "exp1.1"))
         assert recoveries_of(row["info"]) == {1: [g["attempts"][0]["warm"][0]]} and row["state"] == "succeeded"
@@ -161,8 +180,8 @@ def test_a_second_failure_soon_after_a_warm_restart_restarts_whole_and_counts_bo
     assert (g["state"], g["attempt"], g["restarts"]) == ("starting", 2, 1) and g["reason"].startswith("restart 1"), g
     assert [o["rank"] for o in beat(api, "gn7", exited(0, 1), exited(1, 143))["start"]] == [0, 1]
     beat(api, "gn6", exited(0, 143), exited(1, 137))
-    beat(api, "gn7", *running("exp1", 2, 0, 1))
-    beat(api, "gn6", *running("exp1", 2, 0, 1))
+    beat(api, "gn7", *met(running("exp1", 2, 0, 1)))
+    beat(api, "gn6", *met(running("exp1", 2, 0, 1)))
     api.clock.now += warm.SETTLE / 2
     beat(api, "gn7", *running("exp1", 2, 0, 1))
     api.clock.now += warm.SETTLE / 2 + 1
@@ -182,6 +201,30 @@ def test_each_warm_restart_counts_against_max_restarts(api):
     beat(api, "gn7", exited(0, 137), *running("exp1", 1, 1))  # budget spent: the group fails
     g = group(api)
     assert (g["group"]["state"], g["group"]["exit_code"], len(g["attempts"])) == ("failed", 137, 1), g
+
+
+def test_ranks_that_fail_before_they_met_restart_whole_until_the_restarts_run_out(api):
+    """Every process runs (the attempt is running) but rank 3 exits 1 before the ranks met: the
+    others sit in the first rendezvous, which no new world reaches, so the attempt restarts whole
+    (no warm restart spent), and when the restarts run out the group fails on that exit."""
+    setup_group(api, max_restarts=1, master_port=PORT, restart_mode="warm")
+    assert api.post("/api/groups/exp1/start", headers=AUTH).status_code == 200
+    beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *met(running("exp1", 1, 0)), *running("exp1", 1, 1))  # rank 2 met no one yet either
+    assert group(api)["group"]["state"] == "running"
+    for _ in range(2):  # however long the processes ran (both agents heard: none is lost)
+        api.clock.now += warm.SETTLE / 2 + 1
+        beat(api, "gn7", *running("exp1", 1, 0, 1))
+    beat(api, "gn6", *running("exp1", 1, 0), exited(1, 1))
+    g = group(api)
+    assert (g["group"]["state"], g["group"]["attempt"], g["group"]["restarts"]) == ("starting", 2, 1), g
+    assert g["attempts"][0]["warm"] == [] and g["group"]["reason"].startswith("restart 1 after: rank 3 (gn6-1)"), g
+    beat(api, "gn7", *running("exp1", 2, 0, 1))
+    beat(api, "gn6", *running("exp1", 2, 0), exited(1, 1, attempt=2))
+    g = group(api)
+    assert [(a["state"], a["warm"]) for a in g["attempts"]] == [("failed", [])] * 2, g["attempts"]
+    assert (g["group"]["state"], g["group"]["exit_code"]) == ("failed", 1), g["group"]
+    assert g["group"]["reason"] == "rank 3 (gn6-1) exited with code 1 (failed)", g["group"]
 
 
 def test_a_lost_agent_restarts_whole_on_the_spare(api):
@@ -290,7 +333,9 @@ def test_the_agent_gives_a_warm_groups_ranks_their_dir_and_writes_each_world_onc
         assert warm.read(str(where)) == warm.World(1, "gn7", 29501, 4)
         assert (where.stat().st_mode & 0o777) == 0o700
         report = agent.procs.slots[0].report()
-        assert (report.generation, report.exit_code) == (1, 0)
+        assert (report.generation, report.exit_code, report.met) == (1, 0, False)  # it never joined a world
+        warm.note_met(str(where), 3)  # what a rank's process group forming says (train/dist.py, train/warm.py)
+        assert agent.procs.slots[0].report().met
         assert not write_world(tmp_path / "gn6" / "warm", world)  # the same generation: left as it is
         assert write_world(tmp_path / "gn6" / "warm", world.model_copy(update={"generation": 2, "master_port": 29502}))
         assert warm.read(str(where)) == warm.World(2, "gn7", 29502, 4)
@@ -333,6 +378,7 @@ def test_a_warm_groups_python_rank_is_started_anew_in_the_nodes_warm_spare(tmp_p
         assert ended(0) == 0
         agent.apply(AgentOrders(start=[order(1, 1, 1)], warm=[("g", 1)]))
         assert agent.procs.slots[1].proc.pid == first.pid  # the spare became rank 1
+        assert agent.procs.slots[1].report().spare and not agent.procs.slots[0].report().spare  # and its agent says so
         ((second, _),) = agent.procs.spares.values()
         assert second.pid != first.pid  # and a new one stands by
         assert ended(1) == 0
