@@ -1,7 +1,7 @@
 """Goodput under failures (issue 35): the recovery paths side by side, the same faults for each.
 
-    sudo python benchmarks/bench_recovery.py [--minutes 10] [--every 60]
-        [--paths requeue,restart,spare,launch-cold,launch-warm] [--reuse] [--wait 600]
+    sudo python benchmarks/bench_recovery.py [--minutes 10] [--every 60] [--faults kill,stop,node]
+        [--paths requeue,restart,spare,warm,launch-cold,launch-warm] [--reuse] [--wait 600] [--keep DIR]
 
 The `slurmgen launch` paths run on two local "hosts" (as tests/unit/launch/test_launch_warm.py
 runs them: real bash, node scripts, gloo ranks; no cluster, no root), 2 x 2 ranks of the same
@@ -26,20 +26,31 @@ scripts/cluster/up.sh 3 as its owner (a test session's up.sh waits meanwhile; wh
 session owns the cluster, this waits up to --wait s), unless --reuse (then the lock only, around
 a cluster brought up by hand), and tear it down at the end. Each path
 submits (`slurmgen submit`, so `slurmgen status` accounts for it) the bundled trainer on 2 nodes
-x 2 ranks (gloo, CPU; a small GPT, asynchronous checkpoints every 10 steps) and, from its first
-step on, injects a fault every --every seconds for --minutes, then cancels it:
+x 2 ranks (gloo, CPU; a small GPT, asynchronous checkpoints every 10 steps, `--heartbeat-timeout
+10`), the third node idle or the path's spare, and, from its first step on, injects a fault every
+--every s for --minutes, then cancels it. The faults take turns, the same for every path: a
+SIGKILL of one rank, a SIGSTOP of one rank (a hang: the watcher finds it), and a node lost (every
+process of the job on a node killed and its slurmd stopped with SIGSTOP until the job steps again
+without it, then continued, as after a reboot, so that the node may serve again). The rank is
+rank 1 and rank 3 in turn, so that each node's warm spare serves; the node lost is ranks 2-3's,
+never the batch script's (its loss ends the allocation: Slurm's own requeue, no path of
+slurmgen's, recovers from it; an in-job restart may have moved ranks 0-1 off it). Every path
+may requeue as its last resort (`--retries`):
 
-- requeue: `--retries` (today's path): a SIGKILLed rank ends the job, which waits in the queue
+- requeue: `--retries` alone (today's path): every fault ends the job, which waits in the queue
   again (Slurm holds a requeued job about 2 minutes before it may start);
-- restart: `--restarts` (in-job restart): the same fault, a new job step in the same allocation;
-- spare: `--restarts --spare-nodes 1`: the fault is a node's loss, every process of the job on
-  the node of ranks 2-3 killed and its slurmd stopped (SIGSTOP) until the next attempt steps on
-  the spare (then SIGCONT, as after a reboot: the node may serve as the next spare).
+- restart: `--restarts` (in-job restart): a new job step in the same allocation; a lost node
+  leaves too few nodes, and the job requeues;
+- spare: `--restarts --spare-nodes 1`: the same, on 3 nodes: a lost node's ranks go to the spare;
+- warm: `--restarts --spare-nodes 1 --restart-mode warm`: a killed or hung rank goes on in its
+  node's warm spare process, the healthy ranks in their processes; a lost node as `spare`.
 
-A fault waits for the current attempt's first step (a fault during start-up would measure
-nothing). Printed per path, from slurmgen's own records: the faults injected, the time from each
-fault to every rank's first step of the next attempt (median and max; the timeline), the steps
-done twice (goodput's lost steps) and the run's goodput (`slurmgen status --json`). The issue's
+A fault waits until every rank steps in the current world (a fault during start-up would measure
+nothing): an attempt, or a warm restart's generation inside one (every rank writes `first_step`
+again there, contract/phases.py). Printed per path, from slurmgen's own records: the faults
+injected, the time from each fault to every rank's first step of the next world (median and max;
+the timeline), by fault too, the steps done twice (goodput's lost steps) and the run's goodput
+(`slurmgen status --json`), and how each attempt ended or went on. The issue's
 figure is 10 minutes with a fault every 60 s; --minutes 2 --every 40 is a quick look.
 """
 
@@ -80,10 +91,15 @@ TRAIN = [
     *("--save-every", "10", "--keep-last", "3", "--checkpoint-async"),
 ]
 PATHS = {
-    "requeue": ["--retries", "20", "--retry-on", "1,137"],
+    "requeue": [],
     "restart": ["--restarts", "20"],
     "spare": ["--restarts", "20", "--spare-nodes", "1"],
+    "warm": ["--restarts", "20", "--spare-nodes", "1", "--restart-mode", "warm"],
 }
+# Every Slurm path: the same hang watch, and a requeue as the last resort.
+SLURM_ARGS = ["--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "60", "--heartbeat-timeout", "10"]
+SLURM_ARGS += ["--retries", "20", "--retry-on", "1,124,137,143,255"]
+FAULTS = ("kill", "stop", "node")
 LAUNCH_PATHS = {"launch-cold": "cold", "launch-warm": "warm"}
 # A warm restart's first step, on each rank (slurmgen/train/trainer.py), and a resume.
 AGAIN = re.compile(
@@ -145,22 +161,44 @@ def records(logs: Path, name: str, job: str) -> list[dict]:
     return list(objects(path.read_text().splitlines())) if path.exists() else []
 
 
-def stepping(logs: Path, job: str) -> tuple[int, float] | None:
-    """(attempt, when every rank had made its first step) of the job's latest attempt, once it has."""
-    events = records(logs, TIMELINE_NAME, job)
-    latest = max((e.get("attempt", 1) for e in events), default=None)
-    firsts = [e for e in events if e.get("event") == "first_step" and e.get("attempt") == latest]
-    return (latest, max(e["time"] for e in firsts)) if len({e["rank"] for e in firsts}) == 4 else None
+def worlds(logs: Path, job: str) -> dict[tuple[int, int], dict[int, float]]:
+    """Each world of the job, (attempt, generation), to when each of its ranks made its first step."""
+    found: dict[tuple[int, int], dict[int, float]] = {}
+    for e in records(logs, TIMELINE_NAME, job):
+        if e.get("event") == "first_step":
+            key = (e.get("attempt", 1), e.get("generation") or 0)
+            found.setdefault(key, {})[e["rank"]] = e["time"]
+    return found
 
 
-def inject(path: str, job: str) -> tuple[float, str | None]:
-    """The path's fault, now: (when, the stopped slurmd's node or None)."""
-    procs = job_processes(job)
-    if path != "spare":
-        pid = next(p for p, env, cmd in procs if env.get("RANK") == "1" and cmd.startswith(f"{PY} -m slurmgen.train"))
-        os.kill(pid, signal.SIGKILL)
+def stepping(logs: Path, job: str) -> tuple[tuple[int, int], float] | None:
+    """(the job's latest world in which every rank stepped, when the last of them did), once one has."""
+    whole = {key: max(ranks.values()) for key, ranks in worlds(logs, job).items() if len(ranks) == 4}
+    return (max(whole), whole[max(whole)]) if whole else None
+
+
+def rank_pid(logs: Path, job: str, rank: int) -> int:
+    """The process of `rank` now: the pid of its newest timeline line (a promoted warm spare's own)."""
+    mine = [e for e in records(logs, TIMELINE_NAME, job) if e.get("rank") == rank and "pid" in e and "by" not in e]
+    return max(mine, key=lambda e: e["time"])["pid"]
+
+
+def lost_node(logs: Path, job: str) -> str:
+    """The node a "node" fault takes: the one of ranks 2-3, or of ranks 0-1 when that is the batch
+    script's (an in-job restart moves a failed node's ranks, so either may be). A promoted warm
+    spare has no RANK of its own, so a node is known by any of its two ranks."""
+    batch = [r["host"] for r in records(logs, ATTEMPTS_NAME, job) if r.get("event") == "start"][-1]
+    hosts = {env.get("RANK"): env.get("SLURMD_NODENAME") for _, env, _ in job_processes(job) if env.get("RANK")}
+    ranks_2_3 = hosts.get("2") or hosts.get("3")
+    return ranks_2_3 if ranks_2_3 != batch else hosts.get("0") or hosts["1"]
+
+
+def inject(kind: str, rank: int, logs: Path, job: str) -> tuple[float, str | None]:
+    """A fault of `kind` at `rank` (FAULTS), now: (when, the node whose slurmd it stopped, or None)."""
+    if kind != "node":
+        os.kill(rank_pid(logs, job, rank), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
         return time.time(), None
-    host = next(env.get("SLURMD_NODENAME") for _, env, cmd in procs if env.get("RANK") == "2")
+    host = lost_node(logs, job)
     node = nodes()[host]
     os.kill(int(node["slurmd_pid"]), signal.SIGSTOP)
     when = time.time()
@@ -170,47 +208,55 @@ def inject(path: str, job: str) -> tuple[float, str | None]:
     return when, host
 
 
-def run_path(path: str, minutes: float, every: float, work: Path) -> dict:
+def run_path(path: str, minutes: float, every: float, work: Path, kinds: tuple[str, ...] = FAULTS) -> dict:
     out = work / path
     out.mkdir()
-    args = ["--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "60", *PATHS[path]]
+    args = [*SLURM_ARGS, *PATHS[path]]
     job = slurmgen("submit", "--registry", "jobs.sqlite", "-o", "out", *args, "--", *TRAIN, cwd=out).split()[-1]
     logs = out / "out" / "logs"
     while (now := stepping(logs, job)) is None:
         time.sleep(0.5)
-    end, next_fault, faults, stopped = now[1] + minutes * 60, now[1] + every, [], None
+    end, next_fault, stopped = now[1] + minutes * 60, now[1] + every, None
+    faults: list[tuple[float, tuple[int, int], str]] = []  # (when, the world it struck, kind)
     while time.time() < end:
         now = stepping(logs, job)
-        if stopped and now and now[0] > faults[-1][1]:  # the spare steps: the lost node comes back
+        if stopped and now and now[0] > faults[-1][1]:  # stepping without the lost node: it comes back
             os.kill(int(nodes()[stopped]["slurmd_pid"]), signal.SIGCONT)
             stopped = None
         if time.time() >= next_fault and now and (not faults or now[0] > faults[-1][1]):
-            when, stopped = inject(path, job)
-            faults.append((when, now[0]))
+            kind, rank = kinds[len(faults) % len(kinds)], (1, 3)[len(faults) % 2]
+            when, stopped = inject(kind, rank, logs, job)
+            faults.append((when, now[0], kind))
             next_fault = max(next_fault + every, time.time() + 1)
         time.sleep(0.25)
     view = json.loads(slurmgen("status", "--registry", "jobs.sqlite", job, "--json", cwd=out))
     subprocess.run(["scancel", job], env=cluster_env())
     if stopped:
         os.kill(int(nodes()[stopped]["slurmd_pid"]), signal.SIGCONT)
-    events = records(logs, TIMELINE_NAME, job)
-    again = []
-    for when, attempt in faults:
-        firsts = [e["time"] for e in events if e.get("event") == "first_step" and e.get("attempt") == attempt + 1]
-        if len(firsts) == 4:
-            again.append(max(firsts) - when)
+    return slurm_row(path, faults, worlds(logs, job), view, records(logs, ATTEMPTS_NAME, job))
+
+
+def slurm_row(path: str, faults: list, seen: dict, view: dict, attempts: list[dict]) -> dict:
+    """The table's row of a Slurm path: each fault to the first next world in which every rank stepped."""
+    again: dict[str, list[float]] = {kind: [] for kind in FAULTS}
+    for when, struck, kind in faults:
+        later = [max(ranks.values()) for key, ranks in seen.items() if key > struck and len(ranks) == 4]
+        if later:
+            again[kind].append(min(later) - when)
+    every = [t for times in again.values() for t in times]
     good = view.get("goodput") or {}
-    ends = [r.get("action") for r in records(logs, ATTEMPTS_NAME, job) if r.get("event") == "end"]
     return {
         "path": path,
         "faults": len(faults),
-        "recovered": len(again),
-        "median": statistics.median(again) if again else None,
-        "max": max(again) if again else None,
+        "recovered": len(every),
+        "median": statistics.median(every) if every else None,
+        "max": max(every) if every else None,
+        "by_fault": {kind: (sum(1 for f in faults if f[2] == kind), times) for kind, times in again.items()},
         "lost_steps": sum(lost["steps"] for lost in good.get("lost_steps", [])),
         "goodput": good.get("goodput"),
-        "actions": ends,
-    }
+        "actions": [r.get("action") or ("warm" if r.get("event") == "recovery" else None)
+                    for r in attempts if r.get("event") in ("end", "recovery")],
+    }  # fmt: skip
 
 
 def launch_again(timeline: Path, text: str, after: float) -> float | None:
@@ -321,20 +367,31 @@ def main() -> None:
     ap.add_argument("--paths", default=",".join(every_path), help="comma-separated: " + ", ".join(every_path))
     ap.add_argument("--reuse", action="store_true", help="use a cluster brought up by hand (up.sh 3)")
     ap.add_argument("--wait", type=float, default=600, help="seconds to wait while another session owns the cluster")
+    ap.add_argument("--faults", default=",".join(FAULTS), help="the Slurm paths' faults, in turn: " + ", ".join(FAULTS))
+    ap.add_argument("--keep", type=Path, help="keep each path's job, logs and records under this new directory")
     opts = ap.parse_args()
     paths = [p for p in opts.paths.split(",") if p]
     if unknown := [p for p in paths if p not in {**PATHS, **LAUNCH_PATHS}]:
         sys.exit(f"--paths: unknown {', '.join(unknown)} (expected {', '.join({**PATHS, **LAUNCH_PATHS})})")
+    kinds = tuple(k for k in opts.faults.split(",") if k)
+    if not kinds or set(kinds) - set(FAULTS):
+        ap.error(f"--faults: expected some of {', '.join(FAULTS)} (got {opts.faults!r})")
     slurm = [p for p in paths if p in PATHS]
     if slurm and (reason := cluster_reason(opts.reuse)):
         print(f"skipping {', '.join(slurm)}: {reason}")
         slurm = []
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as work:
+    if opts.keep:
+        opts.keep.mkdir(parents=True)  # a new one: a path's directory must not hold an earlier run's records
+    with (
+        contextlib.nullcontext(str(opts.keep))
+        if opts.keep
+        else tempfile.TemporaryDirectory(prefix="bench-recovery-") as work
+    ):
         rows += [run_launch_path(p, opts.minutes, opts.every, Path(work)) for p in paths if p in LAUNCH_PATHS]
         if slurm:
             with slurm_cluster(opts.reuse, opts.wait):
-                rows += [run_path(p, opts.minutes, opts.every, Path(work)) for p in slurm]
+                rows += [run_path(p, opts.minutes, opts.every, Path(work), kinds) for p in slurm]
     print(f"{opts.minutes:g} min per path, a fault every {opts.every:g} s (2 nodes x 2 ranks, gloo, CPU)")
     head = f"{'path':<12} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}"
     print(f"{head} {'progress':>8}")
@@ -347,7 +404,11 @@ def main() -> None:
             f"{r['path']:<12} {r['faults']:>6} {r['recovered']:>5} {med:>9} {top:>7} {r['lost_steps']:>10} "
             f"{good:>8} {progress:>8}"
         )
-        said = "restarts" if "progress" in r else "attempts ended"
+        for kind, (n, times) in r.get("by_fault", {}).items():
+            if n:
+                back = f"median {statistics.median(times):.1f} s, max {max(times):.1f} s" if times else "-"
+                print(f"             {kind}: {n} faults, {len(times)} recovered, {back}")
+        said = "restarts" if "progress" in r else "attempts ended (warm: went on)"
         print(f"             {said}: {' '.join(a or '?' for a in r['actions'])}")
 
 
