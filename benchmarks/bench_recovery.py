@@ -374,7 +374,7 @@ def web_conftest():
     agents (`_served`, `_home_env`), loaded under a name of its own (tests/conftest.py is another)."""
     sys.path.insert(0, str(REPO / "tests"))
     spec = importlib.util.spec_from_file_location("web_conftest", REPO / "tests/integration/web/conftest.py")
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules["web_conftest"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
     spec.loader.exec_module(module)
     return module
 
@@ -399,12 +399,13 @@ def run_group_path(path: str, minutes: float, every: float, work: Path) -> dict:
     """A coordinator group on a real `slurmgen serve` (127.0.0.1, its own token, registry and home)
     and 2 real agents of 2 workers each, 2 x 2 ranks, cold or warm, under `launch_faults`; the
     server and the agents (and with them every rank and spare) stopped at the end, Ctrl-C too."""
+    served = web_conftest()  # tests/ on the path: helpers too
     from helpers import free_port, group_of_every_worker
 
-    served = web_conftest()
     run = work / path
     run.mkdir()
     env = {**served._home_env(run, dict(os.environ)), envvars.REGISTRY: str(run / "jobs.sqlite")}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(run / "torchinductor")  # which a spare's imports make; else in $TMPDIR
     key = run_key(GROUP, 1, 0)  # a new server's first attempt
     timeline = run / TIMELINE_NAME.format(job_id=key)
     config = {
