@@ -1,7 +1,8 @@
 """Goodput under failures (issue 35): the recovery paths side by side, the same faults for each.
 
     sudo python benchmarks/bench_recovery.py [--minutes 10] [--every 60] [--faults kill,stop,node]
-        [--paths requeue,restart,spare,warm,launch-cold,launch-warm] [--reuse] [--wait 600] [--keep DIR]
+        [--paths requeue,restart,spare,warm,launch-cold,launch-warm,group-cold,group-warm]
+        [--reuse] [--wait 600] [--keep DIR]
 
 The `slurmgen launch` paths run on two local "hosts" (as tests/unit/launch/test_launch_warm.py
 runs them: real bash, node scripts, gloo ranks; no cluster, no root), 2 x 2 ranks of the same
@@ -12,12 +13,25 @@ trainer, a SIGKILL of rank 1 or 3 (alternately, so each node's warm spare serves
 - launch-warm: `--restart-mode warm`: the healthy ranks keep their processes and rejoin, the
   killed rank goes on in its node's warm spare (replaced by a new one each time it is used).
 
+The coordinator group paths run the same ranks and faults as a group of a real `slurmgen serve`
+(127.0.0.1, a free port, its own token, registry and home in a temp dir) and two real agents of
+2 workers each, named 127.0.0.1 and 127.0.0.2 (as tests/integration/web/test_group_warm.py runs
+them; no cluster, no root; the server and the agents, with every rank and spare, are stopped at
+the end and on Ctrl-C):
+
+- group-cold: `max_restarts` (today's path): a new attempt starts every rank again;
+- group-warm: `restart_mode warm`: the healthy ranks keep their processes, the killed rank goes
+  on in its agent's warm spare (each agent starts a new one once its spare is promoted).
+
 For those, the time from a fault to every rank stepping again comes from the ranks' own words
 (the timeline's first steps of the next attempt; a warm restart's "stepping again ... (at T)"),
 the steps lost from rank 0's last sampled step before the fault and the step it resumed from, and
 goodput is the steps gained over the steps the run made per second before its first fault,
 times the wall time (`progress`); `goodput` is slurmgen's own (observe/goodput.py, over the run's
-timeline), which accounts each warm restart as a recovery inside its attempt.
+timeline), which accounts each warm restart as a recovery inside its attempt; a group's is its run
+record's (the server's time report when the group is stopped). What each restart was is printed
+below the row: `spare` or `fresh` (a warm restart's new rank: in the warm spare or a new process),
+`whole` (a group's new attempt).
 
 The Slurm paths need root and the test cluster, and are skipped, with the reason printed, without
 them. They hold the cluster lock (scripts/cluster/lib.sh's, which up.sh and down.sh take) for as
@@ -59,6 +73,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import importlib.util
 import io
 import json
 import os
@@ -78,8 +93,9 @@ sys.path.insert(0, str(REPO))
 
 from bench_page import CLUSTER_LOCK, test_cluster  # noqa: E402
 
-from slurmgen.contract import envvars  # noqa: E402
+from slurmgen.contract import envvars, phases  # noqa: E402
 from slurmgen.contract.files import ATTEMPTS_NAME, TIMELINE_NAME  # noqa: E402
+from slurmgen.coordinator.group_runs import run_key  # noqa: E402
 from slurmgen.jsonl import objects  # noqa: E402
 from slurmgen.observe import goodput  # noqa: E402
 
@@ -101,6 +117,10 @@ SLURM_ARGS = ["--nodes", "2", "--gpus", "2", "--backend", "gloo", "--time", "60"
 SLURM_ARGS += ["--retries", "20", "--retry-on", "1,124,137,143,255"]
 FAULTS = ("kill", "stop", "node")
 LAUNCH_PATHS = {"launch-cold": "cold", "launch-warm": "warm"}
+GROUP_PATHS = {"group-cold": "cold", "group-warm": "warm"}  # the group's restart_mode
+# The group's agents, named after loopback addresses so that every rank's MASTER_ADDR resolves here.
+GROUP_AGENTS = ("127.0.0.1", "127.0.0.2")
+GROUP = "bench"
 # A warm restart's first step, on each rank (slurmgen/train/trainer.py), and a resume.
 AGAIN = re.compile(
     r"\[rank (\d+)\] warning: warm restart: generation (\d+) stepping again at step \d+, .* \(at ([\d.]+)\)"
@@ -275,7 +295,8 @@ def launch_again(timeline: Path, text: str, after: float) -> float | None:
 
 def launch_faults(ctx: dict, minutes: float, every: float) -> None:
     """Thread: from the first step on, SIGKILL rank 1 or 3 (by its pid on the timeline) every
-    `every` s once the last fault is recovered from; then stop the launcher (SIGTERM, its stop)."""
+    `every` s once the last fault is recovered from; then `ctx["stop"]()` (a launcher's SIGTERM, a
+    group's stop). `ctx["out"].getvalue()` is the ranks' words so far, in the launcher's form."""
     timeline, out = ctx["timeline"], ctx["out"]
     while launch_again(timeline, out.getvalue(), 0.0) is None:
         time.sleep(0.25)
@@ -295,7 +316,7 @@ def launch_faults(ctx: dict, minutes: float, every: float) -> None:
             next_fault = max(next_fault + every, time.time() + 1)
         time.sleep(0.25)
     ctx["ended"] = time.time()
-    os.kill(os.getpid(), signal.SIGTERM)
+    ctx["stop"]()
 
 
 def run_launch_path(path: str, minutes: float, every: float, work: Path) -> dict:
@@ -316,6 +337,7 @@ def run_launch_path(path: str, minutes: float, every: float, work: Path) -> dict
     )  # fmt: skip
     out, err, made = io.StringIO(), io.StringIO(), {}
     ctx = {"timeline": timeline, "out": out, "faults": [], "before": []}
+    ctx["stop"] = lambda: os.kill(os.getpid(), signal.SIGTERM)  # the launcher's stop
     launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
     threading.Thread(target=launch_faults, args=(ctx, minutes, every), daemon=True).start()
     try:
@@ -325,8 +347,12 @@ def run_launch_path(path: str, minutes: float, every: float, work: Path) -> dict
     return launch_row(path, ctx, timeline, out.getvalue())
 
 
-def launch_row(path: str, ctx: dict, timeline: Path, text: str) -> dict:
-    """The table's row of a launch path, from the ranks' words (see the module's docstring)."""
+def launch_row(
+    path: str, ctx: dict, timeline: Path, text: str, accounted: dict | None = None, actions: list[str] | None = None
+) -> dict:
+    """The table's row of a launch or group path, from the ranks' words (see the module's docstring);
+    its goodput `accounted` by the run record (a group's) or else over the timeline as slurmgen does,
+    what each restart was from `actions` or else from the launcher's words."""
     events = records(timeline.parent, timeline.name, "")
     again = [when - fault for fault, when in ctx["faults"] if when is not None]
     resumed = [int(step) for step in RESUMED.findall(text)]
@@ -337,7 +363,10 @@ def launch_row(path: str, ctx: dict, timeline: Path, text: str) -> dict:
     before = [e for e in steps if began <= e["time"] <= first]
     rate = (before[-1]["step"] - before[0]["step"]) / (before[-1]["time"] - before[0]["time"]) if len(before) > 1 else 0
     gained = max((e["step"] for e in steps if e["time"] <= ended), default=0) - (before[0]["step"] if before else 0)
-    good = goodput.compute(events, (), None, ended) or {}
+    good = accounted or goodput.compute(events, (), None, ended) or {}
+    if actions is None:  # the launcher's words: "... (warm restart)", in the spare or a new process
+        actions = [f"{'spare' if 'goes on in the warm spare' in line else 'fresh'}" for line in text.splitlines()
+                   if " generation " in line and line.endswith("(warm restart)")]  # fmt: skip
     return {
         "path": path,
         "faults": len(ctx["faults"]),
@@ -347,9 +376,106 @@ def launch_row(path: str, ctx: dict, timeline: Path, text: str) -> dict:
         "lost_steps": lost,
         "goodput": good.get("goodput"),
         "progress": gained / (rate * (ended - began)) if rate and ended > began else None,
-        "actions": [f"{'spare' if 'goes on in the warm spare' in line else 'fresh'}" for line in text.splitlines()
-                    if " generation " in line and line.endswith("(warm restart)")],
+        "actions": actions,
+    }
+
+
+class GroupWords:
+    """A group's output lines (the coordinator's logs API), gathered as they come (the server keeps
+    only the last LOG_LINES_KEPT), in the launcher's form (`[rank N] ...`: rank 0's own lines have
+    no prefix), which AGAIN and RESUMED read; `getvalue()` as a launch path's io.StringIO."""
+
+    def __init__(self, coord, group: str):
+        self.coord, self.group, self.after, self.lines = coord, group, 0, []
+
+    def getvalue(self) -> str:
+        while True:
+            status, got = self.coord.api("GET", f"/api/groups/{self.group}/logs?after={self.after}&limit=5000")
+            if status != 200 or not got:
+                return "\n".join(self.lines)
+            self.after = got[-1]["id"]
+            self.lines += [
+                g["line"] if g["line"].startswith("[rank ") else f"[rank {g['rank']}] {g['line']}" for g in got
+            ]
+
+
+def group_restarts(events: list[dict]) -> list[str]:
+    """What each of a group's restarts was, from its timeline: a new attempt starts every rank again
+    ('whole'); a warm restart starts one rank anew, in its node's warm spare ('spare': the process
+    the agent gave the rank had started before, as its own `process` line says) or in a new
+    process ('fresh')."""
+    began = {e["pid"]: e["time"] for e in events if e.get("event") == phases.PROCESS and "by" not in e}
+    told = sorted((e for e in events if e.get("event") == phases.PROCESS and "by" in e), key=lambda e: e["time"])
+    said, whole = [], set()
+    for e in told:
+        if e.get(phases.GENERATION):
+            said.append("spare" if began.get(e["pid"], e["time"]) < e["time"] - 1 else "fresh")
+        elif e["attempt"] > 1 and e["attempt"] not in whole:
+            whole.add(e["attempt"])
+            said.append("whole")
+    return said
+
+
+def web_conftest():
+    """tests/integration/web/conftest.py, where the tests start a real `slurmgen serve` and its
+    agents (`_served`, `_home_env`), loaded under a name of its own (tests/conftest.py is another)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    spec = importlib.util.spec_from_file_location("web_conftest", REPO / "tests/integration/web/conftest.py")
+    module = sys.modules["web_conftest"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def group_goodput(registry: Path, key: str, wait: float = 30.0) -> dict | None:
+    """The run's goodput as its run record keeps it (the server's time report at the run's end)."""
+    from slurmgen.runs.model import find_run, get_row
+    from slurmgen.runs.registry import Registry
+
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        with Registry.open(str(registry)) as reg:
+            seq = find_run(reg, "group", key)
+            info = get_row(reg, seq)["info"] if seq is not None else {}
+        if "goodput" in info:
+            return info["goodput"]
+        time.sleep(0.5)
+    return None
+
+
+def run_group_path(path: str, minutes: float, every: float, work: Path) -> dict:
+    """A coordinator group on a real `slurmgen serve` (127.0.0.1, its own token, registry and home)
+    and 2 real agents of 2 workers each, 2 x 2 ranks, cold or warm, under `launch_faults`; the
+    server and the agents (and with them every rank and spare) stopped at the end, Ctrl-C too."""
+    served = web_conftest()  # tests/ on the path: helpers too
+    from helpers import free_port, group_of_every_worker
+
+    run = work / path
+    run.mkdir()
+    env = {**served._home_env(run, dict(os.environ)), envvars.REGISTRY: str(run / "jobs.sqlite")}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(run / "torchinductor")  # which a spare's imports make; else in $TMPDIR
+    key = run_key(GROUP, 1, 0)  # a new server's first attempt
+    timeline = run / TIMELINE_NAME.format(job_id=key)
+    config = {
+        "argv": [*TRAIN, "--out-dir", str(run / "train")], "backend": "gloo", "master_port": free_port(),
+        "cwd": str(run), "max_restarts": 100, "restart_mode": GROUP_PATHS[path], "stop_grace": 3,
     }  # fmt: skip
+    with served._served(run, env, "127.0.0.1", [(host, []) for host in GROUP_AGENTS]) as coord:
+        group_of_every_worker(coord, GROUP)
+        for method, what, body in (("PATCH", "config", config), ("POST", "start", None)):
+            if (answer := coord.api(method, f"/api/groups/{GROUP}/{what}", body))[0] != 200:
+                sys.exit(f"{path}: the group's {what}: {answer}")
+        ctx = {"timeline": timeline, "out": GroupWords(coord, GROUP), "faults": [], "before": []}
+        ctx["stop"] = lambda: coord.api("POST", f"/api/groups/{GROUP}/stop")
+        faults = threading.Thread(target=launch_faults, args=(ctx, minutes, every), daemon=True)
+        faults.start()
+        while faults.is_alive():
+            faults.join(1)  # a bounded wait: Ctrl-C comes through
+            state = coord.api("GET", f"/api/groups/{GROUP}")[1]["group"]["state"]
+            if faults.is_alive() and "ended" not in ctx and state not in ("starting", "running"):
+                sys.exit(f"{path}: the group ended ({state}) before its faults did:\n{ctx['out'].getvalue()[-3000:]}")
+        accounted = group_goodput(run / "jobs.sqlite", key)
+        text = ctx["out"].getvalue()
+    return launch_row(path, ctx, timeline, text, accounted, group_restarts(records(run, timeline.name, "")))
 
 
 def cluster_reason(reuse: bool) -> str | None:
@@ -363,7 +489,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="how long each path runs under faults")
     ap.add_argument("--every", type=float, default=60.0, help="seconds between faults")
-    every_path = [*LAUNCH_PATHS, *PATHS]
+    every_path = [*LAUNCH_PATHS, *GROUP_PATHS, *PATHS]
     ap.add_argument("--paths", default=",".join(every_path), help="comma-separated: " + ", ".join(every_path))
     ap.add_argument("--reuse", action="store_true", help="use a cluster brought up by hand (up.sh 3)")
     ap.add_argument("--wait", type=float, default=600, help="seconds to wait while another session owns the cluster")
@@ -371,8 +497,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="keep each path's job, logs and records under this new directory")
     opts = ap.parse_args()
     paths = [p for p in opts.paths.split(",") if p]
-    if unknown := [p for p in paths if p not in {**PATHS, **LAUNCH_PATHS}]:
-        sys.exit(f"--paths: unknown {', '.join(unknown)} (expected {', '.join({**PATHS, **LAUNCH_PATHS})})")
+    if unknown := [p for p in paths if p not in every_path]:
+        sys.exit(f"--paths: unknown {', '.join(unknown)} (expected {', '.join(every_path)})")
     kinds = tuple(k for k in opts.faults.split(",") if k)
     if not kinds or set(kinds) - set(FAULTS):
         ap.error(f"--faults: expected some of {', '.join(FAULTS)} (got {opts.faults!r})")
@@ -380,6 +506,10 @@ def main() -> None:
     if slurm and (reason := cluster_reason(opts.reuse)):
         print(f"skipping {', '.join(slurm)}: {reason}")
         slurm = []
+    groups = [p for p in paths if p in GROUP_PATHS]
+    if groups and importlib.util.find_spec("fastapi") is None:
+        print(f"skipping {', '.join(groups)}: `slurmgen serve` needs the serve extra (fastapi)")
+        groups = []
     rows = []
     if opts.keep:
         opts.keep.mkdir(parents=True)  # a new one: a path's directory must not hold an earlier run's records
@@ -389,6 +519,7 @@ def main() -> None:
         else tempfile.TemporaryDirectory(prefix="bench-recovery-") as work
     ):
         rows += [run_launch_path(p, opts.minutes, opts.every, Path(work)) for p in paths if p in LAUNCH_PATHS]
+        rows += [run_group_path(p, opts.minutes, opts.every, Path(work)) for p in groups]
         if slurm:
             with slurm_cluster(opts.reuse, opts.wait):
                 rows += [run_path(p, opts.minutes, opts.every, Path(work), kinds) for p in slurm]
