@@ -260,8 +260,11 @@ nccl_trace() {
 }
 nccl_trace "$log_dir/slurmgen-$SLURM_JOB_ID.nccl-trace-rank"
 # Hang detection: each task sets SLURMGEN_HEARTBEAT_DIR=$SLURMGEN_HEARTBEAT_BASE/<its node>, a
-# node-local directory (one per attempt) where its ranks write their heartbeat files.
-export SLURMGEN_HEARTBEAT_BASE="${TMPDIR:-/tmp}/slurmgen-heartbeats-$SLURM_JOB_ID.$attempt"
+# node-local directory (one per attempt) where its ranks write their heartbeat files. The batch
+# shell's pid makes it this run's own: a job id comes again once Slurm's counter starts over (a
+# new slurmctld state), and a cancelled job's watcher (SIGKILLed) or a lost node leaves its
+# directory behind, whose stale beats a watcher would judge as this job's hang.
+export SLURMGEN_HEARTBEAT_BASE="${TMPDIR:-/tmp}/slurmgen-heartbeats-$SLURM_JOB_ID.$attempt.$$"
 # The heartbeat writer learns a shorter timeout from the rank's own step times: its heartbeat
 # period + max(SLURMGEN_HANG_FLOOR, SLURMGEN_HANG_FACTOR x p99 step time), published in each
 # beat; the watchers apply it, capped by the fixed limit (spec: hang_factor, hang_floor).
@@ -439,7 +442,7 @@ next_attempt() {
   restart=$((restart + 1))
   attempt=$((attempt + 1))
   export SLURMGEN_ATTEMPT=$attempt
-  export SLURMGEN_HEARTBEAT_BASE="${TMPDIR:-/tmp}/slurmgen-heartbeats-$SLURM_JOB_ID.$attempt"
+  export SLURMGEN_HEARTBEAT_BASE="${TMPDIR:-/tmp}/slurmgen-heartbeats-$SLURM_JOB_ID.$attempt.$$"
   step_rendezvous
   : >"$step_errors"
   record start nodes="${step_where[1]#*=}" restart="$restart"
