@@ -25,6 +25,7 @@ time spent in "checkpointing"), the end, and a step sample at most once per peri
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import hashlib
 import json
@@ -227,11 +228,14 @@ class Heartbeat:
         self.learn.observe(step, status, self.status, now)
         if not due:
             return
-        if self.path is not None:
+        if self.path is not None and not self.last:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if not self.last:
-                self.remove_stale()
-                self.stack = register_stack(self.path.parent / (files.STACK_NAME % self.rank))
+            self.remove_stale()
+            self.stack = register_stack(self.path.parent / (files.STACK_NAME % self.rank))
+        # Made once: gone later, its launcher removed it as the run ended (scancel's TERM reaches the
+        # watcher and the ranks at once); a last beat after that ("stopped", after the checkpoint
+        # a TERM asks for) would make it again, left behind on the node.
+        if self.path is not None and self.path.parent.is_dir():
             record: dict[str, Any] = {
                 "rank": self.rank,
                 "step": step,
@@ -245,7 +249,8 @@ class Heartbeat:
                 record["timeout"] = timeout
             if self.stack:
                 record["stack"] = True
-            atomic.write_text(self.path, json.dumps(record) + "\n", fsync=False)
+            with contextlib.suppress(FileNotFoundError):  # removed between the look and the write
+                atomic.write_text(self.path, json.dumps(record) + "\n", fsync=False)
         self.last, self.status = now, status
         if self.summary is not None and (
             status in FINAL_STATUSES or now - self.summarised >= SUMMARY_EVERY_BEATS * self.every

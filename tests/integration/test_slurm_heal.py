@@ -128,6 +128,30 @@ def test_a_rank_without_heartbeat_stops_the_step_and_is_named(cluster, tmp_path)
     assert not list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-heartbeats-{job}.*")), "heartbeat dirs left"
 
 
+def test_a_cancelled_trainer_job_leaves_no_heartbeat_directory_on_any_node(cluster, tmp_path):
+    """scancel's TERM reaches the watchers and the ranks at once: each watcher removes its node's
+    heartbeat directory, and the bundled trainer, which saves a checkpoint on TERM and then beats
+    once more ("stopped"), must not make it again (it did: the benchmark's cancelled jobs left
+    their directories, and a later job of the same id judged their stale beats as its own hang)."""
+    train = [
+        *("python", "-m", "slurmgen.train", "--model", "mlp", "--mlp-hidden", "16", "--synthetic-samples", "256"),
+        *("--batch-size", "8", "--max-steps", "100000", "--threads", "1", "--heartbeat-every", "0.2"),
+        *("--save-every", "50", "--out-dir", str(tmp_path / "run")),
+    ]
+    args = ["--backend", "gloo", "--time", "5", "--nodes", "2", "--gpus", "2", "--heartbeat-timeout", "30"]
+    out = render_and_lint(tmp_path / "out", *args, "--restarts", "1", command=train)
+    job = cluster.submit(out / "run_slurm.sh", cwd=out)
+    beats = Path(cluster.env()["TMPDIR"]).glob
+    deadline = time.monotonic() + 90
+    while len(list(beats(f"slurmgen-heartbeats-{job}.*/*/rank-*.json"))) < 4:
+        assert time.monotonic() < deadline, f"no beat from every rank:\n{_log(out, job)[-3000:]}"
+        time.sleep(0.2)
+    cluster.cancel(job)
+    assert cluster.wait(job, timeout=30)[0] == "CANCELLED"
+    assert cluster.wait_no_tasks(job, timeout=15) == []
+    assert not list(beats(f"slurmgen-heartbeats-{job}.*")), f"heartbeat dirs left:\n{_log(out, job)[-3000:]}"
+
+
 def test_retry_requeues_once_without_the_failed_node_then_never_again(cluster, tmp_path):
     out, shared, job = _job(
         cluster,

@@ -157,3 +157,17 @@ def test_a_program_of_its_own_that_rejoined_begins_the_new_world_at_its_next_bea
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     firsts = [(e["step"], e.get("generation")) for e in lines if e["event"] == "first_step"]
     assert firsts == [(1, None), (3, 1)] and lines[-1]["generation"] == 1
+
+
+def test_a_beat_after_the_launcher_removed_its_directory_does_not_make_it_again(tmp_path, monkeypatch):
+    """The launcher's watcher removes the node's heartbeat directory as the run ends; a rank's last
+    beat after that (the trainer's "stopped", after the checkpoint a TERM asks for) is dropped,
+    or the directory would stay behind on the node."""
+    beats = tmp_path / "beats" / "node1"
+    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(beats))
+    hb = Heartbeat(out_dir=None, rank=1, node_rank=0, every=0.0)
+    hb.beat(5)
+    assert read_heartbeats(beats)[1]["step"] == 5
+    shutil.rmtree(tmp_path / "beats")
+    hb.beat(6, status="stopped")
+    assert not (tmp_path / "beats").exists()

@@ -700,6 +700,9 @@ exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-n
   dir=$SLURMGEN_HEARTBEAT_BASE/$SLURMD_NODENAME limit_ms=$1 defer_ms=$2 stacks=$3
   mkdir -p -- "$dir"
   trap "" USR1 USR2  # the warning signals are for the ranks
+  # scancel (or the time limit) ends the job with TERM, KillWait before a KILL: the directory
+  # goes with the watcher, or it stays behind in the TMPDIR of the node
+  trap "rm -rf -- \"\$dir\"; rmdir -- \"\$SLURMGEN_HEARTBEAT_BASE\" 2>/dev/null; exit 0" TERM
   declare -A quiet=()
   verdict=
   while :; do
