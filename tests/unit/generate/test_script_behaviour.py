@@ -706,6 +706,25 @@ def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tm
     assert took < 2 * HEAL_PROBE_SECONDS, result.stderr
 
 
+def test_a_lost_node_is_the_attempts_first_failure_not_the_healthy_rank_that_noticed_it(tmp_path, fake_slurm):
+    # n2 is lost in attempt 1 (its ranks say nothing, as a node whose processes were killed); the
+    # ranks on localhost exit 1 as collectives that lost their peers do, the only notes in the step's
+    # errors. The attempt's end names n2 and LOST, not rank 0: the truth `status` and the page read.
+    lost = "[[ $SLURMD_NODENAME != n2 ]] || { sleep 1; exit 0; }; sleep 0.3; exit 1"  # n2's: no note
+    lost = f"if [[ $SLURMGEN_ATTEMPT == 1 ]]; then {lost}; fi"
+    command = [*STEP[:2], STEP[2].split("if ")[0] + lost]
+    out = write(tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, output_dir=str(tmp_path / "out"), command=command)
+    _losing_slurm(tmp_path)
+    env = {"FAKE_LOST": "n2", "FAKE_PROBES": str(tmp_path / "probes")}
+    result = fake_slurm(out, hosts="localhost n2 n3", nodes=3, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "slurmgen: node n2 does not answer; stopping srun" in result.stderr
+    records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
+    ends = [(r["action"], r["exit_code"], r["rank"], r["node"]) for r in records if r["event"] == "end"]
+    assert ends == [("restart", exitcodes.LOST, None, "n2"), ("finished", 0, None, None)], result.stderr
+    assert "attempt 1 ended with exit code 255 (first: rank null on node n2)" in result.stderr
+
+
 def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm):
     # restart_mode warm: n2 is lost in attempt 1 (its ranks say nothing, as a node whose processes
     # were killed); the ranks on localhost say they wait for a new world. The warm watch probes the
