@@ -712,17 +712,19 @@ def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tm
     assert took < 2 * HEAL_PROBE_SECONDS, result.stderr
 
 
-def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm):
+@pytest.mark.parametrize("watch", [{}, {"heartbeat_timeout": 10}], ids=["plain", "heartbeat"])
+def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm, watch):
     # restart_mode warm: n2 is lost in attempt 1 (its ranks say nothing, as a node whose processes
     # were killed); the ranks on localhost say they wait for a new world. The warm watch probes the
     # step's nodes, n2 does not answer: it is noted lost, srun is stopped (its tasks killed, then it
     # waits for n2) and the guard stops it at once without probing n2 again, nor does the next
-    # step's choice of nodes: n3 takes n2's place, one probe of n2 in all.
+    # step's choice of nodes: n3 takes n2's place, one probe of n2 in all. With the hang watch, its
+    # srun (waiting for n2's watcher) is stopped once localhost's watcher has ended.
     waiting = f'[[ $SLURMD_NODENAME == n2 ]] || echo "{warm.WAITING}" >&2; exec sleep 30'
     command = [*STEP[:2], STEP[2].split("if ")[0] + f"if [[ $SLURMGEN_ATTEMPT == 1 ]]; then {waiting}; fi"]
     out = write(
         tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, restart_mode="warm", output_dir=str(tmp_path / "out"),
-        command=command,
+        command=command, **watch,
     )  # fmt: skip
     _losing_slurm(tmp_path)
     probes = tmp_path / "probes"
@@ -734,6 +736,8 @@ def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm):
     assert "slurmgen: node n2 does not answer (found before); stopping srun" in result.stderr
     assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
     assert probes.read_text().split() == ["n2"], result.stderr  # the warm watch's probe only
+    if watch:
+        assert "slurmgen: the hang watch's srun" in result.stderr and "would wait for node(s) n2" in result.stderr
     records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
     assert [(r["event"], r.get("action"), r.get("exit_code"), r.get("exclude")) for r in records] == [
         ("start", None, None, None),

@@ -456,6 +456,10 @@ watch_end() {
       echo "slurmgen: the hang watch's srun $watcher would wait for node(s) ${lost[*]}, lost; stopping it" >&2
       kill -KILL "$watcher" 2>/dev/null
     fi
+    # No guard started only to be stopped at once: a TERM that reaches a fresh subshell before it
+    # has set its own traps can run this shell's EXIT trap there, removing the step's files.
+    wait "$watcher" 2>/dev/null
+    return 0
   fi
   stop_after 10 "$watcher" &
   guard=$!
