@@ -687,11 +687,15 @@ def _losing_slurm(tmp_path):
         (tmp_path / "bin" / name).chmod(0o755)
 
 
-def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tmp_path, fake_slurm):
+@pytest.mark.parametrize("watch", [{}, {"heartbeat_timeout": 10}], ids=["plain", "heartbeat"])
+def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tmp_path, fake_slurm, watch):
     # n2 is lost when rank 2 fails on it: the guard's probe of it times out (probe_seconds) and stops
     # srun; the next step's choice of nodes takes the guard's word for it instead of probing it (and
-    # waiting probe_seconds) again. Spare n3 takes its place.
-    out = write(tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, output_dir=str(tmp_path / "out"), command=STEP)
+    # waiting probe_seconds) again. Spare n3 takes its place. With the hang watch, its srun (which
+    # waits for n2's watcher too) is stopped once localhost's watcher has ended, not 10 s later.
+    out = write(
+        tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, output_dir=str(tmp_path / "out"), command=STEP, **watch
+    )
     _losing_slurm(tmp_path)
     probes = tmp_path / "probes"
     env = {"FAIL_IN": "1", "FAKE_LOST": "n2", "FAKE_PROBES": str(probes)}
@@ -702,6 +706,8 @@ def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tm
     assert "slurmgen: node n2 does not answer; stopping srun" in result.stderr
     assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
     assert probes.read_text().split() == ["n2"], result.stderr  # the guard's probe only
+    if watch:
+        assert "slurmgen: the hang watch's srun" in result.stderr and "would wait for node(s) n2" in result.stderr
     print(f"a lost node: the job done {took:.1f} s after its start (one probe of {HEAL_PROBE_SECONDS} s)")
     assert took < 2 * HEAL_PROBE_SECONDS, result.stderr
 
@@ -725,17 +731,19 @@ def test_a_lost_node_is_the_attempts_first_failure_not_the_healthy_rank_that_not
     assert "attempt 1 ended with exit code 255 (first: rank null on node n2)" in result.stderr
 
 
-def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm):
+@pytest.mark.parametrize("watch", [{}, {"heartbeat_timeout": 10}], ids=["plain", "heartbeat"])
+def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm, watch):
     # restart_mode warm: n2 is lost in attempt 1 (its ranks say nothing, as a node whose processes
     # were killed); the ranks on localhost say they wait for a new world. The warm watch probes the
     # step's nodes, n2 does not answer: it is noted lost, srun is stopped (its tasks killed, then it
     # waits for n2) and the guard stops it at once without probing n2 again, nor does the next
-    # step's choice of nodes: n3 takes n2's place, one probe of n2 in all.
+    # step's choice of nodes: n3 takes n2's place, one probe of n2 in all. With the hang watch, its
+    # srun (waiting for n2's watcher) is stopped once localhost's watcher has ended.
     waiting = f'[[ $SLURMD_NODENAME == n2 ]] || echo "{warm.WAITING}" >&2; exec sleep 30'
     command = [*STEP[:2], STEP[2].split("if ")[0] + f"if [[ $SLURMGEN_ATTEMPT == 1 ]]; then {waiting}; fi"]
     out = write(
         tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, restart_mode="warm", output_dir=str(tmp_path / "out"),
-        command=command,
+        command=command, **watch,
     )  # fmt: skip
     _losing_slurm(tmp_path)
     probes = tmp_path / "probes"
@@ -747,6 +755,8 @@ def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm):
     assert "slurmgen: node n2 does not answer (found before); stopping srun" in result.stderr
     assert "slurmgen: node n3 takes the place of node n2 (node rank 1)" in result.stderr
     assert probes.read_text().split() == ["n2"], result.stderr  # the warm watch's probe only
+    if watch:
+        assert "slurmgen: the hang watch's srun" in result.stderr and "would wait for node(s) n2" in result.stderr
     records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
     assert [(r["event"], r.get("action"), r.get("exit_code"), r.get("exclude")) for r in records] == [
         ("start", None, None, None),

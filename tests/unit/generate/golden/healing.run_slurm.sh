@@ -396,7 +396,8 @@ trap 'rm -f -- "$step_errors" "$verdict_file"' EXIT
 # again: the batch shell names the ranks that waited. Their stdout, all nodes', is relayed by
 # srun to this node: node-local heartbeat directories need no shared file system. Ranks that
 # write no file are not judged. A watcher ends, removing its directory, when its stdin (this
-# shell's fd 5, which srun --input=all hands to every watcher) closes after the job step.
+# shell's fd 5, which srun --input=all hands to every watcher) closes after the job step, and
+# prints "ended NODE" last.
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 --input=all \
   --export=ALL bash -c '
@@ -569,6 +570,7 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
   done
   rm -rf -- "$dir"
   rmdir -- "$SLURMGEN_HEARTBEAT_BASE" 2>/dev/null
+  echo "ended $SLURMD_NODENAME"  # the batch shell need not wait for srun to know (watch_end)
   exit 0
 ' slurmgen-watch 300000 2000 "$stacks_file" >"$verdict_file")
 watcher=$!

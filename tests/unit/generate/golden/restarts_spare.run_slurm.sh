@@ -437,6 +437,39 @@ end_stuck_step() {
   trap - TERM
   stop_after 10 "$1"
 }
+# watch_end: the end of the attempt's hang watch (run_slurm_watch.sh.j2). Its stdin closed, each
+# watcher removes its directory, says "ended NODE" and ends within half a second; but its srun waits
+# for every node's report, and a node this attempt found lost (lost_nodes) never sends one (the step's
+# srun, stopped for it, leaves the attempt at once: this one would hold it 10 s more). So with a
+# node lost, srun is stopped as soon as every other node's watcher has said it ended (at most
+# 10 s); with none, srun has 10 s to end, as any step's srun.
+watch_end() {
+  local node guard tenths=0 left=0 ended=() lost=()
+  exec 5>&-
+  lost_nodes
+  if ((${#lost[@]})); then
+    for node in "${step_nodes[@]}"; do
+      listed "$node" "${lost[@]}" || { ended+=(-e "ended $node") && left=$((left + 1)); }
+    done
+    while ((left && tenths++ < 100)) && kill -0 "$watcher" 2>/dev/null; do
+      (($(grep -c -x -F "${ended[@]}" "$verdict_file" 2>/dev/null) < left)) || break
+      sleep 0.1
+    done
+    if kill -0 "$watcher" 2>/dev/null; then
+      echo "slurmgen: the hang watch's srun $watcher would wait for node(s) ${lost[*]}, lost; stopping it" >&2
+      kill -KILL "$watcher" 2>/dev/null
+    fi
+    # No guard started only to be stopped at once: a TERM that reaches a fresh subshell before it
+    # has set its own traps can run this shell's EXIT trap there, removing the step's files.
+    wait "$watcher" 2>/dev/null
+    return 0
+  fi
+  stop_after 10 "$watcher" &
+  guard=$!
+  wait "$watcher" 2>/dev/null
+  kill "$guard" 2>/dev/null
+  wait "$guard" 2>/dev/null
+}
 # next_attempt: the attempt after an in-job restart, on the nodes next_step chose.
 next_attempt() {
   restart=$((restart + 1))
@@ -560,7 +593,8 @@ while :; do
 # again: the batch shell names the ranks that waited. Their stdout, all nodes', is relayed by
 # srun to this node: node-local heartbeat directories need no shared file system. Ranks that
 # write no file are not judged. A watcher ends, removing its directory, when its stdin (this
-# shell's fd 5, which srun --input=all hands to every watcher) closes after the job step.
+# shell's fd 5, which srun --input=all hands to every watcher) closes after the job step, and
+# prints "ended NODE" last.
 # shellcheck disable=SC2016  # the single-quoted script is expanded by each task's bash
 exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-node=1 --kill-on-bad-exit=0 --input=all \
   --export=ALL bash -c '
@@ -733,6 +767,7 @@ exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-n
   done
   rm -rf -- "$dir"
   rmdir -- "$SLURMGEN_HEARTBEAT_BASE" 2>/dev/null
+  echo "ended $SLURMD_NODENAME"  # the batch shell need not wait for srun to know (watch_end)
   exit 0
 ' slurmgen-watch 60000 2000 "$stacks_file" >"$verdict_file")
 watcher=$!
@@ -779,12 +814,7 @@ kill "$guard" 2>/dev/null
 wait "$guard" 2>/dev/null
 exec 2>&4 4>&-
 wait "$tee_pid" 2>/dev/null
-exec 5>&-
-stop_after 10 "$watcher" &  # a watcher on a lost node never reports its end
-guard=$!
-wait "$watcher" 2>/dev/null
-kill "$guard" 2>/dev/null
-wait "$guard" 2>/dev/null
+watch_end  # a watcher on a lost node never reports its end
 set -e
 step_status=$status
 first_rank=null first_node=null first_task=null first_code=null
