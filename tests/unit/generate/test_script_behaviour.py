@@ -863,3 +863,27 @@ def test_the_scripts_first_failure_is_the_verdicts(tmp_path, launcher, case):
         return
     said = " ".join("null" if v is None else str(v) for v in (first.rank, first.node, first.task, first.code))
     assert (result.returncode, result.stdout) == (0, said + "\n"), result.stderr
+
+
+def test_the_batch_shells_exit_trap_runs_in_the_batch_shell_alone(tmp_path):
+    # A guard (`stop_after ... &`) stopped before it set its own traps ran the batch shell's EXIT
+    # trap in its subshell (bash 5.2): the step's errors and the watch's verdicts were removed
+    # mid-attempt, and the attempt's first failure came out as "rank null". The rendered line,
+    # with such guards stopped at once, twenty times: the files stay until the batch shell exits.
+    out = write(tmp_path, nodes=2, gpus=2, restarts=1, heartbeat_timeout=10, command=["true"])
+    line = next(x for x in (out / SLURM_SCRIPT).read_text().splitlines() if x.startswith("trap ") and "EXIT" in x)
+    files = [tmp_path / "step_errors", tmp_path / "verdict_file"]
+    script = f"""
+step_errors={files[0]} verdict_file={files[1]}
+touch -- "$step_errors" "$verdict_file"
+{line}
+guard() {{ trap 'exit 0' TERM; sleep 2 & wait $!; }}
+for _ in $(seq 20); do
+  guard & pid=$!
+  kill "$pid"
+  wait "$pid" 2>/dev/null
+  [[ -e $step_errors && -e $verdict_file ]] || exit 9
+done
+"""
+    assert subprocess.run(["bash", "-c", script], timeout=30).returncode == 0
+    assert not any(f.exists() for f in files)  # the batch shell's own exit removed them
