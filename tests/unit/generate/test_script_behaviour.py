@@ -712,6 +712,25 @@ def test_a_node_the_guard_found_lost_is_not_probed_again_before_the_next_step(tm
     assert took < 2 * HEAL_PROBE_SECONDS, result.stderr
 
 
+def test_a_lost_node_is_the_attempts_first_failure_not_the_healthy_rank_that_noticed_it(tmp_path, fake_slurm):
+    # n2 is lost in attempt 1 (its ranks say nothing, as a node whose processes were killed); the
+    # ranks on localhost exit 1 as collectives that lost their peers do, the only notes in the step's
+    # errors. The attempt's end names n2 and LOST, not rank 0: the truth `status` and the page read.
+    lost = "[[ $SLURMD_NODENAME != n2 ]] || { sleep 1; exit 0; }; sleep 0.3; exit 1"  # n2's: no note
+    lost = f"if [[ $SLURMGEN_ATTEMPT == 1 ]]; then {lost}; fi"
+    command = [*STEP[:2], STEP[2].split("if ")[0] + lost]
+    out = write(tmp_path, nodes=2, gpus=2, restarts=1, spare_nodes=1, output_dir=str(tmp_path / "out"), command=command)
+    _losing_slurm(tmp_path)
+    env = {"FAKE_LOST": "n2", "FAKE_PROBES": str(tmp_path / "probes")}
+    result = fake_slurm(out, hosts="localhost n2 n3", nodes=3, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "slurmgen: node n2 does not answer; stopping srun" in result.stderr
+    records = [json.loads(line) for line in (out / "logs" / "slurmgen-4242.attempts.jsonl").read_text().splitlines()]
+    ends = [(r["action"], r["exit_code"], r["rank"], r["node"]) for r in records if r["event"] == "end"]
+    assert ends == [("restart", exitcodes.LOST, None, "n2"), ("finished", 0, None, None)], result.stderr
+    assert "attempt 1 ended with exit code 255 (first: rank null on node n2)" in result.stderr
+
+
 @pytest.mark.parametrize("watch", [{}, {"heartbeat_timeout": 10}], ids=["plain", "heartbeat"])
 def test_a_lost_node_under_warm_restarts_is_probed_once(tmp_path, fake_slurm, watch):
     # restart_mode warm: n2 is lost in attempt 1 (its ranks say nothing, as a node whose processes
@@ -844,3 +863,27 @@ def test_the_scripts_first_failure_is_the_verdicts(tmp_path, launcher, case):
         return
     said = " ".join("null" if v is None else str(v) for v in (first.rank, first.node, first.task, first.code))
     assert (result.returncode, result.stdout) == (0, said + "\n"), result.stderr
+
+
+def test_the_batch_shells_exit_trap_runs_in_the_batch_shell_alone(tmp_path):
+    # A guard (`stop_after ... &`) stopped before it set its own traps ran the batch shell's EXIT
+    # trap in its subshell (bash 5.2): the step's errors and the watch's verdicts were removed
+    # mid-attempt, and the attempt's first failure came out as "rank null". The rendered line,
+    # with such guards stopped at once, twenty times: the files stay until the batch shell exits.
+    out = write(tmp_path, nodes=2, gpus=2, restarts=1, heartbeat_timeout=10, command=["true"])
+    line = next(x for x in (out / SLURM_SCRIPT).read_text().splitlines() if x.startswith("trap ") and "EXIT" in x)
+    files = [tmp_path / "step_errors", tmp_path / "verdict_file"]
+    script = f"""
+step_errors={files[0]} verdict_file={files[1]}
+touch -- "$step_errors" "$verdict_file"
+{line}
+guard() {{ trap 'exit 0' TERM; sleep 2 & wait $!; }}
+for _ in $(seq 20); do
+  guard & pid=$!
+  kill "$pid"
+  wait "$pid" 2>/dev/null
+  [[ -e $step_errors && -e $verdict_file ]] || exit 9
+done
+"""
+    assert subprocess.run(["bash", "-c", script], timeout=30).returncode == 0
+    assert not any(f.exists() for f in files)  # the batch shell's own exit removed them

@@ -230,7 +230,8 @@ first_failure() {
 }
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
-trap 'rm -f -- "$step_errors"' EXIT
+# (only in this shell: a subshell killed before it set its own traps runs this one, bash 5.2)
+trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors"' EXIT
 
 set +e
 # srun's stderr goes to the log as before and to $step_errors, to find the first failure.

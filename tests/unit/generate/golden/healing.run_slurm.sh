@@ -381,7 +381,8 @@ first_failure() {
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
 verdict_file=$(mktemp "${TMPDIR:-/tmp}/slurmgen-watch.XXXXXX")
-trap 'rm -f -- "$step_errors" "$verdict_file"' EXIT
+# (only in this shell: a subshell killed before it set its own traps runs this one, bash 5.2)
+trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors" "$verdict_file"' EXIT
 # Hang detection: one watcher task per node, a step beside the job step (--overlap shares its
 # CPUs). Every 0.5 s it reads its node's heartbeat files (the contract: slurmgen/train/logs.py,
 # one line of JSON with "rank", "step", "time", "pid", "status"), each judged by its age on the

@@ -292,7 +292,8 @@ if [[ -z ${SLURMGEN_HEARTBEAT_DIR:-} ]]; then
     if [[ -n $watcher ]]; then { kill -- "-$watcher" && wait "$watcher"; } 2>/dev/null || true; fi
     rm -rf -- "$watch_dir" || true
   }
-  trap end_watch EXIT
+  # (only in this shell: a subshell killed before it set its own traps runs this one, bash 5.2)
+  trap '[[ $BASHPID != "$$" ]] || end_watch' EXIT
 fi
 # now_ms VAR: VAR = the clock of this node in milliseconds (a locale may write a decimal comma).
 now_ms() {

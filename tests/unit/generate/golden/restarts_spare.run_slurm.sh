@@ -311,6 +311,19 @@ probe_nodes() {
 lost_nodes() {
   mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
 }
+# lost_verdict: a node this attempt found lost (lost_nodes) is the attempt's first failure, whatever
+# the step's errors name first: its ranks died with it and left no note, and a healthy rank's note
+# (its collective lost its peers: exit 1) came only because of it. So the attempts record, `status`
+# and the page name the node and LOST (255), as a warm restart's watch does (warm_fail), not a
+# healthy rank; the next step leaves the node out either way.
+lost_verdict() {
+  local lost=()
+  ((step_status != 0)) || return 0
+  lost_nodes
+  ((${#lost[@]})) || return 0
+  first_rank=null first_node=${lost[0]} first_task=null first_code=255
+  status=$first_code
+}
 # usable_nodes: the allocation's nodes that can run a step, in its order, in $usable: still in the
 # job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm,
 # and answering now (probe_nodes); a node this attempt found lost (lost_nodes) is not probed again.
@@ -459,8 +472,7 @@ watch_end() {
       echo "slurmgen: the hang watch's srun $watcher would wait for node(s) ${lost[*]}, lost; stopping it" >&2
       kill -KILL "$watcher" 2>/dev/null
     fi
-    # No guard started only to be stopped at once: a TERM that reaches a fresh subshell before it
-    # has set its own traps can run this shell's EXIT trap there, removing the step's files.
+    # No guard started only to be stopped at once (the srun is stopped already).
     wait "$watcher" 2>/dev/null
     return 0
   fi
@@ -576,7 +588,8 @@ first_failure() {
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
 verdict_file=$(mktemp "${TMPDIR:-/tmp}/slurmgen-watch.XXXXXX")
-trap 'rm -f -- "$step_errors" "$verdict_file"' EXIT
+# (only in this shell: a subshell killed before it set its own traps runs this one, bash 5.2)
+trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors" "$verdict_file"' EXIT
 # One job step per attempt: each in-job restart goes round again (next_attempt).
 while :; do
 # Hang detection: one watcher task per node, a step beside the job step (--overlap shares its
@@ -823,6 +836,7 @@ if ((step_status != 0)) && failure=$(first_failure); then
   # The first failure's own code, not srun's 143 for the ranks it stopped.
   if [[ $first_code != null ]]; then status=$first_code; fi
 fi
+lost_verdict
 finish_attempt "$status" "$first_rank" "$first_node" "$first_task"
   [[ $ended_with == restart ]] || break
   echo "slurmgen: attempt $attempt ended with exit code $status (first: rank $first_rank on node $first_node); a new step starts in this allocation" >&2

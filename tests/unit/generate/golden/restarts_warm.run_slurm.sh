@@ -207,6 +207,19 @@ probe_nodes() {
 lost_nodes() {
   mapfile -t lost < <(sed -n 's/^slurmgen-lost: //p' "$step_errors" 2>/dev/null)
 }
+# lost_verdict: a node this attempt found lost (lost_nodes) is the attempt's first failure, whatever
+# the step's errors name first: its ranks died with it and left no note, and a healthy rank's note
+# (its collective lost its peers: exit 1) came only because of it. So the attempts record, `status`
+# and the page name the node and LOST (255), as a warm restart's watch does (warm_fail), not a
+# healthy rank; the next step leaves the node out either way.
+lost_verdict() {
+  local lost=()
+  ((step_status != 0)) || return 0
+  lost_nodes
+  ((${#lost[@]})) || return 0
+  first_rank=null first_node=${lost[0]} first_task=null first_code=255
+  status=$first_code
+}
 # usable_nodes: the allocation's nodes that can run a step, in its order, in $usable: still in the
 # job (Slurm takes a failed node out of a --no-kill job), not down, drained or failing for Slurm,
 # and answering now (probe_nodes); a node this attempt found lost (lost_nodes) is not probed again.
@@ -785,7 +798,8 @@ first_failure() {
 }
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
-trap 'rm -f -- "$step_errors"' EXIT
+# (only in this shell: a subshell killed before it set its own traps runs this one, bash 5.2)
+trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors"' EXIT
 # One job step per attempt: each in-job restart goes round again (next_attempt).
 while :; do
 
@@ -844,6 +858,7 @@ if [[ -n $warm_own ]]; then  # the warm watch's verdict, which the step's errors
   read -r first_rank first_node first_task first_code <<<"$warm_own"
   status=$first_code
 fi
+lost_verdict
 finish_attempt "$status" "$first_rank" "$first_node" "$first_task"
   [[ $ended_with == restart ]] || break
   echo "slurmgen: attempt $attempt ended with exit code $status (first: rank $first_rank on node $first_node); a new step starts in this allocation" >&2
