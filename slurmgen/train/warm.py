@@ -148,17 +148,18 @@ def stop_watch(warning: str = "USR2") -> Iterator[Callable[[], int | None]]:
     default action already ends the process at once (143 for SIGTERM, as it would in the step
     loop); an ignored one stays ignored: neither is changed. Handlers are restored after the wait."""
     seen: list[int] = []
-    previous: dict[int, object] = {}
+    previous: dict[signal.Signals, Callable] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in {signal.SIGTERM, signal.Signals[f"SIG{warning}"]}:
             handler = signal.getsignal(signum)
             if callable(handler):
-                previous[signum] = signal.signal(signum, _chained(handler, seen))
+                previous[signum] = handler
+                signal.signal(signum, _chained(handler, seen))
     try:
         yield lambda: seen[0] if seen else None
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+        for signum, mine in previous.items():
+            signal.signal(signum, mine)
 
 
 def _chained(handler: Callable, seen: list[int]) -> Callable:
