@@ -275,6 +275,8 @@ def run(cfg: TrainConfig, launch: LaunchFlags) -> int:
     except Exception:
         log.exception("training failed")
         code = EXIT_FAILED
-    if dist.active():
+    if dist.active() or env.distributed:
+        # A rank that left its world (stopped while it waited for a new one, train/warm.py) ends
+        # as quickly as one in it: the interpreter's teardown (torch's) can outlast a stop grace.
         dist.finish(code)  # does not return
     return code

@@ -43,7 +43,7 @@ from .data import ShardedBatches, eval_indices, fetch
 from .env import DistEnv
 from .logs import Heartbeat, Metrics, Progress
 from .optim import build_optimizer, build_scheduler
-from .preempt import PreemptFlag, after_preemption
+from .preempt import STOP, PreemptFlag, after_preemption
 from .track import Tracking
 
 log = logging.getLogger("slurmgen.train")
@@ -274,7 +274,7 @@ class Trainer:
                         raise
                     self._drop_world(exc, ddp)
                     del ddp, vote  # their hold on the old process group goes, so its sockets close
-                    ddp, vote = self._rejoin(exc), dist.Vote()
+                    ddp, vote = self._rejoin(exc, flag), dist.Vote()
                     window.reset()
                     continue
                 if preempted:
@@ -282,6 +282,8 @@ class Trainer:
             vote.settle()  # the last vote is still in flight: finish it before other collectives
             self.checkpoints.settle(self.step)  # durable before anything reports success, stops or requeues
             self.checkpoints.close()
+        except warm.Stopped as stop:
+            return self._stopped_waiting(stop, flag)
         except BaseException:
             self._failed()
             raise
@@ -373,10 +375,11 @@ class Trainer:
             ddp._remove_autograd_hooks()
         traceback.clear_frames(exc.__traceback__)
 
-    def _rejoin(self, exc: Exception) -> nn.Module:
+    def _rejoin(self, exc: Exception, flag: PreemptFlag) -> nn.Module:
         """A peer failed and the launcher offers warm restarts (train/warm.py): leave the broken
         process group, wait for the new world, join it, reload the latest checkpoint and wrap the
-        model anew, in this process. Without a word in time or a checkpoint the run fails as before."""
+        model anew, in this process. Without a word in time or a checkpoint the run fails as before.
+        A stop signal during the wait (`flag`, the step loop's own) ends it: warm.Stopped."""
         seen = time.time()
         log.warning("a peer failed (%s): %s", str(exc).splitlines()[0][:200], protocol.WAITING)
         dist.leave()
@@ -386,7 +389,11 @@ class Trainer:
         # no watcher judges the wait a hang, and the wait is no step time the hang timeout learns.
         waiting = HEARTBEAT_WORD[State.STARTING]
         try:
-            world = warm.wait_world(self.generation, beat=lambda: self.heartbeat.beat(self.step, status=waiting))
+            world = warm.wait_world(
+                self.generation,
+                beat=lambda: self.heartbeat.beat(self.step, status=waiting),
+                stopped=lambda: flag.signum if flag.level else None,
+            )
         except warm.NoNewWorld as late:
             raise RuntimeError(f"{exc} (warm restart: {late})") from None
         self.generation = world.generation
@@ -507,6 +514,26 @@ class Trainer:
         self.heartbeat.finish(dist.barrier)
         if self.env.is_main:
             warn, said = after_preemption(preempted, flag, os.environ, self.cfg.requeue)
+            (log.warning if warn else log.info)("%s", said)
+        return self._result(EXIT_PREEMPTED, run_dir)
+
+    def _stopped_waiting(self, stop: warm.Stopped, flag: PreemptFlag) -> TrainResult:
+        """A stop signal while waiting for a new world (the launcher chose a cold restart, or
+        stops the run): no world to vote or checkpoint in, and the latest checkpoint is already
+        the state (its write in flight was settled before the wait), so the rank says why and
+        ends as a stopped rank of the step loop does: "preempted" everywhere, EXIT_PREEMPTED.
+        Best effort, as `_failed`: the launcher is stopping, these writes must not hold it up.
+        Rank 0 still asks for a requeue after the warning signal, as the step loop would."""
+        log.warning("%s", stop.why)
+        run_dir = None
+        with contextlib.suppress(Exception):
+            self.heartbeat.beat(self.step, status=HEARTBEAT_WORD[State.PREEMPTED], force=True)
+        with contextlib.suppress(Exception):
+            self.heartbeat.finish()  # no peer to wait for
+        with contextlib.suppress(Exception):
+            run_dir = self.tracking.finish(EXIT_PREEMPTED)
+        if self.env.is_main and flag.level < STOP:
+            warn, said = after_preemption(flag.level, flag, os.environ, self.cfg.requeue)
             (log.warning if warn else log.info)("%s", said)
         return self._result(EXIT_PREEMPTED, run_dir)
 

@@ -483,3 +483,67 @@ def test_any_program_takes_part_through_the_warm_hook(tmp_path):
     mine = [(e["event"], e["pid"], e.get("code")) for e in lines if e["rank"] == 1 and e.get("by") == "launcher"]
     assert [(event, code) for event, _, code in mine] == [("process", None), ("end", 9), ("process", None), ("end", 0)]
     assert mine[0][1] == mine[1][1] != mine[2][1] == mine[3][1], mine
+
+
+def kill_rank_2_once(out_dir: Path, seen: dict) -> None:
+    """Thread: once a checkpoint is written, SIGKILL rank 2, noting every rank's pid."""
+    try:
+        wait_for(lambda: list((out_dir / "checkpoints").glob("ckpt-*.pt")), 120, "a checkpoint")
+        beats = wait_for(lambda: (b := read_heartbeats(out_dir / "heartbeats")) and len(b) == 3 and b, 30, "3 beats")
+        seen["pids"] = {rank: beat["pid"] for rank, beat in beats.items()}
+        seen["killed_at"] = time.time()
+        os.kill(seen["pids"][2], signal.SIGKILL)
+    except AssertionError as exc:
+        seen["error"] = str(exc)
+
+
+GRACE = 5  # the stop grace: a rank still there after it is SIGKILLed (137); long, for a loaded machine
+
+
+def test_ranks_waiting_for_a_new_world_stop_at_once_when_the_launcher_stops_them(tmp_path):
+    """Issue 35: the launcher decides against a warm restart (here no budget left: a stop of every
+    node, as for a cold restart, a person's stop or scancel) while the healthy ranks wait for its
+    word. They end at the stop's SIGTERM with the stopped rank's code (75) and one line, within
+    the stop grace; before, they ignored it (the trainer's handler only sets a flag for its step
+    loop) and were SIGKILLed after the grace: 137, and the restart a grace later."""
+    out_dir, timeline = tmp_path / "run", tmp_path / "timeline.jsonl"
+    plan = local_plan(
+        tmp_path,
+        trainer(out_dir, "--max-steps", "100000", "--save-every", "20", "--log-every", "50"),
+        slots=(1, 2),
+        max_restarts=0,
+        restart_mode="warm",
+        stop_grace=GRACE,
+        env={envvars.TIMELINE_FILE: str(timeline)},
+    )
+    out, err, made, seen = io.StringIO(), io.StringIO(), {}, {}
+    launcher = Launcher(plan, SSHOptions(), out=out, err=err, colour=False, connector=local_connector(made))
+    threading.Thread(target=kill_rank_2_once, args=(out_dir, seen), daemon=True).start()
+    try:
+        code = launcher.run()
+        over = time.time()
+    finally:
+        kill_local_nodes(made)
+    text, said = out.getvalue(), err.getvalue()
+    assert "error" not in seen and "pids" in seen, (seen, said, text[-3000:])
+    assert code == 137 and "stopping all nodes: rank 2 exited with code 137 on h1" in said, (code, said)
+    # Each waiting rank says why, once, and ends by itself with the stopped rank's code: the
+    # trainer's own `end` on the timeline ("preempted", which a SIGKILLed rank never writes) and
+    # the node script's, with the code the process exited with: 75, not 137.
+    for rank in (0, 1):
+        line = f"[rank {rank}] warning: signal SIGTERM while {warm.WAITING}: stopping"
+        assert text.count(line) == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    events = [e for e in map(json.loads, timeline.read_text().splitlines()) if e["event"] == "end"]
+    ends = {(e["rank"], e.get("by", "trainer")): e for e in events}
+    assert {r: ends[r, "trainer"]["status"] for r in (0, 1)} == {0: "preempted", 1: "preempted"}, events
+    codes = {r: ends[r, "launcher"]["code"] for r in (0, 1, 2)}
+    assert codes == {0: exitcodes.PREEMPTED, 1: exitcodes.PREEMPTED, 2: 137}, events
+    # Promptly: the kill, the launcher's stop and the ranks' exit well within the grace (before, the
+    # grace then SIGKILL). The processes are gone, not only their records written.
+    took = max(ends[r, "launcher"]["time"] for r in (0, 1)) - seen["killed_at"]
+    print(f"waiting ranks stopped {took:.2f} s, the launcher {over - seen['killed_at']:.2f} s after the fault")
+    assert took < GRACE / 2 and over - seen["killed_at"] < GRACE, (took, over - seen["killed_at"])
+    assert not still_running(seen["pids"].values(), grace=GRACE / 2 - took)
+    for conn in made.values():
+        assert all(proc.popen.poll() is not None for proc in conn.procs)
