@@ -81,11 +81,13 @@ def _rank_pid(cluster, job: str, rank: int):
 
 
 def _spares(cluster, job: str) -> list:
-    """The job's warm spare processes (Python started as slurmgen.train.spare, promoted or not)."""
+    """The job's warm spare processes (Python started as slurmgen.train.spare, promoted or not):
+    not the bash, slurmstepd and srun whose command lines name it too (the spare's srun runs on the
+    batch node, in the job: taken for node1's spare, it failed a run that had promoted the real one)."""
     return [
         p
         for p in cluster.job_pids(job)
-        if "slurmgen.train.spare" in p.cmdline and not p.cmdline.startswith(("bash", "slurmstepd"))
+        if "slurmgen.train.spare" in p.cmdline and not p.cmdline.startswith(("bash", "slurmstepd", "srun"))
     ]
 
 

@@ -68,6 +68,10 @@ def _open_run(p, coordinator, job: str) -> None:
     p.page.goto(coordinator.url + "/ui/runs?kind=slurm")
     p.page.locator("tr[data-kind=slurm]", has=p.page.locator("td.run-key", has_text=job)).get_by_role("link").click()
     expect(p.page.locator("#run-title")).to_contain_text(f"slurm {job}:")
+    # The page's script asks before a stop on several nodes (app.js, deferred): a click before it has
+    # run posts unasked. A link's navigation does not wait for it as goto does; under load (a CI run)
+    # the click came first, and the stop went unasked.
+    p.page.wait_for_load_state("load")
 
 
 def test_cancel_a_slurm_job_from_its_page(page, cluster_coordinator, cluster, tmp_path):
