@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -91,15 +92,21 @@ def test_status_and_jobs_answer_at_once_while_the_controller_is_down(cluster, tm
     )
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip()
-    _until(
-        "the job to run",
-        lambda: json.loads(sg(cluster, tmp_path, "status", job, "--json")[0].stdout)["state"] == "RUNNING",
-    )
-    # Killed before it saved the job as running, the restarted controller would requeue it and
-    # the nodes would keep its orphan: wait for the save (job_state is rewritten on a change).
-    running_at = time.time()
-    saved = cluster.state_dir / "state" / "ctld" / "job_state"
-    _until("slurmctld to save the running job", lambda: saved.exists() and saved.stat().st_mtime > running_at)
+    try:  # a failure before the `finally` below must not leave the job to the next tests either
+        _until(
+            "the job to run",
+            lambda: json.loads(sg(cluster, tmp_path, "status", job, "--json")[0].stdout)["state"] == "RUNNING",
+        )
+        # Killed before it saved the job as running, the restarted controller would requeue it and
+        # the nodes would keep its orphan: wait for the save (job_state is rewritten on a change).
+        # A save since the job's start counts: one made before `status` said RUNNING is not made
+        # again (a CI run timed out waiting for a save after that moment).
+        started = datetime.strptime(cluster.job_info(job)["StartTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
+        saved = cluster.state_dir / "state" / "ctld" / "job_state"
+        _until("slurmctld to save the running job", lambda: saved.exists() and saved.stat().st_mtime >= started)
+    except BaseException:
+        cluster.cancel(job)
+        raise
     pid = _controller_pid(cluster)
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
     os.kill(pid, signal.SIGKILL)
