@@ -33,12 +33,14 @@ def _beat(d: Path, rank: int, age_s: float, pid: int, step: int, status: str = "
     (d / f"rank-{rank:05d}.json").write_text(json.dumps(record) + "\n")
 
 
-def _judge(d: Path) -> str:
+def _judge(d: Path, since_s: float | None = None) -> str:
+    """The verdict and the quiet ranks; `since_s`: a last verdict's wall clock (SINCE_MS)."""
+    since = "" if since_s is None else str(int(since_s * 1000))
     script = (
         _functions()
         + f"""
 now_ms now
-if judge_node {d} {LIMIT} {DEFER} "$now"; then echo "hung $hung_rank $hung_step $hung_pid ${{hung_why:-oldest}}"; fi
+if judge_node {d} {LIMIT} {DEFER} "$now" {since}; then echo "hung $hung_rank $hung_step $hung_pid ${{hung_why:-oldest}}"; fi
 echo "quiet ${{quiet_ranks[*]}}"
 """
     )
@@ -71,6 +73,21 @@ def test_without_a_sign_the_oldest_is_named_only_after_the_deferral(tmp_path, sl
     _beat(tmp_path, 1, 5.5, sleeper.pid, 8)
     _beat(tmp_path, 3, 5.2, sleeper.pid, 8)
     assert _judge(tmp_path).splitlines() == [f"hung 1 8 {sleeper.pid} oldest", "quiet 1:8 3:8"]
+
+
+def test_after_a_verdict_only_a_rank_that_beat_since_is_named_again(tmp_path, sleeper):
+    """Under warm restarts the watcher judges on after its verdict (SINCE_MS): the killed rank's
+    last beat and a peer's that waited for it, both from before the verdict, are never named again;
+    the same rank in the process that took its place, stepping since and then stopped, is."""
+    verdict_at = time.time() - 10
+    _beat(tmp_path, 1, 10.5, sleeper.pid + 100000, 40)  # the rank killed at the verdict: its file stays
+    _beat(tmp_path, 0, 10.2, sleeper.pid, 40)  # a peer that waited for it
+    assert _judge(tmp_path).splitlines()[0] == f"hung 1 40 {sleeper.pid + 100000} oldest"  # the first verdict
+    assert _judge(tmp_path, verdict_at).splitlines() == ["quiet 0:40 1:40"]
+    _beat(tmp_path, 1, 5.0, sleeper.pid, 55)
+    sleeper.send_signal(signal.SIGSTOP)
+    time.sleep(0.1)
+    assert _judge(tmp_path, verdict_at).splitlines() == [f"hung 1 55 {sleeper.pid} stopped", "quiet 0:40 1:55"]
 
 
 @pytest.mark.parametrize(

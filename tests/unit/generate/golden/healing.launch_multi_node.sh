@@ -342,7 +342,7 @@ proc_state() {
   state=${stat:0:1}
   state=${state:-?}
 }
-# judge_node DIR LIMIT_MS DEFER_MS NOW_MS: is a rank of this node the hung one? Each beat is judged
+# judge_node DIR LIMIT_MS DEFER_MS NOW_MS [SINCE_MS]: is a rank of this node the hung one? Each beat is judged
 # by its own limit (judged_beat_ms: LIMIT_MS, or shorter once the rank learned its step times). When one rank
 # freezes, every other rank blocks in the next collective and stops beating within about one
 # beat of it, on every node: a watcher that named its own first stale rank blamed a waiting one.
@@ -354,6 +354,9 @@ proc_state() {
 #   - any other quiet rank only DEFER_MS later (longer than a beat period plus a poll): a node
 #     holding a stopped rank speaks first, and among the rest, the rank whose last beat is the
 #     oldest across all nodes crosses its limit first.
+# SINCE_MS (the last verdict of a watcher, when the attempt goes on after it: warm restarts) names
+# only a rank that beat after it: a beat from before is the last of the hung rank (its process
+# killed) or of a peer that waited for it, not a new hang.
 # Sets hung_rank hung_step hung_pid hung_age hung_limit (ms) hung_why (stopped or empty) and
 # hung_text (its beat) and returns 0 when one is due; always sets quiet_ranks to "RANK:STEP" of
 # every rank silent for over half its limit.
@@ -367,7 +370,7 @@ judge_node() {
     ((age * 2 > beat_limit)) || continue
     beat_fields
     quiet_ranks+=("$beat_rank:${beat_step:-?}")
-    ((age > beat_limit)) || continue
+    ((age > beat_limit && beat > ${5:-0})) || continue
     proc_state "${beat_pid:-0}"
     why=
     case $state in

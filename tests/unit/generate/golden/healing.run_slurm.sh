@@ -133,12 +133,14 @@ finish_attempt() {
   status=$1
   local rank=$2 node=$3 task=$4 hung_rank=null action=stop exclude=null
   local used=0
-  local verdict word r frame after age=0 why='' waiting=() story='' hung_step=null stack=null
+  local verdict word r frame after hungs pick seen=0 age=0 why='' waiting=() story='' hung_step=null stack=null
   local -A last=()
-  # The watchers' lines (run_slurm_watch.sh.j2): the first "hung" is the verdict; each rank's
-  # last "quiet" or "beating" says whether it had stopped beating too, waiting for the hung one;
-  # the "stack" lines of the hung rank after it are where it was stuck.
-  if verdict=$(grep -m1 '^hung ' "$verdict_file"); then
+  # The watchers' lines (run_slurm_watch.sh.j2): a "hung" is the verdict (the `pick`th); each
+  # rank's last "quiet" or "beating" says whether it had stopped beating too, waiting for the hung
+  # one; the "stack" lines of the hung rank after it are where it was stuck.
+  hungs=$(grep -c '^hung ' "$verdict_file") || hungs=0
+  pick=1  # the first verdict to arrive wins (hang_judge.sh.j2)
+  if ((hungs)) && verdict=$(grep '^hung ' "$verdict_file" | sed -n "${pick}p"); then
     verdict=${verdict#hung }
     echo "slurmgen: hung: $verdict" >&2
     rank=null task=null
@@ -158,9 +160,9 @@ finish_attempt() {
       case $word in
         quiet) last[$r]=$word ;;
         beating) ((after)) || last[$r]=$word ;;
-        hung) after=1 ;;
+        hung) ((++seen < pick)) || after=1 ;;
       esac
-      [[ $word == stack && $r == "$hung_rank" && $frame =~ ^(.*):([0-9]+)\ (.*)$ ]] || continue
+      [[ $after == 1 && $word == stack && $r == "$hung_rank" && $frame =~ ^(.*):([0-9]+)\ (.*)$ ]] || continue
       json_string "${BASH_REMATCH[1]}"
       stack+=", {\"file\": $json, \"line\": ${BASH_REMATCH[2]}, "
       json_string "${BASH_REMATCH[3]}"
@@ -449,7 +451,7 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
     state=${stat:0:1}
     state=${state:-?}
   }
-  # judge_node DIR LIMIT_MS DEFER_MS NOW_MS: is a rank of this node the hung one? Each beat is judged
+  # judge_node DIR LIMIT_MS DEFER_MS NOW_MS [SINCE_MS]: is a rank of this node the hung one? Each beat is judged
   # by its own limit (judged_beat_ms: LIMIT_MS, or shorter once the rank learned its step times). When one rank
   # freezes, every other rank blocks in the next collective and stops beating within about one
   # beat of it, on every node: a watcher that named its own first stale rank blamed a waiting one.
@@ -461,6 +463,9 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
   #   - any other quiet rank only DEFER_MS later (longer than a beat period plus a poll): a node
   #     holding a stopped rank speaks first, and among the rest, the rank whose last beat is the
   #     oldest across all nodes crosses its limit first.
+  # SINCE_MS (the last verdict of a watcher, when the attempt goes on after it: warm restarts) names
+  # only a rank that beat after it: a beat from before is the last of the hung rank (its process
+  # killed) or of a peer that waited for it, not a new hang.
   # Sets hung_rank hung_step hung_pid hung_age hung_limit (ms) hung_why (stopped or empty) and
   # hung_text (its beat) and returns 0 when one is due; always sets quiet_ranks to "RANK:STEP" of
   # every rank silent for over half its limit.
@@ -474,7 +479,7 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
       ((age * 2 > beat_limit)) || continue
       beat_fields
       quiet_ranks+=("$beat_rank:${beat_step:-?}")
-      ((age > beat_limit)) || continue
+      ((age > beat_limit && beat > ${5:-0})) || continue
       proc_state "${beat_pid:-0}"
       why=
       case $state in
@@ -542,13 +547,13 @@ exec 5> >(srun --overlap --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --k
   # goes with the watcher, or it stays behind in the TMPDIR of the node
   trap "rm -rf -- \"\$dir\"; rmdir -- \"\$SLURMGEN_HEARTBEAT_BASE\" 2>/dev/null; exit 0" TERM
   declare -A quiet=()
-  verdict=
+  verdict= since=0
   while :; do
     IFS= read -r -t 0.5 _
     (($? > 128)) || break  # not a time-out: the batch shell closed our stdin
     [[ -z $verdict ]] || continue
     now_ms now
-    judge_node "$dir" "$limit_ms" "$defer_ms" "$now" && verdict=1
+    judge_node "$dir" "$limit_ms" "$defer_ms" "$now" "$since" && verdict=1
     declare -A now_quiet=()
     for q in "${quiet_ranks[@]}"; do
       now_quiet[${q%%:*}]=1
