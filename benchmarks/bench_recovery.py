@@ -49,7 +49,8 @@ without it, then continued, as after a reboot, so that the node may serve again)
 rank 1 and rank 3 in turn, so that each node's warm spare serves; the node lost is ranks 2-3's,
 never the batch script's (its loss ends the allocation: Slurm's own requeue, no path of
 slurmgen's, recovers from it; an in-job restart may have moved ranks 0-1 off it). Every path
-may requeue as its last resort (`--retries`):
+starts with every node idle (a node a lost-node fault left DOWN is resumed, as after a reboot)
+and may requeue as its last resort (`--retries`):
 
 - requeue: `--retries` alone (today's path): every fault ends the job, which waits in the queue
   again (Slurm holds a requeued job about 2 minutes before it may start);
@@ -64,7 +65,8 @@ nothing): an attempt, or a warm restart's generation inside one (every rank writ
 again there, contract/phases.py). Printed per path, from slurmgen's own records: the faults
 injected, the time from each fault to every rank's first step of the next world (median and max;
 the timeline), by fault too, the steps done twice (goodput's lost steps) and the run's goodput
-(`slurmgen status --json`), and how each attempt ended or went on. The issue's
+(`slurmgen status --json`), and how each attempt ended or went on: each path's row as soon as it
+is measured (a path that fails is said, and the others still run). The issue's
 figure is 10 minutes with a fault every 60 s; --minutes 2 --every 40 is a quick look.
 """
 
@@ -228,9 +230,28 @@ def inject(kind: str, rank: int, logs: Path, job: str) -> tuple[float, str | Non
     return when, host
 
 
+def nodes_idle(wait: float = 180) -> None:
+    """Every node idle before a path submits. A node lost in the path before (its slurmd stopped
+    past SlurmdTimeout, then continued) may stay DOWN, which nothing of a job brings back: a
+    3-node request then can never start (sbatch --test-only), and the path would measure nothing.
+    Such a node is told to resume, as an administrator would after a reboot."""
+    deadline = time.monotonic() + wait
+    while True:
+        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=cluster_env(), capture_output=True, text=True)
+        states = dict(line.split() for line in listed.stdout.splitlines() if len(line.split()) == 2)
+        if states and all(state == "idle" for state in states.values()):
+            return
+        if down := [n for n, state in states.items() if state.rstrip("*~#$@").startswith(("down", "drain", "fail"))]:
+            subprocess.run(["scontrol", "update", f"NodeName={','.join(down)}", "State=RESUME"], env=cluster_env())
+        if time.monotonic() > deadline:
+            sys.exit(f"the nodes are not idle after {wait:g} s: {states}")
+        time.sleep(1)
+
+
 def run_path(path: str, minutes: float, every: float, work: Path, kinds: tuple[str, ...] = FAULTS) -> dict:
     out = work / path
     out.mkdir()
+    nodes_idle()
     args = [*SLURM_ARGS, *PATHS[path]]
     job = slurmgen("submit", "--registry", "jobs.sqlite", "-o", "out", *args, "--", *TRAIN, cwd=out).split()[-1]
     logs = out / "out" / "logs"
@@ -510,7 +531,18 @@ def main() -> None:
     if groups and importlib.util.find_spec("fastapi") is None:
         print(f"skipping {', '.join(groups)}: `slurmgen serve` needs the serve extra (fastapi)")
         groups = []
-    rows = []
+    print(f"{opts.minutes:g} min per path, a fault every {opts.every:g} s (2 nodes x 2 ranks, gloo, CPU)")
+    head = f"{'path':<12} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}"
+    print(f"{head} {'progress':>8}", flush=True)
+
+    def each(run, path: str, *args) -> None:
+        """One path's row, printed as soon as it is measured: a path that fails (its job could not
+        be submitted, its group ended early) is said, and the paths after it still run."""
+        try:
+            print_row(run(path, *args))
+        except SystemExit as failed:
+            print(f"{path:<12} failed: {failed}", flush=True)
+
     if opts.keep:
         opts.keep.mkdir(parents=True)  # a new one: a path's directory must not hold an earlier run's records
     with (
@@ -518,29 +550,32 @@ def main() -> None:
         if opts.keep
         else tempfile.TemporaryDirectory(prefix="bench-recovery-") as work
     ):
-        rows += [run_launch_path(p, opts.minutes, opts.every, Path(work)) for p in paths if p in LAUNCH_PATHS]
-        rows += [run_group_path(p, opts.minutes, opts.every, Path(work)) for p in groups]
+        for p in (p for p in paths if p in LAUNCH_PATHS):
+            each(run_launch_path, p, opts.minutes, opts.every, Path(work))
+        for p in groups:
+            each(run_group_path, p, opts.minutes, opts.every, Path(work))
         if slurm:
             with slurm_cluster(opts.reuse, opts.wait):
-                rows += [run_path(p, opts.minutes, opts.every, Path(work), kinds) for p in slurm]
-    print(f"{opts.minutes:g} min per path, a fault every {opts.every:g} s (2 nodes x 2 ranks, gloo, CPU)")
-    head = f"{'path':<12} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}"
-    print(f"{head} {'progress':>8}")
-    for r in rows:
-        med = f"{r['median']:.1f}" if r["median"] is not None else "-"
-        top = f"{r['max']:.1f}" if r["max"] is not None else "-"
-        good = f"{r['goodput']:.0%}" if r["goodput"] is not None else "-"
-        progress = f"{r['progress']:.0%}" if r.get("progress") is not None else "-"
-        print(
-            f"{r['path']:<12} {r['faults']:>6} {r['recovered']:>5} {med:>9} {top:>7} {r['lost_steps']:>10} "
-            f"{good:>8} {progress:>8}"
-        )
-        for kind, (n, times) in r.get("by_fault", {}).items():
-            if n:
-                back = f"median {statistics.median(times):.1f} s, max {max(times):.1f} s" if times else "-"
-                print(f"             {kind}: {n} faults, {len(times)} recovered, {back}")
-        said = "restarts" if "progress" in r else "attempts ended (warm: went on)"
-        print(f"             {said}: {' '.join(a or '?' for a in r['actions'])}")
+                for p in slurm:
+                    each(run_path, p, opts.minutes, opts.every, Path(work), kinds)
+
+
+def print_row(r: dict) -> None:
+    """A path's row of the table, and below it its figures by fault and how each attempt ended."""
+    med = f"{r['median']:.1f}" if r["median"] is not None else "-"
+    top = f"{r['max']:.1f}" if r["max"] is not None else "-"
+    good = f"{r['goodput']:.0%}" if r["goodput"] is not None else "-"
+    progress = f"{r['progress']:.0%}" if r.get("progress") is not None else "-"
+    print(
+        f"{r['path']:<12} {r['faults']:>6} {r['recovered']:>5} {med:>9} {top:>7} {r['lost_steps']:>10} "
+        f"{good:>8} {progress:>8}"
+    )
+    for kind, (n, times) in r.get("by_fault", {}).items():
+        if n:
+            back = f"median {statistics.median(times):.1f} s, max {max(times):.1f} s" if times else "-"
+            print(f"             {kind}: {n} faults, {len(times)} recovered, {back}")
+    said = "restarts" if "progress" in r else "attempts ended (warm: went on)"
+    print(f"             {said}: {' '.join(a or '?' for a in r['actions'])}", flush=True)
 
 
 if __name__ == "__main__":
