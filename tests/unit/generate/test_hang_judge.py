@@ -40,7 +40,9 @@ def _judge(d: Path, since_s: float | None = None) -> str:
         _functions()
         + f"""
 now_ms now
-if judge_node {d} {LIMIT} {DEFER} "$now" {since}; then echo "hung $hung_rank $hung_step $hung_pid ${{hung_why:-oldest}}"; fi
+if judge_node {d} {LIMIT} {DEFER} "$now" {since}; then
+  echo "hung $hung_rank $hung_step $hung_pid ${{hung_why:-oldest}}"
+fi
 echo "quiet ${{quiet_ranks[*]}}"
 """
     )
