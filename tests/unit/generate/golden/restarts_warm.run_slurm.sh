@@ -801,8 +801,9 @@ first_failure() {
 }
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
+# $step_errors.warm lists the failures warm restarts answered (warm_watch); a cancelled attempt leaves it, so the trap removes it too
 # (only in this shell: a subshell killed before it set its own traps runs this one, bash 5.2)
-trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors"' EXIT
+trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors" "$step_errors.warm"' EXIT
 # One job step per attempt: each in-job restart goes round again (next_attempt).
 while :; do
 
