@@ -471,7 +471,7 @@ spare_promote() {
   unset "warm_spares[$2]" "warm_spare_in[$2]"
   warm_ranks[$pid]=$1 warm_nodes[$pid]=$2
   what="warm restart $warm_generation: rank $1 went on in the warm spare on $2 after rank $1 exited with code $code on $2"
-  echo "slurmgen: rank $1 goes on in the warm spare on $2 (srun $pid), started with the attempt or after its last promotion" >&2
+  echo "slurmgen: rank $1 goes on in the warm spare on $2 (srun $pid), started 10 s into the attempt or after its last promotion" >&2
   warm_refill=$((${EPOCHREALTIME/[.,]/} + 10000000))
 }
 # spare_refill: once due, a new spare on each node of the step without one (its spare promoted).
@@ -613,7 +613,10 @@ warm_watch() {
   warm_answered=$step_errors.warm
   : >"$warm_answered"
   exec {warm_in}<"$step_errors"
-  for node in "${step_nodes[@]}"; do spare_start "$node"; done
+  # The attempt's spares start once its settle time is past (spare_refill), not with its ranks:
+  # their `import torch` would compete with the ranks' own start for the nodes' cores, and a
+  # failure that soon restarts cold anyway.
+  warm_refill=$((${EPOCHREALTIME/[.,]/} + 10000000))
   while :; do
     ended=()  # seen ended before the lines they may have written are read
     for pid in "${!warm_ranks[@]}"; do kill -0 "$pid" 2>/dev/null || ended+=("$pid"); done
@@ -798,8 +801,9 @@ first_failure() {
 }
 
 step_errors=$(mktemp "${TMPDIR:-/tmp}/slurmgen-step.XXXXXX")
+# $step_errors.warm lists the failures warm restarts answered (warm_watch); a cancelled attempt leaves it, so the trap removes it too
 # (only in this shell: a subshell killed before it set its own traps runs this one, bash 5.2)
-trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors"' EXIT
+trap '[[ $BASHPID != "$$" ]] || rm -f -- "$step_errors" "$step_errors.warm"' EXIT
 # One job step per attempt: each in-job restart goes round again (next_attempt).
 while :; do
 
