@@ -2,7 +2,7 @@
 
     sudo python benchmarks/bench_recovery.py [--minutes 10] [--every 60] [--faults kill,stop,node]
         [--paths requeue,restart,spare,warm,launch-cold,launch-warm,group-cold,group-warm]
-        [--reuse] [--wait 600] [--keep DIR]
+        [--save-every 40] [--reuse] [--wait 600] [--keep DIR]
 
 The `slurmgen launch` paths run on two local "hosts" (as tests/unit/launch/test_launch_warm.py
 runs them: real bash, node scripts, gloo ranks; no cluster, no root), 2 x 2 ranks of the same
@@ -38,10 +38,10 @@ them. They hold the cluster lock (scripts/cluster/lib.sh's, which up.sh and down
 long as they use the cluster, as benchmarks/bench_page.py does: they bring it up with
 scripts/cluster/up.sh 3 as its owner (a test session's up.sh waits meanwhile; while a test
 session owns the cluster, this waits up to --wait s), unless --reuse (then the lock only, around
-a cluster brought up by hand), and tear it down at the end. Each path
-submits (`slurmgen submit`, so `slurmgen status` accounts for it) the bundled trainer on 2 nodes
-x 2 ranks (gloo, CPU; a small GPT, asynchronous checkpoints every 10 steps, `--heartbeat-timeout
-10`), the third node idle or the path's spare, and, from its first step on, injects a fault every
+a cluster brought up by hand), and tear it down at the end. Each path submits (`slurmgen
+submit`, so `slurmgen status` accounts for it) the bundled trainer on 2 nodes x 2 ranks (gloo,
+CPU; a small GPT, asynchronous checkpoints every --save-every steps, `--heartbeat-timeout 10`),
+the third node idle or the path's spare, and, from its first step on, injects a fault every
 --every s for --minutes, then cancels it. The faults take turns, the same for every path: a
 SIGKILL of one rank, a SIGSTOP of one rank (a hang: the watcher finds it), and a node lost (every
 process of the job on a node killed and its slurmd stopped with SIGSTOP until the job steps again
@@ -106,8 +106,21 @@ PY = sys.executable
 TRAIN = [
     *(PY, "-m", "slurmgen.train", "--model", "gpt", "--batch-size", "8", "--max-steps", "1000000"),
     *("--threads", "1", "--init-timeout", "60", "--log-every", "10", "--heartbeat-every", "0.5"),
-    *("--save-every", "10", "--keep-last", "3", "--checkpoint-async"),
+    *("--keep-last", "3", "--checkpoint-async"),
 ]
+# Steps between checkpoints: Young's interval, sqrt(2 x a checkpoint's cost x the time between
+# faults), for a fault a minute and this trainer's stall of about 30 ms per asynchronous
+# checkpoint (~1.9 s, some 40 of its ~20 steps a second here). More often and the stalls cost
+# more than the steps a fault makes it redo; 10 (the figures before 2026-11-29 08:00) stalled
+# training 5% of the time.
+SAVE_EVERY = 40
+
+
+def trainer(save_every: int) -> list[str]:
+    """The bundled trainer's command line, checkpointing every `save_every` steps."""
+    return [*TRAIN, "--save-every", str(save_every)]
+
+
 PATHS = {
     "requeue": [],
     "restart": ["--restarts", "20"],
@@ -248,12 +261,14 @@ def nodes_idle(wait: float = 180) -> None:
         time.sleep(1)
 
 
-def run_path(path: str, minutes: float, every: float, work: Path, kinds: tuple[str, ...] = FAULTS) -> dict:
+def run_path(
+    path: str, minutes: float, every: float, work: Path, train: list[str], kinds: tuple[str, ...] = FAULTS
+) -> dict:
     out = work / path
     out.mkdir()
     nodes_idle()
     args = [*SLURM_ARGS, *PATHS[path]]
-    job = slurmgen("submit", "--registry", "jobs.sqlite", "-o", "out", *args, "--", *TRAIN, cwd=out).split()[-1]
+    job = slurmgen("submit", "--registry", "jobs.sqlite", "-o", "out", *args, "--", *train, cwd=out).split()[-1]
     logs = out / "out" / "logs"
     while (now := stepping(logs, job)) is None:
         time.sleep(0.5)
@@ -340,7 +355,7 @@ def launch_faults(ctx: dict, minutes: float, every: float) -> None:
     ctx["stop"]()
 
 
-def run_launch_path(path: str, minutes: float, every: float, work: Path) -> dict:
+def run_launch_path(path: str, minutes: float, every: float, work: Path, train: list[str]) -> dict:
     """`slurmgen launch` on two local hosts, 2 x 2 ranks, cold or warm, under `launch_faults`."""
     sys.path.insert(0, str(REPO / "tests"))
     from helpers import kill_local_nodes, local_connector, local_plan
@@ -351,7 +366,7 @@ def run_launch_path(path: str, minutes: float, every: float, work: Path) -> dict
     run = work / path
     run.mkdir()
     timeline = run / "timeline.jsonl"
-    command = [*TRAIN, "--out-dir", str(run / "train")]
+    command = [*train, "--out-dir", str(run / "train")]
     plan = local_plan(
         run, command, slots=(2, 2), max_restarts=100, restart_mode=LAUNCH_PATHS[path],
         env={envvars.TIMELINE_FILE: str(timeline)},
@@ -463,7 +478,7 @@ def group_goodput(registry: Path, key: str, wait: float = 30.0) -> dict | None:
     return None
 
 
-def run_group_path(path: str, minutes: float, every: float, work: Path) -> dict:
+def run_group_path(path: str, minutes: float, every: float, work: Path, train: list[str]) -> dict:
     """A coordinator group on a real `slurmgen serve` (127.0.0.1, its own token, registry and home)
     and 2 real agents of 2 workers each, 2 x 2 ranks, cold or warm, under `launch_faults`; the
     server and the agents (and with them every rank and spare) stopped at the end, Ctrl-C too."""
@@ -477,7 +492,7 @@ def run_group_path(path: str, minutes: float, every: float, work: Path) -> dict:
     key = run_key(GROUP, 1, 0)  # a new server's first attempt
     timeline = run / TIMELINE_NAME.format(job_id=key)
     config = {
-        "argv": [*TRAIN, "--out-dir", str(run / "train")], "backend": "gloo", "master_port": free_port(),
+        "argv": [*train, "--out-dir", str(run / "train")], "backend": "gloo", "master_port": free_port(),
         "cwd": str(run), "max_restarts": 100, "restart_mode": GROUP_PATHS[path], "stop_grace": 3,
     }  # fmt: skip
     with served._served(run, env, "127.0.0.1", [(host, []) for host in GROUP_AGENTS]) as coord:
@@ -515,6 +530,9 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="use a cluster brought up by hand (up.sh 3)")
     ap.add_argument("--wait", type=float, default=600, help="seconds to wait while another session owns the cluster")
     ap.add_argument("--faults", default=",".join(FAULTS), help="the Slurm paths' faults, in turn: " + ", ".join(FAULTS))
+    ap.add_argument(
+        "--save-every", type=int, default=SAVE_EVERY, help=f"the trainer's steps between checkpoints [{SAVE_EVERY}]"
+    )
     ap.add_argument("--keep", type=Path, help="keep each path's job, logs and records under this new directory")
     opts = ap.parse_args()
     paths = [p for p in opts.paths.split(",") if p]
@@ -523,6 +541,9 @@ def main() -> None:
     kinds = tuple(k for k in opts.faults.split(",") if k)
     if not kinds or set(kinds) - set(FAULTS):
         ap.error(f"--faults: expected some of {', '.join(FAULTS)} (got {opts.faults!r})")
+    if opts.save_every < 1:
+        ap.error(f"--save-every: expected a whole number of steps of at least 1 (got {opts.save_every})")
+    train = trainer(opts.save_every)
     slurm = [p for p in paths if p in PATHS]
     if slurm and (reason := cluster_reason(opts.reuse)):
         print(f"skipping {', '.join(slurm)}: {reason}")
@@ -531,7 +552,10 @@ def main() -> None:
     if groups and importlib.util.find_spec("fastapi") is None:
         print(f"skipping {', '.join(groups)}: `slurmgen serve` needs the serve extra (fastapi)")
         groups = []
-    print(f"{opts.minutes:g} min per path, a fault every {opts.every:g} s (2 nodes x 2 ranks, gloo, CPU)")
+    print(
+        f"{opts.minutes:g} min per path, a fault every {opts.every:g} s, a checkpoint every {opts.save_every} steps "
+        "(2 nodes x 2 ranks, gloo, CPU)"
+    )
     head = f"{'path':<12} {'faults':>6} {'back':>5} {'median s':>9} {'max s':>7} {'lost steps':>10} {'goodput':>8}"
     print(f"{head} {'progress':>8}", flush=True)
 
@@ -551,20 +575,20 @@ def main() -> None:
         else tempfile.TemporaryDirectory(prefix="bench-recovery-") as work
     ):
         for p in (p for p in paths if p in LAUNCH_PATHS):
-            each(run_launch_path, p, opts.minutes, opts.every, Path(work))
+            each(run_launch_path, p, opts.minutes, opts.every, Path(work), train)
         for p in groups:
-            each(run_group_path, p, opts.minutes, opts.every, Path(work))
+            each(run_group_path, p, opts.minutes, opts.every, Path(work), train)
         if slurm:
             with slurm_cluster(opts.reuse, opts.wait):
                 for p in slurm:
-                    each(run_path, p, opts.minutes, opts.every, Path(work), kinds)
+                    each(run_path, p, opts.minutes, opts.every, Path(work), train, kinds)
 
 
 def print_row(r: dict) -> None:
     """A path's row of the table, and below it its figures by fault and how each attempt ended."""
     med = f"{r['median']:.1f}" if r["median"] is not None else "-"
     top = f"{r['max']:.1f}" if r["max"] is not None else "-"
-    good = f"{r['goodput']:.0%}" if r["goodput"] is not None else "-"
+    good = f"{r['goodput']:.1%}" if r["goodput"] is not None else "-"
     progress = f"{r['progress']:.0%}" if r.get("progress") is not None else "-"
     print(
         f"{r['path']:<12} {r['faults']:>6} {r['recovered']:>5} {med:>9} {top:>7} {r['lost_steps']:>10} "

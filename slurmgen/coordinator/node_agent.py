@@ -22,11 +22,13 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from slurmgen.contract import hangs, signals
@@ -241,6 +243,24 @@ class WorkerAgent:
                 )
                 self.procs.start(start, self.hb_root, self.warm_root)
         self.procs.keep_spares({(g, n) for g, n in orders.warm})
+        self.clear_ended({(g, n) for g, n in orders.warm})
+
+    def clear_ended(self, warm: AbstractSet[tuple[str, int]]) -> None:
+        """Remove the heartbeat and warm-world directories (`<group>-<attempt>`) of the attempts
+        this node no longer runs: none of its ranks runs one, and the server keeps no warm restart
+        of it here (AgentOrders.warm: a rank of it may be started anew). Every attempt makes one
+        of each, so a restart a minute would leave two a minute for the node's life. The ranks'
+        logs stay; a run record a rank announced beside its heartbeat is read before it goes."""
+        live = {f"{group}-{attempt}" for group, attempt in warm}
+        live |= {f"{s.order.group}-{s.order.attempt}" for s in self.procs.slots if s.running and s.order}
+        for slot in self.procs.slots:
+            if slot.order and f"{slot.order.group}-{slot.order.attempt}" not in live:
+                slot.announced_runs()
+        for root in (self.hb_root, self.warm_root):
+            with contextlib.suppress(FileNotFoundError):
+                for entry in os.scandir(root):
+                    if entry.name not in live and entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
 
     def watch_changes(self) -> None:
         """Thread: keep a long poll open and wake the main loop when orders may have changed
@@ -314,3 +334,4 @@ class WorkerAgent:
             self.procs.stop_all(self.grace)
             with contextlib.suppress(ClientError):
                 self.beat()  # tell the server how the ranks ended
+            self.clear_ended(frozenset())  # every rank is stopped: no attempt runs here any more

@@ -12,7 +12,7 @@ import re
 import socket
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ from slurmgen.jobs.resolve import reused_note
 from slurmgen.jobs.slurm import QueryResult, SlurmJob, expand_tasks
 from slurmgen.jobs.slurm_runner import Runner
 from slurmgen.jobs.view import attempt, attempt_start, ended_at, job_view, overall, task_row
-from slurmgen.runs.model import keep_failures
+from slurmgen.runs.model import get_row, keep_failures
 from slurmgen.runs.registry import JobRecord, Registry
 from slurmgen.runs.trainer_records import group_of
 
@@ -208,23 +208,32 @@ def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, 
     return parse_attempts(text) if text else []
 
 
-def _time_report(runner: Runner, record: JobRecord, attempts: list[dict[str, Any]]) -> dict[str, Any]:
+def _time_report(
+    runner: Runner, record: JobRecord, attempts: list[dict[str, Any]], ended: float | None
+) -> dict[str, Any]:
     """Stragglers and goodput (and the per-rank timeline when asked) from the ranks' timeline
-    file beside the logs (contract/phases.py) and the attempts record."""
+    file beside the logs (contract/phases.py) and the attempts record, up to the job's end
+    (`ended`, Slurm's) or, while it runs, now: a cancelled job's last attempt records no end, and
+    counted to now its goodput fell with every later look."""
     from slurmgen.observe.report import analyse
 
     text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / TIMELINE_NAME.format(job_id=record.job_id)))
-    return analyse(text or "", attempts, record.submitted, time.time())
+    return analyse(text or "", attempts, record.submitted, ended or time.time())
 
 
 def _kept_time_report(
-    runner: Runner, registry: Registry, record: JobRecord, attempts: list[dict[str, Any]], with_timeline: bool
+    runner: Runner,
+    registry: Registry,
+    record: JobRecord,
+    attempts: list[dict[str, Any]],
+    with_timeline: bool,
+    ended: float | None,
 ) -> dict[str, Any]:
     """The time report, its stragglers and goodput also written into the job's registry row (the
     run record keeps them after the log directory is gone)."""
     from slurmgen.runs.model import keep_time_report
 
-    found = _time_report(runner, record, attempts)
+    found = _time_report(runner, record, attempts, ended)
     if record.seq is not None and (found.get("stragglers") or found.get("goodput")):
         keep_time_report(registry, record.seq, found)
     if not with_timeline:
@@ -272,11 +281,22 @@ def status(
     view = job_view(record, snap, rows, attempts)
     view["notes"] += dropped
     if not is_array and record.info.get("log_dir"):
-        view.update(_kept_time_report(runner, registry, record, attempts, with_timeline))
+        ended = _ended(registry, record, jobs)
+        view.update(_kept_time_report(runner, registry, record, attempts, with_timeline, ended))
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"), attempts)
     return view
+
+
+def _ended(registry: Registry, record: JobRecord, jobs: Mapping[str, SlurmJob]) -> float | None:
+    """When the job ended: Slurm's word now, else (Slurm out of reach, or giving no end time) what
+    it said last, kept in the registry; None while it runs or when nothing is known."""
+    known, end = ended_at(list(jobs.values()))
+    if known:
+        return end
+    row = get_row(registry, record.seq) if record.seq is not None else None
+    return row["ended"] if row else None
 
 
 def _dropped(runner: Runner, record: JobRecord, task: str) -> SlurmJob | None:

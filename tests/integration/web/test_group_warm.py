@@ -6,9 +6,10 @@ size 3) runs the bundled trainer as 3 real gloo ranks: ranks 0 and 1 on 127.0.0.
 127.0.0.2. Once a checkpoint is written, rank 1's process is SIGKILLed. Asserted: the attempt goes
 on (no second attempt), ranks 0 and 2 keep their processes (their pids unchanged) and join
 generation 1, rank 1 starts anew in its node's warm spare (a process with torch imported, started
-with the attempt), every rank resumes from the checkpoint and
-the run ends done; the group's attempts (API and page) and the run record name the warm restart,
-and no process of the run is left. The fault to every rank stepping again is printed.
+with the attempt), every rank resumes from the checkpoint and the run ends done; the group's
+attempts (API and page) and the run record name the warm restart, and no process of the run is
+left, nor its heartbeat and warm-world directories. The fault to every rank stepping again is
+printed.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     spares = {int(p.split(":")[0]) for p in processes_naming("slurmgen.train.spare") if str(out) in p}
     assert len(spares) == 2, spares
     assert all(before[w] for w in ("127.0.0.1-0", "127.0.0.1-1", "127.0.0.2-0")), before
+    agents = tmp_path / "state" / "slurmgen" / "agent"  # each agent's heartbeat and warm-world directories
+    assert sorted(str(p.relative_to(agents)) for p in agents.glob("*/warm/*")) == [
+        "127.0.0.1/warm/warm-1",
+        "127.0.0.2/warm/warm-1",
+    ]
     os.kill(before["127.0.0.1-1"], signal.SIGKILL)  # rank 1's process
     fault = time.time()
 
@@ -110,3 +116,8 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
         row = get_row(reg, find_run(reg, "group", "warm.1"))
         assert recoveries_of(row["info"]) == {1: [told]} and row["state"] == "succeeded", row
     wait_value(lambda: not processes_naming(str(out)), 15, f"the run's processes gone: {processes_naming(str(out))}")
+    # ... nor its heartbeat and warm-world directories on either node (the ranks' logs stay).
+    wait_value(
+        lambda: not [*agents.glob("*/heartbeats/*"), *agents.glob("*/warm/*")], 15, "the attempt's directories gone"
+    )
+    assert len(list(agents.glob("*/logs/warm/attempt-1/rank-*.log"))) == 3

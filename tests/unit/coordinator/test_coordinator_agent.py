@@ -15,7 +15,7 @@ from pathlib import Path
 from helpers import alive
 
 from slurmgen.coordinator.client import ClientError
-from slurmgen.coordinator.models import AgentOrders, StartOrder
+from slurmgen.coordinator.models import AgentOrders, StartOrder, WorldOrder
 from slurmgen.coordinator.node_agent import WorkerAgent
 
 
@@ -109,7 +109,7 @@ AGENT_THAT_DIES = """
 import sys, threading, time
 from pathlib import Path
 from slurmgen.coordinator.client import ClientError
-from slurmgen.coordinator.models import AgentOrders, StartOrder
+from slurmgen.coordinator.models import AgentOrders, StartOrder, WorldOrder
 from slurmgen.coordinator.procs import Procs
 
 root = Path(sys.argv[1])
@@ -199,6 +199,38 @@ def test_a_rank_that_records_a_run_is_reported_with_it(tmp_path):
         agent.procs.stop_all(1)
     assert agent.procs.slots[0].exit_code == 0, report.lines
     assert report.workers[0].runs == [str(tmp_path / "out" / "exp1" / "main")]
+
+
+def test_an_attempts_heartbeat_and_warm_dirs_go_once_no_rank_of_it_runs_here(tmp_path):
+    """Every attempt makes a heartbeat and a warm-world directory on each node it runs on; they
+    go once none of its ranks runs there and the server keeps no warm restart of it there (a rank
+    of it may be started anew), also one an earlier agent left. The rank's log stays, and the run
+    record it announced beside its heartbeat is still reported."""
+    agent = WorkerAgent(client=None, workers=1, host="gn6", state_dir=tmp_path)
+    announce = (
+        "import json, os, time; d = os.environ['SLURMGEN_HEARTBEAT_DIR'];"
+        "open(d + '/run-record-0.json', 'w').write(json.dumps({'dir': '/runs/exp1/main'}));"
+        "print('up', flush=True); time.sleep(60)"
+    )
+    left = agent.hb_root / "g-0"  # an earlier attempt's, which a killed agent left
+    left.mkdir(parents=True)
+    (left / "rank-00000.json").write_text("{}")
+    world = WorldOrder(group="g", attempt=1, generation=1, master_addr="gn7", master_port=29501, world_size=2)
+    try:
+        agent.apply(AgentOrders(start=[order(0, [sys.executable, "-c", announce])], worlds=[world]))
+        wait_until(lambda: (agent.hb_root / "g-1" / "run-record-0.json").exists())
+        assert sorted(p.name for p in agent.hb_root.iterdir()) == ["g-1"]  # a running rank's stays
+        assert (agent.warm_root / "g-1").is_dir()
+        agent.procs.stop(0, grace=5)
+        wait_until(lambda: agent.procs.slots[0].exit_code is not None)
+        agent.apply(AgentOrders(warm=[("g", 1)]))  # the attempt goes on warm: its rank may start anew here
+        assert (agent.hb_root / "g-1").is_dir() and (agent.warm_root / "g-1").is_dir()
+        agent.apply(AgentOrders())  # the attempt is over for this node
+        assert list(agent.hb_root.iterdir()) == [] and list(agent.warm_root.iterdir()) == []
+        assert (tmp_path / "gn6/logs/g/attempt-1/rank-0.log").read_text() == "up\n"
+        assert agent.report()[0].workers[0].runs == ["/runs/exp1/main"]
+    finally:
+        agent.procs.stop_all(1)
 
 
 class FlakyServer:

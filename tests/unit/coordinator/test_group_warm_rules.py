@@ -323,7 +323,7 @@ def test_the_agent_gives_a_warm_groups_ranks_their_dir_and_writes_each_world_onc
     )
     world = WorldOrder(group="g", attempt=1, generation=1, master_addr="gn7", master_port=29501, world_size=4)
     try:
-        agent.apply(AgentOrders(start=[order], worlds=[world]))
+        agent.apply(AgentOrders(start=[order], worlds=[world], warm=[("g", 1)]))  # as the server lists it
         deadline = time.monotonic() + 10
         while agent.procs.slots[0].exit_code is None and time.monotonic() < deadline:
             time.sleep(0.02)

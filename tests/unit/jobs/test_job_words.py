@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
+import pytest
 from helpers import run
 
 from slurmgen.runs.registry import JobRecord, Registry
@@ -147,3 +149,33 @@ def test_status_of_a_cancelled_job_reads_as_stopped_not_failed(tmp_path, capsys,
         "exit_code": 143,  # the stop's TERM, raw, not a failure's
         "what": "stopped by you",
     }
+
+
+def test_the_goodput_of_a_cancelled_job_ends_with_the_job_not_when_status_is_asked(tmp_path, capsys, monkeypatch):
+    """A cancelled job's batch shell dies before it records its last attempt's end. Goodput then
+    ran to the moment `status` was asked: the benchmark's cancelled run read 79% at its end and
+    47% seven minutes later. It ends where Slurm says the job ended, also once Slurm no longer
+    answers (what it said last, kept in the registry)."""
+    start = time.time() - 3600  # an hour ago: counted to now, goodput would be a sliver
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731  (Slurm's local time)
+    fields = {"JobState": "CANCELLED", "ExitCode": "0:15", "StartTime": stamp(start), "EndTime": stamp(start + 100)}
+    bin_dir = slurm_on_path(tmp_path, monkeypatch, scontrol_as("scontrol_failed.txt", "7", **fields))
+    path = registered(tmp_path, CANCELLED_LOG)
+    logs = tmp_path / "logs"
+    ranks = [
+        {"event": event, "rank": rank, "attempt": 1, "time": start + t, "host": "node1", "pid": 1, **more}
+        for rank in (0, 1)
+        for event, t, more in (("process", 1, {}), ("first_step", 10, {"step": 1}), ("steps", 95, {"step": 850}))
+    ]
+    (logs / "slurmgen-7.timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ranks))
+    (logs / "slurmgen-7.attempts.jsonl").write_text(json.dumps({"event": "start", "attempt": 1, "time": start}) + "\n")
+
+    def goodput() -> dict:
+        code, out, err = run(capsys, "status", "7", "--registry", str(path), "--json")
+        assert code == 0, err
+        return json.loads(out)["goodput"]
+
+    told = goodput()
+    assert told["wall"] == pytest.approx(100, abs=1) and told["goodput"] == pytest.approx(0.85, abs=0.02), told
+    (bin_dir / "scontrol.txt").write_text("")  # the controller forgot the job: no answer, no accounting
+    assert goodput()["wall"] == pytest.approx(told["wall"], abs=1e-3)
