@@ -30,6 +30,7 @@ from helpers import assert_nodes_clean, render_and_lint, sg
 
 from slurmgen.contract import exitcodes
 from slurmgen.contract.files import TIMELINE_NAME
+from slurmgen.contract.warm import WORLD_NAME
 from slurmgen.heal.attempts import attempts_path, read_attempts, where_next
 from slurmgen.jsonl import objects
 
@@ -430,6 +431,43 @@ def test_a_second_failure_soon_after_a_warm_restart_restarts_cold(cluster, tmp_p
     assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
     assert cluster.wait_no_tasks(job, timeout=30) == []
     assert not list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*")), "the nodes' world files are left"
+
+
+def test_a_cancelled_job_under_warm_restarts_leaves_no_world_files(cluster, tmp_path):
+    """--restart-mode warm: a warm restart writes its world on each node of the step (the node's
+    slurmgen-warm-JOB.ATTEMPT in its TMPDIR). Cancelled after it (`slurmgen cancel`), the job
+    leaves no process and no world file: each rank's wrapper, stopped, removes its node's (the
+    batch shell removes them only at the end of an attempt that was not stopped)."""
+    args = (
+        "--backend",
+        "gloo",
+        "--time",
+        "5",
+        "--restarts",
+        "1",
+        "--restart-mode",
+        "warm",
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+    )
+    job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *_train_for(100_000)).stdout.strip().split()[-1]
+    out = tmp_path / "out"
+    _wait_for_a_checkpoint(cluster, out, job)
+    os.kill(_rank_pid(cluster, job, KILLED_RANK).pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while len({e["rank"] for e in _timeline(out, job) if e.get("event") == "first_step" and e.get("generation")}) < 4:
+        assert time.monotonic() < deadline, _log(out, job)[-3000:]
+        time.sleep(0.2)
+    worlds = Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*/*/{WORLD_NAME}")
+    assert len(list(worlds)) == 2, _log(out, job)[-3000:]  # one per node of the step
+    sg(cluster, tmp_path, "cancel", job)
+    info = _wait_never_pending(cluster, job)
+    assert info["JobState"] == "CANCELLED", info
+    assert cluster.wait_no_tasks(job, timeout=60) == []
+    left = list(Path(cluster.env()["TMPDIR"]).glob(f"slurmgen-warm-{job}.*"))
+    assert left == [], (left, _log(out, job)[-3000:])
 
 
 @pytest.mark.parametrize("watch", [(), ("--heartbeat-timeout", "10")], ids=["plain", "heartbeat"])

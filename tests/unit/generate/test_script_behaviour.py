@@ -913,3 +913,18 @@ done
 """
     assert subprocess.run(["bash", "-c", script], timeout=30).returncode == 0
     assert not any(f.exists() for f in files)  # the batch shell's own exit removed them
+
+
+def test_a_stopped_ranks_world_files_go_with_it_under_warm_restarts(tmp_path, fake_slurm):
+    # restart_mode warm: a rank's wrapper stopped (TERM, as a cancel or the time limit sends it)
+    # ends the attempt on its node, and the node's world files go with it. The batch shell's
+    # warm_end removes them only after an attempt that was not stopped, and a cancelled job left
+    # `slurmgen-warm-JOB.ATTEMPT` in each node's TMPDIR.
+    world = 'mkdir -p "$SLURMGEN_WARM_DIR" && touch "$SLURMGEN_WARM_DIR/world" && echo "world in $SLURMGEN_WARM_DIR"'
+    command = ["bash", "-c", f"{world}; kill -TERM $PPID; sleep 0.2; exit 3"]
+    out = write(tmp_path, nodes=1, gpus=1, restarts=1, restart_mode="warm", command=command)
+    tmp = tmp_path / "node-tmp"
+    tmp.mkdir()
+    result = fake_slurm(out, hosts="localhost", nodes=1, env={"TMPDIR": str(tmp)})
+    assert "world in " + str(tmp / "slurmgen-warm-4242.1" / "localhost") in result.stdout, result.stderr
+    assert list(tmp.glob("slurmgen-warm-*")) == [], result.stderr

@@ -764,6 +764,12 @@ rank_wrapper='
   ended=done
   ((code == 0)) || ended=failed
   timeline end "$RANK" "$BASHPID" ", \"status\": \"$ended\", \"code\": $code"
+  # A stopped rank (a cancel, the time limit, a cold restart) ends its attempt on this node, and
+  # the world files go with it: warm_end removes them only after an attempt that was not stopped.
+  if ((stopped)) && [[ -n ${SLURMGEN_WARM_DIR:-} ]]; then
+    rm -rf -- "$SLURMGEN_WARM_DIR"
+    rmdir -- "${SLURMGEN_WARM_DIR%/*}" 2>/dev/null
+  fi
   if ((code != 0 && !stopped)); then
     now=${EPOCHREALTIME:-$(date +%s)}
     printf "slurmgen-exit: rank %s on %s (task %s) exited with code %s at %s\n" \
