@@ -51,6 +51,12 @@ def _train_for(steps: int) -> list[str]:
     return [*TRAIN[:at], str(steps), *TRAIN[at + 1 :]]
 
 
+def _warm_args(restarts: int) -> tuple[str, ...]:
+    """`submit`'s options for the warm-restart tests: 2 nodes x 2 gloo ranks, `restarts` in-job restarts."""
+    warm = ("--restarts", str(restarts), "--restart-mode", "warm")
+    return ("--backend", "gloo", "--time", "5", *warm, "--nodes", "2", "--gpus", "2")
+
+
 def _submit(cluster, tmp_path: Path, *create_args: str) -> tuple[Path, str]:
     out = render_and_lint(
         tmp_path / "out", "--backend", "gloo", "--time", "5", "--restarts", "1", *create_args, command=TRAIN
@@ -300,20 +306,7 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
     new interpreter), every rank steps on from the checkpoint in generation 1 of attempt 1, and the
     job completes in its allocation with one recovery in its attempts record and its status."""
     # submitted by `slurmgen submit`, so that `slurmgen status` knows the job
-    args = (
-        "--backend",
-        "gloo",
-        "--time",
-        "5",
-        "--restarts",
-        "1",
-        "--restart-mode",
-        "warm",
-        "--nodes",
-        "2",
-        "--gpus",
-        "2",
-    )
+    args = _warm_args(restarts=1)
     # 800 steps: the run goes on long enough after the fault for the promoted spare's replacement
     # (the 10 s settle time, then its srun's start) to be seen while the job runs; with 400 a quiet
     # machine ended the job 14 s after the fault, before it could be.
@@ -389,20 +382,7 @@ def test_a_second_failure_soon_after_a_warm_restart_restarts_cold(cluster, tmp_p
     settle time of the new world. The second failure gets no warm restart: every task of the
     attempt is stopped (the step and the rank's own), a cold in-job restart follows (attempt 2 of
     every rank, the warm restart counted against --restarts), and the job completes in its allocation."""
-    args = (
-        "--backend",
-        "gloo",
-        "--time",
-        "5",
-        "--restarts",
-        "2",
-        "--restart-mode",
-        "warm",
-        "--nodes",
-        "2",
-        "--gpus",
-        "2",
-    )
+    args = _warm_args(restarts=2)
     job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *TRAIN).stdout.strip().splitlines()[-1]
     out = tmp_path / "out"
     _wait_for_a_checkpoint(cluster, out, job)
@@ -438,20 +418,7 @@ def test_a_cancelled_job_under_warm_restarts_leaves_no_world_files(cluster, tmp_
     slurmgen-warm-JOB.ATTEMPT in its TMPDIR). Cancelled after it (`slurmgen cancel`), the job
     leaves no process and no world file: each rank's wrapper, stopped, removes its node's (the
     batch shell removes them only at the end of an attempt that was not stopped)."""
-    args = (
-        "--backend",
-        "gloo",
-        "--time",
-        "5",
-        "--restarts",
-        "1",
-        "--restart-mode",
-        "warm",
-        "--nodes",
-        "2",
-        "--gpus",
-        "2",
-    )
+    args = _warm_args(restarts=1)
     job = sg(cluster, tmp_path, "submit", *args, "-o", "out", "--", *_train_for(100_000)).stdout.strip().split()[-1]
     out = tmp_path / "out"
     _wait_for_a_checkpoint(cluster, out, job)
