@@ -139,7 +139,9 @@ class WorkerAgent:
         return bool(
             slot.running
             and slot.order
-            and is_stale(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout, slot.proc and slot.proc.pid)
+            and is_stale(
+                _read_beat(slot.hb_file), now, slot.order.heartbeat_timeout, slot.proc.pid if slot.proc else None
+            )
         )
 
     def _quiet(self, slot: Slot, now: float) -> QuietBeat | None:
