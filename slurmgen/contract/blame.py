@@ -2,14 +2,16 @@
 
 When one rank freezes, every other rank blocks in the next collective and stops beating within
 about one beat of it, on every node: a judge that names its first stale rank blames a waiting
-one. Of the ranks whose heartbeat says "running" and is older than the limit:
+one. Of the ranks whose heartbeat is judged (contract/hangs.py: a step, or an evaluation or
+checkpoint by what the rank learned of its earlier ones) and older than its limit:
 
 - a rank whose process cannot run (stopped by SIGSTOP or a debugger) is named at once;
 - any other only `defer_ms` later (a beat period plus a poll): the rank whose last beat is the
   oldest crosses it first, and a stopped rank whose last beat was newer still speaks first.
 
 Among equals the older beat wins, then the lower rank. Ranks silent for over half the limit
-are the ones that waited. Python judges with it where it sees every node's beats (the launcher
+are the ones that waited, those in a phase nothing bounds too (a first checkpoint's barrier:
+never named, but they waited all the same). Python judges with it where it sees every node's beats (the launcher
 of `slurmgen launch`, the coordinator's server); the Slurm watcher and launch_multi_node.sh
 judge each node with the same rule in bash (templates/hang_judge.sh.j2, `judge_node`, which
 orders its verdicts by the same deferral so the first to arrive is this one), and
@@ -35,6 +37,7 @@ class LastBeat:
     stopped: bool = False
     node: str = ""
     limit_ms: int | None = None  # its own limit (a learned one, contract/hangs.py); None: the job's
+    judged: bool = True  # False: a phase nothing bounds (contract/hangs.py); it may have waited, never hung
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,14 @@ def defer_ms(limit_ms: int) -> int:
 
 
 def judge(beats: Iterable[LastBeat], limit_ms: int, defer: int | None = None) -> Hang | None:
-    """The hung rank of these beats (all of a job's "running" beats, any node), or None yet."""
+    """The hung rank of these beats (all of a job's quiet beats, any node), or None yet."""
     beats = sorted(beats, key=lambda b: b.rank)
     defer = defer_ms(limit_ms) if defer is None else defer
-    due = [b for b in beats if b.age_ms > _limit(b, limit_ms) and (b.stopped or b.age_ms > _limit(b, limit_ms) + defer)]
+    due = [
+        b
+        for b in beats
+        if b.judged and b.age_ms > _limit(b, limit_ms) and (b.stopped or b.age_ms > _limit(b, limit_ms) + defer)
+    ]
     if not due:
         return None
     hung = max(due, key=lambda b: (b.stopped, b.age_ms))  # max keeps the first (lowest rank) of equals

@@ -7,12 +7,17 @@ due, learned per phase from the run's own durations (`learned_timeout`). Every w
 judges of the generated scripts, `slurmgen launch`'s node bootstrap, the coordinator's agent)
 applies `beat_limit` to the beat it reads and never recomputes the statistic:
 
-  phase        status in the beat   limit
-  start-up     running, no timeout  the fixed --heartbeat-timeout (nothing learned yet)
-  step         running + timeout    min(timeout, fixed): the fixed one stays the ceiling
-  evaluation   evaluating + timeout timeout, learned from this run's earlier evaluations
-  checkpoint   checkpointing        never judged: its stall is the disk's, which earlier stalls
-                                    do not bound (the final one waits for a whole write)
+  phase        status in the beat    limit
+  start-up     running, no timeout   the fixed --heartbeat-timeout (nothing learned yet)
+  step         running + timeout     min(timeout, fixed): the fixed one stays the ceiling
+  evaluation   evaluating + timeout  timeout, learned from this run's earlier evaluations
+  checkpoint   checkpointing+timeout timeout, learned from this run's earlier checkpoint stalls
+  last write   checkpointing         none: the wait for a whole write at the end (or a first
+                                     checkpoint) is the disk's, which nothing learned bounds
+  any of these, its process stopped  as a step: min(timeout, fixed), the fixed one when nothing
+                                     was learned. A process stopped by SIGSTOP or a debugger
+                                     makes no progress in any phase: a rank stopped inside a
+                                     checkpoint stood the whole job still, unjudged.
 
 timeout = period + max(floor, factor x p99(recent durations), the longest one seen): `period`
 because the writer rewrites its file at most every --heartbeat-every seconds, so a watcher sees
@@ -40,6 +45,11 @@ DEFAULT_FLOOR = 30.0
 # Samples a phase needs before its timeout is learned, and how many recent ones count.
 LEAST_STEPS = 20
 LEAST_EVALS = 2
+LEAST_CHECKPOINTS = 2
+# The phases besides stepping that are judged only by what the rank learned of its own earlier
+# ones (their status words in the beat): nothing else bounds an evaluation or a checkpoint stall.
+EVALUATING, CHECKPOINTING = "evaluating", "checkpointing"
+LEARNED_PHASES = (EVALUATING, CHECKPOINTING)
 WINDOW = 256
 
 STACK_SIGNAL = "URG"
@@ -65,17 +75,18 @@ def learned_timeout(
     return math.ceil((period + max(floor, factor * p99(samples), longest)) * 1000 - 1e-6) / 1000
 
 
-def beat_limit(beat: Mapping[str, object], fixed: float) -> float | None:
+def beat_limit(beat: Mapping[str, object], fixed: float, stopped: bool = False) -> float | None:
     """The watcher's rule: seconds a beat may age before its rank counts as hung, None when it is
-    not judged (a checkpoint, an ended rank, an evaluation nothing was learned of)."""
+    not judged (an ended rank; an evaluation or checkpoint nothing was learned of, unless its
+    process is `stopped`: it cannot run, so it cannot be waiting for a disk or a peer)."""
     timeout = beat.get("timeout")
     learned = (
         float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0 else None
     )
     status = beat.get("status")
-    if status == "running":
+    if status == "running" or stopped and status in LEARNED_PHASES:
         return fixed if learned is None else min(fixed, learned)
-    if status == "evaluating":
+    if status in LEARNED_PHASES:
         return learned
     return None
 

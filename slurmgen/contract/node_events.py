@@ -29,7 +29,9 @@ Node -> launcher, on two streams of the same session:
                                              the heartbeat timeout, every poll while there are
                                              any (then once with none): STEP "-" when the beat
                                              has none, STATE "stopped" when the rank's process
-                                             is (SIGSTOP, a debugger), else "running". The
+                                             is (SIGSTOP, a debugger), "waiting" in a phase
+                                             nothing bounds (a first checkpoint: never hung,
+                                             it waited), else "running". The
                                              launcher judges the hang across every node's
                                              beats (slurmgen/contract/blame.py).
       slurmgen-event-1 error MESSAGE         the node could not start (bad payload, workdir...)
@@ -90,12 +92,13 @@ class NodeEvent:
 
 def _beat(word: str) -> LastBeat | None:
     """One `RANK:STEP:MS:STATE[:LIMIT_MS]` word of a beats event (None: malformed); LIMIT_MS is
-    the rank's own (learned) limit when it has one."""
+    the rank's own (learned) limit when it has one. STATE: stopped, running, or waiting (in a
+    phase nothing bounds: contract/blame.py's `judged`)."""
     parts = word.split(":")
     if (
         len(parts) not in (4, 5)
         or not (parts[0].isdigit() and parts[2].isdigit())
-        or parts[3] not in ("stopped", "running")
+        or parts[3] not in ("stopped", "running", "waiting")
     ):
         return None
     if len(parts) == 5 and not parts[4].isdigit():
@@ -104,7 +107,9 @@ def _beat(word: str) -> LastBeat | None:
         return None
     step = int(parts[1]) if parts[1] != "-" else None
     limit = int(parts[4]) if len(parts) == 5 and int(parts[4]) > 0 else None
-    return LastBeat(int(parts[0]), int(parts[2]), step, parts[3] == "stopped", limit_ms=limit)
+    return LastBeat(
+        int(parts[0]), int(parts[2]), step, parts[3] == "stopped", limit_ms=limit, judged=parts[3] != "waiting"
+    )
 
 
 def parse_event(line: str) -> NodeEvent | None:

@@ -25,6 +25,7 @@ class SlotReport:
     stopped: bool
     at: float
     limit: float | None = None  # seconds: the rank's own (learned) limit; None: the group's
+    judged: bool = True  # False: a phase nothing bounds (contract/blame.py)
 
 
 def judge(
@@ -41,6 +42,7 @@ def judge(
             q.stopped,
             q.host,
             round(q.limit * 1000) if q.limit else None,
+            q.judged,
         )
         for w, q in quiet.items()
         if w in ranks

@@ -315,7 +315,7 @@ class ErrorOut(BaseModel):
 
 
 class QuietBeat(BaseModel):
-    """A rank's last trainer heartbeat, once it is older than half the hang limit."""
+    """A rank's last trainer heartbeat, once it is older than half its hang limit."""
 
     age: float = Field(ge=0, description="seconds since the beat, on the node's clock")
     step: int | None = None
@@ -324,6 +324,9 @@ class QuietBeat(BaseModel):
         None,
         gt=0,
         description="its own hang limit in seconds when it learned one (contract/hangs.py); None: the group's",
+    )
+    judged: bool = Field(
+        True, description="False: a phase nothing bounds (a first checkpoint): it may have waited, never hung"
     )
 
 

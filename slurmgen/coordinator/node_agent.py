@@ -53,18 +53,14 @@ CUT_OFF_MARGIN = 5.0
 DEFAULT_SERVER_TIMEOUT = 10.0  # until the first answer says otherwise (serve's default)
 
 
-def is_stale(beat: dict | None, now: float, timeout: float) -> bool:
+def is_stale(beat: dict | None, now: float, timeout: float, pid: int | None = None) -> bool:
     """A trainer heartbeat is stale when it is older than its limit by the watchers' one rule
     (contract.hangs.beat_limit: `timeout` for a running rank, or the shorter one it learned from
-    its own step times; a learned one for an evaluation). No file, or a status not judged
-    (a checkpoint, an ended rank), is never stale."""
-    if not beat:
-        return False
-    limit = hangs.beat_limit(beat, timeout)
-    try:
-        return limit is not None and now - float(beat["time"]) > limit
-    except (KeyError, TypeError, ValueError):
-        return False
+    its own step times; a learned one for an evaluation or a checkpoint; as a running one when
+    its process, the beat's writer or else `pid`, is stopped). No file, or a status not judged
+    (an ended rank, a phase nothing bounds), is never stale."""
+    quiet = quiet_beat(beat, now, timeout, pid)
+    return quiet is not None and quiet.judged and quiet.age > (quiet.limit or timeout)
 
 
 def _read_beat(path: Path | None) -> dict | None:
@@ -84,25 +80,27 @@ def is_stopped(pid: int) -> bool:
 
 
 def quiet_beat(beat: dict | None, now: float, timeout: float, pid: int | None) -> QuietBeat | None:
-    """The beat as the server judges it, once it says "running" and is older than half its
-    limit (contract.hangs.beat_limit, as is_stale; the ranks that wait are named as such);
-    None otherwise."""
-    if not beat or beat.get("status") != HEARTBEAT_WORD[State.RUNNING]:
+    """The beat as the server judges it, once it is older than half its limit (contract.hangs.
+    beat_limit, as is_stale; a phase nothing bounds by `timeout`, as a rank that may have
+    waited, never hung); None otherwise, and for an ended rank."""
+    if not beat or beat.get("status") not in (HEARTBEAT_WORD[State.RUNNING], *hangs.LEARNED_PHASES):
         return None
-    limit = hangs.beat_limit(beat, timeout) or timeout
+    writer = beat.get("pid") if isinstance(beat.get("pid"), int) else pid
+    stopped = writer is not None and is_stopped(writer)
+    limit = hangs.beat_limit(beat, timeout, stopped)
     try:
         age = now - float(beat["time"])
     except (KeyError, TypeError, ValueError):
         return None
-    if age * 2 <= limit:
+    if age * 2 <= (limit or timeout):
         return None
     step = beat.get("step")
-    writer = beat.get("pid") if isinstance(beat.get("pid"), int) else pid
     return QuietBeat(
         age=max(0.0, age),
         step=step if isinstance(step, int) else None,
-        stopped=writer is not None and is_stopped(writer),
-        limit=limit if limit < timeout else None,
+        stopped=stopped,
+        limit=None if limit is None or limit == timeout else limit,  # learned: shorter, or longer (an evaluation)
+        judged=limit is not None,
     )
 
 
@@ -139,7 +137,11 @@ class WorkerAgent:
 
     def _hung(self, slot: Slot, now: float) -> bool:
         return bool(
-            slot.running and slot.order and is_stale(_read_beat(slot.hb_file), now, slot.order.heartbeat_timeout)
+            slot.running
+            and slot.order
+            and is_stale(
+                _read_beat(slot.hb_file), now, slot.order.heartbeat_timeout, slot.proc.pid if slot.proc else None
+            )
         )
 
     def _quiet(self, slot: Slot, now: float) -> QuietBeat | None:

@@ -721,7 +721,7 @@ class Coordinator:
                 self.quiet.pop(name, None)
             else:
                 self.quiet[name] = group_blame.SlotReport(
-                    report.host, r.beat.age, r.beat.step, r.beat.stopped, now, r.beat.limit
+                    report.host, r.beat.age, r.beat.step, r.beat.stopped, now, r.beat.limit, r.beat.judged
                 )
 
     def _note_met(self, report: AgentReport, known: hb.Known) -> None:

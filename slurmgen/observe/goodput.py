@@ -10,7 +10,9 @@ lost       at each failure, the time spent on steps past the checkpoint the next
            from: those steps were done twice (`lost_steps` lists them); a last attempt that
            crashed loses its steps past its last checkpoint (no attempt redid them)
 hung       an attempt that hung (its end says so: exit code 124, the hung rank): from its last
-           step (the hung rank's last beat) to the attempt's end, no rank trained
+           step (the hung rank's last beat) to the attempt's end, no rank trained. Neither lost
+           nor checkpoint counts any of that time again (the ranks may step on as they are
+           stopped, and a rank frozen inside a checkpoint holds the others in it)
 restart    a failed attempt's last step (a hung one's end) to the next attempt's allocation:
            failure detection, tear-down and the requeue's wait; and a warm restart's: its
            world's last step (the fault) to every rank stepping again in the new one
@@ -78,18 +80,30 @@ def _attempt(ranks: Mapping[int, Sequence[Event]]) -> dict[str, Any]:
     }
 
 
-def _redone(f: Mapping[str, Any], attempt: int, redo_from: int | None) -> dict[str, Any]:
+def _redone(f: Mapping[str, Any], attempt: int, redo_from: int | None, hung: float | None = None) -> dict[str, Any]:
     """The work a failure lost: the attempt's steps past checkpoint `redo_from` (its first step
-    when none), with the seconds they took."""
+    when none), with the seconds they took; up to `hung` (a hang's judged beat) when it hung:
+    the time after it is the hang's, though its ranks may have stepped on as they were stopped."""
     ckpt = f["checkpoints"].get(redo_from)
     since = ckpt["time"] if ckpt is not None else f["first"]
+    until = f["last_time"] if hung is None else min(f["last_time"], hung)
     return {
         "attempt": attempt,
         "from_step": redo_from,
         "to_step": f["last_step"],
         "steps": max(0, f["last_step"] - (redo_from or 0)),
-        "seconds": round(max(0.0, f["last_time"] - since), 3),
+        "seconds": round(max(0.0, until - since), 3),
     }
+
+
+def _stalls(f: Mapping[str, Any], hung: float | None = None) -> float:
+    """A world's checkpoint stalls in seconds; up to `hung` (a hang's judged beat) when it hung:
+    a rank frozen inside a checkpoint holds the others in it until they are stopped, and that
+    time is the hang's."""
+    return sum(
+        c["stall"] if hung is None else max(0.0, min(c["time"], hung) - (c["time"] - c["stall"]))
+        for c in f["checkpoints"].values()
+    )
 
 
 def _worlds(ranks: Mapping[int, Sequence[Event]]) -> list[tuple[int, dict[str, Any]]]:
@@ -112,7 +126,7 @@ def _warm_restarts(
     `parts`; the lost steps, each with the generation that redid them."""
     lost_steps = []
     for (_, f), (generation, later) in zip(worlds, worlds[1:]):
-        parts["checkpoint"] += sum(c["stall"] for c in f["checkpoints"].values())
+        parts["checkpoint"] += _stalls(f)
         lost = {**_redone(f, attempt, later["resumed_from"]), "generation": generation}
         parts[LOST_PART] += lost["seconds"]
         parts["restart"] += max(0.0, later["first"] - f["last_time"])
@@ -143,21 +157,22 @@ def compute(
         parts["startup"] += worlds[n][0][1]["first"] - start[n]
         lost_steps += _warm_restarts(worlds[n], n, parts)
         f = worlds[n][-1][1]  # the attempt's last world: how it ended
-        parts["checkpoint"] += sum(c["stall"] for c in f["checkpoints"].values())
         said = bounds.get(n, {})
         stopped = f["last_time"]  # when training stopped: a hung attempt's last beat
+        hung_from = None
         if said.get("code") == HUNG or said.get("hung_rank") is not None:
             hung = grouped.get(n, {}).get(said["hung_rank"], ()) if said.get("hung_rank") is not None else ()
-            stopped = judged_beat(hung, said.get("hung_step")) or stopped
+            stopped = hung_from = judged_beat(hung, said.get("hung_step")) or stopped
             parts[HUNG_PART] += max(0.0, (end[n] or stopped) - stopped)
             stopped = max(stopped, end[n] or stopped)
+        parts["checkpoint"] += _stalls(f, hung_from)
         crashed = said.get("code") not in (None, OK, PREEMPTED, HUNG) and said.get("state") != State.STOPPED.value
         if nxt is None and not crashed:
             parts["other"] += max(0.0, end[n] - stopped)
             continue
         # a failure: the steps past the checkpoint resumed from (a crash that ended the run: past its last one)
         resumed = nxt["resumed_from"] if nxt is not None else None
-        lost = _redone(f, n, resumed if resumed is not None else max(f["checkpoints"], default=None))
+        lost = _redone(f, n, resumed if resumed is not None else max(f["checkpoints"], default=None), hung_from)
         parts[LOST_PART] += lost["seconds"]
         lost_steps.append(lost)
         if later is None:

@@ -9,12 +9,13 @@ heartbeats (`Heartbeat`): each rank rewrites DIR/rank-NNNNN.json = {"rank", "ste
   and at the end: a shared file system sees one write per node every few seconds instead of
   one per rank per second. A watcher compares `time` (the writer's clock) with its own to
   tell a hung rank (stale heartbeat) from a slow one (fresh heartbeat, slow steps). status is
-  running | evaluating | checkpointing | done | preempted | failed; only "running" promises
-  another beat within --heartbeat-every (during a checkpoint every rank waits while rank 0
-  copies the state and waits for the previous write, which is not a hang).
+  starting | running | evaluating | checkpointing | done | preempted | failed; only "running"
+  promises another beat within --heartbeat-every (during a checkpoint every rank waits while
+  rank 0 copies the state and waits for the previous write, which is not a hang; how long it may
+  wait, the rank learns from its earlier ones).
 
 Additive fields (contract/hangs.py): `timeout`, the seconds after `time` by which the next beat
-is due, learned from this rank's own step (or evaluation) times once it has enough of them;
+is due, learned from this rank's own step (evaluation, checkpoint) times once it has enough of them;
 `stack`: true when the rank dumps its Python stack into DIR/stack-NNNNN.txt on
 contract.hangs.STACK_SIGNAL (faulthandler), which a watcher sends before it kills a hung rank.
 
@@ -116,49 +117,55 @@ def read_heartbeats(directory: str | os.PathLike[str]) -> dict[int, dict[str, An
 
 
 class _Learner:
-    """This rank's step and evaluation durations, and the timeout they give (contract/hangs.py).
+    """This rank's step, evaluation and checkpoint durations, and the timeout they give
+    (contract/hangs.py).
 
     A step sample is the time between two step beats while running, per step; the first step of
     the process (start-up) and a step after a checkpoint or evaluation start afresh. An
-    evaluation sample is the time from entering "evaluating" to leaving it."""
+    evaluation (checkpoint) sample is the time from entering "evaluating" ("checkpointing") to
+    leaving it; a checkpoint beat that is not `bounded` (the wait for a whole write) is none."""
+
+    LEAST = {
+        RUNNING: hangs.LEAST_STEPS,
+        hangs.EVALUATING: hangs.LEAST_EVALS,
+        hangs.CHECKPOINTING: hangs.LEAST_CHECKPOINTS,
+    }
 
     def __init__(self, period: float, factor: float, floor: float):
         self.period, self.factor, self.floor = period, factor, floor
-        self.steps: deque[float] = deque(maxlen=hangs.WINDOW)
-        self.evals: deque[float] = deque(maxlen=hangs.WINDOW)
+        self.samples: dict[str, deque[float]] = {phase: deque(maxlen=hangs.WINDOW) for phase in self.LEAST}
+        self.longest = dict.fromkeys(self.LEAST, 0.0)  # the longest sample ever, per phase
         self.mark: tuple[int, float] | None = None  # the last step beat while running
         self.counts = False  # whether the step after the mark is a sample (not start-up)
-        self.eval_start = 0.0
-        self.longest = {"running": 0.0, "evaluating": 0.0}  # the longest sample ever, per phase
+        self.entered: dict[str, float] = {}  # when the phase in progress began, for a phase sampled whole
 
-    def observe(self, step: int, status: str, previous: str, now: float) -> None:
-        if status == "evaluating" and previous != "evaluating":
-            self.eval_start = now
-        elif previous == "evaluating" and status != "evaluating" and self.eval_start:
-            self.evals.append(now - self.eval_start)
-            self.longest["evaluating"] = max(self.longest["evaluating"], self.evals[-1])
+    def observe(self, step: int, status: str, previous: str, now: float, bounded: bool = True) -> None:
+        if status != previous:
+            if previous in self.entered:
+                self._sample(previous, now - self.entered.pop(previous))
+            if status in hangs.LEARNED_PHASES and bounded:
+                self.entered[status] = now
         if status != RUNNING:
             self.mark = None
             return
         if self.mark is None or previous != RUNNING:
-            self.counts = self.mark is not None or previous in ("evaluating", "checkpointing")
+            self.counts = self.mark is not None or previous in hangs.LEARNED_PHASES
             self.mark = (step, now)
         elif step > self.mark[0]:
             if self.counts:
-                self.steps.append((now - self.mark[1]) / (step - self.mark[0]))
-                self.longest["running"] = max(self.longest["running"], self.steps[-1])
+                self._sample(RUNNING, (now - self.mark[1]) / (step - self.mark[0]))
             self.mark, self.counts = (step, now), True
 
-    def timeout(self, status: str) -> float | None:
-        if status == RUNNING:
-            return hangs.learned_timeout(
-                self.steps, self.factor, self.floor, self.period, hangs.LEAST_STEPS, self.longest[status]
-            )
-        if status == "evaluating":
-            return hangs.learned_timeout(
-                self.evals, self.factor, self.floor, self.period, hangs.LEAST_EVALS, self.longest[status]
-            )
-        return None
+    def _sample(self, phase: str, seconds: float) -> None:
+        self.samples[phase].append(seconds)
+        self.longest[phase] = max(self.longest[phase], seconds)
+
+    def timeout(self, status: str, bounded: bool = True) -> float | None:
+        if status not in self.LEAST or not bounded:
+            return None
+        return hangs.learned_timeout(
+            self.samples[status], self.factor, self.floor, self.period, self.LEAST[status], self.longest[status]
+        )
 
 
 # The open stack file of this process: faulthandler writes into it from a signal handler, so it
@@ -218,14 +225,19 @@ class Heartbeat:
         self.learn = _Learner(every, *hangs.settings(environ))
         self.stack = False
 
-    def beat(self, step: int, status: str = RUNNING, force: bool = False, work: float | None = None) -> None:
+    def beat(
+        self, step: int, status: str = RUNNING, force: bool = False, work: float | None = None, bounded: bool = True
+    ) -> None:
         """`work`: seconds this rank spent working (not waiting for peers) in the step just done;
-        the straggler check compares ranks by it, since a collective evens out step times."""
+        the straggler check compares ranks by it, since a collective evens out step times.
+        `bounded=False`: a phase whose length nothing this run learned bounds (the wait for a
+        whole checkpoint write before the end): its beats publish no timeout, so a watcher judges
+        it only if its process is stopped (contract/hangs.py)."""
         now = time.time()
         due = force or status != self.status or now - self.last >= self.every
         if self.timeline is not None:
             self._timeline(step, status, now, work, due)
-        self.learn.observe(step, status, self.status, now)
+        self.learn.observe(step, status, self.status, now, bounded)
         if not due:
             return
         if self.path is not None and not self.last:
@@ -244,7 +256,7 @@ class Heartbeat:
                 "host": self.host,
                 "status": status,
             }
-            timeout = self.learn.timeout(status)
+            timeout = self.learn.timeout(status, bounded)
             if timeout is not None:
                 record["timeout"] = timeout
             if self.stack:
@@ -284,9 +296,9 @@ class Heartbeat:
             tl.write(phases.FIRST_STEP, now, step=step)
         if work is not None:
             self.work += work
-        if status == "checkpointing" and self.status != "checkpointing":
+        if status == hangs.CHECKPOINTING and self.status != hangs.CHECKPOINTING:
             self.ckpt_start, self.ckpt_step = now, step
-        elif self.status == "checkpointing" and status != "checkpointing":
+        elif self.status == hangs.CHECKPOINTING and status != hangs.CHECKPOINTING:
             tl.write(phases.CHECKPOINT, now, step=self.ckpt_step, stall=round(now - self.ckpt_start, 6))
         final = status in FINAL_STATUSES and status != self.status
         if self.first_done and step > self.sampled_step and (final or status == RUNNING and due):

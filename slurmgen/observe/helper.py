@@ -30,14 +30,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmgen.contract import envvars, phases
+from slurmgen.contract import envvars, hangs, phases
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.observe.heartbeat import Heartbeat
 
 # Seconds between heartbeat files (and step samples): the trainer's --heartbeat-every default.
 EVERY = 1.0
-# A phase a program names that is a heartbeat status: the watcher must not take it for a hang.
-_STATUS = {"checkpoint": "checkpointing", "eval": "evaluating", "evaluate": "evaluating"}
+# A phase a program names that is a heartbeat status: the watcher judges it by what this rank
+# learned of its earlier ones, not by the step limit.
+_STATUS = {"checkpoint": hangs.CHECKPOINTING, "eval": hangs.EVALUATING, "evaluate": hangs.EVALUATING}
 
 
 def _int(environ: Mapping[str, str], *names: str) -> int:

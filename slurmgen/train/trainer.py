@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slurmgen.contract import envvars
+from slurmgen.contract import envvars, hangs
 from slurmgen.contract import warm as protocol
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 from slurmgen.observe import stragglers
@@ -227,7 +227,7 @@ class Trainer:
         """Mean loss over --eval-iters batches per rank, averaged over all ranks."""
         if self.eval_dataset is None or len(self.eval_dataset) == 0:
             return None
-        self.heartbeat.beat(self.step, status="evaluating", force=True)
+        self.heartbeat.beat(self.step, status=hangs.EVALUATING, force=True)
         self.model.eval()
         total = 0.0
         for i in range(self.cfg.eval_iters):

@@ -21,6 +21,7 @@ nodes: a watcher that blames its own first stale rank names a waiting one.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,9 +37,11 @@ from slurmgen.heal.attempts import attempts_path, read_attempts
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 pytest.importorskip("torch", reason="torch is not installed: run scripts/setup.sh")
 
-# argv: SHARED_DIR. After 50 steps each rank writes its host name to SHARED_DIR/ready-RANK. Like
-# the trainer it dumps its stack on SIGURG beside its heartbeat and says so ("stack": true), so
-# every path names where the frozen rank was stuck: in train_loop (or below it, in torch).
+# argv: SHARED_DIR [checkpoint]. After 50 steps each rank writes its host name to
+# SHARED_DIR/ready-RANK; with "checkpoint" it does so inside a checkpoint (its beat says
+# "checkpointing", as the trainer's does while it saves: 3 s, then a barrier), learned of nothing
+# yet. Like the trainer it dumps its stack on SIGURG beside its heartbeat and says so ("stack":
+# true), so every path names where the frozen rank was stuck: in train_loop or save (or below, in torch).
 PROGRAM = r"""
 import datetime, faulthandler, json, os, signal, socket, sys, time
 import torch
@@ -51,6 +54,20 @@ os.makedirs(beats, exist_ok=True)
 path = os.path.join(beats, "rank-%05d.json" % rank)
 stack = open(os.path.join(beats, "stack-%05d.txt" % rank), "a")
 faulthandler.register(signal.SIGURG, file=stack, all_threads=True)
+def beat(step, status):
+    with open(path + ".tmp", "w") as f:
+        f.write(json.dumps({"rank": rank, "step": step, "time": time.time(), "pid": os.getpid(), "stack": True,
+                            "host": socket.gethostname(), "status": status}) + "\n")
+    os.replace(path + ".tmp", path)
+def ready():
+    with open(os.path.join(shared, "ready-%d" % rank), "w") as f:
+        f.write(socket.gethostname())
+def save(step):
+    beat(step, "checkpointing")
+    ready()
+    time.sleep(3)
+    dist.barrier()
+    beat(step, "running")
 def train_loop():
     last, step, t = 0.0, 0, torch.ones(1)
     while True:
@@ -59,20 +76,19 @@ def train_loop():
         dist.all_reduce(t)
         now = time.time()
         if now - last >= 0.5:
-            with open(path + ".tmp", "w") as f:
-                f.write(json.dumps({"rank": rank, "step": step, "time": now, "pid": os.getpid(), "stack": True,
-                                    "host": socket.gethostname(), "status": "running"}) + "\n")
-            os.replace(path + ".tmp", path)
+            beat(step, "running")
             last = now
         if step == 50:
-            with open(os.path.join(shared, "ready-%d" % rank), "w") as f:
-                f.write(socket.gethostname())
+            save(step) if sys.argv[2:] == ["checkpoint"] else ready()
 train_loop()
 """
 LIMIT = 4.0
 # Each test runs this many times (the old judge was right by chance); more for a benchmark:
 # SLURMGEN_HANG_RUNS=10 bash scripts/test.sh tests/integration/test_hang_blame.py -s -k frozen
 RUNS = range(int(os.environ.get("SLURMGEN_HANG_RUNS", "3")))
+# Where the test freezes rank 3: between steps, or inside a checkpoint (whose beat promises no
+# next one: a stopped rank there is judged as a stepping one, contract/hangs.py).
+FREEZES = [("step", run) for run in RUNS] + [("checkpoint", 0)]
 # The end may come this long after the limit: a 0.5 s beat period, a 0.5 s poll, the step's end.
 SLACK = 3.0
 
@@ -83,6 +99,15 @@ def _program(tmp_path: Path) -> tuple[Path, Path]:
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
     return program, shared
+
+
+def _argv(where: str) -> list[str]:
+    """The program's arguments after SHARED_DIR for a freeze `where` (FREEZES)."""
+    return ["checkpoint"] if where == "checkpoint" else []
+
+
+# The function a frozen rank's stack names, per FREEZES' `where`.
+STUCK_IN = {"step": "train_loop", "checkpoint": "save"}
 
 
 def _wait_ready(shared: Path, timeout: float, alive=lambda: True) -> None:
@@ -111,8 +136,8 @@ def _rank_pid(rank: int, program: Path, marker: tuple[str, str]) -> int:
     return found[0]
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_slurm_names_the_frozen_rank_not_the_waiting_ones(cluster, tmp_path, run):
+@pytest.mark.parametrize(("where", "run"), FREEZES)
+def test_slurm_names_the_frozen_rank_not_the_waiting_ones(cluster, tmp_path, where, run):
     program, shared = _program(tmp_path)
     out = render_and_lint(
         tmp_path / "out",
@@ -126,7 +151,7 @@ def test_slurm_names_the_frozen_rank_not_the_waiting_ones(cluster, tmp_path, run
         "2",
         "--heartbeat-timeout",
         str(LIMIT),
-        command=["python", str(program), str(shared)],
+        command=["python", str(program), str(shared), *_argv(where)],
     )
     job = cluster.submit(out / "run_slurm.sh", cwd=out)
     cluster.wait_state(job, {"RUNNING"}, timeout=60)
@@ -146,10 +171,10 @@ def test_slurm_names_the_frozen_rank_not_the_waiting_ones(cluster, tmp_path, run
     assert end["verdict"].endswith("; ranks 0-2 waited in a collective"), end
     assert f"slurmgen: {end['verdict']}" in log, log
     stacks = (out / "logs" / f"slurmgen-{job}.stacks.txt").read_text()
-    assert stacks.startswith(f"=== rank 3 on {node2}") and " in train_loop\n" in stacks, stacks
+    assert stacks.startswith(f"=== rank 3 on {node2}") and f" in {STUCK_IN[where]}\n" in stacks, stacks
     assert end["stack"] and f'{end["stack"][0]["file"]}", line {end["stack"][0]["line"]}' in stacks, end
     ended = end["time"] - frozen
-    print(f"run {run}: frozen -> attempt ended {ended:.2f} s (limit {LIMIT} s)")
+    print(f"{where} run {run}: frozen -> attempt ended {ended:.2f} s (limit {LIMIT} s)")
     assert ended <= LIMIT + SLACK, log
     assert cluster.wait_no_tasks(job, timeout=10) == []
 
@@ -190,10 +215,10 @@ def _finish(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, st
     return results
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_launch_multi_node_names_the_frozen_rank_and_every_node_stops(tmp_path, run):
+@pytest.mark.parametrize(("where", "run"), FREEZES)
+def test_launch_multi_node_names_the_frozen_rank_and_every_node_stops(tmp_path, where, run):
     program, shared = _program(tmp_path)
-    out = _create(tmp_path / "out", "python", str(program), str(shared))
+    out = _create(tmp_path / "out", "python", str(program), str(shared), *_argv(where))
     procs, port = _start_nodes(out)
     try:
         _wait_ready(shared, 90, alive=lambda: all(p.poll() is None for p in procs))
@@ -208,15 +233,51 @@ def test_launch_multi_node_names_the_frozen_rank_and_every_node_stops(tmp_path, 
     assert (code0, code1) == (exitcodes.HUNG, exitcodes.HUNG), err0[-3000:] + "\n---\n" + err1[-3000:]
     assert "hung: rank 3 on node 1 stopped beating at step " in err1, err1
     assert "its process is stopped" in err1 and "rank 2 waited in a collective; stuck in " in err1, err1
-    assert " in train_loop\n" in (out / "logs" / "stack-rank-3.txt").read_text()
+    assert f" in {STUCK_IN[where]}\n" in (out / "logs" / "stack-rank-3.txt").read_text()
     assert "first failure of the job: rank 3 on node 1 stopped beating (hung, code 124)" in err0, err0
     for err in (err0, err1):
         assert not any(f"hung: rank {r} " in err for r in (0, 1, 2)), err
     ended = max(end0, end1) - frozen
-    print(f"run {run}: frozen -> both nodes ended {ended:.2f} s (limit {LIMIT} s)")
+    print(f"{where} run {run}: frozen -> both nodes ended {ended:.2f} s (limit {LIMIT} s)")
     assert ended <= LIMIT + SLACK, (err0, err1)
     time.sleep(0.5)
     assert subprocess.run(["pgrep", "-f", str(program)], capture_output=True).stdout == b""
+
+
+def test_slurmgen_launch_names_a_rank_frozen_inside_a_checkpoint(cluster, tmp_path):
+    """`slurmgen launch` over SSH (node1, node2): rank 3 SIGSTOPped inside a checkpoint nothing was
+    learned of. Each node's bootstrap reports its ranks waiting there as "waiting" (never named)
+    and rank 3 as stopped; the launcher names rank 3 at the limit and stops every node. (Frozen
+    between steps: test_ssh_launch.py, test_frozen_rank_on_the_second_node_is_named_across_nodes.)"""
+    from helpers import Run, assert_nodes_clean, base_args
+
+    program, shared = _program(tmp_path)
+    run = Run(
+        [
+            *base_args(cluster, tmp_path),
+            *("--hosts", "node1,node2", "--gpus", "2", "--heartbeat-timeout", str(LIMIT)),
+            *("--", sys.executable, str(program), str(shared), "checkpoint"),
+        ]
+    )
+    try:
+        _wait_ready(shared, 90, alive=lambda: run.proc.poll() is None)
+        os.kill(_rank_pid(3, program, ("TMPDIR", str(tmp_path))), signal.SIGSTOP)
+        frozen = time.monotonic()
+        code = run.finish(LIMIT + 30)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    ended = run.lines[-1][0] - frozen
+    print(f"checkpoint: frozen -> launch ended {ended:.2f} s (limit {LIMIT} s)")
+    assert code == exitcodes.HUNG, run.text()
+    assert re.search(
+        r"stopping all nodes: rank 3 on node2 stopped beating at step 50 \(no heartbeat for [0-9.]+ s, its "
+        r"process is stopped\); ranks 0-2 waited in a collective; stuck in \S+:\d+ in save\(\)$",
+        run.err,
+        re.M,
+    ), run.err
+    assert ended <= LIMIT + SLACK, run.text()
+    assert_nodes_clean(cluster, timeout=15)
 
 
 def test_a_rank_killed_after_the_stop_grace_leaves_no_launcher_source_in_the_log(tmp_path):
@@ -237,8 +298,10 @@ def test_a_rank_killed_after_the_stop_grace_leaves_no_launcher_source_in_the_log
         assert "trap : INT TERM" not in err and "Killed" not in err, err
 
 
-@pytest.mark.parametrize("run", range(int(os.environ.get("SLURMGEN_HANG_RUNS", "1"))))
-def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path, run):
+@pytest.mark.parametrize(
+    ("where", "run"), [("step", r) for r in range(int(os.environ.get("SLURMGEN_HANG_RUNS", "1")))] + [("checkpoint", 0)]
+)
+def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path, where, run):
     """A coordinator group of 2 x 2 (agents on node1 and node2): rank 3, on node2, SIGSTOPped.
     The agents report quiet beats; the server names rank 3 on node2, not a rank that waits, and
     asks node2's agent for rank 3's stack before it is stopped: the reason says where it was
@@ -255,7 +318,7 @@ def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path
             json={
                 "master": "node1",
                 "backend": "gloo",
-                "argv": [sys.executable, str(program), str(shared)],
+                "argv": [sys.executable, str(program), str(shared), *_argv(where)],
                 "stop_grace": 1,
                 "heartbeat_timeout": LIMIT,
             },
@@ -274,14 +337,14 @@ def test_coordinator_group_names_the_frozen_rank_across_agents(cluster, tmp_path
     finally:
         coord.close()
     print(
-        f"run {run}: frozen -> group failed {failed - frozen:.2f} s, ranks gone {gone - frozen:.2f} s, "
+        f"{where} run {run}: frozen -> group failed {failed - frozen:.2f} s, ranks gone {gone - frozen:.2f} s, "
         f"stack told {told - frozen:.2f} s (limit {LIMIT} s)"
     )
     assert (g["state"], g["exit_code"]) == ("failed", exitcodes.HUNG), g
     assert g["reason"].startswith("rank 3 on node2 stopped beating at step "), g
     assert "its process is stopped); ranks 0-2 waited in a collective; stuck in " in g["reason"], g
-    where = g["reason"].rpartition("; stuck in ")[2]  # FILE:LINE in FUNCTION()
-    file, _, line = where.partition(" in ")[0].rpartition(":")
-    assert f'File "{file}", line {line} in {where.rpartition(" in ")[2][:-2]}' in dump, (where, dump)
-    assert " in train_loop" in dump, dump
+    stuck = g["reason"].rpartition("; stuck in ")[2]  # FILE:LINE in FUNCTION()
+    file, _, line = stuck.partition(" in ")[0].rpartition(":")
+    assert f'File "{file}", line {line} in {stuck.rpartition(" in ")[2][:-2]}' in dump, (stuck, dump)
+    assert f" in {STUCK_IN[where]}" in dump, dump
     assert failed - frozen <= LIMIT + 2, g

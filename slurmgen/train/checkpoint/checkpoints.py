@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
+from slurmgen.contract.hangs import CHECKPOINTING
 from slurmgen.contract.states import HEARTBEAT_WORD, State
 
 from .. import dist, fsdp
@@ -189,8 +190,9 @@ class Checkpointing:
 
         The heartbeat says "checkpointing" meanwhile: the others wait at the barrier for as
         long as rank 0 waits for the previous write and copies the state, which a heartbeat
-        watcher must not take for a hang."""
-        self.heartbeat.beat(step, status="checkpointing", force=True)
+        watcher must not take for a hang unless it lasts far longer than this run's earlier
+        stalls (contract/hangs.py)."""
+        self.heartbeat.beat(step, status=CHECKPOINTING, force=True)
         rngs = dist.gather_to_main(ckpt.capture_rng(), self.env.rank)  # None except on rank 0
         if self.sharded is not None:  # every rank writes its shard; the rest of the state is rank 0's
             meta = self.meta(step, rngs) if self.env.is_main and rngs is not None else None
@@ -233,9 +235,10 @@ class Checkpointing:
 
     def settle(self, step: int) -> None:
         """Wait for the write in flight (rank 0), saying "checkpointing" meanwhile: a checkpoint
-        is durable before anything reports success, stops or requeues."""
+        is durable before anything reports success, stops or requeues. Not `bounded`: a whole
+        write takes as long as the disk needs, which the stalls learned so far do not bound."""
         if self._writer.busy:
-            self.heartbeat.beat(step, status="checkpointing", force=True)
+            self.heartbeat.beat(step, status=CHECKPOINTING, force=True, bounded=False)
             self._record(self._writer.wait())
 
     def close(self) -> None:

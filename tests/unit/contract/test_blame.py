@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from slurmgen.contract import blame
+from slurmgen.contract import blame, hangs
 from slurmgen.contract.blame import LastBeat
 from slurmgen.generate.render import render_template
 
 LIMIT, DEFER = 4000, 1000
-# (rank, age in ms, step, stopped[, learned limit in ms]) per beat -> the hung rank and why ("-":
-# none yet), the waiting (quiet) ranks; judged at the instant the beats' ages are for
+CKPT = hangs.CHECKPOINTING
+# (rank, age in ms, step, stopped[, learned limit in ms or None[, status]]) per beat -> the hung
+# rank and why ("-": none yet), the waiting (quiet) ranks; judged at the instant the beats' ages are for
 CASES = [
     ([(0, 1000, 9, False), (1, 4500, 8, False)], "-", (1,)),  # under limit + deferral
     ([(0, 2500, 9, False), (1, 5500, 8, False), (3, 5200, 8, False)], "1", (0, 3)),  # the oldest, deferred
@@ -30,6 +31,13 @@ CASES = [
     ([(0, 2200, 9, False, 1000), (1, 3000, 8, False)], "0", (1,)),  # its learned limit, deferred
     ([(0, 1800, 9, False, 1000), (1, 3000, 8, False)], "-", (0, 1)),  # ...not yet past the deferral
     ([(2, 1200, 5, True, 1000), (3, 3900, 5, False)], "2 stopped", (3,)),  # stopped past its learned limit
+    # a checkpoint nothing was learned of: never named while it runs, but it waited...
+    ([(0, 30000, 50, False, None, CKPT), (1, 1000, 51, False)], "-", (0,)),
+    # ...for a rank stopped inside it, named at the fixed limit (contract/hangs.py)
+    ([(0, 30000, 50, False, None, CKPT), (3, 4300, 50, True, None, CKPT)], "3 stopped", (0,)),
+    ([(0, 1500, 50, False, None, CKPT), (3, 3900, 50, True, None, CKPT)], "-", (3,)),
+    # a checkpoint judged by the stalls it learned, deferred as a step
+    ([(0, 6200, 50, False, 5000, CKPT), (1, 2500, 50, False, None, CKPT)], "0", (1,)),
 ]
 
 
@@ -46,14 +54,14 @@ def sleepers():
 
 def _bash(d: Path, beats: list[tuple], pids: dict[bool, int]) -> tuple[str, tuple[int, ...]]:
     now = time.time()
-    for rank, age, step, stopped, *learned in beats:
+    for rank, age, step, stopped, learned, status in map(_full, beats):
         record = {
             "rank": rank,
             "step": step,
             "time": now - age / 1000,
             "pid": pids[stopped],
-            "status": "running",
-            **({"timeout": learned[0] / 1000} if learned else {}),
+            "status": status,
+            **({"timeout": learned / 1000} if learned else {}),
         }
         (d / f"rank-{rank:05d}.json").write_text(json.dumps(record) + "\n")
     script = (
@@ -71,14 +79,22 @@ echo "${{quiet_ranks[*]}}"
     return verdict, tuple(r for r in ranks if str(r) != hung)
 
 
+def _full(beat: tuple) -> tuple:
+    """A case's beat with its defaults: (rank, age, step, stopped, learned or None, status)."""
+    return (*beat, None, "running")[:6] if len(beat) == 4 else (*beat, "running")[:6]
+
+
 def _python(beats: list[tuple]) -> tuple[str, tuple[int, ...]]:
-    found = blame.judge(
-        [LastBeat(r, a, s, stopped, limit_ms=(learned or [None])[0]) for r, a, s, stopped, *learned in beats],
-        LIMIT,
-        DEFER,
-    )
+    """As the launcher and the server judge: each beat's limit and whether it is judged are its
+    node's (contract/hangs.py's rule, applied where the process is seen)."""
+    last = []
+    for r, a, s, stopped, learned, status in map(_full, beats):
+        limit = hangs.beat_limit({"status": status, "timeout": (learned or 0) / 1000}, LIMIT / 1000, stopped)
+        own = round(limit * 1000) if limit is not None and round(limit * 1000) != LIMIT else None
+        last.append(LastBeat(r, a, s, stopped, limit_ms=own, judged=limit is not None))
+    found = blame.judge(last, LIMIT, DEFER)
     if found is None:
-        return "-", tuple(r for r, a, _, _, *learned in sorted(beats) if a * 2 > (learned or [LIMIT])[0])
+        return "-", tuple(b.rank for b in sorted(last, key=lambda b: b.rank) if b.age_ms * 2 > (b.limit_ms or LIMIT))
     return f"{found.rank}{' ' + found.why if found.why else ''}", found.waiting
 
 

@@ -24,20 +24,25 @@ def test_the_timeout_is_the_period_plus_k_times_p99_or_the_floor():
 
 
 @pytest.mark.parametrize(
-    ("beat", "limit"),
+    ("beat", "limit", "if_stopped"),
     [
-        ({"status": "running"}, 60.0),  # start-up: nothing learned, the fixed one
-        ({"status": "running", "timeout": 0.85}, 0.85),  # a step: learned
-        ({"status": "running", "timeout": 600}, 60.0),  # the fixed one stays the ceiling
-        ({"status": "running", "timeout": True}, 60.0),  # not a number: ignored
-        ({"status": "evaluating"}, None),  # an evaluation nothing was learned of: not judged, as before
-        ({"status": "evaluating", "timeout": 90.5}, 90.5),  # learned from earlier evaluations
-        ({"status": "checkpointing", "timeout": 5}, None),  # the disk's time: never judged
-        ({"status": "done"}, None),
+        ({"status": "running"}, 60.0, 60.0),  # start-up: nothing learned, the fixed one
+        ({"status": "running", "timeout": 0.85}, 0.85, 0.85),  # a step: learned
+        ({"status": "running", "timeout": 600}, 60.0, 60.0),  # the fixed one stays the ceiling
+        ({"status": "running", "timeout": True}, 60.0, 60.0),  # not a number: ignored
+        ({"status": "evaluating"}, None, 60.0),  # an evaluation nothing was learned of: only if stopped
+        ({"status": "evaluating", "timeout": 90.5}, 90.5, 60.0),  # learned from earlier evaluations
+        ({"status": "checkpointing"}, None, 60.0),  # a first checkpoint, or the last write's wait
+        ({"status": "checkpointing", "timeout": 35}, 35.0, 35.0),  # learned from earlier stalls
+        ({"status": "starting"}, None, None),  # waiting for its world: the rendezvous bounds it
+        ({"status": "done"}, None, None),
     ],
 )
-def test_the_watchers_rule(beat, limit):
+def test_the_watchers_rule(beat, limit, if_stopped):
+    """A stopped process makes no progress in any phase: it is judged as a stepping one, so a rank
+    stopped inside a checkpoint no longer holds every rank of the job still, unjudged."""
     assert hangs.beat_limit({"time": 1.0, **beat}, fixed=60.0) == limit
+    assert hangs.beat_limit({"time": 1.0, **beat}, fixed=60.0, stopped=True) == if_stopped
 
 
 def test_settings_come_from_the_environment_with_sane_defaults():

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+
 import pytest
 from pydantic import ValidationError
 
 from slurmgen.coordinator.models import GroupConfig, MoveRequest, split_worker_name
-from slurmgen.coordinator.node_agent import is_stale
+from slurmgen.coordinator.node_agent import is_stale, quiet_beat
 from slurmgen.coordinator.procs import LineBuffer, exit_status
 from slurmgen.coordinator.ranks import (
     fewer_nodes_allowed,
@@ -284,6 +288,30 @@ def test_stale_trainer_heartbeat():
     assert not is_stale({"status": "running", "time": 180.0}, now=200.0, timeout=60)
     assert not is_stale({"status": "checkpointing", "time": 0.0}, now=200.0, timeout=60)
     assert not is_stale(None, now=200.0, timeout=60)
+
+
+def test_a_rank_stopped_in_a_checkpoint_is_stale_and_a_learned_evaluation_keeps_its_longer_limit():
+    """contract/hangs.py as the agent applies it: a checkpoint with nothing learned is judged only
+    when its process is stopped (SIGSTOP here, a real process); an evaluation's learned limit,
+    longer than the group's, reaches the server as the rank's own."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        beat = {"status": "checkpointing", "time": 100.0, "pid": proc.pid}
+        assert not is_stale(beat, now=200.0, timeout=60)  # the disk may take this long
+        waited = quiet_beat(beat, now=200.0, timeout=60, pid=None)  # reported: it may have waited
+        assert waited is not None and not waited.judged and not waited.stopped
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.1)
+        assert is_stale(beat, now=200.0, timeout=60)
+        quiet = quiet_beat(beat, now=200.0, timeout=60, pid=None)
+        assert quiet is not None and quiet.stopped and quiet.judged and quiet.limit is None  # the group's
+    finally:
+        proc.kill()
+        proc.wait()
+    evaluating = {"status": "evaluating", "time": 100.0, "timeout": 90.0}
+    quiet = quiet_beat(evaluating, now=170.0, timeout=60, pid=None)
+    assert quiet is not None and quiet.limit == 90.0 and not quiet.stopped
+    assert not is_stale(evaluating, now=170.0, timeout=60) and is_stale(evaluating, now=191.0, timeout=60)
 
 
 def test_exit_status_is_shell_style():

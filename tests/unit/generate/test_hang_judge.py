@@ -70,11 +70,11 @@ def test_a_stopped_rank_is_named_at_once_though_a_waiting_one_beat_earlier(tmp_p
 def test_without_a_sign_the_oldest_is_named_only_after_the_deferral(tmp_path, sleeper):
     _beat(tmp_path, 0, 1.0, sleeper.pid, 9)  # still beating: not quiet
     _beat(tmp_path, 1, 4.5, sleeper.pid, 8)
-    _beat(tmp_path, 2, 4.9, sleeper.pid, 7, status="checkpointing")  # promises no beat: not judged
-    assert _judge(tmp_path).splitlines() == ["quiet 1:8"]
+    _beat(tmp_path, 2, 4.9, sleeper.pid, 7, status="checkpointing")  # nothing learned: waits, never named
+    assert _judge(tmp_path).splitlines() == ["quiet 1:8 2:7"]
     _beat(tmp_path, 1, 5.5, sleeper.pid, 8)
     _beat(tmp_path, 3, 5.2, sleeper.pid, 8)
-    assert _judge(tmp_path).splitlines() == [f"hung 1 8 {sleeper.pid} oldest", "quiet 1:8 3:8"]
+    assert _judge(tmp_path).splitlines() == [f"hung 1 8 {sleeper.pid} oldest", "quiet 1:8 2:7 3:8"]
 
 
 def test_after_a_verdict_only_a_rank_that_beat_since_is_named_again(tmp_path, sleeper):
@@ -137,10 +137,28 @@ def test_a_learned_timeout_judges_a_rank_long_before_the_fixed_limit(tmp_path, s
     _beat(tmp_path, 0, 1.0, sleeper.pid, 9)  # no timeout learned: the 4 s limit, not even quiet
     record = json.loads((tmp_path / "rank-00000.json").read_text())
     (tmp_path / "rank-00001.json").write_text(json.dumps({**record, "rank": 1, "timeout": 0.6}) + "\n")
-    (tmp_path / "rank-00002.json").write_text(
-        json.dumps({**record, "rank": 2, "timeout": 0.6, "status": "checkpointing"}) + "\n"
-    )
     assert _judge(tmp_path).splitlines() == [f"hung 1 9 {sleeper.pid} stopped", "quiet 1:9"]
+
+
+def test_a_checkpoint_is_judged_by_its_learned_stalls_or_at_once_when_its_rank_is_stopped(tmp_path, sleeper):
+    """contract/hangs.py: a checkpointing beat with no `timeout` (a first checkpoint, the last
+    write's wait) is the disk's time, unjudged while its process runs; one with a `timeout` learned
+    from earlier stalls is judged by it; a stopped process is judged as a stepping one in any phase:
+    a rank SIGSTOPped inside a checkpoint stood a whole job still, unjudged."""
+    _beat(tmp_path, 0, 30.0, sleeper.pid, 40, status="checkpointing")  # long past the limit, running
+    record = json.loads((tmp_path / "rank-00000.json").read_text())
+    (tmp_path / "rank-00001.json").write_text(
+        json.dumps({**record, "rank": 1, "time": time.time() - 2.5, "timeout": 2.0}) + "\n"
+    )
+    # rank 0 waited (quiet) but is never named; rank 1 is past its learned 2 s, not the deferral yet
+    assert _judge(tmp_path).splitlines() == ["quiet 0:40 1:40"]
+    (tmp_path / "rank-00001.json").write_text(
+        json.dumps({**record, "rank": 1, "time": time.time() - 3.5, "timeout": 2.0}) + "\n"
+    )
+    assert _judge(tmp_path).splitlines() == [f"hung 1 40 {sleeper.pid} oldest", "quiet 0:40 1:40"]
+    sleeper.send_signal(signal.SIGSTOP)  # now both processes are stopped
+    time.sleep(0.1)
+    assert _judge(tmp_path).splitlines() == [f"hung 0 40 {sleeper.pid} stopped", "quiet 0:40 1:40"]
 
 
 STACKED = """

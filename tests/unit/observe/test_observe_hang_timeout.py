@@ -29,9 +29,9 @@ def test_start_up_has_no_timeout_then_steps_learn_one(tmp_path, monkeypatch):
     hb = _writer(tmp_path)
     real_beat = hb.beat
 
-    def beat(step, status="running"):  # 1 s between calls
+    def beat(step, status="running", bounded=True):  # 1 s between calls
         now[0] += 1
-        real_beat(step, status)
+        real_beat(step, status, bounded=bounded)
 
     hb.beat = beat
     hb.beat(0)
@@ -40,14 +40,36 @@ def test_start_up_has_no_timeout_then_steps_learn_one(tmp_path, monkeypatch):
     for step in range(2, 2 + hangs.LEAST_STEPS):
         hb.beat(step)
     assert _read(tmp_path)["timeout"] == 3.0  # 0 s period + 3 x 1 s
-    hb.beat(21, status="checkpointing")
-    assert "timeout" not in _read(tmp_path)  # a checkpoint is never judged
-    for _ in range(2):
-        hb.beat(22, status="evaluating")
-        assert "timeout" not in _read(tmp_path)  # not learned before two evaluations
+    for phase in ("checkpointing", "evaluating"):
+        for _ in range(2):
+            hb.beat(22, status=phase)
+            assert "timeout" not in _read(tmp_path)  # not learned before two of them
+            hb.beat(22, status="running")
+        hb.beat(22, status=phase)
+        assert _read(tmp_path)["timeout"] == 3.0  # 3 x 1 s, each one's length
         hb.beat(22, status="running")
-    hb.beat(22, status="evaluating")
-    assert _read(tmp_path)["timeout"] == 3.0
+    hb.beat(23, status="checkpointing", bounded=False)  # the wait for a whole write at the end
+    assert "timeout" not in _read(tmp_path)
+
+
+def test_a_checkpoint_is_learned_whole_and_the_wait_for_a_whole_write_is_not_a_sample(tmp_path, monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    hb = _writer(tmp_path)
+    for t, status, bounded in [
+        (0.0, "checkpointing", True),
+        (2.0, "checkpointing", True),  # the same stall, beating on: one sample of 4 s
+        (4.0, "running", True),
+        (5.0, "checkpointing", False),  # a whole write (settle): 100 s, no sample
+        (105.0, "running", True),
+        (106.0, "checkpointing", True),
+        (107.0, "running", True),
+    ]:
+        now[0] = t
+        hb.beat(1, status, force=True, bounded=bounded)
+    now[0] = 108.0
+    hb.beat(1, "checkpointing", force=True)
+    assert _read(tmp_path)["timeout"] == 12.0  # 3 x p99 of (4 s, 1 s): the 100 s wait is not in it
 
 
 def test_a_slow_first_step_after_a_restart_does_not_count(tmp_path, monkeypatch):

@@ -183,6 +183,44 @@ def test_a_hang_counts_from_the_beat_the_watcher_judged_not_the_steps_after_it()
     assert [(r["last_at"], r["last_step"]) for r in a["ranks"]] == [(36.9, 26), (22.0, 25)], a["ranks"]
 
 
+def test_a_hang_a_restart_answered_is_hung_time_once_not_lost_time_too():
+    """Rank 1 frozen at step 20 (t=22), judged there, woken to give its stack (the ranks step on to
+    25, 26 as they are stopped at t=36.9), the attempt ends at t=37; attempt 2 starts at t=40 from
+    the checkpoint of step 10. Steps 11-20 (t=12-22) were lost; t=22-37 was the hang's: counted as
+    lost too, goodput read 42.6 s productive instead of 57.5 s."""
+    events = [e for r in range(2) for e in rank_events(r, steps=(0, 20), ckpts=(10,), end=None)]
+    events += [ev("steps", r, 22, 1, step=20, work=1) for r in range(2)]
+    events += [ev("steps", 1, 36.9, 1, step=25, work=1), ev("steps", 0, 36.9, 1, step=26, work=1)]
+    events += [e for r in range(2) for e in rank_events(r, attempt=2, t0=40, steps=(10, 60))]
+    attempts = [
+        {"event": "start", "attempt": 1, "time": T0},
+        {"event": "end", "attempt": 1, "time": T0 + 37, "exit_code": 124, "hung_rank": 1, "hung_step": 20},
+        {"event": "start", "attempt": 2, "time": T0 + 40},
+        {"event": "end", "attempt": 2, "time": T0 + 93},
+    ]
+    g = goodput.compute(events, attempts)
+    b = g["breakdown"]
+    assert (b["lost"], b["hung"], b["restart"], b["checkpoint"]) == (10.0, 15.0, 3.0, 0.5), b
+    assert b["productive"] == pytest.approx(93 - 6 - 0.5 - 10 - 15 - 3 - 1), b
+    assert [(x["from_step"], x["seconds"]) for x in g["lost_steps"]] == [(10, 10.0)]
+
+
+def test_a_rank_frozen_inside_a_checkpoint_is_hung_time_not_a_checkpoint_stall():
+    """Rank 1 stopped inside the checkpoint of step 20 (entered at t=22); rank 0 waits in it until
+    both are stopped at t=37 and then records a 15 s stall. The hang is judged at step 20: the
+    15 s are hung once, not a checkpoint stall as well (a checkpoint that ended at the judged beat
+    still counts whole)."""
+    events = [e for r in range(2) for e in rank_events(r, steps=(0, 20), ckpts=(10,), end=None)]
+    events += [ev("steps", r, 22, 1, step=20, work=1) for r in range(2)]
+    events += [ev("checkpoint", 0, 37, 1, step=20, stall=15.0)]
+    attempts = [
+        {"event": "start", "attempt": 1, "time": T0},
+        {"event": "end", "attempt": 1, "time": T0 + 37.2, "exit_code": 124, "hung_rank": 1, "hung_step": 20},
+    ]
+    b = goodput.compute(events, attempts)["breakdown"]
+    assert (b["hung"], b["checkpoint"]) == (pytest.approx(15.2), 0.5), b
+
+
 def test_a_rank_that_waited_for_a_hung_peer_is_no_straggler():
     """Issue 33: rank 0, blocked in an all-reduce for frozen rank 1, was flagged a straggler
     (8.9x-26x): its work per step after rank 1's last beat is the wait. Two ranks step at 0.01 s

@@ -622,34 +622,34 @@ exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-n
   # judged_beat_ms FILE VAR FIXED_MS: VAR = the `time` of FILE in milliseconds (the clock of its
   # writer) and beat_limit = how old it may grow before its rank is hung, by the rule of
   # slurmgen/contract/hangs.py (beat_limit): a "running" beat FIXED_MS, or its learned `timeout`
-  # when shorter; an "evaluating" beat its learned `timeout`. Fails for a file that is missing,
-  # cut short or not judged (any other status; an evaluation nothing was learned of). The line
-  # read is left in beat_text.
+  # when shorter; an "evaluating" or "checkpointing" beat its learned `timeout`, or as a running
+  # one when its process is stopped (it cannot be waiting for a disk or a peer). beat_judged=0 for
+  # a phase nothing bounds (an evaluation or checkpoint nothing was learned of, its process
+  # running): its rank may wait there, never hang, and beat_limit is FIXED_MS, by which it counts
+  # as waiting. Fails for a file that is missing, cut short or of an ended rank (any other
+  # status). The line read is left in beat_text, its fields in beat_rank, beat_step and beat_pid
+  # (beat_fields), the state of its process in state.
   judged_beat_ms() {
-    local frac learned status_re="\"status\": *\"(running|evaluating)\"" time_re="\"time\": *([0-9]+)[.]?([0-9]*)"
+    local frac learned status_re="\"status\": *\"(running|evaluating|checkpointing)\"" time_re="\"time\": *([0-9]+)[.]?([0-9]*)"
     local timeout_re="\"timeout\": *([0-9]+)[.]?([0-9]*)"
     beat_text=
     { IFS= read -r beat_text <"$1"; } 2>/dev/null
     [[ $beat_text =~ $status_re ]] || return 1
-    beat_limit=$3
-    [[ ${BASH_REMATCH[1]} == running ]] || beat_limit=0
+    beat_limit=0
+    [[ ${BASH_REMATCH[1]} == running ]] && beat_limit=$3
+    beat_fields
+    proc_state "${beat_pid:-0}"
+    [[ $state == [Tt] ]] && beat_limit=$3
     if [[ $beat_text =~ $timeout_re ]]; then
       frac=${BASH_REMATCH[2]}000
       learned=$((10#${BASH_REMATCH[1]} * 1000 + 10#${frac:0:3}))
       if ((learned > 0 && (beat_limit == 0 || learned < beat_limit))); then beat_limit=$learned; fi
     fi
+    beat_judged=1
+    ((beat_limit > 0)) || beat_judged=0 beat_limit=$3
     ((beat_limit > 0)) && [[ $beat_text =~ $time_re ]] || return 1
     frac=${BASH_REMATCH[2]}000
     printf -v "$2" %d "$((10#${BASH_REMATCH[1]} * 1000 + 10#${frac:0:3}))"
-  }
-  # beat_fields: from beat_text (the line judged_beat_ms read), its whole-number fields rank,
-  # step and pid into beat_rank, beat_step and beat_pid (empty where the line has none).
-  beat_fields() {
-    local name re
-    for name in rank step pid; do
-      re="\"$name\": *([0-9]+)"
-      if [[ $beat_text =~ $re ]]; then printf -v "beat_$name" %s "${BASH_REMATCH[1]}"; else printf -v "beat_$name" %s ""; fi
-    done
   }
   # proc_state PID: state = the state letter of process PID on this node (/proc/PID/stat: T
   # stopped by a signal, t by a debugger), or ? when there is none.
@@ -659,6 +659,15 @@ exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-n
     stat=${stat##*) }
     state=${stat:0:1}
     state=${state:-?}
+  }
+  # beat_fields: from beat_text (the line judged_beat_ms reads), its whole-number fields rank,
+  # step and pid into beat_rank, beat_step and beat_pid (empty where the line has none).
+  beat_fields() {
+    local name re
+    for name in rank step pid; do
+      re="\"$name\": *([0-9]+)"
+      if [[ $beat_text =~ $re ]]; then printf -v "beat_$name" %s "${BASH_REMATCH[1]}"; else printf -v "beat_$name" %s ""; fi
+    done
   }
   # judge_node DIR LIMIT_MS DEFER_MS NOW_MS [SINCE_MS]: is a rank of this node the hung one? Each beat is judged
   # by its own limit (judged_beat_ms: LIMIT_MS, or shorter once the rank learned its step times). When one rank
@@ -677,7 +686,8 @@ exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-n
   # killed) or of a peer that waited for it, not a new hang.
   # Sets hung_rank hung_step hung_pid hung_age hung_limit (ms) hung_why (stopped or empty) and
   # hung_text (its beat) and returns 0 when one is due; always sets quiet_ranks to "RANK:STEP" of
-  # every rank silent for over half its limit.
+  # every rank silent for over half its limit, those in a phase nothing bounds too (beat_judged=0:
+  # never named, but they waited all the same).
   judge_node() {
     local f beat age why
     hung_rank=
@@ -686,10 +696,8 @@ exec 5> >(srun --overlap "${step_where[@]}" --ntasks="$step_size" --ntasks-per-n
       judged_beat_ms "$f" beat "$2" || continue
       age=$(($4 - beat))
       ((age * 2 > beat_limit)) || continue
-      beat_fields
       quiet_ranks+=("$beat_rank:${beat_step:-?}")
-      ((age > beat_limit && beat > ${5:-0})) || continue
-      proc_state "${beat_pid:-0}"
+      ((beat_judged && age > beat_limit && beat > ${5:-0})) || continue
       why=
       case $state in
         T | t) why=stopped ;;

@@ -576,20 +576,32 @@ warm_reports_due() {
   done
   warm_reports=("${kept[@]}")
 }
-# warm_probe: ranks have waited for a new world 2 s and no rank's exit was noted: each node of
-# the step is probed (probe_nodes), and a node that does not answer is lost: a cold restart, without
-# it. The node is noted lost (lost_nodes), so that neither the guard of the stopped srun nor the
-# next step's choice of nodes probes it again: one probe's 5 s on the lost-node path, not three.
+# warm_probe: ranks wait for a new world and no rank's exit was noted (warm_waiting): each node of the
+# step is probed at once (probe_nodes, in the background), and once they have waited
+# 2 s with still no note, a node whose probe failed is lost: a cold restart, without it.
+# Probing at once rather than after those seconds takes them off the lost-node path (a lost node's
+# probe runs its whole 5 s); a note that comes meanwhile (warm_line) answers the failure, and
+# its probes end by themselves. The node is noted lost (lost_nodes), so that neither the guard of
+# the stopped srun nor the next step's choice of nodes probes it again: one probe's 5 s on
+# the lost-node path, not three.
 warm_probe() {
-  local i probes=() now=${EPOCHREALTIME/[.,]/}
-  ((warm_waiting && now - warm_waiting > 2000000)) || return 0
+  local i probes now=${EPOCHREALTIME/[.,]/}
+  if ((!warm_waiting)); then
+    warm_probes=()
+    return 0
+  fi
+  if ((!${#warm_probes[@]})); then
+    probe_nodes "${step_nodes[@]}"
+    warm_probes=("${probes[@]}")
+  fi
+  ((now - warm_waiting > 2000000)) || return 0
   warm_waiting=0
-  probe_nodes "${step_nodes[@]}"
-  for i in "${!probes[@]}"; do
-    wait "${probes[i]}" && continue
+  for i in "${!warm_probes[@]}"; do
+    wait "${warm_probes[i]}" && continue
     echo "slurmgen-lost: ${step_nodes[i]}" >>"$step_errors"
     warm_fail "null ${step_nodes[i]} null 255" "node ${step_nodes[i]} does not answer" own
   done
+  warm_probes=()
 }
 # warm_read: the step's errors written since the last look, a line at a time (a line still being
 # written waits for its end).
@@ -605,7 +617,7 @@ warm_read() {
 # `status` (the step's srun's code: its failed ranks' own) for finish_attempt, after warm_end.
 warm_watch() {
   local pid ended=() line code node
-  warm_step=$1 warm_at=0 warm_fallen=0 warm_open=1 warm_waiting=0 warm_own=''
+  warm_step=$1 warm_at=0 warm_fallen=0 warm_open=1 warm_waiting=0 warm_own='' warm_probes=()
   warm_first='' warm_part='' warm_guard=''
   warm_noted=() warm_reports=()
   # The ranks started anew: srun's pid -> rank, -> node; those that noted their end.
