@@ -74,8 +74,14 @@ def _log(out: Path, job: str) -> str:
 SHELL_REPORT = re.compile(r"line \d+: +\d+ (Killed|Terminated) ")
 
 
-def _no_shell_reports(log: str) -> None:
-    assert not SHELL_REPORT.search(log), [ln for ln in log.splitlines() if SHELL_REPORT.search(ln)]
+def _no_shell_reports(log: str, step_srun: bool = False) -> None:
+    """`step_srun`: the one report left, a line, when a warm attempt's stuck step srun is stopped:
+    the guard that kills it is another process, and the batch shell reaps it in its watch loop
+    and reports it before any wait of its own could send the report nowhere."""
+    found = [ln for ln in log.splitlines() if SHELL_REPORT.search(ln)]
+    if step_srun:
+        found = [ln for ln in found if not re.search(r'Killed +srun "\$\{srun_args\[@\]\}"', ln)]
+    assert not found, found
 
 
 def _timeline(out: Path, job: str) -> list[dict]:
@@ -480,7 +486,7 @@ def test_a_lost_node_under_warm_restarts_restarts_cold_on_the_spare(cluster, tmp
     finally:
         os.kill(lost.slurmd_pid, signal.SIGCONT)  # as after a reboot: the tests after this one have every node
     log = _log(out, job)
-    _no_shell_reports(log)
+    _no_shell_reports(log, step_srun=True)
     ends = [r for r in records if r["event"] == "end"]
     starts = [r for r in records if r["event"] == "start"]
     assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [
