@@ -209,16 +209,18 @@ def _attempts(runner: Runner, record: JobRecord, own_id: str) -> list[dict[str, 
 
 
 def _time_report(
-    runner: Runner, record: JobRecord, attempts: list[dict[str, Any]], ended: float | None
+    runner: Runner, record: JobRecord, attempts: list[dict[str, Any]], ended: float | None, unknown: bool = False
 ) -> dict[str, Any]:
     """Stragglers and goodput (and the per-rank timeline when asked) from the ranks' timeline
     file beside the logs (contract/phases.py) and the attempts record, up to the job's end
     (`ended`, Slurm's) or, while it runs, now: a cancelled job's last attempt records no end, and
-    counted to now its goodput fell with every later look."""
+    counted to now its goodput fell with every later look. `unknown`: Slurm did not answer and
+    nothing kept says when the job ended, so the records' last line does: counted to now, a job
+    looked at after its cluster was gone read 20% where it had trained 84% of its time."""
     from slurmgen.observe.report import analyse
 
     text = _read_text(runner, str(PurePosixPath(record.info["log_dir"]) / TIMELINE_NAME.format(job_id=record.job_id)))
-    return analyse(text or "", attempts, record.submitted, ended or time.time())
+    return analyse(text or "", attempts, record.submitted, ended or (None if unknown else time.time()))
 
 
 def _kept_time_report(
@@ -228,12 +230,13 @@ def _kept_time_report(
     attempts: list[dict[str, Any]],
     with_timeline: bool,
     ended: float | None,
+    unknown: bool = False,
 ) -> dict[str, Any]:
     """The time report, its stragglers and goodput also written into the job's registry row (the
     run record keeps them after the log directory is gone)."""
     from slurmgen.runs.model import keep_time_report
 
-    found = _time_report(runner, record, attempts, ended)
+    found = _time_report(runner, record, attempts, ended, unknown)
     if record.seq is not None and (found.get("stragglers") or found.get("goodput")):
         keep_time_report(registry, record.seq, found)
     if not with_timeline:
@@ -282,7 +285,10 @@ def status(
     view["notes"] += dropped
     if not is_array and record.info.get("log_dir"):
         ended = _ended(registry, record, jobs)
-        view.update(_kept_time_report(runner, registry, record, attempts, with_timeline, ended))
+        unknown = not jobs and bool(snap.notes) and ended is None  # Slurm did not answer for it
+        view.update(_kept_time_report(runner, registry, record, attempts, with_timeline, ended, unknown))
+        if unknown and view.get("goodput"):
+            view["notes"].append("goodput is counted to the job's last record: nothing says when it ended")
     if task is not None and is_array:
         view.update({k: v for k, v in rows[0].items() if k != "job"}, job=rows[0]["job"])
     remember(registry, record, list(jobs.values()), view["state"], view.get("exit_code"), attempts)

@@ -68,6 +68,22 @@ def _log(out: Path, job: str) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted((out / "logs").glob(f"*-{job}.out")))
 
 
+# bash's own report of a process it waited for that a signal ended, with that line of the script's
+# source ("slurm_script: line 824: 30284 Killed   srun ...", 20 lines of it): a SIGKILLed rank's
+# wrapper, a stopped srun, a probe ended by its timeout each printed one into the job log.
+SHELL_REPORT = re.compile(r"line \d+: +\d+ (Killed|Terminated) ")
+
+
+def _no_shell_reports(log: str, step_srun: bool = False) -> None:
+    """`step_srun`: the one report left, a line, when a warm attempt's stuck step srun is stopped:
+    the guard that kills it is another process, and the batch shell reaps it in its watch loop
+    and reports it before any wait of its own could send the report nowhere."""
+    found = [ln for ln in log.splitlines() if SHELL_REPORT.search(ln)]
+    if step_srun:
+        found = [ln for ln in found if not re.search(r'Killed +srun "\$\{srun_args\[@\]\}"', ln)]
+    assert not found, found
+
+
 def _timeline(out: Path, job: str) -> list[dict]:
     path = out / "logs" / TIMELINE_NAME.format(job_id=job)
     return list(objects(path.read_text().splitlines())) if path.exists() else []
@@ -168,6 +184,7 @@ def test_a_killed_rank_restarts_in_the_same_job_from_the_checkpoint(cluster, tmp
     killed_at, killed = _kill_rank_after_a_checkpoint(cluster, out, job, fault)
     info = _wait_never_pending(cluster, job)
     log = _log(out, job)
+    _no_shell_reports(log)
     assert (info["JobState"], info["ExitCode"], info.get("Restarts")) == ("COMPLETED", "0:0", "0"), log
     records = read_attempts(attempts_path(out / "logs", job))
     starts = [r for r in records if r["event"] == "start"]
@@ -225,6 +242,7 @@ def test_a_lost_node_is_replaced_by_the_spare_in_the_same_job(cluster, tmp_path,
         # tests after this one have every node.
         os.kill(lost.slurmd_pid, signal.SIGCONT)
     log = _log(out, job)
+    _no_shell_reports(log)
     starts = [r for r in records if r["event"] == "start"]
     ends = [r for r in records if r["event"] == "end"]
     assert [(r["attempt"], r["action"]) for r in ends] == [(1, "restart"), (2, "finished")], log
@@ -267,6 +285,7 @@ def test_a_lost_node_with_no_spare_leaves_a_smaller_world_in_the_same_job(cluste
     finally:
         os.kill(lost.slurmd_pid, signal.SIGCONT)  # as after a reboot: the tests after this one have every node
     log = _log(out, job)
+    _no_shell_reports(log)
     starts = [r for r in records if r["event"] == "start"]
     ends = [r for r in records if r["event"] == "end"]
     assert [(r["attempt"], r["action"]) for r in ends] == [(1, "restart"), (2, "finished")], log
@@ -329,6 +348,7 @@ def test_a_killed_rank_restarts_warm_and_the_healthy_ranks_keep_their_processes(
         time.sleep(0.5)
     records = _wait_finished(cluster, out, job)
     log = _log(out, job)
+    _no_shell_reports(log)
     timeline = _timeline(out, job)
     firsts = [e for e in timeline if e.get("event") == "first_step" and e.get("generation") == 1]
     assert sorted(e["rank"] for e in firsts) == [0, 1, 2, 3] and {e["attempt"] for e in firsts} == {1}, (
@@ -466,6 +486,7 @@ def test_a_lost_node_under_warm_restarts_restarts_cold_on_the_spare(cluster, tmp
     finally:
         os.kill(lost.slurmd_pid, signal.SIGCONT)  # as after a reboot: the tests after this one have every node
     log = _log(out, job)
+    _no_shell_reports(log, step_srun=True)
     ends = [r for r in records if r["event"] == "end"]
     starts = [r for r in records if r["event"] == "start"]
     assert [(r["attempt"], r["exit_code"], r["action"]) for r in ends] == [
@@ -534,6 +555,7 @@ def test_a_hung_rank_under_warm_restarts_is_killed_and_started_anew_each_time(cl
     second_at = time.time()
     records = _wait_finished(cluster, out, job, timeout=250)
     log = _log(out, job)
+    _no_shell_reports(log)
     assert [(r["event"], r["attempt"], r.get("action")) for r in records] == [
         ("start", 1, None),
         ("recovery", 1, None),

@@ -7,7 +7,9 @@ tests/integration/test_slurm_jobs.py submits the same scripts to a real Slurm.
 import json
 import os
 import random
+import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -928,3 +930,21 @@ def test_a_stopped_ranks_world_files_go_with_it_under_warm_restarts(tmp_path, fa
     result = fake_slurm(out, hosts="localhost", nodes=1, env={"TMPDIR": str(tmp)})
     assert "world in " + str(tmp / "slurmgen-warm-4242.1" / "localhost") in result.stdout, result.stderr
     assert list(tmp.glob("slurmgen-warm-*")) == [], result.stderr
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_rank_killed_by_a_signal_leaves_its_note_and_no_line_of_the_wrappers_source(tmp_path, fake_slurm, launcher):
+    # bash reports a foreground program a signal ended with that line of its source text
+    # ("slurmgen-rank: line 23: 4242 Killed "$@""): every SIGKILLed rank printed one into the job
+    # log beside the wrapper's own note. The program's stderr still reaches the log.
+    command = ["bash", "-c", "echo before-the-kill >&2; kill -KILL $$"]
+    if launcher == "torchrun" and shutil.which("torchrun") is None:
+        pytest.skip("torchrun is not installed")
+    out = write(tmp_path, nodes=1, gpus=1, launcher=launcher, command=command)
+    result = fake_slurm(out, hosts="localhost", nodes=1)
+    assert "before-the-kill" in result.stderr, result.stderr
+    if launcher == "srun":
+        assert re.search(r"slurmgen-exit: rank 0 on \S+ \(task 0\) exited with code 137 at ", result.stderr), (
+            result.stderr
+        )
+    assert " Killed " not in result.stderr and '"$@"' not in result.stderr, result.stderr

@@ -151,6 +151,31 @@ def test_status_of_a_cancelled_job_reads_as_stopped_not_failed(tmp_path, capsys,
     }
 
 
+def test_the_goodput_of_a_job_slurm_never_said_ended_counts_to_its_last_record_and_says_so(
+    tmp_path, capsys, monkeypatch
+):
+    """The benchmark's kept runs, looked at once its cluster was gone: Slurm answers nothing and the
+    registry keeps no end (the job was running when last seen). Counted to now, a run that had
+    trained 84% of its 605 s read 20% of 2,500 s, and lower at every look. It counts to the job's
+    last record, and says so."""
+    start = time.time() - 3600
+    slurm_on_path(tmp_path, monkeypatch, "")  # the controller knows nothing, no accounting
+    path = registered(tmp_path, CANCELLED_LOG)
+    logs = tmp_path / "logs"
+    ranks = [
+        {"event": event, "rank": rank, "attempt": 1, "time": start + t, "host": "node1", "pid": 1, **more}
+        for rank in (0, 1)
+        for event, t, more in (("process", 1, {}), ("first_step", 10, {"step": 1}), ("steps", 95, {"step": 850}))
+    ]
+    (logs / "slurmgen-7.timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ranks))
+    (logs / "slurmgen-7.attempts.jsonl").write_text(json.dumps({"event": "start", "attempt": 1, "time": start}) + "\n")
+    code, out, err = run(capsys, "status", "7", "--registry", str(path), "--json")
+    assert code == 0, err
+    view = json.loads(out)
+    assert view["goodput"]["wall"] == pytest.approx(95, abs=1), view["goodput"]
+    assert "goodput is counted to the job's last record: nothing says when it ended" in view["notes"], view["notes"]
+
+
 def test_the_goodput_of_a_cancelled_job_ends_with_the_job_not_when_status_is_asked(tmp_path, capsys, monkeypatch):
     """A cancelled job's batch shell dies before it records its last attempt's end. Goodput then
     ran to the moment `status` was asked: the benchmark's cancelled run read 79% at its end and

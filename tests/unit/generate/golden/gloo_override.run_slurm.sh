@@ -192,7 +192,11 @@ rank_wrapper='
   # $BASHPID: torchrun reads its arguments as string templates, where a doubled dollar becomes
   # one; every torchrun-mode process and end line of the timeline read "pid": $ (not JSON).
   timeline process "$RANK" "$BASHPID"
-  "$@"
+  # The program runs with the stderr of the task (fd 9 carries it past the 2>/dev/null), the wrapper
+  # with none meanwhile: the report bash makes of a program killed by a signal, a line of this
+  # source text ("slurmgen-rank: line 23: 4242 Killed ..."), stays out of the log, where the note
+  # below says it (code 137). The same for the waits of the batch shell on what it kills.
+  { "$@" 2>&9 9>&-; } 9>&2 2>/dev/null
   code=$?
   ended=done
   ((code == 0)) || ended=failed

@@ -340,7 +340,7 @@ usable_nodes() {
   for node in "${live[@]}"; do listed "$node" "${lost[@]}" || asked+=("$node"); done
   probe_nodes "${asked[@]}"
   for i in "${!probes[@]}"; do
-    if wait "${probes[i]}"; then answering+=("${asked[i]}"); fi
+    if wait "${probes[i]}" 2>/dev/null; then answering+=("${asked[i]}"); fi
   done
   for node in "${job_hosts[@]}"; do
     listed "$node" "${answering[@]}" || continue
@@ -452,7 +452,7 @@ end_stuck_step() {
   trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
   probe_nodes "${step_nodes[@]}"
   for i in "${!probes[@]}"; do
-    wait "${probes[i]}" && continue
+    wait "${probes[i]}" 2>/dev/null && continue
     kill -0 "$1" 2>/dev/null || return 0
     echo "slurmgen: node ${step_nodes[i]} does not answer; stopping srun $1, which would wait for it" >&2
     echo "slurmgen-lost: ${step_nodes[i]}" >>"$step_errors" # usable_nodes then does not wait on it again
@@ -561,7 +561,11 @@ rank_wrapper='
   # $BASHPID: torchrun reads its arguments as string templates, where a doubled dollar becomes
   # one; every torchrun-mode process and end line of the timeline read "pid": $ (not JSON).
   timeline process "$RANK" "$BASHPID"
-  "$@"
+  # The program runs with the stderr of the task (fd 9 carries it past the 2>/dev/null), the wrapper
+  # with none meanwhile: the report bash makes of a program killed by a signal, a line of this
+  # source text ("slurmgen-rank: line 23: 4242 Killed ..."), stays out of the log, where the note
+  # below says it (code 137). The same for the waits of the batch shell on what it kills.
+  { "$@" 2>&9 9>&-; } 9>&2 2>/dev/null
   code=$?
   ended=done
   ((code == 0)) || ended=failed
@@ -848,7 +852,7 @@ step_pid=$!
 # waits out) or the watchers' stdin open for the rest of its 10 s, delaying every restart.
 end_stuck_step "$step_pid" 2>&4 5>&- &
 guard=$!
-wait "$step_pid"
+wait "$step_pid" 2>/dev/null  # (the guard may have killed it: no line of this source in the log)
 status=$?
 kill "$guard" 2>/dev/null
 wait "$guard" 2>/dev/null

@@ -232,7 +232,7 @@ usable_nodes() {
   for node in "${live[@]}"; do listed "$node" "${lost[@]}" || asked+=("$node"); done
   probe_nodes "${asked[@]}"
   for i in "${!probes[@]}"; do
-    if wait "${probes[i]}"; then answering+=("${asked[i]}"); fi
+    if wait "${probes[i]}" 2>/dev/null; then answering+=("${asked[i]}"); fi
   done
   for node in "${job_hosts[@]}"; do
     listed "$node" "${answering[@]}" || continue
@@ -336,7 +336,7 @@ end_stuck_step() {
   trap 'kill "${probes[@]}" 2>/dev/null; exit 0' TERM
   probe_nodes "${step_nodes[@]}"
   for i in "${!probes[@]}"; do
-    wait "${probes[i]}" && continue
+    wait "${probes[i]}" 2>/dev/null && continue
     kill -0 "$1" 2>/dev/null || return 0
     echo "slurmgen: node ${step_nodes[i]} does not answer; stopping srun $1, which would wait for it" >&2
     echo "slurmgen-lost: ${step_nodes[i]}" >>"$step_errors" # usable_nodes then does not wait on it again
@@ -597,7 +597,7 @@ warm_probe() {
   ((now - warm_waiting > 2000000)) || return 0
   warm_waiting=0
   for i in "${!warm_probes[@]}"; do
-    wait "${warm_probes[i]}" && continue
+    wait "${warm_probes[i]}" 2>/dev/null && continue
     echo "slurmgen-lost: ${step_nodes[i]}" >>"$step_errors"
     warm_fail "null ${step_nodes[i]} null 255" "node ${step_nodes[i]} does not answer" own
   done
@@ -640,7 +640,7 @@ warm_watch() {
     for pid in "${ended[@]}"; do
       [[ $pid != "$warm_step" ]] || continue
       # A rank started anew that failed without a note (srun could not start it, a signal).
-      wait "$pid"
+      wait "$pid" 2>/dev/null
       code=$?
       ((code == 0)) || [[ -n ${warm_quiet[$pid]:-} ]] ||
         warm_fail "${warm_ranks[$pid]} ${warm_nodes[$pid]} 0 $code" "rank ${warm_ranks[$pid]} started anew ended with code $code" own
@@ -650,7 +650,7 @@ warm_watch() {
     sleep 0.1
   done
   spare_end
-  wait "$warm_step"
+  wait "$warm_step" 2>/dev/null
   status=$?
 }
 # warm_end: after the step's errors are all written: the last of them read, the answered ones left
@@ -733,6 +733,10 @@ rank_wrapper='
   # $BASHPID: torchrun reads its arguments as string templates, where a doubled dollar becomes
   # one; every torchrun-mode process and end line of the timeline read "pid": $ (not JSON).
   [[ -n ${warm_spare:-} ]] || timeline process "$RANK" "$BASHPID"  # a spare: once promoted (below)
+  # The program runs with the stderr of the task (fd 9 carries it past the 2>/dev/null), the wrapper
+  # with none meanwhile: the report bash makes of a program killed by a signal, a line of this
+  # source text ("slurmgen-rank: line 23: 4242 Killed ..."), stays out of the log, where the note
+  # below says it (code 137). The same for the waits of the batch shell on what it kills.
   if [[ -n ${warm_spare:-} ]]; then
     # A warm spare (spare_start, run_slurm_warm.sh.j2): the program as slurmgen/train/spare.py, which
     # imports torch at once and then waits for its orders. They come on this task stdin, which srun
@@ -755,7 +759,7 @@ rank_wrapper='
     done
     if [[ ! $orders =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [^\ ]+\ [0-9]+\ [0-9]+$ ]]; then
       kill "$program" 2>/dev/null # it may still be importing
-      wait "$program"
+      wait "$program" 2>/dev/null
       exit 0
     fi
     read -r RANK LOCAL_RANK _ <<<"$orders"
@@ -765,12 +769,12 @@ rank_wrapper='
     printf "%s\n" "$orders" >&"$give"
     exec {give}>&-
     while :; do
-      wait "$program"
+      wait "$program" 2>/dev/null
       code=$?
       kill -0 "$program" 2>/dev/null || break # a stop signal ends the wait, not the program
     done
   else
-    "$@"
+    { "$@" 2>&9 9>&-; } 9>&2 2>/dev/null
     code=$?
   fi
   ended=done

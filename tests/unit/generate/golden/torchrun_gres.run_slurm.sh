@@ -215,12 +215,16 @@ rank_wrapper='
   # $BASHPID: torchrun reads its arguments as string templates, where a doubled dollar becomes
   # one; every torchrun-mode process and end line of the timeline read "pid": $ (not JSON).
   timeline process "$RANK" "$BASHPID"
+  # The program runs with the stderr of the task (fd 9 carries it past the 2>/dev/null), the wrapper
+  # with none meanwhile: the report bash makes of a program killed by a signal, a line of this
+  # source text ("slurmgen-rank: line 23: 4242 Killed ..."), stays out of the log, where the note
+  # below says it (code 137). The same for the waits of the batch shell on what it kills.
   exec 3>&1 4>&2
   exec > >(trap "" INT TERM USR1 USR2; exec sed -u "s/^/[rank $RANK] /")
   out_labels=$!
   exec 2> >(trap "" INT TERM USR1 USR2; exec sed -u "s/^/[rank $RANK] /" >&4)
   err_labels=$!
-  "$@" 3>&- 4>&-
+  { "$@" 2>&9 3>&- 4>&- 9>&-; } 9>&2 2>/dev/null
   code=$?
   exec >&3 2>&4 3>&- 4>&-
   wait "$out_labels" "$err_labels" 2>/dev/null
