@@ -151,6 +151,18 @@ def test_status_of_a_cancelled_job_reads_as_stopped_not_failed(tmp_path, capsys,
     }
 
 
+def trained_95_s(logs: Path, start: float) -> None:
+    """Job 7's timeline and attempts record: two ranks from `start`, first step at 10 s, step 850 at
+    95 s, the attempt's start and no end (its batch shell was stopped before it wrote one)."""
+    ranks = [
+        {"event": event, "rank": rank, "attempt": 1, "time": start + t, "host": "node1", "pid": 1, **more}
+        for rank in (0, 1)
+        for event, t, more in (("process", 1, {}), ("first_step", 10, {"step": 1}), ("steps", 95, {"step": 850}))
+    ]
+    (logs / "slurmgen-7.timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ranks))
+    (logs / "slurmgen-7.attempts.jsonl").write_text(json.dumps({"event": "start", "attempt": 1, "time": start}) + "\n")
+
+
 def test_the_goodput_of_a_job_slurm_never_said_ended_counts_to_its_last_record_and_says_so(
     tmp_path, capsys, monkeypatch
 ):
@@ -161,14 +173,7 @@ def test_the_goodput_of_a_job_slurm_never_said_ended_counts_to_its_last_record_a
     start = time.time() - 3600
     slurm_on_path(tmp_path, monkeypatch, "")  # the controller knows nothing, no accounting
     path = registered(tmp_path, CANCELLED_LOG)
-    logs = tmp_path / "logs"
-    ranks = [
-        {"event": event, "rank": rank, "attempt": 1, "time": start + t, "host": "node1", "pid": 1, **more}
-        for rank in (0, 1)
-        for event, t, more in (("process", 1, {}), ("first_step", 10, {"step": 1}), ("steps", 95, {"step": 850}))
-    ]
-    (logs / "slurmgen-7.timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ranks))
-    (logs / "slurmgen-7.attempts.jsonl").write_text(json.dumps({"event": "start", "attempt": 1, "time": start}) + "\n")
+    trained_95_s(tmp_path / "logs", start)
     code, out, err = run(capsys, "status", "7", "--registry", str(path), "--json")
     assert code == 0, err
     view = json.loads(out)
@@ -186,14 +191,7 @@ def test_the_goodput_of_a_cancelled_job_ends_with_the_job_not_when_status_is_ask
     fields = {"JobState": "CANCELLED", "ExitCode": "0:15", "StartTime": stamp(start), "EndTime": stamp(start + 100)}
     bin_dir = slurm_on_path(tmp_path, monkeypatch, scontrol_as("scontrol_failed.txt", "7", **fields))
     path = registered(tmp_path, CANCELLED_LOG)
-    logs = tmp_path / "logs"
-    ranks = [
-        {"event": event, "rank": rank, "attempt": 1, "time": start + t, "host": "node1", "pid": 1, **more}
-        for rank in (0, 1)
-        for event, t, more in (("process", 1, {}), ("first_step", 10, {"step": 1}), ("steps", 95, {"step": 850}))
-    ]
-    (logs / "slurmgen-7.timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ranks))
-    (logs / "slurmgen-7.attempts.jsonl").write_text(json.dumps({"event": "start", "attempt": 1, "time": start}) + "\n")
+    trained_95_s(tmp_path / "logs", start)
 
     def goodput() -> dict:
         code, out, err = run(capsys, "status", "7", "--registry", str(path), "--json")
